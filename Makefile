@@ -1,0 +1,45 @@
+# The two commands of the README, and a few more for developers. Everything real happens in
+# CMake (CMakeLists.txt); this file only chains: install dependencies -> configure -> build.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+# CI sets MOESIM_WERROR=ON so warnings fail the build.
+MOESIM_WERROR ?= OFF
+
+.PHONY: all deps configure build test test-asan demo figures bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESIM_WERROR=$(MOESIM_WERROR) $(CMAKE_ARGS)
+
+configure: $(BUILD)/CMakeCache.txt
+
+build: deps configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The whole CPU suite; GPU tests (label gpu) report themselves skipped without a GPU.
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# Same suite under AddressSanitizer + UndefinedBehaviorSanitizer (CUDA off: host code only).
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMOESIM_SANITIZE=ON -DMOESIM_CUDA=OFF \
+	      -DMOESIM_WERROR=$(MOESIM_WERROR) $(CMAKE_ARGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	    ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
+
+# The main job end to end: traces, simulations, figures in results/demo/.
+demo: build
+	bash scripts/demo.sh $(BUILD)/moesim results/demo
+
+bench: build
+	bash bench/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs every benchmark in bench/ and prints its figures.
+set -euo pipefail
+build=${1:-build}
+for b in "$build"/bench/bench_*; do
+    [ -x "$b" ] || continue
+    echo "== $(basename "$b")"
+    "$b"
+done

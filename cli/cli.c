@@ -1,0 +1,62 @@
+/* Command dispatch, error printing and JSON output shared by all commands; see cli.h. */
+#include "cli/cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+
+static void print_commands(FILE *out, const char *group, const cli_command *cmds, size_t n) {
+    fprintf(out, "usage: %s <command> [options]\n\ncommands:\n", group);
+    for (size_t i = 0; i < n; i++) fprintf(out, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
+    fprintf(out, "\n'%s <command> --help' describes each command.\n", group);
+}
+
+int cli_dispatch(const char *group, const cli_command *cmds, size_t n_cmds, int argc, char **argv) {
+    if (argc < 2) {
+        print_commands(stderr, group, cmds, n_cmds);
+        return MOESIM_EXIT_INPUT;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        print_commands(stdout, group, cmds, n_cmds);
+        return 0;
+    }
+    for (size_t i = 0; i < n_cmds; i++)
+        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "%s: unknown command '%s' (known:", group, argv[1]);
+    for (size_t i = 0; i < n_cmds; i++) fprintf(stderr, "%s %s", i ? "," : "", cmds[i].name);
+    fprintf(stderr, ")\n");
+    return MOESIM_EXIT_INPUT;
+}
+
+int cli_fail(const moesim_error *err) {
+    fflush(stdout);
+    fprintf(stderr, "moesim: %s\n", err->msg[0] ? err->msg : "unknown error");
+    return MOESIM_EXIT_INPUT;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    fflush(stdout);
+    fprintf(stderr, "moesim %s: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see 'moesim %s --help')\n", cmd);
+    return MOESIM_EXIT_INPUT;
+}
+
+void cli_print_json(json_t *j) {
+    json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    fputc('\n', stdout);
+    json_decref(j);
+}
+
+bool cli_progress_allowed(bool quiet) { return !quiet && isatty(STDERR_FILENO); }
+
+void cli_collect(const char ***list, size_t *n, const char *item) {
+    *list = moesim_xrealloc(*list, (*n + 1) * sizeof **list);
+    (*list)[(*n)++] = item;
+}

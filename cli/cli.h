@@ -1,0 +1,39 @@
+/* Shared pieces of the `moesim` command-line program: the command table type, error reporting
+ * (one line on stderr, exit status 2), and JSON output. Each command lives in its own file. */
+#ifndef MOESIM_CLI_CLI_H
+#define MOESIM_CLI_CLI_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/status.h"
+
+typedef int (*cli_command_fn)(int argc, char **argv); /* argv[0] is the command's name */
+
+typedef struct cli_command {
+    const char *name;
+    cli_command_fn run;
+    const char *summary; /* one line for `moesim --help` */
+} cli_command;
+
+/* Runs argv[1] from `cmds`; `group` is the command path so far ("moesim", "moesim trace"). */
+int cli_dispatch(const char *group, const cli_command *cmds, size_t n_cmds, int argc, char **argv);
+
+/* Prints "moesim: <message>" and returns MOESIM_EXIT_INPUT. */
+int cli_fail(const moesim_error *err);
+/* Prints "moesim <cmd>: <message> (see --help)" and returns MOESIM_EXIT_INPUT. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Writes `j` to stdout (2-space indent, keys in insertion order, 17 significant digits so
+ * results round-trip) and releases it. */
+void cli_print_json(json_t *j);
+
+/* True when stderr is a terminal and --quiet was not given: progress bars may draw. */
+bool cli_progress_allowed(bool quiet);
+
+/* Parses "--set section.key=value" style option arguments into a growing array (caller frees
+ * the array, not the strings, which point into argv). */
+void cli_collect(const char ***list, size_t *n, const char *item);
+
+#endif

@@ -1,0 +1,12 @@
+/* Entry points of the moesim commands, one file each under cli/. */
+#ifndef MOESIM_CLI_COMMANDS_H
+#define MOESIM_CLI_COMMANDS_H
+
+int cmd_trace(int argc, char **argv);
+int cmd_trace_info(int argc, char **argv);
+int cmd_trace_validate(int argc, char **argv);
+int cmd_trace_import(int argc, char **argv);
+int cmd_trace_export(int argc, char **argv);
+int cmd_trace_stats(int argc, char **argv);
+
+#endif

@@ -1,0 +1,20 @@
+/* moesim: record MoE router traces, simulate expert offloading policies on them, replay the
+ * winners on a real GPU. This file only dispatches to the commands (one file each). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "common/check.h"
+
+static const cli_command commands[] = {
+    {"trace", cmd_trace, "inspect, validate, import, export and summarize router traces"},
+};
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "--version")) {
+        printf("moesim %s\n", MOESIM_VERSION);
+        return 0;
+    }
+    return cli_dispatch("moesim", commands, MOESIM_ARRAY_LEN(commands), argc, argv);
+}

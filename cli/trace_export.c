@@ -1,0 +1,9 @@
+/* `moesim trace export`: placeholder until its implementation lands in this session's merge. */
+#include "cli/cli.h"
+#include "cli/commands.h"
+
+int cmd_trace_export(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    return cli_usage_error("trace export", "not implemented yet");
+}

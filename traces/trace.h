@@ -1,0 +1,103 @@
+/* Router traces in memory, and their HDF5 file form (traces/FORMAT.md is the reference).
+ *
+ * A trace holds, for every token of every request (all requests concatenated, in execution
+ * order) and every MoE layer, the top-k experts the router chose and their gate weights as the
+ * model applies them; optionally the token's importance (DyMoE Eq. 1) and look-ahead
+ * predictions (for distance d = 1..D, the top-K' experts that layer l+d's router picks from
+ * layer l's router input: DyMoE Eq. 6, FIRM-MoE Eq. 4-5).
+ *
+ * Invariants checked by trace_check (and so by every reader):
+ *   - request ids are dense: 0..n_requests-1, numbered by first appearance;
+ *   - within a request, positions strictly increase and no prefill token follows a decode token;
+ *   - expert ids < n_experts, distinct within one token's top-k;
+ *   - gate weights finite and in [0, 1]; importance finite and >= 0;
+ *   - look-ahead ids < n_experts, or TRACE_NO_EXPERT exactly where l + d >= n_layers. */
+#ifndef MOESIM_TRACES_TRACE_H
+#define MOESIM_TRACES_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/model.h"
+#include "common/status.h"
+
+#define TRACE_FORMAT_NAME "moesim-trace"
+#define TRACE_FORMAT_VERSION 1u
+#define TRACE_NO_EXPERT UINT16_MAX /* look-ahead padding beyond the last layer */
+#define TRACE_MAX_TOP_K 64
+#define TRACE_MAX_LOOKAHEAD_DEPTH 16
+#define TRACE_MAX_LOOKAHEAD_K 256
+
+enum trace_phase { TRACE_PREFILL = 0, TRACE_DECODE = 1 };
+
+/* What the trace describes; fixed at creation. */
+typedef struct trace_meta {
+    char model[64];            /* configs/models name, e.g. "qwen3-30b-a3b" */
+    char source[128];          /* "engine", "import:jsonl", "synth:<seed>" */
+    char tool_version[32];     /* moesim version that wrote it */
+    uint32_t n_layers;         /* MoE layers in the trace (L) */
+    uint32_t n_experts;        /* routed experts per layer (E), <= MODEL_MAX_EXPERTS */
+    uint32_t top_k;            /* k */
+    uint32_t n_shared_experts; /* always-on experts per layer (not in the routing arrays) */
+    gate_normalization gate_norm;
+    uint32_t model_layer[MODEL_MAX_LAYERS]; /* [n_layers] model layer index of each MoE layer */
+    uint32_t lookahead_depth;  /* D: 0 when the trace has no look-ahead predictions */
+    uint32_t lookahead_k;      /* K' candidates per distance (0 when D == 0) */
+    bool has_importance;
+    bool has_token_ids;
+    uint64_t model_config_hash; /* hash of the checkpoint config (engine traces), else 0 */
+} trace_meta;
+
+typedef struct trace {
+    trace_meta meta;
+    uint64_t n_tokens;
+    uint32_t n_requests;
+    uint32_t *request_id;    /* [n_tokens] */
+    uint32_t *position;      /* [n_tokens] position of the token in its request */
+    uint8_t *phase;          /* [n_tokens] enum trace_phase */
+    int32_t *token_id;       /* [n_tokens] vocabulary id, or NULL (!has_token_ids) */
+    uint16_t *expert_ids;    /* [n_tokens][n_layers][top_k] */
+    float *gate_weights;     /* [n_tokens][n_layers][top_k] */
+    float *importance;       /* [n_tokens][n_layers], or NULL (!has_importance) */
+    uint16_t *lookahead_ids; /* [n_tokens][n_layers][D][K'], or NULL (D == 0) */
+    float *lookahead_scores; /* [n_tokens][n_layers][D][K'], or NULL (D == 0) */
+    char *params_json;       /* generator / import settings as JSON text, or NULL; owned */
+} trace;
+
+/* Allocates a trace of n_tokens with zeroed arrays sized by `meta` (caller fills them, then
+ * calls trace_finish). Caller owns; trace_destroy. */
+trace *trace_create(const trace_meta *meta, uint64_t n_tokens);
+void trace_destroy(trace *t); /* accepts NULL */
+
+/* Computes n_requests from request_id and runs trace_check. `what` names the trace in
+ * messages (a path, or "synthesized trace"). */
+moesim_status trace_finish(trace *t, const char *what, moesim_error *err);
+moesim_status trace_check(const trace *t, const char *what, moesim_error *err);
+
+/* HDF5 I/O. Writing is crash-safe (temporary file, then rename). Reading checks the format
+ * name, version, every dataset's type and shape, and every value (trace_check). */
+moesim_status trace_write(const trace *t, const char *path, moesim_error *err);
+moesim_status trace_read(const char *path, trace **out, moesim_error *err);
+
+/* Row accessors. */
+static inline size_t trace_route_index(const trace *t, uint64_t token, uint32_t layer) {
+    return ((size_t)token * t->meta.n_layers + layer) * t->meta.top_k;
+}
+static inline const uint16_t *trace_experts(const trace *t, uint64_t token, uint32_t layer) {
+    return t->expert_ids + trace_route_index(t, token, layer);
+}
+static inline const float *trace_gates(const trace *t, uint64_t token, uint32_t layer) {
+    return t->gate_weights + trace_route_index(t, token, layer);
+}
+static inline size_t trace_lookahead_index(const trace *t, uint64_t token, uint32_t layer,
+                                           uint32_t d /* 1..D */) {
+    return (((size_t)token * t->meta.n_layers + layer) * t->meta.lookahead_depth + (d - 1)) *
+           t->meta.lookahead_k;
+}
+
+/* Fills meta's geometry fields (model name, layers, experts, k, shared, gate rule, layer map)
+ * from a model config. */
+void trace_meta_from_model(trace_meta *meta, const model_geometry *m);
+
+#endif
