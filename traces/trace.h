@@ -9,7 +9,9 @@
  * Invariants checked by trace_check (and so by every reader):
  *   - request ids are dense: 0..n_requests-1, numbered by first appearance;
  *   - within a request, positions strictly increase and no prefill token follows a decode token;
- *   - expert ids < n_experts, distinct within one token's top-k;
+ *   - expert ids < n_experts, distinct within one token's top-k; or a whole row of
+ *     TRACE_NO_EXPERT (gates 0): that layer's routing was not recorded for that token (imports
+ *     with --incomplete keep). Consumers skip such rows: no access, no expert compute;
  *   - gate weights finite and in [0, 1]; importance finite and >= 0;
  *   - look-ahead ids < n_experts, or TRACE_NO_EXPERT exactly where l + d >= n_layers. */
 #ifndef MOESIM_TRACES_TRACE_H
@@ -24,7 +26,7 @@
 
 #define TRACE_FORMAT_NAME "moesim-trace"
 #define TRACE_FORMAT_VERSION 1u
-#define TRACE_NO_EXPERT UINT16_MAX /* look-ahead padding beyond the last layer */
+#define TRACE_NO_EXPERT UINT16_MAX /* look-ahead padding beyond the last layer; unrecorded row */
 #define TRACE_MAX_TOP_K 64
 #define TRACE_MAX_LOOKAHEAD_DEPTH 16
 #define TRACE_MAX_LOOKAHEAD_K 256
