@@ -76,6 +76,20 @@ void trace_destroy(trace *t); /* accepts NULL */
  * messages (a path, or "synthesized trace"). */
 moesim_status trace_finish(trace *t, const char *what, moesim_error *err);
 moesim_status trace_check(const trace *t, const char *what, moesim_error *err);
+/* The meta part of trace_check alone (geometry bounds, look-ahead shape, layer map); readers
+ * run it before sizing anything from a file. */
+moesim_status trace_meta_check(const trace_meta *meta, const char *what, moesim_error *err);
+/* trace_create that returns NULL instead of aborting when the arrays cannot be allocated
+ * (readers: sizes come from a file). `meta` must pass trace_meta_check. */
+trace *trace_try_create(const trace_meta *meta, uint64_t n_tokens);
+
+/* Values per token: routing (L * k), look-ahead (L * D * K'); bytes of all arrays per token. */
+size_t trace_route_values(const trace_meta *meta);
+size_t trace_lookahead_values(const trace_meta *meta);
+uint64_t trace_bytes_per_token(const trace_meta *meta);
+/* "topk" / "all" (the gate_normalization attribute); "prefill" / "decode". */
+const char *trace_gate_norm_name(gate_normalization g);
+const char *trace_phase_name(uint8_t phase);
 
 /* HDF5 I/O. Writing is crash-safe (temporary file, then rename). Reading checks the format
  * name, version, every dataset's type and shape, and every value (trace_check). */

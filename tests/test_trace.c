@@ -1,0 +1,227 @@
+/* The in-memory trace (traces/trace.c): allocation, trace_finish / trace_check invariants and
+ * their messages, model geometry -> meta; and the HDF5 form (traces/trace_hdf5.c): round trip,
+ * determinism, crash-safe writing. Malformed files are in test_trace_corpus.c. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/test_support.h"
+#include "traces/trace.h"
+
+/* A small valid trace: 3 requests interleaved, L layers, E experts, top-k, optional look-ahead.
+ * Token i of request r: prefill for its first 2 tokens, then decode. Routing is a deterministic
+ * function of (i, l) with distinct experts per row. */
+static trace *make_trace(uint32_t L, uint32_t E, uint32_t k, uint32_t D, uint32_t Kp,
+                         uint64_t n_tokens, bool extras) {
+    trace_meta m = {0};
+    snprintf(m.model, sizeof m.model, "test-moe");
+    snprintf(m.source, sizeof m.source, "synth:7");
+    snprintf(m.tool_version, sizeof m.tool_version, "0.1.0");
+    m.n_layers = L;
+    m.n_experts = E;
+    m.top_k = k;
+    m.n_shared_experts = 1;
+    m.gate_norm = GATE_SOFTMAX_TOPK;
+    for (uint32_t l = 0; l < L; l++) m.model_layer[l] = 2 * l + 1;
+    m.lookahead_depth = D;
+    m.lookahead_k = Kp;
+    m.has_importance = extras;
+    m.has_token_ids = extras;
+    m.model_config_hash = extras ? 0x0123456789abcdefull : 0;
+    trace *t = trace_create(&m, n_tokens);
+    uint32_t pos[3] = {0, 0, 0};
+    for (uint64_t i = 0; i < n_tokens; i++) {
+        /* request 0 first, then 1 and 2 join: ids by first appearance */
+        uint32_t r = i < 2 ? 0 : (uint32_t)((i + 1) % 3);
+        t->request_id[i] = r;
+        t->position[i] = pos[r]++;
+        t->phase[i] = t->position[i] < 2 ? TRACE_PREFILL : TRACE_DECODE;
+        if (t->token_id) t->token_id[i] = (int32_t)(i * 7919 % 32000);
+        for (uint32_t l = 0; l < L; l++) {
+            uint16_t *ids = t->expert_ids + trace_route_index(t, i, l);
+            float *g = t->gate_weights + trace_route_index(t, i, l);
+            for (uint32_t j = 0; j < k; j++) {
+                ids[j] = (uint16_t)((i * 5 + l * 3 + j) % E);
+                g[j] = 1.0f / (float)k;
+            }
+            if (t->importance) t->importance[i * L + l] = (float)((i + l) % 5) * 0.25f;
+            for (uint32_t d = 1; d <= D; d++)
+                for (uint32_t c = 0; c < Kp; c++) {
+                    size_t x = trace_lookahead_index(t, i, l, d) + c;
+                    t->lookahead_ids[x] =
+                        l + d < L ? (uint16_t)((i + l + d + c) % E) : TRACE_NO_EXPERT;
+                    t->lookahead_scores[x] = l + d < L ? 1.0f / (float)(c + 1) : 0.0f;
+                }
+        }
+    }
+    t->params_json = extras ? strdup("{\"seed\": 7}") : NULL;
+    moesim_error err = {0};
+    cr_assert_eq(trace_finish(t, "made", &err), MOESIM_OK, "%s", err.msg);
+    return t;
+}
+
+TestSuite(trace);
+
+Test(trace, finish_counts_requests_and_accepts_a_valid_trace) {
+    trace *t = make_trace(4, 16, 2, 2, 3, 30, true);
+    cr_assert_eq(t->n_requests, 3);
+    trace_destroy(t);
+}
+
+Test(trace, destroy_accepts_null) { trace_destroy(NULL); }
+
+/* One corruption of a valid trace and the message fragment trace_check must give. */
+typedef struct check_case {
+    const char *name;
+    void (*corrupt)(trace *t);
+    const char *fragment;
+} check_case;
+
+static void expert_out_of_range(trace *t) { t->expert_ids[trace_route_index(t, 12, 3) + 1] = 16; }
+static void duplicate_expert(trace *t) {
+    uint16_t *ids = t->expert_ids + trace_route_index(t, 5, 1);
+    ids[1] = ids[0];
+}
+static void nan_gate(trace *t) { t->gate_weights[trace_route_index(t, 7, 2)] = NAN; }
+static void negative_gate(trace *t) { t->gate_weights[trace_route_index(t, 7, 2) + 1] = -0.5f; }
+static void gate_above_one(trace *t) { t->gate_weights[trace_route_index(t, 0, 0)] = 1.5f; }
+static void partly_unrecorded(trace *t) {
+    t->expert_ids[trace_route_index(t, 9, 0) + 1] = TRACE_NO_EXPERT;
+}
+static void unrecorded_with_gate(trace *t) {
+    size_t x = trace_route_index(t, 9, 0);
+    t->expert_ids[x] = t->expert_ids[x + 1] = TRACE_NO_EXPERT;
+    t->gate_weights[x] = 0.0f;
+}
+static void request_not_dense(trace *t) { t->request_id[2] = 2; }
+static void position_not_increasing(trace *t) { t->position[8] = 3; }
+static void prefill_after_decode(trace *t) { t->phase[11] = TRACE_PREFILL; }
+static void bad_phase(trace *t) { t->phase[4] = 7; }
+static void negative_importance(trace *t) { t->importance[3 * 4 + 2] = -1.0f; }
+static void inf_importance(trace *t) { t->importance[0] = INFINITY; }
+static void lookahead_padding_inside(trace *t) {
+    t->lookahead_ids[trace_lookahead_index(t, 4, 1, 2)] = TRACE_NO_EXPERT;
+}
+static void lookahead_missing_padding(trace *t) {
+    t->lookahead_ids[trace_lookahead_index(t, 4, 3, 1) + 2] = 3;
+}
+static void lookahead_out_of_range(trace *t) {
+    t->lookahead_ids[trace_lookahead_index(t, 4, 0, 1)] = 99;
+}
+static void lookahead_nan_score(trace *t) {
+    t->lookahead_scores[trace_lookahead_index(t, 4, 0, 1)] = NAN;
+}
+static void negative_token_id(trace *t) { t->token_id[11] = -3; }
+static void wrong_request_count(trace *t) { t->n_requests = 4; }
+static void top_k_above_experts(trace *t) { t->meta.top_k = 17; }
+static void layers_not_increasing(trace *t) { t->meta.model_layer[2] = t->meta.model_layer[1]; }
+static void lookahead_k_without_depth(trace *t) {
+    t->meta.lookahead_depth = 0; /* arrays stay: only the meta check runs into it */
+    t->meta.lookahead_k = 3;
+}
+
+static const check_case check_cases[] = {
+    {"expert id >= E", expert_out_of_range,
+     "made: /routing/expert_ids[12][3][1]: expert id 16 >= 16 experts"},
+    {"duplicate expert", duplicate_expert,
+     "made: /routing/expert_ids[5][1][1]: expert 12 appears twice in one top-k (also at [0])"},
+    {"NaN gate", nan_gate, "made: /routing/gate_weights[7][2][0]: gate weight nan is not finite"},
+    {"negative gate", negative_gate,
+     "made: /routing/gate_weights[7][2][1]: gate weight -0.5 outside [0, 1]"},
+    {"gate above one", gate_above_one,
+     "made: /routing/gate_weights[0][0][0]: gate weight 1.5 outside [0, 1]"},
+    {"row partly unrecorded", partly_unrecorded,
+     "made: /routing/expert_ids[9][0]: row partly unrecorded: slot 1 is 65535 (no expert) but "
+     "slot 0 is expert 13"},
+    {"unrecorded row with a gate", unrecorded_with_gate,
+     "made: /routing/gate_weights[9][0][1]: gate weight 0.5 on an unrecorded row"},
+    {"request ids not dense", request_not_dense,
+     "made: /tokens/request_id[2]: request id 2 is not dense: expected at most 1"},
+    {"positions not increasing", position_not_increasing,
+     "made: /tokens/position[8]: position 3 of request 0 does not increase (previous 3)"},
+    {"prefill after decode", prefill_after_decode,
+     "made: /tokens/phase[11]: prefill token after a decode token in request 0"},
+    {"phase out of range", bad_phase,
+     "made: /tokens/phase[4]: phase 7 is neither 0 (prefill) nor 1 (decode)"},
+    {"negative importance", negative_importance,
+     "made: /routing/importance[3][2]: importance -1 is negative"},
+    {"infinite importance", inf_importance,
+     "made: /routing/importance[0][0]: importance inf is not finite"},
+    {"look-ahead padding inside the model", lookahead_padding_inside,
+     "made: /lookahead/expert_ids[4][1][1][0]: padding 65535 where layer 1 + distance 2 < 4"},
+    {"look-ahead beyond the last layer not padded", lookahead_missing_padding,
+     "made: /lookahead/expert_ids[4][3][0][2]: expected padding 65535 (layer 3 + distance 1 >= 4 "
+     "layers), got 3"},
+    {"look-ahead expert id >= E", lookahead_out_of_range,
+     "made: /lookahead/expert_ids[4][0][0][0]: expert id 99 >= 16 experts"},
+    {"look-ahead NaN score", lookahead_nan_score,
+     "made: /lookahead/scores[4][0][0][0]: score nan is not finite"},
+    {"negative token id", negative_token_id, "made: /tokens/token_id[11]: token id -3 is negative"},
+    {"n_requests disagrees", wrong_request_count, "made: n_requests 4 disagrees with /tokens/request_id (3 requests)"},
+    {"top_k above n_experts", top_k_above_experts, "made: top_k: expected 1..16"},
+    {"model layers not increasing", layers_not_increasing,
+     "made: /layers/model_layer[2]: layer 3 does not follow layer 3"},
+    {"look-ahead K' without depth", lookahead_k_without_depth,
+     "made: lookahead_k: expected 0 when lookahead_depth is 0, got 3"},
+};
+
+Test(trace, check_names_the_dataset_index_and_problem_of_every_broken_invariant) {
+    for (size_t c = 0; c < sizeof check_cases / sizeof check_cases[0]; c++) {
+        trace *t = make_trace(4, 16, 2, 2, 3, 30, true);
+        check_cases[c].corrupt(t);
+        moesim_error err = {0};
+        cr_expect_eq(trace_check(t, "made", &err), MOESIM_EINPUT, "%s: accepted",
+                     check_cases[c].name);
+        cr_expect(strstr(err.msg, check_cases[c].fragment) != NULL,
+                  "%s: message '%s' lacks '%s'", check_cases[c].name, err.msg,
+                  check_cases[c].fragment);
+        if (t->meta.lookahead_depth == 0) t->meta.lookahead_k = 0;
+        trace_destroy(t);
+    }
+}
+
+Test(trace, an_all_unrecorded_row_with_zero_gates_is_valid) {
+    trace *t = make_trace(4, 16, 2, 0, 0, 30, false);
+    size_t x = trace_route_index(t, 9, 2);
+    t->expert_ids[x] = t->expert_ids[x + 1] = TRACE_NO_EXPERT;
+    t->gate_weights[x] = t->gate_weights[x + 1] = 0.0f;
+    moesim_error err = {0};
+    cr_assert_eq(trace_check(t, "made", &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+}
+
+Test(trace, an_empty_trace_is_rejected) {
+    trace *one = make_trace(2, 8, 2, 0, 0, 1, false);
+    trace *t = trace_create(&one->meta, 0);
+    moesim_error err = {0};
+    cr_expect_eq(trace_finish(t, "made", &err), MOESIM_EINPUT);
+    cr_expect_str_eq(err.msg, "made: the trace holds no tokens");
+    trace_destroy(t);
+    trace_destroy(one);
+}
+
+Test(trace, meta_from_model_maps_moe_layers_in_model_order) {
+    model_geometry g = {0};
+    snprintf(g.name, sizeof g.name, "deepseek-v2-lite");
+    g.n_layers = 27;
+    g.n_moe_layers = 26;
+    for (uint32_t l = 1; l < 27; l++) g.is_moe_layer[l] = true;
+    g.n_experts = 64;
+    g.top_k = 6;
+    g.n_shared_experts = 2;
+    g.gate_norm = GATE_SOFTMAX_ALL;
+    trace_meta m = {0};
+    trace_meta_from_model(&m, &g);
+    cr_assert_str_eq(m.model, "deepseek-v2-lite");
+    cr_assert_eq(m.n_layers, 26);
+    cr_assert_eq(m.n_experts, 64);
+    cr_assert_eq(m.top_k, 6);
+    cr_assert_eq(m.n_shared_experts, 2);
+    cr_assert_eq(m.gate_norm, GATE_SOFTMAX_ALL);
+    cr_assert_eq(m.model_layer[0], 1);
+    cr_assert_eq(m.model_layer[25], 26);
+    moesim_error err = {0};
+    cr_assert_eq(trace_meta_check(&m, "meta", &err), MOESIM_OK, "%s", err.msg);
+}

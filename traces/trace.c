@@ -1,0 +1,460 @@
+/* Router traces in memory: allocation, the invariant check every reader and writer runs, and
+ * model geometry -> trace_meta. The HDF5 form lives in trace_hdf5.c (traces/FORMAT.md).
+ *
+ * trace_check is on the path of every read, so it is written for speed: each array is first
+ * scanned with branch-free reductions (and one bitmap per routing row for duplicate ids); only
+ * when a scan finds something wrong does a second, plain pass locate the first bad value and
+ * describe it. Messages name the dataset of the file form ("/routing/expert_ids[12][3][1]") so
+ * that an in-memory trace and its file report problems identically. */
+#include "traces/trace.h"
+
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+
+/* ---- sizes ------------------------------------------------------------------------------- */
+
+size_t trace_route_values(const trace_meta *m) { return (size_t)m->n_layers * m->top_k; }
+
+size_t trace_lookahead_values(const trace_meta *m) {
+    return (size_t)m->n_layers * m->lookahead_depth * m->lookahead_k;
+}
+
+uint64_t trace_bytes_per_token(const trace_meta *m) {
+    uint64_t b = sizeof(uint32_t) * 2 + sizeof(uint8_t);
+    if (m->has_token_ids) b += sizeof(int32_t);
+    b += (uint64_t)trace_route_values(m) * (sizeof(uint16_t) + sizeof(float));
+    if (m->has_importance) b += (uint64_t)m->n_layers * sizeof(float);
+    b += (uint64_t)trace_lookahead_values(m) * (sizeof(uint16_t) + sizeof(float));
+    return b;
+}
+
+const char *trace_gate_norm_name(gate_normalization g) {
+    return g == GATE_SOFTMAX_ALL ? "all" : "topk";
+}
+
+const char *trace_phase_name(uint8_t phase) {
+    return phase == TRACE_PREFILL ? "prefill" : phase == TRACE_DECODE ? "decode" : "?";
+}
+
+/* ---- meta -------------------------------------------------------------------------------- */
+
+static bool str_terminated(const char *s, size_t cap) { return memchr(s, '\0', cap) != NULL; }
+
+moesim_status trace_meta_check(const trace_meta *m, const char *what, moesim_error *err) {
+    if (!str_terminated(m->model, sizeof m->model) || !m->model[0])
+        return moesim_fail(err, MOESIM_EINPUT, "%s: model: expected a name of 1..%zu characters",
+                           what, sizeof m->model - 1);
+    if (!str_terminated(m->source, sizeof m->source))
+        return moesim_fail(err, MOESIM_EINPUT, "%s: source: longer than %zu characters", what,
+                           sizeof m->source - 1);
+    if (!str_terminated(m->tool_version, sizeof m->tool_version))
+        return moesim_fail(err, MOESIM_EINPUT, "%s: tool_version: longer than %zu characters",
+                           what, sizeof m->tool_version - 1);
+    if (m->n_layers < 1 || m->n_layers > MODEL_MAX_LAYERS)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: n_layers: expected 1..%d, got %" PRIu32, what,
+                           MODEL_MAX_LAYERS, m->n_layers);
+    if (m->n_experts < 1 || m->n_experts > MODEL_MAX_EXPERTS)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: n_experts: expected 1..%d, got %" PRIu32,
+                           what, MODEL_MAX_EXPERTS, m->n_experts);
+    uint32_t max_k = m->n_experts < TRACE_MAX_TOP_K ? m->n_experts : TRACE_MAX_TOP_K;
+    if (m->top_k < 1 || m->top_k > max_k)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: top_k: expected 1..%" PRIu32 " (n_experts %" PRIu32
+                           ", at most %d), got %" PRIu32,
+                           what, max_k, m->n_experts, TRACE_MAX_TOP_K, m->top_k);
+    if (m->gate_norm != GATE_SOFTMAX_TOPK && m->gate_norm != GATE_SOFTMAX_ALL)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: gate_normalization: expected topk or all",
+                           what);
+    if (m->lookahead_depth > TRACE_MAX_LOOKAHEAD_DEPTH)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: lookahead_depth: expected 0..%d, got %" PRIu32, what,
+                           TRACE_MAX_LOOKAHEAD_DEPTH, m->lookahead_depth);
+    if (m->lookahead_depth == 0 && m->lookahead_k != 0)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: lookahead_k: expected 0 when lookahead_depth is 0, got %" PRIu32,
+                           what, m->lookahead_k);
+    uint32_t max_kp = m->n_experts < TRACE_MAX_LOOKAHEAD_K ? m->n_experts : TRACE_MAX_LOOKAHEAD_K;
+    if (m->lookahead_depth > 0 && (m->lookahead_k < 1 || m->lookahead_k > max_kp))
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: lookahead_k: expected 1..%" PRIu32 " (n_experts %" PRIu32
+                           ", at most %d), got %" PRIu32,
+                           what, max_kp, m->n_experts, TRACE_MAX_LOOKAHEAD_K, m->lookahead_k);
+    for (uint32_t l = 0; l < m->n_layers; l++) {
+        if (m->model_layer[l] >= MODEL_MAX_LAYERS)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /layers/model_layer[%" PRIu32 "]: layer %" PRIu32
+                               " >= %d (the most a model may have)",
+                               what, l, m->model_layer[l], MODEL_MAX_LAYERS);
+        if (l > 0 && m->model_layer[l] <= m->model_layer[l - 1])
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /layers/model_layer[%" PRIu32 "]: layer %" PRIu32
+                               " does not follow layer %" PRIu32 " (expected increasing)",
+                               what, l, m->model_layer[l], m->model_layer[l - 1]);
+    }
+    return MOESIM_OK;
+}
+
+void trace_meta_from_model(trace_meta *meta, const model_geometry *m) {
+    snprintf(meta->model, sizeof meta->model, "%s", m->name);
+    meta->n_layers = m->n_moe_layers;
+    meta->n_experts = m->n_experts;
+    meta->top_k = m->top_k;
+    meta->n_shared_experts = m->n_shared_experts;
+    meta->gate_norm = m->gate_norm;
+    memset(meta->model_layer, 0, sizeof meta->model_layer);
+    uint32_t j = 0;
+    for (uint32_t l = 0; l < m->n_layers && l < MODEL_MAX_LAYERS; l++)
+        if (m->is_moe_layer[l]) {
+            MOESIM_ASSERT(j < MODEL_MAX_LAYERS);
+            meta->model_layer[j++] = l;
+        }
+    MOESIM_ASSERT(j == m->n_moe_layers);
+}
+
+/* ---- allocation -------------------------------------------------------------------------- */
+
+/* calloc of count * size that reports (rather than aborts) when it cannot be satisfied. */
+static void *try_calloc(uint64_t count, size_t size, bool *failed) {
+    if (*failed || count == 0) return NULL;
+    if (count > SIZE_MAX / size) {
+        *failed = true;
+        return NULL;
+    }
+    void *p = calloc((size_t)count, size);
+    if (!p) *failed = true;
+    return p;
+}
+
+trace *trace_try_create(const trace_meta *meta, uint64_t n_tokens) {
+    MOESIM_ASSERT(trace_meta_check(meta, "trace_create", NULL) == MOESIM_OK);
+    trace *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->meta = *meta;
+    t->n_tokens = n_tokens;
+    bool failed = n_tokens > SIZE_MAX / trace_bytes_per_token(meta);
+    uint64_t route = n_tokens * trace_route_values(meta);
+    uint64_t look = n_tokens * trace_lookahead_values(meta);
+    t->request_id = try_calloc(n_tokens, sizeof *t->request_id, &failed);
+    t->position = try_calloc(n_tokens, sizeof *t->position, &failed);
+    t->phase = try_calloc(n_tokens, sizeof *t->phase, &failed);
+    if (meta->has_token_ids) t->token_id = try_calloc(n_tokens, sizeof *t->token_id, &failed);
+    t->expert_ids = try_calloc(route, sizeof *t->expert_ids, &failed);
+    t->gate_weights = try_calloc(route, sizeof *t->gate_weights, &failed);
+    if (meta->has_importance)
+        t->importance = try_calloc(n_tokens * meta->n_layers, sizeof *t->importance, &failed);
+    if (meta->lookahead_depth) {
+        t->lookahead_ids = try_calloc(look, sizeof *t->lookahead_ids, &failed);
+        t->lookahead_scores = try_calloc(look, sizeof *t->lookahead_scores, &failed);
+    }
+    if (failed) {
+        trace_destroy(t);
+        return NULL;
+    }
+    return t;
+}
+
+trace *trace_create(const trace_meta *meta, uint64_t n_tokens) {
+    trace *t = trace_try_create(meta, n_tokens);
+    if (!t) {
+        fprintf(stderr, "moesim: out of memory allocating a trace of %" PRIu64 " tokens\n",
+                n_tokens);
+        abort();
+    }
+    return t;
+}
+
+void trace_destroy(trace *t) {
+    if (!t) return;
+    free(t->request_id);
+    free(t->position);
+    free(t->phase);
+    free(t->token_id);
+    free(t->expert_ids);
+    free(t->gate_weights);
+    free(t->importance);
+    free(t->lookahead_ids);
+    free(t->lookahead_scores);
+    free(t->params_json);
+    free(t);
+}
+
+moesim_status trace_finish(trace *t, const char *what, moesim_error *err) {
+    uint32_t max_id = 0;
+    for (uint64_t i = 0; i < t->n_tokens; i++)
+        max_id = t->request_id[i] > max_id ? t->request_id[i] : max_id;
+    /* a corrupt id near UINT32_MAX must not wrap: trace_check then reports it by token */
+    t->n_requests = t->n_tokens ? (max_id < UINT32_MAX ? max_id + 1 : UINT32_MAX) : 0;
+    return trace_check(t, what, err);
+}
+
+/* ---- trace_check: tokens ----------------------------------------------------------------- */
+
+static moesim_status check_tokens(const trace *t, const char *what, moesim_error *err) {
+    if (t->n_requests == 0 || t->n_requests > t->n_tokens)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: n_requests %" PRIu32 " outside 1..%" PRIu64 " (the token count)",
+                           what, t->n_requests, t->n_tokens);
+    /* per request: last position + 1 (0 = no token yet) and whether a decode token was seen */
+    uint64_t *last = moesim_xcalloc(t->n_requests, sizeof *last);
+    moesim_status st = MOESIM_OK;
+    uint32_t next_new = 0; /* the id the next new request must carry */
+    for (uint64_t i = 0; i < t->n_tokens && !st; i++) {
+        uint32_t r = t->request_id[i];
+        uint8_t ph = t->phase[i];
+        if (r > next_new) {
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: /tokens/request_id[%" PRIu64 "]: request id %" PRIu32
+                             " is not dense: expected at most %" PRIu32
+                             " (requests are numbered 0, 1, 2, ... by first appearance)",
+                             what, i, r, next_new);
+            break;
+        }
+        if (r >= t->n_requests) {
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: /tokens/request_id[%" PRIu64 "]: request id %" PRIu32
+                             " >= n_requests %" PRIu32,
+                             what, i, r, t->n_requests);
+            break;
+        }
+        if (r == next_new) next_new++;
+        if (ph > TRACE_DECODE) {
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: /tokens/phase[%" PRIu64 "]: phase %u is neither 0 (prefill) "
+                             "nor 1 (decode)",
+                             what, i, (unsigned)ph);
+            break;
+        }
+        uint64_t prev = last[r] >> 1; /* previous position + 1 */
+        bool decoded = last[r] & 1;
+        if (prev && (uint64_t)t->position[i] + 1 <= prev) {
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: /tokens/position[%" PRIu64 "]: position %" PRIu32
+                             " of request %" PRIu32 " does not increase (previous %" PRIu64 ")",
+                             what, i, t->position[i], r, prev - 1);
+            break;
+        }
+        if (decoded && ph == TRACE_PREFILL) {
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: /tokens/phase[%" PRIu64 "]: prefill token after a decode token "
+                             "in request %" PRIu32,
+                             what, i, r);
+            break;
+        }
+        last[r] = (((uint64_t)t->position[i] + 1) << 1) | (decoded || ph == TRACE_DECODE);
+    }
+    free(last);
+    if (st) return st;
+    if (next_new != t->n_requests)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: n_requests %" PRIu32 " disagrees with /tokens/request_id (%" PRIu32
+                           " requests)",
+                           what, t->n_requests, next_new);
+    if (t->token_id) {
+        int32_t min_id = 0;
+        for (uint64_t i = 0; i < t->n_tokens; i++)
+            min_id = t->token_id[i] < min_id ? t->token_id[i] : min_id;
+        if (min_id < 0)
+            for (uint64_t i = 0; i < t->n_tokens; i++)
+                if (t->token_id[i] < 0)
+                    return moesim_fail(err, MOESIM_EINPUT,
+                                       "%s: /tokens/token_id[%" PRIu64 "]: token id %" PRId32
+                                       " is negative",
+                                       what, i, t->token_id[i]);
+    }
+    return MOESIM_OK;
+}
+
+/* ---- trace_check: routing ---------------------------------------------------------------- */
+
+/* Describes the first bad value of routing row `row` (token i, layer l); `row` is known bad. */
+static moesim_status describe_route_row(const trace *t, uint64_t i, uint32_t l, const char *what,
+                                        moesim_error *err) {
+    const trace_meta *m = &t->meta;
+    const uint16_t *ids = trace_experts(t, i, l);
+    const float *g = trace_gates(t, i, l);
+    uint32_t k = m->top_k;
+    uint32_t none = 0, first_none = 0, first_id = 0;
+    for (uint32_t j = k; j-- > 0;) {
+        if (ids[j] == TRACE_NO_EXPERT) {
+            none++;
+            first_none = j;
+        } else {
+            first_id = j;
+        }
+    }
+    if (none == k) {
+        for (uint32_t j = 0; j < k; j++)
+            if (g[j] != 0.0f)
+                return moesim_fail(err, MOESIM_EINPUT,
+                                   "%s: /routing/gate_weights[%" PRIu64 "][%" PRIu32 "][%" PRIu32
+                                   "]: gate weight %g on an unrecorded row (all expert ids %u) "
+                                   "must be 0",
+                                   what, i, l, j, (double)g[j], (unsigned)TRACE_NO_EXPERT);
+        MOESIM_UNREACHABLE();
+    }
+    if (none > 0)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: /routing/expert_ids[%" PRIu64 "][%" PRIu32 "]: row partly "
+                           "unrecorded: slot %" PRIu32 " is %u (no expert) but slot %" PRIu32
+                           " is expert %u (a row is all %u or all expert ids)",
+                           what, i, l, first_none, (unsigned)TRACE_NO_EXPERT, first_id,
+                           (unsigned)ids[first_id], (unsigned)TRACE_NO_EXPERT);
+    for (uint32_t j = 0; j < k; j++)
+        if (ids[j] >= m->n_experts)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /routing/expert_ids[%" PRIu64 "][%" PRIu32 "][%" PRIu32
+                               "]: expert id %u >= %" PRIu32 " experts",
+                               what, i, l, j, (unsigned)ids[j], m->n_experts);
+    for (uint32_t j = 1; j < k; j++)
+        for (uint32_t a = 0; a < j; a++)
+            if (ids[a] == ids[j])
+                return moesim_fail(err, MOESIM_EINPUT,
+                                   "%s: /routing/expert_ids[%" PRIu64 "][%" PRIu32 "][%" PRIu32
+                                   "]: expert %u appears twice in one top-k (also at [%" PRIu32
+                                   "])",
+                                   what, i, l, j, (unsigned)ids[j], a);
+    for (uint32_t j = 0; j < k; j++) {
+        if (!isfinite(g[j]))
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /routing/gate_weights[%" PRIu64 "][%" PRIu32 "][%" PRIu32
+                               "]: gate weight %g is not finite",
+                               what, i, l, j, (double)g[j]);
+        if (!(g[j] >= 0.0f && g[j] <= 1.0f))
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /routing/gate_weights[%" PRIu64 "][%" PRIu32 "][%" PRIu32
+                               "]: gate weight %g outside [0, 1]",
+                               what, i, l, j, (double)g[j]);
+    }
+    MOESIM_UNREACHABLE();
+}
+
+/* True when a routing row is valid: all ids < E and distinct, gates in [0, 1]; or all ids
+ * TRACE_NO_EXPERT with zero gates. `seen` is a cleared bitmap over experts; left cleared. */
+static inline bool route_row_ok(const uint16_t *ids, const float *g, uint32_t k, uint32_t n_exp,
+                                uint64_t *seen) {
+    bool ok = true;
+    uint32_t j = 0;
+    for (; j < k; j++) {
+        uint32_t e = ids[j];
+        if (e >= n_exp) break;
+        uint64_t bit = 1ull << (e & 63);
+        ok &= !(seen[e >> 6] & bit);
+        seen[e >> 6] |= bit;
+    }
+    for (uint32_t a = 0; a < j; a++) seen[ids[a] >> 6] = 0;
+    if (j < k) { /* only an all-unrecorded row with zero gates can hold an id >= E */
+        if (j > 0) return false;
+        for (uint32_t a = 0; a < k; a++) ok &= (ids[a] == TRACE_NO_EXPERT) & (g[a] == 0.0f);
+        return ok;
+    }
+    for (uint32_t a = 0; a < k; a++) ok &= (g[a] >= 0.0f) & (g[a] <= 1.0f); /* NaN fails */
+    return ok;
+}
+
+static moesim_status check_routing(const trace *t, const char *what, moesim_error *err) {
+    const trace_meta *m = &t->meta;
+    uint64_t seen[MODEL_MAX_EXPERTS / 64 + 1] = {0};
+    const uint32_t k = m->top_k, L = m->n_layers, E = m->n_experts;
+    const uint64_t rows = t->n_tokens * L;
+    for (uint64_t r = 0; r < rows; r++) {
+        if (!route_row_ok(t->expert_ids + r * k, t->gate_weights + r * k, k, E, seen))
+            return describe_route_row(t, r / L, (uint32_t)(r % L), what, err);
+    }
+    return MOESIM_OK;
+}
+
+static moesim_status check_importance(const trace *t, const char *what, moesim_error *err) {
+    if (!t->importance) return MOESIM_OK;
+    const uint64_t n = t->n_tokens * t->meta.n_layers;
+    bool ok = true;
+    for (uint64_t i = 0; i < n; i++)
+        ok &= (t->importance[i] >= 0.0f) & (t->importance[i] <= FLT_MAX);
+    if (ok) return MOESIM_OK;
+    for (uint64_t i = 0; i < n; i++) {
+        float v = t->importance[i];
+        if (!(v >= 0.0f && v <= FLT_MAX))
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /routing/importance[%" PRIu64 "][%" PRIu64
+                               "]: importance %g is %s",
+                               what, i / t->meta.n_layers, i % t->meta.n_layers, (double)v,
+                               isfinite(v) ? "negative" : "not finite");
+    }
+    MOESIM_UNREACHABLE();
+}
+
+static moesim_status check_lookahead(const trace *t, const char *what, moesim_error *err) {
+    const trace_meta *m = &t->meta;
+    if (m->lookahead_depth == 0) return MOESIM_OK;
+    const uint32_t L = m->n_layers, D = m->lookahead_depth, K = m->lookahead_k,
+                   E = m->n_experts;
+    const size_t per_layer = (size_t)D * K;
+    for (uint64_t i = 0; i < t->n_tokens; i++) {
+        for (uint32_t l = 0; l < L; l++) {
+            size_t base = ((size_t)i * L + l) * per_layer;
+            const uint16_t *ids = t->lookahead_ids + base;
+            const float *sc = t->lookahead_scores + base;
+            /* distances d with l + d < L predict real layers; the rest are padding */
+            uint32_t inside = L - 1 - l < D ? L - 1 - l : D;
+            size_t n_in = (size_t)inside * K;
+            bool ok = true;
+            for (size_t j = 0; j < n_in; j++) ok &= ids[j] < E;
+            for (size_t j = n_in; j < per_layer; j++) ok &= ids[j] == TRACE_NO_EXPERT;
+            for (size_t j = 0; j < per_layer; j++) ok &= (sc[j] >= -FLT_MAX) & (sc[j] <= FLT_MAX);
+            if (ok) continue;
+            for (size_t j = 0; j < per_layer; j++) {
+                uint32_t d = (uint32_t)(j / K) + 1, c = (uint32_t)(j % K);
+                if (j < n_in && ids[j] == TRACE_NO_EXPERT)
+                    return moesim_fail(err, MOESIM_EINPUT,
+                                       "%s: /lookahead/expert_ids[%" PRIu64 "][%" PRIu32
+                                       "][%" PRIu32 "][%" PRIu32 "]: padding %u where layer %" PRIu32
+                                       " + distance %" PRIu32 " < %" PRIu32
+                                       " layers (expected an expert id)",
+                                       what, i, l, d - 1, c, (unsigned)TRACE_NO_EXPERT, l, d, L);
+                if (j < n_in && ids[j] >= E)
+                    return moesim_fail(err, MOESIM_EINPUT,
+                                       "%s: /lookahead/expert_ids[%" PRIu64 "][%" PRIu32
+                                       "][%" PRIu32 "][%" PRIu32 "]: expert id %u >= %" PRIu32
+                                       " experts",
+                                       what, i, l, d - 1, c, (unsigned)ids[j], E);
+                if (j >= n_in && ids[j] != TRACE_NO_EXPERT)
+                    return moesim_fail(err, MOESIM_EINPUT,
+                                       "%s: /lookahead/expert_ids[%" PRIu64 "][%" PRIu32
+                                       "][%" PRIu32 "][%" PRIu32 "]: expected padding %u "
+                                       "(layer %" PRIu32 " + distance %" PRIu32 " >= %" PRIu32
+                                       " layers), got %u",
+                                       what, i, l, d - 1, c, (unsigned)TRACE_NO_EXPERT, l, d, L,
+                                       (unsigned)ids[j]);
+                if (!isfinite(sc[j]))
+                    return moesim_fail(err, MOESIM_EINPUT,
+                                       "%s: /lookahead/scores[%" PRIu64 "][%" PRIu32 "][%" PRIu32
+                                       "][%" PRIu32 "]: score %g is not finite",
+                                       what, i, l, d - 1, c, (double)sc[j]);
+            }
+            MOESIM_UNREACHABLE();
+        }
+    }
+    return MOESIM_OK;
+}
+
+moesim_status trace_check(const trace *t, const char *what, moesim_error *err) {
+    moesim_status st = trace_meta_check(&t->meta, what, err);
+    if (st) return st;
+    if (t->n_tokens == 0)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: the trace holds no tokens", what);
+    MOESIM_ASSERT(t->request_id && t->position && t->phase && t->expert_ids && t->gate_weights);
+    MOESIM_ASSERT(!t->meta.has_token_ids == !t->token_id);
+    MOESIM_ASSERT(!t->meta.has_importance == !t->importance);
+    MOESIM_ASSERT(!t->meta.lookahead_depth == !t->lookahead_ids &&
+                  !t->meta.lookahead_depth == !t->lookahead_scores);
+    if ((st = check_tokens(t, what, err))) return st;
+    if ((st = check_routing(t, what, err))) return st;
+    if ((st = check_importance(t, what, err))) return st;
+    return check_lookahead(t, what, err);
+}
