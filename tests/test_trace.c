@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support/test_support.h"
 #include "traces/trace.h"
@@ -224,4 +225,137 @@ Test(trace, meta_from_model_maps_moe_layers_in_model_order) {
     cr_assert_eq(m.model_layer[25], 26);
     moesim_error err = {0};
     cr_assert_eq(trace_meta_check(&m, "meta", &err), MOESIM_OK, "%s", err.msg);
+}
+
+/* ---- HDF5 form ------------------------------------------------------------------------- */
+
+static void assert_same_trace(const trace *a, const trace *b) {
+    const trace_meta *x = &a->meta, *y = &b->meta;
+    cr_assert_str_eq(x->model, y->model);
+    cr_assert_str_eq(x->source, y->source);
+    cr_assert_str_eq(x->tool_version, y->tool_version);
+    cr_assert_eq(x->n_layers, y->n_layers);
+    cr_assert_eq(x->n_experts, y->n_experts);
+    cr_assert_eq(x->top_k, y->top_k);
+    cr_assert_eq(x->n_shared_experts, y->n_shared_experts);
+    cr_assert_eq(x->gate_norm, y->gate_norm);
+    cr_assert_arr_eq(x->model_layer, y->model_layer, x->n_layers * sizeof x->model_layer[0]);
+    cr_assert_eq(x->lookahead_depth, y->lookahead_depth);
+    cr_assert_eq(x->lookahead_k, y->lookahead_k);
+    cr_assert_eq(x->has_importance, y->has_importance);
+    cr_assert_eq(x->has_token_ids, y->has_token_ids);
+    cr_assert_eq(x->model_config_hash, y->model_config_hash);
+    cr_assert_eq(a->n_tokens, b->n_tokens);
+    cr_assert_eq(a->n_requests, b->n_requests);
+    size_t n = a->n_tokens, route = n * trace_route_values(x), look = n * trace_lookahead_values(x);
+    cr_assert_arr_eq(a->request_id, b->request_id, n * sizeof(uint32_t));
+    cr_assert_arr_eq(a->position, b->position, n * sizeof(uint32_t));
+    cr_assert_arr_eq(a->phase, b->phase, n);
+    cr_assert_eq(!a->token_id, !b->token_id);
+    if (a->token_id) cr_assert_arr_eq(a->token_id, b->token_id, n * sizeof(int32_t));
+    cr_assert_arr_eq(a->expert_ids, b->expert_ids, route * sizeof(uint16_t));
+    cr_assert_arr_eq(a->gate_weights, b->gate_weights, route * sizeof(float));
+    cr_assert_eq(!a->importance, !b->importance);
+    if (a->importance) cr_assert_arr_eq(a->importance, b->importance, n * x->n_layers * 4);
+    cr_assert_eq(!a->lookahead_ids, !b->lookahead_ids);
+    if (look) {
+        cr_assert_arr_eq(a->lookahead_ids, b->lookahead_ids, look * sizeof(uint16_t));
+        cr_assert_arr_eq(a->lookahead_scores, b->lookahead_scores, look * sizeof(float));
+    }
+    cr_assert_eq(!a->params_json, !b->params_json);
+    if (a->params_json) cr_assert_str_eq(a->params_json, b->params_json);
+}
+
+static void round_trip(trace *t, const char *name) {
+    const char *path = test_tmp_path(name);
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    trace *back = NULL;
+    cr_assert_eq(trace_read(path, &back, &err), MOESIM_OK, "%s", err.msg);
+    assert_same_trace(t, back);
+    trace_destroy(back);
+    trace_destroy(t);
+}
+
+Test(trace, write_then_read_gives_back_every_field_with_all_optional_parts) {
+    round_trip(make_trace(6, 32, 4, 3, 5, 5000, true), "full.h5");
+}
+
+Test(trace, write_then_read_gives_back_a_trace_without_optional_parts) {
+    round_trip(make_trace(3, 8, 2, 0, 0, 17, false), "plain.h5");
+}
+
+Test(trace, write_then_read_keeps_unrecorded_rows_and_gate_rule_all) {
+    trace *t = make_trace(4, 16, 2, 1, 2, 40, false);
+    t->meta.gate_norm = GATE_SOFTMAX_ALL;
+    size_t x = trace_route_index(t, 3, 1);
+    t->expert_ids[x] = t->expert_ids[x + 1] = TRACE_NO_EXPERT;
+    t->gate_weights[x] = t->gate_weights[x + 1] = 0.0f;
+    round_trip(t, "unrecorded.h5");
+}
+
+static unsigned char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc(*len ? *len : 1);
+    cr_assert_eq(fread(buf, 1, *len, f), *len);
+    fclose(f);
+    return buf;
+}
+
+Test(trace, the_same_trace_gives_a_byte_identical_file) {
+    trace *t = make_trace(6, 32, 4, 3, 5, 3000, true);
+    char a[4096], b[4096];
+    snprintf(a, sizeof a, "%s", test_tmp_path("same-a.h5"));
+    snprintf(b, sizeof b, "%s", test_tmp_path("same-b.h5"));
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, a, &err), MOESIM_OK, "%s", err.msg);
+    sleep(1); /* a stored modification time would differ now */
+    cr_assert_eq(trace_write(t, b, &err), MOESIM_OK, "%s", err.msg);
+    size_t la, lb;
+    unsigned char *da = slurp(a, &la), *db = slurp(b, &lb);
+    cr_assert_eq(la, lb);
+    cr_assert(memcmp(da, db, la) == 0, "files differ");
+    free(da);
+    free(db);
+    trace_destroy(t);
+}
+
+Test(trace, an_invalid_trace_is_not_written_and_leaves_no_file) {
+    trace *t = make_trace(4, 16, 2, 0, 0, 30, false);
+    t->expert_ids[7] = 200;
+    const char *path = test_tmp_path("invalid-out.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "expert id 200 >= 16 experts") != NULL, "%s", err.msg);
+    cr_assert_not(test_file_exists(path));
+    trace_destroy(t);
+}
+
+Test(trace, a_failed_write_keeps_the_previous_file_untouched) {
+    trace *good = make_trace(4, 16, 2, 0, 0, 30, false);
+    const char *path = test_tmp_path("keep.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(good, path, &err), MOESIM_OK, "%s", err.msg);
+    trace *bad = make_trace(4, 16, 2, 0, 0, 30, false);
+    bad->gate_weights[3] = NAN;
+    cr_assert_eq(trace_write(bad, path, &err), MOESIM_EINPUT);
+    trace *back = NULL;
+    cr_assert_eq(trace_read(path, &back, &err), MOESIM_OK, "%s", err.msg);
+    assert_same_trace(good, back);
+    trace_destroy(back);
+    trace_destroy(bad);
+    trace_destroy(good);
+}
+
+Test(trace, writing_into_a_missing_folder_fails_with_the_path) {
+    trace *t = make_trace(2, 8, 2, 0, 0, 5, false);
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, "/nonexistent-moesim-dir/x.h5", &err), MOESIM_EIO);
+    cr_assert(strstr(err.msg, "/nonexistent-moesim-dir/x.h5: cannot create output file") != NULL,
+              "%s", err.msg);
+    trace_destroy(t);
 }
