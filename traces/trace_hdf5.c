@@ -30,7 +30,7 @@
 /* Chunks hold about this many bytes of uncompressed data (whole tokens along N): large enough
  * that sequential reads and deflate run at full speed, small enough for HDF5's default 1 MiB
  * per-dataset chunk cache. */
-#define TRACE_CHUNK_TARGET_BYTES (512u * 1024u)
+#define TRACE_CHUNK_TARGET_BYTES (1024u * 1024u)
 /* deflate cannot expand data by more than this factor when decompressing (its best case is
  * 258 bytes from a 2-bit code, about 1032:1); a dataset claiming more is corrupt. */
 #define DEFLATE_MAX_RATIO 1100u
@@ -133,7 +133,6 @@ static moesim_status write_dataset(writer *w, const char *name, hid_t ftype, hid
     if (rc >= 0) rc = H5Pset_chunk(dcpl, rank, chunk);
     if (rc >= 0) rc = H5Pset_shuffle(dcpl);
     if (rc >= 0) rc = H5Pset_deflate(dcpl, DEFLATE_LEVEL);
-    if (rc >= 0) rc = H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
     if (rc >= 0) rc = (space = H5Screate_simple(rank, dims, NULL)) < 0 ? -1 : 0;
     if (rc >= 0)
         rc = (d = H5Dcreate2(w->file, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0
