@@ -624,9 +624,14 @@ static moesim_status read_file(reader *r, trace **out) {
     uint64_t n_tokens = 0;
     bool have[DS_COUNT] = {false};
     for (int i = 0; i < DS_COUNT && !st; i++) {
-        bool required = i != DS_TOKEN_ID && i != DS_IMPORTANCE &&
-                        !((i == DS_LOOK_IDS || i == DS_LOOK_SCORES) && D == 0);
+        bool required = i != DS_TOKEN_ID && i != DS_IMPORTANCE;
         specs[i].dims[0] = n_tokens;
+        if ((i == DS_LOOK_IDS || i == DS_LOOK_SCORES) && D == 0) {
+            if (H5Lexists(r->file, specs[i].name, H5P_DEFAULT) > 0)
+                st = read_fail(r, specs[i].name, "present but lookahead_depth is 0");
+            H5Eclear2(H5E_DEFAULT);
+            continue;
+        }
         st = open_dataset(r, &specs[i], &have[i], &ds[i], i == DS_REQUEST_ID ? &n_tokens : NULL);
         if (i == DS_REQUEST_ID) specs[i].dims[0] = n_tokens;
         if (!st && !have[i] && required)
@@ -634,8 +639,6 @@ static moesim_status read_file(reader *r, trace **out) {
                            (i == DS_LOOK_IDS || i == DS_LOOK_SCORES)
                                ? "required dataset missing (lookahead_depth > 0)"
                                : "required dataset missing");
-        if (!st && have[i] && (i == DS_LOOK_IDS || i == DS_LOOK_SCORES) && D == 0)
-            st = read_fail(r, specs[i].name, "present but lookahead_depth is 0");
         if (!st && i == DS_REQUEST_ID && n_tokens == 0)
             st = read_fail(r, specs[i].name, "the trace holds no tokens");
     }
