@@ -112,8 +112,9 @@ static void delete_dataset(const char *path, const char *name) {
     H5Fclose(f);
 }
 
-/* Replaces dataset `name` by one of `type` and shape dims[rank], filled with `fill` (bytes
- * repeated) or left unwritten when fill is NULL. Chunked so it may claim any size. */
+/* Replaces dataset `name` by one of file type `type` and shape dims[rank], every element `fill`
+ * (one value of the matching native type), or left unwritten when fill is NULL. Chunked so it
+ * may claim any size. */
 static void replace_dataset(const char *path, const char *name, hid_t type, int rank,
                             const hsize_t *dims, const void *fill) {
     hid_t f = open_rw(path);
@@ -133,7 +134,9 @@ static void replace_dataset(const char *path, const char *name, hid_t type, int 
         unsigned char *buf = malloc(n);
         size_t es = H5Tget_size(type);
         for (size_t i = 0; i < n; i++) buf[i] = ((const unsigned char *)fill)[i % es];
-        cr_assert_geq(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), 0);
+        hid_t native = H5Tget_native_type(type, H5T_DIR_DEFAULT); /* `fill` is in memory order */
+        cr_assert_geq(H5Dwrite(d, native, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), 0);
+        H5Tclose(native);
         free(buf);
     }
     H5Dclose(d);
@@ -483,4 +486,42 @@ Test(trace_corpus, a_missing_file_is_named_with_the_system_reason) {
                              "/nonexistent/trace.h5", NULL);
     cr_assert_eq(rc, 2);
     cr_assert_str_eq(err, "moesim: /nonexistent/trace.h5: cannot open: No such file or directory\n");
+}
+
+/* h5py and pandas write fixed-length byte strings (np.bytes_) and signed 64-bit integers:
+ * a file made that way by hand, with big-endian data, must read as the same trace. */
+Test(trace_corpus, fixed_strings_signed_attributes_and_big_endian_data_are_accepted) {
+    quiet_hdf5();
+    const char *path = test_tmp_path("other-tool.h5");
+    write_base(path);
+    hid_t f = open_rw(path);
+    H5Adelete(f, "format");
+    hid_t fixed = H5Tcopy(H5T_C_S1);
+    H5Tset_size(fixed, strlen(TRACE_FORMAT_NAME));
+    H5Tset_strpad(fixed, H5T_STR_NULLPAD);
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, "format", fixed, space, H5P_DEFAULT, H5P_DEFAULT);
+    cr_assert_geq(H5Awrite(a, fixed, TRACE_FORMAT_NAME), 0);
+    H5Aclose(a);
+    H5Adelete(f, "n_experts");
+    int64_t e = E;
+    a = H5Acreate2(f, "n_experts", H5T_STD_I64BE, space, H5P_DEFAULT, H5P_DEFAULT);
+    cr_assert_geq(H5Awrite(a, H5T_NATIVE_INT64, &e), 0);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Tclose(fixed);
+    H5Fclose(f);
+    hsize_t dims[3] = {N, L, K};
+    float half = 0.5f;
+    replace_dataset(path, "/routing/gate_weights", H5T_IEEE_F32BE, 3, dims, &half);
+
+    trace *t = NULL, *base = make_base();
+    moesim_error err = {0};
+    cr_assert_eq(trace_read(path, &t, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(t->meta.n_experts, E);
+    cr_assert_eq(t->n_tokens, N);
+    cr_assert_arr_eq(t->gate_weights, base->gate_weights, sizeof(float) * N * L * K);
+    cr_assert_arr_eq(t->expert_ids, base->expert_ids, sizeof(uint16_t) * N * L * K);
+    trace_destroy(t);
+    trace_destroy(base);
 }

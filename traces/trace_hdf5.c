@@ -570,8 +570,9 @@ static moesim_status read_meta(reader *r, trace_meta *m, char **params_json) {
             free(buf);
             return st;
         }
-        *params_json = realloc(buf, strlen(buf) + 1);
-        if (!*params_json) *params_json = buf;
+        *params_json = strdup(buf);
+        free(buf);
+        if (!*params_json) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
     }
     return MOESIM_OK;
 }
