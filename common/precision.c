@@ -74,6 +74,11 @@ static moesim_status read_format(config *c, moesim_precision p, quant_format *ou
                            "(zero points are stored as whole bytes), got %u", where, sec,
                            out->zero_bits);
     }
+    if (out->weight_bits < 8 && !out->scale_bits) {
+        config_origin(c, sec, "scale_bits", where, sizeof where);
+        return moesim_fail(err, MOESIM_EINPUT, "%s: [%s] scale_bits: a %u-bit integer format "
+                           "needs a scale, got 0", where, sec, out->weight_bits);
+    }
     if (out->zero_bits && !out->scale_bits) {
         config_origin(c, sec, "zero_bits", where, sizeof where);
         return moesim_fail(err, MOESIM_EINPUT, "%s: [%s] zero_bits: a zero point needs a scale "
@@ -84,11 +89,6 @@ static moesim_status read_format(config *c, moesim_precision p, quant_format *ou
         return moesim_fail(err, MOESIM_EINPUT, "%s: [%s] group_size: groups need a scale "
                            "(scale_bits is 0); use group_size = 0 for an unscaled format",
                            where, sec);
-    }
-    if (out->weight_bits < 8 && !out->scale_bits) {
-        config_origin(c, sec, "scale_bits", where, sizeof where);
-        return moesim_fail(err, MOESIM_EINPUT, "%s: [%s] scale_bits: a %u-bit integer format "
-                           "needs a scale, got 0", where, sec, out->weight_bits);
     }
     return MOESIM_OK;
 }
