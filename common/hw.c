@@ -16,9 +16,9 @@
 #include "common/config.h"
 #include "common/paths.h"
 
-#define GIB 1073741824.0
-#define GB_PER_S 1e9
-#define TERA 1e12
+#define GIB       1073741824.0
+#define GB_PER_S  1e9
+#define TERA      1e12
 #define NS_PER_US 1000.0
 
 /* What the file holds, in the file's units. */
@@ -33,9 +33,11 @@ typedef struct hw_file {
     bool gpu_direct_storage;
 } hw_file;
 
+/* clang-format off */
 #define F(sec, key, type, member, lo, hi, help)                                                   \
-    {sec, key, type, offsetof(hw_file, member), sizeof(((hw_file *)0)->member), true, lo, hi, NULL, \
-     NULL, help}
+    {sec, key, type, offsetof(hw_file, member), sizeof(((hw_file *)0)->member), true, lo, hi,    \
+     NULL, NULL, help}
+/* clang-format on */
 
 static const config_field hw_fields[] = {
     F("profile", "name", CONFIG_STR, name, 1, 0, "config name, e.g. rtx3090-pcie3"),

@@ -37,15 +37,18 @@ typedef struct model_file {
         linear_value_head_dim, linear_conv_kernel;
 } model_file;
 
-static const char *const gate_norm_names[] = {"topk", "all", NULL};       /* gate_normalization */
+static const char *const gate_norm_names[] = {"topk", "all", NULL}; /* gate_normalization */
 static const char *const kind_names[] = {"gqa", "mla", "hybrid_linear", NULL}; /* attention_kind */
 
+/* clang-format off */
 #define F(sec, key, type, member, req, lo, hi, help)                                              \
     {sec, key, type, offsetof(model_file, member), sizeof(((model_file *)0)->member), req, lo, hi, \
      NULL, NULL, help}
 #define FE(sec, key, member, choices, help)                                                       \
     {sec, key, CONFIG_ENUM, offsetof(model_file, member), 0, true, 1, 0, choices, NULL, help}
-#define BIG 1e9 /* upper bound for sizes: above any real model, below uint32 overflow in products */
+/* clang-format on */
+/* upper bound for widths and counts: far above any real model, and inside uint32 */
+#define BIG 1e9
 
 static const config_field model_fields[] = {
     F("model", "name", CONFIG_STR, name, true, 1, 0, "config name, e.g. mixtral-8x7b"),
@@ -97,8 +100,8 @@ static const config_field model_fields[] = {
 static const char *const mla_keys[] = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                                        "qk_rope_head_dim", "v_head_dim"};
 static const char *const hybrid_keys[] = {"full_attention_interval", "linear_key_heads",
-                                          "linear_value_heads", "linear_key_head_dim",
-                                          "linear_value_head_dim", "linear_conv_kernel"};
+                                          "linear_value_heads",      "linear_key_head_dim",
+                                          "linear_value_head_dim",   "linear_conv_kernel"};
 
 /* One-line error "origin: [section] key: message" for a cross-field check. */
 static moesim_status key_error(config *c, moesim_error *err, const char *section, const char *key,
@@ -115,8 +118,8 @@ static moesim_status key_error(config *c, moesim_error *err, const char *section
 }
 
 /* "all" or comma-separated "a" / "a-b" items, 0-based and inside [0, n_layers). */
-static moesim_status parse_moe_layers(config *c, const char *spec, uint32_t n_layers,
-                                      bool *is_moe, moesim_error *err) {
+static moesim_status parse_moe_layers(config *c, const char *spec, uint32_t n_layers, bool *is_moe,
+                                      moesim_error *err) {
     memset(is_moe, 0, MODEL_MAX_LAYERS * sizeof *is_moe);
     if (!strcmp(spec, "all")) {
         for (uint32_t l = 0; l < n_layers; l++) is_moe[l] = true;
@@ -288,9 +291,7 @@ moesim_status model_load_by_name(const char *name, model_geometry *out, moesim_e
 
 /* ---- sizes ------------------------------------------------------------------------------ */
 
-uint64_t model_expert_params(const model_geometry *m) {
-    return 3ull * m->hidden * m->expert_inter;
-}
+uint64_t model_expert_params(const model_geometry *m) { return 3ull * m->hidden * m->expert_inter; }
 
 /* gate and up map hidden -> inter (rows = inter outputs, cols = hidden inputs); down maps
  * inter -> hidden. Quantization groups run along the input dimension (cols). */
@@ -344,7 +345,7 @@ static uint64_t full_attention_params(const model_geometry *m) {
                                + (uint64_t)m->q_lora_rank * m->n_heads * qk_dim /* q_b_proj */
                          : h * m->n_heads * qk_dim;                             /* q_proj */
         uint64_t kv = h * ((uint64_t)m->kv_lora_rank + m->qk_rope_head_dim) /* kv_a_proj_with_mqa */
-                      + m->kv_lora_rank                                      /* kv_a_layernorm */
+                      + m->kv_lora_rank                                     /* kv_a_layernorm */
                       + (uint64_t)m->kv_lora_rank * m->n_heads *
                             ((uint64_t)m->qk_nope_head_dim + m->v_head_dim); /* kv_b_proj */
         uint64_t o = (uint64_t)m->n_heads * m->v_head_dim * h;
@@ -364,28 +365,28 @@ static uint64_t full_attention_params(const model_geometry *m) {
 /* Parameters of one gated-DeltaNet layer (Qwen3-Next's linear attention). */
 static uint64_t linear_attention_params(const model_geometry *m) {
     uint64_t h = m->hidden, kd = linear_key_dim(m), vd = linear_value_dim(m);
-    uint64_t in_qkvz = h * (2 * kd + 2 * vd);           /* q, k, v and the output gate z */
-    uint64_t in_ba = h * 2ull * m->linear_value_heads;   /* beta and alpha, one per value head */
+    uint64_t in_qkvz = h * (2 * kd + 2 * vd);          /* q, k, v and the output gate z */
+    uint64_t in_ba = h * 2ull * m->linear_value_heads; /* beta and alpha, one per value head */
     uint64_t conv = linear_conv_dim(m) * m->linear_conv_kernel; /* depthwise, no bias */
-    uint64_t per_head = 2ull * m->linear_value_heads;    /* dt_bias and A_log */
-    uint64_t norm = m->linear_value_head_dim;            /* gated RMSNorm over a value head */
+    uint64_t per_head = 2ull * m->linear_value_heads;           /* dt_bias and A_log */
+    uint64_t norm = m->linear_value_head_dim; /* gated RMSNorm over a value head */
     uint64_t out = vd * h;
     return in_qkvz + in_ba + conv + per_head + norm + out;
 }
 
 uint64_t model_non_expert_params(const model_geometry *m) {
     uint64_t h = m->hidden;
-    uint64_t params = (uint64_t)m->vocab * h;           /* token embeddings */
+    uint64_t params = (uint64_t)m->vocab * h;                 /* token embeddings */
     if (!m->tie_embeddings) params += (uint64_t)m->vocab * h; /* LM head */
-    params += h;                                        /* final norm */
+    params += h;                                              /* final norm */
     for (uint32_t l = 0; l < m->n_layers; l++) {
         params += 2 * h; /* input and post-attention norms */
-        params += is_full_attention_layer(m, l) ? full_attention_params(m)
-                                                : linear_attention_params(m);
+        params +=
+            is_full_attention_layer(m, l) ? full_attention_params(m) : linear_attention_params(m);
         if (m->is_moe_layer[l]) {
-            params += h * m->n_experts;                                           /* router */
-            params += (uint64_t)m->n_shared_experts * 3 * h * m->shared_inter;    /* shared */
-            if (m->shared_expert_gate) params += h;                               /* its gate */
+            params += h * m->n_experts;                                        /* router */
+            params += (uint64_t)m->n_shared_experts * 3 * h * m->shared_inter; /* shared */
+            if (m->shared_expert_gate) params += h;                            /* its gate */
         } else {
             params += 3 * h * m->dense_inter; /* dense gated FFN */
         }
@@ -410,8 +411,8 @@ uint64_t model_kv_bytes_per_token(const model_geometry *m) {
 uint64_t model_recurrent_state_bytes(const model_geometry *m) {
     if (m->attention != ATTENTION_HYBRID_LINEAR) return 0;
     uint64_t n_linear = m->n_layers - n_full_attention_layers(m);
-    uint64_t state = (uint64_t)m->linear_value_heads * m->linear_key_head_dim *
-                     m->linear_value_head_dim;
+    uint64_t state =
+        (uint64_t)m->linear_value_heads * m->linear_key_head_dim * m->linear_value_head_dim;
     uint64_t conv = linear_conv_dim(m) * (m->linear_conv_kernel - 1);
     return BF16_BYTES * n_linear * (state + conv);
 }

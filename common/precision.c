@@ -22,7 +22,7 @@ static const char *const precision_names[PREC_COUNT] = {
 
 /* bits per stored weight each precision's name implies */
 static const uint32_t precision_bits[PREC_COUNT] = {
-    [PREC_BF16] = 16, [PREC_FP8] = 8, [PREC_INT8] = 8,
+    [PREC_BF16] = 16, [PREC_FP8] = 8,  [PREC_INT8] = 8,
     [PREC_INT4] = 4,  [PREC_INT3] = 3, [PREC_INT2] = 2,
 };
 
@@ -64,29 +64,36 @@ static moesim_status read_format(config *c, moesim_precision p, quant_format *ou
     char where[600];
     if (out->scale_bits % 8) {
         config_origin(c, sec, "scale_bits", where, sizeof where);
-        return moesim_fail(err, MOESIM_EINPUT, "%s: [%s] scale_bits: expected a multiple of 8 "
-                           "(scales are stored as whole bytes), got %u", where, sec,
-                           out->scale_bits);
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: [%s] scale_bits: expected a multiple of 8 "
+                           "(scales are stored as whole bytes), got %u",
+                           where, sec, out->scale_bits);
     }
     if (out->zero_bits % 8) {
         config_origin(c, sec, "zero_bits", where, sizeof where);
-        return moesim_fail(err, MOESIM_EINPUT, "%s: [%s] zero_bits: expected a multiple of 8 "
-                           "(zero points are stored as whole bytes), got %u", where, sec,
-                           out->zero_bits);
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: [%s] zero_bits: expected a multiple of 8 "
+                           "(zero points are stored as whole bytes), got %u",
+                           where, sec, out->zero_bits);
     }
     if (out->weight_bits < 8 && !out->scale_bits) {
         config_origin(c, sec, "scale_bits", where, sizeof where);
-        return moesim_fail(err, MOESIM_EINPUT, "%s: [%s] scale_bits: a %u-bit integer format "
-                           "needs a scale, got 0", where, sec, out->weight_bits);
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: [%s] scale_bits: a %u-bit integer format "
+                           "needs a scale, got 0",
+                           where, sec, out->weight_bits);
     }
     if (out->zero_bits && !out->scale_bits) {
         config_origin(c, sec, "zero_bits", where, sizeof where);
-        return moesim_fail(err, MOESIM_EINPUT, "%s: [%s] zero_bits: a zero point needs a scale "
-                           "(scale_bits is 0)", where, sec);
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: [%s] zero_bits: a zero point needs a scale "
+                           "(scale_bits is 0)",
+                           where, sec);
     }
     if (out->group_size && !out->scale_bits) {
         config_origin(c, sec, "group_size", where, sizeof where);
-        return moesim_fail(err, MOESIM_EINPUT, "%s: [%s] group_size: groups need a scale "
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: [%s] group_size: groups need a scale "
                            "(scale_bits is 0); use group_size = 0 for an unscaled format",
                            where, sec);
     }
@@ -123,8 +130,7 @@ moesim_status quant_table_load_default(quant_table *out, moesim_error *err) {
     char path[4096];
     int n = snprintf(path, sizeof path, "%s/quant.ini", moesim_config_dir());
     if (n < 0 || (size_t)n >= sizeof path)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: config dir path too long",
-                           moesim_config_dir());
+        return moesim_fail(err, MOESIM_EINPUT, "%s: config dir path too long", moesim_config_dir());
     return quant_table_load(path, out, err);
 }
 

@@ -90,7 +90,7 @@ Test(hw_config, profiles_carry_the_calibration_figures) {
         {"rtx3090-pcie3", 24, 936, 11.5, false}, /* Gen3 pinned 11-12 GB/s (dask-cuda #98) */
         {"rtx3090-pcie4", 24, 936, 24, false},   /* Gen4 pinned 20-26 GB/s */
         {"a6000", 48, 768, 24, false},
-        {"rtx5090", 32, 1792, 48, false},        /* GeForce: no GPUDirect Storage */
+        {"rtx5090", 32, 1792, 48, false}, /* GeForce: no GPUDirect Storage */
         {"h100-sxm", 80, 3350, 48, true},
     };
     for (size_t i = 0; i < MOESIM_ARRAY_LEN(cases); i++) {
@@ -107,9 +107,10 @@ Test(hw_config, profiles_carry_the_calibration_figures) {
 /* Every figure is sourced: each key line carries a comment, and a comment without a named source
  * says "assumption" (CALIBRATION.md: where we must assume, say so and why). */
 Test(hw_config, every_figure_in_a_profile_has_a_source_or_is_marked_as_an_assumption) {
-    static const char *const sources[] = {"whitepaper", "datasheet", "spec page", "dask-cuda",
-                                          "measured reports", "FIRM-MoE", "MagnumIO", "vendor specs",
-                                          "assumption", "derived", "spec:"};
+    static const char *const sources[] = {
+        "whitepaper",       "datasheet", "spec page", "dask-cuda",
+        "measured reports", "FIRM-MoE",  "MagnumIO",  "vendor specs",
+        "assumption",       "derived",   "spec:"};
     for (size_t i = 0; i < MOESIM_ARRAY_LEN(hw_names); i++) {
         char path[4096];
         hw_path(hw_names[i], path, sizeof path);
@@ -155,7 +156,8 @@ Test(hw_config, a_bad_set_is_reported_as_coming_from_set) {
          "--set: [pcie] h2d_gb_per_s: expected at most hbm_gb_per_s (936), got 1000"},
         {"gpu.hbm_efficiency=1.5",
          "--set: [gpu] hbm_efficiency: expected a number in [0.01, 1], got '1.5'"},
-        {"pcie.copy_engines=0", "--set: [pcie] copy_engines: expected an integer in [1, 16], got '0'"},
+        {"pcie.copy_engines=0",
+         "--set: [pcie] copy_engines: expected an integer in [1, 16], got '0'"},
         {"pcie.lanes=16", "--set: [pcie] lanes: unknown key (known: h2d_gb_per_s, d2h_gb_per_s, "
                           "h2d_latency_us, d2h_latency_us, copy_engines)"},
     };
@@ -169,7 +171,8 @@ Test(hw_config, a_bad_set_is_reported_as_coming_from_set) {
     }
 }
 
-/* Edits of rtx3090-pcie4.ini: the key line is replaced (or removed, or a line inserted after it). */
+/* Edits of rtx3090-pcie4.ini: the key line is replaced (or removed, or a line inserted after it).
+ */
 typedef struct hw_edit {
     const char *key;     /* line that starts with this */
     const char *line;    /* replacement; "" removes the line */
@@ -228,8 +231,10 @@ Test(hw_config, bad_profiles_fail_naming_file_line_and_key) {
         cr_assert_eq(hw_load(path, &h, &err), MOESIM_EINPUT, "edit %zu loaded", i);
         char message[512], want[1024];
         snprintf(message, sizeof message, e->message, line_no - 1);
-        if (e->names_line) snprintf(want, sizeof want, "%s:%d: %s", path, line_no, message);
-        else snprintf(want, sizeof want, "%s: %s", path, message);
+        if (e->names_line)
+            snprintf(want, sizeof want, "%s:%d: %s", path, line_no, message);
+        else
+            snprintf(want, sizeof want, "%s: %s", path, message);
         cr_assert_str_eq(err.msg, want, "edit %zu:\n got  %s\n want %s", i, err.msg, want);
         free(text);
     }

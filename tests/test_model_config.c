@@ -62,8 +62,8 @@ static char *mutate(const char *text, const char *prefix, const char *after, con
     size_t cap = strlen(text) + strlen(line) + 2;
     char *out = malloc(cap);
     cr_assert(out);
-    const char *keep_until = prefix ? p : end;   /* text kept before the new line */
-    const char *resume = end;                    /* text kept after it */
+    const char *keep_until = prefix ? p : end; /* text kept before the new line */
+    const char *resume = end;                  /* text kept after it */
     size_t head = (size_t)(keep_until - text);
     memcpy(out, text, head);
     size_t pos = head;
@@ -117,6 +117,7 @@ typedef struct geometry_case {
 } geometry_case;
 
 /* The values of the issue (copied from the models' config.json files, CALIBRATION.md). */
+/* clang-format off */
 static const geometry_case geometry_cases[] = {
     {.name = "mixtral-8x7b", .family = "mixtral", .layers = 32, .moe_layers = 32, .first_moe = 0,
      .hidden = 4096, .vocab = 32000, .experts = 8, .top_k = 2, .expert_inter = 14336,
@@ -149,6 +150,7 @@ static const geometry_case geometry_cases[] = {
      .gate_norm = GATE_SOFTMAX_TOPK, .attention = ATTENTION_GQA, .heads = 32, .kv_heads = 8,
      .head_dim = 128, .rope_theta = 1e4},
 };
+/* clang-format on */
 
 Test(model_config, every_shipped_model_loads_with_the_geometry_of_its_config_json) {
     cr_assert_eq(MOESIM_ARRAY_LEN(geometry_cases), N_MODELS);
@@ -230,8 +232,10 @@ Test(model_config, expert_parameters_match_the_published_per_expert_counts) {
         const char *name;
         double params_m, half_last_digit_m;
     } cases[] = {
-        {"mixtral-8x7b", 176.2, 0.05}, {"qwen3-30b-a3b", 4.72, 0.005},
-        {"olmoe-1b-7b", 6.29, 0.005},  {"qwen1.5-moe-a2.7b", 8.65, 0.005},
+        {"mixtral-8x7b", 176.2, 0.05},
+        {"qwen3-30b-a3b", 4.72, 0.005},
+        {"olmoe-1b-7b", 6.29, 0.005},
+        {"qwen1.5-moe-a2.7b", 8.65, 0.005},
     };
     for (size_t i = 0; i < MOESIM_ARRAY_LEN(cases); i++) {
         model_geometry m = load_named(cases[i].name);
@@ -261,8 +265,8 @@ Test(model_config, total_parameters_are_within_three_percent_of_the_published_to
         const char *name;
         double total_b;
     } cases[] = {
-        {"qwen3-30b-a3b", 30.5},      {"olmoe-1b-7b", 6.9},     {"qwen1.5-moe-a2.7b", 14.3},
-        {"deepseek-v2-lite", 15.7},   {"phi-3.5-moe", 41.9},    {"qwen3-next-80b-a3b", 80.0},
+        {"qwen3-30b-a3b", 30.5},    {"olmoe-1b-7b", 6.9},  {"qwen1.5-moe-a2.7b", 14.3},
+        {"deepseek-v2-lite", 15.7}, {"phi-3.5-moe", 41.9}, {"qwen3-next-80b-a3b", 80.0},
         {"mixtral-8x7b", 46.7},
     };
     cr_assert_eq(MOESIM_ARRAY_LEN(cases), N_MODELS);
@@ -296,11 +300,11 @@ Test(model_config, mixtral_non_expert_parameters_are_counted_part_by_part) {
 Test(model_config, deepseek_counts_mla_projections_the_dense_layer_and_shared_experts) {
     model_geometry m = load_named("deepseek-v2-lite");
     uint64_t h = 2048;
-    uint64_t mla = h * 16 * 192          /* q_proj (no q lora) */
-                   + h * (512 + 64)      /* kv_a_proj_with_mqa */
-                   + 512                 /* kv_a_layernorm */
-                   + 512 * 16 * (128 + 128) /* kv_b_proj */
-                   + 16 * 128 * h;       /* o_proj */
+    uint64_t mla = h * 16 * 192                     /* q_proj (no q lora) */
+                   + h * (512 + 64)                 /* kv_a_proj_with_mqa */
+                   + 512                            /* kv_a_layernorm */
+                   + 512 * 16 * (128 + 128)         /* kv_b_proj */
+                   + 16 * 128 * h;                  /* o_proj */
     uint64_t moe_extra = h * 64 + 2 * 3 * h * 1408; /* router, two shared experts */
     uint64_t want = 2 * 102400 * h + h + 27 * (mla + 2 * h) + 3 * h * 10944 + 26 * moe_extra;
     cr_assert_eq(model_non_expert_params(&m), want);
@@ -313,10 +317,9 @@ Test(model_config, kv_bytes_per_token_follow_the_attention_kind) {
         const char *name;
         uint64_t bytes;
     } cases[] = {
-        {"mixtral-8x7b", 32ull * 2 * 8 * 128 * 2},     /* layers x (k, v) x kv heads x dim x bf16 */
-        {"qwen3-30b-a3b", 48ull * 2 * 4 * 128 * 2},
-        {"olmoe-1b-7b", 16ull * 2 * 16 * 128 * 2},
-        {"deepseek-v2-lite", 27ull * (512 + 64) * 2},   /* latent + rope key per layer */
+        {"mixtral-8x7b", 32ull * 2 * 8 * 128 * 2}, /* layers x (k, v) x kv heads x dim x bf16 */
+        {"qwen3-30b-a3b", 48ull * 2 * 4 * 128 * 2},      {"olmoe-1b-7b", 16ull * 2 * 16 * 128 * 2},
+        {"deepseek-v2-lite", 27ull * (512 + 64) * 2},    /* latent + rope key per layer */
         {"qwen3-next-80b-a3b", 12ull * 2 * 2 * 256 * 2}, /* 12 of 48 layers hold a KV cache */
     };
     for (size_t i = 0; i < MOESIM_ARRAY_LEN(cases); i++) {
@@ -343,7 +346,7 @@ Test(model_config, only_linear_attention_models_have_recurrent_state) {
 Test(model_config, quant_table_holds_the_documented_formats) {
     quant_table q = load_quant();
     static const quant_format want[PREC_COUNT] = {
-        [PREC_BF16] = {16, 0, 0, 0},  [PREC_FP8] = {8, 128, 32, 0}, [PREC_INT8] = {8, 64, 16, 16},
+        [PREC_BF16] = {16, 0, 0, 0},   [PREC_FP8] = {8, 128, 32, 0},  [PREC_INT8] = {8, 64, 16, 16},
         [PREC_INT4] = {4, 64, 16, 16}, [PREC_INT3] = {3, 64, 16, 16}, [PREC_INT2] = {2, 64, 16, 16},
     };
     for (int p = 0; p < PREC_COUNT; p++) {
@@ -431,8 +434,8 @@ Test(model_config, expert_bytes_are_the_sum_of_gate_up_and_down_at_each_precisio
 /* ---- bad model files ---------------------------------------------------------------------- */
 
 typedef struct bad_case {
-    const char *model;   /* file to start from */
-    const char *prefix;  /* line to replace (NULL: insert after `after`) */
+    const char *model;  /* file to start from */
+    const char *prefix; /* line to replace (NULL: insert after `after`) */
     const char *after;
     const char *line;    /* replacement ("" deletes) */
     bool names_line;     /* message starts with path:line of the changed line */
@@ -486,8 +489,8 @@ static const bad_case bad_cases[] = {
      "[attention] linear_conv_kernel: missing required key (kind = hybrid_linear)"},
     {"qwen3-next-80b-a3b", "linear_value_heads =", NULL, "linear_value_heads = 24", true,
      "[attention] linear_value_heads: expected a multiple of linear_key_heads (16), got 24"},
-    {"qwen3-next-80b-a3b", "full_attention_interval =", NULL, "full_attention_interval = 49",
-     true, "[attention] full_attention_interval: expected at most n_layers (48), got 49"},
+    {"qwen3-next-80b-a3b", "full_attention_interval =", NULL, "full_attention_interval = 49", true,
+     "[attention] full_attention_interval: expected at most n_layers (48), got 49"},
     {"mixtral-8x7b", NULL, "rope_theta =", "[attnetion]\nheads = 32", true,
      "[attnetion] heads: unknown section or key"},
 };
@@ -608,13 +611,15 @@ Test(model_config, bad_quant_tables_fail_naming_file_line_and_key) {
          "[int2] scale_bits: expected a multiple of 8 (scales are stored as whole bytes), got 12",
          true},
         {"[int8]", "zero_bits", "zero_bits = 4",
-         "[int8] zero_bits: expected a multiple of 8 (zero points are stored as whole bytes), got 4",
+         "[int8] zero_bits: expected a multiple of 8 (zero points are stored as whole bytes), got "
+         "4",
          true},
         {"[bf16]", "zero_bits", "zero_bits = 16",
          "[bf16] zero_bits: a zero point needs a scale (scale_bits is 0)", true},
         {"[bf16]", "group_size", "group_size = 64",
          "[bf16] group_size: groups need a scale (scale_bits is 0); use group_size = 0 for an "
-         "unscaled format", true},
+         "unscaled format",
+         true},
         {"[int3]", "scale_bits", "scale_bits = 0",
          "[int3] scale_bits: a 3-bit integer format needs a scale, got 0", true},
         {"[fp8]", "group_size", "group_size = big",
