@@ -37,7 +37,7 @@ typedef struct hw_profile {
 typedef struct config config;
 
 /* Loads and validates a hardware file (every key checked; see configs/hw/README.md). The file
- * holds GB, GB/s, TFLOPS and microseconds; the struct holds bytes, bytes/s, flops/s and ns. */
+ * holds GiB, GB/s, TFLOPS and microseconds; the struct holds bytes, bytes/s, flops/s and ns. */
 moesim_status hw_load(const char *path, hw_profile *out, moesim_error *err);
 /* Same, then applies `sets` ("section.key=value", the --set option) before validating. */
 moesim_status hw_load_with_sets(const char *path, const char *const *sets, size_t n_sets,
