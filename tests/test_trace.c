@@ -360,3 +360,31 @@ Test(trace, writing_into_a_missing_folder_fails_with_the_path) {
               "%s", err.msg);
     trace_destroy(t);
 }
+
+/* Every shipped model config gives a meta that passes trace_meta_check, with one trace layer
+ * per MoE layer of the model, in model order. */
+Test(trace, meta_from_every_model_config_is_valid) {
+    static const struct {
+        const char *name;
+        uint32_t layers, experts, top_k, first_model_layer;
+    } models[] = {
+        {"mixtral-8x7b", 32, 8, 2, 0},        {"phi-3.5-moe", 32, 16, 2, 0},
+        {"qwen3-30b-a3b", 48, 128, 8, 0},     {"qwen3-next-80b-a3b", 48, 512, 10, 0},
+        {"olmoe-1b-7b", 16, 64, 8, 0},        {"qwen1.5-moe-a2.7b", 24, 60, 4, 0},
+        {"deepseek-v2-lite", 26, 64, 6, 1},
+    };
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        model_geometry g;
+        moesim_error err = {0};
+        cr_assert_eq(model_load_by_name(models[i].name, &g, &err), MOESIM_OK, "%s", err.msg);
+        trace_meta m = {0};
+        trace_meta_from_model(&m, &g);
+        cr_expect_str_eq(m.model, models[i].name);
+        cr_expect_eq(m.n_layers, models[i].layers, "%s", models[i].name);
+        cr_expect_eq(m.n_experts, models[i].experts, "%s", models[i].name);
+        cr_expect_eq(m.top_k, models[i].top_k, "%s", models[i].name);
+        cr_expect_eq(m.model_layer[0], models[i].first_model_layer, "%s", models[i].name);
+        cr_expect_eq(m.model_layer[m.n_layers - 1], g.n_layers - 1, "%s", models[i].name);
+        cr_expect_eq(trace_meta_check(&m, models[i].name, &err), MOESIM_OK, "%s", err.msg);
+    }
+}
