@@ -2,6 +2,7 @@
  * their messages, model geometry -> meta; and the HDF5 form (traces/trace_hdf5.c): round trip,
  * determinism, crash-safe writing. Malformed files are in test_trace_corpus.c. */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,5 +387,108 @@ Test(trace, meta_from_every_model_config_is_valid) {
         cr_expect_eq(m.model_layer[0], models[i].first_model_layer, "%s", models[i].name);
         cr_expect_eq(m.model_layer[m.n_layers - 1], g.n_layers - 1, "%s", models[i].name);
         cr_expect_eq(trace_meta_check(&m, models[i].name, &err), MOESIM_OK, "%s", err.msg);
+    }
+}
+
+/* ---- the commands ---------------------------------------------------------------------- */
+
+static const char *write_full(const char *name) {
+    trace *t = make_trace(6, 32, 4, 3, 5, 50, true);
+    const char *path = test_tmp_path(name);
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+    return path;
+}
+
+Test(trace, info_prints_model_tokens_requests_geometry_and_optional_parts) {
+    const char *path = write_full("info.h5");
+    char out[4096] = "", err[1024] = "";
+    cr_assert_eq(test_run_moesim(out, sizeof out, err, sizeof err, "trace", "info", path, NULL),
+                 0, "%s", err);
+    const char *want[] = {
+        "model       test-moe (config hash 0123456789abcdef)\n",
+        "source      synth:7\n",
+        "tokens      50 (prefill 6, decode 44)\n",
+        "requests    3\n",
+        "layers      6 MoE (model layers 1..11)\n",
+        "experts     32 routed, top-4, 1 shared; gates: softmax over the top-k\n",
+        "look-ahead  depth 3, K' 5\n",
+        "optional    importance yes, token_id yes, params_json yes\n",
+        "unrecorded  0 of 300 token x layer rows\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect(strstr(out, want[i]) != NULL, "missing '%s' in:\n%s", want[i], out);
+    cr_expect_str_empty(err);
+}
+
+Test(trace, info_json_gives_the_same_figures_as_an_object) {
+    const char *path = write_full("info-json.h5");
+    char out[8192] = "", err[1024] = "";
+    cr_assert_eq(test_run_moesim(out, sizeof out, err, sizeof err, "trace", "info", "--json",
+                                 path, NULL),
+                 0, "%s", err);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    cr_assert_not_null(j, "not JSON (%s): %s", jerr.text, out);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "model")), "test-moe");
+    cr_expect_str_eq(json_string_value(json_object_get(j, "source")), "synth:7");
+    cr_expect_eq(json_integer_value(json_object_get(j, "tokens")), 50);
+    cr_expect_eq(json_integer_value(json_object_get(j, "prefill_tokens")), 6);
+    cr_expect_eq(json_integer_value(json_object_get(j, "decode_tokens")), 44);
+    cr_expect_eq(json_integer_value(json_object_get(j, "requests")), 3);
+    cr_expect_eq(json_integer_value(json_object_get(j, "layers")), 6);
+    cr_expect_eq(json_integer_value(json_array_get(json_object_get(j, "model_layers"), 5)), 11);
+    cr_expect_eq(json_integer_value(json_object_get(j, "experts")), 32);
+    cr_expect_eq(json_integer_value(json_object_get(j, "top_k")), 4);
+    cr_expect_eq(json_integer_value(json_object_get(j, "lookahead_depth")), 3);
+    cr_expect_eq(json_integer_value(json_object_get(j, "lookahead_k")), 5);
+    cr_expect(json_is_true(json_object_get(j, "has_importance")));
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "params"), "seed")), 7);
+    cr_expect_gt(json_integer_value(json_object_get(j, "file_bytes")), 0);
+    json_decref(j);
+}
+
+Test(trace, validate_prints_ok_with_token_and_request_counts) {
+    const char *path = write_full("validate.h5");
+    char out[4096] = "", err[1024] = "", want[4200];
+    cr_assert_eq(test_run_moesim(out, sizeof out, err, sizeof err, "trace", "validate", path,
+                                 NULL),
+                 0, "%s", err);
+    snprintf(want, sizeof want, "%s: ok (50 tokens, 3 requests)\n", path);
+    cr_expect_str_eq(out, want);
+    cr_assert_eq(test_run_moesim(out, sizeof out, err, sizeof err, "trace", "validate", "--json",
+                                 path, NULL),
+                 0, "%s", err);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j, "%s", out);
+    cr_expect(json_is_true(json_object_get(j, "ok")));
+    cr_expect_eq(json_integer_value(json_object_get(j, "tokens")), 50);
+    json_decref(j);
+}
+
+/* Usage mistakes: exit 2, one line on stderr pointing at --help, nothing on stdout. */
+Test(trace, commands_have_help_and_reject_bad_usage_with_exit_2) {
+    static const struct {
+        const char *cmd, *arg1, *arg2;
+        int rc;
+        const char *fragment; /* in stdout for rc 0, else in stderr */
+    } cases[] = {
+        {"info", "--help", NULL, 0, "usage: moesim trace info FILE [--json]"},
+        {"validate", "-h", NULL, 0, "usage: moesim trace validate FILE [--json]"},
+        {"info", NULL, NULL, 2, "moesim trace info: missing FILE (see 'moesim trace info --help')"},
+        {"validate", "--frobnicate", "x.h5", 2,
+         "moesim trace validate: unknown option '--frobnicate'"},
+        {"info", "a.h5", "b.h5", 2, "moesim trace info: one FILE expected, got 'a.h5' and 'b.h5'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[4096] = "", err[1024] = "";
+        int rc = test_run_moesim(out, sizeof out, err, sizeof err, "trace", cases[i].cmd,
+                                 cases[i].arg1, cases[i].arg2, NULL);
+        cr_expect_eq(rc, cases[i].rc, "case %zu: exit %d (%s)", i, rc, err);
+        const char *where = cases[i].rc ? err : out;
+        cr_expect(strstr(where, cases[i].fragment) != NULL, "case %zu: '%s' lacks '%s'", i, where,
+                  cases[i].fragment);
+        if (cases[i].rc) cr_expect_str_empty(out, "case %zu", i);
     }
 }
