@@ -2,6 +2,7 @@
  * their messages, model geometry -> meta; and the HDF5 form (traces/trace_hdf5.c): round trip,
  * determinism, crash-safe writing. Malformed files are in test_trace_corpus.c. */
 #include <criterion/criterion.h>
+#include <hdf5.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -323,6 +324,45 @@ Test(trace, the_same_trace_gives_a_byte_identical_file) {
     cr_assert(memcmp(da, db, la) == 0, "files differ");
     free(da);
     free(db);
+    trace_destroy(t);
+}
+
+/* The writer compresses chunks itself (H5Dwrite_chunk): HDF5's own filter pipeline, which
+ * h5py and every other reader use, must decode them to the same values. */
+static void expect_h5dread(hid_t f, const char *name, hid_t mtype, const void *want,
+                           size_t bytes) {
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    cr_assert_geq(d, 0, "%s missing", name);
+    void *got = malloc(bytes);
+    cr_assert_geq(H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, got), 0, "%s", name);
+    cr_expect(memcmp(got, want, bytes) == 0, "%s differs through H5Dread", name);
+    free(got);
+    H5Dclose(d);
+}
+
+Test(trace, files_read_back_through_the_hdf5_filter_pipeline) {
+    /* 25001 tokens: many chunks, a partial last one */
+    trace *t = make_trace(6, 32, 4, 3, 5, 25001, true);
+    const char *path = test_tmp_path("pipeline.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    cr_assert_geq(f, 0);
+    size_t n = t->n_tokens, route = n * trace_route_values(&t->meta),
+           look = n * trace_lookahead_values(&t->meta);
+    expect_h5dread(f, "/tokens/request_id", H5T_NATIVE_UINT32, t->request_id, n * 4);
+    expect_h5dread(f, "/tokens/position", H5T_NATIVE_UINT32, t->position, n * 4);
+    expect_h5dread(f, "/tokens/phase", H5T_NATIVE_UINT8, t->phase, n);
+    expect_h5dread(f, "/tokens/token_id", H5T_NATIVE_INT32, t->token_id, n * 4);
+    expect_h5dread(f, "/routing/expert_ids", H5T_NATIVE_UINT16, t->expert_ids, route * 2);
+    expect_h5dread(f, "/routing/gate_weights", H5T_NATIVE_FLOAT, t->gate_weights, route * 4);
+    expect_h5dread(f, "/routing/importance", H5T_NATIVE_FLOAT, t->importance,
+                   n * t->meta.n_layers * 4);
+    expect_h5dread(f, "/lookahead/expert_ids", H5T_NATIVE_UINT16, t->lookahead_ids, look * 2);
+    expect_h5dread(f, "/lookahead/scores", H5T_NATIVE_FLOAT, t->lookahead_scores, look * 4);
+    expect_h5dread(f, "/layers/model_layer", H5T_NATIVE_UINT32, t->meta.model_layer,
+                   t->meta.n_layers * 4);
+    H5Fclose(f);
     trace_destroy(t);
 }
 

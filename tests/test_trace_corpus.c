@@ -420,7 +420,8 @@ static const corpus_case corpus[] = {
     {"model-layers-repeat.h5", c_model_layers_repeat,
      "/layers/model_layer[2]: layer 1 does not follow layer 1 (expected increasing)"},
     {"corrupt-chunk.h5", c_corrupt_chunk,
-     "/routing/gate_weights: cannot read its data (truncated or corrupt"},
+     "/routing/gate_weights: cannot read its data (truncated or corrupt: chunk at [0]: deflate "
+     "data do not inflate)"},
 };
 
 TestSuite(trace_corpus, .init = NULL);
