@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/stat.h>
 
 #include "common/rng.h"
 #include "traces/trace.h"
@@ -98,7 +98,8 @@ static trace *make_qwen3_trace(uint64_t n_tokens, uint32_t D, uint32_t Kp, uint6
                     bool pad = l + d >= L;
                     t->lookahead_ids[x + c] =
                         pad ? TRACE_NO_EXPERT : draw_expert(r, perm[l + d < L ? l + d : 0], cdf, E);
-                    t->lookahead_scores[x + c] = pad ? 0.0f : (float)(4.0 - c * 0.2 - rng_uniform(r));
+                    t->lookahead_scores[x + c] =
+                        pad ? 0.0f : (float)(4.0 - c * 0.2 - rng_uniform(r));
                 }
             }
         }

@@ -96,7 +96,8 @@ static json_t *info_json(const char *path, uint64_t file_bytes, const trace *t,
     json_object_set_new(j, "requests", json_integer(t->n_requests));
     json_object_set_new(j, "layers", json_integer(m->n_layers));
     json_t *ml = json_array();
-    for (uint32_t l = 0; l < m->n_layers; l++) json_array_append_new(ml, json_integer(m->model_layer[l]));
+    for (uint32_t l = 0; l < m->n_layers; l++)
+        json_array_append_new(ml, json_integer(m->model_layer[l]));
     json_object_set_new(j, "model_layers", ml);
     json_object_set_new(j, "experts", json_integer(m->n_experts));
     json_object_set_new(j, "top_k", json_integer(m->top_k));

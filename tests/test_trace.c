@@ -162,7 +162,8 @@ static const check_case check_cases[] = {
     {"look-ahead NaN score", lookahead_nan_score,
      "made: /lookahead/scores[4][0][0][0]: score nan is not finite"},
     {"negative token id", negative_token_id, "made: /tokens/token_id[11]: token id -3 is negative"},
-    {"n_requests disagrees", wrong_request_count, "made: n_requests 4 disagrees with /tokens/request_id (3 requests)"},
+    {"n_requests disagrees", wrong_request_count,
+     "made: n_requests 4 disagrees with /tokens/request_id (3 requests)"},
     {"top_k above n_experts", top_k_above_experts, "made: top_k: expected 1..16"},
     {"model layers not increasing", layers_not_increasing,
      "made: /layers/model_layer[2]: layer 3 does not follow layer 3"},
@@ -177,9 +178,8 @@ Test(trace, check_names_the_dataset_index_and_problem_of_every_broken_invariant)
         moesim_error err = {0};
         cr_expect_eq(trace_check(t, "made", &err), MOESIM_EINPUT, "%s: accepted",
                      check_cases[c].name);
-        cr_expect(strstr(err.msg, check_cases[c].fragment) != NULL,
-                  "%s: message '%s' lacks '%s'", check_cases[c].name, err.msg,
-                  check_cases[c].fragment);
+        cr_expect(strstr(err.msg, check_cases[c].fragment) != NULL, "%s: message '%s' lacks '%s'",
+                  check_cases[c].name, err.msg, check_cases[c].fragment);
         if (t->meta.lookahead_depth == 0) t->meta.lookahead_k = 0;
         trace_destroy(t);
     }
@@ -329,8 +329,7 @@ Test(trace, the_same_trace_gives_a_byte_identical_file) {
 
 /* The writer compresses chunks itself (H5Dwrite_chunk): HDF5's own filter pipeline, which
  * h5py and every other reader use, must decode them to the same values. */
-static void expect_h5dread(hid_t f, const char *name, hid_t mtype, const void *want,
-                           size_t bytes) {
+static void expect_h5dread(hid_t f, const char *name, hid_t mtype, const void *want, size_t bytes) {
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
     cr_assert_geq(d, 0, "%s missing", name);
     void *got = malloc(bytes);
@@ -409,9 +408,9 @@ Test(trace, meta_from_every_model_config_is_valid) {
         const char *name;
         uint32_t layers, experts, top_k, first_model_layer;
     } models[] = {
-        {"mixtral-8x7b", 32, 8, 2, 0},        {"phi-3.5-moe", 32, 16, 2, 0},
-        {"qwen3-30b-a3b", 48, 128, 8, 0},     {"qwen3-next-80b-a3b", 48, 512, 10, 0},
-        {"olmoe-1b-7b", 16, 64, 8, 0},        {"qwen1.5-moe-a2.7b", 24, 60, 4, 0},
+        {"mixtral-8x7b", 32, 8, 2, 0},      {"phi-3.5-moe", 32, 16, 2, 0},
+        {"qwen3-30b-a3b", 48, 128, 8, 0},   {"qwen3-next-80b-a3b", 48, 512, 10, 0},
+        {"olmoe-1b-7b", 16, 64, 8, 0},      {"qwen1.5-moe-a2.7b", 24, 60, 4, 0},
         {"deepseek-v2-lite", 26, 64, 6, 1},
     };
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
@@ -444,8 +443,8 @@ static const char *write_full(const char *name) {
 Test(trace, info_prints_model_tokens_requests_geometry_and_optional_parts) {
     const char *path = write_full("info.h5");
     char out[4096] = "", err[1024] = "";
-    cr_assert_eq(test_run_moesim(out, sizeof out, err, sizeof err, "trace", "info", path, NULL),
-                 0, "%s", err);
+    cr_assert_eq(test_run_moesim(out, sizeof out, err, sizeof err, "trace", "info", path, NULL), 0,
+                 "%s", err);
     const char *want[] = {
         "model       test-moe (config hash 0123456789abcdef)\n",
         "source      synth:7\n",
@@ -465,9 +464,9 @@ Test(trace, info_prints_model_tokens_requests_geometry_and_optional_parts) {
 Test(trace, info_json_gives_the_same_figures_as_an_object) {
     const char *path = write_full("info-json.h5");
     char out[8192] = "", err[1024] = "";
-    cr_assert_eq(test_run_moesim(out, sizeof out, err, sizeof err, "trace", "info", "--json",
-                                 path, NULL),
-                 0, "%s", err);
+    cr_assert_eq(
+        test_run_moesim(out, sizeof out, err, sizeof err, "trace", "info", "--json", path, NULL), 0,
+        "%s", err);
     json_error_t jerr;
     json_t *j = json_loads(out, 0, &jerr);
     cr_assert_not_null(j, "not JSON (%s): %s", jerr.text, out);
@@ -492,8 +491,7 @@ Test(trace, info_json_gives_the_same_figures_as_an_object) {
 Test(trace, validate_prints_ok_with_token_and_request_counts) {
     const char *path = write_full("validate.h5");
     char out[4096] = "", err[1024] = "", want[4200];
-    cr_assert_eq(test_run_moesim(out, sizeof out, err, sizeof err, "trace", "validate", path,
-                                 NULL),
+    cr_assert_eq(test_run_moesim(out, sizeof out, err, sizeof err, "trace", "validate", path, NULL),
                  0, "%s", err);
     snprintf(want, sizeof want, "%s: ok (50 tokens, 3 requests)\n", path);
     cr_expect_str_eq(out, want);

@@ -164,8 +164,8 @@ static void poke(const char *path, const char *name, hid_t mtype, const hsize_t 
     H5Fclose(f);
 }
 
-static void poke_u16(const char *path, const char *name, hsize_t a, hsize_t b, hsize_t c,
-                     hsize_t e, uint16_t v) {
+static void poke_u16(const char *path, const char *name, hsize_t a, hsize_t b, hsize_t c, hsize_t e,
+                     uint16_t v) {
     hsize_t coords[4] = {a, b, c, e};
     poke(path, name, H5T_NATIVE_UINT16, coords, &v);
 }
@@ -173,8 +173,7 @@ static void poke_u32(const char *path, const char *name, hsize_t a, uint32_t v) 
     hsize_t coords[1] = {a};
     poke(path, name, H5T_NATIVE_UINT32, coords, &v);
 }
-static void poke_f32(const char *path, const char *name, hsize_t a, hsize_t b, hsize_t c,
-                     float v) {
+static void poke_f32(const char *path, const char *name, hsize_t a, hsize_t b, hsize_t c, float v) {
     hsize_t coords[3] = {a, b, c};
     poke(path, name, H5T_NATIVE_FLOAT, coords, &v);
 }
@@ -354,9 +353,9 @@ static void c_corrupt_chunk(const char *p) {
 }
 
 typedef struct corpus_case {
-    const char *file;                /* name under the test tmp folder */
-    void (*make)(const char *path);  /* writes the malformed file */
-    const char *fragment;            /* what must follow "PATH: " in the message */
+    const char *file;               /* name under the test tmp folder */
+    void (*make)(const char *path); /* writes the malformed file */
+    const char *fragment;           /* what must follow "PATH: " in the message */
 } corpus_case;
 
 static const corpus_case corpus[] = {
@@ -449,8 +448,7 @@ Test(trace_corpus, every_malformed_file_gives_one_line_naming_file_and_field_and
         snprintf(want, sizeof want, "moesim: %s: %s", path, corpus[c].fragment);
 
         char out[512] = "", err[1024] = "";
-        int rc = test_run_moesim(out, sizeof out, err, sizeof err, "trace", "validate", path,
-                                 NULL);
+        int rc = test_run_moesim(out, sizeof out, err, sizeof err, "trace", "validate", path, NULL);
         cr_expect_eq(rc, 2, "%s: exit status %d, stderr '%s'", corpus[c].file, rc, err);
         cr_expect_str_empty(out, "%s: stdout '%s'", corpus[c].file, out);
         cr_expect(strncmp(err, want, strlen(want)) == 0, "%s: stderr '%s' does not start '%s'",
@@ -473,8 +471,8 @@ Test(trace_corpus, info_on_a_malformed_file_fails_the_same_way) {
     const char *path = test_tmp_path("info-nan-gate.h5");
     c_nan_gate(path);
     char out[512] = "", err[1024] = "";
-    int rc = test_run_moesim(out, sizeof out, err, sizeof err, "trace", "info", "--json", path,
-                             NULL);
+    int rc =
+        test_run_moesim(out, sizeof out, err, sizeof err, "trace", "info", "--json", path, NULL);
     cr_assert_eq(rc, 2);
     cr_assert_str_empty(out);
     cr_assert(strstr(err, "/routing/gate_weights[7][2][1]: gate weight nan is not finite"), "%s",
@@ -486,7 +484,8 @@ Test(trace_corpus, a_missing_file_is_named_with_the_system_reason) {
     int rc = test_run_moesim(out, sizeof out, err, sizeof err, "trace", "validate",
                              "/nonexistent/trace.h5", NULL);
     cr_assert_eq(rc, 2);
-    cr_assert_str_eq(err, "moesim: /nonexistent/trace.h5: cannot open: No such file or directory\n");
+    cr_assert_str_eq(err,
+                     "moesim: /nonexistent/trace.h5: cannot open: No such file or directory\n");
 }
 
 /* h5py and pandas write fixed-length byte strings (np.bytes_) and signed 64-bit integers:

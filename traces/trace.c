@@ -55,14 +55,14 @@ moesim_status trace_meta_check(const trace_meta *m, const char *what, moesim_err
         return moesim_fail(err, MOESIM_EINPUT, "%s: source: longer than %zu characters", what,
                            sizeof m->source - 1);
     if (!str_terminated(m->tool_version, sizeof m->tool_version))
-        return moesim_fail(err, MOESIM_EINPUT, "%s: tool_version: longer than %zu characters",
-                           what, sizeof m->tool_version - 1);
+        return moesim_fail(err, MOESIM_EINPUT, "%s: tool_version: longer than %zu characters", what,
+                           sizeof m->tool_version - 1);
     if (m->n_layers < 1 || m->n_layers > MODEL_MAX_LAYERS)
         return moesim_fail(err, MOESIM_EINPUT, "%s: n_layers: expected 1..%d, got %" PRIu32, what,
                            MODEL_MAX_LAYERS, m->n_layers);
     if (m->n_experts < 1 || m->n_experts > MODEL_MAX_EXPERTS)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: n_experts: expected 1..%d, got %" PRIu32,
-                           what, MODEL_MAX_EXPERTS, m->n_experts);
+        return moesim_fail(err, MOESIM_EINPUT, "%s: n_experts: expected 1..%d, got %" PRIu32, what,
+                           MODEL_MAX_EXPERTS, m->n_experts);
     uint32_t max_k = m->n_experts < TRACE_MAX_TOP_K ? m->n_experts : TRACE_MAX_TOP_K;
     if (m->top_k < 1 || m->top_k > max_k)
         return moesim_fail(err, MOESIM_EINPUT,
@@ -73,9 +73,8 @@ moesim_status trace_meta_check(const trace_meta *m, const char *what, moesim_err
         return moesim_fail(err, MOESIM_EINPUT, "%s: gate_normalization: expected topk or all",
                            what);
     if (m->lookahead_depth > TRACE_MAX_LOOKAHEAD_DEPTH)
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "%s: lookahead_depth: expected 0..%d, got %" PRIu32, what,
-                           TRACE_MAX_LOOKAHEAD_DEPTH, m->lookahead_depth);
+        return moesim_fail(err, MOESIM_EINPUT, "%s: lookahead_depth: expected 0..%d, got %" PRIu32,
+                           what, TRACE_MAX_LOOKAHEAD_DEPTH, m->lookahead_depth);
     if (m->lookahead_depth == 0 && m->lookahead_k != 0)
         return moesim_fail(err, MOESIM_EINPUT,
                            "%s: lookahead_k: expected 0 when lookahead_depth is 0, got %" PRIu32,
@@ -392,8 +391,7 @@ static moesim_status check_importance(const trace *t, const char *what, moesim_e
 static moesim_status check_lookahead(const trace *t, const char *what, moesim_error *err) {
     const trace_meta *m = &t->meta;
     if (m->lookahead_depth == 0) return MOESIM_OK;
-    const uint32_t L = m->n_layers, D = m->lookahead_depth, K = m->lookahead_k,
-                   E = m->n_experts;
+    const uint32_t L = m->n_layers, D = m->lookahead_depth, K = m->lookahead_k, E = m->n_experts;
     const size_t per_layer = (size_t)D * K;
     for (uint64_t i = 0; i < t->n_tokens; i++) {
         for (uint32_t l = 0; l < L; l++) {
@@ -413,9 +411,9 @@ static moesim_status check_lookahead(const trace *t, const char *what, moesim_er
                 if (j < n_in && ids[j] == TRACE_NO_EXPERT)
                     return moesim_fail(err, MOESIM_EINPUT,
                                        "%s: /lookahead/expert_ids[%" PRIu64 "][%" PRIu32
-                                       "][%" PRIu32 "][%" PRIu32 "]: padding %u where layer %" PRIu32
-                                       " + distance %" PRIu32 " < %" PRIu32
-                                       " layers (expected an expert id)",
+                                       "][%" PRIu32 "][%" PRIu32
+                                       "]: padding %u where layer %" PRIu32 " + distance %" PRIu32
+                                       " < %" PRIu32 " layers (expected an expert id)",
                                        what, i, l, d - 1, c, (unsigned)TRACE_NO_EXPERT, l, d, L);
                 if (j < n_in && ids[j] >= E)
                     return moesim_fail(err, MOESIM_EINPUT,
@@ -424,13 +422,12 @@ static moesim_status check_lookahead(const trace *t, const char *what, moesim_er
                                        " experts",
                                        what, i, l, d - 1, c, (unsigned)ids[j], E);
                 if (j >= n_in && ids[j] != TRACE_NO_EXPERT)
-                    return moesim_fail(err, MOESIM_EINPUT,
-                                       "%s: /lookahead/expert_ids[%" PRIu64 "][%" PRIu32
-                                       "][%" PRIu32 "][%" PRIu32 "]: expected padding %u "
-                                       "(layer %" PRIu32 " + distance %" PRIu32 " >= %" PRIu32
-                                       " layers), got %u",
-                                       what, i, l, d - 1, c, (unsigned)TRACE_NO_EXPERT, l, d, L,
-                                       (unsigned)ids[j]);
+                    return moesim_fail(
+                        err, MOESIM_EINPUT,
+                        "%s: /lookahead/expert_ids[%" PRIu64 "][%" PRIu32 "][%" PRIu32 "][%" PRIu32
+                        "]: expected padding %u "
+                        "(layer %" PRIu32 " + distance %" PRIu32 " >= %" PRIu32 " layers), got %u",
+                        what, i, l, d - 1, c, (unsigned)TRACE_NO_EXPERT, l, d, L, (unsigned)ids[j]);
                 if (!isfinite(sc[j]))
                     return moesim_fail(err, MOESIM_EINPUT,
                                        "%s: /lookahead/scores[%" PRIu64 "][%" PRIu32 "][%" PRIu32

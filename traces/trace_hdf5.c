@@ -13,17 +13,17 @@
  * type and shape, then storage sizes against the shape and the file size (so a corrupt header
  * cannot ask for a giant allocation), then the data, then every value (trace_finish ->
  * trace_check). */
+#include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
-#include <pthread.h>
-#include <zlib.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "common/atomic_file.h"
 #include "common/check.h"
@@ -36,9 +36,9 @@
 /* deflate cannot expand data by more than this factor when decompressing (its best case is
  * 258 bytes from a 2-bit code, about 1032:1); a dataset claiming more is corrupt. */
 #define DEFLATE_MAX_RATIO 1100u
-#define DEFLATE_LEVEL 1
+#define DEFLATE_LEVEL     1
 /* Threads that (de)compress chunks, and chunks each handles per batch. */
-#define CHUNK_MAX_THREADS 8
+#define CHUNK_MAX_THREADS     8
 #define CHUNK_JOBS_PER_THREAD 2
 /* Larger chunks (other writers) are read through H5Dread rather than buffered per thread. */
 #define CHUNK_MAX_BYTES (64u * 1024u * 1024u)
@@ -79,19 +79,19 @@ static void h5_close(hid_t *id, herr_t (*close_fn)(hid_t)) {
  * filters differ from ours. */
 
 typedef struct chunk_job {
-    unsigned char *raw;       /* [chunk_bytes] the chunk in memory order (zero-padded tail) */
-    size_t raw_bytes;         /* bytes of real data in this chunk (the last one may be short) */
-    unsigned char *packed;    /* [packed_cap] shuffled + deflated bytes */
+    unsigned char *raw;    /* [chunk_bytes] the chunk in memory order (zero-padded tail) */
+    size_t raw_bytes;      /* bytes of real data in this chunk (the last one may be short) */
+    unsigned char *packed; /* [packed_cap] shuffled + deflated bytes */
     size_t packed_bytes;
-    int zrc;                  /* zlib status of this job */
+    int zrc; /* zlib status of this job */
 } chunk_job;
 
 typedef struct chunk_batch {
     chunk_job *jobs;
     size_t n_jobs;
     size_t chunk_bytes, elem_size, packed_cap;
-    unsigned char **scratch;  /* [n_threads][chunk_bytes] shuffle buffers */
-    bool pack;                /* true: shuffle + deflate; false: inflate + unshuffle */
+    unsigned char **scratch; /* [n_threads][chunk_bytes] shuffle buffers */
+    bool pack;               /* true: shuffle + deflate; false: inflate + unshuffle */
     unsigned n_threads;
 } chunk_batch;
 
@@ -138,8 +138,8 @@ static void *chunk_worker_run(void *arg) {
         } else {
             bool shuffled = b->elem_size > 1 && n_elems > 1;
             uLongf out = (uLongf)b->chunk_bytes;
-            job->zrc = uncompress(shuffled ? tmp : job->raw, &out, job->packed,
-                                  (uLong)job->packed_bytes);
+            job->zrc =
+                uncompress(shuffled ? tmp : job->raw, &out, job->packed, (uLong)job->packed_bytes);
             if (job->zrc == Z_OK && out != b->chunk_bytes) job->zrc = Z_DATA_ERROR;
             if (job->zrc == Z_OK && shuffled) unshuffle_bytes(job->raw, tmp, n_elems, b->elem_size);
         }
@@ -244,8 +244,7 @@ static moesim_status write_attr_str(writer *w, const char *name, const char *s) 
 static moesim_status write_group(writer *w, const char *name) {
     hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
     herr_t rc = gcpl < 0 ? -1 : H5Pset_obj_track_times(gcpl, 0);
-    hid_t g = rc < 0 ? H5I_INVALID_HID
-                     : H5Gcreate2(w->file, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    hid_t g = rc < 0 ? H5I_INVALID_HID : H5Gcreate2(w->file, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
     moesim_status st = g < 0 ? write_fail(w, name) : MOESIM_OK;
     h5_close(&g, H5Gclose);
     h5_close(&gcpl, H5Pclose);
@@ -298,8 +297,8 @@ static moesim_status write_chunks(writer *w, const char *name, hid_t d, const vo
 
 /* One dataset of shape dims[0..rank) (dims[0] = tokens or layers), chunked along dims[0],
  * shuffled and deflated, written whole from `data`. */
-static moesim_status write_dataset(writer *w, const char *name, hid_t ftype, hid_t mtype,
-                                   int rank, const hsize_t *dims, const void *data) {
+static moesim_status write_dataset(writer *w, const char *name, hid_t ftype, hid_t mtype, int rank,
+                                   const hsize_t *dims, const void *data) {
     hsize_t chunk[4];
     size_t row_bytes = H5Tget_size(mtype);
     for (int i = 1; i < rank; i++) row_bytes *= dims[i];
@@ -313,9 +312,8 @@ static moesim_status write_dataset(writer *w, const char *name, hid_t ftype, hid
     if (rc >= 0) rc = H5Pset_deflate(dcpl, DEFLATE_LEVEL);
     if (rc >= 0) rc = (space = H5Screate_simple(rank, dims, NULL)) < 0 ? -1 : 0;
     if (rc >= 0)
-        rc = (d = H5Dcreate2(w->file, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0
-                 ? -1
-                 : 0;
+        rc = (d = H5Dcreate2(w->file, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0 ? -1
+                                                                                               : 0;
     moesim_status st = MOESIM_OK;
     if (rc >= 0 && H5Tequal(ftype, mtype) > 0)
         st = write_chunks(w, name, d, data, dims[0], row_bytes, chunk[0], H5Tget_size(mtype));
@@ -373,8 +371,8 @@ static moesim_status write_contents(writer *w, const trace *t) {
         st = write_dataset(w, "/routing/gate_weights", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, route,
                            t->gate_weights);
     if (!st && t->importance)
-        st = write_dataset(w, "/routing/importance", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2,
-                           per_layer, t->importance);
+        st = write_dataset(w, "/routing/importance", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, per_layer,
+                           t->importance);
     if (!st && D) {
         st = write_group(w, "/lookahead");
         if (!st)
@@ -406,8 +404,7 @@ moesim_status trace_write(const trace *t, const char *path, moesim_error *err) {
     if (st) return st;
     h5_quiet();
     if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0 || H5Zfilter_avail(H5Z_FILTER_SHUFFLE) <= 0)
-        return moesim_fail(err, MOESIM_EIO, "%s: this HDF5 library lacks deflate or shuffle",
-                           path);
+        return moesim_fail(err, MOESIM_EIO, "%s: this HDF5 library lacks deflate or shuffle", path);
     atomic_file af;
     if ((st = atomic_file_begin_path(&af, path, err))) return st;
     writer w = {.path = path, .file = H5I_INVALID_HID, .err = err};
@@ -498,8 +495,7 @@ static moesim_status read_attr_str(reader *r, const char *name, char *buf, size_
     buf[0] = '\0';
     hid_t a = open_attr(r, name, &present);
     if (present_out) *present_out = present;
-    if (!present)
-        return required ? read_fail(r, name, "required attribute missing") : MOESIM_OK;
+    if (!present) return required ? read_fail(r, name, "required attribute missing") : MOESIM_OK;
     hid_t ftype = a < 0 ? H5I_INVALID_HID : H5Aget_type(a);
     moesim_status st = MOESIM_OK;
     if (ftype < 0 || H5Tget_class(ftype) != H5T_STRING || !attr_is_single(a)) {
@@ -515,8 +511,7 @@ static moesim_status read_attr_str(reader *r, const char *name, char *buf, size_
         if (H5Aread(a, mtype, &s) < 0 || !s) {
             st = read_fail(r, name, "cannot read (%s)", h5_reason(r->why));
         } else if (strlen(s) >= cap) {
-            st = read_fail(r, name, "expected at most %zu characters, got %zu", cap - 1,
-                           strlen(s));
+            st = read_fail(r, name, "expected at most %zu characters, got %zu", cap - 1, strlen(s));
         } else {
             memcpy(buf, s, strlen(s) + 1);
         }
@@ -548,8 +543,7 @@ static moesim_status read_attr_uint(reader *r, const char *name, uint64_t max, b
     bool present;
     *out = 0;
     hid_t a = open_attr(r, name, &present);
-    if (!present)
-        return required ? read_fail(r, name, "required attribute missing") : MOESIM_OK;
+    if (!present) return required ? read_fail(r, name, "required attribute missing") : MOESIM_OK;
     hid_t ftype = a < 0 ? H5I_INVALID_HID : H5Aget_type(a);
     moesim_status st = MOESIM_OK;
     if (ftype < 0 || H5Tget_class(ftype) != H5T_INTEGER || !attr_is_single(a)) {
@@ -688,8 +682,8 @@ static hsize_t own_chunk_rows(const dataset_spec *spec, hid_t d) {
     hsize_t rows = 0, chunk[H5S_MAX_RANK];
     hid_t dcpl = H5Dget_create_plist(d), type = H5Dget_type(d);
     bool ok = dcpl >= 0 && type >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
-              H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk) == spec->rank &&
-              H5Pget_nfilters(dcpl) == 2 && H5Tequal(type, spec->mtype) > 0;
+              H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk) == spec->rank && H5Pget_nfilters(dcpl) == 2 &&
+              H5Tequal(type, spec->mtype) > 0;
     for (int i = 1; ok && i < spec->rank; i++) ok = chunk[i] == spec->dims[i];
     for (unsigned f = 0; ok && f < 2; f++) {
         unsigned flags, cd[8];
@@ -707,8 +701,8 @@ static hsize_t own_chunk_rows(const dataset_spec *spec, hid_t d) {
 static moesim_status chunk_read_fail(reader *r, const dataset_spec *spec, uint64_t row,
                                      const char *what) {
     return read_fail(r, spec->name,
-                     "cannot read its data (truncated or corrupt: chunk at [%" PRIu64 "]: %s)",
-                     row, what);
+                     "cannot read its data (truncated or corrupt: chunk at [%" PRIu64 "]: %s)", row,
+                     what);
 }
 
 /* Reads a dataset written by write_chunks: raw chunks on this thread, inflate in parallel.
@@ -817,8 +811,8 @@ static moesim_status read_meta(reader *r, trace_meta *m, char **params_json) {
         return read_fail(r, "format_version", "expected 1..%u, got 0", TRACE_FORMAT_VERSION);
     if ((st = read_attr_str(r, "model", m->model, sizeof m->model, true, NULL))) return st;
     if ((st = read_attr_str(r, "source", m->source, sizeof m->source, true, NULL))) return st;
-    if ((st = read_attr_str(r, "tool_version", m->tool_version, sizeof m->tool_version, true,
-                            NULL)))
+    if ((st =
+             read_attr_str(r, "tool_version", m->tool_version, sizeof m->tool_version, true, NULL)))
         return st;
     if ((st = read_attr_u32(r, "n_layers", &m->n_layers))) return st;
     if ((st = read_attr_u32(r, "n_experts", &m->n_experts))) return st;
@@ -834,8 +828,7 @@ static moesim_status read_meta(reader *r, trace_meta *m, char **params_json) {
     else if (!strcmp(norm, "all"))
         m->gate_norm = GATE_SOFTMAX_ALL;
     else
-        return read_fail(r, "gate_normalization", "expected \"topk\" or \"all\", got \"%s\"",
-                         norm);
+        return read_fail(r, "gate_normalization", "expected \"topk\" or \"all\", got \"%s\"", norm);
     /* params_json: any length, so read through a growing buffer */
     bool present;
     hid_t a = open_attr(r, "params_json", &present);
@@ -869,8 +862,7 @@ static moesim_status read_file(reader *r, trace **out) {
     hid_t ld = H5I_INVALID_HID;
     bool present = false;
     if (!st && (m.n_layers < 1 || m.n_layers > MODEL_MAX_LAYERS))
-        st = read_fail(r, "n_layers", "expected 1..%d, got %" PRIu32, MODEL_MAX_LAYERS,
-                       m.n_layers);
+        st = read_fail(r, "n_layers", "expected 1..%d, got %" PRIu32, MODEL_MAX_LAYERS, m.n_layers);
     if (!st) st = open_dataset(r, &layers, &present, &ld, NULL);
     if (!st && !present) st = read_fail(r, layers.name, "required dataset missing");
     if (!st) st = check_storage(r, &layers, ld);
@@ -885,20 +877,55 @@ static moesim_status read_file(reader *r, trace **out) {
     dataset_spec specs[DS_COUNT] = {
         [DS_REQUEST_ID] = {"/tokens/request_id", U32_SPEC, 1, "[N]", {0}},
         [DS_POSITION] = {"/tokens/position", U32_SPEC, 1, "[N]", {0}},
-        [DS_PHASE] = {"/tokens/phase", H5T_INTEGER, 1, false, "uint8", H5T_NATIVE_UINT8, 1,
-                      "[N]", {0}},
-        [DS_TOKEN_ID] = {"/tokens/token_id", H5T_INTEGER, 4, true, "int32", H5T_NATIVE_INT32, 1,
-                         "[N]", {0}},
-        [DS_EXPERT_IDS] = {"/routing/expert_ids", H5T_INTEGER, 2, false, "uint16",
-                           H5T_NATIVE_UINT16, 3, "[N][L][k]", {0, L, k}},
-        [DS_GATE_WEIGHTS] = {"/routing/gate_weights", H5T_FLOAT, 4, true, "float32",
-                             H5T_NATIVE_FLOAT, 3, "[N][L][k]", {0, L, k}},
-        [DS_IMPORTANCE] = {"/routing/importance", H5T_FLOAT, 4, true, "float32",
-                           H5T_NATIVE_FLOAT, 2, "[N][L]", {0, L}},
-        [DS_LOOK_IDS] = {"/lookahead/expert_ids", H5T_INTEGER, 2, false, "uint16",
-                         H5T_NATIVE_UINT16, 4, "[N][L][D][K']", {0, L, D, Kp}},
-        [DS_LOOK_SCORES] = {"/lookahead/scores", H5T_FLOAT, 4, true, "float32",
-                            H5T_NATIVE_FLOAT, 4, "[N][L][D][K']", {0, L, D, Kp}},
+        [DS_PHASE] =
+            {"/tokens/phase", H5T_INTEGER, 1, false, "uint8", H5T_NATIVE_UINT8, 1, "[N]", {0}},
+        [DS_TOKEN_ID] =
+            {"/tokens/token_id", H5T_INTEGER, 4, true, "int32", H5T_NATIVE_INT32, 1, "[N]", {0}},
+        [DS_EXPERT_IDS] = {"/routing/expert_ids",
+                           H5T_INTEGER,
+                           2,
+                           false,
+                           "uint16",
+                           H5T_NATIVE_UINT16,
+                           3,
+                           "[N][L][k]",
+                           {0, L, k}},
+        [DS_GATE_WEIGHTS] = {"/routing/gate_weights",
+                             H5T_FLOAT,
+                             4,
+                             true,
+                             "float32",
+                             H5T_NATIVE_FLOAT,
+                             3,
+                             "[N][L][k]",
+                             {0, L, k}},
+        [DS_IMPORTANCE] = {"/routing/importance",
+                           H5T_FLOAT,
+                           4,
+                           true,
+                           "float32",
+                           H5T_NATIVE_FLOAT,
+                           2,
+                           "[N][L]",
+                           {0, L}},
+        [DS_LOOK_IDS] = {"/lookahead/expert_ids",
+                         H5T_INTEGER,
+                         2,
+                         false,
+                         "uint16",
+                         H5T_NATIVE_UINT16,
+                         4,
+                         "[N][L][D][K']",
+                         {0, L, D, Kp}},
+        [DS_LOOK_SCORES] = {"/lookahead/scores",
+                            H5T_FLOAT,
+                            4,
+                            true,
+                            "float32",
+                            H5T_NATIVE_FLOAT,
+                            4,
+                            "[N][L][D][K']",
+                            {0, L, D, Kp}},
     };
     /* N comes from /tokens/request_id; every other dataset must agree */
     uint64_t n_tokens = 0;
@@ -935,8 +962,8 @@ static moesim_status read_file(reader *r, trace **out) {
                              n_tokens);
     }
     if (!st) {
-        void *bufs[DS_COUNT] = {t->request_id, t->position,    t->phase,
-                                t->token_id,   t->expert_ids,  t->gate_weights,
+        void *bufs[DS_COUNT] = {t->request_id, t->position,      t->phase,
+                                t->token_id,   t->expert_ids,    t->gate_weights,
                                 t->importance, t->lookahead_ids, t->lookahead_scores};
         for (int i = 0; i < DS_COUNT && !st; i++)
             if (have[i]) st = read_dataset(r, &specs[i], ds[i], bufs[i]);
@@ -965,15 +992,13 @@ moesim_status trace_read(const char *path, trace **out, moesim_error *err) {
     if (!S_ISREG(sb.st_mode))
         return moesim_fail(err, MOESIM_EINPUT, "%s: not a regular file", path);
     if (sb.st_size == 0)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: empty file (0 bytes), not an HDF5 trace",
-                           path);
-    reader r = {.path = path, .file = H5I_INVALID_HID, .file_bytes = (uint64_t)sb.st_size,
-                .err = err};
+        return moesim_fail(err, MOESIM_EINPUT, "%s: empty file (0 bytes), not an HDF5 trace", path);
+    reader r = {
+        .path = path, .file = H5I_INVALID_HID, .file_bytes = (uint64_t)sb.st_size, .err = err};
     htri_t is = H5Fis_hdf5(path);
     if (is == 0)
         return moesim_fail(err, MOESIM_EINPUT, "%s: not an HDF5 file (no HDF5 signature)", path);
-    if (is < 0)
-        return moesim_fail(err, MOESIM_EIO, "%s: cannot open (%s)", path, h5_reason(r.why));
+    if (is < 0) return moesim_fail(err, MOESIM_EIO, "%s: cannot open (%s)", path, h5_reason(r.why));
     r.file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (r.file < 0) {
         /* HDF5 says "truncated file: eof = 2000, sblock->base_addr = 0, stored_eof = 25206" */
@@ -991,8 +1016,7 @@ moesim_status trace_read(const char *path, trace **out, moesim_error *err) {
     if (H5Fclose(r.file) < 0 && !st) {
         trace_destroy(*out);
         *out = NULL;
-        st = moesim_fail(err, MOESIM_EINPUT, "%s: corrupt HDF5 file (%s)", path,
-                         h5_reason(r.why));
+        st = moesim_fail(err, MOESIM_EINPUT, "%s: corrupt HDF5 file (%s)", path, h5_reason(r.why));
     }
     H5Eclear2(H5E_DEFAULT);
     return st;
