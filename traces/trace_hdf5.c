@@ -79,9 +79,11 @@ static void h5_close(hid_t *id, herr_t (*close_fn)(hid_t)) {
  * filters differ from ours. */
 
 typedef struct chunk_job {
-    unsigned char *raw;    /* [chunk_bytes] the chunk in memory order (zero-padded tail) */
-    size_t raw_bytes;      /* bytes of real data in this chunk (the last one may be short) */
-    unsigned char *packed; /* [packed_cap] shuffled + deflated bytes */
+    const unsigned char *src; /* pack: the chunk's rows in the caller's array */
+    unsigned char *dst;       /* unpack: where the chunk's rows go in the caller's array */
+    unsigned char *raw;       /* [chunk_bytes] a short last chunk, zero-padded to full size */
+    size_t raw_bytes;         /* bytes of real data in this chunk (the last one may be short) */
+    unsigned char *packed;    /* [packed_cap] shuffled + deflated bytes */
     size_t packed_bytes;
     int zrc; /* zlib status of this job */
 } chunk_job;
@@ -124,12 +126,16 @@ static void *chunk_worker_run(void *arg) {
     const size_t n_elems = b->chunk_bytes / b->elem_size;
     for (size_t j = w->index; j < b->n_jobs; j += b->n_threads) {
         chunk_job *job = &b->jobs[j];
+        const bool full = job->raw_bytes == b->chunk_bytes;
         if (b->pack) {
-            if (job->raw_bytes < b->chunk_bytes)
+            const unsigned char *src = job->src;
+            if (!full) { /* HDF5 stores edge chunks whole: pad with zeros */
+                memcpy(job->raw, job->src, job->raw_bytes);
                 memset(job->raw + job->raw_bytes, 0, b->chunk_bytes - job->raw_bytes);
-            const unsigned char *src = job->raw;
+                src = job->raw;
+            }
             if (b->elem_size > 1 && n_elems > 1) {
-                shuffle_bytes(tmp, job->raw, n_elems, b->elem_size);
+                shuffle_bytes(tmp, src, n_elems, b->elem_size);
                 src = tmp;
             }
             uLongf out = (uLongf)b->packed_cap;
@@ -137,11 +143,13 @@ static void *chunk_worker_run(void *arg) {
             job->packed_bytes = out;
         } else {
             bool shuffled = b->elem_size > 1 && n_elems > 1;
+            unsigned char *target = full ? job->dst : job->raw;
             uLongf out = (uLongf)b->chunk_bytes;
             job->zrc =
-                uncompress(shuffled ? tmp : job->raw, &out, job->packed, (uLong)job->packed_bytes);
+                uncompress(shuffled ? tmp : target, &out, job->packed, (uLong)job->packed_bytes);
             if (job->zrc == Z_OK && out != b->chunk_bytes) job->zrc = Z_DATA_ERROR;
-            if (job->zrc == Z_OK && shuffled) unshuffle_bytes(job->raw, tmp, n_elems, b->elem_size);
+            if (job->zrc == Z_OK && shuffled) unshuffle_bytes(target, tmp, n_elems, b->elem_size);
+            if (job->zrc == Z_OK && !full) memcpy(job->dst, job->raw, job->raw_bytes);
         }
     }
     return NULL;
@@ -277,7 +285,7 @@ static moesim_status write_chunks(writer *w, const char *name, hid_t d, const vo
         for (size_t j = 0; j < b.n_jobs; j++) {
             uint64_t at = (first + j) * chunk_bytes;
             b.jobs[j].raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
-            memcpy(b.jobs[j].raw, (const unsigned char *)data + at, b.jobs[j].raw_bytes);
+            b.jobs[j].src = (const unsigned char *)data + at;
         }
         chunk_batch_run(&b);
         for (size_t j = 0; j < b.n_jobs && !st; j++) {
@@ -745,21 +753,18 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
                 break;
             }
             if (mask != 0) *fallback = true; /* a filter was skipped for this chunk */
+            uint64_t at = offset[0] * row_bytes;
             b.jobs[j].packed_bytes = stored;
+            b.jobs[j].dst = (unsigned char *)buf + at;
+            b.jobs[j].raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
         }
         if (st || *fallback) break;
         chunk_batch_run(&b);
-        for (size_t j = 0; j < b.n_jobs && !st; j++) {
-            uint64_t at = (first + j) * chunk_bytes;
-            if (b.jobs[j].zrc != Z_OK) {
+        for (size_t j = 0; j < b.n_jobs && !st; j++)
+            if (b.jobs[j].zrc != Z_OK)
                 st = chunk_read_fail(r, spec, (first + j) * chunk_rows,
                                      b.jobs[j].zrc == Z_MEM_ERROR ? "out of memory"
                                                                   : "deflate data do not inflate");
-                break;
-            }
-            size_t n = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
-            memcpy((unsigned char *)buf + at, b.jobs[j].raw, n);
-        }
     }
     H5Eclear2(H5E_DEFAULT);
     b.n_jobs = per_batch;
