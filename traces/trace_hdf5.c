@@ -476,15 +476,13 @@ static void describe_type(hid_t type, char *buf, size_t cap) {
         snprintf(buf, cap, "HDF5 type class %d", (int)c);
 }
 
-/* Opens root attribute `name`; < 0 with *present false when absent. */
+/* Opens root attribute `name`: < 0 with *present false when absent; < 0 with *present true
+ * when the root's attribute storage is unreadable (the error stack holds the reason). */
 static hid_t open_attr(reader *r, const char *name, bool *present) {
     htri_t ex = H5Aexists(r->file, name);
-    *present = ex > 0;
-    if (ex <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return H5I_INVALID_HID;
-    }
-    return H5Aopen(r->file, name, H5P_DEFAULT);
+    *present = ex != 0;
+    if (ex == 0) H5Eclear2(H5E_DEFAULT);
+    return ex > 0 ? H5Aopen(r->file, name, H5P_DEFAULT) : H5I_INVALID_HID;
 }
 
 /* True when an attribute holds exactly one value (scalar, or a 1-element array). */
@@ -504,13 +502,14 @@ static moesim_status read_attr_str(reader *r, const char *name, char *buf, size_
     hid_t a = open_attr(r, name, &present);
     if (present_out) *present_out = present;
     if (!present) return required ? read_fail(r, name, "required attribute missing") : MOESIM_OK;
-    hid_t ftype = a < 0 ? H5I_INVALID_HID : H5Aget_type(a);
+    if (a < 0) return read_fail(r, name, "cannot read (corrupt: %s)", h5_reason(r->why));
+    hid_t ftype = H5Aget_type(a);
     moesim_status st = MOESIM_OK;
     if (ftype < 0 || H5Tget_class(ftype) != H5T_STRING || !attr_is_single(a)) {
         char desc[48] = "unreadable";
         if (ftype >= 0) describe_type(ftype, desc, sizeof desc);
         st = read_fail(r, name, "expected a string attribute, got %s%s", desc,
-                       a >= 0 && !attr_is_single(a) ? " array" : "");
+                       !attr_is_single(a) ? " array" : "");
     } else if (H5Tis_variable_str(ftype) > 0) {
         hid_t mtype = H5Tcopy(H5T_C_S1);
         H5Tset_size(mtype, H5T_VARIABLE);
@@ -552,13 +551,14 @@ static moesim_status read_attr_uint(reader *r, const char *name, uint64_t max, b
     *out = 0;
     hid_t a = open_attr(r, name, &present);
     if (!present) return required ? read_fail(r, name, "required attribute missing") : MOESIM_OK;
-    hid_t ftype = a < 0 ? H5I_INVALID_HID : H5Aget_type(a);
+    if (a < 0) return read_fail(r, name, "cannot read (corrupt: %s)", h5_reason(r->why));
+    hid_t ftype = H5Aget_type(a);
     moesim_status st = MOESIM_OK;
     if (ftype < 0 || H5Tget_class(ftype) != H5T_INTEGER || !attr_is_single(a)) {
         char desc[48] = "unreadable";
         if (ftype >= 0) describe_type(ftype, desc, sizeof desc);
         st = read_fail(r, name, "expected one unsigned integer, got %s%s", desc,
-                       a >= 0 && !attr_is_single(a) ? " array" : "");
+                       !attr_is_single(a) ? " array" : "");
     } else if (H5Tget_sign(ftype) == H5T_SGN_NONE) {
         uint64_t v;
         if (H5Aread(a, H5T_NATIVE_UINT64, &v) < 0)
@@ -608,6 +608,21 @@ static void format_dims(char *buf, size_t cap, int rank, const hsize_t *dims) {
         at += (size_t)snprintf(buf + at, cap - at, "[%llu]", (unsigned long long)dims[i]);
 }
 
+/* 1 when every component of absolute path `name` exists, 0 when one is absent, -1 when the
+ * file cannot answer (corrupt metadata; the error stack holds the reason). */
+static int link_state(hid_t file, const char *name) {
+    char part[256];
+    for (const char *slash = strchr(name + 1, '/');; slash = strchr(slash + 1, '/')) {
+        size_t n = slash ? (size_t)(slash - name) : strlen(name);
+        if (n >= sizeof part) return -1;
+        memcpy(part, name, n);
+        part[n] = '\0';
+        htri_t ex = H5Lexists(file, part, H5P_DEFAULT);
+        if (ex <= 0) return ex < 0 ? -1 : 0;
+        if (!slash) return 1;
+    }
+}
+
 /* Opens a dataset and checks its type and shape against `spec`. A missing dataset returns
  * H5I_INVALID_HID with *present false (the caller decides whether it was required). With
  * `n_out`, dims[0] may be anything and is stored there (the dataset that defines N). */
@@ -615,11 +630,9 @@ static moesim_status open_dataset(reader *r, const dataset_spec *spec, bool *pre
                                   uint64_t *n_out) {
     *out = H5I_INVALID_HID;
     *present = false;
-    htri_t ex = H5Lexists(r->file, spec->name, H5P_DEFAULT);
-    if (ex <= 0) {
-        H5Eclear2(H5E_DEFAULT); /* a missing parent group answers with an error: same meaning */
-        return MOESIM_OK;
-    }
+    int ex = link_state(r->file, spec->name);
+    if (ex < 0) return read_fail(r, spec->name, "cannot open (corrupt: %s)", h5_reason(r->why));
+    if (ex == 0) return MOESIM_OK;
     H5O_info_t info;
     if (H5Oget_info_by_name(r->file, spec->name, &info, H5P_DEFAULT) < 0)
         return read_fail(r, spec->name, "cannot open (%s)", h5_reason(r->why));
@@ -939,9 +952,11 @@ static moesim_status read_file(reader *r, trace **out) {
         bool required = i != DS_TOKEN_ID && i != DS_IMPORTANCE;
         specs[i].dims[0] = n_tokens;
         if ((i == DS_LOOK_IDS || i == DS_LOOK_SCORES) && D == 0) {
-            if (H5Lexists(r->file, specs[i].name, H5P_DEFAULT) > 0)
+            int ex = link_state(r->file, specs[i].name);
+            if (ex < 0)
+                st = read_fail(r, specs[i].name, "cannot open (corrupt: %s)", h5_reason(r->why));
+            else if (ex > 0)
                 st = read_fail(r, specs[i].name, "present but lookahead_depth is 0");
-            H5Eclear2(H5E_DEFAULT);
             continue;
         }
         st = open_dataset(r, &specs[i], &have[i], &ds[i], i == DS_REQUEST_ID ? &n_tokens : NULL);
