@@ -530,3 +530,18 @@ Test(trace, commands_have_help_and_reject_bad_usage_with_exit_2) {
         if (cases[i].rc) cr_expect_str_empty(out, "case %zu", i);
     }
 }
+
+Test(trace, params_json_beyond_one_mebibyte_is_refused_before_writing) {
+    trace *t = make_trace(2, 8, 2, 0, 0, 5, false);
+    size_t n = (1u << 20) + 1;
+    t->params_json = malloc(n + 1);
+    memset(t->params_json, ' ', n);
+    t->params_json[n] = '\0';
+    const char *path = test_tmp_path("big-params.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "params_json: 1048577 characters, at most 1048576 can be stored"),
+              "%s", err.msg);
+    cr_assert_not(test_file_exists(path));
+    trace_destroy(t);
+}

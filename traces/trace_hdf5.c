@@ -37,6 +37,8 @@
  * 258 bytes from a 2-bit code, about 1032:1); a dataset claiming more is corrupt. */
 #define DEFLATE_MAX_RATIO 1100u
 #define DEFLATE_LEVEL     1
+/* Longest params_json attribute written and read (bytes, without the terminator). */
+#define TRACE_PARAMS_JSON_MAX (1u << 20)
 /* Threads that (de)compress chunks, and chunks each handles per batch. */
 #define CHUNK_MAX_THREADS     8
 #define CHUNK_JOBS_PER_THREAD 2
@@ -410,6 +412,10 @@ static moesim_status sync_path(const char *tmp, const char *path, moesim_error *
 moesim_status trace_write(const trace *t, const char *path, moesim_error *err) {
     moesim_status st = trace_check(t, path, err);
     if (st) return st;
+    if (t->params_json && strlen(t->params_json) > TRACE_PARAMS_JSON_MAX)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: params_json: %zu characters, at most %u can be stored", path,
+                           strlen(t->params_json), TRACE_PARAMS_JSON_MAX);
     h5_quiet();
     if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0 || H5Zfilter_avail(H5Z_FILTER_SHUFFLE) <= 0)
         return moesim_fail(err, MOESIM_EIO, "%s: this HDF5 library lacks deflate or shuffle", path);
@@ -852,7 +858,7 @@ static moesim_status read_meta(reader *r, trace_meta *m, char **params_json) {
     hid_t a = open_attr(r, "params_json", &present);
     h5_close(&a, H5Aclose);
     if (present) {
-        size_t cap = 1u << 20;
+        size_t cap = TRACE_PARAMS_JSON_MAX + 1;
         char *buf = malloc(cap);
         if (!buf) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
         st = read_attr_str(r, "params_json", buf, cap, false, NULL);
