@@ -91,8 +91,13 @@ uint64_t trace_bytes_per_token(const trace_meta *meta);
 const char *trace_gate_norm_name(gate_normalization g);
 const char *trace_phase_name(uint8_t phase);
 
-/* HDF5 I/O. Writing is crash-safe (temporary file, then rename). Reading checks the format
- * name, version, every dataset's type and shape, and every value (trace_check). */
+/* HDF5 I/O. Writing is crash-safe (temporary file, then rename), refuses a trace that fails
+ * trace_check, and gives byte-identical files for identical traces. Reading checks the format
+ * name, version, every dataset's type and shape, storage sizes against the file (before
+ * allocating), and every value (trace_check); on failure *out is NULL and err names the file
+ * and the attribute or dataset: MOESIM_EIO (cannot open), MOESIM_EINPUT (malformed),
+ * MOESIM_ENOMEM. Chunks are (de)compressed on up to 8 threads; HDF5 calls stay on the
+ * caller's thread. The caller owns *out (trace_destroy). */
 moesim_status trace_write(const trace *t, const char *path, moesim_error *err);
 moesim_status trace_read(const char *path, trace **out, moesim_error *err);
 
