@@ -281,6 +281,22 @@ static void c_giant_claim(const char *p) {
     hsize_t dims[1] = {1ull << 40};
     replace_dataset(p, "/tokens/request_id", H5T_STD_U32LE, 1, dims, NULL);
 }
+static void c_giant_consistent_claim(const char *p) {
+    /* every dataset agrees on 2^36 tokens, none holds data: refused by the storage check
+     * (without it the reader would ask for about 7 TB) */
+    write_base(p);
+    const hsize_t n = 1ull << 36, tok[1] = {n}, route[3] = {n, L, K}, per_layer[2] = {n, L},
+                  look[4] = {n, L, D, KP};
+    replace_dataset(p, "/tokens/request_id", H5T_STD_U32LE, 1, tok, NULL);
+    replace_dataset(p, "/tokens/position", H5T_STD_U32LE, 1, tok, NULL);
+    replace_dataset(p, "/tokens/phase", H5T_STD_U8LE, 1, tok, NULL);
+    replace_dataset(p, "/tokens/token_id", H5T_STD_I32LE, 1, tok, NULL);
+    replace_dataset(p, "/routing/expert_ids", H5T_STD_U16LE, 3, route, NULL);
+    replace_dataset(p, "/routing/gate_weights", H5T_IEEE_F32LE, 3, route, NULL);
+    replace_dataset(p, "/routing/importance", H5T_IEEE_F32LE, 2, per_layer, NULL);
+    replace_dataset(p, "/lookahead/expert_ids", H5T_STD_U16LE, 4, look, NULL);
+    replace_dataset(p, "/lookahead/scores", H5T_IEEE_F32LE, 4, look, NULL);
+}
 static void c_expert_out_of_range(const char *p) {
     write_base(p);
     poke_u16(p, "/routing/expert_ids", 12, 3, 1, 0, 130);
@@ -393,6 +409,9 @@ static const corpus_case corpus[] = {
      "written)"},
     {"giant-claim.h5", c_giant_claim,
      "/tokens/position: expected shape [N] = [1099511627776], got [30]"},
+    {"giant-consistent-claim.h5", c_giant_consistent_claim,
+     "/tokens/request_id: 0 bytes stored cannot hold its 274877906944 bytes of data (truncated "
+     "or not written)"},
     {"expert-out-of-range.h5", c_expert_out_of_range,
      "/routing/expert_ids[12][3][1]: expert id 130 >= 16 experts"},
     {"duplicate-expert.h5", c_duplicate_expert,
