@@ -5,9 +5,9 @@
  *     token order, each top-k selection in stored order, unrecorded rows skipped) into a flat
  *     uint16 array, and on the way counts activations, consecutive-token reuse and look-ahead
  *     accuracy (predictions made at this layer);
- *   - LRU: Mattson's stack algorithm. A move-to-front stack of at most E experts with a
- *     position index; the depth (1-based) at which an access is found is its stack distance, a
- *     histogram of distances gives the hits of every capacity c (distance <= c) in one pass;
+ *   - LRU: Mattson's stack algorithm. A move-to-front stack of at most E experts; the depth
+ *     (1-based) at which an access is found is its stack distance, and a histogram of
+ *     distances gives the hits of every capacity c (distance <= c) in one pass;
  *   - OPT: the priority-stack form of Mattson et al. (1970). The priority of an expert is the
  *     index of its next access (sooner = higher; never again = lowest), found by one backward
  *     pass. On an access at depth d the expert goes to the top and the old top is carried down
@@ -16,9 +16,9 @@
  *     cache of capacity c holds, so the depth histogram again gives every capacity at once;
  *   - active share by batch: one token-major pass per batch size over the decode tokens of
  *     each group of B requests, a stamped mark array [layers][experts] forming the unions.
- * No allocation per access: scratch arrays are sized once per call. Positions in the stacks are
- * uint16 (E <= MODEL_MAX_EXPERTS = 1024); access indices within one layer are uint32 (a layer
- * holds fewer than 2^32 - 1 accesses: asserted).
+ * No allocation per access: scratch arrays are sized once per call. The stacks hold access
+ * times, not expert ids (see the stack passes); access indices within one layer are uint32 (a
+ * layer holds fewer than 2^32 - 1 accesses: asserted).
  *
  * Units: counts are plain numbers of accesses, tokens or token pairs; rates are in [0, 1];
  * distances are stack depths (1 = the most recently used expert). */
@@ -34,11 +34,8 @@
 
 const uint32_t trace_stats_batch_sizes[STATS_N_BATCH] = {1, 2, 4, 8, 16, 32};
 
-#define NOT_IN_STACK UINT16_MAX
 #define NEVER UINT32_MAX     /* next use of an expert that is not accessed again */
 #define NO_TOKEN UINT64_MAX  /* no previous token of this request yet */
-
-_Static_assert(MODEL_MAX_EXPERTS < NOT_IN_STACK, "stack positions must fit in uint16_t");
 
 /* ---- stamped marks: set membership in O(1) without clearing between sets ---- */
 
@@ -64,29 +61,41 @@ static void marker_next(marker *m) {
     }
 }
 
-/* ---- the two stack passes ---- */
+/* ---- the two stack passes ----
+ *
+ * Both stacks hold access times (indices into the layer's sequence) instead of expert ids,
+ * which lets the search run over one flat uint32 array and needs no position index:
+ *   - LRU: level j holds the time of the last access of the j-th most recently used expert;
+ *     the accessed expert is found as the level holding last[e];
+ *   - OPT: level j holds the next-use time (priority) of the expert there. The expert accessed
+ *     at time i is exactly the one whose next use is i (it was set at its previous access), so
+ *     it is found as the level holding i; experts never used again hold NEVER, and which of
+ *     two such experts sits higher changes no hit, so identical NEVER values need no identity.
+ * Each array has one spare level past the live ones for a sentinel, so the searches need no
+ * bound check; a search that stops at the sentinel is a cold miss. */
 
-/* hist[d] += 1 for each access found at LRU stack depth d (1..E); cold misses go to hist[0]. */
-static void lru_stack_pass(const uint16_t *seq, size_t n, uint32_t n_experts, uint16_t *stack,
-                           uint16_t *pos, uint64_t *hist) {
-    memset(pos, 0xff, n_experts * sizeof *pos);
+/* hist[d] += 1 for each access found at LRU stack depth d (1..E); cold misses go to hist[0].
+ * `last` and `stack` are scratch: [n_experts] and [n_experts + 1]. */
+static void lru_stack_pass(const uint16_t *seq, size_t n, uint32_t n_experts, uint32_t *last,
+                           uint32_t *stack, uint64_t *hist) {
+    for (uint32_t e = 0; e < n_experts; e++) last[e] = NEVER;
     uint32_t size = 0;
     for (size_t i = 0; i < n; i++) {
         uint16_t e = seq[i];
-        uint32_t d = pos[e];
-        if (d == NOT_IN_STACK) {
-            d = size++;
+        uint32_t want = last[e];
+        stack[size] = want; /* sentinel */
+        uint32_t d = 0;
+        while (stack[d] != want) d++;
+        if (d == size) { /* not in the stack: first access */
+            MOESIM_ASSERT(want == NEVER);
+            size++;
             hist[0]++;
         } else {
             hist[d + 1]++;
         }
-        for (uint32_t j = d; j > 0; j--) { /* shift the more recent ones down a level */
-            uint16_t s = stack[j - 1];
-            stack[j] = s;
-            pos[s] = (uint16_t)j;
-        }
-        stack[0] = e;
-        pos[e] = 0;
+        memmove(stack + 1, stack, d * sizeof *stack);
+        stack[0] = (uint32_t)i;
+        last[e] = (uint32_t)i;
     }
     MOESIM_ASSERT(size <= n_experts);
 }
@@ -101,65 +110,56 @@ static void next_use_pass(const uint16_t *seq, size_t n, uint32_t n_experts, uin
     }
 }
 
-/* Same histogram under Belady's OPT (priority stack, priority = sooner next use). `prio` is
- * scratch [n_experts]. */
+/* The same histogram under Belady's OPT: priority stack, priority = sooner next use. On an
+ * access at level d the old top is carried down levels 1..d-1: each level keeps the sooner of
+ * (its item, the carried one) and the later goes on; the last carried item fills level d.
+ * `prio` is scratch [n_experts + 1]. */
 static void opt_stack_pass(const uint16_t *seq, const uint32_t *next_use, size_t n,
-                           uint32_t n_experts, uint16_t *stack, uint16_t *pos, uint32_t *prio,
-                           uint64_t *hist) {
-    memset(pos, 0xff, n_experts * sizeof *pos);
+                           uint32_t n_experts, uint32_t *prio, uint64_t *hist) {
+    (void)seq;
     uint32_t size = 0;
     for (size_t i = 0; i < n; i++) {
-        uint16_t e = seq[i];
-        uint32_t d = pos[e];
-        if (d == NOT_IN_STACK) {
-            d = size++;
+        const uint32_t now = (uint32_t)i;
+        prio[size] = now; /* sentinel */
+        uint32_t d = 0;
+        if (prio[0] != now) {
+            uint32_t carried = prio[0];
+            d = 1;
+            for (uint32_t x; (x = prio[d]) != now; d++) {
+                prio[d] = x < carried ? x : carried;
+                carried = x < carried ? carried : x;
+            }
+            prio[d] = carried;
+        }
+        if (d == size) { /* first access: the stack grew by one level */
+            size++;
             hist[0]++;
         } else {
             hist[d + 1]++;
         }
-        if (d > 0) {
-            uint16_t carried = stack[0];
-            uint32_t carried_prio = prio[carried];
-            for (uint32_t j = 1; j < d; j++) {
-                uint16_t y = stack[j];
-                uint32_t y_prio = prio[y];
-                if (carried_prio < y_prio) { /* carried is needed sooner: it stays here */
-                    stack[j] = carried;
-                    pos[carried] = (uint16_t)j;
-                    carried = y;
-                    carried_prio = y_prio;
-                }
-            }
-            stack[d] = carried;
-            pos[carried] = (uint16_t)d;
-        }
-        stack[0] = e;
-        pos[e] = 0;
-        prio[e] = next_use[i];
+        prio[0] = next_use[i];
     }
     MOESIM_ASSERT(size <= n_experts);
 }
 
 /* Scratch for the stack passes, sized once. */
 typedef struct stack_scratch {
-    uint16_t *stack, *pos; /* [n_experts] */
-    uint32_t *aux;         /* [n_experts] last access / priority */
-    uint32_t *next_use;    /* [capacity] */
+    uint32_t *stack;    /* [n_experts + 1] */
+    uint32_t *last;     /* [n_experts] */
+    uint32_t *next_use; /* [capacity] */
     size_t capacity;
 } stack_scratch;
 
 static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capacity) {
-    s->stack = moesim_xcalloc(n_experts ? n_experts : 1, sizeof *s->stack);
-    s->pos = moesim_xcalloc(n_experts ? n_experts : 1, sizeof *s->pos);
-    s->aux = moesim_xcalloc(n_experts ? n_experts : 1, sizeof *s->aux);
+    s->stack = moesim_xcalloc((size_t)n_experts + 1, sizeof *s->stack);
+    s->last = moesim_xcalloc(n_experts ? n_experts : 1, sizeof *s->last);
     s->next_use = moesim_xcalloc(capacity ? capacity : 1, sizeof *s->next_use);
     s->capacity = capacity;
 }
 
 static void stack_scratch_free(stack_scratch *s) {
     free(s->stack);
-    free(s->pos);
-    free(s->aux);
+    free(s->last);
     free(s->next_use);
 }
 
@@ -167,11 +167,10 @@ static void stack_scratch_free(stack_scratch *s) {
 static void depth_histograms(const uint16_t *seq, size_t n, uint32_t n_experts, stack_scratch *s,
                              uint64_t *lru_hist, uint64_t *opt_hist) {
     MOESIM_ASSERT(n < NEVER && n <= s->capacity);
-    if (lru_hist) lru_stack_pass(seq, n, n_experts, s->stack, s->pos, lru_hist);
+    if (lru_hist) lru_stack_pass(seq, n, n_experts, s->last, s->stack, lru_hist);
     if (opt_hist) {
-        next_use_pass(seq, n, n_experts, s->aux, s->next_use);
-        for (uint32_t e = 0; e < n_experts; e++) s->aux[e] = NEVER;
-        opt_stack_pass(seq, s->next_use, n, n_experts, s->stack, s->pos, s->aux, opt_hist);
+        next_use_pass(seq, n, n_experts, s->last, s->next_use);
+        opt_stack_pass(seq, s->next_use, n, n_experts, s->stack, opt_hist);
     }
 }
 
@@ -248,12 +247,139 @@ static void layer_skew(layer_stats *ls, uint32_t n_experts, uint64_t *sorted /* 
     ls->min_over_mean = (double)sorted[0] / mean;
 }
 
+/* ---- active share by batch ----
+ *
+ * Requests with decode tokens, in request id order (= order of first appearance), are cut into
+ * consecutive groups of B (a last partial group is dropped); iteration i of a group takes the
+ * i-th decode token of each of its B requests, for i below the fewest decode tokens in the
+ * group. Each (group, iteration, layer) where all B rows are recorded contributes
+ * |union of their top-k| / E.
+ *
+ * Per layer, the routing of every decode token becomes an expert bitmap, stored request by
+ * request (CSR order). A group of B is two adjacent groups of B/2, so each batch size is
+ * built from the previous one in place: OR the bitmaps of iteration i of the two halves (and
+ * AND their recorded flags) for i below the shorter half. Work per layer and batch size is
+ * (decode tokens / B) * E / 64 words. */
+
+typedef struct batch_plan {
+    uint32_t n_slots;      /* requests with decode tokens */
+    uint64_t n_decode;     /* decode tokens */
+    uint64_t *start;       /* [n_slots + 1] CSR offsets of each slot's decode tokens */
+    uint64_t *slot_index;  /* [n_tokens] CSR index of a decode token, NO_TOKEN for prefill */
+    uint32_t words;        /* 64-bit words per expert bitmap */
+    uint64_t *bits;        /* [n_decode][words] the current layer's routing of each token */
+    uint8_t *valid;        /* [n_decode] row recorded (after merging: all rows recorded) */
+    uint64_t *group_start; /* [n_slots] CSR index of each group's first iteration */
+    uint64_t *group_len;   /* [n_slots] iterations of each group */
+    uint64_t sum_union[STATS_N_BATCH], n_union[STATS_N_BATCH]; /* all layers */
+} batch_plan;
+
+static void batch_plan_init(batch_plan *p, const trace *t) {
+    const uint32_t R = t->n_requests;
+    memset(p, 0, sizeof *p);
+    uint64_t *n_dec = moesim_xcalloc(R ? R : 1, sizeof *n_dec);
+    for (uint64_t tok = 0; tok < t->n_tokens; tok++)
+        if (t->phase[tok] == TRACE_DECODE) n_dec[t->request_id[tok]]++;
+    uint32_t *slot_of = moesim_xcalloc(R ? R : 1, sizeof *slot_of);
+    for (uint32_t r = 0; r < R; r++)
+        if (n_dec[r]) slot_of[r] = p->n_slots++;
+    p->start = moesim_xcalloc((size_t)p->n_slots + 1, sizeof *p->start);
+    for (uint32_t r = 0; r < R; r++)
+        if (n_dec[r]) p->start[slot_of[r] + 1] = p->start[slot_of[r]] + n_dec[r];
+    p->n_decode = p->start[p->n_slots];
+    uint64_t *fill = moesim_xcalloc(p->n_slots ? p->n_slots : 1, sizeof *fill);
+    p->slot_index = moesim_xcalloc(t->n_tokens ? t->n_tokens : 1, sizeof *p->slot_index);
+    for (uint64_t tok = 0; tok < t->n_tokens; tok++) {
+        p->slot_index[tok] = NO_TOKEN;
+        if (t->phase[tok] != TRACE_DECODE) continue;
+        uint32_t slot = slot_of[t->request_id[tok]];
+        p->slot_index[tok] = p->start[slot] + fill[slot]++;
+    }
+    p->words = (t->meta.n_experts + 63) / 64;
+    p->bits = moesim_xcalloc(p->n_decode ? p->n_decode * p->words : 1, sizeof *p->bits);
+    p->valid = moesim_xcalloc(p->n_decode ? p->n_decode : 1, sizeof *p->valid);
+    p->group_start = moesim_xcalloc(p->n_slots ? p->n_slots : 1, sizeof *p->group_start);
+    p->group_len = moesim_xcalloc(p->n_slots ? p->n_slots : 1, sizeof *p->group_len);
+    free(fill);
+    free(slot_of);
+    free(n_dec);
+}
+
+static void batch_plan_free(batch_plan *p) {
+    free(p->start);
+    free(p->slot_index);
+    free(p->bits);
+    free(p->valid);
+    free(p->group_start);
+    free(p->group_len);
+}
+
+/* Records the routing row of a token of the current layer (NULL: unrecorded). */
+static inline void batch_plan_set_row(batch_plan *p, uint64_t tok, const uint16_t *ids,
+                                      uint32_t k) {
+    uint64_t idx = p->slot_index[tok];
+    if (idx == NO_TOKEN) return;
+    uint64_t *b = p->bits + idx * p->words;
+    memset(b, 0, p->words * sizeof *b);
+    p->valid[idx] = ids != NULL;
+    if (ids)
+        for (uint32_t j = 0; j < k; j++) b[ids[j] >> 6] |= (uint64_t)1 << (ids[j] & 63);
+}
+
+/* Every batch size for the current layer, once its rows are set; consumes the bitmaps. */
+static void batch_plan_layer(batch_plan *p, uint32_t n_experts, layer_stats *ls) {
+    const uint32_t W = p->words;
+    uint32_t n_groups = p->n_slots;
+    for (uint32_t g = 0; g < n_groups; g++) {
+        p->group_start[g] = p->start[g];
+        p->group_len[g] = p->start[g + 1] - p->start[g];
+    }
+    for (uint32_t b = 0; b < STATS_N_BATCH; b++) {
+        if (b > 0) { /* groups of B from pairs of groups of B/2 */
+            MOESIM_ASSERT(trace_stats_batch_sizes[b] == 2 * trace_stats_batch_sizes[b - 1]);
+            uint32_t merged = n_groups / 2;
+            for (uint32_t g = 0; g < merged; g++) {
+                uint64_t a = p->group_start[2 * g], c = p->group_start[2 * g + 1];
+                uint64_t len = p->group_len[2 * g] < p->group_len[2 * g + 1]
+                                   ? p->group_len[2 * g]
+                                   : p->group_len[2 * g + 1];
+                for (uint64_t i = 0; i < len; i++) {
+                    uint64_t *dst = p->bits + (a + i) * W;
+                    const uint64_t *src = p->bits + (c + i) * W;
+                    for (uint32_t x = 0; x < W; x++) dst[x] |= src[x];
+                    p->valid[a + i] &= p->valid[c + i];
+                }
+                p->group_start[g] = a;
+                p->group_len[g] = len;
+            }
+            n_groups = merged;
+        }
+        if (n_groups == 0) { /* fewer than B requests with decode tokens */
+            ls->active_share[b] = NAN;
+            continue;
+        }
+        uint64_t sum = 0, cnt = 0;
+        for (uint32_t g = 0; g < n_groups; g++)
+            for (uint64_t i = 0; i < p->group_len[g]; i++) {
+                uint64_t idx = p->group_start[g] + i;
+                if (!p->valid[idx]) continue;
+                const uint64_t *bits = p->bits + idx * W;
+                for (uint32_t x = 0; x < W; x++) sum += (uint64_t)__builtin_popcountll(bits[x]);
+                cnt++;
+            }
+        ls->active_share[b] = ratio(sum, cnt * n_experts);
+        p->sum_union[b] += sum;
+        p->n_union[b] += cnt;
+    }
+}
+
 /* ---- one layer: gather, reuse, look-ahead, stack passes ---- */
 
 typedef struct work {
     const trace *t;
     uint16_t *seq;       /* [n_tokens * top_k] the current layer's accesses */
     uint64_t *prev_tok;  /* [n_requests] last token of each request seen so far */
+    uint16_t *prev_top1; /* [n_requests] top-1 expert of that token (when recorded) */
     marker set;          /* [n_experts] */
     stack_scratch stacks;
     uint64_t *lru_hist, *opt_hist; /* [n_experts + 1] */
@@ -262,6 +388,7 @@ typedef struct work {
     uint64_t *sum_la_pairs, *sum_la_top1, *sum_la_found, *sum_la_wanted; /* [D] all layers */
     uint64_t reuse_pairs, reuse_top1, reuse_any; /* all layers */
     uint64_t reuse_dist_sum, reuse_dist_n;       /* all layers */
+    batch_plan batch;
 } work;
 
 static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
@@ -286,7 +413,14 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
         MOESIM_ASSERT(req < t->n_requests);
         uint64_t prev = w->prev_tok[req];
         w->prev_tok[req] = tok;
-        if (!row_recorded(ids)) continue;
+        if (!row_recorded(ids)) {
+            batch_plan_set_row(&w->batch, tok, NULL, k);
+            continue;
+        }
+        batch_plan_set_row(&w->batch, tok, ids, k);
+        const uint16_t top1 = row_top1(ids, trace_gates(t, tok, l), k);
+        const uint16_t prev_top1 = w->prev_top1[req];
+        w->prev_top1[req] = top1;
         for (uint32_t j = 0; j < k; j++) {
             uint16_t e = ids[j];
             MOESIM_ASSERT(e < E);
@@ -297,8 +431,7 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
             const uint16_t *pids = trace_experts(t, prev, l);
             if (row_recorded(pids)) {
                 pairs++;
-                same_top1 += row_top1(ids, trace_gates(t, tok, l), k) ==
-                             row_top1(pids, trace_gates(t, prev, l), k);
+                same_top1 += top1 == prev_top1;
                 marker_next(&w->set);
                 for (uint32_t j = 0; j < k; j++) w->set.mark[pids[j]] = w->set.stamp;
                 bool shared = false;
@@ -322,6 +455,7 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
         }
     }
 
+    batch_plan_layer(&w->batch, E, ls);
     ls->accesses = n;
     ls->reuse_pairs = pairs;
     ls->reuse_top1 = ratio(same_top1, pairs);
@@ -370,108 +504,6 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
     }
 }
 
-/* ---- active share by batch ---- */
-
-/* Fills s->active_share and each layer's active_share. Requests with decode tokens, in request
- * id order (= order of first appearance), are cut into consecutive groups of B (a last partial
- * group is dropped); iteration i of a group takes the i-th decode token of each of its B
- * requests, for i below the fewest decode tokens in the group. Each (group, iteration, layer)
- * where all B rows are recorded contributes |union of their top-k| / E. */
-static void active_share_compute(const trace *t, trace_stats *s) {
-    const uint32_t E = t->meta.n_experts, k = t->meta.top_k, L = t->meta.n_layers;
-    const uint32_t R = t->n_requests;
-    uint64_t *n_dec = moesim_xcalloc(R ? R : 1, sizeof *n_dec);
-    for (uint64_t tok = 0; tok < t->n_tokens; tok++)
-        if (t->phase[tok] == TRACE_DECODE) n_dec[t->request_id[tok]]++;
-    /* decode tokens of each request with any, in trace order: CSR over the decode requests */
-    uint32_t *dec_req = moesim_xcalloc(R ? R : 1, sizeof *dec_req); /* request of slot */
-    uint32_t *slot_of = moesim_xcalloc(R ? R : 1, sizeof *slot_of);
-    uint32_t n_slots = 0;
-    for (uint32_t r = 0; r < R; r++)
-        if (n_dec[r]) {
-            slot_of[r] = n_slots;
-            dec_req[n_slots++] = r;
-        }
-    uint64_t *start = moesim_xcalloc((size_t)n_slots + 1, sizeof *start);
-    for (uint32_t i = 0; i < n_slots; i++) start[i + 1] = start[i] + n_dec[dec_req[i]];
-    uint64_t *fill = moesim_xcalloc(n_slots ? n_slots : 1, sizeof *fill);
-    uint64_t *dec_tok = moesim_xcalloc(start[n_slots] ? start[n_slots] : 1, sizeof *dec_tok);
-    for (uint64_t tok = 0; tok < t->n_tokens; tok++)
-        if (t->phase[tok] == TRACE_DECODE) {
-            uint32_t slot = slot_of[t->request_id[tok]];
-            dec_tok[start[slot] + fill[slot]++] = tok;
-        }
-    s->decode_requests = n_slots;
-
-    marker set; /* [L][E] */
-    marker_init(&set, (size_t)L * E);
-    uint32_t *union_size = moesim_xcalloc(L, sizeof *union_size);
-    uint32_t *recorded = moesim_xcalloc(L, sizeof *recorded);
-    uint64_t *sum_union = moesim_xcalloc(L, sizeof *sum_union);
-    uint64_t *n_union = moesim_xcalloc(L, sizeof *n_union);
-    for (uint32_t b = 0; b < STATS_N_BATCH; b++) {
-        const uint32_t B = trace_stats_batch_sizes[b];
-        if (n_slots < B) { /* absent */
-            s->active_share[b] = NAN;
-            for (uint32_t l = 0; l < L; l++) s->per_layer[l].active_share[b] = NAN;
-            continue;
-        }
-        memset(sum_union, 0, L * sizeof *sum_union);
-        memset(n_union, 0, L * sizeof *n_union);
-        for (uint32_t g0 = 0; g0 + B <= n_slots; g0 += B) {
-            uint64_t iters = UINT64_MAX;
-            for (uint32_t i = g0; i < g0 + B; i++) {
-                uint64_t len = start[i + 1] - start[i];
-                if (len < iters) iters = len;
-            }
-            for (uint64_t it = 0; it < iters; it++) {
-                marker_next(&set);
-                memset(union_size, 0, L * sizeof *union_size);
-                memset(recorded, 0, L * sizeof *recorded);
-                for (uint32_t i = g0; i < g0 + B; i++) {
-                    uint64_t tok = dec_tok[start[i] + it];
-                    const uint16_t *row = trace_experts(t, tok, 0);
-                    for (uint32_t l = 0; l < L; l++, row += k) {
-                        if (!row_recorded(row)) continue;
-                        recorded[l]++;
-                        uint32_t *mark = set.mark + (size_t)l * E;
-                        for (uint32_t j = 0; j < k; j++) {
-                            MOESIM_ASSERT(row[j] < E);
-                            if (mark[row[j]] != set.stamp) {
-                                mark[row[j]] = set.stamp;
-                                union_size[l]++;
-                            }
-                        }
-                    }
-                }
-                for (uint32_t l = 0; l < L; l++)
-                    if (recorded[l] == B) {
-                        sum_union[l] += union_size[l];
-                        n_union[l]++;
-                    }
-            }
-        }
-        uint64_t all_sum = 0, all_n = 0;
-        for (uint32_t l = 0; l < L; l++) {
-            s->per_layer[l].active_share[b] = ratio(sum_union[l], n_union[l] * E);
-            all_sum += sum_union[l];
-            all_n += n_union[l];
-        }
-        s->active_share[b] = ratio(all_sum, all_n * E);
-    }
-    free(n_union);
-    free(sum_union);
-    free(recorded);
-    free(union_size);
-    marker_free(&set);
-    free(dec_tok);
-    free(fill);
-    free(start);
-    free(slot_of);
-    free(dec_req);
-    free(n_dec);
-}
-
 /* ---- the whole trace ---- */
 
 trace_stats *trace_stats_compute(const trace *t) {
@@ -500,6 +532,7 @@ trace_stats *trace_stats_compute(const trace *t) {
     work w = {.t = t};
     w.seq = moesim_xcalloc(max_seq ? max_seq : 1, sizeof *w.seq);
     w.prev_tok = moesim_xcalloc(t->n_requests ? t->n_requests : 1, sizeof *w.prev_tok);
+    w.prev_top1 = moesim_xcalloc(t->n_requests ? t->n_requests : 1, sizeof *w.prev_top1);
     marker_init(&w.set, E);
     stack_scratch_init(&w.stacks, E, max_seq);
     w.lru_hist = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
@@ -511,6 +544,7 @@ trace_stats *trace_stats_compute(const trace *t) {
     w.sum_la_pairs = la + 4 * D, w.sum_la_top1 = la + 5 * D;
     w.sum_la_found = la + 6 * D, w.sum_la_wanted = la + 7 * D;
     uint64_t *sorted = moesim_xcalloc(E, sizeof *sorted);
+    batch_plan_init(&w.batch, t);
 
     double skew_sum[4] = {0};
     uint32_t skew_layers = 0;
@@ -550,7 +584,12 @@ trace_stats *trace_stats_compute(const trace *t) {
             s->lookahead_recall[d] = ratio(w.sum_la_found[d], w.sum_la_wanted[d]);
         }
     }
-    active_share_compute(t, s);
+    s->decode_requests = w.batch.n_slots;
+    for (uint32_t b = 0; b < STATS_N_BATCH; b++)
+        s->active_share[b] = w.batch.n_slots < trace_stats_batch_sizes[b]
+                                 ? NAN
+                                 : ratio(w.batch.sum_union[b], w.batch.n_union[b] * E);
+    batch_plan_free(&w.batch);
 
     free(sorted);
     free(la);
@@ -560,6 +599,7 @@ trace_stats *trace_stats_compute(const trace *t) {
     free(w.lru_hist);
     stack_scratch_free(&w.stacks);
     marker_free(&w.set);
+    free(w.prev_top1);
     free(w.prev_tok);
     free(w.seq);
     return s;
