@@ -84,17 +84,21 @@ static void lru_stack_pass(const uint16_t *seq, size_t n, uint32_t n_experts, ui
         uint16_t e = seq[i];
         uint32_t want = last[e];
         stack[size] = want; /* sentinel */
-        uint32_t d = 0;
-        while (stack[d] != want) d++;
-        if (d == size) { /* not in the stack: first access */
+        uint32_t d = 0, carried = (uint32_t)i;
+        for (;;) { /* push the access on top, shifting levels down until its old level */
+            uint32_t x = stack[d];
+            stack[d] = carried;
+            if (x == want) break;
+            carried = x;
+            d++;
+        }
+        if (d == size) { /* not in the stack: first access (the stack grew a level) */
             MOESIM_ASSERT(want == NEVER);
             size++;
             hist[0]++;
         } else {
             hist[d + 1]++;
         }
-        memmove(stack + 1, stack, d * sizeof *stack);
-        stack[0] = (uint32_t)i;
         last[e] = (uint32_t)i;
     }
     MOESIM_ASSERT(size <= n_experts);
