@@ -457,6 +457,7 @@ Test(trace_stats, unrecorded_rows_make_no_access_and_break_reuse_pairs) {
     trace_stats *s = trace_stats_compute(t);
     const layer_stats *ls = &s->per_layer[0];
     cr_assert_eq(ls->accesses, 6);
+    cr_assert_eq(ls->tokens, 3);
     cr_assert_eq(ls->expert_count[1], 3);
     cr_assert_eq(ls->expert_count[0], 0);
     cr_assert_eq(ls->reuse_pairs, 1); /* (t0,t1) only: t2 is unrecorded */

@@ -461,6 +461,7 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
 
     batch_plan_layer(&w->batch, E, ls);
     ls->accesses = n;
+    ls->tokens = n / k;
     ls->reuse_pairs = pairs;
     ls->reuse_top1 = ratio(same_top1, pairs);
     ls->reuse_any = ratio(any_shared, pairs);
@@ -684,6 +685,7 @@ json_t *trace_stats_to_json(const trace_stats *s) {
         const layer_stats *ls = &s->per_layer[l];
         json_t *o = json_object();
         json_object_set_new(o, "layer", json_integer(l));
+        json_object_set_new(o, "tokens", json_integer((json_int_t)ls->tokens));
         json_object_set_new(o, "accesses", json_integer((json_int_t)ls->accesses));
         json_object_set_new(o, "cold_misses", json_integer((json_int_t)ls->cold_misses));
         json_t *counts = json_array();

@@ -22,7 +22,8 @@
 extern const uint32_t trace_stats_batch_sizes[STATS_N_BATCH]; /* 1, 2, 4, 8, 16, 32 */
 
 typedef struct layer_stats {
-    uint64_t accesses;          /* tokens x top_k (unrecorded rows excluded) */
+    uint64_t tokens;            /* tokens with this layer recorded */
+    uint64_t accesses;          /* tokens x top_k */
     uint64_t cold_misses;       /* first accesses of each expert: misses at every capacity */
     uint64_t reuse_pairs;       /* consecutive same-request token pairs, both rows recorded */
     uint64_t *expert_count;     /* [n_experts] activations of each expert */
