@@ -36,6 +36,7 @@ const uint32_t trace_stats_batch_sizes[STATS_N_BATCH] = {1, 2, 4, 8, 16, 32};
 
 #define NEVER UINT32_MAX     /* next use of an expert that is not accessed again */
 #define NO_TOKEN UINT64_MAX  /* no previous token of this request yet */
+#define PREFETCH_TOKENS 16   /* how far ahead the per-layer token loop prefetches rows */
 
 /* ---- stamped marks: set membership in O(1) without clearing between sets ---- */
 
@@ -413,6 +414,10 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
     size_t n = 0;
     for (uint64_t tok = 0; tok < t->n_tokens; tok++) {
         const uint16_t *ids = trace_experts(t, tok, l);
+        if (tok + PREFETCH_TOKENS < t->n_tokens) { /* rows are L * k apart: help the hardware */
+            __builtin_prefetch(trace_experts(t, tok + PREFETCH_TOKENS, l));
+            __builtin_prefetch(trace_gates(t, tok + PREFETCH_TOKENS, l));
+        }
         uint32_t req = t->request_id[tok];
         MOESIM_ASSERT(req < t->n_requests);
         uint64_t prev = w->prev_tok[req];
