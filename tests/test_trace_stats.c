@@ -598,3 +598,18 @@ Test(trace_stats, json_has_the_issue_keys_and_is_the_same_bytes_every_time) {
     free(dumps[1]);
     free_trace(t);
 }
+
+Test(trace_stats, an_empty_trace_gives_absent_figures) {
+    trace *t = make_trace(2, 8, 2, 0, 0, 0);
+    trace_stats *s = trace_stats_compute(t);
+    cr_assert_eq(s->accesses, 0);
+    cr_assert(isnan(s->gini));
+    cr_assert(isnan(s->lru_hit_rate[1]));
+    cr_assert(isnan(s->reuse_any));
+    for (uint32_t b = 0; b < STATS_N_BATCH; b++) cr_assert(isnan(s->active_share[b]));
+    json_t *j = trace_stats_to_json(s);
+    cr_assert(json_is_null(json_object_get(json_object_get(j, "lru_hit_rate"), "8")));
+    json_decref(j);
+    trace_stats_destroy(s);
+    free_trace(t);
+}
