@@ -1,7 +1,7 @@
 /* Throughput of trace_stats_compute on large synthetic traces (>= 10^7 token-layer records):
- * prints expert accesses per second on one core for two geometries, Mixtral-8x7B
- * (32 layers, 8 experts, top-2) and Qwen3-30B-A3B (48 layers, 128 experts, top-8). Target:
- * >= 20 M accesses/s.
+ * prints expert accesses per second on one core for three geometries: Mixtral-8x7B
+ * (32 layers, 8 experts, top-2), Qwen3-30B-A3B (48 layers, 128 experts, top-8) and
+ * Qwen3-Next-80B-A3B (48 layers, 512 experts, top-10). Target: >= 20 M accesses/s.
  *
  * The synthetic routing is skewed (popularity ~ 1/rank^1.1, ranks shuffled per layer) with
  * consecutive-token reuse (each slot repeats the previous token's expert with probability 0.3)
@@ -125,6 +125,7 @@ int main(int argc, char **argv) {
     static const geometry geometries[] = {
         {"mixtral-8x7b", 32, 8, 2},
         {"qwen3-30b-a3b", 48, 128, 8},
+        {"qwen3-next-80b", 48, 512, 10},
     };
     printf("trace stats: one core, >= %" PRIu64 " token-layer records per trace\n", records);
     for (size_t g = 0; g < sizeof geometries / sizeof geometries[0]; g++) {
