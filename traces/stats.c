@@ -14,8 +14,8 @@
  *     levels 1..d-1: at each level the item with the sooner next use stays and the other goes
  *     on; the last carried item fills level d. The top c levels are then exactly what Belady's
  *     cache of capacity c holds, so the depth histogram again gives every capacity at once;
- *   - active share by batch: one token-major pass per batch size over the decode tokens of
- *     each group of B requests, a stamped mark array [layers][experts] forming the unions.
+ *   - active share by batch: the layer pass also turns each decode token's row into an expert
+ *     bitmap; groups of B requests are unions of two adjacent groups of B/2, built in place.
  * No allocation per access: scratch arrays are sized once per call. The stacks hold access
  * times, not expert ids (see the stack passes); access indices within one layer are uint32 (a
  * layer holds fewer than 2^32 - 1 accesses: asserted).
