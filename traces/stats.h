@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/arena.h"
 #include "common/status.h"
 #include "traces/trace.h"
 
@@ -21,7 +22,10 @@
 extern const uint32_t trace_stats_batch_sizes[STATS_N_BATCH]; /* 1, 2, 4, 8, 16, 32 */
 
 typedef struct layer_stats {
+    uint64_t tokens;            /* tokens with this layer recorded */
     uint64_t accesses;          /* tokens x top_k */
+    uint64_t cold_misses;       /* first accesses of each expert: misses at every capacity */
+    uint64_t reuse_pairs;       /* consecutive same-request token pairs, both rows recorded */
     uint64_t *expert_count;     /* [n_experts] activations of each expert */
     double gini;                /* Gini coefficient of expert_count */
     double top10_share;         /* share of activations on the busiest 10% of experts */
@@ -39,22 +43,38 @@ typedef struct layer_stats {
 
 typedef struct trace_stats {
     uint64_t tokens, prefill_tokens, decode_tokens;
-    uint32_t requests, layers, experts, top_k, lookahead_depth;
-    /* over all layers (activations pooled, or layer means where a rate is per layer) */
-    double gini, top10_share, max_over_mean, reuse_top1, reuse_any, mean_reuse_distance;
+    uint64_t accesses; /* over all layers */
+    uint32_t requests, layers, experts, top_k, lookahead_depth, lookahead_k;
+    uint32_t decode_requests; /* requests with at least one decode token */
+    /* over all layers: skew = mean over layers that have accesses; reuse, reuse distance,
+     * look-ahead, active share and hit rates pool the counts of every layer (traces/STATS.md) */
+    double gini, top10_share, max_over_mean, min_over_mean;
+    double reuse_top1, reuse_any, mean_reuse_distance;
     double active_share[STATS_N_BATCH];
     double *lookahead_top1;   /* [D] */
     double *lookahead_recall; /* [D] */
     double *lru_hit_rate;     /* [n_experts + 1] hits / accesses over all layers */
     double *opt_hit_rate;     /* [n_experts + 1] */
     layer_stats *per_layer;   /* [layers] */
+    arena mem;                /* owns every array above */
 } trace_stats;
 
-/* Computes everything in one call. Caller owns the result; trace_stats_destroy. */
+/* Computes everything in one call. `t` must satisfy trace_check (every reader and trace_finish
+ * ensure it); a violated invariant is a bug and asserts. Caller owns the result;
+ * trace_stats_destroy. */
 trace_stats *trace_stats_compute(const trace *t);
 void trace_stats_destroy(trace_stats *s); /* accepts NULL */
 
-/* The JSON of `moesim trace stats --json` (keys documented in traces/FORMAT.md). New reference. */
+/* Hit counts of one cache fed the access sequence `seq` (expert ids < n_experts), for every
+ * capacity at once: lru_hits[c] and opt_hits[c] for c = 0..n_experts (index 0 is 0). Either
+ * output may be NULL (that pass is skipped). Used by trace_stats_compute for each layer and by
+ * callers that build their own sequences (calibration, tests). O(n * stack depth), allocates
+ * O(n + n_experts) scratch once. */
+void trace_stats_hit_counts(const uint16_t *seq, size_t n, uint32_t n_experts, uint64_t *lru_hits,
+                            uint64_t *opt_hits);
+
+/* The JSON of `moesim trace stats --json` (keys documented in traces/STATS.md). New reference.
+ * Absent values (NaN) are written as null. */
 json_t *trace_stats_to_json(const trace_stats *s);
 
 #endif

@@ -1,0 +1,719 @@
+/* Statistics of a router trace; traces/STATS.md defines every figure and JSON key.
+ *
+ * How the work is laid out (performance matters: the bench target is >= 20 M accesses/s):
+ *   - one pass over the tokens per layer gathers that layer's access sequence (expert ids in
+ *     token order, each top-k selection in stored order, unrecorded rows skipped) into a flat
+ *     uint16 array, and on the way counts activations, consecutive-token reuse and look-ahead
+ *     accuracy (predictions made at this layer);
+ *   - LRU: Mattson's stack algorithm. A move-to-front stack of at most E experts; the depth
+ *     (1-based) at which an access is found is its stack distance, and a histogram of
+ *     distances gives the hits of every capacity c (distance <= c) in one pass;
+ *   - OPT: the priority-stack form of Mattson et al. (1970). The priority of an expert is the
+ *     index of its next access (sooner = higher; never again = lowest), found by one backward
+ *     pass. On an access at depth d the expert goes to the top and the old top is carried down
+ *     levels 1..d-1: at each level the item with the sooner next use stays and the other goes
+ *     on; the last carried item fills level d. The top c levels are then exactly what Belady's
+ *     cache of capacity c holds, so the depth histogram again gives every capacity at once;
+ *   - active share by batch: the layer pass also turns each decode token's row into an expert
+ *     bitmap; groups of B requests are unions of two adjacent groups of B/2, built in place.
+ * No allocation per access: scratch arrays are sized once per call. The stacks hold access
+ * times, not expert ids (see the stack passes); access indices within one layer are uint32 (a
+ * layer holds fewer than 2^32 - 1 accesses: asserted).
+ *
+ * Units: counts are plain numbers of accesses, tokens or token pairs; rates are in [0, 1];
+ * distances are stack depths (1 = the most recently used expert). */
+#include "traces/stats.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+
+const uint32_t trace_stats_batch_sizes[STATS_N_BATCH] = {1, 2, 4, 8, 16, 32};
+
+#define NEVER UINT32_MAX     /* next use of an expert that is not accessed again */
+#define NO_TOKEN UINT64_MAX  /* no previous token of this request yet */
+#define PREFETCH_TOKENS 16   /* how far ahead the per-layer token loop prefetches rows */
+
+/* ---- stamped marks: set membership in O(1) without clearing between sets ---- */
+
+typedef struct marker {
+    uint32_t *mark; /* [n] the stamp of the set an element was last put in */
+    size_t n;
+    uint32_t stamp; /* current set; 0 is never a live stamp */
+} marker;
+
+static void marker_init(marker *m, size_t n) {
+    m->mark = moesim_xcalloc(n ? n : 1, sizeof *m->mark);
+    m->n = n;
+    m->stamp = 0;
+}
+
+static void marker_free(marker *m) { free(m->mark); }
+
+/* Starts a new, empty set. */
+static void marker_next(marker *m) {
+    if (++m->stamp == 0) { /* wrapped: old stamps could collide, clear them */
+        memset(m->mark, 0, m->n * sizeof *m->mark);
+        m->stamp = 1;
+    }
+}
+
+/* ---- the two stack passes ----
+ *
+ * Both stacks hold access times (indices into the layer's sequence) instead of expert ids,
+ * which lets the search run over one flat uint32 array and needs no position index:
+ *   - LRU: level j holds the time of the last access of the j-th most recently used expert;
+ *     the accessed expert is found as the level holding last[e];
+ *   - OPT: level j holds the next-use time (priority) of the expert there. The expert accessed
+ *     at time i is exactly the one whose next use is i (it was set at its previous access), so
+ *     it is found as the level holding i; experts never used again hold NEVER, and which of
+ *     two such experts sits higher changes no hit, so identical NEVER values need no identity.
+ * Each array has one spare level past the live ones for a sentinel, so the searches need no
+ * bound check; a search that stops at the sentinel is a cold miss. */
+
+/* hist[d] += 1 for each access found at LRU stack depth d (1..E); cold misses go to hist[0].
+ * `last` and `stack` are scratch: [n_experts] and [n_experts + 1]. */
+static void lru_stack_pass(const uint16_t *seq, size_t n, uint32_t n_experts, uint32_t *last,
+                           uint32_t *stack, uint64_t *hist) {
+    for (uint32_t e = 0; e < n_experts; e++) last[e] = NEVER;
+    uint32_t size = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t e = seq[i];
+        uint32_t want = last[e];
+        stack[size] = want; /* sentinel */
+        uint32_t d = 0, carried = (uint32_t)i;
+        for (;;) { /* push the access on top, shifting levels down until its old level */
+            uint32_t x = stack[d];
+            stack[d] = carried;
+            if (x == want) break;
+            carried = x;
+            d++;
+        }
+        if (d == size) { /* not in the stack: first access (the stack grew a level) */
+            MOESIM_ASSERT(want == NEVER);
+            size++;
+            hist[0]++;
+        } else {
+            hist[d + 1]++;
+        }
+        last[e] = (uint32_t)i;
+    }
+    MOESIM_ASSERT(size <= n_experts);
+}
+
+/* next_use[i] = index of the next access of seq[i], or NEVER. `last` is scratch [n_experts]. */
+static void next_use_pass(const uint16_t *seq, size_t n, uint32_t n_experts, uint32_t *last,
+                          uint32_t *next_use) {
+    for (uint32_t e = 0; e < n_experts; e++) last[e] = NEVER;
+    for (size_t i = n; i-- > 0;) {
+        next_use[i] = last[seq[i]];
+        last[seq[i]] = (uint32_t)i;
+    }
+}
+
+/* The same histogram under Belady's OPT: priority stack, priority = sooner next use. On an
+ * access at level d the old top is carried down levels 1..d-1: each level keeps the sooner of
+ * (its item, the carried one) and the later goes on; the last carried item fills level d.
+ * `prio` is scratch [n_experts + 1]. */
+static void opt_stack_pass(const uint16_t *seq, const uint32_t *next_use, size_t n,
+                           uint32_t n_experts, uint32_t *prio, uint64_t *hist) {
+    (void)seq;
+    uint32_t size = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t now = (uint32_t)i;
+        prio[size] = now; /* sentinel */
+        uint32_t d = 0;
+        if (prio[0] != now) {
+            uint32_t carried = prio[0];
+            d = 1;
+            for (uint32_t x; (x = prio[d]) != now; d++) {
+                prio[d] = x < carried ? x : carried;
+                carried = x < carried ? carried : x;
+            }
+            prio[d] = carried;
+        }
+        if (d == size) { /* first access: the stack grew by one level */
+            size++;
+            hist[0]++;
+        } else {
+            hist[d + 1]++;
+        }
+        prio[0] = next_use[i];
+    }
+    MOESIM_ASSERT(size <= n_experts);
+}
+
+/* Scratch for the stack passes, sized once. */
+typedef struct stack_scratch {
+    uint32_t *stack;    /* [n_experts + 1] */
+    uint32_t *last;     /* [n_experts] */
+    uint32_t *next_use; /* [capacity] */
+    size_t capacity;
+} stack_scratch;
+
+static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capacity) {
+    s->stack = moesim_xcalloc((size_t)n_experts + 1, sizeof *s->stack);
+    s->last = moesim_xcalloc(n_experts ? n_experts : 1, sizeof *s->last);
+    s->next_use = moesim_xcalloc(capacity ? capacity : 1, sizeof *s->next_use);
+    s->capacity = capacity;
+}
+
+static void stack_scratch_free(stack_scratch *s) {
+    free(s->stack);
+    free(s->last);
+    free(s->next_use);
+}
+
+/* Depth histograms (hist[0] = cold misses, hist[d] = found at depth d) for both policies. */
+static void depth_histograms(const uint16_t *seq, size_t n, uint32_t n_experts, stack_scratch *s,
+                             uint64_t *lru_hist, uint64_t *opt_hist) {
+    MOESIM_ASSERT(n < NEVER && n <= s->capacity);
+    if (lru_hist) lru_stack_pass(seq, n, n_experts, s->last, s->stack, lru_hist);
+    if (opt_hist) {
+        next_use_pass(seq, n, n_experts, s->last, s->next_use);
+        opt_stack_pass(seq, s->next_use, n, n_experts, s->stack, opt_hist);
+    }
+}
+
+/* hits[c] = accesses found at depth <= c, c = 0..n_experts. */
+static void hits_from_histogram(const uint64_t *hist, uint32_t n_experts, uint64_t *hits) {
+    hits[0] = 0;
+    for (uint32_t c = 1; c <= n_experts; c++) hits[c] = hits[c - 1] + hist[c];
+}
+
+void trace_stats_hit_counts(const uint16_t *seq, size_t n, uint32_t n_experts, uint64_t *lru_hits,
+                            uint64_t *opt_hits) {
+    MOESIM_ASSERT(n_experts >= 1 && n_experts <= MODEL_MAX_EXPERTS);
+    for (size_t i = 0; i < n; i++) MOESIM_ASSERT(seq[i] < n_experts);
+    stack_scratch s;
+    stack_scratch_init(&s, n_experts, n);
+    uint64_t *hist = moesim_xcalloc((size_t)n_experts + 1, sizeof *hist);
+    if (lru_hits) {
+        depth_histograms(seq, n, n_experts, &s, hist, NULL);
+        hits_from_histogram(hist, n_experts, lru_hits);
+    }
+    if (opt_hits) {
+        memset(hist, 0, ((size_t)n_experts + 1) * sizeof *hist);
+        depth_histograms(seq, n, n_experts, &s, NULL, hist);
+        hits_from_histogram(hist, n_experts, opt_hits);
+    }
+    free(hist);
+    stack_scratch_free(&s);
+}
+
+/* ---- per-token helpers ---- */
+
+/* A routing row is recorded unless it is the all-TRACE_NO_EXPERT marker (trace.h). */
+static inline bool row_recorded(const uint16_t *ids) { return ids[0] != TRACE_NO_EXPERT; }
+
+/* The top-1 expert of a row: the largest gate weight, the first stored on ties. */
+static inline uint16_t row_top1(const uint16_t *ids, const float *gates, uint32_t k) {
+    uint32_t best = 0;
+    for (uint32_t j = 1; j < k; j++)
+        if (gates[j] > gates[best]) best = j;
+    return ids[best];
+}
+
+static double ratio(uint64_t num, uint64_t den) {
+    return den ? (double)num / (double)den : NAN;
+}
+
+/* ---- skew of one layer's activation counts ---- */
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void layer_skew(layer_stats *ls, uint32_t n_experts, uint64_t *sorted /* scratch [E] */) {
+    uint64_t total = 0;
+    for (uint32_t e = 0; e < n_experts; e++) total += ls->expert_count[e];
+    if (total == 0) {
+        ls->gini = ls->top10_share = ls->max_over_mean = ls->min_over_mean = NAN;
+        return;
+    }
+    memcpy(sorted, ls->expert_count, n_experts * sizeof *sorted);
+    qsort(sorted, n_experts, sizeof *sorted, cmp_u64);
+    /* Gini of ascending x_1..x_n: 2 sum(i x_i) / (n sum x) - (n + 1) / n */
+    double weighted = 0;
+    for (uint32_t i = 0; i < n_experts; i++) weighted += (double)(i + 1) * (double)sorted[i];
+    double n = n_experts;
+    ls->gini = 2.0 * weighted / (n * (double)total) - (n + 1.0) / n;
+    uint32_t busiest = (n_experts + 9) / 10; /* ceil(10 % of E) */
+    uint64_t top = 0;
+    for (uint32_t i = n_experts - busiest; i < n_experts; i++) top += sorted[i];
+    ls->top10_share = (double)top / (double)total;
+    double mean = (double)total / n;
+    ls->max_over_mean = (double)sorted[n_experts - 1] / mean;
+    ls->min_over_mean = (double)sorted[0] / mean;
+}
+
+/* ---- active share by batch ----
+ *
+ * Requests with decode tokens, in request id order (= order of first appearance), are cut into
+ * consecutive groups of B (a last partial group is dropped); iteration i of a group takes the
+ * i-th decode token of each of its B requests, for i below the fewest decode tokens in the
+ * group. Each (group, iteration, layer) where all B rows are recorded contributes
+ * |union of their top-k| / E.
+ *
+ * Per layer, the routing of every decode token becomes an expert bitmap, stored request by
+ * request (CSR order). A group of B is two adjacent groups of B/2, so each batch size is
+ * built from the previous one in place: OR the bitmaps of iteration i of the two halves (and
+ * AND their recorded flags) for i below the shorter half. Work per layer and batch size is
+ * (decode tokens / B) * E / 64 words. */
+
+typedef struct batch_plan {
+    uint32_t n_slots;      /* requests with decode tokens */
+    uint64_t n_decode;     /* decode tokens */
+    uint64_t *start;       /* [n_slots + 1] CSR offsets of each slot's decode tokens */
+    uint64_t *slot_index;  /* [n_tokens] CSR index of a decode token, NO_TOKEN for prefill */
+    uint32_t words;        /* 64-bit words per expert bitmap */
+    uint64_t *bits;        /* [n_decode][words] the current layer's routing of each token */
+    uint8_t *valid;        /* [n_decode] row recorded (after merging: all rows recorded) */
+    uint64_t *group_start; /* [n_slots] CSR index of each group's first iteration */
+    uint64_t *group_len;   /* [n_slots] iterations of each group */
+    uint64_t sum_union[STATS_N_BATCH], n_union[STATS_N_BATCH]; /* all layers */
+} batch_plan;
+
+static void batch_plan_init(batch_plan *p, const trace *t) {
+    const uint32_t R = t->n_requests;
+    memset(p, 0, sizeof *p);
+    uint64_t *n_dec = moesim_xcalloc(R ? R : 1, sizeof *n_dec);
+    for (uint64_t tok = 0; tok < t->n_tokens; tok++)
+        if (t->phase[tok] == TRACE_DECODE) n_dec[t->request_id[tok]]++;
+    uint32_t *slot_of = moesim_xcalloc(R ? R : 1, sizeof *slot_of);
+    for (uint32_t r = 0; r < R; r++)
+        if (n_dec[r]) slot_of[r] = p->n_slots++;
+    p->start = moesim_xcalloc((size_t)p->n_slots + 1, sizeof *p->start);
+    for (uint32_t r = 0; r < R; r++)
+        if (n_dec[r]) p->start[slot_of[r] + 1] = p->start[slot_of[r]] + n_dec[r];
+    p->n_decode = p->start[p->n_slots];
+    uint64_t *fill = moesim_xcalloc(p->n_slots ? p->n_slots : 1, sizeof *fill);
+    p->slot_index = moesim_xcalloc(t->n_tokens ? t->n_tokens : 1, sizeof *p->slot_index);
+    for (uint64_t tok = 0; tok < t->n_tokens; tok++) {
+        p->slot_index[tok] = NO_TOKEN;
+        if (t->phase[tok] != TRACE_DECODE) continue;
+        uint32_t slot = slot_of[t->request_id[tok]];
+        p->slot_index[tok] = p->start[slot] + fill[slot]++;
+    }
+    p->words = (t->meta.n_experts + 63) / 64;
+    p->bits = moesim_xcalloc(p->n_decode ? p->n_decode * p->words : 1, sizeof *p->bits);
+    p->valid = moesim_xcalloc(p->n_decode ? p->n_decode : 1, sizeof *p->valid);
+    p->group_start = moesim_xcalloc(p->n_slots ? p->n_slots : 1, sizeof *p->group_start);
+    p->group_len = moesim_xcalloc(p->n_slots ? p->n_slots : 1, sizeof *p->group_len);
+    free(fill);
+    free(slot_of);
+    free(n_dec);
+}
+
+static void batch_plan_free(batch_plan *p) {
+    free(p->start);
+    free(p->slot_index);
+    free(p->bits);
+    free(p->valid);
+    free(p->group_start);
+    free(p->group_len);
+}
+
+/* Records the routing row of a token of the current layer (NULL: unrecorded). */
+static inline void batch_plan_set_row(batch_plan *p, uint64_t tok, const uint16_t *ids,
+                                      uint32_t k) {
+    uint64_t idx = p->slot_index[tok];
+    if (idx == NO_TOKEN) return;
+    uint64_t *b = p->bits + idx * p->words;
+    memset(b, 0, p->words * sizeof *b);
+    p->valid[idx] = ids != NULL;
+    if (ids)
+        for (uint32_t j = 0; j < k; j++) b[ids[j] >> 6] |= (uint64_t)1 << (ids[j] & 63);
+}
+
+/* Every batch size for the current layer, once its rows are set; consumes the bitmaps. */
+static void batch_plan_layer(batch_plan *p, uint32_t n_experts, layer_stats *ls) {
+    const uint32_t W = p->words;
+    uint32_t n_groups = p->n_slots;
+    for (uint32_t g = 0; g < n_groups; g++) {
+        p->group_start[g] = p->start[g];
+        p->group_len[g] = p->start[g + 1] - p->start[g];
+    }
+    for (uint32_t b = 0; b < STATS_N_BATCH; b++) {
+        if (b > 0) { /* groups of B from pairs of groups of B/2 */
+            MOESIM_ASSERT(trace_stats_batch_sizes[b] == 2 * trace_stats_batch_sizes[b - 1]);
+            uint32_t merged = n_groups / 2;
+            for (uint32_t g = 0; g < merged; g++) {
+                uint64_t a = p->group_start[2 * g], c = p->group_start[2 * g + 1];
+                uint64_t len = p->group_len[2 * g] < p->group_len[2 * g + 1]
+                                   ? p->group_len[2 * g]
+                                   : p->group_len[2 * g + 1];
+                for (uint64_t i = 0; i < len; i++) {
+                    uint64_t *dst = p->bits + (a + i) * W;
+                    const uint64_t *src = p->bits + (c + i) * W;
+                    for (uint32_t x = 0; x < W; x++) dst[x] |= src[x];
+                    p->valid[a + i] &= p->valid[c + i];
+                }
+                p->group_start[g] = a;
+                p->group_len[g] = len;
+            }
+            n_groups = merged;
+        }
+        if (n_groups == 0) { /* fewer than B requests with decode tokens */
+            ls->active_share[b] = NAN;
+            continue;
+        }
+        uint64_t sum = 0, cnt = 0;
+        for (uint32_t g = 0; g < n_groups; g++)
+            for (uint64_t i = 0; i < p->group_len[g]; i++) {
+                uint64_t idx = p->group_start[g] + i;
+                if (!p->valid[idx]) continue;
+                const uint64_t *bits = p->bits + idx * W;
+                for (uint32_t x = 0; x < W; x++) sum += (uint64_t)__builtin_popcountll(bits[x]);
+                cnt++;
+            }
+        ls->active_share[b] = ratio(sum, cnt * n_experts);
+        p->sum_union[b] += sum;
+        p->n_union[b] += cnt;
+    }
+}
+
+/* ---- one layer: gather, reuse, look-ahead, stack passes ---- */
+
+typedef struct work {
+    const trace *t;
+    uint16_t *seq;       /* [n_tokens * top_k] the current layer's accesses */
+    uint64_t *prev_tok;  /* [n_requests] last token of each request seen so far */
+    uint16_t *prev_top1; /* [n_requests] top-1 expert of that token (when recorded) */
+    marker set;          /* [n_experts] */
+    stack_scratch stacks;
+    uint64_t *lru_hist, *opt_hist; /* [n_experts + 1] */
+    uint64_t *lru_hits, *opt_hits; /* [n_experts + 1] summed over layers */
+    uint64_t *la_pairs, *la_top1, *la_found, *la_wanted;  /* [D] this layer */
+    uint64_t *sum_la_pairs, *sum_la_top1, *sum_la_found, *sum_la_wanted; /* [D] all layers */
+    uint64_t reuse_pairs, reuse_top1, reuse_any; /* all layers */
+    uint64_t reuse_dist_sum, reuse_dist_n;       /* all layers */
+    batch_plan batch;
+} work;
+
+static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
+    const trace *t = w->t;
+    const uint32_t E = t->meta.n_experts, k = t->meta.top_k, L = t->meta.n_layers;
+    const uint32_t D = t->lookahead_ids ? t->meta.lookahead_depth : 0;
+    const uint32_t KP = t->meta.lookahead_k;
+    const uint32_t pred_k = KP < k ? KP : k; /* predictions scored for recall */
+
+    for (uint32_t r = 0; r < t->n_requests; r++) w->prev_tok[r] = NO_TOKEN;
+    memset(w->la_pairs, 0, D * sizeof *w->la_pairs);
+    memset(w->la_top1, 0, D * sizeof *w->la_top1);
+    memset(w->la_found, 0, D * sizeof *w->la_found);
+    memset(w->la_wanted, 0, D * sizeof *w->la_wanted);
+
+    uint64_t *count = ls->expert_count;
+    uint64_t pairs = 0, same_top1 = 0, any_shared = 0;
+    size_t n = 0;
+    for (uint64_t tok = 0; tok < t->n_tokens; tok++) {
+        const uint16_t *ids = trace_experts(t, tok, l);
+        if (tok + PREFETCH_TOKENS < t->n_tokens) { /* rows are L * k apart: help the hardware */
+            __builtin_prefetch(trace_experts(t, tok + PREFETCH_TOKENS, l));
+            __builtin_prefetch(trace_gates(t, tok + PREFETCH_TOKENS, l));
+        }
+        uint32_t req = t->request_id[tok];
+        MOESIM_ASSERT(req < t->n_requests);
+        uint64_t prev = w->prev_tok[req];
+        w->prev_tok[req] = tok;
+        if (!row_recorded(ids)) {
+            batch_plan_set_row(&w->batch, tok, NULL, k);
+            continue;
+        }
+        batch_plan_set_row(&w->batch, tok, ids, k);
+        const uint16_t top1 = row_top1(ids, trace_gates(t, tok, l), k);
+        const uint16_t prev_top1 = w->prev_top1[req];
+        w->prev_top1[req] = top1;
+        for (uint32_t j = 0; j < k; j++) {
+            uint16_t e = ids[j];
+            MOESIM_ASSERT(e < E);
+            w->seq[n++] = e;
+            count[e]++;
+        }
+        if (prev != NO_TOKEN) {
+            const uint16_t *pids = trace_experts(t, prev, l);
+            if (row_recorded(pids)) {
+                pairs++;
+                same_top1 += top1 == prev_top1;
+                marker_next(&w->set);
+                for (uint32_t j = 0; j < k; j++) w->set.mark[pids[j]] = w->set.stamp;
+                bool shared = false;
+                for (uint32_t j = 0; j < k && !shared; j++) shared = w->set.mark[ids[j]] == w->set.stamp;
+                any_shared += shared;
+            }
+        }
+        for (uint32_t d = 1; d <= D && l + d < L; d++) {
+            const uint16_t *pred = t->lookahead_ids + trace_lookahead_index(t, tok, l, d);
+            const uint16_t *actual = trace_experts(t, tok, l + d);
+            if (pred[0] == TRACE_NO_EXPERT || !row_recorded(actual)) continue;
+            w->la_pairs[d - 1]++;
+            w->la_top1[d - 1] += pred[0] == row_top1(actual, trace_gates(t, tok, l + d), k);
+            marker_next(&w->set);
+            for (uint32_t j = 0; j < pred_k; j++)
+                if (pred[j] < E) w->set.mark[pred[j]] = w->set.stamp;
+            uint64_t found = 0;
+            for (uint32_t j = 0; j < k; j++) found += w->set.mark[actual[j]] == w->set.stamp;
+            w->la_found[d - 1] += found;
+            w->la_wanted[d - 1] += k;
+        }
+    }
+
+    batch_plan_layer(&w->batch, E, ls);
+    ls->accesses = n;
+    ls->tokens = n / k;
+    ls->reuse_pairs = pairs;
+    ls->reuse_top1 = ratio(same_top1, pairs);
+    ls->reuse_any = ratio(any_shared, pairs);
+    w->reuse_pairs += pairs;
+    w->reuse_top1 += same_top1;
+    w->reuse_any += any_shared;
+
+    memset(w->lru_hist, 0, ((size_t)E + 1) * sizeof *w->lru_hist);
+    memset(w->opt_hist, 0, ((size_t)E + 1) * sizeof *w->opt_hist);
+    depth_histograms(w->seq, n, E, &w->stacks, w->lru_hist, w->opt_hist);
+    ls->cold_misses = w->lru_hist[0];
+    MOESIM_ASSERT(w->opt_hist[0] == w->lru_hist[0]);
+    uint64_t dist_sum = 0, dist_n = 0;
+    for (uint32_t d = 1; d <= E; d++) {
+        dist_sum += (uint64_t)d * w->lru_hist[d];
+        dist_n += w->lru_hist[d];
+    }
+    ls->mean_reuse_distance = ratio(dist_sum, dist_n);
+    w->reuse_dist_sum += dist_sum;
+    w->reuse_dist_n += dist_n;
+
+    ls->lru_hit_rate = arena_calloc(mem, (size_t)E + 1, sizeof(double));
+    ls->opt_hit_rate = arena_calloc(mem, (size_t)E + 1, sizeof(double));
+    uint64_t lru = 0, opt = 0;
+    for (uint32_t c = 1; c <= E; c++) {
+        lru += w->lru_hist[c];
+        opt += w->opt_hist[c];
+        ls->lru_hit_rate[c] = ratio(lru, n);
+        ls->opt_hit_rate[c] = ratio(opt, n);
+        w->lru_hits[c] += lru;
+        w->opt_hits[c] += opt;
+    }
+
+    if (D) {
+        ls->lookahead_top1 = arena_calloc(mem, D, sizeof(double));
+        ls->lookahead_recall = arena_calloc(mem, D, sizeof(double));
+        for (uint32_t d = 0; d < D; d++) {
+            ls->lookahead_top1[d] = ratio(w->la_top1[d], w->la_pairs[d]);
+            ls->lookahead_recall[d] = ratio(w->la_found[d], w->la_wanted[d]);
+            w->sum_la_pairs[d] += w->la_pairs[d];
+            w->sum_la_top1[d] += w->la_top1[d];
+            w->sum_la_found[d] += w->la_found[d];
+            w->sum_la_wanted[d] += w->la_wanted[d];
+        }
+    }
+}
+
+/* ---- the whole trace ---- */
+
+trace_stats *trace_stats_compute(const trace *t) {
+    const uint32_t E = t->meta.n_experts, k = t->meta.top_k, L = t->meta.n_layers;
+    MOESIM_ASSERT(E >= 1 && E <= MODEL_MAX_EXPERTS && k >= 1 && k <= E && L >= 1);
+    const uint32_t D = t->lookahead_ids ? t->meta.lookahead_depth : 0;
+    MOESIM_ASSERT(D <= TRACE_MAX_LOOKAHEAD_DEPTH && (D == 0 || t->meta.lookahead_k >= 1));
+
+    trace_stats *s = moesim_xcalloc(1, sizeof *s);
+    arena_init(&s->mem, 0);
+    s->tokens = t->n_tokens;
+    for (uint64_t tok = 0; tok < t->n_tokens; tok++) {
+        if (t->phase[tok] == TRACE_DECODE) s->decode_tokens++;
+        else s->prefill_tokens++;
+    }
+    s->requests = t->n_requests;
+    s->layers = L;
+    s->experts = E;
+    s->top_k = k;
+    s->lookahead_depth = D;
+    s->lookahead_k = D ? t->meta.lookahead_k : 0;
+    s->per_layer = arena_calloc(&s->mem, L, sizeof *s->per_layer);
+
+    const size_t max_seq = (size_t)t->n_tokens * k;
+    MOESIM_ASSERT(t->n_tokens == 0 || max_seq / k == t->n_tokens);
+    work w = {.t = t};
+    w.seq = moesim_xcalloc(max_seq ? max_seq : 1, sizeof *w.seq);
+    w.prev_tok = moesim_xcalloc(t->n_requests ? t->n_requests : 1, sizeof *w.prev_tok);
+    w.prev_top1 = moesim_xcalloc(t->n_requests ? t->n_requests : 1, sizeof *w.prev_top1);
+    marker_init(&w.set, E);
+    stack_scratch_init(&w.stacks, E, max_seq);
+    w.lru_hist = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
+    w.opt_hist = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
+    w.lru_hits = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
+    w.opt_hits = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
+    uint64_t *la = moesim_xcalloc(8 * (size_t)(D ? D : 1), sizeof(uint64_t));
+    w.la_pairs = la, w.la_top1 = la + D, w.la_found = la + 2 * D, w.la_wanted = la + 3 * D;
+    w.sum_la_pairs = la + 4 * D, w.sum_la_top1 = la + 5 * D;
+    w.sum_la_found = la + 6 * D, w.sum_la_wanted = la + 7 * D;
+    uint64_t *sorted = moesim_xcalloc(E, sizeof *sorted);
+    batch_plan_init(&w.batch, t);
+
+    double skew_sum[4] = {0};
+    uint32_t skew_layers = 0;
+    for (uint32_t l = 0; l < L; l++) {
+        layer_stats *ls = &s->per_layer[l];
+        ls->expert_count = arena_calloc(&s->mem, E, sizeof *ls->expert_count);
+        layer_compute(&w, l, ls, &s->mem);
+        s->accesses += ls->accesses;
+        layer_skew(ls, E, sorted);
+        if (ls->accesses) {
+            skew_sum[0] += ls->gini;
+            skew_sum[1] += ls->top10_share;
+            skew_sum[2] += ls->max_over_mean;
+            skew_sum[3] += ls->min_over_mean;
+            skew_layers++;
+        }
+    }
+    s->gini = skew_layers ? skew_sum[0] / skew_layers : NAN;
+    s->top10_share = skew_layers ? skew_sum[1] / skew_layers : NAN;
+    s->max_over_mean = skew_layers ? skew_sum[2] / skew_layers : NAN;
+    s->min_over_mean = skew_layers ? skew_sum[3] / skew_layers : NAN;
+    s->reuse_top1 = ratio(w.reuse_top1, w.reuse_pairs);
+    s->reuse_any = ratio(w.reuse_any, w.reuse_pairs);
+    s->mean_reuse_distance = ratio(w.reuse_dist_sum, w.reuse_dist_n);
+
+    s->lru_hit_rate = arena_calloc(&s->mem, (size_t)E + 1, sizeof(double));
+    s->opt_hit_rate = arena_calloc(&s->mem, (size_t)E + 1, sizeof(double));
+    for (uint32_t c = 1; c <= E; c++) {
+        s->lru_hit_rate[c] = ratio(w.lru_hits[c], s->accesses);
+        s->opt_hit_rate[c] = ratio(w.opt_hits[c], s->accesses);
+    }
+    if (D) {
+        s->lookahead_top1 = arena_calloc(&s->mem, D, sizeof(double));
+        s->lookahead_recall = arena_calloc(&s->mem, D, sizeof(double));
+        for (uint32_t d = 0; d < D; d++) {
+            s->lookahead_top1[d] = ratio(w.sum_la_top1[d], w.sum_la_pairs[d]);
+            s->lookahead_recall[d] = ratio(w.sum_la_found[d], w.sum_la_wanted[d]);
+        }
+    }
+    s->decode_requests = w.batch.n_slots;
+    for (uint32_t b = 0; b < STATS_N_BATCH; b++)
+        s->active_share[b] = w.batch.n_slots < trace_stats_batch_sizes[b]
+                                 ? NAN
+                                 : ratio(w.batch.sum_union[b], w.batch.n_union[b] * E);
+    batch_plan_free(&w.batch);
+
+    free(sorted);
+    free(la);
+    free(w.opt_hits);
+    free(w.lru_hits);
+    free(w.opt_hist);
+    free(w.lru_hist);
+    stack_scratch_free(&w.stacks);
+    marker_free(&w.set);
+    free(w.prev_top1);
+    free(w.prev_tok);
+    free(w.seq);
+    return s;
+}
+
+void trace_stats_destroy(trace_stats *s) {
+    if (!s) return;
+    arena_free(&s->mem);
+    free(s);
+}
+
+/* ---- JSON ---- */
+
+/* A number, or null where the figure is absent (NaN). */
+static json_t *json_number_or_null(double x) { return isnan(x) ? json_null() : json_real(x); }
+
+/* {"1": r[1], ..., "E": r[E]} */
+static json_t *json_curve(const double *rate, uint32_t n_experts) {
+    json_t *o = json_object();
+    char key[16];
+    for (uint32_t c = 1; c <= n_experts; c++) {
+        snprintf(key, sizeof key, "%u", c);
+        json_object_set_new(o, key, json_number_or_null(rate[c]));
+    }
+    return o;
+}
+
+static json_t *json_by_batch(const double *share) {
+    json_t *o = json_object();
+    char key[16];
+    for (uint32_t b = 0; b < STATS_N_BATCH; b++) {
+        snprintf(key, sizeof key, "%u", trace_stats_batch_sizes[b]);
+        json_object_set_new(o, key, json_number_or_null(share[b]));
+    }
+    return o;
+}
+
+/* {"1": x[0], ..., "D": x[D-1]}, or null without look-ahead predictions. */
+static json_t *json_by_distance(const double *x, uint32_t depth) {
+    if (!x || depth == 0) return json_null();
+    json_t *o = json_object();
+    char key[16];
+    for (uint32_t d = 1; d <= depth; d++) {
+        snprintf(key, sizeof key, "%u", d);
+        json_object_set_new(o, key, json_number_or_null(x[d - 1]));
+    }
+    return o;
+}
+
+json_t *trace_stats_to_json(const trace_stats *s) {
+    json_t *j = json_object();
+    json_object_set_new(j, "tokens", json_integer((json_int_t)s->tokens));
+    json_object_set_new(j, "prefill_tokens", json_integer((json_int_t)s->prefill_tokens));
+    json_object_set_new(j, "decode_tokens", json_integer((json_int_t)s->decode_tokens));
+    json_object_set_new(j, "requests", json_integer(s->requests));
+    json_object_set_new(j, "decode_requests", json_integer(s->decode_requests));
+    json_object_set_new(j, "layers", json_integer(s->layers));
+    json_object_set_new(j, "experts", json_integer(s->experts));
+    json_object_set_new(j, "top_k", json_integer(s->top_k));
+    json_object_set_new(j, "accesses", json_integer((json_int_t)s->accesses));
+    json_object_set_new(j, "gini", json_number_or_null(s->gini));
+    json_object_set_new(j, "top10_share", json_number_or_null(s->top10_share));
+    json_object_set_new(j, "max_over_mean", json_number_or_null(s->max_over_mean));
+    json_object_set_new(j, "min_over_mean", json_number_or_null(s->min_over_mean));
+    json_object_set_new(j, "reuse_top1", json_number_or_null(s->reuse_top1));
+    json_object_set_new(j, "reuse_any", json_number_or_null(s->reuse_any));
+    json_object_set_new(j, "mean_reuse_distance", json_number_or_null(s->mean_reuse_distance));
+    json_object_set_new(j, "active_share_by_batch", json_by_batch(s->active_share));
+    json_object_set_new(j, "lookahead_depth", json_integer(s->lookahead_depth));
+    json_object_set_new(j, "lookahead_k", json_integer(s->lookahead_k));
+    json_object_set_new(j, "lookahead_top1", json_by_distance(s->lookahead_top1, s->lookahead_depth));
+    json_object_set_new(j, "lookahead_recall",
+                        json_by_distance(s->lookahead_recall, s->lookahead_depth));
+    json_object_set_new(j, "lru_hit_rate", json_curve(s->lru_hit_rate, s->experts));
+    json_object_set_new(j, "opt_hit_rate", json_curve(s->opt_hit_rate, s->experts));
+    json_t *layers = json_array();
+    for (uint32_t l = 0; l < s->layers; l++) {
+        const layer_stats *ls = &s->per_layer[l];
+        json_t *o = json_object();
+        json_object_set_new(o, "layer", json_integer(l));
+        json_object_set_new(o, "tokens", json_integer((json_int_t)ls->tokens));
+        json_object_set_new(o, "accesses", json_integer((json_int_t)ls->accesses));
+        json_object_set_new(o, "cold_misses", json_integer((json_int_t)ls->cold_misses));
+        json_t *counts = json_array();
+        for (uint32_t e = 0; e < s->experts; e++)
+            json_array_append_new(counts, json_integer((json_int_t)ls->expert_count[e]));
+        json_object_set_new(o, "expert_count", counts);
+        json_object_set_new(o, "gini", json_number_or_null(ls->gini));
+        json_object_set_new(o, "top10_share", json_number_or_null(ls->top10_share));
+        json_object_set_new(o, "max_over_mean", json_number_or_null(ls->max_over_mean));
+        json_object_set_new(o, "min_over_mean", json_number_or_null(ls->min_over_mean));
+        json_object_set_new(o, "reuse_pairs", json_integer((json_int_t)ls->reuse_pairs));
+        json_object_set_new(o, "reuse_top1", json_number_or_null(ls->reuse_top1));
+        json_object_set_new(o, "reuse_any", json_number_or_null(ls->reuse_any));
+        json_object_set_new(o, "mean_reuse_distance", json_number_or_null(ls->mean_reuse_distance));
+        json_object_set_new(o, "active_share_by_batch", json_by_batch(ls->active_share));
+        json_object_set_new(o, "lookahead_top1",
+                            json_by_distance(ls->lookahead_top1, s->lookahead_depth));
+        json_object_set_new(o, "lookahead_recall",
+                            json_by_distance(ls->lookahead_recall, s->lookahead_depth));
+        json_object_set_new(o, "lru_hit_rate", json_curve(ls->lru_hit_rate, s->experts));
+        json_object_set_new(o, "opt_hit_rate", json_curve(ls->opt_hit_rate, s->experts));
+        json_array_append_new(layers, o);
+    }
+    json_object_set_new(j, "per_layer", layers);
+    return j;
+}
