@@ -108,4 +108,50 @@ moesim_status engine_seq_forward(engine *e, engine_seq *s, int32_t token,
  * averaged over heads, summed over every query of the sequence so far (itself included). */
 float engine_seq_importance(const engine_seq *s, uint32_t moe_layer, uint32_t pos);
 
+
+
+/* ---- batched generation (engine/generate.c) ---- */
+
+typedef struct engine_request {
+    const int32_t *prompt; /* [n_prompt] token ids, borrowed */
+    uint32_t n_prompt;     /* >= 1 */
+} engine_request;
+
+typedef struct engine_gen_options {
+    uint32_t gen_len;     /* decode steps per request: each feeds the last sampled token */
+    uint32_t batch;       /* requests in flight together (>= 1) */
+    uint32_t lookahead_depth, lookahead_k; /* D and K' of the recorded predictions (0: none) */
+    float temperature;    /* 0: greedy (ties: lowest id); > 0: sampling, seeded */
+    uint64_t seed;        /* request i samples from rng stream (seed, i) */
+    const engine_precmap *pmap; /* NULL: every expert at bf16 */
+} engine_gen_options;
+
+/* Every token the engine ran, in execution order: requests go in groups of `batch`; a group's
+ * prompts are prefilled one request after another, then each decode step runs one token of every
+ * request of the group, in request order. */
+typedef struct engine_gen_log {
+    uint64_t n_tokens;
+    uint32_t n_moe_layers, top_k, lookahead_depth, lookahead_k;
+    uint32_t *request_id;     /* [n_tokens] */
+    uint32_t *position;       /* [n_tokens] */
+    uint8_t *phase;           /* [n_tokens] 0 prefill, 1 decode (trace_phase values) */
+    int32_t *token_id;        /* [n_tokens] the token fed at that step */
+    uint16_t *expert_ids;     /* [n_tokens][n_moe_layers][top_k] */
+    float *gate_weights;      /* [n_tokens][n_moe_layers][top_k] */
+    float *importance;        /* [n_tokens][n_moe_layers] engine_seq_importance at request end */
+    uint16_t *lookahead_ids;  /* [n_tokens][n_moe_layers][D][K'] or NULL */
+    float *lookahead_scores;  /* [n_tokens][n_moe_layers][D][K'] or NULL */
+    uint32_t n_requests;
+    int32_t *generated;       /* [n_requests][gen_len + 1] sampled tokens (the last is never fed) */
+    uint32_t gen_stride;      /* gen_len + 1 */
+} engine_gen_log;
+
+moesim_status engine_generate(engine *e, const engine_request *reqs, uint32_t n_reqs,
+                              const engine_gen_options *o, engine_gen_log *log,
+                              moesim_error *err);
+void engine_gen_log_free(engine_gen_log *log);
+
+/* Index of the sampled token: argmax when temperature is 0, else a draw from softmax(logits / T)
+ * using `u` in [0, 1). logits: [n] (overwritten when sampling). */
+uint32_t engine_sample(float *logits, uint32_t n, float temperature, double u);
 #endif
