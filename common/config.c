@@ -320,6 +320,12 @@ static const char *file_of_section(const config *c, const char *section) {
     return c->last_file ? c->last_file : "configuration";
 }
 
+void config_origin(const config *c, const char *section, const char *key, char *buf, size_t len) {
+    const config_entry *e = find_entry(c, section, key);
+    if (e) origin_of(e, buf, len);
+    else snprintf(buf, len, "%s", file_of_section(c, section));
+}
+
 static bool section_described(const config_field *fields, size_t n, const char *section) {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(fields[i].section, section)) return true;

@@ -65,6 +65,11 @@ bool config_has_section(const config *c, const char *section);
 moesim_status config_read_fields(config *c, const config_field *fields, size_t n_fields, void *dst,
                                  moesim_error *err);
 
+/* Where the entry (section, key) came from, for cross-field error messages: "file:line",
+ * "--set" or another origin given to config_put; when the entry is absent, the file its section
+ * came from (else the last file loaded), as "missing key" errors name it. */
+void config_origin(const config *c, const char *section, const char *key, char *buf, size_t len);
+
 /* Error for the first entry that no config_read_fields/config_get has used. */
 moesim_status config_check_unused(const config *c, moesim_error *err);
 

@@ -4,6 +4,7 @@
 #define MOESIM_COMMON_HW_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/status.h"
@@ -33,7 +34,17 @@ typedef struct hw_profile {
     bool gpu_direct_storage;           /* false: SSD reads bounce through DRAM */
 } hw_profile;
 
+typedef struct config config;
+
+/* Loads and validates a hardware file (every key checked; see configs/hw/README.md). The file
+ * holds GiB, GB/s, TFLOPS and microseconds; the struct holds bytes, bytes/s, flops/s and ns. */
 moesim_status hw_load(const char *path, hw_profile *out, moesim_error *err);
+/* Same, then applies `sets` ("section.key=value", the --set option) before validating. */
+moesim_status hw_load_with_sets(const char *path, const char *const *sets, size_t n_sets,
+                                hw_profile *out, moesim_error *err);
+/* Reads and validates the hardware sections of an already loaded config; marks them used and
+ * leaves config_check_unused to the caller. */
+moesim_status hw_read_config(config *c, hw_profile *out, moesim_error *err);
 moesim_status hw_load_by_name(const char *name, hw_profile *out, moesim_error *err);
 
 #endif

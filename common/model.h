@@ -8,6 +8,7 @@
 #define MOESIM_COMMON_MODEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/precision.h"
@@ -63,8 +64,17 @@ typedef struct model_geometry {
     uint32_t linear_conv_kernel;
 } model_geometry;
 
+typedef struct config config;
+
 /* Loads and validates a model file (every key checked; see configs/models/README.md). */
 moesim_status model_load(const char *path, model_geometry *out, moesim_error *err);
+/* Same, then applies `sets` ("section.key=value", the --set option) before validating. */
+moesim_status model_load_with_sets(const char *path, const char *const *sets, size_t n_sets,
+                                   model_geometry *out, moesim_error *err);
+/* Reads and validates the model sections ([model], [layers], [experts], [attention]) of an
+ * already loaded config (a run may combine several files and --set entries in one); marks them
+ * used and leaves config_check_unused to the caller. */
+moesim_status model_read_config(config *c, model_geometry *out, moesim_error *err);
 /* Resolves a name through moesim_config_path("models", ...) and loads it. */
 moesim_status model_load_by_name(const char *name, model_geometry *out, moesim_error *err);
 
@@ -79,6 +89,8 @@ uint64_t model_non_expert_bytes(const model_geometry *m);
 uint64_t model_kv_bytes_per_token(const model_geometry *m);
 /* Fixed per-request state of linear-attention layers (0 for other kinds), bf16. */
 uint64_t model_recurrent_state_bytes(const model_geometry *m);
+/* Parameters counted by model_non_expert_bytes (which is 2 bytes each). */
+uint64_t model_non_expert_params(const model_geometry *m);
 /* Total parameters (for sanity checks against published totals). */
 uint64_t model_total_params(const model_geometry *m);
 

@@ -6,6 +6,7 @@
 #define MOESIM_COMMON_PRECISION_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/status.h"
@@ -34,9 +35,22 @@ typedef struct quant_table {
     quant_format fmt[PREC_COUNT];
 } quant_table;
 
+typedef struct config config;
+
+/* Storage layout the sizes assume (the engine's quantizers write exactly this): each matrix row
+ * holds `cols` weights packed at weight_bits and padded to a whole byte, followed by
+ * ceil(cols / group_size) groups' scale and zero point (group_size 0 with a scale: one group per
+ * row); scale_bits and zero_bits are multiples of 8. */
+
 /* Loads configs/quant.ini (or `path`), checking every format is present and sane. */
 moesim_status quant_table_load(const char *path, quant_table *out, moesim_error *err);
 moesim_status quant_table_load_default(quant_table *out, moesim_error *err);
+/* Same checks on an already loaded config (which may carry --set overrides); marks the sections
+ * it reads as used and leaves config_check_unused to the caller. */
+moesim_status quant_table_read_config(config *c, quant_table *out, moesim_error *err);
+/* Loads `path`, applies `sets` ("section.key=value", in order), reads and rejects leftovers. */
+moesim_status quant_table_load_with_sets(const char *path, const char *const *sets, size_t n_sets,
+                                         quant_table *out, moesim_error *err);
 
 /* Bytes of a rows x cols matrix stored at precision p (groups run along each row). */
 uint64_t quant_matrix_bytes(const quant_table *q, moesim_precision p, uint64_t rows, uint64_t cols);
