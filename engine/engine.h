@@ -154,4 +154,19 @@ void engine_gen_log_free(engine_gen_log *log);
 /* Index of the sampled token: argmax when temperature is 0, else a draw from softmax(logits / T)
  * using `u` in [0, 1). logits: [n] (overwritten when sampling). */
 uint32_t engine_sample(float *logits, uint32_t n, float temperature, double u);
+
+/* ---- token-id input files (engine/prompts.c) ---- */
+
+/* Prompts as token ids: one prompt per line (ids separated by spaces or commas), or JSONL with
+ * an integer array "prompt_ids" per line; blank lines and lines starting with '#' are skipped.
+ * Every id is checked against `vocab`; errors name file:line. */
+typedef struct engine_prompts {
+    uint32_t n;
+    engine_request *reqs; /* [n], prompts point into `ids` */
+    int32_t *ids;
+} engine_prompts;
+moesim_status engine_prompts_load(const char *path, uint32_t vocab, engine_prompts *out,
+                                  moesim_error *err);
+void engine_prompts_free(engine_prompts *p);
+
 #endif
