@@ -1,0 +1,82 @@
+/* Engine internals shared by engine.c, the architecture files (arch_*.c), the checkpoint reader
+ * and the backends: weight matrices in their stored formats, the per-architecture table, the
+ * backend table (ggml-backend style: a struct of function pointers, NULL = not supported) and the
+ * thread pool. Not part of the public interface (engine.h). */
+#ifndef MOESIM_ENGINE_INTERNAL_H
+#define MOESIM_ENGINE_INTERNAL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "engine/safetensors.h"
+
+/* A weight matrix [rows][cols] (a vector when rows == 1) in one stored format. */
+typedef enum mat_kind { MAT_F32 = 0, MAT_BF16, MAT_Q8, MAT_Q4, MAT_Q2 } mat_kind;
+typedef struct engine_mat {
+    mat_kind kind;
+    const void *data; /* borrowed from the mapping (bf16) or owned by the engine */
+    uint32_t rows, cols;
+} engine_mat;
+
+/* Tensors an architecture names; the forward pass asks for them by kind. */
+typedef enum tensor_kind {
+    T_EMBED, T_FINAL_NORM, T_LM_HEAD,
+    T_ATTN_NORM, T_FFN_NORM, T_Q, T_K, T_V, T_O, T_Q_BIAS, T_K_BIAS, T_V_BIAS, T_Q_NORM, T_K_NORM,
+    T_ROUTER, T_EXP_GATE, T_EXP_UP, T_EXP_DOWN,
+    T_SHARED_GATE, T_SHARED_UP, T_SHARED_DOWN, T_SHARED_EXPERT_GATE,
+    T_DENSE_GATE, T_DENSE_UP, T_DENSE_DOWN,
+    T_KIND_COUNT
+} tensor_kind;
+
+typedef struct engine_arch {
+    const char *model_type;
+    /* Reads the architecture's config.json keys into c (common keys already read). */
+    moesim_status (*parse_config)(const json_t *cfg, engine_config *c, const char *what,
+                                  moesim_error *err);
+    /* Writes the checkpoint name of a tensor (layer and expert where they apply). */
+    void (*tensor_name)(char *buf, size_t len, tensor_kind kind, uint32_t layer, uint32_t expert);
+} engine_arch;
+
+extern const engine_arch engine_arch_qwen3_moe, engine_arch_qwen2_moe, engine_arch_olmoe,
+    engine_arch_mixtral;
+
+/* Shared config.json readers for the arch files. Each fails naming `what` and the key. */
+moesim_status cfg_u32(const json_t *cfg, const char *key, bool required, uint32_t def,
+                      uint32_t *out, const char *what, moesim_error *err);
+moesim_status cfg_f64(const json_t *cfg, const char *key, bool required, double def, double *out,
+                      const char *what, moesim_error *err);
+moesim_status cfg_bool(const json_t *cfg, const char *key, bool def, bool *out, const char *what,
+                       moesim_error *err);
+/* Qwen-style layer selection: MoE where not in mlp_only_layers and (l+1) % decoder_sparse_step
+ * == 0. */
+moesim_status cfg_qwen_moe_layers(const json_t *cfg, engine_config *c, const char *what,
+                                  moesim_error *err);
+
+/* A fixed pool of worker threads running parallel-for loops; deterministic by construction
+ * (callers give each index its own output). */
+typedef struct thread_pool thread_pool;
+thread_pool *thread_pool_create(uint32_t n_threads);
+void thread_pool_destroy(thread_pool *p);
+uint32_t thread_pool_size(const thread_pool *p);
+/* Calls fn(ctx, begin, end) over [0, n) split into contiguous chunks, one per thread. */
+void thread_pool_run(thread_pool *p, size_t n, void (*fn)(void *ctx, size_t begin, size_t end),
+                     void *ctx);
+
+/* The ops a backend provides to the forward pass. */
+typedef struct engine_backend {
+    const char *name;
+    void (*matvec)(thread_pool *pool, float *y, const engine_mat *w, const float *x);
+    void (*rmsnorm)(float *y, const float *x, const float *w, size_t n, float eps);
+    void (*rope)(float *x, size_t n_heads, size_t head_dim, uint32_t pos, double theta);
+    void (*attention)(float *out, float *probs, const float *q, const float *k, const float *v,
+                      size_t n_heads, size_t n_kv_heads, size_t head_dim, size_t n_ctx);
+    void (*swiglu)(float *h, const float *gate, const float *up, size_t n);
+    void (*softmax)(float *x, size_t n);
+    void (*topk)(const float *x, size_t n, size_t k, uint32_t *ids, float *vals);
+} engine_backend;
+
+extern const engine_backend engine_backend_cpu;
+
+#endif

@@ -1,0 +1,192 @@
+/* Plain C references of the ops in kernels/kernels.h. They define correct results for the CUDA
+ * kernels; they are written for clarity first and vectorizable inner loops second (fixed-width
+ * partial sums, combined in a fixed order, so results are deterministic). */
+#include <math.h>
+#include <string.h>
+
+#include "common/check.h"
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+
+#define LANES 8
+
+static float sum_lanes(const float acc[LANES]) {
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+void kern_rmsnorm_cpu(float *y, const float *x, const float *w, size_t n, float eps) {
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (size_t i = 0; i < n; i++) y[i] = (x[i] * inv) * w[i];
+}
+
+static float dot_f32(const float *a, const float *b, size_t n) {
+    float acc[LANES] = {0};
+    size_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += a[i + j] * b[i + j];
+    float s = sum_lanes(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void kern_matvec_f32_cpu(float *y, const float *w, const float *x, size_t rows, size_t cols) {
+    for (size_t r = 0; r < rows; r++) y[r] = dot_f32(w + r * cols, x, cols);
+}
+
+void kern_matvec_bf16_cpu(float *y, const uint16_t *w, const float *x, size_t rows, size_t cols) {
+    for (size_t r = 0; r < rows; r++) {
+        const uint16_t *wr = w + r * cols;
+        float acc[LANES] = {0};
+        size_t i = 0;
+        for (; i + LANES <= cols; i += LANES)
+            for (int j = 0; j < LANES; j++) {
+                uint32_t u = (uint32_t)wr[i + j] << 16;
+                float f;
+                memcpy(&f, &u, sizeof f);
+                acc[j] += f * x[i + j];
+            }
+        float s = sum_lanes(acc);
+        for (; i < cols; i++) s += quant_bf16_to_f32(wr[i]) * x[i];
+        y[r] = s;
+    }
+}
+
+/* sum_i (d q_i + m) x_i = d * sum_i q_i x_i + m * sum_i x_i, per group of QUANT_GROUP. */
+static float dot_q8(const block_q8 *b, const float *x, size_t n_blocks) {
+    float s = 0;
+    for (size_t g = 0; g < n_blocks; g++, x += QUANT_GROUP) {
+        float qx[LANES] = {0}, sx[LANES] = {0};
+        for (int i = 0; i < QUANT_GROUP; i += LANES)
+            for (int j = 0; j < LANES; j++) {
+                qx[j] += (float)b[g].q[i + j] * x[i + j];
+                sx[j] += x[i + j];
+            }
+        s += quant_fp16_to_f32(b[g].d) * sum_lanes(qx) + quant_fp16_to_f32(b[g].m) * sum_lanes(sx);
+    }
+    return s;
+}
+
+static float dot_q4(const block_q4 *b, const float *x, size_t n_blocks) {
+    float s = 0;
+    for (size_t g = 0; g < n_blocks; g++, x += QUANT_GROUP) {
+        float qx[LANES] = {0}, sx[LANES] = {0};
+        for (int i = 0; i < QUANT_GROUP / 2; i += LANES / 2)
+            for (int j = 0; j < LANES / 2; j++) {
+                uint8_t byte = b[g].q[i + j];
+                const float *xp = x + 2 * (i + j);
+                qx[2 * j] += (float)(byte & 15) * xp[0];
+                qx[2 * j + 1] += (float)(byte >> 4) * xp[1];
+                sx[2 * j] += xp[0];
+                sx[2 * j + 1] += xp[1];
+            }
+        s += quant_fp16_to_f32(b[g].d) * sum_lanes(qx) + quant_fp16_to_f32(b[g].m) * sum_lanes(sx);
+    }
+    return s;
+}
+
+static float dot_q2(const block_q2 *b, const float *x, size_t n_blocks) {
+    float s = 0;
+    for (size_t g = 0; g < n_blocks; g++, x += QUANT_GROUP) {
+        float qx[LANES] = {0}, sx[LANES] = {0};
+        for (int i = 0; i < QUANT_GROUP / 4; i += 2)
+            for (int j = 0; j < LANES; j++) {
+                uint8_t byte = b[g].q[i + j / 4];
+                float xv = x[4 * i + j];
+                qx[j] += (float)((byte >> (2 * (j % 4))) & 3) * xv;
+                sx[j] += xv;
+            }
+        s += quant_fp16_to_f32(b[g].d) * sum_lanes(qx) + quant_fp16_to_f32(b[g].m) * sum_lanes(sx);
+    }
+    return s;
+}
+
+void kern_matvec_quant_cpu(float *y, moesim_precision p, const void *w, const float *x, size_t rows,
+                           size_t cols) {
+    MOESIM_ASSERT(cols % QUANT_GROUP == 0);
+    size_t nb = cols / QUANT_GROUP;
+    for (size_t r = 0; r < rows; r++) {
+        switch (p) {
+        case PREC_INT8: y[r] = dot_q8((const block_q8 *)w + r * nb, x, nb); break;
+        case PREC_INT4: y[r] = dot_q4((const block_q4 *)w + r * nb, x, nb); break;
+        case PREC_INT2: y[r] = dot_q2((const block_q2 *)w + r * nb, x, nb); break;
+        default: MOESIM_UNREACHABLE();
+        }
+    }
+}
+
+void kern_rope_cpu(float *x, size_t n_heads, size_t head_dim, uint32_t pos, double theta) {
+    size_t half = head_dim / 2;
+    for (size_t i = 0; i < half; i++) {
+        /* as Hugging Face computes it: fp32 inverse frequency, fp32 angle */
+        float inv_freq = 1.0f / powf((float)theta, (float)(2 * i) / (float)head_dim);
+        float angle = (float)pos * inv_freq;
+        float c = cosf(angle), s = sinf(angle);
+        for (size_t h = 0; h < n_heads; h++) {
+            float *xh = x + h * head_dim;
+            float a = xh[i], b = xh[i + half];
+            xh[i] = a * c - b * s;
+            xh[i + half] = b * c + a * s;
+        }
+    }
+}
+
+void kern_softmax_cpu(float *x, size_t n) {
+    float mx = x[0];
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > mx) mx = x[i];
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (size_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void kern_swiglu_cpu(float *h, const float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        h[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void kern_attention_cpu(float *out, float *probs, const float *q, const float *k, const float *v,
+                        size_t n_heads, size_t n_kv_heads, size_t head_dim, size_t n_ctx) {
+    MOESIM_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && n_ctx > 0);
+    size_t group = n_heads / n_kv_heads, kv_stride = n_kv_heads * head_dim;
+    float scale = 1.0f / sqrtf((float)head_dim);
+    for (size_t h = 0; h < n_heads; h++) {
+        const float *qh = q + h * head_dim;
+        size_t kvh = h / group;
+        float *p = probs + h * n_ctx;
+        for (size_t t = 0; t < n_ctx; t++)
+            p[t] = dot_f32(qh, k + t * kv_stride + kvh * head_dim, head_dim) * scale;
+        kern_softmax_cpu(p, n_ctx);
+        float *oh = out + h * head_dim;
+        memset(oh, 0, head_dim * sizeof *oh);
+        for (size_t t = 0; t < n_ctx; t++) {
+            const float *vt = v + t * kv_stride + kvh * head_dim;
+            for (size_t i = 0; i < head_dim; i++) oh[i] += p[t] * vt[i];
+        }
+    }
+}
+
+void kern_topk_cpu(const float *x, size_t n, size_t k, uint32_t *ids, float *vals) {
+    MOESIM_ASSERT(k <= n);
+    /* selection by insertion into a sorted prefix: k is small (<= 64 for routers) */
+    size_t have = 0;
+    for (size_t i = 0; i < n; i++) {
+        float xi = x[i];
+        if (have == k && !(xi > vals[k - 1])) continue;
+        size_t j = have < k ? have++ : k - 1;
+        while (j > 0 && xi > vals[j - 1]) {
+            vals[j] = vals[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        vals[j] = xi;
+        ids[j] = (uint32_t)i;
+    }
+}
