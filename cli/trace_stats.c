@@ -1,9 +1,103 @@
-/* `moesim trace stats`: placeholder until its implementation lands in this session's merge. */
+/* `moesim trace stats FILE [--json]`: skew, reuse, batch activation, look-ahead accuracy and
+ * LRU/OPT hit-rate curves of a router trace (definitions: traces/STATS.md). The text form is a
+ * summary for people; --json prints every figure (trace_stats_to_json). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "traces/stats.h"
+#include "traces/trace.h"
+
+static const char stats_help[] =
+    "usage: moesim trace stats FILE [--json]\n"
+    "\n"
+    "Per layer and overall: tokens, activation counts per expert, skew (Gini, share of the top\n"
+    "10% experts, max/mean), same-expert reuse between consecutive tokens of a request, LRU\n"
+    "reuse distance, the share of a layer's experts touched per decode iteration when B\n"
+    "requests run together (B = 1..32; absent when the trace has fewer requests), look-ahead\n"
+    "predictor accuracy per distance (when the trace has predictions), and hit-rate curves of a\n"
+    "per-layer expert cache of every capacity 1..E under LRU and Belady's OPT.\n"
+    "Definitions: traces/STATS.md.\n"
+    "\n"
+    "options:\n"
+    "  --json     every figure as one JSON object (keys in traces/STATS.md)\n"
+    "  -h, --help this text\n";
+
+static void print_share(double v) {
+    if (isnan(v)) printf("  %7s", "absent");
+    else printf("  %6.1f%%", 100.0 * v);
+}
+
+static void print_text(const char *path, const trace_stats *s) {
+    printf("%s: %" PRIu64 " tokens (%" PRIu64 " prefill, %" PRIu64 " decode), %" PRIu32
+           " requests, %" PRIu32 " MoE layers, %" PRIu32 " experts, top-%" PRIu32 "\n",
+           path, s->tokens, s->prefill_tokens, s->decode_tokens, s->requests, s->layers,
+           s->experts, s->top_k);
+    printf("skew (mean over layers): gini %.3f, top-10%% share %.1f%%, max/mean %.2f, "
+           "min/mean %.2f\n",
+           s->gini, 100.0 * s->top10_share, s->max_over_mean, s->min_over_mean);
+    printf("reuse between consecutive tokens: top-1 %.1f%%, any %.1f%%; mean reuse distance "
+           "%.2f\n",
+           100.0 * s->reuse_top1, 100.0 * s->reuse_any, s->mean_reuse_distance);
+    printf("experts touched per decode iteration, batch");
+    for (int b = 0; b < STATS_N_BATCH; b++) printf("  %7" PRIu32, trace_stats_batch_sizes[b]);
+    printf("\n%44s", "");
+    for (int b = 0; b < STATS_N_BATCH; b++) print_share(s->active_share[b]);
+    printf("\n");
+    if (s->lookahead_depth) {
+        printf("look-ahead accuracy by distance (top-1 / recall@k):");
+        for (uint32_t d = 0; d < s->lookahead_depth; d++)
+            printf("  d=%" PRIu32 " %.1f%% / %.1f%%", d + 1, 100.0 * s->lookahead_top1[d],
+                   100.0 * s->lookahead_recall[d]);
+        printf("\n");
+    } else {
+        printf("look-ahead accuracy: the trace has no predictions\n");
+    }
+    printf("hit rate of a per-layer cache (capacity: LRU / OPT):");
+    for (uint32_t c = 1; c <= s->experts; c *= 2)
+        printf("  %" PRIu32 ": %.1f%% / %.1f%%", c, 100.0 * s->lru_hit_rate[c],
+               100.0 * s->opt_hit_rate[c]);
+    printf("\n\n%5s %7s %7s %8s %8s %7s %7s %9s %9s\n", "layer", "gini", "top10%", "max/mean",
+           "reuse-1", "reuse*", "dist", "LRU@2k", "OPT@2k");
+    uint32_t cap = 2 * s->top_k < s->experts ? 2 * s->top_k : s->experts;
+    for (uint32_t l = 0; l < s->layers; l++) {
+        const layer_stats *ls = &s->per_layer[l];
+        printf("%5" PRIu32 " %7.3f %6.1f%% %8.2f %7.1f%% %6.1f%% %7.2f %8.1f%% %8.1f%%\n", l,
+               ls->gini, 100.0 * ls->top10_share, ls->max_over_mean, 100.0 * ls->reuse_top1,
+               100.0 * ls->reuse_any, ls->mean_reuse_distance, 100.0 * ls->lru_hit_rate[cap],
+               100.0 * ls->opt_hit_rate[cap]);
+    }
+}
 
 int cmd_trace_stats(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cli_usage_error("trace stats", "not implemented yet");
+    const char *path = NULL;
+    bool as_json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(stats_help, stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--json"))
+            as_json = true;
+        else if (argv[i][0] == '-' && argv[i][1])
+            return cli_usage_error("trace stats", "unknown option '%s'", argv[i]);
+        else if (path)
+            return cli_usage_error("trace stats", "one FILE expected, got '%s' and '%s'", path,
+                                   argv[i]);
+        else
+            path = argv[i];
+    }
+    if (!path) return cli_usage_error("trace stats", "missing FILE");
+    moesim_error err = {0};
+    trace *t = NULL;
+    if (trace_read(path, &t, &err)) return cli_fail(&err);
+    trace_stats *s = trace_stats_compute(t);
+    if (as_json) cli_print_json(trace_stats_to_json(s));
+    else print_text(path, s);
+    trace_stats_destroy(s);
+    trace_destroy(t);
+    return 0;
 }

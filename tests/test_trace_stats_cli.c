@@ -1,0 +1,98 @@
+/* `moesim trace stats` end to end: a trace written to disk, the command's JSON has the keys
+ * issue 3 names and the same figures as the library; bad command lines exit 2. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <string.h>
+
+#include "common/rng.h"
+#include "support/test_support.h"
+#include "traces/stats.h"
+#include "traces/trace.h"
+
+/* 6 requests x (4 prefill + 12 decode) tokens, 3 layers, 8 experts, top-2, skewed choices */
+static trace *make_trace(void) {
+    trace_meta meta = {.model = "test", .source = "test", .tool_version = "test", .n_layers = 3,
+                       .n_experts = 8, .top_k = 2, .gate_norm = GATE_SOFTMAX_TOPK};
+    for (uint32_t l = 0; l < 3; l++) meta.model_layer[l] = l;
+    trace *t = trace_create(&meta, 6 * 16);
+    rng *r = rng_create(7);
+    for (uint64_t i = 0; i < t->n_tokens; i++) {
+        t->request_id[i] = (uint32_t)(i / 16);
+        t->position[i] = (uint32_t)(i % 16);
+        t->phase[i] = i % 16 < 4 ? TRACE_PREFILL : TRACE_DECODE;
+        for (uint32_t l = 0; l < 3; l++) {
+            size_t at = trace_route_index(t, i, l);
+            uint16_t a = (uint16_t)(rng_below(r, 4) * rng_below(r, 3) % 8);
+            uint16_t b = (uint16_t)((a + 1 + rng_below(r, 7)) % 8);
+            t->expert_ids[at] = a;
+            t->expert_ids[at + 1] = b;
+            t->gate_weights[at] = 0.7f;
+            t->gate_weights[at + 1] = 0.3f;
+        }
+    }
+    rng_destroy(r);
+    moesim_error err = {0};
+    cr_assert_eq(trace_finish(t, "test trace", &err), MOESIM_OK, "%s", err.msg);
+    return t;
+}
+
+TestSuite(trace_stats_cli);
+
+Test(trace_stats_cli, json_has_the_issue_keys_and_the_library_figures) {
+    trace *t = make_trace();
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("stats.h5"));
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+
+    static char out[1 << 20], errbuf[4096];
+    cr_assert_eq(test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "stats", "--json",
+                                 path, NULL),
+                 0, "%s", errbuf);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    cr_assert(j, "not JSON: %s", jerr.text);
+    static const char *const keys[] = {"tokens", "layers", "experts", "top_k", "lru_hit_rate",
+                                       "opt_hit_rate", "active_share_by_batch", "per_layer"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        cr_assert(json_object_get(j, keys[i]), "missing key %s", keys[i]);
+    cr_assert_eq(json_integer_value(json_object_get(j, "tokens")), 96);
+    cr_assert_eq(json_array_size(json_object_get(j, "per_layer")), 3);
+
+    trace_stats *s = trace_stats_compute(t);
+    json_t *lru = json_object_get(j, "lru_hit_rate"), *opt = json_object_get(j, "opt_hit_rate");
+    for (uint32_t c = 1; c <= 8; c++) {
+        char key[8];
+        snprintf(key, sizeof key, "%u", c);
+        cr_assert_float_eq(json_number_value(json_object_get(lru, key)), s->lru_hit_rate[c], 1e-15);
+        cr_assert_float_eq(json_number_value(json_object_get(opt, key)), s->opt_hit_rate[c], 1e-15);
+    }
+    /* 6 requests: B = 1, 2, 4 present, 8 and above absent (null) */
+    json_t *share = json_object_get(j, "active_share_by_batch");
+    cr_assert_float_eq(json_number_value(json_object_get(share, "1")), 2.0 / 8.0, 1e-15);
+    cr_assert(json_is_number(json_object_get(share, "4")));
+    cr_assert(json_is_null(json_object_get(share, "8")));
+    trace_stats_destroy(s);
+    json_decref(j);
+
+    cr_assert_eq(test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "stats", path,
+                                 NULL),
+                 0, "%s", errbuf);
+    cr_assert(strstr(out, "96 tokens (24 prefill, 72 decode), 6 requests"), "%s", out);
+    trace_destroy(t);
+}
+
+Test(trace_stats_cli, bad_command_lines_exit_2_with_one_line) {
+    static char out[4096], errbuf[4096];
+    cr_assert_eq(test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "stats", NULL), 2);
+    cr_assert(strstr(errbuf, "missing FILE"), "%s", errbuf);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "stats",
+                                 "--bogus", "x.h5", NULL),
+                 2);
+    cr_assert(strstr(errbuf, "unknown option '--bogus'"), "%s", errbuf);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "stats",
+                                 "/nonexistent/t.h5", NULL),
+                 2);
+    cr_assert(strstr(errbuf, "/nonexistent/t.h5"), "%s", errbuf);
+    cr_assert_eq(out[0], '\0');
+}
