@@ -1,0 +1,79 @@
+/* The simulator's front door: one run of a trace under a policy on a hardware profile, and its
+ * metrics. `moesim sim`, `moesim sweep` and `moesim validate` all go through sim_run, so a sweep
+ * row and a single run with the same resolved settings give the same figures (same bytes of
+ * JSON: the simulator is deterministic).
+ *
+ * Settings come from one `config` (files + --set entries + sweep axes), sections:
+ *   [memory] budget_gb          HBM the run may use (default: the hardware profile's memory)
+ *   [cache]  experts_per_layer  explicit per-layer expert pool (0: pools take what the budget
+ *                               leaves after non-expert weights, KV cache and activations)
+ *   [expert] precision          precision of single-precision policies (bf16, int8, int4, ...)
+ *   [batch]  size               requests in flight together
+ *   [predictor] accuracy        top-1 accuracy of the emulated look-ahead predictor (used only
+ *                               when the trace has no predictions)
+ *   [sim] ...                   simulator knobs (chunk size, efficiency factors, ...)
+ *   [<policy name>] ...         the policy's knobs (policies/policy.h)
+ * Every key is checked: an unknown key or section is an error naming where it came from. */
+#ifndef MOESIM_SIM_SIM_H
+#define MOESIM_SIM_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "common/hw.h"
+#include "common/model.h"
+#include "common/precision.h"
+#include "common/status.h"
+#include "traces/trace.h"
+
+/* What a run reads; all borrowed for the duration of sim_run. */
+typedef struct sim_inputs {
+    const trace *trace;
+    const model_geometry *model; /* must match the trace's geometry (checked) */
+    const hw_profile *hw;
+    const quant_table *quant;
+    const char *timeline_path;   /* Perfetto / Chrome trace-event JSON, or NULL for none */
+} sim_inputs;
+
+typedef struct sim_latency {
+    double mean_ms, p50_ms, p99_ms;
+} sim_latency;
+
+/* Every figure a run reports (the JSON of `moesim sim --json` is this struct). */
+typedef struct sim_result {
+    char policy[32];
+    uint64_t tokens;           /* tokens of the trace that ran (prefill + decode) */
+    uint64_t requests;
+    sim_latency ttft;          /* time to first token per request */
+    sim_latency tpot;          /* time per output token (decode steps) per request */
+    double tokens_per_s;       /* all tokens / makespan */
+    double makespan_ms;
+    double hit_rate;           /* (token, slot) accesses that found the expert resident */
+    uint64_t h2d_bytes, d2h_bytes, ssd_bytes;
+    double stall_ms;           /* compute stream idle waiting for expert weights */
+    uint64_t peak_hbm_bytes;   /* all of it: non-expert, KV, activations, experts */
+    uint64_t budget_bytes;
+    double precision_mix_hi, precision_mix_lo, precision_mix_skip; /* shares of gate mass */
+    double prefetch_accuracy;    /* FIRM-MoE Eq. 7: |S ∩ A| / |A| */
+    double prefetch_utilization; /* FIRM-MoE Eq. 8: |S ∩ A| / |S| */
+    uint64_t prefetches;         /* prefetch-class loads issued */
+    bool predictor_emulated;     /* look-ahead predictions emulated (trace had none) */
+    double predictor_accuracy;   /* the emulated top-1 accuracy, or the trace's measured one */
+    size_t n_policy_report;
+    char policy_report_names[16][48];
+    double policy_report_values[16];
+} sim_result;
+
+/* Runs the trace under `policy_name` with `settings` (which the run reads and checks; unknown
+ * entries are an error). Fails with one line for bad settings, an unknown policy (listing the
+ * known ones), a policy that cannot work in the budget, or a trace/model mismatch. */
+moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,
+                      sim_result *out, moesim_error *err);
+
+/* The metrics as flat (name, value) pairs in a fixed order ("ttft_ms.p99", "hit_rate", ...):
+ * the columns of a sweep CSV. Returns the count (at most cap). */
+size_t sim_result_fields(const sim_result *r, const char **names, double *values, size_t cap);
+
+#endif
