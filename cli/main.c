@@ -9,6 +9,7 @@
 
 static const cli_command commands[] = {
     {"trace", cmd_trace, "inspect, validate, import, export and summarize router traces"},
+    {"record", cmd_record, "run a checkpoint over prompts and write its router trace"},
     {"eval", cmd_eval, "perplexity and KL vs bf16 under an expert precision or precision map"},
 };
 

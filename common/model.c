@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/config.h"
 #include "common/paths.h"
@@ -287,6 +288,66 @@ moesim_status model_load_by_name(const char *name, model_geometry *out, moesim_e
     moesim_status st = moesim_config_path("models", name, path, sizeof path, err);
     if (st) return st;
     return model_load(path, out, err);
+}
+
+/* ---- writing ---------------------------------------------------------------------------- */
+
+/* "all", or the MoE layers as comma-separated ranges ("1-26", "0-3,8"). */
+static void format_moe_layers(const model_geometry *m, char *out, size_t len) {
+    if (m->n_moe_layers == m->n_layers) {
+        snprintf(out, len, "all");
+        return;
+    }
+    size_t used = 0;
+    out[0] = '\0';
+    for (uint32_t l = 0; l < m->n_layers; l++) {
+        if (!m->is_moe_layer[l] || (l > 0 && m->is_moe_layer[l - 1])) continue;
+        uint32_t hi = l;
+        while (hi + 1 < m->n_layers && m->is_moe_layer[hi + 1]) hi++;
+        int n = hi > l ? snprintf(out + used, len - used, "%s%u-%u", used ? "," : "", l, hi)
+                       : snprintf(out + used, len - used, "%s%u", used ? "," : "", l);
+        MOESIM_ASSERT(n > 0 && used + (size_t)n < len);
+        used += (size_t)n;
+    }
+}
+
+moesim_status model_write_ini(const model_geometry *m, const char *path, const char *origin,
+                              moesim_error *err) {
+    atomic_file af;
+    moesim_status st = atomic_file_open(&af, path, err);
+    if (st) return st;
+    char moe_layers[4 * MODEL_MAX_LAYERS + 8];
+    format_moe_layers(m, moe_layers, sizeof moe_layers);
+    FILE *f = af.fp;
+    fprintf(f, "; %s: geometry written by moesim from %s\n", m->name, origin);
+    fprintf(f, "; Layout and key meanings: configs/models/README.md.\n\n");
+    fprintf(f, "[model]\nname = %s\nhf_id = %s\nfamily = %s\n\n", m->name,
+            m->hf_id[0] ? m->hf_id : "none", m->family);
+    fprintf(f, "[layers]\nn_layers = %u\nmoe_layers = %s\nhidden = %u\ndense_inter = %u\n",
+            m->n_layers, moe_layers, m->hidden, m->dense_inter);
+    fprintf(f, "vocab = %u\ntie_embeddings = %s\n\n", m->vocab,
+            m->tie_embeddings ? "true" : "false");
+    fprintf(f, "[experts]\nn_experts = %u\ntop_k = %u\nexpert_inter = %u\ngate_norm = %s\n",
+            m->n_experts, m->top_k, m->expert_inter, gate_norm_names[m->gate_norm]);
+    fprintf(f, "n_shared = %u\nshared_inter = %u\nshared_gate = %s\n\n", m->n_shared_experts,
+            m->shared_inter, m->shared_expert_gate ? "true" : "false");
+    fprintf(f, "[attention]\nkind = %s\nheads = %u\nkv_heads = %u\nhead_dim = %u\n",
+            kind_names[m->attention], m->n_heads, m->n_kv_heads, m->head_dim);
+    fprintf(f, "qk_norm = %s\nrope_theta = %.17g\n", m->qk_norm ? "true" : "false",
+            m->rope_theta);
+    if (m->attention == ATTENTION_MLA)
+        fprintf(f,
+                "q_lora_rank = %u\nkv_lora_rank = %u\nqk_nope_head_dim = %u\n"
+                "qk_rope_head_dim = %u\nv_head_dim = %u\n",
+                m->q_lora_rank, m->kv_lora_rank, m->qk_nope_head_dim, m->qk_rope_head_dim,
+                m->v_head_dim);
+    if (m->attention == ATTENTION_HYBRID_LINEAR)
+        fprintf(f,
+                "full_attention_interval = %u\nlinear_key_heads = %u\nlinear_value_heads = %u\n"
+                "linear_key_head_dim = %u\nlinear_value_head_dim = %u\nlinear_conv_kernel = %u\n",
+                m->full_attention_interval, m->linear_key_heads, m->linear_value_heads,
+                m->linear_key_head_dim, m->linear_value_head_dim, m->linear_conv_kernel);
+    return atomic_file_commit(&af, err);
 }
 
 /* ---- sizes ------------------------------------------------------------------------------ */

@@ -78,6 +78,12 @@ moesim_status model_read_config(config *c, model_geometry *out, moesim_error *er
 /* Resolves a name through moesim_config_path("models", ...) and loads it. */
 moesim_status model_load_by_name(const char *name, model_geometry *out, moesim_error *err);
 
+/* Writes `m` as a model file that model_load reads back to the same geometry (crash-safe: the
+ * file appears whole or not at all). `origin` goes into the header comment (what it came from,
+ * e.g. a checkpoint folder), since such a file cites no config.json of its own. */
+moesim_status model_write_ini(const model_geometry *m, const char *path, const char *origin,
+                              moesim_error *err);
+
 uint64_t model_expert_params(const model_geometry *m);                     /* 3 * hidden * inter */
 uint64_t model_expert_part_bytes(const model_geometry *m, const quant_table *q, expert_part part,
                                  moesim_precision p);

@@ -590,7 +590,9 @@ void engine_geometry(const engine *e, const char *name, model_geometry *g) {
     g->n_moe_layers = c->n_moe_layers;
     for (uint32_t l = 0; l < c->n_layers; l++) g->is_moe_layer[l] = c->is_moe[l];
     g->hidden = c->hidden;
-    g->dense_inter = c->dense_inter;
+    /* model_geometry's invariant: a dense width only where some layer is dense (config.json
+     * carries intermediate_size even when every layer is MoE) */
+    g->dense_inter = c->n_moe_layers < c->n_layers ? c->dense_inter : 0;
     g->vocab = c->vocab;
     g->tie_embeddings = c->tie_embeddings;
     g->n_experts = c->n_experts;

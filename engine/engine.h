@@ -151,6 +151,15 @@ moesim_status engine_generate(engine *e, const engine_request *reqs, uint32_t n_
                               moesim_error *err);
 void engine_gen_log_free(engine_gen_log *log);
 
+/* The log as a router trace for `moesim record` (engine/record.c): geometry `g` (from
+ * engine_geometry), source "engine", importance and token ids always present, look-ahead when
+ * the log has it, the checkpoint's config hash, and `params_json` (NULL for none) recording how
+ * it was made. Checked with trace_finish. Caller owns *out (trace_destroy). */
+typedef struct trace trace;
+moesim_status engine_log_to_trace(const engine *e, const model_geometry *g,
+                                  const engine_gen_log *log, const char *params_json, trace **out,
+                                  moesim_error *err);
+
 /* Index of the sampled token: argmax when temperature is 0, else a draw from softmax(logits / T)
  * using `u` in [0, 1). logits: [n] (overwritten when sampling). */
 uint32_t engine_sample(float *logits, uint32_t n, float temperature, double u);

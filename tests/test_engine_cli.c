@@ -4,7 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/model.h"
+#include "engine/engine.h"
 #include "support/test_support.h"
+#include "traces/trace.h"
 
 static char model_dir[1024];
 static char out[1 << 14], errbuf[1 << 12];
@@ -70,4 +73,120 @@ Test(engine_cli, eval_rejects_bad_tokens_with_file_and_line) {
     cr_assert_eq(rc, 2);
     cr_assert(strstr(errbuf, "bad.txt:1: token id 300 outside the vocabulary [0, 256)"), "%s",
               errbuf);
+}
+
+/* The trace `moesim record` writes holds exactly what the engine did: the same run through the
+ * library (same prompts, options and seed) gives the same routing, gates, importance,
+ * look-ahead and tokens, for every architecture. */
+static void check_record_matches_engine(const char *arch) {
+    const char *toks = test_tmp_path("rec.txt"), *out_h5 = test_tmp_path("rec.h5");
+    test_write_file(toks, "1 17 42 99 3 250 7 64\n9 8 7 6 5\n33 34 35\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "record", "--model",
+                             fixture(arch), "--input", toks, "--gen-len", "6", "--batch", "2",
+                             "--lookahead", "2", "--lookahead-k", "4", "--temperature", "0.8",
+                             "--seed", "7", "-o", out_h5, "--threads", "1", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    trace *t;
+    moesim_error err = {0};
+    cr_assert_eq(trace_read(out_h5, &t, &err), MOESIM_OK, "%s", err.msg);
+
+    engine_options eo = {.n_threads = 1, .precision_mask = 1u << PREC_BF16};
+    engine *e;
+    cr_assert_eq(engine_load(fixture(arch), &eo, &e, &err), MOESIM_OK, "%s", err.msg);
+    engine_prompts pr;
+    cr_assert_eq(engine_prompts_load(toks, engine_config_of(e)->vocab, &pr, &err), MOESIM_OK);
+    engine_precmap pm;
+    engine_precmap_init(&pm, e, PREC_BF16);
+    engine_gen_options go = {.gen_len = 6, .batch = 2, .lookahead_depth = 2, .lookahead_k = 4,
+                             .temperature = 0.8f, .seed = 7, .pmap = &pm};
+    engine_gen_log log;
+    cr_assert_eq(engine_generate(e, pr.reqs, pr.n, &go, &log, &err), MOESIM_OK, "%s", err.msg);
+
+    cr_assert_eq(t->n_tokens, log.n_tokens);
+    cr_assert_eq(t->n_requests, 3);
+    cr_assert_str_eq(t->meta.source, "engine");
+    cr_assert_eq(t->meta.model_config_hash, engine_config_of(e)->config_hash);
+    size_t n = log.n_tokens, route = n * t->meta.n_layers * t->meta.top_k;
+    size_t la = n * t->meta.n_layers * 2 * 4;
+    cr_assert_arr_eq(t->request_id, log.request_id, n * sizeof *t->request_id);
+    cr_assert_arr_eq(t->position, log.position, n * sizeof *t->position);
+    cr_assert_arr_eq(t->phase, log.phase, n);
+    cr_assert_arr_eq(t->token_id, log.token_id, n * sizeof *t->token_id);
+    cr_assert_arr_eq(t->expert_ids, log.expert_ids, route * sizeof *t->expert_ids);
+    cr_assert_arr_eq(t->gate_weights, log.gate_weights, route * sizeof *t->gate_weights);
+    cr_assert_arr_eq(t->importance, log.importance, n * t->meta.n_layers * sizeof(float));
+    cr_assert_arr_eq(t->lookahead_ids, log.lookahead_ids, la * sizeof *t->lookahead_ids);
+    cr_assert_arr_eq(t->lookahead_scores, log.lookahead_scores, la * sizeof(float));
+
+    engine_gen_log_free(&log);
+    engine_precmap_free(&pm);
+    engine_prompts_free(&pr);
+    engine_destroy(e);
+    trace_destroy(t);
+}
+
+Test(engine_cli, record_writes_what_the_engine_ran_for_mixtral) { check_record_matches_engine("mixtral"); }
+Test(engine_cli, record_writes_what_the_engine_ran_for_olmoe) { check_record_matches_engine("olmoe"); }
+Test(engine_cli, record_writes_what_the_engine_ran_for_qwen2_moe) { check_record_matches_engine("qwen2_moe"); }
+Test(engine_cli, record_writes_what_the_engine_ran_for_qwen3_moe) { check_record_matches_engine("qwen3_moe"); }
+
+Test(engine_cli, recorded_trace_validates_and_its_model_file_loads_back_to_the_geometry) {
+    const char *toks = test_tmp_path("rec.txt"), *out_h5 = test_tmp_path("rec.h5");
+    char ini[4096];
+    snprintf(ini, sizeof ini, "%s", test_tmp_path("rec.ini"));
+    test_write_file(toks, "1 2 3 4 5 6\n7 8 9\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "record", "--model",
+                             fixture("qwen2_moe"), "--input", toks, "--gen-len", "4", "-o", out_h5,
+                             "--model-ini", ini, "--name", "tiny-qwen2", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "validate", out_h5, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    cr_assert(strstr(out, "ok (17 tokens, 2 requests)"), "%s", out);
+
+    model_geometry g;
+    moesim_error err = {0};
+    cr_assert_eq(model_load(ini, &g, &err), MOESIM_OK, "%s", err.msg);
+    engine_options eo = {.n_threads = 1};
+    engine *e;
+    cr_assert_eq(engine_load(fixture("qwen2_moe"), &eo, &e, &err), MOESIM_OK, "%s", err.msg);
+    model_geometry want;
+    engine_geometry(e, "tiny-qwen2", &want);
+    snprintf(want.hf_id, sizeof want.hf_id, "none");
+    cr_assert_str_eq(g.name, "tiny-qwen2");
+    cr_assert_eq(g.n_shared_experts, 1);
+    cr_assert(g.shared_expert_gate);
+    cr_assert_eq(model_non_expert_bytes(&g), model_non_expert_bytes(&want));
+    cr_assert_arr_eq(&g, &want, sizeof g, "the model file does not load back to the geometry");
+    engine_destroy(e);
+}
+
+Test(engine_cli, record_refuses_bad_input_and_writes_nothing) {
+    char toks[4096], out_h5[4096]; /* test_tmp_path's buffers are reused by test_run_moesim */
+    snprintf(toks, sizeof toks, "%s", test_tmp_path("rec.txt"));
+    snprintf(out_h5, sizeof out_h5, "%s", test_tmp_path("never.h5"));
+    test_write_file(toks, "1 2 3\n");
+    struct {
+        const char *opt, *value, *message;
+    } cases[] = {
+        {"--lookahead-k", "9", "--lookahead-k: expected at most 8 (the model's experts), got 9"},
+        {"--lookahead", "17", "--lookahead: expected an integer in [0, 16], got '17'"},
+        {"--precision", "int5", "--precision: expected bf16, int8, int4 or int2, got 'int5'"},
+        {"--batch", "0", "--batch: expected an integer in [1, 4096], got '0'"},
+        {"--temperature", "-1", "--temperature: expected a number in [0, 100], got '-1'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "record", "--model",
+                                 fixture("mixtral"), "--input", toks, "-o", out_h5, cases[i].opt,
+                                 cases[i].value, NULL);
+        cr_assert_eq(rc, 2, "%s", cases[i].opt);
+        cr_assert(strstr(errbuf, cases[i].message), "%s: %s", cases[i].opt, errbuf);
+        cr_assert_not(test_file_exists(out_h5));
+    }
+    test_write_file(toks, "1 2 300\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "record", "--model",
+                             fixture("mixtral"), "--input", toks, "-o", out_h5, NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "rec.txt:1: token id 300 outside the vocabulary [0, 256)"), "%s",
+              errbuf);
+    cr_assert_not(test_file_exists(out_h5));
 }
