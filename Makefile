@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 # CI sets MOESIM_WERROR=ON so warnings fail the build.
 MOESIM_WERROR ?= OFF
 
-.PHONY: all deps configure build test test-asan demo figures bench clean
+.PHONY: all deps configure build test test-asan demo figures bench fuzz clean
 
 all: build
 
@@ -43,3 +43,12 @@ bench: build
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# Fuzz the safetensors header parser with libFuzzer (clang, ASan + UBSan) for FUZZ_SECONDS.
+FUZZ_SECONDS ?= 300
+fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMOESIM_FUZZ=ON -DMOESIM_CUDA=OFF
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_safetensors
+	bash tests/fuzz/make_seeds.sh build-fuzz/fuzz-corpus/safetensors
+	build-fuzz/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    -print_final_stats=1 build-fuzz/fuzz-corpus/safetensors
