@@ -118,24 +118,24 @@ static trace *make_random_trace(uint64_t seed, uint64_t n_tokens, bool lookahead
 
 /* ---- running the simulator ---- */
 
-/* Runs `policy` with the NULL-terminated "section.key=value" settings; returns the status and
+/* Runs policy `name` with the NULL-terminated "section.key=value" settings; returns the status and
  * fills *out / *err. */
-static moesim_status run_sim(const trace *t, const char *policy, const char *const *sets,
+static moesim_status run_sim(const trace *t, const char *name, const char *const *sets,
                              sim_result *out, moesim_error *err) {
     config *c = config_create();
     for (size_t i = 0; sets && sets[i]; i++)
         cr_assert_eq(config_set(c, sets[i], err), MOESIM_OK, "%s", err->msg);
     sim_inputs in = {.trace = t, .model = &model, .hw = &hw, .quant = &quant};
     memset(out, 0, sizeof *out);
-    moesim_status st = sim_run(&in, policy, c, out, err);
+    moesim_status st = sim_run(&in, name, c, out, err);
     config_destroy(c);
     return st;
 }
 
-static sim_result run_ok(const trace *t, const char *policy, const char *const *sets) {
+static sim_result run_ok(const trace *t, const char *name, const char *const *sets) {
     sim_result r;
     moesim_error err;
-    cr_assert_eq(run_sim(t, policy, sets, &r, &err), MOESIM_OK, "%s: %s", policy, err.msg);
+    cr_assert_eq(run_sim(t, name, sets, &r, &err), MOESIM_OK, "%s: %s", name, err.msg);
     return r;
 }
 
