@@ -99,6 +99,7 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
     c->scope = scope;
     c->layer_capacity = per_layer;
     c->capacity = capacity;
+    c->per_layer_pools = pp->experts_per_layer != 0;
     c->mem = mem;
     size_t n = (size_t)pp->n_layers * pp->n_experts;
     c->held_ids = moesim_xcalloc(n, sizeof *c->held_ids);
@@ -131,21 +132,14 @@ void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert) {
     c->pin[slot(c, layer, expert)] = c->pin_epoch;
 }
 
-void expert_cache_begin_route(expert_cache *c, const policy_route *r) {
-    c->pin_epoch++;
+void expert_cache_begin_route(expert_cache *c) { c->pin_epoch++; }
+
+void expert_cache_pin_active(expert_cache *c, const policy_route *r) {
     for (uint32_t i = 0; i < r->n_active; i++) expert_cache_pin(c, r->layer, r->active[i]);
 }
 
-void expert_cache_touch_route(expert_cache *c, const policy_route *r) {
-    size_t row = (size_t)r->layer * c->n_experts;
-    size_t n = (size_t)r->n_tokens * r->top_k;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t e = r->experts[i];
-        if (e == POLICY_NO_EXPERT) continue;
-        MOESIM_ASSERT(e < c->n_experts);
-        c->last_use[row + e] = ++c->tick;
-        c->uses[row + e]++;
-    }
+bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert) {
+    return c->pin[slot(c, layer, expert)] == c->pin_epoch;
 }
 
 void expert_cache_halve(expert_cache *c) {
@@ -191,10 +185,9 @@ static bool key_before(expert_cache_key k, uint32_t l, uint32_t e, expert_cache_
     return e < be;
 }
 
-bool expert_cache_find_victim(const expert_cache *c, uint32_t layer, expert_cache_key_fn key,
-                              const void *ctx, uint32_t *victim_layer, uint32_t *victim_expert) {
-    uint32_t l0 = layer, l1 = layer + 1;
-    if (c->scope == EXPERT_CACHE_GLOBAL) l0 = 0, l1 = c->n_layers;
+/* The best unpinned victim held in layers [l0, l1). */
+static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, expert_cache_key_fn key,
+                           const void *ctx, uint32_t *victim_layer, uint32_t *victim_expert) {
     bool found = false;
     expert_cache_key best = {0, 0};
     uint32_t bl = 0, be = 0;
@@ -214,6 +207,13 @@ bool expert_cache_find_victim(const expert_cache *c, uint32_t layer, expert_cach
     return found;
 }
 
+bool expert_cache_find_victim(const expert_cache *c, uint32_t layer, expert_cache_key_fn key,
+                              const void *ctx, uint32_t *victim_layer, uint32_t *victim_expert) {
+    if (c->scope == EXPERT_CACHE_GLOBAL)
+        return find_victim_in(c, 0, c->n_layers, key, ctx, victim_layer, victim_expert);
+    return find_victim_in(c, layer, layer + 1, key, ctx, victim_layer, victim_expert);
+}
+
 bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
     MOESIM_ASSERT(expert_cache_holds(c, layer, expert));
     policy_mem_result r =
@@ -230,7 +230,6 @@ bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
 policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_t expert,
                                         policy_class cls) {
     bool held = expert_cache_holds(c, layer, expert);
-    if (!held && expert_cache_layer_full(c, layer)) return POLICY_REFUSED;
     policy_mem_result r =
         c->mem.ops->load(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL, cls);
     if (held) {
@@ -250,12 +249,28 @@ policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_
 
 policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
                                        policy_class cls, expert_cache_key_fn key, const void *ctx) {
+    uint32_t vl, ve;
+    if (!expert_cache_holds(c, layer, expert)) {
+        /* layer scope: bring the pool below its size first */
+        while (expert_cache_layer_full(c, layer)) {
+            if (!expert_cache_find_victim(c, layer, key, ctx, &vl, &ve)) {
+                /* every held expert of the layer is pinned: a demand may overflow the share
+                 * (the budget stays the hard limit), a prefetch may not */
+                if (cls != POLICY_DEMAND) return POLICY_REFUSED;
+                break;
+            }
+            expert_cache_evict(c, vl, ve); /* a refused victim is pinned; the search moves on */
+        }
+    }
     for (;;) {
         policy_mem_result r = expert_cache_try_load(c, layer, expert, cls);
         if (r != POLICY_REFUSED) return r;
-        uint32_t vl, ve;
-        if (!expert_cache_find_victim(c, layer, key, ctx, &vl, &ve)) return POLICY_REFUSED;
-        expert_cache_evict(c, vl, ve); /* a refused victim is pinned; the search moves on */
+        bool found = expert_cache_find_victim(c, layer, key, ctx, &vl, &ve);
+        if (!found && c->scope == EXPERT_CACHE_LAYER && !c->per_layer_pools)
+            /* an overflowing layer filled the shared budget: take room from any layer */
+            found = find_victim_in(c, 0, c->n_layers, key, ctx, &vl, &ve);
+        if (!found) return POLICY_REFUSED;
+        expert_cache_evict(c, vl, ve);
     }
 }
 
@@ -274,19 +289,38 @@ expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, ui
     return k;
 }
 
+/* Index of `expert` in the route's ascending active list. */
+static uint32_t active_index(const policy_route *r, uint16_t expert) {
+    uint32_t lo = 0, hi = r->n_active;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (r->active[mid] < expert)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    MOESIM_ASSERT(lo < r->n_active && r->active[lo] == expert);
+    return lo;
+}
+
 uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan,
                                  expert_cache_key_fn key, const void *ctx) {
-    uint32_t skipped = 0;
-    for (uint32_t i = 0; i < r->n_active; i++) {
-        policy_mem_result res =
-            expert_cache_acquire(c, r->layer, r->active[i], POLICY_DEMAND, key, ctx);
-        if (res == POLICY_REFUSED) {
-            plan->run[i] = POLICY_RUN_SKIP;
-            skipped++;
-        } else {
-            plan->run[i] = (uint8_t)c->precision;
-        }
+    size_t row = (size_t)r->layer * c->n_experts;
+    size_t n = (size_t)r->n_tokens * r->top_k;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t e = r->experts[i];
+        if (e == POLICY_NO_EXPERT) continue;
+        MOESIM_ASSERT(e < c->n_experts);
+        c->last_use[row + e] = ++c->tick;
+        c->uses[row + e]++;
+        uint32_t a = active_index(r, e);
+        if (plan->run[a] != POLICY_RUN_SKIP) continue; /* served earlier in this route */
+        expert_cache_pin(c, r->layer, e);
+        if (expert_cache_acquire(c, r->layer, e, POLICY_DEMAND, key, ctx) != POLICY_REFUSED)
+            plan->run[a] = (uint8_t)c->precision;
     }
+    uint32_t skipped = 0;
+    for (uint32_t a = 0; a < r->n_active; a++) skipped += plan->run[a] == POLICY_RUN_SKIP;
     c->refused += skipped;
     return skipped;
 }

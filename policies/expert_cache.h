@@ -16,14 +16,25 @@
  *   - global: one pool over every layer, bounded by the shared budget alone (needs
  *     cache.experts_per_layer = 0); a miss evicts the best victim of any layer.
  *
- * Victims: the held expert with the largest key (expert_cache_key: primary, then secondary),
- * ties to the lower layer, then the lower expert id: deterministic. Pinned experts (the route's
- * active experts, a prefetch's candidates, and any expert whose eviction the memory system
- * refused during this route) are never chosen. Pins last until the next expert_cache_begin_route.
+ * The layer size is a target for demand loads: when every held expert of the layer is pinned (a
+ * batch routes more distinct experts to the layer than its share), a demand load overflows the
+ * share, and if the shared budget is then full it takes its room from any layer (as lru.c does);
+ * prefetches never overflow.
  *
- * Recency and frequency: expert_cache_touch_route stamps every (token, slot) access of a route in
- * token order, then slot order (the order of traces/stats.h's LRU and OPT conventions), with a
- * strictly increasing tick, and adds one use per access. Counts persist across evictions. */
+ * Victims: the held expert with the largest key (expert_cache_key: primary, then secondary),
+ * ties to the lower layer, then the lower expert id: deterministic. Pinned experts (those a
+ * route has already served, the candidates of a prefetch, and any expert whose eviction the
+ * memory system refused during this route) are never chosen. Pins last until the next
+ * expert_cache_begin_route.
+ *
+ * Accesses (expert_cache_plan_route): the route's (token, slot) accesses one at a time in token
+ * order, then slot order, like a software cache fed the access sequence (the convention of
+ * traces/stats.h and of lru.c, so a per-layer LRU here gives lru's hit rate): each access stamps
+ * the expert's recency with a strictly increasing tick and adds one use; the first access of an
+ * expert in the route pins it and loads it on demand if it is not held, evicting victims first.
+ * An expert routed later in the same route may be evicted by an earlier access (and is loaded
+ * again when its turn comes) unless the policy pinned the route's active set beforehand. Use
+ * counts persist across evictions. */
 #ifndef MOESIM_POLICIES_EXPERT_CACHE_H
 #define MOESIM_POLICIES_EXPERT_CACHE_H
 
@@ -53,6 +64,7 @@ struct expert_cache {
     uint64_t expert_bytes; /* all parts at `precision` */
     expert_cache_scope scope;
     uint32_t layer_capacity; /* layer scope: experts per layer pool; global: 0 */
+    bool per_layer_pools;    /* the memory system enforces per-layer pools */
     uint64_t capacity;       /* experts the whole cache may hold (layer: L * layer_capacity) */
     policy_mem_view mem;
 
@@ -82,16 +94,17 @@ void expert_cache_free(expert_cache *c); /* accepts a zeroed struct */
 /* Bytes of one expert (every part) at precision p on this host; 0 if it cannot store p. */
 uint64_t expert_cache_expert_bytes(const policy_params *pp, moesim_precision p);
 
-/* Starts a route: drops the previous pins and pins the route's active experts. */
-void expert_cache_begin_route(expert_cache *c, const policy_route *r);
-/* Stamps recency and counts uses of every (token, slot) access of the route, in token order. */
-void expert_cache_touch_route(expert_cache *c, const policy_route *r);
+/* Starts a route: drops the previous route's pins. */
+void expert_cache_begin_route(expert_cache *c);
+/* Pins every active expert of the route (none of them is evicted while the route is planned). */
+void expert_cache_pin_active(expert_cache *c, const policy_route *r);
 /* Halves every use count (TinyLFU's reset); recency is kept. */
 void expert_cache_halve(expert_cache *c);
 
 void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert);
+bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert);
 bool expert_cache_holds(const expert_cache *c, uint32_t layer, uint32_t expert);
-/* True when `layer`'s pool is at its policy-side capacity (layer scope only). */
+/* True when `layer`'s pool is at (or over) its policy-side size (layer scope only). */
 bool expert_cache_layer_full(const expert_cache *c, uint32_t layer);
 
 /* The unpinned held expert to evict for room in `layer`'s pool (layer scope) or anywhere (global):
@@ -102,12 +115,14 @@ bool expert_cache_find_victim(const expert_cache *c, uint32_t layer, expert_cach
  * the search moves on, and returns false. */
 bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert);
 /* Issues the load of every part of (layer, expert) at the cache's precision and holds it:
- * POLICY_ISSUED (a miss), POLICY_ALREADY (held: a hit; asserted against the memory system), or
- * POLICY_REFUSED (the pool is full: the caller makes room). Never evicts. */
+ * POLICY_ISSUED (a miss), POLICY_ALREADY (held; asserted against the memory system), or
+ * POLICY_REFUSED (the memory system's pool is full: the caller makes room). Never evicts and
+ * ignores the policy-side layer size. */
 policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_t expert,
                                         policy_class cls);
-/* try_load, evicting victims by `key` until it fits: POLICY_ISSUED, POLICY_ALREADY, or
- * POLICY_REFUSED when no evictable victim is left (every held expert pinned). */
+/* Loads (layer, expert) unless held, first evicting victims by `key` while the layer is at its
+ * size, then while the memory system refuses (see the overflow rule above): POLICY_ISSUED,
+ * POLICY_ALREADY, or POLICY_REFUSED when no evictable victim is left. */
 policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
                                        policy_class cls, expert_cache_key_fn key, const void *ctx);
 
@@ -117,10 +132,11 @@ expert_cache_key expert_cache_key_lru(const expert_cache *c, const void *ctx, ui
 expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert);
 
-/* Runs the route's plan for a single-precision cache: acquires every active expert (demand
- * class, victims by `key`) and plans it at the cache's precision; an expert that cannot be made
- * resident (the route's active set exceeds the pool) is skipped. Returns the number skipped.
- * Call after expert_cache_begin_route and expert_cache_touch_route. */
+/* Plans the route for a single-precision cache: processes its accesses as described above
+ * (demand class, victims by `key`) and plans every expert it could make loading or resident at
+ * the cache's precision; one it could not place (nothing left to evict) is skipped. Returns the
+ * number skipped. Call after expert_cache_begin_route; `plan` must come all POLICY_RUN_SKIP (the
+ * host's promise). */
 uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan,
                                  expert_cache_key_fn key, const void *ctx);
 

@@ -69,8 +69,7 @@ static moesim_status lfu_create(const policy_params *params, const void *knobs_i
 }
 
 static void lfu_on_route(policy *p, const policy_route *route, policy_plan *plan) {
-    expert_cache_begin_route(&p->cache, route);
-    expert_cache_touch_route(&p->cache, route);
+    expert_cache_begin_route(&p->cache);
     expert_cache_plan_route(&p->cache, route, plan, expert_cache_key_lfu, NULL);
 }
 

@@ -5,17 +5,21 @@
  * layer l's hidden state and the experts it ranks highest are loaded into layer l+1's cache ahead
  * of need. In our API that guess is the look-ahead prediction at distance 1 that on_route receives
  * (lookahead_ids[token][0][...], from the trace or the simulator's emulated predictor); with no
- * predictions the policy is a plain per-layer LRU. Per route: the layer's active experts are
- * touched in token order (LRU recency of expert_cache.h), misses are loaded on demand evicting the
- * layer's least recently used unpinned expert, then for each token the first
- * mixtral-offload.prefetch_experts predicted experts of layer l+1 are gathered (union over the
- * batch; with batch size 1, the paper's setting, that is exactly the token's top guesses), ranked
- * by summed predicted score (ties: lower id), cut to the pool size, and loaded with prefetch
- * priority, each one entering layer l+1's LRU as its most recent entry and evicting that layer's
- * least recently used expert that is not itself predicted. The last layer does not predict past
- * the end of the model (the paper's guess stays within one token's forward pass). The cache size
- * per layer is mixtral-offload.experts_per_layer, else cache.experts_per_layer, else the layer's
- * share of the expert budget; the cache starts empty. The paper's mixed quantization (HQQ) is
+ * predictions the policy is a plain per-layer LRU. Per route: the layer's accesses are processed
+ * one (token, slot) at a time in token order exactly as `lru` does (expert_cache.h), a miss
+ * loading on demand and evicting the layer's least recently used expert the route has not used
+ * yet. Then each token's first mixtral-offload.prefetch_experts guesses for layer l+1 are
+ * gathered (union over the batch; with batch size 1, the paper's setting, the token's top
+ * guesses), ranked by summed predicted score (ties: lower id), cut to the room the pool can
+ * spare, and loaded with prefetch priority, each entering layer l+1's LRU as its newest entry and
+ * evicting that layer's least recently used expert that is not itself guessed. The room is the
+ * whole pool in a shared budget, and the pool less top_k when cache.experts_per_layer makes the
+ * memory system enforce per-layer pools: a wrong guess whose copy has started cannot be
+ * cancelled, and the API has no "wait for this copy", so top_k places stay free for the next
+ * token's demand loads. The last layer does not guess past the end of the model (the paper's
+ * guess stays within one token's forward pass). The cache size per layer is
+ * mixtral-offload.experts_per_layer, else cache.experts_per_layer, else the layer's share of the
+ * expert budget; the cache starts empty. The paper's mixed quantization (HQQ) is
  * expressed by expert.precision. */
 #include <stddef.h>
 #include <stdlib.h>
@@ -126,9 +130,15 @@ static void prefetch_next_layer(policy *p, const policy_route *r) {
     uint32_t next = r->layer + 1;
     if (r->lookahead_ids == NULL || p->lookahead_depth == 0 || next >= p->cache.n_layers) return;
     uint32_t n = gather_candidates(p, r);
-    if (n > p->cache.layer_capacity) {
-        p->prefetch_skipped += n - p->cache.layer_capacity;
-        n = p->cache.layer_capacity;
+    /* room for the guesses: the whole pool in a shared budget (a demand that finds every place
+     * taken by a guess still in flight takes room from another layer), the pool less top_k when
+     * the memory system enforces per-layer pools (so a wrong guess whose copy has started, and
+     * cannot be cancelled, never leaves the next token's demand loads without a place) */
+    uint32_t room = p->cache.layer_capacity;
+    if (p->cache.per_layer_pools) room = room > p->cache.top_k ? room - p->cache.top_k : 0;
+    if (n > room) {
+        p->prefetch_skipped += n - room;
+        n = room;
     }
     for (uint32_t i = 0; i < n; i++) expert_cache_pin(&p->cache, next, p->candidates[i]);
     expert_cache *c = &p->cache;
@@ -147,8 +157,7 @@ static void prefetch_next_layer(policy *p, const policy_route *r) {
 }
 
 static void mixtral_offload_on_route(policy *p, const policy_route *route, policy_plan *plan) {
-    expert_cache_begin_route(&p->cache, route);
-    expert_cache_touch_route(&p->cache, route);
+    expert_cache_begin_route(&p->cache);
     expert_cache_plan_route(&p->cache, route, plan, expert_cache_key_lru, NULL);
     prefetch_next_layer(p, route);
 }

@@ -109,8 +109,8 @@ static void oracle_warmup(policy *p, uint64_t now_ns) {
 
 static void oracle_on_route(policy *p, const policy_route *route, policy_plan *plan) {
     expert_cache *c = &p->cache;
-    expert_cache_begin_route(c, route);
-    expert_cache_touch_route(c, route);
+    expert_cache_begin_route(c);
+    expert_cache_pin_active(c, route); /* never evict what this route needs */
     expert_cache_plan_route(c, route, plan, key_belady, NULL);
 
     uint32_t next = route->layer + 1 < c->n_layers ? route->layer + 1 : 0;
