@@ -36,9 +36,9 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
     uint64_t eb = expert_cache_expert_bytes(pp, pp->precision);
     if (eb == 0)
         return moesim_fail(err, MOESIM_EINPUT,
-                           "%s: expert.precision=%s is not stored by this host (expected a "
+                           "expert.precision=%s is not stored by this host (expected a "
                            "precision the quantization table and the host support)",
-                           policy_name, prec);
+                           prec);
     uint64_t L = pp->n_layers;
     uint64_t capacity;
     uint32_t per_layer = 0;
@@ -52,22 +52,21 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
         if (capacity > L * pp->n_experts) capacity = L * pp->n_experts;
         if (capacity < pp->top_k)
             return moesim_fail(err, MOESIM_EINPUT,
-                               "%s: the expert budget of %llu bytes holds %llu experts at %s "
-                               "(%llu bytes each), fewer than top_k=%u",
-                               policy_name, (unsigned long long)pp->expert_budget_bytes,
+                               "the expert budget of %llu bytes holds %llu experts at %s "
+                               "(%llu bytes each), fewer than top_k=%u; raise memory.budget_gb",
+                               (unsigned long long)pp->expert_budget_bytes,
                                (unsigned long long)capacity, prec, (unsigned long long)eb,
                                pp->top_k);
     } else {
         if (layer_capacity != 0) {
             if (pp->experts_per_layer != 0 && layer_capacity > pp->experts_per_layer)
                 return moesim_fail(err, MOESIM_EINPUT,
-                                   "%s: a cache of %u experts per layer exceeds "
-                                   "cache.experts_per_layer=%u",
+                                   "%s.experts_per_layer=%u exceeds cache.experts_per_layer=%u",
                                    policy_name, layer_capacity, pp->experts_per_layer);
             if (pp->experts_per_layer == 0 &&
                 (uint64_t)layer_capacity * L * eb > pp->expert_budget_bytes)
                 return moesim_fail(err, MOESIM_EINPUT,
-                                   "%s: %u experts per layer x %u layers at %s need %llu bytes, "
+                                   "%s.experts_per_layer=%u: %u layers at %s need %llu bytes, "
                                    "more than the expert budget of %llu bytes",
                                    policy_name, layer_capacity, pp->n_layers, prec,
                                    (unsigned long long)((uint64_t)layer_capacity * L * eb),
@@ -82,12 +81,11 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
         if (per_layer > pp->n_experts) per_layer = pp->n_experts;
         if (per_layer < pp->top_k)
             return moesim_fail(err, MOESIM_EINPUT,
-                               "%s: the cache holds %u experts per layer at %s (expert budget "
+                               "the cache holds %u experts per layer at %s (expert budget "
                                "%llu bytes, %llu bytes per expert, %u layers), fewer than "
-                               "top_k=%u",
-                               policy_name, per_layer, prec,
-                               (unsigned long long)pp->expert_budget_bytes, (unsigned long long)eb,
-                               pp->n_layers, pp->top_k);
+                               "top_k=%u; raise memory.budget_gb or cache.experts_per_layer",
+                               per_layer, prec, (unsigned long long)pp->expert_budget_bytes,
+                               (unsigned long long)eb, pp->n_layers, pp->top_k);
         capacity = (uint64_t)per_layer * L;
     }
 

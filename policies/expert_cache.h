@@ -82,10 +82,11 @@ struct expert_cache {
 };
 
 /* Sets up an empty cache (caller-allocated struct; expert_cache_free). `layer_capacity` is an
- * explicit per-layer size from a policy knob (0: derive it as described above). Fails
- * (MOESIM_EINPUT, one line starting with `policy_name`) when the precision is not stored by the
- * host, when scope global meets cache.experts_per_layer, when an explicit capacity exceeds the
- * budget, or when the cache cannot hold top_k experts of a layer (no token could run). */
+ * explicit per-layer size from the knob `policy_name`.experts_per_layer (0: derive it as described
+ * above). Fails (MOESIM_EINPUT, one line; the host names the policy) when the precision is not
+ * stored by the host, when scope global meets cache.experts_per_layer, when an explicit capacity
+ * exceeds the budget, or when the cache cannot hold top_k experts of a layer (no token could run).
+ */
 moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const policy_params *pp,
                                 policy_mem_view mem, expert_cache_scope scope,
                                 uint32_t layer_capacity, moesim_error *err);

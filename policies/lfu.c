@@ -34,8 +34,7 @@ static const config_field lfu_knob_fields[] = {
      .min = 1,
      .max = 0,
      .help = "layer: one LFU pool per MoE layer (per-layer expert caches as in Eliseev & Mazur "
-             "2023, Sec. 3.1); global: one pool over all layers in the shared budget. Default "
-             "layer"},
+             "2023, Sec. 3.1); global: one pool over all layers in the shared budget"},
     {.section = "lfu",
      .key = "halve_every_steps",
      .type = CONFIG_U64,
@@ -44,7 +43,7 @@ static const config_field lfu_knob_fields[] = {
      .max = 1e15,
      .def = "0",
      .help = "halve every use count after this many steps (TinyLFU reset, Einziger et al. 2017, "
-             "Sec. 3.3); 0 = counts never age. Default 0"},
+             "Sec. 3.3); 0 = counts never age"},
 };
 
 struct policy {

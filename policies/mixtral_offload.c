@@ -43,7 +43,7 @@ static const config_field mixtral_offload_knob_fields[] = {
      .max = MODEL_MAX_EXPERTS,
      .def = "0",
      .help = "k, the LRU cache size per layer (Eliseev & Mazur 2023, Sec. 3.1); 0 = "
-             "cache.experts_per_layer, else the layer's share of the expert budget. Default 0"},
+             "cache.experts_per_layer, else the layer's share of the expert budget"},
     {.section = "mixtral-offload",
      .key = "prefetch_experts",
      .type = CONFIG_U32,
@@ -53,7 +53,7 @@ static const config_field mixtral_offload_knob_fields[] = {
      .def = "0",
      .help = "next-layer experts speculatively loaded per token, the top guesses of the next "
              "layer's gate on this layer's hidden state (Eliseev & Mazur 2023, Sec. 3.2); 0 = "
-             "the model's top_k (what the router will pick). Default 0"},
+             "the model's top_k (what the router will pick)"},
 };
 
 struct policy {

@@ -29,19 +29,19 @@ static moesim_status static_create(const policy_params *params, const void *knob
     uint64_t eb = expert_cache_expert_bytes(params, params->precision);
     if (eb == 0)
         return moesim_fail(err, MOESIM_EINPUT,
-                           "static: expert.precision=%s is not stored by this host (expected a "
+                           "expert.precision=%s is not stored by this host (expected a "
                            "precision the quantization table and the host support)",
                            prec);
     if (params->experts_per_layer != 0 && params->experts_per_layer < params->n_experts)
         return moesim_fail(err, MOESIM_EINPUT,
-                           "static: cache.experts_per_layer=%u cannot hold all %u experts of a "
+                           "cache.experts_per_layer=%u cannot hold all %u experts of a "
                            "layer (expected 0 or >= %u)",
                            params->experts_per_layer, params->n_experts, params->n_experts);
     uint64_t n = (uint64_t)params->n_layers * params->n_experts;
     uint64_t need = n * eb;
     if (need > params->expert_budget_bytes)
         return moesim_fail(err, MOESIM_EINPUT,
-                           "static: all %llu experts at %s need %llu bytes (%.2f GiB) but the "
+                           "all %llu experts at %s need %llu bytes (%.2f GiB) but the "
                            "expert budget is %llu bytes (%.2f GiB); raise memory.budget_gb or "
                            "lower expert.precision",
                            (unsigned long long)n, prec, (unsigned long long)need,
