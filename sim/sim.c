@@ -196,7 +196,7 @@ struct policy_mem {
     uint64_t *use_cur;   /* [L*E] cursor */
     uint64_t access_pos; /* global position of the current sub-route's first access */
     uint64_t cur_step;
-    uint32_t cur_layer;
+    int64_t cur_layer; /* last layer routed in the current step; -1 before its first route */
 
     /* per-route scratch: [max_step_tokens * K] etc. */
     uint16_t *r_experts;
@@ -616,7 +616,7 @@ static uint32_t mem_future_active(const policy_mem *cm, uint32_t layer, uint16_t
                                   uint32_t cap) {
     sim_state *s = (sim_state *)cm;
     MOESIM_ASSERT(layer < s->L);
-    uint64_t st = layer > s->cur_layer ? s->cur_step : s->cur_step + 1;
+    uint64_t st = (int64_t)layer > s->cur_layer ? s->cur_step : s->cur_step + 1;
     if (st >= s->n_steps) return 0;
     uint32_t gen = ++s->stamp_gen;
     uint32_t n = 0;
@@ -1491,6 +1491,8 @@ static void sim_loop(sim_state *s) {
     hbm_note(s);
     s->warmup = true;
     s->now_ns = 0;
+    s->cur_step = 0;
+    s->cur_layer = -1;
     if (s->pm->warmup) s->pm->warmup(s->pol, 0);
     s->warmup = false;
     deliver_warmup(s);
@@ -1517,6 +1519,7 @@ static void sim_loop(sim_state *s) {
             n_emit += s->step_emit[sd->first + i];
         }
         s->cur_step = st;
+        s->cur_layer = -1;
         if (s->pm->begin_step) s->pm->begin_step(s->pol, &ps);
         uint64_t attn_ns = cost_attention_ns(&s->cost, sd->n_tokens, attended);
         uint32_t moe = 0;
