@@ -2,9 +2,12 @@
  * model, the scope rules and the victim order).
  *
  * Layout: per layer, a compact list of held expert ids (held_ids, with held_pos as its inverse)
- * so a victim search scans only what is held (at most the pool capacity per layer), never all E.
- * Recency ticks and use counts are per (layer, expert) and count (token, slot) accesses. Pins
- * are epoch stamps: a new route bumps the epoch instead of clearing. No allocation after init. */
+ * so a layer-scope victim search scans only what is held (at most the pool), never all E. Global
+ * scope adds an indexed binary max-heap over every held expert (heap_le / heap_key, heap_pos as
+ * its inverse) whose root is the next victim; pinned roots are popped aside during a search and
+ * pushed back with fresh keys. Recency ticks and use counts are per (layer, expert) and count
+ * (token, slot) accesses. Pins are epoch stamps: a new route bumps the epoch instead of
+ * clearing. No allocation after init. */
 #include "policies/expert_cache.h"
 
 #include <stdio.h>
