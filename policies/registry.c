@@ -14,8 +14,12 @@ extern const policy_methods policy_mixtral_offload;
 extern const policy_methods policy_oracle;
 
 static const policy_methods *const registry[] = {
-    &policy_ondemand,        &policy_lru,    &policy_lfu, &policy_static,
-    &policy_mixtral_offload, &policy_oracle,
+    &policy_ondemand,
+    &policy_lru,
+    &policy_lfu,
+    &policy_static,
+    &policy_mixtral_offload,
+    &policy_oracle,
 };
 
 const policy_methods *policy_lookup(const char *name) {
