@@ -706,3 +706,34 @@ Test(sim, result_fields_are_unique_named_columns_in_a_fixed_order) {
     cr_assert_eq(sim_result_fields(&r, names, values, 3), 3);
     trace_destroy(t);
 }
+
+Test(sim, finished_requests_are_replaced_and_prefill_steps_take_every_pending_prompt) {
+    model_geometry m = fixture_model(1, 4, 1);
+    hw_profile hw = fixture_hw();
+    /* requests (prompt, decode): (2, 3), (2, 1), (2, 5); batch 2:
+     *   step 0 prefill r0 r1 | 1 decode r0 r1 (r1 ends) | 2 prefill r2 | 3, 4 decode r0 r2
+     *   (r0 ends) | 5, 6, 7 decode r2: 8 steps */
+    const uint32_t prompt[] = {2, 2, 2}, decode[] = {3, 1, 5};
+    trace *base = fixture_trace(&m, 1, 0, 16, 0, 4); /* routing rows to copy from */
+    trace_meta meta = base->meta;
+    trace *t = trace_create(&meta, 15);
+    uint64_t i = 0;
+    for (uint32_t q = 0; q < 3; q++)
+        for (uint32_t p = 0; p < prompt[q] + decode[q]; p++, i++) {
+            t->request_id[i] = q;
+            t->position[i] = p;
+            t->phase[i] = p < prompt[q] ? TRACE_PREFILL : TRACE_DECODE;
+            t->expert_ids[i] = base->expert_ids[i];
+            t->gate_weights[i] = 1.0f;
+        }
+    moesim_error err = {0};
+    cr_assert_eq(trace_finish(t, "test", &err), MOESIM_OK, "%s", err.msg);
+    const char *sets[] = {"batch.size=2", NULL};
+    sim_result r;
+    cr_assert_eq(run_sets(t, &m, &hw, "lru", NULL, sets, &r, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(r.steps, 8);
+    cr_assert_eq(r.tokens, 15);
+    cr_assert_eq(r.requests, 3);
+    trace_destroy(t);
+    trace_destroy(base);
+}
