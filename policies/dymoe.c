@@ -706,7 +706,7 @@ static void dymoe_destroy(policy *p) {
     free(p);
 }
 
-const policy_methods dymoe_policy = {
+const policy_methods policy_dymoe = {
     .api_version = POLICY_API_VERSION,
     .name = "dymoe",
     .summary = "DyMoE: importance-aware 4/2/0-bit experts, depth-aware retention, look-ahead "

@@ -1,6 +1,6 @@
 /* DyMoE (Huang et al., "DyMoE: Dynamic Expert Orchestration with Mixed-Precision Quantization for
  * Efficient MoE Inference on Edge", ../shared/seeds/001_3676d9889d66c89a.txt): the pure pieces of
- * the policy, exposed for unit tests. The policy table itself is `dymoe_policy` (dymoe.c).
+ * the policy, exposed for unit tests. The policy table itself is `policy_dymoe` (dymoe.c).
  *
  *   importance      prefill: heavy-hitter token load (Eq. 1-2); decode: gate score (Eq. 3)
  *   schedule        depth-aware cosine retention r(l) (Eq. 4), t_l critical experts (Eq. 5)
@@ -17,7 +17,7 @@
 
 #include "policies/policy.h"
 
-extern const policy_methods dymoe_policy;
+extern const policy_methods policy_dymoe;
 
 /* The knobs, read from section [dymoe] (table in dymoe.c; each field's help cites the paper). */
 typedef struct dymoe_knobs {

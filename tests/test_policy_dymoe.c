@@ -149,12 +149,12 @@ static void run_start(run *r, uint32_t n_layers, uint32_t n_experts, uint32_t to
     moesim_error err = {0};
     for (size_t i = 0; i < n_sets; i++)
         cr_assert_eq(config_set(c, sets[i], &err), MOESIM_OK, "%s", err.msg);
-    void *knobs = calloc(1, dymoe_policy.knobs_size);
-    cr_assert_eq(config_read_fields(c, dymoe_policy.knobs, dymoe_policy.n_knobs, knobs, &err),
+    void *knobs = calloc(1, policy_dymoe.knobs_size);
+    cr_assert_eq(config_read_fields(c, policy_dymoe.knobs, policy_dymoe.n_knobs, knobs, &err),
                  MOESIM_OK, "%s", err.msg);
     config_destroy(c);
     policy_mem_view view = {&fake_ops, &r->mem};
-    moesim_status st = dymoe_policy.create(&r->params, knobs, view, &r->pol, &err);
+    moesim_status st = policy_dymoe.create(&r->params, knobs, view, &r->pol, &err);
     free(knobs);
     cr_assert_eq(st, MOESIM_OK, "%s", err.msg);
 }
@@ -194,7 +194,7 @@ static uint32_t run_layer(run *r, uint32_t layer, uint32_t n_tokens, bool with_i
     };
     memset(r->plan, POLICY_RUN_SKIP, sizeof r->plan);
     policy_plan plan = {r->plan};
-    dymoe_policy.on_route(r->pol, &route, &plan);
+    policy_dymoe.on_route(r->pol, &route, &plan);
     /* the contract of policy.h: every planned precision is resident or loading */
     for (uint32_t i = 0; i < n_active; i++) {
         if (r->plan[i] == POLICY_RUN_SKIP) continue;
@@ -210,20 +210,20 @@ static uint32_t run_layer(run *r, uint32_t layer, uint32_t n_tokens, bool with_i
 static void run_begin(run *r, uint32_t n_tokens, bool prefill) {
     static const uint32_t zeros[256];
     policy_step step = {r->step++, 0, n_tokens, prefill, zeros, zeros};
-    dymoe_policy.begin_step(r->pol, &step);
+    policy_dymoe.begin_step(r->pol, &step);
 }
 
 static double run_report(const run *r, const char *name) {
     const char *names[32];
     double values[32];
-    size_t n = dymoe_policy.report(r->pol, names, values, 32);
+    size_t n = policy_dymoe.report(r->pol, names, values, 32);
     for (size_t i = 0; i < n; i++)
         if (!strcmp(names[i], name)) return values[i];
     cr_assert_fail("no report figure %s", name);
     return NAN;
 }
 
-static void run_end(run *r) { dymoe_policy.destroy(r->pol); }
+static void run_end(run *r) { policy_dymoe.destroy(r->pol); }
 
 /* Decode step routing for one token: experts a, b with gates ga, gb. */
 static void route2(run *r, uint16_t a, float ga, uint16_t b, float gb) {
@@ -550,7 +550,7 @@ Test(dymoe_cache, load_on_demand_keeps_nothing_across_layers) {
 
 /* ---- the whole policy ---- */
 
-Test(dymoe_policy, four_zero_skips_sub_critical_experts_without_loading_them) {
+Test(policy_dymoe, four_zero_skips_sub_critical_experts_without_loading_them) {
     static const char *const sets[] = {"dymoe.lambda=0.5", "dymoe.lo=skip", "dymoe.prefetch=off"};
     run r;
     run_start(&r, 2, 4, 2, 1000, 0, sets, 3);
@@ -564,7 +564,7 @@ Test(dymoe_policy, four_zero_skips_sub_critical_experts_without_loading_them) {
     run_end(&r);
 }
 
-Test(dymoe_policy, prefill_ranks_experts_by_heavy_hitter_load) {
+Test(policy_dymoe, prefill_ranks_experts_by_heavy_hitter_load) {
     /* 4 tokens, top-1. Expert 0 gets three ordinary tokens, expert 1 the single heavy hitter (k =
      * 1): expert 1 is the critical one although expert 0 has more tokens and more gate mass. */
     static const char *const sets[] = {"dymoe.lambda=0.0", "dymoe.rounding=ceil",
@@ -591,7 +591,7 @@ Test(dymoe_policy, prefill_ranks_experts_by_heavy_hitter_load) {
     run_end(&r);
 }
 
-Test(dymoe_policy, prefetch_loads_the_predicted_next_layer_experts_at_hi) {
+Test(policy_dymoe, prefetch_loads_the_predicted_next_layer_experts_at_hi) {
     static const char *const sets[] = {"dymoe.lambda=0.5", "dymoe.prefetch_t=2"};
     run r;
     run_start(&r, 3, 8, 2, 1000, 4, sets, 2);
@@ -661,17 +661,17 @@ static void realized_share_case(uint32_t m, double retention) {
     free(r);
 }
 
-Test(dymoe_policy, realized_retention_matches_r_for_two_activated_experts) {
+Test(policy_dymoe, realized_retention_matches_r_for_two_activated_experts) {
     realized_share_case(2, 0.75);
     realized_share_case(2, 0.9);
 }
 
-Test(dymoe_policy, realized_retention_matches_r_for_eight_activated_experts) {
+Test(policy_dymoe, realized_retention_matches_r_for_eight_activated_experts) {
     realized_share_case(8, 0.75);
     realized_share_case(8, 0.9);
 }
 
-Test(dymoe_policy, lambda_one_runs_every_expert_at_hi) {
+Test(policy_dymoe, lambda_one_runs_every_expert_at_hi) {
     static const char *const sets[] = {"dymoe.lambda=1", "dymoe.prefetch=off"};
     run r;
     run_start(&r, 4, 8, 2, 1000, 0, sets, 2);
@@ -722,13 +722,13 @@ Test(dymoe_knobs, settings_that_cannot_work_are_refused_naming_the_knob) {
         moesim_error err = {0};
         for (int k = 0; k < 3 && cases[i].set[k]; k++)
             cr_assert_eq(config_set(c, cases[i].set[k], &err), MOESIM_OK);
-        void *knobs = calloc(1, dymoe_policy.knobs_size);
-        cr_assert_eq(config_read_fields(c, dymoe_policy.knobs, dymoe_policy.n_knobs, knobs, &err),
+        void *knobs = calloc(1, policy_dymoe.knobs_size);
+        cr_assert_eq(config_read_fields(c, policy_dymoe.knobs, policy_dymoe.n_knobs, knobs, &err),
                      MOESIM_OK, "%s", err.msg);
         policy *p = NULL;
         policy_mem mem = {0};
         moesim_status st =
-            dymoe_policy.create(&params, knobs, (policy_mem_view){&fake_ops, &mem}, &p, &err);
+            policy_dymoe.create(&params, knobs, (policy_mem_view){&fake_ops, &mem}, &p, &err);
         cr_expect_eq(st, MOESIM_EINPUT, "case %zu accepted", i);
         cr_expect(strstr(err.msg, cases[i].needle) != NULL, "case %zu: '%s'", i, err.msg);
         cr_expect_null(p);
@@ -741,8 +741,8 @@ Test(dymoe_knobs, unknown_knob_is_an_error) {
     config *c = config_create();
     moesim_error err = {0};
     cr_assert_eq(config_set(c, "dymoe.lamda=0.5", &err), MOESIM_OK);
-    void *knobs = calloc(1, dymoe_policy.knobs_size);
-    cr_assert_eq(config_read_fields(c, dymoe_policy.knobs, dymoe_policy.n_knobs, knobs, &err),
+    void *knobs = calloc(1, policy_dymoe.knobs_size);
+    cr_assert_eq(config_read_fields(c, policy_dymoe.knobs, policy_dymoe.n_knobs, knobs, &err),
                  MOESIM_EINPUT);
     cr_assert(strstr(err.msg, "lamda") != NULL, "%s", err.msg);
     free(knobs);
@@ -784,7 +784,7 @@ Test(dymoe_knobs, table3_presets_are_knob_settings_alone) {
         moesim_error err = {0};
         cr_assert_eq(config_load_file(c, path, &err), MOESIM_OK, "%s", err.msg);
         dymoe_knobs k;
-        cr_assert_eq(config_read_fields(c, dymoe_policy.knobs, dymoe_policy.n_knobs, &k, &err),
+        cr_assert_eq(config_read_fields(c, policy_dymoe.knobs, policy_dymoe.n_knobs, &k, &err),
                      MOESIM_OK, "%s", err.msg);
         cr_assert_eq(config_check_unused(c, &err), MOESIM_OK, "%s: %s", path, err.msg);
         cr_expect_eq(k.cache, cases[i].cache, "%s", cases[i].file);
