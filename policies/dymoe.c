@@ -60,7 +60,7 @@ static const config_field dymoe_knob_fields[] = {
     K("prefetch_t", CONFIG_U32, prefetch_t, 0, 1024, NULL, "0",
       "Eq. 8 decode top-t; 0: the model's top_k (paper gives no value)"),
     K("prefetch_t_prefill", CONFIG_U32, prefetch_t_prefill, 0, 1024, NULL, "0",
-      "Eq. 7 prefill top-t; 0: ceil(r(l+1) * experts predicted) (paper gives no value)"),
+      "Eq. 7 prefill top-t; 0: every expert some token's top-k predicts (paper gives no value)"),
     K("heavy_hitter_k", CONFIG_U32, heavy_hitter_k, 0, 1u << 30, NULL, "0",
       "Eq. 2 top-k heavy-hitter tokens per step; 0: use heavy_hitter_share"),
     K("heavy_hitter_share", CONFIG_F64, heavy_hitter_share, 0.001, 1, NULL, "0.2",
@@ -175,17 +175,19 @@ void dymoe_rank(uint32_t n, const double *key0, const double *key1, const double
     free(items);
 }
 
-uint32_t dymoe_prefetch_select(uint32_t n_tokens, uint32_t depth, uint32_t k_pred,
+uint32_t dymoe_prefetch_select(uint32_t n_tokens, uint32_t depth, uint32_t k_pred, uint32_t k_use,
                                const uint16_t *lookahead_ids, const float *lookahead_scores,
                                uint32_t n_experts, uint32_t t, uint32_t *count, double *score,
                                uint16_t *out) {
+    if (k_use > k_pred) k_use = k_pred;
     memset(count, 0, (size_t)n_experts * sizeof *count);
     memset(score, 0, (size_t)n_experts * sizeof *score);
-    /* Eq. 7: c_e = sum over tokens of 1(e in s_i), s_i = TopK(g^_i(l+1)) (Eq. 6, from the trace) */
+    /* Eq. 7: c_e = sum over tokens of 1(e in s_i), s_i = TopK_k(g^_i(l+1)) (Eq. 6, the trace's
+     * look-ahead candidates are g^'s top-K' in descending order) */
     for (uint32_t i = 0; i < n_tokens; i++) {
         const uint16_t *ids = lookahead_ids + (size_t)i * depth * k_pred; /* distance 1 */
         const float *sc = lookahead_scores ? lookahead_scores + (size_t)i * depth * k_pred : NULL;
-        for (uint32_t k = 0; k < k_pred; k++) {
+        for (uint32_t k = 0; k < k_use; k++) {
             if (ids[k] == POLICY_NO_EXPERT) continue;
             MOESIM_ASSERT(ids[k] < n_experts);
             count[ids[k]]++;
@@ -583,46 +585,57 @@ static uint8_t dymoe_serve(policy *p, uint32_t layer, uint32_t expert, dymoe_tie
     return POLICY_RUN_SKIP;
 }
 
-/* Step 4, Eq. 6-8: prefetch the predicted top-t of layer l+1 at HI. */
+/* Step 4, Eq. 6-8: prefetch the predicted experts of layer l+1, each at the precision its
+ * forecast importance gives it (Sec. 3.3: "we can proactively forecast the importance of experts,
+ * enabling the system to orchestrate their fidelity states"). The predicted set, ranked like
+ * Eq. 2-3 rank the real one (decode: by predicted gate; prefill: by token frequency, the
+ * Sec. 3.3 proxy of heavy-hitter load), is split by Eq. 4-5 for layer l+1: its first t_{l+1}
+ * at HI, the rest at LO (not prefetched when LO is skip). */
 static void dymoe_prefetch(policy *p, const policy_route *r) {
     uint32_t next = r->layer + 1;
     if (next >= p->params.n_layers || !r->lookahead_ids || p->params.lookahead_k == 0) return;
     uint32_t E = p->params.n_experts;
-    uint32_t t;
+    uint32_t t, k_use, cap;
     if (p->is_prefill) {
-        t = p->knobs.prefetch_t_prefill ? p->knobs.prefetch_t_prefill : E;
+        k_use = p->params.top_k; /* Eq. 6: s_i = TopK_k, k the model's top_k */
+        t = E;                   /* Eq. 7: rank every predicted expert, take the top t below */
+        cap = p->knobs.prefetch_t_prefill ? p->knobs.prefetch_t_prefill : E;
     } else {
-        t = p->knobs.prefetch_t ? p->knobs.prefetch_t : p->params.top_k;
+        t = p->knobs.prefetch_t ? p->knobs.prefetch_t : p->params.top_k; /* Eq. 8 */
+        k_use = t;
+        cap = t;
     }
     if (t > E) t = E;
     uint32_t n = dymoe_prefetch_select(r->n_tokens, p->params.lookahead_depth,
-                                       p->params.lookahead_k, r->lookahead_ids, r->lookahead_scores,
-                                       E, t, p->u32_e, p->key0, p->pf_ids);
-    if (p->is_prefill && p->knobs.prefetch_t_prefill == 0 && p->knobs.dyquant) {
-        /* Default prefill t: as many as layer l+1 is expected to keep critical (Eq. 4-5 over the
-         * predicted set), ranked by Eq. 7's frequency. */
+                                       p->params.lookahead_k, k_use, r->lookahead_ids,
+                                       r->lookahead_scores, E, t, p->u32_e, p->key0, p->pf_ids);
+    /* Forecast of Eq. 5 for layer l+1 over the n predicted experts; the carry is only read. */
+    uint32_t n_hi = n;
+    if (p->knobs.dyquant) {
         double r_next = dymoe_retention_at(p->lambda, next, p->params.n_layers);
-        uint32_t keep = dymoe_critical_count(r_next, n, DYMOE_ROUND_CEIL, NULL);
-        n = keep < n ? keep : n;
+        double carry = p->carry[next];
+        n_hi = dymoe_critical_count(r_next, n, (dymoe_rounding)p->knobs.rounding, &carry);
     }
+    if (n > cap) n = cap;
     for (uint32_t j = 0; j < n; j++) {
+        dymoe_tier tier = j < n_hi ? DYMOE_TIER_HI : DYMOE_TIER_LO;
+        if (tier == DYMOE_TIER_LO && p->lo_skip) break; /* 4/0: sub-critical ones never run */
         uint32_t expert = p->pf_ids[j];
         uint32_t idx = next * E + expert;
         dymoe_entry *en = &p->entries[idx];
-        if (en->tier == DYMOE_TIER_HI) {
-            en->pin = p->stamp;
-            dymoe_lru_touch(p, idx);
+        en->pin = p->stamp;
+        if (en->tier == DYMOE_TIER_HI || en->tier == tier) {
+            dymoe_lru_touch(p, idx); /* already usable (rule 3 for a LO forecast) */
             continue;
         }
-        if (en->stale) continue; /* its old LO copy still occupies the slot */
+        if (en->stale && tier == DYMOE_TIER_HI) continue; /* its LO copy still occupies the slot */
         if (en->tier == DYMOE_TIER_LO) {
-            /* Predicted critical, held at LO: promote ahead of the request (rule 2). */
+            /* Forecast critical, held at LO: promote ahead of the request (rule 2). */
             dymoe_lru_unlink(p, idx);
             en->tier = DYMOE_TIER_NONE;
             dymoe_drop_lo(p, idx);
         }
-        en->pin = p->stamp;
-        (void)dymoe_fetch(p, next, expert, DYMOE_TIER_HI, POLICY_PREFETCH);
+        (void)dymoe_fetch(p, next, expert, tier, POLICY_PREFETCH);
     }
 }
 

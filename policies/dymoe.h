@@ -76,12 +76,14 @@ uint32_t dymoe_heavy_hitter_count(uint32_t n_tokens, uint32_t top_k, const uint1
 void dymoe_rank(uint32_t n, const double *key0, const double *key1, const double *key2,
                 const uint16_t *ids, uint32_t *order);
 
-/* Eq. 6-8 at look-ahead distance 1: the experts to prefetch for the next layer. For every token
- * the predicted top-K' of layer l+1 (lookahead_ids [n_tokens][depth][k_pred], scores likewise;
- * distance 1 is index 0) votes once per expert (Eq. 7's c_e); the top `t` by c_e (ties: summed
- * predicted score, then id) are written to out [t]. With one token this is Eq. 8's direct top-t.
+/* Eq. 6-8 at look-ahead distance 1: the experts to prefetch for the next layer, most important
+ * first. Each token's first `k_use` predicted candidates for layer l+1 (lookahead_ids
+ * [n_tokens][depth][k_pred], scores likewise, descending; distance 1 is index 0) form its s_i
+ * (Eq. 6: TopK_k of the approximated gates; k_use = top_k in prefill, t in decode). Each s_i
+ * votes once per expert (Eq. 7's c_e); the top `t` by c_e (ties: summed predicted score, then
+ * lower id) are written to out [t]. With one token this is Eq. 8's direct top-t by score.
  * count, score: [n_experts] scratch. Returns how many were written (experts with c_e > 0). */
-uint32_t dymoe_prefetch_select(uint32_t n_tokens, uint32_t depth, uint32_t k_pred,
+uint32_t dymoe_prefetch_select(uint32_t n_tokens, uint32_t depth, uint32_t k_pred, uint32_t k_use,
                                const uint16_t *lookahead_ids, const float *lookahead_scores,
                                uint32_t n_experts, uint32_t t, uint32_t *count, double *score,
                                uint16_t *out);

@@ -8,10 +8,12 @@
 
 extern const policy_methods policy_ondemand;
 extern const policy_methods policy_lru;
+extern const policy_methods policy_dymoe;
 
 static const policy_methods *const registry[] = {
     &policy_ondemand,
     &policy_lru,
+    &policy_dymoe,
 };
 
 const policy_methods *policy_lookup(const char *name) {

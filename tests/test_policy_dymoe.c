@@ -382,10 +382,12 @@ Test(dymoe_prefetch, decode_takes_the_direct_top_t_of_one_token) {
     uint32_t count[8];
     double score[8];
     uint16_t out[8];
-    cr_assert_eq(dymoe_prefetch_select(1, 1, 4, ids, scores, 8, 2, count, score, out), 2);
+    cr_assert_eq(dymoe_prefetch_select(1, 1, 4, 2, ids, scores, 8, 2, count, score, out), 2);
     cr_assert_eq(out[0], 5);
     cr_assert_eq(out[1], 2);
-    cr_assert_eq(dymoe_prefetch_select(1, 1, 4, ids, scores, 8, 8, count, score, out), 4);
+    cr_assert_eq(dymoe_prefetch_select(1, 1, 4, 4, ids, scores, 8, 8, count, score, out), 4);
+    /* s_i is the token's top-k_use candidates only (Eq. 6) */
+    cr_assert_eq(dymoe_prefetch_select(1, 1, 4, 3, ids, scores, 8, 8, count, score, out), 3);
 }
 
 Test(dymoe_prefetch, prefill_takes_top_t_by_token_frequency) {
@@ -400,7 +402,7 @@ Test(dymoe_prefetch, prefill_takes_top_t_by_token_frequency) {
     double score[8];
     uint16_t out[8];
     /* c = {1: 2, 2: 3, 3: 2, 4: 1}; 1 and 3 tie at 2, 1 has the larger summed score (0.9 vs 0.3) */
-    uint32_t n = dymoe_prefetch_select(4, 2, 2, ids, scores, 8, 3, count, score, out);
+    uint32_t n = dymoe_prefetch_select(4, 2, 2, 2, ids, scores, 8, 3, count, score, out);
     cr_assert_eq(n, 3);
     cr_assert_eq(out[0], 2);
     cr_assert_eq(out[1], 1);
@@ -550,7 +552,7 @@ Test(dymoe_cache, load_on_demand_keeps_nothing_across_layers) {
 
 /* ---- the whole policy ---- */
 
-Test(policy_dymoe, four_zero_skips_sub_critical_experts_without_loading_them) {
+Test(dymoe_policy, four_zero_skips_sub_critical_experts_without_loading_them) {
     static const char *const sets[] = {"dymoe.lambda=0.5", "dymoe.lo=skip", "dymoe.prefetch=off"};
     run r;
     run_start(&r, 2, 4, 2, 1000, 0, sets, 3);
@@ -564,7 +566,7 @@ Test(policy_dymoe, four_zero_skips_sub_critical_experts_without_loading_them) {
     run_end(&r);
 }
 
-Test(policy_dymoe, prefill_ranks_experts_by_heavy_hitter_load) {
+Test(dymoe_policy, prefill_ranks_experts_by_heavy_hitter_load) {
     /* 4 tokens, top-1. Expert 0 gets three ordinary tokens, expert 1 the single heavy hitter (k =
      * 1): expert 1 is the critical one although expert 0 has more tokens and more gate mass. */
     static const char *const sets[] = {"dymoe.lambda=0.0", "dymoe.rounding=ceil",
@@ -591,7 +593,50 @@ Test(policy_dymoe, prefill_ranks_experts_by_heavy_hitter_load) {
     run_end(&r);
 }
 
-Test(policy_dymoe, prefetch_loads_the_predicted_next_layer_experts_at_hi) {
+Test(dymoe_prefetch, prefill_counts_only_each_tokens_top_k_candidates) {
+    /* K' = 3 candidates, top_k = 1: only the first candidate of each token votes (Eq. 6) */
+    const uint16_t ids[3 * 3] = {1, 2, 3, 1, 3, 2, 4, 2, 3};
+    const float scores[9] = {0.5f, 0.3f, 0.2f, 0.5f, 0.3f, 0.2f, 0.5f, 0.3f, 0.2f};
+    uint32_t count[8];
+    double score[8];
+    uint16_t out[8];
+    uint32_t n = dymoe_prefetch_select(3, 1, 3, 1, ids, scores, 8, 8, count, score, out);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(out[0], 1);
+    cr_assert_eq(out[1], 4);
+}
+
+Test(dymoe_policy, prefetch_forecasts_the_precision_of_each_predicted_expert) {
+    /* two layers, lambda 0: r(1) = 0, so both predicted experts of layer 1 are forecast
+     * sub-critical and prefetched at int2; with lo = skip nothing is prefetched */
+    static const char *const sets_lo[] = {"dymoe.lambda=0", "dymoe.prefetch_t=2"};
+    static const char *const sets_skip[] = {"dymoe.lambda=0", "dymoe.prefetch_t=2",
+                                            "dymoe.lo=skip"};
+    const uint16_t pred[4] = {6, 3, 5, 4};
+    const float ps[4] = {0.4f, 0.3f, 0.2f, 0.1f};
+    run r;
+    run_start(&r, 2, 8, 2, 1000, 4, sets_lo, 2);
+    run_begin(&r, 1, false);
+    route2(&r, 0, 0.5f, 1, 0.5f);
+    memcpy(r.lookahead, pred, sizeof pred);
+    memcpy(r.lookahead_scores, ps, sizeof ps);
+    run_layer(&r, 0, 1, false, true);
+    cr_assert_eq(r.mem.loads[POLICY_PREFETCH], 2);
+    cr_assert_eq(r.mem.state[1][6][PREC_INT2], POLICY_LOADING);
+    cr_assert_eq(r.mem.state[1][3][PREC_INT2], POLICY_LOADING);
+    cr_assert_eq(r.mem.state[1][6][PREC_INT4], POLICY_ABSENT);
+    run_end(&r);
+    run_start(&r, 2, 8, 2, 1000, 4, sets_skip, 3);
+    run_begin(&r, 1, false);
+    route2(&r, 0, 0.5f, 1, 0.5f);
+    memcpy(r.lookahead, pred, sizeof pred);
+    memcpy(r.lookahead_scores, ps, sizeof ps);
+    run_layer(&r, 0, 1, false, true);
+    cr_assert_eq(r.mem.loads[POLICY_PREFETCH], 0);
+    run_end(&r);
+}
+
+Test(dymoe_policy, prefetch_loads_the_predicted_next_layer_experts_at_hi) {
     static const char *const sets[] = {"dymoe.lambda=0.5", "dymoe.prefetch_t=2"};
     run r;
     run_start(&r, 3, 8, 2, 1000, 4, sets, 2);
@@ -661,17 +706,17 @@ static void realized_share_case(uint32_t m, double retention) {
     free(r);
 }
 
-Test(policy_dymoe, realized_retention_matches_r_for_two_activated_experts) {
+Test(dymoe_policy, realized_retention_matches_r_for_two_activated_experts) {
     realized_share_case(2, 0.75);
     realized_share_case(2, 0.9);
 }
 
-Test(policy_dymoe, realized_retention_matches_r_for_eight_activated_experts) {
+Test(dymoe_policy, realized_retention_matches_r_for_eight_activated_experts) {
     realized_share_case(8, 0.75);
     realized_share_case(8, 0.9);
 }
 
-Test(policy_dymoe, lambda_one_runs_every_expert_at_hi) {
+Test(dymoe_policy, lambda_one_runs_every_expert_at_hi) {
     static const char *const sets[] = {"dymoe.lambda=1", "dymoe.prefetch=off"};
     run r;
     run_start(&r, 4, 8, 2, 1000, 0, sets, 2);
