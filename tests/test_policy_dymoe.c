@@ -1,16 +1,26 @@
 /* DyMoE policy (policies/dymoe.c): the pure pieces (Eq. 1-8, the cache rules) against hand-worked
- * values, and the policy driven layer by layer against a small in-memory host that keeps the
- * policy_mem contract (budget, absent/loading/resident, refused loads and evictions). */
+ * values; the policy driven layer by layer against a small in-memory host that keeps the
+ * policy_mem contract (budget, absent/loading/resident, refused loads and evictions); and its
+ * behaviour on synthetic traces through the real simulator (sim_run and `moesim sim --json`). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "common/config.h"
+#include "common/hw.h"
+#include "common/model.h"
+#include "common/precision.h"
 #include "common/rng.h"
 #include "policies/dymoe.h"
 #include "policies/policy.h"
+#include "sim/sim.h"
+#include "support/test_support.h"
+#include "traces/synth.h"
+#include "traces/trace.h"
 
 /* ---- a host for the policy: the memory system of policy.h, whole experts only ---- */
 
@@ -843,4 +853,173 @@ Test(dymoe_knobs, table3_presets_are_knob_settings_alone) {
         }
         config_destroy(c);
     }
+}
+
+/* ---- behaviour on synthetic traces, through the real simulator ---- */
+
+/* Mixtral-8x7B (the paper's model) on the RTX 3090 / PCIe Gen3 profile (the paper's testbed,
+ * Sec. 6.1), a 24 GB budget (Table 3's larger setting), experts stored at int4 so that the
+ * simulator's precision mix counts int4 as HI. The trace: 4 synthetic requests of 128 prompt
+ * and 64 generated tokens with look-ahead at distance 1. */
+typedef struct sim_case {
+    model_geometry model;
+    hw_profile hw;
+    quant_table quant;
+    trace *tr;
+} sim_case;
+
+static void sim_case_load(sim_case *sc) {
+    moesim_error err = {0};
+    cr_assert_eq(model_load_by_name("mixtral-8x7b", &sc->model, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(hw_load_by_name("rtx3090-pcie3", &sc->hw, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(quant_table_load_default(&sc->quant, &err), MOESIM_OK, "%s", err.msg);
+    synth_options o;
+    synth_options_default(&o, &sc->model);
+    o.n_requests = 4;
+    o.prompt_len = (synth_range){128, 128};
+    o.gen_len = (synth_range){64, 64};
+    o.lookahead_depth = 1;
+    cr_assert_eq(synth_generate(&sc->model, &o, &sc->tr, &err), MOESIM_OK, "%s", err.msg);
+}
+
+static sim_result sim_case_run(const sim_case *sc, const char *budget_gb, const char *const *sets,
+                               size_t n_sets) {
+    config *c = config_create();
+    moesim_error err = {0};
+    char budget[64];
+    snprintf(budget, sizeof budget, "memory.budget_gb=%s", budget_gb);
+    cr_assert_eq(config_set(c, budget, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(config_set(c, "expert.precision=int4", &err), MOESIM_OK, "%s", err.msg);
+    for (size_t i = 0; i < n_sets; i++)
+        cr_assert_eq(config_set(c, sets[i], &err), MOESIM_OK, "%s", err.msg);
+    sim_inputs in = {.trace = sc->tr, .model = &sc->model, .hw = &sc->hw, .quant = &sc->quant};
+    sim_result res;
+    cr_assert_eq(sim_run(&in, "dymoe", c, &res, &err), MOESIM_OK, "%s", err.msg);
+    config_destroy(c);
+    return res;
+}
+
+static double sim_report(const sim_result *res, const char *name) {
+    for (size_t i = 0; i < res->n_policy_report; i++)
+        if (!strcmp(res->policy_report_names[i], name)) return res->policy_report_values[i];
+    cr_assert_fail("policy_report has no %s", name);
+    return NAN;
+}
+
+Test(dymoe_behaviour, lambda_one_runs_everything_at_hi_on_a_synthetic_trace) {
+    sim_case sc;
+    sim_case_load(&sc);
+    static const char *const lo[] = {"skip", "int2"};
+    for (int i = 0; i < 2; i++) {
+        char set_lo[32];
+        snprintf(set_lo, sizeof set_lo, "dymoe.lo=%s", lo[i]);
+        const char *const sets[] = {"dymoe.lambda=1", set_lo};
+        sim_result res = sim_case_run(&sc, "24", sets, 2);
+        cr_expect_eq(res.precision_mix_skip, 0.0, "lo=%s", lo[i]);
+        cr_expect_eq(res.precision_mix_lo, 0.0, "lo=%s", lo[i]);
+        cr_expect_float_eq(res.precision_mix_hi, 1.0, 1e-12, "lo=%s", lo[i]);
+        cr_expect_float_eq(sim_report(&res, "retention_realized"), 1.0, 1e-12);
+    }
+    trace_destroy(sc.tr);
+}
+
+Test(dymoe_behaviour, tpot_falls_as_lambda_falls_and_four_zero_is_never_slower) {
+    sim_case sc;
+    sim_case_load(&sc);
+    static const char *const lambdas[] = {"1", "0.75", "0.5", "0.25", "0"};
+    static const char *const budgets[] = {"16", "24"};
+    for (int b = 0; b < 2; b++) {
+        double prev_42 = INFINITY, prev_40 = INFINITY;
+        for (int i = 0; i < 5; i++) {
+            char set_l[32];
+            snprintf(set_l, sizeof set_l, "dymoe.lambda=%s", lambdas[i]);
+            const char *const s42[] = {set_l, "dymoe.lo=int2"};
+            const char *const s40[] = {set_l, "dymoe.lo=skip"};
+            sim_result r42 = sim_case_run(&sc, budgets[b], s42, 2);
+            sim_result r40 = sim_case_run(&sc, budgets[b], s40, 2);
+            if (i > 0) {
+                cr_expect_lt(r42.tpot.mean_ms, prev_42, "%s GB, 4/2, lambda %s: %g ms, before %g",
+                             budgets[b], lambdas[i], r42.tpot.mean_ms, prev_42);
+                cr_expect_lt(r40.tpot.mean_ms, prev_40, "%s GB, 4/0, lambda %s: %g ms, before %g",
+                             budgets[b], lambdas[i], r40.tpot.mean_ms, prev_40);
+            }
+            cr_expect_leq(r40.tpot.mean_ms, r42.tpot.mean_ms, "%s GB, lambda %s: 4/0 %g, 4/2 %g",
+                          budgets[b], lambdas[i], r40.tpot.mean_ms, r42.tpot.mean_ms);
+            cr_expect_float_eq(sim_report(&r42, "retention_realized"),
+                               sim_report(&r42, "retention_requested"), 0.02);
+            prev_42 = r42.tpot.mean_ms;
+            prev_40 = r40.tpot.mean_ms;
+        }
+    }
+    trace_destroy(sc.tr);
+}
+
+Test(dymoe_behaviour, table3_rows_keep_the_papers_order_at_24_gb) {
+    /* Table 3, 24 GB: load on demand (row 1) is the slowest, then cache (2), then dyquant 4/2
+     * (4); 4/0 with prefetch (6) is the fastest. Rows through their preset files. */
+    sim_case sc;
+    sim_case_load(&sc);
+    static const char *const rows[] = {"dymoe-1-load-on-demand.ini", "dymoe-2-cache.ini",
+                                       "dymoe-4-cache-dyquant-4-2.ini",
+                                       "dymoe-6-cache-dyquant-4-0-prefetch.ini"};
+    const char *dir = getenv("MOESIM_CONFIG_DIR");
+    cr_assert_not_null(dir);
+    double prev_tpot = INFINITY, prev_ttft = INFINITY;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/policies/%s", dir, rows[i]);
+        config *c = config_create();
+        moesim_error err = {0};
+        cr_assert_eq(config_load_file(c, path, &err), MOESIM_OK, "%s", err.msg);
+        cr_assert_eq(config_set(c, "memory.budget_gb=24", &err), MOESIM_OK);
+        cr_assert_eq(config_set(c, "expert.precision=int4", &err), MOESIM_OK);
+        sim_inputs in = {.trace = sc.tr, .model = &sc.model, .hw = &sc.hw, .quant = &sc.quant};
+        sim_result res;
+        cr_assert_eq(sim_run(&in, "dymoe", c, &res, &err), MOESIM_OK, "%s", err.msg);
+        cr_expect_lt(res.tpot.mean_ms, prev_tpot, "%s: TPOT %g ms, previous row %g", rows[i],
+                     res.tpot.mean_ms, prev_tpot);
+        cr_expect_lt(res.ttft.mean_ms, prev_ttft, "%s: TTFT %g ms, previous row %g", rows[i],
+                     res.ttft.mean_ms, prev_ttft);
+        prev_tpot = res.tpot.mean_ms;
+        prev_ttft = res.ttft.mean_ms;
+        config_destroy(c);
+    }
+    trace_destroy(sc.tr);
+}
+
+Test(dymoe_behaviour, sim_json_reports_precision_mix_prefetch_and_the_policy_figures) {
+    const char *trace_path = test_tmp_path("dymoe_synth.h5");
+    char out[1 << 16], errbuf[4096];
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "synth", "--model",
+                             "mixtral-8x7b", "--requests", "2", "--prompt-len", "64", "--gen-len",
+                             "32", "--lookahead", "1", "-o", trace_path, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", trace_path,
+                         "--hw", "rtx3090-pcie3", "--policy", "dymoe", "--set",
+                         "memory.budget_gb=24", "--set", "expert.precision=int4", "--json", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    cr_assert_not_null(j, "not JSON: %s", jerr.text);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "policy")), "dymoe");
+    json_t *mix = json_object_get(j, "precision_mix");
+    cr_assert(json_is_object(mix));
+    double hi = json_number_value(json_object_get(mix, "hi"));
+    double lo = json_number_value(json_object_get(mix, "lo"));
+    double skip = json_number_value(json_object_get(mix, "skip"));
+    cr_expect_float_eq(hi + lo + skip, 1.0, 1e-9);
+    cr_expect_gt(lo, 0.0, "default 4/2 at r = 0.75 runs some experts at int2");
+    cr_expect_eq(skip, 0.0);
+    json_t *pf = json_object_get(j, "prefetch");
+    cr_assert(json_is_object(pf));
+    cr_expect_gt(json_integer_value(json_object_get(pf, "issued")), 0);
+    cr_expect_gt(json_number_value(json_object_get(pf, "utilization")), 0.0);
+    cr_expect_gt(json_number_value(json_object_get(pf, "accuracy")), 0.0);
+    json_t *rep = json_object_get(j, "policy_report");
+    cr_assert_not_null(rep);
+    char *rep_text = json_dumps(rep, JSON_COMPACT);
+    cr_expect(strstr(rep_text, "retention_realized") != NULL, "%s", rep_text);
+    cr_expect(strstr(rep_text, "promotions") != NULL, "%s", rep_text);
+    free(rep_text);
+    json_decref(j);
 }
