@@ -12,6 +12,7 @@ extern const policy_methods policy_lfu;
 extern const policy_methods policy_static;
 extern const policy_methods policy_mixtral_offload;
 extern const policy_methods policy_oracle;
+extern const policy_methods policy_dymoe;
 
 static const policy_methods *const registry[] = {
     &policy_ondemand,
@@ -20,6 +21,7 @@ static const policy_methods *const registry[] = {
     &policy_static,
     &policy_mixtral_offload,
     &policy_oracle,
+    &policy_dymoe,
 };
 
 const policy_methods *policy_lookup(const char *name) {

@@ -1,0 +1,612 @@
+/* The router-trace synthesizer: tables built once per run, then one pass over the tokens
+ * (traces/SYNTH.md states the model; traces/synth.h the knobs).
+ *
+ * Work layout (the bench target is >= 5 M token x layer records/s on one core):
+ *   - every distribution a token draws from is an alias table (Vose), built once per
+ *     (layer, workload, topic); a draw costs one 32-bit RNG output: the high part of u * E
+ *     picks the column, the low 32 bits are compared with the column's threshold;
+ *   - probabilities that are tested per record (reuse, look-ahead right) are 32-bit thresholds;
+ *   - gate-weight vectors come from a pool of SYNTH_GATE_POOL precomputed rows (Gumbel
+ *     order-statistic logits through the model's softmax), picked with one draw per record;
+ *   - duplicates within a row are found by a linear scan (k <= 64); look-ahead candidates use a
+ *     stamped marker, so nothing is cleared or allocated per record.
+ * RNG streams of the one seed (common/rng.h): 0 model tables, 1 request plan, 2 routing and
+ * gates, 3 importance, 4 look-ahead; so changing D or K' leaves the routing unchanged.
+ *
+ * Units: lengths in tokens; probabilities in [0, 1]; log-popularity in nats. */
+/* GSL's inline gsl_rng_get (gsl_inline.h): the hot loops call it ~15 times per record */
+#define HAVE_INLINE 1
+#include "traces/synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gsl/gsl_cdf.h>
+#include <gsl/gsl_randist.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/rng.h"
+
+#define SYNTH_GATE_POOL     4096 /* precomputed gate-weight rows per run */
+#define SYNTH_SALIENCE_POOL 4096 /* precomputed per-layer salience factors */
+#define SYNTH_DRAW_CAP      64   /* rejected duplicate draws per slot before the fallback */
+#define STREAM_TABLES       0
+#define STREAM_PLAN         1
+#define STREAM_ROUTING      2
+#define STREAM_IMPORTANCE   3
+#define STREAM_LOOKAHEAD    4
+
+/* P(x) as a threshold on a uniform 32-bit draw: draw < threshold happens with probability x. */
+static uint32_t prob_threshold(double x) {
+    if (x <= 0) return 0;
+    if (x >= 1) return UINT32_MAX;
+    return (uint32_t)(x * 4294967296.0);
+}
+
+/* Linear interpolation of a depth profile: first at layer 0, mid at (L-1)/2, last at L-1. */
+static double depth_profile(double first, double mid, double last, uint32_t l, uint32_t n_layers) {
+    if (n_layers <= 1) return mid;
+    double x = (double)l / (double)(n_layers - 1); /* 0..1 */
+    if (x <= 0.5) return first + (mid - first) * (x / 0.5);
+    return mid + (last - mid) * ((x - 0.5) / 0.5);
+}
+
+/* ---- alias tables ---- */
+
+/* One column of an alias table: keep the column with probability thresh / 2^32, else alias. */
+typedef struct alias_cell {
+    uint32_t thresh;
+    uint16_t alias;
+    uint16_t unused; /* pads the cell to 8 bytes: one load per draw */
+} alias_cell;
+
+typedef struct synth_tables {
+    uint32_t E, L, k, W, T;
+    alias_cell *cells;                  /* [L][W][T][E] alias tables */
+    uint16_t *pop_order;                /* [L][W][E] experts by decreasing workload popularity */
+    float *gate_pool;                   /* [SYNTH_GATE_POOL][k] descending gate rows */
+    uint32_t *reuse_top1, *avoid_other; /* [L] thresholds */
+    uint32_t *copy_cdf; /* [L][k] P(copied slots <= c), copied slots ~ Binomial(k - 1, reuse) */
+    bool *copies;       /* [L] reuse_other > 0 at this layer */
+} synth_tables;
+
+/* Vose's alias method over weights w[0..n) (> 0): column j keeps j with probability
+ * thresh[j] / 2^32, else gives alias[j]. `scratch` holds 2n doubles and n uint32s. */
+static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *scaled,
+                        uint32_t *small, uint32_t *large) {
+    double total = 0;
+    for (uint32_t e = 0; e < n; e++) total += w[e];
+    MOESIM_ASSERT(total > 0 && isfinite(total));
+    uint32_t ns = 0, nl = 0;
+    for (uint32_t e = 0; e < n; e++) {
+        scaled[e] = w[e] * n / total;
+        if (scaled[e] < 1.0)
+            small[ns++] = e;
+        else
+            large[nl++] = e;
+    }
+    while (ns && nl) {
+        uint32_t s = small[--ns], g = large[nl - 1];
+        cell[s] = (alias_cell){prob_threshold(scaled[s]), (uint16_t)g, 0};
+        scaled[g] -= 1.0 - scaled[s];
+        if (scaled[g] < 1.0) {
+            nl--;
+            small[ns++] = g;
+        }
+    }
+    while (nl) { /* numerically ~1: keep the column itself */
+        uint32_t g = large[--nl];
+        cell[g] = (alias_cell){UINT32_MAX, (uint16_t)g, 0};
+    }
+    while (ns) {
+        uint32_t s = small[--ns];
+        cell[s] = (alias_cell){UINT32_MAX, (uint16_t)s, 0};
+    }
+}
+
+static inline uint16_t alias_draw(const alias_cell *cell, uint32_t n, gsl_rng *g) {
+    uint64_t x = (uint64_t)(uint32_t)gsl_rng_get(g) * n;
+    uint32_t j = (uint32_t)(x >> 32), f = (uint32_t)x;
+    return f < cell[j].thresh ? (uint16_t)j : cell[j].alias;
+}
+
+/* Sort helper: experts by decreasing weight (ties by id, so the order is deterministic). */
+typedef struct weighted_expert {
+    double w;
+    uint32_t e;
+} weighted_expert;
+
+static int cmp_weight_desc(const void *a, const void *b) {
+    const weighted_expert *x = a, *y = b;
+    if (x->w != y->w) return x->w < y->w ? 1 : -1;
+    return (x->e > y->e) - (x->e < y->e);
+}
+
+/* Gate rows: logits z_0 = 0, z_j = z_{j-1} - scale * Exp(1) / j (spacings of the top order
+ * statistics of Gumbel noise), then softmax over the k (GATE_SOFTMAX_TOPK) or over all E with
+ * the E - k unchosen experts at z_{k-1} - tail_gap each (GATE_SOFTMAX_ALL). */
+static void gate_pool_build(float *pool, uint32_t k, uint32_t E, gate_normalization norm,
+                            double scale, double tail_gap, gsl_rng *g) {
+    double z[TRACE_MAX_TOP_K];
+    for (uint32_t i = 0; i < SYNTH_GATE_POOL; i++) {
+        z[0] = 0;
+        for (uint32_t j = 1; j < k; j++) z[j] = z[j - 1] - scale * gsl_ran_exponential(g, 1.0) / j;
+        double sum = 0;
+        for (uint32_t j = 0; j < k; j++) sum += exp(z[j]);
+        if (norm == GATE_SOFTMAX_ALL) sum += (double)(E - k) * exp(z[k - 1] - tail_gap);
+        float *row = pool + (size_t)i * k;
+        for (uint32_t j = 0; j < k; j++) row[j] = (float)(exp(z[j]) / sum);
+        for (uint32_t j = 1; j < k; j++) /* float rounding must not break the order */
+            if (row[j] > row[j - 1]) row[j] = row[j - 1];
+    }
+}
+
+/* out[c] (c = 0..n-1) = P(X <= c) as a 32-bit threshold for X ~ Binomial(n, p); X = n beyond. */
+static void binomial_cdf_thresholds(uint32_t n, double p, uint32_t *out) {
+    double cdf = 0;
+    for (uint32_t c = 0; c < n; c++) {
+        cdf += gsl_ran_binomial_pdf(c, p, n);
+        out[c] = prob_threshold(cdf);
+    }
+}
+
+/* A draw from such a table: the first c with u < out[c], else n. */
+static inline uint32_t binomial_draw(const uint32_t *cdf, uint32_t n, gsl_rng *g) {
+    uint32_t u = (uint32_t)gsl_rng_get(g), c = 0;
+    while (c < n && u >= cdf[c]) c++;
+    return c;
+}
+
+/* out[0..n) = the normal scores Phi^-1((i + 0.5) / n) in random order: a log-popularity whose
+ * shape is exactly normal at every layer (no per-layer sampling luck), only the ranking random. */
+static void normal_scores_shuffled(double *out, const double *quantiles, uint32_t n, gsl_rng *g) {
+    memcpy(out, quantiles, n * sizeof *out);
+    gsl_ran_shuffle(g, out, n, sizeof *out);
+}
+
+static void tables_build(synth_tables *tb, const model_geometry *m, const synth_options *o,
+                         rng *r) {
+    const synth_knobs *kn = &o->knobs;
+    gsl_rng *g = rng_gsl(r);
+    const uint32_t E = m->n_experts, L = m->n_moe_layers, W = SYNTH_N_WORKLOADS;
+    const uint32_t T = (uint32_t)kn->topics;
+    memset(tb, 0, sizeof *tb);
+    tb->E = E, tb->L = L, tb->k = m->top_k, tb->W = W, tb->T = T;
+    const size_t n_tables = (size_t)L * W * T;
+    tb->cells = moesim_xcalloc(n_tables * E, sizeof *tb->cells);
+    tb->pop_order = moesim_xcalloc((size_t)L * W * E, sizeof *tb->pop_order);
+    tb->gate_pool = moesim_xcalloc((size_t)SYNTH_GATE_POOL * m->top_k, sizeof *tb->gate_pool);
+    tb->reuse_top1 = moesim_xcalloc(L, sizeof *tb->reuse_top1);
+    tb->copy_cdf = moesim_xcalloc((size_t)L * m->top_k, sizeof *tb->copy_cdf);
+    tb->copies = moesim_xcalloc(L, sizeof *tb->copies);
+    tb->avoid_other = moesim_xcalloc(L, sizeof *tb->avoid_other);
+
+    double *shared = moesim_xcalloc(E, sizeof *shared); /* [E] common part of log-popularity */
+    double *own = moesim_xcalloc(E, sizeof *own);       /* [E] workload's own part */
+    double *logpop = moesim_xcalloc(E, sizeof *logpop); /* [E] */
+    double *quantiles = moesim_xcalloc(E, sizeof *quantiles); /* [E] normal scores */
+    for (uint32_t e = 0; e < E; e++) quantiles[e] = gsl_cdf_ugaussian_Pinv((e + 0.5) / E);
+    double *w = moesim_xcalloc(E, sizeof *w);
+    double *scaled = moesim_xcalloc(E, sizeof *scaled);
+    uint32_t *small = moesim_xcalloc(E, sizeof *small), *large = moesim_xcalloc(E, sizeof *large);
+    weighted_expert *order = moesim_xcalloc(E, sizeof *order);
+    const double ws[SYNTH_N_WORKLOADS] = {kn->workload_skew_text, kn->workload_skew_math,
+                                          kn->workload_skew_code};
+    const double c = kn->workload_hot_set_correlation, c_own = sqrt(1.0 - c * c);
+    for (uint32_t l = 0; l < L; l++) {
+        const double skew = depth_profile(kn->popularity_skew_first, kn->popularity_skew_mid,
+                                          kn->popularity_skew_last, l, L);
+        normal_scores_shuffled(shared, quantiles, E, g);
+        for (uint32_t wl = 0; wl < W; wl++) {
+            normal_scores_shuffled(own, quantiles, E, g);
+            for (uint32_t e = 0; e < E; e++)
+                logpop[e] = skew * ws[wl] * (c * shared[e] + c_own * own[e]);
+            for (uint32_t e = 0; e < E; e++) order[e] = (weighted_expert){logpop[e], e};
+            qsort(order, E, sizeof *order, cmp_weight_desc);
+            uint16_t *po = tb->pop_order + ((size_t)l * W + wl) * E;
+            for (uint32_t e = 0; e < E; e++) po[e] = (uint16_t)order[e].e;
+            for (uint32_t t = 0; t < T; t++) {
+                double top = -INFINITY;
+                for (uint32_t e = 0; e < E; e++) {
+                    w[e] = logpop[e] + kn->topic_concentration * gsl_ran_gaussian_ziggurat(g, 1.0);
+                    top = w[e] > top ? w[e] : top;
+                }
+                for (uint32_t e = 0; e < E; e++) w[e] = exp(w[e] - top);
+                size_t at = (((size_t)l * W + wl) * T + t) * E;
+                alias_build(w, E, tb->cells + at, scaled, small, large);
+            }
+        }
+        tb->reuse_top1[l] = prob_threshold(
+            depth_profile(kn->reuse_top1_first, kn->reuse_top1_mid, kn->reuse_top1_last, l, L));
+        const double other =
+            depth_profile(kn->reuse_other_first, kn->reuse_other_mid, kn->reuse_other_last, l, L);
+        /* > 0: slots that copy a predecessor's expert; < 0: redraw a predecessor's expert */
+        binomial_cdf_thresholds(m->top_k - 1, other > 0 ? other : 0,
+                                tb->copy_cdf + (size_t)l * m->top_k);
+        tb->copies[l] = other > 0;
+        tb->avoid_other[l] = prob_threshold(-other);
+    }
+    gate_pool_build(tb->gate_pool, m->top_k, E, m->gate_norm, kn->gate_logit_scale,
+                    kn->gate_tail_gap, g);
+    free(order);
+    free(large);
+    free(small);
+    free(scaled);
+    free(w);
+    free(logpop);
+    free(own);
+    free(quantiles);
+    free(shared);
+}
+
+static void tables_free(synth_tables *tb) {
+    free(tb->cells);
+    free(tb->pop_order);
+    free(tb->gate_pool);
+    free(tb->reuse_top1);
+    free(tb->copy_cdf);
+    free(tb->copies);
+    free(tb->avoid_other);
+}
+
+/* ---- the request plan ---- */
+
+typedef struct request_plan {
+    uint32_t prompt, gen; /* tokens */
+    uint8_t workload;     /* text, math or code */
+    uint32_t topic;
+    uint64_t first_token; /* index of its first token in the trace */
+} request_plan;
+
+static uint32_t range_draw(synth_range r, rng *g) {
+    return r.min + (uint32_t)rng_below(g, (uint64_t)r.max - r.min + 1);
+}
+
+static uint8_t workload_draw(synth_workload w, rng *g) {
+    return w == SYNTH_MIX ? (uint8_t)rng_below(g, SYNTH_N_WORKLOADS) : (uint8_t)w;
+}
+
+/* Lengths, workloads and topics of every request; returns the total number of tokens. */
+static uint64_t plan_build(request_plan *plan, const synth_options *o, uint32_t n_topics, rng *g) {
+    uint64_t at = 0;
+    for (uint32_t r = 0; r < o->n_requests; r++) {
+        request_plan *p = &plan[r];
+        p->prompt = range_draw(o->prompt_len, g);
+        p->gen = range_draw(o->gen_len, g);
+        if (r > 0 && rng_uniform(g) < o->knobs.topic_persistence) {
+            p->workload = plan[r - 1].workload;
+            p->topic = plan[r - 1].topic;
+        } else {
+            p->workload = workload_draw(o->workload, g);
+            p->topic = (uint32_t)rng_below(g, n_topics);
+        }
+        p->first_token = at;
+        at += (uint64_t)p->prompt + p->gen;
+    }
+    return at;
+}
+
+/* ---- routing of one token at one layer ---- */
+
+static inline bool row_has(const uint16_t *row, uint32_t n, uint16_t e) {
+    for (uint32_t j = 0; j < n; j++)
+        if (row[j] == e) return true;
+    return false;
+}
+
+/* Membership of the experts chosen so far in a row: stamped, never cleared per row. */
+typedef struct route_work {
+    uint32_t *mark; /* [E] */
+    uint32_t stamp;
+    uint32_t E;
+} route_work;
+
+/* One draw from the table that is not yet in the row (and, at layers with anti-reuse, redrawn
+ * with probability avoid when the predecessor used it); the most popular unchosen expert after
+ * SYNTH_DRAW_CAP rejected draws. */
+static inline uint16_t route_draw(const synth_tables *tb, uint32_t l, const alias_cell *cells,
+                                  const uint16_t *pop, const uint16_t *prev, const route_work *rw,
+                                  gsl_rng *g) {
+    const uint32_t E = tb->E;
+    for (uint32_t tries = 0; tries < SYNTH_DRAW_CAP; tries++) {
+        uint16_t e = alias_draw(cells, E, g);
+        if (rw->mark[e] == rw->stamp) continue;
+        if (prev && tb->avoid_other[l] && row_has(prev, tb->k, e) &&
+            (uint32_t)gsl_rng_get(g) < tb->avoid_other[l])
+            continue; /* anti-reuse: redraw an expert the predecessor used */
+        return e;
+    }
+    for (uint32_t j = 0; j < E; j++) /* rare: the most popular unchosen expert */
+        if (rw->mark[pop[j]] != rw->stamp) return pop[j];
+    MOESIM_UNREACHABLE(); /* a row holds k <= E experts */
+}
+
+/* Fills `row` [k] (slot 0 = top-1) and `gates` [k]. `prev` is the previous token's row of this
+ * request at this layer, or NULL. Slot 0 copies prev's top-1 with probability reuse_top1, else
+ * is drawn; then Binomial(k - 1, reuse_other) slots copy a random expert of prev (skipped when
+ * already chosen); the rest are drawn without replacement. */
+static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cells,
+                      const uint16_t *pop, const uint16_t *prev, uint16_t *row, float *gates,
+                      route_work *rw, gsl_rng *g) {
+    const uint32_t k = tb->k;
+    if (++rw->stamp == 0) {
+        memset(rw->mark, 0, rw->E * sizeof *rw->mark);
+        rw->stamp = 1;
+    }
+    uint16_t e;
+    if (prev && (uint32_t)gsl_rng_get(g) < tb->reuse_top1[l])
+        e = prev[0];
+    else
+        e = route_draw(tb, l, cells, pop, prev, rw, g);
+    row[0] = e;
+    rw->mark[e] = rw->stamp;
+    uint32_t n = 1;
+    if (prev && tb->copies[l]) {
+        uint32_t copies = binomial_draw(tb->copy_cdf + (size_t)l * k, k - 1, g);
+        for (uint32_t c = 0; c < copies; c++) {
+            e = prev[((uint64_t)(uint32_t)gsl_rng_get(g) * k) >> 32];
+            if (rw->mark[e] == rw->stamp) continue;
+            row[n++] = e;
+            rw->mark[e] = rw->stamp;
+        }
+    }
+    while (n < k) {
+        e = route_draw(tb, l, cells, pop, prev, rw, g);
+        row[n++] = e;
+        rw->mark[e] = rw->stamp;
+    }
+    const float *gp =
+        tb->gate_pool + (((uint64_t)(uint32_t)gsl_rng_get(g) * SYNTH_GATE_POOL) >> 32) * k;
+    for (uint32_t j = 0; j < k; j++) gates[j] = gp[j];
+}
+
+/* ---- importance (DyMoE Eq. 1 as engine_seq_importance computes it) ----
+ *
+ * Query q (q = 0..n-1) spreads one unit of attention over positions 0..q: query 0 all on
+ * itself; a later query a share s on position 0 (the attention sink) and 1 - s in proportion to
+ * the salience w_p of p = 0..q. The importance of p is what it received from every query:
+ *   imp[p] = [p = 0] (1 + s (n - 1)) + (1 - s) w_p sum_{q = max(p, 1)}^{n-1} 1 / W_q,
+ * W_q = sum_{p' <= q} w_p'. The importances of a request sum to n. */
+typedef struct importance_work {
+    double *w;        /* [n_max] salience of each position at this layer */
+    double *base;     /* [n_max] exp(sigma a z_p): the part shared by all layers */
+    double *salience; /* [SYNTH_SALIENCE_POOL] exp(sigma sqrt(1 - a^2) z) */
+} importance_work;
+
+static void importance_request(trace *t, const synth_options *o, const request_plan *p,
+                               importance_work *iw, gsl_rng *g) {
+    const uint32_t L = t->meta.n_layers, n = p->prompt + p->gen;
+    const double s = o->knobs.importance_sink_share;
+    const double a = o->knobs.importance_layer_correlation;
+    const double sigma = o->knobs.importance_salience_sigma;
+    for (uint32_t q = 0; q < n; q++) iw->base[q] = exp(sigma * a * gsl_ran_gaussian_ziggurat(g, 1));
+    for (uint32_t l = 0; l < L; l++) {
+        for (uint32_t q = 0; q < n; q++)
+            iw->w[q] =
+                iw->base[q] *
+                iw->salience[((uint64_t)(uint32_t)gsl_rng_get(g) * SYNTH_SALIENCE_POOL) >> 32];
+        /* prefix sums W_q, then the suffix sum of 1 / W_q walking backwards */
+        double prefix = 0;
+        for (uint32_t q = 0; q < n; q++) {
+            prefix += iw->w[q];
+            iw->base[n + q] = prefix; /* W_q kept after the base factors */
+        }
+        double suffix = 0;
+        for (uint32_t q = n; q-- > 0;) {
+            if (q >= 1) suffix += 1.0 / iw->base[n + q];
+            double imp = (1.0 - s) * iw->w[q] * suffix;
+            if (q == 0) imp += 1.0 + s * (double)(n - 1);
+            t->importance[(p->first_token + q) * L + l] = (float)imp;
+        }
+    }
+}
+
+/* ---- look-ahead predictions of one token ----
+ *
+ * For layer l and distance d (target m = l + d < L): candidate 0 is m's true top-1 with
+ * probability top1[d], else its runner-up (or, for k = 1, the most popular other expert). Of
+ * m's other true experts, the Binomial(k - 1, keep[d]) strongest (in gate order) take the next
+ * of the first min(k, K') places; the remaining places go to m's most popular experts that are
+ * not true ones (intruders); then come the deferred true experts, then m's most popular
+ * remaining experts up to K'. Scores: m's gate weights by rank, halved per rank beyond k. */
+typedef struct lookahead_work {
+    uint32_t *mark; /* [E] stamp of the set an expert is in */
+    uint32_t stamp;
+    uint32_t top1[TRACE_MAX_LOOKAHEAD_DEPTH + 1];                      /* [d] thresholds */
+    uint32_t keep_cdf[TRACE_MAX_LOOKAHEAD_DEPTH + 1][TRACE_MAX_TOP_K]; /* [d][k] Binomial */
+    float score_factor[TRACE_MAX_LOOKAHEAD_K]; /* [K'] 0.5^max(0, c - k + 1) */
+} lookahead_work;
+
+static inline void la_next(lookahead_work *lw, uint32_t E) {
+    if (++lw->stamp == 0) {
+        memset(lw->mark, 0, E * sizeof *lw->mark);
+        lw->stamp = 1;
+    }
+}
+
+/* The most popular expert (from rank *at on) not yet in the current set, now added to it; E when
+ * every expert is in the set. */
+static inline uint16_t next_unmarked(const uint16_t *pop, uint32_t E, uint32_t *at,
+                                     lookahead_work *lw) {
+    while (*at < E && lw->mark[pop[*at]] == lw->stamp) (*at)++;
+    if (*at == E) return (uint16_t)E;
+    uint16_t e = pop[(*at)++];
+    lw->mark[e] = lw->stamp;
+    return e;
+}
+
+static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint8_t workload,
+                            lookahead_work *lw, gsl_rng *g) {
+    const uint32_t L = tb->L, E = tb->E, k = tb->k, D = t->meta.lookahead_depth;
+    const uint32_t KP = t->meta.lookahead_k, kk = k < KP ? k : KP;
+    for (uint32_t l = 0; l < L; l++) {
+        for (uint32_t d = 1; d <= D; d++) {
+            size_t at = trace_lookahead_index(t, tok, l, d);
+            uint16_t *pred = t->lookahead_ids + at;
+            float *score = t->lookahead_scores + at;
+            const uint32_t m = l + d;
+            if (m >= L) {
+                for (uint32_t c = 0; c < KP; c++) pred[c] = TRACE_NO_EXPERT, score[c] = 0;
+                continue;
+            }
+            const uint16_t *actual = trace_experts(t, tok, m);
+            const float *gates = trace_gates(t, tok, m);
+            const uint16_t *pop = tb->pop_order + ((size_t)m * tb->W + workload) * E;
+            la_next(lw, E);
+            for (uint32_t j = 0; j < k; j++) lw->mark[actual[j]] = lw->stamp;
+            uint32_t pop_at = 0; /* popularity rank where the search for unmarked experts resumes */
+            uint16_t deferred[TRACE_MAX_TOP_K];
+            uint32_t n_def = 0, n = 0;
+            uint32_t skip = 0; /* the true slot used as candidate 0 (UINT32_MAX: none) */
+            if ((uint32_t)gsl_rng_get(g) < lw->top1[d]) {
+                pred[n++] = actual[0];
+            } else if (k > 1) {
+                pred[n++] = actual[1];
+                skip = 1;
+            } else {
+                uint16_t other = next_unmarked(pop, E, &pop_at, lw);
+                pred[n++] = other < E ? other : actual[0];
+                skip = other < E ? UINT32_MAX : 0;
+            }
+            const uint32_t kept = k > 1 ? binomial_draw(lw->keep_cdf[d], k - 1, g) : 0;
+            uint32_t seen = 0;
+            for (uint32_t j = 0; j < k; j++) {
+                if (j == skip) continue;
+                if (seen++ < kept && n < kk)
+                    pred[n++] = actual[j];
+                else
+                    deferred[n_def++] = actual[j];
+            }
+            /* intruders, then (after the deferred true experts) the tail: m's popular experts
+             * in rank order, skipping the true ones (marked); pop_at only moves forward, so
+             * nothing is taken twice. Branch-free compaction: write, then advance if unmarked. */
+            while (n < kk && pop_at < E) {
+                const uint16_t e = pop[pop_at++];
+                pred[n] = e;
+                n += lw->mark[e] != lw->stamp;
+            }
+            for (uint32_t j = 0; j < n_def && n < KP; j++) pred[n++] = deferred[j];
+            while (n < KP) {
+                MOESIM_ASSERT(pop_at < E); /* K' <= E distinct candidates always exist */
+                const uint16_t e = pop[pop_at++];
+                pred[n] = e;
+                n += lw->mark[e] != lw->stamp;
+            }
+            for (uint32_t c = 0; c < KP; c++)
+                score[c] = gates[c < k ? c : k - 1] * lw->score_factor[c];
+        }
+    }
+}
+
+/* ---- the whole trace ---- */
+
+moesim_status synth_generate(const model_geometry *m, const synth_options *o, trace **out,
+                             moesim_error *err) {
+    *out = NULL;
+    if (synth_options_check(o, m, err)) return err ? err->status : MOESIM_EINPUT;
+    trace_meta meta = {0};
+    trace_meta_from_model(&meta, m);
+    snprintf(meta.source, sizeof meta.source, "synth:%llu", (unsigned long long)o->seed);
+    snprintf(meta.tool_version, sizeof meta.tool_version, "%s", MOESIM_VERSION);
+    meta.lookahead_depth = o->lookahead_depth;
+    meta.lookahead_k = o->lookahead_depth ? o->lookahead_k : 0;
+    meta.has_importance = true;
+    meta.has_token_ids = false;
+
+    synth_tables tb;
+    rng *r_tables = rng_create_stream(o->seed, STREAM_TABLES);
+    tables_build(&tb, m, o, r_tables);
+    rng_destroy(r_tables);
+
+    request_plan *plan = moesim_xcalloc(o->n_requests, sizeof *plan);
+    rng *r_plan = rng_create_stream(o->seed, STREAM_PLAN);
+    const uint64_t n_tokens = plan_build(plan, o, tb.T, r_plan);
+    rng_destroy(r_plan);
+
+    trace *t = trace_try_create(&meta, n_tokens);
+    if (!t) {
+        free(plan);
+        tables_free(&tb);
+        return moesim_fail(err, MOESIM_ENOMEM,
+                           "synthesized trace: cannot allocate %llu tokens (%.1f MB)",
+                           (unsigned long long)n_tokens,
+                           (double)n_tokens * (double)trace_bytes_per_token(&meta) / 1e6);
+    }
+    t->params_json = synth_params_json(o, m);
+
+    rng *r_route = rng_create_stream(o->seed, STREAM_ROUTING);
+    rng *r_imp = rng_create_stream(o->seed, STREAM_IMPORTANCE);
+    rng *r_look = rng_create_stream(o->seed, STREAM_LOOKAHEAD);
+    gsl_rng *g_route = rng_gsl(r_route), *g_look = rng_gsl(r_look);
+
+    uint32_t n_max = 0;
+    for (uint32_t r = 0; r < o->n_requests; r++)
+        n_max = plan[r].prompt + plan[r].gen > n_max ? plan[r].prompt + plan[r].gen : n_max;
+    importance_work iw = {
+        .w = moesim_xcalloc(n_max, sizeof(double)),
+        .base = moesim_xcalloc(2 * (size_t)n_max, sizeof(double)),
+        .salience = moesim_xcalloc(SYNTH_SALIENCE_POOL, sizeof(double)),
+    };
+    {
+        const double a = o->knobs.importance_layer_correlation;
+        const double sd = o->knobs.importance_salience_sigma * sqrt(1.0 - a * a);
+        for (uint32_t i = 0; i < SYNTH_SALIENCE_POOL; i++)
+            iw.salience[i] = exp(sd * gsl_ran_gaussian_ziggurat(rng_gsl(r_imp), 1.0));
+    }
+    route_work rw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t)), .E = tb.E};
+    lookahead_work lw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t))};
+    for (uint32_t c = 0; c < o->lookahead_k && o->lookahead_depth; c++)
+        lw.score_factor[c] = c + 1 > tb.k ? (float)ldexp(1.0, -(int)(c + 1 - tb.k)) : 1.0f;
+    for (uint32_t d = 1; d <= o->lookahead_depth; d++) {
+        const synth_knobs *kn = &o->knobs;
+        double acc = d == 1   ? kn->lookahead_top1_d1
+                     : d == 2 ? kn->lookahead_top1_d2
+                              : kn->lookahead_top1_d3 * pow(kn->lookahead_top1_decay, d - 3.0);
+        double recall = kn->lookahead_recall_d1 * pow(kn->lookahead_recall_decay, d - 1.0);
+        double keep = tb.k > 1 ? (tb.k * recall - 1.0) / (tb.k - 1.0) : 1.0;
+        lw.top1[d] = prob_threshold(acc);
+        if (tb.k > 1)
+            binomial_cdf_thresholds(tb.k - 1, keep < 0 ? 0 : keep > 1 ? 1 : keep, lw.keep_cdf[d]);
+    }
+
+    const uint32_t L = tb.L, W = tb.W, T = tb.T, E = tb.E;
+    for (uint32_t r = 0; r < o->n_requests; r++) {
+        const request_plan *p = &plan[r];
+        const uint32_t n = p->prompt + p->gen;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint64_t tok = p->first_token + i;
+            t->request_id[tok] = r;
+            t->position[tok] = i;
+            t->phase[tok] = i < p->prompt ? TRACE_PREFILL : TRACE_DECODE;
+            for (uint32_t l = 0; l < L; l++) {
+                const size_t tab = (((size_t)l * W + p->workload) * T + p->topic) * E;
+                const size_t at = trace_route_index(t, tok, l);
+                route_row(&tb, l, tb.cells + tab, tb.pop_order + ((size_t)l * W + p->workload) * E,
+                          i ? t->expert_ids + trace_route_index(t, tok - 1, l) : NULL,
+                          t->expert_ids + at, t->gate_weights + at, &rw, g_route);
+            }
+            if (o->lookahead_depth) lookahead_token(t, &tb, tok, p->workload, &lw, g_look);
+        }
+        importance_request(t, o, p, &iw, rng_gsl(r_imp));
+    }
+
+    free(lw.mark);
+    free(rw.mark);
+    free(iw.w);
+    free(iw.base);
+    free(iw.salience);
+    rng_destroy(r_look);
+    rng_destroy(r_imp);
+    rng_destroy(r_route);
+    free(plan);
+    tables_free(&tb);
+
+    /* Requests are dense and in order by construction; trace_check runs in the tests and again
+     * in trace_write, so it is not repeated here (it is ~10 % of the generation time). */
+    t->n_requests = o->n_requests;
+    *out = t;
+    return MOESIM_OK;
+}
