@@ -249,9 +249,8 @@ Test(dynaexq_residency, keep_lo_promotion_skips_evicting) {
 
 /* ---- the policy through its table, on an in-test memory system ---- */
 
-#define FM_LAYERS    2
-#define FM_EXPERTS   8
-#define FM_MAX_LOADS 256
+#define FM_LAYERS  2
+#define FM_EXPERTS 8
 
 typedef struct fake_load {
     uint32_t layer, expert;
@@ -260,18 +259,36 @@ typedef struct fake_load {
 } fake_load;
 
 struct policy_mem {
-    uint8_t state[FM_LAYERS][FM_EXPERTS][PREC_COUNT][PART_COUNT];
+    uint32_t n_layers, n_experts;
+    uint8_t *state; /* [n_layers][n_experts][PREC_COUNT][PART_COUNT] policy_residency */
     uint64_t part_bytes[PREC_COUNT][PART_COUNT];
     uint64_t budget_bytes, used_bytes, peak_bytes;
-    fake_load loads[FM_MAX_LOADS]; /* queued copies, FIFO */
+    fake_load *loads; /* [2 * n_layers * n_experts] queued copies, FIFO */
     uint32_t n_loads, peak_background;
     uint32_t background_loads[PREC_COUNT];
     uint32_t refused;
 };
 
+static uint8_t *fm_at(const policy_mem *m, uint32_t l, uint32_t e, moesim_precision p, int part) {
+    cr_assert(l < m->n_layers && e < m->n_experts);
+    return m->state + (((size_t)l * m->n_experts + e) * PREC_COUNT + p) * PART_COUNT + part;
+}
+
+static void fm_init(policy_mem *m, uint32_t n_layers, uint32_t n_experts) {
+    m->n_layers = n_layers;
+    m->n_experts = n_experts;
+    m->state = moesim_xcalloc((size_t)n_layers * n_experts * PREC_COUNT * PART_COUNT, 1);
+    m->loads = moesim_xcalloc((size_t)2 * n_layers * n_experts, sizeof *m->loads);
+}
+
+static void fm_free(policy_mem *m) {
+    free(m->state);
+    free(m->loads);
+}
+
 static policy_residency fm_state(const policy_mem *m, uint32_t l, uint32_t e, moesim_precision p,
                                  expert_part part) {
-    return (policy_residency)m->state[l][e][p][part];
+    return (policy_residency)*fm_at(m, l, e, p, part);
 }
 
 static uint32_t fm_background(const policy_mem *m) {
@@ -284,7 +301,7 @@ static policy_mem_result fm_load(policy_mem *m, uint32_t l, uint32_t e, moesim_p
                                  uint32_t mask, policy_class cls) {
     uint64_t need = 0;
     for (int part = 0; part < PART_COUNT; part++)
-        if ((mask >> part & 1) && m->state[l][e][p][part] == POLICY_ABSENT)
+        if ((mask >> part & 1) && *fm_at(m, l, e, p, part) == POLICY_ABSENT)
             need += m->part_bytes[p][part];
     if (need == 0) return POLICY_ALREADY;
     if (m->used_bytes + need > m->budget_bytes) {
@@ -294,8 +311,8 @@ static policy_mem_result fm_load(policy_mem *m, uint32_t l, uint32_t e, moesim_p
     m->used_bytes += need;
     if (m->used_bytes > m->peak_bytes) m->peak_bytes = m->used_bytes;
     for (int part = 0; part < PART_COUNT; part++)
-        if (mask >> part & 1) m->state[l][e][p][part] = POLICY_LOADING;
-    cr_assert_lt(m->n_loads, FM_MAX_LOADS);
+        if (mask >> part & 1) *fm_at(m, l, e, p, part) = POLICY_LOADING;
+    cr_assert_lt(m->n_loads, 2 * m->n_layers * m->n_experts);
     m->loads[m->n_loads++] = (fake_load){l, e, p, cls};
     if (cls == POLICY_BACKGROUND) m->background_loads[p]++;
     uint32_t bg = fm_background(m);
@@ -308,9 +325,9 @@ static policy_mem_result fm_evict(policy_mem *m, uint32_t l, uint32_t e, moesim_
     bool any = false;
     for (int part = 0; part < PART_COUNT; part++) {
         if (!(mask >> part & 1)) continue;
-        cr_assert_neq(m->state[l][e][p][part], POLICY_LOADING, "evicting a version in flight");
-        if (m->state[l][e][p][part] == POLICY_RESIDENT) {
-            m->state[l][e][p][part] = POLICY_ABSENT;
+        cr_assert_neq(*fm_at(m, l, e, p, part), POLICY_LOADING, "evicting a version in flight");
+        if (*fm_at(m, l, e, p, part) == POLICY_RESIDENT) {
+            *fm_at(m, l, e, p, part) = POLICY_ABSENT;
             m->used_bytes -= m->part_bytes[p][part];
             any = true;
         }
@@ -318,24 +335,24 @@ static policy_mem_result fm_evict(policy_mem *m, uint32_t l, uint32_t e, moesim_
     return any ? POLICY_ISSUED : POLICY_ALREADY;
 }
 
-static uint64_t fm_free(const policy_mem *m, uint32_t l) {
+static uint64_t fm_free_bytes(const policy_mem *m, uint32_t l) {
     (void)l;
     return m->budget_bytes - m->used_bytes;
 }
 
 static uint64_t fm_used(const policy_mem *m, moesim_precision p) {
     uint64_t s = 0;
-    for (int l = 0; l < FM_LAYERS; l++)
-        for (int e = 0; e < FM_EXPERTS; e++)
+    for (uint32_t l = 0; l < m->n_layers; l++)
+        for (uint32_t e = 0; e < m->n_experts; e++)
             for (int part = 0; part < PART_COUNT; part++)
-                if (m->state[l][e][p][part] != POLICY_ABSENT) s += m->part_bytes[p][part];
+                if (*fm_at(m, l, e, p, part) != POLICY_ABSENT) s += m->part_bytes[p][part];
     return s;
 }
 
 static const policy_mem_ops fm_ops = {.state = fm_state,
                                       .load = fm_load,
                                       .evict = fm_evict,
-                                      .free_bytes = fm_free,
+                                      .free_bytes = fm_free_bytes,
                                       .used_bytes = fm_used};
 
 /* Completes the oldest `n` queued copies (all when n is 0), reporting each to the policy. */
@@ -346,7 +363,7 @@ static void fm_complete(policy_mem *m, policy *p, uint32_t n, uint64_t now_ns) {
         memmove(m->loads, m->loads + 1, (m->n_loads - 1) * sizeof *m->loads);
         m->n_loads--;
         for (int part = 0; part < PART_COUNT; part++)
-            m->state[ld.layer][ld.expert][ld.prec][part] = POLICY_RESIDENT;
+            *fm_at(m, ld.layer, ld.expert, ld.prec, part) = POLICY_RESIDENT;
         policy_dynaexq.on_transfer_done(p, ld.layer, ld.expert, ld.prec, POLICY_PARTS_ALL, ld.cls,
                                         now_ns);
     }
@@ -372,6 +389,7 @@ static moesim_status rig_create(rig *r, uint64_t budget, const char *const *sets
         r->params.part_bytes[PREC_BF16][part] = S_HI / 3;
         r->params.part_bytes[PREC_INT4][part] = S_LO / 3;
     }
+    fm_init(&r->mem, FM_LAYERS, FM_EXPERTS);
     r->mem.budget_bytes = budget;
     r->params.n_layers = FM_LAYERS;
     r->params.n_experts = FM_EXPERTS;
@@ -391,6 +409,11 @@ static moesim_status rig_create(rig *r, uint64_t budget, const char *const *sets
     st = policy_dynaexq.create(&r->params, &knobs, view, &r->p, err);
     if (st == MOESIM_OK) policy_dynaexq.warmup(r->p, 0);
     return st;
+}
+
+static void rig_destroy(rig *r) {
+    policy_dynaexq.destroy(r->p);
+    fm_free(&r->mem);
 }
 
 /* One step: every layer routes one token to `a` (gate 0.7) and `b` (gate 0.3). Returns the
@@ -423,7 +446,7 @@ static uint8_t rig_step(rig *r, uint16_t a, uint16_t b, uint16_t watch) {
         for (int i = 0; i < 2; i++) {
             cr_assert_neq(run[i], POLICY_RUN_SKIP, "dynaexq never skips");
             for (int part = 0; part < PART_COUNT; part++)
-                cr_assert_neq(r->mem.state[l][active[i]][run[i]][part], POLICY_ABSENT,
+                cr_assert_neq(*fm_at(&r->mem, l, active[i], run[i], part), POLICY_ABSENT,
                               "planned version not in HBM");
             if (l == 0 && active[i] == watch) seen = run[i];
         }
@@ -454,6 +477,7 @@ Test(dynaexq_policy, refuses_a_budget_that_cannot_hold_every_lo_version) {
     moesim_error err = {0};
     moesim_status st = rig_create(&r, 16 * S_LO - 1, NULL, 0, &err);
     cr_assert_eq(st, MOESIM_EINPUT);
+    fm_free(&r.mem);
     cr_assert(strstr(err.msg, "[dynaexq] lo") && strstr(err.msg, "16 experts x 300 bytes") &&
                   strstr(err.msg, "4799"),
               "%s", err.msg);
@@ -465,9 +489,11 @@ Test(dynaexq_policy, refuses_hi_no_larger_than_lo) {
     const char *sets[] = {"dynaexq.hi=int4"};
     cr_assert_eq(rig_create(&r, 100000, sets, 1, &err), MOESIM_EINPUT);
     cr_assert(strstr(err.msg, "[dynaexq] hi"), "%s", err.msg);
+    fm_free(&r.mem);
     const char *sets2[] = {"dynaexq.hi=int8"}; /* not storable in this rig */
     cr_assert_eq(rig_create(&r, 100000, sets2, 1, &err), MOESIM_EINPUT);
     cr_assert(strstr(err.msg, "cannot store experts at int8"), "%s", err.msg);
+    fm_free(&r.mem);
 }
 
 Test(dynaexq_policy, a_promotion_in_flight_leaves_the_old_version_in_use_and_stays_in_budget) {
@@ -480,7 +506,7 @@ Test(dynaexq_policy, a_promotion_in_flight_leaves_the_old_version_in_use_and_sta
     cr_assert_eq(rig_step(&r, 5, 1, 5), PREC_INT4);
     cr_assert_eq(rig_step(&r, 5, 1, 5), PREC_INT4); /* warm-up over: 5 is selected */
     cr_assert_eq(fm_background(&r.mem), 1, "one promotion on the migration stream");
-    cr_assert_eq(r.mem.state[0][5][PREC_BF16][PART_DOWN], POLICY_LOADING);
+    cr_assert_eq(*fm_at(&r.mem, 0, 5, PREC_BF16, PART_DOWN), POLICY_LOADING);
     /* while HI is in flight, the step runs the old LO version and does not wait */
     for (int i = 0; i < 3; i++) cr_assert_eq(rig_step(&r, 5, 1, 5), PREC_INT4);
     cr_assert_eq(fm_background(&r.mem), 1, "max_inflight 1: layer 1's promotion waits");
@@ -489,16 +515,16 @@ Test(dynaexq_policy, a_promotion_in_flight_leaves_the_old_version_in_use_and_sta
     /* the copy is complete, but publication waits for the window boundary (next step), so
      * expert 5 of layer 0 still holds both versions: the budget is tight and the tracker defers
      * layer 1's promotion instead of letting the mechanism refuse it */
-    cr_assert_eq(r.mem.state[0][5][PREC_INT4][PART_GATE], POLICY_RESIDENT);
+    cr_assert_eq(*fm_at(&r.mem, 0, 5, PREC_INT4, PART_GATE), POLICY_RESIDENT);
     cr_assert_eq(fm_background(&r.mem), 0);
     cr_assert_geq(rig_report(&r, "admission_refusals"), 1);
     cr_assert_eq(rig_step(&r, 5, 1, 5), PREC_BF16);
     cr_assert_eq(fm_background(&r.mem), 1, "layer 1's promotion starts once LO is reclaimed");
-    cr_assert_eq(r.mem.state[0][5][PREC_INT4][PART_GATE], POLICY_ABSENT, "old LO reclaimed");
+    cr_assert_eq(*fm_at(&r.mem, 0, 5, PREC_INT4, PART_GATE), POLICY_ABSENT, "old LO reclaimed");
     cr_assert_eq(rig_report(&r, "promotions_published"), 1);
     cr_assert_leq(r.mem.peak_bytes, ONE_SLOT_BUDGET);
     cr_assert_eq(r.mem.refused, 0, "the tracker admits only what the mechanism accepts");
-    policy_dynaexq.destroy(r.p);
+    rig_destroy(&r);
 }
 
 Test(dynaexq_policy, a_shifted_hot_set_demotes_first_then_promotes_within_budget) {
@@ -521,8 +547,8 @@ Test(dynaexq_policy, a_shifted_hot_set_demotes_first_then_promotes_within_budget
         fm_complete(&r.mem, r.p, 0, r.now_ns);
         uint8_t run2 = rig_step(&r, 2, 3, 2);
         /* expert 5 is not routed now; check its published version stays usable */
-        bool hi5 = r.mem.state[0][5][PREC_BF16][PART_DOWN] == POLICY_RESIDENT;
-        bool lo5 = r.mem.state[0][5][PREC_INT4][PART_DOWN] == POLICY_RESIDENT;
+        bool hi5 = *fm_at(&r.mem, 0, 5, PREC_BF16, PART_DOWN) == POLICY_RESIDENT;
+        bool lo5 = *fm_at(&r.mem, 0, 5, PREC_INT4, PART_DOWN) == POLICY_RESIDENT;
         cr_assert(hi5 || lo5, "expert 5 lost every usable version");
         run5 = hi5 ? PREC_BF16 : PREC_INT4;
         steps++;
@@ -533,7 +559,7 @@ Test(dynaexq_policy, a_shifted_hot_set_demotes_first_then_promotes_within_budget
     cr_assert_geq(rig_report(&r, "demotions_published"), 2);
     cr_assert_leq(r.mem.peak_bytes, ONE_SLOT_BUDGET);
     cr_assert_eq(r.mem.refused, 0);
-    policy_dynaexq.destroy(r.p);
+    rig_destroy(&r);
 }
 
 Test(dynaexq_policy, backpressure_bounds_the_copies_in_flight) {
@@ -553,7 +579,7 @@ Test(dynaexq_policy, backpressure_bounds_the_copies_in_flight) {
         }
         cr_assert_leq(r.mem.peak_background, caps[c]);
         cr_assert_eq(rig_report(&r, "peak_inflight"), caps[c]);
-        policy_dynaexq.destroy(r.p);
+        rig_destroy(&r);
     }
 }
 
@@ -571,14 +597,14 @@ Test(dynaexq_policy, keep_lo_switches_back_without_a_copy) {
         fm_complete(&r.mem, r.p, 0, r.now_ns);
     }
     cr_assert_eq(rig_step(&r, 6, 1, 6), PREC_BF16);
-    cr_assert_eq(r.mem.state[0][6][PREC_INT4][PART_UP], POLICY_RESIDENT, "LO kept under HI");
+    cr_assert_eq(*fm_at(&r.mem, 0, 6, PREC_INT4, PART_UP), POLICY_RESIDENT, "LO kept under HI");
     for (int i = 0; i < 10; i++) {
         rig_step(&r, 3, 4, 3);
         fm_complete(&r.mem, r.p, 0, r.now_ns);
     }
     cr_assert_geq(rig_report(&r, "demotions_published"), 1);
     cr_assert_eq(r.mem.background_loads[PREC_INT4], 0, "a keep_lo demotion copies nothing");
-    cr_assert_eq(r.mem.state[0][6][PREC_BF16][PART_UP], POLICY_ABSENT, "6 demoted");
+    cr_assert_eq(*fm_at(&r.mem, 0, 6, PREC_BF16, PART_UP), POLICY_ABSENT, "6 demoted");
     cr_assert_leq(r.mem.peak_bytes, r.mem.budget_bytes);
-    policy_dynaexq.destroy(r.p);
+    rig_destroy(&r);
 }
