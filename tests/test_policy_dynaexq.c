@@ -11,7 +11,10 @@
 
 #include "common/alloc.h"
 #include "common/config.h"
+#include "common/model.h"
+#include "common/precision.h"
 #include "policies/dynaexq.h"
+#include "traces/synth.h"
 
 #define EPS 1e-12
 
@@ -607,4 +610,201 @@ Test(dynaexq_policy, keep_lo_switches_back_without_a_copy) {
     cr_assert_eq(*fm_at(&r.mem, 0, 6, PREC_BF16, PART_UP), POLICY_ABSENT, "6 demoted");
     cr_assert_leq(r.mem.peak_bytes, r.mem.budget_bytes);
     rig_destroy(&r);
+}
+
+/* ---- behaviour on synthetic traces, driven by a minimal in-test host ---- */
+
+/* What one drive of a trace measured: gate mass run at HI (counted by the host from the plans,
+ * not by the policy) and the policy's report. */
+typedef struct drive_result {
+    double hi_gate_share;
+    double hi_share_of_experts;
+    double promotions;
+    uint64_t peak_bytes, budget_bytes;
+} drive_result;
+
+static trace *synth_trace(const model_geometry *m, uint32_t requests, uint64_t seed) {
+    synth_options o;
+    synth_options_default(&o, m);
+    o.n_requests = requests;
+    o.prompt_len = (synth_range){32, 32};
+    o.gen_len = (synth_range){96, 96};
+    o.lookahead_depth = 0;
+    o.lookahead_k = 0;
+    o.seed = seed;
+    o.workload = SYNTH_CODE; /* the skewed workload of CALIBRATION.md (OLMoE on GitHub text) */
+    trace *t = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(synth_generate(m, &o, &t, &err), MOESIM_OK, "%s", err.msg);
+    return t;
+}
+
+/* Runs the trace through dynaexq: a step is one prefill chunk of a request or one decode token;
+ * copies issued during a step complete at its end (a fast link). `lo_share_free` sizes the
+ * budget: every LO version plus that share of the LO total again. */
+static drive_result drive(const model_geometry *m, const trace *t, double extra_share,
+                          const char *const *sets, size_t n_sets) {
+    quant_table q;
+    moesim_error err = {0};
+    cr_assert_eq(quant_table_load_default(&q, &err), MOESIM_OK, "%s", err.msg);
+    rig r;
+    memset(&r, 0, sizeof r);
+    uint32_t L = t->meta.n_layers, E = t->meta.n_experts, k = t->meta.top_k;
+    fm_init(&r.mem, L, E);
+    uint64_t s_lo = 0;
+    for (int part = 0; part < PART_COUNT; part++) {
+        static const moesim_precision precs[] = {PREC_BF16, PREC_INT4};
+        for (int i = 0; i < 2; i++) {
+            uint64_t b = model_expert_part_bytes(m, &q, (expert_part)part, precs[i]);
+            r.mem.part_bytes[precs[i]][part] = b;
+            r.params.part_bytes[precs[i]][part] = b;
+        }
+        s_lo += r.params.part_bytes[PREC_INT4][part];
+    }
+    uint64_t budget = (uint64_t)((double)L * E * s_lo * (1.0 + extra_share));
+    r.mem.budget_bytes = budget;
+    r.params.model = m;
+    r.params.n_layers = L;
+    r.params.n_experts = E;
+    r.params.top_k = k;
+    r.params.expert_budget_bytes = budget;
+    r.params.precision = PREC_INT4;
+    r.params.batch_size = 1;
+    config *c = config_create();
+    for (size_t i = 0; i < n_sets; i++) cr_assert_eq(config_set(c, sets[i], &err), MOESIM_OK);
+    dynaexq_knobs knobs;
+    memset(&knobs, 0, sizeof knobs);
+    cr_assert_eq(config_read_fields(c, policy_dynaexq.knobs, policy_dynaexq.n_knobs, &knobs, &err),
+                 MOESIM_OK, "%s", err.msg);
+    config_destroy(c);
+    policy_mem_view view = {&fm_ops, &r.mem};
+    cr_assert_eq(policy_dynaexq.create(&r.params, &knobs, view, &r.p, &err), MOESIM_OK, "%s",
+                 err.msg);
+    policy_dynaexq.warmup(r.p, 0);
+    fm_complete(&r.mem, r.p, 0, 0);
+
+    uint16_t *active = moesim_xcalloc(E, sizeof *active);
+    uint32_t *atok = moesim_xcalloc(E, sizeof *atok), *slot = moesim_xcalloc(E, sizeof *slot);
+    float *agate = moesim_xcalloc(E, sizeof *agate);
+    uint8_t *run = moesim_xcalloc(E, 1);
+    double gate_hi = 0, gate_all = 0;
+    uint64_t now = 0, step_index = 0;
+    for (uint64_t i = 0; i < t->n_tokens;) {
+        uint64_t j = i + 1;
+        if (t->phase[i] == TRACE_PREFILL)
+            while (j < t->n_tokens && t->phase[j] == TRACE_PREFILL &&
+                   t->request_id[j] == t->request_id[i])
+                j++;
+        uint32_t n = (uint32_t)(j - i);
+        policy_step st = {.index = step_index++,
+                          .now_ns = now,
+                          .n_tokens = n,
+                          .is_prefill = t->phase[i] == TRACE_PREFILL,
+                          .request = t->request_id + i,
+                          .position = t->position + i};
+        policy_dynaexq.begin_step(r.p, &st);
+        for (uint32_t l = 0; l < L; l++) {
+            for (uint32_t e = 0; e < E; e++) slot[e] = UINT32_MAX;
+            uint32_t n_active = 0;
+            for (uint64_t tok = i; tok < j; tok++)
+                for (uint32_t s = 0; s < k; s++) {
+                    uint16_t e = t->expert_ids[(tok * L + l) * k + s];
+                    if (slot[e] == UINT32_MAX) slot[e] = 0, n_active++;
+                }
+            uint32_t a = 0;
+            for (uint32_t e = 0; e < E; e++)
+                if (slot[e] != UINT32_MAX) {
+                    slot[e] = a;
+                    active[a] = (uint16_t)e;
+                    atok[a] = 0;
+                    agate[a] = 0;
+                    a++;
+                }
+            for (uint64_t tok = i; tok < j; tok++)
+                for (uint32_t s = 0; s < k; s++) {
+                    size_t at = (tok * L + l) * k + s;
+                    uint32_t idx = slot[t->expert_ids[at]];
+                    atok[idx]++;
+                    agate[idx] += t->gate_weights[at];
+                }
+            policy_route route = {.layer = l,
+                                  .now_ns = now,
+                                  .n_tokens = n,
+                                  .top_k = k,
+                                  .experts = t->expert_ids + (i * L + l) * k,
+                                  .gates = t->gate_weights + (i * L + l) * k,
+                                  .n_active = n_active,
+                                  .active = active,
+                                  .active_tokens = atok,
+                                  .active_gate = agate};
+            memset(run, POLICY_RUN_SKIP, E);
+            policy_plan plan = {run};
+            policy_dynaexq.on_route(r.p, &route, &plan);
+            for (uint32_t x = 0; x < n_active; x++) {
+                cr_assert_neq(run[x], POLICY_RUN_SKIP);
+                gate_all += agate[x];
+                if (run[x] == PREC_BF16) gate_hi += agate[x];
+            }
+        }
+        /* the link finishes up to 32 copies per step, including ones started meanwhile */
+        for (int n_done = 0; n_done < 32 && r.mem.n_loads; n_done++) fm_complete(&r.mem, r.p, 1, now);
+        now += 20000000;
+        policy_dynaexq.end_step(r.p, &st, now);
+        cr_assert_leq(r.mem.used_bytes, budget);
+        i = j;
+    }
+    drive_result out = {.hi_gate_share = gate_hi / gate_all,
+                        .hi_share_of_experts = rig_report(&r, "hi_share_of_experts"),
+                        .promotions = rig_report(&r, "promotions"),
+                        .peak_bytes = r.mem.peak_bytes,
+                        .budget_bytes = budget};
+    free(active);
+    free(atok);
+    free(slot);
+    free(agate);
+    free(run);
+    rig_destroy(&r);
+    return out;
+}
+
+static model_geometry load_model(const char *name) {
+    model_geometry m;
+    moesim_error err = {0};
+    cr_assert_eq(model_load_by_name(name, &m, &err), MOESIM_OK, "%s", err.msg);
+    return m;
+}
+
+Test(dynaexq_behaviour, hi_share_of_gate_mass_exceeds_the_hi_share_of_experts_on_a_skewed_trace) {
+    model_geometry m = load_model("olmoe-1b-7b");
+    trace *t = synth_trace(&m, 8, 7);
+    for (int mode = 0; mode < 2; mode++) {
+        const char *sets[] = {mode ? "dynaexq.hotness=count" : "dynaexq.hotness=ema"};
+        drive_result d = drive(&m, t, 0.5, sets, 1);
+        cr_log_info("%s: HI share of gate mass %.3f, of experts %.3f, promotions %.0f", sets[0],
+                    d.hi_gate_share, d.hi_share_of_experts, d.promotions);
+        cr_assert_gt(d.hi_share_of_experts, 0.05);
+        cr_assert_lt(d.hi_share_of_experts, 0.5);
+        cr_assert_gt(d.hi_gate_share, 1.5 * d.hi_share_of_experts, "%s", sets[0]);
+        cr_assert_leq(d.peak_bytes, d.budget_bytes);
+    }
+    trace_destroy(t);
+}
+
+Test(dynaexq_behaviour, promotions_fall_when_the_hysteresis_grows) {
+    model_geometry m = load_model("olmoe-1b-7b");
+    trace *t = synth_trace(&m, 8, 11);
+    static const char *const margins[] = {"dynaexq.hysteresis=0", "dynaexq.hysteresis=0.25",
+                                          "dynaexq.hysteresis=1", "dynaexq.hysteresis=4"};
+    double prev = INFINITY, first = 0, last = 0;
+    for (size_t i = 0; i < sizeof margins / sizeof *margins; i++) {
+        const char *sets[] = {margins[i], "dynaexq.interval=4"};
+        drive_result d = drive(&m, t, 0.5, sets, 2);
+        cr_log_info("%s: promotions %.0f", margins[i], d.promotions);
+        cr_assert_leq(d.promotions, prev, "%s", margins[i]);
+        prev = d.promotions;
+        if (i == 0) first = d.promotions;
+        last = d.promotions;
+    }
+    cr_assert_lt(last, 0.8 * first, "a large margin must cut the promotions");
+    trace_destroy(t);
 }
