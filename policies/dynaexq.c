@@ -49,7 +49,7 @@ static const config_field dynaexq_knob_fields[] = {
     K("hotness", CONFIG_ENUM, hotness, 1, 0, hotness_choices, "ema",
       "hotness estimator: ema = 002 Eq. 2 / Algorithm 1 (router probabilities, per step, passive "
       "decay); count = 003 Sec. 3.5 (selection counters per interval, EMA at interval end)"),
-    K("alpha", CONFIG_F64, alpha, 0, 0.9999, NULL, "0.95",
+    K("alpha", CONFIG_F64, alpha, 0, 0.9999, NULL, "0.99",
       "EMA factor alpha of S = alpha*S + (1-alpha)*g (002 Eq. 2, 003 Sec. 3.5); per step (ema) "
       "or per interval (count); papers give no value"),
     K("interval", CONFIG_U64, interval, 1, 1e18, NULL, "16",
