@@ -612,6 +612,76 @@ Test(dynaexq_policy, keep_lo_switches_back_without_a_copy) {
     rig_destroy(&r);
 }
 
+Test(dynaexq_policy, schedules_follow_the_interval_in_steps_or_in_host_time) {
+    /* steps of 1 ms; 30 steps */
+    static const struct {
+        const char *unit, *interval, *warmup;
+        double schedules;
+    } cases[] = {
+        {"dynaexq.interval_unit=steps", "dynaexq.interval=16", "dynaexq.warmup=16", 1},
+        {"dynaexq.interval_unit=steps", "dynaexq.interval=4", "dynaexq.warmup=0", 8},
+        {"dynaexq.interval_unit=ns", "dynaexq.interval=5000000", "dynaexq.warmup=10000000", 5},
+        {"dynaexq.interval_unit=ns", "dynaexq.interval=1000000", "dynaexq.warmup=0", 30},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        rig r;
+        moesim_error err = {0};
+        const char *sets[] = {cases[i].unit, cases[i].interval, cases[i].warmup};
+        cr_assert_eq(rig_create(&r, 100000, sets, 3, &err), MOESIM_OK, "%s", err.msg);
+        for (int s = 0; s < 30; s++) {
+            rig_step(&r, 1, 2, 1);
+            fm_complete(&r.mem, r.p, 0, r.now_ns);
+        }
+        cr_assert_float_eq(rig_report(&r, "schedules"), cases[i].schedules, EPS, "%s %s %s",
+                           cases[i].unit, cases[i].interval, cases[i].warmup);
+        rig_destroy(&r);
+    }
+}
+
+Test(dynaexq_policy, per_layer_pools_solve_the_capacity_per_layer) {
+    /* cache.experts_per_layer = 16 at int4: 4800 bytes per layer; every LO version (2400) plus
+     * the transient buffer (4 * 300) leaves 1200 = 2 * (900 - 300): two HI slots per layer */
+    static const struct {
+        uint32_t experts_per_layer;
+        double slots;
+    } cases[] = {{8, 0}, {12, 0}, {16, 2}, {30, 8}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        rig r;
+        memset(&r, 0, sizeof r);
+        moesim_error err = {0};
+        fm_init(&r.mem, FM_LAYERS, FM_EXPERTS);
+        for (int part = 0; part < PART_COUNT; part++) {
+            r.params.part_bytes[PREC_BF16][part] = r.mem.part_bytes[PREC_BF16][part] = S_HI / 3;
+            r.params.part_bytes[PREC_INT4][part] = r.mem.part_bytes[PREC_INT4][part] = S_LO / 3;
+        }
+        r.params.n_layers = FM_LAYERS;
+        r.params.n_experts = FM_EXPERTS;
+        r.params.top_k = 2;
+        r.params.precision = PREC_INT4;
+        r.params.experts_per_layer = cases[i].experts_per_layer;
+        r.params.expert_budget_bytes = r.mem.budget_bytes =
+            (uint64_t)FM_LAYERS * cases[i].experts_per_layer * S_LO;
+        dynaexq_knobs knobs;
+        config *c = config_create();
+        cr_assert_eq(
+            config_read_fields(c, policy_dynaexq.knobs, policy_dynaexq.n_knobs, &knobs, &err),
+            MOESIM_OK);
+        config_destroy(c);
+        policy_mem_view view = {&fm_ops, &r.mem};
+        moesim_status st = policy_dynaexq.create(&r.params, &knobs, view, &r.p, &err);
+        if (cases[i].experts_per_layer < FM_EXPERTS) {
+            cr_assert_eq(st, MOESIM_EINPUT);
+            cr_assert(strstr(err.msg, "per layer"), "%s", err.msg);
+            fm_free(&r.mem);
+            continue;
+        }
+        cr_assert_eq(st, MOESIM_OK, "%s", err.msg);
+        cr_assert_float_eq(rig_report(&r, "hi_slots_per_layer"), cases[i].slots, EPS, "%u",
+                           cases[i].experts_per_layer);
+        rig_destroy(&r);
+    }
+}
+
 /* ---- behaviour on synthetic traces, driven by a minimal in-test host ---- */
 
 /* What one drive of a trace measured: gate mass run at HI (counted by the host from the plans,
@@ -747,7 +817,8 @@ static drive_result drive(const model_geometry *m, const trace *t, double extra_
             }
         }
         /* the link finishes up to 32 copies per step, including ones started meanwhile */
-        for (int n_done = 0; n_done < 32 && r.mem.n_loads; n_done++) fm_complete(&r.mem, r.p, 1, now);
+        for (int n_done = 0; n_done < 32 && r.mem.n_loads; n_done++)
+            fm_complete(&r.mem, r.p, 1, now);
         now += 20000000;
         policy_dynaexq.end_step(r.p, &st, now);
         cr_assert_leq(r.mem.used_bytes, budget);
