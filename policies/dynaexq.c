@@ -479,18 +479,16 @@ static void dx_on_route(policy *p, const policy_route *r, policy_plan *plan) {
 
 static void dx_on_transfer_done(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
                                 uint32_t parts_mask, policy_class cls, uint64_t now_ns) {
-    (void)parts_mask;
     (void)now_ns;
     if (cls != POLICY_BACKGROUND) return; /* the initial LO fill: usable as soon as resident */
     MOESIM_ASSERT(layer < p->n_layers && expert < p->n_experts);
     dx_entry *en = &p->entry[flat(p, layer, expert)];
     dx_version v = en->state == DX_PROMOTING ? DX_HI : DX_LO;
     MOESIM_ASSERT((en->state == DX_PROMOTING || en->state == DX_DEMOTING) && prec == p->prec[v]);
-    if (en->copied) return; /* reported part by part: the first completion already counted */
-    for (int part = 0; part < PART_COUNT; part++)
-        if (p->mem.ops->state(p->mem.mem, layer, expert, prec, (expert_part)part) !=
-            POLICY_RESIDENT)
-            return; /* not every part has landed yet */
+    if (en->copied) return; /* a repeated report of parts already counted */
+    /* the copy may be reported part by part: complete once every part has landed */
+    en->landed |= (uint8_t)(parts_mask & POLICY_PARTS_ALL);
+    if (en->landed != POLICY_PARTS_ALL) return;
     dx_entry_copy_done(en);
     p->publish_q[p->n_publish++] = (uint32_t)flat(p, layer, expert);
     MOESIM_ASSERT(p->inflight > 0);

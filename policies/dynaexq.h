@@ -164,6 +164,7 @@ typedef struct dx_entry {
     uint8_t published; /* dx_version the stable handle resolves to */
     uint8_t copied;    /* Promoting/Demoting: the new version's copy completed (awaits publish) */
     uint8_t evicting;  /* Evicting: the dx_version being reclaimed */
+    uint8_t landed;    /* Promoting/Demoting: parts (1 << expert_part) of the copy completed */
     uint32_t block[2]; /* [dx_version] pool block holding each version, DX_NO_BLOCK if none */
 } dx_entry;
 

@@ -275,6 +275,7 @@ void dx_entry_start_promote(dx_entry *e, uint32_t hi_block) {
     e->state = DX_PROMOTING; /* 003 §3.2: "the handle continues to point to [the LO version]" */
     e->block[DX_HI] = hi_block;
     e->copied = 0;
+    e->landed = 0;
 }
 
 void dx_entry_start_demote(dx_entry *e, uint32_t lo_block) {
@@ -284,6 +285,7 @@ void dx_entry_start_demote(dx_entry *e, uint32_t lo_block) {
     e->state = DX_DEMOTING; /* the handle stays on HI until the LO version is complete */
     e->block[DX_LO] = lo_block;
     e->copied = 0;
+    e->landed = 0;
 }
 
 void dx_entry_copy_done(dx_entry *e) {

@@ -612,6 +612,29 @@ Test(dynaexq_policy, keep_lo_switches_back_without_a_copy) {
     rig_destroy(&r);
 }
 
+Test(dynaexq_policy, a_copy_reported_part_by_part_is_published_after_its_last_part) {
+    rig r;
+    moesim_error err = {0};
+    const char *sets[] = {"dynaexq.max_inflight=1", "dynaexq.warmup=1"};
+    cr_assert_eq(rig_create(&r, ONE_SLOT_BUDGET, sets, 2, &err), MOESIM_OK, "%s", err.msg);
+    fm_complete(&r.mem, r.p, 0, 0);
+    rig_step(&r, 4, 1, 4); /* warm-up over: 4 is promoted in layer 0 first */
+    cr_assert_eq(r.mem.n_loads, 1);
+    fake_load ld = r.mem.loads[0];
+    cr_assert(ld.layer == 0 && ld.expert == 4 && ld.prec == PREC_BF16);
+    r.mem.n_loads = 0;
+    *fm_at(&r.mem, 0, 4, PREC_BF16, PART_GATE) = POLICY_RESIDENT;
+    *fm_at(&r.mem, 0, 4, PREC_BF16, PART_UP) = POLICY_RESIDENT;
+    policy_dynaexq.on_transfer_done(r.p, 0, 4, PREC_BF16, 1u << PART_GATE | 1u << PART_UP,
+                                    POLICY_BACKGROUND, r.now_ns);
+    cr_assert_eq(rig_step(&r, 4, 1, 4), PREC_INT4, "down has not landed: still LO");
+    *fm_at(&r.mem, 0, 4, PREC_BF16, PART_DOWN) = POLICY_RESIDENT;
+    policy_dynaexq.on_transfer_done(r.p, 0, 4, PREC_BF16, 1u << PART_DOWN, POLICY_BACKGROUND,
+                                    r.now_ns);
+    cr_assert_eq(rig_step(&r, 4, 1, 4), PREC_BF16);
+    rig_destroy(&r);
+}
+
 Test(dynaexq_policy, schedules_follow_the_interval_in_steps_or_in_host_time) {
     /* steps of 1 ms; 30 steps */
     static const struct {
