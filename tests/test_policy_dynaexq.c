@@ -4,6 +4,7 @@
  * in-test memory system that enforces the budget like the simulator's (loads refused past it,
  * copies completed when the test says so). */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,9 +12,12 @@
 
 #include "common/alloc.h"
 #include "common/config.h"
+#include "common/hw.h"
 #include "common/model.h"
 #include "common/precision.h"
 #include "policies/dynaexq.h"
+#include "sim/sim.h"
+#include "support/test_support.h"
 #include "traces/synth.h"
 
 #define EPS 1e-12
@@ -901,4 +905,155 @@ Test(dynaexq_behaviour, promotions_fall_when_the_hysteresis_grows) {
     }
     cr_assert_lt(last, 0.8 * first, "a large margin must cut the promotions");
     trace_destroy(t);
+}
+
+/* ---- through the simulator (sim_run and `moesim sim`) ---- */
+
+/* OLMoE-1B-7B (16 layers, 64 experts, top-8) on the skewed `code` workload: 16 requests of 64
+ * prompt + 64 decode tokens, batch 4, on an A6000 profile. */
+static trace *sim_trace(model_geometry *m) {
+    *m = load_model("olmoe-1b-7b");
+    synth_options o;
+    synth_options_default(&o, m);
+    o.n_requests = 16;
+    o.prompt_len = (synth_range){64, 64};
+    o.gen_len = (synth_range){64, 64};
+    o.workload = SYNTH_CODE;
+    o.seed = 5;
+    trace *t = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(synth_generate(m, &o, &t, &err), MOESIM_OK, "%s", err.msg);
+    return t;
+}
+
+static moesim_status sim_dynaexq(const trace *t, const model_geometry *m, const char *const *sets,
+                                 size_t n_sets, sim_result *res, moesim_error *err) {
+    hw_profile hw;
+    quant_table q;
+    cr_assert_eq(hw_load_by_name("a6000", &hw, err), MOESIM_OK, "%s", err->msg);
+    cr_assert_eq(quant_table_load_default(&q, err), MOESIM_OK, "%s", err->msg);
+    config *c = config_create();
+    cr_assert_eq(config_set(c, "batch.size=4", err), MOESIM_OK);
+    for (size_t i = 0; i < n_sets; i++) cr_assert_eq(config_set(c, sets[i], err), MOESIM_OK);
+    sim_inputs in = {.trace = t, .model = m, .hw = &hw, .quant = &q};
+    memset(res, 0, sizeof *res);
+    moesim_status st = sim_run(&in, "dynaexq", c, res, err);
+    config_destroy(c);
+    return st;
+}
+
+static double sim_report(const sim_result *r, const char *name) {
+    for (size_t i = 0; i < r->n_policy_report; i++)
+        if (strcmp(r->policy_report_names[i], name) == 0) return r->policy_report_values[i];
+    cr_assert_fail("policy_report has no %s", name);
+    return 0;
+}
+
+Test(dynaexq_sim, hi_share_of_gate_mass_exceeds_n_hot_over_e_and_the_forward_pass_never_waits) {
+    model_geometry m;
+    trace *t = sim_trace(&m);
+    static const char *const budgets[] = {"memory.budget_gb=5", "memory.budget_gb=6",
+                                          "memory.budget_gb=8"};
+    for (size_t i = 0; i < sizeof budgets / sizeof *budgets; i++) {
+        sim_result r;
+        moesim_error err = {0};
+        const char *sets[] = {budgets[i]};
+        cr_assert_eq(sim_dynaexq(t, &m, sets, 1, &r, &err), MOESIM_OK, "%s", err.msg);
+        double n_hot_over_e = sim_report(&r, "hi_share_of_experts");
+        cr_log_info("%s: HI share of gate mass %.3f, n_hot/E %.3f, promotions %.0f", budgets[i],
+                    r.precision_mix_hi, n_hot_over_e, sim_report(&r, "promotions"));
+        cr_assert_gt(n_hot_over_e, 0.0);
+        cr_assert_gt(r.precision_mix_hi, 1.3 * n_hot_over_e, "%s", budgets[i]);
+        cr_assert_float_eq(r.precision_mix_skip, 0.0, EPS, "dynaexq never skips");
+        /* the simulator's count and the policy's own agree */
+        cr_assert_float_eq(r.precision_mix_hi, sim_report(&r, "hi_gate_share"), 1e-6);
+        /* every LO version is placed before t = 0 and plans use published versions only */
+        cr_assert_float_eq(r.stall_ms, 0.0, EPS, "%s: the forward pass waited", budgets[i]);
+        cr_assert_gt(sim_report(&r, "promotions_published"), 0);
+        cr_assert_eq(sim_report(&r, "mechanism_refused"), 0);
+        cr_assert_leq(r.peak_hbm_bytes, r.budget_bytes);
+    }
+    trace_destroy(t);
+}
+
+Test(dynaexq_sim, promotions_fall_when_the_hysteresis_grows) {
+    model_geometry m;
+    trace *t = sim_trace(&m);
+    static const char *const margins[] = {"dynaexq.hysteresis=0", "dynaexq.hysteresis=0.25",
+                                          "dynaexq.hysteresis=1", "dynaexq.hysteresis=4"};
+    double prev = INFINITY, first = 0, last = 0;
+    for (size_t i = 0; i < sizeof margins / sizeof *margins; i++) {
+        sim_result r;
+        moesim_error err = {0};
+        const char *sets[] = {"memory.budget_gb=6", "dynaexq.interval=4", margins[i]};
+        cr_assert_eq(sim_dynaexq(t, &m, sets, 3, &r, &err), MOESIM_OK, "%s", err.msg);
+        double promotions = sim_report(&r, "promotions");
+        cr_log_info("%s: promotions %.0f, HI share %.3f", margins[i], promotions,
+                    r.precision_mix_hi);
+        cr_assert_leq(promotions, prev, "%s", margins[i]);
+        prev = promotions;
+        if (i == 0) first = promotions;
+        last = promotions;
+    }
+    cr_assert_lt(last, 0.8 * first);
+    trace_destroy(t);
+}
+
+Test(dynaexq_sim, a_budget_without_room_for_every_lo_version_is_refused_by_name) {
+    model_geometry m;
+    trace *t = sim_trace(&m);
+    sim_result r;
+    moesim_error err = {0};
+    const char *sets[] = {"memory.budget_gb=4"};
+    cr_assert_eq(sim_dynaexq(t, &m, sets, 1, &r, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "dynaexq") && strstr(err.msg, "lo") &&
+                  strstr(err.msg, "1024 experts x") && strstr(err.msg, "expert budget is"),
+              "%s", err.msg);
+    trace_destroy(t);
+}
+
+Test(dynaexq_sim, the_json_of_moesim_sim_reports_precision_mix_and_promotions) {
+    model_geometry m;
+    trace *t = sim_trace(&m);
+    moesim_error err = {0};
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("dynaexq-olmoe.h5"));
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+    static char out[1 << 20], errbuf[8192];
+    static const char *const presets[] = {NULL, "policies/dynaexq.ini",
+                                          "policies/dynaexq-revised.ini"};
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        char preset[4096] = "";
+        if (presets[i])
+            snprintf(preset, sizeof preset, "%s/%s", getenv("MOESIM_CONFIG_DIR"), presets[i]);
+        int rc = presets[i]
+                     ? test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace",
+                                       path, "--hw", "a6000", "--policy", "dynaexq", "--set",
+                                       "memory.budget_gb=6", "--config", preset, "--json", NULL)
+                     : test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace",
+                                       path, "--hw", "a6000", "--policy", "dynaexq", "--set",
+                                       "memory.budget_gb=6", "--json", NULL);
+        cr_assert_eq(rc, 0, "%s", errbuf);
+        json_error_t je;
+        json_t *j = json_loads(out, 0, &je);
+        cr_assert(j, "%s", je.text);
+        json_t *mix = json_object_get(j, "precision_mix");
+        double hi = json_real_value(json_object_get(mix, "hi"));
+        double lo = json_real_value(json_object_get(mix, "lo"));
+        cr_assert(hi > 0 && lo > 0, "hi %g lo %g", hi, lo);
+        cr_assert_float_eq(hi + lo, 1.0, 1e-9);
+        json_t *rep = json_object_get(j, "policy_report");
+        cr_assert(json_is_object(rep));
+        cr_assert_gt(json_number_value(json_object_get(rep, "promotions")), 0, "preset %s",
+                     presets[i] ? presets[i] : "none");
+        cr_assert(json_is_number(json_object_get(rep, "hi_slots_per_layer")));
+        json_decref(j);
+    }
+    /* a knob out of range is a usage error naming the knob */
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", path, "--hw",
+                             "a6000", "--policy", "dynaexq", "--set", "dynaexq.alpha=1.5", "--json",
+                             NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "alpha"), "%s", errbuf);
 }
