@@ -105,6 +105,8 @@ struct policy {
     uint32_t *publish_q, n_publish; /* entries whose copy completed, awaiting the window */
     uint32_t *scratch;              /* [2 * max(n_experts, n_layers * n_experts)] */
     double *sort_key;               /* [n_layers * n_experts] */
+    uint8_t *deferred;              /* [n_layers * n_experts] refused admission since queued */
+    uint8_t *blocked;               /* [n_scopes][2] a pump found no room for this version */
     uint32_t inflight;
     bool filled;  /* the LO versions were loaded */
     bool started; /* t0 recorded */
@@ -113,6 +115,7 @@ struct policy {
     /* figures for policy_report */
     uint64_t schedules, promotions, promotions_published, demotions, demotions_published;
     uint64_t evictions, evict_refused, mech_refused, stale_runs, peak_inflight, set_changes;
+    uint64_t n_deferred;              /* transitions admission deferred (once per queuing) */
     uint64_t hi_bytes, peak_hi_bytes; /* HI reservations over all scopes */
     double gate_hi, gate_all;
 };
@@ -243,6 +246,8 @@ static moesim_status dx_create(const policy_params *pp, const void *knobs_v, pol
     p->publish_q = moesim_xcalloc(n, sizeof *p->publish_q);
     p->scratch = moesim_xcalloc(2 * n, sizeof *p->scratch);
     p->sort_key = moesim_xcalloc(n, sizeof *p->sort_key);
+    p->deferred = moesim_xcalloc(n, sizeof *p->deferred);
+    p->blocked = moesim_xcalloc((size_t)n_scopes * 2, sizeof *p->blocked);
     *out = p;
     return MOESIM_OK;
 }
@@ -262,6 +267,8 @@ static void dx_destroy(policy *p) {
     free(p->publish_q);
     free(p->scratch);
     free(p->sort_key);
+    free(p->deferred);
+    free(p->blocked);
     free(p);
 }
 
@@ -340,10 +347,26 @@ static bool start_copy(policy *p, uint32_t l, uint32_t e, dx_version v) {
     return true;
 }
 
+/* Admission of one queued transition: the tracker (then the mechanism) must take version v.
+ * Once a version found no room in a scope during this pump, the rest of that scope waits
+ * without asking again (same block size, same answer). */
+static bool admit(policy *p, uint32_t id, dx_version v) {
+    uint32_t l = id / p->n_experts, e = id % p->n_experts;
+    uint8_t *blocked = &p->blocked[scope_of(p, l) * 2 + v];
+    if (!*blocked && start_copy(p, l, e, v)) return true;
+    *blocked = 1;
+    if (!p->deferred[id]) { /* counted once per time it was queued */
+        p->deferred[id] = 1;
+        p->n_deferred++;
+    }
+    return false;
+}
+
 /* The transition pipeline (003 §3.4): evictions first, then demotions (they free high-precision
  * capacity), then promotions, up to max_inflight copies on the migration stream. Entries the
  * budget does not admit stay queued in order (backpressure). */
 static void pump(policy *p) {
+    memset(p->blocked, 0, (size_t)p->n_scopes * 2);
     uint32_t kept = 0;
     for (uint32_t i = 0; i < p->n_evict; i++) {
         uint32_t id = p->evict_q[i];
@@ -353,7 +376,7 @@ static void pump(policy *p) {
 
     kept = 0;
     for (uint32_t i = 0; i < p->n_demote; i++) {
-        uint32_t id = p->demote_q[i], l = id / p->n_experts, e = id % p->n_experts;
+        uint32_t id = p->demote_q[i];
         dx_entry *en = &p->entry[id];
         if (en->state != DX_RESIDENT_HI || p->in_set[id]) continue; /* stale: drop */
         if (p->knobs.keep_lo) {
@@ -364,18 +387,16 @@ static void pump(policy *p) {
             p->demotions++;
             continue;
         }
-        if (p->inflight >= p->knobs.max_inflight || !start_copy(p, l, e, DX_LO))
-            p->demote_q[kept++] = id;
+        if (p->inflight >= p->knobs.max_inflight || !admit(p, id, DX_LO)) p->demote_q[kept++] = id;
     }
     p->n_demote = kept;
 
     kept = 0;
     for (uint32_t i = 0; i < p->n_promote; i++) {
-        uint32_t id = p->promote_q[i], l = id / p->n_experts, e = id % p->n_experts;
+        uint32_t id = p->promote_q[i];
         dx_entry *en = &p->entry[id];
         if (en->state != DX_RESIDENT_LO || !p->in_set[id]) continue; /* stale: drop */
-        if (p->inflight >= p->knobs.max_inflight || !start_copy(p, l, e, DX_HI))
-            p->promote_q[kept++] = id;
+        if (p->inflight >= p->knobs.max_inflight || !admit(p, id, DX_HI)) p->promote_q[kept++] = id;
     }
     p->n_promote = kept;
 }
@@ -423,10 +444,12 @@ static void schedule(policy *p) {
          * experts in a transition are left to finish and are reconsidered next interval. */
         for (uint32_t e = 0; e < p->n_experts; e++) {
             const dx_entry *en = &p->entry[flat(p, l, e)];
+            uint32_t id = (uint32_t)flat(p, l, e);
+            p->deferred[id] = 0;
             if (set[e] && en->state == DX_RESIDENT_LO)
-                p->promote_q[p->n_promote++] = (uint32_t)flat(p, l, e);
+                p->promote_q[p->n_promote++] = id;
             else if (!set[e] && en->state == DX_RESIDENT_HI)
-                p->demote_q[p->n_demote++] = (uint32_t)flat(p, l, e);
+                p->demote_q[p->n_demote++] = id;
         }
     }
     sort_ids_by_key(p, p->promote_q, p->n_promote, false); /* hottest first */
@@ -519,8 +542,6 @@ static void dx_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
 }
 
 static size_t dx_report(const policy *p, const char **names, double *values, size_t cap) {
-    uint64_t refusals = 0;
-    for (uint32_t s = 0; s < p->n_scopes; s++) refusals += p->budget[s].refusals;
     double mean_cap = (double)p->hi_slots / p->n_layers;
     const struct {
         const char *name;
@@ -535,7 +556,7 @@ static size_t dx_report(const policy *p, const char **names, double *values, siz
         {"demotions_published", (double)p->demotions_published},
         {"evictions", (double)p->evictions},
         {"evictions_refused", (double)p->evict_refused},
-        {"admission_refusals", (double)refusals},
+        {"admission_deferred", (double)p->n_deferred},
         {"mechanism_refused", (double)p->mech_refused},
         {"peak_inflight", (double)p->peak_inflight},
         {"runs_during_promotion", (double)p->stale_runs},
