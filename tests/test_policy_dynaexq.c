@@ -1057,3 +1057,21 @@ Test(dynaexq_sim, the_json_of_moesim_sim_reports_precision_mix_and_promotions) {
     cr_assert_eq(rc, 2);
     cr_assert(strstr(errbuf, "alpha"), "%s", errbuf);
 }
+
+Test(dynaexq_sim, the_same_inputs_give_the_same_figures) {
+    model_geometry m;
+    trace *t = sim_trace(&m);
+    sim_result a, b;
+    moesim_error err = {0};
+    const char *sets[] = {"memory.budget_gb=6", "dynaexq.hotness=count"};
+    cr_assert_eq(sim_dynaexq(t, &m, sets, 2, &a, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(sim_dynaexq(t, &m, sets, 2, &b, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(a.makespan_ms, b.makespan_ms);
+    cr_assert_eq(a.tpot.p99_ms, b.tpot.p99_ms);
+    cr_assert_eq(a.h2d_bytes, b.h2d_bytes);
+    cr_assert_eq(a.precision_mix_hi, b.precision_mix_hi);
+    cr_assert_eq(a.n_policy_report, b.n_policy_report);
+    cr_assert_arr_eq(a.policy_report_values, b.policy_report_values,
+                     a.n_policy_report * sizeof *a.policy_report_values);
+    trace_destroy(t);
+}
