@@ -20,8 +20,8 @@
  *                published version (what the stable handle resolves to) is always one whose
  *                copy has completed, so the forward pass never waits for a transition.
  *
- * Nothing here allocates except the _init functions (freed by the matching _free), reads a clock
- * or does I/O. */
+ * Nothing here reads a clock or does I/O; only the _init functions allocate (freed by the
+ * matching _free / _free_all). */
 #ifndef MOESIM_POLICIES_DYNAEXQ_H
 #define MOESIM_POLICIES_DYNAEXQ_H
 
