@@ -715,7 +715,6 @@ static void schedule_build(sim_state *s) {
         for (uint32_t b = 0; b < B; b++) {
             uint32_t r = slot_req[b];
             if (r == NONE) continue;
-            uint64_t len = rfirst[r + 1] - rfirst[r];
             uint64_t stop = prefill ? rprefill[r] : cursor[r] + 1;
             if (cursor[r] < stop) {
                 for (uint64_t c = cursor[r]; c < stop; c++)
@@ -727,7 +726,6 @@ static void schedule_build(sim_state *s) {
                 s->req_steps[r]++;
             }
             kv += cursor[r] * kv_tok + rec;
-            (void)len;
         }
         sd->n_tokens = (uint32_t)(out - sd->first);
         MOESIM_ASSERT(sd->n_tokens > 0);
@@ -907,10 +905,6 @@ static void emulate_lookahead(sim_state *s, uint64_t token, uint32_t layer, uint
     }
 }
 
-typedef struct expert_cat {
-    uint8_t hi_bits;
-} expert_cat;
-
 /* Gate/up and down op times of an expert at precision p for `tok` tokens (cached). */
 static void expert_cost(sim_state *s, moesim_precision p, uint32_t tok, uint64_t *gu,
                         uint64_t *dn) {
@@ -1088,7 +1082,6 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
             resident &= s->state[base + part] == POLICY_RESIDENT;
         s->hits += resident;
     }
-    s->access_pos += 0; /* advanced by the caller per route */
 
     /* execution order: resident experts first, then by the order their copies were issued */
     uint32_t n_run = 0;
