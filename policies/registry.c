@@ -13,6 +13,7 @@ extern const policy_methods policy_static;
 extern const policy_methods policy_mixtral_offload;
 extern const policy_methods policy_oracle;
 extern const policy_methods policy_dymoe;
+extern const policy_methods policy_dynaexq;
 
 static const policy_methods *const registry[] = {
     &policy_ondemand,
@@ -22,6 +23,7 @@ static const policy_methods *const registry[] = {
     &policy_mixtral_offload,
     &policy_oracle,
     &policy_dymoe,
+    &policy_dynaexq,
 };
 
 const policy_methods *policy_lookup(const char *name) {
