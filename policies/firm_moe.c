@@ -159,6 +159,19 @@ static bool heop_try_move(firm_heop_group *g, firm_dim dim, int delta) {
     return true;
 }
 
+/* Line 16: delta_g <- -delta_g. The text also switches the dimension; doing both at every
+ * reversal would only ever try K + delta and P - delta, so the dimension switches on every second
+ * consecutive reversal: K+, K-, P+, P- (or another start) are tried in turn. The search resumes
+ * from the incumbent (the configuration of the lowest window so far): walking back over
+ * configurations already measured would spend the patience before any new one is tried. */
+static void heop_reverse(firm_heop_group *g) {
+    g->delta = -g->delta;
+    g->reversals++;
+    if (g->reversals % 2 == 0) g->dim = g->dim == FIRM_DIM_K ? FIRM_DIM_P : FIRM_DIM_K;
+    g->K = g->best_K;
+    g->P = g->best_P;
+}
+
 bool firm_heop_group_update(firm_heop_group *g, uint64_t step, uint64_t patience) {
     if (g->window_n == 0) return false;
     double avg = g->window_sum / (double)g->window_n; /* line 14 */
@@ -167,28 +180,22 @@ bool firm_heop_group_update(firm_heop_group *g, uint64_t step, uint64_t patience
     if (!g->has_best || avg < g->best_window) {
         g->has_best = true;
         g->best_window = avg;
+        g->best_K = g->K;
+        g->best_P = g->P;
         g->last_improve_step = step;
         g->reversals = 0;
-    } else if (step - g->last_improve_step >= patience) {
-        /* line 15-16: no improvement in the past Pat steps: reverse delta. The text also switches
-         * the dimension; doing both at every reversal would only ever visit K+d and P-d, so the
-         * dimension switches on every second consecutive reversal (both signs tried). */
-        g->delta = -g->delta;
-        g->reversals++;
-        if (g->reversals % 2 == 0) g->dim = g->dim == FIRM_DIM_K ? FIRM_DIM_P : FIRM_DIM_K;
+    } else if (step - g->last_improve_step >= patience) { /* line 15 */
+        heop_reverse(g);
         g->last_improve_step = step; /* the patience count starts again in the new direction */
     }
-    /* lines 18-22: one coordinate moves by delta; at the edge of the box delta bounces, and a
-     * coordinate with nothing to explore (max 1) hands the move to the other one. */
+    /* lines 18-22: one coordinate moves by delta; a move that would leave the box counts as an
+     * exhausted direction (reverse as above), four tries cover every move of the incumbent. */
     for (int attempt = 0; attempt < 4; attempt++) {
         if (heop_try_move(g, g->dim, g->delta)) {
             g->moves++;
             return true;
         }
-        if (attempt % 2 == 0)
-            g->delta = -g->delta;
-        else
-            g->dim = g->dim == FIRM_DIM_K ? FIRM_DIM_P : FIRM_DIM_K;
+        heop_reverse(g);
     }
     return false; /* a 1 x 1 box */
 }

@@ -80,6 +80,7 @@ typedef struct firm_heop_group {
     uint32_t reversals;    /* reversals since the last improvement (dimension switch on even) */
     bool has_best;
     double best_window;         /* lowest window average seen (the "improvement" reference) */
+    uint32_t best_K, best_P;    /* the incumbent: configuration of best_window */
     uint64_t last_improve_step; /* step of the last improvement (or of the last reversal) */
     double window_sum;          /* H_g: losses recorded since the last move */
     uint64_t window_n;
@@ -97,11 +98,12 @@ void firm_heop_group_free(firm_heop_group *g); /* accepts a zeroed group */
 /* Algorithm 1 line 10: H_g <- H_g u {L_T^g} for the configuration in force. */
 void firm_heop_group_record(firm_heop_group *g, double loss);
 
-/* Algorithm 1 lines 14-23, at decode step `step` (a multiple of N_update): averages the window,
- * reverses delta after `patience` steps without a new lowest average (and switches the dimension
- * on every second consecutive reversal, so all four moves K+-1, P+-1 are tried in turn), then
- * moves one coordinate by delta, bouncing off the box. An empty window (nothing recorded) moves
- * nothing. Returns true when (K, P) changed. */
+/* Algorithm 1 lines 14-23, at decode step `step` (a multiple of N_update): averages the window;
+ * after `patience` steps without a new lowest window average reverses delta (switching the
+ * dimension on every second consecutive reversal, so all four moves K+-1, P+-1 are tried in turn)
+ * and resumes from the incumbent; then moves one coordinate by delta (a move off the box counts
+ * as a reversal). An empty window (nothing recorded) moves nothing. Returns true when (K, P)
+ * moved. */
 bool firm_heop_group_update(firm_heop_group *g, uint64_t step, uint64_t patience);
 
 /* Algorithm 1 line 28: the (K, P) with the lowest historical average cost (ties: smaller K, then
