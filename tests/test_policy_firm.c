@@ -2,6 +2,7 @@
  * climber) and the policy against a small in-test memory system that records every load and
  * eviction (class, parts), so sub-expert prefetch and the sub-expert LRU are checked exactly. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -663,4 +664,42 @@ Test(firm_policy, knob_table_reads_section_firm_moe_with_the_paper_defaults) {
                  MOESIM_EINPUT);
     cr_assert(strstr(err.msg, "[firm-moe] n: expected an integer in [1, 3]"), "%s", err.msg);
     config_destroy(c);
+}
+
+/* ---- Table 1's ablation rows are knob settings alone ---- */
+
+typedef struct preset_case {
+    const char *file;
+    uint32_t K, P, n;
+    bool heop;
+} preset_case;
+
+static const preset_case presets[] = {
+    {"firm-moe-baseline.ini", 0, 1, 3, false}, {"firm-moe-fg.ini", 0, 1, 1, false},
+    {"firm-moe-mol.ini", 3, 3, 3, false},      {"firm-moe-fg-mol.ini", 3, 3, 1, false},
+    {"firm-moe-all.ini", 3, 3, 1, true},
+};
+
+Test(firm_policy, table_1_rows_load_from_their_presets_as_knobs) {
+    const char *dir = getenv("MOESIM_CONFIG_DIR");
+    cr_assert(dir, "MOESIM_CONFIG_DIR is set by tests/CMakeLists.txt");
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/policies/%s", dir, presets[i].file);
+        config *c = config_create();
+        moesim_error err = {0};
+        cr_assert_eq(config_load_file(c, path, &err), MOESIM_OK, "%s", err.msg);
+        firm_knobs k;
+        cr_assert_eq(
+            config_read_fields(c, policy_firm_moe.knobs, policy_firm_moe.n_knobs, &k, &err),
+            MOESIM_OK, "%s", err.msg);
+        cr_assert_eq(config_check_unused(c, &err), MOESIM_OK, "%s: %s", path, err.msg);
+        cr_assert_eq(k.K, presets[i].K, "%s", path);
+        cr_assert_eq(k.P, presets[i].P, "%s", path);
+        cr_assert_eq(k.n, presets[i].n, "%s", path);
+        cr_assert_eq(k.heop, presets[i].heop, "%s", path);
+        cr_assert_float_eq(k.alpha, 0.5, 1e-12, "%s", path);
+        cr_assert_float_eq(k.beta, 0.5, 1e-12, "%s", path);
+        config_destroy(c);
+    }
 }
