@@ -12,6 +12,8 @@
  *   3. Demand loads: every part (gate, up, down) of every activated expert that is absent is
  *      loaded on the demand class; the sub-expert LRU makes room (Method, Overview: "an LRU
  *      caching strategy is implemented", over "transmitted expert sub-modules").
+ *   Steps 2, 4 and 5 run on decode steps (the paper's workload: it measures decoding) whose
+ *   batch reaches the policy in one route; prefill steps are served by demand loads and the LRU.
  *   4. Meeting-of-Layers for layer t = l + 1 (Eq. 5-6): the participating layers are
  *      m = t-P .. t-1 (fewer for shallow layers, P < l in the paper); layer m's look-ahead at
  *      distance t - m, recorded in the trace (policy_route.lookahead_ids), gives its top-K set
@@ -259,6 +261,7 @@ struct policy {
     /* the step */
     uint64_t step_index;
     bool is_prefill;
+    uint32_t step_tokens;  /* tokens of the whole step (a route may carry part of them) */
     uint64_t decode_steps; /* t of Algorithm 1 */
 
     lookahead_slot *ring; /* [D] slot m % D holds layer m's rows */
@@ -455,10 +458,15 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     /* 1. plan: single precision */
     for (uint32_t i = 0; i < route->n_active; i++) plan->run[i] = (uint8_t)p->prec;
 
+    /* Prediction and prefetch run on decode steps whose batch comes in one route. A prefill
+     * step activates most of a layer, and the host may split it into sub-routes that each fill
+     * the pool, so prefetched bytes there could only stand in a demand load's way. */
+    bool predicting = !p->is_prefill && route->n_tokens == p->step_tokens;
+
     /* 2. HEOP bookkeeping for S_l vs A_l (Algorithm 1 line 8) */
     bool have_pred = p->pred_valid && p->pred_layer == l && p->pred_step == p->step_index;
     uint32_t n_pred = have_pred ? p->n_pred : 0;
-    if (!p->is_prefill && l >= 1) {
+    if (predicting && l >= 1) {
         for (uint32_t i = 0; i < route->n_active; i++) {
             uint16_t e = route->active[i];
             bool cached = true;
@@ -481,21 +489,21 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
         uint32_t mask = absent_parts(p, l, e, POLICY_PARTS_ALL);
         if (!mask) continue;
         uint32_t issued = load_parts(p, l, e, mask, POLICY_DEMAND);
-        /* the pool holds one layer's activated experts beside one running copy (checked at
-         * create), so a demand load always finds room */
+        /* queued prefetches are cancelled as LRU victims; what cannot be is a copy already
+         * started (at most one per copy stage), and the pool holds the layer's activated experts
+         * beside two of those (checked at create): a demand load always finds room */
         MOESIM_ASSERT(issued == mask);
     }
 
     /* 4. Meeting-of-Layers prediction for the next layer (Eq. 5-6) */
-    if (route->lookahead_ids) remember_lookahead(p, route);
     p->pred_valid = false;
+    if (!predicting) return;
+    if (route->lookahead_ids) remember_lookahead(p, route);
     if (l + 1 >= p->L) return;
     mol_predict(p, l + 1, route->n_tokens);
-    if (!p->is_prefill) {
-        p->n_predictions++;
-        p->n_predicted += p->n_pred;
-        p->n_empty += p->n_pred == 0;
-    }
+    p->n_predictions++;
+    p->n_predicted += p->n_pred;
+    p->n_empty += p->n_pred == 0;
 
     /* 5. fine-grained prefetch of the first n parts (POLICY_PREFETCH), most confident first */
     for (uint32_t i = 0; i < p->n_pred; i++) touch_present(p, l + 1, p->pred[i]);
@@ -503,16 +511,15 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
         uint32_t mask = absent_parts(p, l + 1, p->pred[i], p->prefix_mask);
         if (!mask) continue;
         uint32_t issued = load_parts(p, l + 1, p->pred[i], mask, POLICY_PREFETCH);
-        if (!p->is_prefill) {
-            p->parts_prefetched += popcount_u32(issued);
-            p->prefetch_dropped += issued == 0;
-        }
+        p->parts_prefetched += popcount_u32(issued);
+        p->prefetch_dropped += issued == 0;
     }
 }
 
 static void firm_begin_step(policy *p, const policy_step *step) {
     p->step_index = step->index;
     p->is_prefill = step->is_prefill;
+    p->step_tokens = step->n_tokens;
     memset(p->step_counts, 0, p->G * sizeof *p->step_counts);
     memset(p->step_layers, 0, p->G * sizeof *p->step_layers);
 }
@@ -653,24 +660,26 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
                            "firm-moe.groups = %u: expected at most the model's %u MoE layers",
                            k->groups, L);
     /* Every demand load must find room: one layer's activated experts (at most E, at most
-     * batch x top-k in decode) beside one copy in flight that cannot be cancelled. */
+     * batch x top-k in decode) beside the copies in flight that cannot be cancelled (a started
+     * copy, at most one per stage: SSD and PCIe). */
     uint64_t expert_bytes = 0;
     for (uint32_t part = 0; part < PART_COUNT; part++)
         expert_bytes += params->part_bytes[prec][part];
     uint64_t active_max = (uint64_t)params->batch_size * params->top_k;
     if (active_max > E) active_max = E;
-    uint64_t need_bytes = (active_max + 1) * expert_bytes;
-    if (params->experts_per_layer > 0 && params->experts_per_layer < active_max + 1)
+    uint64_t need_experts = active_max + 2;
+    uint64_t need_bytes = need_experts * expert_bytes;
+    if (params->experts_per_layer > 0 && params->experts_per_layer < need_experts)
         return moesim_fail(err, MOESIM_EINPUT,
                            "cache.experts_per_layer = %u: firm-moe needs at least %llu (the "
-                           "experts one layer activates in a step, plus one copy in flight)",
-                           params->experts_per_layer, (unsigned long long)(active_max + 1));
+                           "experts one layer activates in a step, plus two copies in flight)",
+                           params->experts_per_layer, (unsigned long long)need_experts);
     if (params->experts_per_layer == 0 && params->expert_budget_bytes < need_bytes)
         return moesim_fail(err, MOESIM_EINPUT,
                            "memory.budget_gb: firm-moe needs room for %llu experts (%llu bytes: "
-                           "one layer's activated experts plus one copy in flight), the budget "
+                           "one layer's activated experts plus two copies in flight), the budget "
                            "leaves %llu bytes for experts",
-                           (unsigned long long)(active_max + 1), (unsigned long long)need_bytes,
+                           (unsigned long long)need_experts, (unsigned long long)need_bytes,
                            (unsigned long long)params->expert_budget_bytes);
 
     policy *p = moesim_xcalloc(1, sizeof *p);

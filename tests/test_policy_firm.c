@@ -547,27 +547,47 @@ Test(firm_policy, sub_expert_lru_evicts_the_least_recently_used_parts_first) {
 }
 
 Test(firm_policy, prefetch_never_evicts_the_current_layer_or_its_own_prediction) {
-    /* room for 3 experts: layer 0 uses 2, the 1 left takes one predicted gate at a time */
+    /* room for 4 experts: layer 0 uses 2, the 2 left take the two most confident predictions */
     firm_knobs k = fm_knobs_default();
     k.P = 1;
     k.K = 4;
     k.n = 3;
     fm_run r;
     moesim_error err = {0};
-    cr_assert_eq(fm_open(&r, &k, 3, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(fm_open(&r, &k, 4, &err), MOESIM_OK, "%s", err.msg);
     const uint16_t la[FM_D][FM_KP] = {{4, 5, 6, 7}, {4, 5, 6, 7}, {4, 5, 6, 7}};
     const uint16_t act[2] = {0, 1};
     fm_step(&r, 0, true);
     fm_route(&r, 0, 0, act, la);
     fm_load pf[8];
-    cr_assert_eq(fm_prefetches(&r, 1, pf, 8), 1); /* only expert 4 fits: most confident */
+    cr_assert_eq(fm_prefetches(&r, 1, pf, 8), 2);
     cr_assert_eq(pf[0].expert, 4);
+    cr_assert_eq(pf[1].expert, 5);
     cr_assert_eq(r.mem.n_evicts, 0);
-    size_t names_n;
     const char *names[16];
     double values[16];
-    names_n = policy_firm_moe.report(r.pol, names, values, 16);
-    cr_assert_gt(names_n, 0);
+    size_t n = policy_firm_moe.report(r.pol, names, values, 16);
+    bool dropped_seen = false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(names[i], "prefetch.dropped") == 0) {
+            dropped_seen = true;
+            cr_assert_float_eq(values[i], 2.0, 1e-9); /* experts 6 and 7 found no room */
+        }
+    cr_assert(dropped_seen);
+    policy_firm_moe.destroy(r.pol);
+}
+
+Test(firm_policy, prefill_steps_are_served_on_demand_without_prefetch) {
+    firm_knobs k = fm_knobs_default();
+    fm_run r;
+    moesim_error err = {0};
+    cr_assert_eq(fm_open(&r, &k, 32, &err), MOESIM_OK, "%s", err.msg);
+    const uint16_t la[FM_D][FM_KP] = {{4, 5, 6, 7}, {4, 5, 6, 7}, {4, 5, 6, 7}};
+    const uint16_t act[2] = {0, 1};
+    fm_step_kind(&r, 0, true, true);
+    for (uint32_t l = 0; l < FM_L; l++) fm_route(&r, 0, l, act, la);
+    for (size_t i = 0; i < r.mem.n_loads; i++) cr_assert_eq(r.mem.loads[i].cls, POLICY_DEMAND);
+    cr_assert_eq(r.mem.n_loads, 2 * FM_L);
     policy_firm_moe.destroy(r.pol);
 }
 
