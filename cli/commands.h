@@ -10,5 +10,6 @@ int cmd_trace_export(int argc, char **argv);
 int cmd_trace_stats(int argc, char **argv);
 int cmd_trace_synth(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_sim(int argc, char **argv);
 
 #endif
