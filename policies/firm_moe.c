@@ -289,6 +289,7 @@ struct policy {
     /* figures for the report (decode steps) */
     uint64_t n_predictions, n_predicted, n_empty;
     uint64_t parts_prefetched, prefetch_dropped;
+    uint64_t mol_both, mol_predicted, mol_active; /* |S_l n A_l|, |S_l|, |A_l| summed */
     size_t n_names;
     char names[FIRM_REPORT_MAX][FIRM_NAME_LEN];
 };
@@ -477,9 +478,16 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
             p->cached[i] = cached;
         }
         uint32_t g = firm_group_of_layer(l, p->L, p->G);
-        firm_heop_count(p->pred, n_pred, route->active, route->n_active, p->cached,
-                        &p->step_counts[g]);
+        firm_heop_counts c = {0};
+        firm_heop_count(p->pred, n_pred, route->active, route->n_active, p->cached, &c);
+        p->step_counts[g].n_unused += c.n_unused;
+        p->step_counts[g].n_miss += c.n_miss;
+        p->step_counts[g].n_hit += c.n_hit;
         p->step_layers[g]++;
+        /* Eq. 7-8 over the whole predicted set (the host sees only what was prefetched) */
+        p->mol_both += n_pred - c.n_unused;
+        p->mol_predicted += n_pred;
+        p->mol_active += route->n_active;
     }
 
     /* 3. demand loads of the absent parts; the activated experts are protected first */
@@ -566,6 +574,8 @@ static size_t firm_report(const policy *p, const char **names, double *values, s
         p->knobs.heop ? (double)profiled : 0.0,
         preds > 0 ? (double)p->n_predicted / preds : 0.0,
         preds > 0 ? (double)p->n_empty / preds : 0.0,
+        p->mol_active ? (double)p->mol_both / (double)p->mol_active : 0.0,
+        p->mol_predicted ? (double)p->mol_both / (double)p->mol_predicted : 0.0,
         (double)p->parts_prefetched,
         (double)p->prefetch_dropped,
     };
@@ -619,9 +629,9 @@ static void firm_names_fill(policy *p) {
         snprintf(p->names[n++], FIRM_NAME_LEN, "%s.K", group);
         snprintf(p->names[n++], FIRM_NAME_LEN, "%s.P", group);
     }
-    static const char *const extra[] = {"heop.done",         "heop.profiled_steps",
-                                        "mol.mean_set_size", "mol.empty_share",
-                                        "prefetch.parts",    "prefetch.dropped"};
+    static const char *const extra[] = {
+        "heop.done",    "heop.profiled_steps", "mol.mean_set_size", "mol.empty_share",
+        "mol.accuracy", "mol.utilization",     "prefetch.parts",    "prefetch.dropped"};
     for (size_t i = 0; i < MOESIM_ARRAY_LEN(extra) && n < FIRM_REPORT_MAX; i++)
         snprintf(p->names[n++], FIRM_NAME_LEN, "%s", extra[i]);
     p->n_names = n;
@@ -653,8 +663,11 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     if (k->P > params->lookahead_depth)
         return moesim_fail(err, MOESIM_EINPUT,
                            "firm-moe.P = %u: expected at most %u, the look-ahead depth of the "
-                           "predictions",
-                           k->P, params->lookahead_depth);
+                           "%s",
+                           k->P, params->lookahead_depth,
+                           params->lookahead_emulated
+                               ? "emulated predictor (raise predictor.depth)"
+                               : "trace's predictions (moesim trace synth --lookahead D)");
     if (k->groups > L)
         return moesim_fail(err, MOESIM_EINPUT,
                            "firm-moe.groups = %u: expected at most the model's %u MoE layers",
@@ -756,7 +769,7 @@ static const config_field firm_knob_fields[] = {
     KNOB("patience", CONFIG_U32, patience, 1, 1000000, "20",
          "Algorithm 1 Pat: decode steps without improvement before reversing (not given in the "
          "paper: two N_update intervals)"),
-    KNOB("groups", CONFIG_U32, groups, 1, 5, "3",
+    KNOB("groups", CONFIG_U32, groups, 1, 4, "3",
          "Algorithm 1 line 3: depth groups of layers (3: shallow, middle, deep)"),
     KNOB("heop", CONFIG_BOOL, heop, 1, 0, "true",
          "HEOP hill climbing over (K, P) per group (Algorithm 1); false: (K, P) fixed"),

@@ -8,10 +8,12 @@
 
 extern const policy_methods policy_ondemand;
 extern const policy_methods policy_lru;
+extern const policy_methods policy_firm_moe;
 
 static const policy_methods *const registry[] = {
     &policy_ondemand,
     &policy_lru,
+    &policy_firm_moe,
 };
 
 const policy_methods *policy_lookup(const char *name) {
