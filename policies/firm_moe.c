@@ -655,19 +655,23 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
                            "distances 1..P (Eq. 5); this run provides none");
     uint32_t K0 = k->K ? k->K : params->top_k;
     uint32_t K_max = params->lookahead_k < E ? params->lookahead_k : E;
+    uint32_t P0 = k->P;
+    if (params->lookahead_emulated) {
+        /* the host's emulated predictor decides D and K' (predictor.depth, top-k): the meeting
+         * gathers the layers that predict, each with the candidates it has */
+        if (K0 > K_max) K0 = K_max;
+        if (P0 > params->lookahead_depth) P0 = params->lookahead_depth;
+    }
     if (K0 > K_max)
         return moesim_fail(err, MOESIM_EINPUT,
-                           "firm-moe.K = %u: expected at most %u (the look-ahead holds %u "
+                           "firm-moe.K = %u: expected at most %u (the trace's look-ahead holds %u "
                            "candidates per distance, the model %u experts)",
                            K0, K_max, params->lookahead_k, E);
-    if (k->P > params->lookahead_depth)
+    if (P0 > params->lookahead_depth)
         return moesim_fail(err, MOESIM_EINPUT,
                            "firm-moe.P = %u: expected at most %u, the look-ahead depth of the "
-                           "%s",
-                           k->P, params->lookahead_depth,
-                           params->lookahead_emulated
-                               ? "emulated predictor (raise predictor.depth)"
-                               : "trace's predictions (moesim trace synth --lookahead D)");
+                           "trace's predictions (moesim trace synth --lookahead D)",
+                           P0, params->lookahead_depth);
     if (k->groups > L)
         return moesim_fail(err, MOESIM_EINPUT,
                            "firm-moe.groups = %u: expected at most the model's %u MoE layers",
@@ -704,7 +708,7 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     p->D = params->lookahead_depth;
     p->Kp = params->lookahead_k;
     p->K0 = K0;
-    p->P0 = k->P;
+    p->P0 = P0;
     p->K_max = K_max;
     p->P_max = p->D < FIRM_P_LIMIT ? p->D : FIRM_P_LIMIT;
     p->prefix_mask = (1u << k->n) - 1u; /* gate, then up, then down: Eq. 3's order */
@@ -739,7 +743,7 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     for (uint32_t g = 0; g < p->G; g++) {
         firm_dim dim = rng_below(r, 2) ? FIRM_DIM_P : FIRM_DIM_K;
         int delta = rng_below(r, 2) ? 1 : -1;
-        firm_heop_group_init(&p->grp[g], K0, k->P, p->K_max, p->P_max, dim, delta);
+        firm_heop_group_init(&p->grp[g], K0, P0, p->K_max, p->P_max, dim, delta);
     }
     rng_destroy(r);
     firm_names_fill(p);

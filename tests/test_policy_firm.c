@@ -358,8 +358,7 @@ static firm_knobs fm_knobs_default(void) {
                         .profile_steps = 200};
 }
 
-static moesim_status fm_open(fm_run *r, const firm_knobs *k, uint64_t budget_experts,
-                             moesim_error *err) {
+static void fm_init(fm_run *r, const firm_knobs *k, uint64_t budget_experts) {
     memset(r, 0, sizeof *r);
     r->knobs = *k;
     r->params.model = &r->model;
@@ -375,8 +374,17 @@ static moesim_status fm_open(fm_run *r, const firm_knobs *k, uint64_t budget_exp
     r->params.seed = 7;
     r->mem.part_bytes = 100;
     r->mem.budget_bytes = r->params.expert_budget_bytes;
+}
+
+static moesim_status fm_create(fm_run *r, moesim_error *err) {
     policy_mem_view view = {&fm_ops, &r->mem};
     return policy_firm_moe.create(&r->params, &r->knobs, view, &r->pol, err);
+}
+
+static moesim_status fm_open(fm_run *r, const firm_knobs *k, uint64_t budget_experts,
+                             moesim_error *err) {
+    fm_init(r, k, budget_experts);
+    return fm_create(r, err);
 }
 
 /* One token's route for `layer`: activated experts `act` (2), look-ahead rows la[d][K']. */
@@ -660,6 +668,29 @@ Test(firm_policy, settings_that_cannot_work_are_refused_naming_the_knob) {
         cr_assert(strstr(err.msg, bad_cases[c].needle), "%s: message '%s'", bad_cases[c].what,
                   err.msg);
     }
+}
+
+Test(firm_policy, emulated_predictions_bound_K_and_P_instead_of_failing) {
+    /* the host's emulated predictor has depth 1 and K' = top-k: the meeting is the previous layer
+     * alone, with the candidates it has */
+    firm_knobs k = fm_knobs_default();
+    k.K = 3;
+    k.P = 3;
+    fm_run r;
+    fm_init(&r, &k, 32);
+    r.params.lookahead_emulated = true;
+    r.params.lookahead_depth = 1;
+    r.params.lookahead_k = 2;
+    moesim_error err = {0};
+    cr_assert_eq(fm_create(&r, &err), MOESIM_OK, "%s", err.msg);
+    const char *names[16];
+    double values[16];
+    size_t n = policy_firm_moe.report(r.pol, names, values, 16);
+    cr_assert_geq(n, 2);
+    cr_assert_str_eq(names[0], "all.K");
+    cr_assert_float_eq(values[0], 2.0, 1e-12);
+    cr_assert_float_eq(values[1], 1.0, 1e-12);
+    policy_firm_moe.destroy(r.pol);
 }
 
 Test(firm_policy, knob_table_reads_section_firm_moe_with_the_paper_defaults) {
