@@ -6,8 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "common/config.h"
+#include "common/hw.h"
+#include "common/model.h"
+#include "common/precision.h"
 #include "policies/firm_moe.h"
+#include "sim/sim.h"
+#include "support/test_support.h"
+#include "traces/synth.h"
 
 /* ---- Eq. 5: TopKIndices over recorded candidates ---- */
 
@@ -753,4 +761,169 @@ Test(firm_policy, table_1_rows_load_from_their_presets_as_knobs) {
         cr_assert_float_eq(k.beta, 0.5, 1e-12, "%s", path);
         config_destroy(c);
     }
+}
+
+/* ---- behaviour on synthetic traces, through the simulator ---- */
+
+/* A Qwen1.5-MoE-A2.7B trace (the model of the paper's Table 1) from the calibrated synthesizer:
+ * 4 requests of 16 prompt and 96 decode tokens, look-ahead D = 3, K' = 16. On an RTX 3090 over
+ * PCIe 4.0 (the paper's testbed). */
+typedef struct sim_bench {
+    model_geometry model;
+    hw_profile hw;
+    quant_table quant;
+    trace *trace;
+    uint64_t fixed_bytes;  /* budget the simulator reserves before the expert pool */
+    uint64_t expert_bytes; /* one bf16 expert */
+} sim_bench;
+
+static void bench_open(sim_bench *b) {
+    moesim_error err = {0};
+    cr_assert_eq(model_load_by_name("qwen1.5-moe-a2.7b", &b->model, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_eq(hw_load_by_name("rtx3090-pcie4", &b->hw, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(quant_table_load_default(&b->quant, &err), MOESIM_OK, "%s", err.msg);
+    synth_options o;
+    synth_options_default(&o, &b->model);
+    o.n_requests = 4;
+    o.prompt_len = (synth_range){16, 16};
+    o.gen_len = (synth_range){96, 96};
+    o.seed = 11;
+    cr_assert_eq(synth_generate(&b->model, &o, &b->trace, &err), MOESIM_OK, "%s", err.msg);
+    b->expert_bytes = model_expert_bytes(&b->model, &b->quant, PREC_BF16);
+}
+
+/* Runs firm-moe with --set style entries and an expert pool of `cache_experts` experts. */
+static sim_result bench_run(sim_bench *b, uint32_t cache_experts, const char *const *sets) {
+    moesim_error err = {0};
+    if (b->fixed_bytes == 0) { /* learn what the simulator keeps for non-expert state */
+        config *c = config_create();
+        sim_inputs in = {.trace = b->trace, .model = &b->model, .hw = &b->hw, .quant = &b->quant};
+        sim_result r;
+        cr_assert_eq(sim_run(&in, "firm-moe", c, &r, &err), MOESIM_OK, "%s", err.msg);
+        b->fixed_bytes = r.budget_bytes - r.expert_budget_bytes;
+        config_destroy(c);
+    }
+    config *c = config_create();
+    char budget[96];
+    double bytes = (double)b->fixed_bytes + ((double)cache_experts + 0.5) * (double)b->expert_bytes;
+    snprintf(budget, sizeof budget, "memory.budget_gb=%.9f", bytes / 1073741824.0);
+    cr_assert_eq(config_set(c, budget, &err), MOESIM_OK, "%s", err.msg);
+    for (const char *const *s = sets; s && *s; s++)
+        cr_assert_eq(config_set(c, *s, &err), MOESIM_OK, "%s", err.msg);
+    sim_inputs in = {.trace = b->trace, .model = &b->model, .hw = &b->hw, .quant = &b->quant};
+    sim_result r;
+    cr_assert_eq(sim_run(&in, "firm-moe", c, &r, &err), MOESIM_OK, "%s", err.msg);
+    config_destroy(c);
+    cr_assert_eq(r.expert_budget_bytes / b->expert_bytes, cache_experts);
+    cr_assert_leq(r.peak_hbm_bytes, r.budget_bytes);
+    return r;
+}
+
+static double report_value(const sim_result *r, const char *name) {
+    for (size_t i = 0; i < r->n_policy_report; i++)
+        if (strcmp(r->policy_report_names[i], name) == 0) return r->policy_report_values[i];
+    cr_assert_fail("policy_report has no %s", name);
+    return 0;
+}
+
+Test(firm_behaviour, meeting_of_three_layers_uses_prefetches_better_than_the_previous_layer) {
+    /* Figure 7: MoL (K = 3, P = 3) has a higher expert utilization than the previous layer alone;
+     * at a 128-expert cache (Table 1's smallest), for K = 2 and K = 3 */
+    sim_bench b = {0};
+    bench_open(&b);
+    const char *K_sets[] = {"firm-moe.K=2", "firm-moe.K=3"};
+    for (size_t i = 0; i < 2; i++) {
+        const char *p1[] = {"firm-moe.heop=false", K_sets[i], "firm-moe.P=1", NULL};
+        const char *p3[] = {"firm-moe.heop=false", K_sets[i], "firm-moe.P=3", NULL};
+        sim_result r1 = bench_run(&b, 128, p1), r3 = bench_run(&b, 128, p3);
+        cr_assert_gt(r1.prefetches, 0);
+        cr_assert_gt(r3.prefetches, 0);
+        cr_assert_gt(r3.prefetch_utilization, r1.prefetch_utilization, "%s: P=3 %.3f, P=1 %.3f",
+                     K_sets[i], r3.prefetch_utilization, r1.prefetch_utilization);
+        double m1 = report_value(&r1, "mol.utilization"), m3 = report_value(&r3, "mol.utilization");
+        cr_assert_gt(m3, m1, "%s: MoL sets P=3 %.3f, P=1 %.3f", K_sets[i], m3, m1);
+        /* the intersection trades accuracy for utilization (Figure 7: 59.8 % vs 90.5 %) */
+        cr_assert_lt(report_value(&r3, "mol.accuracy"), report_value(&r1, "mol.accuracy"));
+    }
+    trace_destroy(b.trace);
+}
+
+Test(firm_behaviour, prefetching_only_the_gate_beats_whole_experts_when_the_cache_is_small) {
+    /* Table 1 "+ FG" against the baseline at a 128-expert cache: same prediction, n = 1 vs 3 */
+    sim_bench b = {0};
+    bench_open(&b);
+    const char *whole[] = {"firm-moe.heop=false", "firm-moe.K=0", "firm-moe.P=1", "firm-moe.n=3",
+                           NULL};
+    const char *gate[] = {"firm-moe.heop=false", "firm-moe.K=0", "firm-moe.P=1", "firm-moe.n=1",
+                          NULL};
+    sim_result rw = bench_run(&b, 128, whole), rg = bench_run(&b, 128, gate);
+    cr_assert_lt(rg.tpot.mean_ms, rw.tpot.mean_ms, "n=1 %.3f ms, n=3 %.3f ms", rg.tpot.mean_ms,
+                 rw.tpot.mean_ms);
+    cr_assert_lt(rg.h2d_bytes, rw.h2d_bytes); /* the unused up and down matrices stay home */
+    /* same predictions: the same experts were prefetched */
+    cr_assert_float_eq(report_value(&rg, "mol.utilization"), report_value(&rw, "mol.utilization"),
+                       1e-12);
+    trace_destroy(b.trace);
+}
+
+Test(firm_behaviour, heop_fixes_a_configuration_per_group_inside_the_search_box) {
+    sim_bench b = {0};
+    bench_open(&b);
+    const char *sets[] = {"firm-moe.heop=true", "firm-moe.profile_steps=150", NULL};
+    sim_result r = bench_run(&b, 128, sets);
+    cr_assert_float_eq(report_value(&r, "heop.done"), 1.0, 1e-12);
+    cr_assert_float_eq(report_value(&r, "heop.profiled_steps"), 150.0, 1e-12);
+    const char *groups[] = {"shallow", "middle", "deep"};
+    for (int g = 0; g < 3; g++) {
+        char name[48];
+        snprintf(name, sizeof name, "%s.K", groups[g]);
+        double K = report_value(&r, name);
+        snprintf(name, sizeof name, "%s.P", groups[g]);
+        double P = report_value(&r, name);
+        cr_assert(K >= 1 && K <= 16 && P >= 1 && P <= 3, "%s: (%g, %g)", groups[g], K, P);
+    }
+    /* deterministic: the random first direction comes from the run's seed */
+    sim_result again = bench_run(&b, 128, sets);
+    cr_assert_float_eq(again.tpot.mean_ms, r.tpot.mean_ms, 0.0);
+    for (size_t i = 0; i < r.n_policy_report; i++)
+        cr_assert_float_eq(again.policy_report_values[i], r.policy_report_values[i], 0.0);
+    trace_destroy(b.trace);
+}
+
+Test(firm_behaviour, moesim_sim_json_reports_prefetch_figures_and_the_chosen_K_P) {
+    const char *trace_path = test_tmp_path("firm_qwen.h5");
+    char out[65536], errbuf[4096];
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "synth", "--model",
+                             "qwen1.5-moe-a2.7b", "--requests", "2", "--prompt-len", "16",
+                             "--gen-len", "64", "-o", trace_path, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    const char *dir = getenv("MOESIM_CONFIG_DIR");
+    cr_assert(dir);
+    char preset[1024];
+    snprintf(preset, sizeof preset, "%s/policies/firm-moe-all.ini", dir);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", trace_path,
+                         "--hw", "rtx3090-pcie4", "--policy", "firm-moe", "--config", preset,
+                         "--set", "memory.budget_gb=6", "--set", "firm-moe.profile_steps=60",
+                         "--json", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    cr_assert(j, "JSON: %s", jerr.text);
+    json_t *pf = json_object_get(j, "prefetch");
+    cr_assert(json_is_object(pf));
+    double acc = json_number_value(json_object_get(pf, "accuracy"));
+    double util = json_number_value(json_object_get(pf, "utilization"));
+    cr_assert(acc > 0 && acc <= 1, "accuracy %g", acc);
+    cr_assert(util > 0 && util <= 1, "utilization %g", util);
+    json_t *rep = json_object_get(j, "policy_report");
+    cr_assert(json_is_object(rep));
+    const char *keys[] = {"shallow.K", "shallow.P", "middle.K", "middle.P", "deep.K", "deep.P"};
+    for (size_t i = 0; i < 6; i++) {
+        json_t *v = json_object_get(rep, keys[i]);
+        cr_assert(json_is_number(v), "policy_report.%s missing", keys[i]);
+        cr_assert_geq(json_number_value(v), 1.0);
+    }
+    cr_assert_float_eq(json_number_value(json_object_get(rep, "heop.done")), 1.0, 1e-12);
+    json_decref(j);
 }
