@@ -685,6 +685,7 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     uint64_t active_max = (uint64_t)params->batch_size * params->top_k;
     if (active_max > E) active_max = E;
     uint64_t need_experts = active_max + 2;
+    if (params->experts_per_layer > 0 && need_experts > E) need_experts = E; /* all fit */
     uint64_t need_bytes = need_experts * expert_bytes;
     if (params->experts_per_layer > 0 && params->experts_per_layer < need_experts)
         return moesim_fail(err, MOESIM_EINPUT,
