@@ -5,15 +5,13 @@
  * Mechanism, in the order on_route runs it for MoE layer l of a step:
  *   1. Plan: every activated expert runs at expert.precision (FIRM-MoE does not quantize: "our
  *      approach is orthogonal to model compression", Experiments Setup).
- *   2. HEOP bookkeeping (Algorithm 1 line 8), decode steps only: the prediction S_l made when
+ *   2. HEOP bookkeeping (Algorithm 1 line 8): the prediction S_l made when
  *      layer l-1 routed is compared with the activated set A_l: n_unused = |S_l \ A_l|,
  *      n_miss = |A_l \ S_l|, n_hit = activated experts whose first n parts were already resident
  *      in the GPU cache when the router finished.
  *   3. Demand loads: every part (gate, up, down) of every activated expert that is absent is
  *      loaded on the demand class; the sub-expert LRU makes room (Method, Overview: "an LRU
  *      caching strategy is implemented", over "transmitted expert sub-modules").
- *   Steps 2, 4 and 5 run on decode steps (the paper's workload: it measures decoding) whose
- *   batch reaches the policy in one route; prefill steps are served by demand loads and the LRU.
  *   4. Meeting-of-Layers for layer t = l + 1 (Eq. 5-6): the participating layers are
  *      m = t-P .. t-1 (fewer for shallow layers, P < l in the paper); layer m's look-ahead at
  *      distance t - m, recorded in the trace (policy_route.lookahead_ids), gives its top-K set
@@ -23,6 +21,8 @@
  *      absent are loaded on the POLICY_PREFETCH class, most confident first (Method, "different
  *      pre-fetching granularities (n)"; Table 1 "+FG": n = 1). The simulator measures Eq. 7-8 from
  *      these prefetch-class loads.
+ *   Steps 2, 4 and 5 run on decode steps (the paper's workload: it measures decoding) whose
+ *   batch reaches the policy in one route; prefill steps are served by demand loads and the LRU.
  *   end_step: HEOP (Algorithm 1) per depth group: record the step's loss (Eq. 11), every N_update
  *   steps move K or P by delta, reverse after `patience` steps without improvement; after
  *   `profile_steps` decode steps fix each group's (K, P) at its lowest historical average cost.
