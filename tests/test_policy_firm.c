@@ -777,7 +777,7 @@ typedef struct sim_bench {
     uint64_t expert_bytes; /* one bf16 expert */
 } sim_bench;
 
-static void bench_open(sim_bench *b) {
+static void bench_open_depth(sim_bench *b, uint32_t lookahead_depth) {
     moesim_error err = {0};
     cr_assert_eq(model_load_by_name("qwen1.5-moe-a2.7b", &b->model, &err), MOESIM_OK, "%s",
                  err.msg);
@@ -789,9 +789,12 @@ static void bench_open(sim_bench *b) {
     o.prompt_len = (synth_range){16, 16};
     o.gen_len = (synth_range){96, 96};
     o.seed = 11;
+    o.lookahead_depth = lookahead_depth;
     cr_assert_eq(synth_generate(&b->model, &o, &b->trace, &err), MOESIM_OK, "%s", err.msg);
     b->expert_bytes = model_expert_bytes(&b->model, &b->quant, PREC_BF16);
 }
+
+static void bench_open(sim_bench *b) { bench_open_depth(b, 3); }
 
 /* Runs firm-moe with --set style entries and an expert pool of `cache_experts` experts. */
 static sim_result bench_run(sim_bench *b, uint32_t cache_experts, const char *const *sets) {
@@ -888,6 +891,22 @@ Test(firm_behaviour, heop_fixes_a_configuration_per_group_inside_the_search_box)
     cr_assert_float_eq(again.tpot.mean_ms, r.tpot.mean_ms, 0.0);
     for (size_t i = 0; i < r.n_policy_report; i++)
         cr_assert_float_eq(again.policy_report_values[i], r.policy_report_values[i], 0.0);
+    trace_destroy(b.trace);
+}
+
+Test(firm_behaviour, traces_without_predictions_meet_on_the_emulated_predictor) {
+    /* an imported trace has no look-ahead: the simulator emulates depth predictor.depth (1 by
+     * default), and the meeting gathers the layers that predict */
+    sim_bench b = {0};
+    bench_open_depth(&b, 0);
+    const char *d1[] = {"firm-moe.heop=false", NULL};
+    const char *d3[] = {"firm-moe.heop=false", "predictor.depth=3", NULL};
+    sim_result r1 = bench_run(&b, 128, d1), r3 = bench_run(&b, 128, d3);
+    cr_assert(r1.predictor_emulated && r3.predictor_emulated);
+    cr_assert_gt(r1.prefetches, 0);
+    cr_assert_float_eq(report_value(&r1, "shallow.P"), 1.0, 0.0);
+    cr_assert_float_eq(report_value(&r3, "shallow.P"), 3.0, 0.0);
+    cr_assert_gt(report_value(&r3, "mol.utilization"), report_value(&r1, "mol.utilization"));
     trace_destroy(b.trace);
 }
 
