@@ -51,8 +51,7 @@ void cost_model_init(cost_model *c, const hw_profile *hw, const model_geometry *
 
 uint64_t cost_transfer_ns(uint64_t bytes, double bytes_per_s) {
     MOESIM_ASSERT(bytes_per_s > 0);
-    long double t = ceill((long double)bytes * 1e9L / (long double)bytes_per_s);
-    return (uint64_t)t;
+    return (uint64_t)ceil((double)bytes * 1e9 / bytes_per_s);
 }
 
 /* max(compute, memory) + launches, in ns (rounded up). */
@@ -133,6 +132,13 @@ static double curve_eval(const cost_curve *cv, double x) {
     return cv->t_ns[i - 1] + f * (cv->t_ns[i] - cv->t_ns[i - 1]);
 }
 
+bool cost_table_covers(const cost_model *c, cost_op op, moesim_precision p, double lo, double hi) {
+    MOESIM_ASSERT(op < COST_OP_COUNT && p < PREC_COUNT);
+    const cost_curve *cv = &c->curve[op][cost_op_is_expert(op) ? p : PREC_BF16];
+    if (!c->has_table || !cv->n) return true;
+    return lo >= cv->x[0] && hi <= cv->x[cv->n - 1];
+}
+
 uint64_t cost_op_ns(const cost_model *c, cost_op op, moesim_precision p, double x) {
     MOESIM_ASSERT(op < COST_OP_COUNT && p < PREC_COUNT);
     if (x <= 0) return 0;
@@ -192,6 +198,8 @@ static bool cost_op_from_name(const char *s, cost_op *out) {
 moesim_status cost_table_load(cost_model *c, const char *path, moesim_error *err) {
     FILE *f = fopen(path, "r");
     if (!f) return moesim_fail(err, MOESIM_EIO, "%s: cannot open cost table", path);
+    memset(c->curve, 0, sizeof c->curve); /* a table replaces any earlier one */
+    c->has_table = false;
     char line[512];
     unsigned lineno = 0;
     bool header = false;

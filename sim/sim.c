@@ -36,9 +36,10 @@
 #include "sim/sim.h"
 #include "sim/sim_internal.h"
 
-#define NONE      UINT32_MAX
-#define N_CLASSES 3
-#define GIB       1073741824.0
+#define NONE             UINT32_MAX
+#define N_CLASSES        3
+#define GIB              1073741824.0
+#define SIM_ECOST_TOKENS 64 /* expert op times cached for 1..63 tokens */
 
 /* ---- settings ---- */
 
@@ -105,6 +106,7 @@ typedef struct sim_xfer {
     uint8_t parts_done;              /* parts landed in HBM */
     bool started, from_policy;
     uint64_t bytes, done;          /* this stage's total and completed bytes */
+    uint64_t done_ns;              /* cost_transfer_ns(done) at this stage's bandwidth */
     uint64_t part_end[PART_COUNT]; /* cumulative byte offset where each carried part ends */
     uint64_t seq;                  /* issue order */
     uint32_t next;                 /* class queue link, or free-list link */
@@ -194,7 +196,7 @@ struct policy_mem {
     uint64_t *use_cur;   /* [L*E] cursor */
     uint64_t access_pos; /* global position of the current sub-route's first access */
     uint64_t cur_step;
-    uint32_t cur_layer;
+    int64_t cur_layer; /* last layer routed in the current step; -1 before its first route */
 
     /* per-route scratch: [max_step_tokens * K] etc. */
     uint16_t *r_experts;
@@ -213,6 +215,7 @@ struct policy_mem {
     uint64_t *order_key;
     uint32_t la_depth, la_k;
     bool la_emulated;
+    uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
 
     /* prefetch accounting (FIRM-MoE Eq. 7-8) */
     uint8_t *pf_mark;   /* [L*E] */
@@ -231,6 +234,7 @@ struct policy_mem {
     policy_params params; /* borrowed by the policy for the run */
     bool queue_live;
     uint32_t *step_req, *step_pos; /* [max_step_tokens] of the current step */
+    uint32_t cost_extrapolated;
     uint64_t makespan_ns;
 };
 
@@ -354,8 +358,9 @@ static void engine_kick(sim_state *s, int id) {
         e->seg_start_ns = s->now_ns;
     }
     uint64_t chunk = x->bytes - x->done < s->chunk_bytes ? x->bytes - x->done : s->chunk_bytes;
-    uint64_t dur = cost_transfer_ns(x->done + chunk, e->bytes_per_s) -
-                   cost_transfer_ns(x->done, e->bytes_per_s);
+    uint64_t end_ns = cost_transfer_ns(x->done + chunk, e->bytes_per_s);
+    uint64_t dur = end_ns - x->done_ns;
+    x->done_ns = end_ns;
     if (!x->started) {
         dur += e->latency_ns;
         x->started = true;
@@ -412,6 +417,7 @@ static void engine_chunk_done(sim_state *s, int id) {
         engine_close_segment(s, e);
         x->stage = STAGE_H2D;
         x->done = 0;
+        x->done_ns = 0;
         x->started = false;
         engine_kick(s, id);
         xfer_enqueue(s, i);
@@ -610,7 +616,7 @@ static uint32_t mem_future_active(const policy_mem *cm, uint32_t layer, uint16_t
                                   uint32_t cap) {
     sim_state *s = (sim_state *)cm;
     MOESIM_ASSERT(layer < s->L);
-    uint64_t st = layer > s->cur_layer ? s->cur_step : s->cur_step + 1;
+    uint64_t st = (int64_t)layer > s->cur_layer ? s->cur_step : s->cur_step + 1;
     if (st >= s->n_steps) return 0;
     uint32_t gen = ++s->stamp_gen;
     uint32_t n = 0;
@@ -905,6 +911,23 @@ typedef struct expert_cat {
     uint8_t hi_bits;
 } expert_cat;
 
+/* Gate/up and down op times of an expert at precision p for `tok` tokens (cached). */
+static void expert_cost(sim_state *s, moesim_precision p, uint32_t tok, uint64_t *gu,
+                        uint64_t *dn) {
+    if (tok < SIM_ECOST_TOKENS) {
+        uint64_t *c = s->ecost_ns[p][tok];
+        if (!c[0] && !c[1]) {
+            c[0] = cost_expert_gate_up_ns(&s->cost, p, tok);
+            c[1] = cost_expert_down_ns(&s->cost, p, tok);
+        }
+        *gu = c[0];
+        *dn = c[1];
+        return;
+    }
+    *gu = cost_expert_gate_up_ns(&s->cost, p, tok);
+    *dn = cost_expert_down_ns(&s->cost, p, tok);
+}
+
 /* Runs one op of `dur_ns` on the compute stream at *t. */
 static void stream_op(sim_state *s, uint64_t *t, uint64_t dur_ns, const char *cat,
                       const char *name) {
@@ -1094,8 +1117,8 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
         uint16_t e = s->active[a];
         moesim_precision pr = (moesim_precision)s->plan[a];
         uint32_t tok = s->active_tokens[a];
-        uint64_t gu = cost_expert_gate_up_ns(&s->cost, pr, tok);
-        uint64_t dn = cost_expert_down_ns(&s->cost, pr, tok);
+        uint64_t gu, dn;
+        expert_cost(s, pr, tok, &gu, &dn);
         if (s->set.part_overlap) {
             stream_wait_parts(s, t, layer, e, pr, 1u << PART_GATE | 1u << PART_UP);
             if (s->tl.on)
@@ -1245,6 +1268,7 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->kv_peak_bytes = s->kv_peak_bytes;
     r->h2d_busy_ms = (double)s->eng[ENG_H2D].busy_ns / 1e6;
     r->ssd_busy_ms = (double)s->eng[ENG_SSD].busy_ns / 1e6;
+    r->cost_extrapolated = s->cost_extrapolated;
     r->sim_memory_bytes =
         s->mem.used_bytes + (uint64_t)s->cap_xf * sizeof(sim_xfer) + s->q.cap * sizeof(sim_event);
     if (s->pm->report) {
@@ -1306,6 +1330,24 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
 
     arena_init(&s->mem, 1u << 20);
     schedule_build(s);
+
+    if (s->cost.has_table) { /* which measured curves this run's steps reach beyond */
+        uint64_t max_attended = 1;
+        for (uint64_t st2 = 0; st2 < s->n_steps; st2++) {
+            uint64_t a = 0;
+            for (uint32_t i = 0; i < s->steps[st2].n_tokens; i++)
+                a += (uint64_t)t->position[s->step_tokens[s->steps[st2].first + i]] + 1;
+            if (a > max_attended) max_attended = a;
+        }
+        for (int op = 0; op < COST_OP_COUNT; op++)
+            for (int p = 0; p < PREC_COUNT; p++) {
+                if (p != PREC_BF16 && op != COST_EXPERT_GATE_UP && op != COST_EXPERT_DOWN) continue;
+                double hi =
+                    op == COST_ATTENTION ? (double)max_attended : (double)s->max_step_tokens;
+                s->cost_extrapolated +=
+                    !cost_table_covers(&s->cost, (cost_op)op, (moesim_precision)p, 1, hi);
+            }
+    }
 
     /* HBM: non-expert weights, KV peak and activations first; experts get the rest */
     double budget_gb = s->set.budget_gb > 0 ? s->set.budget_gb : (double)in->hw->hbm_bytes / GIB;
@@ -1449,6 +1491,8 @@ static void sim_loop(sim_state *s) {
     hbm_note(s);
     s->warmup = true;
     s->now_ns = 0;
+    s->cur_step = 0;
+    s->cur_layer = -1;
     if (s->pm->warmup) s->pm->warmup(s->pol, 0);
     s->warmup = false;
     deliver_warmup(s);
@@ -1475,6 +1519,7 @@ static void sim_loop(sim_state *s) {
             n_emit += s->step_emit[sd->first + i];
         }
         s->cur_step = st;
+        s->cur_layer = -1;
         if (s->pm->begin_step) s->pm->begin_step(s->pol, &ps);
         uint64_t attn_ns = cost_attention_ns(&s->cost, sd->n_tokens, attended);
         uint32_t moe = 0;

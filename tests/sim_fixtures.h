@@ -15,7 +15,7 @@
 
 /* A small GQA MoE model: `layers` MoE layers of `experts` experts, top-k, hidden 1024, expert
  * width 512 (one bf16 expert = 3 * 1024 * 512 * 2 = 3 MiB), vocabulary 1000. */
-static model_geometry fixture_model(uint32_t layers, uint32_t experts, uint32_t top_k) {
+static inline model_geometry fixture_model(uint32_t layers, uint32_t experts, uint32_t top_k) {
     model_geometry m;
     memset(&m, 0, sizeof m);
     snprintf(m.name, sizeof m.name, "fixture");
@@ -39,7 +39,7 @@ static model_geometry fixture_model(uint32_t layers, uint32_t experts, uint32_t 
 
 /* Round numbers: PCIe 1 GB/s (1 byte per ns) with 10 us per transfer, SSD 0.5 GB/s with
  * 50 us, 1 GiB of HBM, plenty of DRAM. */
-static hw_profile fixture_hw(void) {
+static inline hw_profile fixture_hw(void) {
     hw_profile h;
     memset(&h, 0, sizeof h);
     snprintf(h.name, sizeof h.name, "fixture");
@@ -65,7 +65,7 @@ static hw_profile fixture_hw(void) {
 }
 
 /* Deterministic uniform in [0, 1) from a counter. */
-static double fixture_u01(uint64_t *state) {
+static inline double fixture_u01(uint64_t *state) {
     *state = hash_splitmix64(*state);
     return (double)(*state >> 11) * 0x1.0p-53;
 }
@@ -73,8 +73,8 @@ static double fixture_u01(uint64_t *state) {
 /* A random trace of `n_req` requests, each `prompt` prefill tokens then `decode` decode
  * tokens, requests one after the other. Routing is skewed (expert e drawn with weight
  * 1 / (1 + e)^skew) with distinct experts per token; gates decrease with the slot. */
-static trace *fixture_trace(const model_geometry *m, uint32_t n_req, uint32_t prompt,
-                            uint32_t decode, double skew, uint64_t seed) {
+static inline trace *fixture_trace(const model_geometry *m, uint32_t n_req, uint32_t prompt,
+                                   uint32_t decode, double skew, uint64_t seed) {
     trace_meta meta;
     memset(&meta, 0, sizeof meta);
     trace_meta_from_model(&meta, m);
