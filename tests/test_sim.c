@@ -421,3 +421,288 @@ Test(sim, emulated_predictor_has_the_stated_top1_accuracy_and_is_reported_as_emu
               (unsigned long long)probe.total);
     trace_destroy(t);
 }
+
+Test(sim, global_lru_hit_rate_equals_one_lru_stack_over_all_layers_in_execution_order) {
+    model_geometry m = fixture_model(3, 16, 2);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 5, 3, 30, 1.0, 9);
+    const char *sets[] = {"lru.scope=global", "memory.budget_gb=0.05", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "lru", NULL, sets, &r, &err), MOESIM_OK, "%s", err.msg);
+    uint64_t cap = r.expert_budget_bytes / model_expert_bytes(&m, &quant, PREC_BF16);
+    cr_assert(cap >= 6 && cap < 3 * 16, "the budget should hold a few experts, holds %llu",
+              (unsigned long long)cap);
+    /* the execution order with batch 1: per step (a request's prompt, or one decode token),
+     * layer by layer, the step's tokens in order, their slots in order; ids = layer * E + e */
+    uint32_t L = m.n_moe_layers, E = m.n_experts, K = m.top_k;
+    size_t n = (size_t)t->n_tokens * L * K, w = 0;
+    uint16_t *seq = malloc(n * sizeof *seq);
+    for (uint64_t i = 0; i < t->n_tokens;) {
+        uint64_t end = i + 1;
+        if (t->phase[i] == TRACE_PREFILL)
+            while (end < t->n_tokens && t->request_id[end] == t->request_id[i] &&
+                   t->phase[end] == TRACE_PREFILL)
+                end++;
+        for (uint32_t l = 0; l < L; l++)
+            for (uint64_t j = i; j < end; j++)
+                for (uint32_t k = 0; k < K; k++)
+                    seq[w++] = (uint16_t)(l * E + trace_experts(t, j, l)[k]);
+        i = end;
+    }
+    cr_assert_eq(w, n);
+    uint64_t *hits = calloc((size_t)L * E + 1, sizeof *hits);
+    trace_stats_hit_counts(seq, n, L * E, hits, NULL);
+    cr_assert_eq(r.accesses, n);
+    cr_assert_eq(r.hits, hits[cap], "sim %llu hits, one LRU stack of %llu: %llu",
+                 (unsigned long long)r.hits, (unsigned long long)cap,
+                 (unsigned long long)hits[cap]);
+    free(hits);
+    free(seq);
+    trace_destroy(t);
+}
+
+/* A policy that exercises the memory system's answers at the first route of a 1-layer, 3-expert
+ * model whose per-layer pool holds 3 bf16 experts (int4 ones are smaller). */
+typedef struct mem_probe {
+    policy_mem_result load_again, load_over, evict_started, evict_queued, evict_absent;
+    uint64_t free_before, free_after_cancel, used_bf16;
+    uint32_t done_calls;
+    bool refused_in_use;
+} mem_probe;
+
+static mem_probe *mem_probe_out;
+
+static void memprobe_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    const policy_mem_ops *o = p->mem.ops;
+    policy_mem *mm = p->mem.mem;
+    mem_probe *q = mem_probe_out;
+    if (!p->done) {
+        q->free_before = o->free_bytes(mm, 0);
+        cr_assert_eq(o->load(mm, 0, 1, PREC_BF16, POLICY_PARTS_ALL, POLICY_PREFETCH),
+                     POLICY_ISSUED);
+        cr_assert_eq(o->load(mm, 0, 2, PREC_BF16, POLICY_PARTS_ALL, POLICY_PREFETCH),
+                     POLICY_ISSUED);
+        q->load_again = o->load(mm, 0, 1, PREC_BF16, POLICY_PARTS_ALL, POLICY_PREFETCH);
+        cr_assert_eq(o->state(mm, 0, 1, PREC_BF16, PART_DOWN), POLICY_LOADING);
+        q->evict_started = o->evict(mm, 0, 1, PREC_BF16, POLICY_PARTS_ALL); /* copy running */
+        q->evict_queued = o->evict(mm, 0, 2, PREC_BF16, POLICY_PARTS_ALL);  /* still queued */
+        q->free_after_cancel = o->free_bytes(mm, 0);
+        q->evict_absent = o->evict(mm, 0, 2, PREC_BF16, POLICY_PARTS_ALL);
+        cr_assert_eq(o->load(mm, 0, 2, PREC_BF16, POLICY_PARTS_ALL, POLICY_PREFETCH),
+                     POLICY_ISSUED);
+        q->load_over = o->load(mm, 0, 0, PREC_INT8, POLICY_PARTS_ALL, POLICY_DEMAND);
+        q->used_bf16 = o->used_bytes(mm, PREC_BF16);
+        /* make room for the demand load of expert 0: drop the queued prefetch of expert 2 */
+        cr_assert_eq(o->evict(mm, 0, 2, PREC_BF16, POLICY_PARTS_ALL), POLICY_ISSUED);
+    }
+    p->done = true;
+    for (uint32_t a = 0; a < r->n_active; a++) {
+        policy_mem_result res =
+            o->load(mm, r->layer, r->active[a], PREC_BF16, POLICY_PARTS_ALL, POLICY_DEMAND);
+        cr_assert(res == POLICY_ISSUED || res == POLICY_ALREADY);
+        plan->run[a] = PREC_BF16;
+    }
+}
+
+static void memprobe_done(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
+                          uint32_t parts_mask, policy_class cls, uint64_t now_ns) {
+    (void)cls;
+    (void)now_ns;
+    mem_probe_out->done_calls++;
+    cr_assert_eq(parts_mask, POLICY_PARTS_ALL);
+    /* expert 0 runs in this layer: while its compute is pending, it cannot be evicted */
+    if (expert == 1 && p->mem.ops->state(p->mem.mem, layer, 0, prec, PART_GATE) != POLICY_ABSENT)
+        mem_probe_out->refused_in_use =
+            p->mem.ops->evict(p->mem.mem, layer, 0, prec, POLICY_PARTS_ALL) == POLICY_REFUSED;
+}
+
+static const policy_methods memprobe_methods = {
+    .api_version = POLICY_API_VERSION,
+    .name = "memprobe",
+    .summary = "test: memory system answers",
+    .create = scripted_create,
+    .on_route = memprobe_on_route,
+    .on_transfer_done = memprobe_done,
+    .destroy = scripted_destroy,
+};
+
+Test(sim, memory_system_refuses_over_budget_and_in_use_and_cancels_only_unstarted_copies) {
+    model_geometry m = fixture_model(1, 3, 1);
+    hw_profile hw = fixture_hw();
+    trace *t = trace_to_expert0(&m);
+    mem_probe q = {0};
+    mem_probe_out = &q;
+    /* whole-expert chunks: expert 1's prefetch finishes before expert 0's demand copy starts,
+     * so its completion arrives while expert 0 waits to run */
+    const char *sets[] = {"cache.experts_per_layer=2", "sim.chunk_kib=4096", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "memprobe", &memprobe_methods, sets, &r, &err), MOESIM_OK,
+                 "%s", err.msg);
+    uint64_t e = model_expert_bytes(&m, &quant, PREC_BF16);
+    cr_assert_eq(q.free_before, 2 * e);
+    cr_assert_eq(q.load_again, POLICY_ALREADY);
+    cr_assert_eq(q.evict_started, POLICY_REFUSED);
+    cr_assert_eq(q.evict_queued, POLICY_ISSUED);
+    cr_assert_eq(q.free_after_cancel, e); /* only expert 1's copy still holds its bytes */
+    cr_assert_eq(q.evict_absent, POLICY_ALREADY);
+    cr_assert_eq(q.load_over, POLICY_REFUSED); /* 2 bf16 experts fill the pool */
+    cr_assert_eq(q.used_bf16, 2 * e);
+    cr_assert(q.refused_in_use);
+    cr_assert_eq(q.done_calls, 2); /* expert 1's prefetch and expert 0's demand load */
+    cr_assert_eq(r.h2d_bytes, 2 * e);
+    trace_destroy(t);
+}
+
+/* Background migrations yield to prefetches, prefetches to demand loads: records the order in
+ * which copies complete. */
+typedef struct order_probe {
+    uint32_t order[8];
+    uint64_t t_ns[8];
+    uint32_t n;
+} order_probe;
+
+static order_probe *order_out;
+
+static void classes_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    const policy_mem_ops *o = p->mem.ops;
+    if (!p->done) {
+        cr_assert_eq(o->load(p->mem.mem, 0, 1, PREC_BF16, POLICY_PARTS_ALL, POLICY_BACKGROUND),
+                     POLICY_ISSUED);
+        cr_assert_eq(o->load(p->mem.mem, 0, 2, PREC_BF16, POLICY_PARTS_ALL, POLICY_BACKGROUND),
+                     POLICY_ISSUED);
+        cr_assert_eq(o->load(p->mem.mem, 0, 3, PREC_BF16, POLICY_PARTS_ALL, POLICY_PREFETCH),
+                     POLICY_ISSUED);
+    }
+    p->done = true;
+    for (uint32_t a = 0; a < r->n_active; a++) {
+        o->load(p->mem.mem, r->layer, r->active[a], PREC_BF16, POLICY_PARTS_ALL, POLICY_DEMAND);
+        plan->run[a] = PREC_BF16;
+    }
+}
+
+static void classes_done(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
+                         uint32_t parts_mask, policy_class cls, uint64_t now_ns) {
+    (void)p, (void)layer, (void)prec, (void)parts_mask, (void)cls;
+    order_out->t_ns[order_out->n] = now_ns;
+    order_out->order[order_out->n++] = expert;
+}
+
+static const policy_methods classes_methods = {
+    .api_version = POLICY_API_VERSION,
+    .name = "classes",
+    .summary = "test: priority classes",
+    .create = scripted_create,
+    .on_route = classes_on_route,
+    .on_transfer_done = classes_done,
+    .destroy = scripted_destroy,
+};
+
+Test(sim, copies_are_served_demand_first_then_prefetch_then_background) {
+    model_geometry m = fixture_model(1, 4, 1);
+    hw_profile hw = fixture_hw();
+    trace *t = trace_to_expert0(&m);
+    cost_model c;
+    cost_model_init(&c, &hw, &m, &quant);
+    order_probe q = {0};
+    order_out = &q;
+    const char *sets[] = {"sim.chunk_kib=512", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "classes", &classes_methods, sets, &r, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_eq(q.n, 4);
+    /* expert 1 (background) had started: it yields after one chunk to the demand load (0), then
+     * to the prefetch (3); it resumes before the queued background copy of expert 2 */
+    uint32_t want[] = {0, 3, 1, 2};
+    for (int i = 0; i < 4; i++) cr_assert_eq(q.order[i], want[i], "completion %d", i);
+    uint64_t bytes = model_expert_bytes(&m, &quant, PREC_BF16);
+    uint64_t t0 = fixed_ns(&c, 1, 1);
+    uint64_t chunk = hw.h2d_latency_ns + cost_transfer_ns(512 * 1024, hw.h2d_bytes_per_s);
+    uint64_t copy = hw.h2d_latency_ns + cost_transfer_ns(bytes, hw.h2d_bytes_per_s);
+    cr_assert_eq(q.t_ns[0], t0 + chunk + copy);
+    cr_assert_eq(q.t_ns[1], t0 + chunk + 2 * copy);
+    /* the rest of expert 1 pays no second latency */
+    cr_assert_eq(q.t_ns[2], t0 + 3 * copy);
+    cr_assert_eq(q.t_ns[3], t0 + 4 * copy);
+    trace_destroy(t);
+}
+
+/* Runs even experts at int4 and skips odd ones. */
+static void mixed_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    for (uint32_t a = 0; a < r->n_active; a++) {
+        if (r->active[a] % 2) continue; /* left at POLICY_RUN_SKIP */
+        policy_mem_result res = p->mem.ops->load(p->mem.mem, r->layer, r->active[a], PREC_INT4,
+                                                 POLICY_PARTS_ALL, POLICY_DEMAND);
+        cr_assert(res != POLICY_REFUSED);
+        plan->run[a] = PREC_INT4;
+    }
+}
+
+static void mixed_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
+    (void)step, (void)now_ns;
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t e = 0; e < p->E; e++)
+            p->mem.ops->evict(p->mem.mem, l, e, PREC_INT4, POLICY_PARTS_ALL);
+}
+
+static const policy_methods mixed_methods = {
+    .api_version = POLICY_API_VERSION,
+    .name = "mixed",
+    .summary = "test: int4 and skip",
+    .create = scripted_create,
+    .on_route = mixed_on_route,
+    .end_step = mixed_end_step,
+    .destroy = scripted_destroy,
+};
+
+Test(sim, precision_mix_is_the_share_of_gate_mass_run_high_low_and_skipped) {
+    model_geometry m = fixture_model(2, 8, 2);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 2, 3, 10, 0.5, 21);
+    double lo = 0, skip = 0;
+    uint64_t skipped = 0;
+    for (size_t i = 0; i < t->n_tokens * m.n_moe_layers * m.top_k; i++) {
+        if (t->expert_ids[i] % 2) {
+            skip += t->gate_weights[i];
+            skipped++;
+        } else {
+            lo += t->gate_weights[i];
+        }
+    }
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "mixed", &mixed_methods, NULL, &r, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_float_eq(r.precision_mix_lo, lo / (lo + skip), 1e-6);
+    cr_assert_float_eq(r.precision_mix_skip, skip / (lo + skip), 1e-6);
+    cr_assert_eq(r.precision_mix_hi, 0.0);
+    cr_assert_eq(r.skipped_accesses, skipped);
+    cr_assert_eq(r.h2d_bytes % model_expert_bytes(&m, &quant, PREC_INT4), 0);
+    trace_destroy(t);
+}
+
+Test(sim, result_fields_are_unique_named_columns_in_a_fixed_order) {
+    model_geometry m = fixture_model(1, 4, 1);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 2, 2, 3, 0, 3);
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "lru", NULL, NULL, &r, &err), MOESIM_OK, "%s", err.msg);
+    const char *names[64];
+    double values[64];
+    size_t n = sim_result_fields(&r, names, values, 64);
+    cr_assert_geq(n, 25);
+    cr_assert_str_eq(names[0], "tokens");
+    cr_assert_eq(values[0], (double)t->n_tokens);
+    bool seen_p99 = false, seen_hit = false;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < i; j++) cr_assert_str_neq(names[i], names[j]);
+        if (!strcmp(names[i], "ttft_ms.p99")) seen_p99 = values[i] == r.ttft.p99_ms;
+        if (!strcmp(names[i], "hit_rate")) seen_hit = values[i] == r.hit_rate;
+    }
+    cr_assert(seen_p99 && seen_hit);
+    cr_assert_eq(sim_result_fields(&r, names, values, 3), 3);
+    trace_destroy(t);
+}
