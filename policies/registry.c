@@ -14,6 +14,7 @@ extern const policy_methods policy_mixtral_offload;
 extern const policy_methods policy_oracle;
 extern const policy_methods policy_dymoe;
 extern const policy_methods policy_dynaexq;
+extern const policy_methods policy_firm_moe;
 
 static const policy_methods *const registry[] = {
     &policy_ondemand,
@@ -24,6 +25,7 @@ static const policy_methods *const registry[] = {
     &policy_oracle,
     &policy_dymoe,
     &policy_dynaexq,
+    &policy_firm_moe,
 };
 
 const policy_methods *policy_lookup(const char *name) {
