@@ -1344,6 +1344,14 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
             }
     }
 
+    /* where the memory settings came from, for messages: "file:line", "--set", or the profile */
+    char bwhere[640], cwhere[640];
+    if (config_get(settings, "memory", "budget_gb"))
+        config_origin(settings, "memory", "budget_gb", bwhere, sizeof bwhere);
+    else
+        snprintf(bwhere, sizeof bwhere, "hardware profile %s (hbm_gib)", in->hw->name);
+    config_origin(settings, "cache", "experts_per_layer", cwhere, sizeof cwhere);
+
     /* HBM: non-expert weights, KV peak and activations first; experts get the rest */
     double budget_gb = s->set.budget_gb > 0 ? s->set.budget_gb : (double)in->hw->hbm_bytes / GIB;
     s->budget_bytes = (uint64_t)(budget_gb * GIB);
@@ -1352,9 +1360,9 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     uint64_t fixed = s->non_expert_bytes + s->act_bytes + s->kv_peak_bytes;
     if (fixed >= s->budget_bytes)
         return moesim_fail(err, MOESIM_EINPUT,
-                           "memory.budget_gb = %.3g leaves nothing for experts: non-expert weights "
-                           "%.2f GiB + KV cache %.2f GiB + activations %.2f GiB = %.2f GiB",
-                           budget_gb, s->non_expert_bytes / GIB, s->kv_peak_bytes / GIB,
+                           "%s: memory.budget_gb = %.3g leaves nothing for experts: non-expert "
+                           "weights %.2f GiB + KV cache %.2f GiB + activations %.2f GiB = %.2f GiB",
+                           bwhere, budget_gb, s->non_expert_bytes / GIB, s->kv_peak_bytes / GIB,
                            s->act_bytes / GIB, fixed / GIB);
     s->expert_budget_bytes = s->budget_bytes - fixed;
     uint64_t ebytes = model_expert_bytes(in->model, in->quant, s->prec);
@@ -1363,16 +1371,16 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         uint32_t c = s->set.experts_per_layer;
         if (c < s->K)
             return moesim_fail(err, MOESIM_EINPUT,
-                               "cache.experts_per_layer = %u: expected >= top_k (%u), a token "
-                               "needs all its experts resident at once",
-                               c, s->K);
+                               "%s: cache.experts_per_layer = %u: expected >= top_k (%u), a "
+                               "token needs all its experts resident at once",
+                               cwhere, c, s->K);
         if (c > s->E) c = s->E;
         s->pool_cap = (uint64_t)c * ebytes;
         if (s->pool_cap * s->L > s->expert_budget_bytes)
             return moesim_fail(err, MOESIM_EINPUT,
-                               "cache.experts_per_layer = %u needs %.2f GiB of experts at %s, but "
-                               "memory.budget_gb = %.3g leaves %.2f GiB for experts",
-                               c, (double)s->pool_cap * s->L / GIB, precision_name(s->prec),
+                               "%s: cache.experts_per_layer = %u needs %.2f GiB of experts at %s, "
+                               "but memory.budget_gb = %.3g leaves %.2f GiB for experts",
+                               cwhere, c, (double)s->pool_cap * s->L / GIB, precision_name(s->prec),
                                budget_gb, s->expert_budget_bytes / GIB);
         s->route_capacity = c;
     } else {
@@ -1381,9 +1389,10 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         if (fit < s->K)
             return moesim_fail(
                 err, MOESIM_EINPUT,
-                "memory.budget_gb = %.3g leaves %.2f GiB for experts: room for %" PRIu64
+                "%s: memory.budget_gb = %.3g leaves %.2f GiB for experts: room for %" PRIu64
                 " experts at %s, fewer than top_k (%u)",
-                budget_gb, s->expert_budget_bytes / GIB, fit, precision_name(s->prec), s->K);
+                bwhere, budget_gb, s->expert_budget_bytes / GIB, fit, precision_name(s->prec),
+                s->K);
         s->route_capacity = fit > s->E ? s->E : (uint32_t)fit;
     }
     s->pool_used = arena_calloc(&s->mem, s->per_layer ? s->L : 1, sizeof(uint64_t));
