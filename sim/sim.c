@@ -193,7 +193,8 @@ struct policy_mem {
 
     /* oracle support (built on first use) */
     bool future_built;
-    uint64_t *use_pos;   /* [total accesses] global access positions, grouped by le */
+    uint32_t *use_pos32; /* [total accesses] global access positions, grouped by le, when the */
+    uint64_t *use_pos64; /* total fits 32 bits (half the memory), else the 64-bit array */
     uint64_t *use_first; /* [L*E + 1] CSR offsets into use_pos */
     uint64_t *use_cur;   /* [L*E] cursor */
     uint64_t access_pos; /* global position of the current sub-route's first access */
@@ -585,7 +586,10 @@ static void future_build(sim_state *s) {
             }
     for (size_t i = 0; i < LE; i++) s->use_first[i + 1] += s->use_first[i];
     total = s->use_first[LE];
-    s->use_pos = arena_calloc(&s->mem, total ? total : 1, sizeof *s->use_pos);
+    if (total < UINT32_MAX)
+        s->use_pos32 = arena_calloc(&s->mem, total ? total : 1, sizeof *s->use_pos32);
+    else
+        s->use_pos64 = arena_calloc(&s->mem, total, sizeof *s->use_pos64);
     for (size_t i = 0; i < LE; i++) s->use_cur[i] = s->use_first[i];
     uint64_t pos = 0;
     for (uint64_t st = 0; st < s->n_steps; st++)
@@ -596,11 +600,19 @@ static void future_build(sim_state *s) {
                 for (uint32_t k = 0; k < s->K; k++) {
                     if (ex[k] == TRACE_NO_EXPERT) continue;
                     size_t le = (size_t)l * s->E + ex[k];
-                    s->use_pos[s->use_cur[le]++] = pos++;
+                    uint64_t at = s->use_cur[le]++;
+                    if (s->use_pos32)
+                        s->use_pos32[at] = (uint32_t)pos++;
+                    else
+                        s->use_pos64[at] = pos++;
                 }
             }
     for (size_t i = 0; i < LE; i++) s->use_cur[i] = s->use_first[i];
     s->future_built = true;
+}
+
+static uint64_t use_pos_at(const sim_state *s, uint64_t i) {
+    return s->use_pos32 ? s->use_pos32[i] : s->use_pos64[i];
 }
 
 static uint64_t mem_next_use(const policy_mem *cm, uint32_t layer, uint32_t expert) {
@@ -609,9 +621,9 @@ static uint64_t mem_next_use(const policy_mem *cm, uint32_t layer, uint32_t expe
     if (!s->future_built) future_build(s);
     size_t le = (size_t)layer * s->E + expert;
     uint64_t end = s->use_first[le + 1];
-    while (s->use_cur[le] < end && s->use_pos[s->use_cur[le]] < s->access_pos) s->use_cur[le]++;
+    while (s->use_cur[le] < end && use_pos_at(s, s->use_cur[le]) < s->access_pos) s->use_cur[le]++;
     if (s->use_cur[le] == end) return UINT64_MAX;
-    return s->use_pos[s->use_cur[le]] - s->access_pos;
+    return use_pos_at(s, s->use_cur[le]) - s->access_pos;
 }
 
 static uint32_t mem_future_active(const policy_mem *cm, uint32_t layer, uint16_t *ids,
