@@ -124,6 +124,7 @@ typedef struct policy {
     policy_mem_view mem;
     uint32_t E;
     bool done;
+    uint64_t first_token; /* "recorded": trace index of the step's first token */
 } scripted;
 
 static moesim_status scripted_create(const policy_params *params, const void *knobs,
@@ -736,4 +737,105 @@ Test(sim, finished_requests_are_replaced_and_prefill_steps_take_every_pending_pr
     cr_assert_eq(r.requests, 3);
     trace_destroy(t);
     trace_destroy(base);
+}
+
+/* Checks, at every route, that the look-ahead and importance the policy sees are the trace's. */
+static const trace *recorded_trace;
+static uint64_t recorded_checked;
+
+static void recorded_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    cr_assert(r->lookahead_ids && r->importance);
+    /* with batch 1 the step's tokens are consecutive trace tokens from first_token */
+    for (uint32_t i = 0; i < r->n_tokens; i++) {
+        uint64_t tok = p->first_token + i;
+        const uint16_t *want =
+            recorded_trace->lookahead_ids + trace_lookahead_index(recorded_trace, tok, r->layer, 1);
+        for (uint32_t j = 0; j < recorded_trace->meta.lookahead_k; j++)
+            cr_assert_eq(r->lookahead_ids[(size_t)i * recorded_trace->meta.lookahead_k + j],
+                         want[j]);
+        cr_assert_eq(r->importance[i],
+                     recorded_trace->importance[tok * recorded_trace->meta.n_layers + r->layer]);
+        recorded_checked++;
+    }
+    for (uint32_t a = 0; a < r->n_active; a++) {
+        p->mem.ops->load(p->mem.mem, r->layer, r->active[a], PREC_INT4, POLICY_PARTS_ALL,
+                         POLICY_DEMAND);
+        plan->run[a] = PREC_INT4;
+    }
+}
+
+static void recorded_begin_step(policy *p, const policy_step *step) {
+    /* batch 1, requests stored one after the other: the step's first token is the trace token
+     * with this request and position */
+    uint64_t tok = 0;
+    while (recorded_trace->request_id[tok] != step->request[0] ||
+           recorded_trace->position[tok] != step->position[0])
+        tok++;
+    p->first_token = tok;
+}
+
+static void recorded_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
+    (void)step, (void)now_ns;
+    for (uint32_t l = 0; l < recorded_trace->meta.n_layers; l++)
+        for (uint32_t e = 0; e < recorded_trace->meta.n_experts; e++)
+            p->mem.ops->evict(p->mem.mem, l, e, PREC_INT4, POLICY_PARTS_ALL);
+}
+
+static const policy_methods recorded_methods = {
+    .api_version = POLICY_API_VERSION,
+    .name = "recorded",
+    .summary = "test: recorded look-ahead and importance reach the policy",
+    .create = scripted_create,
+    .begin_step = recorded_begin_step,
+    .on_route = recorded_on_route,
+    .end_step = recorded_end_step,
+    .destroy = scripted_destroy,
+};
+
+Test(sim, recorded_lookahead_and_importance_reach_the_policy_and_accuracy_is_measured) {
+    model_geometry m = fixture_model(3, 8, 2);
+    hw_profile hw = fixture_hw();
+    trace *plain = fixture_trace(&m, 2, 3, 6, 0.5, 8);
+    trace_meta meta = plain->meta;
+    meta.lookahead_depth = 1;
+    meta.lookahead_k = 2;
+    meta.has_importance = true;
+    trace *t = trace_create(&meta, plain->n_tokens);
+    size_t route = (size_t)plain->n_tokens * m.n_moe_layers * m.top_k;
+    memcpy(t->request_id, plain->request_id, plain->n_tokens * sizeof *t->request_id);
+    memcpy(t->position, plain->position, plain->n_tokens * sizeof *t->position);
+    memcpy(t->phase, plain->phase, plain->n_tokens);
+    memcpy(t->expert_ids, plain->expert_ids, route * sizeof *t->expert_ids);
+    memcpy(t->gate_weights, plain->gate_weights, route * sizeof *t->gate_weights);
+    /* the prediction at layer l for l + 1: its true top-2 on odd tokens, reversed on even
+     * tokens (top-1 wrong); nothing past the last layer */
+    uint64_t right = 0, total = 0;
+    for (uint64_t i = 0; i < t->n_tokens; i++)
+        for (uint32_t l = 0; l < m.n_moe_layers; l++) {
+            t->importance[i * m.n_moe_layers + l] = (float)(i + l);
+            uint16_t *ids = t->lookahead_ids + trace_lookahead_index(t, i, l, 1);
+            float *sc = t->lookahead_scores + trace_lookahead_index(t, i, l, 1);
+            for (uint32_t j = 0; j < 2; j++) {
+                ids[j] = l + 1 < m.n_moe_layers ? trace_experts(t, i, l + 1)[i % 2 ? j : 1 - j]
+                                                : TRACE_NO_EXPERT;
+                sc[j] = l + 1 < m.n_moe_layers ? 0.5f : 0.0f;
+            }
+            if (l + 1 < m.n_moe_layers) {
+                total++;
+                right += i % 2;
+            }
+        }
+    moesim_error err = {0};
+    cr_assert_eq(trace_finish(t, "test", &err), MOESIM_OK, "%s", err.msg);
+    recorded_trace = t;
+    recorded_checked = 0;
+    const char *sets[] = {"expert.precision=int4", NULL};
+    sim_result r;
+    cr_assert_eq(run_sets(t, &m, &hw, "recorded", &recorded_methods, sets, &r, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_eq(recorded_checked, t->n_tokens * m.n_moe_layers);
+    cr_assert(!r.predictor_emulated);
+    cr_assert_float_eq(r.predictor_accuracy, (double)right / (double)total, 1e-12);
+    trace_destroy(t);
+    trace_destroy(plain);
 }
