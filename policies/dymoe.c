@@ -721,6 +721,8 @@ static void dymoe_destroy(policy *p) {
     free(p);
 }
 
+static moesim_precision dymoe_hi_precision(const policy *p) { return p->hi; }
+
 const policy_methods policy_dymoe = {
     .api_version = POLICY_API_VERSION,
     .name = "dymoe",
@@ -737,4 +739,5 @@ const policy_methods policy_dymoe = {
     .end_step = NULL,
     .report = dymoe_report,
     .destroy = dymoe_destroy,
+    .hi_precision = dymoe_hi_precision,
 };

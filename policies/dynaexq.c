@@ -574,6 +574,8 @@ static size_t dx_report(const policy *p, const char **names, double *values, siz
     return n;
 }
 
+static moesim_precision dynaexq_hi_precision(const policy *p) { return p->prec[DX_HI]; }
+
 const policy_methods policy_dynaexq = {
     .api_version = POLICY_API_VERSION,
     .name = "dynaexq",
@@ -590,4 +592,5 @@ const policy_methods policy_dynaexq = {
     .end_step = dx_end_step,
     .report = dx_report,
     .destroy = dx_destroy,
+    .hi_precision = dynaexq_hi_precision,
 };

@@ -202,6 +202,10 @@ typedef struct policy_methods {
      * written (at most cap). */
     size_t (*report)(const policy *p, const char **names, double *values, size_t cap);
     void (*destroy)(policy *p); /* accepts NULL */
+    /* The precision this policy calls HI, for the host's precision mix: a run at a precision of
+     * at least that many bits counts as HI, fewer as LO (DyMoE's `hi` is int4, DynaExq's bf16).
+     * NULL: expert.precision, which single-precision policies run at. */
+    moesim_precision (*hi_precision)(const policy *p);
 } policy_methods;
 
 /* ---- the registry ---- */

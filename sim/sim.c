@@ -1059,7 +1059,8 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
     s->pm->on_route(s->pol, &route, &plan);
 
     /* check the plan, pin what runs, count hits and gate mass */
-    uint8_t prim_bits = (uint8_t)s->cost.quant.fmt[s->prec].weight_bits;
+    moesim_precision hi = s->pm->hi_precision ? s->pm->hi_precision(s->pol) : s->prec;
+    uint8_t prim_bits = (uint8_t)s->cost.quant.fmt[hi].weight_bits;
     for (uint32_t a = 0; a < n_active; a++) {
         uint8_t pr = s->plan[a];
         if (pr == POLICY_RUN_SKIP) continue;

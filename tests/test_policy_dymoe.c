@@ -923,6 +923,29 @@ Test(dymoe_behaviour, lambda_one_runs_everything_at_hi_on_a_synthetic_trace) {
     trace_destroy(sc.tr);
 }
 
+/* The precision mix counts runs against the policy's own `hi` (policy_methods.hi_precision),
+ * not against expert.precision: with expert.precision left at bf16, lambda = 1 is still all HI,
+ * and lambda = 0 with 4/2 puts gate mass at LO. */
+Test(dymoe_behaviour, precision_mix_is_measured_against_the_policys_hi_not_expert_precision) {
+    sim_case sc;
+    sim_case_load(&sc);
+    const char *lambdas[] = {"dymoe.lambda=1", "dymoe.lambda=0"};
+    for (int i = 0; i < 2; i++) {
+        config *c = config_create();
+        moesim_error err = {0};
+        cr_assert_eq(config_set(c, "memory.budget_gb=24", &err), MOESIM_OK, "%s", err.msg);
+        cr_assert_eq(config_set(c, "dymoe.lo=int2", &err), MOESIM_OK, "%s", err.msg);
+        cr_assert_eq(config_set(c, lambdas[i], &err), MOESIM_OK, "%s", err.msg);
+        sim_inputs in = {.trace = sc.tr, .model = &sc.model, .hw = &sc.hw, .quant = &sc.quant};
+        sim_result res;
+        cr_assert_eq(sim_run(&in, "dymoe", c, &res, &err), MOESIM_OK, "%s", err.msg);
+        if (i == 0) cr_expect_float_eq(res.precision_mix_hi, 1.0, 1e-12);
+        else cr_expect(res.precision_mix_lo > 0.2, "lo share %g", res.precision_mix_lo);
+        config_destroy(c);
+    }
+    trace_destroy(sc.tr);
+}
+
 /* 4/0 (skipping saves its bytes outright): TPOT falls at every step of lambda. 4/2: TPOT falls
  * over lambda 1 -> 0.5 -> 0; between lambda 1 and 0.75 it is flat (within 1 %), because the few
  * experts first loaded at int2 are often critical at a later token, and rule 2 then loads them
