@@ -3,13 +3,14 @@
  * layers: hidden 2048, 64 experts of width 1024, top-8, vocab 50304), written as a real
  * checkpoint (config.json + model.safetensors, bf16) and loaded through engine_load.
  *
- *   bench_engine [--layers N] [--gen N] [--threads N] [--dir DIR]
+ *   bench_engine [--layers N] [--gen N] [--threads N] [--dir DIR] [--gemv-only]
  *
  * The checkpoint (~3.6 GB for 4 layers) goes to DIR (default: a fresh folder under /tmp) and is
  * removed at the end unless --dir was given. GEMV figures are single-threaded (one core's share
  * of the memory system); decode uses every thread the engine is given. */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,9 +245,11 @@ int main(int argc, char **argv) {
                                          {"gen", required_argument, NULL, 'g'},
                                          {"threads", required_argument, NULL, 't'},
                                          {"dir", required_argument, NULL, 'd'},
+                                         {"gemv-only", no_argument, NULL, 'G'},
                                          {NULL, 0, NULL, 0}};
     uint32_t layers = 4, gen = 16, threads = 0;
     const char *dir_opt = NULL;
+    bool gemv_only = false;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -262,9 +265,13 @@ int main(int argc, char **argv) {
         case 'd':
             dir_opt = optarg;
             break;
+        case 'G':
+            gemv_only = true;
+            break;
         default:
             fprintf(stderr,
-                    "usage: bench_engine [--layers N] [--gen N] [--threads N] [--dir DIR]\n");
+                    "usage: bench_engine [--layers N] [--gen N] [--threads N] [--dir DIR] "
+                    "[--gemv-only]\n");
             return 2;
         }
     }
@@ -283,6 +290,7 @@ int main(int argc, char **argv) {
         printf("  %-5s %7.2f GB/s  (%3.0f%% of streaming read)\n", precision_name(precs[i]), g,
                100 * g / stream);
     }
+    if (gemv_only) return 0;
 
     char dir[4096];
     if (dir_opt) {
