@@ -231,6 +231,13 @@ static uint64_t token_add(importer *x, uint32_t req, uint32_t pos, uint8_t phase
     return t;
 }
 
+/* "ids[3]": a field with its index, in `buf`. CSV fields are columns ("expert_3"). */
+static const char *field_at(char *buf, size_t cap, const char *field, uint32_t j) {
+    bool csv = !strcmp(field, "expert") || !strcmp(field, "gate");
+    snprintf(buf, cap, csv ? "%s_%" PRIu32 : "%s[%" PRIu32 "]", field, j);
+    return buf;
+}
+
 /* Places one record (every value checked against the model). */
 static moesim_status import_add(importer *x, import_record *r) {
     const import_fields *f = x->f;
@@ -282,24 +289,26 @@ static moesim_status import_add(importer *x, import_record *r) {
         return rec_fail(x, f->gates, "%" PRIu32 " gate weights for %" PRIu32 " expert ids",
                         r->n_gates, r->n_ids);
     double sum = 0;
+    char fld[48];
     for (uint32_t j = 0; j < x->k; j++) {
         if (r->ids[j] >= x->E)
-            return rec_fail(x, f->ids,
-                            "[%" PRIu32 "]: expert id %" PRIu64 " >= %" PRIu32 " experts (%s)", j,
-                            r->ids[j], x->E, model);
+            return rec_fail(x, field_at(fld, sizeof fld, f->ids, j),
+                            "expert id %" PRIu64 " >= %" PRIu32 " experts (%s)", r->ids[j], x->E,
+                            model);
         for (uint32_t a = 0; a < j; a++)
             if (r->ids[a] == r->ids[j])
-                return rec_fail(x, f->ids,
-                                "[%" PRIu32 "]: expert %" PRIu64 " appears twice (also at [%" PRIu32
-                                "])",
-                                j, r->ids[j], a);
+                return rec_fail(x, field_at(fld, sizeof fld, f->ids, j),
+                                "expert %" PRIu64 " appears twice (also at [%" PRIu32 "])",
+                                r->ids[j], a);
         float g = r->gates[j];
         if (!isfinite(g))
-            return rec_fail(x, f->gates, "[%" PRIu32 "]: gate weight is not finite", j);
+            return rec_fail(x, field_at(fld, sizeof fld, f->gates, j), "gate weight is not finite");
         if (g < 0.0f)
-            return rec_fail(x, f->gates, "[%" PRIu32 "]: gate weight %g is negative", j, (double)g);
+            return rec_fail(x, field_at(fld, sizeof fld, f->gates, j), "gate weight %g is negative",
+                            (double)g);
         if (g > 1.0f)
-            return rec_fail(x, f->gates, "[%" PRIu32 "]: gate weight %g > 1", j, (double)g);
+            return rec_fail(x, field_at(fld, sizeof fld, f->gates, j), "gate weight %g > 1",
+                            (double)g);
         sum += g;
     }
     const double tol = TRACE_IMPORT_GATE_SUM_TOLERANCE;
@@ -429,11 +438,12 @@ static moesim_status scan_array(importer *x, text_scan *s, const char *line, con
             bool ok;
             if (gates) {
                 if (s->p < s->end && (*s->p == 'N' || *s->p == 'I' ||
-                                      (*s->p == '-' && s->end - s->p > 1 && s->p[1] == 'I')))
-                    return rec_fail(x, field,
-                                    "[%" PRIu32 "]: NaN or Infinity is not a gate weight (nor "
-                                    "valid JSON)",
-                                    n);
+                                      (*s->p == '-' && s->end - s->p > 1 && s->p[1] == 'I'))) {
+                    char where[80];
+                    snprintf(where, sizeof where, "%s[%" PRIu32 "]", field, n);
+                    return rec_fail(x, where,
+                                    "NaN or Infinity is not a gate weight (nor valid JSON)");
+                }
                 float g;
                 ok = text_scan_float(s, &g);
                 if (ok && n < TRACE_MAX_TOP_K) r->gates[n] = g;
@@ -784,7 +794,8 @@ static moesim_status parse_csv_row(importer *x, const char *line, const char *en
             s.why = "unexpected characters after the number";
         }
         if (!ok)
-            return rec_fail(x, name, "expected a %s: %s",
+            return rec_fail(x, name, "'%.*s' is not a %s (%s)",
+                            (int)(cell_end[c] - cell[c] < 40 ? cell_end[c] - cell[c] : 40), cell[c],
                             c >= 4 + x->k ? "number" : "non-negative integer", s.why);
         if (c == 0) {
             if (!key_append(r, 'i', cell[0], (size_t)(cell_end[0] - cell[0])))

@@ -210,7 +210,7 @@ bool text_scan_uint(text_scan *s, uint64_t max, uint64_t *out) {
     text_scan_ws(s);
     if (s->p < s->end && *s->p == '-') return scan_fail(s, "expected a non-negative integer");
     if (!text_scan_number(s, &start, &integer)) {
-        s->why = "expected a non-negative integer";
+        if (!strcmp(s->why, "expected a number")) s->why = "expected a non-negative integer";
         return false;
     }
     if (!integer) return scan_fail(s, "expected an integer (no fraction or exponent)");
