@@ -744,6 +744,14 @@ static moesim_status parse_csv_header(importer *x, const char *line, const char 
     }
 }
 
+/* The header name of CSV column c (0-based). */
+static const char *csv_column_name(const importer *x, uint32_t c, char *buf, size_t cap) {
+    static const char *const fixed[4] = {"request_id", "position", "phase", "layer"};
+    if (c < 4) return fixed[c];
+    snprintf(buf, cap, "%s_%" PRIu32, c < 4 + x->k ? "expert" : "gate", (c - 4) % x->k);
+    return buf;
+}
+
 static moesim_status parse_csv_row(importer *x, const char *line, const char *end,
                                    import_record *r) {
     if (end > line && end[-1] == '\r') end--;
@@ -766,12 +774,6 @@ static moesim_status parse_csv_row(importer *x, const char *line, const char *en
     char colname[32];
     for (uint32_t c = 0; c < cols; c++) {
         text_scan s = {cell[c], cell_end[c], NULL};
-        const char *name = c == 0 ? "request_id" : c == 1 ? "position" : c == 2 ? "phase" : "layer";
-        if (c >= 4) {
-            uint32_t j = (c - 4) % x->k;
-            snprintf(colname, sizeof colname, "%s_%" PRIu32, c < 4 + x->k ? "expert" : "gate", j);
-            name = colname;
-        }
         bool ok = true;
         uint64_t v = 0;
         if (c == 2) {
@@ -781,7 +783,8 @@ static moesim_status parse_csv_row(importer *x, const char *line, const char *en
             else if (len == 6 && !memcmp(s.p, "decode", 6))
                 r->phase = TRACE_DECODE;
             else
-                return rec_fail(x, name, "expected prefill or decode");
+                return rec_fail(x, csv_column_name(x, c, colname, sizeof colname),
+                                "expected prefill or decode");
             continue;
         }
         if (c >= 4 + x->k) {
@@ -794,12 +797,13 @@ static moesim_status parse_csv_row(importer *x, const char *line, const char *en
             s.why = "unexpected characters after the number";
         }
         if (!ok)
-            return rec_fail(x, name, "'%.*s' is not a %s (%s)",
+            return rec_fail(x, csv_column_name(x, c, colname, sizeof colname),
+                            "'%.*s' is not a %s (%s)",
                             (int)(cell_end[c] - cell[c] < 40 ? cell_end[c] - cell[c] : 40), cell[c],
                             c >= 4 + x->k ? "number" : "non-negative integer", s.why);
         if (c == 0) {
             if (!key_append(r, 'i', cell[0], (size_t)(cell_end[0] - cell[0])))
-                return rec_fail(x, name, "too long");
+                return rec_fail(x, csv_column_name(x, c, colname, sizeof colname), "too long");
             snprintf(r->name, sizeof r->name, "%.*s", (int)(cell_end[0] - cell[0]), cell[0]);
         } else if (c == 1) {
             r->token_idx = v;
