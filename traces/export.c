@@ -3,13 +3,15 @@
  * traces/FORMAT.md ("Import and export").
  *
  * Exactness: positions, phases, request ids (dense numbers, so importing renumbers them to the
- * same values), expert ids and gates all survive; a gate is printed with the shortest of "%.6g"
- * and "%.9g" that strtof reads back to the same bits (9 significant digits always suffice for
- * a float). Unrecorded rows (TRACE_NO_EXPERT) are not written: importing with the default
+ * same values), expert ids and gates all survive; a gate is printed with 6 significant digits
+ * when those read back to the same bits (0.71f -> "0.71"), else with "%.9g" (9 significant
+ * digits always suffice for a float). Unrecorded rows (TRACE_NO_EXPERT) are not written: importing
+ * with the default
  * --incomplete keep restores them. Importance, token ids and look-ahead predictions have no
  * column in these forms (the CLI says so when a trace has them). */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,12 +58,51 @@ static inline void out_u64(out_buf *o, uint64_t v) {
     o->len += (size_t)n;
 }
 
-/* The shortest of %.6g / %.9g that reads back to the same float. */
+/* g in [1e-4, 1] to 6 significant digits without printf: v = g * 10^p rounded, p = 5..9 (the
+ * product is exact in double: 24 bits of g times the 5^p <= 5^9 part of 10^p, 45 bits). Writes
+ * the decimal ("0.71") and returns its length when it reads back to g bit for bit, else 0. */
+static int format_short(float g, char *out) {
+    static const double pow10[10] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
+    if (!(g >= 1e-4f && g <= 1.0f)) return 0;
+    int p = g >= 1.0f ? 5 : g >= 0.1f ? 6 : g >= 0.01f ? 7 : g >= 0.001f ? 8 : 9;
+    double v = nearbyint((double)g * pow10[p]);
+    double back = v / pow10[p]; /* correctly rounded (Clinger: v < 2^53, 10^p exact) */
+    uint64_t bits;
+    memcpy(&bits, &back, sizeof bits);
+    if ((bits & 0x1FFFFFFFu) == 0x10000000u || (float)back != g) return 0; /* midpoint: no */
+    uint64_t n = (uint64_t)v;
+    char digits[24];
+    int nd = 0;
+    do {
+        digits[nd++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    /* digits[] holds v backwards; the value is v / 10^p */
+    int len = 0, frac_start;
+    if (nd > p) { /* integer part present (g == 1 -> "1") */
+        for (int i = nd - 1; i >= p; i--) out[len++] = digits[i];
+    } else {
+        out[len++] = '0';
+    }
+    out[len++] = '.';
+    frac_start = len;
+    for (int i = p - 1; i >= 0; i--) out[len++] = i < nd ? digits[i] : '0';
+    while (len > frac_start && out[len - 1] == '0') len--;
+    if (len == frac_start) len--; /* no fraction: drop the '.' */
+    return len;
+}
+
+/* The shortest of 6 and 9 significant digits that reads back to the same float (9 always
+ * suffice for a float). */
 static void out_float(out_buf *o, float g) {
     char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, "%.6g", (double)g);
-    float back = strtof(tmp, NULL);
-    if (memcmp(&back, &g, sizeof g)) n = snprintf(tmp, sizeof tmp, "%.9g", (double)g);
+    int n = format_short(g, tmp);
+    if (n == 0 && !(g >= 1e-4f && g <= 1.0f)) { /* outside format_short's range: ask printf */
+        n = snprintf(tmp, sizeof tmp, "%.6g", (double)g);
+        float back = strtof(tmp, NULL);
+        if (memcmp(&back, &g, sizeof g)) n = 0;
+    }
+    if (n == 0) n = snprintf(tmp, sizeof tmp, "%.9g", (double)g);
     out_str(o, tmp, (size_t)n);
 }
 

@@ -52,7 +52,6 @@ static const import_fields fields_csv = {"request_id", "position", "layer",
 typedef struct import_record {
     char key[REQUEST_KEY_MAX]; /* request identity: type-tagged bytes */
     size_t key_len;
-    char name[64]; /* the request as a person reads it (messages, report) */
     uint64_t token_idx;
     uint64_t layer;
     uint32_t n_ids, n_gates; /* as many as the record holds (only the first 64 are kept) */
@@ -159,6 +158,25 @@ static void table_insert(importer *x, uint32_t idx) {
     x->table[h] = idx + 1;
 }
 
+/* The printable name of a request key: its segments joined by '/' ("gsm8k/17", "r3"), control
+ * characters shown as '?' so that messages stay on one line. */
+static void key_to_name(const char *key, size_t len, char *out, size_t cap) {
+    size_t n = 0;
+    for (size_t i = 0; i + 1 < len;) {
+        char tag = key[i];
+        size_t seg = (unsigned char)key[i + 1];
+        i += 2;
+        MOESIM_ASSERT(i + seg <= len);
+        if (tag != 'n') {
+            if (n && n + 1 < cap) out[n++] = '/';
+            for (size_t j = 0; j < seg && n + 1 < cap; j++)
+                out[n++] = (unsigned char)key[i + j] < 0x20 ? '?' : key[i + j];
+        }
+        i += seg;
+    }
+    out[n] = '\0';
+}
+
 static uint32_t request_find_or_add(importer *x, const import_record *r) {
     if (x->last_req != UINT32_MAX) {
         const import_request *q = &x->reqs[x->last_req];
@@ -191,7 +209,7 @@ static uint32_t request_find_or_add(importer *x, const import_record *r) {
     q->hash = h;
     memcpy(x->keys + x->keys_len, r->key, r->key_len);
     x->keys_len += r->key_len;
-    snprintf(q->name, sizeof q->name, "%s", r->name);
+    key_to_name(r->key, r->key_len, q->name, sizeof q->name);
     q->last_token = NO_TOKEN;
     if (2 * (uint64_t)x->n_reqs >= x->table_cap) { /* grow and rehash at half load */
         free(x->table);
@@ -413,8 +431,9 @@ static const char *const jkey_names[JK_COUNT] = {
      JBIT(JK_TOPK_WEIGHTS))
 
 static int jkey_lookup(const char *k, size_t n) {
+    static const unsigned char len[JK_COUNT] = {7, 10, 6, 9, 5, 7, 12, 8, 12, 5};
     for (int i = 0; i < JK_COUNT; i++)
-        if (strlen(jkey_names[i]) == n && !memcmp(jkey_names[i], k, n)) return i;
+        if (len[i] == n && !memcmp(jkey_names[i], k, n)) return i;
     return -1;
 }
 
@@ -478,21 +497,20 @@ static moesim_status scan_array(importer *x, text_scan *s, const char *line, con
     return MOESIM_OK;
 }
 
-/* Appends a tagged value to the request key. */
+/* Appends a segment to the request key: tag ('s' string, 'i' integer, 'd' dataset, 'n' no
+ * dataset), length byte, bytes. */
 static bool key_append(import_record *r, char tag, const char *bytes, size_t n) {
-    if (r->key_len + 1 + n + 1 > sizeof r->key) return false;
+    if (r->key_len + 2 + n > sizeof r->key) return false;
     r->key[r->key_len++] = tag;
+    r->key[r->key_len++] = (char)(unsigned char)n;
     memcpy(r->key + r->key_len, bytes, n);
     r->key_len += n;
-    r->key[r->key_len++] = '\0';
     return true;
 }
 
-/* A request identifier: a JSON string or integer, appended to the key. `text` gets the
- * printable form. */
+/* A request identifier: a JSON string or integer, appended to the key. */
 static moesim_status scan_request_part(importer *x, text_scan *s, const char *line,
-                                       const char *field, import_record *r, char *text,
-                                       size_t text_cap) {
+                                       const char *field, import_record *r) {
     text_scan_ws(s);
     char buf[REQUEST_KEY_MAX];
     size_t n;
@@ -516,7 +534,6 @@ static moesim_status scan_request_part(importer *x, text_scan *s, const char *li
     }
     if (!key_append(r, tag, buf, n))
         return rec_fail(x, field, "longer than %d bytes", REQUEST_KEY_MAX - 8);
-    snprintf(text, text_cap, "%.*s", (int)n, buf);
     return MOESIM_OK;
 }
 
@@ -545,12 +562,11 @@ static moesim_status parse_jsonl(importer *x, const char *line, const char *end,
     r->n_ids = r->n_gates = 0;
     unsigned seen = 0;
     bool ignored = false;
-    char dataset[REQUEST_KEY_MAX], problem[REQUEST_KEY_MAX];
+    char dataset[REQUEST_KEY_MAX];
     size_t dataset_len = 0;
     bool dataset_seen = false;
     import_record scratch_key; /* problem_id before dataset: build the key after the object */
     scratch_key.key_len = 0;
-    char idtext[64] = "";
     if (!text_scan_char(&s, '{', "expected '{' (one JSON object per line)"))
         return syntax_fail(x, "record", &s, line);
     text_scan_ws(&s);
@@ -585,9 +601,7 @@ static moesim_status parse_jsonl(importer *x, const char *line, const char *end,
             }
             case JK_PROBLEM_ID:
             case JK_REQ_ID:
-                st = scan_request_part(x, &s, line, field, &scratch_key,
-                                       jk == JK_REQ_ID ? idtext : problem,
-                                       jk == JK_REQ_ID ? sizeof idtext : sizeof problem);
+                st = scan_request_part(x, &s, line, field, &scratch_key);
                 break;
             case JK_TOKEN_IDX:
                 if (!text_scan_uint(&s, UINT32_MAX - 1, &v)) return syntax_fail(x, field, &s, line);
@@ -692,13 +706,6 @@ static moesim_status parse_jsonl(importer *x, const char *line, const char *end,
     if (x->schema == TRACE_SCHEMA_PROBLEM) {
         if (!key_append(r, dataset_seen ? 'd' : 'n', dataset, dataset_seen ? dataset_len : 0))
             return rec_fail(x, "dataset", "longer than %d bytes", REQUEST_KEY_MAX - 8);
-        if (dataset_seen)
-            snprintf(r->name, sizeof r->name, "%.*s/%s", (int)(dataset_len < 40 ? dataset_len : 40),
-                     dataset, problem);
-        else
-            snprintf(r->name, sizeof r->name, "%s", problem);
-    } else {
-        snprintf(r->name, sizeof r->name, "%s", idtext);
     }
     if (r->key_len + scratch_key.key_len > sizeof r->key)
         return rec_fail(x, x->f->request, "request name longer than %d bytes", REQUEST_KEY_MAX - 8);
@@ -804,7 +811,6 @@ static moesim_status parse_csv_row(importer *x, const char *line, const char *en
         if (c == 0) {
             if (!key_append(r, 'i', cell[0], (size_t)(cell_end[0] - cell[0])))
                 return rec_fail(x, csv_column_name(x, c, colname, sizeof colname), "too long");
-            snprintf(r->name, sizeof r->name, "%.*s", (int)(cell_end[0] - cell[0]), cell[0]);
         } else if (c == 1) {
             r->token_idx = v;
         } else if (c == 3) {

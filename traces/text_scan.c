@@ -1,11 +1,11 @@
-/* Strict JSON scanning for the importer; see text_scan.h. Floats: Clinger's fast path in double
- * (mantissa <= 2^53 and |exponent| <= 22 give a correctly rounded double), then one rounding to
- * float, which is exact unless the double sits exactly on a midpoint between two floats (then
- * strtof, like every other case, decides). */
+/* Strict JSON scanning for the importer; see text_scan.h. Numbers are scanned in one pass that
+ * checks the grammar and accumulates up to 19 significant digits. Floats: Clinger's fast path in
+ * double (mantissa <= 2^53 and |exponent| <= 22 give a correctly rounded double), then one
+ * rounding to float, which is exact unless the double sits exactly on a midpoint between two
+ * floats (then strtof, like every other case, decides). */
 #include "traces/text_scan.h"
 
 #include <float.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,21 +205,23 @@ bool text_scan_number(text_scan *s, const char **start, bool *is_integer) {
 }
 
 bool text_scan_uint(text_scan *s, uint64_t max, uint64_t *out) {
-    const char *start;
-    bool integer;
     text_scan_ws(s);
-    if (s->p < s->end && *s->p == '-') return scan_fail(s, "expected a non-negative integer");
-    if (!text_scan_number(s, &start, &integer)) {
-        if (!strcmp(s->why, "expected a number")) s->why = "expected a non-negative integer";
-        return false;
-    }
-    if (!integer) return scan_fail(s, "expected an integer (no fraction or exponent)");
+    const char *p = s->p, *end = s->end;
+    if (p >= end || !is_digit(*p)) return scan_fail(s, "expected a non-negative integer");
     uint64_t v = 0;
-    for (const char *p = start; p < s->p; p++) {
-        uint64_t d = (uint64_t)(*p - '0');
-        if (v > (max - d) / 10) return scan_fail(s, "integer too large");
-        v = v * 10 + d;
+    if (*p == '0') {
+        p++;
+        if (p < end && is_digit(*p)) return scan_fail(s, "leading zero in a number");
+    } else {
+        for (; p < end && is_digit(*p); p++) {
+            uint64_t d = (uint64_t)(*p - '0');
+            if (v > (max - d) / 10) return scan_fail(s, "integer too large");
+            v = v * 10 + d;
+        }
     }
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E'))
+        return scan_fail(s, "expected an integer (no fraction or exponent)");
+    s->p = p;
     *out = v;
     return true;
 }
@@ -228,26 +230,56 @@ static const double pow10_exact[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6, 
                                        1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                                        1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* The float nearest to the validated JSON number [a, b). */
-static float decimal_to_float(const char *a, const char *b) {
-    const char *text = a;
-    bool neg = *a == '-';
-    if (neg) a++;
+/* The float nearest to m * 10^e10 (negated when `neg`); [text, end) is the number's text for
+ * the slow path. */
+static float decimal_to_float(bool neg, uint64_t m, int64_t e10, bool dropped, const char *text,
+                              const char *end) {
+    if (m == 0) return neg ? -0.0f : 0.0f;
+    if (!dropped && m <= (1ull << 53) && e10 >= -22 && e10 <= 22) {
+        double d = (double)m;
+        d = e10 < 0 ? d / pow10_exact[-e10] : d * pow10_exact[e10];
+        if (d >= FLT_MIN && d <= FLT_MAX) {
+            /* rounding d to float is exact unless d is a midpoint between two floats: then the
+             * 29 bits a float drops from a double's significand are exactly 1 followed by 0s */
+            uint64_t bits;
+            memcpy(&bits, &d, sizeof bits);
+            if ((bits & 0x1FFFFFFFu) != 0x10000000u) return neg ? -(float)d : (float)d;
+        }
+    }
+    char buf[TEXT_SCAN_MAX_NUMBER_CHARS + 1];
+    size_t n = (size_t)(end - text);
+    memcpy(buf, text, n);
+    buf[n] = '\0';
+    return strtof(buf, NULL);
+}
+
+bool text_scan_float(text_scan *s, float *out) {
+    text_scan_ws(s);
+    const char *start = s->p, *p = s->p, *end = s->end;
+    bool neg = p < end && *p == '-';
+    if (neg) p++;
+    if (p >= end || !is_digit(*p)) return scan_fail(s, "expected a number");
     uint64_t m = 0;
     int nd = 0;
     int64_t e10 = 0;
     bool dropped = false; /* nonzero digits beyond the 19 kept */
-    for (; a < b && is_digit(*a); a++) {
-        unsigned d = (unsigned)(*a - '0');
-        if (m == 0 && d == 0) continue;
-        if (nd < 19)
-            m = m * 10 + d, nd++;
-        else
-            e10++, dropped |= d != 0;
+    if (*p == '0') {
+        p++;
+        if (p < end && is_digit(*p)) return scan_fail(s, "leading zero in a number");
+    } else {
+        for (; p < end && is_digit(*p); p++) {
+            unsigned d = (unsigned)(*p - '0');
+            if (nd < 19)
+                m = m * 10 + d, nd++;
+            else
+                e10++, dropped |= d != 0;
+        }
     }
-    if (a < b && *a == '.') {
-        for (a++; a < b && is_digit(*a); a++) {
-            unsigned d = (unsigned)(*a - '0');
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || !is_digit(*p)) return scan_fail(s, "expected digits after '.'");
+        for (; p < end && is_digit(*p); p++) {
+            unsigned d = (unsigned)(*p - '0');
             if (m == 0 && d == 0)
                 e10--;
             else if (nd < 19)
@@ -256,38 +288,19 @@ static float decimal_to_float(const char *a, const char *b) {
                 dropped |= d != 0;
         }
     }
-    if (a < b && (*a == 'e' || *a == 'E')) {
-        a++;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
         int64_t sign = 1, ev = 0;
-        if (*a == '+' || *a == '-') sign = *a++ == '-' ? -1 : 1;
-        for (; a < b; a++)
-            if (ev < 1000000) ev = ev * 10 + (*a - '0');
+        if (p < end && (*p == '+' || *p == '-')) sign = *p++ == '-' ? -1 : 1;
+        if (p >= end || !is_digit(*p)) return scan_fail(s, "expected digits in the exponent");
+        for (; p < end && is_digit(*p); p++)
+            if (ev < 1000000) ev = ev * 10 + (*p - '0');
         e10 += sign * ev;
     }
-    if (m == 0) return neg ? -0.0f : 0.0f;
-    if (!dropped && m <= (1ull << 53) && e10 >= -22 && e10 <= 22) {
-        double d = (double)m;
-        d = e10 < 0 ? d / pow10_exact[-e10] : d * pow10_exact[e10];
-        if (d >= FLT_MIN && d <= FLT_MAX) {
-            float f = (float)d;
-            /* both differences are exact (Sterbenz): f and its neighbour are within 2x of d */
-            float other = nextafterf(f, d > (double)f ? INFINITY : 0.0f);
-            if ((double)f == d || fabs(d - (double)f) != fabs((double)other - d))
-                return neg ? -f : f;
-        }
-    }
-    char buf[TEXT_SCAN_MAX_NUMBER_CHARS + 1];
-    size_t n = (size_t)(b - text);
-    memcpy(buf, text, n);
-    buf[n] = '\0';
-    return strtof(buf, NULL);
-}
-
-bool text_scan_float(text_scan *s, float *out) {
-    const char *start;
-    bool integer;
-    if (!text_scan_number(s, &start, &integer)) return false;
-    *out = decimal_to_float(start, s->p);
+    if (p - start > TEXT_SCAN_MAX_NUMBER_CHARS)
+        return scan_fail(s, "number longer than 256 characters");
+    s->p = p;
+    *out = decimal_to_float(neg, m, e10, dropped, start, p);
     return true;
 }
 
