@@ -128,10 +128,6 @@ void trace_import_options_default(trace_import_options *o) {
     o->constant_run_min = TRACE_IMPORT_CONSTANT_RUN_MIN;
 }
 
-const char *trace_text_format_name(trace_text_format f) {
-    return f == TRACE_TEXT_CSV ? "csv" : "jsonl";
-}
-
 static const char *schema_name(trace_jsonl_schema s) {
     return s == TRACE_SCHEMA_PROBLEM ? "problem" : s == TRACE_SCHEMA_REQUEST ? "request" : "auto";
 }
@@ -822,6 +818,21 @@ static moesim_status parse_csv_row(importer *x, const char *line, const char *en
     return import_add(x, r);
 }
 
+/* ---- the formats: one parser per format, indexed by trace_text_format ---------------------- */
+
+typedef struct import_format {
+    const char *name;
+    /* checks the first line (NULL: the format has no header) */
+    moesim_status (*header)(importer *x, const char *line, const char *end);
+    /* parses one non-blank line [line, end) into r and places it (import_add) */
+    moesim_status (*record)(importer *x, const char *line, const char *end, import_record *r);
+} import_format;
+
+static const import_format import_formats[] = {
+    [TRACE_TEXT_JSONL] = {"jsonl", NULL, parse_jsonl},
+    [TRACE_TEXT_CSV] = {"csv", parse_csv_header, parse_csv_row},
+};
+
 /* ---- lines ------------------------------------------------------------------------------- */
 
 static bool line_is_blank(const char *p, const char *end) {
@@ -869,14 +880,14 @@ static moesim_status import_lines(importer *x, FILE *fp, uint64_t file_bytes) {
         pos = nl ? (size_t)(nl - buf) + 1 : len;
         x->line++;
         x->rep->lines++;
-        if (x->o->format == TRACE_TEXT_CSV && x->line == 1) {
-            st = parse_csv_header(x, line, end);
+        const import_format *fmt = &import_formats[x->o->format];
+        if (fmt->header && x->line == 1) {
+            st = fmt->header(x, line, end);
         } else if (line_is_blank(line, end)) {
             x->rep->blank_lines++;
             continue;
         } else {
-            st = x->o->format == TRACE_TEXT_CSV ? parse_csv_row(x, line, end, r)
-                                                : parse_jsonl(x, line, end, r);
+            st = fmt->record(x, line, end, r);
         }
         if (st) break;
     }
@@ -1065,6 +1076,11 @@ moesim_status trace_import_file(const char *path, const model_geometry *m,
     if (!st) st = import_finish(&x, out);
     importer_free(&x);
     return st;
+}
+
+const char *trace_text_format_name(trace_text_format f) {
+    MOESIM_ASSERT((size_t)f < MOESIM_ARRAY_LEN(import_formats));
+    return import_formats[f].name;
 }
 
 /* ---- report ------------------------------------------------------------------------------ */
