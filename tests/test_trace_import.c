@@ -725,6 +725,17 @@ static const bad_case corpus[] = {
      "]]]]]]]}\n",
      "jsonl", 1, "x", "deeper than 64"},
     {"nul_byte", "{\"req_id\": \"a\", \0}\n", "jsonl", 1, "record", "expected a key"},
+    {"request_id_too_long",
+     "{\"req_id\": "
+     "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}\n",
+     "jsonl", 1, "req_id", "longer than 120 bytes"},
+    {"control_character_in_a_name_is_shown_as_a_question_mark",
+     "{\"req_id\": \"a\\nb\", \"token_idx\": 1, \"layer\": 0, \"topk_ids\": [1, 2], "
+     "\"topk_weights\": [0.5, 0.5]}\n"
+     "{\"req_id\": \"a\\nb\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
+     "\"topk_weights\": [0.5, 0.5]}\n",
+     "jsonl", 2, "token_idx", "of request 'a?b'"},
     {"csv_wrong_header", "request_id,position,phase,layer,expert_0,expert_1,gate_0,weight_1\n",
      "csv", 1, "header", "column 8 is 'weight_1', expected 'gate_1'"},
     {"csv_bad_gate",

@@ -28,7 +28,8 @@
 #include "traces/text_scan.h"
 
 #define NO_TOKEN         UINT64_MAX
-#define REQUEST_KEY_MAX  256 /* bytes of a request key (type tag, dataset, id) */
+#define REQUEST_PART_MAX 120 /* bytes of a dataset name or a request id */
+#define REQUEST_KEY_MAX  256 /* bytes of a request key: two tagged parts (key_append) */
 #define READ_CHUNK_BYTES (4u << 20)
 
 /* ---- one parsed record ------------------------------------------------------------------- */
@@ -49,9 +50,14 @@ static const import_fields fields_request = {"req_id",   "token_idx",    "layer"
 static const import_fields fields_csv = {"request_id", "position", "layer",
                                          "expert",     "gate",     "phase"};
 
+/* A request's identity: tagged parts (key_append). */
+typedef struct request_key {
+    char bytes[REQUEST_KEY_MAX];
+    size_t len;
+} request_key;
+
 typedef struct import_record {
-    char key[REQUEST_KEY_MAX]; /* request identity: type-tagged bytes */
-    size_t key_len;
+    request_key key;
     uint64_t token_idx;
     uint64_t layer;
     uint32_t n_ids, n_gates; /* as many as the record holds (only the first 64 are kept) */
@@ -176,16 +182,16 @@ static void key_to_name(const char *key, size_t len, char *out, size_t cap) {
 static uint32_t request_find_or_add(importer *x, const import_record *r) {
     if (x->last_req != UINT32_MAX) {
         const import_request *q = &x->reqs[x->last_req];
-        if (q->key_len == r->key_len && !memcmp(x->keys + q->key_off, r->key, r->key_len))
+        if (q->key_len == r->key.len && !memcmp(x->keys + q->key_off, r->key.bytes, r->key.len))
             return x->last_req;
     }
-    uint64_t h = hash_fnv1a64(r->key, r->key_len, MOESIM_FNV1A64_INIT);
+    uint64_t h = hash_fnv1a64(r->key.bytes, r->key.len, MOESIM_FNV1A64_INIT);
     if (x->table_cap) {
         uint32_t mask = x->table_cap - 1;
         for (uint32_t s = (uint32_t)h & mask; x->table[s]; s = (s + 1) & mask) {
             const import_request *q = &x->reqs[x->table[s] - 1];
-            if (q->hash == h && q->key_len == r->key_len &&
-                !memcmp(x->keys + q->key_off, r->key, r->key_len))
+            if (q->hash == h && q->key_len == r->key.len &&
+                !memcmp(x->keys + q->key_off, r->key.bytes, r->key.len))
                 return x->last_req = x->table[s] - 1;
         }
     }
@@ -193,19 +199,19 @@ static uint32_t request_find_or_add(importer *x, const import_record *r) {
         x->cap_reqs = x->cap_reqs ? 2 * x->cap_reqs : 64;
         x->reqs = moesim_xrealloc(x->reqs, x->cap_reqs * sizeof *x->reqs);
     }
-    if (x->keys_len + r->key_len > x->keys_cap) {
-        x->keys_cap = 2 * (x->keys_cap + r->key_len);
+    if (x->keys_len + r->key.len > x->keys_cap) {
+        x->keys_cap = 2 * (x->keys_cap + r->key.len);
         x->keys = moesim_xrealloc(x->keys, x->keys_cap);
     }
     uint32_t idx = x->n_reqs++;
     import_request *q = &x->reqs[idx];
     memset(q, 0, sizeof *q);
     q->key_off = x->keys_len;
-    q->key_len = r->key_len;
+    q->key_len = r->key.len;
     q->hash = h;
-    memcpy(x->keys + x->keys_len, r->key, r->key_len);
-    x->keys_len += r->key_len;
-    key_to_name(r->key, r->key_len, q->name, sizeof q->name);
+    memcpy(x->keys + x->keys_len, r->key.bytes, r->key.len);
+    x->keys_len += r->key.len;
+    key_to_name(r->key.bytes, r->key.len, q->name, sizeof q->name);
     q->last_token = NO_TOKEN;
     if (2 * (uint64_t)x->n_reqs >= x->table_cap) { /* grow and rehash at half load */
         free(x->table);
@@ -495,26 +501,25 @@ static moesim_status scan_array(importer *x, text_scan *s, const char *line, con
 
 /* Appends a segment to the request key: tag ('s' string, 'i' integer, 'd' dataset, 'n' no
  * dataset), length byte, bytes. */
-static bool key_append(import_record *r, char tag, const char *bytes, size_t n) {
-    if (r->key_len + 2 + n > sizeof r->key) return false;
-    r->key[r->key_len++] = tag;
-    r->key[r->key_len++] = (char)(unsigned char)n;
-    memcpy(r->key + r->key_len, bytes, n);
-    r->key_len += n;
-    return true;
+static void key_append(request_key *k, char tag, const char *bytes, size_t n) {
+    MOESIM_ASSERT(n <= REQUEST_PART_MAX && k->len + 2 + n <= sizeof k->bytes);
+    k->bytes[k->len++] = tag;
+    k->bytes[k->len++] = (char)(unsigned char)n;
+    memcpy(k->bytes + k->len, bytes, n);
+    k->len += n;
 }
 
 /* A request identifier: a JSON string or integer, appended to the key. */
 static moesim_status scan_request_part(importer *x, text_scan *s, const char *line,
-                                       const char *field, import_record *r) {
+                                       const char *field, request_key *k) {
     text_scan_ws(s);
-    char buf[REQUEST_KEY_MAX];
+    char buf[REQUEST_PART_MAX];
     size_t n;
     char tag;
     if (s->p < s->end && *s->p == '"') {
         bool cut;
         if (!text_scan_string(s, buf, sizeof buf, &n, &cut)) return syntax_fail(x, field, s, line);
-        if (cut) return rec_fail(x, field, "longer than %d bytes", REQUEST_KEY_MAX - 8);
+        if (cut) return rec_fail(x, field, "longer than %d bytes", REQUEST_PART_MAX);
         tag = 's';
     } else {
         const char *start;
@@ -525,11 +530,12 @@ static moesim_status scan_request_part(importer *x, text_scan *s, const char *li
         }
         if (!integer) return rec_fail(x, field, "expected a string or an integer, got a fraction");
         n = (size_t)(s->p - start);
+        if (n > REQUEST_PART_MAX)
+            return rec_fail(x, field, "longer than %d digits", REQUEST_PART_MAX);
         memcpy(buf, start, n);
         tag = 'i';
     }
-    if (!key_append(r, tag, buf, n))
-        return rec_fail(x, field, "longer than %d bytes", REQUEST_KEY_MAX - 8);
+    key_append(k, tag, buf, n);
     return MOESIM_OK;
 }
 
@@ -553,16 +559,15 @@ static void note_ignored_key(importer *x, const char *k, size_t n) {
 
 static moesim_status parse_jsonl(importer *x, const char *line, const char *end, import_record *r) {
     text_scan s = {line, end, NULL};
-    r->key_len = 0;
+    r->key.len = 0;
     r->phase = -1;
     r->n_ids = r->n_gates = 0;
     unsigned seen = 0;
     bool ignored = false;
-    char dataset[REQUEST_KEY_MAX];
+    char dataset[REQUEST_PART_MAX];
     size_t dataset_len = 0;
     bool dataset_seen = false;
-    import_record scratch_key; /* problem_id before dataset: build the key after the object */
-    scratch_key.key_len = 0;
+    request_key id = {.len = 0}; /* problem_id may come before dataset: joined after the object */
     if (!text_scan_char(&s, '{', "expected '{' (one JSON object per line)"))
         return syntax_fail(x, "record", &s, line);
     text_scan_ws(&s);
@@ -591,13 +596,13 @@ static moesim_status parse_jsonl(importer *x, const char *line, const char *end,
                 bool dcut;
                 if (!text_scan_string(&s, dataset, sizeof dataset, &dataset_len, &dcut))
                     return syntax_fail(x, field, &s, line);
-                if (dcut) return rec_fail(x, field, "longer than %d bytes", REQUEST_KEY_MAX - 8);
+                if (dcut) return rec_fail(x, field, "longer than %d bytes", REQUEST_PART_MAX);
                 dataset_seen = true;
                 break;
             }
             case JK_PROBLEM_ID:
             case JK_REQ_ID:
-                st = scan_request_part(x, &s, line, field, &scratch_key);
+                st = scan_request_part(x, &s, line, field, &id);
                 break;
             case JK_TOKEN_IDX:
                 if (!text_scan_uint(&s, UINT32_MAX - 1, &v)) return syntax_fail(x, field, &s, line);
@@ -699,14 +704,11 @@ static moesim_status parse_jsonl(importer *x, const char *line, const char *end,
     }
 
     /* request key: the dataset (or its absence) first, then the id */
-    if (x->schema == TRACE_SCHEMA_PROBLEM) {
-        if (!key_append(r, dataset_seen ? 'd' : 'n', dataset, dataset_seen ? dataset_len : 0))
-            return rec_fail(x, "dataset", "longer than %d bytes", REQUEST_KEY_MAX - 8);
-    }
-    if (r->key_len + scratch_key.key_len > sizeof r->key)
-        return rec_fail(x, x->f->request, "request name longer than %d bytes", REQUEST_KEY_MAX - 8);
-    memcpy(r->key + r->key_len, scratch_key.key, scratch_key.key_len);
-    r->key_len += scratch_key.key_len;
+    if (x->schema == TRACE_SCHEMA_PROBLEM)
+        key_append(&r->key, dataset_seen ? 'd' : 'n', dataset, dataset_seen ? dataset_len : 0);
+    MOESIM_ASSERT(r->key.len + id.len <= sizeof r->key.bytes);
+    memcpy(r->key.bytes + r->key.len, id.bytes, id.len);
+    r->key.len += id.len;
     return import_add(x, r);
 }
 
@@ -772,7 +774,7 @@ static moesim_status parse_csv_row(importer *x, const char *line, const char *en
     }
     n++;
     if (n != cols) return rec_fail(x, "row", "%" PRIu32 " columns, expected %" PRIu32, n, cols);
-    r->key_len = 0;
+    r->key.len = 0;
     r->n_ids = r->n_gates = x->k;
     char colname[32];
     for (uint32_t c = 0; c < cols; c++) {
@@ -805,8 +807,7 @@ static moesim_status parse_csv_row(importer *x, const char *line, const char *en
                             (int)(cell_end[c] - cell[c] < 40 ? cell_end[c] - cell[c] : 40), cell[c],
                             c >= 4 + x->k ? "number" : "non-negative integer", s.why);
         if (c == 0) {
-            if (!key_append(r, 'i', cell[0], (size_t)(cell_end[0] - cell[0])))
-                return rec_fail(x, csv_column_name(x, c, colname, sizeof colname), "too long");
+            key_append(&r->key, 'i', cell[0], (size_t)(cell_end[0] - cell[0])); /* <= 10 digits */
         } else if (c == 1) {
             r->token_idx = v;
         } else if (c == 3) {
