@@ -105,7 +105,7 @@ static int run_one(const char *model_name, uint64_t records, const char *dir) {
             return 1;
         }
         double a = moesim_monotonic_s(), a_cpu = cpu_s();
-        if (trace_export_write(t, fmt, fp, path, &err) || fclose(fp)) {
+        if (trace_export_write(t, fmt, fp, false, path, &err) || fclose(fp)) {
             fprintf(stderr, "bench_trace_import: %s\n", err.msg);
             return 1;
         }

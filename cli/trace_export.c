@@ -26,12 +26,14 @@ static const char export_help[] =
     "options:\n"
     "  --format csv|jsonl   output format (required)\n"
     "  -o, --output OUT     write to OUT (atomically); default or '-': stdout\n"
+    "  --quiet              no progress bar\n"
     "  -h, --help           this text\n"
     "\n"
     "exit status: 0 on success, 2 on a bad trace or command line (one line on stderr).\n";
 
 int cmd_trace_export(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *format = NULL;
+    bool quiet = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -44,6 +46,8 @@ int cmd_trace_export(int argc, char **argv) {
                 format = argv[++i];
             else
                 out = argv[++i];
+        } else if (!strcmp(a, "--quiet")) {
+            quiet = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error("trace export", "unknown option '%s'", a);
         } else if (in) {
@@ -77,12 +81,12 @@ int cmd_trace_export(int argc, char **argv) {
                 m->lookahead_depth ? " look-ahead predictions" : "", format);
     moesim_status st;
     if (!out || !strcmp(out, "-")) {
-        st = trace_export_write(t, f, stdout, "stdout", &err);
+        st = trace_export_write(t, f, stdout, cli_progress_allowed(quiet), "stdout", &err);
     } else {
         atomic_file af;
         st = atomic_file_open(&af, out, &err);
         if (!st) {
-            st = trace_export_write(t, f, af.fp, out, &err);
+            st = trace_export_write(t, f, af.fp, cli_progress_allowed(quiet), out, &err);
             if (st)
                 atomic_file_abort(&af);
             else

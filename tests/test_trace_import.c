@@ -432,7 +432,7 @@ static void export_to(const trace *t, trace_text_format f, const char *path) {
     cr_assert_eq(trace_export_check(t, path, &err), MOESIM_OK, "%s", err.msg);
     FILE *fp = fopen(path, "w");
     cr_assert(fp);
-    cr_assert_eq(trace_export_write(t, f, fp, path, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(trace_export_write(t, f, fp, false, path, &err), MOESIM_OK, "%s", err.msg);
     fclose(fp);
 }
 

@@ -116,10 +116,12 @@ json_t *trace_import_report_to_json(const trace_import_report *rep);
 /* Checks that `t` can be exported: every token has at least one recorded layer (a token
  * without any has no record to carry it). `what` names the trace in messages. */
 moesim_status trace_export_check(const trace *t, const char *what, moesim_error *err);
-/* Writes every recorded row of `t` to `fp` as JSONL or CSV (traces/FORMAT.md). The caller
- * runs trace_export_check first; returns MOESIM_EIO (naming `what`) when a write fails. */
+/* Writes every recorded row of `t` to `fp` as JSONL or CSV (traces/FORMAT.md), with a
+ * progress bar on stderr when `show_progress` (the caller decides: terminal, --quiet). The
+ * caller runs trace_export_check first; returns MOESIM_EIO (naming `what`) when a write
+ * fails. */
 moesim_status trace_export_write(const trace *t, trace_text_format format, FILE *fp,
-                                 const char *what, moesim_error *err);
+                                 bool show_progress, const char *what, moesim_error *err);
 
 /* "jsonl" / "csv". */
 const char *trace_text_format_name(trace_text_format f);

@@ -18,6 +18,7 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/progress.h"
 #include "traces/convert.h"
 
 #define EXPORT_BUFFER_BYTES (1u << 20)
@@ -182,13 +183,19 @@ static void write_row(out_buf *o, trace_text_format format, const trace *t, uint
 }
 
 moesim_status trace_export_write(const trace *t, trace_text_format format, FILE *fp,
-                                 const char *what, moesim_error *err) {
+                                 bool show_progress, const char *what, moesim_error *err) {
     out_buf o = {.fp = fp, .buf = moesim_xmalloc(EXPORT_BUFFER_BYTES)};
+    progress bar;
+    progress_begin(&bar, "export", t->n_tokens, show_progress);
     write_header(&o, format, t->meta.top_k);
-    for (uint64_t i = 0; i < t->n_tokens && !o.failed; i++)
+    for (uint64_t i = 0; i < t->n_tokens && !o.failed; i++) {
         for (uint32_t l = 0; l < t->meta.n_layers; l++)
             if (trace_experts(t, i, l)[0] != TRACE_NO_EXPERT) write_row(&o, format, t, i, l);
+        if ((i & 4095) == 0) progress_update(&bar, i);
+    }
     out_flush(&o);
+    progress_update(&bar, t->n_tokens);
+    progress_end(&bar);
     free(o.buf);
     if (o.failed || fflush(fp) != 0 || ferror(fp))
         return moesim_fail(err, MOESIM_EIO, "%s: write failed: %s", what, strerror(errno));
