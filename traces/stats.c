@@ -34,9 +34,9 @@
 
 const uint32_t trace_stats_batch_sizes[STATS_N_BATCH] = {1, 2, 4, 8, 16, 32};
 
-#define NEVER           UINT32_MAX /* next use of an expert that is not accessed again */
-#define NO_TOKEN        UINT64_MAX /* no previous token of this request yet */
-#define PREFETCH_TOKENS 16         /* how far ahead the per-layer token loop prefetches rows */
+#define NEVER UINT32_MAX     /* next use of an expert that is not accessed again */
+#define NO_TOKEN UINT64_MAX  /* no previous token of this request yet */
+#define PREFETCH_TOKENS 16   /* how far ahead the per-layer token loop prefetches rows */
 
 /* ---- stamped marks: set membership in O(1) without clearing between sets ---- */
 
@@ -218,7 +218,9 @@ static inline uint16_t row_top1(const uint16_t *ids, const float *gates, uint32_
     return ids[best];
 }
 
-static double ratio(uint64_t num, uint64_t den) { return den ? (double)num / (double)den : NAN; }
+static double ratio(uint64_t num, uint64_t den) {
+    return den ? (double)num / (double)den : NAN;
+}
 
 /* ---- skew of one layer's activation counts ---- */
 
@@ -385,12 +387,12 @@ typedef struct work {
     uint16_t *prev_top1; /* [n_requests] top-1 expert of that token (when recorded) */
     marker set;          /* [n_experts] */
     stack_scratch stacks;
-    uint64_t *lru_hist, *opt_hist;                       /* [n_experts + 1] */
-    uint64_t *lru_hits, *opt_hits;                       /* [n_experts + 1] summed over layers */
-    uint64_t *la_pairs, *la_top1, *la_found, *la_wanted; /* [D] this layer */
+    uint64_t *lru_hist, *opt_hist; /* [n_experts + 1] */
+    uint64_t *lru_hits, *opt_hits; /* [n_experts + 1] summed over layers */
+    uint64_t *la_pairs, *la_top1, *la_found, *la_wanted;  /* [D] this layer */
     uint64_t *sum_la_pairs, *sum_la_top1, *sum_la_found, *sum_la_wanted; /* [D] all layers */
-    uint64_t reuse_pairs, reuse_top1, reuse_any;                         /* all layers */
-    uint64_t reuse_dist_sum, reuse_dist_n;                               /* all layers */
+    uint64_t reuse_pairs, reuse_top1, reuse_any; /* all layers */
+    uint64_t reuse_dist_sum, reuse_dist_n;       /* all layers */
     batch_plan batch;
 } work;
 
@@ -442,8 +444,7 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
                 marker_next(&w->set);
                 for (uint32_t j = 0; j < k; j++) w->set.mark[pids[j]] = w->set.stamp;
                 bool shared = false;
-                for (uint32_t j = 0; j < k && !shared; j++)
-                    shared = w->set.mark[ids[j]] == w->set.stamp;
+                for (uint32_t j = 0; j < k && !shared; j++) shared = w->set.mark[ids[j]] == w->set.stamp;
                 any_shared += shared;
             }
         }
@@ -525,10 +526,8 @@ trace_stats *trace_stats_compute(const trace *t) {
     arena_init(&s->mem, 0);
     s->tokens = t->n_tokens;
     for (uint64_t tok = 0; tok < t->n_tokens; tok++) {
-        if (t->phase[tok] == TRACE_DECODE)
-            s->decode_tokens++;
-        else
-            s->prefill_tokens++;
+        if (t->phase[tok] == TRACE_DECODE) s->decode_tokens++;
+        else s->prefill_tokens++;
     }
     s->requests = t->n_requests;
     s->layers = L;
@@ -681,8 +680,7 @@ json_t *trace_stats_to_json(const trace_stats *s) {
     json_object_set_new(j, "active_share_by_batch", json_by_batch(s->active_share));
     json_object_set_new(j, "lookahead_depth", json_integer(s->lookahead_depth));
     json_object_set_new(j, "lookahead_k", json_integer(s->lookahead_k));
-    json_object_set_new(j, "lookahead_top1",
-                        json_by_distance(s->lookahead_top1, s->lookahead_depth));
+    json_object_set_new(j, "lookahead_top1", json_by_distance(s->lookahead_top1, s->lookahead_depth));
     json_object_set_new(j, "lookahead_recall",
                         json_by_distance(s->lookahead_recall, s->lookahead_depth));
     json_object_set_new(j, "lru_hit_rate", json_curve(s->lru_hit_rate, s->experts));
