@@ -100,6 +100,8 @@ typedef struct trace_import_report {
     const char *phase_source; /* "records", "--prefill-tokens" or "default (all decode)" */
 } trace_import_report;
 
+/* The documented defaults (JSONL, auto shape, keep incomplete tokens, MoE layer numbering, all
+ * decode, constant runs of >= 16 reported and kept, gates checked, no progress bar). */
 void trace_import_options_default(trace_import_options *o);
 
 /* Reads the log at `path` into a new trace of model `m` (source "import:jsonl" or
