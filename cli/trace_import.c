@@ -1,9 +1,218 @@
-/* `moesim trace import`: placeholder until its implementation lands in this session's merge. */
+/* `moesim trace import`: routing logs (JSONL in either shape of CALIBRATION.md, or the CSV of
+ * `trace export`) -> an HDF5 trace, with a report of what was kept, dropped and why (text, or
+ * --json). Geometry and the gate rule come from --model. Bad input: one line on stderr naming
+ * file:line and the field, exit status 2, no output file (trace_write is crash-safe and runs
+ * only after the whole input was read and checked). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/model.h"
+#include "traces/convert.h"
+#include "traces/trace.h"
+
+static const char import_help[] =
+    "usage: moesim trace import [--format jsonl|csv] --model NAME IN -o OUT.h5 [options]\n"
+    "\n"
+    "Converts routing logs into a router trace (traces/FORMAT.md, \"Import and export\").\n"
+    "Records are one per (token, layer), keys in any order. JSONL comes in two shapes,\n"
+    "detected per file from the first record (or named with --schema):\n"
+    "  problem: {\"dataset\", \"problem_id\", \"token_idx\", \"layer\", \"experts\", "
+    "\"gating_probs\"}\n"
+    "  request: {\"req_id\", \"token_idx\", \"layer\", \"topk_ids\", \"topk_weights\"}\n"
+    "either with an optional \"phase\" (\"prefill\" / \"decode\"). Requests (problem_id with\n"
+    "dataset, or req_id) are numbered by first appearance; tokens run in the file order of\n"
+    "their first record; a token's position is its token_idx, which must not decrease within\n"
+    "a request. Prints what it read, kept, dropped and why.\n"
+    "\n"
+    "options:\n"
+    "  --model NAME            model config (configs/models/NAME.ini or a path): layers,\n"
+    "                          experts, top-k and gate rule every record is checked against\n"
+    "  -o, --output OUT.h5     the trace to write (nothing is written on error)\n"
+    "  --format jsonl|csv      input format (default jsonl; csv: what trace export writes)\n"
+    "  --schema auto|problem|request   JSONL shape (default auto)\n"
+    "  --incomplete keep|drop  a token missing some layers is kept with those rows\n"
+    "                          unrecorded (default keep) or dropped\n"
+    "  --layers moe|model      \"layer\" counts MoE layers from 0 (default moe) or is the\n"
+    "                          model's layer index (dense layers are then errors)\n"
+    "  --prefill-tokens N      phase when the records carry none: token_idx < N is prefill,\n"
+    "                          the rest decode (default 0: every token decode)\n"
+    "  --constant-run-min N    report runs of >= N consecutive tokens with identical routing\n"
+    "                          in every layer (warm-up noise; default 16, N >= 2)\n"
+    "  --drop-constant-runs    leave the tokens of those runs out (default: keep, report)\n"
+    "  --renormalize           rescale each record's gates to sum to 1 (models whose gates\n"
+    "                          are a softmax over the top-k); default: a sum off by more\n"
+    "                          than 0.01 is an error\n"
+    "  --json                  print the report as one JSON object\n"
+    "  --quiet                 no progress bar\n"
+    "  -h, --help              this text\n"
+    "\n"
+    "exit status: 0 on success, 2 on bad input (one line on stderr: file:line: field: problem).\n";
+
+/* Parses an unsigned option value; false when it is not a plain decimal <= max. */
+static bool parse_u32(const char *s, uint32_t max, uint32_t *out) {
+    if (!s || !*s || *s == '-' || *s == '+') return false;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || v > max) return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+static void print_report(const char *in, const char *out, const trace_import_report *r,
+                         const trace_import_options *o) {
+    printf("read        %s: %" PRIu64 " lines, %" PRIu64 " records (%s), %" PRIu64
+           " requests, %" PRIu64 " tokens\n",
+           in, r->lines, r->records, r->schema, r->requests_read, r->tokens_read);
+    if (r->blank_lines) printf("skipped     %" PRIu64 " blank lines\n", r->blank_lines);
+    if (r->ignored_key_records)
+        printf("ignored     keys the shape does not know: %s (in %" PRIu64 " records)\n",
+               r->ignored_keys, r->ignored_key_records);
+    if (r->renormalized_records)
+        printf("rescaled    gates of %" PRIu64 " records to sum to 1 (--renormalize)\n",
+               r->renormalized_records);
+    printf("incomplete  %" PRIu64 " tokens missing %" PRIu64 " (token, layer) records: %s\n",
+           r->tokens_incomplete, r->rows_missing,
+           r->tokens_incomplete == 0                ? "none"
+           : o->incomplete == TRACE_INCOMPLETE_DROP ? "dropped (--incomplete drop)"
+                                                    : "kept, those rows unrecorded "
+                                                      "(--incomplete keep)");
+    printf("constant    %" PRIu64 " runs of >= %" PRIu32 " tokens with identical routing, %" PRIu64
+           " tokens: %s\n",
+           r->constant_runs, o->constant_run_min, r->constant_run_tokens,
+           r->constant_runs == 0   ? "none"
+           : o->drop_constant_runs ? "dropped (--drop-constant-runs)"
+                                   : "kept (--drop-constant-runs drops them)");
+    for (uint32_t i = 0; i < r->runs_listed && i < 10; i++)
+        printf("            request '%s' from token_idx %" PRIu64 " (line %" PRIu64 "): %" PRIu64
+               " tokens\n",
+               r->runs[i].request, r->runs[i].first_token_idx, r->runs[i].line, r->runs[i].tokens);
+    if (r->constant_runs > 10)
+        printf("            ... %" PRIu64 " more (--json lists %d)\n", r->constant_runs - 10,
+               TRACE_IMPORT_RUNS_LISTED);
+    printf("dropped     %" PRIu64 " tokens (%" PRIu64 " records): %" PRIu64 " incomplete, %" PRIu64
+           " in constant runs\n",
+           r->tokens_dropped_incomplete + r->tokens_dropped_constant, r->records_dropped,
+           r->tokens_dropped_incomplete, r->tokens_dropped_constant);
+    printf("phase       %" PRIu64 " prefill, %" PRIu64 " decode tokens; from %s\n",
+           r->prefill_tokens, r->decode_tokens, r->phase_source);
+    printf("kept        %" PRIu64 " requests, %" PRIu64 " tokens, %" PRIu64 " records, %" PRIu64
+           " unrecorded rows\n",
+           r->requests_kept, r->tokens_kept, r->records_kept, r->rows_unrecorded_kept);
+    printf("wrote       %s\n", out);
+}
 
 int cmd_trace_import(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return cli_usage_error("trace import", "not implemented yet");
+    const char *in = NULL, *out = NULL, *model_name = NULL;
+    bool as_json = false, quiet = false;
+    trace_import_options o;
+    trace_import_options_default(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(import_help, stdout);
+            return 0;
+        }
+        bool takes_value = !strcmp(a, "--format") || !strcmp(a, "--model") || !strcmp(a, "-o") ||
+                           !strcmp(a, "--output") || !strcmp(a, "--schema") ||
+                           !strcmp(a, "--incomplete") || !strcmp(a, "--layers") ||
+                           !strcmp(a, "--prefill-tokens") || !strcmp(a, "--constant-run-min");
+        if (takes_value && !v) return cli_usage_error("trace import", "%s needs a value", a);
+        if (!strcmp(a, "--format")) {
+            if (!strcmp(v, "jsonl"))
+                o.format = TRACE_TEXT_JSONL;
+            else if (!strcmp(v, "csv"))
+                o.format = TRACE_TEXT_CSV;
+            else
+                return cli_usage_error("trace import", "--format: expected jsonl or csv, got '%s'",
+                                       v);
+        } else if (!strcmp(a, "--model")) {
+            model_name = v;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            out = v;
+        } else if (!strcmp(a, "--schema")) {
+            if (!strcmp(v, "auto"))
+                o.schema = TRACE_SCHEMA_AUTO;
+            else if (!strcmp(v, "problem"))
+                o.schema = TRACE_SCHEMA_PROBLEM;
+            else if (!strcmp(v, "request"))
+                o.schema = TRACE_SCHEMA_REQUEST;
+            else
+                return cli_usage_error("trace import",
+                                       "--schema: expected auto, problem or request, got '%s'", v);
+        } else if (!strcmp(a, "--incomplete")) {
+            if (!strcmp(v, "keep"))
+                o.incomplete = TRACE_INCOMPLETE_KEEP;
+            else if (!strcmp(v, "drop"))
+                o.incomplete = TRACE_INCOMPLETE_DROP;
+            else
+                return cli_usage_error("trace import",
+                                       "--incomplete: expected keep or drop, got '%s'", v);
+        } else if (!strcmp(a, "--layers")) {
+            if (!strcmp(v, "moe"))
+                o.layers = TRACE_LAYERS_MOE;
+            else if (!strcmp(v, "model"))
+                o.layers = TRACE_LAYERS_MODEL;
+            else
+                return cli_usage_error("trace import", "--layers: expected moe or model, got '%s'",
+                                       v);
+        } else if (!strcmp(a, "--prefill-tokens")) {
+            if (!parse_u32(v, UINT32_MAX, &o.prefill_tokens))
+                return cli_usage_error("trace import",
+                                       "--prefill-tokens: expected a count >= 0, got '%s'", v);
+            o.prefill_tokens_set = true;
+        } else if (!strcmp(a, "--constant-run-min")) {
+            if (!parse_u32(v, UINT32_MAX, &o.constant_run_min) || o.constant_run_min < 2)
+                return cli_usage_error("trace import",
+                                       "--constant-run-min: expected a count >= 2, got '%s'", v);
+        } else if (!strcmp(a, "--drop-constant-runs")) {
+            o.drop_constant_runs = true;
+        } else if (!strcmp(a, "--renormalize")) {
+            o.renormalize = true;
+        } else if (!strcmp(a, "--json")) {
+            as_json = true;
+        } else if (!strcmp(a, "--quiet")) {
+            quiet = true;
+        } else if (a[0] == '-' && a[1]) {
+            return cli_usage_error("trace import", "unknown option '%s'", a);
+        } else if (in) {
+            return cli_usage_error("trace import", "one input file expected, got '%s' and '%s'", in,
+                                   a);
+        } else {
+            in = a;
+        }
+        if (takes_value) i++;
+    }
+    if (!in) return cli_usage_error("trace import", "missing the input file");
+    if (!model_name) return cli_usage_error("trace import", "missing --model NAME");
+    if (!out) return cli_usage_error("trace import", "missing -o OUT.h5");
+    if (o.format == TRACE_TEXT_CSV && o.schema != TRACE_SCHEMA_AUTO)
+        return cli_usage_error("trace import", "--schema applies to --format jsonl only");
+    o.progress = cli_progress_allowed(quiet);
+
+    moesim_error err = {0};
+    model_geometry m;
+    if (model_load_by_name(model_name, &m, &err)) return cli_fail(&err);
+    trace *t = NULL;
+    trace_import_report rep;
+    if (trace_import_file(in, &m, &o, &t, &rep, &err)) return cli_fail(&err);
+    if (trace_write(t, out, &err)) {
+        trace_destroy(t);
+        return cli_fail(&err);
+    }
+    trace_destroy(t);
+    if (as_json) {
+        json_t *j = trace_import_report_to_json(&rep);
+        json_object_set_new(j, "input", json_string(in));
+        json_object_set_new(j, "output", json_string(out));
+        json_object_set_new(j, "model", json_string(m.name));
+        cli_print_json(j);
+    } else {
+        print_report(in, out, &rep, &o);
+    }
+    return 0;
 }

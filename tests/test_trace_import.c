@@ -1,0 +1,835 @@
+/* `moesim trace import` / `trace export` (traces/convert.h): both JSONL shapes and auto-detect,
+ * grouping of tokens per request, --incomplete keep/drop, constant-run reports, phases, layer
+ * numbering, gate rules, exact round trips (trace -> text -> trace, and log -> trace -> text ->
+ * trace), the float scanner against strtof, and a corpus of malformed JSONL and CSV files made
+ * here, each of which must give one line naming file:line and the field, exit status 2 and no
+ * output file (and fail the same way in this process without leaking; the ASan build checks). */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/model.h"
+#include "common/rng.h"
+#include "support/test_support.h"
+#include "traces/convert.h"
+#include "traces/text_scan.h"
+#include "traces/trace.h"
+
+TestSuite(trace_import);
+
+static model_geometry load_model(const char *name) {
+    model_geometry m;
+    moesim_error err = {0};
+    cr_assert_eq(model_load_by_name(name, &m, &err), MOESIM_OK, "%s", err.msg);
+    return m;
+}
+
+/* Writes `text` to a scratch file and imports it; returns the status. */
+static moesim_status import_text(const char *name, const char *text, const char *model,
+                                 const trace_import_options *o, trace **out,
+                                 trace_import_report *rep, moesim_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path(name));
+    test_write_file(path, text);
+    model_geometry m = load_model(model);
+    return trace_import_file(path, &m, o, out, rep, err);
+}
+
+static trace_import_options defaults(void) {
+    trace_import_options o;
+    trace_import_options_default(&o);
+    return o;
+}
+
+/* Text builder over open_memstream. */
+typedef struct text {
+    char *buf;
+    size_t len;
+    FILE *fp;
+} text;
+static void text_open(text *t) {
+    t->fp = open_memstream(&t->buf, &t->len);
+    cr_assert(t->fp);
+}
+static char *text_close(text *t) {
+    fclose(t->fp);
+    return t->buf;
+}
+
+/* One request-shape record of a top-2 model: experts a, b with gates g, 1 - g. */
+static void rec2(text *t, const char *req, unsigned tok, unsigned layer, unsigned a, unsigned b,
+                 double g) {
+    fprintf(t->fp,
+            "{\"req_id\": \"%s\", \"token_idx\": %u, \"layer\": %u, \"topk_ids\": [%u, %u], "
+            "\"topk_weights\": [%.9g, %.9g]}\n",
+            req, tok, layer, a, b, g, 1.0 - g);
+}
+
+/* All 32 layers of one Mixtral token, routing derived from `seed`. */
+static void token32(text *t, const char *req, unsigned tok, unsigned seed) {
+    for (unsigned l = 0; l < 32; l++) {
+        unsigned a = (seed + l) % 8, b = (seed + 3 * l + 1) % 8;
+        if (b == a) b = (a + 1) % 8;
+        rec2(t, req, tok, l, a, b, 0.25 + 0.5 * ((seed * 7 + l) % 11) / 11.0);
+    }
+}
+
+/* ---- shapes, grouping ---------------------------------------------------------------------- */
+
+Test(trace_import, problem_shape_with_keys_in_any_order_groups_by_dataset_and_problem) {
+    /* Qwen1.5-MoE-A2.7B: 24 layers, 60 experts, top-4, softmax over all (sums <= 1) */
+    text t;
+    text_open(&t);
+    const char *order[3] = {
+        "{\"dataset\": \"%s\", \"problem_id\": %u, \"token_idx\": %u, \"layer\": %u, "
+        "\"experts\": [%u, 5, 7, 58], \"gating_probs\": [0.4, 0.3, 0.2, 0.1]}\n",
+        "{\"layer\": %4$u, \"token_idx\": %3$u, \"problem_id\": %2$u, \"dataset\": \"%1$s\", "
+        "\"gating_probs\": [0.4, 0.3, 0.2, 0.1], \"experts\": [%5$u, 5, 7, 58]}\n",
+        "{\"experts\":[%5$u,5,7,58],\"gating_probs\":[0.4,0.3,0.2,0.1],\"dataset\":\"%1$s\","
+        "\"problem_id\":%2$u,\"layer\":%4$u,\"token_idx\":%3$u}\n"};
+    /* gsm8k/0 tokens 0,1; mmlu/0 token 0 (same problem_id, other dataset); gsm8k/0 token 2 */
+    struct {
+        const char *ds;
+        unsigned pid, tok;
+    } toks[4] = {{"gsm8k", 0, 0}, {"gsm8k", 0, 1}, {"mmlu", 0, 0}, {"gsm8k", 0, 2}};
+    for (int i = 0; i < 4; i++)
+        for (unsigned l = 0; l < 24; l++)
+            fprintf(t.fp, order[(i + l) % 3], toks[i].ds, toks[i].pid, toks[i].tok, l,
+                    (unsigned)(10 + i + l));
+    char *s = text_close(&t);
+    trace_import_options o = defaults();
+    trace *tr = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(import_text("problem.jsonl", s, "qwen1.5-moe-a2.7b", &o, &tr, &rep, &err),
+                 MOESIM_OK, "%s", err.msg);
+    free(s);
+    cr_assert_str_eq(rep.schema, "problem");
+    cr_assert_eq(tr->n_tokens, 4);
+    cr_assert_eq(tr->n_requests, 2);
+    uint32_t want_req[4] = {0, 0, 1, 0}, want_pos[4] = {0, 1, 0, 2};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(tr->request_id[i], want_req[i], "token %d", i);
+        cr_assert_eq(tr->position[i], want_pos[i], "token %d", i);
+        cr_assert_eq(tr->phase[i], TRACE_DECODE);
+        for (uint32_t l = 0; l < 24; l++) {
+            cr_assert_eq(trace_experts(tr, i, l)[0], 10 + i + l);
+            cr_assert_eq(trace_experts(tr, i, l)[3], 58);
+            cr_assert_eq(trace_gates(tr, i, l)[1], 0.3f);
+        }
+    }
+    cr_assert_str_eq(tr->meta.model, "qwen1.5-moe-a2.7b");
+    cr_assert_str_eq(tr->meta.source, "import:jsonl");
+    cr_assert_eq(tr->meta.gate_norm, GATE_SOFTMAX_ALL);
+    cr_assert_eq(rep.records, 96);
+    cr_assert_eq(rep.tokens_incomplete, 0);
+    trace_destroy(tr);
+}
+
+Test(trace_import, request_shape_is_detected_and_interleaved_requests_keep_file_order) {
+    text t;
+    text_open(&t);
+    /* r7 token 0, r2 token 0 (layer-interleaved with r7 token 1), then r7 token 1 finishes */
+    token32(&t, "r7", 0, 1);
+    for (unsigned l = 0; l < 32; l++) {
+        rec2(&t, "r2", 0, l, 2, 3, 0.5);
+        if (l < 16) rec2(&t, "r7", 4, l, 4, 5, 0.5);
+    }
+    for (unsigned l = 16; l < 32; l++) rec2(&t, "r7", 4, l, 6, 7, 0.5);
+    char *s = text_close(&t);
+    trace_import_options o = defaults();
+    trace *tr = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(import_text("request.jsonl", s, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_str_eq(rep.schema, "request");
+    cr_assert_eq(tr->n_tokens, 3);
+    cr_assert_eq(tr->request_id[0], 0); /* r7 */
+    cr_assert_eq(tr->request_id[1], 1); /* r2: its first record precedes r7 token 4's */
+    cr_assert_eq(tr->request_id[2], 0);
+    cr_assert_eq(tr->position[2], 4);
+    cr_assert_eq(trace_experts(tr, 2, 15)[0], 4);
+    cr_assert_eq(trace_experts(tr, 2, 16)[0], 6);
+    trace_destroy(tr);
+
+    /* the same text named explicitly: same result; named as the other shape: an error */
+    o.schema = TRACE_SCHEMA_REQUEST;
+    cr_assert_eq(import_text("request.jsonl", s, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_OK,
+                 "%s", err.msg);
+    trace_destroy(tr);
+    o.schema = TRACE_SCHEMA_PROBLEM;
+    cr_assert_eq(import_text("request.jsonl", s, "mixtral-8x7b", &o, &tr, &rep, &err),
+                 MOESIM_EINPUT);
+    cr_assert_null(tr);
+    cr_assert(strstr(err.msg, "request.jsonl:1: req_id: a key of the request shape in a file of "
+                              "the problem shape (--schema problem)"),
+              "%s", err.msg);
+    free(s);
+}
+
+/* ---- incomplete tokens, constant runs ------------------------------------------------------ */
+
+static char *incomplete_log(void) {
+    text t;
+    text_open(&t);
+    token32(&t, "a", 0, 1);
+    for (unsigned l = 0; l < 32; l++) /* token 1 of "a" lacks layers 5 and 9 */
+        if (l != 5 && l != 9) rec2(&t, "a", 1, l, 1, 2, 0.5);
+    token32(&t, "b", 0, 2);
+    for (unsigned l = 0; l < 3; l++) rec2(&t, "c", 0, l, 3, 4, 0.5); /* request c: one partial */
+    token32(&t, "a", 2, 3);
+    return text_close(&t);
+}
+
+Test(trace_import, incomplete_tokens_are_kept_as_unrecorded_rows_by_default) {
+    char *s = incomplete_log();
+    trace_import_options o = defaults();
+    trace *tr = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(import_text("incomplete.jsonl", s, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_eq(tr->n_tokens, 5);
+    cr_assert_eq(tr->n_requests, 3);
+    cr_assert_eq(rep.tokens_incomplete, 2);
+    cr_assert_eq(rep.rows_missing, 2 + 29);
+    cr_assert_eq(rep.rows_unrecorded_kept, 31);
+    cr_assert_eq(rep.tokens_dropped_incomplete, 0);
+    for (uint32_t j = 0; j < 2; j++) {
+        cr_assert_eq(trace_experts(tr, 1, 5)[j], TRACE_NO_EXPERT);
+        cr_assert_eq(trace_gates(tr, 1, 5)[j], 0.0f);
+    }
+    cr_assert_eq(trace_experts(tr, 1, 6)[0], 1);
+    cr_assert_eq(trace_experts(tr, 3, 3)[0], TRACE_NO_EXPERT);
+    trace_destroy(tr);
+    free(s);
+}
+
+Test(trace_import, incomplete_drop_leaves_those_tokens_out_and_renumbers_requests) {
+    char *s = incomplete_log();
+    trace_import_options o = defaults();
+    o.incomplete = TRACE_INCOMPLETE_DROP;
+    trace *tr = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(import_text("incomplete.jsonl", s, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_eq(tr->n_tokens, 3);
+    cr_assert_eq(tr->n_requests, 2); /* c had only its partial token */
+    cr_assert_eq(rep.tokens_dropped_incomplete, 2);
+    cr_assert_eq(rep.records_dropped, 30 + 3);
+    cr_assert_eq(rep.rows_unrecorded_kept, 0);
+    uint32_t want_req[3] = {0, 1, 0}, want_pos[3] = {0, 0, 2};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(tr->request_id[i], want_req[i]);
+        cr_assert_eq(tr->position[i], want_pos[i]);
+    }
+    trace_destroy(tr);
+    free(s);
+}
+
+Test(trace_import, constant_warmup_runs_are_reported_and_dropped_only_when_asked) {
+    text t;
+    text_open(&t);
+    for (unsigned i = 0; i < 40; i++) token32(&t, "warmup", i, 5); /* one routing, 40 times */
+    for (unsigned i = 0; i < 10; i++) token32(&t, "real", i, 7);   /* 10 identical: below 16 */
+    for (unsigned i = 10; i < 30; i++) token32(&t, "real", i, i);
+    char *s = text_close(&t);
+    trace_import_options o = defaults();
+    trace *tr = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(import_text("warmup.jsonl", s, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_eq(tr->n_tokens, 70, "reported, not dropped");
+    cr_assert_eq(rep.constant_runs, 1);
+    cr_assert_eq(rep.constant_run_tokens, 40);
+    cr_assert_eq(rep.runs_listed, 1);
+    cr_assert_str_eq(rep.runs[0].request, "warmup");
+    cr_assert_eq(rep.runs[0].first_token_idx, 0);
+    cr_assert_eq(rep.runs[0].line, 1);
+    cr_assert_eq(rep.runs[0].tokens, 40);
+    trace_destroy(tr);
+
+    o.constant_run_min = 10; /* now the 10 tokens of "real" count too */
+    o.drop_constant_runs = true;
+    cr_assert_eq(import_text("warmup.jsonl", s, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_eq(rep.constant_runs, 2);
+    cr_assert_eq(rep.runs[1].line, 40 * 32 + 1);
+    cr_assert_eq(rep.tokens_dropped_constant, 50);
+    cr_assert_eq(tr->n_tokens, 20);
+    cr_assert_eq(tr->n_requests, 1);
+    cr_assert_eq(tr->position[0], 10);
+    trace_destroy(tr);
+    free(s);
+}
+
+/* ---- phase, layers, gates ------------------------------------------------------------------ */
+
+Test(trace_import, phase_is_decode_by_default_and_set_by_prefill_tokens_or_records) {
+    text t;
+    text_open(&t);
+    for (unsigned i = 0; i < 6; i++) token32(&t, "a", i, i);
+    char *s = text_close(&t);
+    trace_import_options o = defaults();
+    trace *tr = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(import_text("phase.jsonl", s, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_OK);
+    cr_assert_eq(rep.decode_tokens, 6);
+    cr_assert_str_eq(rep.phase_source, "default (all decode)");
+    trace_destroy(tr);
+    o.prefill_tokens = 4;
+    o.prefill_tokens_set = true;
+    cr_assert_eq(import_text("phase.jsonl", s, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_OK);
+    for (int i = 0; i < 6; i++) cr_assert_eq(tr->phase[i], i < 4 ? TRACE_PREFILL : TRACE_DECODE);
+    cr_assert_eq(rep.prefill_tokens, 4);
+    cr_assert_str_eq(rep.phase_source, "--prefill-tokens");
+    trace_destroy(tr);
+    free(s);
+
+    /* records that carry their phase: used as given; --prefill-tokens then conflicts */
+    const char *rec = "{\"req_id\": 1, \"token_idx\": 0, \"layer\": 0, \"phase\": \"prefill\", "
+                      "\"topk_ids\": [0, 1], \"topk_weights\": [0.5, 0.5]}\n"
+                      "{\"req_id\": 1, \"token_idx\": 1, \"layer\": 0, \"phase\": \"decode\", "
+                      "\"topk_ids\": [0, 1], \"topk_weights\": [0.5, 0.5]}\n";
+    cr_assert_eq(import_text("phase2.jsonl", rec, "mixtral-8x7b", &o, &tr, &rep, &err),
+                 MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "phase2.jsonl:1: phase: the records carry their phase"), "%s",
+              err.msg);
+    o = defaults();
+    cr_assert_eq(import_text("phase2.jsonl", rec, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_eq(tr->phase[0], TRACE_PREFILL);
+    cr_assert_eq(tr->phase[1], TRACE_DECODE);
+    cr_assert_str_eq(rep.phase_source, "records");
+    trace_destroy(tr);
+}
+
+Test(trace_import, model_layer_numbering_skips_dense_layers) {
+    /* DeepSeek-V2-Lite: layer 0 dense, MoE layers 1..26; top-6 of 64, softmax over all */
+    const char *ok = "{\"req_id\": 0, \"token_idx\": 0, \"layer\": 1, \"topk_ids\": [0, 1, 2, 3, "
+                     "4, 5], \"topk_weights\": [0.1, 0.1, 0.1, 0.1, 0.1, 0.1]}\n";
+    const char *dense = "{\"req_id\": 0, \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [0, 1, 2, "
+                        "3, 4, 5], \"topk_weights\": [0.1, 0.1, 0.1, 0.1, 0.1, 0.1]}\n";
+    trace_import_options o = defaults();
+    o.layers = TRACE_LAYERS_MODEL;
+    trace *tr = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(import_text("dsv2.jsonl", ok, "deepseek-v2-lite", &o, &tr, &rep, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_eq(tr->meta.n_layers, 26);
+    cr_assert_eq(trace_experts(tr, 0, 0)[5], 5);
+    trace_destroy(tr);
+    cr_assert_eq(import_text("dsv2.jsonl", dense, "deepseek-v2-lite", &o, &tr, &rep, &err),
+                 MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "dsv2.jsonl:1: layer: layer 0 of deepseek-v2-lite is a dense layer"),
+              "%s", err.msg);
+    o.layers = TRACE_LAYERS_MOE; /* MoE numbering: "layer": 0 is the first MoE layer */
+    cr_assert_eq(import_text("dsv2.jsonl", dense, "deepseek-v2-lite", &o, &tr, &rep, &err),
+                 MOESIM_OK, "%s", err.msg);
+    trace_destroy(tr);
+}
+
+Test(trace_import, gates_off_the_models_rule_fail_unless_renormalized) {
+    const char *rec = "{\"req_id\": 0, \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [3, 1], "
+                      "\"topk_weights\": [0.6, 0.2]}\n";
+    trace_import_options o = defaults();
+    trace *tr = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(import_text("sum.jsonl", rec, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "sum.jsonl:1: topk_weights: gate weights sum to 0.8, expected 1"),
+              "%s", err.msg);
+    o.renormalize = true;
+    cr_assert_eq(import_text("sum.jsonl", rec, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_float_eq(trace_gates(tr, 0, 0)[0], 0.75f, 1e-7);
+    cr_assert_float_eq(trace_gates(tr, 0, 0)[1], 0.25f, 1e-7);
+    cr_assert_eq(rep.renormalized_records, 1);
+    trace_destroy(tr);
+    /* a softmax-over-all model: the sum only has an upper bound; renormalizing is refused */
+    cr_assert_eq(import_text("sum.jsonl", rec, "olmoe-1b-7b", &o, &tr, &rep, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "--renormalize"), "%s", err.msg);
+}
+
+Test(trace_import, unknown_keys_are_skipped_and_reported) {
+    const char *rec = "{\"req_id\": 0, \"ts\": {\"a\": [1, 2.5e3, null, true]}, \"token_idx\": 0, "
+                      "\"layer\": 0, \"topk_ids\": [3, 1], \"topk_weights\": [0.5, 0.5], "
+                      "\"host\": \"n\\u00e9\"}\n";
+    trace_import_options o = defaults();
+    trace *tr = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(import_text("keys.jsonl", rec, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_eq(rep.ignored_key_records, 1);
+    cr_assert_str_eq(rep.ignored_keys, "ts,host");
+    trace_destroy(tr);
+}
+
+/* ---- round trips --------------------------------------------------------------------------- */
+
+/* A Mixtral-shaped trace: 5 requests interleaved, positions with gaps, prefill then decode,
+ * random gates (some subnormal, 0 or 1), some rows unrecorded (never a whole token). */
+static trace *random_trace(uint64_t seed) {
+    model_geometry m = load_model("mixtral-8x7b");
+    trace_meta meta = {0};
+    trace_meta_from_model(&meta, &m);
+    snprintf(meta.source, sizeof meta.source, "synth:%llu", (unsigned long long)seed);
+    enum { N = 300 };
+    trace *t = trace_create(&meta, N);
+    rng *r = rng_create(seed);
+    uint32_t pos[5] = {0}, seen = 0;
+    for (uint64_t i = 0; i < N; i++) {
+        uint32_t q = (uint32_t)rng_below(r, seen < 5 ? seen + 1 : 5);
+        if (q == seen) seen++;
+        t->request_id[i] = q;
+        pos[q] += 1 + (uint32_t)rng_below(r, 3);
+        t->position[i] = pos[q];
+        t->phase[i] = pos[q] < 12 ? TRACE_PREFILL : TRACE_DECODE;
+        for (uint32_t l = 0; l < 32; l++) {
+            size_t at = trace_route_index(t, i, l);
+            if (l > 0 && rng_uniform(r) < 0.05) {
+                t->expert_ids[at] = t->expert_ids[at + 1] = TRACE_NO_EXPERT;
+                continue;
+            }
+            uint16_t a = (uint16_t)rng_below(r, 8);
+            t->expert_ids[at] = a;
+            t->expert_ids[at + 1] = (uint16_t)((a + 1 + rng_below(r, 7)) % 8);
+            double u = rng_uniform(r);
+            float g = u < 0.05 ? 1e-40f : u < 0.1 ? 0.0f : (float)rng_uniform(r);
+            t->gate_weights[at] = g;
+            t->gate_weights[at + 1] = 1.0f - g;
+        }
+    }
+    rng_destroy(r);
+    moesim_error err = {0};
+    cr_assert_eq(trace_finish(t, "random trace", &err), MOESIM_OK, "%s", err.msg);
+    return t;
+}
+
+static void assert_same_arrays(const trace *a, const trace *b) {
+    cr_assert_eq(a->n_tokens, b->n_tokens);
+    cr_assert_eq(a->n_requests, b->n_requests);
+    size_t n = a->n_tokens, rv = n * trace_route_values(&a->meta);
+    cr_assert(!memcmp(a->request_id, b->request_id, n * sizeof *a->request_id));
+    cr_assert(!memcmp(a->position, b->position, n * sizeof *a->position));
+    cr_assert(!memcmp(a->phase, b->phase, n * sizeof *a->phase));
+    cr_assert(!memcmp(a->expert_ids, b->expert_ids, rv * sizeof *a->expert_ids));
+    cr_assert(!memcmp(a->gate_weights, b->gate_weights, rv * sizeof *a->gate_weights),
+              "gates differ");
+}
+
+static void export_to(const trace *t, trace_text_format f, const char *path) {
+    moesim_error err = {0};
+    cr_assert_eq(trace_export_check(t, path, &err), MOESIM_OK, "%s", err.msg);
+    FILE *fp = fopen(path, "w");
+    cr_assert(fp);
+    cr_assert_eq(trace_export_write(t, f, fp, false, path, &err), MOESIM_OK, "%s", err.msg);
+    fclose(fp);
+}
+
+static char *slurp(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    cr_assert(fp, "%s", path);
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    cr_assert_eq(fread(s, 1, (size_t)n, fp), (size_t)n);
+    s[n] = '\0';
+    fclose(fp);
+    return s;
+}
+
+Test(trace_import, trace_to_text_to_trace_is_exact_in_both_formats) {
+    model_geometry m = load_model("mixtral-8x7b");
+    for (int f = 0; f < 2; f++) {
+        trace *t = random_trace(11 + (uint64_t)f);
+        trace_text_format fmt = f ? TRACE_TEXT_CSV : TRACE_TEXT_JSONL;
+        char path[4096], path2[4096];
+        snprintf(path, sizeof path, "%s", test_tmp_path(f ? "rt.csv" : "rt.jsonl"));
+        snprintf(path2, sizeof path2, "%s", test_tmp_path(f ? "rt2.csv" : "rt2.jsonl"));
+        export_to(t, fmt, path);
+        trace_import_options o = defaults();
+        o.format = fmt;
+        trace *back = NULL;
+        trace_import_report rep;
+        moesim_error err = {0};
+        cr_assert_eq(trace_import_file(path, &m, &o, &back, &rep, &err), MOESIM_OK, "%s", err.msg);
+        assert_same_arrays(t, back);
+        cr_assert_str_eq(rep.phase_source, "records");
+        /* and the text of the re-import is the same text */
+        export_to(back, fmt, path2);
+        char *a = slurp(path), *b = slurp(path2);
+        cr_assert_str_eq(a, b);
+        free(a);
+        free(b);
+        trace_destroy(back);
+        trace_destroy(t);
+    }
+}
+
+Test(trace_import, log_to_trace_to_text_to_trace_is_exact_through_the_cli) {
+    /* a problem-shape log with incomplete tokens, gates in short decimals */
+    text t;
+    text_open(&t);
+    for (unsigned p = 0; p < 3; p++)
+        for (unsigned i = 0; i < 5; i++)
+            for (unsigned l = 0; l < 32; l++) {
+                if ((p + i + l) % 13 == 0 && l) continue;
+                fprintf(t.fp,
+                        "{\"dataset\": \"gsm8k\", \"problem_id\": %u, \"token_idx\": %u, "
+                        "\"layer\": %u, \"experts\": [%u, %u], \"gating_probs\": [0.71, 0.29]}\n",
+                        p, i, l, (p + l) % 8, (p + l + 1 + i) % 8);
+            }
+    char *s = text_close(&t);
+    char log[4096], h1[4096], txt[4096], h2[4096], txt2[4096];
+    snprintf(log, sizeof log, "%s", test_tmp_path("log.jsonl"));
+    snprintf(h1, sizeof h1, "%s", test_tmp_path("log.h5"));
+    snprintf(txt, sizeof txt, "%s", test_tmp_path("log-export.jsonl"));
+    snprintf(h2, sizeof h2, "%s", test_tmp_path("log2.h5"));
+    snprintf(txt2, sizeof txt2, "%s", test_tmp_path("log-export2.jsonl"));
+    test_write_file(log, s);
+    free(s);
+    static char out[1 << 16], errb[4096];
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--format",
+                                 "jsonl", "--model", "mixtral-8x7b", log, "-o", h1, NULL),
+                 0, "%s", errb);
+    cr_assert(strstr(out, "kept        3 requests, 15 tokens"), "%s", out);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "export", "--format",
+                                 "jsonl", h1, "-o", txt, NULL),
+                 0, "%s", errb);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--model",
+                                 "mixtral-8x7b", txt, "-o", h2, "--json", NULL),
+                 0, "%s", errb);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    cr_assert(j, "%s", jerr.text);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "schema")), "request");
+    cr_assert_eq(json_integer_value(json_object_get(j, "tokens_kept")), 15);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "phase_source")), "records");
+    json_decref(j);
+    trace *a = NULL, *b = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(trace_read(h1, &a, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(trace_read(h2, &b, &err), MOESIM_OK, "%s", err.msg);
+    assert_same_arrays(a, b);
+    cr_assert_eq(trace_gates(a, 0, 0)[0], 0.71f);
+    trace_destroy(a);
+    trace_destroy(b);
+    /* exporting the re-import gives the same bytes; export to stdout gives them too */
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "export", "--format",
+                                 "jsonl", h2, "-o", txt2, NULL),
+                 0, "%s", errb);
+    char *x = slurp(txt), *y = slurp(txt2);
+    cr_assert_str_eq(x, y);
+    static char so[1 << 20];
+    cr_assert_eq(test_run_moesim(so, sizeof so, errb, sizeof errb, "trace", "export", "--format",
+                                 "jsonl", h2, NULL),
+                 0, "%s", errb);
+    cr_assert_str_eq(so, x);
+    cr_assert(strstr(x, "\"topk_weights\": [0.71, 0.29]"), "short decimals stay short");
+    free(x);
+    free(y);
+}
+
+Test(trace_import, export_refuses_a_token_without_any_recorded_layer) {
+    trace *t = random_trace(3);
+    for (uint32_t l = 0; l < 32; l++) {
+        size_t at = trace_route_index(t, 7, l);
+        t->expert_ids[at] = t->expert_ids[at + 1] = TRACE_NO_EXPERT;
+        t->gate_weights[at] = t->gate_weights[at + 1] = 0.0f;
+    }
+    moesim_error err = {0};
+    cr_assert_eq(trace_export_check(t, "t.h5", &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "t.h5: /routing/expert_ids[7]: token has no recorded layer"), "%s",
+              err.msg);
+    trace_destroy(t);
+}
+
+/* ---- the float scanner --------------------------------------------------------------------- */
+
+static float scan_float(const char *s) {
+    text_scan sc = {s, s + strlen(s), NULL};
+    float f;
+    cr_assert(text_scan_float(&sc, &f), "'%s': %s", s, sc.why);
+    cr_assert_eq(sc.p, sc.end, "'%s' not consumed", s);
+    return f;
+}
+
+Test(trace_import, float_scanner_rounds_like_strtof) {
+    rng *r = rng_create(99);
+    char buf[128];
+    for (int i = 0; i < 200000; i++) {
+        float want;
+        switch (i % 4) {
+        case 0: { /* any float bits in [0, 1], every precision */
+            uint32_t bits = (uint32_t)rng_below(r, 0x3F800001u);
+            memcpy(&want, &bits, sizeof want);
+            snprintf(buf, sizeof buf, "%.*g", 1 + (int)rng_below(r, 12), (double)want);
+            break;
+        }
+        case 1: /* long decimals (more than 19 digits) and exponents */
+            snprintf(buf, sizeof buf, "%.25f", rng_uniform(r));
+            break;
+        case 2:
+            snprintf(buf, sizeof buf, "%.17fe%d", rng_uniform(r), (int)rng_below(r, 90) - 45);
+            break;
+        default: /* decimals near float midpoints */ {
+            uint32_t bits = (uint32_t)rng_below(r, 0x3F800000u);
+            float lo, hi;
+            memcpy(&lo, &bits, sizeof lo);
+            hi = nextafterf(lo, 2.0f);
+            snprintf(buf, sizeof buf, "%.20g", ((double)lo + (double)hi) / 2.0);
+            break;
+        }
+        }
+        want = strtof(buf, NULL);
+        float got = scan_float(buf);
+        cr_assert(!memcmp(&got, &want, sizeof got), "'%s': %a vs strtof %a", buf, (double)got,
+                  (double)want);
+    }
+    rng_destroy(r);
+    cr_assert_eq(scan_float("0"), 0.0f);
+    cr_assert(signbit(scan_float("-0")));
+    cr_assert_eq(scan_float("1E+0"), 1.0f);
+}
+
+/* ---- the malformed-input corpus ------------------------------------------------------------ */
+
+#define OK1                                                                                        \
+    "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], \"topk_weights\": " \
+    "[0.5, 0.5]}\n"
+#define OK2                                                                                        \
+    "{\"req_id\": \"a\", \"token_idx\": 1, \"layer\": 0, \"topk_ids\": [1, 2], \"topk_weights\": " \
+    "[0.5, 0.5]}\n"
+
+typedef struct bad_case {
+    const char *name;
+    const char *text;
+    const char *format; /* "jsonl" or "csv" */
+    int line;
+    const char *field; /* the message must contain "<file>:<line>: <field>" */
+    const char *says;  /* and this */
+} bad_case;
+
+static const bad_case corpus[] = {
+    {"not_json", OK1 "hello\n", "jsonl", 2, "record", "expected '{'"},
+    {"truncated_object", OK1 "{\"req_id\": \"a\", \"token_idx\": 1", "jsonl", 2, "token_idx",
+     "expected ',' or '}'"},
+    {"trailing_comma",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
+     "\"topk_weights\": [0.5, 0.5],}\n",
+     "jsonl", 1, "record", "expected a key"},
+    {"single_quotes", "{'req_id': 'a'}\n", "jsonl", 1, "record", "expected a key"},
+    {"nan_gate",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
+     "\"topk_weights\": [NaN, 0.5]}\n",
+     "jsonl", 1, "topk_weights", "NaN"},
+    {"negative_gate",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
+     "\"topk_weights\": [-0.5, 1.5]}\n",
+     "jsonl", 1, "topk_weights", "negative"},
+    {"gate_above_one",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
+     "\"topk_weights\": [1.25, 0]}\n",
+     "jsonl", 1, "topk_weights", "> 1"},
+    {"gate_overflow",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
+     "\"topk_weights\": [1e99, 0]}\n",
+     "jsonl", 1, "topk_weights", "not finite"},
+    {"expert_id_too_large",
+     OK1 "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 1, "
+         "\"topk_ids\": [8, 2], \"topk_weights\": [0.5, 0.5]}\n",
+     "jsonl", 2, "topk_ids", "expert id 8 >= 8 experts"},
+    {"wrong_k",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2, 3], "
+     "\"topk_weights\": [0.5, 0.25, 0.25]}\n",
+     "jsonl", 1, "topk_ids", "3 expert ids, expected top_k = 2"},
+    {"gate_count_mismatch",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": "
+     "[1, 2], \"topk_weights\": [1]}\n",
+     "jsonl", 1, "topk_weights", "1 gate weights for 2 expert ids"},
+    {"repeated_expert",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [2, 2], "
+     "\"topk_weights\": [0.5, 0.5]}\n",
+     "jsonl", 1, "topk_ids", "appears twice"},
+    {"duplicate_record", OK1 OK2 OK1, "jsonl", 3, "token_idx", "must not decrease"},
+    {"duplicate_layer", OK1 OK1, "jsonl", 2, "layer", "second record for layer 0"},
+    {"layer_out_of_range",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 32, \"topk_ids\": "
+     "[1, 2], \"topk_weights\": [0.5, 0.5]}\n",
+     "jsonl", 1, "layer", "layer 32 >= 32 MoE layers"},
+    {"missing_layer_key",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"topk_ids\": [1, 2], "
+     "\"topk_weights\": [0.5, 0.5]}\n",
+     "jsonl", 1, "layer", "missing key"},
+    {"duplicate_key", "{\"req_id\": \"a\", \"layer\": 0, \"layer\": 1}\n", "jsonl", 1, "layer",
+     "appears twice"},
+    {"mixed_shapes_in_record",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"experts\": "
+     "[1, 2], \"gating_probs\": [0.5, 0.5]}\n",
+     "jsonl", 1, "req_id", "request shape"},
+    {"shape_changes_midway",
+     OK1 "{\"problem_id\": 0, \"token_idx\": 0, \"layer\": 1, "
+         "\"experts\": [1, 2], \"gating_probs\": [0.5, 0.5]}\n",
+     "jsonl", 2, "problem_id", "file of the request shape (line 1)"},
+    {"no_request_key", "{\"token_idx\": 0, \"layer\": 0}\n", "jsonl", 1, "record",
+     "cannot tell the shape"},
+    {"negative_token_idx", "{\"req_id\": \"a\", \"token_idx\": -1}\n", "jsonl", 1, "token_idx",
+     "non-negative integer"},
+    {"fractional_token_idx", "{\"req_id\": \"a\", \"token_idx\": 1.5}\n", "jsonl", 1, "token_idx",
+     "expected an integer"},
+    {"leading_zero", "{\"req_id\": \"a\", \"token_idx\": 01}\n", "jsonl", 1, "token_idx",
+     "leading zero"},
+    {"layer_as_string", "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": \"0\"}\n", "jsonl", 1,
+     "layer", "non-negative integer"},
+    {"ids_not_an_array", "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": 1}\n",
+     "jsonl", 1, "topk_ids", "expected an array"},
+    {"fractional_expert_id", "{\"req_id\": \"a\", \"topk_ids\": [1, 2.0]}\n", "jsonl", 1,
+     "topk_ids[1]", "expected an integer"},
+    {"bad_phase", "{\"req_id\": \"a\", \"phase\": \"warmup\"}\n", "jsonl", 1, "phase",
+     "\"prefill\" or \"decode\""},
+    {"phase_on_some_records",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"phase\": "
+     "\"decode\", \"topk_ids\": [1, 2], \"topk_weights\": [0.5, 0.5]}\n" OK2,
+     "jsonl", 2, "phase", "missing"},
+    {"prefill_after_decode",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"phase\": \"decode\", \"topk_ids\": "
+     "[1, 2], \"topk_weights\": [0.5, 0.5]}\n"
+     "{\"req_id\": \"a\", \"token_idx\": 1, \"layer\": 0, \"phase\": \"prefill\", \"topk_ids\": "
+     "[1, 2], \"topk_weights\": [0.5, 0.5]}\n",
+     "jsonl", 2, "phase", "prefill token_idx 1 after a decode token"},
+    {"gate_sum_off",
+     "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
+     "\"topk_weights\": [0.3, 0.3]}\n",
+     "jsonl", 1, "topk_weights", "sum to 0.6"},
+    {"invalid_escape", "{\"req_id\": \"a\\q\"}\n", "jsonl", 1, "req_id", "invalid escape"},
+    {"control_character", "{\"req_id\": \"a\tb\"}\n", "jsonl", 1, "req_id", "control character"},
+    {"invalid_utf8", "{\"req_id\": \"\xC3\x28\"}\n", "jsonl", 1, "req_id", "invalid UTF-8"},
+    {"lone_surrogate", "{\"req_id\": \"\\udc00\"}\n", "jsonl", 1, "req_id", "surrogate"},
+    {"two_objects_on_a_line", "{\"req_id\": \"a\"} {\"req_id\": \"b\"}\n", "jsonl", 1, "record",
+     "after the object"},
+    {"unterminated_string", "{\"req_id\": \"a}\n", "jsonl", 1, "req_id", "unterminated string"},
+    {"too_deep",
+     "{\"req_id\": \"a\", \"x\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+     "[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+     "]]]]]]]}\n",
+     "jsonl", 1, "x", "deeper than 64"},
+    {"nul_byte", "{\"req_id\": \"a\", \0}\n", "jsonl", 1, "record", "expected a key"},
+    {"request_id_too_long",
+     "{\"req_id\": "
+     "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}\n",
+     "jsonl", 1, "req_id", "longer than 120 bytes"},
+    {"control_character_in_a_name_is_shown_as_a_question_mark",
+     "{\"req_id\": \"a\\nb\", \"token_idx\": 1, \"layer\": 0, \"topk_ids\": [1, 2], "
+     "\"topk_weights\": [0.5, 0.5]}\n"
+     "{\"req_id\": \"a\\nb\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
+     "\"topk_weights\": [0.5, 0.5]}\n",
+     "jsonl", 2, "token_idx", "of request 'a?b'"},
+    {"csv_wrong_header", "request_id,position,phase,layer,expert_0,expert_1,gate_0,weight_1\n",
+     "csv", 1, "header", "column 8 is 'weight_1', expected 'gate_1'"},
+    {"csv_bad_gate",
+     "request_id,position,phase,layer,expert_0,expert_1,gate_0,gate_1\n0,0,decode,0,1,2,0.5,x\n",
+     "csv", 2, "gate_1", "expected a number"},
+    {"csv_missing_column",
+     "request_id,position,phase,layer,expert_0,expert_1,gate_0,gate_1\n0,0,decode,0,1,2,0.5\n",
+     "csv", 2, "row", "7 columns, expected 8"},
+};
+
+/* Bytes of a corpus text: "nul_byte" holds a NUL, so its length is counted to the last '\n'. */
+static size_t case_length(const bad_case *c) {
+    if (strcmp(c->name, "nul_byte")) return strlen(c->text);
+    return sizeof("{\"req_id\": \"a\", \0}\n") - 1;
+}
+
+Test(trace_import, every_malformed_input_gives_file_line_field_exit_2_and_no_output) {
+    cr_assert_geq(sizeof corpus / sizeof corpus[0], 20);
+    model_geometry m = load_model("mixtral-8x7b");
+    for (size_t i = 0; i < sizeof corpus / sizeof corpus[0]; i++) {
+        const bad_case *c = &corpus[i];
+        char in[4096], out_h5[4096], want[4600];
+        snprintf(in, sizeof in, "%s", test_tmp_path(c->name));
+        snprintf(out_h5, sizeof out_h5, "%s.h5", in);
+        test_write_bytes(in, c->text, case_length(c));
+        snprintf(want, sizeof want, "%s:%d: %s", in, c->line, c->field);
+
+        static char out[4096], errb[4096];
+        int rc = test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--format",
+                                 c->format, "--model", "mixtral-8x7b", in, "-o", out_h5, NULL);
+        cr_assert_eq(rc, 2, "%s: exit %d, stderr: %s", c->name, rc, errb);
+        cr_assert(strstr(errb, want), "%s: expected '%s' in: %s", c->name, want, errb);
+        cr_assert(strstr(errb, c->says), "%s: expected '%s' in: %s", c->name, c->says, errb);
+        char *nl = strchr(errb, '\n');
+        cr_assert(nl && nl[1] == '\0', "%s: not one line: %s", c->name, errb);
+        cr_assert_eq(out[0], '\0', "%s: stdout not empty", c->name);
+        cr_assert(!test_file_exists(out_h5), "%s: output written", c->name);
+
+        /* in process: the same message, nothing returned, nothing leaked */
+        trace_import_options o = defaults();
+        o.format = strcmp(c->format, "csv") ? TRACE_TEXT_JSONL : TRACE_TEXT_CSV;
+        trace *t = (trace *)&o; /* must be reset to NULL */
+        trace_import_report rep;
+        moesim_error err = {0};
+        cr_assert_eq(trace_import_file(in, &m, &o, &t, &rep, &err), MOESIM_EINPUT, "%s", c->name);
+        cr_assert_null(t);
+        cr_assert(strstr(err.msg, want), "%s: %s", c->name, err.msg);
+    }
+}
+
+Test(trace_import, empty_inputs_and_bad_command_lines_exit_2) {
+    static char out[4096], errb[4096];
+    char in[4096], h5[4096];
+    snprintf(in, sizeof in, "%s", test_tmp_path("empty.jsonl"));
+    snprintf(h5, sizeof h5, "%s", test_tmp_path("empty.h5"));
+    test_write_file(in, "\n  \n");
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--model",
+                                 "mixtral-8x7b", in, "-o", h5, NULL),
+                 2);
+    cr_assert(strstr(errb, "empty.jsonl: no records (2 lines read)"), "%s", errb);
+    cr_assert(!test_file_exists(h5));
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--model",
+                                 "mixtral-8x7b", "/nonexistent/x.jsonl", "-o", h5, NULL),
+                 2);
+    cr_assert(strstr(errb, "/nonexistent/x.jsonl: cannot open"), "%s", errb);
+    cr_assert_eq(
+        test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", in, "-o", h5, NULL),
+        2);
+    cr_assert(strstr(errb, "missing --model"), "%s", errb);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--model",
+                                 "no-such-model", in, "-o", h5, NULL),
+                 2);
+    cr_assert(strstr(errb, "no-such-model"), "%s", errb);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--model",
+                                 "mixtral-8x7b", "--incomplete", "maybe", in, "-o", h5, NULL),
+                 2);
+    cr_assert(strstr(errb, "--incomplete: expected keep or drop"), "%s", errb);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--model",
+                                 "mixtral-8x7b", "--constant-run-min", "1", in, "-o", h5, NULL),
+                 2);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "export", in, NULL),
+                 2);
+    cr_assert(strstr(errb, "missing --format"), "%s", errb);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "export", "--format",
+                                 "xml", in, NULL),
+                 2);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "export", "--format",
+                                 "csv", in, "-o", h5, NULL),
+                 2);
+    cr_assert(strstr(errb, "empty.jsonl"), "%s", errb);
+    cr_assert(!test_file_exists(h5));
+    cr_assert_eq(
+        test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--help", NULL), 0);
+    cr_assert(strstr(out, "--incomplete keep|drop"));
+    cr_assert_eq(
+        test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "export", "--help", NULL), 0);
+}
