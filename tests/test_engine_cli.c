@@ -160,6 +160,28 @@ Test(engine_cli, recorded_trace_validates_and_its_model_file_loads_back_to_the_g
     engine_destroy(e);
 }
 
+/* record -> sim: the trace and its model file are all `moesim sim` needs for a model that has no
+ * entry in configs/models; every recorded token is simulated. */
+Test(engine_cli, moesim_sim_runs_a_recorded_trace_with_its_model_file) {
+    char toks[4096], out_h5[4096], ini[4096];
+    snprintf(toks, sizeof toks, "%s", test_tmp_path("rec.txt"));
+    snprintf(out_h5, sizeof out_h5, "%s", test_tmp_path("rec.h5"));
+    snprintf(ini, sizeof ini, "%s", test_tmp_path("rec.ini"));
+    test_write_file(toks, "1 2 3 4 5 6\n7 8 9\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "record", "--model",
+                             fixture("mixtral"), "--input", toks, "--gen-len", "5", "-o", out_h5,
+                             "--model-ini", ini, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", out_h5,
+                         "--model", ini, "--hw", "rtx3090-pcie4", "--policy", "lru", "--set",
+                         "cache.experts_per_layer=4", "--json", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    cr_assert_eq(json_number(out, "tokens"), 19);
+    cr_assert_eq(json_number(out, "requests"), 2);
+    double hit = json_number(out, "hit_rate");
+    cr_assert(hit > 0 && hit < 1, "hit rate %g", hit);
+}
+
 Test(engine_cli, record_refuses_bad_input_and_writes_nothing) {
     char toks[4096], out_h5[4096]; /* test_tmp_path's buffers are reused by test_run_moesim */
     snprintf(toks, sizeof toks, "%s", test_tmp_path("rec.txt"));
