@@ -30,14 +30,16 @@
 #include "common/check.h"
 #include "common/rng.h"
 
-#define SYNTH_GATE_POOL     4096 /* precomputed gate-weight rows per run */
-#define SYNTH_SALIENCE_POOL 4096 /* precomputed per-layer salience factors */
-#define SYNTH_DRAW_CAP      64   /* rejected duplicate draws per slot before the fallback */
-#define STREAM_TABLES       0
-#define STREAM_PLAN         1
-#define STREAM_ROUTING      2
-#define STREAM_IMPORTANCE   3
-#define STREAM_LOOKAHEAD    4
+#define SYNTH_GATE_POOL_BITS     10 /* precomputed gate-weight rows per run: 1024 (L1/L2) */
+#define SYNTH_GATE_POOL          (1u << SYNTH_GATE_POOL_BITS)
+#define SYNTH_SALIENCE_POOL_BITS 10 /* precomputed per-layer salience factors: 1024 */
+#define SYNTH_SALIENCE_POOL      (1u << SYNTH_SALIENCE_POOL_BITS)
+#define SYNTH_DRAW_CAP           64 /* rejected duplicate draws per slot before the fallback */
+#define STREAM_TABLES            0
+#define STREAM_PLAN              1
+#define STREAM_ROUTING           2
+#define STREAM_IMPORTANCE        3
+#define STREAM_LOOKAHEAD         4
 
 /* P(x) as a threshold on a uniform 32-bit draw: draw < threshold happens with probability x. */
 static uint32_t prob_threshold(double x) {
@@ -215,7 +217,7 @@ static void tables_build(synth_tables *tb, const model_geometry *m, const synth_
                     top = w[e] > top ? w[e] : top;
                 }
                 for (uint32_t e = 0; e < E; e++) w[e] = exp(w[e] - top);
-                size_t at = (((size_t)l * W + wl) * T + t) * E;
+                size_t at = (((size_t)wl * T + t) * L + l) * E;
                 alias_build(w, E, tb->cells + at, scaled, small, large);
             }
         }
@@ -337,7 +339,9 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
         rw->stamp = 1;
     }
     uint16_t e;
-    if (prev && (uint32_t)gsl_rng_get(g) < tb->reuse_top1[l])
+    /* one 32-bit draw: the high 22 bits decide the top-1 copy, the low 10 pick the gate row */
+    const uint32_t u = (uint32_t)gsl_rng_get(g);
+    if (prev && (u >> SYNTH_GATE_POOL_BITS) < (tb->reuse_top1[l] >> SYNTH_GATE_POOL_BITS))
         e = prev[0];
     else
         e = route_draw(tb, l, cells, pop, prev, rw, g);
@@ -358,8 +362,7 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
         row[n++] = e;
         rw->mark[e] = rw->stamp;
     }
-    const float *gp =
-        tb->gate_pool + (((uint64_t)(uint32_t)gsl_rng_get(g) * SYNTH_GATE_POOL) >> 32) * k;
+    const float *gp = tb->gate_pool + (size_t)(u & (SYNTH_GATE_POOL - 1)) * k;
     for (uint32_t j = 0; j < k; j++) gates[j] = gp[j];
 }
 
@@ -384,10 +387,13 @@ static void importance_request(trace *t, const synth_options *o, const request_p
     const double sigma = o->knobs.importance_salience_sigma;
     for (uint32_t q = 0; q < n; q++) iw->base[q] = exp(sigma * a * gsl_ran_gaussian_ziggurat(g, 1));
     for (uint32_t l = 0; l < L; l++) {
-        for (uint32_t q = 0; q < n; q++)
-            iw->w[q] =
-                iw->base[q] *
-                iw->salience[((uint64_t)(uint32_t)gsl_rng_get(g) * SYNTH_SALIENCE_POOL) >> 32];
+        uint32_t bits = 0, left = 0; /* one 32-bit draw gives three 10-bit pool indices */
+        for (uint32_t q = 0; q < n; q++) {
+            if (left == 0) bits = (uint32_t)gsl_rng_get(g), left = 3;
+            iw->w[q] = iw->base[q] * iw->salience[bits & (SYNTH_SALIENCE_POOL - 1)];
+            bits >>= SYNTH_SALIENCE_POOL_BITS;
+            left--;
+        }
         /* prefix sums W_q, then the suffix sum of 1 / W_q walking backwards */
         double prefix = 0;
         for (uint32_t q = 0; q < n; q++) {
@@ -582,7 +588,7 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
             t->position[tok] = i;
             t->phase[tok] = i < p->prompt ? TRACE_PREFILL : TRACE_DECODE;
             for (uint32_t l = 0; l < L; l++) {
-                const size_t tab = (((size_t)l * W + p->workload) * T + p->topic) * E;
+                const size_t tab = (((size_t)p->workload * T + p->topic) * L + l) * E;
                 const size_t at = trace_route_index(t, tok, l);
                 route_row(&tb, l, tb.cells + tab, tb.pop_order + ((size_t)l * W + p->workload) * E,
                           i ? t->expert_ids + trace_route_index(t, tok - 1, l) : NULL,
