@@ -357,7 +357,18 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
             rw->mark[e] = rw->stamp;
         }
     }
-    while (n < k) {
+    if (!(prev && tb->avoid_other[l])) {
+        /* the common case, branch-free: write the draw, advance only when it is new (marking
+         * an expert twice is harmless); SYNTH_DRAW_CAP draws per missing slot at most */
+        const uint32_t E = tb->E;
+        for (uint32_t tries = 0; n < k && tries < SYNTH_DRAW_CAP * k; tries++) {
+            e = alias_draw(cells, E, g);
+            row[n] = e;
+            n += rw->mark[e] != rw->stamp;
+            rw->mark[e] = rw->stamp;
+        }
+    }
+    while (n < k) { /* anti-reuse layers, and the rare fallback */
         e = route_draw(tb, l, cells, pop, prev, rw, g);
         row[n++] = e;
         rw->mark[e] = rw->stamp;
