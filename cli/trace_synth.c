@@ -118,8 +118,12 @@ static void print_report(const model_geometry *m, const synth_options *o, const 
     }
     if (n == 0) printf("(no published figure applies to %s)\n", m->name);
     printf("other figures: active share by B");
-    for (int b = 0; b < STATS_N_BATCH; b++)
-        printf(" %u:%.1f%%", trace_stats_batch_sizes[b], 100 * s->active_share[b]);
+    for (int b = 0; b < STATS_N_BATCH; b++) {
+        if (isnan(s->active_share[b]))
+            printf(" %u:absent", trace_stats_batch_sizes[b]);
+        else
+            printf(" %u:%.1f%%", trace_stats_batch_sizes[b], 100 * s->active_share[b]);
+    }
     printf("; top10 share %.1f%%, max/mean %.2f, min/mean %.2f; reuse top-1 %.1f%%, any %.1f%%",
            100 * s->top10_share, s->max_over_mean, s->min_over_mean, 100 * s->reuse_top1,
            100 * s->reuse_any);
