@@ -14,7 +14,7 @@
  * gates, 3 importance, 4 look-ahead; so changing D or K' leaves the routing unchanged.
  *
  * Units: lengths in tokens; probabilities in [0, 1]; log-popularity in nats. */
-/* GSL's inline gsl_rng_get (gsl_inline.h): the hot loops call it ~15 times per record */
+/* GSL's inline gsl_rng_get (gsl_inline.h): block refills call it in a tight loop */
 #define HAVE_INLINE 1
 #include "traces/synth.h"
 
@@ -109,8 +109,35 @@ static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *s
     }
 }
 
-static inline uint16_t alias_draw(const alias_cell *cell, uint32_t n, gsl_rng *g) {
-    uint64_t x = (uint64_t)(uint32_t)gsl_rng_get(g) * n;
+/* ---- 32-bit draws in blocks ----
+ * The hot paths take their uniform 32-bit numbers from a block refilled by SYNTH_RNG_BLOCK
+ * consecutive gsl_rng_get calls: the same numbers in the same order as calling GSL each time
+ * (so determinism is untouched), without an indirect call in the middle of dependent work. */
+#define SYNTH_RNG_BLOCK 512
+
+typedef struct rng_block {
+    gsl_rng *g;
+    uint32_t at; /* next unread value; SYNTH_RNG_BLOCK: empty */
+    uint32_t v[SYNTH_RNG_BLOCK];
+} rng_block;
+
+static void rng_block_init(rng_block *b, gsl_rng *g) {
+    b->g = g;
+    b->at = SYNTH_RNG_BLOCK;
+}
+
+static void rng_block_refill(rng_block *b) {
+    for (uint32_t i = 0; i < SYNTH_RNG_BLOCK; i++) b->v[i] = (uint32_t)gsl_rng_get(b->g);
+    b->at = 0;
+}
+
+static inline uint32_t rng_block_u32(rng_block *b) {
+    if (b->at == SYNTH_RNG_BLOCK) rng_block_refill(b);
+    return b->v[b->at++];
+}
+
+static inline uint16_t alias_draw(const alias_cell *cell, uint32_t n, rng_block *g) {
+    uint64_t x = (uint64_t)rng_block_u32(g) * n;
     uint32_t j = (uint32_t)(x >> 32), f = (uint32_t)x;
     return f < cell[j].thresh ? (uint16_t)j : cell[j].alias;
 }
@@ -156,8 +183,8 @@ static void binomial_cdf_thresholds(uint32_t n, double p, uint32_t *out) {
 }
 
 /* A draw from such a table: the first c with u < out[c], else n. */
-static inline uint32_t binomial_draw(const uint32_t *cdf, uint32_t n, gsl_rng *g) {
-    uint32_t u = (uint32_t)gsl_rng_get(g), c = 0;
+static inline uint32_t binomial_draw(const uint32_t *cdf, uint32_t n, rng_block *g) {
+    uint32_t u = rng_block_u32(g), c = 0;
     while (c < n && u >= cdf[c]) c++;
     return c;
 }
@@ -311,13 +338,13 @@ typedef struct route_work {
  * SYNTH_DRAW_CAP rejected draws. */
 static inline uint16_t route_draw(const synth_tables *tb, uint32_t l, const alias_cell *cells,
                                   const uint16_t *pop, const uint16_t *prev, const route_work *rw,
-                                  gsl_rng *g) {
+                                  rng_block *g) {
     const uint32_t E = tb->E;
     for (uint32_t tries = 0; tries < SYNTH_DRAW_CAP; tries++) {
         uint16_t e = alias_draw(cells, E, g);
         if (rw->mark[e] == rw->stamp) continue;
         if (prev && tb->avoid_other[l] && row_has(prev, tb->k, e) &&
-            (uint32_t)gsl_rng_get(g) < tb->avoid_other[l])
+            rng_block_u32(g) < tb->avoid_other[l])
             continue; /* anti-reuse: redraw an expert the predecessor used */
         return e;
     }
@@ -332,7 +359,7 @@ static inline uint16_t route_draw(const synth_tables *tb, uint32_t l, const alia
  * already chosen); the rest are drawn without replacement. */
 static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cells,
                       const uint16_t *pop, const uint16_t *prev, uint16_t *row, float *gates,
-                      route_work *rw, gsl_rng *g) {
+                      route_work *rw, rng_block *g) {
     const uint32_t k = tb->k;
     if (++rw->stamp == 0) {
         memset(rw->mark, 0, rw->E * sizeof *rw->mark);
@@ -340,7 +367,7 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
     }
     uint16_t e;
     /* one 32-bit draw: the high 22 bits decide the top-1 copy, the low 10 pick the gate row */
-    const uint32_t u = (uint32_t)gsl_rng_get(g);
+    const uint32_t u = rng_block_u32(g);
     if (prev && (u >> SYNTH_GATE_POOL_BITS) < (tb->reuse_top1[l] >> SYNTH_GATE_POOL_BITS))
         e = prev[0];
     else
@@ -351,7 +378,7 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
     if (prev && tb->copies[l]) {
         uint32_t copies = binomial_draw(tb->copy_cdf + (size_t)l * k, k - 1, g);
         for (uint32_t c = 0; c < copies; c++) {
-            e = prev[((uint64_t)(uint32_t)gsl_rng_get(g) * k) >> 32];
+            e = prev[((uint64_t)rng_block_u32(g) * k) >> 32];
             if (rw->mark[e] == rw->stamp) continue;
             row[n++] = e;
             rw->mark[e] = rw->stamp;
@@ -387,20 +414,25 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
 typedef struct importance_work {
     double *w;        /* [n_max] salience of each position at this layer */
     double *base;     /* [n_max] exp(sigma a z_p): the part shared by all layers */
-    double *salience; /* [SYNTH_SALIENCE_POOL] exp(sigma sqrt(1 - a^2) z) */
+    double *salience; /* [SYNTH_SALIENCE_POOL] exp(sigma sqrt(1 - a^2) z): per layer */
+    double *shared;   /* [SYNTH_SALIENCE_POOL] exp(sigma a z): shared by a token's layers */
 } importance_work;
 
 static void importance_request(trace *t, const synth_options *o, const request_plan *p,
-                               importance_work *iw, gsl_rng *g) {
+                               importance_work *iw, rng_block *g) {
     const uint32_t L = t->meta.n_layers, n = p->prompt + p->gen;
     const double s = o->knobs.importance_sink_share;
-    const double a = o->knobs.importance_layer_correlation;
-    const double sigma = o->knobs.importance_salience_sigma;
-    for (uint32_t q = 0; q < n; q++) iw->base[q] = exp(sigma * a * gsl_ran_gaussian_ziggurat(g, 1));
+    uint32_t bits = 0, left = 0; /* one 32-bit draw gives three 10-bit pool indices */
+    for (uint32_t q = 0; q < n; q++) {
+        if (left == 0) bits = rng_block_u32(g), left = 3;
+        iw->base[q] = iw->shared[bits & (SYNTH_SALIENCE_POOL - 1)];
+        bits >>= SYNTH_SALIENCE_POOL_BITS;
+        left--;
+    }
     for (uint32_t l = 0; l < L; l++) {
-        uint32_t bits = 0, left = 0; /* one 32-bit draw gives three 10-bit pool indices */
+        left = 0;
         for (uint32_t q = 0; q < n; q++) {
-            if (left == 0) bits = (uint32_t)gsl_rng_get(g), left = 3;
+            if (left == 0) bits = rng_block_u32(g), left = 3;
             iw->w[q] = iw->base[q] * iw->salience[bits & (SYNTH_SALIENCE_POOL - 1)];
             bits >>= SYNTH_SALIENCE_POOL_BITS;
             left--;
@@ -456,7 +488,7 @@ static inline uint16_t next_unmarked(const uint16_t *pop, uint32_t E, uint32_t *
 }
 
 static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint8_t workload,
-                            lookahead_work *lw, gsl_rng *g) {
+                            lookahead_work *lw, rng_block *g) {
     const uint32_t L = tb->L, E = tb->E, k = tb->k, D = t->meta.lookahead_depth;
     const uint32_t KP = t->meta.lookahead_k, kk = k < KP ? k : KP;
     for (uint32_t l = 0; l < L; l++) {
@@ -478,7 +510,7 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
             uint16_t deferred[TRACE_MAX_TOP_K];
             uint32_t n_def = 0, n = 0;
             uint32_t skip = 0; /* the true slot used as candidate 0 (UINT32_MAX: none) */
-            if ((uint32_t)gsl_rng_get(g) < lw->top1[d]) {
+            if (rng_block_u32(g) < lw->top1[d]) {
                 pred[n++] = actual[0];
             } else if (k > 1) {
                 pred[n++] = actual[1];
@@ -557,7 +589,11 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
     rng *r_route = rng_create_stream(o->seed, STREAM_ROUTING);
     rng *r_imp = rng_create_stream(o->seed, STREAM_IMPORTANCE);
     rng *r_look = rng_create_stream(o->seed, STREAM_LOOKAHEAD);
-    gsl_rng *g_route = rng_gsl(r_route), *g_look = rng_gsl(r_look);
+    rng_block *g_route = moesim_xmalloc(sizeof *g_route), *g_look = moesim_xmalloc(sizeof *g_look);
+    rng_block *g_imp = moesim_xmalloc(sizeof *g_imp);
+    rng_block_init(g_route, rng_gsl(r_route));
+    rng_block_init(g_look, rng_gsl(r_look));
+    rng_block_init(g_imp, rng_gsl(r_imp));
 
     uint32_t n_max = 0;
     for (uint32_t r = 0; r < o->n_requests; r++)
@@ -566,12 +602,16 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
         .w = moesim_xcalloc(n_max, sizeof(double)),
         .base = moesim_xcalloc(2 * (size_t)n_max, sizeof(double)),
         .salience = moesim_xcalloc(SYNTH_SALIENCE_POOL, sizeof(double)),
+        .shared = moesim_xcalloc(SYNTH_SALIENCE_POOL, sizeof(double)),
     };
     {
         const double a = o->knobs.importance_layer_correlation;
         const double sd = o->knobs.importance_salience_sigma * sqrt(1.0 - a * a);
-        for (uint32_t i = 0; i < SYNTH_SALIENCE_POOL; i++)
+        const double sa = o->knobs.importance_salience_sigma * a;
+        for (uint32_t i = 0; i < SYNTH_SALIENCE_POOL; i++) {
             iw.salience[i] = exp(sd * gsl_ran_gaussian_ziggurat(rng_gsl(r_imp), 1.0));
+            iw.shared[i] = exp(sa * gsl_ran_gaussian_ziggurat(rng_gsl(r_imp), 1.0));
+        }
     }
     route_work rw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t)), .E = tb.E};
     lookahead_work lw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t))};
@@ -607,7 +647,7 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
             }
             if (o->lookahead_depth) lookahead_token(t, &tb, tok, p->workload, &lw, g_look);
         }
-        importance_request(t, o, p, &iw, rng_gsl(r_imp));
+        importance_request(t, o, p, &iw, g_imp);
     }
 
     free(lw.mark);
@@ -615,6 +655,10 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
     free(iw.w);
     free(iw.base);
     free(iw.salience);
+    free(iw.shared);
+    free(g_route);
+    free(g_look);
+    free(g_imp);
     rng_destroy(r_look);
     rng_destroy(r_imp);
     rng_destroy(r_route);
