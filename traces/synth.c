@@ -320,15 +320,10 @@ static uint64_t plan_build(request_plan *plan, const synth_options *o, uint32_t 
 
 /* ---- routing of one token at one layer ---- */
 
-static inline bool row_has(const uint16_t *row, uint32_t n, uint16_t e) {
-    for (uint32_t j = 0; j < n; j++)
-        if (row[j] == e) return true;
-    return false;
-}
-
 /* Membership of the experts chosen so far in a row: stamped, never cleared per row. */
 typedef struct route_work {
-    uint32_t *mark; /* [E] */
+    uint32_t *mark;  /* [E] chosen for the current row */
+    uint32_t *pmark; /* [E] in the predecessor's row (anti-reuse layers only) */
     uint32_t stamp;
     uint32_t E;
 } route_work;
@@ -336,14 +331,14 @@ typedef struct route_work {
 /* One draw from the table that is not yet in the row (and, at layers with anti-reuse, redrawn
  * with probability avoid when the predecessor used it); the most popular unchosen expert after
  * SYNTH_DRAW_CAP rejected draws. */
-static inline uint16_t route_draw(const synth_tables *tb, uint32_t l, const alias_cell *cells,
-                                  const uint16_t *pop, const uint16_t *prev, const route_work *rw,
-                                  rng_block *g) {
+static inline __attribute__((always_inline)) uint16_t
+route_draw(const synth_tables *tb, uint32_t l, const alias_cell *cells, const uint16_t *pop,
+           const uint16_t *prev, const route_work *rw, rng_block *g) {
     const uint32_t E = tb->E;
     for (uint32_t tries = 0; tries < SYNTH_DRAW_CAP; tries++) {
         uint16_t e = alias_draw(cells, E, g);
         if (rw->mark[e] == rw->stamp) continue;
-        if (prev && tb->avoid_other[l] && row_has(prev, tb->k, e) &&
+        if (prev && tb->avoid_other[l] && rw->pmark[e] == rw->stamp &&
             rng_block_u32(g) < tb->avoid_other[l])
             continue; /* anti-reuse: redraw an expert the predecessor used */
         return e;
@@ -363,8 +358,11 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
     const uint32_t k = tb->k;
     if (++rw->stamp == 0) {
         memset(rw->mark, 0, rw->E * sizeof *rw->mark);
+        memset(rw->pmark, 0, rw->E * sizeof *rw->pmark);
         rw->stamp = 1;
     }
+    if (prev && tb->avoid_other[l])
+        for (uint32_t j = 0; j < k; j++) rw->pmark[prev[j]] = rw->stamp;
     uint16_t e;
     /* one 32-bit draw: the high 22 bits decide the top-1 copy, the low 10 pick the gate row */
     const uint32_t u = rng_block_u32(g);
@@ -613,7 +611,9 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
             iw.shared[i] = exp(sa * gsl_ran_gaussian_ziggurat(rng_gsl(r_imp), 1.0));
         }
     }
-    route_work rw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t)), .E = tb.E};
+    route_work rw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t)),
+                     .pmark = moesim_xcalloc(tb.E, sizeof(uint32_t)),
+                     .E = tb.E};
     lookahead_work lw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t))};
     for (uint32_t c = 0; c < o->lookahead_k && o->lookahead_depth; c++)
         lw.score_factor[c] = c + 1 > tb.k ? (float)ldexp(1.0, -(int)(c + 1 - tb.k)) : 1.0f;
@@ -652,6 +652,7 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
 
     free(lw.mark);
     free(rw.mark);
+    free(rw.pmark);
     free(iw.w);
     free(iw.base);
     free(iw.salience);
