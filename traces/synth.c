@@ -474,49 +474,48 @@ static inline void la_next(lookahead_work *lw, uint32_t E) {
     }
 }
 
-/* The most popular expert (from rank *at on) not yet in the current set, now added to it; E when
- * every expert is in the set. */
-static inline uint16_t next_unmarked(const uint16_t *pop, uint32_t E, uint32_t *at,
-                                     lookahead_work *lw) {
-    while (*at < E && lw->mark[pop[*at]] == lw->stamp) (*at)++;
-    if (*at == E) return (uint16_t)E;
-    uint16_t e = pop[(*at)++];
-    lw->mark[e] = lw->stamp;
-    return e;
-}
-
 static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint8_t workload,
                             lookahead_work *lw, rng_block *g) {
     const uint32_t L = tb->L, E = tb->E, k = tb->k, D = t->meta.lookahead_depth;
     const uint32_t KP = t->meta.lookahead_k, kk = k < KP ? k : KP;
-    for (uint32_t l = 0; l < L; l++) {
-        for (uint32_t d = 1; d <= D; d++) {
+    /* padding: rows whose target l + d is beyond the last layer */
+    for (uint32_t l = L > D ? L - D : 0; l < L; l++)
+        for (uint32_t d = L - l; d <= D; d++) {
             size_t at = trace_lookahead_index(t, tok, l, d);
+            for (uint32_t c = 0; c < KP; c++)
+                t->lookahead_ids[at + c] = TRACE_NO_EXPERT, t->lookahead_scores[at + c] = 0;
+        }
+    /* every target layer m once: its true experts and its popular non-true experts (the
+     * intruders and the tail of every row that predicts m) are found once for all d */
+    uint16_t others[TRACE_MAX_LOOKAHEAD_K]; /* [K'] m's most popular experts not chosen */
+    for (uint32_t m = 1; m < L; m++) {
+        const uint16_t *actual = trace_experts(t, tok, m);
+        const float *gates = trace_gates(t, tok, m);
+        const uint16_t *pop = tb->pop_order + ((size_t)m * tb->W + workload) * E;
+        la_next(lw, E);
+        for (uint32_t j = 0; j < k; j++) lw->mark[actual[j]] = lw->stamp;
+        uint32_t n_others = 0; /* branch-free compaction: write, advance if not a true one */
+        for (uint32_t r = 0; n_others < KP && r < E; r++) {
+            others[n_others] = pop[r];
+            n_others += lw->mark[pop[r]] != lw->stamp;
+        }
+        for (uint32_t d = 1; d <= D && d <= m; d++) {
+            size_t at = trace_lookahead_index(t, tok, m - d, d);
             uint16_t *pred = t->lookahead_ids + at;
             float *score = t->lookahead_scores + at;
-            const uint32_t m = l + d;
-            if (m >= L) {
-                for (uint32_t c = 0; c < KP; c++) pred[c] = TRACE_NO_EXPERT, score[c] = 0;
-                continue;
-            }
-            const uint16_t *actual = trace_experts(t, tok, m);
-            const float *gates = trace_gates(t, tok, m);
-            const uint16_t *pop = tb->pop_order + ((size_t)m * tb->W + workload) * E;
-            la_next(lw, E);
-            for (uint32_t j = 0; j < k; j++) lw->mark[actual[j]] = lw->stamp;
-            uint32_t pop_at = 0; /* popularity rank where the search for unmarked experts resumes */
             uint16_t deferred[TRACE_MAX_TOP_K];
-            uint32_t n_def = 0, n = 0;
+            uint32_t n_def = 0, n = 0, next_other = 0;
             uint32_t skip = 0; /* the true slot used as candidate 0 (UINT32_MAX: none) */
             if (rng_block_u32(g) < lw->top1[d]) {
                 pred[n++] = actual[0];
             } else if (k > 1) {
                 pred[n++] = actual[1];
                 skip = 1;
+            } else if (n_others > 0) {
+                pred[n++] = others[next_other++];
+                skip = UINT32_MAX;
             } else {
-                uint16_t other = next_unmarked(pop, E, &pop_at, lw);
-                pred[n++] = other < E ? other : actual[0];
-                skip = other < E ? UINT32_MAX : 0;
+                pred[n++] = actual[0];
             }
             const uint32_t kept = k > 1 ? binomial_draw(lw->keep_cdf[d], k - 1, g) : 0;
             uint32_t seen = 0;
@@ -527,20 +526,12 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
                 else
                     deferred[n_def++] = actual[j];
             }
-            /* intruders, then (after the deferred true experts) the tail: m's popular experts
-             * in rank order, skipping the true ones (marked); pop_at only moves forward, so
-             * nothing is taken twice. Branch-free compaction: write, then advance if unmarked. */
-            while (n < kk && pop_at < E) {
-                const uint16_t e = pop[pop_at++];
-                pred[n] = e;
-                n += lw->mark[e] != lw->stamp;
-            }
+            while (n < kk && next_other < n_others)
+                pred[n++] = others[next_other++]; /* intruders */
             for (uint32_t j = 0; j < n_def && n < KP; j++) pred[n++] = deferred[j];
             while (n < KP) {
-                MOESIM_ASSERT(pop_at < E); /* K' <= E distinct candidates always exist */
-                const uint16_t e = pop[pop_at++];
-                pred[n] = e;
-                n += lw->mark[e] != lw->stamp;
+                MOESIM_ASSERT(next_other < n_others); /* K' <= E distinct candidates exist */
+                pred[n++] = others[next_other++];
             }
             for (uint32_t c = 0; c < KP; c++)
                 score[c] = gates[c < k ? c : k - 1] * lw->score_factor[c];
