@@ -3,13 +3,17 @@
  *
  * Work layout (the bench target is >= 5 M token x layer records/s on one core):
  *   - every distribution a token draws from is an alias table (Vose), built once per
- *     (layer, workload, topic); a draw costs one 32-bit RNG output: the high part of u * E
- *     picks the column, the low 32 bits are compared with the column's threshold;
- *   - probabilities that are tested per record (reuse, look-ahead right) are 32-bit thresholds;
+ *     (workload, topic, layer) in 8-byte cells; a draw costs one 32-bit number: the high part
+ *     of u * E picks the column, the low 32 bits are compared with the column's threshold;
+ *   - probabilities tested per record (reuse, look-ahead right) are 32-bit thresholds, counts
+ *     (copied slots, kept predictions) come from binomial CDF tables: one number each;
+ *   - the hot paths read their numbers from a block refilled by consecutive gsl_rng_get calls;
  *   - gate-weight vectors come from a pool of SYNTH_GATE_POOL precomputed rows (Gumbel
- *     order-statistic logits through the model's softmax), picked with one draw per record;
- *   - duplicates within a row are found by a linear scan (k <= 64); look-ahead candidates use a
- *     stamped marker, so nothing is cleared or allocated per record.
+ *     order-statistic logits through the model's softmax);
+ *   - duplicates within a row are found with stamped markers in a branch-free draw loop;
+ *     look-ahead rows are built per target layer, so its true experts are marked and its
+ *     popular non-true experts compacted once for every distance. Nothing is cleared or
+ *     allocated per record.
  * RNG streams of the one seed (common/rng.h): 0 model tables, 1 request plan, 2 routing and
  * gates, 3 importance, 4 look-ahead; so changing D or K' leaves the routing unchanged.
  *
