@@ -32,6 +32,7 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/progress.h"
 #include "common/rng.h"
 
 #define SYNTH_GATE_POOL_BITS     10 /* precomputed gate-weight rows per run: 1024 (L1/L2) */
@@ -625,6 +626,8 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
     }
 
     const uint32_t L = tb.L, W = tb.W, T = tb.T, E = tb.E;
+    progress bar;
+    progress_begin(&bar, "synth", n_tokens, o->show_progress);
     for (uint32_t r = 0; r < o->n_requests; r++) {
         const request_plan *p = &plan[r];
         const uint32_t n = p->prompt + p->gen;
@@ -643,7 +646,9 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
             if (o->lookahead_depth) lookahead_token(t, &tb, tok, p->workload, &lw, g_look);
         }
         importance_request(t, o, p, &iw, g_imp);
+        if (bar.enabled) progress_update(&bar, p->first_token + n);
     }
+    if (bar.enabled) progress_end(&bar);
 
     free(lw.mark);
     free(rw.mark);
