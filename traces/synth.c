@@ -499,6 +499,9 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
         const uint16_t *pop = tb->pop_order + ((size_t)m * tb->W + workload) * E;
         la_next(lw, E);
         for (uint32_t j = 0; j < k; j++) lw->mark[actual[j]] = lw->stamp;
+        float scores[TRACE_MAX_LOOKAHEAD_K]; /* [K'] m's gates by rank, halved beyond k */
+        for (uint32_t c = 0; c < KP; c++)
+            scores[c] = gates[c < k ? c : k - 1] * lw->score_factor[c];
         uint32_t n_others = 0; /* branch-free compaction: write, advance if not a true one */
         for (uint32_t r = 0; n_others < KP && r < E; r++) {
             others[n_others] = pop[r];
@@ -508,8 +511,7 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
             size_t at = trace_lookahead_index(t, tok, m - d, d);
             uint16_t *pred = t->lookahead_ids + at;
             float *score = t->lookahead_scores + at;
-            uint16_t deferred[TRACE_MAX_TOP_K];
-            uint32_t n_def = 0, n = 0, next_other = 0;
+            uint32_t n = 0, next_other = 0;
             uint32_t skip = 0; /* the true slot used as candidate 0 (UINT32_MAX: none) */
             if (rng_block_u32(g) < lw->top1[d]) {
                 pred[n++] = actual[0];
@@ -523,14 +525,15 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
                 pred[n++] = actual[0];
             }
             const uint32_t kept = k > 1 ? binomial_draw(lw->keep_cdf[d], k - 1, g) : 0;
-            uint32_t seen = 0;
-            for (uint32_t j = 0; j < k; j++) {
-                if (j == skip) continue;
-                if (seen++ < kept && n < kk)
-                    pred[n++] = actual[j];
-                else
-                    deferred[n_def++] = actual[j];
-            }
+            uint16_t rest[TRACE_MAX_TOP_K]; /* the true experts not yet placed, gate order */
+            uint32_t n_rest = 0;
+            for (uint32_t j = 0; j < k; j++)
+                if (j != skip) rest[n_rest++] = actual[j];
+            uint32_t place = kk - n < kept ? kk - n : kept;
+            if (place > n_rest) place = n_rest;
+            for (uint32_t j = 0; j < place; j++) pred[n++] = rest[j];
+            const uint16_t *deferred = rest + place;
+            const uint32_t n_def = n_rest - place;
             while (n < kk && next_other < n_others)
                 pred[n++] = others[next_other++]; /* intruders */
             for (uint32_t j = 0; j < n_def && n < KP; j++) pred[n++] = deferred[j];
@@ -538,8 +541,7 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
                 MOESIM_ASSERT(next_other < n_others); /* K' <= E distinct candidates exist */
                 pred[n++] = others[next_other++];
             }
-            for (uint32_t c = 0; c < KP; c++)
-                score[c] = gates[c < k ? c : k - 1] * lw->score_factor[c];
+            memcpy(score, scores, KP * sizeof *score);
         }
     }
 }
