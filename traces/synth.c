@@ -27,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_randist.h>
 
@@ -548,6 +551,21 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
 
 /* ---- the whole trace ---- */
 
+/* Faults in a large array the generator is about to fill in one system call
+ * (MADV_POPULATE_WRITE, Linux >= 5.14) instead of one page fault per 4 KiB page on first touch.
+ * A hint only: where unsupported nothing changes. */
+static void prefault(void *p, size_t size_bytes) {
+#ifdef MADV_POPULATE_WRITE
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (!p || size_bytes < ((size_t)1 << 20) || page == 0 || page == (uintptr_t)-1) return;
+    uintptr_t start = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)p + size_bytes) & ~(page - 1);
+    if (end > start) (void)madvise((void *)start, end - start, MADV_POPULATE_WRITE);
+#else
+    (void)p, (void)size_bytes;
+#endif
+}
+
 moesim_status synth_generate(const model_geometry *m, const synth_options *o, trace **out,
                              moesim_error *err) {
     *out = NULL;
@@ -581,6 +599,15 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
                            (double)n_tokens * (double)trace_bytes_per_token(&meta) / 1e6);
     }
     t->params_json = synth_params_json(o, m);
+    {
+        const size_t route = (size_t)n_tokens * trace_route_values(&meta);
+        const size_t look = (size_t)n_tokens * trace_lookahead_values(&meta);
+        prefault(t->expert_ids, route * sizeof *t->expert_ids);
+        prefault(t->gate_weights, route * sizeof *t->gate_weights);
+        prefault(t->importance, (size_t)n_tokens * meta.n_layers * sizeof(float));
+        prefault(t->lookahead_ids, look * sizeof *t->lookahead_ids);
+        prefault(t->lookahead_scores, look * sizeof *t->lookahead_scores);
+    }
 
     rng *r_route = rng_create_stream(o->seed, STREAM_ROUTING);
     rng *r_imp = rng_create_stream(o->seed, STREAM_IMPORTANCE);
