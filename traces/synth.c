@@ -67,24 +67,32 @@ static double depth_profile(double first, double mid, double last, uint32_t l, u
 /* ---- alias tables ---- */
 
 /* One column of an alias table: keep the column with probability thresh / 2^32, else alias. */
-typedef struct alias_cell {
-    uint32_t thresh;
-    uint16_t alias;
-    uint16_t unused; /* pads the cell to 8 bytes: one load per draw */
-} alias_cell;
+/* One column of an alias table in 32 bits: the high 22 bits are the threshold (keep the
+ * column with probability thresh / 2^22), the low 10 the alias (E <= MODEL_MAX_EXPERTS = 1024).
+ * 4-byte cells keep a request's L tables (L * E * 4 bytes: 24 KiB for Qwen3-30B) in L1. */
+typedef uint32_t alias_cell;
+#define ALIAS_BITS 10
+#define ALIAS_MASK ((1u << ALIAS_BITS) - 1)
+_Static_assert(MODEL_MAX_EXPERTS <= (1u << ALIAS_BITS), "alias ids fit the cell");
+
+/* A cell keeping column j with probability p, else giving `alias`. */
+static alias_cell alias_cell_make(double p, uint32_t alias) {
+    uint32_t t = p >= 1 ? (1u << 22) - 1 : p <= 0 ? 0 : (uint32_t)(p * 4194304.0);
+    return (t << ALIAS_BITS) | alias;
+}
 
 typedef struct synth_tables {
     uint32_t E, L, k, W, T;
-    alias_cell *cells;                  /* [L][W][T][E] alias tables */
-    uint16_t *pop_order;                /* [L][W][E] experts by decreasing workload popularity */
-    float *gate_pool;                   /* [SYNTH_GATE_POOL][k] descending gate rows */
+    alias_cell *cells;   /* [W][T][L][E] alias tables (a request's L tables adjacent) */
+    uint16_t *pop_order; /* [L][W][E] experts by decreasing workload popularity */
+    float *gate_pool;    /* [SYNTH_GATE_POOL][k] descending gate rows */
     uint32_t *reuse_top1, *avoid_other; /* [L] thresholds */
     uint32_t *copy_cdf; /* [L][k] P(copied slots <= c), copied slots ~ Binomial(k - 1, reuse) */
     bool *copies;       /* [L] reuse_other > 0 at this layer */
 } synth_tables;
 
-/* Vose's alias method over weights w[0..n) (> 0): column j keeps j with probability
- * thresh[j] / 2^32, else gives alias[j]. `scratch` holds 2n doubles and n uint32s. */
+/* Vose's alias method over weights w[0..n) (> 0): column j keeps j with the probability in
+ * cell[j] (see alias_cell), else gives its alias. `scaled`, `small`, `large` are scratch [n]. */
 static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *scaled,
                         uint32_t *small, uint32_t *large) {
     double total = 0;
@@ -100,7 +108,7 @@ static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *s
     }
     while (ns && nl) {
         uint32_t s = small[--ns], g = large[nl - 1];
-        cell[s] = (alias_cell){prob_threshold(scaled[s]), (uint16_t)g, 0};
+        cell[s] = alias_cell_make(scaled[s], g);
         scaled[g] -= 1.0 - scaled[s];
         if (scaled[g] < 1.0) {
             nl--;
@@ -109,11 +117,11 @@ static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *s
     }
     while (nl) { /* numerically ~1: keep the column itself */
         uint32_t g = large[--nl];
-        cell[g] = (alias_cell){UINT32_MAX, (uint16_t)g, 0};
+        cell[g] = alias_cell_make(1, g); /* alias = itself: always kept */
     }
     while (ns) {
         uint32_t s = small[--ns];
-        cell[s] = (alias_cell){UINT32_MAX, (uint16_t)s, 0};
+        cell[s] = alias_cell_make(1, s);
     }
 }
 
@@ -147,7 +155,8 @@ static inline uint32_t rng_block_u32(rng_block *b) {
 static inline uint16_t alias_draw(const alias_cell *cell, uint32_t n, rng_block *g) {
     uint64_t x = (uint64_t)rng_block_u32(g) * n;
     uint32_t j = (uint32_t)(x >> 32), f = (uint32_t)x;
-    return f < cell[j].thresh ? (uint16_t)j : cell[j].alias;
+    const alias_cell c = cell[j];
+    return (f >> ALIAS_BITS) < (c >> ALIAS_BITS) ? (uint16_t)j : (uint16_t)(c & ALIAS_MASK);
 }
 
 /* Sort helper: experts by decreasing weight (ties by id, so the order is deterministic). */
