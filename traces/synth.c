@@ -3,7 +3,7 @@
  *
  * Work layout (the bench target is >= 5 M token x layer records/s on one core):
  *   - every distribution a token draws from is an alias table (Vose), built once per
- *     (workload, topic, layer) in 8-byte cells; a draw costs one 32-bit number: the high part
+ *     (workload, topic, layer) in 4-byte cells; a draw costs one 32-bit number: the high part
  *     of u * E picks the column, the low 32 bits are compared with the column's threshold;
  *   - probabilities tested per record (reuse, look-ahead right) are 32-bit thresholds, counts
  *     (copied slots, kept predictions) come from binomial CDF tables: one number each;
