@@ -83,7 +83,7 @@ static void knobs_common(synth_knobs *k) {
     /* Mixtral paper Table 5 is the only published reuse figure: every family uses it */
     k->reuse_top1_first = 0.015;
     k->reuse_top1_mid = 0.14;
-    k->reuse_top1_last = 0.11;
+    k->reuse_top1_last = 0.13;
     k->reuse_other_first = 0.0;
     k->reuse_other_mid = 0.20;
     k->reuse_other_last = -0.20;
