@@ -59,6 +59,10 @@ typedef struct engine_options {
     uint32_t n_threads;      /* 0: one per online CPU */
     uint32_t precision_mask; /* bit (1u << p) for each moesim_precision to hold experts at;
                                 bf16 is always held; 0 means bf16 only */
+    const char *backend;       /* "cpu" (NULL too) or "cuda" (builds with MOESIM_CUDA only) */
+    uint32_t gpu_pool_experts; /* cuda: device pool blocks for routed experts, one expert at one
+                                  precision each, loaded on demand from pinned host memory (LRU);
+                                  0: every held expert resident */
 } engine_options;
 
 /* Loads `dir` (config.json and model.safetensors, or model.safetensors.index.json + shards).
@@ -67,6 +71,10 @@ moesim_status engine_load(const char *dir, const engine_options *opt, engine **o
                           moesim_error *err);
 void engine_destroy(engine *e); /* accepts NULL */
 const engine_config *engine_config_of(const engine *e);
+/* Comma-separated list of the backends this build has ("cpu" or "cpu, cuda"). */
+const char *engine_backends(void);
+/* Name of the backend `e` runs on. */
+const char *engine_backend_name(const engine *e);
 /* Comma-separated list of supported model_type values (for messages). */
 const char *engine_supported_types(void);
 /* Fills a model_geometry (for trace metadata) from the checkpoint; name is the trace's model. */
