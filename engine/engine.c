@@ -605,6 +605,19 @@ const char *engine_backend_name(const engine *e) {
     return e->be->name;
 }
 
+void engine_pool_stats_get(const engine *e, engine_pool_stats *out) {
+    memset(out, 0, sizeof *out);
+#ifdef MOESIM_HAVE_CUDA
+    if (!e->cuda) return;
+    ecu_pool_stats s;
+    engine_cuda_pool_stats(e->cuda, &s);
+    *out = (engine_pool_stats){.blocks = s.blocks, .block_bytes = s.block_bytes, .hits = s.hits,
+                               .misses = s.misses, .h2d_bytes = s.h2d_bytes};
+#else
+    (void)e;
+#endif
+}
+
 moesim_status engine_load(const char *dir, const engine_options *opt, engine **out,
                           moesim_error *err) {
     const char *backend = opt && opt->backend ? opt->backend : "cpu";

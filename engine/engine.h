@@ -75,6 +75,13 @@ const engine_config *engine_config_of(const engine *e);
 const char *engine_backends(void);
 /* Name of the backend `e` runs on. */
 const char *engine_backend_name(const engine *e);
+/* Expert pool counters of the cuda backend since load (all zero on the cpu backend): pool
+ * blocks and their size, lookups that found the expert on the device, and those that copied it. */
+typedef struct engine_pool_stats {
+    uint32_t blocks;
+    uint64_t block_bytes, hits, misses, h2d_bytes;
+} engine_pool_stats;
+void engine_pool_stats_get(const engine *e, engine_pool_stats *out);
 /* Comma-separated list of supported model_type values (for messages). */
 const char *engine_supported_types(void);
 /* Fills a model_geometry (for trace metadata) from the checkpoint; name is the trace's model. */
