@@ -4,7 +4,8 @@
 #
 #   scripts/gpu-deps.sh gather   here (Debian with apt): download the .deb files of HDF5, GSL,
 #                                inih, jansson, Criterion and the dependencies a base CUDA image
-#                                lacks into .deps/debs (ignored by git; carried to the GPU machine)
+#                                lacks into .deps/debs (ignored by git; carry .deps/debs, not the
+#                                unpacked prefix, to the GPU machine)
 #   scripts/gpu-deps.sh unpack   there: dpkg -x every .deb into .deps/prefix and print the
 #                                CMAKE_PREFIX_PATH / PKG_CONFIG_PATH / LD_LIBRARY_PATH settings
 #   scripts/gpu-deps.sh test     there: unpack, configure build-gpu against the prefix, build,
@@ -12,7 +13,7 @@
 #
 # "A base image" is taken to hold what every Debian/Ubuntu system has (Priority required or
 # important) and the C toolchain nvcc needs (gcc, libc6-dev, ...); everything else is gathered.
-# The folder must stay under 64 MiB: the device tool carries at most that much.
+# .deps/debs must stay under 64 MiB: the device tool carries at most that much.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -26,7 +27,7 @@ wanted=(libhdf5-dev libgsl-dev libinih-dev libjansson-dev libcriterion-dev)
 # moesim: Fortran / C++ / MPI HDF5 bindings, the -dev halves of libraries libhdf5 only needs at
 # run time (libcurl's chain: their shared libraries are gathered, ld finds them through
 # LD_LIBRARY_PATH), packaging tools.
-base_re='^(libc6|libc6-dev|libc-dev-bin|linux-libc-dev|libgcc-s1|libgcc-.*-dev|gcc(-[0-9]+)?(-base)?|cpp(-[0-9]+)?|g\+\+.*|libstdc\+\+.*|binutils.*|libbinutils|libctf.*|libgprofng.*|libcrypt1|libcrypt-dev|libnsl.*|libtirpc.*|zlib1g|libasan.*|libubsan.*|liblsan.*|libtsan.*|libitm.*|libatomic1|libgomp1|libquadmath0|libcc1-0|libhwasan0|rpcsvc-proto|libisl23|libmpc3|libmpfr6|gfortran.*|libgfortran-.*-dev|libhdf5-fortran.*|libhdf5-hl-fortran.*|libhdf5-cpp.*|libhdf5-hl-cpp.*|hdf5-helpers|libhdf5-mpi.*|libhdf5-openmpi.*|libhdf5-mpich.*|.*openmpi.*|.*mpich.*|libjpeg.*-dev|libturbojpeg.*|.*-doc|debconf|dpkg|dpkg-dev|perl.*|libperl.*|libdpkg-perl|make|patch|xz-utils|bzip2|pkg-config|pkgconf.*|libpkgconf3|install-info|sensible-utils|netbase|libcurl4-openssl-dev|libcurl4-gnutls-dev|libssl-dev|libkrb5-dev|krb5-multidev|comerr-dev|libldap-dev|libldap2-dev|libidn2-dev|libbrotli-dev|libnghttp2-dev|libpsl-dev|librtmp-dev|libssh2-1-dev|libgnutls.*-dev|nettle-dev|libgmp-dev|libgmpxx4ldbl|libp11-kit-dev|libtasn1-6-dev|libffi-dev|libunistring-dev|libzstd-dev|libgssrpc4|libkadm5.*|libkdb5.*)$'
+base_re='^(libc6|libc6-dev|libc-dev-bin|linux-libc-dev|libgcc-s1|libgcc-.*-dev|gcc(-[0-9]+)?(-base)?|cpp(-[0-9]+)?|g\+\+.*|libstdc\+\+.*|binutils.*|libbinutils|libctf.*|libgprofng.*|libcrypt1|libcrypt-dev|libnsl.*|libtirpc.*|zlib1g|libasan.*|libubsan.*|liblsan.*|libtsan.*|libitm.*|libatomic1|libgomp1|libquadmath0|libcc1-0|libhwasan0|rpcsvc-proto|libisl23|libmpc3|libmpfr6|gfortran.*|libgfortran-.*-dev|libhdf5-fortran.*|libhdf5-hl-fortran.*|libhdf5-cpp.*|libhdf5-hl-cpp.*|hdf5-helpers|libhdf5-mpi.*|libhdf5-openmpi.*|libhdf5-mpich.*|.*openmpi.*|.*mpich.*|libjpeg.*-dev|libturbojpeg.*|.*-doc|debconf|dpkg|dpkg-dev|perl.*|libperl.*|libdpkg-perl|make|patch|xz-utils|bzip2|pkg-config|pkgconf.*|libpkgconf3|install-info|sensible-utils|netbase|libcurl4-openssl-dev|libcurl4-gnutls-dev|libssl-dev|libkrb5-dev|krb5-multidev|comerr-dev|libldap-dev|libldap2-dev|libidn2-dev|libbrotli-dev|libnghttp2-dev|libpsl-dev|librtmp-dev|libssh2-1-dev|libgnutls.*-dev|nettle-dev|libgmp-dev|libgmpxx4ldbl|libp11-kit-dev|libtasn1-6-dev|libunistring-dev|libzstd-dev|libgssrpc4|libkadm5.*|libkdb5.*)$'
 
 gather() {
     command -v apt-get >/dev/null || { echo "gpu-deps: gather needs apt-get (Debian)" >&2; exit 2; }
@@ -45,10 +46,10 @@ gather() {
     echo "gpu-deps: ${#keep[@]} packages: ${keep[*]}"
     (cd "$debs" && apt-get download "${keep[@]}" >/dev/null)
     local mib
-    mib=$(du -sm "$deps" | cut -f1)
-    echo "gpu-deps: $(ls "$debs" | wc -l) .deb files, ${mib} MiB in $deps"
+    mib=$(du -sm "$debs" | cut -f1)
+    echo "gpu-deps: $(ls "$debs" | wc -l) .deb files, ${mib} MiB in $debs (carry .deps/debs)"
     if [ "$mib" -ge "$max_mib" ]; then
-        echo "gpu-deps: $deps is ${mib} MiB, over the ${max_mib} MiB the device tool carries" >&2
+        echo "gpu-deps: $debs is ${mib} MiB, over the ${max_mib} MiB the device tool carries" >&2
         exit 1
     fi
 }
@@ -81,7 +82,7 @@ unpack() {
     # -dev symlinks are absolute (/usr/lib/...): make them relative to the prefix
     find "$prefix" -type l | while read -r l; do
         t=$(readlink "$l")
-        [[ $t == /* ]] && ln -sfn "$prefix$t" "$l"
+        if [[ $t == /* ]]; then ln -sfn "$prefix$t" "$l"; fi
     done
     echo "gpu-deps: unpacked into $prefix; set:"
     env_lines
@@ -90,15 +91,17 @@ unpack() {
 run_test() {
     unpack >/dev/null
     eval "$(env_lines)"
-    local triplet=x86_64-linux-gnu
+    # only our .pc files: a half-installed system copy must not shadow them
+    export PKG_CONFIG_LIBDIR="$PKG_CONFIG_PATH"
+    local lib="$prefix/usr/lib/x86_64-linux-gnu"
+    # FindHDF5 without h5cc on PATH: Debian's serial layout named directly
     cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESIM_CUDA=ON \
         -DMOESIM_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-native}" \
-        -DHDF5_C_INCLUDE_DIRS="$prefix/usr/include/hdf5/serial" \
-        -DHDF5_C_LIBRARIES="$prefix/usr/lib/$triplet/hdf5/serial/libhdf5.so" \
-        -DHDF5_INCLUDE_DIRS="$prefix/usr/include/hdf5/serial" \
-        -DGSL_INCLUDE_DIR="$prefix/usr/include" \
-        -DGSL_LIBRARY="$prefix/usr/lib/$triplet/libgsl.so" \
-        -DGSL_CBLAS_LIBRARY="$prefix/usr/lib/$triplet/libgslcblas.so"
+        -DHDF5_ROOT="$prefix/usr" -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON \
+        -DHDF5_C_INCLUDE_DIR="$prefix/usr/include/hdf5/serial" \
+        -DHDF5_hdf5_LIBRARY_RELEASE="$lib/hdf5/serial/libhdf5.so" \
+        -DGSL_INCLUDE_DIR="$prefix/usr/include" -DGSL_LIBRARY="$lib/libgsl.so" \
+        -DGSL_CBLAS_LIBRARY="$lib/libgslcblas.so"
     cmake --build "$root/build-gpu" -j "$(nproc)"
     ctest --test-dir "$root/build-gpu" -L gpu --output-on-failure
     "$root/build-gpu/bench/bench_gpu_engine"
