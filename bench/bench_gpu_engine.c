@@ -158,16 +158,16 @@ static void gemv_figures(const gpu_info *g) {
         for (size_t i = 0; i < 4; i++) {
             printf("  %-5s", precision_name(precs[i]));
             for (size_t b = 1; b <= 8; b *= (b == 1 ? 4 : 2)) {
-                double r = product_bytes_per_s(g, precs[i], shapes[s].rows, shapes[s].cols, b,
-                                               IMPL_OURS);
+                double r =
+                    product_bytes_per_s(g, precs[i], shapes[s].rows, shapes[s].cols, b, IMPL_OURS);
                 printf("   %8.1f GB/s (%3.0f%%)", r / 1e9, 100 * r / g->peak_bytes_per_s);
             }
             printf("\n");
         }
         printf("  %-5s", "cuBLAS bf16");
         for (size_t b = 1; b <= 64; b *= 8) {
-            double r = product_bytes_per_s(g, PREC_BF16, shapes[s].rows, shapes[s].cols, b,
-                                           IMPL_CUBLAS);
+            double r =
+                product_bytes_per_s(g, PREC_BF16, shapes[s].rows, shapes[s].cols, b, IMPL_CUBLAS);
             printf("  batch %zu: %.1f GB/s (%.0f%%)", b, r / 1e9, 100 * r / g->peak_bytes_per_s);
         }
         printf("\n");
@@ -230,10 +230,18 @@ int main(int argc, char **argv) {
     int c, decode = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'l': layers = (uint32_t)atoi(optarg); break;
-        case 'g': gen = (uint32_t)atoi(optarg); break;
-        case 'd': dir_opt = optarg; break;
-        case 'n': decode = 0; break;
+        case 'l':
+            layers = (uint32_t)atoi(optarg);
+            break;
+        case 'g':
+            gen = (uint32_t)atoi(optarg);
+            break;
+        case 'd':
+            dir_opt = optarg;
+            break;
+        case 'n':
+            decode = 0;
+            break;
         default:
             fprintf(stderr, "usage: bench_gpu_engine [--layers N] [--gen N] [--dir DIR] "
                             "[--no-decode]\n");

@@ -36,8 +36,8 @@ static const char *fixture_dir(const char *arch) {
 }
 
 static engine *load(const char *arch, const char *backend, uint32_t mask, uint32_t pool) {
-    engine_options opt = {.n_threads = 2, .precision_mask = mask, .backend = backend,
-                          .gpu_pool_experts = pool};
+    engine_options opt = {
+        .n_threads = 2, .precision_mask = mask, .backend = backend, .gpu_pool_experts = pool};
     engine *e;
     moesim_error err = {0};
     cr_assert_eq(engine_load(fixture_dir(arch), &opt, &e, &err), MOESIM_OK, "%s: %s", arch,
@@ -50,8 +50,7 @@ static const float *golden_f32(const st_file *g, const char *name, uint64_t want
     const st_tensor *t = st_file_find(g, name);
     cr_assert(t, "golden tensor %s missing", name);
     cr_assert_eq(t->dtype, ST_F32);
-    cr_assert_eq(t->n_elems, want_elems, "%s: %llu elements", name,
-                 (unsigned long long)t->n_elems);
+    cr_assert_eq(t->n_elems, want_elems, "%s: %llu elements", name, (unsigned long long)t->n_elems);
     return t->data;
 }
 
@@ -93,8 +92,8 @@ static void check_golden(const char *arch) {
                              arch, p, (unsigned long long)t, i / K, i % K, ids[i],
                              want_ids[t * L * K + i]);
                 cr_assert(fabsf(gates[i] - want_w[t * L * K + i]) <= GPU_GATE_ATOL,
-                          "%s prompt %d token %llu: gate %g vs %g", arch, p,
-                          (unsigned long long)t, gates[i], want_w[t * L * K + i]);
+                          "%s prompt %d token %llu: gate %g vs %g", arch, p, (unsigned long long)t,
+                          gates[i], want_w[t * L * K + i]);
             }
             for (uint32_t v = 0; v < V; v++) {
                 float want = want_logits[t * V + v], diff = fabsf(logits[v] - want);
@@ -148,16 +147,16 @@ static void run_generate(engine *e, engine_gen_log *log) {
     engine_precmap pm;
     mixed_map(&pm, e);
     engine_request reqs[2] = {{prompt_a, 12}, {prompt_b, 13}};
-    engine_gen_options o = {.gen_len = 6, .batch = 2, .lookahead_depth = 2, .lookahead_k = 3,
-                            .pmap = &pm};
+    engine_gen_options o = {
+        .gen_len = 6, .batch = 2, .lookahead_depth = 2, .lookahead_k = 3, .pmap = &pm};
     moesim_error err = {0};
     cr_assert_eq(engine_generate(e, reqs, 2, &o, log, &err), MOESIM_OK, "%s", err.msg);
     engine_precmap_free(&pm);
 }
 
 static void check_against_cpu(const char *arch, uint32_t pool) {
-    engine *cpu = load(arch, "cpu", ALL_PRECISIONS, 0), *gpu = load(arch, "cuda", ALL_PRECISIONS,
-                                                                    pool);
+    engine *cpu = load(arch, "cpu", ALL_PRECISIONS, 0),
+           *gpu = load(arch, "cuda", ALL_PRECISIONS, pool);
     engine_gen_log a, b;
     run_generate(cpu, &a);
     run_generate(gpu, &b);

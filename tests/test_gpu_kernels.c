@@ -36,8 +36,8 @@
 /* expf within 2 ulp; softmax sums in double on both sides. */
 #define SOFTMAX_ATOL 1e-7f
 #define SOFTMAX_RTOL 1e-5f
-#define SWIGLU_ATOL 1e-6f
-#define SWIGLU_RTOL 1e-5f
+#define SWIGLU_ATOL  1e-6f
+#define SWIGLU_RTOL  1e-5f
 /* Attention: reordered fp32 dot products (scores), expf, then the same-order weighted sum. */
 #define ATTN_ATOL 2e-6f
 #define ATTN_RTOL 1e-4f
@@ -116,11 +116,11 @@ typedef struct mat_shape {
     size_t rows, cols;
 } mat_shape;
 
-static const mat_shape float_shapes[] = {{1, 1}, {3, 7}, {33, 100}, {64, 512}, {257, 1000},
-                                         {1000, 2048}, {5, 4097}};
+static const mat_shape float_shapes[] = {{1, 1},      {3, 7},       {33, 100}, {64, 512},
+                                         {257, 1000}, {1000, 2048}, {5, 4097}};
 /* cols are multiples of QUANT_GROUP; 17 and 41 blocks per row make rows start unaligned and
  * split into a full 32-block chunk plus a tail */
-static const mat_shape quant_shapes[] = {{1, 64}, {7, 192}, {33, 640}, {130, 1088},
+static const mat_shape quant_shapes[] = {{1, 64},     {7, 192},      {33, 640},   {130, 1088},
                                          {257, 2048}, {64, 64 * 41}, {1000, 1024}};
 
 Test(gpu_kernels, matvec_f32_matches_the_cpu_reference) {
@@ -157,8 +157,10 @@ Test(gpu_kernels, bf16_gemv_and_small_batch_gemm_match_the_cpu_reference) {
             float *x = randn(B * C, 1), *want = malloc(B * R * 4), *got = malloc(B * R * 4);
             for (size_t i = 0; i < B; i++) kern_matvec_bf16_cpu(want + i * R, w, x + i * C, R, C);
             float *dx = to_dev(x, B * C * 4), *dy = dev_zero(B * R * 4);
-            if (B == 1) kern_matvec_bf16_cuda(dy, dw, dx, R, C, fx.s);
-            else kern_gemm_bf16_cuda(dy, dw, dx, R, C, B, fx.s);
+            if (B == 1)
+                kern_matvec_bf16_cuda(dy, dw, dx, R, C, fx.s);
+            else
+                kern_gemm_bf16_cuda(dy, dw, dx, R, C, B, fx.s);
             from_dev(got, dy, B * R * 4);
             double e = nmse(got, want, B * R);
             cr_assert(e <= MATVEC_NMSE_MAX, "bf16 %zux%zu batch %zu: NMSE %g", R, C, B, e);
@@ -182,10 +184,13 @@ static void check_quant(moesim_precision p) {
         for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
             size_t B = batches[b];
             float *x = randn(B * C, 1), *want = malloc(B * R * 4), *got = malloc(B * R * 4);
-            for (size_t i = 0; i < B; i++) kern_matvec_quant_cpu(want + i * R, p, w, x + i * C, R, C);
+            for (size_t i = 0; i < B; i++)
+                kern_matvec_quant_cpu(want + i * R, p, w, x + i * C, R, C);
             float *dx = to_dev(x, B * C * 4), *dy = dev_zero(B * R * 4);
-            if (B == 1) kern_matvec_quant_cuda(dy, p, dw, dx, R, C, fx.s);
-            else kern_gemm_quant_cuda(dy, p, dw, dx, R, C, B, fx.s);
+            if (B == 1)
+                kern_matvec_quant_cuda(dy, p, dw, dx, R, C, fx.s);
+            else
+                kern_gemm_quant_cuda(dy, p, dw, dx, R, C, B, fx.s);
             from_dev(got, dy, B * R * 4);
             double e = nmse(got, want, B * R);
             cr_assert(e <= MATVEC_NMSE_MAX, "%s %zux%zu batch %zu: NMSE %g", precision_name(p), R,
@@ -241,8 +246,10 @@ Test(gpu_kernels, rmsnorm_single_and_per_row_match_the_cpu_reference) {
               *got = malloc(rows * n * 4);
         for (size_t r = 0; r < rows; r++) kern_rmsnorm_cpu(want + r * n, x + r * n, w, n, 1e-6f);
         float *dx = to_dev(x, rows * n * 4), *dw = to_dev(w, n * 4);
-        if (rows == 1) kern_rmsnorm_cuda(dx, dx, dw, n, 1e-6f, fx.s); /* in place, as allowed */
-        else kern_rmsnorm_rows_cuda(dx, dx, dw, rows, n, 1e-6f, fx.s);
+        if (rows == 1)
+            kern_rmsnorm_cuda(dx, dx, dw, n, 1e-6f, fx.s); /* in place, as allowed */
+        else
+            kern_rmsnorm_rows_cuda(dx, dx, dw, rows, n, 1e-6f, fx.s);
         from_dev(got, dx, rows * n * 4);
         assert_close("rmsnorm", got, want, rows * n, RMSNORM_ATOL, RMSNORM_RTOL);
         cudaFree(dx), cudaFree(dw);
@@ -255,7 +262,10 @@ Test(gpu_kernels, rope_matches_the_cpu_reference_at_near_and_far_positions) {
         size_t heads, dim;
         uint32_t pos;
         double theta;
-    } cases[] = {{1, 2, 0, 10000}, {4, 64, 1, 10000}, {32, 128, 17, 1e6}, {8, 96, 4095, 10000},
+    } cases[] = {{1, 2, 0, 10000},
+                 {4, 64, 1, 10000},
+                 {32, 128, 17, 1e6},
+                 {8, 96, 4095, 10000},
                  {2, 256, 1000, 5e5}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         size_t n = cases[c].heads * cases[c].dim;
@@ -297,7 +307,7 @@ Test(gpu_kernels, topk_picks_the_cpu_reference_experts_in_order_with_ties_to_the
     static const struct {
         size_t n, k;
         bool ties;
-    } cases[] = {{8, 2, false},  {60, 4, false},  {64, 8, false},  {128, 8, false},
+    } cases[] = {{8, 2, false},    {60, 4, false},   {64, 8, false}, {128, 8, false},
                  {256, 64, false}, {512, 10, false}, {16, 16, true}, {100, 7, true}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         size_t n = cases[c].n, k = cases[c].k;
@@ -323,9 +333,7 @@ Test(gpu_kernels, topk_picks_the_cpu_reference_experts_in_order_with_ties_to_the
 }
 
 Test(gpu_kernels, router_softmax_topk_matches_softmax_then_topk_on_the_cpu) {
-    static const struct {
-        size_t n, k;
-    } cases[] = {{8, 2}, {60, 4}, {64, 8}, {128, 8}, {512, 10}};
+    static const struct { size_t n, k; } cases[] = {{8, 2}, {60, 4}, {64, 8}, {128, 8}, {512, 10}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         size_t n = cases[c].n, k = cases[c].k;
         float *logits = randn(n, 2), *probs = malloc(n * 4), *got_p = malloc(n * 4);
@@ -356,10 +364,9 @@ typedef struct attn_case {
     size_t heads, kv_heads, dim, ctx, n_q;
 } attn_case;
 
-static const attn_case attn_cases[] = {{1, 1, 2, 1, 1},     {4, 4, 64, 7, 1},
-                                       {8, 2, 128, 33, 1},  {32, 8, 128, 300, 1},
-                                       {16, 4, 64, 1025, 1}, {4, 2, 64, 9, 9},
-                                       {8, 8, 96, 40, 13},  {16, 2, 128, 200, 64}};
+static const attn_case attn_cases[] = {
+    {1, 1, 2, 1, 1},      {4, 4, 64, 7, 1}, {8, 2, 128, 33, 1}, {32, 8, 128, 300, 1},
+    {16, 4, 64, 1025, 1}, {4, 2, 64, 9, 9}, {8, 8, 96, 40, 13}, {16, 2, 128, 200, 64}};
 
 Test(gpu_kernels, attention_decode_and_prefill_match_the_cpu_reference_query_by_query) {
     for (size_t c = 0; c < sizeof attn_cases / sizeof attn_cases[0]; c++) {
@@ -367,7 +374,8 @@ Test(gpu_kernels, attention_decode_and_prefill_match_the_cpu_reference_query_by_
         size_t qn = a.n_q * a.heads * a.dim, kvn = a.ctx * a.kv_heads * a.dim;
         float *q = randn(qn, 1), *k = randn(kvn, 1), *v = randn(kvn, 1);
         float *want = malloc(qn * 4), *got = malloc(qn * 4);
-        float *want_p = calloc(a.n_q * a.heads * a.ctx, 4), *got_p = malloc(a.n_q * a.heads * a.ctx * 4);
+        float *want_p = calloc(a.n_q * a.heads * a.ctx, 4),
+              *got_p = malloc(a.n_q * a.heads * a.ctx * 4);
         float *scratch = malloc(a.heads * a.ctx * 4);
         for (size_t i = 0; i < a.n_q; i++) {
             size_t horizon = a.ctx - a.n_q + i + 1;

@@ -60,8 +60,7 @@ __global__ void shared_gate_kernel(float *y, const float *gate, const float *h, 
 }
 
 /* imp[t] += mean over heads of probs[h][t], t < n_ctx (engine.c's DyMoE importance update). */
-__global__ void importance_kernel(float *imp, const float *probs, unsigned n_heads,
-                                  size_t n_ctx) {
+__global__ void importance_kernel(float *imp, const float *probs, unsigned n_heads, size_t n_ctx) {
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n_ctx) return;
     float a = 0;
@@ -79,11 +78,16 @@ void add_into(float *x, const float *y, size_t n, cudaStream_t s) {
 size_t mat_bytes(const ecu_mat &m) {
     size_t rows = m.rows, cols = m.cols;
     switch (m.kind) {
-    case ECU_F32: return rows * cols * 4;
-    case ECU_BF16: return rows * cols * 2;
-    case ECU_Q8: return rows * (cols / 64) * 68;
-    case ECU_Q4: return rows * (cols / 64) * 36;
-    case ECU_Q2: return rows * (cols / 64) * 20;
+    case ECU_F32:
+        return rows * cols * 4;
+    case ECU_BF16:
+        return rows * cols * 2;
+    case ECU_Q8:
+        return rows * (cols / 64) * 68;
+    case ECU_Q4:
+        return rows * (cols / 64) * 36;
+    case ECU_Q2:
+        return rows * (cols / 64) * 20;
     }
     CUDA_REQUIRE(!"unknown matrix kind");
     return 0;
@@ -91,9 +95,12 @@ size_t mat_bytes(const ecu_mat &m) {
 
 moesim_precision prec_of_kind(uint32_t kind) {
     switch (kind) {
-    case ECU_Q8: return PREC_INT8;
-    case ECU_Q4: return PREC_INT4;
-    case ECU_Q2: return PREC_INT2;
+    case ECU_Q8:
+        return PREC_INT8;
+    case ECU_Q4:
+        return PREC_INT4;
+    case ECU_Q2:
+        return PREC_INT2;
     }
     CUDA_REQUIRE(!"not a quantized kind");
     return PREC_BF16;
@@ -115,7 +122,8 @@ void dmat_matvec(float *y, const dmat &w, const float *x, cudaStream_t s) {
     case ECU_BF16:
         kern_matvec_bf16_cuda(y, static_cast<const uint16_t *>(w.data), x, w.rows, w.cols, s);
         break;
-    default: kern_matvec_quant_cuda(y, prec_of_kind(w.kind), w.data, x, w.rows, w.cols, s);
+    default:
+        kern_matvec_quant_cuda(y, prec_of_kind(w.kind), w.data, x, w.rows, w.cols, s);
     }
 }
 
@@ -178,9 +186,9 @@ struct engine_cuda {
 struct engine_cuda_seq {
     engine_cuda *g;
     uint32_t max_ctx;
-    float *k, *v;       /* [n_layers][max_ctx][kv_dim] */
-    float *importance;  /* [n_moe][max_ctx] */
-    float *probs;       /* [n_heads][max_ctx] */
+    float *k, *v;      /* [n_layers][max_ctx][kv_dim] */
+    float *importance; /* [n_moe][max_ctx] */
+    float *probs;      /* [n_heads][max_ctx] */
 };
 
 namespace {
@@ -223,8 +231,8 @@ int upload(engine_cuda *g, void **dst, const void *src, size_t bytes, const char
 }
 
 int upload_vec(engine_cuda *g, float **dst, const float *src, size_t n, char *msg, size_t len) {
-    return upload(g, reinterpret_cast<void **>(dst), src, n * sizeof(float), "a weight vector",
-                  msg, len);
+    return upload(g, reinterpret_cast<void **>(dst), src, n * sizeof(float), "a weight vector", msg,
+                  len);
 }
 
 int upload_mat(engine_cuda *g, dmat *d, const ecu_mat &m, char *msg, size_t len) {
@@ -238,10 +246,14 @@ int upload_mat(engine_cuda *g, dmat *d, const ecu_mat &m, char *msg, size_t len)
 /* LRU list: unlink / push to the front. */
 void lru_unlink(engine_cuda *g, int32_t b) {
     pool_block &k = g->blocks[b];
-    if (k.prev >= 0) g->blocks[k.prev].next = k.next;
-    else g->lru_head = k.next;
-    if (k.next >= 0) g->blocks[k.next].prev = k.prev;
-    else g->lru_tail = k.prev;
+    if (k.prev >= 0)
+        g->blocks[k.prev].next = k.next;
+    else
+        g->lru_head = k.next;
+    if (k.next >= 0)
+        g->blocks[k.next].prev = k.prev;
+    else
+        g->lru_tail = k.prev;
     k.prev = k.next = -1;
 }
 void lru_push_front(engine_cuda *g, int32_t b) {
@@ -555,26 +567,25 @@ int create(engine_cuda *g, const ecu_model *m, char *msg, size_t len) {
         if (dev_alloc(g, reinterpret_cast<void **>(b), H * sizeof(float), "scratch", msg, len))
             return -1;
     if (dev_alloc(g, reinterpret_cast<void **>(&g->q), qd * sizeof(float), "scratch", msg, len) ||
-        dev_alloc(g, reinterpret_cast<void **>(&g->att), qd * sizeof(float), "scratch", msg,
+        dev_alloc(g, reinterpret_cast<void **>(&g->att), qd * sizeof(float), "scratch", msg, len) ||
+        dev_alloc(g, reinterpret_cast<void **>(&g->ff_gate), inter * sizeof(float), "scratch", msg,
                   len) ||
-        dev_alloc(g, reinterpret_cast<void **>(&g->ff_gate), inter * sizeof(float), "scratch",
-                  msg, len) ||
         dev_alloc(g, reinterpret_cast<void **>(&g->ff_up), inter * sizeof(float), "scratch", msg,
                   len) ||
         dev_alloc(g, reinterpret_cast<void **>(&g->r_logits), m->n_experts * sizeof(float),
                   "scratch", msg, len) ||
         dev_alloc(g, reinterpret_cast<void **>(&g->r_probs), m->n_experts * sizeof(float),
                   "scratch", msg, len) ||
-        dev_alloc(g, reinterpret_cast<void **>(&g->r_vals), m->n_experts * sizeof(float),
-                  "scratch", msg, len) ||
+        dev_alloc(g, reinterpret_cast<void **>(&g->r_vals), m->n_experts * sizeof(float), "scratch",
+                  msg, len) ||
         dev_alloc(g, reinterpret_cast<void **>(&g->r_ids), m->n_experts * sizeof(uint32_t),
                   "scratch", msg, len) ||
         dev_alloc(g, reinterpret_cast<void **>(&g->logits), (size_t)m->vocab * sizeof(float),
                   "scratch", msg, len))
         return -1;
     if (pinned_alloc(reinterpret_cast<void **>(&g->h_x), H * sizeof(float), "staging", msg, len) ||
-        pinned_alloc(reinterpret_cast<void **>(&g->h_vals), m->n_experts * sizeof(float),
-                     "staging", msg, len) ||
+        pinned_alloc(reinterpret_cast<void **>(&g->h_vals), m->n_experts * sizeof(float), "staging",
+                     msg, len) ||
         pinned_alloc(reinterpret_cast<void **>(&g->h_ids), m->n_experts * sizeof(uint32_t),
                      "staging", msg, len) ||
         pinned_alloc(reinterpret_cast<void **>(&g->h_logits), (size_t)m->vocab * sizeof(float),
@@ -638,8 +649,8 @@ void engine_cuda_forward(engine_cuda *g, engine_cuda_seq *s, const float *x, uin
     uint32_t qd = nh * hd, kvd = nkv * hd;
     memcpy(g->h_x, x, H * sizeof(float));
     CUDA_CHECK(cudaMemcpyAsync(g->x, g->h_x, H * sizeof(float), cudaMemcpyHostToDevice, st));
-    uint32_t start = c.sliding_window && pos + 1 > c.sliding_window ? pos + 1 - c.sliding_window
-                                                                    : 0;
+    uint32_t start =
+        c.sliding_window && pos + 1 > c.sliding_window ? pos + 1 - c.sliding_window : 0;
     uint32_t n_ctx = pos + 1 - start;
     for (uint32_t l = 0; l < c.n_layers; l++) {
         const dlayer &L = g->layers[l];
@@ -697,8 +708,8 @@ void engine_cuda_forward(engine_cuda *g, engine_cuda_seq *s, const float *x, uin
     if (out->importance) /* rows [start, pos] of every MoE layer */
         CUDA_CHECK(cudaMemcpy2DAsync(out->importance + start, s->max_ctx * sizeof(float),
                                      s->importance + start, s->max_ctx * sizeof(float),
-                                     n_ctx * sizeof(float), c.n_moe_layers,
-                                     cudaMemcpyDeviceToHost, st));
+                                     n_ctx * sizeof(float), c.n_moe_layers, cudaMemcpyDeviceToHost,
+                                     st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     if (out->logits) memcpy(out->logits, g->h_logits, (size_t)c.vocab * sizeof(float));
 }

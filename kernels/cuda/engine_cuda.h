@@ -34,21 +34,21 @@ typedef struct ecu_mat {
     uint32_t rows, cols;
 } ecu_mat;
 
-#define ECU_PARTS 3   /* gate, up, down (common/model.h's expert_part order) */
-#define ECU_PRECS 6   /* moesim_precision values (PREC_COUNT) */
+#define ECU_PARTS 3 /* gate, up, down (common/model.h's expert_part order) */
+#define ECU_PRECS 6 /* moesim_precision values (PREC_COUNT) */
 
 typedef struct ecu_layer {
-    const float *attn_norm, *ffn_norm;  /* [hidden] */
+    const float *attn_norm, *ffn_norm;     /* [hidden] */
     const float *q_bias, *k_bias, *v_bias; /* [q_dim], [kv_dim], [kv_dim] or NULL */
-    const float *q_norm, *k_norm;       /* [head_dim] (per head) or [q_dim]/[kv_dim], or NULL */
+    const float *q_norm, *k_norm;          /* [head_dim] (per head) or [q_dim]/[kv_dim], or NULL */
     ecu_mat wq, wk, wv, wo;
     bool is_moe;
-    ecu_mat router;                     /* [n_experts][hidden] (MoE layers) */
-    const ecu_mat *experts;             /* [n_experts][ECU_PRECS][ECU_PARTS]; data NULL where
-                                           the precision is not held (MoE layers) */
-    ecu_mat shared[ECU_PARTS];          /* when shared_inter > 0 */
-    const float *shared_gate;           /* [hidden] or NULL */
-    ecu_mat dense[ECU_PARTS];           /* non-MoE layers */
+    ecu_mat router;            /* [n_experts][hidden] (MoE layers) */
+    const ecu_mat *experts;    /* [n_experts][ECU_PRECS][ECU_PARTS]; data NULL where
+                                  the precision is not held (MoE layers) */
+    ecu_mat shared[ECU_PARTS]; /* when shared_inter > 0 */
+    const float *shared_gate;  /* [hidden] or NULL */
+    ecu_mat dense[ECU_PARTS];  /* non-MoE layers */
 } ecu_layer;
 
 typedef struct ecu_model {

@@ -94,8 +94,7 @@ __device__ __forceinline__ float fp16_bits_to_f32(uint16_t h) {
 
 /* ---- RMSNorm ---- */
 
-__global__ void rmsnorm_rows_kernel(float *y, const float *x, const float *w, size_t n,
-                                    float eps) {
+__global__ void rmsnorm_rows_kernel(float *y, const float *x, const float *w, size_t n, float eps) {
     const float *xr = x + blockIdx.x * n;
     float *yr = y + blockIdx.x * n;
     double ss = 0; /* double, as the reference: n reaches 2^16 */
@@ -177,8 +176,8 @@ __device__ __forceinline__ void block_dot(const uint8_t *blk, const float *xg, s
     const uint16_t *dm = reinterpret_cast<const uint16_t *>(blk);
     float d = fp16_bits_to_f32(dm[0]), m = fp16_bits_to_f32(dm[1]);
     const uint32_t *codes = reinterpret_cast<const uint32_t *>(blk + 4);
-    constexpr int WORDS = GROUP * BITS / 32;  /* code words per block */
-    constexpr int PER_WORD = 32 / BITS;       /* codes per word */
+    constexpr int WORDS = GROUP * BITS / 32; /* code words per block */
+    constexpr int PER_WORD = 32 / BITS;      /* codes per word */
     constexpr uint32_t MASK = (1u << BITS) - 1;
     float qx[NB], sx[NB];
     for (int b = 0; b < NB; b++) qx[b] = sx[b] = 0;
@@ -194,7 +193,8 @@ __device__ __forceinline__ void block_dot(const uint8_t *blk, const float *xg, s
             float q2 = (float)((word >> ((j4 + 2) * BITS)) & MASK);
             float q3 = (float)((word >> ((j4 + 3) * BITS)) & MASK);
             for (int b = 0; b < NB; b++) {
-                float4 xv = __ldg(reinterpret_cast<const float4 *>(xg + b * cols + wd * PER_WORD + j4));
+                float4 xv =
+                    __ldg(reinterpret_cast<const float4 *>(xg + b * cols + wd * PER_WORD + j4));
                 qx[b] += q0 * xv.x + q1 * xv.y + q2 * xv.z + q3 * xv.w;
                 sx[b] += (xv.x + xv.y) + (xv.z + xv.w);
             }
@@ -254,11 +254,11 @@ void launch_gemm_bf16(float *y, const uint16_t *w, const float *x, size_t rows, 
                       cudaStream_t s) {
     bool vec = cols % 8 == 0 && aligned16(w) && aligned16(x);
     if (vec)
-        gemm_bf16_kernel<true, NB><<<matvec_grid(rows), MATVEC_WARPS * WARP, 0, s>>>(y, w, x, rows,
-                                                                                  cols);
+        gemm_bf16_kernel<true, NB>
+            <<<matvec_grid(rows), MATVEC_WARPS * WARP, 0, s>>>(y, w, x, rows, cols);
     else
-        gemm_bf16_kernel<false, NB><<<matvec_grid(rows), MATVEC_WARPS * WARP, 0, s>>>(y, w, x,
-                                                                                   rows, cols);
+        gemm_bf16_kernel<false, NB>
+            <<<matvec_grid(rows), MATVEC_WARPS * WARP, 0, s>>>(y, w, x, rows, cols);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -268,10 +268,17 @@ void launch_gemm_quant(float *y, moesim_precision p, const void *w, const float 
     const uint8_t *wb = static_cast<const uint8_t *>(w);
     dim3 grid(matvec_grid(rows)), block(MATVEC_WARPS * WARP);
     switch (p) {
-    case PREC_INT8: gemm_quant_kernel<8, NB><<<grid, block, 0, s>>>(y, wb, x, rows, cols); break;
-    case PREC_INT4: gemm_quant_kernel<4, NB><<<grid, block, 0, s>>>(y, wb, x, rows, cols); break;
-    case PREC_INT2: gemm_quant_kernel<2, NB><<<grid, block, 0, s>>>(y, wb, x, rows, cols); break;
-    default: CUDA_REQUIRE(!"kern_*_quant_cuda: precision is not int8, int4 or int2");
+    case PREC_INT8:
+        gemm_quant_kernel<8, NB><<<grid, block, 0, s>>>(y, wb, x, rows, cols);
+        break;
+    case PREC_INT4:
+        gemm_quant_kernel<4, NB><<<grid, block, 0, s>>>(y, wb, x, rows, cols);
+        break;
+    case PREC_INT2:
+        gemm_quant_kernel<2, NB><<<grid, block, 0, s>>>(y, wb, x, rows, cols);
+        break;
+    default:
+        CUDA_REQUIRE(!"kern_*_quant_cuda: precision is not int8, int4 or int2");
     }
     CUDA_LAUNCH_CHECK();
 }
@@ -373,7 +380,15 @@ __device__ void block_topk(const float *x, size_t n, size_t k, uint32_t *ids, fl
                     bv = wv[j];
                     bi = wi[j];
                 }
-            /* bi < n always: at least k values are left and -inf ties resolve to an index */
+            /* only NaNs left (never "better"): take the lowest untaken index, as nothing
+             * orders them; keeps bi < n */
+            if (bi >= n)
+                for (unsigned j = 0; j < n; j++)
+                    if (!taken[j]) {
+                        bi = j;
+                        bv = sv[j];
+                        break;
+                    }
             ids[r] = bi;
             vals[r] = bv;
             taken[bi] = 1;
@@ -467,11 +482,11 @@ void kern_matvec_f32_cuda(float *y, const float *w, const float *x, size_t rows,
                           cudaStream_t s) {
     if (!rows) return;
     if (cols % 4 == 0 && aligned16(w) && aligned16(x))
-        matvec_f32_kernel<true><<<matvec_grid(rows), MATVEC_WARPS * WARP, 0, s>>>(y, w, x, rows,
-                                                                                cols);
+        matvec_f32_kernel<true>
+            <<<matvec_grid(rows), MATVEC_WARPS * WARP, 0, s>>>(y, w, x, rows, cols);
     else
-        matvec_f32_kernel<false><<<matvec_grid(rows), MATVEC_WARPS * WARP, 0, s>>>(y, w, x, rows,
-                                                                                 cols);
+        matvec_f32_kernel<false>
+            <<<matvec_grid(rows), MATVEC_WARPS * WARP, 0, s>>>(y, w, x, rows, cols);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -494,10 +509,18 @@ void kern_gemm_bf16_cuda(float *y, const uint16_t *w, const float *x, size_t row
         float *yb = y + b * rows;
         const float *xb = x + b * cols;
         switch (t) {
-        case 8: launch_gemm_bf16<8>(yb, w, xb, rows, cols, s); break;
-        case 4: launch_gemm_bf16<4>(yb, w, xb, rows, cols, s); break;
-        case 2: launch_gemm_bf16<2>(yb, w, xb, rows, cols, s); break;
-        default: launch_gemm_bf16<1>(yb, w, xb, rows, cols, s); break;
+        case 8:
+            launch_gemm_bf16<8>(yb, w, xb, rows, cols, s);
+            break;
+        case 4:
+            launch_gemm_bf16<4>(yb, w, xb, rows, cols, s);
+            break;
+        case 2:
+            launch_gemm_bf16<2>(yb, w, xb, rows, cols, s);
+            break;
+        default:
+            launch_gemm_bf16<1>(yb, w, xb, rows, cols, s);
+            break;
         }
         b += (size_t)t;
     }
@@ -513,10 +536,18 @@ void kern_gemm_quant_cuda(float *y, moesim_precision p, const void *w, const flo
         float *yb = y + b * rows;
         const float *xb = x + b * cols;
         switch (t) {
-        case 8: launch_gemm_quant<8>(yb, p, w, xb, rows, cols, s); break;
-        case 4: launch_gemm_quant<4>(yb, p, w, xb, rows, cols, s); break;
-        case 2: launch_gemm_quant<2>(yb, p, w, xb, rows, cols, s); break;
-        default: launch_gemm_quant<1>(yb, p, w, xb, rows, cols, s); break;
+        case 8:
+            launch_gemm_quant<8>(yb, p, w, xb, rows, cols, s);
+            break;
+        case 4:
+            launch_gemm_quant<4>(yb, p, w, xb, rows, cols, s);
+            break;
+        case 2:
+            launch_gemm_quant<2>(yb, p, w, xb, rows, cols, s);
+            break;
+        default:
+            launch_gemm_quant<1>(yb, p, w, xb, rows, cols, s);
+            break;
         }
         b += (size_t)t;
     }

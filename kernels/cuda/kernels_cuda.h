@@ -77,8 +77,7 @@ void kern_attention_prefill_cuda(float *out, float *probs, const float *q, const
                                  size_t head_dim, size_t n_ctx, cudaStream_t s);
 
 /* The k largest of x: [n], descending, ties lower index first. ids, vals: [k]; k <= n <= 4096. */
-void kern_topk_cuda(const float *x, size_t n, size_t k, uint32_t *ids, float *vals,
-                    cudaStream_t s);
+void kern_topk_cuda(const float *x, size_t n, size_t k, uint32_t *ids, float *vals, cudaStream_t s);
 /* The router's step in one launch: probs = softmax(logits) and its top k.
  * logits, probs: [n] (may alias); ids, vals: [k]; k <= n <= 4096. */
 void kern_router_topk_cuda(float *probs, const float *logits, size_t n, size_t k, uint32_t *ids,
