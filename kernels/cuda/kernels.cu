@@ -245,6 +245,119 @@ __global__ void gemm_quant_kernel(float *y, const uint8_t *w, const float *x, si
     }
 }
 
+/* Batch-1 GEMV of quantized rows, the decode hot path. Each warp owns GEMV_ROWS consecutive rows
+ * and walks them together chunk by chunk: the chunks of all its rows are loaded (128-bit when a
+ * row is 16-byte aligned) before any is decoded, so a warp keeps GEMV_ROWS chunks in flight, and
+ * each lane loads the 64 inputs of its block into registers once for all GEMV_ROWS rows (the
+ * inputs would otherwise be re-read from L1 for every row: 256 bytes per 20-byte int2 block).
+ * sum_i x_i of the group is shared by the rows too. */
+constexpr int GEMV_WARPS = 4;
+constexpr int GEMV_ROWS = 4;
+
+/* Copies `bytes` (a multiple of 4) from global src to shared dst with the warp's lanes. */
+__device__ __forceinline__ void stage_chunk(uint4 *dst, const uint8_t *src, size_t bytes,
+                                            int lane) {
+    uint32_t *d1 = reinterpret_cast<uint32_t *>(dst);
+    const uint32_t *s1 = reinterpret_cast<const uint32_t *>(src);
+    size_t done_words = 0;
+    if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+        const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
+        size_t n16 = bytes / 16;
+        for (size_t i = lane; i < n16; i += WARP) dst[i] = __ldg(&s4[i]);
+        done_words = n16 * 4;
+    }
+    for (size_t i = done_words + lane; i < bytes / 4; i += WARP) d1[i] = __ldg(&s1[i]);
+}
+
+template <int BITS>
+__device__ __forceinline__ float block_dot_reg(const uint8_t *blk, const float (&xr)[GROUP],
+                                               float sx) {
+    const uint16_t *dm = reinterpret_cast<const uint16_t *>(blk);
+    float d = fp16_bits_to_f32(dm[0]), m = fp16_bits_to_f32(dm[1]);
+    const uint32_t *codes = reinterpret_cast<const uint32_t *>(blk + 4);
+    constexpr int WORDS = GROUP * BITS / 32, PER_WORD = 32 / BITS;
+    constexpr uint32_t MASK = (1u << BITS) - 1;
+    float qx = 0;
+#pragma unroll
+    for (int wd = 0; wd < WORDS; wd++) {
+        uint32_t word = codes[wd];
+#pragma unroll
+        for (int j = 0; j < PER_WORD; j++)
+            qx += (float)((word >> (j * BITS)) & MASK) * xr[wd * PER_WORD + j];
+    }
+    return d * qx + m * sx;
+}
+
+template <int BITS>
+__global__ void __launch_bounds__(GEMV_WARPS *WARP)
+    gemv_quant_kernel(float *y, const uint8_t *w, const float *x, size_t rows, size_t cols) {
+    using B = qblock<BITS>;
+    __shared__ uint4 stage[GEMV_WARPS][GEMV_ROWS][B::chunk_bytes / 16];
+    int wid = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    size_t r0 = ((size_t)blockIdx.x * GEMV_WARPS + wid) * GEMV_ROWS;
+    if (r0 >= rows) return; /* whole warps leave together: no block-wide barrier below */
+    int nr = rows - r0 < (size_t)GEMV_ROWS ? (int)(rows - r0) : GEMV_ROWS;
+    size_t nb = cols / GROUP, row_bytes = nb * B::bytes;
+    float acc[GEMV_ROWS];
+#pragma unroll
+    for (int i = 0; i < GEMV_ROWS; i++) acc[i] = 0;
+    for (size_t c0 = 0; c0 < nb; c0 += WARP) {
+        size_t nblk = nb - c0 < (size_t)WARP ? nb - c0 : (size_t)WARP;
+        __syncwarp(); /* every lane is done with the previous chunks */
+#pragma unroll
+        for (int i = 0; i < GEMV_ROWS; i++)
+            if (i < nr)
+                stage_chunk(stage[wid][i], w + (r0 + i) * row_bytes + c0 * B::bytes,
+                            nblk * B::bytes, lane);
+        __syncwarp();
+        if ((size_t)lane < nblk) {
+            const float4 *xg = reinterpret_cast<const float4 *>(x + (c0 + lane) * GROUP);
+            float xr[GROUP];
+            float sx = 0;
+#pragma unroll
+            for (int j = 0; j < GROUP / 4; j++) {
+                float4 v = __ldg(&xg[j]);
+                xr[4 * j] = v.x;
+                xr[4 * j + 1] = v.y;
+                xr[4 * j + 2] = v.z;
+                xr[4 * j + 3] = v.w;
+                sx += (v.x + v.y) + (v.z + v.w);
+            }
+#pragma unroll
+            for (int i = 0; i < GEMV_ROWS; i++)
+                if (i < nr)
+                    acc[i] += block_dot_reg<BITS>(
+                        reinterpret_cast<const uint8_t *>(stage[wid][i]) + lane * B::bytes, xr, sx);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < GEMV_ROWS; i++) {
+        float sum = warp_sum(acc[i]);
+        if (i < nr && lane == 0) y[r0 + i] = sum;
+    }
+}
+
+void launch_gemv_quant(float *y, moesim_precision p, const void *w, const float *x, size_t rows,
+                       size_t cols, cudaStream_t s) {
+    const uint8_t *wb = static_cast<const uint8_t *>(w);
+    constexpr size_t per_block = (size_t)GEMV_WARPS * GEMV_ROWS;
+    dim3 grid((unsigned)((rows + per_block - 1) / per_block)), block(GEMV_WARPS * WARP);
+    switch (p) {
+    case PREC_INT8:
+        gemv_quant_kernel<8><<<grid, block, 0, s>>>(y, wb, x, rows, cols);
+        break;
+    case PREC_INT4:
+        gemv_quant_kernel<4><<<grid, block, 0, s>>>(y, wb, x, rows, cols);
+        break;
+    case PREC_INT2:
+        gemv_quant_kernel<2><<<grid, block, 0, s>>>(y, wb, x, rows, cols);
+        break;
+    default:
+        CUDA_REQUIRE(!"kern_*_quant_cuda: precision is not int8, int4 or int2");
+    }
+    CUDA_LAUNCH_CHECK();
+}
+
 unsigned matvec_grid(size_t rows) { return (unsigned)((rows + MATVEC_WARPS - 1) / MATVEC_WARPS); }
 
 bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -545,8 +658,8 @@ void kern_gemm_quant_cuda(float *y, moesim_precision p, const void *w, const flo
         case 2:
             launch_gemm_quant<2>(yb, p, w, xb, rows, cols, s);
             break;
-        default:
-            launch_gemm_quant<1>(yb, p, w, xb, rows, cols, s);
+        default: /* batch 1: the register-reuse GEMV */
+            launch_gemv_quant(yb, p, w, xb, rows, cols, s);
             break;
         }
         b += (size_t)t;
