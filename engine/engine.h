@@ -1,7 +1,9 @@
 /* The MoE model engine: a Hugging Face checkpoint (config.json + safetensors) loaded for a
- * forward pass on a backend (CPU reference now; CUDA fills the same table later), with routed
- * experts stored at any of bf16 / int8 / int4 / int2 and a per-(MoE layer, expert) precision map,
- * "skip" included, applied at every step.
+ * forward pass on a backend (engine_options.backend: "cpu", the kernels/cpu references over a
+ * thread pool, or "cuda", the whole forward pass on the GPU in kernels/cuda/engine_cuda.cu with
+ * experts offloadable to pinned host memory), with routed experts stored at any of bf16 / int8 /
+ * int4 / int2 and a per-(MoE layer, expert) precision map, "skip" included, applied at every
+ * step.
  *
  * Supported model_type values: qwen3_moe, qwen2_moe, olmoe, mixtral (engine/arch_*.c, one file
  * each, sharing the forward pass of engine.c). Every layer: RMSNorm -> attention (GQA, RoPE,
