@@ -269,11 +269,13 @@ const uint8_t *host_blob(const engine_cuda *g, uint32_t m, uint32_t j, uint32_t 
     return g->host_experts[p] + ((size_t)m * g->cfg.n_experts + j) * g->layout[p].bytes;
 }
 
-/* The block holding expert j of MoE layer m at precision p, loading it (copy stream) when
- * missing; the compute stream waits for the copy before anything it queues next. */
-int32_t pool_acquire(engine_cuda *g, uint32_t m, uint32_t j, uint32_t p) {
+/* The block holding expert j of MoE layer m at precision p, starting its copy on the copy stream
+ * when missing (*loaded true): the caller makes the compute stream wait for the block's `ready`
+ * event right before the first kernel that reads it, so later copies overlap earlier compute. */
+int32_t pool_acquire(engine_cuda *g, uint32_t m, uint32_t j, uint32_t p, bool *loaded) {
     size_t slot = ((size_t)m * g->cfg.n_experts + j) * ECU_PRECS + p;
     int32_t b = g->slot_of[slot];
+    *loaded = b < 0;
     if (b >= 0) {
         g->hits++;
         lru_unlink(g, b);
@@ -294,7 +296,6 @@ int32_t pool_acquire(engine_cuda *g, uint32_t m, uint32_t j, uint32_t p) {
     CUDA_CHECK(cudaMemcpyAsync(g->pool + (size_t)b * g->block_stride, host_blob(g, m, j, p), bytes,
                                cudaMemcpyHostToDevice, g->copy));
     CUDA_CHECK(cudaEventRecord(k.ready, g->copy));
-    CUDA_CHECK(cudaStreamWaitEvent(g->compute, k.ready, 0));
     g->h2d_bytes += bytes;
     return b;
 }
@@ -351,15 +352,17 @@ void moe_block(engine_cuda *g, uint32_t l, uint32_t m, const uint8_t *prec, ecu_
     CUDA_CHECK(cudaMemsetAsync(g->y, 0, H * sizeof(float), s));
     /* start every missing expert's copy first so copies overlap the first experts' compute */
     int32_t blk[64];
+    bool loaded[64];
     for (uint32_t i = 0; i < K; i++) {
         uint8_t p = prec ? prec[(size_t)m * E + ids[i]] : (uint8_t)PREC_BF16;
         blk[i] = -1;
         if (p == PREC_SKIP) continue;
         CUDA_REQUIRE(p < ECU_PRECS && g->layout[p].held);
-        blk[i] = pool_acquire(g, m, ids[i], p);
+        blk[i] = pool_acquire(g, m, ids[i], p, &loaded[i]);
     }
-    for (uint32_t i = 0; i < K; i++) {
+    for (uint32_t i = 0; i < K; i++) { /* rank order: y sums as the CPU backend's does */
         if (blk[i] < 0) continue;
+        if (loaded[i]) CUDA_CHECK(cudaStreamWaitEvent(s, g->blocks[blk[i]].ready, 0));
         uint32_t p = (uint32_t)(g->blocks[blk[i]].key % ECU_PRECS);
         dmat parts[ECU_PARTS] = {block_part(g, blk[i], p, 0), block_part(g, blk[i], p, 1),
                                  block_part(g, blk[i], p, 2)};
@@ -506,7 +509,10 @@ int setup_experts(engine_cuda *g, const ecu_model *m, char *msg, size_t len) {
         for (uint32_t mi = 0; mi < M; mi++)
             for (uint32_t j = 0; j < E; j++)
                 for (uint32_t p = 0; p < ECU_PRECS; p++)
-                    if (g->layout[p].held) pool_acquire(g, mi, j, p);
+                    if (g->layout[p].held) {
+                        bool loaded;
+                        pool_acquire(g, mi, j, p, &loaded);
+                    }
         CUDA_CHECK(cudaStreamSynchronize(g->copy));
         CUDA_CHECK(cudaStreamSynchronize(g->compute));
         g->hits = g->misses = g->h2d_bytes = 0;
