@@ -8,8 +8,9 @@
 #                                unpacked prefix, to the GPU machine)
 #   scripts/gpu-deps.sh unpack   there: dpkg -x every .deb into .deps/prefix and print the
 #                                CMAKE_PREFIX_PATH / PKG_CONFIG_PATH / LD_LIBRARY_PATH settings
-#   scripts/gpu-deps.sh test     there: unpack, configure build-gpu against the prefix, build,
-#                                run `ctest -L gpu` and bench_gpu_engine
+#   scripts/gpu-deps.sh test     there: unpack, configure build-gpu against the prefix (for the
+#                                GPU's architecture, or CUDA_ARCHS), build, run `ctest -L gpu`
+#                                and bench_gpu_engine $BENCH_ARGS
 #
 # "A base image" is taken to hold what every Debian/Ubuntu system has (Priority required or
 # important) and the C toolchain nvcc needs (gcc, libc6-dev, ...); everything else is gathered.
@@ -89,6 +90,11 @@ unpack() {
 }
 
 run_test() {
+    command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
+    # the GPU's own architecture (CMake's "native" needs CMake >= 3.24); 90 (H100/H200) otherwise
+    local arch
+    arch=$( (nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null || true) | head -1 | tr -d '. ')
+    arch=${CUDA_ARCHS:-${arch:-90}}
     unpack >/dev/null
     eval "$(env_lines)"
     # only our .pc files: a half-installed system copy must not shadow them
@@ -96,7 +102,8 @@ run_test() {
     local lib="$prefix/usr/lib/x86_64-linux-gnu"
     # FindHDF5 without h5cc on PATH: Debian's serial layout named directly
     cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESIM_CUDA=ON \
-        -DMOESIM_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-native}" \
+        -DMOESIM_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+        -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" \
         -DHDF5_ROOT="$prefix/usr" -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON \
         -DHDF5_C_INCLUDE_DIR="$prefix/usr/include/hdf5/serial" \
         -DHDF5_hdf5_LIBRARY_RELEASE="$lib/hdf5/serial/libhdf5.so" \
@@ -104,7 +111,9 @@ run_test() {
         -DGSL_CBLAS_LIBRARY="$lib/libgslcblas.so"
     cmake --build "$root/build-gpu" -j "$(nproc)"
     ctest --test-dir "$root/build-gpu" -L gpu --output-on-failure
-    "$root/build-gpu/bench/bench_gpu_engine"
+    # BENCH_ARGS, e.g. "--layers 2 --gen 32", shortens the decode part
+    # shellcheck disable=SC2086
+    "$root/build-gpu/bench/bench_gpu_engine" ${BENCH_ARGS:-}
 }
 
 case "${1:-}" in
