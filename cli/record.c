@@ -205,11 +205,12 @@ int cmd_record(int argc, char **argv) {
     const engine_config *c = engine_config_of(e);
     if (!a.lookahead_k_given) a.lookahead_k = c->n_experts < 16 ? c->n_experts : 16;
     if (a.lookahead && a.lookahead_k > c->n_experts) {
+        uint32_t n_experts = c->n_experts; /* c dies with e */
         engine_destroy(e);
         return cli_usage_error("record",
                                "--lookahead-k: expected at most %u (the model's experts), "
                                "got %u",
-                               c->n_experts, a.lookahead_k);
+                               n_experts, a.lookahead_k);
     }
 
     char dir_copy[4096], name[64];
