@@ -1,8 +1,8 @@
-/* `moesim record`: run a real checkpoint over token-id prompts (prefill, then decode) on the CPU
- * engine and write the router trace of that run: routing and gate weights, DyMoE token
- * importance, look-ahead predictions, the tokens fed, and the checkpoint's config hash. With
- * --model-ini the checkpoint's geometry is also written as a model file, so `moesim sim --model
- * FILE.ini` can simulate a model that has no entry in configs/models. */
+/* `moesim record`: run a real checkpoint over token-id prompts (prefill, then decode) on the
+ * engine (CPU or CUDA backend) and write the router trace of that run: routing and gate weights,
+ * DyMoE token importance, look-ahead predictions, the tokens fed, and the checkpoint's config
+ * hash. With --model-ini the checkpoint's geometry is also written as a model file, so
+ * `moesim sim --model FILE.ini` can simulate a model that has no entry in configs/models. */
 #include <getopt.h>
 #include <jansson.h>
 #include <libgen.h>
@@ -22,8 +22,8 @@
 static const char usage[] =
     "usage: moesim record --model DIR --input PROMPTS -o OUT.h5 [options]\n"
     "\n"
-    "Runs a Hugging Face MoE checkpoint over token-id prompts on the CPU engine and writes the\n"
-    "router trace of the run (traces/FORMAT.md).\n"
+    "Runs a Hugging Face MoE checkpoint over token-id prompts on the engine (CPU, or CUDA with\n"
+    "--backend cuda) and writes the router trace of the run (traces/FORMAT.md).\n"
     "\n"
     "  --model DIR          checkpoint folder (config.json + safetensors)\n"
     "  --input PROMPTS      token ids: one prompt per line, or JSONL with prompt_ids\n"
@@ -40,11 +40,14 @@ static const char usage[] =
     "  --model-ini FILE     also write the checkpoint's geometry as a model file for\n"
     "                       'moesim sim --model FILE'\n"
     "  --threads N          worker threads (default: all cores)\n"
+    "  --backend B          cpu (default) or cuda (builds with CUDA)\n"
+    "  --gpu-pool N         cuda: device pool of N expert blocks, experts loaded on demand\n"
+    "                       from pinned host memory (default 0: every expert resident)\n"
     "  --json               print the summary as JSON\n";
 
 typedef struct record_args {
-    const char *model_dir, *input, *output, *name, *model_ini;
-    uint32_t gen_len, batch, lookahead, lookahead_k, threads;
+    const char *model_dir, *input, *output, *name, *model_ini, *backend;
+    uint32_t gen_len, batch, lookahead, lookahead_k, threads, gpu_pool;
     bool lookahead_k_given;
     moesim_precision precision;
     double temperature;
@@ -77,6 +80,8 @@ static int parse_args(int argc, char **argv, record_args *a) {
                                          {"model-ini", required_argument, NULL, 'M'},
                                          {"threads", required_argument, NULL, 't'},
                                          {"json", no_argument, NULL, 'j'},
+                                         {"backend", required_argument, NULL, 'B'},
+                                         {"gpu-pool", required_argument, NULL, 'P'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     *a = (record_args){.gen_len = 32, .batch = 1, .lookahead = 3, .precision = PREC_BF16};
@@ -136,6 +141,15 @@ static int parse_args(int argc, char **argv, record_args *a) {
         case 'j':
             a->json = true;
             break;
+        case 'B':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                rc = cli_usage_error("record", "--backend: expected cpu or cuda, got '%s'",
+                                     optarg);
+            a->backend = optarg;
+            break;
+        case 'P':
+            rc = parse_u32("--gpu-pool", optarg, 0, UINT32_MAX, &a->gpu_pool);
+            break;
         case 'h':
             fputs(usage, stdout);
             return 0;
@@ -159,6 +173,9 @@ static char *record_params_json(const record_args *a, const engine_gen_log *log)
     json_object_set_new(j, "gen_len", json_integer(a->gen_len));
     json_object_set_new(j, "batch", json_integer(a->batch));
     json_object_set_new(j, "precision", json_string(precision_name(a->precision)));
+    json_object_set_new(j, "backend", json_string(a->backend ? a->backend : "cpu"));
+    if (a->backend && !strcmp(a->backend, "cuda"))
+        json_object_set_new(j, "gpu_pool_experts", json_integer(a->gpu_pool));
     json_object_set_new(j, "temperature", json_real(a->temperature));
     json_object_set_new(j, "seed", json_integer((json_int_t)a->seed));
     /* the last sampled token of each request is never fed, so the token ids cannot hold it */
@@ -179,17 +196,21 @@ int cmd_record(int argc, char **argv) {
     rc = 0;
 
     moesim_error err = {0};
-    engine_options eo = {.n_threads = a.threads, .precision_mask = 1u << a.precision};
+    engine_options eo = {.n_threads = a.threads,
+                         .precision_mask = 1u << a.precision,
+                         .backend = a.backend,
+                         .gpu_pool_experts = a.gpu_pool};
     engine *e;
     if (engine_load(a.model_dir, &eo, &e, &err)) return cli_fail(&err);
     const engine_config *c = engine_config_of(e);
     if (!a.lookahead_k_given) a.lookahead_k = c->n_experts < 16 ? c->n_experts : 16;
     if (a.lookahead && a.lookahead_k > c->n_experts) {
+        uint32_t n_experts = c->n_experts; /* c dies with e */
         engine_destroy(e);
         return cli_usage_error("record",
                                "--lookahead-k: expected at most %u (the model's experts), "
                                "got %u",
-                               c->n_experts, a.lookahead_k);
+                               n_experts, a.lookahead_k);
     }
 
     char dir_copy[4096], name[64];

@@ -24,6 +24,9 @@
 #include "common/hash.h"
 #include "engine/engine_internal.h"
 #include "kernels/quant.h"
+#ifdef MOESIM_HAVE_CUDA
+#include "kernels/cuda/engine_cuda.h"
+#endif
 
 #define MAX_SHARDS 256
 #define MAX_HIDDEN (1u << 16)
@@ -73,6 +76,9 @@ struct engine {
     float *router_logits, *router_probs;            /* [n_experts] */
     uint32_t *la_ids;                               /* [n_experts] */
     float *la_vals;                                 /* [n_experts] */
+#ifdef MOESIM_HAVE_CUDA
+    engine_cuda *cuda; /* the CUDA forward pass (backend "cuda"), NULL on the CPU backend */
+#endif
 };
 
 struct engine_seq {
@@ -81,6 +87,9 @@ struct engine_seq {
     float *k, *v;        /* [n_layers][max_ctx][kv_dim] */
     float *importance;   /* [n_moe][max_ctx] */
     float *probs;        /* [n_heads][max_ctx] scratch */
+#ifdef MOESIM_HAVE_CUDA
+    engine_cuda_seq *cuda; /* device KV cache (backend "cuda") */
+#endif
 };
 
 static void *own(engine *e, void *p) {
@@ -518,8 +527,110 @@ static moesim_status load_weights(engine *e, const char *dir, moesim_error *err)
     return MOESIM_OK;
 }
 
+/* ---- backends ---- */
+
+#ifdef MOESIM_HAVE_CUDA
+_Static_assert((int)ECU_F32 == (int)MAT_F32 && (int)ECU_BF16 == (int)MAT_BF16 &&
+                   (int)ECU_Q8 == (int)MAT_Q8 && (int)ECU_Q4 == (int)MAT_Q4 &&
+                   (int)ECU_Q2 == (int)MAT_Q2 && ECU_PARTS == (int)PART_COUNT &&
+                   ECU_PRECS == (int)PREC_COUNT,
+               "engine_cuda.h mirrors the engine's matrix kinds, parts and precisions");
+
+static ecu_mat ecu_of(const engine_mat *m) {
+    return (ecu_mat){(uint32_t)m->kind, m->data, m->rows, m->cols};
+}
+
+/* Describes the loaded weights to the CUDA forward pass (kernels/cuda/engine_cuda.h), which
+ * copies them to the device and to pinned host memory. */
+static moesim_status cuda_attach(engine *e, uint32_t pool_experts, moesim_error *err) {
+    const engine_config *c = &e->cfg;
+    ecu_layer *layers = moesim_xcalloc(c->n_layers, sizeof *layers);
+    ecu_mat *experts = moesim_xcalloc((size_t)c->n_layers * c->n_experts * PREC_COUNT * PART_COUNT,
+                                      sizeof *experts);
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const layer_w *L = &e->layers[l];
+        ecu_layer *d = &layers[l];
+        *d = (ecu_layer){.attn_norm = L->attn_norm, .ffn_norm = L->ffn_norm, .q_bias = L->q_bias,
+                         .k_bias = L->k_bias, .v_bias = L->v_bias, .q_norm = L->q_norm,
+                         .k_norm = L->k_norm, .wq = ecu_of(&L->wq), .wk = ecu_of(&L->wk),
+                         .wv = ecu_of(&L->wv), .wo = ecu_of(&L->wo), .is_moe = c->is_moe[l],
+                         .shared_gate = L->shared_gate};
+        for (int p = 0; p < PART_COUNT; p++) {
+            d->shared[p] = ecu_of(&L->shared[p]);
+            d->dense[p] = ecu_of(&L->dense[p]);
+        }
+        if (!c->is_moe[l]) continue;
+        d->router = ecu_of(&L->router);
+        ecu_mat *x = experts + (size_t)l * c->n_experts * PREC_COUNT * PART_COUNT;
+        for (uint32_t j = 0; j < c->n_experts; j++)
+            for (int p = 0; p < PREC_COUNT; p++)
+                for (int part = 0; part < PART_COUNT; part++)
+                    x[((size_t)j * PREC_COUNT + p) * PART_COUNT + part] =
+                        ecu_of(&L->experts[j].m[p][part]);
+        d->experts = x;
+    }
+    ecu_model m = {.n_layers = c->n_layers, .hidden = c->hidden, .vocab = c->vocab,
+                   .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+                   .n_experts = c->n_experts, .top_k = c->top_k, .expert_inter = c->expert_inter,
+                   .shared_inter = c->shared_inter,
+                   .dense_inter = c->n_moe_layers < c->n_layers ? c->dense_inter : 0,
+                   .n_moe_layers = c->n_moe_layers, .norm_topk_prob = c->norm_topk_prob,
+                   .qk_norm_per_head = c->qk_norm_per_head, .qk_norm_full = c->qk_norm_full,
+                   .rms_eps = c->rms_eps, .clip_qkv = c->clip_qkv, .rope_theta = c->rope_theta,
+                   .sliding_window = c->sliding_window, .moe_index = c->moe_index,
+                   .precision_mask = e->precision_mask, .layers = layers,
+                   .final_norm = e->final_norm, .lm_head = ecu_of(&e->lm_head),
+                   .pool_experts = pool_experts};
+    char msg[512];
+    int rc = engine_cuda_create(&m, &e->cuda, msg, sizeof msg);
+    free(experts);
+    free(layers);
+    if (rc) return moesim_fail(err, MOESIM_EINPUT, "%s", msg);
+    return MOESIM_OK;
+}
+#endif
+
+const char *engine_backends(void) {
+#ifdef MOESIM_HAVE_CUDA
+    return "cpu, cuda";
+#else
+    return "cpu";
+#endif
+}
+
+const char *engine_backend_name(const engine *e) {
+#ifdef MOESIM_HAVE_CUDA
+    if (e->cuda) return "cuda";
+#endif
+    return e->be->name;
+}
+
+void engine_pool_stats_get(const engine *e, engine_pool_stats *out) {
+    memset(out, 0, sizeof *out);
+#ifdef MOESIM_HAVE_CUDA
+    if (!e->cuda) return;
+    ecu_pool_stats s;
+    engine_cuda_pool_stats(e->cuda, &s);
+    *out = (engine_pool_stats){.blocks = s.blocks, .block_bytes = s.block_bytes, .hits = s.hits,
+                               .misses = s.misses, .h2d_bytes = s.h2d_bytes};
+#else
+    (void)e;
+#endif
+}
+
 moesim_status engine_load(const char *dir, const engine_options *opt, engine **out,
                           moesim_error *err) {
+    const char *backend = opt && opt->backend ? opt->backend : "cpu";
+    bool want_cuda = !strcmp(backend, "cuda");
+    if (strcmp(backend, "cpu") && !want_cuda)
+        return moesim_fail(err, MOESIM_EINPUT, "backend '%.32s' is unknown (this build has: %s)",
+                           backend, engine_backends());
+#ifndef MOESIM_HAVE_CUDA
+    if (want_cuda)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "backend 'cuda': this build has no CUDA (configure with "
+                           "-DMOESIM_CUDA=ON; this build has: %s)", engine_backends());
+#endif
     *out = NULL;
     engine *e = moesim_xcalloc(1, sizeof *e);
     e->be = &engine_backend_cpu;
@@ -536,6 +647,9 @@ moesim_status engine_load(const char *dir, const engine_options *opt, engine **o
     moesim_status st = parse_config(e, path, err);
     if (!st) st = open_checkpoint(e, dir, err);
     if (!st) st = load_weights(e, dir, err);
+#ifdef MOESIM_HAVE_CUDA
+    if (!st && want_cuda) st = cuda_attach(e, opt->gpu_pool_experts, err);
+#endif
     if (st) {
         engine_destroy(e);
         return st;
@@ -567,6 +681,9 @@ moesim_status engine_load(const char *dir, const engine_options *opt, engine **o
 
 void engine_destroy(engine *e) {
     if (!e) return;
+#ifdef MOESIM_HAVE_CUDA
+    engine_cuda_destroy(e->cuda);
+#endif
     thread_pool_destroy(e->pool);
     for (size_t i = 0; i < e->n_owned; i++) free(e->owned[i]);
     free(e->owned);
@@ -691,11 +808,17 @@ engine_seq *engine_seq_create(const engine *e, uint32_t max_ctx) {
     s->v = moesim_xcalloc(kv, sizeof(float));
     s->importance = moesim_xcalloc((size_t)s->n_moe * s->max_ctx, sizeof(float));
     s->probs = moesim_xcalloc((size_t)s->n_heads * s->max_ctx, sizeof(float));
+#ifdef MOESIM_HAVE_CUDA
+    if (e->cuda) s->cuda = engine_cuda_seq_create(e->cuda, s->max_ctx);
+#endif
     return s;
 }
 
 void engine_seq_destroy(engine_seq *s) {
     if (!s) return;
+#ifdef MOESIM_HAVE_CUDA
+    engine_cuda_seq_destroy(s->cuda);
+#endif
     free(s->k);
     free(s->v);
     free(s->importance);
@@ -798,6 +921,23 @@ moesim_status engine_seq_forward(engine *e, engine_seq *s, int32_t token,
     uint32_t H = c->hidden, nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
     uint32_t qd = nh * hd, kvd = nkv * hd, pos = s->len;
     mat_row_f32(&e->embed, (uint32_t)token, e->x);
+#ifdef MOESIM_HAVE_CUDA
+    if (e->cuda) {
+        MOESIM_ASSERT(s->cuda);
+        ecu_token_out o = {.logits = logits, .importance = s->importance};
+        if (info) {
+            o.expert_ids = info->expert_ids;
+            o.gate_weights = info->gate_weights;
+            o.la_depth = info->lookahead_depth;
+            o.la_k = info->lookahead_k;
+            o.la_ids = info->lookahead_ids;
+            o.la_scores = info->lookahead_scores;
+        }
+        engine_cuda_forward(e->cuda, s->cuda, e->x, pos, pmap ? pmap->prec : NULL, &o);
+        s->len++;
+        return MOESIM_OK;
+    }
+#endif
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const layer_w *L = &e->layers[l];
         e->be->rmsnorm(e->h, e->x, L->attn_norm, H, c->rms_eps);

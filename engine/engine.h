@@ -1,7 +1,9 @@
 /* The MoE model engine: a Hugging Face checkpoint (config.json + safetensors) loaded for a
- * forward pass on a backend (CPU reference now; CUDA fills the same table later), with routed
- * experts stored at any of bf16 / int8 / int4 / int2 and a per-(MoE layer, expert) precision map,
- * "skip" included, applied at every step.
+ * forward pass on a backend (engine_options.backend: "cpu", the kernels/cpu references over a
+ * thread pool, or "cuda", the whole forward pass on the GPU in kernels/cuda/engine_cuda.cu with
+ * experts offloadable to pinned host memory), with routed experts stored at any of bf16 / int8 /
+ * int4 / int2 and a per-(MoE layer, expert) precision map, "skip" included, applied at every
+ * step.
  *
  * Supported model_type values: qwen3_moe, qwen2_moe, olmoe, mixtral (engine/arch_*.c, one file
  * each, sharing the forward pass of engine.c). Every layer: RMSNorm -> attention (GQA, RoPE,
@@ -59,6 +61,10 @@ typedef struct engine_options {
     uint32_t n_threads;      /* 0: one per online CPU */
     uint32_t precision_mask; /* bit (1u << p) for each moesim_precision to hold experts at;
                                 bf16 is always held; 0 means bf16 only */
+    const char *backend;       /* "cpu" (NULL too) or "cuda" (builds with MOESIM_CUDA only) */
+    uint32_t gpu_pool_experts; /* cuda: device pool blocks for routed experts, one expert at one
+                                  precision each, loaded on demand from pinned host memory (LRU);
+                                  0: every held expert resident */
 } engine_options;
 
 /* Loads `dir` (config.json and model.safetensors, or model.safetensors.index.json + shards).
@@ -67,6 +73,17 @@ moesim_status engine_load(const char *dir, const engine_options *opt, engine **o
                           moesim_error *err);
 void engine_destroy(engine *e); /* accepts NULL */
 const engine_config *engine_config_of(const engine *e);
+/* Comma-separated list of the backends this build has ("cpu" or "cpu, cuda"). */
+const char *engine_backends(void);
+/* Name of the backend `e` runs on. */
+const char *engine_backend_name(const engine *e);
+/* Expert pool counters of the cuda backend since load (all zero on the cpu backend): pool
+ * blocks and their size, lookups that found the expert on the device, and those that copied it. */
+typedef struct engine_pool_stats {
+    uint32_t blocks;
+    uint64_t block_bytes, hits, misses, h2d_bytes;
+} engine_pool_stats;
+void engine_pool_stats_get(const engine *e, engine_pool_stats *out);
 /* Comma-separated list of supported model_type values (for messages). */
 const char *engine_supported_types(void);
 /* Fills a model_geometry (for trace metadata) from the checkpoint; name is the trace's model. */

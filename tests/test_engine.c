@@ -210,3 +210,27 @@ Test(engine, an_out_of_vocabulary_token_is_an_input_error) {
     engine_seq_destroy(s);
     engine_destroy(e);
 }
+
+Test(engine, an_unknown_backend_is_refused_naming_the_backends_of_the_build) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/golden/mixtral", MOESIM_SOURCE_DIR);
+    engine_options opt = {.backend = "tpu"};
+    engine *e = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(engine_load(dir, &opt, &e, &err), MOESIM_EINPUT);
+    cr_assert_null(e);
+    char want[128];
+    snprintf(want, sizeof want, "backend 'tpu' is unknown (this build has: %s)", engine_backends());
+    cr_assert(strstr(err.msg, want), "%s", err.msg);
+    cr_assert(strstr(engine_backends(), "cpu"));
+}
+
+Test(engine, the_cpu_backend_is_the_default_and_reports_no_pool) {
+    engine *e = load("olmoe", 1, 0);
+    cr_assert_str_eq(engine_backend_name(e), "cpu");
+    engine_pool_stats ps;
+    engine_pool_stats_get(e, &ps);
+    cr_assert_eq(ps.blocks, 0);
+    cr_assert_eq(ps.hits + ps.misses + ps.h2d_bytes, 0);
+    engine_destroy(e);
+}

@@ -195,6 +195,8 @@ Test(engine_cli, record_refuses_bad_input_and_writes_nothing) {
         {"--precision", "int5", "--precision: expected bf16, int8, int4 or int2, got 'int5'"},
         {"--batch", "0", "--batch: expected an integer in [1, 4096], got '0'"},
         {"--temperature", "-1", "--temperature: expected a number in [0, 100], got '-1'"},
+        {"--backend", "gpu", "--backend: expected cpu or cuda, got 'gpu'"},
+        {"--gpu-pool", "-3", "--gpu-pool: expected an integer in [0, 4294967295], got '-3'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "record", "--model",
