@@ -8,6 +8,7 @@ int cmd_trace_validate(int argc, char **argv);
 int cmd_trace_import(int argc, char **argv);
 int cmd_trace_export(int argc, char **argv);
 int cmd_trace_stats(int argc, char **argv);
+int cmd_trace_synth(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_plot(int argc, char **argv);

@@ -9,6 +9,7 @@ static const cli_command trace_commands[] = {
     {"import", cmd_trace_import, "convert routing logs (JSONL) into a trace"},
     {"export", cmd_trace_export, "write a trace as CSV or JSONL"},
     {"stats", cmd_trace_stats, "skew, reuse, batch activation, predictor accuracy, hit curves"},
+    {"synth", cmd_trace_synth, "synthesize a calibrated router trace for any configured model"},
 };
 
 int cmd_trace(int argc, char **argv) {

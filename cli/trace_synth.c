@@ -1,0 +1,258 @@
+/* `moesim trace synth`: writes a synthetic router trace for any model of configs/models whose
+ * statistics match published measurements (the model and its knobs: traces/SYNTH.md). With
+ * --report it also computes the trace's statistics (traces/stats.h, as `moesim trace stats`
+ * does) and prints each published target next to what the trace achieves. The output is written
+ * crash-safely (trace_write); bad input gives one line on stderr, exit status 2, and no file. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "common/check.h"
+#include "common/model.h"
+#include "traces/stats.h"
+#include "traces/synth.h"
+#include "traces/trace.h"
+
+static const char synth_help[] =
+    "usage: moesim trace synth --model NAME --requests R --prompt-len P --gen-len G\n"
+    "                          [--workload text|math|code|mix] [--seed S] [--lookahead D]\n"
+    "                          [--lookahead-k K] [--set KNOB=VALUE]... [--report] -o OUT.h5\n"
+    "\n"
+    "Synthesizes a router trace for a model of configs/models (a name, or a path to an .ini):\n"
+    "R requests, each P prefill tokens then G decode tokens, with top-k experts and gate weights\n"
+    "per MoE layer, token importance, and look-ahead predictions for distances 1..D (K'\n"
+    "candidates each). Lengths are fixed (128) or ranges drawn uniformly (64:1024). The knobs\n"
+    "start from the model family's calibrated defaults; traces/SYNTH.md lists every knob. The\n"
+    "same arguments give a byte-identical file.\n"
+    "\n"
+    "options:\n"
+    "  --model NAME       model config (required)\n"
+    "  --requests R       number of requests (default 64)\n"
+    "  --prompt-len P     prefill tokens per request, N or MIN:MAX (default 64:512)\n"
+    "  --gen-len G        decode tokens per request, N or MIN:MAX (default 128)\n"
+    "  --workload W       text, math, code or mix (default text): which hot sets are used\n"
+    "  --seed S           random seed (default 1)\n"
+    "  --lookahead D      look-ahead distances 0..16 (default 3; 0: no predictions)\n"
+    "  --lookahead-k K    candidates per distance (default min(16, E))\n"
+    "  --set KNOB=VALUE   override a knob of the generative model (repeatable)\n"
+    "  --report           print published target vs achieved for every calibrated statistic\n"
+    "  -o, --output FILE  the trace to write (may be left out with --report)\n"
+    "  -h, --help         this text\n"
+    "\n"
+    "exit status: 0 on success, 2 on bad input (one line on stderr; nothing is written).\n";
+
+#define CMD "trace synth"
+
+/* Parses a whole decimal number into *out (<= max). */
+static bool parse_u64(const char *s, uint64_t max, uint64_t *out) {
+    if (!s || !*s || *s == '-' || *s == '+') return false;
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > max) return false;
+    *out = v;
+    return true;
+}
+
+/* "N" or "MIN:MAX" */
+static bool parse_range(const char *s, synth_range *r) {
+    char buf[64];
+    if (strlen(s) >= sizeof buf) return false;
+    snprintf(buf, sizeof buf, "%s", s);
+    char *colon = strchr(buf, ':');
+    uint64_t lo, hi;
+    if (colon) {
+        *colon = '\0';
+        if (!parse_u64(buf, UINT32_MAX, &lo) || !parse_u64(colon + 1, UINT32_MAX, &hi))
+            return false;
+    } else {
+        if (!parse_u64(buf, UINT32_MAX, &lo)) return false;
+        hi = lo;
+    }
+    *r = (synth_range){(uint32_t)lo, (uint32_t)hi};
+    return true;
+}
+
+static void print_range(const char *what, synth_range r) {
+    if (r.min == r.max)
+        printf("%s %" PRIu32, what, r.min);
+    else
+        printf("%s %" PRIu32 ":%" PRIu32, what, r.min, r.max);
+}
+
+static void print_report(const model_geometry *m, const synth_options *o, const trace *t) {
+    trace_stats *s = trace_stats_compute(t);
+    bool own = false;
+    const char *fam = synth_family_defaults_for(m->family, &own);
+    printf("calibration report: %s (family %s, defaults of %s%s), workload %s, seed %" PRIu64
+           ", %" PRIu64 " tokens (%" PRIu64 " decode), %" PRIu32 " requests, ",
+           m->name, m->family, fam, own ? "" : ": no published figures of its own",
+           synth_workload_name(o->workload), o->seed, s->tokens, s->decode_tokens, s->requests);
+    print_range("prompt", o->prompt_len);
+    print_range(", gen", o->gen_len);
+    printf("\n%-40s %17s %9s %9s  %s\n", "statistic", "target", "achieved", "verdict", "source");
+    synth_target tg[64];
+    size_t n = synth_targets_evaluate(m, o->workload, s, tg, MOESIM_ARRAY_LEN(tg));
+    if (n > MOESIM_ARRAY_LEN(tg)) n = MOESIM_ARRAY_LEN(tg);
+    for (size_t i = 0; i < n; i++) {
+        char target[48];
+        if (tg[i].low == tg[i].high && tg[i].tolerance > 0)
+            snprintf(target, sizeof target, "%.1f%% ±%.1f", 100 * tg[i].low, 100 * tg[i].tolerance);
+        else if (tg[i].low == tg[i].high)
+            snprintf(target, sizeof target, "%.2f%%", 100 * tg[i].low);
+        else if (tg[i].high > 1.0) /* ratios (max/mean) */
+            snprintf(target, sizeof target, "%.2f-%.2fx", tg[i].low, tg[i].high);
+        else
+            snprintf(target, sizeof target, "%.0f-%.0f%%", 100 * tg[i].low, 100 * tg[i].high);
+        if (tg[i].high > 1.0)
+            printf("%-40s %17s %8.2fx %9s  %s\n", tg[i].statistic, target, tg[i].achieved,
+                   tg[i].pass ? "ok" : "OFF", tg[i].source);
+        else
+            printf("%-40s %17s %8.2f%% %9s  %s\n", tg[i].statistic, target, 100 * tg[i].achieved,
+                   tg[i].pass ? "ok" : "OFF", tg[i].source);
+    }
+    if (n == 0) printf("(no published figure applies to %s)\n", m->name);
+    printf("other figures: active share by B");
+    for (int b = 0; b < STATS_N_BATCH; b++)
+        printf(" %u:%.1f%%", trace_stats_batch_sizes[b], 100 * s->active_share[b]);
+    printf("; top10 share %.1f%%, max/mean %.2f, min/mean %.2f; reuse top-1 %.1f%%, any %.1f%%",
+           100 * s->top10_share, s->max_over_mean, s->min_over_mean, 100 * s->reuse_top1,
+           100 * s->reuse_any);
+    for (uint32_t d = 0; d < s->lookahead_depth; d++)
+        printf("; look-ahead d=%u top-1 %.1f%% recall %.1f%%", d + 1, 100 * s->lookahead_top1[d],
+               100 * s->lookahead_recall[d]);
+    printf("\n");
+    trace_stats_destroy(s);
+}
+
+int cmd_trace_synth(int argc, char **argv) {
+    const char *model_name = NULL, *out_path = NULL;
+    const char *requests = NULL, *prompt = NULL, *gen = NULL, *workload = NULL, *seed = NULL;
+    const char *depth = NULL, *lk = NULL;
+    const char **sets = NULL;
+    size_t n_sets = 0;
+    bool report = false;
+    int rc = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(synth_help, stdout);
+            free(sets);
+            return 0;
+        }
+        if (!strcmp(a, "--report")) {
+            report = true;
+            continue;
+        }
+        const char **slot = !strcmp(a, "--model")                        ? &model_name
+                            : !strcmp(a, "-o") || !strcmp(a, "--output") ? &out_path
+                            : !strcmp(a, "--requests")                   ? &requests
+                            : !strcmp(a, "--prompt-len")                 ? &prompt
+                            : !strcmp(a, "--gen-len")                    ? &gen
+                            : !strcmp(a, "--workload")                   ? &workload
+                            : !strcmp(a, "--seed")                       ? &seed
+                            : !strcmp(a, "--lookahead")                  ? &depth
+                            : !strcmp(a, "--lookahead-k")                ? &lk
+                                                                         : NULL;
+        bool is_set = !strcmp(a, "--set");
+        if (!slot && !is_set) {
+            free(sets);
+            return cli_usage_error(CMD, "unknown argument '%s'", a);
+        }
+        if (i + 1 >= argc) {
+            free(sets);
+            return cli_usage_error(CMD, "%s needs a value", a);
+        }
+        if (is_set)
+            cli_collect(&sets, &n_sets, argv[++i]);
+        else
+            *slot = argv[++i];
+    }
+    if (!model_name) {
+        free(sets);
+        return cli_usage_error(CMD, "--model is required");
+    }
+    if (!out_path && !report) {
+        free(sets);
+        return cli_usage_error(CMD, "-o OUT.h5 is required (or --report alone)");
+    }
+
+    moesim_error err = {0};
+    model_geometry m;
+    if (model_load_by_name(model_name, &m, &err)) {
+        free(sets);
+        return cli_fail(&err);
+    }
+    synth_options o;
+    synth_options_default(&o, &m);
+    uint64_t v;
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        rc = cli_usage_error(CMD, __VA_ARGS__);                                                    \
+        goto done;                                                                                 \
+    } while (0)
+    if (requests) {
+        if (!parse_u64(requests, UINT32_MAX, &v) || v == 0)
+            BAD("--requests: expected a whole number >= 1, got '%s'", requests);
+        o.n_requests = (uint32_t)v;
+    }
+    if (prompt && !parse_range(prompt, &o.prompt_len))
+        BAD("--prompt-len: expected N or MIN:MAX, got '%s'", prompt);
+    if (gen && !parse_range(gen, &o.gen_len))
+        BAD("--gen-len: expected N or MIN:MAX, got '%s'", gen);
+    if (workload && !synth_workload_parse(workload, &o.workload))
+        BAD("--workload: expected text, math, code or mix, got '%s'", workload);
+    if (seed) {
+        if (!parse_u64(seed, UINT64_MAX, &v))
+            BAD("--seed: expected a whole number, got '%s'", seed);
+        o.seed = v;
+    }
+    if (depth) {
+        if (!parse_u64(depth, TRACE_MAX_LOOKAHEAD_DEPTH, &v))
+            BAD("--lookahead: expected 0..%u, got '%s'", TRACE_MAX_LOOKAHEAD_DEPTH, depth);
+        o.lookahead_depth = (uint32_t)v;
+    }
+    if (lk) {
+        if (!parse_u64(lk, TRACE_MAX_LOOKAHEAD_K, &v))
+            BAD("--lookahead-k: expected 1..%u, got '%s'", TRACE_MAX_LOOKAHEAD_K, lk);
+        o.lookahead_k = (uint32_t)v;
+    }
+    for (size_t i = 0; i < n_sets; i++) {
+        char name[64];
+        const char *eq = strchr(sets[i], '=');
+        if (!eq || eq == sets[i] || (size_t)(eq - sets[i]) >= sizeof name)
+            BAD("--set: expected KNOB=VALUE, got '%s'", sets[i]);
+        memcpy(name, sets[i], (size_t)(eq - sets[i]));
+        name[eq - sets[i]] = '\0';
+        char *end = NULL;
+        errno = 0;
+        double x = strtod(eq + 1, &end);
+        if (errno || end == eq + 1 || *end || !isfinite(x))
+            BAD("--set %s: expected a number, got '%s'", name, eq + 1);
+        if (synth_knob_set(&o.knobs, name, x, &err)) {
+            rc = cli_fail(&err);
+            goto done;
+        }
+    }
+    if (synth_options_check(&o, &m, &err)) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    trace *t = NULL;
+    if (synth_generate(&m, &o, &t, &err)) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    if (out_path && trace_write(t, out_path, &err)) rc = cli_fail(&err);
+    if (!rc && report) print_report(&m, &o, t);
+    trace_destroy(t);
+#undef BAD
+done:
+    free(sets);
+    return rc;
+}
