@@ -5,7 +5,8 @@
  * Experiment file (INI, ';' or '#' comments):
  *   [experiment]  name, paper (the published setting it reproduces), seed (base seed, default 1),
  *                 evaluator: "sim" (sim_run per configuration, the default) or "trace-stats"
- *                 (LRU / OPT hit rate of a per-layer cache of `stats.capacity` experts)
+ *                 (LRU / OPT hit rate of a per-layer cache of `stats.capacity` experts, or
+ *                 of `stats.capacity_share` of the layer's experts)
  *   [fixed]       key = value          set in every configuration
  *   [axes]        key = v1, v2, ...    one axis per key; "a:b:step" expands to a, a+step, ... <= b
  *   [axis NAME]   label = k=v, k=v     a bundle axis: each label sets several keys at once (the
@@ -15,8 +16,10 @@
  *   [traces]      path = ARGS          how to make a trace that is missing:
  *                                      `moesim trace synth ARGS -o path` (run by `moesim sweep`)
  * Keys: policy, model, hw, trace (the run's inputs), or section.key (a `--set` setting, e.g.
- * memory.budget_gb, batch.size, dymoe.retention). Values hold no ',' '"' or control characters
- * (they are CSV fields). Later axes override [fixed]; two axes setting one key is an error.
+ * memory.budget_gb, batch.size, dymoe.retention), or label.NAME: an annotation that becomes a
+ * column and part of the hash but is not handed to the evaluator (e.g. a paper's cache size).
+ * Values hold no ',' '"' '=' or control characters (they are CSV fields). Axes override
+ * [fixed]; two axes setting one key is an error.
  *
  * Resolution: a configuration keeps the settings of its own policy's section and drops those of
  * other registered policies (so `policy = lru, dymoe` x `dymoe.lambda = 1, 2` gives one lru
@@ -25,10 +28,14 @@
  *
  * Hash: FNV-1a 64 over "moesim-sweep-1", the evaluator, the base seed and every (column, value)
  * set, in column-name order: independent of file order, of where a setting came from (fixed,
- * axis, bundle) and of the other configurations. Seed of a configuration: splitmix64(hash).
+ * axis, bundle) and of the other configurations.
+ *
+ * Seed: every configuration runs with sim.seed = the [experiment] seed (common random numbers:
+ * configurations differ only by their settings) unless it sets sim.seed itself (an axis
+ * sim.seed = 1:5:1 gives replicates); the row's seed column records it.
  *
  * Results file: a header line, then one line per finished configuration:
- *   config_hash,seed,status,<columns>,<metrics>
+ *   config_hash,seed,status,<columns>,<metrics>[,policy_report]
  * status is "ok" or the run's one-line error (metrics NaN). Rows are appended by one writer,
  * each with a single write() and fsync, so a killed sweep leaves complete rows plus at most one
  * torn last line (no newline), which the next run truncates before it appends. */
@@ -50,7 +57,7 @@ typedef struct sweep_experiment sweep_experiment;
 typedef struct sweep_point {
     size_t index;         /* position in the experiment's configuration list */
     uint64_t hash;        /* of the resolved configuration (see above) */
-    uint64_t seed;        /* splitmix64(hash) */
+    uint64_t seed;        /* sim.seed of the configuration, else the experiment seed */
     const char **values;  /* [n_columns] value of each column, NULL where not set */
     const char **origins; /* [n_columns] "file:line" where each value was set, NULL if unset */
 } sweep_point;
@@ -106,10 +113,12 @@ typedef struct sweep_evaluator {
     const char *name; /* "sim", "trace-stats" */
     size_t n_metrics;
     const char *const *metric_names; /* [n_metrics] CSV column names */
+    const char *note_name;           /* a last text column (e.g. "policy_report"), or NULL */
     void *ctx;
-    /* Fills metrics[n_metrics]; an error becomes the row's status (metrics NaN). */
+    /* Fills metrics[n_metrics] and, with a note column, note (one CSV field); an error becomes
+     * the row's status (metrics NaN, note empty). */
     moesim_status (*run)(void *ctx, const sweep_experiment *e, const sweep_point *p,
-                         double *metrics, moesim_error *err);
+                         double *metrics, char *note, size_t note_len, moesim_error *err);
     void (*destroy)(void *ctx);
 } sweep_evaluator;
 

@@ -576,21 +576,27 @@ static moesim_status check_axes(sweep_experiment *e, moesim_error *err) {
     return MOESIM_OK;
 }
 
+/* A `--set` setting handed to the evaluator: section.key, except label.* (annotations: columns
+ * of the CSV and part of the hash, e.g. a paper's cache size next to our per-layer count). */
+static bool is_eval_setting(const char *k) {
+    return is_setting_key(k) && strncmp(k, "label.", 6) != 0;
+}
+
 static void build_columns(sweep_experiment *e) {
     for (size_t i = 0; i < e->n_axes; i++)
         if (e->axes[i].bundle) column_add(e, e->axes[i].name, false);
     for (int i = 0; i < N_RUN_KEYS; i++) column_add(e, run_keys[i], false);
     for (size_t i = 0; i < e->n_fixed; i++)
-        column_add(e, e->fixed[i].key, is_setting_key(e->fixed[i].key));
+        column_add(e, e->fixed[i].key, is_eval_setting(e->fixed[i].key));
     for (size_t i = 0; i < e->n_axes; i++) {
         const axis *a = &e->axes[i];
         if (!a->bundle) {
-            column_add(e, a->name, is_setting_key(a->name));
+            column_add(e, a->name, is_eval_setting(a->name));
             continue;
         }
         for (size_t v = 0; v < a->n; v++)
             for (size_t s = 0; s < a->n_sets[v]; s++)
-                column_add(e, a->sets[v][s].key, is_setting_key(a->sets[v][s].key));
+                column_add(e, a->sets[v][s].key, is_eval_setting(a->sets[v][s].key));
     }
     e->sorted = moesim_xcalloc(e->n_columns, sizeof *e->sorted);
     for (size_t i = 0; i < e->n_columns; i++) e->sorted[i] = i;
@@ -769,7 +775,13 @@ static moesim_status resolve(sweep_experiment *e, moesim_error *err) {
         sweep_point *p = &e->points[e->n_points];
         p->index = e->n_points;
         p->hash = h;
-        p->seed = hash_splitmix64(h);
+        int sc = column_find(e, "sim.seed");
+        p->seed = e->seed;
+        if (sc >= 0 && vals[sc] && !config_parse_u64(vals[sc], &p->seed)) {
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: sim.seed: expected an unsigned integer, got '%s'", origins[sc],
+                             vals[sc]);
+        }
         p->values = moesim_xcalloc(nc, sizeof *p->values);
         p->origins = moesim_xcalloc(nc, sizeof *p->origins);
         memcpy(p->values, vals, nc * sizeof *vals);
@@ -782,6 +794,7 @@ static moesim_status resolve(sweep_experiment *e, moesim_error *err) {
     free(digit);
     free(pol);
     free(table);
+    if (st) return st;
     uint64_t *pairs = moesim_xcalloc(2 * e->n_points + 2, sizeof *pairs); /* (hash, point) */
     for (size_t i = 0; i < e->n_points; i++) {
         pairs[2 * i] = e->points[i].hash;
@@ -799,10 +812,10 @@ static moesim_status resolve(sweep_experiment *e, moesim_error *err) {
         return moesim_fail(err, MOESIM_EINPUT, "%s: every configuration is excluded", e->path);
     /* what the evaluator needs, in every configuration */
     static const char *const sim_needs[] = {"policy", "model", "hw", "trace"};
-    static const char *const stats_needs[] = {"trace", "stats.capacity"};
+    static const char *const stats_needs[] = {"trace"};
     bool is_sim = !strcmp(e->evaluator, "sim");
     const char *const *needs = is_sim ? sim_needs : stats_needs;
-    size_t n_needs = is_sim ? 4 : 2;
+    size_t n_needs = is_sim ? 4 : 1;
     for (size_t i = 0; i < e->n_points; i++)
         for (size_t k = 0; k < n_needs; k++)
             if (!sweep_point_get(e, &e->points[i], needs[k]))
@@ -814,9 +827,12 @@ static moesim_status resolve(sweep_experiment *e, moesim_error *err) {
 static moesim_status check_stats_columns(const sweep_experiment *e, moesim_error *err) {
     if (strcmp(e->evaluator, "trace-stats")) return MOESIM_OK;
     for (size_t c = 0; c < e->n_columns; c++) {
-        if (!e->is_setting[c] || !strcmp(e->columns[c], "stats.capacity")) continue;
+        if (!e->is_setting[c] || !strcmp(e->columns[c], "stats.capacity") ||
+            !strcmp(e->columns[c], "stats.capacity_share"))
+            continue;
         return moesim_fail(err, MOESIM_EINPUT,
-                           "%s: %s: the trace-stats evaluator reads only trace and stats.capacity",
+                           "%s: %s: the trace-stats evaluator reads only trace, stats.capacity and "
+                           "stats.capacity_share",
                            e->path, e->columns[c]);
     }
     return MOESIM_OK;
@@ -982,12 +998,14 @@ moesim_status sweep_experiment_write_resolved(const sweep_experiment *e, const c
     moesim_status st = atomic_file_open(&af, path, err);
     if (st) return st;
     FILE *f = af.fp;
-    fprintf(f,
-            "; resolved by moesim %s from %s: %zu configurations (cross product %zu, %zu "
-            "excluded, %zu duplicates)\n"
-            "; seed of each configuration = splitmix64(config_hash); config_hash: sim/sweep.h\n",
-            MOESIM_VERSION, source ? source : e->path, e->n_points, e->cross_size, e->excluded,
-            e->duplicates);
+    fprintf(
+        f,
+        "; resolved by moesim %s from %s: %zu configurations (cross product %zu, %zu "
+        "excluded, %zu duplicates)\n"
+        "; every configuration runs with sim.seed = [experiment] seed unless it sets sim.seed (the "
+        "seed column); config_hash: sim/sweep.h\n",
+        MOESIM_VERSION, source ? source : e->path, e->n_points, e->cross_size, e->excluded,
+        e->duplicates);
     fprintf(f, "[experiment]\nname = %s\n", e->name);
     if (e->paper[0]) fprintf(f, "paper = %s\n", e->paper);
     fprintf(f, "seed = %" PRIu64 "\nevaluator = %s\n", e->seed, e->evaluator);

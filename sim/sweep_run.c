@@ -55,6 +55,10 @@ char *sweep_header_line(const sweep_experiment *e, const sweep_evaluator *ev) {
         APPEND(",");
         APPEND(ev->metric_names[m]);
     }
+    if (ev && ev->n_metrics && ev->note_name) {
+        APPEND(",");
+        APPEND(ev->note_name);
+    }
     APPEND("\n");
 #undef APPEND
     return s;
@@ -74,7 +78,7 @@ static void sanitize_status(char *s) {
 
 /* One row, '\n'-terminated. Caller frees. */
 static char *format_row(const sweep_experiment *e, const sweep_evaluator *ev, const sweep_point *p,
-                        const char *status, const double *metrics) {
+                        const char *status, const double *metrics, const char *note) {
     size_t cap = 512, len = 0;
     char *s = moesim_xmalloc(cap);
 #define APPENDF(...)                                                                               \
@@ -98,6 +102,7 @@ static char *format_row(const sweep_experiment *e, const sweep_evaluator *ev, co
         else
             APPENDF(",%s", isnan(metrics[m]) ? "NaN" : metrics[m] > 0 ? "Inf" : "-Inf");
     }
+    if (ev->note_name) APPENDF(",%s", note);
     APPENDF("\n");
 #undef APPENDF
     return s;
@@ -314,22 +319,26 @@ static bool append_row(run_shared *sh, const char *row) {
 static void *worker_main(void *arg) {
     run_shared *sh = arg;
     double *metrics = moesim_xcalloc(sh->ev->n_metrics + 1, sizeof *metrics);
+    char note[1024];
     while (!atomic_load(&sh->stop)) {
         size_t k = atomic_fetch_add(&sh->next, 1);
         if (k >= sh->n_todo) break;
         const sweep_point *p = sweep_experiment_point(sh->e, sh->todo[k]);
         moesim_error err = {0};
         for (size_t m = 0; m < sh->ev->n_metrics; m++) metrics[m] = NAN;
-        moesim_status st = sh->ev->run(sh->ev->ctx, sh->e, p, metrics, &err);
+        note[0] = '\0';
+        moesim_status st = sh->ev->run(sh->ev->ctx, sh->e, p, metrics, note, sizeof note, &err);
+        sanitize_status(note);
         char status[MOESIM_ERROR_MAX + 8];
         if (st) {
             for (size_t m = 0; m < sh->ev->n_metrics; m++) metrics[m] = NAN;
+            note[0] = '\0';
             snprintf(status, sizeof status, "error: %s", err.msg[0] ? err.msg : "failed");
             sanitize_status(status);
         } else {
             snprintf(status, sizeof status, "ok");
         }
-        char *row = format_row(sh->e, sh->ev, p, status, metrics);
+        char *row = format_row(sh->e, sh->ev, p, status, metrics, note);
         pthread_mutex_lock(&sh->lock);
         if (!sh->io_failed) {
             if (append_row(sh, row)) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/model.h"
+#include "common/progress.h"
 #include "common/rng.h"
 #include "sim/sweep.h"
 #include "support/test_support.h"
@@ -362,7 +363,10 @@ Test(sweep, a_sweep_killed_at_random_points_resumes_to_the_rows_of_an_uninterrup
     cli_fixture f;
     make_fixture(&f, "kill");
     const char *ref = csv_path("kill", "ref");
+    double t0 = moesim_monotonic_s();
     cr_assert_eq(run_quiet("sweep", f.exp, "-o", ref, "-j", "2", NULL), 0);
+    /* kills land uniformly over the length of an uninterrupted run */
+    long run_us = (long)((moesim_monotonic_s() - t0) * 1e6) + 1;
     size_t n_ref;
     char *want = canonical_rows(ref, &n_ref);
     cr_assert_eq(n_ref, f.n_configs);
@@ -371,44 +375,40 @@ Test(sweep, a_sweep_killed_at_random_points_resumes_to_the_rows_of_an_uninterrup
     const char *bin = getenv("MOESIM_BIN");
     rng *r = rng_create(20261123);
     int kills = 0, mid_run_kills = 0;
-    for (int attempt = 0; attempt < 200; attempt++) {
-        pid_t pid = fork();
-        cr_assert(pid >= 0);
-        if (pid == 0) {
-            freopen("/dev/null", "w", stdout);
-            freopen("/dev/null", "w", stderr);
-            execl(bin, bin, "sweep", f.exp, "-o", out, "-j", "2", (char *)NULL);
-            _exit(127);
+    for (int round = 0; round < 4; round++) { /* each round from an empty results file */
+        unlink(out);
+        for (int attempt = 0; attempt < 100; attempt++) {
+            pid_t pid = fork();
+            cr_assert(pid >= 0);
+            if (pid == 0) {
+                cr_assert(freopen("/dev/null", "w", stdout) && freopen("/dev/null", "w", stderr));
+                execl(bin, bin, "sweep", f.exp, "-o", out, "-j", "2", (char *)NULL);
+                _exit(127);
+            }
+            long us = (long)rng_below(r, (uint64_t)run_us);
+            struct timespec d = {us / 1000000, (us % 1000000) * 1000};
+            nanosleep(&d, NULL);
+            int status;
+            kill(pid, SIGKILL);
+            cr_assert_eq(waitpid(pid, &status, 0), pid);
+            if (WIFEXITED(status)) { /* finished before the kill */
+                cr_assert_eq(WEXITSTATUS(status), 0);
+                break;
+            }
+            kills++;
+            size_t lines = count_lines(out);
+            mid_run_kills += lines > 1 && lines < f.n_configs + 1;
         }
-        /* a random point in the first ~60 ms of the run */
-        struct timespec d = {0, (long)(rng_below(r, 60000) * 1000)};
-        nanosleep(&d, NULL);
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-            break;
-        }
-        kill(pid, SIGKILL);
-        cr_assert_eq(waitpid(pid, &status, 0), pid);
-        if (WIFEXITED(status)) {
-            cr_assert_eq(WEXITSTATUS(status), 0);
-            break;
-        }
-        kills++;
-        size_t lines = count_lines(out);
-        mid_run_kills += lines > 1 && lines < f.n_configs + 1;
+        size_t n_got;
+        char *got = canonical_rows(out, &n_got);
+        cr_assert_eq(n_got, f.n_configs, "%zu rows after %d kills, want %zu", n_got, kills,
+                     f.n_configs);
+        cr_assert_str_eq(got, want);
+        free(got);
     }
     rng_destroy(r);
     cr_assert_gt(mid_run_kills, 0, "no kill landed mid-sweep (%d kills): the test proves nothing",
                  kills);
-    /* a last rerun finishes whatever is left (the loop ends when a run finished untouched) */
-    cr_assert_eq(run_quiet("sweep", f.exp, "-o", out, "-j", "2", NULL), 0);
-    size_t n_got;
-    char *got = canonical_rows(out, &n_got);
-    cr_assert_eq(n_got, f.n_configs, "%zu rows after %d kills, want %zu", n_got, kills,
-                 f.n_configs);
-    cr_assert_str_eq(got, want);
-    free(got);
     free(want);
 }
 
