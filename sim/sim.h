@@ -21,12 +21,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
 #include "common/precision.h"
 #include "common/status.h"
+#include "policies/policy.h"
 #include "traces/trace.h"
+
+/* Optional observation points for tests and tools (NULL members are not called). */
+typedef struct sim_hooks {
+    void *ctx;
+    /* An expert op (gate/up, down, or the whole expert) is about to start at t_ns: every part in
+     * parts_mask of (layer, expert, prec) must be resident; `mem` answers state queries. */
+    void (*on_expert_start)(void *ctx, policy_mem_view mem, uint32_t layer, uint32_t expert,
+                            moesim_precision prec, uint32_t parts_mask, uint64_t t_ns);
+} sim_hooks;
 
 /* What a run reads; all borrowed for the duration of sim_run. */
 typedef struct sim_inputs {
@@ -34,7 +46,10 @@ typedef struct sim_inputs {
     const model_geometry *model; /* must match the trace's geometry (checked) */
     const hw_profile *hw;
     const quant_table *quant;
-    const char *timeline_path;   /* Perfetto / Chrome trace-event JSON, or NULL for none */
+    const char *timeline_path;    /* Perfetto / Chrome trace-event JSON, or NULL for none */
+    const sim_hooks *hooks;       /* optional, NULL for none */
+    const policy_methods *policy; /* optional: run this table instead of looking the name up
+                                     (tests, out-of-tree policies); NULL: the registry */
 } sim_inputs;
 
 typedef struct sim_latency {
@@ -44,16 +59,16 @@ typedef struct sim_latency {
 /* Every figure a run reports (the JSON of `moesim sim --json` is this struct). */
 typedef struct sim_result {
     char policy[32];
-    uint64_t tokens;           /* tokens of the trace that ran (prefill + decode) */
+    uint64_t tokens; /* tokens of the trace that ran (prefill + decode) */
     uint64_t requests;
-    sim_latency ttft;          /* time to first token per request */
-    sim_latency tpot;          /* time per output token (decode steps) per request */
-    double tokens_per_s;       /* all tokens / makespan */
+    sim_latency ttft;    /* time to first token per request */
+    sim_latency tpot;    /* time per output token (decode steps) per request */
+    double tokens_per_s; /* all tokens / makespan */
     double makespan_ms;
-    double hit_rate;           /* (token, slot) accesses that found the expert resident */
+    double hit_rate; /* (token, slot) accesses that found the expert resident */
     uint64_t h2d_bytes, d2h_bytes, ssd_bytes;
-    double stall_ms;           /* compute stream idle waiting for expert weights */
-    uint64_t peak_hbm_bytes;   /* all of it: non-expert, KV, activations, experts */
+    double stall_ms;         /* compute stream idle waiting for expert weights */
+    uint64_t peak_hbm_bytes; /* all of it: non-expert, KV, activations, experts */
     uint64_t budget_bytes;
     double precision_mix_hi, precision_mix_lo, precision_mix_skip; /* shares of gate mass */
     double prefetch_accuracy;    /* FIRM-MoE Eq. 7: |S ∩ A| / |A| */
@@ -64,6 +79,17 @@ typedef struct sim_result {
     size_t n_policy_report;
     char policy_report_names[16][48];
     double policy_report_values[16];
+    /* counts behind the figures above (sim/README.md defines each) */
+    uint64_t accesses;               /* (token, slot) accesses that ran (not skipped) */
+    uint64_t hits;                   /* of those, hits */
+    uint64_t skipped_accesses;       /* planned POLICY_RUN_SKIP */
+    uint64_t expert_ops;             /* expert invocations on the compute stream */
+    uint64_t steps, sub_routes;      /* batch steps; on_route calls */
+    uint64_t warmup_h2d_bytes;       /* initial placement by the policy's warmup (before t = 0) */
+    uint64_t expert_budget_bytes;    /* what the expert pools got */
+    uint64_t kv_peak_bytes;          /* KV cache reserved (its peak over the run) */
+    double h2d_busy_ms, ssd_busy_ms; /* copy engine busy time */
+    uint64_t sim_memory_bytes; /* the simulator's own allocations for the run (not the trace) */
 } sim_result;
 
 /* Runs the trace under `policy_name` with `settings` (which the run reads and checks; unknown
@@ -75,5 +101,12 @@ moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *set
 /* The metrics as flat (name, value) pairs in a fixed order ("ttft_ms.p99", "hit_rate", ...):
  * the columns of a sweep CSV. Returns the count (at most cap). */
 size_t sim_result_fields(const sim_result *r, const char **names, double *values, size_t cap);
+
+/* The JSON of `moesim sim --json` (keys nested as sim/README.md lists them). New reference. */
+json_t *sim_result_to_json(const sim_result *r);
+
+/* The settings sim_run reads (sections memory, cache, expert, batch, predictor, sim), for --help
+ * listings; *n receives the count. Static storage. */
+const config_field *sim_settings_fields(size_t *n);
 
 #endif

@@ -1,0 +1,200 @@
+/* `lru`: a least-recently-used expert cache at one precision (expert.precision), the classic
+ * offloading baseline (e.g. the per-layer LRU of Eliseev & Mazur 2023, "Fast Inference of
+ * Mixture-of-Experts Language Models with Offloading", §3.2). Accesses are processed one
+ * (token, slot) at a time in routing order, exactly like a software LRU cache: a hit moves the
+ * expert to the front; a miss evicts the least recently used expert (when the cache is full) and
+ * loads the missing one on demand. Scope `layer` (default) keeps one list per layer with a fixed
+ * capacity per layer: cache.experts_per_layer, or an equal share of the expert budget; scope
+ * `global` keeps one list over all layers and evicts only when the mechanism refuses a load (the
+ * budget is full). With scope `layer` and cache.experts_per_layer = c the hit rate equals the
+ * stack-algorithm figure lru_hit_rate[c] of `moesim trace stats` (tests/test_sim.c checks it). */
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "policies/policy.h"
+
+#define LRU_NIL UINT32_MAX
+
+enum lru_scope { LRU_SCOPE_LAYER = 0, LRU_SCOPE_GLOBAL };
+
+typedef struct lru_knobs {
+    int scope; /* enum lru_scope */
+} lru_knobs;
+
+static const char *const lru_scope_names[] = {"layer", "global", NULL};
+
+static const config_field lru_knob_fields[] = {
+    {"lru", "scope", CONFIG_ENUM, offsetof(lru_knobs, scope), 0, false, 1, 0, lru_scope_names,
+     "layer",
+     "layer: one LRU list per layer (Eliseev & Mazur 2023, §3.2); global: one list for all "
+     "layers"},
+};
+
+/* Intrusive doubly linked lists over nodes le = layer * E + expert. */
+typedef struct lru_list {
+    uint32_t head, tail, n;
+} lru_list;
+
+struct policy {
+    policy_mem_view mem;
+    moesim_precision prec;
+    uint32_t L, E;
+    int scope;
+    bool pool_per_layer; /* the mechanism's pools are per layer (cache.experts_per_layer) */
+    uint32_t layer_cap;  /* scope layer: experts per layer list */
+    uint32_t *lprev, *lnext, *gprev, *gnext; /* [L*E] */
+    uint8_t *cached;                         /* [L*E] */
+    uint32_t *stamp;                         /* [L*E] route that last touched the node */
+    uint32_t gen;
+    lru_list *layer; /* [L] */
+    lru_list global;
+};
+
+static void list_unlink(lru_list *l, uint32_t *prev, uint32_t *next, uint32_t x) {
+    if (prev[x] != LRU_NIL)
+        next[prev[x]] = next[x];
+    else
+        l->head = next[x];
+    if (next[x] != LRU_NIL)
+        prev[next[x]] = prev[x];
+    else
+        l->tail = prev[x];
+    prev[x] = next[x] = LRU_NIL;
+    l->n--;
+}
+
+static void list_push_front(lru_list *l, uint32_t *prev, uint32_t *next, uint32_t x) {
+    prev[x] = LRU_NIL;
+    next[x] = l->head;
+    if (l->head != LRU_NIL)
+        prev[l->head] = x;
+    else
+        l->tail = x;
+    l->head = x;
+    l->n++;
+}
+
+static moesim_status lru_create(const policy_params *params, const void *knobs, policy_mem_view mem,
+                                policy **out, moesim_error *err) {
+    const lru_knobs *k = knobs;
+    uint64_t ebytes = 0;
+    for (int part = 0; part < PART_COUNT; part++)
+        ebytes += params->part_bytes[params->precision][part];
+    if (!ebytes)
+        return moesim_fail(err, MOESIM_EINPUT, "expert.precision %s is not stored by the host",
+                           precision_name(params->precision));
+    policy *p = moesim_xcalloc(1, sizeof *p);
+    p->mem = mem;
+    p->prec = params->precision;
+    p->L = params->n_layers;
+    p->E = params->n_experts;
+    p->scope = k->scope;
+    p->pool_per_layer = params->experts_per_layer > 0;
+    if (params->experts_per_layer) {
+        p->layer_cap = params->experts_per_layer;
+    } else {
+        uint64_t share = params->expert_budget_bytes / ((uint64_t)p->L * ebytes);
+        p->layer_cap = share > p->E ? p->E : (uint32_t)share;
+    }
+    if (p->scope == LRU_SCOPE_LAYER && p->layer_cap < params->top_k) {
+        uint32_t cap = p->layer_cap;
+        free(p);
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "[lru] scope = layer: the budget gives each layer %u experts at %s, "
+                           "fewer than top_k (%u); raise memory.budget_gb or use lru.scope=global",
+                           cap, precision_name(params->precision), params->top_k);
+    }
+    size_t n = (size_t)p->L * p->E;
+    p->lprev = moesim_xmalloc(n * sizeof(uint32_t));
+    p->lnext = moesim_xmalloc(n * sizeof(uint32_t));
+    p->gprev = moesim_xmalloc(n * sizeof(uint32_t));
+    p->gnext = moesim_xmalloc(n * sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++) p->lprev[i] = p->lnext[i] = p->gprev[i] = p->gnext[i] = LRU_NIL;
+    p->cached = moesim_xcalloc(n, 1);
+    p->stamp = moesim_xcalloc(n, sizeof(uint32_t));
+    p->layer = moesim_xmalloc(p->L * sizeof *p->layer);
+    for (uint32_t l = 0; l < p->L; l++) p->layer[l] = (lru_list){LRU_NIL, LRU_NIL, 0};
+    p->global = (lru_list){LRU_NIL, LRU_NIL, 0};
+    *out = p;
+    return MOESIM_OK;
+}
+
+/* The least recently used node of `list` not touched by the current route, or LRU_NIL. */
+static uint32_t victim_of(const policy *p, const lru_list *list, const uint32_t *prev) {
+    for (uint32_t x = list->tail; x != LRU_NIL; x = prev[x])
+        if (p->stamp[x] != p->gen) return x;
+    return LRU_NIL;
+}
+
+static void drop(policy *p, uint32_t x) {
+    policy_mem_result res =
+        p->mem.ops->evict(p->mem.mem, x / p->E, x % p->E, p->prec, POLICY_PARTS_ALL);
+    MOESIM_ASSERT(res != POLICY_REFUSED); /* not in use: the route's compute has not started */
+    list_unlink(&p->layer[x / p->E], p->lprev, p->lnext, x);
+    list_unlink(&p->global, p->gprev, p->gnext, x);
+    p->cached[x] = 0;
+}
+
+static void touch(policy *p, uint32_t layer, uint16_t e) {
+    uint32_t x = layer * p->E + e;
+    lru_list *ll = &p->layer[layer];
+    if (p->cached[x]) {
+        list_unlink(ll, p->lprev, p->lnext, x);
+        list_unlink(&p->global, p->gprev, p->gnext, x);
+    } else {
+        if (p->scope == LRU_SCOPE_LAYER)
+            while (ll->n >= p->layer_cap) {
+                uint32_t v = victim_of(p, ll, p->lprev);
+                if (v == LRU_NIL) break; /* the route needs more than the share: overflow */
+                drop(p, v);
+            }
+        for (;;) {
+            policy_mem_result res =
+                p->mem.ops->load(p->mem.mem, layer, e, p->prec, POLICY_PARTS_ALL, POLICY_DEMAND);
+            if (res != POLICY_REFUSED) break;
+            uint32_t v = LRU_NIL;
+            if (p->pool_per_layer || p->scope == LRU_SCOPE_LAYER) v = victim_of(p, ll, p->lprev);
+            if (v == LRU_NIL) v = victim_of(p, &p->global, p->gprev);
+            MOESIM_ASSERT(v != LRU_NIL); /* the host splits routes so that they fit a pool */
+            drop(p, v);
+        }
+        p->cached[x] = 1;
+    }
+    p->stamp[x] = p->gen;
+    list_push_front(ll, p->lprev, p->lnext, x);
+    list_push_front(&p->global, p->gprev, p->gnext, x);
+}
+
+static void lru_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    p->gen++;
+    size_t n = (size_t)r->n_tokens * r->top_k;
+    for (size_t i = 0; i < n; i++)
+        if (r->experts[i] != POLICY_NO_EXPERT) touch(p, r->layer, r->experts[i]);
+    for (uint32_t a = 0; a < r->n_active; a++) plan->run[a] = (uint8_t)p->prec;
+}
+
+static void lru_destroy(policy *p) {
+    if (!p) return;
+    free(p->lprev);
+    free(p->lnext);
+    free(p->gprev);
+    free(p->gnext);
+    free(p->cached);
+    free(p->stamp);
+    free(p->layer);
+    free(p);
+}
+
+const policy_methods policy_lru = {
+    .api_version = POLICY_API_VERSION,
+    .name = "lru",
+    .summary = "least-recently-used expert cache at expert.precision (per layer or global)",
+    .knobs = lru_knob_fields,
+    .n_knobs = 1,
+    .knobs_size = sizeof(lru_knobs),
+    .create = lru_create,
+    .on_route = lru_on_route,
+    .destroy = lru_destroy,
+};

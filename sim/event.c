@@ -1,0 +1,67 @@
+/* Binary min-heap of simulator events on (t_ns, seq); see event.h. */
+#include "sim/event.h"
+
+#include <stdlib.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+
+static bool event_before(const sim_event *a, const sim_event *b) {
+    return a->t_ns < b->t_ns || (a->t_ns == b->t_ns && a->seq < b->seq);
+}
+
+void sim_event_queue_init(sim_event_queue *q, size_t cap_hint) {
+    q->cap = cap_hint < 16 ? 16 : cap_hint;
+    q->heap = moesim_xmalloc(q->cap * sizeof *q->heap);
+    q->n = 0;
+    q->next_seq = 0;
+    q->last_t_ns = 0;
+}
+
+void sim_event_queue_free(sim_event_queue *q) {
+    free(q->heap);
+    q->heap = NULL;
+    q->n = q->cap = 0;
+}
+
+void sim_event_push(sim_event_queue *q, uint64_t t_ns, uint32_t kind, uint32_t arg) {
+    MOESIM_ASSERT(t_ns >= q->last_t_ns);
+    if (q->n == q->cap) {
+        q->cap *= 2;
+        q->heap = moesim_xrealloc(q->heap, q->cap * sizeof *q->heap);
+    }
+    sim_event e = {.t_ns = t_ns, .seq = q->next_seq++, .kind = kind, .arg = arg};
+    size_t i = q->n++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!event_before(&e, &q->heap[parent])) break;
+        q->heap[i] = q->heap[parent];
+        i = parent;
+    }
+    q->heap[i] = e;
+}
+
+bool sim_event_peek(const sim_event_queue *q, sim_event *out) {
+    if (q->n == 0) return false;
+    *out = q->heap[0];
+    return true;
+}
+
+bool sim_event_pop(sim_event_queue *q, sim_event *out) {
+    if (q->n == 0) return false;
+    *out = q->heap[0];
+    MOESIM_ASSERT(out->t_ns >= q->last_t_ns);
+    q->last_t_ns = out->t_ns;
+    sim_event last = q->heap[--q->n];
+    size_t i = 0;
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= q->n) break;
+        if (child + 1 < q->n && event_before(&q->heap[child + 1], &q->heap[child])) child++;
+        if (!event_before(&q->heap[child], &last)) break;
+        q->heap[i] = q->heap[child];
+        i = child;
+    }
+    if (q->n > 0) q->heap[i] = last;
+    return true;
+}

@@ -1,0 +1,108 @@
+/* A run's figures as flat (name, value) columns for sweeps and as the nested JSON of
+ * `moesim sim --json`. One table drives both, so they never disagree. */
+#include <math.h>
+
+#include "common/check.h"
+#include "sim/sim.h"
+
+/* ---- flat columns (sweep CSV), in a fixed order ---- */
+
+size_t sim_result_fields(const sim_result *r, const char **names, double *values, size_t cap) {
+    const struct {
+        const char *name;
+        double value;
+    } cols[] = {
+        {"tokens", (double)r->tokens},
+        {"requests", (double)r->requests},
+        {"ttft_ms.mean", r->ttft.mean_ms},
+        {"ttft_ms.p50", r->ttft.p50_ms},
+        {"ttft_ms.p99", r->ttft.p99_ms},
+        {"tpot_ms.mean", r->tpot.mean_ms},
+        {"tpot_ms.p50", r->tpot.p50_ms},
+        {"tpot_ms.p99", r->tpot.p99_ms},
+        {"tokens_per_s", r->tokens_per_s},
+        {"makespan_ms", r->makespan_ms},
+        {"hit_rate", r->hit_rate},
+        {"h2d_bytes", (double)r->h2d_bytes},
+        {"d2h_bytes", (double)r->d2h_bytes},
+        {"ssd_bytes", (double)r->ssd_bytes},
+        {"stall_ms", r->stall_ms},
+        {"peak_hbm_bytes", (double)r->peak_hbm_bytes},
+        {"budget_bytes", (double)r->budget_bytes},
+        {"precision_mix.hi", r->precision_mix_hi},
+        {"precision_mix.lo", r->precision_mix_lo},
+        {"precision_mix.skip", r->precision_mix_skip},
+        {"prefetch.accuracy", r->prefetch_accuracy},
+        {"prefetch.utilization", r->prefetch_utilization},
+        {"prefetch.issued", (double)r->prefetches},
+        {"predictor.emulated", r->predictor_emulated ? 1.0 : 0.0},
+        {"predictor.accuracy", r->predictor_accuracy},
+    };
+    size_t n = 0;
+    for (size_t i = 0; i < MOESIM_ARRAY_LEN(cols) && n < cap; i++, n++) {
+        names[n] = cols[i].name;
+        values[n] = cols[i].value;
+    }
+    for (size_t i = 0; i < r->n_policy_report && n < cap; i++, n++) {
+        names[n] = r->policy_report_names[i];
+        values[n] = r->policy_report_values[i];
+    }
+    return n;
+}
+
+/* ---- JSON ---- */
+
+static json_t *latency_json(const sim_latency *l) {
+    json_t *j = json_object();
+    json_object_set_new(j, "mean", json_real(l->mean_ms));
+    json_object_set_new(j, "p50", json_real(l->p50_ms));
+    json_object_set_new(j, "p99", json_real(l->p99_ms));
+    return j;
+}
+
+static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+json_t *sim_result_to_json(const sim_result *r) {
+    json_t *j = json_object();
+    json_object_set_new(j, "policy", json_string(r->policy));
+    json_object_set_new(j, "tokens", json_integer((json_int_t)r->tokens));
+    json_object_set_new(j, "requests", json_integer((json_int_t)r->requests));
+    json_object_set_new(j, "ttft_ms", latency_json(&r->ttft));
+    json_object_set_new(j, "tpot_ms", latency_json(&r->tpot));
+    json_object_set_new(j, "tokens_per_s", num(r->tokens_per_s));
+    json_object_set_new(j, "makespan_ms", num(r->makespan_ms));
+    json_object_set_new(j, "hit_rate", num(r->hit_rate));
+    json_object_set_new(j, "accesses", json_integer((json_int_t)r->accesses));
+    json_object_set_new(j, "hits", json_integer((json_int_t)r->hits));
+    json_object_set_new(j, "h2d_bytes", json_integer((json_int_t)r->h2d_bytes));
+    json_object_set_new(j, "d2h_bytes", json_integer((json_int_t)r->d2h_bytes));
+    json_object_set_new(j, "ssd_bytes", json_integer((json_int_t)r->ssd_bytes));
+    json_object_set_new(j, "warmup_h2d_bytes", json_integer((json_int_t)r->warmup_h2d_bytes));
+    json_object_set_new(j, "stall_ms", num(r->stall_ms));
+    json_object_set_new(j, "h2d_busy_ms", num(r->h2d_busy_ms));
+    json_object_set_new(j, "ssd_busy_ms", num(r->ssd_busy_ms));
+    json_object_set_new(j, "peak_hbm_bytes", json_integer((json_int_t)r->peak_hbm_bytes));
+    json_object_set_new(j, "budget_bytes", json_integer((json_int_t)r->budget_bytes));
+    json_object_set_new(j, "expert_budget_bytes", json_integer((json_int_t)r->expert_budget_bytes));
+    json_object_set_new(j, "kv_peak_bytes", json_integer((json_int_t)r->kv_peak_bytes));
+    json_t *mix = json_object();
+    json_object_set_new(mix, "hi", num(r->precision_mix_hi));
+    json_object_set_new(mix, "lo", num(r->precision_mix_lo));
+    json_object_set_new(mix, "skip", num(r->precision_mix_skip));
+    json_object_set_new(j, "precision_mix", mix);
+    json_t *pf = json_object();
+    json_object_set_new(pf, "accuracy", num(r->prefetch_accuracy));
+    json_object_set_new(pf, "utilization", num(r->prefetch_utilization));
+    json_object_set_new(pf, "issued", json_integer((json_int_t)r->prefetches));
+    json_object_set_new(j, "prefetch", pf);
+    json_object_set_new(j, "predictor",
+                        json_string(r->predictor_emulated ? "emulated" : "recorded"));
+    json_object_set_new(j, "predictor_accuracy", num(r->predictor_accuracy));
+    json_object_set_new(j, "steps", json_integer((json_int_t)r->steps));
+    json_object_set_new(j, "expert_ops", json_integer((json_int_t)r->expert_ops));
+    json_t *rep = json_object();
+    for (size_t i = 0; i < r->n_policy_report; i++)
+        json_object_set_new(rep, r->policy_report_names[i], num(r->policy_report_values[i]));
+    json_object_set_new(j, "policy_report", rep);
+    return j;
+}

@@ -1,0 +1,1536 @@
+/* The discrete-event simulator of a GPU serving an MoE model whose experts do not all fit
+ * (sim/README.md describes the model, its units and what it leaves out).
+ *
+ * Resources: one in-order compute stream; a host->device copy engine (PCIe) and an SSD read
+ * queue, each serving transfers in chunks with three priority classes (demand > prefetch >
+ * background): at every chunk boundary the engine serves the head of the highest non-empty
+ * class, so a demand load overtakes queued or running prefetches after at most one chunk. A
+ * transfer pays its engine's latency once, when its first chunk starts; its parts (gate, up,
+ * down, in that order in the byte stream) become resident as their last byte lands.
+ *
+ * The run loop: the compute stream is the driving process; it advances its own clock op by op
+ * (attention, router, experts part by part, shared experts, combine, LM head) and, before any
+ * action that can touch the copy engines or the policy, delivers every queued event (chunk
+ * completions) up to its clock, in (time, seq) order. An expert op whose parts are not resident
+ * blocks the stream: events are delivered until they are, and the wait is stall time.
+ * Invariants (asserted): event time never goes back; no event is left at the end; an expert op
+ * starts only when every part it needs is resident at its planned precision; HBM use never
+ * exceeds the budget. */
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
+
+#include "common/alloc.h"
+#include "common/arena.h"
+#include "common/check.h"
+#include "common/hash.h"
+#include "policies/policy.h"
+#include "sim/cost.h"
+#include "sim/event.h"
+#include "sim/sim.h"
+#include "sim/sim_internal.h"
+
+#define NONE      UINT32_MAX
+#define N_CLASSES 3
+#define GIB       1073741824.0
+
+/* ---- settings ---- */
+
+static const char *const precision_choices[] = {"bf16", "fp8",  "int8", "int4",
+                                                "int3", "int2", NULL};
+
+typedef struct sim_settings {
+    double budget_gb;           /* memory.budget_gb (0: the profile's memory) */
+    uint32_t experts_per_layer; /* cache.experts_per_layer */
+    int precision;              /* expert.precision */
+    uint32_t batch_size;        /* batch.size */
+    double predictor_accuracy;  /* predictor.accuracy */
+    uint32_t predictor_depth;   /* predictor.depth */
+    uint64_t chunk_kib;         /* sim.chunk_kib */
+    bool part_overlap;          /* sim.part_overlap */
+    uint64_t seed;              /* sim.seed */
+    char host_precisions[128];  /* sim.host_precisions */
+    char cost_table[512];       /* sim.cost_table */
+} sim_settings;
+
+#define SF(sec, k, t, m, mn, mx, d, h)                                                             \
+    { sec, k, t, offsetof(sim_settings, m), 0, false, mn, mx, NULL, d, h }
+static const config_field sim_fields[] = {
+    SF("memory", "budget_gb", CONFIG_F64, budget_gb, 0, 1e6, "0",
+       "HBM the run may use, GB (GiB); 0: the hardware profile's memory"),
+    SF("cache", "experts_per_layer", CONFIG_U32, experts_per_layer, 0, MODEL_MAX_EXPERTS, "0",
+       "per-layer expert pool in experts at expert.precision; 0: one pool from the budget"),
+    {"expert", "precision", CONFIG_ENUM, offsetof(sim_settings, precision), 0, false, 1, 0,
+     precision_choices, "bf16", "precision single-precision policies run experts at"},
+    SF("batch", "size", CONFIG_U32, batch_size, 1, 65536, "1",
+       "requests in flight together (each decode step advances each by one token)"),
+    SF("predictor", "accuracy", CONFIG_F64, predictor_accuracy, 0, 1, "0.9",
+       "top-1 accuracy of the emulated look-ahead predictor (traces without predictions)"),
+    SF("predictor", "depth", CONFIG_U32, predictor_depth, 0, TRACE_MAX_LOOKAHEAD_DEPTH, "1",
+       "look-ahead distance D of the emulated predictor"),
+    SF("sim", "chunk_kib", CONFIG_U64, chunk_kib, 4, 1u << 20, "1024",
+       "copy chunk size, KiB: a demand load overtakes queued prefetches at chunk boundaries"),
+    {"sim", "part_overlap", CONFIG_BOOL, offsetof(sim_settings, part_overlap), 0, false, 1, 0, NULL,
+     "true", "start an expert's gate/up compute before its down matrix arrives"},
+    SF("sim", "seed", CONFIG_U64, seed, 1, 0, "1", "seed of the emulated predictor and policies"),
+    {"sim", "host_precisions", CONFIG_STR, offsetof(sim_settings, host_precisions),
+     sizeof(((sim_settings *)0)->host_precisions), false, 1, 0, NULL, "all",
+     "precisions host memory stores experts at ('all' or a comma list)"},
+    {"sim", "cost_table", CONFIG_STR, offsetof(sim_settings, cost_table),
+     sizeof(((sim_settings *)0)->cost_table), false, 1, 0, NULL, NULL,
+     "measured cost table (sim/COST.md); empty: roofline"},
+};
+#undef SF
+
+const config_field *sim_settings_fields(size_t *n) {
+    *n = MOESIM_ARRAY_LEN(sim_fields);
+    return sim_fields;
+}
+
+/* ---- transfers and copy engines ---- */
+
+enum { STAGE_SSD = 0, STAGE_H2D = 1 };
+enum { ENG_H2D = 0, ENG_SSD = 1, N_ENGINES = 2 };
+enum { EV_CHUNK = 1 };
+
+typedef struct sim_xfer {
+    uint32_t layer, expert;
+    uint8_t prec, parts, cls, stage; /* parts: mask of the parts this transfer carries */
+    uint8_t parts_done;              /* parts landed in HBM */
+    bool started, from_policy;
+    uint64_t bytes, done;          /* this stage's total and completed bytes */
+    uint64_t part_end[PART_COUNT]; /* cumulative byte offset where each carried part ends */
+    uint64_t seq;                  /* issue order */
+    uint32_t next;                 /* class queue link, or free-list link */
+} sim_xfer;
+
+typedef struct sim_engine {
+    const char *name;
+    double bytes_per_s;
+    uint64_t latency_ns;
+    uint32_t head[N_CLASSES], tail[N_CLASSES];
+    uint32_t current;      /* transfer whose chunk is in flight, or NONE */
+    uint64_t chunk_bytes;  /* bytes of the chunk in flight */
+    uint64_t seg_start_ns; /* timeline: when `current` started being served */
+    uint32_t seg_xfer;     /* timeline: which transfer the open segment belongs to */
+    uint64_t busy_ns, bytes;
+    int track;
+} sim_engine;
+
+/* ---- schedule (time-independent: which tokens run in which step) ---- */
+
+typedef struct sim_step_desc {
+    uint64_t first; /* into step_tokens */
+    uint32_t n_tokens;
+    bool is_prefill;
+} sim_step_desc;
+
+struct policy_mem {
+    /* fixed */
+    const trace *tr;
+    const model_geometry *model;
+    cost_model cost;
+    sim_settings set;
+    uint32_t L, E, K, P;
+    moesim_precision prec;
+    uint64_t part_bytes[PREC_COUNT][PART_COUNT];
+    uint64_t chunk_bytes;
+    bool per_layer;
+    uint64_t pool_cap;    /* bytes per pool (per layer, or the one pool) */
+    uint64_t fixed_bytes; /* non-expert + activations (+ KV, tracked separately) */
+    uint64_t non_expert_bytes, act_bytes, kv_peak_bytes, budget_bytes, expert_budget_bytes;
+    uint32_t route_capacity; /* max distinct experts of one (sub-)route */
+    arena mem;
+
+    /* memory system */
+    uint8_t *state;      /* [L*E*P*3] policy_residency */
+    uint32_t *xfer_of;   /* [L*E*P*3] loading transfer of each part */
+    uint8_t *pinned;     /* [L*E*P] in use by the current sub-route's compute */
+    uint8_t *on_ssd;     /* [L*E*P] lives on SSD (not in DRAM) */
+    uint64_t *pool_used; /* [L] or [1] */
+    uint64_t prec_used[PREC_COUNT];
+    uint64_t experts_used, kv_bytes, peak_hbm;
+    bool warmup;
+
+    /* transfers */
+    sim_xfer *xf;
+    uint32_t n_xf, cap_xf, free_xf;
+    uint64_t xfer_seq;
+    sim_engine eng[N_ENGINES];
+    sim_event_queue q;
+    uint64_t now_ns; /* time of the event being delivered, or the stream clock */
+
+    /* policy */
+    const policy_methods *pm;
+    policy *pol;
+    policy_mem_view view;
+
+    /* pending warmup completions */
+    uint32_t *warm_done; /* list of transfer descriptors as (lep, parts) */
+    uint32_t n_warm, cap_warm;
+    uint8_t *warm_parts;
+
+    /* schedule */
+    uint32_t *step_tokens; /* [total tokens] trace token index, in execution order */
+    sim_step_desc *steps;  /* [n_steps] */
+    uint64_t n_steps;
+    uint32_t max_step_tokens;
+    uint32_t *req_admit_step, *req_first_step, *req_last_step; /* [n_requests] */
+    uint32_t *req_steps;                   /* [n_requests] steps the request took part in */
+    uint64_t *step_start_ns, *step_end_ns; /* [n_steps] */
+    uint64_t *step_kv_bytes;               /* [n_steps] KV in use during the step */
+    uint8_t *step_emit;                    /* [total tokens] token emits an output */
+
+    /* oracle support (built on first use) */
+    bool future_built;
+    uint64_t *use_pos;   /* [total accesses] global access positions, grouped by le */
+    uint64_t *use_first; /* [L*E + 1] CSR offsets into use_pos */
+    uint64_t *use_cur;   /* [L*E] cursor */
+    uint64_t access_pos; /* global position of the current sub-route's first access */
+    uint64_t cur_step;
+    uint32_t cur_layer;
+
+    /* per-route scratch: [max_step_tokens * K] etc. */
+    uint16_t *r_experts;
+    float *r_gates;
+    float *r_importance;
+    uint16_t *r_la_ids;
+    float *r_la_scores;
+    uint16_t *active;
+    uint32_t *active_tokens;
+    float *active_gate;
+    uint8_t *plan;
+    uint32_t *stamp; /* [E] */
+    uint32_t *slot;  /* [E] index in the active list */
+    uint32_t stamp_gen;
+    uint32_t *order; /* [E] execution order of the planned experts */
+    uint64_t *order_key;
+    uint32_t la_depth, la_k;
+    bool la_emulated;
+
+    /* prefetch accounting (FIRM-MoE Eq. 7-8) */
+    uint8_t *pf_mark;   /* [L*E] */
+    uint32_t *pf_count; /* [L] */
+    uint64_t pf_hit, pf_active, pf_issued_sets;
+
+    /* metrics */
+    uint64_t accesses, hits, skipped_accesses, expert_ops, stall_ns, warmup_bytes, h2d_bytes,
+        ssd_bytes, prefetches, sub_routes;
+    double gate_hi, gate_lo, gate_skip;
+    const sim_hooks *hooks;
+    sim_timeline tl;
+
+    /* lifetime */
+    void *knobs;          /* the policy's knob struct (policy_read_knobs) */
+    policy_params params; /* borrowed by the policy for the run */
+    bool queue_live;
+    uint32_t *step_req, *step_pos; /* [max_step_tokens] of the current step */
+    uint64_t makespan_ns;
+};
+
+typedef struct policy_mem sim_state;
+
+static size_t idx_lep(const sim_state *s, uint32_t l, uint32_t e, uint32_t p) {
+    return ((size_t)l * s->E + e) * s->P + p;
+}
+
+/* ---- HBM accounting ---- */
+
+static uint64_t *pool_of(sim_state *s, uint32_t layer) {
+    return &s->pool_used[s->per_layer ? layer : 0];
+}
+
+static void hbm_note(sim_state *s) {
+    uint64_t used = s->non_expert_bytes + s->act_bytes + s->kv_bytes + s->experts_used;
+    MOESIM_ASSERT(used <= s->budget_bytes);
+    if (used > s->peak_hbm) s->peak_hbm = used;
+}
+
+static void hbm_add(sim_state *s, uint32_t layer, moesim_precision p, uint64_t bytes) {
+    *pool_of(s, layer) += bytes;
+    MOESIM_ASSERT(*pool_of(s, layer) <= s->pool_cap);
+    s->prec_used[p] += bytes;
+    s->experts_used += bytes;
+    hbm_note(s);
+    if (s->tl.on) sim_timeline_counter(&s->tl, "hbm", s->now_ns, (double)(s->experts_used));
+}
+
+static void hbm_sub(sim_state *s, uint32_t layer, moesim_precision p, uint64_t bytes) {
+    MOESIM_ASSERT(*pool_of(s, layer) >= bytes && s->prec_used[p] >= bytes);
+    *pool_of(s, layer) -= bytes;
+    s->prec_used[p] -= bytes;
+    s->experts_used -= bytes;
+    if (s->tl.on) sim_timeline_counter(&s->tl, "hbm", s->now_ns, (double)(s->experts_used));
+}
+
+/* ---- copy engines ---- */
+
+static uint32_t xfer_alloc(sim_state *s) {
+    if (s->free_xf != NONE) {
+        uint32_t i = s->free_xf;
+        s->free_xf = s->xf[i].next;
+        return i;
+    }
+    if (s->n_xf == s->cap_xf) {
+        s->cap_xf = s->cap_xf ? 2 * s->cap_xf : 256;
+        s->xf = moesim_xrealloc(s->xf, s->cap_xf * sizeof *s->xf);
+    }
+    return s->n_xf++;
+}
+
+static void xfer_release(sim_state *s, uint32_t i) {
+    s->xf[i].next = s->free_xf;
+    s->free_xf = i;
+}
+
+/* Byte layout of a transfer: its parts in gate, up, down order. */
+static void xfer_layout(sim_state *s, sim_xfer *x) {
+    uint64_t off = 0;
+    for (int part = 0; part < PART_COUNT; part++) {
+        x->part_end[part] = 0;
+        if (!(x->parts & (1u << part))) continue;
+        off += s->part_bytes[x->prec][part];
+        x->part_end[part] = off;
+    }
+    x->bytes = off;
+}
+
+static void engine_push(sim_engine *e, sim_xfer *xf, uint32_t i) {
+    uint8_t c = xf[i].cls;
+    xf[i].next = NONE;
+    if (e->tail[c] == NONE)
+        e->head[c] = i;
+    else
+        xf[e->tail[c]].next = i;
+    e->tail[c] = i;
+}
+
+static void engine_remove(sim_engine *e, sim_xfer *xf, uint32_t i) {
+    uint8_t c = xf[i].cls;
+    uint32_t prev = NONE;
+    for (uint32_t k = e->head[c]; k != NONE; prev = k, k = xf[k].next) {
+        if (k != i) continue;
+        if (prev == NONE)
+            e->head[c] = xf[k].next;
+        else
+            xf[prev].next = xf[k].next;
+        if (e->tail[c] == k) e->tail[c] = prev;
+        return;
+    }
+    MOESIM_UNREACHABLE();
+}
+
+static void engine_close_segment(sim_state *s, sim_engine *e) {
+    if (!s->tl.on || e->seg_xfer == NONE) return;
+    const sim_xfer *x = &s->xf[e->seg_xfer];
+    static const char *const cls_name[N_CLASSES] = {"demand", "prefetch", "background"};
+    char name[96];
+    snprintf(name, sizeof name, "L%u e%u %s %s", x->layer, x->expert,
+             precision_name((moesim_precision)x->prec), cls_name[x->cls]);
+    sim_timeline_slice(&s->tl, e->track, cls_name[x->cls], name, e->seg_start_ns, s->now_ns);
+    e->seg_xfer = NONE;
+}
+
+/* Serves the next chunk if the engine is idle and has work: the head of the highest class. */
+static void engine_kick(sim_state *s, int id) {
+    sim_engine *e = &s->eng[id];
+    if (e->current != NONE) return;
+    uint32_t i = NONE;
+    for (int c = 0; c < N_CLASSES && i == NONE; c++) i = e->head[c];
+    if (i == NONE) {
+        engine_close_segment(s, e);
+        return;
+    }
+    sim_xfer *x = &s->xf[i];
+    if (e->seg_xfer != i) {
+        engine_close_segment(s, e);
+        e->seg_xfer = i;
+        e->seg_start_ns = s->now_ns;
+    }
+    uint64_t chunk = x->bytes - x->done < s->chunk_bytes ? x->bytes - x->done : s->chunk_bytes;
+    uint64_t dur = cost_transfer_ns(x->done + chunk, e->bytes_per_s) -
+                   cost_transfer_ns(x->done, e->bytes_per_s);
+    if (!x->started) {
+        dur += e->latency_ns;
+        x->started = true;
+    }
+    e->current = i;
+    e->chunk_bytes = chunk;
+    e->busy_ns += dur;
+    sim_event_push(&s->q, s->now_ns + dur, EV_CHUNK, (uint32_t)id);
+}
+
+static void xfer_enqueue(sim_state *s, uint32_t i) {
+    int id = s->xf[i].stage == STAGE_SSD ? ENG_SSD : ENG_H2D;
+    engine_push(&s->eng[id], s->xf, i);
+    engine_kick(s, id);
+}
+
+static void deliver_done(sim_state *s, const sim_xfer *x) {
+    if (x->from_policy && s->pm->on_transfer_done)
+        s->pm->on_transfer_done(s->pol, x->layer, x->expert, (moesim_precision)x->prec, x->parts,
+                                (policy_class)x->cls, s->now_ns);
+}
+
+/* A chunk of engine `id` finished at s->now_ns. */
+static void engine_chunk_done(sim_state *s, int id) {
+    sim_engine *e = &s->eng[id];
+    uint32_t i = e->current;
+    MOESIM_ASSERT(i != NONE);
+    sim_xfer *x = &s->xf[i];
+    x->done += e->chunk_bytes;
+    e->bytes += e->chunk_bytes;
+    if (id == ENG_H2D)
+        s->h2d_bytes += e->chunk_bytes;
+    else
+        s->ssd_bytes += e->chunk_bytes;
+    e->current = NONE;
+    bool direct = x->stage == STAGE_SSD && s->cost.hw.gpu_direct_storage;
+    if (x->stage == STAGE_H2D || direct) {
+        for (int part = 0; part < PART_COUNT; part++) {
+            uint8_t bit = (uint8_t)(1u << part);
+            if (!(x->parts & bit) || (x->parts_done & bit) || x->part_end[part] > x->done) continue;
+            x->parts_done |= bit;
+            size_t pi = idx_lep(s, x->layer, x->expert, x->prec) * PART_COUNT + part;
+            MOESIM_ASSERT(s->state[pi] == POLICY_LOADING && s->xfer_of[pi] == i);
+            s->state[pi] = POLICY_RESIDENT;
+            s->xfer_of[pi] = NONE;
+        }
+    }
+    if (x->done < x->bytes) {
+        engine_kick(s, id);
+        return;
+    }
+    engine_remove(e, s->xf, i);
+    if (x->stage == STAGE_SSD && !direct) { /* bounce through DRAM: now the PCIe copy */
+        engine_close_segment(s, e);
+        x->stage = STAGE_H2D;
+        x->done = 0;
+        x->started = false;
+        engine_kick(s, id);
+        xfer_enqueue(s, i);
+        return;
+    }
+    engine_close_segment(s, e);
+    engine_kick(s, id);
+    sim_xfer done = *x;
+    xfer_release(s, i);
+    deliver_done(s, &done);
+}
+
+/* Delivers every event at or before t_ns, in (time, seq) order. */
+static void sim_advance_to(sim_state *s, uint64_t t_ns) {
+    sim_event ev;
+    while (sim_event_peek(&s->q, &ev) && ev.t_ns <= t_ns) {
+        sim_event_pop(&s->q, &ev);
+        s->now_ns = ev.t_ns;
+        MOESIM_ASSERT(ev.kind == EV_CHUNK && ev.arg < N_ENGINES);
+        engine_chunk_done(s, (int)ev.arg);
+    }
+    s->now_ns = t_ns;
+}
+
+/* Delivers the next event (the stream is blocked); returns its time. */
+static uint64_t sim_deliver_next(sim_state *s) {
+    sim_event ev;
+    bool any = sim_event_pop(&s->q, &ev);
+    MOESIM_ASSERT(any); /* a part is LOADING, so its transfer has an event coming */
+    s->now_ns = ev.t_ns;
+    engine_chunk_done(s, (int)ev.arg);
+    return ev.t_ns;
+}
+
+/* ---- the memory system behind policy_mem_ops ---- */
+
+static policy_residency mem_state(const policy_mem *m, uint32_t layer, uint32_t expert,
+                                  moesim_precision p, expert_part part) {
+    MOESIM_ASSERT(layer < m->L && expert < m->E && (uint32_t)p < m->P && part < PART_COUNT);
+    return (policy_residency)m->state[idx_lep(m, layer, expert, p) * PART_COUNT + part];
+}
+
+static policy_mem_result mem_load(policy_mem *s, uint32_t layer, uint32_t expert,
+                                  moesim_precision p, uint32_t parts_mask, policy_class cls) {
+    MOESIM_ASSERT(layer < s->L && expert < s->E && (uint32_t)p < s->P);
+    MOESIM_ASSERT(parts_mask && parts_mask <= POLICY_PARTS_ALL && (unsigned)cls < N_CLASSES);
+    size_t lep = idx_lep(s, layer, expert, p);
+    uint32_t need = 0;
+    uint64_t bytes = 0;
+    for (int part = 0; part < PART_COUNT; part++) {
+        if (!(parts_mask & (1u << part))) continue;
+        if (!s->part_bytes[p][part]) return POLICY_REFUSED; /* host does not store p */
+        if (s->state[lep * PART_COUNT + part] != POLICY_ABSENT) continue;
+        need |= 1u << part;
+        bytes += s->part_bytes[p][part];
+    }
+    if (!need) return POLICY_ALREADY;
+    if (*pool_of(s, layer) + bytes > s->pool_cap) return POLICY_REFUSED;
+    hbm_add(s, layer, p, bytes);
+    if (s->warmup) { /* initial placement: before the clock starts (model loading) */
+        for (int part = 0; part < PART_COUNT; part++)
+            if (need & (1u << part)) s->state[lep * PART_COUNT + part] = POLICY_RESIDENT;
+        s->warmup_bytes += bytes;
+        if (s->n_warm == s->cap_warm) {
+            s->cap_warm = s->cap_warm ? 2 * s->cap_warm : 256;
+            s->warm_done = moesim_xrealloc(s->warm_done, s->cap_warm * sizeof *s->warm_done);
+            s->warm_parts = moesim_xrealloc(s->warm_parts, s->cap_warm);
+        }
+        s->warm_done[s->n_warm] = (uint32_t)lep;
+        s->warm_parts[s->n_warm++] = (uint8_t)(need | (uint32_t)cls << 4);
+        return POLICY_ISSUED;
+    }
+    uint32_t i = xfer_alloc(s);
+    sim_xfer *x = &s->xf[i];
+    memset(x, 0, sizeof *x);
+    x->layer = layer;
+    x->expert = expert;
+    x->prec = (uint8_t)p;
+    x->parts = (uint8_t)need;
+    x->cls = (uint8_t)cls;
+    x->stage = s->on_ssd[lep] ? STAGE_SSD : STAGE_H2D;
+    x->from_policy = true;
+    x->seq = s->xfer_seq++;
+    xfer_layout(s, x);
+    for (int part = 0; part < PART_COUNT; part++)
+        if (need & (1u << part)) {
+            s->state[lep * PART_COUNT + part] = POLICY_LOADING;
+            s->xfer_of[lep * PART_COUNT + part] = i;
+        }
+    if (cls == POLICY_PREFETCH) {
+        s->prefetches++;
+        size_t le = (size_t)layer * s->E + expert;
+        if (!s->pf_mark[le]) {
+            s->pf_mark[le] = 1;
+            s->pf_count[layer]++;
+        }
+    }
+    xfer_enqueue(s, i);
+    return POLICY_ISSUED;
+}
+
+static policy_mem_result mem_evict(policy_mem *s, uint32_t layer, uint32_t expert,
+                                   moesim_precision p, uint32_t parts_mask) {
+    MOESIM_ASSERT(layer < s->L && expert < s->E && (uint32_t)p < s->P);
+    MOESIM_ASSERT(parts_mask && parts_mask <= POLICY_PARTS_ALL);
+    size_t lep = idx_lep(s, layer, expert, p);
+    bool any = false;
+    for (int part = 0; part < PART_COUNT; part++) {
+        if (!(parts_mask & (1u << part))) continue;
+        uint8_t st = s->state[lep * PART_COUNT + part];
+        if (st == POLICY_ABSENT) continue;
+        if (s->pinned[lep]) return POLICY_REFUSED;
+        if (st == POLICY_LOADING && s->xf[s->xfer_of[lep * PART_COUNT + part]].started)
+            return POLICY_REFUSED;
+        any = true;
+    }
+    if (!any) return POLICY_ALREADY;
+    for (int part = 0; part < PART_COUNT; part++) {
+        size_t pi = lep * PART_COUNT + part;
+        if (!(parts_mask & (1u << part)) || s->state[pi] == POLICY_ABSENT) continue;
+        if (s->state[pi] == POLICY_LOADING) { /* cancel: the copy has not started */
+            uint32_t i = s->xfer_of[pi];
+            sim_xfer *x = &s->xf[i];
+            sim_engine *e = &s->eng[x->stage == STAGE_SSD ? ENG_SSD : ENG_H2D];
+            x->parts &= (uint8_t) ~(1u << part);
+            if (!x->parts) {
+                engine_remove(e, s->xf, i);
+                xfer_release(s, i);
+            } else {
+                xfer_layout(s, x);
+            }
+            s->xfer_of[pi] = NONE;
+        }
+        s->state[pi] = POLICY_ABSENT;
+        hbm_sub(s, layer, p, s->part_bytes[p][part]);
+    }
+    return POLICY_ISSUED;
+}
+
+static uint64_t mem_free_bytes(const policy_mem *s, uint32_t layer) {
+    uint64_t used = s->pool_used[s->per_layer ? (layer < s->L ? layer : 0) : 0];
+    return s->pool_cap - used;
+}
+
+static uint64_t mem_used_bytes(const policy_mem *s, moesim_precision p) {
+    MOESIM_ASSERT((uint32_t)p < PREC_COUNT);
+    return s->prec_used[p];
+}
+
+/* Global access positions of every (layer, expert), in execution order (oracle only). */
+static void future_build(sim_state *s) {
+    size_t LE = (size_t)s->L * s->E;
+    s->use_first = arena_calloc(&s->mem, LE + 1, sizeof *s->use_first);
+    s->use_cur = arena_calloc(&s->mem, LE, sizeof *s->use_cur);
+    uint64_t total = 0;
+    for (uint64_t st = 0; st < s->n_steps; st++)
+        for (uint32_t l = 0; l < s->L; l++)
+            for (uint32_t i = 0; i < s->steps[st].n_tokens; i++) {
+                const uint16_t *ex =
+                    trace_experts(s->tr, s->step_tokens[s->steps[st].first + i], l);
+                for (uint32_t k = 0; k < s->K; k++)
+                    if (ex[k] != TRACE_NO_EXPERT) s->use_first[(size_t)l * s->E + ex[k] + 1]++;
+            }
+    for (size_t i = 0; i < LE; i++) s->use_first[i + 1] += s->use_first[i];
+    total = s->use_first[LE];
+    s->use_pos = arena_calloc(&s->mem, total ? total : 1, sizeof *s->use_pos);
+    for (size_t i = 0; i < LE; i++) s->use_cur[i] = s->use_first[i];
+    uint64_t pos = 0;
+    for (uint64_t st = 0; st < s->n_steps; st++)
+        for (uint32_t l = 0; l < s->L; l++)
+            for (uint32_t i = 0; i < s->steps[st].n_tokens; i++) {
+                const uint16_t *ex =
+                    trace_experts(s->tr, s->step_tokens[s->steps[st].first + i], l);
+                for (uint32_t k = 0; k < s->K; k++) {
+                    if (ex[k] == TRACE_NO_EXPERT) continue;
+                    size_t le = (size_t)l * s->E + ex[k];
+                    s->use_pos[s->use_cur[le]++] = pos++;
+                }
+            }
+    for (size_t i = 0; i < LE; i++) s->use_cur[i] = s->use_first[i];
+    s->future_built = true;
+}
+
+static uint64_t mem_next_use(const policy_mem *cm, uint32_t layer, uint32_t expert) {
+    sim_state *s = (sim_state *)cm; /* the cursor is a cache: logically const */
+    MOESIM_ASSERT(layer < s->L && expert < s->E);
+    if (!s->future_built) future_build(s);
+    size_t le = (size_t)layer * s->E + expert;
+    uint64_t end = s->use_first[le + 1];
+    while (s->use_cur[le] < end && s->use_pos[s->use_cur[le]] < s->access_pos) s->use_cur[le]++;
+    if (s->use_cur[le] == end) return UINT64_MAX;
+    return s->use_pos[s->use_cur[le]] - s->access_pos;
+}
+
+static uint32_t mem_future_active(const policy_mem *cm, uint32_t layer, uint16_t *ids,
+                                  uint32_t cap) {
+    sim_state *s = (sim_state *)cm;
+    MOESIM_ASSERT(layer < s->L);
+    uint64_t st = layer > s->cur_layer ? s->cur_step : s->cur_step + 1;
+    if (st >= s->n_steps) return 0;
+    uint32_t gen = ++s->stamp_gen;
+    uint32_t n = 0;
+    uint16_t found[MODEL_MAX_EXPERTS];
+    for (uint32_t i = 0; i < s->steps[st].n_tokens; i++) {
+        const uint16_t *ex = trace_experts(s->tr, s->step_tokens[s->steps[st].first + i], layer);
+        for (uint32_t k = 0; k < s->K; k++) {
+            if (ex[k] == TRACE_NO_EXPERT || s->stamp[ex[k]] == gen) continue;
+            s->stamp[ex[k]] = gen;
+            found[n++] = ex[k];
+        }
+    }
+    /* ascending ids, then the first `cap` */
+    for (uint32_t i = 1; i < n; i++) {
+        uint16_t v = found[i];
+        uint32_t j = i;
+        while (j > 0 && found[j - 1] > v) {
+            found[j] = found[j - 1];
+            j--;
+        }
+        found[j] = v;
+    }
+    uint32_t w = n < cap ? n : cap;
+    memcpy(ids, found, w * sizeof *ids);
+    return n;
+}
+
+static const policy_mem_ops sim_mem_ops = {
+    .state = mem_state,
+    .load = mem_load,
+    .evict = mem_evict,
+    .free_bytes = mem_free_bytes,
+    .used_bytes = mem_used_bytes,
+    .next_use = mem_next_use,
+    .future_active = mem_future_active,
+};
+
+/* ---- the schedule ---- */
+
+/* Builds the steps: up to batch.size requests in flight; a step is a prefill step (every
+ * admitted request that still has prompt tokens, all of them) when one is pending, else a
+ * decode step (one token of every active request). Requests enter in id order (execution order
+ * of the trace) as slots free up. Also computes the KV peak and the largest step. */
+static void schedule_build(sim_state *s) {
+    const trace *t = s->tr;
+    uint32_t R = t->n_requests;
+    uint64_t N = t->n_tokens;
+    uint64_t *rfirst = moesim_xcalloc((size_t)R + 1, sizeof *rfirst);
+    for (uint64_t i = 0; i < N; i++) rfirst[t->request_id[i] + 1]++;
+    for (uint32_t r = 0; r < R; r++) rfirst[r + 1] += rfirst[r];
+    uint32_t *rtok = moesim_xmalloc((N ? N : 1) * sizeof *rtok);
+    uint64_t *fill = moesim_xmalloc(((size_t)R + 1) * sizeof *fill);
+    memcpy(fill, rfirst, ((size_t)R + 1) * sizeof *fill);
+    uint32_t *rprefill = moesim_xcalloc(R ? R : 1, sizeof *rprefill);
+    for (uint64_t i = 0; i < N; i++) {
+        uint32_t r = t->request_id[i];
+        rtok[fill[r]++] = (uint32_t)i;
+        if (t->phase[i] == TRACE_PREFILL) rprefill[r]++;
+    }
+    free(fill);
+
+    s->step_tokens = arena_calloc(&s->mem, N ? N : 1, sizeof *s->step_tokens);
+    s->step_emit = arena_calloc(&s->mem, N ? N : 1, 1);
+    s->steps = arena_calloc(&s->mem, N ? N : 1, sizeof *s->steps);
+    s->step_kv_bytes = arena_calloc(&s->mem, N ? N : 1, sizeof *s->step_kv_bytes);
+    s->req_admit_step = arena_calloc(&s->mem, R ? R : 1, sizeof(uint32_t));
+    s->req_first_step = arena_calloc(&s->mem, R ? R : 1, sizeof(uint32_t));
+    s->req_last_step = arena_calloc(&s->mem, R ? R : 1, sizeof(uint32_t));
+    s->req_steps = arena_calloc(&s->mem, R ? R : 1, sizeof(uint32_t));
+
+    uint32_t B = s->set.batch_size;
+    uint32_t *slot_req = moesim_xmalloc(B * sizeof *slot_req);
+    uint64_t *cursor = moesim_xcalloc(R ? R : 1, sizeof *cursor);
+    for (uint32_t b = 0; b < B; b++) slot_req[b] = NONE;
+    uint32_t next_req = 0, active = 0;
+    uint64_t out = 0, n_steps = 0, kv_peak = 0;
+    uint64_t kv_tok = model_kv_bytes_per_token(s->model);
+    uint64_t rec = model_recurrent_state_bytes(s->model);
+    uint32_t max_tokens = 0;
+    while (next_req < R || active) {
+        for (uint32_t b = 0; b < B && next_req < R; b++)
+            if (slot_req[b] == NONE) {
+                slot_req[b] = next_req;
+                s->req_admit_step[next_req] = (uint32_t)n_steps;
+                s->req_first_step[next_req] = NONE;
+                next_req++;
+                active++;
+            }
+        bool prefill = false;
+        for (uint32_t b = 0; b < B; b++)
+            if (slot_req[b] != NONE && cursor[slot_req[b]] < rprefill[slot_req[b]]) prefill = true;
+        sim_step_desc *sd = &s->steps[n_steps];
+        sd->first = out;
+        sd->is_prefill = prefill;
+        uint64_t kv = 0;
+        for (uint32_t b = 0; b < B; b++) {
+            uint32_t r = slot_req[b];
+            if (r == NONE) continue;
+            uint64_t len = rfirst[r + 1] - rfirst[r];
+            uint64_t stop = prefill ? rprefill[r] : cursor[r] + 1;
+            if (cursor[r] < stop) {
+                for (uint64_t c = cursor[r]; c < stop; c++)
+                    s->step_tokens[out++] = rtok[rfirst[r] + c];
+                s->step_emit[out - 1] = 1; /* the last token of the request in the step emits */
+                cursor[r] = stop;
+                if (s->req_first_step[r] == NONE) s->req_first_step[r] = (uint32_t)n_steps;
+                s->req_last_step[r] = (uint32_t)n_steps;
+                s->req_steps[r]++;
+            }
+            kv += cursor[r] * kv_tok + rec;
+            (void)len;
+        }
+        sd->n_tokens = (uint32_t)(out - sd->first);
+        MOESIM_ASSERT(sd->n_tokens > 0);
+        if (sd->n_tokens > max_tokens) max_tokens = sd->n_tokens;
+        s->step_kv_bytes[n_steps] = kv;
+        if (kv > kv_peak) kv_peak = kv;
+        n_steps++;
+        for (uint32_t b = 0; b < B; b++) {
+            uint32_t r = slot_req[b];
+            if (r != NONE && cursor[r] == rfirst[r + 1] - rfirst[r]) {
+                slot_req[b] = NONE;
+                active--;
+            }
+        }
+    }
+    MOESIM_ASSERT(out == N);
+    s->n_steps = n_steps;
+    s->max_step_tokens = max_tokens ? max_tokens : 1;
+    s->kv_peak_bytes = kv_peak;
+    s->step_start_ns = arena_calloc(&s->mem, n_steps ? n_steps : 1, sizeof(uint64_t));
+    s->step_end_ns = arena_calloc(&s->mem, n_steps ? n_steps : 1, sizeof(uint64_t));
+    free(slot_req);
+    free(cursor);
+    free(rprefill);
+    free(rtok);
+    free(rfirst);
+}
+
+/* ---- setup ---- */
+
+static moesim_status parse_host_precisions(const char *text, moesim_precision primary,
+                                           bool stored[PREC_COUNT], moesim_error *err) {
+    memset(stored, 0, PREC_COUNT * sizeof *stored);
+    stored[primary] = true;
+    if (!strcmp(text, "all")) {
+        for (int p = 0; p < PREC_COUNT; p++) stored[p] = true;
+        return MOESIM_OK;
+    }
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *tok = strtok(buf, ", "); tok; tok = strtok(NULL, ", ")) {
+        moesim_precision p;
+        if (!precision_from_name(tok, &p))
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "[sim] host_precisions: unknown precision '%s' (expected 'all' or "
+                               "a comma list of bf16, fp8, int8, int4, int3, int2)",
+                               tok);
+        stored[p] = true;
+    }
+    return MOESIM_OK;
+}
+
+/* DRAM placement: precisions in priority order (expert.precision first, then the smaller
+ * formats first), layers in order, experts in order, until host memory is full; the rest lives
+ * on the SSD. */
+static void place_on_ssd(sim_state *s, const bool stored[PREC_COUNT]) {
+    uint32_t order[PREC_COUNT];
+    uint32_t n = 0;
+    order[n++] = s->prec;
+    for (;;) {
+        uint32_t best = NONE;
+        uint64_t best_bytes = UINT64_MAX;
+        for (uint32_t p = 0; p < PREC_COUNT; p++) {
+            bool used = false;
+            for (uint32_t i = 0; i < n; i++) used |= order[i] == p;
+            uint64_t b = s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2];
+            if (!used && stored[p] && b < best_bytes) {
+                best = p;
+                best_bytes = b;
+            }
+        }
+        if (best == NONE) break;
+        order[n++] = best;
+    }
+    uint64_t dram_left = s->cost.hw.dram_bytes;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p = order[i];
+        uint64_t b = s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2];
+        for (uint32_t l = 0; l < s->L; l++)
+            for (uint32_t e = 0; e < s->E; e++) {
+                if (b <= dram_left)
+                    dram_left -= b;
+                else
+                    s->on_ssd[idx_lep(s, l, e, p)] = 1;
+            }
+    }
+}
+
+/* Activation buffers reserved for the largest step: per token the residual, normed input,
+ * attention q/k/v/o and the routed experts' intermediate activations (bf16), plus fp32 logits of
+ * the tokens that emit. */
+static uint64_t activation_bytes(const model_geometry *m, uint32_t max_tokens) {
+    uint64_t hd = m->n_heads && m->head_dim ? (uint64_t)m->n_heads * m->head_dim : m->hidden;
+    uint64_t kvd = (uint64_t)m->n_kv_heads * m->head_dim;
+    uint64_t per_token =
+        2ull * (4ull * m->hidden + hd + 2 * kvd + 2ull * m->top_k * m->expert_inter);
+    return per_token * max_tokens + 4ull * m->vocab * max_tokens;
+}
+
+static moesim_status check_geometry(const sim_inputs *in, moesim_error *err) {
+    const trace_meta *tm = &in->trace->meta;
+    const model_geometry *m = in->model;
+    if (tm->n_layers != m->n_moe_layers || tm->n_experts != m->n_experts || tm->top_k != m->top_k)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "trace (model '%s': %u MoE layers, %u experts, top-%u) does not match "
+                           "model '%s' (%u MoE layers, %u experts, top-%u)",
+                           tm->model, tm->n_layers, tm->n_experts, tm->top_k, m->name,
+                           m->n_moe_layers, m->n_experts, m->top_k);
+    if (in->trace->n_tokens == 0)
+        return moesim_fail(err, MOESIM_EINPUT, "trace has no tokens: nothing to simulate");
+    if (in->trace->n_tokens >= UINT32_MAX)
+        return moesim_fail(err, MOESIM_EINPUT, "trace has %" PRIu64 " tokens; at most %u",
+                           in->trace->n_tokens, UINT32_MAX - 1);
+    return MOESIM_OK;
+}
+
+/* Measured top-1 accuracy of the trace's look-ahead at distance 1. */
+static double recorded_predictor_accuracy(const trace *t) {
+    uint32_t L = t->meta.n_layers;
+    if (!t->meta.lookahead_depth || L < 2) return 0;
+    uint64_t right = 0, n = 0;
+    for (uint64_t i = 0; i < t->n_tokens; i++)
+        for (uint32_t l = 0; l + 1 < L; l++) {
+            uint16_t want = trace_experts(t, i, l + 1)[0];
+            if (want == TRACE_NO_EXPERT) continue;
+            right += t->lookahead_ids[trace_lookahead_index(t, i, l, 1)] == want;
+            n++;
+        }
+    return n ? (double)right / (double)n : 0;
+}
+
+/* ---- per-route work ---- */
+
+static uint64_t mix64(uint64_t a, uint64_t b) {
+    return hash_splitmix64(a ^ hash_splitmix64(b + 0x9e3779b97f4a7c15ull));
+}
+
+/* Emulated look-ahead for one token: distance d's K' candidates are the true top-k of layer
+ * l + d, each kept with probability `accuracy` and otherwise replaced by another expert drawn
+ * uniformly (not the true one, not already listed); scores are the true gates. A counter-based
+ * hash of (seed, token, layer, d, slot) makes it independent of batching and of run order. */
+static void emulate_lookahead(sim_state *s, uint64_t token, uint32_t layer, uint16_t *ids,
+                              float *scores) {
+    uint32_t D = s->la_depth, Kp = s->la_k;
+    for (uint32_t d = 1; d <= D; d++) {
+        uint16_t *row = ids + (size_t)(d - 1) * Kp;
+        float *srow = scores + (size_t)(d - 1) * Kp;
+        if (layer + d >= s->L) {
+            for (uint32_t j = 0; j < Kp; j++) {
+                row[j] = POLICY_NO_EXPERT;
+                srow[j] = 0;
+            }
+            continue;
+        }
+        const uint16_t *truth = trace_experts(s->tr, token, layer + d);
+        const float *g = trace_gates(s->tr, token, layer + d);
+        for (uint32_t j = 0; j < Kp; j++) {
+            uint64_t h = mix64(s->set.seed, ((token * s->L + layer) * 16 + d) * 256 + j);
+            double u = (double)(h >> 11) * 0x1.0p-53;
+            uint16_t want = j < s->K ? truth[j] : TRACE_NO_EXPERT;
+            uint16_t pick = want;
+            if (want == TRACE_NO_EXPERT || u >= s->set.predictor_accuracy) {
+                for (uint64_t tries = 0;; tries++) {
+                    h = hash_splitmix64(h + tries);
+                    uint16_t c = (uint16_t)(h % s->E);
+                    bool dup = c == want;
+                    for (uint32_t k = 0; k < j && !dup; k++) dup = row[k] == c;
+                    if (!dup || tries > 64) {
+                        pick = c;
+                        break;
+                    }
+                }
+            }
+            row[j] = pick;
+            srow[j] = j < s->K ? g[j] : 0;
+        }
+    }
+}
+
+typedef struct expert_cat {
+    uint8_t hi_bits;
+} expert_cat;
+
+/* Runs one op of `dur_ns` on the compute stream at *t. */
+static void stream_op(sim_state *s, uint64_t *t, uint64_t dur_ns, const char *cat,
+                      const char *name) {
+    if (s->tl.on && dur_ns)
+        sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, cat, name, *t, *t + dur_ns);
+    *t += dur_ns;
+}
+
+/* Blocks the stream until every part in `mask` of (layer, expert, p) is resident. */
+static void stream_wait_parts(sim_state *s, uint64_t *t, uint32_t layer, uint32_t expert,
+                              moesim_precision p, uint32_t mask) {
+    size_t base = idx_lep(s, layer, expert, p) * PART_COUNT;
+    sim_advance_to(s, *t);
+    for (;;) {
+        bool ready = true;
+        for (int part = 0; part < PART_COUNT; part++)
+            if ((mask & (1u << part)) && s->state[base + part] != POLICY_RESIDENT) {
+                MOESIM_ASSERT(s->state[base + part] == POLICY_LOADING);
+                ready = false;
+            }
+        if (ready) break;
+        uint64_t te = sim_deliver_next(s);
+        if (te > *t) {
+            s->stall_ns += te - *t;
+            if (s->tl.on) {
+                char name[64];
+                snprintf(name, sizeof name, "stall L%u e%u", layer, expert);
+                sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, "stall", name, *t, te);
+            }
+            *t = te;
+        }
+    }
+    s->now_ns = *t;
+    if (s->hooks && s->hooks->on_expert_start)
+        s->hooks->on_expert_start(s->hooks->ctx, s->view, layer, expert, p, mask, *t);
+}
+
+/* One (sub-)route: tokens [i0, i1) of the step (their routing already gathered in r_*). */
+static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, uint32_t i0,
+                      uint32_t i1, bool first_of_layer) {
+    const uint32_t K = s->K;
+    uint32_t n = i1 - i0;
+    const uint16_t *ex = s->r_experts + (size_t)i0 * K;
+    const float *gs = s->r_gates + (size_t)i0 * K;
+    /* distinct active experts, ascending */
+    uint32_t gen = ++s->stamp_gen;
+    uint32_t n_active = 0;
+    for (uint32_t i = 0; i < n * K; i++) {
+        uint16_t e = ex[i];
+        if (e == TRACE_NO_EXPERT) continue;
+        if (s->stamp[e] != gen) {
+            s->stamp[e] = gen;
+            s->active[n_active++] = e;
+        }
+    }
+    for (uint32_t i = 1; i < n_active; i++) {
+        uint16_t v = s->active[i];
+        uint32_t j = i;
+        while (j > 0 && s->active[j - 1] > v) {
+            s->active[j] = s->active[j - 1];
+            j--;
+        }
+        s->active[j] = v;
+    }
+    for (uint32_t a = 0; a < n_active; a++) {
+        s->slot[s->active[a]] = a;
+        s->active_tokens[a] = 0;
+        s->active_gate[a] = 0;
+        s->plan[a] = POLICY_RUN_SKIP;
+    }
+    for (uint32_t i = 0; i < n * K; i++) {
+        if (ex[i] == TRACE_NO_EXPERT) continue;
+        uint32_t a = s->slot[ex[i]];
+        s->active_tokens[a]++;
+        s->active_gate[a] += gs[i];
+    }
+    /* prefetch accounting: the prefetched set S of this layer against the activated set A */
+    if (first_of_layer && s->pf_count[layer]) {
+        uint8_t *mark = s->pf_mark + (size_t)layer * s->E;
+        uint32_t both = 0, n_layer_active = 0;
+        uint32_t g2 = ++s->stamp_gen;
+        uint32_t n_step = s->steps[step].n_tokens;
+        for (uint32_t i = 0; i < n_step * K; i++) {
+            uint16_t e = s->r_experts[i];
+            if (e == TRACE_NO_EXPERT || s->stamp[e] == g2) continue;
+            s->stamp[e] = g2;
+            n_layer_active++;
+            both += mark[e];
+        }
+        s->pf_hit += both;
+        s->pf_active += n_layer_active;
+        s->pf_issued_sets += s->pf_count[layer];
+        memset(mark, 0, s->E);
+        s->pf_count[layer] = 0;
+        /* restore this route's slot stamps (the pass above reused the stamp array) */
+        gen = ++s->stamp_gen;
+        for (uint32_t a = 0; a < n_active; a++) s->stamp[s->active[a]] = gen;
+    }
+
+    sim_advance_to(s, *t);
+    policy_route route = {
+        .layer = layer,
+        .now_ns = *t,
+        .n_tokens = n,
+        .top_k = K,
+        .experts = ex,
+        .gates = gs,
+        .importance = s->r_importance ? s->r_importance + i0 : NULL,
+        .lookahead_ids = s->la_depth ? s->r_la_ids + (size_t)i0 * s->la_depth * s->la_k : NULL,
+        .lookahead_scores =
+            s->la_depth ? s->r_la_scores + (size_t)i0 * s->la_depth * s->la_k : NULL,
+        .n_active = n_active,
+        .active = s->active,
+        .active_tokens = s->active_tokens,
+        .active_gate = s->active_gate,
+    };
+    policy_plan plan = {.run = s->plan};
+    s->cur_layer = layer;
+    s->cur_step = step;
+    s->sub_routes++;
+    s->pm->on_route(s->pol, &route, &plan);
+
+    /* check the plan, pin what runs, count hits and gate mass */
+    uint8_t prim_bits = (uint8_t)s->cost.quant.fmt[s->prec].weight_bits;
+    for (uint32_t a = 0; a < n_active; a++) {
+        uint8_t pr = s->plan[a];
+        if (pr == POLICY_RUN_SKIP) continue;
+        MOESIM_ASSERT(pr < PREC_COUNT && s->part_bytes[pr][0]);
+        size_t lep = idx_lep(s, layer, s->active[a], pr);
+        for (int part = 0; part < PART_COUNT; part++)
+            MOESIM_ASSERT(s->state[lep * PART_COUNT + part] != POLICY_ABSENT);
+        s->pinned[lep] = 1;
+    }
+    gen = ++s->stamp_gen;
+    for (uint32_t i = 0; i < n * K; i++) {
+        uint16_t e = ex[i];
+        if (e == TRACE_NO_EXPERT) continue;
+        uint32_t a = s->slot[e];
+        uint8_t pr = s->plan[a];
+        if (pr == POLICY_RUN_SKIP) {
+            s->skipped_accesses++;
+            s->gate_skip += gs[i];
+            continue;
+        }
+        s->accesses++;
+        if (s->cost.quant.fmt[pr].weight_bits >= prim_bits)
+            s->gate_hi += gs[i];
+        else
+            s->gate_lo += gs[i];
+        if (s->stamp[e] == gen) { /* served by the same fetch as an earlier access */
+            s->hits++;
+            continue;
+        }
+        s->stamp[e] = gen;
+        size_t base = idx_lep(s, layer, e, pr) * PART_COUNT;
+        bool resident = true;
+        for (int part = 0; part < PART_COUNT; part++)
+            resident &= s->state[base + part] == POLICY_RESIDENT;
+        s->hits += resident;
+    }
+    s->access_pos += 0; /* advanced by the caller per route */
+
+    /* execution order: resident experts first, then by the order their copies were issued */
+    uint32_t n_run = 0;
+    for (uint32_t a = 0; a < n_active; a++) {
+        uint8_t pr = s->plan[a];
+        if (pr == POLICY_RUN_SKIP) continue;
+        size_t base = idx_lep(s, layer, s->active[a], pr) * PART_COUNT;
+        uint64_t key = 0;
+        for (int part = 0; part < PART_COUNT; part++)
+            if (s->state[base + part] == POLICY_LOADING) {
+                uint64_t k = s->xf[s->xfer_of[base + part]].seq + 1;
+                if (k > key) key = k;
+            }
+        uint32_t j = n_run++;
+        while (j > 0 && s->order_key[j - 1] > key) {
+            s->order[j] = s->order[j - 1];
+            s->order_key[j] = s->order_key[j - 1];
+            j--;
+        }
+        s->order[j] = a;
+        s->order_key[j] = key;
+    }
+    char name[80];
+    for (uint32_t r = 0; r < n_run; r++) {
+        uint32_t a = s->order[r];
+        uint16_t e = s->active[a];
+        moesim_precision pr = (moesim_precision)s->plan[a];
+        uint32_t tok = s->active_tokens[a];
+        uint64_t gu = cost_expert_gate_up_ns(&s->cost, pr, tok);
+        uint64_t dn = cost_expert_down_ns(&s->cost, pr, tok);
+        if (s->set.part_overlap) {
+            stream_wait_parts(s, t, layer, e, pr, 1u << PART_GATE | 1u << PART_UP);
+            if (s->tl.on)
+                snprintf(name, sizeof name, "L%u e%u gate_up %s x%u", layer, e, precision_name(pr),
+                         tok);
+            stream_op(s, t, gu, "expert", name);
+            stream_wait_parts(s, t, layer, e, pr, 1u << PART_DOWN);
+            if (s->tl.on)
+                snprintf(name, sizeof name, "L%u e%u down %s x%u", layer, e, precision_name(pr),
+                         tok);
+            stream_op(s, t, dn, "expert", name);
+        } else {
+            stream_wait_parts(s, t, layer, e, pr, POLICY_PARTS_ALL);
+            if (s->tl.on)
+                snprintf(name, sizeof name, "L%u e%u %s x%u", layer, e, precision_name(pr), tok);
+            stream_op(s, t, gu + dn, "expert", name);
+        }
+        s->expert_ops++;
+        s->pinned[idx_lep(s, layer, e, pr)] = 0;
+    }
+}
+
+/* Gathers the step's routing (and look-ahead) for `layer` into the r_* buffers. */
+static void gather_route(sim_state *s, uint64_t step, uint32_t layer) {
+    const sim_step_desc *sd = &s->steps[step];
+    const trace *t = s->tr;
+    uint32_t K = s->K;
+    size_t DK = (size_t)s->la_depth * s->la_k;
+    for (uint32_t i = 0; i < sd->n_tokens; i++) {
+        uint32_t tok = s->step_tokens[sd->first + i];
+        memcpy(s->r_experts + (size_t)i * K, trace_experts(t, tok, layer), K * sizeof(uint16_t));
+        memcpy(s->r_gates + (size_t)i * K, trace_gates(t, tok, layer), K * sizeof(float));
+        if (s->r_importance) s->r_importance[i] = t->importance[(size_t)tok * s->L + layer];
+        if (!DK) continue;
+        if (s->la_emulated) {
+            emulate_lookahead(s, tok, layer, s->r_la_ids + i * DK, s->r_la_scores + i * DK);
+        } else {
+            size_t src = trace_lookahead_index(t, tok, layer, 1);
+            memcpy(s->r_la_ids + i * DK, t->lookahead_ids + src, DK * sizeof(uint16_t));
+            memcpy(s->r_la_scores + i * DK, t->lookahead_scores + src, DK * sizeof(float));
+        }
+    }
+}
+
+/* Splits the step's tokens into sub-routes whose distinct experts fit one pool
+ * (route_capacity), in token order, and runs them one after the other. */
+static void run_layer(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer) {
+    uint32_t n = s->steps[step].n_tokens, K = s->K;
+    gather_route(s, step, layer);
+    uint32_t i0 = 0;
+    bool first = true;
+    while (i0 < n) {
+        uint32_t gen = ++s->stamp_gen, distinct = 0, i1 = i0;
+        while (i1 < n) {
+            uint32_t add = 0;
+            const uint16_t *row = s->r_experts + (size_t)i1 * K;
+            for (uint32_t k = 0; k < K; k++)
+                if (row[k] != TRACE_NO_EXPERT && s->stamp[row[k]] != gen) add++;
+            if (i1 > i0 && distinct + add > s->route_capacity) break;
+            for (uint32_t k = 0; k < K; k++)
+                if (row[k] != TRACE_NO_EXPERT && s->stamp[row[k]] != gen) {
+                    s->stamp[row[k]] = gen;
+                    distinct++;
+                }
+            i1++;
+        }
+        run_route(s, t, step, layer, i0, i1, first);
+        for (uint32_t i = i0 * K; i < i1 * K; i++)
+            s->access_pos += s->r_experts[i] != TRACE_NO_EXPERT;
+        first = false;
+        i0 = i1;
+    }
+}
+
+static void deliver_warmup(sim_state *s) {
+    for (uint32_t i = 0; i < s->n_warm; i++) {
+        uint32_t lep = s->warm_done[i];
+        uint32_t p = lep % s->P, le = lep / s->P;
+        if (s->pm->on_transfer_done)
+            s->pm->on_transfer_done(s->pol, le / s->E, le % s->E, (moesim_precision)p,
+                                    s->warm_parts[i] & 0xfu, (policy_class)(s->warm_parts[i] >> 4),
+                                    0);
+    }
+    s->n_warm = 0;
+}
+
+/* ---- metrics ---- */
+
+static sim_latency latency_of(double *v, size_t n) {
+    sim_latency l = {0, 0, 0};
+    if (!n) return l;
+    gsl_sort(v, 1, n);
+    l.mean_ms = gsl_stats_mean(v, 1, n);
+    l.p50_ms = gsl_stats_quantile_from_sorted_data(v, 1, n, 0.5);
+    l.p99_ms = gsl_stats_quantile_from_sorted_data(v, 1, n, 0.99);
+    return l;
+}
+
+static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
+    const trace *t = s->tr;
+    uint32_t R = t->n_requests;
+    double *ttft = moesim_xmalloc((R ? R : 1) * sizeof *ttft);
+    double *tpot = moesim_xmalloc((R ? R : 1) * sizeof *tpot);
+    size_t n_ttft = 0, n_tpot = 0;
+    for (uint32_t q = 0; q < R; q++) {
+        uint64_t t0 = s->step_start_ns[s->req_admit_step[q]];
+        uint64_t t1 = s->step_end_ns[s->req_first_step[q]];
+        ttft[n_ttft++] = (double)(t1 - t0) / 1e6;
+        if (s->req_steps[q] > 1) {
+            uint64_t tl = s->step_end_ns[s->req_last_step[q]];
+            tpot[n_tpot++] = (double)(tl - t1) / 1e6 / (double)(s->req_steps[q] - 1);
+        }
+    }
+    r->ttft = latency_of(ttft, n_ttft);
+    r->tpot = latency_of(tpot, n_tpot);
+    free(ttft);
+    free(tpot);
+    r->tokens = t->n_tokens;
+    r->requests = R;
+    r->makespan_ms = (double)makespan_ns / 1e6;
+    r->tokens_per_s = makespan_ns ? (double)t->n_tokens * 1e9 / (double)makespan_ns : 0;
+    r->hit_rate = s->accesses ? (double)s->hits / (double)s->accesses : 0;
+    r->h2d_bytes = s->h2d_bytes;
+    r->d2h_bytes = 0;
+    r->ssd_bytes = s->ssd_bytes;
+    r->stall_ms = (double)s->stall_ns / 1e6;
+    r->peak_hbm_bytes = s->peak_hbm;
+    r->budget_bytes = s->budget_bytes;
+    double mass = s->gate_hi + s->gate_lo + s->gate_skip;
+    r->precision_mix_hi = mass > 0 ? s->gate_hi / mass : 0;
+    r->precision_mix_lo = mass > 0 ? s->gate_lo / mass : 0;
+    r->precision_mix_skip = mass > 0 ? s->gate_skip / mass : 0;
+    r->prefetch_accuracy = s->pf_active ? (double)s->pf_hit / (double)s->pf_active : 0;
+    r->prefetch_utilization = s->pf_issued_sets ? (double)s->pf_hit / (double)s->pf_issued_sets : 0;
+    r->prefetches = s->prefetches;
+    r->predictor_emulated = s->la_emulated;
+    r->predictor_accuracy =
+        s->la_emulated ? s->set.predictor_accuracy : recorded_predictor_accuracy(t);
+    r->accesses = s->accesses;
+    r->hits = s->hits;
+    r->skipped_accesses = s->skipped_accesses;
+    r->expert_ops = s->expert_ops;
+    r->warmup_h2d_bytes = s->warmup_bytes;
+    r->steps = s->n_steps;
+    r->sub_routes = s->sub_routes;
+    r->expert_budget_bytes = s->expert_budget_bytes;
+    r->kv_peak_bytes = s->kv_peak_bytes;
+    r->h2d_busy_ms = (double)s->eng[ENG_H2D].busy_ns / 1e6;
+    r->ssd_busy_ms = (double)s->eng[ENG_SSD].busy_ns / 1e6;
+    r->sim_memory_bytes =
+        s->mem.used_bytes + (uint64_t)s->cap_xf * sizeof(sim_xfer) + s->q.cap * sizeof(sim_event);
+    if (s->pm->report) {
+        const char *names[16];
+        double values[16];
+        size_t n = s->pm->report(s->pol, names, values, 16);
+        MOESIM_ASSERT(n <= 16);
+        r->n_policy_report = n;
+        for (size_t i = 0; i < n; i++) {
+            snprintf(r->policy_report_names[i], sizeof r->policy_report_names[i], "%s", names[i]);
+            r->policy_report_values[i] = values[i];
+        }
+    }
+}
+
+/* ---- the run ---- */
+
+static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *policy_name,
+                               config *settings, moesim_error *err) {
+    moesim_status st;
+    if ((st = check_geometry(in, err))) return st;
+    s->pm = in->policy ? in->policy : policy_lookup(policy_name);
+    if (!s->pm)
+        return moesim_fail(err, MOESIM_EINPUT, "unknown policy '%s' (known: %s)", policy_name,
+                           policy_names());
+    if (s->pm->api_version != POLICY_API_VERSION)
+        return moesim_fail(err, MOESIM_EINPUT, "policy '%s' has API version %d, expected %d",
+                           policy_name, s->pm->api_version, POLICY_API_VERSION);
+    if ((st = config_read_fields(settings, sim_fields, MOESIM_ARRAY_LEN(sim_fields), &s->set, err)))
+        return st;
+    void *knobs = NULL;
+    if ((st = policy_read_knobs(s->pm, settings, &knobs, err))) return st;
+    if ((st = config_check_unused(settings, err))) {
+        free(knobs);
+        return st;
+    }
+    s->knobs = knobs;
+
+    const trace *t = in->trace;
+    s->tr = t;
+    s->model = in->model;
+    s->hooks = in->hooks;
+    s->L = t->meta.n_layers;
+    s->E = t->meta.n_experts;
+    s->K = t->meta.top_k;
+    s->P = PREC_COUNT;
+    s->prec = (moesim_precision)s->set.precision;
+    s->chunk_bytes = s->set.chunk_kib * 1024;
+    cost_model_init(&s->cost, in->hw, in->model, in->quant);
+    if (s->set.cost_table[0] && (st = cost_table_load(&s->cost, s->set.cost_table, err))) return st;
+    bool stored[PREC_COUNT];
+    if ((st = parse_host_precisions(s->set.host_precisions, s->prec, stored, err))) return st;
+    for (int p = 0; p < PREC_COUNT; p++)
+        for (int part = 0; part < PART_COUNT; part++)
+            s->part_bytes[p][part] =
+                stored[p] ? model_expert_part_bytes(in->model, in->quant, (expert_part)part,
+                                                    (moesim_precision)p)
+                          : 0;
+
+    arena_init(&s->mem, 1u << 20);
+    schedule_build(s);
+
+    /* HBM: non-expert weights, KV peak and activations first; experts get the rest */
+    double budget_gb = s->set.budget_gb > 0 ? s->set.budget_gb : (double)in->hw->hbm_bytes / GIB;
+    s->budget_bytes = (uint64_t)(budget_gb * GIB);
+    s->non_expert_bytes = model_non_expert_bytes(in->model);
+    s->act_bytes = activation_bytes(in->model, s->max_step_tokens);
+    uint64_t fixed = s->non_expert_bytes + s->act_bytes + s->kv_peak_bytes;
+    if (fixed >= s->budget_bytes)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "memory.budget_gb = %.3g leaves nothing for experts: non-expert weights "
+                           "%.2f GiB + KV cache %.2f GiB + activations %.2f GiB = %.2f GiB",
+                           budget_gb, s->non_expert_bytes / GIB, s->kv_peak_bytes / GIB,
+                           s->act_bytes / GIB, fixed / GIB);
+    s->expert_budget_bytes = s->budget_bytes - fixed;
+    uint64_t ebytes = model_expert_bytes(in->model, in->quant, s->prec);
+    s->per_layer = s->set.experts_per_layer > 0;
+    if (s->per_layer) {
+        uint32_t c = s->set.experts_per_layer;
+        if (c < s->K)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "cache.experts_per_layer = %u: expected >= top_k (%u), a token "
+                               "needs all its experts resident at once",
+                               c, s->K);
+        if (c > s->E) c = s->E;
+        s->pool_cap = (uint64_t)c * ebytes;
+        if (s->pool_cap * s->L > s->expert_budget_bytes)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "cache.experts_per_layer = %u needs %.2f GiB of experts at %s, but "
+                               "memory.budget_gb = %.3g leaves %.2f GiB for experts",
+                               c, (double)s->pool_cap * s->L / GIB, precision_name(s->prec),
+                               budget_gb, s->expert_budget_bytes / GIB);
+        s->route_capacity = c;
+    } else {
+        s->pool_cap = s->expert_budget_bytes;
+        uint64_t fit = s->expert_budget_bytes / ebytes;
+        if (fit < s->K)
+            return moesim_fail(
+                err, MOESIM_EINPUT,
+                "memory.budget_gb = %.3g leaves %.2f GiB for experts: room for %" PRIu64
+                " experts at %s, fewer than top_k (%u)",
+                budget_gb, s->expert_budget_bytes / GIB, fit, precision_name(s->prec), s->K);
+        s->route_capacity = fit > s->E ? s->E : (uint32_t)fit;
+    }
+    s->pool_used = arena_calloc(&s->mem, s->per_layer ? s->L : 1, sizeof(uint64_t));
+
+    size_t LEP = (size_t)s->L * s->E * s->P;
+    s->state = arena_calloc(&s->mem, LEP * PART_COUNT, 1);
+    s->xfer_of = arena_calloc(&s->mem, LEP * PART_COUNT, sizeof(uint32_t));
+    s->pinned = arena_calloc(&s->mem, LEP, 1);
+    s->on_ssd = arena_calloc(&s->mem, LEP, 1);
+    place_on_ssd(s, stored);
+    s->pf_mark = arena_calloc(&s->mem, (size_t)s->L * s->E, 1);
+    s->pf_count = arena_calloc(&s->mem, s->L, sizeof(uint32_t));
+    s->free_xf = NONE;
+
+    /* look-ahead */
+    if (t->meta.lookahead_depth) {
+        s->la_depth = t->meta.lookahead_depth;
+        s->la_k = t->meta.lookahead_k;
+    } else {
+        s->la_depth = s->set.predictor_depth;
+        s->la_k = s->la_depth ? s->K : 0;
+        s->la_emulated = s->la_depth > 0;
+    }
+    size_t MT = s->max_step_tokens;
+    s->r_experts = arena_calloc(&s->mem, MT * s->K, sizeof(uint16_t));
+    s->r_gates = arena_calloc(&s->mem, MT * s->K, sizeof(float));
+    if (t->importance) s->r_importance = arena_calloc(&s->mem, MT, sizeof(float));
+    if (s->la_depth) {
+        s->r_la_ids = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(uint16_t));
+        s->r_la_scores = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(float));
+    }
+    s->active = arena_calloc(&s->mem, s->E, sizeof(uint16_t));
+    s->active_tokens = arena_calloc(&s->mem, s->E, sizeof(uint32_t));
+    s->active_gate = arena_calloc(&s->mem, s->E, sizeof(float));
+    s->plan = arena_calloc(&s->mem, s->E, 1);
+    s->stamp = arena_calloc(&s->mem, s->E, sizeof(uint32_t));
+    s->slot = arena_calloc(&s->mem, s->E, sizeof(uint32_t));
+    s->order = arena_calloc(&s->mem, s->E, sizeof(uint32_t));
+    s->order_key = arena_calloc(&s->mem, s->E, sizeof(uint64_t));
+
+    /* engines */
+    sim_engine *h = &s->eng[ENG_H2D], *d = &s->eng[ENG_SSD];
+    h->name = "h2d";
+    h->bytes_per_s = in->hw->h2d_bytes_per_s;
+    h->latency_ns = in->hw->h2d_latency_ns;
+    h->track = SIM_TRACK_H2D;
+    d->name = "ssd";
+    d->bytes_per_s = in->hw->ssd_read_bytes_per_s;
+    d->latency_ns = in->hw->ssd_latency_ns;
+    d->track = SIM_TRACK_SSD;
+    for (int i = 0; i < N_ENGINES; i++) {
+        s->eng[i].current = NONE;
+        s->eng[i].seg_xfer = NONE;
+        for (int c = 0; c < N_CLASSES; c++) s->eng[i].head[c] = s->eng[i].tail[c] = NONE;
+    }
+    sim_event_queue_init(&s->q, 64);
+    s->queue_live = true;
+    s->view = (policy_mem_view){.ops = &sim_mem_ops, .mem = s};
+
+    if (in->timeline_path && (st = sim_timeline_open(&s->tl, in->timeline_path, err))) return st;
+
+    policy_params params = {
+        .model = in->model,
+        .n_layers = s->L,
+        .n_experts = s->E,
+        .top_k = s->K,
+        .expert_budget_bytes = s->per_layer ? s->pool_cap * s->L : s->expert_budget_bytes,
+        .experts_per_layer = s->per_layer ? s->set.experts_per_layer : 0,
+        .precision = s->prec,
+        .batch_size = s->set.batch_size,
+        .lookahead_depth = s->la_depth,
+        .lookahead_k = s->la_k,
+        .lookahead_emulated = s->la_emulated,
+        .seed = s->set.seed,
+    };
+    memcpy(params.part_bytes, s->part_bytes, sizeof params.part_bytes);
+    s->params = params;
+    if ((st = s->pm->create(&s->params, knobs, s->view, &s->pol, err))) {
+        moesim_error_prefix(err, "policy '%s'", s->pm->name);
+        return st;
+    }
+    return MOESIM_OK;
+}
+
+static void sim_teardown(sim_state *s) {
+    if (s->pm && s->pol) s->pm->destroy(s->pol);
+    free(s->knobs);
+    if (s->queue_live) sim_event_queue_free(&s->q);
+    free(s->xf);
+    free(s->warm_done);
+    free(s->warm_parts);
+    sim_timeline_abort(&s->tl);
+    arena_free(&s->mem);
+}
+
+static void sim_loop(sim_state *s) {
+    uint64_t t = 0;
+    const model_geometry *m = s->model;
+    s->kv_bytes = 0;
+    hbm_note(s);
+    s->warmup = true;
+    s->now_ns = 0;
+    if (s->pm->warmup) s->pm->warmup(s->pol, 0);
+    s->warmup = false;
+    deliver_warmup(s);
+    char name[64];
+    for (uint64_t st = 0; st < s->n_steps; st++) {
+        const sim_step_desc *sd = &s->steps[st];
+        sim_advance_to(s, t);
+        s->step_start_ns[st] = t;
+        s->kv_bytes = s->step_kv_bytes[st];
+        hbm_note(s);
+        policy_step ps = {.index = st,
+                          .now_ns = t,
+                          .n_tokens = sd->n_tokens,
+                          .is_prefill = sd->is_prefill,
+                          .request = s->step_req,
+                          .position = s->step_pos};
+        uint64_t attended = 0;
+        uint32_t n_emit = 0;
+        for (uint32_t i = 0; i < sd->n_tokens; i++) {
+            uint32_t tok = s->step_tokens[sd->first + i];
+            s->step_req[i] = s->tr->request_id[tok];
+            s->step_pos[i] = s->tr->position[tok];
+            attended += (uint64_t)s->tr->position[tok] + 1;
+            n_emit += s->step_emit[sd->first + i];
+        }
+        s->cur_step = st;
+        if (s->pm->begin_step) s->pm->begin_step(s->pol, &ps);
+        uint64_t attn_ns = cost_attention_ns(&s->cost, sd->n_tokens, attended);
+        uint32_t moe = 0;
+        for (uint32_t ml = 0; ml < m->n_layers; ml++) {
+            if (s->tl.on) snprintf(name, sizeof name, "L%u attention", ml);
+            stream_op(s, &t, attn_ns, "attention", name);
+            if (!m->is_moe_layer[ml]) {
+                if (s->tl.on) snprintf(name, sizeof name, "L%u dense ffn", ml);
+                stream_op(s, &t, cost_dense_ffn_ns(&s->cost, sd->n_tokens), "ffn", name);
+                continue;
+            }
+            if (s->tl.on) snprintf(name, sizeof name, "L%u router", moe);
+            stream_op(s, &t, cost_router_ns(&s->cost, sd->n_tokens), "router", name);
+            run_layer(s, &t, st, moe);
+            if (s->tl.on) snprintf(name, sizeof name, "L%u shared", moe);
+            stream_op(s, &t, cost_shared_ns(&s->cost, sd->n_tokens), "shared", name);
+            if (s->tl.on) snprintf(name, sizeof name, "L%u combine", moe);
+            stream_op(s, &t, cost_combine_ns(&s->cost, sd->n_tokens), "combine", name);
+            moe++;
+        }
+        stream_op(s, &t, cost_lm_head_ns(&s->cost, n_emit), "lm_head", "lm head");
+        sim_advance_to(s, t);
+        if (s->pm->end_step) s->pm->end_step(s->pol, &ps, t);
+        s->step_end_ns[st] = t;
+    }
+    s->makespan_ns = t;
+    /* drain: copies still in flight (prefetches nobody used) complete; nothing may be left */
+    sim_event ev;
+    while (sim_event_pop(&s->q, &ev)) {
+        s->now_ns = ev.t_ns;
+        engine_chunk_done(s, (int)ev.arg);
+    }
+    MOESIM_ASSERT(s->q.n == 0);
+    for (int i = 0; i < N_ENGINES; i++) {
+        MOESIM_ASSERT(s->eng[i].current == NONE);
+        for (int c = 0; c < N_CLASSES; c++) MOESIM_ASSERT(s->eng[i].head[c] == NONE);
+    }
+}
+
+moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,
+                      sim_result *out, moesim_error *err) {
+    MOESIM_ASSERT(in && in->trace && in->model && in->hw && in->quant && policy_name && out);
+    memset(out, 0, sizeof *out);
+    sim_state *s = moesim_xcalloc(1, sizeof *s);
+    moesim_status st = sim_setup(s, in, policy_name, settings, err);
+    if (!st) {
+        s->step_req = moesim_xmalloc(s->max_step_tokens * sizeof *s->step_req);
+        s->step_pos = moesim_xmalloc(s->max_step_tokens * sizeof *s->step_pos);
+        sim_loop(s);
+        snprintf(out->policy, sizeof out->policy, "%s", s->pm->name);
+        fill_result(s, out, s->makespan_ns);
+        st = sim_timeline_close(&s->tl, err);
+    }
+    free(s->step_req);
+    free(s->step_pos);
+    sim_teardown(s);
+    free(s);
+    return st;
+}

@@ -1,0 +1,121 @@
+/* `moesim sim` end to end: a trace of a real model geometry written to HDF5, run through the
+ * binary with --json and --timeline; usage errors exit 2 with one line and write nothing. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <string.h>
+
+#include "common/model.h"
+#include "sim_fixtures.h"
+#include "support/test_support.h"
+#include "traces/trace.h"
+
+static char trace_path[4096];
+
+static void setup(void) {
+    model_geometry m;
+    moesim_error err = {0};
+    cr_assert_eq(model_load_by_name("olmoe-1b-7b", &m, &err), MOESIM_OK, "%s", err.msg);
+    trace *t = fixture_trace(&m, 4, 6, 20, 1.0, 11);
+    cr_assert(t);
+    snprintf(trace_path, sizeof trace_path, "%s", test_tmp_path("sim-cli.h5"));
+    cr_assert_eq(trace_write(t, trace_path, &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+}
+
+TestSuite(sim_cli, .init = setup);
+
+static char out[1 << 20], errbuf[8192];
+
+Test(sim_cli, json_has_the_documented_keys_and_the_timeline_opens_as_trace_events) {
+    const char *tl = test_tmp_path("sim-cli-timeline.json");
+    int rc =
+        test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", trace_path,
+                        "--hw", "rtx3090-pcie4", "--policy", "lru", "--set", "memory.budget_gb=4",
+                        "--set", "batch.size=2", "--json", "--timeline", tl, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert(j, "not JSON: %s", je.text);
+    cr_assert_eq(json_integer_value(json_object_get(j, "tokens")), 4 * 26);
+    const char *lat[] = {"ttft_ms", "tpot_ms"};
+    for (int i = 0; i < 2; i++)
+        for (const char *const *k = (const char *const[]){"mean", "p50", "p99", NULL}; *k; k++)
+            cr_assert(json_is_number(json_object_get(json_object_get(j, lat[i]), *k)), "%s.%s",
+                      lat[i], *k);
+    const char *keys[] = {"tokens_per_s", "hit_rate",       "h2d_bytes",   "ssd_bytes",
+                          "stall_ms",     "peak_hbm_bytes", "budget_bytes"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        cr_assert(json_is_number(json_object_get(j, keys[i])), "%s", keys[i]);
+    json_t *mix = json_object_get(j, "precision_mix");
+    cr_assert(json_is_number(json_object_get(mix, "hi")) &&
+              json_is_number(json_object_get(mix, "lo")) &&
+              json_is_number(json_object_get(mix, "skip")));
+    cr_assert(json_is_number(json_object_get(json_object_get(j, "prefetch"), "accuracy")));
+    cr_assert(json_is_number(json_object_get(json_object_get(j, "prefetch"), "utilization")));
+    /* the fixture trace has no look-ahead: the predictor is emulated and says so */
+    cr_assert_str_eq(json_string_value(json_object_get(j, "predictor")), "emulated");
+    cr_assert_leq(json_integer_value(json_object_get(j, "peak_hbm_bytes")),
+                  json_integer_value(json_object_get(j, "budget_bytes")));
+    json_decref(j);
+
+    json_t *timeline = json_load_file(tl, 0, &je);
+    cr_assert(timeline, "timeline is not JSON: %s", je.text);
+    json_t *ev = json_object_get(timeline, "traceEvents");
+    cr_assert(json_array_size(ev) > 10);
+    bool tracks[5] = {false};
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "ph")), "X")) continue;
+        json_int_t tid = json_integer_value(json_object_get(e, "tid"));
+        cr_assert(tid >= 1 && tid <= 3);
+        tracks[tid] = true;
+    }
+    cr_assert(tracks[1] && tracks[2], "compute and h2d tracks hold slices");
+    json_decref(timeline);
+}
+
+Test(sim_cli, same_inputs_give_identical_json) {
+    static char out2[1 << 20];
+    const char *args[] = {"sim",           "--trace",  trace_path, "--hw",
+                          "rtx3090-pcie4", "--policy", "ondemand", "--json"};
+    cr_assert_eq(test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, args[0], args[1], args[2],
+                                 args[3], args[4], args[5], args[6], args[7], NULL),
+                 0, "%s", errbuf);
+    cr_assert_eq(test_run_moesim(out2, sizeof out2, errbuf, sizeof errbuf, args[0], args[1],
+                                 args[2], args[3], args[4], args[5], args[6], args[7], NULL),
+                 0, "%s", errbuf);
+    cr_assert_str_eq(out, out2);
+}
+
+Test(sim_cli, config_file_sets_policy_knobs_and_listing_shows_policies) {
+    const char *ini = test_tmp_path("sim-cli-preset.ini");
+    test_write_file(ini, "[lru]\nscope = global\n[memory]\nbudget_gb = 3\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", trace_path,
+                             "--hw", "rtx3090-pcie4", "--policy", "lru", "--config", ini, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    cr_assert(strstr(out, "hit rate") != NULL, "%s", out);
+    cr_assert_eq(
+        test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--list-policies", NULL), 0);
+    cr_assert(strstr(out, "ondemand") && strstr(out, "lru.scope"), "%s", out);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--help", NULL), 0);
+    const char *knobs[] = {"memory.budget_gb", "cache.experts_per_layer", "expert.precision",
+                           "batch.size", "predictor.accuracy"};
+    for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++)
+        cr_assert(strstr(out, knobs[i]) != NULL, "--help lacks %s", knobs[i]);
+}
+
+Test(sim_cli, bad_input_exits_2_with_one_line_and_writes_no_timeline) {
+    const char *tl = test_tmp_path("sim-cli-bad-timeline.json");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", trace_path,
+                             "--hw", "rtx3090-pcie4", "--policy", "lru", "--set",
+                             "memory.budget_gb=0.5", "--timeline", tl, NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "memory.budget_gb") != NULL, "%s", errbuf);
+    cr_assert_eq(strchr(errbuf, '\n'), errbuf + strlen(errbuf) - 1, "one line: %s", errbuf);
+    cr_assert(!test_file_exists(tl));
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", trace_path,
+                         "--hw", "rtx3090-pcie4", "--policy", "belady2", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "known: ") != NULL, "%s", errbuf);
+}
