@@ -17,6 +17,7 @@
 #include "common/rng.h"
 #include "sim/sweep.h"
 #include "support/test_support.h"
+#include "traces/stats.h"
 #include "traces/trace.h"
 
 TestSuite(sweep);
@@ -335,12 +336,15 @@ static void make_fixture(cli_fixture *f, const char *tag) {
     snprintf(name, sizeof name, "%s.ini", tag);
     snprintf(f->exp, sizeof f->exp, "%s", test_tmp_path(name));
     char text[16384];
+    /* real simulations: two policies over per-layer caches of 4..64 experts (OLMoE: 64) */
     snprintf(text, sizeof text,
-             "[experiment]\nname = %s\nevaluator = trace-stats\n"
-             "[axes]\ntrace = %s, %s\nstats.capacity = 1:64:1\n",
+             "[experiment]\nname = %s\n"
+             "[fixed]\nmodel = olmoe-1b-7b\nhw = rtx3090-pcie4\n"
+             "[axes]\ntrace = %s, %s\npolicy = ondemand, lru\n"
+             "cache.experts_per_layer = 4:64:4\n",
              tag, f->trace_a, f->trace_b);
     test_write_file(f->exp, text);
-    f->n_configs = 2 * 64;
+    f->n_configs = 2 * 2 * 16;
 }
 
 static const char *csv_path(const char *tag, const char *what) {
@@ -534,9 +538,47 @@ Test(sweep, a_dry_run_lists_the_shard_and_writes_nothing) {
     cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", f.exp, "-o", out, "--shard",
                                  "1/4", "--dry-run", NULL),
                  0, "%s", se);
-    cr_assert(strstr(so, "32 to run"), "%s", so);
+    cr_assert(strstr(so, "16 to run"), "%s", so);
     cr_assert_not(test_file_exists(out));
     cr_assert_eq(
         test_run_moesim(so, sizeof so, se, sizeof se, "sweep", f.exp, "--shard", "4/4", NULL), 2);
     cr_assert(strstr(se, "--shard"), "%s", se);
+}
+
+Test(sweep, the_trace_stats_evaluator_gives_the_hit_rates_of_trace_stats) {
+    char tpath[4096], exp[4096], out[4096];
+    snprintf(tpath, sizeof tpath, "%s", test_tmp_path("hr.h5"));
+    snprintf(exp, sizeof exp, "%s", test_tmp_path("hr.ini"));
+    snprintf(out, sizeof out, "%s", test_tmp_path("hr.csv"));
+    write_model_trace("olmoe-1b-7b", tpath, 4, 16, 16, 5);
+    char text[8192];
+    snprintf(text, sizeof text,
+             "[experiment]\nevaluator = trace-stats\n[fixed]\ntrace = %s\n"
+             "[axes]\nstats.capacity_share = 0.25, 0.5, 1.0\n",
+             tpath);
+    test_write_file(exp, text);
+    cr_assert_eq(run_quiet("sweep", exp, "-o", out, "-j", "1", NULL), 0);
+    trace *t = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(trace_read(tpath, &t, &err), MOESIM_OK, "%s", err.msg);
+    trace_stats *st = trace_stats_compute(t);
+    char *csv = read_file(out);
+    static const int caps[] = {16, 32, 64};
+    char *line = strchr(csv, '\n') + 1;
+    for (int i = 0; i < 3; i++, line = strchr(line, '\n') + 1) {
+        /* hash,seed,status,policy,model,hw,trace,share, then experts,top_k,capacity,... */
+        double f[6];
+        const char *p = line;
+        for (int c = 0; c < 8; c++) p = strchr(p, ',') + 1;
+        cr_assert_eq(sscanf(p, "%lf,%lf,%lf,%lf,%lf,%lf", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5]),
+                     6, "%s", line);
+        cr_assert_eq((int)f[2], caps[i]);
+        cr_assert_float_eq(f[4], st->lru_hit_rate[caps[i]], 1e-15);
+        cr_assert_float_eq(f[5], st->opt_hit_rate[caps[i]], 1e-15);
+        cr_assert_geq(f[5], f[4], "OPT below LRU");
+    }
+    cr_assert_float_eq(st->opt_hit_rate[64], st->lru_hit_rate[64], 1e-15);
+    free(csv);
+    trace_stats_destroy(st);
+    trace_destroy(t);
 }
