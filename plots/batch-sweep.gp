@@ -4,14 +4,17 @@
 # output.
 set datafile separator ','
 set datafile columnheaders
+# A series' datablock, created holding one comment line so that a series without rows (a policy
+# not built in, every run failed) plots as empty instead of failing the figure.
+table(name) = sprintf('set print %s; print "# %s"; unset print; set table %s append', name, name, name)
 label(i) = i == 1 ? 'dynaexq' : i == 2 ? 'static int4' : 'mixtral-offload'
 ok(i) = strcol('status') eq 'ok' && strcol('system') eq label(i)
 do for [i=1:3] {
-    eval sprintf('set table $t%d', i)
+    eval table(sprintf('$t%d', i))
     plot csv using (column('batch.size')):(column('tokens_per_s')) with table if (ok(i))
-    eval sprintf('set table $f%d', i)
+    eval table(sprintf('$f%d', i))
     plot csv using (column('batch.size')):(column('ttft_ms.p99') / 1000) with table if (ok(i))
-    eval sprintf('set table $p%d', i)
+    eval table(sprintf('$p%d', i))
     plot csv using (column('batch.size')):(column('tpot_ms.p99')) with table if (ok(i))
     unset table
 }

@@ -4,12 +4,15 @@
 # into a datablock (`with table if`: only its rows, only status ok), then drawn sorted by x.
 set datafile separator ','
 set datafile columnheaders
+# A series' datablock, created holding one comment line so that a series without rows (a policy
+# not built in, every run failed) plots as empty instead of failing the figure.
+table(name) = sprintf('set print %s; print "# %s"; unset print; set table %s append', name, name, name)
 models = "Mixtral-8x7B OLMoE-1B-7B Qwen1.5-MoE-A2.7B Qwen3-30B-A3B"
 ok(i) = strcol('status') eq 'ok' && strcol('model_name') eq word(models, i)
 do for [i=1:words(models)] {
-    eval sprintf('set table $lru%d', i)
+    eval table(sprintf('$lru%d', i))
     plot csv using (100 * column('capacity_share')):(100 * column('lru_hit_rate')) with table if (ok(i))
-    eval sprintf('set table $opt%d', i)
+    eval table(sprintf('$opt%d', i))
     plot csv using (100 * column('capacity_share')):(100 * column('opt_hit_rate')) with table if (ok(i))
     unset table
 }
