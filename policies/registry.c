@@ -8,10 +8,14 @@
 
 extern const policy_methods policy_ondemand;
 extern const policy_methods policy_lru;
+extern const policy_methods policy_lfu;
+extern const policy_methods policy_static;
+extern const policy_methods policy_mixtral_offload;
+extern const policy_methods policy_oracle;
 
 static const policy_methods *const registry[] = {
-    &policy_ondemand,
-    &policy_lru,
+    &policy_ondemand,        &policy_lru,    &policy_lfu, &policy_static,
+    &policy_mixtral_offload, &policy_oracle,
 };
 
 const policy_methods *policy_lookup(const char *name) {

@@ -51,8 +51,7 @@ void cost_model_init(cost_model *c, const hw_profile *hw, const model_geometry *
 
 uint64_t cost_transfer_ns(uint64_t bytes, double bytes_per_s) {
     MOESIM_ASSERT(bytes_per_s > 0);
-    long double t = ceill((long double)bytes * 1e9L / (long double)bytes_per_s);
-    return (uint64_t)t;
+    return (uint64_t)ceil((double)bytes * 1e9 / bytes_per_s);
 }
 
 /* max(compute, memory) + launches, in ns (rounded up). */

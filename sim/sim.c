@@ -36,9 +36,10 @@
 #include "sim/sim.h"
 #include "sim/sim_internal.h"
 
-#define NONE      UINT32_MAX
-#define N_CLASSES 3
-#define GIB       1073741824.0
+#define NONE             UINT32_MAX
+#define N_CLASSES        3
+#define GIB              1073741824.0
+#define SIM_ECOST_TOKENS 64 /* expert op times cached for 1..63 tokens */
 
 /* ---- settings ---- */
 
@@ -105,6 +106,7 @@ typedef struct sim_xfer {
     uint8_t parts_done;              /* parts landed in HBM */
     bool started, from_policy;
     uint64_t bytes, done;          /* this stage's total and completed bytes */
+    uint64_t done_ns;              /* cost_transfer_ns(done) at this stage's bandwidth */
     uint64_t part_end[PART_COUNT]; /* cumulative byte offset where each carried part ends */
     uint64_t seq;                  /* issue order */
     uint32_t next;                 /* class queue link, or free-list link */
@@ -213,6 +215,7 @@ struct policy_mem {
     uint64_t *order_key;
     uint32_t la_depth, la_k;
     bool la_emulated;
+    uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
 
     /* prefetch accounting (FIRM-MoE Eq. 7-8) */
     uint8_t *pf_mark;   /* [L*E] */
@@ -354,8 +357,9 @@ static void engine_kick(sim_state *s, int id) {
         e->seg_start_ns = s->now_ns;
     }
     uint64_t chunk = x->bytes - x->done < s->chunk_bytes ? x->bytes - x->done : s->chunk_bytes;
-    uint64_t dur = cost_transfer_ns(x->done + chunk, e->bytes_per_s) -
-                   cost_transfer_ns(x->done, e->bytes_per_s);
+    uint64_t end_ns = cost_transfer_ns(x->done + chunk, e->bytes_per_s);
+    uint64_t dur = end_ns - x->done_ns;
+    x->done_ns = end_ns;
     if (!x->started) {
         dur += e->latency_ns;
         x->started = true;
@@ -412,6 +416,7 @@ static void engine_chunk_done(sim_state *s, int id) {
         engine_close_segment(s, e);
         x->stage = STAGE_H2D;
         x->done = 0;
+        x->done_ns = 0;
         x->started = false;
         engine_kick(s, id);
         xfer_enqueue(s, i);
@@ -905,6 +910,23 @@ typedef struct expert_cat {
     uint8_t hi_bits;
 } expert_cat;
 
+/* Gate/up and down op times of an expert at precision p for `tok` tokens (cached). */
+static void expert_cost(sim_state *s, moesim_precision p, uint32_t tok, uint64_t *gu,
+                        uint64_t *dn) {
+    if (tok < SIM_ECOST_TOKENS) {
+        uint64_t *c = s->ecost_ns[p][tok];
+        if (!c[0] && !c[1]) {
+            c[0] = cost_expert_gate_up_ns(&s->cost, p, tok);
+            c[1] = cost_expert_down_ns(&s->cost, p, tok);
+        }
+        *gu = c[0];
+        *dn = c[1];
+        return;
+    }
+    *gu = cost_expert_gate_up_ns(&s->cost, p, tok);
+    *dn = cost_expert_down_ns(&s->cost, p, tok);
+}
+
 /* Runs one op of `dur_ns` on the compute stream at *t. */
 static void stream_op(sim_state *s, uint64_t *t, uint64_t dur_ns, const char *cat,
                       const char *name) {
@@ -1094,8 +1116,8 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
         uint16_t e = s->active[a];
         moesim_precision pr = (moesim_precision)s->plan[a];
         uint32_t tok = s->active_tokens[a];
-        uint64_t gu = cost_expert_gate_up_ns(&s->cost, pr, tok);
-        uint64_t dn = cost_expert_down_ns(&s->cost, pr, tok);
+        uint64_t gu, dn;
+        expert_cost(s, pr, tok, &gu, &dn);
         if (s->set.part_overlap) {
             stream_wait_parts(s, t, layer, e, pr, 1u << PART_GATE | 1u << PART_UP);
             if (s->tl.on)

@@ -1,0 +1,332 @@
+/* The single-precision expert cache shared by the cache policies (see expert_cache.h for the
+ * model, the scope rules and the victim order).
+ *
+ * Layout: per layer, a compact list of held expert ids (held_ids, with held_pos as its inverse)
+ * so a victim search scans only what is held (at most the pool capacity per layer), never all E.
+ * Recency ticks and use counts are per (layer, expert) and count (token, slot) accesses. Pins
+ * are epoch stamps: a new route bumps the epoch instead of clearing. No allocation after init. */
+#include "policies/expert_cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+
+#define NOT_HELD UINT16_MAX
+
+const char *const expert_cache_scope_names[] = {"layer", "global", NULL};
+
+uint64_t expert_cache_expert_bytes(const policy_params *pp, moesim_precision p) {
+    uint64_t bytes = 0;
+    for (int part = 0; part < PART_COUNT; part++) {
+        if (pp->part_bytes[p][part] == 0) return 0;
+        bytes += pp->part_bytes[p][part];
+    }
+    return bytes;
+}
+
+moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const policy_params *pp,
+                                policy_mem_view mem, expert_cache_scope scope,
+                                uint32_t layer_capacity, moesim_error *err) {
+    memset(c, 0, sizeof *c);
+    MOESIM_ASSERT(pp->n_layers > 0 && pp->n_experts > 0 && pp->n_experts < NOT_HELD);
+    const char *prec = precision_name(pp->precision);
+    uint64_t eb = expert_cache_expert_bytes(pp, pp->precision);
+    if (eb == 0)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "expert.precision=%s is not stored by this host (expected a "
+                           "precision the quantization table and the host support)",
+                           prec);
+    uint64_t L = pp->n_layers;
+    uint64_t capacity;
+    uint32_t per_layer = 0;
+    if (scope == EXPERT_CACHE_GLOBAL) {
+        if (pp->experts_per_layer != 0)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s.scope=global: needs cache.experts_per_layer=0 (one shared "
+                               "budget), got cache.experts_per_layer=%u",
+                               policy_name, pp->experts_per_layer);
+        capacity = pp->expert_budget_bytes / eb;
+        if (capacity > L * pp->n_experts) capacity = L * pp->n_experts;
+        if (capacity < pp->top_k)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "the expert budget of %llu bytes holds %llu experts at %s "
+                               "(%llu bytes each), fewer than top_k=%u; raise memory.budget_gb",
+                               (unsigned long long)pp->expert_budget_bytes,
+                               (unsigned long long)capacity, prec, (unsigned long long)eb,
+                               pp->top_k);
+    } else {
+        if (layer_capacity != 0) {
+            if (pp->experts_per_layer != 0 && layer_capacity > pp->experts_per_layer)
+                return moesim_fail(err, MOESIM_EINPUT,
+                                   "%s.experts_per_layer=%u exceeds cache.experts_per_layer=%u",
+                                   policy_name, layer_capacity, pp->experts_per_layer);
+            if (pp->experts_per_layer == 0 &&
+                (uint64_t)layer_capacity * L * eb > pp->expert_budget_bytes)
+                return moesim_fail(err, MOESIM_EINPUT,
+                                   "%s.experts_per_layer=%u: %u layers at %s need %llu bytes, "
+                                   "more than the expert budget of %llu bytes",
+                                   policy_name, layer_capacity, pp->n_layers, prec,
+                                   (unsigned long long)((uint64_t)layer_capacity * L * eb),
+                                   (unsigned long long)pp->expert_budget_bytes);
+            per_layer = layer_capacity;
+        } else if (pp->experts_per_layer != 0) {
+            per_layer = pp->experts_per_layer;
+        } else {
+            uint64_t share = pp->expert_budget_bytes / (L * eb);
+            per_layer = share > pp->n_experts ? pp->n_experts : (uint32_t)share;
+        }
+        if (per_layer > pp->n_experts) per_layer = pp->n_experts;
+        if (per_layer < pp->top_k)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "the cache holds %u experts per layer at %s (expert budget "
+                               "%llu bytes, %llu bytes per expert, %u layers), fewer than "
+                               "top_k=%u; raise memory.budget_gb or cache.experts_per_layer",
+                               per_layer, prec, (unsigned long long)pp->expert_budget_bytes,
+                               (unsigned long long)eb, pp->n_layers, pp->top_k);
+        capacity = (uint64_t)per_layer * L;
+    }
+
+    c->n_layers = pp->n_layers;
+    c->n_experts = pp->n_experts;
+    c->top_k = pp->top_k;
+    c->precision = pp->precision;
+    c->expert_bytes = eb;
+    c->scope = scope;
+    c->layer_capacity = per_layer;
+    c->capacity = capacity;
+    c->per_layer_pools = pp->experts_per_layer != 0;
+    c->mem = mem;
+    size_t n = (size_t)pp->n_layers * pp->n_experts;
+    c->held_ids = moesim_xcalloc(n, sizeof *c->held_ids);
+    c->held_pos = moesim_xmalloc(n * sizeof *c->held_pos);
+    for (size_t i = 0; i < n; i++) c->held_pos[i] = NOT_HELD;
+    c->n_held = moesim_xcalloc(pp->n_layers, sizeof *c->n_held);
+    c->last_use = moesim_xcalloc(n, sizeof *c->last_use);
+    c->uses = moesim_xcalloc(n, sizeof *c->uses);
+    c->pin = moesim_xcalloc(n, sizeof *c->pin);
+    c->pin_epoch = 1;
+    return MOESIM_OK;
+}
+
+void expert_cache_free(expert_cache *c) {
+    free(c->held_ids);
+    free(c->held_pos);
+    free(c->n_held);
+    free(c->last_use);
+    free(c->uses);
+    free(c->pin);
+    memset(c, 0, sizeof *c);
+}
+
+static inline size_t slot(const expert_cache *c, uint32_t layer, uint32_t expert) {
+    MOESIM_ASSERT(layer < c->n_layers && expert < c->n_experts);
+    return (size_t)layer * c->n_experts + expert;
+}
+
+void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert) {
+    c->pin[slot(c, layer, expert)] = c->pin_epoch;
+}
+
+void expert_cache_begin_route(expert_cache *c) { c->pin_epoch++; }
+
+void expert_cache_pin_active(expert_cache *c, const policy_route *r) {
+    for (uint32_t i = 0; i < r->n_active; i++) expert_cache_pin(c, r->layer, r->active[i]);
+}
+
+bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert) {
+    return c->pin[slot(c, layer, expert)] == c->pin_epoch;
+}
+
+void expert_cache_halve(expert_cache *c) {
+    size_t n = (size_t)c->n_layers * c->n_experts;
+    for (size_t i = 0; i < n; i++) c->uses[i] >>= 1;
+}
+
+bool expert_cache_holds(const expert_cache *c, uint32_t layer, uint32_t expert) {
+    return c->held_pos[slot(c, layer, expert)] != NOT_HELD;
+}
+
+bool expert_cache_layer_full(const expert_cache *c, uint32_t layer) {
+    return c->scope == EXPERT_CACHE_LAYER && c->n_held[layer] >= c->layer_capacity;
+}
+
+static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
+    size_t s = slot(c, layer, expert);
+    MOESIM_ASSERT(c->held_pos[s] == NOT_HELD);
+    uint32_t i = c->n_held[layer]++;
+    c->held_ids[(size_t)layer * c->n_experts + i] = (uint16_t)expert;
+    c->held_pos[s] = (uint16_t)i;
+    c->total_held++;
+}
+
+static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
+    size_t s = slot(c, layer, expert);
+    uint16_t i = c->held_pos[s];
+    MOESIM_ASSERT(i != NOT_HELD);
+    uint16_t *ids = c->held_ids + (size_t)layer * c->n_experts;
+    uint32_t last = --c->n_held[layer];
+    ids[i] = ids[last];
+    c->held_pos[(size_t)layer * c->n_experts + ids[i]] = i;
+    c->held_pos[s] = NOT_HELD;
+    c->total_held--;
+}
+
+/* True when candidate (k, l, e) should be evicted before the best so far (bk, bl, be). */
+static bool key_before(expert_cache_key k, uint32_t l, uint32_t e, expert_cache_key bk, uint32_t bl,
+                       uint32_t be) {
+    if (k.primary != bk.primary) return k.primary > bk.primary;
+    if (k.secondary != bk.secondary) return k.secondary > bk.secondary;
+    if (l != bl) return l < bl;
+    return e < be;
+}
+
+/* The best unpinned victim held in layers [l0, l1). */
+static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, expert_cache_key_fn key,
+                           const void *ctx, uint32_t *victim_layer, uint32_t *victim_expert) {
+    bool found = false;
+    expert_cache_key best = {0, 0};
+    uint32_t bl = 0, be = 0;
+    for (uint32_t l = l0; l < l1; l++) {
+        const uint16_t *ids = c->held_ids + (size_t)l * c->n_experts;
+        for (uint32_t i = 0; i < c->n_held[l]; i++) {
+            uint32_t e = ids[i];
+            if (c->pin[(size_t)l * c->n_experts + e] == c->pin_epoch) continue;
+            expert_cache_key k = key(c, ctx, l, e);
+            if (!found || key_before(k, l, e, best, bl, be)) {
+                found = true;
+                best = k, bl = l, be = e;
+            }
+        }
+    }
+    if (found) *victim_layer = bl, *victim_expert = be;
+    return found;
+}
+
+bool expert_cache_find_victim(const expert_cache *c, uint32_t layer, expert_cache_key_fn key,
+                              const void *ctx, uint32_t *victim_layer, uint32_t *victim_expert) {
+    if (c->scope == EXPERT_CACHE_GLOBAL)
+        return find_victim_in(c, 0, c->n_layers, key, ctx, victim_layer, victim_expert);
+    return find_victim_in(c, layer, layer + 1, key, ctx, victim_layer, victim_expert);
+}
+
+bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
+    MOESIM_ASSERT(expert_cache_holds(c, layer, expert));
+    policy_mem_result r =
+        c->mem.ops->evict(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL);
+    if (r == POLICY_REFUSED) {
+        expert_cache_pin(c, layer, expert);
+        return false;
+    }
+    release(c, layer, expert);
+    c->evictions++;
+    return true;
+}
+
+policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_t expert,
+                                        policy_class cls) {
+    bool held = expert_cache_holds(c, layer, expert);
+    policy_mem_result r =
+        c->mem.ops->load(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL, cls);
+    if (held) {
+        /* the policy's view and the memory system agree: what it holds is loading or resident */
+        MOESIM_ASSERT(r == POLICY_ALREADY);
+        return POLICY_ALREADY;
+    }
+    if (r == POLICY_ISSUED) {
+        hold(c, layer, expert);
+        c->loads++;
+    } else {
+        /* an expert the cache does not hold is absent: nothing else loads at this precision */
+        MOESIM_ASSERT(r == POLICY_REFUSED);
+    }
+    return r;
+}
+
+policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
+                                       policy_class cls, expert_cache_key_fn key, const void *ctx) {
+    uint32_t vl, ve;
+    if (!expert_cache_holds(c, layer, expert)) {
+        /* layer scope: bring the pool below its size first */
+        while (expert_cache_layer_full(c, layer)) {
+            if (!expert_cache_find_victim(c, layer, key, ctx, &vl, &ve)) {
+                /* every held expert of the layer is pinned: a demand may overflow the share
+                 * (the budget stays the hard limit), a prefetch may not */
+                if (cls != POLICY_DEMAND) return POLICY_REFUSED;
+                break;
+            }
+            expert_cache_evict(c, vl, ve); /* a refused victim is pinned; the search moves on */
+        }
+    }
+    for (;;) {
+        policy_mem_result r = expert_cache_try_load(c, layer, expert, cls);
+        if (r != POLICY_REFUSED) return r;
+        bool found = expert_cache_find_victim(c, layer, key, ctx, &vl, &ve);
+        if (!found && c->scope == EXPERT_CACHE_LAYER && !c->per_layer_pools)
+            /* an overflowing layer filled the shared budget: take room from any layer */
+            found = find_victim_in(c, 0, c->n_layers, key, ctx, &vl, &ve);
+        if (!found) return POLICY_REFUSED;
+        expert_cache_evict(c, vl, ve);
+    }
+}
+
+expert_cache_key expert_cache_key_lru(const expert_cache *c, const void *ctx, uint32_t layer,
+                                      uint32_t expert) {
+    (void)ctx;
+    expert_cache_key k = {UINT64_MAX - c->last_use[slot(c, layer, expert)], 0};
+    return k;
+}
+
+expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, uint32_t layer,
+                                      uint32_t expert) {
+    (void)ctx;
+    size_t s = slot(c, layer, expert);
+    expert_cache_key k = {UINT64_MAX - c->uses[s], UINT64_MAX - c->last_use[s]};
+    return k;
+}
+
+/* Index of `expert` in the route's ascending active list. */
+static uint32_t active_index(const policy_route *r, uint16_t expert) {
+    uint32_t lo = 0, hi = r->n_active;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (r->active[mid] < expert)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    MOESIM_ASSERT(lo < r->n_active && r->active[lo] == expert);
+    return lo;
+}
+
+uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan,
+                                 expert_cache_key_fn key, const void *ctx) {
+    size_t row = (size_t)r->layer * c->n_experts;
+    size_t n = (size_t)r->n_tokens * r->top_k;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t e = r->experts[i];
+        if (e == POLICY_NO_EXPERT) continue;
+        MOESIM_ASSERT(e < c->n_experts);
+        c->last_use[row + e] = ++c->tick;
+        c->uses[row + e]++;
+        uint32_t a = active_index(r, e);
+        if (plan->run[a] != POLICY_RUN_SKIP) continue; /* served earlier in this route */
+        expert_cache_pin(c, r->layer, e);
+        if (expert_cache_acquire(c, r->layer, e, POLICY_DEMAND, key, ctx) != POLICY_REFUSED)
+            plan->run[a] = (uint8_t)c->precision;
+    }
+    uint32_t skipped = 0;
+    for (uint32_t a = 0; a < r->n_active; a++) skipped += plan->run[a] == POLICY_RUN_SKIP;
+    c->refused += skipped;
+    return skipped;
+}
+
+size_t expert_cache_report(const expert_cache *c, const char **names, double *values, size_t cap) {
+    const char *n[] = {"loads", "evictions", "refused"};
+    double v[] = {(double)c->loads, (double)c->evictions, (double)c->refused};
+    size_t k = 0;
+    for (; k < MOESIM_ARRAY_LEN(n) && k < cap; k++) names[k] = n[k], values[k] = v[k];
+    return k;
+}

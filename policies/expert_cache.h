@@ -1,0 +1,147 @@
+/* The single-precision expert cache shared by the cache policies of policies/ (lfu,
+ * mixtral-offload, oracle; lru may use it too): which experts a policy holds in HBM at one
+ * precision, their recency and frequency, and victim selection. Internal to policies/: no host
+ * includes it.
+ *
+ * What it models: a policy-side view of the residency it created through policy_mem. An expert is
+ * "held" from the load the policy issued (POLICY_LOADING or POLICY_RESIDENT in the memory system)
+ * until the policy evicts it; the memory system stays the authority (held experts are checked
+ * against it on every access, and the budget is enforced there).
+ *
+ * Scope (the `scope` knob of lru / lfu):
+ *   - layer:  one pool per MoE layer of `layer_capacity` experts; a miss evicts from its own layer.
+ *     The capacity is cache.experts_per_layer when set (the memory system then enforces it), else
+ *     the policy's share of the shared budget: floor(expert_budget / (L * expert_bytes)), at
+ *     most E. The mechanism also refuses loads past the budget, so a full pool evicts first.
+ *   - global: one pool over every layer, bounded by the shared budget alone (needs
+ *     cache.experts_per_layer = 0); a miss evicts the best victim of any layer.
+ *
+ * The layer size is a target for demand loads: when every held expert of the layer is pinned (a
+ * batch routes more distinct experts to the layer than its share), a demand load overflows the
+ * share, and if the shared budget is then full it takes its room from any layer (as lru.c does);
+ * prefetches never overflow.
+ *
+ * Victims: the held expert with the largest key (expert_cache_key: primary, then secondary),
+ * ties to the lower layer, then the lower expert id: deterministic. Pinned experts (those a
+ * route has already served, the candidates of a prefetch, and any expert whose eviction the
+ * memory system refused during this route) are never chosen. Pins last until the next
+ * expert_cache_begin_route.
+ *
+ * Accesses (expert_cache_plan_route): the route's (token, slot) accesses one at a time in token
+ * order, then slot order, like a software cache fed the access sequence (the convention of
+ * traces/stats.h and of lru.c, so a per-layer LRU here gives lru's hit rate): each access stamps
+ * the expert's recency with a strictly increasing tick and adds one use; the first access of an
+ * expert in the route pins it and loads it on demand if it is not held, evicting victims first.
+ * An expert routed later in the same route may be evicted by an earlier access (and is loaded
+ * again when its turn comes) unless the policy pinned the route's active set beforehand. Use
+ * counts persist across evictions. */
+#ifndef MOESIM_POLICIES_EXPERT_CACHE_H
+#define MOESIM_POLICIES_EXPERT_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "policies/policy.h"
+
+typedef enum expert_cache_scope { EXPERT_CACHE_LAYER = 0, EXPERT_CACHE_GLOBAL } expert_cache_scope;
+
+/* "layer", "global", NULL: the choices of a CONFIG_ENUM scope knob (indices match the enum). */
+extern const char *const expert_cache_scope_names[];
+
+/* Eviction order: larger evicts first (primary, then secondary). */
+typedef struct expert_cache_key {
+    uint64_t primary, secondary;
+} expert_cache_key;
+
+typedef struct expert_cache expert_cache;
+typedef expert_cache_key (*expert_cache_key_fn)(const expert_cache *c, const void *ctx,
+                                                uint32_t layer, uint32_t expert);
+
+struct expert_cache {
+    uint32_t n_layers, n_experts, top_k;
+    moesim_precision precision;
+    uint64_t expert_bytes; /* all parts at `precision` */
+    expert_cache_scope scope;
+    uint32_t layer_capacity; /* layer scope: experts per layer pool; global: 0 */
+    bool per_layer_pools;    /* the memory system enforces per-layer pools */
+    uint64_t capacity;       /* experts the whole cache may hold (layer: L * layer_capacity) */
+    policy_mem_view mem;
+
+    uint16_t *held_ids; /* [n_layers][n_experts] first n_held[l] entries: held experts of l */
+    uint16_t *held_pos; /* [n_layers][n_experts] index in held_ids, or UINT16_MAX */
+    uint32_t *n_held;   /* [n_layers] */
+    uint64_t total_held;
+    uint64_t *last_use; /* [n_layers][n_experts] tick of the latest access, 0: never */
+    uint64_t *uses;     /* [n_layers][n_experts] accesses so far (see expert_cache_halve) */
+    uint64_t *pin;      /* [n_layers][n_experts] == pin_epoch: pinned for this route */
+    uint64_t tick, pin_epoch;
+
+    /* figures for policy_report */
+    uint64_t loads, evictions, refused;
+};
+
+/* Sets up an empty cache (caller-allocated struct; expert_cache_free). `layer_capacity` is an
+ * explicit per-layer size from the knob `policy_name`.experts_per_layer (0: derive it as described
+ * above). Fails (MOESIM_EINPUT, one line; the host names the policy) when the precision is not
+ * stored by the host, when scope global meets cache.experts_per_layer, when an explicit capacity
+ * exceeds the budget, or when the cache cannot hold top_k experts of a layer (no token could run).
+ */
+moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const policy_params *pp,
+                                policy_mem_view mem, expert_cache_scope scope,
+                                uint32_t layer_capacity, moesim_error *err);
+void expert_cache_free(expert_cache *c); /* accepts a zeroed struct */
+
+/* Bytes of one expert (every part) at precision p on this host; 0 if it cannot store p. */
+uint64_t expert_cache_expert_bytes(const policy_params *pp, moesim_precision p);
+
+/* Starts a route: drops the previous route's pins. */
+void expert_cache_begin_route(expert_cache *c);
+/* Pins every active expert of the route (none of them is evicted while the route is planned). */
+void expert_cache_pin_active(expert_cache *c, const policy_route *r);
+/* Halves every use count (TinyLFU's reset); recency is kept. */
+void expert_cache_halve(expert_cache *c);
+
+void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert);
+bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert);
+bool expert_cache_holds(const expert_cache *c, uint32_t layer, uint32_t expert);
+/* True when `layer`'s pool is at (or over) its policy-side size (layer scope only). */
+bool expert_cache_layer_full(const expert_cache *c, uint32_t layer);
+
+/* The unpinned held expert to evict for room in `layer`'s pool (layer scope) or anywhere (global):
+ * false when there is none. */
+bool expert_cache_find_victim(const expert_cache *c, uint32_t layer, expert_cache_key_fn key,
+                              const void *ctx, uint32_t *victim_layer, uint32_t *victim_expert);
+/* Evicts a held expert through the memory system; on refusal (in use, copy started) pins it so
+ * the search moves on, and returns false. */
+bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert);
+/* Issues the load of every part of (layer, expert) at the cache's precision and holds it:
+ * POLICY_ISSUED (a miss), POLICY_ALREADY (held; asserted against the memory system), or
+ * POLICY_REFUSED (the memory system's pool is full: the caller makes room). Never evicts and
+ * ignores the policy-side layer size. */
+policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_t expert,
+                                        policy_class cls);
+/* Loads (layer, expert) unless held, first evicting victims by `key` while the layer is at its
+ * size, then while the memory system refuses (see the overflow rule above): POLICY_ISSUED,
+ * POLICY_ALREADY, or POLICY_REFUSED when no evictable victim is left. */
+policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
+                                       policy_class cls, expert_cache_key_fn key, const void *ctx);
+
+/* Keys: least recently used first; least frequently used first (ties: least recently used). */
+expert_cache_key expert_cache_key_lru(const expert_cache *c, const void *ctx, uint32_t layer,
+                                      uint32_t expert);
+expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, uint32_t layer,
+                                      uint32_t expert);
+
+/* Plans the route for a single-precision cache: processes its accesses as described above
+ * (demand class, victims by `key`) and plans every expert it could make loading or resident at
+ * the cache's precision; one it could not place (nothing left to evict) is skipped. Returns the
+ * number skipped. Call after expert_cache_begin_route; `plan` must come all POLICY_RUN_SKIP (the
+ * host's promise). */
+uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan,
+                                 expert_cache_key_fn key, const void *ctx);
+
+/* "loads", "evictions", "refused" (plan entries skipped) as policy_report pairs; returns count. */
+size_t expert_cache_report(const expert_cache *c, const char **names, double *values, size_t cap);
+
+#endif

@@ -1,0 +1,107 @@
+/* `lfu`: an expert cache at one precision (expert.precision) that evicts the least frequently
+ * used expert. The classic LFU replacement rule (e.g. Aho, Denning & Ullman 1971, "Principles of
+ * Optimal Page Replacement", J. ACM 18(1), the frequency-ordered baseline; activation frequency is
+ * also the signal MoE offloading systems cache by, e.g. MoE-Infinity, Xue et al. 2024), applied to
+ * experts: every (token, slot) routing of an expert is one use; a miss loads the expert on demand
+ * and, when its pool is full, evicts the held expert with the fewest uses. Ties go to the least
+ * recently used, then to the lower layer, then to the lower expert id, so runs are deterministic.
+ * Counts are "perfect LFU" counts: they cover every access since the start of the run, whether or
+ * not the expert was resident, and persist across evictions. They do not age by default; with
+ * lfu.halve_every_steps = N every count is halved after each N steps (TinyLFU's reset,
+ * Einziger, Friedman & Manes 2017, "TinyLFU: A Highly Efficient Cache Admission Policy", ACM TOS
+ * 13(4), Sec. 3.3), so old popularity fades. Scope: one pool per MoE layer (default; the pool is
+ * cache.experts_per_layer, or the layer's share of the expert budget) or one pool over all layers
+ * (lfu.scope=global, shared budget). The cache starts empty (cold misses count). */
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "common/alloc.h"
+#include "policies/expert_cache.h"
+#include "policies/policy.h"
+
+typedef struct lfu_knobs {
+    int scope;                  /* expert_cache_scope */
+    uint64_t halve_every_steps; /* 0: counts never age */
+} lfu_knobs;
+
+static const config_field lfu_knob_fields[] = {
+    {.section = "lfu",
+     .key = "scope",
+     .type = CONFIG_ENUM,
+     .offset = offsetof(lfu_knobs, scope),
+     .choices = expert_cache_scope_names,
+     .def = "layer",
+     .min = 1,
+     .max = 0,
+     .help = "layer: one LFU pool per MoE layer (per-layer expert caches as in Eliseev & Mazur "
+             "2023, Sec. 3.1); global: one pool over all layers in the shared budget"},
+    {.section = "lfu",
+     .key = "halve_every_steps",
+     .type = CONFIG_U64,
+     .offset = offsetof(lfu_knobs, halve_every_steps),
+     .min = 0,
+     .max = 1e15,
+     .def = "0",
+     .help = "halve every use count after this many steps (TinyLFU reset, Einziger et al. 2017, "
+             "Sec. 3.3); 0 = counts never age"},
+};
+
+struct policy {
+    expert_cache cache;
+    uint64_t halve_every_steps;
+    uint64_t halvings;
+};
+
+static moesim_status lfu_create(const policy_params *params, const void *knobs_in,
+                                policy_mem_view mem, policy **out, moesim_error *err) {
+    const lfu_knobs *k = knobs_in;
+    policy *p = moesim_xcalloc(1, sizeof *p);
+    moesim_status st =
+        expert_cache_init(&p->cache, "lfu", params, mem, (expert_cache_scope)k->scope, 0, err);
+    if (st != MOESIM_OK) {
+        free(p);
+        return st;
+    }
+    p->halve_every_steps = k->halve_every_steps;
+    *out = p;
+    return MOESIM_OK;
+}
+
+static void lfu_on_route(policy *p, const policy_route *route, policy_plan *plan) {
+    expert_cache_begin_route(&p->cache);
+    expert_cache_plan_route(&p->cache, route, plan, expert_cache_key_lfu, NULL);
+}
+
+static void lfu_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
+    (void)now_ns;
+    if (p->halve_every_steps != 0 && (step->index + 1) % p->halve_every_steps == 0) {
+        expert_cache_halve(&p->cache);
+        p->halvings++;
+    }
+}
+
+static size_t lfu_report(const policy *p, const char **names, double *values, size_t cap) {
+    size_t n = expert_cache_report(&p->cache, names, values, cap);
+    if (n < cap) names[n] = "halvings", values[n++] = (double)p->halvings;
+    return n;
+}
+
+static void lfu_destroy(policy *p) {
+    if (!p) return;
+    expert_cache_free(&p->cache);
+    free(p);
+}
+
+const policy_methods policy_lfu = {
+    .api_version = POLICY_API_VERSION,
+    .name = "lfu",
+    .summary = "expert cache at expert.precision evicting the least frequently used expert",
+    .knobs = lfu_knob_fields,
+    .n_knobs = sizeof lfu_knob_fields / sizeof lfu_knob_fields[0],
+    .knobs_size = sizeof(lfu_knobs),
+    .create = lfu_create,
+    .on_route = lfu_on_route,
+    .end_step = lfu_end_step,
+    .report = lfu_report,
+    .destroy = lfu_destroy,
+};

@@ -1,0 +1,172 @@
+/* Invariants every registered policy keeps under the simulator, table-driven over policy_all()
+ * and random traces: peak HBM never exceeds the budget; every expert op starts with all its
+ * parts resident at the precision it runs at; the same inputs and seed give identical JSON; and
+ * the `oracle` bound is at least every other policy's hit rate. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/config.h"
+#include "policies/policy.h"
+#include "sim/sim.h"
+#include "sim_fixtures.h"
+
+static quant_table quant;
+
+static void setup(void) {
+    moesim_error err = {0};
+    cr_assert_eq(quant_table_load_default(&quant, &err), MOESIM_OK, "%s", err.msg);
+}
+
+TestSuite(sim_invariants, .init = setup);
+
+typedef struct sim_case {
+    const char *what;
+    uint32_t layers, experts, top_k;
+    uint32_t requests, prompt, decode;
+    double skew;
+    uint64_t seed;
+    const char *sets[4]; /* NULL-terminated */
+} sim_case;
+
+/* One bf16 fixture expert is 3 MiB; the cases range from a budget that holds a few layers'
+ * worth of experts to one that holds them all, per-layer pools, batches and mixed phases. */
+static const sim_case cases[] = {
+    {.what = "tight budget, batch 1",
+     .layers = 4,
+     .experts = 16,
+     .top_k = 2,
+     .requests = 3,
+     .prompt = 4,
+     .decode = 12,
+     .skew = 1.0,
+     .seed = 1,
+     .sets = {"memory.budget_gb=0.06", NULL}},
+    {.what = "roomy budget, batch 3",
+     .layers = 4,
+     .experts = 16,
+     .top_k = 2,
+     .requests = 5,
+     .prompt = 3,
+     .decode = 10,
+     .skew = 0.0,
+     .seed = 2,
+     .sets = {"memory.budget_gb=0.3", "batch.size=3", NULL}},
+    {.what = "per-layer pools of 4",
+     .layers = 3,
+     .experts = 12,
+     .top_k = 2,
+     .requests = 2,
+     .prompt = 5,
+     .decode = 15,
+     .skew = 2.0,
+     .seed = 3,
+     .sets = {"cache.experts_per_layer=4", "batch.size=2", NULL}},
+    {.what = "int4 experts, top-4",
+     .layers = 2,
+     .experts = 32,
+     .top_k = 4,
+     .requests = 4,
+     .prompt = 2,
+     .decode = 8,
+     .skew = 1.0,
+     .seed = 4,
+     .sets = {"memory.budget_gb=0.05", "expert.precision=int4", "batch.size=2", NULL}},
+};
+
+typedef struct residency_check {
+    uint64_t ops, violations;
+} residency_check;
+
+static void check_expert_start(void *ctx, policy_mem_view mem, uint32_t layer, uint32_t expert,
+                               moesim_precision prec, uint32_t parts_mask, uint64_t t_ns) {
+    (void)t_ns;
+    residency_check *c = ctx;
+    c->ops++;
+    for (int part = 0; part < PART_COUNT; part++)
+        if ((parts_mask & (1u << part)) &&
+            mem.ops->state(mem.mem, layer, expert, prec, (expert_part)part) != POLICY_RESIDENT)
+            c->violations++;
+}
+
+/* Runs one case; returns the status (a policy may refuse a setting it cannot work in). */
+static moesim_status run_case(const sim_case *sc, const trace *t, const model_geometry *m,
+                              const char *policy_name, sim_result *r, residency_check *rc,
+                              moesim_error *err) {
+    hw_profile hw = fixture_hw();
+    config *c = config_create();
+    for (const char *const *s = sc->sets; *s; s++)
+        cr_assert_eq(config_set(c, *s, err), MOESIM_OK, "%s", err->msg);
+    sim_hooks hooks = {.ctx = rc, .on_expert_start = check_expert_start};
+    sim_inputs in = {.trace = t, .model = m, .hw = &hw, .quant = &quant, .hooks = &hooks};
+    moesim_status st = sim_run(&in, policy_name, c, r, err);
+    config_destroy(c);
+    return st;
+}
+
+Test(sim_invariants, every_policy_stays_in_budget_runs_only_resident_experts_and_is_deterministic) {
+    size_t n_pol;
+    const policy_methods *const *all = policy_all(&n_pol);
+    cr_assert_geq(n_pol, 2);
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const sim_case *sc = &cases[ci];
+        model_geometry m = fixture_model(sc->layers, sc->experts, sc->top_k);
+        trace *t = fixture_trace(&m, sc->requests, sc->prompt, sc->decode, sc->skew, sc->seed);
+        cr_assert(t);
+        for (size_t pi = 0; pi < n_pol; pi++) {
+            const char *name = all[pi]->name;
+            sim_result r1, r2;
+            residency_check rc1 = {0}, rc2 = {0};
+            moesim_error err = {0};
+            moesim_status st = run_case(sc, t, &m, name, &r1, &rc1, &err);
+            if (st) {
+                /* refusing a setting is allowed, with a message; the two baselines never do */
+                cr_assert_eq(st, MOESIM_EINPUT, "%s / %s: %s", sc->what, name, err.msg);
+                cr_assert(err.msg[0]);
+                cr_assert(strcmp(name, "ondemand") && strcmp(name, "lru"), "%s / %s: %s", sc->what,
+                          name, err.msg);
+                continue;
+            }
+            cr_assert_leq(r1.peak_hbm_bytes, r1.budget_bytes, "%s / %s", sc->what, name);
+            cr_assert_gt(rc1.ops, 0, "%s / %s ran no expert", sc->what, name);
+            cr_assert_eq(rc1.violations, 0, "%s / %s: %llu expert ops started without weights",
+                         sc->what, name, (unsigned long long)rc1.violations);
+            cr_assert_eq(r1.tokens, t->n_tokens);
+            double mix = r1.precision_mix_hi + r1.precision_mix_lo + r1.precision_mix_skip;
+            cr_assert_float_eq(mix, 1.0, 1e-9, "%s / %s", sc->what, name);
+            cr_assert_eq(run_case(sc, t, &m, name, &r2, &rc2, &err), MOESIM_OK, "%s", err.msg);
+            json_t *o1 = sim_result_to_json(&r1), *o2 = sim_result_to_json(&r2);
+            char *j1 = json_dumps(o1, JSON_COMPACT | JSON_REAL_PRECISION(17));
+            char *j2 = json_dumps(o2, JSON_COMPACT | JSON_REAL_PRECISION(17));
+            cr_assert_str_eq(j1, j2, "%s / %s: two runs differ", sc->what, name);
+            free(j1);
+            free(j2);
+            json_decref(o1);
+            json_decref(o2);
+        }
+        trace_destroy(t);
+    }
+}
+
+Test(sim_invariants, oracle_hit_rate_bounds_every_other_policy) {
+    if (!policy_lookup("oracle")) cr_skip_test("no policy named 'oracle' is registered yet");
+    size_t n_pol;
+    const policy_methods *const *all = policy_all(&n_pol);
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const sim_case *sc = &cases[ci];
+        model_geometry m = fixture_model(sc->layers, sc->experts, sc->top_k);
+        trace *t = fixture_trace(&m, sc->requests, sc->prompt, sc->decode, sc->skew, sc->seed);
+        sim_result ro;
+        residency_check rc = {0};
+        moesim_error err = {0};
+        cr_assert_eq(run_case(sc, t, &m, "oracle", &ro, &rc, &err), MOESIM_OK, "%s: %s", sc->what,
+                     err.msg);
+        for (size_t pi = 0; pi < n_pol; pi++) {
+            sim_result r;
+            if (run_case(sc, t, &m, all[pi]->name, &r, &rc, &err)) continue;
+            cr_assert_geq(ro.hit_rate, r.hit_rate, "%s: oracle %.4f < %s %.4f", sc->what,
+                          ro.hit_rate, all[pi]->name, r.hit_rate);
+        }
+        trace_destroy(t);
+    }
+}
