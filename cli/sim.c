@@ -184,6 +184,11 @@ int cmd_sim(int argc, char **argv) {
             .trace = t, .model = &model, .hw = &hw, .quant = &quant, .timeline_path = timeline};
         st = sim_run(&in, policy_name, settings, &r, &err);
     }
+    if (!st && r.cost_extrapolated)
+        fprintf(stderr,
+                "moesim sim: warning: the cost table's measurements do not cover %u op curves "
+                "this run needs; those times are extrapolated (sim/COST.md)\n",
+                r.cost_extrapolated);
     if (st) {
         rc = cli_fail(&err);
     } else if (json) {

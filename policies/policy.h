@@ -16,6 +16,13 @@
  *   on_transfer_done(...)                       whenever a load the policy issued completes
  *   destroy()
  *
+ * Routes and sub-routes: on_route normally comes once per (step, layer). When the step's distinct
+ * experts at a layer cannot all fit one pool at once, the host splits the step's tokens, in
+ * order, into consecutive sub-routes whose experts fit, and calls on_route for each (same layer,
+ * increasing now_ns; the previous sub-route's experts have computed). Warm-up: loads issued from
+ * warmup are the initial placement, resident before the clock starts; on_transfer_done is
+ * called for them after warmup returns. sim/README.md defines the hit rate and the other metrics.
+ *
  * The memory system (policy_mem, implemented by sim/ and by replay/) holds every
  * (layer, expert, precision, part) in one of three states: absent, loading, resident. The
  * mechanism, not the policy, enforces the HBM budget: a load that would exceed it is refused

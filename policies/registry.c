@@ -13,11 +13,13 @@ extern const policy_methods policy_static;
 extern const policy_methods policy_mixtral_offload;
 extern const policy_methods policy_oracle;
 extern const policy_methods policy_dymoe;
+extern const policy_methods policy_dynaexq;
 
 static const policy_methods *const registry[] = {
     &policy_ondemand,        &policy_lru,    &policy_lfu, &policy_static,
     &policy_mixtral_offload, &policy_oracle,
     &policy_dymoe,
+    &policy_dynaexq,
 };
 
 const policy_methods *policy_lookup(const char *name) {

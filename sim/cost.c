@@ -132,6 +132,13 @@ static double curve_eval(const cost_curve *cv, double x) {
     return cv->t_ns[i - 1] + f * (cv->t_ns[i] - cv->t_ns[i - 1]);
 }
 
+bool cost_table_covers(const cost_model *c, cost_op op, moesim_precision p, double lo, double hi) {
+    MOESIM_ASSERT(op < COST_OP_COUNT && p < PREC_COUNT);
+    const cost_curve *cv = &c->curve[op][cost_op_is_expert(op) ? p : PREC_BF16];
+    if (!c->has_table || !cv->n) return true;
+    return lo >= cv->x[0] && hi <= cv->x[cv->n - 1];
+}
+
 uint64_t cost_op_ns(const cost_model *c, cost_op op, moesim_precision p, double x) {
     MOESIM_ASSERT(op < COST_OP_COUNT && p < PREC_COUNT);
     if (x <= 0) return 0;
@@ -191,6 +198,8 @@ static bool cost_op_from_name(const char *s, cost_op *out) {
 moesim_status cost_table_load(cost_model *c, const char *path, moesim_error *err) {
     FILE *f = fopen(path, "r");
     if (!f) return moesim_fail(err, MOESIM_EIO, "%s: cannot open cost table", path);
+    memset(c->curve, 0, sizeof c->curve); /* a table replaces any earlier one */
+    c->has_table = false;
     char line[512];
     unsigned lineno = 0;
     bool header = false;

@@ -70,6 +70,10 @@ void cost_model_init(cost_model *c, const hw_profile *hw, const model_geometry *
 /* Loads a measured table (sim/COST.md) into c; errors name the file and line. */
 moesim_status cost_table_load(cost_model *c, const char *path, moesim_error *err);
 
+/* False when the table measures (op, p) but not all of [lo, hi] (those times are
+ * extrapolated); true for ops the table does not list. */
+bool cost_table_covers(const cost_model *c, cost_op op, moesim_precision p, double lo, double hi);
+
 /* Op times in ns. `prec` matters for expert ops only. */
 uint64_t cost_op_ns(const cost_model *c, cost_op op, moesim_precision prec, double x);
 

@@ -100,6 +100,7 @@ json_t *sim_result_to_json(const sim_result *r) {
     json_object_set_new(j, "predictor_accuracy", num(r->predictor_accuracy));
     json_object_set_new(j, "steps", json_integer((json_int_t)r->steps));
     json_object_set_new(j, "expert_ops", json_integer((json_int_t)r->expert_ops));
+    json_object_set_new(j, "cost_extrapolated", json_integer(r->cost_extrapolated));
     json_t *rep = json_object();
     for (size_t i = 0; i < r->n_policy_report; i++)
         json_object_set_new(rep, r->policy_report_names[i], num(r->policy_report_values[i]));

@@ -196,7 +196,7 @@ struct policy_mem {
     uint64_t *use_cur;   /* [L*E] cursor */
     uint64_t access_pos; /* global position of the current sub-route's first access */
     uint64_t cur_step;
-    uint32_t cur_layer;
+    int64_t cur_layer; /* last layer routed in the current step; -1 before its first route */
 
     /* per-route scratch: [max_step_tokens * K] etc. */
     uint16_t *r_experts;
@@ -234,6 +234,7 @@ struct policy_mem {
     policy_params params; /* borrowed by the policy for the run */
     bool queue_live;
     uint32_t *step_req, *step_pos; /* [max_step_tokens] of the current step */
+    uint32_t cost_extrapolated;
     uint64_t makespan_ns;
 };
 
@@ -615,7 +616,7 @@ static uint32_t mem_future_active(const policy_mem *cm, uint32_t layer, uint16_t
                                   uint32_t cap) {
     sim_state *s = (sim_state *)cm;
     MOESIM_ASSERT(layer < s->L);
-    uint64_t st = layer > s->cur_layer ? s->cur_step : s->cur_step + 1;
+    uint64_t st = (int64_t)layer > s->cur_layer ? s->cur_step : s->cur_step + 1;
     if (st >= s->n_steps) return 0;
     uint32_t gen = ++s->stamp_gen;
     uint32_t n = 0;
@@ -1267,6 +1268,7 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->kv_peak_bytes = s->kv_peak_bytes;
     r->h2d_busy_ms = (double)s->eng[ENG_H2D].busy_ns / 1e6;
     r->ssd_busy_ms = (double)s->eng[ENG_SSD].busy_ns / 1e6;
+    r->cost_extrapolated = s->cost_extrapolated;
     r->sim_memory_bytes =
         s->mem.used_bytes + (uint64_t)s->cap_xf * sizeof(sim_xfer) + s->q.cap * sizeof(sim_event);
     if (s->pm->report) {
@@ -1328,6 +1330,24 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
 
     arena_init(&s->mem, 1u << 20);
     schedule_build(s);
+
+    if (s->cost.has_table) { /* which measured curves this run's steps reach beyond */
+        uint64_t max_attended = 1;
+        for (uint64_t st2 = 0; st2 < s->n_steps; st2++) {
+            uint64_t a = 0;
+            for (uint32_t i = 0; i < s->steps[st2].n_tokens; i++)
+                a += (uint64_t)t->position[s->step_tokens[s->steps[st2].first + i]] + 1;
+            if (a > max_attended) max_attended = a;
+        }
+        for (int op = 0; op < COST_OP_COUNT; op++)
+            for (int p = 0; p < PREC_COUNT; p++) {
+                if (p != PREC_BF16 && op != COST_EXPERT_GATE_UP && op != COST_EXPERT_DOWN) continue;
+                double hi =
+                    op == COST_ATTENTION ? (double)max_attended : (double)s->max_step_tokens;
+                s->cost_extrapolated +=
+                    !cost_table_covers(&s->cost, (cost_op)op, (moesim_precision)p, 1, hi);
+            }
+    }
 
     /* HBM: non-expert weights, KV peak and activations first; experts get the rest */
     double budget_gb = s->set.budget_gb > 0 ? s->set.budget_gb : (double)in->hw->hbm_bytes / GIB;
@@ -1471,6 +1491,8 @@ static void sim_loop(sim_state *s) {
     hbm_note(s);
     s->warmup = true;
     s->now_ns = 0;
+    s->cur_step = 0;
+    s->cur_layer = -1;
     if (s->pm->warmup) s->pm->warmup(s->pol, 0);
     s->warmup = false;
     deliver_warmup(s);
@@ -1497,6 +1519,7 @@ static void sim_loop(sim_state *s) {
             n_emit += s->step_emit[sd->first + i];
         }
         s->cur_step = st;
+        s->cur_layer = -1;
         if (s->pm->begin_step) s->pm->begin_step(s->pol, &ps);
         uint64_t attn_ns = cost_attention_ns(&s->cost, sd->n_tokens, attended);
         uint32_t moe = 0;

@@ -90,6 +90,8 @@ typedef struct sim_result {
     uint64_t kv_peak_bytes;          /* KV cache reserved (its peak over the run) */
     double h2d_busy_ms, ssd_busy_ms; /* copy engine busy time */
     uint64_t sim_memory_bytes; /* the simulator's own allocations for the run (not the trace) */
+    uint32_t cost_extrapolated; /* (op, precision) curves of the measured cost table used outside
+                                   their measured range (sim/COST.md) */
 } sim_result;
 
 /* Runs the trace under `policy_name` with `settings` (which the run reads and checks; unknown

@@ -275,3 +275,149 @@ Test(sim, unknown_setting_is_an_error_naming_it) {
     cr_assert(strstr(err.msg, "experts_per_lyr") != NULL, "%s", err.msg);
     trace_destroy(t);
 }
+
+Test(sim, measured_cost_table_interpolates_inside_and_extrapolates_a_fitted_line_outside) {
+    model_geometry m = fixture_model(1, 1, 1);
+    hw_profile hw = fixture_hw();
+    cost_model c;
+    cost_model_init(&c, &hw, &m, &quant);
+    uint64_t roofline_down = cost_expert_down_ns(&c, PREC_BF16, 2);
+    const char *path = "cost-table-test.txt";
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("# moesim cost table v1\n# op precision x time_us\n"
+          "expert_gate_up bf16 1 10   # one token\n"
+          "expert_gate_up bf16 3 30\n\n"
+          "expert_gate_up int4 1 4\n",
+          f);
+    fclose(f);
+    moesim_error err = {0};
+    cr_assert_eq(cost_table_load(&c, path, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(cost_expert_gate_up_ns(&c, PREC_BF16, 2), 20000);      /* interpolated */
+    cr_assert_eq(cost_expert_gate_up_ns(&c, PREC_BF16, 5), 50000);      /* line t = 10 us * x */
+    cr_assert_eq(cost_expert_gate_up_ns(&c, PREC_INT4, 3), 12000);      /* one point: through 0 */
+    cr_assert_eq(cost_expert_down_ns(&c, PREC_BF16, 2), roofline_down); /* not measured */
+    cr_assert(cost_table_covers(&c, COST_EXPERT_GATE_UP, PREC_BF16, 1, 3));
+    cr_assert(!cost_table_covers(&c, COST_EXPERT_GATE_UP, PREC_BF16, 1, 4));
+    cr_assert(cost_table_covers(&c, COST_ROUTER, PREC_BF16, 1, 1000));
+
+    f = fopen(path, "w");
+    fputs("# moesim cost table v1\nexpert_gate_up bf16 3 30\nexpert_gate_up bf16 2 20\n", f);
+    fclose(f);
+    cr_assert_eq(cost_table_load(&c, path, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "cost-table-test.txt:3") && strstr(err.msg, "increase"), "%s",
+              err.msg);
+    f = fopen(path, "w");
+    fputs("# moesim cost table v1\nrouter int4 1 3\n", f);
+    fclose(f);
+    cr_assert_eq(cost_table_load(&c, path, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, ":2") && strstr(err.msg, "bf16"), "%s", err.msg);
+    remove(path);
+}
+
+Test(sim, a_run_with_a_measured_table_uses_its_times_and_reports_extrapolation) {
+    model_geometry m = fixture_model(1, 1, 1);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 1, 1, 0, 0, 1);
+    const char *path = "cost-table-run.txt";
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("# moesim cost table v1\nexpert_gate_up bf16 1 100\nexpert_down bf16 1 50\n"
+          "lm_head bf16 2 7\nlm_head bf16 4 9\n",
+          f);
+    fclose(f);
+    cost_model c;
+    cost_model_init(&c, &hw, &m, &quant);
+    uint64_t bytes = model_expert_bytes(&m, &quant, PREC_BF16);
+    /* lm_head at x = 1 is below its measured range: the fitted line 5 us + 1 us * x gives 6 us */
+    uint64_t want = fixed_ns(&c, 1, 1) + hw.h2d_latency_ns +
+                    cost_transfer_ns(bytes, hw.h2d_bytes_per_s) + 100000 + 50000 +
+                    cost_shared_ns(&c, 1) + cost_combine_ns(&c, 1) + 6000;
+    const char *sets[] = {"sim.part_overlap=false", "sim.cost_table=cost-table-run.txt", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, &r, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(makespan_ns(&r), want);
+    cr_assert_eq(r.cost_extrapolated, 1, "%u", r.cost_extrapolated); /* lm_head */
+    remove(path);
+    trace_destroy(t);
+}
+
+/* Records, for every decode token, whether the distance-1 prediction's first candidate made at
+ * layer l is the expert the token's top-1 turns out to be at layer l + 1. */
+typedef struct predictor_probe {
+    uint16_t predicted; /* made at the previous layer, for this layer */
+    uint64_t right, total;
+} predictor_probe;
+
+static predictor_probe *probe_out;
+
+static moesim_status probe_create(const policy_params *params, const void *knobs,
+                                  policy_mem_view mem, policy **out, moesim_error *err) {
+    (void)knobs;
+    (void)err;
+    cr_assert(params->lookahead_emulated);
+    cr_assert_eq(params->lookahead_depth, 1);
+    scripted *p = calloc(1, sizeof *p);
+    p->mem = mem;
+    *out = p;
+    return MOESIM_OK;
+}
+
+static void probe_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    if (r->n_tokens == 1) {
+        if (r->layer > 0 && probe_out->predicted != POLICY_NO_EXPERT) {
+            probe_out->total++;
+            probe_out->right += probe_out->predicted == r->experts[0];
+        }
+        probe_out->predicted = r->lookahead_ids[0];
+    } else {
+        probe_out->predicted = POLICY_NO_EXPERT;
+    }
+    for (uint32_t a = 0; a < r->n_active; a++) {
+        p->mem.ops->load(p->mem.mem, r->layer, r->active[a], PREC_INT4, POLICY_PARTS_ALL,
+                         POLICY_DEMAND);
+        plan->run[a] = PREC_INT4;
+    }
+}
+
+static void probe_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
+    (void)step;
+    (void)now_ns;
+    /* free everything: the probe is not a cache */
+    for (uint32_t l = 0; l < 4; l++)
+        for (uint32_t e = 0; e < 32; e++)
+            p->mem.ops->evict(p->mem.mem, l, e, PREC_INT4, POLICY_PARTS_ALL);
+}
+
+static const policy_methods probe_methods = {
+    .api_version = POLICY_API_VERSION,
+    .name = "probe",
+    .summary = "test: measures the emulated predictor",
+    .create = probe_create,
+    .on_route = probe_on_route,
+    .end_step = probe_end_step,
+    .destroy = scripted_destroy,
+};
+
+Test(sim, emulated_predictor_has_the_stated_top1_accuracy_and_is_reported_as_emulated) {
+    model_geometry m = fixture_model(4, 32, 2);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 4, 1, 300, 0.0, 5);
+    predictor_probe probe = {.predicted = POLICY_NO_EXPERT};
+    probe_out = &probe;
+    const char *sets[] = {"predictor.accuracy=0.7", "expert.precision=int4", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "probe", &probe_methods, sets, &r, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert(r.predictor_emulated);
+    cr_assert_float_eq(r.predictor_accuracy, 0.7, 1e-12);
+    /* 0.7 kept plus a random replacement that hits by chance never (it excludes the truth) */
+    double acc = (double)probe.right / (double)probe.total;
+    double sigma = sqrt(0.7 * 0.3 / (double)probe.total);
+    cr_assert_gt(probe.total, 3000);
+    cr_assert(fabs(acc - 0.7) < 4 * sigma, "measured %.4f over %llu", acc,
+              (unsigned long long)probe.total);
+    trace_destroy(t);
+}

@@ -60,8 +60,9 @@ typedef struct synth_knobs {
     double topic_concentration; /* std of a topic's log-popularity offset */
     double topic_persistence;   /* P(next request continues the previous one's topic) */
     /* temporal locality between consecutive tokens of a request */
-    double reuse_top1_first, reuse_top1_mid, reuse_top1_last;    /* P(copy previous top-1) */
-    double reuse_other_first, reuse_other_mid, reuse_other_last; /* P(slot copies a previous) */
+    double reuse_top1_first, reuse_top1_mid, reuse_top1_last; /* P(copy previous top-1) */
+    double reuse_other_first, reuse_other_mid,
+        reuse_other_last; /* P(slot copies a previous); < 0: P(redraw) */
     /* cross-layer predictability */
     double lookahead_top1_d1, lookahead_top1_d2, lookahead_top1_d3; /* P(first candidate right) */
     double lookahead_top1_decay;   /* factor per distance beyond 3 */

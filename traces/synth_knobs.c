@@ -32,12 +32,12 @@ const synth_knob_info synth_knob_table[] = {
     KNOB(reuse_top1_first, 0, 1, "probability a token copies its predecessor's top-1, first layer"),
     KNOB(reuse_top1_mid, 0, 1, "probability a token copies its predecessor's top-1, middle layer"),
     KNOB(reuse_top1_last, 0, 1, "probability a token copies its predecessor's top-1, last layer"),
-    KNOB(reuse_other_first, 0, 1,
-         "probability each other slot copies one of the predecessor's experts, first layer"),
-    KNOB(reuse_other_mid, 0, 1,
-         "probability each other slot copies one of the predecessor's experts, middle layer"),
-    KNOB(reuse_other_last, 0, 1,
-         "probability each other slot copies one of the predecessor's experts, last layer"),
+    KNOB(reuse_other_first, -1, 1,
+         "P(each other slot copies a predecessor's expert); < 0: P(it redraws one), first layer"),
+    KNOB(reuse_other_mid, -1, 1,
+         "P(each other slot copies a predecessor's expert); < 0: P(it redraws one), middle layer"),
+    KNOB(reuse_other_last, -1, 1,
+         "P(each other slot copies a predecessor's expert); < 0: P(it redraws one), last layer"),
     KNOB(lookahead_top1_d1, 0, 1, "probability the first candidate for layer l+1 is its top-1"),
     KNOB(lookahead_top1_d2, 0, 1, "probability the first candidate for layer l+2 is its top-1"),
     KNOB(lookahead_top1_d3, 0, 1, "probability the first candidate for layer l+3 is its top-1"),
@@ -81,21 +81,21 @@ static void knobs_common(synth_knobs *k) {
     k->importance_salience_sigma = 1.0;
     k->importance_layer_correlation = 0.5;
     /* Mixtral paper Table 5 is the only published reuse figure: every family uses it */
-    k->reuse_top1_first = 0.02;
+    k->reuse_top1_first = 0.015;
     k->reuse_top1_mid = 0.14;
-    k->reuse_top1_last = 0.10;
+    k->reuse_top1_last = 0.11;
     k->reuse_other_first = 0.0;
     k->reuse_other_mid = 0.20;
-    k->reuse_other_last = 0.0;
+    k->reuse_other_last = -0.20;
 }
 
 static void knobs_mixtral(synth_knobs *k) {
     knobs_common(k);
     /* Mixtral profiling: busiest expert 1.1-1.9x the mean per layer */
-    k->popularity_skew_first = 0.30;
+    k->popularity_skew_first = 0.15;
     k->popularity_skew_mid = 0.30;
-    k->popularity_skew_last = 0.30;
-    k->topic_concentration = 0.3;
+    k->popularity_skew_last = 0.20;
+    k->topic_concentration = 0.2;
     k->topic_persistence = 0.5;
 }
 
@@ -105,39 +105,39 @@ static void knobs_qwen3_moe(synth_knobs *k) {
     k->popularity_skew_first = 1.0;
     k->popularity_skew_mid = 1.0;
     k->popularity_skew_last = 1.0;
-    k->topic_concentration = 1.0;
-    k->topic_persistence = 0.85;
+    k->topic_concentration = 0.8;
+    k->topic_persistence = 0.98;
 }
 
 static void knobs_qwen3_next(synth_knobs *k) {
     knobs_common(k);
     /* DynaExq decode table, Qwen3-Next-80B-A3B */
-    k->popularity_skew_first = 0.5;
-    k->popularity_skew_mid = 0.5;
-    k->popularity_skew_last = 0.5;
+    k->popularity_skew_first = 0.8;
+    k->popularity_skew_mid = 0.8;
+    k->popularity_skew_last = 0.8;
     k->topic_concentration = 0.5;
-    k->topic_persistence = 0.5;
+    k->topic_persistence = 0.99;
 }
 
 static void knobs_deepseek_v2(synth_knobs *k) {
     knobs_common(k);
     /* DynaExq decode table, DeepSeek-V2-Lite */
-    k->popularity_skew_first = 1.0;
-    k->popularity_skew_mid = 1.0;
-    k->popularity_skew_last = 1.0;
-    k->topic_concentration = 2.0;
-    k->topic_persistence = 0.8;
+    k->popularity_skew_first = 1.2;
+    k->popularity_skew_mid = 1.2;
+    k->popularity_skew_last = 1.2;
+    k->topic_concentration = 1.8;
+    k->topic_persistence = 0.82;
 }
 
 static void knobs_olmoe(synth_knobs *k) {
     knobs_common(k);
     /* OLMoE repository counts: top-10 % share 16-19 % on C4 (text), 38-44 % at layers 7 and
      * 15 on arXiv / GitHub (math, code) */
-    k->popularity_skew_first = 0.35;
-    k->popularity_skew_mid = 0.35;
-    k->popularity_skew_last = 0.35;
-    k->workload_skew_math = 3.0;
-    k->workload_skew_code = 3.0;
+    k->popularity_skew_first = 0.33;
+    k->popularity_skew_mid = 0.33;
+    k->popularity_skew_last = 0.33;
+    k->workload_skew_math = 3.9;
+    k->workload_skew_code = 3.9;
     k->topic_concentration = 0.3;
     k->topic_persistence = 0.5;
 }
