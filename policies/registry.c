@@ -14,12 +14,14 @@ extern const policy_methods policy_mixtral_offload;
 extern const policy_methods policy_oracle;
 extern const policy_methods policy_dymoe;
 extern const policy_methods policy_dynaexq;
+extern const policy_methods policy_firm_moe;
 
 static const policy_methods *const registry[] = {
     &policy_ondemand,        &policy_lru,    &policy_lfu, &policy_static,
     &policy_mixtral_offload, &policy_oracle,
     &policy_dymoe,
     &policy_dynaexq,
+    &policy_firm_moe,
 };
 
 const policy_methods *policy_lookup(const char *name) {

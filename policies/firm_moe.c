@@ -1,0 +1,803 @@
+/* FIRM-MoE (seed paper 004): fine-grained sub-expert offloading with Meeting-of-Layers
+ * prediction and HEOP's resource-adaptive (K, P) search. policies/README.md ("firm-moe") maps
+ * every piece of the paper to this file and its knobs.
+ *
+ * Mechanism, in the order on_route runs it for MoE layer l of a step:
+ *   1. Plan: every activated expert runs at expert.precision (FIRM-MoE does not quantize: "our
+ *      approach is orthogonal to model compression", Experiments Setup).
+ *   2. HEOP bookkeeping (Algorithm 1 line 8): the prediction S_l made when
+ *      layer l-1 routed is compared with the activated set A_l: n_unused = |S_l \ A_l|,
+ *      n_miss = |A_l \ S_l|, n_hit = activated experts whose first n parts were already resident
+ *      in the GPU cache when the router finished.
+ *   3. Demand loads: every part (gate, up, down) of every activated expert that is absent is
+ *      loaded on the demand class; the sub-expert LRU makes room (Method, Overview: "an LRU
+ *      caching strategy is implemented", over "transmitted expert sub-modules").
+ *   4. Meeting-of-Layers for layer t = l + 1 (Eq. 5-6): the participating layers are
+ *      m = t-P .. t-1 (fewer for shallow layers, P < l in the paper); layer m's look-ahead at
+ *      distance t - m, recorded in the trace (policy_route.lookahead_ids), gives its top-K set
+ *      S_t^(m) per token; S_t is their intersection per token, united over the step's tokens.
+ *      Look-ahead rows of the previous layers of the step are kept in a ring of D slots.
+ *   5. Fine-grained prefetch: the first n of (gate, up, down) of every expert of S_t that is
+ *      absent are loaded on the POLICY_PREFETCH class, most confident first (Method, "different
+ *      pre-fetching granularities (n)"; Table 1 "+FG": n = 1). The simulator measures Eq. 7-8 from
+ *      these prefetch-class loads.
+ *   Steps 2, 4 and 5 run on decode steps (the paper's workload: it measures decoding) whose
+ *   batch reaches the policy in one route; prefill steps are served by demand loads and the LRU.
+ *   end_step: HEOP (Algorithm 1) per depth group: record the step's loss (Eq. 11), every N_update
+ *   steps move K or P by delta, reverse after `patience` steps without improvement; after
+ *   `profile_steps` decode steps fix each group's (K, P) at its lowest historical average cost.
+ *
+ * Invariants: the LRU lists hold exactly the parts this policy has loaded and not evicted (every
+ * one resident or loading in the memory system); parts touched in the current on_route (stamp ==
+ * serial) are never chosen as victims, so room made for a prefetch never costs the current layer
+ * or the prediction being prefetched. No clock, no I/O, no globals: the only randomness is HEOP's
+ * initial direction (Algorithm 1 line 5), drawn from params->seed. */
+#include "policies/firm_moe.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/rng.h"
+
+#define FIRM_REPORT_MAX 16
+#define FIRM_NAME_LEN   48
+#define FIRM_RNG_STREAM 0x4649524dull /* "FIRM": HEOP's initial directions */
+#define FIRM_P_LIMIT    64            /* most layers one meeting can gather */
+
+/* ---- pure pieces ---------------------------------------------------------------------------- */
+
+uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_prime, uint32_t K,
+                          uint32_t n_experts, uint16_t *out) {
+    /* Rank every valid, first-occurring candidate among the others (k_prime is small: the
+     * trace's K', 16 by default), so no scratch is needed and equal scores keep their order. */
+    uint32_t n_out = 0;
+    for (uint32_t i = 0; i < k_prime; i++) {
+        if (ids[i] >= n_experts) continue;
+        bool repeat = false;
+        for (uint32_t j = 0; j < i && !repeat; j++) repeat = ids[j] == ids[i];
+        if (repeat) continue;
+        uint32_t rank = 0;
+        for (uint32_t j = 0; j < k_prime; j++) {
+            if (j == i || ids[j] >= n_experts) continue;
+            bool first = true;
+            for (uint32_t q = 0; q < j && first; q++) first = ids[q] != ids[j];
+            if (!first) continue;
+            bool ahead =
+                scores ? (scores[j] > scores[i] || (scores[j] == scores[i] && j < i)) : j < i;
+            rank += ahead;
+        }
+        if (rank < K) {
+            out[rank] = ids[i];
+            n_out++;
+        }
+    }
+    return n_out;
+}
+
+uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, uint32_t n_sets,
+                            uint16_t *out) {
+    if (n_sets == 0) return 0;
+    uint32_t n_out = 0;
+    for (uint32_t i = 0; i < sizes[0]; i++) {
+        uint16_t e = sets[0][i];
+        bool everywhere = true;
+        for (uint32_t s = 1; s < n_sets && everywhere; s++) {
+            bool found = false;
+            for (uint32_t j = 0; j < sizes[s] && !found; j++) found = sets[s][j] == e;
+            everywhere = found;
+        }
+        if (everywhere) out[n_out++] = e;
+    }
+    return n_out;
+}
+
+static bool ids_contain(const uint16_t *ids, uint32_t n, uint16_t e) {
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] == e) return true;
+    return false;
+}
+
+void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *active,
+                     uint32_t n_active, const bool *cached, firm_heop_counts *acc) {
+    for (uint32_t i = 0; i < n_pred; i++) acc->n_unused += !ids_contain(active, n_active, pred[i]);
+    for (uint32_t i = 0; i < n_active; i++) {
+        acc->n_miss += !ids_contain(pred, n_pred, active[i]);
+        acc->n_hit += cached[i];
+    }
+}
+
+double firm_heop_loss(double alpha, double beta, const firm_heop_counts *c, uint32_t n_layers) {
+    MOESIM_ASSERT(n_layers > 0);
+    /* Eq. 11 */
+    double loss = alpha * (double)c->n_unused + beta * ((double)c->n_miss - (double)c->n_hit);
+    return loss / (double)n_layers;
+}
+
+static uint32_t clamp_u32(uint32_t v, uint32_t lo, uint32_t hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+void firm_heop_group_init(firm_heop_group *g, uint32_t K0, uint32_t P0, uint32_t K_max,
+                          uint32_t P_max, firm_dim dim0, int delta0) {
+    MOESIM_ASSERT(K_max >= 1 && P_max >= 1);
+    MOESIM_ASSERT(delta0 == 1 || delta0 == -1);
+    memset(g, 0, sizeof *g);
+    g->K_max = K_max;
+    g->P_max = P_max;
+    g->K = clamp_u32(K0, 1, K_max);
+    g->P = clamp_u32(P0, 1, P_max);
+    g->dim = dim0;
+    g->delta = delta0;
+    g->cost_sum = moesim_xcalloc((size_t)K_max * P_max, sizeof *g->cost_sum);
+    g->cost_n = moesim_xcalloc((size_t)K_max * P_max, sizeof *g->cost_n);
+}
+
+void firm_heop_group_free(firm_heop_group *g) {
+    free(g->cost_sum);
+    free(g->cost_n);
+    g->cost_sum = NULL;
+    g->cost_n = NULL;
+}
+
+void firm_heop_group_record(firm_heop_group *g, double loss) {
+    size_t cell = (size_t)(g->K - 1) * g->P_max + (g->P - 1);
+    g->cost_sum[cell] += loss; /* the (K, P)'s historical cost, for line 28 */
+    g->cost_n[cell]++;
+    g->window_sum += loss; /* line 10 */
+    g->window_n++;
+}
+
+/* Moves coordinate `dim` by `delta`; false when it would leave [1, max]. */
+static bool heop_try_move(firm_heop_group *g, firm_dim dim, int delta) {
+    uint32_t *v = dim == FIRM_DIM_K ? &g->K : &g->P;
+    uint32_t max = dim == FIRM_DIM_K ? g->K_max : g->P_max;
+    int64_t next = (int64_t)*v + delta;
+    if (next < 1 || next > (int64_t)max) return false;
+    *v = (uint32_t)next;
+    return true;
+}
+
+/* Line 16: delta_g <- -delta_g. The text also switches the dimension; doing both at every
+ * reversal would only ever try K + delta and P - delta, so the dimension switches on every second
+ * consecutive reversal: K+, K-, P+, P- (or another start) are tried in turn. The search resumes
+ * from the incumbent (the configuration of the lowest window so far): walking back over
+ * configurations already measured would spend the patience before any new one is tried. */
+static void heop_reverse(firm_heop_group *g) {
+    g->delta = -g->delta;
+    g->reversals++;
+    if (g->reversals % 2 == 0) g->dim = g->dim == FIRM_DIM_K ? FIRM_DIM_P : FIRM_DIM_K;
+    g->K = g->best_K;
+    g->P = g->best_P;
+}
+
+bool firm_heop_group_update(firm_heop_group *g, uint64_t step, uint64_t patience) {
+    if (g->window_n == 0) return false;
+    double avg = g->window_sum / (double)g->window_n; /* line 14 */
+    g->window_sum = 0;
+    g->window_n = 0;
+    if (!g->has_best || avg < g->best_window) {
+        g->has_best = true;
+        g->best_window = avg;
+        g->best_K = g->K;
+        g->best_P = g->P;
+        g->last_improve_step = step;
+        g->reversals = 0;
+    } else if (step - g->last_improve_step >= patience) { /* line 15 */
+        heop_reverse(g);
+        g->last_improve_step = step; /* the patience count starts again in the new direction */
+    }
+    /* lines 18-22: one coordinate moves by delta; a move that would leave the box counts as an
+     * exhausted direction (reverse as above), four tries cover every move of the incumbent. */
+    for (int attempt = 0; attempt < 4; attempt++) {
+        if (heop_try_move(g, g->dim, g->delta)) {
+            g->moves++;
+            return true;
+        }
+        heop_reverse(g);
+    }
+    return false; /* a 1 x 1 box */
+}
+
+void firm_heop_group_best(const firm_heop_group *g, uint32_t *K, uint32_t *P) {
+    *K = g->K;
+    *P = g->P;
+    bool found = false;
+    double best = 0;
+    for (uint32_t k = 1; k <= g->K_max; k++) {
+        for (uint32_t q = 1; q <= g->P_max; q++) {
+            size_t cell = (size_t)(k - 1) * g->P_max + (q - 1);
+            if (g->cost_n[cell] == 0) continue;
+            double avg = g->cost_sum[cell] / (double)g->cost_n[cell];
+            if (!found || avg < best) { /* strict: ties keep the smaller K, then P */
+                found = true;
+                best = avg;
+                *K = k;
+                *P = q;
+            }
+        }
+    }
+}
+
+uint32_t firm_group_of_layer(uint32_t layer, uint32_t n_layers, uint32_t n_groups) {
+    MOESIM_ASSERT(layer < n_layers && n_groups >= 1 && n_groups <= n_layers);
+    return (uint32_t)((uint64_t)layer * n_groups / n_layers);
+}
+
+/* ---- the policy ----------------------------------------------------------------------------- */
+
+/* One layer's look-ahead rows, kept until the layers it predicts have been predicted. */
+typedef struct lookahead_slot {
+    bool valid;
+    uint32_t layer;
+    uint64_t step;
+    uint32_t n_tokens;
+    uint16_t *ids; /* [n_tokens][D][K'] */
+    float *scores; /* [n_tokens][D][K'] */
+    size_t cap;    /* entries allocated in ids and scores */
+} lookahead_slot;
+
+struct policy {
+    firm_knobs knobs;
+    policy_mem_view mem;
+    moesim_precision prec;
+    uint32_t L, E, D, Kp; /* MoE layers, experts per layer, look-ahead depth and width (K') */
+    uint32_t K0, P0;      /* resolved starting (K, P) */
+    uint32_t K_max, P_max;
+    uint32_t prefix_mask; /* the first n parts: gate, gate|up or gate|up|down */
+    uint64_t part_bytes[PART_COUNT];
+
+    /* LRU of sub-expert parts: item = (layer * E + expert) * PART_COUNT + part */
+    uint32_t n_pools;               /* 1 (shared budget) or L (cache.experts_per_layer) */
+    int32_t *lru_prev, *lru_next;   /* [L][E][PART_COUNT], -1: none */
+    uint64_t *lru_stamp;            /* [L][E][PART_COUNT] serial of the last touch */
+    uint8_t *lru_in;                /* [L][E][PART_COUNT] 1: in a list (resident or loading) */
+    int32_t *pool_head, *pool_tail; /* [n_pools] head: most recently used; tail: victim */
+    uint64_t serial;                /* on_route calls so far */
+
+    /* the step */
+    uint64_t step_index;
+    bool is_prefill;
+    uint32_t step_tokens;  /* tokens of the whole step (a route may carry part of them) */
+    uint64_t decode_steps; /* t of Algorithm 1 */
+
+    lookahead_slot *ring; /* [D] slot m % D holds layer m's rows */
+
+    /* MoL scratch and the prediction for the next layer */
+    uint16_t *cand;    /* [P_max][K_max] S_t^(m) of one token, nearest layer first */
+    uint32_t *cand_n;  /* [P_max] */
+    uint16_t *tok_set; /* [K_max] */
+    uint64_t *mark;    /* [E] == mark_gen: already in pred */
+    uint64_t mark_gen;
+    uint16_t *pred; /* [E] S_t, most confident first */
+    uint32_t n_pred;
+    bool pred_valid;
+    uint32_t pred_layer;
+    uint64_t pred_step;
+    bool *cached; /* [E] scratch: activated expert i was cached at router time */
+
+    /* HEOP */
+    uint32_t G;
+    firm_heop_group *grp;          /* [G] */
+    firm_heop_counts *step_counts; /* [G] counts of the current step */
+    uint32_t *step_layers;         /* [G] layers counted in the current step */
+    bool heop_done;
+
+    /* figures for the report (decode steps) */
+    uint64_t n_predictions, n_predicted, n_empty;
+    uint64_t parts_prefetched, prefetch_dropped;
+    uint64_t mol_both, mol_predicted, mol_active; /* |S_l n A_l|, |S_l|, |A_l| summed */
+    size_t n_names;
+    char names[FIRM_REPORT_MAX][FIRM_NAME_LEN];
+};
+
+static int32_t item_of(const policy *p, uint32_t layer, uint32_t expert, uint32_t part) {
+    return (int32_t)(((uint64_t)layer * p->E + expert) * PART_COUNT + part);
+}
+
+static uint32_t pool_of(const policy *p, uint32_t layer) { return p->n_pools == 1 ? 0 : layer; }
+
+static void lru_unlink(policy *p, int32_t it, uint32_t pool) {
+    int32_t prev = p->lru_prev[it], next = p->lru_next[it];
+    if (prev >= 0)
+        p->lru_next[prev] = next;
+    else
+        p->pool_head[pool] = next;
+    if (next >= 0)
+        p->lru_prev[next] = prev;
+    else
+        p->pool_tail[pool] = prev;
+    p->lru_prev[it] = p->lru_next[it] = -1;
+    p->lru_in[it] = 0;
+}
+
+/* Makes `it` the most recently used item of its pool (adding it when absent from the list). */
+static void lru_touch(policy *p, uint32_t layer, int32_t it) {
+    uint32_t pool = pool_of(p, layer);
+    if (p->lru_in[it]) lru_unlink(p, it, pool);
+    p->lru_next[it] = p->pool_head[pool];
+    p->lru_prev[it] = -1;
+    if (p->pool_head[pool] >= 0)
+        p->lru_prev[p->pool_head[pool]] = it;
+    else
+        p->pool_tail[pool] = it;
+    p->pool_head[pool] = it;
+    p->lru_in[it] = 1;
+    p->lru_stamp[it] = p->serial;
+}
+
+/* Touches the parts of `expert` that are in the cache (resident or loading). */
+static void touch_present(policy *p, uint32_t layer, uint32_t expert) {
+    for (uint32_t part = 0; part < PART_COUNT; part++) {
+        int32_t it = item_of(p, layer, expert, part);
+        if (p->lru_in[it]) lru_touch(p, layer, it);
+    }
+}
+
+/* Parts of `mask` that the memory system holds neither resident nor loading. */
+static uint32_t absent_parts(const policy *p, uint32_t layer, uint32_t expert, uint32_t mask) {
+    uint32_t absent = 0;
+    for (uint32_t part = 0; part < PART_COUNT; part++) {
+        if (!(mask & (1u << part))) continue;
+        if (p->mem.ops->state(p->mem.mem, layer, expert, p->prec, (expert_part)part) ==
+            POLICY_ABSENT)
+            absent |= 1u << part;
+    }
+    return absent;
+}
+
+static uint64_t mask_bytes(const policy *p, uint32_t mask) {
+    uint64_t bytes = 0;
+    for (uint32_t part = 0; part < PART_COUNT; part++)
+        if (mask & (1u << part)) bytes += p->part_bytes[part];
+    return bytes;
+}
+
+/* Evicts least recently used parts of `layer`'s pool until `need_bytes` are free. Parts touched
+ * in this on_route are never victims; parts the memory system refuses (copy running, compute
+ * using them) are skipped. Returns whether the bytes are free. */
+static bool make_room(policy *p, uint32_t layer, uint64_t need_bytes) {
+    uint32_t pool = pool_of(p, layer);
+    int32_t it = p->pool_tail[pool];
+    while (p->mem.ops->free_bytes(p->mem.mem, layer) < need_bytes) {
+        if (it < 0 || p->lru_stamp[it] == p->serial) return false;
+        int32_t prev = p->lru_prev[it];
+        uint32_t part = (uint32_t)it % PART_COUNT;
+        uint32_t expert = ((uint32_t)it / PART_COUNT) % p->E;
+        uint32_t vlayer = (uint32_t)it / PART_COUNT / p->E;
+        policy_mem_result r = p->mem.ops->evict(p->mem.mem, vlayer, expert, p->prec, 1u << part);
+        if (r != POLICY_REFUSED) lru_unlink(p, it, pool);
+        it = prev;
+    }
+    return true;
+}
+
+/* Loads the parts `mask` of (layer, expert) on class `cls` after making room; adds them to the
+ * LRU as most recently used. Returns the parts queued (0 when they did not fit). */
+static uint32_t load_parts(policy *p, uint32_t layer, uint32_t expert, uint32_t mask,
+                           policy_class cls) {
+    if (!mask || !make_room(p, layer, mask_bytes(p, mask))) return 0;
+    policy_mem_result r = p->mem.ops->load(p->mem.mem, layer, expert, p->prec, mask, cls);
+    if (r != POLICY_ISSUED) return 0;
+    for (uint32_t part = 0; part < PART_COUNT; part++)
+        if (mask & (1u << part)) lru_touch(p, layer, item_of(p, layer, expert, part));
+    return mask;
+}
+
+static uint32_t popcount_u32(uint32_t v) {
+    uint32_t n = 0;
+    for (; v; v &= v - 1) n++;
+    return n;
+}
+
+/* Keeps layer `route->layer`'s look-ahead rows for the layers after it in this step. */
+static void remember_lookahead(policy *p, const policy_route *route) {
+    lookahead_slot *s = &p->ring[route->layer % p->D];
+    size_t n = (size_t)route->n_tokens * p->D * p->Kp;
+    if (n > s->cap) {
+        s->ids = moesim_xrealloc(s->ids, n * sizeof *s->ids);
+        s->scores = moesim_xrealloc(s->scores, n * sizeof *s->scores);
+        s->cap = n;
+    }
+    memcpy(s->ids, route->lookahead_ids, n * sizeof *s->ids);
+    if (route->lookahead_scores)
+        memcpy(s->scores, route->lookahead_scores, n * sizeof *s->scores);
+    else /* ids in descending score order: scores that keep that order */
+        for (size_t i = 0; i < n; i++) s->scores[i] = -(float)(i % p->Kp);
+    s->valid = true;
+    s->layer = route->layer;
+    s->step = p->step_index;
+    s->n_tokens = route->n_tokens;
+}
+
+/* Eq. 5-6 for layer t (>= 1), from the rows of layers t-P .. t-1 kept in the ring; per token the
+ * intersection, united over the step's tokens into p->pred (most confident first). */
+static void mol_predict(policy *p, uint32_t t, uint32_t n_tokens) {
+    const firm_heop_group *g = &p->grp[firm_group_of_layer(t, p->L, p->G)];
+    uint32_t K = g->K, P = g->P < t ? g->P : t; /* P < l: shallow layers have fewer */
+    const lookahead_slot *part[FIRM_P_LIMIT];
+    uint32_t n_part = 0;
+    MOESIM_ASSERT(P <= FIRM_P_LIMIT);
+    for (uint32_t d = 1; d <= P; d++) { /* m = t - d, nearest first */
+        const lookahead_slot *s = &p->ring[(t - d) % p->D];
+        if (s->valid && s->layer == t - d && s->step == p->step_index && s->n_tokens == n_tokens)
+            part[n_part++] = s;
+        else
+            break; /* a layer that did not route this step ends the meeting */
+    }
+    p->mark_gen++;
+    p->n_pred = 0;
+    const uint16_t *sets[FIRM_P_LIMIT];
+    for (uint32_t tok = 0; tok < n_tokens && n_part > 0; tok++) {
+        for (uint32_t j = 0; j < n_part; j++) {
+            size_t row = ((size_t)tok * p->D + j) * p->Kp; /* distance d = j + 1 */
+            sets[j] = p->cand + (size_t)j * p->K_max;
+            p->cand_n[j] = firm_topk_select(part[j]->ids + row, part[j]->scores + row, p->Kp, K,
+                                            p->E, p->cand + (size_t)j * p->K_max);
+        }
+        uint32_t n = firm_mol_intersect(sets, p->cand_n, n_part, p->tok_set);
+        for (uint32_t i = 0; i < n; i++) {
+            uint16_t e = p->tok_set[i];
+            if (p->mark[e] == p->mark_gen) continue;
+            p->mark[e] = p->mark_gen;
+            p->pred[p->n_pred++] = e;
+        }
+    }
+    p->pred_valid = true;
+    p->pred_layer = t;
+    p->pred_step = p->step_index;
+}
+
+static void firm_on_route(policy *p, const policy_route *route, policy_plan *plan) {
+    uint32_t l = route->layer;
+    MOESIM_ASSERT(l < p->L);
+    p->serial++;
+
+    /* 1. plan: single precision */
+    for (uint32_t i = 0; i < route->n_active; i++) plan->run[i] = (uint8_t)p->prec;
+
+    /* Prediction and prefetch run on decode steps whose batch comes in one route. A prefill
+     * step activates most of a layer, and the host may split it into sub-routes that each fill
+     * the pool, so prefetched bytes there could only stand in a demand load's way. */
+    bool predicting = !p->is_prefill && route->n_tokens == p->step_tokens;
+
+    /* 2. HEOP bookkeeping for S_l vs A_l (Algorithm 1 line 8) */
+    bool have_pred = p->pred_valid && p->pred_layer == l && p->pred_step == p->step_index;
+    uint32_t n_pred = have_pred ? p->n_pred : 0;
+    if (predicting && l >= 1) {
+        for (uint32_t i = 0; i < route->n_active; i++) {
+            uint16_t e = route->active[i];
+            bool cached = true;
+            for (uint32_t part = 0; part < PART_COUNT && cached; part++)
+                if (p->prefix_mask & (1u << part))
+                    cached = p->mem.ops->state(p->mem.mem, l, e, p->prec, (expert_part)part) ==
+                             POLICY_RESIDENT;
+            p->cached[i] = cached;
+        }
+        uint32_t g = firm_group_of_layer(l, p->L, p->G);
+        firm_heop_counts c = {0};
+        firm_heop_count(p->pred, n_pred, route->active, route->n_active, p->cached, &c);
+        p->step_counts[g].n_unused += c.n_unused;
+        p->step_counts[g].n_miss += c.n_miss;
+        p->step_counts[g].n_hit += c.n_hit;
+        p->step_layers[g]++;
+        /* Eq. 7-8 over the whole predicted set (the host sees only what was prefetched) */
+        p->mol_both += n_pred - c.n_unused;
+        p->mol_predicted += n_pred;
+        p->mol_active += route->n_active;
+    }
+
+    /* 3. demand loads of the absent parts; the activated experts are protected first */
+    for (uint32_t i = 0; i < route->n_active; i++) touch_present(p, l, route->active[i]);
+    for (uint32_t i = 0; i < route->n_active; i++) {
+        uint16_t e = route->active[i];
+        uint32_t mask = absent_parts(p, l, e, POLICY_PARTS_ALL);
+        if (!mask) continue;
+        uint32_t issued = load_parts(p, l, e, mask, POLICY_DEMAND);
+        /* queued prefetches are cancelled as LRU victims; what cannot be is a copy already
+         * started (at most one per copy stage), and the pool holds the layer's activated experts
+         * beside two of those (checked at create): a demand load always finds room */
+        MOESIM_ASSERT(issued == mask);
+    }
+
+    /* 4. Meeting-of-Layers prediction for the next layer (Eq. 5-6) */
+    p->pred_valid = false;
+    if (!predicting) return;
+    if (route->lookahead_ids) remember_lookahead(p, route);
+    if (l + 1 >= p->L) return;
+    mol_predict(p, l + 1, route->n_tokens);
+    p->n_predictions++;
+    p->n_predicted += p->n_pred;
+    p->n_empty += p->n_pred == 0;
+
+    /* 5. fine-grained prefetch of the first n parts (POLICY_PREFETCH), most confident first */
+    for (uint32_t i = 0; i < p->n_pred; i++) touch_present(p, l + 1, p->pred[i]);
+    for (uint32_t i = 0; i < p->n_pred; i++) {
+        uint32_t mask = absent_parts(p, l + 1, p->pred[i], p->prefix_mask);
+        if (!mask) continue;
+        uint32_t issued = load_parts(p, l + 1, p->pred[i], mask, POLICY_PREFETCH);
+        p->parts_prefetched += popcount_u32(issued);
+        p->prefetch_dropped += issued == 0;
+    }
+}
+
+static void firm_begin_step(policy *p, const policy_step *step) {
+    p->step_index = step->index;
+    p->is_prefill = step->is_prefill;
+    p->step_tokens = step->n_tokens;
+    memset(p->step_counts, 0, p->G * sizeof *p->step_counts);
+    memset(p->step_layers, 0, p->G * sizeof *p->step_layers);
+}
+
+static void firm_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
+    (void)now_ns;
+    if (step->is_prefill) return; /* HEOP profiles decoding, the paper's metric */
+    p->decode_steps++;
+    if (!p->knobs.heop || p->heop_done) return;
+    uint64_t t = p->decode_steps;
+    for (uint32_t g = 0; g < p->G; g++) /* lines 7-11 */
+        if (p->step_layers[g] > 0)
+            firm_heop_group_record(&p->grp[g],
+                                   firm_heop_loss(p->knobs.alpha, p->knobs.beta, &p->step_counts[g],
+                                                  p->step_layers[g]));
+    if (t % p->knobs.n_update == 0) /* lines 12-25 */
+        for (uint32_t g = 0; g < p->G; g++)
+            firm_heop_group_update(&p->grp[g], t, p->knobs.patience);
+    if (t >= p->knobs.profile_steps) { /* lines 27-30: fix the best configuration */
+        for (uint32_t g = 0; g < p->G; g++) {
+            uint32_t K, P;
+            firm_heop_group_best(&p->grp[g], &K, &P);
+            p->grp[g].K = K;
+            p->grp[g].P = P;
+        }
+        p->heop_done = true;
+    }
+}
+
+static size_t firm_report(const policy *p, const char **names, double *values, size_t cap) {
+    double v[FIRM_REPORT_MAX];
+    size_t n = 0;
+    for (uint32_t g = 0; g < p->G && n + 2 <= FIRM_REPORT_MAX; g++) {
+        uint32_t K = p->grp[g].K, P = p->grp[g].P;
+        if (p->knobs.heop && !p->heop_done) firm_heop_group_best(&p->grp[g], &K, &P);
+        v[n++] = K;
+        v[n++] = P;
+    }
+    double preds = (double)p->n_predictions;
+    uint64_t profiled =
+        p->decode_steps < p->knobs.profile_steps ? p->decode_steps : p->knobs.profile_steps;
+    double extra[] = {
+        p->knobs.heop ? (double)p->heop_done : 1.0,
+        p->knobs.heop ? (double)profiled : 0.0,
+        preds > 0 ? (double)p->n_predicted / preds : 0.0,
+        preds > 0 ? (double)p->n_empty / preds : 0.0,
+        p->mol_active ? (double)p->mol_both / (double)p->mol_active : 0.0,
+        p->mol_predicted ? (double)p->mol_both / (double)p->mol_predicted : 0.0,
+        (double)p->parts_prefetched,
+        (double)p->prefetch_dropped,
+    };
+    for (size_t i = 0; i < MOESIM_ARRAY_LEN(extra) && n < FIRM_REPORT_MAX; i++) v[n++] = extra[i];
+    MOESIM_ASSERT(n == p->n_names);
+    size_t out = n < cap ? n : cap;
+    for (size_t i = 0; i < out; i++) {
+        names[i] = p->names[i];
+        values[i] = v[i];
+    }
+    return out;
+}
+
+static void firm_destroy(policy *p) {
+    if (!p) return;
+    for (uint32_t d = 0; p->ring && d < p->D; d++) {
+        free(p->ring[d].ids);
+        free(p->ring[d].scores);
+    }
+    for (uint32_t g = 0; p->grp && g < p->G; g++) firm_heop_group_free(&p->grp[g]);
+    free(p->ring);
+    free(p->grp);
+    free(p->step_counts);
+    free(p->step_layers);
+    free(p->lru_prev);
+    free(p->lru_next);
+    free(p->lru_stamp);
+    free(p->lru_in);
+    free(p->pool_head);
+    free(p->pool_tail);
+    free(p->cand);
+    free(p->cand_n);
+    free(p->tok_set);
+    free(p->mark);
+    free(p->pred);
+    free(p->cached);
+    free(p);
+}
+
+static void firm_names_fill(policy *p) {
+    static const char *const three[] = {"shallow", "middle", "deep"};
+    size_t n = 0;
+    for (uint32_t g = 0; g < p->G && n + 2 <= FIRM_REPORT_MAX; g++) {
+        char group[24];
+        if (p->G == 3)
+            snprintf(group, sizeof group, "%s", three[g]);
+        else if (p->G == 1)
+            snprintf(group, sizeof group, "all");
+        else
+            snprintf(group, sizeof group, "group%u", g);
+        snprintf(p->names[n++], FIRM_NAME_LEN, "%s.K", group);
+        snprintf(p->names[n++], FIRM_NAME_LEN, "%s.P", group);
+    }
+    static const char *const extra[] = {
+        "heop.done",    "heop.profiled_steps", "mol.mean_set_size", "mol.empty_share",
+        "mol.accuracy", "mol.utilization",     "prefetch.parts",    "prefetch.dropped"};
+    for (size_t i = 0; i < MOESIM_ARRAY_LEN(extra) && n < FIRM_REPORT_MAX; i++)
+        snprintf(p->names[n++], FIRM_NAME_LEN, "%s", extra[i]);
+    p->n_names = n;
+}
+
+static moesim_status firm_create(const policy_params *params, const void *knobs_v,
+                                 policy_mem_view mem, policy **out, moesim_error *err) {
+    const firm_knobs *k = knobs_v;
+    MOESIM_ASSERT(k && params && out);
+    moesim_precision prec = params->precision;
+    for (uint32_t part = 0; part < PART_COUNT; part++)
+        if (params->part_bytes[prec][part] == 0)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "firm-moe: expert.precision = %s: the host does not store experts "
+                               "at that precision",
+                               precision_name(prec));
+    uint32_t L = params->n_layers, E = params->n_experts;
+    if (params->lookahead_depth == 0 || params->lookahead_k == 0)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "firm-moe.P: Meeting-of-Layers needs look-ahead predictions at "
+                           "distances 1..P (Eq. 5); this run provides none");
+    uint32_t K0 = k->K ? k->K : params->top_k;
+    uint32_t K_max = params->lookahead_k < E ? params->lookahead_k : E;
+    uint32_t P0 = k->P;
+    if (params->lookahead_emulated) {
+        /* the host's emulated predictor decides D and K' (predictor.depth, top-k): the meeting
+         * gathers the layers that predict, each with the candidates it has */
+        if (K0 > K_max) K0 = K_max;
+        if (P0 > params->lookahead_depth) P0 = params->lookahead_depth;
+    }
+    if (K0 > K_max)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "firm-moe.K = %u: expected at most %u (the trace's look-ahead holds %u "
+                           "candidates per distance, the model %u experts)",
+                           K0, K_max, params->lookahead_k, E);
+    if (P0 > params->lookahead_depth)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "firm-moe.P = %u: expected at most %u, the look-ahead depth of the "
+                           "trace's predictions (moesim trace synth --lookahead D)",
+                           P0, params->lookahead_depth);
+    if (k->groups > L)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "firm-moe.groups = %u: expected at most the model's %u MoE layers",
+                           k->groups, L);
+    /* Every demand load must find room: one layer's activated experts (at most E, at most
+     * batch x top-k in decode) beside the copies in flight that cannot be cancelled (a started
+     * copy, at most one per stage: SSD and PCIe). */
+    uint64_t expert_bytes = 0;
+    for (uint32_t part = 0; part < PART_COUNT; part++)
+        expert_bytes += params->part_bytes[prec][part];
+    uint64_t active_max = (uint64_t)params->batch_size * params->top_k;
+    if (active_max > E) active_max = E;
+    uint64_t need_experts = active_max + 2;
+    if (params->experts_per_layer > 0 && need_experts > E) need_experts = E; /* all fit */
+    uint64_t need_bytes = need_experts * expert_bytes;
+    if (params->experts_per_layer > 0 && params->experts_per_layer < need_experts)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "cache.experts_per_layer = %u: firm-moe needs at least %llu (the "
+                           "experts one layer activates in a step, plus two copies in flight)",
+                           params->experts_per_layer, (unsigned long long)need_experts);
+    if (params->experts_per_layer == 0 && params->expert_budget_bytes < need_bytes)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "memory.budget_gb: firm-moe needs room for %llu experts (%llu bytes: "
+                           "one layer's activated experts plus two copies in flight), the budget "
+                           "leaves %llu bytes for experts",
+                           (unsigned long long)need_experts, (unsigned long long)need_bytes,
+                           (unsigned long long)params->expert_budget_bytes);
+
+    policy *p = moesim_xcalloc(1, sizeof *p);
+    p->knobs = *k;
+    p->mem = mem;
+    p->prec = prec;
+    p->L = L;
+    p->E = E;
+    p->D = params->lookahead_depth;
+    p->Kp = params->lookahead_k;
+    p->K0 = K0;
+    p->P0 = P0;
+    p->K_max = K_max;
+    p->P_max = p->D < FIRM_P_LIMIT ? p->D : FIRM_P_LIMIT;
+    p->prefix_mask = (1u << k->n) - 1u; /* gate, then up, then down: Eq. 3's order */
+    for (uint32_t part = 0; part < PART_COUNT; part++)
+        p->part_bytes[part] = params->part_bytes[prec][part];
+
+    size_t n_items = (size_t)L * E * PART_COUNT;
+    p->n_pools = params->experts_per_layer > 0 ? L : 1;
+    p->lru_prev = moesim_xmalloc(n_items * sizeof *p->lru_prev);
+    p->lru_next = moesim_xmalloc(n_items * sizeof *p->lru_next);
+    for (size_t i = 0; i < n_items; i++) p->lru_prev[i] = p->lru_next[i] = -1;
+    p->lru_stamp = moesim_xcalloc(n_items, sizeof *p->lru_stamp);
+    p->lru_in = moesim_xcalloc(n_items, sizeof *p->lru_in);
+    p->pool_head = moesim_xmalloc(p->n_pools * sizeof *p->pool_head);
+    p->pool_tail = moesim_xmalloc(p->n_pools * sizeof *p->pool_tail);
+    for (uint32_t i = 0; i < p->n_pools; i++) p->pool_head[i] = p->pool_tail[i] = -1;
+
+    p->ring = moesim_xcalloc(p->D, sizeof *p->ring);
+    p->cand = moesim_xcalloc((size_t)p->P_max * p->K_max, sizeof *p->cand);
+    p->cand_n = moesim_xcalloc(p->P_max, sizeof *p->cand_n);
+    p->tok_set = moesim_xcalloc(p->K_max, sizeof *p->tok_set);
+    p->mark = moesim_xcalloc(E, sizeof *p->mark);
+    p->pred = moesim_xcalloc(E, sizeof *p->pred);
+    p->cached = moesim_xcalloc(E, sizeof *p->cached);
+
+    /* Algorithm 1 lines 3-5: groups, empty histories, random direction and sign per group */
+    p->G = k->groups;
+    p->grp = moesim_xcalloc(p->G, sizeof *p->grp);
+    p->step_counts = moesim_xcalloc(p->G, sizeof *p->step_counts);
+    p->step_layers = moesim_xcalloc(p->G, sizeof *p->step_layers);
+    rng *r = rng_create_stream(params->seed, FIRM_RNG_STREAM);
+    for (uint32_t g = 0; g < p->G; g++) {
+        firm_dim dim = rng_below(r, 2) ? FIRM_DIM_P : FIRM_DIM_K;
+        int delta = rng_below(r, 2) ? 1 : -1;
+        firm_heop_group_init(&p->grp[g], K0, P0, p->K_max, p->P_max, dim, delta);
+    }
+    rng_destroy(r);
+    firm_names_fill(p);
+    *out = p;
+    return MOESIM_OK;
+}
+
+/* clang-format off */
+#define KNOB(key, type, member, lo, hi, def, help) \
+    {"firm-moe", key, type, offsetof(firm_knobs, member), 0, false, lo, hi, NULL, def, help}
+static const config_field firm_knob_fields[] = {
+    KNOB("K", CONFIG_U32, K, 0, 1024, "3",
+         "candidates per participating layer, TopKIndices of Eq. 5 (Table 1: K = 3); "
+         "0 = the model's top-k (equal-ratio baseline); HEOP's starting K"),
+    KNOB("P", CONFIG_U32, P, 1, FIRM_P_LIMIT, "3",
+         "previous layers meeting in the intersection of Eq. 6 (Table 1: P = 3; 1 = previous "
+         "layer only); HEOP's starting P"),
+    KNOB("n", CONFIG_U32, n, 1, 3, "1",
+         "prefetch granularity: first n of gate, up, down (Table 1 +FG and Table 2: n = 1; "
+         "3 = whole expert)"),
+    KNOB("alpha", CONFIG_F64, alpha, 0, 1e9, "0.5",
+         "Eq. 11 weight of n_unused (HEOP Results: alpha = 0.5)"),
+    KNOB("beta", CONFIG_F64, beta, 0, 1e9, "0.5",
+         "Eq. 11 weight of n_miss - n_hit (HEOP Results: beta = 0.5)"),
+    KNOB("n_update", CONFIG_U32, n_update, 1, 1000000, "10",
+         "Algorithm 1 N_update: decode steps between moves (Figure 6: 10-token intervals)"),
+    KNOB("patience", CONFIG_U32, patience, 1, 1000000, "20",
+         "Algorithm 1 Pat: decode steps without improvement before reversing (not given in the "
+         "paper: two N_update intervals)"),
+    KNOB("groups", CONFIG_U32, groups, 1, 4, "3",
+         "Algorithm 1 line 3: depth groups of layers (3: shallow, middle, deep)"),
+    KNOB("heop", CONFIG_BOOL, heop, 1, 0, "true",
+         "HEOP hill climbing over (K, P) per group (Algorithm 1); false: (K, P) fixed"),
+    KNOB("profile_steps", CONFIG_U32, profile_steps, 1, 100000000, "200",
+         "decode steps of HEOP's profiling phase before (K, P) is fixed (Algorithm 1 line 26; "
+         "length not given in the paper)"),
+};
+/* clang-format on */
+
+const policy_methods policy_firm_moe = {
+    .api_version = POLICY_API_VERSION,
+    .name = "firm-moe",
+    .summary = "FIRM-MoE: sub-expert LRU, Meeting-of-Layers prefetch of the first n parts, HEOP "
+               "(K, P) search",
+    .knobs = firm_knob_fields,
+    .n_knobs = MOESIM_ARRAY_LEN(firm_knob_fields),
+    .knobs_size = sizeof(firm_knobs),
+    .create = firm_create,
+    .warmup = NULL,
+    .begin_step = firm_begin_step,
+    .on_route = firm_on_route,
+    .on_transfer_done = NULL,
+    .end_step = firm_end_step,
+    .report = firm_report,
+    .destroy = firm_destroy,
+};
