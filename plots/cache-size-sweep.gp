@@ -20,14 +20,14 @@ do for [m=1:2] {
 set datafile separator whitespace
 unset datafile columnheaders
 
-set multiplot layout 1, 2 title "Decode latency vs GPU expert cache size, every policy (FIRM-MoE Fig. 4 setting), simulated: RTX 3090 over PCIe 4.0, batch 1, about 2,000 tokens\n{/*0.8 cache = experts over all layers, split evenly per layer; oracle = Belady eviction + perfect next-layer prefetch (the bound); dymoe and dynaexq quantize (int4/int2, bf16/int4), the rest run bf16}"
+set multiplot layout 1, 2 title "Decode latency vs GPU expert cache size, every policy (FIRM-MoE Fig. 4 setting), simulated: RTX 3090 over PCIe 4.0, batch 1, about 2,000 tokens\n{/*0.8 cache = experts over all layers, split evenly per layer; oracle = Belady eviction + perfect next-layer prefetch: the bound of the bf16 policies. dymoe (int4/int2) and dynaexq (bf16/int4)}\n{/*0.8 store quantized experts, so more fit in the same bytes and they can go below it; a missing point: the policy refuses that cache (too small for its working set)}"
 set grid
 set logscale y
 set xlabel 'GPU expert cache (experts, all layers)'
 set ylabel 'TPOT (ms per output token, log scale)'
 set xtics (128, 256, 512, 768, 896)
 set xrange [64:960]
-set key top right box opaque font ",10"
+set key bottom left box opaque font ",10"
 titles = "Qwen1.5-MoE-A2.7B OLMoE-1B-7B"
 last(p) = p == words(policies)   # the oracle: the bound, drawn dashed and thicker
 width(p) = last(p) ? 3 : 2

@@ -28,7 +28,8 @@ set yrange [0:*]
 set xtics ("1 on\ndemand" 1, "2 cache" 2, "3 cache\n+prefetch" 3, "4 cache\n+dyquant 4/2" 4, \
            "5 cache+4/2\n+prefetch" 5, "6 cache+4/0\n+prefetch" 6) font ',10'
 set key top right box opaque
-set xlabel 'Table 3 configuration'
+set xlabel 'Table 3 configuration' offset 0, -1.2
+set bmargin 6
 
 set title 'time to first token (mean over requests)'
 set ylabel 'TTFT (s)'
