@@ -27,6 +27,6 @@ set yrange [0:*]
 set xtics ("128" 1, "256" 2, "512" 3, "768" 4)
 set xlabel 'GPU expert cache (experts, all layers)'
 set ylabel 'decode latency (ms per output token, mean TPOT)'
-set key top right box opaque
+set key top right box opaque width 2
 plot for [r=1:words(rows)] sprintf('$r%d', r) using ($1 + (r - 3) * 0.16):2 with boxes lc r \
      title word(rows, r)
