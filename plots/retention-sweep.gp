@@ -35,7 +35,7 @@ plot for [i=1:words(series)] sprintf('$r%d', i) using 1:2 smooth unique with lin
      pt point(i) lc colour(i) dt dash(i) \
      title sprintf('%s, %g GB', strat(i), budget(i))
 set title 'decode time per token vs the quality it keeps'
-set xlabel 'gate mass run at HI precision (%)'
+set xlabel 'gate mass run at HI precision: int4, critical (%)'
 plot for [i=1:words(series)] sprintf('$h%d', i) using 1:2 smooth unique with linespoints lw 2 \
      pt point(i) lc colour(i) dt dash(i) \
      title sprintf('%s, %g GB', strat(i), budget(i))
