@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -581,4 +582,47 @@ Test(sweep, the_trace_stats_evaluator_gives_the_hit_rates_of_trace_stats) {
     free(csv);
     trace_stats_destroy(st);
     trace_destroy(t);
+}
+
+Test(sweep, plot_renders_png_and_svg_and_refuses_missing_results) {
+    char tpath[4096], exp[4096], out[4096], dir[4096];
+    snprintf(tpath, sizeof tpath, "%s", test_tmp_path("plot.h5"));
+    snprintf(exp, sizeof exp, "%s", test_tmp_path("hit-rate-curves.ini"));
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("plots"));
+    snprintf(out, sizeof out, "%s/hit-rate-curves.csv", dir);
+    mkdir(dir, 0755);
+    write_model_trace("olmoe-1b-7b", tpath, 4, 16, 16, 9);
+    char text[8192];
+    snprintf(text, sizeof text,
+             "[experiment]\nevaluator = trace-stats\n[axis model_name]\n"
+             "OLMoE-1B-7B = model=olmoe-1b-7b, trace=%s\n"
+             "[axes]\nstats.capacity_share = 0.1:1.0:0.1\n",
+             tpath);
+    test_write_file(exp, text);
+    cr_assert_eq(run_quiet("sweep", exp, "-o", out, NULL, NULL, NULL), 0);
+    static char so[1 << 16], se[1 << 14];
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "plot", "hit-rate-curves", "--csv",
+                                 out, NULL),
+                 0, "%s", se);
+    char png[4200], svg[4200];
+    snprintf(png, sizeof png, "%s/hit-rate-curves.png", dir);
+    snprintf(svg, sizeof svg, "%s/hit-rate-curves.svg", dir);
+    char *p = read_file(png), *s = read_file(svg);
+    cr_assert(!memcmp(p, "\x89PNG", 4), "not a PNG");
+    cr_assert(strstr(s, "<svg") && strstr(s, "LRU"), "not an SVG with the legend");
+    free(p);
+    free(s);
+    /* no results: exit 2, one line, no image */
+    char missing[4200];
+    snprintf(missing, sizeof missing, "%s/none.csv", dir);
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "plot", "batch-sweep", "--csv",
+                                 missing, NULL),
+                 2);
+    cr_assert(strstr(se, "none.csv"), "%s", se);
+    snprintf(png, sizeof png, "%s/batch-sweep.png", dir);
+    cr_assert_not(test_file_exists(png));
+    cr_assert_eq(
+        test_run_moesim(so, sizeof so, se, sizeof se, "plot", "no-such-figure", "--csv", out, NULL),
+        2);
+    cr_assert(strstr(se, "no such plot script"), "%s", se);
 }
