@@ -64,7 +64,7 @@ typedef struct sim_settings {
     { sec, k, t, offsetof(sim_settings, m), 0, false, mn, mx, NULL, d, h }
 static const config_field sim_fields[] = {
     SF("memory", "budget_gb", CONFIG_F64, budget_gb, 0, 1e6, "0",
-       "HBM the run may use, GB (GiB); 0: the hardware profile's memory"),
+       "HBM the run may use, GiB; 0: the hardware profile's memory"),
     SF("cache", "experts_per_layer", CONFIG_U32, experts_per_layer, 0, MODEL_MAX_EXPERTS, "0",
        "per-layer expert pool in experts at expert.precision; 0: one pool from the budget"),
     {"expert", "precision", CONFIG_ENUM, offsetof(sim_settings, precision), 0, false, 1, 0,
@@ -72,11 +72,13 @@ static const config_field sim_fields[] = {
     SF("batch", "size", CONFIG_U32, batch_size, 1, 65536, "1",
        "requests in flight together (each decode step advances each by one token)"),
     SF("predictor", "accuracy", CONFIG_F64, predictor_accuracy, 0, 1, "0.9",
-       "top-1 accuracy of the emulated look-ahead predictor (traces without predictions)"),
+       "top-1 accuracy of the emulated look-ahead predictor (traces without predictions); 0.9: "
+       "HOBBIT §3.3 measures ~96% next layer, ~90% 2-3 layers ahead"),
     SF("predictor", "depth", CONFIG_U32, predictor_depth, 0, TRACE_MAX_LOOKAHEAD_DEPTH, "1",
        "look-ahead distance D of the emulated predictor"),
     SF("sim", "chunk_kib", CONFIG_U64, chunk_kib, 4, 1u << 20, "1024",
-       "copy chunk size, KiB: a demand load overtakes queued prefetches at chunk boundaries"),
+       "copy chunk size, KiB: a demand load overtakes queued prefetches at chunk boundaries (1 "
+       "MiB: assumption, a few % of one PCIe copy's latency at 24 GB/s)"),
     {"sim", "part_overlap", CONFIG_BOOL, offsetof(sim_settings, part_overlap), 0, false, 1, 0, NULL,
      "true", "start an expert's gate/up compute before its down matrix arrives"},
     SF("sim", "seed", CONFIG_U64, seed, 1, 0, "1", "seed of the emulated predictor and policies"),
@@ -191,7 +193,8 @@ struct policy_mem {
 
     /* oracle support (built on first use) */
     bool future_built;
-    uint64_t *use_pos;   /* [total accesses] global access positions, grouped by le */
+    uint32_t *use_pos32; /* [total accesses] global access positions, grouped by le, when the */
+    uint64_t *use_pos64; /* total fits 32 bits (half the memory), else the 64-bit array */
     uint64_t *use_first; /* [L*E + 1] CSR offsets into use_pos */
     uint64_t *use_cur;   /* [L*E] cursor */
     uint64_t access_pos; /* global position of the current sub-route's first access */
@@ -583,7 +586,10 @@ static void future_build(sim_state *s) {
             }
     for (size_t i = 0; i < LE; i++) s->use_first[i + 1] += s->use_first[i];
     total = s->use_first[LE];
-    s->use_pos = arena_calloc(&s->mem, total ? total : 1, sizeof *s->use_pos);
+    if (total < UINT32_MAX)
+        s->use_pos32 = arena_calloc(&s->mem, total ? total : 1, sizeof *s->use_pos32);
+    else
+        s->use_pos64 = arena_calloc(&s->mem, total, sizeof *s->use_pos64);
     for (size_t i = 0; i < LE; i++) s->use_cur[i] = s->use_first[i];
     uint64_t pos = 0;
     for (uint64_t st = 0; st < s->n_steps; st++)
@@ -594,11 +600,19 @@ static void future_build(sim_state *s) {
                 for (uint32_t k = 0; k < s->K; k++) {
                     if (ex[k] == TRACE_NO_EXPERT) continue;
                     size_t le = (size_t)l * s->E + ex[k];
-                    s->use_pos[s->use_cur[le]++] = pos++;
+                    uint64_t at = s->use_cur[le]++;
+                    if (s->use_pos32)
+                        s->use_pos32[at] = (uint32_t)pos++;
+                    else
+                        s->use_pos64[at] = pos++;
                 }
             }
     for (size_t i = 0; i < LE; i++) s->use_cur[i] = s->use_first[i];
     s->future_built = true;
+}
+
+static uint64_t use_pos_at(const sim_state *s, uint64_t i) {
+    return s->use_pos32 ? s->use_pos32[i] : s->use_pos64[i];
 }
 
 static uint64_t mem_next_use(const policy_mem *cm, uint32_t layer, uint32_t expert) {
@@ -607,9 +621,9 @@ static uint64_t mem_next_use(const policy_mem *cm, uint32_t layer, uint32_t expe
     if (!s->future_built) future_build(s);
     size_t le = (size_t)layer * s->E + expert;
     uint64_t end = s->use_first[le + 1];
-    while (s->use_cur[le] < end && s->use_pos[s->use_cur[le]] < s->access_pos) s->use_cur[le]++;
+    while (s->use_cur[le] < end && use_pos_at(s, s->use_cur[le]) < s->access_pos) s->use_cur[le]++;
     if (s->use_cur[le] == end) return UINT64_MAX;
-    return s->use_pos[s->use_cur[le]] - s->access_pos;
+    return use_pos_at(s, s->use_cur[le]) - s->access_pos;
 }
 
 static uint32_t mem_future_active(const policy_mem *cm, uint32_t layer, uint16_t *ids,
@@ -715,7 +729,6 @@ static void schedule_build(sim_state *s) {
         for (uint32_t b = 0; b < B; b++) {
             uint32_t r = slot_req[b];
             if (r == NONE) continue;
-            uint64_t len = rfirst[r + 1] - rfirst[r];
             uint64_t stop = prefill ? rprefill[r] : cursor[r] + 1;
             if (cursor[r] < stop) {
                 for (uint64_t c = cursor[r]; c < stop; c++)
@@ -727,7 +740,6 @@ static void schedule_build(sim_state *s) {
                 s->req_steps[r]++;
             }
             kv += cursor[r] * kv_tok + rec;
-            (void)len;
         }
         sd->n_tokens = (uint32_t)(out - sd->first);
         MOESIM_ASSERT(sd->n_tokens > 0);
@@ -907,10 +919,6 @@ static void emulate_lookahead(sim_state *s, uint64_t token, uint32_t layer, uint
     }
 }
 
-typedef struct expert_cat {
-    uint8_t hi_bits;
-} expert_cat;
-
 /* Gate/up and down op times of an expert at precision p for `tok` tokens (cached). */
 static void expert_cost(sim_state *s, moesim_precision p, uint32_t tok, uint64_t *gu,
                         uint64_t *dn) {
@@ -1088,7 +1096,6 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
             resident &= s->state[base + part] == POLICY_RESIDENT;
         s->hits += resident;
     }
-    s->access_pos += 0; /* advanced by the caller per route */
 
     /* execution order: resident experts first, then by the order their copies were issued */
     uint32_t n_run = 0;
@@ -1349,6 +1356,14 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
             }
     }
 
+    /* where the memory settings came from, for messages: "file:line", "--set", or the profile */
+    char bwhere[640], cwhere[640];
+    if (config_get(settings, "memory", "budget_gb"))
+        config_origin(settings, "memory", "budget_gb", bwhere, sizeof bwhere);
+    else
+        snprintf(bwhere, sizeof bwhere, "hardware profile %s (hbm_gib)", in->hw->name);
+    config_origin(settings, "cache", "experts_per_layer", cwhere, sizeof cwhere);
+
     /* HBM: non-expert weights, KV peak and activations first; experts get the rest */
     double budget_gb = s->set.budget_gb > 0 ? s->set.budget_gb : (double)in->hw->hbm_bytes / GIB;
     s->budget_bytes = (uint64_t)(budget_gb * GIB);
@@ -1357,9 +1372,9 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     uint64_t fixed = s->non_expert_bytes + s->act_bytes + s->kv_peak_bytes;
     if (fixed >= s->budget_bytes)
         return moesim_fail(err, MOESIM_EINPUT,
-                           "memory.budget_gb = %.3g leaves nothing for experts: non-expert weights "
-                           "%.2f GiB + KV cache %.2f GiB + activations %.2f GiB = %.2f GiB",
-                           budget_gb, s->non_expert_bytes / GIB, s->kv_peak_bytes / GIB,
+                           "%s: memory.budget_gb = %.3g leaves nothing for experts: non-expert "
+                           "weights %.2f GiB + KV cache %.2f GiB + activations %.2f GiB = %.2f GiB",
+                           bwhere, budget_gb, s->non_expert_bytes / GIB, s->kv_peak_bytes / GIB,
                            s->act_bytes / GIB, fixed / GIB);
     s->expert_budget_bytes = s->budget_bytes - fixed;
     uint64_t ebytes = model_expert_bytes(in->model, in->quant, s->prec);
@@ -1368,16 +1383,16 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         uint32_t c = s->set.experts_per_layer;
         if (c < s->K)
             return moesim_fail(err, MOESIM_EINPUT,
-                               "cache.experts_per_layer = %u: expected >= top_k (%u), a token "
-                               "needs all its experts resident at once",
-                               c, s->K);
+                               "%s: cache.experts_per_layer = %u: expected >= top_k (%u), a "
+                               "token needs all its experts resident at once",
+                               cwhere, c, s->K);
         if (c > s->E) c = s->E;
         s->pool_cap = (uint64_t)c * ebytes;
         if (s->pool_cap * s->L > s->expert_budget_bytes)
             return moesim_fail(err, MOESIM_EINPUT,
-                               "cache.experts_per_layer = %u needs %.2f GiB of experts at %s, but "
-                               "memory.budget_gb = %.3g leaves %.2f GiB for experts",
-                               c, (double)s->pool_cap * s->L / GIB, precision_name(s->prec),
+                               "%s: cache.experts_per_layer = %u needs %.2f GiB of experts at %s, "
+                               "but memory.budget_gb = %.3g leaves %.2f GiB for experts",
+                               cwhere, c, (double)s->pool_cap * s->L / GIB, precision_name(s->prec),
                                budget_gb, s->expert_budget_bytes / GIB);
         s->route_capacity = c;
     } else {
@@ -1386,9 +1401,10 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         if (fit < s->K)
             return moesim_fail(
                 err, MOESIM_EINPUT,
-                "memory.budget_gb = %.3g leaves %.2f GiB for experts: room for %" PRIu64
+                "%s: memory.budget_gb = %.3g leaves %.2f GiB for experts: room for %" PRIu64
                 " experts at %s, fewer than top_k (%u)",
-                budget_gb, s->expert_budget_bytes / GIB, fit, precision_name(s->prec), s->K);
+                bwhere, budget_gb, s->expert_budget_bytes / GIB, fit, precision_name(s->prec),
+                s->K);
         s->route_capacity = fit > s->E ? s->E : (uint32_t)fit;
     }
     s->pool_used = arena_calloc(&s->mem, s->per_layer ? s->L : 1, sizeof(uint64_t));

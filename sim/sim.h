@@ -9,9 +9,10 @@
  *                               leaves after non-expert weights, KV cache and activations)
  *   [expert] precision          precision of single-precision policies (bf16, int8, int4, ...)
  *   [batch]  size               requests in flight together
- *   [predictor] accuracy        top-1 accuracy of the emulated look-ahead predictor (used only
- *                               when the trace has no predictions)
- *   [sim] ...                   simulator knobs (chunk size, efficiency factors, ...)
+ *   [predictor] accuracy, depth top-1 accuracy and distance of the emulated look-ahead
+ *                               predictor (used only when the trace has no predictions)
+ *   [sim] chunk_kib, part_overlap, seed, host_precisions, cost_table
+ *                               simulator knobs (sim/README.md; `moesim sim --help`)
  *   [<policy name>] ...         the policy's knobs (policies/policy.h)
  * Every key is checked: an unknown key or section is an error naming where it came from. */
 #ifndef MOESIM_SIM_SIM_H

@@ -124,6 +124,7 @@ typedef struct policy {
     policy_mem_view mem;
     uint32_t E;
     bool done;
+    uint64_t first_token; /* "recorded": trace index of the step's first token */
 } scripted;
 
 static moesim_status scripted_create(const policy_params *params, const void *knobs,
@@ -420,4 +421,421 @@ Test(sim, emulated_predictor_has_the_stated_top1_accuracy_and_is_reported_as_emu
     cr_assert(fabs(acc - 0.7) < 4 * sigma, "measured %.4f over %llu", acc,
               (unsigned long long)probe.total);
     trace_destroy(t);
+}
+
+Test(sim, global_lru_hit_rate_equals_one_lru_stack_over_all_layers_in_execution_order) {
+    model_geometry m = fixture_model(3, 16, 2);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 5, 3, 30, 1.0, 9);
+    const char *sets[] = {"lru.scope=global", "memory.budget_gb=0.05", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "lru", NULL, sets, &r, &err), MOESIM_OK, "%s", err.msg);
+    uint64_t cap = r.expert_budget_bytes / model_expert_bytes(&m, &quant, PREC_BF16);
+    cr_assert(cap >= 6 && cap < 3 * 16, "the budget should hold a few experts, holds %llu",
+              (unsigned long long)cap);
+    /* the execution order with batch 1: per step (a request's prompt, or one decode token),
+     * layer by layer, the step's tokens in order, their slots in order; ids = layer * E + e */
+    uint32_t L = m.n_moe_layers, E = m.n_experts, K = m.top_k;
+    size_t n = (size_t)t->n_tokens * L * K, w = 0;
+    uint16_t *seq = malloc(n * sizeof *seq);
+    for (uint64_t i = 0; i < t->n_tokens;) {
+        uint64_t end = i + 1;
+        if (t->phase[i] == TRACE_PREFILL)
+            while (end < t->n_tokens && t->request_id[end] == t->request_id[i] &&
+                   t->phase[end] == TRACE_PREFILL)
+                end++;
+        for (uint32_t l = 0; l < L; l++)
+            for (uint64_t j = i; j < end; j++)
+                for (uint32_t k = 0; k < K; k++)
+                    seq[w++] = (uint16_t)(l * E + trace_experts(t, j, l)[k]);
+        i = end;
+    }
+    cr_assert_eq(w, n);
+    uint64_t *hits = calloc((size_t)L * E + 1, sizeof *hits);
+    trace_stats_hit_counts(seq, n, L * E, hits, NULL);
+    cr_assert_eq(r.accesses, n);
+    cr_assert_eq(r.hits, hits[cap], "sim %llu hits, one LRU stack of %llu: %llu",
+                 (unsigned long long)r.hits, (unsigned long long)cap,
+                 (unsigned long long)hits[cap]);
+    free(hits);
+    free(seq);
+    trace_destroy(t);
+}
+
+/* A policy that exercises the memory system's answers at the first route of a 1-layer, 3-expert
+ * model whose per-layer pool holds 3 bf16 experts (int4 ones are smaller). */
+typedef struct mem_probe {
+    policy_mem_result load_again, load_over, evict_started, evict_queued, evict_absent;
+    uint64_t free_before, free_after_cancel, used_bf16;
+    uint32_t done_calls;
+    bool refused_in_use;
+} mem_probe;
+
+static mem_probe *mem_probe_out;
+
+static void memprobe_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    const policy_mem_ops *o = p->mem.ops;
+    policy_mem *mm = p->mem.mem;
+    mem_probe *q = mem_probe_out;
+    if (!p->done) {
+        q->free_before = o->free_bytes(mm, 0);
+        cr_assert_eq(o->load(mm, 0, 1, PREC_BF16, POLICY_PARTS_ALL, POLICY_PREFETCH),
+                     POLICY_ISSUED);
+        cr_assert_eq(o->load(mm, 0, 2, PREC_BF16, POLICY_PARTS_ALL, POLICY_PREFETCH),
+                     POLICY_ISSUED);
+        q->load_again = o->load(mm, 0, 1, PREC_BF16, POLICY_PARTS_ALL, POLICY_PREFETCH);
+        cr_assert_eq(o->state(mm, 0, 1, PREC_BF16, PART_DOWN), POLICY_LOADING);
+        q->evict_started = o->evict(mm, 0, 1, PREC_BF16, POLICY_PARTS_ALL); /* copy running */
+        q->evict_queued = o->evict(mm, 0, 2, PREC_BF16, POLICY_PARTS_ALL);  /* still queued */
+        q->free_after_cancel = o->free_bytes(mm, 0);
+        q->evict_absent = o->evict(mm, 0, 2, PREC_BF16, POLICY_PARTS_ALL);
+        cr_assert_eq(o->load(mm, 0, 2, PREC_BF16, POLICY_PARTS_ALL, POLICY_PREFETCH),
+                     POLICY_ISSUED);
+        q->load_over = o->load(mm, 0, 0, PREC_INT8, POLICY_PARTS_ALL, POLICY_DEMAND);
+        q->used_bf16 = o->used_bytes(mm, PREC_BF16);
+        /* make room for the demand load of expert 0: drop the queued prefetch of expert 2 */
+        cr_assert_eq(o->evict(mm, 0, 2, PREC_BF16, POLICY_PARTS_ALL), POLICY_ISSUED);
+    }
+    p->done = true;
+    for (uint32_t a = 0; a < r->n_active; a++) {
+        policy_mem_result res =
+            o->load(mm, r->layer, r->active[a], PREC_BF16, POLICY_PARTS_ALL, POLICY_DEMAND);
+        cr_assert(res == POLICY_ISSUED || res == POLICY_ALREADY);
+        plan->run[a] = PREC_BF16;
+    }
+}
+
+static void memprobe_done(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
+                          uint32_t parts_mask, policy_class cls, uint64_t now_ns) {
+    (void)cls;
+    (void)now_ns;
+    mem_probe_out->done_calls++;
+    cr_assert_eq(parts_mask, POLICY_PARTS_ALL);
+    /* expert 0 runs in this layer: while its compute is pending, it cannot be evicted */
+    if (expert == 1 && p->mem.ops->state(p->mem.mem, layer, 0, prec, PART_GATE) != POLICY_ABSENT)
+        mem_probe_out->refused_in_use =
+            p->mem.ops->evict(p->mem.mem, layer, 0, prec, POLICY_PARTS_ALL) == POLICY_REFUSED;
+}
+
+static const policy_methods memprobe_methods = {
+    .api_version = POLICY_API_VERSION,
+    .name = "memprobe",
+    .summary = "test: memory system answers",
+    .create = scripted_create,
+    .on_route = memprobe_on_route,
+    .on_transfer_done = memprobe_done,
+    .destroy = scripted_destroy,
+};
+
+Test(sim, memory_system_refuses_over_budget_and_in_use_and_cancels_only_unstarted_copies) {
+    model_geometry m = fixture_model(1, 3, 1);
+    hw_profile hw = fixture_hw();
+    trace *t = trace_to_expert0(&m);
+    mem_probe q = {0};
+    mem_probe_out = &q;
+    /* whole-expert chunks: expert 1's prefetch finishes before expert 0's demand copy starts,
+     * so its completion arrives while expert 0 waits to run */
+    const char *sets[] = {"cache.experts_per_layer=2", "sim.chunk_kib=4096", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "memprobe", &memprobe_methods, sets, &r, &err), MOESIM_OK,
+                 "%s", err.msg);
+    uint64_t e = model_expert_bytes(&m, &quant, PREC_BF16);
+    cr_assert_eq(q.free_before, 2 * e);
+    cr_assert_eq(q.load_again, POLICY_ALREADY);
+    cr_assert_eq(q.evict_started, POLICY_REFUSED);
+    cr_assert_eq(q.evict_queued, POLICY_ISSUED);
+    cr_assert_eq(q.free_after_cancel, e); /* only expert 1's copy still holds its bytes */
+    cr_assert_eq(q.evict_absent, POLICY_ALREADY);
+    cr_assert_eq(q.load_over, POLICY_REFUSED); /* 2 bf16 experts fill the pool */
+    cr_assert_eq(q.used_bf16, 2 * e);
+    cr_assert(q.refused_in_use);
+    cr_assert_eq(q.done_calls, 2); /* expert 1's prefetch and expert 0's demand load */
+    cr_assert_eq(r.h2d_bytes, 2 * e);
+    trace_destroy(t);
+}
+
+/* Background migrations yield to prefetches, prefetches to demand loads: records the order in
+ * which copies complete. */
+typedef struct order_probe {
+    uint32_t order[8];
+    uint64_t t_ns[8];
+    uint32_t n;
+} order_probe;
+
+static order_probe *order_out;
+
+static void classes_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    const policy_mem_ops *o = p->mem.ops;
+    if (!p->done) {
+        cr_assert_eq(o->load(p->mem.mem, 0, 1, PREC_BF16, POLICY_PARTS_ALL, POLICY_BACKGROUND),
+                     POLICY_ISSUED);
+        cr_assert_eq(o->load(p->mem.mem, 0, 2, PREC_BF16, POLICY_PARTS_ALL, POLICY_BACKGROUND),
+                     POLICY_ISSUED);
+        cr_assert_eq(o->load(p->mem.mem, 0, 3, PREC_BF16, POLICY_PARTS_ALL, POLICY_PREFETCH),
+                     POLICY_ISSUED);
+    }
+    p->done = true;
+    for (uint32_t a = 0; a < r->n_active; a++) {
+        o->load(p->mem.mem, r->layer, r->active[a], PREC_BF16, POLICY_PARTS_ALL, POLICY_DEMAND);
+        plan->run[a] = PREC_BF16;
+    }
+}
+
+static void classes_done(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
+                         uint32_t parts_mask, policy_class cls, uint64_t now_ns) {
+    (void)p, (void)layer, (void)prec, (void)parts_mask, (void)cls;
+    order_out->t_ns[order_out->n] = now_ns;
+    order_out->order[order_out->n++] = expert;
+}
+
+static const policy_methods classes_methods = {
+    .api_version = POLICY_API_VERSION,
+    .name = "classes",
+    .summary = "test: priority classes",
+    .create = scripted_create,
+    .on_route = classes_on_route,
+    .on_transfer_done = classes_done,
+    .destroy = scripted_destroy,
+};
+
+Test(sim, copies_are_served_demand_first_then_prefetch_then_background) {
+    model_geometry m = fixture_model(1, 4, 1);
+    hw_profile hw = fixture_hw();
+    trace *t = trace_to_expert0(&m);
+    cost_model c;
+    cost_model_init(&c, &hw, &m, &quant);
+    order_probe q = {0};
+    order_out = &q;
+    const char *sets[] = {"sim.chunk_kib=512", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "classes", &classes_methods, sets, &r, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_eq(q.n, 4);
+    /* expert 1 (background) had started: it yields after one chunk to the demand load (0), then
+     * to the prefetch (3); it resumes before the queued background copy of expert 2 */
+    uint32_t want[] = {0, 3, 1, 2};
+    for (int i = 0; i < 4; i++) cr_assert_eq(q.order[i], want[i], "completion %d", i);
+    uint64_t bytes = model_expert_bytes(&m, &quant, PREC_BF16);
+    uint64_t t0 = fixed_ns(&c, 1, 1);
+    uint64_t chunk = hw.h2d_latency_ns + cost_transfer_ns(512 * 1024, hw.h2d_bytes_per_s);
+    uint64_t copy = hw.h2d_latency_ns + cost_transfer_ns(bytes, hw.h2d_bytes_per_s);
+    cr_assert_eq(q.t_ns[0], t0 + chunk + copy);
+    cr_assert_eq(q.t_ns[1], t0 + chunk + 2 * copy);
+    /* the rest of expert 1 pays no second latency */
+    cr_assert_eq(q.t_ns[2], t0 + 3 * copy);
+    cr_assert_eq(q.t_ns[3], t0 + 4 * copy);
+    trace_destroy(t);
+}
+
+/* Runs even experts at int4 and skips odd ones. */
+static void mixed_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    for (uint32_t a = 0; a < r->n_active; a++) {
+        if (r->active[a] % 2) continue; /* left at POLICY_RUN_SKIP */
+        policy_mem_result res = p->mem.ops->load(p->mem.mem, r->layer, r->active[a], PREC_INT4,
+                                                 POLICY_PARTS_ALL, POLICY_DEMAND);
+        cr_assert(res != POLICY_REFUSED);
+        plan->run[a] = PREC_INT4;
+    }
+}
+
+static void mixed_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
+    (void)step, (void)now_ns;
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t e = 0; e < p->E; e++)
+            p->mem.ops->evict(p->mem.mem, l, e, PREC_INT4, POLICY_PARTS_ALL);
+}
+
+static const policy_methods mixed_methods = {
+    .api_version = POLICY_API_VERSION,
+    .name = "mixed",
+    .summary = "test: int4 and skip",
+    .create = scripted_create,
+    .on_route = mixed_on_route,
+    .end_step = mixed_end_step,
+    .destroy = scripted_destroy,
+};
+
+Test(sim, precision_mix_is_the_share_of_gate_mass_run_high_low_and_skipped) {
+    model_geometry m = fixture_model(2, 8, 2);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 2, 3, 10, 0.5, 21);
+    double lo = 0, skip = 0;
+    uint64_t skipped = 0;
+    for (size_t i = 0; i < t->n_tokens * m.n_moe_layers * m.top_k; i++) {
+        if (t->expert_ids[i] % 2) {
+            skip += t->gate_weights[i];
+            skipped++;
+        } else {
+            lo += t->gate_weights[i];
+        }
+    }
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "mixed", &mixed_methods, NULL, &r, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_float_eq(r.precision_mix_lo, lo / (lo + skip), 1e-6);
+    cr_assert_float_eq(r.precision_mix_skip, skip / (lo + skip), 1e-6);
+    cr_assert_eq(r.precision_mix_hi, 0.0);
+    cr_assert_eq(r.skipped_accesses, skipped);
+    cr_assert_eq(r.h2d_bytes % model_expert_bytes(&m, &quant, PREC_INT4), 0);
+    trace_destroy(t);
+}
+
+Test(sim, result_fields_are_unique_named_columns_in_a_fixed_order) {
+    model_geometry m = fixture_model(1, 4, 1);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 2, 2, 3, 0, 3);
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "lru", NULL, NULL, &r, &err), MOESIM_OK, "%s", err.msg);
+    const char *names[64];
+    double values[64];
+    size_t n = sim_result_fields(&r, names, values, 64);
+    cr_assert_geq(n, 25);
+    cr_assert_str_eq(names[0], "tokens");
+    cr_assert_eq(values[0], (double)t->n_tokens);
+    bool seen_p99 = false, seen_hit = false;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < i; j++) cr_assert_str_neq(names[i], names[j]);
+        if (!strcmp(names[i], "ttft_ms.p99")) seen_p99 = values[i] == r.ttft.p99_ms;
+        if (!strcmp(names[i], "hit_rate")) seen_hit = values[i] == r.hit_rate;
+    }
+    cr_assert(seen_p99 && seen_hit);
+    cr_assert_eq(sim_result_fields(&r, names, values, 3), 3);
+    trace_destroy(t);
+}
+
+Test(sim, finished_requests_are_replaced_and_prefill_steps_take_every_pending_prompt) {
+    model_geometry m = fixture_model(1, 4, 1);
+    hw_profile hw = fixture_hw();
+    /* requests (prompt, decode): (2, 3), (2, 1), (2, 5); batch 2:
+     *   step 0 prefill r0 r1 | 1 decode r0 r1 (r1 ends) | 2 prefill r2 | 3, 4 decode r0 r2
+     *   (r0 ends) | 5, 6, 7 decode r2: 8 steps */
+    const uint32_t prompt[] = {2, 2, 2}, decode[] = {3, 1, 5};
+    trace *base = fixture_trace(&m, 1, 0, 16, 0, 4); /* routing rows to copy from */
+    trace_meta meta = base->meta;
+    trace *t = trace_create(&meta, 15);
+    uint64_t i = 0;
+    for (uint32_t q = 0; q < 3; q++)
+        for (uint32_t p = 0; p < prompt[q] + decode[q]; p++, i++) {
+            t->request_id[i] = q;
+            t->position[i] = p;
+            t->phase[i] = p < prompt[q] ? TRACE_PREFILL : TRACE_DECODE;
+            t->expert_ids[i] = base->expert_ids[i];
+            t->gate_weights[i] = 1.0f;
+        }
+    moesim_error err = {0};
+    cr_assert_eq(trace_finish(t, "test", &err), MOESIM_OK, "%s", err.msg);
+    const char *sets[] = {"batch.size=2", NULL};
+    sim_result r;
+    cr_assert_eq(run_sets(t, &m, &hw, "lru", NULL, sets, &r, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(r.steps, 8);
+    cr_assert_eq(r.tokens, 15);
+    cr_assert_eq(r.requests, 3);
+    trace_destroy(t);
+    trace_destroy(base);
+}
+
+/* Checks, at every route, that the look-ahead and importance the policy sees are the trace's. */
+static const trace *recorded_trace;
+static uint64_t recorded_checked;
+
+static void recorded_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    cr_assert(r->lookahead_ids && r->importance);
+    /* with batch 1 the step's tokens are consecutive trace tokens from first_token */
+    for (uint32_t i = 0; i < r->n_tokens; i++) {
+        uint64_t tok = p->first_token + i;
+        const uint16_t *want =
+            recorded_trace->lookahead_ids + trace_lookahead_index(recorded_trace, tok, r->layer, 1);
+        for (uint32_t j = 0; j < recorded_trace->meta.lookahead_k; j++)
+            cr_assert_eq(r->lookahead_ids[(size_t)i * recorded_trace->meta.lookahead_k + j],
+                         want[j]);
+        cr_assert_eq(r->importance[i],
+                     recorded_trace->importance[tok * recorded_trace->meta.n_layers + r->layer]);
+        recorded_checked++;
+    }
+    for (uint32_t a = 0; a < r->n_active; a++) {
+        p->mem.ops->load(p->mem.mem, r->layer, r->active[a], PREC_INT4, POLICY_PARTS_ALL,
+                         POLICY_DEMAND);
+        plan->run[a] = PREC_INT4;
+    }
+}
+
+static void recorded_begin_step(policy *p, const policy_step *step) {
+    /* batch 1, requests stored one after the other: the step's first token is the trace token
+     * with this request and position */
+    uint64_t tok = 0;
+    while (recorded_trace->request_id[tok] != step->request[0] ||
+           recorded_trace->position[tok] != step->position[0])
+        tok++;
+    p->first_token = tok;
+}
+
+static void recorded_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
+    (void)step, (void)now_ns;
+    for (uint32_t l = 0; l < recorded_trace->meta.n_layers; l++)
+        for (uint32_t e = 0; e < recorded_trace->meta.n_experts; e++)
+            p->mem.ops->evict(p->mem.mem, l, e, PREC_INT4, POLICY_PARTS_ALL);
+}
+
+static const policy_methods recorded_methods = {
+    .api_version = POLICY_API_VERSION,
+    .name = "recorded",
+    .summary = "test: recorded look-ahead and importance reach the policy",
+    .create = scripted_create,
+    .begin_step = recorded_begin_step,
+    .on_route = recorded_on_route,
+    .end_step = recorded_end_step,
+    .destroy = scripted_destroy,
+};
+
+Test(sim, recorded_lookahead_and_importance_reach_the_policy_and_accuracy_is_measured) {
+    model_geometry m = fixture_model(3, 8, 2);
+    hw_profile hw = fixture_hw();
+    trace *plain = fixture_trace(&m, 2, 3, 6, 0.5, 8);
+    trace_meta meta = plain->meta;
+    meta.lookahead_depth = 1;
+    meta.lookahead_k = 2;
+    meta.has_importance = true;
+    trace *t = trace_create(&meta, plain->n_tokens);
+    size_t route = (size_t)plain->n_tokens * m.n_moe_layers * m.top_k;
+    memcpy(t->request_id, plain->request_id, plain->n_tokens * sizeof *t->request_id);
+    memcpy(t->position, plain->position, plain->n_tokens * sizeof *t->position);
+    memcpy(t->phase, plain->phase, plain->n_tokens);
+    memcpy(t->expert_ids, plain->expert_ids, route * sizeof *t->expert_ids);
+    memcpy(t->gate_weights, plain->gate_weights, route * sizeof *t->gate_weights);
+    /* the prediction at layer l for l + 1: its true top-2 on odd tokens, reversed on even
+     * tokens (top-1 wrong); nothing past the last layer */
+    uint64_t right = 0, total = 0;
+    for (uint64_t i = 0; i < t->n_tokens; i++)
+        for (uint32_t l = 0; l < m.n_moe_layers; l++) {
+            t->importance[i * m.n_moe_layers + l] = (float)(i + l);
+            uint16_t *ids = t->lookahead_ids + trace_lookahead_index(t, i, l, 1);
+            float *sc = t->lookahead_scores + trace_lookahead_index(t, i, l, 1);
+            for (uint32_t j = 0; j < 2; j++) {
+                ids[j] = l + 1 < m.n_moe_layers ? trace_experts(t, i, l + 1)[i % 2 ? j : 1 - j]
+                                                : TRACE_NO_EXPERT;
+                sc[j] = l + 1 < m.n_moe_layers ? 0.5f : 0.0f;
+            }
+            if (l + 1 < m.n_moe_layers) {
+                total++;
+                right += i % 2;
+            }
+        }
+    moesim_error err = {0};
+    cr_assert_eq(trace_finish(t, "test", &err), MOESIM_OK, "%s", err.msg);
+    recorded_trace = t;
+    recorded_checked = 0;
+    const char *sets[] = {"expert.precision=int4", NULL};
+    sim_result r;
+    cr_assert_eq(run_sets(t, &m, &hw, "recorded", &recorded_methods, sets, &r, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_eq(recorded_checked, t->n_tokens * m.n_moe_layers);
+    cr_assert(!r.predictor_emulated);
+    cr_assert_float_eq(r.predictor_accuracy, (double)right / (double)total, 1e-12);
+    trace_destroy(t);
+    trace_destroy(plain);
 }
