@@ -4,7 +4,8 @@
  * it. The time covers everything synth_generate does: tables, the request plan, allocating the
  * trace, routing, gates, importance, look-ahead, and the final trace_check. Target: >= 5 M
  * records/s. Each case runs BENCH_REPEATS times; the best and the median are printed.
- * Usage: bench_synth [tokens] (default 100000; a multiple of 1000). */
+ * Usage: bench_synth [tokens [depth]] (tokens: default 100000, a multiple of 1000; depth: run
+ * only that look-ahead depth, for profiling). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +43,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_synth: %s\n", err.msg);
         return 2;
     }
-    static const uint32_t depths[2] = {3, 0};
-    for (int c = 0; c < 2; c++) {
+    uint32_t depths[2] = {3, 0}, n_cases = 2;
+    if (argc > 2) depths[0] = (uint32_t)strtoul(argv[2], NULL, 10), n_cases = 1;
+    for (uint32_t c = 0; c < n_cases; c++) {
         synth_options o;
         synth_options_default(&o, &m);
         o.n_requests = (uint32_t)(tokens / BENCH_REQUEST_TOKENS);

@@ -21,7 +21,8 @@
 static const char synth_help[] =
     "usage: moesim trace synth --model NAME --requests R --prompt-len P --gen-len G\n"
     "                          [--workload text|math|code|mix] [--seed S] [--lookahead D]\n"
-    "                          [--lookahead-k K] [--set KNOB=VALUE]... [--report] -o OUT.h5\n"
+    "                          [--lookahead-k K] [--set KNOB=VALUE]... [--report] [-q]\n"
+    "                          -o OUT.h5\n"
     "\n"
     "Synthesizes a router trace for a model of configs/models (a name, or a path to an .ini):\n"
     "R requests, each P prefill tokens then G decode tokens, with top-k experts and gate weights\n"
@@ -42,6 +43,7 @@ static const char synth_help[] =
     "  --set KNOB=VALUE   override a knob of the generative model (repeatable)\n"
     "  --report           print published target vs achieved for every calibrated statistic\n"
     "  -o, --output FILE  the trace to write (may be left out with --report)\n"
+    "  -q, --quiet        no progress bar (it is drawn only when stderr is a terminal)\n"
     "  -h, --help         this text\n"
     "\n"
     "exit status: 0 on success, 2 on bad input (one line on stderr; nothing is written).\n";
@@ -118,8 +120,12 @@ static void print_report(const model_geometry *m, const synth_options *o, const 
     }
     if (n == 0) printf("(no published figure applies to %s)\n", m->name);
     printf("other figures: active share by B");
-    for (int b = 0; b < STATS_N_BATCH; b++)
-        printf(" %u:%.1f%%", trace_stats_batch_sizes[b], 100 * s->active_share[b]);
+    for (int b = 0; b < STATS_N_BATCH; b++) {
+        if (isnan(s->active_share[b]))
+            printf(" %u:absent", trace_stats_batch_sizes[b]);
+        else
+            printf(" %u:%.1f%%", trace_stats_batch_sizes[b], 100 * s->active_share[b]);
+    }
     printf("; top10 share %.1f%%, max/mean %.2f, min/mean %.2f; reuse top-1 %.1f%%, any %.1f%%",
            100 * s->top10_share, s->max_over_mean, s->min_over_mean, 100 * s->reuse_top1,
            100 * s->reuse_any);
@@ -136,7 +142,7 @@ int cmd_trace_synth(int argc, char **argv) {
     const char *depth = NULL, *lk = NULL;
     const char **sets = NULL;
     size_t n_sets = 0;
-    bool report = false;
+    bool report = false, quiet = false;
     int rc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -147,6 +153,10 @@ int cmd_trace_synth(int argc, char **argv) {
         }
         if (!strcmp(a, "--report")) {
             report = true;
+            continue;
+        }
+        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            quiet = true;
             continue;
         }
         const char **slot = !strcmp(a, "--model")                        ? &model_name
@@ -239,6 +249,7 @@ int cmd_trace_synth(int argc, char **argv) {
             goto done;
         }
     }
+    o.show_progress = cli_progress_allowed(quiet);
     if (synth_options_check(&o, &m, &err)) {
         rc = cli_fail(&err);
         goto done;

@@ -71,6 +71,46 @@ Test(synth, every_configured_model_gives_a_trace_that_passes_trace_check) {
     }
 }
 
+/* k = E (every expert chosen: no intruders exist for the look-ahead) and k = 1 of 2 (a wrong
+ * top-1 prediction must come from outside the true set), with anti-reuse and K' = 1. */
+Test(synth, extreme_geometries_give_valid_traces) {
+    static const struct {
+        const char *name, *experts, *top_k;
+    } cases[] = {{"edge-k-eq-e", "8", "8"}, {"edge-k1", "2", "1"}};
+    for (size_t i = 0; i < 2; i++) {
+        char text[2048], path[4096];
+        snprintf(text, sizeof text,
+                 "[model]\nname = %s\nhf_id = test/%s\nfamily = mixtral\n"
+                 "[layers]\nn_layers = 6\nmoe_layers = all\nhidden = 64\ndense_inter = 0\n"
+                 "vocab = 256\ntie_embeddings = false\n"
+                 "[experts]\nn_experts = %s\ntop_k = %s\nexpert_inter = 32\ngate_norm = topk\n"
+                 "n_shared = 0\nshared_inter = 0\nshared_gate = false\n"
+                 "[attention]\nkind = gqa\nheads = 4\nkv_heads = 4\nhead_dim = 16\n"
+                 "qk_norm = false\nrope_theta = 10000\n",
+                 cases[i].name, cases[i].name, cases[i].experts, cases[i].top_k);
+        snprintf(path, sizeof path, "%s", test_tmp_path(cases[i].name));
+        test_write_file(path, text);
+        model_geometry m;
+        moesim_error err = {0};
+        cr_assert_eq(model_load(path, &m, &err), MOESIM_OK, "%s", err.msg);
+        for (uint32_t kp = 1; kp <= m.n_experts; kp += m.n_experts - 1) {
+            synth_options o;
+            synth_options_default(&o, &m);
+            o.n_requests = 6;
+            o.prompt_len = (synth_range){3, 7};
+            o.gen_len = (synth_range){2, 5};
+            o.lookahead_depth = 4;
+            o.lookahead_k = kp;
+            cr_assert_eq(synth_knob_set(&o.knobs, "reuse_other_mid", -0.5, &err), MOESIM_OK);
+            trace *t = NULL;
+            cr_assert_eq(synth_generate(&m, &o, &t, &err), MOESIM_OK, "%s", err.msg);
+            cr_assert_eq(trace_check(t, cases[i].name, &err), MOESIM_OK, "%s", err.msg);
+            trace_destroy(t);
+            if (m.n_experts == 1) break;
+        }
+    }
+}
+
 Test(synth, requests_are_prompt_then_generation_with_lengths_in_their_ranges) {
     model_geometry m = load_model("olmoe-1b-7b");
     trace *t = synth(&m, 40, (synth_range){5, 12}, (synth_range){2, 4}, SYNTH_TEXT, 0);

@@ -3,18 +3,22 @@
  *
  * Work layout (the bench target is >= 5 M token x layer records/s on one core):
  *   - every distribution a token draws from is an alias table (Vose), built once per
- *     (layer, workload, topic); a draw costs one 32-bit RNG output: the high part of u * E
- *     picks the column, the low 32 bits are compared with the column's threshold;
- *   - probabilities that are tested per record (reuse, look-ahead right) are 32-bit thresholds;
+ *     (workload, topic, layer) in 8-byte cells; a draw costs one 32-bit number: the high part
+ *     of u * E picks the column, the low 32 bits are compared with the column's threshold;
+ *   - probabilities tested per record (reuse, look-ahead right) are 32-bit thresholds, counts
+ *     (copied slots, kept predictions) come from binomial CDF tables: one number each;
+ *   - the hot paths read their numbers from a block refilled by consecutive gsl_rng_get calls;
  *   - gate-weight vectors come from a pool of SYNTH_GATE_POOL precomputed rows (Gumbel
- *     order-statistic logits through the model's softmax), picked with one draw per record;
- *   - duplicates within a row are found by a linear scan (k <= 64); look-ahead candidates use a
- *     stamped marker, so nothing is cleared or allocated per record.
+ *     order-statistic logits through the model's softmax);
+ *   - duplicates within a row are found with stamped markers in a branch-free draw loop;
+ *     look-ahead rows are built per target layer, so its true experts are marked and its
+ *     popular non-true experts compacted once for every distance. Nothing is cleared or
+ *     allocated per record.
  * RNG streams of the one seed (common/rng.h): 0 model tables, 1 request plan, 2 routing and
  * gates, 3 importance, 4 look-ahead; so changing D or K' leaves the routing unchanged.
  *
  * Units: lengths in tokens; probabilities in [0, 1]; log-popularity in nats. */
-/* GSL's inline gsl_rng_get (gsl_inline.h): the hot loops call it ~15 times per record */
+/* GSL's inline gsl_rng_get (gsl_inline.h): block refills call it in a tight loop */
 #define HAVE_INLINE 1
 #include "traces/synth.h"
 
@@ -28,16 +32,19 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/progress.h"
 #include "common/rng.h"
 
-#define SYNTH_GATE_POOL     4096 /* precomputed gate-weight rows per run */
-#define SYNTH_SALIENCE_POOL 4096 /* precomputed per-layer salience factors */
-#define SYNTH_DRAW_CAP      64   /* rejected duplicate draws per slot before the fallback */
-#define STREAM_TABLES       0
-#define STREAM_PLAN         1
-#define STREAM_ROUTING      2
-#define STREAM_IMPORTANCE   3
-#define STREAM_LOOKAHEAD    4
+#define SYNTH_GATE_POOL_BITS     10 /* precomputed gate-weight rows per run: 1024 (L1/L2) */
+#define SYNTH_GATE_POOL          (1u << SYNTH_GATE_POOL_BITS)
+#define SYNTH_SALIENCE_POOL_BITS 10 /* precomputed per-layer salience factors: 1024 */
+#define SYNTH_SALIENCE_POOL      (1u << SYNTH_SALIENCE_POOL_BITS)
+#define SYNTH_DRAW_CAP           64 /* rejected duplicate draws per slot before the fallback */
+#define STREAM_TABLES            0
+#define STREAM_PLAN              1
+#define STREAM_ROUTING           2
+#define STREAM_IMPORTANCE        3
+#define STREAM_LOOKAHEAD         4
 
 /* P(x) as a threshold on a uniform 32-bit draw: draw < threshold happens with probability x. */
 static uint32_t prob_threshold(double x) {
@@ -107,8 +114,35 @@ static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *s
     }
 }
 
-static inline uint16_t alias_draw(const alias_cell *cell, uint32_t n, gsl_rng *g) {
-    uint64_t x = (uint64_t)(uint32_t)gsl_rng_get(g) * n;
+/* ---- 32-bit draws in blocks ----
+ * The hot paths take their uniform 32-bit numbers from a block refilled by SYNTH_RNG_BLOCK
+ * consecutive gsl_rng_get calls: the same numbers in the same order as calling GSL each time
+ * (so determinism is untouched), without an indirect call in the middle of dependent work. */
+#define SYNTH_RNG_BLOCK 512
+
+typedef struct rng_block {
+    gsl_rng *g;
+    uint32_t at; /* next unread value; SYNTH_RNG_BLOCK: empty */
+    uint32_t v[SYNTH_RNG_BLOCK];
+} rng_block;
+
+static void rng_block_init(rng_block *b, gsl_rng *g) {
+    b->g = g;
+    b->at = SYNTH_RNG_BLOCK;
+}
+
+static void rng_block_refill(rng_block *b) {
+    for (uint32_t i = 0; i < SYNTH_RNG_BLOCK; i++) b->v[i] = (uint32_t)gsl_rng_get(b->g);
+    b->at = 0;
+}
+
+static inline uint32_t rng_block_u32(rng_block *b) {
+    if (b->at == SYNTH_RNG_BLOCK) rng_block_refill(b);
+    return b->v[b->at++];
+}
+
+static inline uint16_t alias_draw(const alias_cell *cell, uint32_t n, rng_block *g) {
+    uint64_t x = (uint64_t)rng_block_u32(g) * n;
     uint32_t j = (uint32_t)(x >> 32), f = (uint32_t)x;
     return f < cell[j].thresh ? (uint16_t)j : cell[j].alias;
 }
@@ -154,8 +188,8 @@ static void binomial_cdf_thresholds(uint32_t n, double p, uint32_t *out) {
 }
 
 /* A draw from such a table: the first c with u < out[c], else n. */
-static inline uint32_t binomial_draw(const uint32_t *cdf, uint32_t n, gsl_rng *g) {
-    uint32_t u = (uint32_t)gsl_rng_get(g), c = 0;
+static inline uint32_t binomial_draw(const uint32_t *cdf, uint32_t n, rng_block *g) {
+    uint32_t u = rng_block_u32(g), c = 0;
     while (c < n && u >= cdf[c]) c++;
     return c;
 }
@@ -215,7 +249,7 @@ static void tables_build(synth_tables *tb, const model_geometry *m, const synth_
                     top = w[e] > top ? w[e] : top;
                 }
                 for (uint32_t e = 0; e < E; e++) w[e] = exp(w[e] - top);
-                size_t at = (((size_t)l * W + wl) * T + t) * E;
+                size_t at = (((size_t)wl * T + t) * L + l) * E;
                 alias_build(w, E, tb->cells + at, scaled, small, large);
             }
         }
@@ -291,15 +325,10 @@ static uint64_t plan_build(request_plan *plan, const synth_options *o, uint32_t 
 
 /* ---- routing of one token at one layer ---- */
 
-static inline bool row_has(const uint16_t *row, uint32_t n, uint16_t e) {
-    for (uint32_t j = 0; j < n; j++)
-        if (row[j] == e) return true;
-    return false;
-}
-
 /* Membership of the experts chosen so far in a row: stamped, never cleared per row. */
 typedef struct route_work {
-    uint32_t *mark; /* [E] */
+    uint32_t *mark;  /* [E] chosen for the current row */
+    uint32_t *pmark; /* [E] in the predecessor's row (anti-reuse layers only) */
     uint32_t stamp;
     uint32_t E;
 } route_work;
@@ -307,15 +336,15 @@ typedef struct route_work {
 /* One draw from the table that is not yet in the row (and, at layers with anti-reuse, redrawn
  * with probability avoid when the predecessor used it); the most popular unchosen expert after
  * SYNTH_DRAW_CAP rejected draws. */
-static inline uint16_t route_draw(const synth_tables *tb, uint32_t l, const alias_cell *cells,
-                                  const uint16_t *pop, const uint16_t *prev, const route_work *rw,
-                                  gsl_rng *g) {
+static inline __attribute__((always_inline)) uint16_t
+route_draw(const synth_tables *tb, uint32_t l, const alias_cell *cells, const uint16_t *pop,
+           const uint16_t *prev, const route_work *rw, rng_block *g) {
     const uint32_t E = tb->E;
     for (uint32_t tries = 0; tries < SYNTH_DRAW_CAP; tries++) {
         uint16_t e = alias_draw(cells, E, g);
         if (rw->mark[e] == rw->stamp) continue;
-        if (prev && tb->avoid_other[l] && row_has(prev, tb->k, e) &&
-            (uint32_t)gsl_rng_get(g) < tb->avoid_other[l])
+        if (prev && tb->avoid_other[l] && rw->pmark[e] == rw->stamp &&
+            rng_block_u32(g) < tb->avoid_other[l])
             continue; /* anti-reuse: redraw an expert the predecessor used */
         return e;
     }
@@ -330,14 +359,19 @@ static inline uint16_t route_draw(const synth_tables *tb, uint32_t l, const alia
  * already chosen); the rest are drawn without replacement. */
 static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cells,
                       const uint16_t *pop, const uint16_t *prev, uint16_t *row, float *gates,
-                      route_work *rw, gsl_rng *g) {
+                      route_work *rw, rng_block *g) {
     const uint32_t k = tb->k;
     if (++rw->stamp == 0) {
         memset(rw->mark, 0, rw->E * sizeof *rw->mark);
+        memset(rw->pmark, 0, rw->E * sizeof *rw->pmark);
         rw->stamp = 1;
     }
+    if (prev && tb->avoid_other[l])
+        for (uint32_t j = 0; j < k; j++) rw->pmark[prev[j]] = rw->stamp;
     uint16_t e;
-    if (prev && (uint32_t)gsl_rng_get(g) < tb->reuse_top1[l])
+    /* one 32-bit draw: the high 22 bits decide the top-1 copy, the low 10 pick the gate row */
+    const uint32_t u = rng_block_u32(g);
+    if (prev && (u >> SYNTH_GATE_POOL_BITS) < (tb->reuse_top1[l] >> SYNTH_GATE_POOL_BITS))
         e = prev[0];
     else
         e = route_draw(tb, l, cells, pop, prev, rw, g);
@@ -347,19 +381,29 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
     if (prev && tb->copies[l]) {
         uint32_t copies = binomial_draw(tb->copy_cdf + (size_t)l * k, k - 1, g);
         for (uint32_t c = 0; c < copies; c++) {
-            e = prev[((uint64_t)(uint32_t)gsl_rng_get(g) * k) >> 32];
+            e = prev[((uint64_t)rng_block_u32(g) * k) >> 32];
             if (rw->mark[e] == rw->stamp) continue;
             row[n++] = e;
             rw->mark[e] = rw->stamp;
         }
     }
-    while (n < k) {
+    if (!(prev && tb->avoid_other[l])) {
+        /* the common case, branch-free: write the draw, advance only when it is new (marking
+         * an expert twice is harmless); SYNTH_DRAW_CAP draws per missing slot at most */
+        const uint32_t E = tb->E;
+        for (uint32_t tries = 0; n < k && tries < SYNTH_DRAW_CAP * k; tries++) {
+            e = alias_draw(cells, E, g);
+            row[n] = e;
+            n += rw->mark[e] != rw->stamp;
+            rw->mark[e] = rw->stamp;
+        }
+    }
+    while (n < k) { /* anti-reuse layers, and the rare fallback */
         e = route_draw(tb, l, cells, pop, prev, rw, g);
         row[n++] = e;
         rw->mark[e] = rw->stamp;
     }
-    const float *gp =
-        tb->gate_pool + (((uint64_t)(uint32_t)gsl_rng_get(g) * SYNTH_GATE_POOL) >> 32) * k;
+    const float *gp = tb->gate_pool + (size_t)(u & (SYNTH_GATE_POOL - 1)) * k;
     for (uint32_t j = 0; j < k; j++) gates[j] = gp[j];
 }
 
@@ -373,21 +417,29 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
 typedef struct importance_work {
     double *w;        /* [n_max] salience of each position at this layer */
     double *base;     /* [n_max] exp(sigma a z_p): the part shared by all layers */
-    double *salience; /* [SYNTH_SALIENCE_POOL] exp(sigma sqrt(1 - a^2) z) */
+    double *salience; /* [SYNTH_SALIENCE_POOL] exp(sigma sqrt(1 - a^2) z): per layer */
+    double *shared;   /* [SYNTH_SALIENCE_POOL] exp(sigma a z): shared by a token's layers */
 } importance_work;
 
 static void importance_request(trace *t, const synth_options *o, const request_plan *p,
-                               importance_work *iw, gsl_rng *g) {
+                               importance_work *iw, rng_block *g) {
     const uint32_t L = t->meta.n_layers, n = p->prompt + p->gen;
     const double s = o->knobs.importance_sink_share;
-    const double a = o->knobs.importance_layer_correlation;
-    const double sigma = o->knobs.importance_salience_sigma;
-    for (uint32_t q = 0; q < n; q++) iw->base[q] = exp(sigma * a * gsl_ran_gaussian_ziggurat(g, 1));
+    uint32_t bits = 0, left = 0; /* one 32-bit draw gives three 10-bit pool indices */
+    for (uint32_t q = 0; q < n; q++) {
+        if (left == 0) bits = rng_block_u32(g), left = 3;
+        iw->base[q] = iw->shared[bits & (SYNTH_SALIENCE_POOL - 1)];
+        bits >>= SYNTH_SALIENCE_POOL_BITS;
+        left--;
+    }
     for (uint32_t l = 0; l < L; l++) {
-        for (uint32_t q = 0; q < n; q++)
-            iw->w[q] =
-                iw->base[q] *
-                iw->salience[((uint64_t)(uint32_t)gsl_rng_get(g) * SYNTH_SALIENCE_POOL) >> 32];
+        left = 0;
+        for (uint32_t q = 0; q < n; q++) {
+            if (left == 0) bits = rng_block_u32(g), left = 3;
+            iw->w[q] = iw->base[q] * iw->salience[bits & (SYNTH_SALIENCE_POOL - 1)];
+            bits >>= SYNTH_SALIENCE_POOL_BITS;
+            left--;
+        }
         /* prefix sums W_q, then the suffix sum of 1 / W_q walking backwards */
         double prefix = 0;
         for (uint32_t q = 0; q < n; q++) {
@@ -427,76 +479,69 @@ static inline void la_next(lookahead_work *lw, uint32_t E) {
     }
 }
 
-/* The most popular expert (from rank *at on) not yet in the current set, now added to it; E when
- * every expert is in the set. */
-static inline uint16_t next_unmarked(const uint16_t *pop, uint32_t E, uint32_t *at,
-                                     lookahead_work *lw) {
-    while (*at < E && lw->mark[pop[*at]] == lw->stamp) (*at)++;
-    if (*at == E) return (uint16_t)E;
-    uint16_t e = pop[(*at)++];
-    lw->mark[e] = lw->stamp;
-    return e;
-}
-
 static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint8_t workload,
-                            lookahead_work *lw, gsl_rng *g) {
+                            lookahead_work *lw, rng_block *g) {
     const uint32_t L = tb->L, E = tb->E, k = tb->k, D = t->meta.lookahead_depth;
     const uint32_t KP = t->meta.lookahead_k, kk = k < KP ? k : KP;
-    for (uint32_t l = 0; l < L; l++) {
-        for (uint32_t d = 1; d <= D; d++) {
+    /* padding: rows whose target l + d is beyond the last layer */
+    for (uint32_t l = L > D ? L - D : 0; l < L; l++)
+        for (uint32_t d = L - l; d <= D; d++) {
             size_t at = trace_lookahead_index(t, tok, l, d);
+            for (uint32_t c = 0; c < KP; c++)
+                t->lookahead_ids[at + c] = TRACE_NO_EXPERT, t->lookahead_scores[at + c] = 0;
+        }
+    /* every target layer m once: its true experts and its popular non-true experts (the
+     * intruders and the tail of every row that predicts m) are found once for all d */
+    uint16_t others[TRACE_MAX_LOOKAHEAD_K]; /* [K'] m's most popular experts not chosen */
+    for (uint32_t m = 1; m < L; m++) {
+        const uint16_t *actual = trace_experts(t, tok, m);
+        const float *gates = trace_gates(t, tok, m);
+        const uint16_t *pop = tb->pop_order + ((size_t)m * tb->W + workload) * E;
+        la_next(lw, E);
+        for (uint32_t j = 0; j < k; j++) lw->mark[actual[j]] = lw->stamp;
+        float scores[TRACE_MAX_LOOKAHEAD_K]; /* [K'] m's gates by rank, halved beyond k */
+        for (uint32_t c = 0; c < KP; c++)
+            scores[c] = gates[c < k ? c : k - 1] * lw->score_factor[c];
+        uint32_t n_others = 0; /* branch-free compaction: write, advance if not a true one */
+        for (uint32_t r = 0; n_others < KP && r < E; r++) {
+            others[n_others] = pop[r];
+            n_others += lw->mark[pop[r]] != lw->stamp;
+        }
+        for (uint32_t d = 1; d <= D && d <= m; d++) {
+            size_t at = trace_lookahead_index(t, tok, m - d, d);
             uint16_t *pred = t->lookahead_ids + at;
             float *score = t->lookahead_scores + at;
-            const uint32_t m = l + d;
-            if (m >= L) {
-                for (uint32_t c = 0; c < KP; c++) pred[c] = TRACE_NO_EXPERT, score[c] = 0;
-                continue;
-            }
-            const uint16_t *actual = trace_experts(t, tok, m);
-            const float *gates = trace_gates(t, tok, m);
-            const uint16_t *pop = tb->pop_order + ((size_t)m * tb->W + workload) * E;
-            la_next(lw, E);
-            for (uint32_t j = 0; j < k; j++) lw->mark[actual[j]] = lw->stamp;
-            uint32_t pop_at = 0; /* popularity rank where the search for unmarked experts resumes */
-            uint16_t deferred[TRACE_MAX_TOP_K];
-            uint32_t n_def = 0, n = 0;
+            uint32_t n = 0, next_other = 0;
             uint32_t skip = 0; /* the true slot used as candidate 0 (UINT32_MAX: none) */
-            if ((uint32_t)gsl_rng_get(g) < lw->top1[d]) {
+            if (rng_block_u32(g) < lw->top1[d]) {
                 pred[n++] = actual[0];
             } else if (k > 1) {
                 pred[n++] = actual[1];
                 skip = 1;
+            } else if (n_others > 0) {
+                pred[n++] = others[next_other++];
+                skip = UINT32_MAX;
             } else {
-                uint16_t other = next_unmarked(pop, E, &pop_at, lw);
-                pred[n++] = other < E ? other : actual[0];
-                skip = other < E ? UINT32_MAX : 0;
+                pred[n++] = actual[0];
             }
             const uint32_t kept = k > 1 ? binomial_draw(lw->keep_cdf[d], k - 1, g) : 0;
-            uint32_t seen = 0;
-            for (uint32_t j = 0; j < k; j++) {
-                if (j == skip) continue;
-                if (seen++ < kept && n < kk)
-                    pred[n++] = actual[j];
-                else
-                    deferred[n_def++] = actual[j];
-            }
-            /* intruders, then (after the deferred true experts) the tail: m's popular experts
-             * in rank order, skipping the true ones (marked); pop_at only moves forward, so
-             * nothing is taken twice. Branch-free compaction: write, then advance if unmarked. */
-            while (n < kk && pop_at < E) {
-                const uint16_t e = pop[pop_at++];
-                pred[n] = e;
-                n += lw->mark[e] != lw->stamp;
-            }
+            uint16_t rest[TRACE_MAX_TOP_K]; /* the true experts not yet placed, gate order */
+            uint32_t n_rest = 0;
+            for (uint32_t j = 0; j < k; j++)
+                if (j != skip) rest[n_rest++] = actual[j];
+            uint32_t place = kk - n < kept ? kk - n : kept;
+            if (place > n_rest) place = n_rest;
+            for (uint32_t j = 0; j < place; j++) pred[n++] = rest[j];
+            const uint16_t *deferred = rest + place;
+            const uint32_t n_def = n_rest - place;
+            while (n < kk && next_other < n_others)
+                pred[n++] = others[next_other++]; /* intruders */
             for (uint32_t j = 0; j < n_def && n < KP; j++) pred[n++] = deferred[j];
             while (n < KP) {
-                MOESIM_ASSERT(pop_at < E); /* K' <= E distinct candidates always exist */
-                const uint16_t e = pop[pop_at++];
-                pred[n] = e;
-                n += lw->mark[e] != lw->stamp;
+                MOESIM_ASSERT(next_other < n_others); /* K' <= E distinct candidates exist */
+                pred[n++] = others[next_other++];
             }
-            for (uint32_t c = 0; c < KP; c++)
-                score[c] = gates[c < k ? c : k - 1] * lw->score_factor[c];
+            memcpy(score, scores, KP * sizeof *score);
         }
     }
 }
@@ -540,7 +585,11 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
     rng *r_route = rng_create_stream(o->seed, STREAM_ROUTING);
     rng *r_imp = rng_create_stream(o->seed, STREAM_IMPORTANCE);
     rng *r_look = rng_create_stream(o->seed, STREAM_LOOKAHEAD);
-    gsl_rng *g_route = rng_gsl(r_route), *g_look = rng_gsl(r_look);
+    rng_block *g_route = moesim_xmalloc(sizeof *g_route), *g_look = moesim_xmalloc(sizeof *g_look);
+    rng_block *g_imp = moesim_xmalloc(sizeof *g_imp);
+    rng_block_init(g_route, rng_gsl(r_route));
+    rng_block_init(g_look, rng_gsl(r_look));
+    rng_block_init(g_imp, rng_gsl(r_imp));
 
     uint32_t n_max = 0;
     for (uint32_t r = 0; r < o->n_requests; r++)
@@ -549,14 +598,20 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
         .w = moesim_xcalloc(n_max, sizeof(double)),
         .base = moesim_xcalloc(2 * (size_t)n_max, sizeof(double)),
         .salience = moesim_xcalloc(SYNTH_SALIENCE_POOL, sizeof(double)),
+        .shared = moesim_xcalloc(SYNTH_SALIENCE_POOL, sizeof(double)),
     };
     {
         const double a = o->knobs.importance_layer_correlation;
         const double sd = o->knobs.importance_salience_sigma * sqrt(1.0 - a * a);
-        for (uint32_t i = 0; i < SYNTH_SALIENCE_POOL; i++)
+        const double sa = o->knobs.importance_salience_sigma * a;
+        for (uint32_t i = 0; i < SYNTH_SALIENCE_POOL; i++) {
             iw.salience[i] = exp(sd * gsl_ran_gaussian_ziggurat(rng_gsl(r_imp), 1.0));
+            iw.shared[i] = exp(sa * gsl_ran_gaussian_ziggurat(rng_gsl(r_imp), 1.0));
+        }
     }
-    route_work rw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t)), .E = tb.E};
+    route_work rw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t)),
+                     .pmark = moesim_xcalloc(tb.E, sizeof(uint32_t)),
+                     .E = tb.E};
     lookahead_work lw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t))};
     for (uint32_t c = 0; c < o->lookahead_k && o->lookahead_depth; c++)
         lw.score_factor[c] = c + 1 > tb.k ? (float)ldexp(1.0, -(int)(c + 1 - tb.k)) : 1.0f;
@@ -573,6 +628,8 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
     }
 
     const uint32_t L = tb.L, W = tb.W, T = tb.T, E = tb.E;
+    progress bar;
+    progress_begin(&bar, "synth", n_tokens, o->show_progress);
     for (uint32_t r = 0; r < o->n_requests; r++) {
         const request_plan *p = &plan[r];
         const uint32_t n = p->prompt + p->gen;
@@ -582,7 +639,7 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
             t->position[tok] = i;
             t->phase[tok] = i < p->prompt ? TRACE_PREFILL : TRACE_DECODE;
             for (uint32_t l = 0; l < L; l++) {
-                const size_t tab = (((size_t)l * W + p->workload) * T + p->topic) * E;
+                const size_t tab = (((size_t)p->workload * T + p->topic) * L + l) * E;
                 const size_t at = trace_route_index(t, tok, l);
                 route_row(&tb, l, tb.cells + tab, tb.pop_order + ((size_t)l * W + p->workload) * E,
                           i ? t->expert_ids + trace_route_index(t, tok - 1, l) : NULL,
@@ -590,14 +647,21 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
             }
             if (o->lookahead_depth) lookahead_token(t, &tb, tok, p->workload, &lw, g_look);
         }
-        importance_request(t, o, p, &iw, rng_gsl(r_imp));
+        importance_request(t, o, p, &iw, g_imp);
+        if (bar.enabled) progress_update(&bar, p->first_token + n);
     }
+    if (bar.enabled) progress_end(&bar);
 
     free(lw.mark);
     free(rw.mark);
+    free(rw.pmark);
     free(iw.w);
     free(iw.base);
     free(iw.salience);
+    free(iw.shared);
+    free(g_route);
+    free(g_look);
+    free(g_imp);
     rng_destroy(r_look);
     rng_destroy(r_imp);
     rng_destroy(r_route);

@@ -86,6 +86,7 @@ typedef struct synth_options {
     uint32_t lookahead_depth; /* D, 0..TRACE_MAX_LOOKAHEAD_DEPTH (0: no predictions) */
     uint32_t lookahead_k;     /* K', 1..min(E, TRACE_MAX_LOOKAHEAD_K) when D > 0 */
     synth_knobs knobs;
+    bool show_progress;       /* draw a progress bar on stderr when it is a terminal */
     char family_defaults[32]; /* the family whose defaults `knobs` started from (for params) */
 } synth_options;
 

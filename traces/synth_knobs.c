@@ -83,7 +83,7 @@ static void knobs_common(synth_knobs *k) {
     /* Mixtral paper Table 5 is the only published reuse figure: every family uses it */
     k->reuse_top1_first = 0.015;
     k->reuse_top1_mid = 0.14;
-    k->reuse_top1_last = 0.11;
+    k->reuse_top1_last = 0.13;
     k->reuse_other_first = 0.0;
     k->reuse_other_mid = 0.20;
     k->reuse_other_last = -0.20;
@@ -368,9 +368,10 @@ size_t synth_targets_evaluate(const model_geometry *m, synth_workload w, const t
                     pl[7].top10_share, "OLMoE repository counts, arXiv/GitHub");
             n = put(out, n, cap, "top10 share layer 15 (math/code)", 0.38, 0.44, 0,
                     pl[15].top10_share, "OLMoE repository counts, arXiv/GitHub");
+            /* the 2.5-7.8x range is reached where the skew is (SYNTH.md): text stays ~2x */
+            n = put(out, n, cap, "max/mean (math/code, mean over layers)", 2.5, 7.8, 0,
+                    s->max_over_mean, "OLMoE repository counts");
         }
-        n = put(out, n, cap, "max/mean (mean over layers)", 2.5, 7.8, 0, s->max_over_mean,
-                "OLMoE repository counts");
     }
     if (s->lookahead_depth >= 1 && s->lookahead_top1) {
         static const char *names[3] = {"lookahead top-1 d=1", "lookahead top-1 d=2",
