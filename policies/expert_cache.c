@@ -2,9 +2,12 @@
  * model, the scope rules and the victim order).
  *
  * Layout: per layer, a compact list of held expert ids (held_ids, with held_pos as its inverse)
- * so a victim search scans only what is held (at most the pool capacity per layer), never all E.
- * Recency ticks and use counts are per (layer, expert) and count (token, slot) accesses. Pins
- * are epoch stamps: a new route bumps the epoch instead of clearing. No allocation after init. */
+ * so a layer-scope victim search scans only what is held (at most the pool), never all E. Global
+ * scope adds an indexed binary max-heap over every held expert (heap_le / heap_key, heap_pos as
+ * its inverse) whose root is the next victim; pinned roots are popped aside during a search and
+ * pushed back with fresh keys. Recency ticks and use counts are per (layer, expert) and count
+ * (token, slot) accesses. Pins are epoch stamps: a new route bumps the epoch instead of
+ * clearing. No allocation after init. */
 #include "policies/expert_cache.h"
 
 #include <stdio.h>
@@ -15,6 +18,9 @@
 #include "common/check.h"
 
 #define NOT_HELD UINT16_MAX
+#define NO_HEAP  UINT32_MAX
+
+static void heap_rebuild(expert_cache *c);
 
 const char *const expert_cache_scope_names[] = {"layer", "global", NULL};
 
@@ -29,7 +35,8 @@ uint64_t expert_cache_expert_bytes(const policy_params *pp, moesim_precision p) 
 
 moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const policy_params *pp,
                                 policy_mem_view mem, expert_cache_scope scope,
-                                uint32_t layer_capacity, moesim_error *err) {
+                                uint32_t layer_capacity, expert_cache_key_fn key,
+                                const void *key_ctx, moesim_error *err) {
     memset(c, 0, sizeof *c);
     MOESIM_ASSERT(pp->n_layers > 0 && pp->n_experts > 0 && pp->n_experts < NOT_HELD);
     const char *prec = precision_name(pp->precision);
@@ -108,6 +115,15 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
     c->uses = moesim_xcalloc(n, sizeof *c->uses);
     c->pin = moesim_xcalloc(n, sizeof *c->pin);
     c->pin_epoch = 1;
+    c->key = key;
+    c->key_ctx = key_ctx;
+    if (scope == EXPERT_CACHE_GLOBAL) {
+        c->heap_key = moesim_xcalloc(n, sizeof *c->heap_key);
+        c->heap_le = moesim_xcalloc(n, sizeof *c->heap_le);
+        c->heap_pos = moesim_xmalloc(n * sizeof *c->heap_pos);
+        for (size_t i = 0; i < n; i++) c->heap_pos[i] = NO_HEAP;
+        c->scratch = moesim_xcalloc(n, sizeof *c->scratch);
+    }
     return MOESIM_OK;
 }
 
@@ -118,6 +134,10 @@ void expert_cache_free(expert_cache *c) {
     free(c->last_use);
     free(c->uses);
     free(c->pin);
+    free(c->heap_key);
+    free(c->heap_le);
+    free(c->heap_pos);
+    free(c->scratch);
     memset(c, 0, sizeof *c);
 }
 
@@ -143,6 +163,7 @@ bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert)
 void expert_cache_halve(expert_cache *c) {
     size_t n = (size_t)c->n_layers * c->n_experts;
     for (size_t i = 0; i < n; i++) c->uses[i] >>= 1;
+    if (c->heap_pos) heap_rebuild(c);
 }
 
 bool expert_cache_holds(const expert_cache *c, uint32_t layer, uint32_t expert) {
@@ -153,6 +174,88 @@ bool expert_cache_layer_full(const expert_cache *c, uint32_t layer) {
     return c->scope == EXPERT_CACHE_LAYER && c->n_held[layer] >= c->layer_capacity;
 }
 
+/* True when candidate (k, l, e) should be evicted before (bk, bl, be). */
+static bool key_before(expert_cache_key k, uint32_t l, uint32_t e, expert_cache_key bk, uint32_t bl,
+                       uint32_t be) {
+    if (k.primary != bk.primary) return k.primary > bk.primary;
+    if (k.secondary != bk.secondary) return k.secondary > bk.secondary;
+    if (l != bl) return l < bl;
+    return e < be;
+}
+
+/* ---- the global-scope heap: entry i's parent is (i - 1) / 2; the root is the victim ---- */
+
+static bool heap_before(const expert_cache *c, uint32_t i, uint32_t j) {
+    uint32_t a = c->heap_le[i], b = c->heap_le[j];
+    return key_before(c->heap_key[i], a / c->n_experts, a % c->n_experts, c->heap_key[j],
+                      b / c->n_experts, b % c->n_experts);
+}
+
+static void heap_swap(expert_cache *c, uint32_t i, uint32_t j) {
+    expert_cache_key k = c->heap_key[i];
+    uint32_t le = c->heap_le[i];
+    c->heap_key[i] = c->heap_key[j], c->heap_le[i] = c->heap_le[j];
+    c->heap_key[j] = k, c->heap_le[j] = le;
+    c->heap_pos[c->heap_le[i]] = i;
+    c->heap_pos[c->heap_le[j]] = j;
+}
+
+static void heap_up(expert_cache *c, uint32_t i) {
+    while (i > 0 && heap_before(c, i, (i - 1) / 2)) {
+        heap_swap(c, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+}
+
+static void heap_down(expert_cache *c, uint32_t i) {
+    for (;;) {
+        uint32_t best = i, l = 2 * i + 1, r = 2 * i + 2;
+        if (l < c->n_heap && heap_before(c, l, best)) best = l;
+        if (r < c->n_heap && heap_before(c, r, best)) best = r;
+        if (best == i) return;
+        heap_swap(c, i, best);
+        i = best;
+    }
+}
+
+static void heap_push(expert_cache *c, uint32_t le, expert_cache_key k) {
+    uint32_t i = c->n_heap++;
+    c->heap_key[i] = k;
+    c->heap_le[i] = le;
+    c->heap_pos[le] = i;
+    heap_up(c, i);
+}
+
+static void heap_remove_at(expert_cache *c, uint32_t i) {
+    uint32_t last = --c->n_heap;
+    c->heap_pos[c->heap_le[i]] = NO_HEAP;
+    if (i == last) return;
+    uint32_t le = c->heap_le[last];
+    c->heap_key[i] = c->heap_key[last];
+    c->heap_le[i] = le;
+    c->heap_pos[le] = i;
+    heap_up(c, i);
+    heap_down(c, c->heap_pos[le]);
+}
+
+void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
+    if (!c->heap_pos) return;
+    size_t le = slot(c, layer, expert);
+    uint32_t i = c->heap_pos[le];
+    if (i == NO_HEAP) return;
+    c->heap_key[i] = c->key(c, c->key_ctx, layer, expert);
+    heap_up(c, i);
+    heap_down(c, c->heap_pos[le]);
+}
+
+static void heap_rebuild(expert_cache *c) {
+    for (uint32_t i = 0; i < c->n_heap; i++) {
+        uint32_t le = c->heap_le[i];
+        c->heap_key[i] = c->key(c, c->key_ctx, le / c->n_experts, le % c->n_experts);
+    }
+    for (uint32_t i = c->n_heap / 2; i-- > 0;) heap_down(c, i);
+}
+
 static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
     size_t s = slot(c, layer, expert);
     MOESIM_ASSERT(c->held_pos[s] == NOT_HELD);
@@ -160,6 +263,7 @@ static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
     c->held_ids[(size_t)layer * c->n_experts + i] = (uint16_t)expert;
     c->held_pos[s] = (uint16_t)i;
     c->total_held++;
+    if (c->heap_pos) heap_push(c, (uint32_t)s, c->key(c, c->key_ctx, layer, expert));
 }
 
 static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
@@ -172,20 +276,12 @@ static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
     c->held_pos[(size_t)layer * c->n_experts + ids[i]] = i;
     c->held_pos[s] = NOT_HELD;
     c->total_held--;
-}
-
-/* True when candidate (k, l, e) should be evicted before the best so far (bk, bl, be). */
-static bool key_before(expert_cache_key k, uint32_t l, uint32_t e, expert_cache_key bk, uint32_t bl,
-                       uint32_t be) {
-    if (k.primary != bk.primary) return k.primary > bk.primary;
-    if (k.secondary != bk.secondary) return k.secondary > bk.secondary;
-    if (l != bl) return l < bl;
-    return e < be;
+    if (c->heap_pos) heap_remove_at(c, c->heap_pos[s]);
 }
 
 /* The best unpinned victim held in layers [l0, l1). */
-static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, expert_cache_key_fn key,
-                           const void *ctx, uint32_t *victim_layer, uint32_t *victim_expert) {
+static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, uint32_t *victim_layer,
+                           uint32_t *victim_expert) {
     bool found = false;
     expert_cache_key best = {0, 0};
     uint32_t bl = 0, be = 0;
@@ -194,7 +290,7 @@ static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, expe
         for (uint32_t i = 0; i < c->n_held[l]; i++) {
             uint32_t e = ids[i];
             if (c->pin[(size_t)l * c->n_experts + e] == c->pin_epoch) continue;
-            expert_cache_key k = key(c, ctx, l, e);
+            expert_cache_key k = c->key(c, c->key_ctx, l, e);
             if (!found || key_before(k, l, e, best, bl, be)) {
                 found = true;
                 best = k, bl = l, be = e;
@@ -205,11 +301,31 @@ static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, expe
     return found;
 }
 
-bool expert_cache_find_victim(const expert_cache *c, uint32_t layer, expert_cache_key_fn key,
-                              const void *ctx, uint32_t *victim_layer, uint32_t *victim_expert) {
-    if (c->scope == EXPERT_CACHE_GLOBAL)
-        return find_victim_in(c, 0, c->n_layers, key, ctx, victim_layer, victim_expert);
-    return find_victim_in(c, layer, layer + 1, key, ctx, victim_layer, victim_expert);
+/* The heap's best unpinned entry: pinned roots are set aside and put back. */
+static bool heap_find_victim(expert_cache *c, uint32_t *victim_layer, uint32_t *victim_expert) {
+    uint32_t n_aside = 0;
+    bool found = false;
+    while (c->n_heap > 0) {
+        uint32_t le = c->heap_le[0];
+        if (c->pin[le] != c->pin_epoch) {
+            *victim_layer = le / c->n_experts, *victim_expert = le % c->n_experts;
+            found = true;
+            break;
+        }
+        c->scratch[n_aside++] = le;
+        heap_remove_at(c, 0);
+    }
+    for (uint32_t i = 0; i < n_aside; i++) {
+        uint32_t le = c->scratch[i];
+        heap_push(c, le, c->key(c, c->key_ctx, le / c->n_experts, le % c->n_experts));
+    }
+    return found;
+}
+
+bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
+                              uint32_t *victim_expert) {
+    if (c->scope == EXPERT_CACHE_GLOBAL) return heap_find_victim(c, victim_layer, victim_expert);
+    return find_victim_in(c, layer, layer + 1, victim_layer, victim_expert);
 }
 
 bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
@@ -246,12 +362,12 @@ policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_
 }
 
 policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
-                                       policy_class cls, expert_cache_key_fn key, const void *ctx) {
+                                       policy_class cls) {
     uint32_t vl, ve;
     if (!expert_cache_holds(c, layer, expert)) {
         /* layer scope: bring the pool below its size first */
         while (expert_cache_layer_full(c, layer)) {
-            if (!expert_cache_find_victim(c, layer, key, ctx, &vl, &ve)) {
+            if (!expert_cache_find_victim(c, layer, &vl, &ve)) {
                 /* every held expert of the layer is pinned: a demand may overflow the share
                  * (the budget stays the hard limit), a prefetch may not */
                 if (cls != POLICY_DEMAND) return POLICY_REFUSED;
@@ -263,10 +379,10 @@ policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t
     for (;;) {
         policy_mem_result r = expert_cache_try_load(c, layer, expert, cls);
         if (r != POLICY_REFUSED) return r;
-        bool found = expert_cache_find_victim(c, layer, key, ctx, &vl, &ve);
+        bool found = expert_cache_find_victim(c, layer, &vl, &ve);
         if (!found && c->scope == EXPERT_CACHE_LAYER && !c->per_layer_pools)
             /* an overflowing layer filled the shared budget: take room from any layer */
-            found = find_victim_in(c, 0, c->n_layers, key, ctx, &vl, &ve);
+            found = find_victim_in(c, 0, c->n_layers, &vl, &ve);
         if (!found) return POLICY_REFUSED;
         expert_cache_evict(c, vl, ve);
     }
@@ -301,8 +417,7 @@ static uint32_t active_index(const policy_route *r, uint16_t expert) {
     return lo;
 }
 
-uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan,
-                                 expert_cache_key_fn key, const void *ctx) {
+uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan) {
     size_t row = (size_t)r->layer * c->n_experts;
     size_t n = (size_t)r->n_tokens * r->top_k;
     for (size_t i = 0; i < n; i++) {
@@ -311,10 +426,11 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
         MOESIM_ASSERT(e < c->n_experts);
         c->last_use[row + e] = ++c->tick;
         c->uses[row + e]++;
+        expert_cache_refresh(c, r->layer, e);
         uint32_t a = active_index(r, e);
         if (plan->run[a] != POLICY_RUN_SKIP) continue; /* served earlier in this route */
         expert_cache_pin(c, r->layer, e);
-        if (expert_cache_acquire(c, r->layer, e, POLICY_DEMAND, key, ctx) != POLICY_REFUSED)
+        if (expert_cache_acquire(c, r->layer, e, POLICY_DEMAND) != POLICY_REFUSED)
             plan->run[a] = (uint8_t)c->precision;
     }
     uint32_t skipped = 0;

@@ -22,9 +22,13 @@
  * prefetches never overflow.
  *
  * Victims: the held expert with the largest key (expert_cache_key: primary, then secondary),
- * ties to the lower layer, then the lower expert id: deterministic. Pinned experts (those a
- * route has already served, the candidates of a prefetch, and any expert whose eviction the
- * memory system refused during this route) are never chosen. Pins last until the next
+ * ties to the lower layer, then the lower expert id: deterministic. The key function is fixed at
+ * init. Layer scope scans the layer's held list (at most its pool); global scope keeps every held
+ * expert in an indexed max-heap of stored keys, so a victim costs O(log n) instead of a scan of
+ * thousands; a key that changes must be re-stored with expert_cache_refresh (plan_route does it
+ * for the recency and use counts it changes; expert_cache_halve rebuilds the heap). Pinned experts
+ * (those a route has already served, the candidates of a prefetch, and any expert whose eviction
+ * the memory system refused during this route) are never chosen. Pins last until the next
  * expert_cache_begin_route.
  *
  * Accesses (expert_cache_plan_route): the route's (token, slot) accesses one at a time in token
@@ -76,6 +80,15 @@ struct expert_cache {
     uint64_t *uses;     /* [n_layers][n_experts] accesses so far (see expert_cache_halve) */
     uint64_t *pin;      /* [n_layers][n_experts] == pin_epoch: pinned for this route */
     uint64_t tick, pin_epoch;
+    expert_cache_key_fn key; /* victim order */
+    const void *key_ctx;
+
+    /* global scope: max-heap (victim first) of held experts with their stored keys */
+    expert_cache_key *heap_key; /* [n_layers * n_experts] */
+    uint32_t *heap_le;          /* [n_layers * n_experts] layer * E + expert */
+    uint32_t *heap_pos;         /* [n_layers * n_experts] index in the heap, or UINT32_MAX */
+    uint32_t *scratch;          /* [n_layers * n_experts] pinned entries set aside in a search */
+    uint32_t n_heap;
 
     /* figures for policy_report */
     uint64_t loads, evictions, refused;
@@ -89,7 +102,8 @@ struct expert_cache {
  */
 moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const policy_params *pp,
                                 policy_mem_view mem, expert_cache_scope scope,
-                                uint32_t layer_capacity, moesim_error *err);
+                                uint32_t layer_capacity, expert_cache_key_fn key,
+                                const void *key_ctx, moesim_error *err);
 void expert_cache_free(expert_cache *c); /* accepts a zeroed struct */
 
 /* Bytes of one expert (every part) at precision p on this host; 0 if it cannot store p. */
@@ -101,6 +115,8 @@ void expert_cache_begin_route(expert_cache *c);
 void expert_cache_pin_active(expert_cache *c, const policy_route *r);
 /* Halves every use count (TinyLFU's reset); recency is kept. */
 void expert_cache_halve(expert_cache *c);
+/* Re-reads the key of a held expert (no-op when not held or in layer scope). */
+void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert);
 
 void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert);
 bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert);
@@ -110,8 +126,8 @@ bool expert_cache_layer_full(const expert_cache *c, uint32_t layer);
 
 /* The unpinned held expert to evict for room in `layer`'s pool (layer scope) or anywhere (global):
  * false when there is none. */
-bool expert_cache_find_victim(const expert_cache *c, uint32_t layer, expert_cache_key_fn key,
-                              const void *ctx, uint32_t *victim_layer, uint32_t *victim_expert);
+bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
+                              uint32_t *victim_expert);
 /* Evicts a held expert through the memory system; on refusal (in use, copy started) pins it so
  * the search moves on, and returns false. */
 bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert);
@@ -121,11 +137,11 @@ bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert);
  * ignores the policy-side layer size. */
 policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_t expert,
                                         policy_class cls);
-/* Loads (layer, expert) unless held, first evicting victims by `key` while the layer is at its
+/* Loads (layer, expert) unless held, first evicting victims while the layer is at its
  * size, then while the memory system refuses (see the overflow rule above): POLICY_ISSUED,
  * POLICY_ALREADY, or POLICY_REFUSED when no evictable victim is left. */
 policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
-                                       policy_class cls, expert_cache_key_fn key, const void *ctx);
+                                       policy_class cls);
 
 /* Keys: least recently used first; least frequently used first (ties: least recently used). */
 expert_cache_key expert_cache_key_lru(const expert_cache *c, const void *ctx, uint32_t layer,
@@ -134,12 +150,11 @@ expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, ui
                                       uint32_t expert);
 
 /* Plans the route for a single-precision cache: processes its accesses as described above
- * (demand class, victims by `key`) and plans every expert it could make loading or resident at
+ * (demand class) and plans every expert it could make loading or resident at
  * the cache's precision; one it could not place (nothing left to evict) is skipped. Returns the
  * number skipped. Call after expert_cache_begin_route; `plan` must come all POLICY_RUN_SKIP (the
  * host's promise). */
-uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan,
-                                 expert_cache_key_fn key, const void *ctx);
+uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan);
 
 /* "loads", "evictions", "refused" (plan entries skipped) as policy_report pairs; returns count. */
 size_t expert_cache_report(const expert_cache *c, const char **names, double *values, size_t cap);

@@ -57,7 +57,8 @@ static moesim_status lfu_create(const policy_params *params, const void *knobs_i
     const lfu_knobs *k = knobs_in;
     policy *p = moesim_xcalloc(1, sizeof *p);
     moesim_status st =
-        expert_cache_init(&p->cache, "lfu", params, mem, (expert_cache_scope)k->scope, 0, err);
+        expert_cache_init(&p->cache, "lfu", params, mem, (expert_cache_scope)k->scope, 0,
+                          expert_cache_key_lfu, NULL, err);
     if (st != MOESIM_OK) {
         free(p);
         return st;
@@ -69,7 +70,7 @@ static moesim_status lfu_create(const policy_params *params, const void *knobs_i
 
 static void lfu_on_route(policy *p, const policy_route *route, policy_plan *plan) {
     expert_cache_begin_route(&p->cache);
-    expert_cache_plan_route(&p->cache, route, plan, expert_cache_key_lfu, NULL);
+    expert_cache_plan_route(&p->cache, route, plan);
 }
 
 static void lfu_end_step(policy *p, const policy_step *step, uint64_t now_ns) {

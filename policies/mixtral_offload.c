@@ -71,8 +71,9 @@ static moesim_status mixtral_offload_create(const policy_params *params, const v
                                             policy_mem_view mem, policy **out, moesim_error *err) {
     const mixtral_offload_knobs *k = knobs_in;
     policy *p = moesim_xcalloc(1, sizeof *p);
-    moesim_status st = expert_cache_init(&p->cache, "mixtral-offload", params, mem,
-                                         EXPERT_CACHE_LAYER, k->experts_per_layer, err);
+    moesim_status st =
+        expert_cache_init(&p->cache, "mixtral-offload", params, mem, EXPERT_CACHE_LAYER,
+                          k->experts_per_layer, expert_cache_key_lru, NULL, err);
     if (st != MOESIM_OK) {
         free(p);
         return st;
@@ -144,8 +145,7 @@ static void prefetch_next_layer(policy *p, const policy_route *r) {
     expert_cache *c = &p->cache;
     for (uint32_t i = 0; i < n; i++) {
         uint16_t e = p->candidates[i];
-        policy_mem_result res =
-            expert_cache_acquire(c, next, e, POLICY_PREFETCH, expert_cache_key_lru, NULL);
+        policy_mem_result res = expert_cache_acquire(c, next, e, POLICY_PREFETCH);
         if (res == POLICY_ISSUED) {
             /* a speculatively loaded expert enters the LRU as its newest entry */
             c->last_use[(size_t)next * c->n_experts + e] = ++c->tick;
@@ -158,7 +158,7 @@ static void prefetch_next_layer(policy *p, const policy_route *r) {
 
 static void mixtral_offload_on_route(policy *p, const policy_route *route, policy_plan *plan) {
     expert_cache_begin_route(&p->cache);
-    expert_cache_plan_route(&p->cache, route, plan, expert_cache_key_lru, NULL);
+    expert_cache_plan_route(&p->cache, route, plan);
     prefetch_next_layer(p, route);
 }
 

@@ -15,6 +15,7 @@
  * and it is at least as good as any split into per-layer pools), per-layer pools when
  * cache.experts_per_layer is set (the memory system enforces them). No knobs. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/alloc.h"
 #include "common/check.h"
@@ -25,15 +26,23 @@
 
 struct policy {
     expert_cache cache;
-    uint16_t *ids; /* [n_experts] future_active scratch */
+    uint16_t *ids;  /* [n_experts] future_active scratch */
+    uint16_t *prev; /* [n_experts] the previous route's active experts */
+    uint32_t n_prev, prev_layer;
+    uint64_t access_pos; /* accesses of every route before the current one */
     uint64_t prefetches, warmup_loads;
 };
 
+/* Belady's order as a stored key: the absolute position of the next use (next_use counts from the
+ * current route's first access, which is access_pos), so keys stored at different routes compare
+ * correctly; never again first, ties to the least recently used. A key changes only when the
+ * expert is accessed: on_route re-stores the previous route's experts. */
 static expert_cache_key key_belady(const expert_cache *c, const void *ctx, uint32_t layer,
                                    uint32_t expert) {
-    (void)ctx;
+    const policy *p = ctx;
     uint64_t next = c->mem.ops->next_use(c->mem.mem, layer, expert);
-    expert_cache_key k = {next, UINT64_MAX - c->last_use[(size_t)layer * c->n_experts + expert]};
+    expert_cache_key k = {next == NEVER ? NEVER : next + p->access_pos,
+                          UINT64_MAX - c->last_use[(size_t)layer * c->n_experts + expert]};
     return k;
 }
 
@@ -43,13 +52,15 @@ static moesim_status oracle_create(const policy_params *params, const void *knob
     policy *p = moesim_xcalloc(1, sizeof *p);
     expert_cache_scope scope =
         params->experts_per_layer != 0 ? EXPERT_CACHE_LAYER : EXPERT_CACHE_GLOBAL;
-    moesim_status st = expert_cache_init(&p->cache, "oracle", params, mem, scope, 0, err);
+    moesim_status st =
+        expert_cache_init(&p->cache, "oracle", params, mem, scope, 0, key_belady, p, err);
     if (st != MOESIM_OK) {
         free(p);
         return st;
     }
     MOESIM_ASSERT(mem.ops->next_use != NULL && mem.ops->future_active != NULL);
     p->ids = moesim_xcalloc(params->n_experts, sizeof *p->ids);
+    p->prev = moesim_xcalloc(params->n_experts, sizeof *p->prev);
     *out = p;
     return MOESIM_OK;
 }
@@ -74,7 +85,7 @@ static bool prefetch_one(policy *p, uint32_t layer, uint32_t expert) {
             return true;
         }
         uint32_t vl, ve;
-        if (!expert_cache_find_victim(c, layer, key_belady, NULL, &vl, &ve)) return false;
+        if (!expert_cache_find_victim(c, layer, &vl, &ve)) return false;
         if (c->mem.ops->next_use(c->mem.mem, vl, ve) < want) return false;
         expert_cache_evict(c, vl, ve); /* refused: pinned, the search moves on */
     }
@@ -109,9 +120,11 @@ static void oracle_warmup(policy *p, uint64_t now_ns) {
 
 static void oracle_on_route(policy *p, const policy_route *route, policy_plan *plan) {
     expert_cache *c = &p->cache;
+    /* the previous route's experts were used: their next use moved on */
+    for (uint32_t i = 0; i < p->n_prev; i++) expert_cache_refresh(c, p->prev_layer, p->prev[i]);
     expert_cache_begin_route(c);
     expert_cache_pin_active(c, route); /* never evict what this route needs */
-    expert_cache_plan_route(c, route, plan, key_belady, NULL);
+    expert_cache_plan_route(c, route, plan);
 
     uint32_t next = route->layer + 1 < c->n_layers ? route->layer + 1 : 0;
     uint32_t n = c->mem.ops->future_active(c->mem.mem, next, p->ids, c->n_experts);
@@ -119,6 +132,12 @@ static void oracle_on_route(policy *p, const policy_route *route, policy_plan *p
     for (uint32_t i = 0; i < n; i++) expert_cache_pin(c, next, p->ids[i]);
     for (uint32_t i = 0; i < n; i++)
         if (!prefetch_one(p, next, p->ids[i])) break;
+
+    memcpy(p->prev, route->active, route->n_active * sizeof *p->prev);
+    p->n_prev = route->n_active;
+    p->prev_layer = route->layer;
+    size_t n_acc = (size_t)route->n_tokens * route->top_k;
+    for (size_t i = 0; i < n_acc; i++) p->access_pos += route->experts[i] != POLICY_NO_EXPERT;
 }
 
 static size_t oracle_report(const policy *p, const char **names, double *values, size_t cap) {
@@ -132,6 +151,7 @@ static void oracle_destroy(policy *p) {
     if (!p) return;
     expert_cache_free(&p->cache);
     free(p->ids);
+    free(p->prev);
     free(p);
 }
 

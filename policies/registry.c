@@ -17,8 +17,12 @@ extern const policy_methods policy_dynaexq;
 extern const policy_methods policy_firm_moe;
 
 static const policy_methods *const registry[] = {
-    &policy_ondemand,        &policy_lru,    &policy_lfu, &policy_static,
-    &policy_mixtral_offload, &policy_oracle,
+    &policy_ondemand,
+    &policy_lru,
+    &policy_lfu,
+    &policy_static,
+    &policy_mixtral_offload,
+    &policy_oracle,
     &policy_dymoe,
     &policy_dynaexq,
     &policy_firm_moe,
