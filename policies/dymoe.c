@@ -283,9 +283,11 @@ static uint32_t dymoe_pool_of(const policy *p, uint32_t layer) {
     return p->n_pools == 1 ? 0 : layer;
 }
 
+/* Takes a held entry out of its pool's list (held <=> linked). */
 static void dymoe_lru_unlink(policy *p, uint32_t idx) {
     dymoe_entry *en = &p->entries[idx];
     uint32_t pool = dymoe_pool_of(p, idx / p->params.n_experts);
+    MOESIM_ASSERT(en->prev != DYMOE_NIL || p->lru_head[pool] == idx);
     if (en->prev != DYMOE_NIL)
         p->entries[en->prev].next = en->next;
     else
