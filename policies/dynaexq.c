@@ -4,16 +4,17 @@
  * experts runs at high precision (HI) within a fixed HBM budget.
  *
  * The loop, step by step (policy.h callbacks):
- *   warmup      the LO version of every expert is loaded (layer order); checked to fit at create
- *   on_route    hotness observation (002 Eq. 2 / Algorithm 1, or 003 §3.5 counters); the plan is
- *               the published version of each activated expert: never a version in flight, so
- *               the forward pass never waits for a promotion (002 §3.3, 003 §3.2)
- *   end_step    at every interval (steps or ns) after the warm-up (002 §3.5): per-layer top-n_l
- *               selection with hysteresis (003 §3.5), promotion/demotion queues rebuilt, pump
- *   on_transfer_done  a background copy finished: the version is marked complete; the next
- *               queued transition is started (the migration stream stays busy up to max_inflight)
- *   begin_step  window boundary (003 §3.1 "visible at the next iteration"): complete copies are
- *               published, the old versions evicted, the queues pumped
+ *   warmup: the LO version of every expert is loaded (layer order); create checked it fits.
+ *   begin_step: window boundary (003 §3.1 "visible at the next iteration"): completed copies are
+ *     published, the old versions evicted, the queues pumped.
+ *   on_route: hotness observation (accumulated over the step's sub-routes); the plan is the
+ *     published version of each activated expert, never a version in flight, so the forward pass
+ *     never waits for a promotion (002 §3.3, 003 §3.2).
+ *   on_transfer_done: a background copy finished: the version is marked complete and the next
+ *     queued transition starts (the migration stream stays busy up to max_inflight).
+ *   end_step: hotness update (002 Eq. 2 / Algorithm 1, after each forward pass); at every
+ *     interval (steps or ns) after the warm-up (002 §3.5): per-layer top-n_l selection with
+ *     hysteresis (003 §3.5), promotion and demotion queues rebuilt, pump.
  *
  * Memory (003 §3.3): a BudgetTracker per pool scope (one for all layers, or one per layer when
  * cache.experts_per_layer fixes per-layer pools) with M = the expert budget and
@@ -521,6 +522,7 @@ static void dx_on_transfer_done(policy *p, uint32_t layer, uint32_t expert, moes
 
 static void dx_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
     (void)step;
+    dx_hotness_end_step(&p->hot); /* the forward pass is over: 002 Algorithm 1 UPDATEHOTNESS */
     p->steps_done++;
     bool due;
     if (p->knobs.interval_unit == DX_UNIT_STEPS) {

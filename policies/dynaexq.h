@@ -20,8 +20,8 @@
  *                published version (what the stable handle resolves to) is always one whose
  *                copy has completed, so the forward pass never waits for a transition.
  *
- * Nothing here allocates except the _init functions (freed by the matching _free), reads a clock
- * or does I/O. */
+ * Nothing here reads a clock or does I/O; only the _init functions allocate (freed by the
+ * matching _free / _free_all). */
 #ifndef MOESIM_POLICIES_DYNAEXQ_H
 #define MOESIM_POLICIES_DYNAEXQ_H
 
@@ -68,9 +68,11 @@ typedef struct dx_hotness {
     dx_hotness_mode mode;
     double alpha;
     uint32_t n_layers, n_experts, top_k;
-    double *score;    /* [n_layers][n_experts] S_i */
-    uint64_t *count;  /* [n_layers][n_experts] selections in the current interval (count mode) */
-    uint64_t *tokens; /* [n_layers] tokens routed in the current interval (count mode) */
+    double *score;     /* [n_layers][n_experts] S_i */
+    uint64_t *count;   /* [n_layers][n_experts] selections in the current interval (count mode) */
+    uint64_t *tokens;  /* [n_layers] tokens routed in the current interval (count mode) */
+    double *step_gate; /* [n_layers][n_experts] gate mass routed in the current step (ema) */
+    uint64_t *step_tokens; /* [n_layers] tokens routed in the current step (ema) */
 } dx_hotness;
 
 /* Allocates zeroed scores; free with dx_hotness_free. */
@@ -78,13 +80,17 @@ void dx_hotness_init(dx_hotness *h, dx_hotness_mode mode, double alpha, uint32_t
                      uint32_t n_experts, uint32_t top_k);
 void dx_hotness_free(dx_hotness *h);
 
-/* One forward pass of one layer: `n_active` activated experts (ascending ids) with the tokens
- * and the gate mass routed to each, out of `n_tokens` tokens. EMA mode applies Eq. 2 to the
- * activated experts with g_i = gate mass / n_tokens and the passive decay S = alpha*S to every
- * other expert of the layer (Algorithm 1 lines 5-10); count mode adds to the counters. */
+/* One route of one layer (a step's layer may come in several sub-routes): `n_active` activated
+ * experts (ascending ids) with the tokens and the gate mass routed to each, out of `n_tokens`
+ * tokens. Only accumulates: the step's gate mass (EMA mode) and the interval's counters. */
 void dx_hotness_observe(dx_hotness *h, uint32_t layer, uint32_t n_tokens, uint32_t n_active,
                         const uint16_t *active, const uint32_t *active_tokens,
                         const float *active_gate);
+
+/* End of a forward pass (a step). EMA mode applies Eq. 2 to every expert routed to in the step
+ * with g_i = its gate mass / the layer's tokens, and the passive decay S = alpha*S to every other
+ * expert (Algorithm 1 lines 5-10); count mode has nothing to do per step. */
+void dx_hotness_end_step(dx_hotness *h);
 
 /* End of an update interval: count mode folds each counter into the score,
  * S = alpha*S + (1-alpha)*count/tokens, and resets the counters; EMA mode has nothing to fold. */

@@ -24,6 +24,8 @@ void dx_hotness_init(dx_hotness *h, dx_hotness_mode mode, double alpha, uint32_t
     h->score = moesim_xcalloc(n, sizeof *h->score);
     h->count = moesim_xcalloc(n, sizeof *h->count);
     h->tokens = moesim_xcalloc(n_layers, sizeof *h->tokens);
+    h->step_gate = moesim_xcalloc(n, sizeof *h->step_gate);
+    h->step_tokens = moesim_xcalloc(n_layers, sizeof *h->step_tokens);
 }
 
 void dx_hotness_free(dx_hotness *h) {
@@ -31,6 +33,8 @@ void dx_hotness_free(dx_hotness *h) {
     free(h->score);
     free(h->count);
     free(h->tokens);
+    free(h->step_gate);
+    free(h->step_tokens);
     memset(h, 0, sizeof *h);
 }
 
@@ -38,33 +42,45 @@ void dx_hotness_observe(dx_hotness *h, uint32_t layer, uint32_t n_tokens, uint32
                         const uint16_t *active, const uint32_t *active_tokens,
                         const float *active_gate) {
     MOESIM_ASSERT(layer < h->n_layers);
-    double *s = h->score + (size_t)layer * h->n_experts;
+    size_t base = (size_t)layer * h->n_experts;
     if (h->mode == DX_HOTNESS_COUNT) {
         /* 003 §3.5: "a counter that accumulates the number of times [the expert] is selected by
          * the router during the current update interval" */
-        uint64_t *c = h->count + (size_t)layer * h->n_experts;
         for (uint32_t i = 0; i < n_active; i++) {
             MOESIM_ASSERT(active[i] < h->n_experts);
-            c[active[i]] += active_tokens[i];
+            h->count[base + active[i]] += active_tokens[i];
         }
         h->tokens[layer] += n_tokens;
         return;
     }
-    /* 002 Algorithm 1, UPDATEHOTNESS: one forward pass is one step t; g_i(x_t) is the router
-     * probability of expert i averaged over the step's tokens (gate mass / n_tokens), so a score
-     * stays in [0, 1] whatever the batch size or prompt length. */
-    double a = h->alpha, inv_tokens = n_tokens ? 1.0 / n_tokens : 0.0;
-    uint32_t next = 0;
-    for (uint32_t e = 0; e < h->n_experts; e++) {
-        if (next < n_active && active[next] == e) {
-            double g = (double)active_gate[next] * inv_tokens;
-            s[e] = a * s[e] + (1.0 - a) * g; /* line 6: S_i <- alpha S_i + (1 - alpha) g_i(x_t) */
-            next++;
-        } else {
-            s[e] = a * s[e]; /* line 9: S_j <- alpha S_j (passive decay) */
-        }
+    /* 002 §3.2: "After each forward pass, DynaExq records the selected experts and accumulates
+     * gating probabilities" (applied in dx_hotness_end_step) */
+    for (uint32_t i = 0; i < n_active; i++) {
+        MOESIM_ASSERT(active[i] < h->n_experts);
+        h->step_gate[base + active[i]] += active_gate[i];
     }
-    MOESIM_ASSERT(next == n_active); /* active ids ascending and < E */
+    h->step_tokens[layer] += n_tokens;
+}
+
+void dx_hotness_end_step(dx_hotness *h) {
+    if (h->mode != DX_HOTNESS_EMA) return;
+    double a = h->alpha;
+    for (uint32_t l = 0; l < h->n_layers; l++) {
+        double *s = h->score + (size_t)l * h->n_experts;
+        double *g = h->step_gate + (size_t)l * h->n_experts;
+        /* 002 Algorithm 1, UPDATEHOTNESS: one forward pass is one step t; g_i(x_t) is the router
+         * probability of expert i averaged over the step's tokens (gate mass / tokens), so a
+         * score stays in [0, 1] whatever the batch size or prompt length. */
+        double inv = h->step_tokens[l] ? 1.0 / (double)h->step_tokens[l] : 0.0;
+        for (uint32_t e = 0; e < h->n_experts; e++) {
+            if (g[e] > 0)
+                s[e] = a * s[e] + (1.0 - a) * g[e] * inv; /* line 6 */
+            else
+                s[e] = a * s[e]; /* line 9: passive decay of inactive experts */
+            g[e] = 0;
+        }
+        h->step_tokens[l] = 0;
+    }
 }
 
 void dx_hotness_close_interval(dx_hotness *h) {

@@ -32,6 +32,8 @@ Test(dynaexq_hotness, ema_applies_eq2_to_active_experts_and_decays_the_others) {
     uint32_t tokens[] = {2, 1};
     float gate[] = {1.2f, 0.8f};
     dx_hotness_observe(&h, 0, 2, 2, active, tokens, gate);
+    cr_assert_float_eq(dx_hotness_score(&h, 0, 1), 0.0, EPS, "applied after the forward pass");
+    dx_hotness_end_step(&h);
     /* S = 0.5*0 + 0.5*(mass / 2 tokens) */
     cr_assert_float_eq(dx_hotness_score(&h, 0, 1), 0.5 * 0.6, 1e-7);
     cr_assert_float_eq(dx_hotness_score(&h, 0, 3), 0.5 * 0.4, 1e-7);
@@ -41,12 +43,36 @@ Test(dynaexq_hotness, ema_applies_eq2_to_active_experts_and_decays_the_others) {
     uint32_t t2[] = {1};
     float g2[] = {1.0f};
     dx_hotness_observe(&h, 0, 1, 1, a2, t2, g2);
+    dx_hotness_end_step(&h);
     cr_assert_float_eq(dx_hotness_score(&h, 0, 1), 0.5 * 0.3, 1e-7);
     cr_assert_float_eq(dx_hotness_score(&h, 0, 3), 0.5 * 0.2 + 0.5 * 1.0, 1e-7);
     /* closing an interval changes nothing in EMA mode */
     dx_hotness_close_interval(&h);
     cr_assert_float_eq(dx_hotness_score(&h, 0, 3), 0.6, 1e-7);
     dx_hotness_free(&h);
+}
+
+Test(dynaexq_hotness, sub_routes_of_one_step_count_as_one_forward_pass) {
+    /* one step of 3 tokens at one layer, whole or split in sub-routes of 2 + 1 tokens */
+    dx_hotness whole, split;
+    dx_hotness_init(&whole, DX_HOTNESS_EMA, 0.8, 1, 4, 1);
+    dx_hotness_init(&split, DX_HOTNESS_EMA, 0.8, 1, 4, 1);
+    uint16_t a[] = {0, 2};
+    uint32_t t[] = {2, 1};
+    float g[] = {2.0f, 1.0f};
+    dx_hotness_observe(&whole, 0, 3, 2, a, t, g);
+    uint16_t a1[] = {0}, a2[] = {0, 2};
+    uint32_t t1[] = {1}, t2[] = {1, 1};
+    float g1[] = {1.0f}, g2[] = {1.0f, 1.0f};
+    dx_hotness_observe(&split, 0, 1, 1, a1, t1, g1);
+    dx_hotness_observe(&split, 0, 2, 2, a2, t2, g2);
+    dx_hotness_end_step(&whole);
+    dx_hotness_end_step(&split);
+    for (uint32_t e = 0; e < 4; e++)
+        cr_assert_float_eq(dx_hotness_score(&whole, 0, e), dx_hotness_score(&split, 0, e), 1e-12);
+    cr_assert_float_eq(dx_hotness_score(&split, 0, 0), 0.2 * 2.0 / 3.0, 1e-12);
+    dx_hotness_free(&whole);
+    dx_hotness_free(&split);
 }
 
 Test(dynaexq_hotness, passive_decay_is_geometric_in_alpha) {
@@ -58,9 +84,13 @@ Test(dynaexq_hotness, passive_decay_is_geometric_in_alpha) {
         uint32_t t[] = {1};
         float g[] = {1.0f};
         dx_hotness_observe(&h, 1, 1, 1, a, t, g);
+        dx_hotness_end_step(&h);
         double s0 = dx_hotness_score(&h, 1, 2);
         cr_assert_float_eq(s0, 1.0 - alphas[i], 1e-12);
-        for (int step = 0; step < 10; step++) dx_hotness_observe(&h, 1, 1, 0, NULL, NULL, NULL);
+        for (int step = 0; step < 10; step++) {
+            dx_hotness_observe(&h, 1, 1, 0, NULL, NULL, NULL);
+            dx_hotness_end_step(&h);
+        }
         cr_assert_float_eq(dx_hotness_score(&h, 1, 2), s0 * pow(alphas[i], 10), 1e-12, "alpha %g",
                            alphas[i]);
         cr_assert_float_eq(dx_hotness_score(&h, 0, 2), 0.0, EPS, "other layers untouched");
@@ -75,7 +105,9 @@ Test(dynaexq_hotness, count_mode_folds_selection_shares_at_interval_end) {
     uint32_t t[] = {3, 1};
     float g[] = {2.0f, 0.5f};
     dx_hotness_observe(&h, 0, 2, 2, a, t, g); /* counters only */
+    dx_hotness_end_step(&h);
     dx_hotness_observe(&h, 0, 2, 2, a, t, g);
+    dx_hotness_end_step(&h);
     cr_assert_float_eq(dx_hotness_score(&h, 0, 0), 0.0, EPS, "no score before the interval ends");
     dx_hotness_close_interval(&h);
     /* 6 selections of expert 0 over 4 tokens, 2 of expert 2 */
@@ -150,7 +182,10 @@ static uint32_t flips_between_equal_experts(double hysteresis) {
         uint16_t a[] = {0, 1};
         uint32_t t[] = {1, 1};
         float g[] = {interval % 2 ? 0.51f : 0.49f, interval % 2 ? 0.49f : 0.51f};
-        for (int step = 0; step < 4; step++) dx_hotness_observe(&h, 0, 1, 2, a, t, g);
+        for (int step = 0; step < 4; step++) {
+            dx_hotness_observe(&h, 0, 1, 2, a, t, g);
+            dx_hotness_end_step(&h);
+        }
         double margin = hysteresis * dx_hotness_uniform_score(&h);
         uint32_t changed = dx_select_layer(h.score, 4, 1, DX_HYST_SCORE, margin, 0, set, scratch);
         if (interval > 0) flips += changed / 2;
