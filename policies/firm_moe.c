@@ -53,19 +53,19 @@
 uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_prime, uint32_t K,
                           uint32_t n_experts, uint16_t *out) {
     /* Rank every valid, first-occurring candidate among the others (k_prime is small: the
-     * trace's K', 16 by default), so no scratch is needed and equal scores keep their order. */
+     * trace's K', 16 by default): equal scores keep their recorded order. */
+    bool usable[MODEL_MAX_EXPERTS]; /* [k_prime] valid id, not a repeat of an earlier one */
+    MOESIM_ASSERT(k_prime <= MODEL_MAX_EXPERTS);
+    for (uint32_t i = 0; i < k_prime; i++) {
+        usable[i] = ids[i] < n_experts;
+        for (uint32_t j = 0; j < i && usable[i]; j++) usable[i] = ids[j] != ids[i];
+    }
     uint32_t n_out = 0;
     for (uint32_t i = 0; i < k_prime; i++) {
-        if (ids[i] >= n_experts) continue;
-        bool repeat = false;
-        for (uint32_t j = 0; j < i && !repeat; j++) repeat = ids[j] == ids[i];
-        if (repeat) continue;
+        if (!usable[i]) continue;
         uint32_t rank = 0;
         for (uint32_t j = 0; j < k_prime; j++) {
-            if (j == i || ids[j] >= n_experts) continue;
-            bool first = true;
-            for (uint32_t q = 0; q < j && first; q++) first = ids[q] != ids[j];
-            if (!first) continue;
+            if (j == i || !usable[j]) continue;
             bool ahead =
                 scores ? (scores[j] > scores[i] || (scores[j] == scores[i] && j < i)) : j < i;
             rank += ahead;

@@ -272,6 +272,7 @@ typedef struct fm_load {
 
 struct policy_mem {
     policy_residency st[FM_L][FM_E][PART_COUNT];
+    bool started[FM_L][FM_E]; /* a copy already running: eviction refused */
     uint64_t part_bytes, budget_bytes, used_bytes;
     fm_load loads[FM_LOG];
     size_t n_loads;
@@ -306,6 +307,7 @@ static policy_mem_result fm_load_parts(policy_mem *m, uint32_t layer, uint32_t e
 static policy_mem_result fm_evict(policy_mem *m, uint32_t layer, uint32_t expert,
                                   moesim_precision p, uint32_t mask) {
     cr_assert_eq(p, PREC_BF16);
+    if (m->started[layer][expert]) return POLICY_REFUSED;
     bool any = false;
     for (uint32_t part = 0; part < PART_COUNT; part++) {
         if (!(mask & (1u << part)) || m->st[layer][expert][part] == POLICY_ABSENT) continue;
@@ -559,6 +561,33 @@ Test(firm_policy, sub_expert_lru_evicts_the_least_recently_used_parts_first) {
     }
     cr_assert_eq(r.mem.st[0][0][PART_DOWN], POLICY_RESIDENT);
     cr_assert_leq(r.mem.used_bytes, r.mem.budget_bytes);
+    policy_firm_moe.destroy(r.pol);
+}
+
+Test(firm_policy, parts_the_memory_system_refuses_to_evict_are_skipped) {
+    /* room for 4 experts: layer 0's experts 0 and 1, layer 1's 2 and 3; expert 0 of layer 0
+     * (least recently used) has a copy running, so a new expert of layer 1 evicts expert 1 */
+    firm_knobs k = fm_knobs_default();
+    k.P = 1;
+    fm_run r;
+    moesim_error err = {0};
+    cr_assert_eq(fm_open(&r, &k, 4, &err), MOESIM_OK, "%s", err.msg);
+    const uint16_t la[FM_D][FM_KP] = {
+        {NONE, NONE, NONE, NONE}, {NONE, NONE, NONE, NONE}, {NONE, NONE, NONE, NONE}};
+    const uint16_t a01[2] = {0, 1}, a23[2] = {2, 3}, a24[2] = {2, 4};
+    fm_step(&r, 0, true);
+    fm_route(&r, 0, 0, a01, la);
+    fm_route(&r, 0, 1, a23, la);
+    fm_step(&r, 0, false);
+    r.mem.started[0][0] = true;
+    fm_step(&r, 1, true);
+    fm_route(&r, 1, 1, a24, la);
+    cr_assert_eq(r.mem.n_evicts, 3);
+    for (size_t i = 0; i < 3; i++) {
+        cr_assert_eq(r.mem.evicts[i].layer, 0);
+        cr_assert_eq(r.mem.evicts[i].expert, 1);
+    }
+    cr_assert_neq(r.mem.st[0][0][PART_GATE], POLICY_ABSENT);
     policy_firm_moe.destroy(r.pol);
 }
 
