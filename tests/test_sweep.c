@@ -293,6 +293,24 @@ Test(sweep, the_base_seed_changes_every_hash) {
     sweep_experiment_destroy(b);
 }
 
+Test(sweep, a_sim_seed_axis_gives_replicates_with_their_own_seeds) {
+    sweep_experiment *e = load_text("seeds.ini", "[experiment]\nseed = 7\n"
+                                                 "[fixed]\npolicy = lru\nmodel = m\nhw = h\n"
+                                                 "trace = t\n[axes]\nsim.seed = 1:3:1\n");
+    cr_assert_eq(sweep_experiment_count(e), 3);
+    for (size_t i = 0; i < 3; i++) cr_assert_eq(sweep_experiment_point(e, i)->seed, i + 1);
+    sweep_experiment_destroy(e);
+    e = load_text("seeds2.ini", "[experiment]\nseed = 7\n[fixed]\npolicy = lru\nmodel = m\n"
+                                "hw = h\ntrace = t\n[axes]\nbatch.size = 1, 2\n");
+    cr_assert_eq(sweep_experiment_point(e, 0)->seed, 7, "common random numbers: the base seed");
+    cr_assert_eq(sweep_experiment_point(e, 1)->seed, 7);
+    sweep_experiment_destroy(e);
+    moesim_error err = {0};
+    cr_assert_eq(load_error("[fixed]\npolicy = lru\nmodel=m\nhw=h\ntrace=t\nsim.seed = x\n", &err),
+                 MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "sim.seed"), "%s", err.msg);
+}
+
 Test(sweep, the_resolved_copy_loads_to_the_same_configurations) {
     const char *text = "[experiment]\nname = rt\nseed = 9\n"
                        "[fixed]\nmodel = m\nhw = h\ntrace = t\n"
