@@ -20,7 +20,7 @@ do for [m=1:2] {
 set datafile separator whitespace
 unset datafile columnheaders
 
-set multiplot layout 1, 2 title "Decode latency vs GPU expert cache size, every policy (FIRM-MoE Fig. 4 setting), simulated: RTX 3090 over PCIe 4.0, batch 1, about 2,000 tokens\n{/*0.8 cache = one HBM pool of N bf16 experts (over all layers); oracle = Belady eviction + perfect next-layer prefetch: the bound of the bf16 policies. dymoe (int4/int2) and dynaexq (bf16/int4)}\n{/*0.8 store quantized experts, so more fit in the same bytes and they can go below it; a missing point: the policy refuses that cache (too small for its working set)}"
+set multiplot layout 1, 2 title "Decode latency vs GPU expert cache size, every policy (FIRM-MoE Fig. 4 setting), simulated: RTX 3090 over PCIe 4.0, batch 1\n{/*0.8 cache = one HBM pool of N bf16 experts (over all layers); oracle = Belady eviction + perfect next-layer prefetch: the bound of the bf16 policies. dymoe (int4/int2) and dynaexq (bf16/int4)}\n{/*0.8 store quantized experts, so more fit in the same bytes and they can go below it; a missing point: the policy refuses that cache (too small for its working set)}"
 set grid
 set logscale y
 set xlabel 'GPU expert cache (experts, all layers)'
