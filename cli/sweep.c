@@ -309,6 +309,11 @@ int cmd_sweep(int argc, char **argv) {
         sweep_experiment_destroy(e);
         return cli_fail(&err);
     }
+    if (sum.foreign)
+        fprintf(stderr,
+                "sweep: %s: %zu rows are not configurations of this experiment (edited since?); "
+                "they stay in the file and in its figures\n",
+                out, sum.foreign);
     if (sum.truncated_tail)
         fprintf(stderr, "sweep: %s: removed a torn last row left by an interrupted run\n", out);
     printf("%s: %zu configurations in shard %" PRIu32 "/%" PRIu32 ", %zu already done, %zu run "

@@ -146,6 +146,7 @@ typedef struct sweep_summary {
     size_t ran;          /* run now */
     size_t failed;       /* rows whose status is an error (this run) */
     bool truncated_tail; /* a torn last line was removed */
+    size_t foreign;      /* rows of the file that are no configuration of the experiment */
     char first_failure[MOESIM_ERROR_MAX];
     double elapsed_s;
 } sweep_summary;

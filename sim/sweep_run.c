@@ -216,7 +216,8 @@ void sweep_results_free(sweep_results *r) {
 
 static moesim_status load_done(const sweep_experiment *e, const sweep_evaluator *ev,
                                const char *path, bool *done, sweep_results *res, bool *exists,
-                               moesim_error *err) {
+                               size_t *foreign, moesim_error *err) {
+    *foreign = 0;
     struct stat sb;
     *exists = stat(path, &sb) == 0 && sb.st_size > 0;
     memset(res, 0, sizeof *res);
@@ -226,18 +227,26 @@ static moesim_status load_done(const sweep_experiment *e, const sweep_evaluator 
     moesim_status st = sweep_results_read(path, header, ev->n_metrics == 0, res, err);
     free(header);
     if (st) return st;
+    size_t n = sweep_experiment_count(e);
+    size_t *line_of = moesim_xcalloc(n + 1, sizeof *line_of); /* [n] row line of each point */
     for (size_t i = 0; i < res->n_rows; i++) {
-        for (size_t j = 0; j < i; j++) /* a resumed file never repeats a hash */
-            if (res->rows[j].hash == res->rows[i].hash) {
-                moesim_status s2 = moesim_fail(
-                    err, MOESIM_EINPUT, "%s:%zu: configuration %016" PRIx64 " already at line %zu",
-                    path, res->rows[i].line, res->rows[i].hash, res->rows[j].line);
-                sweep_results_free(res);
-                return s2;
-            }
         const sweep_point *p = sweep_experiment_find(e, res->rows[i].hash);
-        if (p) done[p->index] = true;
+        if (!p) { /* a row of an edited experiment: kept, counted, not ours */
+            (*foreign)++;
+            continue;
+        }
+        if (line_of[p->index]) { /* a resumed file never repeats a hash */
+            moesim_status s2 = moesim_fail(
+                err, MOESIM_EINPUT, "%s:%zu: configuration %016" PRIx64 " already at line %zu",
+                path, res->rows[i].line, res->rows[i].hash, line_of[p->index]);
+            free(line_of);
+            sweep_results_free(res);
+            return s2;
+        }
+        line_of[p->index] = res->rows[i].line;
+        done[p->index] = true;
     }
+    free(line_of);
     return MOESIM_OK;
 }
 
@@ -260,7 +269,8 @@ moesim_status sweep_plan(const sweep_experiment *e, const sweep_evaluator *ev,
     bool *done = moesim_xcalloc(n + 1, sizeof *done);
     sweep_results res;
     bool exists;
-    st = load_done(e, ev, opt->csv_path, done, &res, &exists, err);
+    size_t foreign;
+    st = load_done(e, ev, opt->csv_path, done, &res, &exists, &foreign, err);
     sweep_results_free(&res);
     if (st) {
         free(done);
@@ -390,7 +400,7 @@ moesim_status sweep_run(const sweep_experiment *e, const sweep_evaluator *ev,
     bool *done = moesim_xcalloc(n + 1, sizeof *done);
     sweep_results res;
     bool exists;
-    st = load_done(e, ev, opt->csv_path, done, &res, &exists, err);
+    st = load_done(e, ev, opt->csv_path, done, &res, &exists, &out->foreign, err);
     char *header = sweep_header_line(e, ev);
     if (!st) st = prepare_file(opt->csv_path, header, exists, &res, &out->truncated_tail, err);
     free(header);
