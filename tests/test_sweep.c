@@ -644,3 +644,28 @@ Test(sweep, plot_renders_png_and_svg_and_refuses_missing_results) {
         2);
     cr_assert(strstr(se, "no such plot script"), "%s", se);
 }
+
+Test(sweep, rows_of_an_edited_experiment_are_kept_and_reported) {
+    char tpath[4096], exp[4096], out[4096];
+    snprintf(tpath, sizeof tpath, "%s", test_tmp_path("edit.h5"));
+    snprintf(exp, sizeof exp, "%s", test_tmp_path("edit.ini"));
+    snprintf(out, sizeof out, "%s", test_tmp_path("edit.csv"));
+    write_model_trace("olmoe-1b-7b", tpath, 2, 8, 8, 3);
+    char text[8192];
+    snprintf(text, sizeof text,
+             "[experiment]\nevaluator = trace-stats\n[fixed]\ntrace = %s\n"
+             "[axes]\nstats.capacity = 1, 2\n",
+             tpath);
+    test_write_file(exp, text);
+    cr_assert_eq(run_quiet("sweep", exp, "-o", out, NULL, NULL, NULL), 0);
+    snprintf(text, sizeof text,
+             "[experiment]\nevaluator = trace-stats\n[fixed]\ntrace = %s\n"
+             "[axes]\nstats.capacity = 2, 3\n",
+             tpath);
+    test_write_file(exp, text);
+    static char so[1 << 16], se[1 << 14];
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", exp, "-o", out, NULL), 0);
+    cr_assert(strstr(so, "1 already done, 1 run"), "%s", so);
+    cr_assert(strstr(se, "1 rows are not configurations"), "%s", se);
+    cr_assert_eq(count_lines(out), 1 + 3);
+}
