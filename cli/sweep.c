@@ -185,6 +185,14 @@ static int cmd_sweep_merge(int argc, char **argv) {
         return cli_usage_error("sweep merge", "-o OUT.csv needed (no experiment to name it)");
     }
     for (size_t i = 0; i < n_inputs; i++)
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(inputs[i], inputs[j])) {
+                const char *twice = inputs[i];
+                free(inputs);
+                sweep_experiment_destroy(e);
+                return cli_usage_error("sweep merge", "%s given twice", twice);
+            }
+    for (size_t i = 0; i < n_inputs; i++)
         if (!strcmp(inputs[i], out)) {
             free(inputs);
             sweep_experiment_destroy(e);

@@ -515,12 +515,22 @@ Test(sweep, shards_merged_equal_the_unsharded_run) {
     free(tw);
     free(tm);
 
-    /* a shard given twice: refused, nothing written */
+    /* overlapping shards (a copy of shard 0 under another name): refused, nothing written */
+    char s0copy[4096];
+    snprintf(s0copy, sizeof s0copy, "%s", csv_path("shard", "s0copy"));
+    char *t0 = read_file(s0);
+    test_write_file(s0copy, t0);
+    free(t0);
     const char *dup = csv_path("shard", "dup");
     cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", "merge", "-o", dup, s0, s1,
-                                 s0, NULL),
+                                 s2, s0copy, NULL),
                  2);
-    cr_assert(strstr(se, "two rows"), "%s", se);
+    cr_assert(strstr(se, "two rows") && strstr(se, "s0copy"), "%s", se);
+    cr_assert_not(test_file_exists(dup));
+    cr_assert_eq(
+        test_run_moesim(so, sizeof so, se, sizeof se, "sweep", "merge", "-o", dup, s0, s0, NULL),
+        2);
+    cr_assert(strstr(se, "given twice"), "%s", se);
     cr_assert_not(test_file_exists(dup));
 
     /* a shard missing: merged, gaps reported, exit 1 */
