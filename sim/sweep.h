@@ -22,9 +22,9 @@
  * [fixed]; two axes setting one key is an error.
  *
  * Resolution: a configuration keeps the settings of its own policy's section and drops those of
- * other registered policies (so `policy = lru, dymoe` x `dymoe.lambda = 1, 2` gives one lru
- * configuration, not two identical ones); configurations that resolve to the same settings are
- * one. Exclusions are checked before that drop, on the assignments as written.
+ * the other policies the experiment names (so `policy = lru, dymoe` x `dymoe.lambda = 1, 2` gives
+ * one lru configuration, not two identical ones); configurations that resolve to the same settings
+ * are one. Exclusions are checked before that drop, on the assignments as written.
  *
  * Hash: FNV-1a 64 over "moesim-sweep-1", the evaluator, the base seed and every (column, value)
  * set, in column-name order: independent of file order, of where a setting came from (fixed,
@@ -37,7 +37,7 @@
  * Results file: a header line, then one line per finished configuration:
  *   config_hash,seed,status,<columns>,<metrics>[,policy_report]
  * status is "ok" or the run's one-line error (metrics NaN). Rows are appended by one writer,
- * each with a single write() and fsync, so a killed sweep leaves complete rows plus at most one
+ * each with a single write() and fdatasync, so a killed sweep leaves complete rows plus at most one
  * torn last line (no newline), which the next run truncates before it appends. */
 #ifndef MOESIM_SIM_SWEEP_H
 #define MOESIM_SIM_SWEEP_H

@@ -138,7 +138,7 @@ static int column_find(const sweep_experiment *e, const char *name) {
 static int column_add(sweep_experiment *e, const char *name, bool setting) {
     int c = column_find(e, name);
     if (c >= 0) return c;
-    MOESIM_ASSERT(e->n_columns < SWEEP_MAX_COLUMNS);
+    if (e->n_columns == SWEEP_MAX_COLUMNS) return -1; /* build_columns reports it */
     e->columns = moesim_xrealloc(e->columns, (e->n_columns + 1) * sizeof *e->columns);
     e->is_setting = moesim_xrealloc(e->is_setting, (e->n_columns + 1) * sizeof *e->is_setting);
     e->columns[e->n_columns] = moesim_xstrdup(name);
@@ -582,7 +582,7 @@ static bool is_eval_setting(const char *k) {
     return is_setting_key(k) && strncmp(k, "label.", 6) != 0;
 }
 
-static void build_columns(sweep_experiment *e) {
+static moesim_status build_columns(sweep_experiment *e, moesim_error *err) {
     for (size_t i = 0; i < e->n_axes; i++)
         if (e->axes[i].bundle) column_add(e, e->axes[i].name, false);
     for (int i = 0; i < N_RUN_KEYS; i++) column_add(e, run_keys[i], false);
@@ -598,6 +598,9 @@ static void build_columns(sweep_experiment *e) {
             for (size_t s = 0; s < a->n_sets[v]; s++)
                 column_add(e, a->sets[v][s].key, is_eval_setting(a->sets[v][s].key));
     }
+    if (e->n_columns == SWEEP_MAX_COLUMNS)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: more than %d distinct keys", e->path,
+                           SWEEP_MAX_COLUMNS - 1);
     e->sorted = moesim_xcalloc(e->n_columns, sizeof *e->sorted);
     for (size_t i = 0; i < e->n_columns; i++) e->sorted[i] = i;
     for (size_t i = 1; i < e->n_columns; i++) /* insertion sort by name: few columns */
@@ -607,6 +610,7 @@ static void build_columns(sweep_experiment *e) {
             e->sorted[j] = e->sorted[j - 1];
             e->sorted[j - 1] = t;
         }
+    return MOESIM_OK;
 }
 
 static bool excluded_by(const sweep_experiment *e, const char *const *vals) {
@@ -860,10 +864,8 @@ moesim_status sweep_experiment_load(const char *path, sweep_experiment **out, mo
         if (dot && dot != e->name) *dot = '\0';
     }
     if (!st) st = check_axes(e, err);
-    if (!st) {
-        build_columns(e);
-        st = check_stats_columns(e, err);
-    }
+    if (!st) st = build_columns(e, err);
+    if (!st) st = check_stats_columns(e, err);
     if (!st) st = resolve(e, err);
     if (st) {
         sweep_experiment_destroy(e);
