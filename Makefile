@@ -38,6 +38,13 @@ test-asan: deps
 demo: build
 	bash scripts/demo.sh $(BUILD)/moesim results/demo
 
+# The paper figures: every experiments/*.ini swept into results/ (resumable), then plots/NAME.gp.
+figures: build
+	@for e in experiments/*.ini; do \
+	    n=$$(basename $$e .ini); \
+	    $(BUILD)/moesim sweep $$e -j $(JOBS) && $(BUILD)/moesim plot $$n || exit 1; \
+	done
+
 bench: build
 	bash bench/run.sh $(BUILD)
 

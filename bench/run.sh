@@ -7,3 +7,9 @@ for b in "$build"/bench/bench_*; do
     echo "== $(basename "$b")"
     "$b"
 done
+# Benchmarks that drive the moesim binary are scripts.
+for s in bench/bench_*.sh; do
+    [ -f "$s" ] || continue
+    echo "== $(basename "$s" .sh)"
+    bash "$s" "$build"
+done

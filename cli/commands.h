@@ -11,6 +11,8 @@ int cmd_trace_stats(int argc, char **argv);
 int cmd_trace_synth(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_record(int argc, char **argv);
+int cmd_sweep(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 
 #endif

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static moesim_status make_temp(atomic_file *af, const char *path, moesim_error *err, int *fd_out) {
@@ -53,6 +54,15 @@ moesim_status atomic_file_commit(atomic_file *af, moesim_error *err) {
             atomic_file_abort(af);
             return moesim_fail(err, MOESIM_EIO, "%s: write failed: %s", af->path, strerror(e));
         }
+    }
+    /* mkstemp made the temporary 0600: give the result the mode a plain fopen would have */
+    mode_t mask = umask(0);
+    umask(mask);
+    if (chmod(af->tmp_path, 0666 & ~mask) != 0) {
+        int e = errno;
+        atomic_file_abort(af);
+        return moesim_fail(err, MOESIM_EIO, "%s: cannot set the output's mode: %s", af->path,
+                           strerror(e));
     }
     if (rename(af->tmp_path, af->path) != 0) {
         int e = errno;

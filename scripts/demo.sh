@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# `make demo`: the main job end to end on this machine, as far as the project has come (issue 6
-# makes it the sweep-and-figures run). Every step runs for real:
+# `make demo`: the main job end to end on this machine (`make` has built moesim). Every step runs
+# for real:
 #   1. quality of quantized experts: a real MoE forward pass (CPU engine) on the committed golden
-#      checkpoints of the four architectures, KL divergence and perplexity against bf16;
-#   2. a router trace and its statistics (when a trace source is built: see below).
+#      checkpoints of the four architectures, KL divergence against bf16;
+#   2. router traces synthesized with `moesim trace synth` (calibrated generator);
+#   3. small versions of experiments 1-3 (DyMoE Table 3 ablation, DyMoE retention knob, FIRM-MoE
+#      Fig. 4 cache sweep over every policy) with `moesim sweep` on all cores, their figures with
+#      `moesim plot`, and a summary table: policy x setting -> TTFT, TPOT, hit rate, precision mix.
+# Under a minute on 2 cores once built. Outputs in results/demo/ (a rerun reuses finished rows).
 set -euo pipefail
 moesim=${1:-build/moesim}
 out=${2:-results/demo}
 fixtures=tests/fixtures/golden
-mkdir -p "$out"
+mkdir -p "$out" "$out/traces"
 "$moesim" --version
+t_start=$(date +%s)
 
 # Token ids below the fixtures' vocabulary (256): two short "prompts".
 tokens="$out/tokens.txt"
@@ -29,4 +34,62 @@ for arch in mixtral olmoe qwen2_moe qwen3_moe; do
 done | tee "$out/quantization-kl.txt"
 
 echo
-echo "demo: results in $out"
+echo "== 2. router traces (moesim trace synth, calibrated per model family)"
+synth() { # path, then the synth arguments
+    local path=$1
+    shift
+    if [ -f "$path" ]; then echo "$path (exists)"; return; fi
+    "$moesim" trace synth "$@" -o "$path"
+    echo "$path"
+}
+synth "$out/traces/mixtral-8x7b-r4-p64-g32.h5" --model mixtral-8x7b --requests 4 \
+    --prompt-len 64 --gen-len 32 --seed 1
+synth "$out/traces/qwen1.5-moe-a2.7b-r4-p50-g75.h5" --model qwen1.5-moe-a2.7b --requests 4 \
+    --prompt-len 50 --gen-len 75 --seed 1
+synth "$out/traces/olmoe-1b-7b-r4-p50-g75.h5" --model olmoe-1b-7b --requests 4 \
+    --prompt-len 50 --gen-len 75 --seed 1
+
+echo
+echo "== 3. sweeps (small versions of experiments 1-3) and their figures"
+experiments=(dymoe-ablation retention-sweep cache-size-sweep)
+for name in "${experiments[@]}"; do
+    # results/demo/ stands in for results/: the experiment files name their traces there
+    "$moesim" sweep "experiments/demo/$name.ini" -o "$out/$name.csv" -q
+    "$moesim" plot "$name" --csv "$out/$name.csv" -o "$out" 2> "$out/$name.plot.log" >/dev/null ||
+        { cat "$out/$name.plot.log" >&2; exit 1; }
+done
+
+# The summary: one line per configuration, the columns found by name in each CSV header.
+summary() { # csv, label columns (comma-separated names)
+    awk -F, -v want="$2" '
+        NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; n = split(want, w, ","); next }
+        {
+            label = ""
+            for (j = 1; j <= n; j++) {
+                v = (w[j] in col) ? $(col[w[j]]) : ""
+                if (v != "") label = label (label == "" ? "" : " ") v
+            }
+            if ($(col["status"]) != "ok") {
+                printf "%-44s %s\n", label, substr($(col["status"]), 1, 70)
+                next
+            }
+            printf "%-44s %10.1f %10.2f %8.1f %6.0f/%3.0f/%3.0f\n", label, \
+                $(col["ttft_ms.mean"]), $(col["tpot_ms.mean"]), 100 * $(col["hit_rate"]), \
+                100 * $(col["precision_mix.hi"]), 100 * $(col["precision_mix.lo"]), \
+                100 * $(col["precision_mix.skip"])
+        }' "$1" | sort
+}
+{
+    printf '\n%-44s %10s %10s %8s %14s\n' "policy x setting" "TTFT ms" "TPOT ms" "hit %" "hi/lo/skip %"
+    echo "-- DyMoE Table 3 ablation (Mixtral-8x7B, RTX 3090 PCIe Gen3; row, budget GB)"
+    summary "$out/dymoe-ablation.csv" "ablation,memory.budget_gb"
+    echo "-- DyMoE retention knob (Mixtral-8x7B, RTX 3090 PCIe Gen3; strategy, budget GB, r)"
+    summary "$out/retention-sweep.csv" "strategy,memory.budget_gb,dymoe.retention"
+    echo "-- FIRM-MoE Fig. 4 cache sweep (RTX 3090 PCIe 4.0; policy, model, experts cached)"
+    summary "$out/cache-size-sweep.csv" "policy,model,label.cache_experts"
+} | tee "$out/summary.txt"
+
+echo
+echo "figures:"
+for name in "${experiments[@]}"; do echo "  $out/$name.png  $out/$name.svg"; done
+echo "demo: results in $out (summary.txt, *.csv, *.experiment.ini) in $(($(date +%s) - t_start)) s"

@@ -1,0 +1,134 @@
+/* `moesim plot NAME [--csv FILE] [-o DIR]`: renders plots/NAME.gp over a sweep's results CSV
+ * into DIR/NAME.png and DIR/NAME.svg with gnuplot. The script reads the CSV path from the
+ * gnuplot variable `csv` and leaves the terminal to this command, so one script gives both
+ * formats. Each image is written to a temporary name and renamed when gnuplot succeeded. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "common/atomic_file.h"
+
+static const char plot_help[] =
+    "usage: moesim plot NAME [--csv results/NAME.csv] [-o DIR]\n"
+    "\n"
+    "Runs gnuplot on plots/NAME.gp over the results of `moesim sweep experiments/NAME.ini` and\n"
+    "writes DIR/NAME.png and DIR/NAME.svg (DIR: the CSV's folder). The scripts label axes with\n"
+    "units and name the paper setting each figure reproduces; `make figures` renders them all.\n"
+    "\n"
+    "options:\n"
+    "  --csv FILE   results file (default results/NAME.csv)\n"
+    "  -o DIR       folder for the images (default: the CSV's folder)\n"
+    "  -h, --help   this text\n";
+
+/* Terminal settings of each format: size in pixels (png) or points (svg). */
+static const struct plot_format {
+    const char *ext;
+    const char *terminal;
+} formats[] = {
+    {"png", "pngcairo enhanced size 1400,900 font 'Sans,12'"},
+    {"svg", "svg enhanced size 1400,900 font 'Sans,12' background rgb 'white'"},
+};
+
+static bool quote_safe(const char *s) { return !strchr(s, '\'') && !strchr(s, '\\'); }
+
+static int run_gnuplot(const char *script, const char *csv, const char *terminal,
+                       const char *out_path) {
+    char setup[3 * PATH_MAX];
+    snprintf(setup, sizeof setup, "csv='%s'; set terminal %s; set output '%s'", csv, terminal,
+             out_path);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        execlp("gnuplot", "gnuplot", "-e", setup, script, (char *)NULL);
+        fprintf(stderr, "moesim: cannot run gnuplot: %s (install gnuplot)\n", strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+int cmd_plot(int argc, char **argv) {
+    const char *name = NULL, *csv = NULL, *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(plot_help, stdout);
+            return 0;
+        }
+        if ((!strcmp(a, "--csv") || !strcmp(a, "-o")) && i + 1 >= argc)
+            return cli_usage_error("plot", "%s needs a value", a);
+        if (!strcmp(a, "--csv"))
+            csv = argv[++i];
+        else if (!strcmp(a, "-o"))
+            dir = argv[++i];
+        else if (a[0] == '-' && a[1])
+            return cli_usage_error("plot", "unknown option '%s'", a);
+        else if (name)
+            return cli_usage_error("plot", "one NAME expected, got '%s' and '%s'", name, a);
+        else
+            name = a;
+    }
+    if (!name) return cli_usage_error("plot", "missing NAME (a plots/NAME.gp script)");
+    for (const char *p = name; *p; p++)
+        if (*p == '/' || *p == '\'')
+            return cli_usage_error("plot", "NAME '%s': expected a script name, not a path", name);
+    char script[PATH_MAX];
+    snprintf(script, sizeof script, "plots/%s.gp", name);
+    if (access(script, R_OK) != 0)
+        snprintf(script, sizeof script, "%s/plots/%s.gp", MOESIM_SOURCE_DIR, name);
+    moesim_error err = {0};
+    if (access(script, R_OK) != 0) {
+        moesim_fail(&err, MOESIM_EINPUT, "plots/%s.gp: no such plot script", name);
+        return cli_fail(&err);
+    }
+    char csv_buf[PATH_MAX];
+    if (!csv) {
+        snprintf(csv_buf, sizeof csv_buf, "results/%s.csv", name);
+        csv = csv_buf;
+    }
+    if (access(csv, R_OK) != 0) {
+        moesim_fail(&err, MOESIM_EIO,
+                    "%s: cannot read results (run `moesim sweep "
+                    "experiments/%s.ini` first): %s",
+                    csv, name, strerror(errno));
+        return cli_fail(&err);
+    }
+    char dir_buf[PATH_MAX];
+    if (!dir) {
+        snprintf(dir_buf, sizeof dir_buf, "%s", csv);
+        char *slash = strrchr(dir_buf, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            strcpy(dir_buf, ".");
+        dir = dir_buf;
+    }
+    if (!quote_safe(csv) || !quote_safe(dir) || !quote_safe(script))
+        return cli_usage_error("plot", "paths with quotes or backslashes are not supported");
+    for (size_t f = 0; f < sizeof formats / sizeof *formats; f++) {
+        char out[PATH_MAX];
+        snprintf(out, sizeof out, "%s/%s.%s", dir, name, formats[f].ext);
+        atomic_file af;
+        if (atomic_file_begin_path(&af, out, &err)) return cli_fail(&err);
+        int rc = run_gnuplot(script, csv, formats[f].terminal, af.tmp_path);
+        if (rc != 0) {
+            atomic_file_abort(&af);
+            moesim_fail(&err, MOESIM_EINPUT, "%s: gnuplot failed on %s (messages above)", script,
+                        csv);
+            return cli_fail(&err);
+        }
+        if (atomic_file_commit(&af, &err)) return cli_fail(&err);
+        printf("%s\n", out);
+    }
+    return 0;
+}
