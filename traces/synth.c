@@ -3,7 +3,7 @@
  *
  * Work layout (the bench target is >= 5 M token x layer records/s on one core):
  *   - every distribution a token draws from is an alias table (Vose), built once per
- *     (workload, topic, layer) in 8-byte cells; a draw costs one 32-bit number: the high part
+ *     (workload, topic, layer) in 4-byte cells; a draw costs one 32-bit number: the high part
  *     of u * E picks the column, the low 32 bits are compared with the column's threshold;
  *   - probabilities tested per record (reuse, look-ahead right) are 32-bit thresholds, counts
  *     (copied slots, kept predictions) come from binomial CDF tables: one number each;
@@ -26,6 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_randist.h>
@@ -64,24 +67,32 @@ static double depth_profile(double first, double mid, double last, uint32_t l, u
 /* ---- alias tables ---- */
 
 /* One column of an alias table: keep the column with probability thresh / 2^32, else alias. */
-typedef struct alias_cell {
-    uint32_t thresh;
-    uint16_t alias;
-    uint16_t unused; /* pads the cell to 8 bytes: one load per draw */
-} alias_cell;
+/* One column of an alias table in 32 bits: the high 22 bits are the threshold (keep the
+ * column with probability thresh / 2^22), the low 10 the alias (E <= MODEL_MAX_EXPERTS = 1024).
+ * 4-byte cells keep a request's L tables (L * E * 4 bytes: 24 KiB for Qwen3-30B) in L1. */
+typedef uint32_t alias_cell;
+#define ALIAS_BITS 10
+#define ALIAS_MASK ((1u << ALIAS_BITS) - 1)
+_Static_assert(MODEL_MAX_EXPERTS <= (1u << ALIAS_BITS), "alias ids fit the cell");
+
+/* A cell keeping column j with probability p, else giving `alias`. */
+static alias_cell alias_cell_make(double p, uint32_t alias) {
+    uint32_t t = p >= 1 ? (1u << 22) - 1 : p <= 0 ? 0 : (uint32_t)(p * 4194304.0);
+    return (t << ALIAS_BITS) | alias;
+}
 
 typedef struct synth_tables {
     uint32_t E, L, k, W, T;
-    alias_cell *cells;                  /* [L][W][T][E] alias tables */
-    uint16_t *pop_order;                /* [L][W][E] experts by decreasing workload popularity */
-    float *gate_pool;                   /* [SYNTH_GATE_POOL][k] descending gate rows */
+    alias_cell *cells;   /* [W][T][L][E] alias tables (a request's L tables adjacent) */
+    uint16_t *pop_order; /* [L][W][E] experts by decreasing workload popularity */
+    float *gate_pool;    /* [SYNTH_GATE_POOL][k] descending gate rows */
     uint32_t *reuse_top1, *avoid_other; /* [L] thresholds */
     uint32_t *copy_cdf; /* [L][k] P(copied slots <= c), copied slots ~ Binomial(k - 1, reuse) */
     bool *copies;       /* [L] reuse_other > 0 at this layer */
 } synth_tables;
 
-/* Vose's alias method over weights w[0..n) (> 0): column j keeps j with probability
- * thresh[j] / 2^32, else gives alias[j]. `scratch` holds 2n doubles and n uint32s. */
+/* Vose's alias method over weights w[0..n) (> 0): column j keeps j with the probability in
+ * cell[j] (see alias_cell), else gives its alias. `scaled`, `small`, `large` are scratch [n]. */
 static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *scaled,
                         uint32_t *small, uint32_t *large) {
     double total = 0;
@@ -97,7 +108,7 @@ static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *s
     }
     while (ns && nl) {
         uint32_t s = small[--ns], g = large[nl - 1];
-        cell[s] = (alias_cell){prob_threshold(scaled[s]), (uint16_t)g, 0};
+        cell[s] = alias_cell_make(scaled[s], g);
         scaled[g] -= 1.0 - scaled[s];
         if (scaled[g] < 1.0) {
             nl--;
@@ -106,11 +117,11 @@ static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *s
     }
     while (nl) { /* numerically ~1: keep the column itself */
         uint32_t g = large[--nl];
-        cell[g] = (alias_cell){UINT32_MAX, (uint16_t)g, 0};
+        cell[g] = alias_cell_make(1, g); /* alias = itself: always kept */
     }
     while (ns) {
         uint32_t s = small[--ns];
-        cell[s] = (alias_cell){UINT32_MAX, (uint16_t)s, 0};
+        cell[s] = alias_cell_make(1, s);
     }
 }
 
@@ -144,7 +155,8 @@ static inline uint32_t rng_block_u32(rng_block *b) {
 static inline uint16_t alias_draw(const alias_cell *cell, uint32_t n, rng_block *g) {
     uint64_t x = (uint64_t)rng_block_u32(g) * n;
     uint32_t j = (uint32_t)(x >> 32), f = (uint32_t)x;
-    return f < cell[j].thresh ? (uint16_t)j : cell[j].alias;
+    const alias_cell c = cell[j];
+    return (f >> ALIAS_BITS) < (c >> ALIAS_BITS) ? (uint16_t)j : (uint16_t)(c & ALIAS_MASK);
 }
 
 /* Sort helper: experts by decreasing weight (ties by id, so the order is deterministic). */
@@ -548,6 +560,21 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
 
 /* ---- the whole trace ---- */
 
+/* Faults in a large array the generator is about to fill in one system call
+ * (MADV_POPULATE_WRITE, Linux >= 5.14) instead of one page fault per 4 KiB page on first touch.
+ * A hint only: where unsupported nothing changes. */
+static void prefault(void *p, size_t size_bytes) {
+#ifdef MADV_POPULATE_WRITE
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (!p || size_bytes < ((size_t)1 << 20) || page == 0 || page == (uintptr_t)-1) return;
+    uintptr_t start = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)p + size_bytes) & ~(page - 1);
+    if (end > start) (void)madvise((void *)start, end - start, MADV_POPULATE_WRITE);
+#else
+    (void)p, (void)size_bytes;
+#endif
+}
+
 moesim_status synth_generate(const model_geometry *m, const synth_options *o, trace **out,
                              moesim_error *err) {
     *out = NULL;
@@ -581,6 +608,15 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
                            (double)n_tokens * (double)trace_bytes_per_token(&meta) / 1e6);
     }
     t->params_json = synth_params_json(o, m);
+    {
+        const size_t route = (size_t)n_tokens * trace_route_values(&meta);
+        const size_t look = (size_t)n_tokens * trace_lookahead_values(&meta);
+        prefault(t->expert_ids, route * sizeof *t->expert_ids);
+        prefault(t->gate_weights, route * sizeof *t->gate_weights);
+        prefault(t->importance, (size_t)n_tokens * meta.n_layers * sizeof(float));
+        prefault(t->lookahead_ids, look * sizeof *t->lookahead_ids);
+        prefault(t->lookahead_scores, look * sizeof *t->lookahead_scores);
+    }
 
     rng *r_route = rng_create_stream(o->seed, STREAM_ROUTING);
     rng *r_imp = rng_create_stream(o->seed, STREAM_IMPORTANCE);
