@@ -13,7 +13,13 @@ Needs `transformers` (pip install transformers); moesim itself never needs Pytho
 """
 import argparse
 import json
+import os
 import sys
+
+# This file's name shadows the standard library's `tokenize`, which transformers imports: drop the
+# script's own folder from the module path before importing anything that needs it.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
 
 def read_prompts(path):
