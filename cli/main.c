@@ -10,8 +10,8 @@
 static const cli_command commands[] = {
     {"trace", cmd_trace, "inspect, validate, import, export and summarize router traces"},
     {"record", cmd_record, "run a checkpoint over prompts and write its router trace"},
-    {"sim", cmd_sim, "simulate a trace under an expert offloading policy on a hardware profile"},
     {"eval", cmd_eval, "perplexity and KL vs bf16 under an expert precision or precision map"},
+    {"sim", cmd_sim, "simulate a trace under an expert offloading policy on a hardware profile"},
     {"sweep", cmd_sweep, "run an experiment's configurations into a resumable CSV; merge shards"},
     {"plot", cmd_plot, "render plots/NAME.gp over a sweep's CSV into PNG and SVG"},
 };
