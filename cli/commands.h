@@ -12,5 +12,8 @@ int cmd_trace_synth(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_record(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
+int cmd_replay(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
+int cmd_validate(int argc, char **argv);
 
 #endif

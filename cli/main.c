@@ -12,6 +12,9 @@ static const cli_command commands[] = {
     {"record", cmd_record, "run a checkpoint over prompts and write its router trace"},
     {"sim", cmd_sim, "simulate a trace under an expert offloading policy on a hardware profile"},
     {"eval", cmd_eval, "perplexity and KL vs bf16 under an expert precision or precision map"},
+    {"replay", cmd_replay, "replay a trace under a policy on the GPU (real copies and kernels)"},
+    {"calibrate", cmd_calibrate, "measure the GPU: hardware profile and cost table for the sim"},
+    {"validate", cmd_validate, "compare the simulator with the GPU replay on the same runs"},
 };
 
 int main(int argc, char **argv) {

@@ -1,0 +1,553 @@
+/* `moesim validate`: the simulator against the GPU. Each configuration (trace, model geometry,
+ * calibrated profile, policy, settings) runs twice, through sim_run and through replay_run, and
+ * the report gives per configuration the TPOT, TTFT and total-time errors of the means, the
+ * median per-request errors and the per-layer comparison, then the medians over the set and
+ * whether sim and replay rank the policies the same way by TPOT (replay/report.c).
+ *
+ * Configurations come from one of:
+ *   --policy NAME [--set ...]           one configuration
+ *   --experiment FILE                   [validate] policies (comma list) x budgets_gb (comma
+ *                                       list); every other section holds settings for all runs
+ *   --winners CSV [--top N] [--by COL]  the N best rows of a `moesim sweep` CSV by COL (lowest
+ *                                       first, default tpot_ms.mean): its `policy` column and its
+ *                                       `section.key` setting columns (those sim_run or the
+ *                                       policy reads) are replayed; metric columns are ignored
+ * The experiment file may name trace and hw in [validate]; options override it. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "common/alloc.h"
+#include "common/atomic_file.h"
+#include "common/config.h"
+#include "common/hw.h"
+#include "common/model.h"
+#include "policies/policy.h"
+#include "replay/replay.h"
+#include "traces/trace.h"
+
+static const char validate_usage[] =
+    "usage: moesim validate --trace T.h5 --hw NAME (--policy NAME | --experiment FILE |\n"
+    "                       --winners CSV [--top N] [--by COLUMN]) [--set S.K=V ...]\n"
+    "                       [--config FILE ...] [--seed N] [--report FILE] [--json]\n"
+    "\n"
+    "Runs the simulator and the GPU replay on the same trace, geometry, calibrated profile\n"
+    "(--hw: the one `moesim calibrate` wrote; pass its table with --set sim.cost_table=...),\n"
+    "policy and settings, and reports the TPOT, TTFT and total-time errors ((sim - real) /\n"
+    "real), per request and per MoE layer, and whether both rank the policies alike.\n"
+    "Targets (issue 9): median |TPOT error| <= 5 %, median |TTFT error| <= 10 %, same order.\n"
+    "\n"
+    "options:\n"
+    "  --trace FILE        router trace (or [validate] trace in the experiment file)\n"
+    "  --hw NAME           calibrated hardware profile (or [validate] hw)\n"
+    "  --policy NAME       one configuration\n"
+    "  --experiment FILE   [validate] policies = a, b, ...; budgets_gb = 12, 16, 24\n"
+    "  --winners CSV       the best rows of a sweep's results CSV\n"
+    "  --top N             how many winners (default 5)\n"
+    "  --by COLUMN         winners' ranking column, lowest first (default tpot_ms.mean)\n"
+    "  --set, --config     settings for every run (as `moesim sim`)\n"
+    "  --seed N            synthetic weights' seed (default 1)\n"
+    "  --report FILE       the report as Markdown (default: stdout)\n"
+    "  --json              the rows and the summary as JSON on stdout\n"
+    "  -h, --help          this text\n";
+
+#define MAX_RUNS 512
+
+typedef struct run_spec {
+    char policy[32];
+    char label[96];
+    const char **sets; /* [n_sets] "section.key=value", owned strings */
+    size_t n_sets;
+} run_spec;
+
+typedef struct vctx {
+    const char *const *files;
+    size_t n_files;
+    const char *const *sets;
+    size_t n_sets;
+    trace *t;
+    hw_profile hw;
+    model_geometry model;
+    quant_table quant;
+    uint64_t seed;
+} vctx;
+
+/* A fresh config: files, common sets, the run's own sets, and host precisions the GPU kernels
+ * have (bf16, int8, int4, int2) unless given, so sim and replay store the same formats. */
+static moesim_status make_config(const vctx *v, const run_spec *r, config **out,
+                                 moesim_error *err) {
+    config *c = config_create();
+    moesim_status st = MOESIM_OK;
+    for (size_t i = 0; i < v->n_files && !st; i++) st = config_load_file(c, v->files[i], err);
+    for (size_t i = 0; i < v->n_sets && !st; i++) st = config_set(c, v->sets[i], err);
+    for (size_t i = 0; i < r->n_sets && !st; i++) st = config_set(c, r->sets[i], err);
+    bool has = false; /* config_get would mark the entry used: look without it */
+    for (size_t i = 0; i < config_size(c) && !st; i++) {
+        const char *sec, *key, *val;
+        config_entry_at(c, i, &sec, &key, &val);
+        has |= !strcmp(sec, "sim") && !strcmp(key, "host_precisions");
+    }
+    if (!st && !has)
+        config_put(c, "sim", "host_precisions", "bf16,int8,int4,int2", "moesim validate");
+    if (st) {
+        config_destroy(c);
+        return st;
+    }
+    *out = c;
+    return MOESIM_OK;
+}
+
+static moesim_status run_pair(const vctx *v, const run_spec *r, validate_row *row,
+                              moesim_error *err) {
+    uint32_t R = v->t->n_requests, L = v->t->meta.n_layers;
+    validate_record sim_rec, real_rec;
+    validate_record_init(&sim_rec, R, L);
+    validate_record_init(&real_rec, R, L);
+    config *c1 = NULL, *c2 = NULL;
+    moesim_status st = make_config(v, r, &c1, err);
+    if (!st) st = make_config(v, r, &c2, err);
+    if (!st) {
+        sim_hooks h = validate_record_hooks(&sim_rec);
+        sim_inputs in = {
+            .trace = v->t, .model = &v->model, .hw = &v->hw, .quant = &v->quant, .hooks = &h};
+        st = sim_run(&in, r->policy, c1, &sim_rec.r, err);
+    }
+    if (!st) {
+        sim_hooks h = validate_record_hooks(&real_rec);
+        replay_inputs in = {.trace = v->t,
+                            .model = &v->model,
+                            .hw = &v->hw,
+                            .quant = &v->quant,
+                            .hooks = &h,
+                            .weight_seed = v->seed};
+        st = replay_run(&in, r->policy, c2, &real_rec.r, NULL, err);
+    }
+    if (!st) st = validate_compare(&sim_rec, &real_rec, r->label, row, err);
+    if (st) moesim_error_prefix(err, "%s (%s)", r->policy, r->label);
+    config_destroy(c1);
+    config_destroy(c2);
+    validate_record_free(&sim_rec);
+    validate_record_free(&real_rec);
+    return st;
+}
+
+static void spec_add_set(run_spec *r, const char *fmt, const char *a, const char *b) {
+    size_t len = strlen(fmt) + strlen(a) + strlen(b) + 1;
+    char *s = moesim_xmalloc(len);
+    snprintf(s, len, fmt, a, b);
+    r->sets = moesim_xrealloc(r->sets, (r->n_sets + 1) * sizeof *r->sets);
+    r->sets[r->n_sets++] = s;
+}
+
+static void specs_free(run_spec *specs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < specs[i].n_sets; j++) free((char *)specs[i].sets[j]);
+        free(specs[i].sets);
+    }
+    free(specs);
+}
+
+/* Splits "a, b,c" into trimmed items; calls fn for each. Returns the count. */
+static size_t split_list(const char *text, char items[][64], size_t cap) {
+    size_t n = 0;
+    const char *p = text;
+    while (*p && n < cap) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        size_t len = strcspn(p, ",");
+        while (len && p[len - 1] == ' ') len--;
+        snprintf(items[n++], 64, "%.*s", (int)len, p);
+        p += strcspn(p, ",");
+    }
+    return n;
+}
+
+/* --experiment: [validate] policies x budgets_gb; trace and hw when not given. The other
+ * sections are appended to the common settings as files (the file itself, read by make_config
+ * after its [validate] section is consumed here). */
+static moesim_status experiment_specs(const char *path, run_spec **out, size_t *n_out,
+                                      char *trace_path, char *hw_name, size_t len,
+                                      moesim_error *err) {
+    config *c = config_create();
+    moesim_status st = config_load_file(c, path, err);
+    const char *pol = st ? NULL : config_get(c, "validate", "policies");
+    const char *bud = st ? NULL : config_get(c, "validate", "budgets_gb");
+    if (!st && (!pol || !bud))
+        st = moesim_fail(err, MOESIM_EINPUT, "%s: [validate] needs policies and budgets_gb", path);
+    const char *tp = st ? NULL : config_get(c, "validate", "trace");
+    const char *hw = st ? NULL : config_get(c, "validate", "hw");
+    if (tp && !trace_path[0]) snprintf(trace_path, len, "%s", tp);
+    if (hw && !hw_name[0]) snprintf(hw_name, len, "%s", hw);
+    char pols[64][64], buds[16][64];
+    size_t np = st ? 0 : split_list(pol, pols, 64), nb = st ? 0 : split_list(bud, buds, 16);
+    run_spec *specs = moesim_xcalloc(np * nb + 1, sizeof *specs);
+    size_t n = 0;
+    for (size_t b = 0; b < nb && !st; b++) {
+        double gb;
+        if (!config_parse_f64(buds[b], &gb) || gb <= 0) {
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: [validate] budgets_gb: expected positive numbers, got '%s'",
+                             path, buds[b]);
+            break;
+        }
+        for (size_t p = 0; p < np && !st; p++) {
+            if (!policy_lookup(pols[p])) {
+                st = moesim_fail(err, MOESIM_EINPUT,
+                                 "%s: [validate] policies: unknown policy '%s' (known: %s)", path,
+                                 pols[p], policy_names());
+                break;
+            }
+            run_spec *r = &specs[n++];
+            snprintf(r->policy, sizeof r->policy, "%s", pols[p]);
+            snprintf(r->label, sizeof r->label, "budget %s GiB", buds[b]);
+            spec_add_set(r, "memory.budget_gb=%s%s", buds[b], "");
+            /* the file's other sections, as sets */
+            for (size_t i = 0; i < config_size(c); i++) {
+                const char *s, *k, *val;
+                config_entry_at(c, i, &s, &k, &val);
+                if (!strcmp(s, "validate")) continue;
+                char sk[160];
+                snprintf(sk, sizeof sk, "%s.%s", s, k);
+                spec_add_set(r, "%s=%s", sk, val);
+            }
+        }
+    }
+    config_destroy(c);
+    if (st) {
+        specs_free(specs, n);
+        return st;
+    }
+    *out = specs;
+    *n_out = n;
+    return MOESIM_OK;
+}
+
+/* Is `section.key` a setting sim_run reads, or a knob of policy `pm`? */
+static bool is_setting(const char *col, const policy_methods *pm) {
+    const char *dot = strchr(col, '.');
+    if (!dot) return false;
+    size_t n;
+    const config_field *f = sim_settings_fields(&n);
+    size_t sl = (size_t)(dot - col);
+    for (size_t i = 0; i < n; i++)
+        if (strlen(f[i].section) == sl && !strncmp(f[i].section, col, sl) &&
+            !strcmp(f[i].key, dot + 1))
+            return true;
+    if (strlen(pm->name) != sl || strncmp(pm->name, col, sl)) return false;
+    for (size_t i = 0; i < pm->n_knobs; i++)
+        if (!strcmp(pm->knobs[i].key, dot + 1)) return true;
+    return false;
+}
+
+#define CSV_MAX_COLS 256
+
+static size_t csv_split(char *line, char **cols, size_t cap) {
+    size_t n = 0;
+    line[strcspn(line, "\r\n")] = '\0';
+    for (char *p = line; n < cap;) {
+        cols[n++] = p;
+        char *comma = strchr(p, ',');
+        if (!comma) break;
+        *comma = '\0';
+        p = comma + 1;
+    }
+    return n;
+}
+
+typedef struct csv_row {
+    double key;
+    char *line; /* owned copy */
+} csv_row;
+
+static int csv_row_cmp(const void *a, const void *b) {
+    double x = ((const csv_row *)a)->key, y = ((const csv_row *)b)->key;
+    return (x > y) - (x < y);
+}
+
+/* --winners: the `top` rows of `path` with the lowest `by`. */
+static moesim_status winners_specs(const char *path, const char *by, uint32_t top,
+                                   run_spec **out, size_t *n_out, moesim_error *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return moesim_fail(err, MOESIM_EIO, "%s: cannot open", path);
+    char *line = NULL;
+    size_t cap = 0;
+    char *header = NULL;
+    char *hcols[CSV_MAX_COLS];
+    size_t nh = 0;
+    int pol_col = -1, by_col = -1;
+    csv_row *rows = NULL;
+    size_t n_rows = 0, line_no = 0;
+    moesim_status st = MOESIM_OK;
+    while (getline(&line, &cap, f) > 0) {
+        line_no++;
+        if (!header) {
+            header = moesim_xstrdup(line);
+            nh = csv_split(header, hcols, CSV_MAX_COLS);
+            for (size_t i = 0; i < nh; i++) {
+                if (!strcmp(hcols[i], "policy")) pol_col = (int)i;
+                if (!strcmp(hcols[i], by)) by_col = (int)i;
+            }
+            if (pol_col < 0 || by_col < 0) {
+                st = moesim_fail(err, MOESIM_EINPUT,
+                                 "%s: header: expected columns 'policy' and '%s'", path, by);
+                break;
+            }
+            continue;
+        }
+        char *copy = moesim_xstrdup(line), *cols[CSV_MAX_COLS];
+        size_t nc = csv_split(copy, cols, CSV_MAX_COLS);
+        double key;
+        if (nc != nh || !config_parse_f64(cols[by_col], &key)) {
+            free(copy);
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s:%zu: expected %zu columns and a number in column '%s'", path,
+                             line_no, nh, by);
+            break;
+        }
+        free(copy);
+        rows = moesim_xrealloc(rows, (n_rows + 1) * sizeof *rows);
+        rows[n_rows].key = key;
+        rows[n_rows++].line = moesim_xstrdup(line);
+    }
+    free(line);
+    fclose(f);
+    if (!st && !n_rows) st = moesim_fail(err, MOESIM_EINPUT, "%s: no result rows", path);
+    run_spec *specs = NULL;
+    size_t n = 0;
+    if (!st) {
+        qsort(rows, n_rows, sizeof *rows, csv_row_cmp); /* stable enough: keys then file order */
+        size_t take = top < n_rows ? top : n_rows;
+        specs = moesim_xcalloc(take, sizeof *specs);
+        for (size_t i = 0; i < take && !st; i++) {
+            char *cols[CSV_MAX_COLS];
+            csv_split(rows[i].line, cols, CSV_MAX_COLS);
+            const policy_methods *pm = policy_lookup(cols[pol_col]);
+            if (!pm) {
+                st = moesim_fail(err, MOESIM_EINPUT, "%s: unknown policy '%s' (known: %s)", path,
+                                 cols[pol_col], policy_names());
+                break;
+            }
+            run_spec *r = &specs[n++];
+            snprintf(r->policy, sizeof r->policy, "%s", pm->name);
+            snprintf(r->label, sizeof r->label, "winner %zu (%s %s)", i + 1, by, cols[by_col]);
+            for (size_t c2 = 0; c2 < nh; c2++)
+                if ((int)c2 != pol_col && cols[c2][0] && is_setting(hcols[c2], pm))
+                    spec_add_set(r, "%s=%s", hcols[c2], cols[c2]);
+        }
+    }
+    for (size_t i = 0; i < n_rows; i++) free(rows[i].line);
+    free(rows);
+    free(header);
+    if (st) {
+        specs_free(specs, n);
+        return st;
+    }
+    *out = specs;
+    *n_out = n;
+    return MOESIM_OK;
+}
+
+static void pct(FILE *f, double v) {
+    if (isnan(v))
+        fputs(" n/a |", f);
+    else
+        fprintf(f, " %+.2f %% |", 100.0 * v);
+}
+
+static void write_report(FILE *f, const vctx *v, const char *trace_path, const validate_row *rows,
+                         size_t n, const validate_summary *s) {
+    fprintf(f, "# moesim validate: simulator vs GPU replay\n\n");
+    fprintf(f, "Device: %s (profile %s). Trace: %s (model %s).\n\n", v->hw.gpu, v->hw.name,
+            trace_path, v->model.name);
+    fprintf(f, "| policy | configuration | TPOT sim ms | TPOT real ms | TPOT err | TTFT sim ms | "
+               "TTFT real ms | TTFT err | total err | median req TPOT err | median req TTFT "
+               "err | median layer err | hit sim | hit real |\n");
+    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < n; i++) {
+        const validate_row *r = &rows[i];
+        fprintf(f, "| %s | %s | %.4f | %.4f |", r->policy, r->label, r->sim_tpot_ms,
+                r->real_tpot_ms);
+        pct(f, r->tpot_err);
+        fprintf(f, " %.4f | %.4f |", r->sim_ttft_ms, r->real_ttft_ms);
+        pct(f, r->ttft_err);
+        pct(f, r->total_err);
+        pct(f, r->req_tpot_err_median);
+        pct(f, r->req_ttft_err_median);
+        pct(f, r->layer_err_median);
+        fprintf(f, " %.4f | %.4f |\n", r->sim_hit_rate, r->real_hit_rate);
+    }
+    fprintf(f, "\nMedian |TPOT error| %.2f %% (target <= 5 %%), median |TTFT error| %.2f %% "
+               "(target <= 10 %%), median |total error| %.2f %%.\n",
+            100 * s->tpot_abs_err_median, 100 * s->ttft_abs_err_median,
+            100 * s->total_abs_err_median);
+    fprintf(f, "Policy order by TPOT: %llu of %llu pairs agree (%s). Targets %s.\n",
+            (unsigned long long)s->concordant, (unsigned long long)s->pairs,
+            s->same_order ? "same order" : "order differs", s->meets_targets ? "met" : "not met");
+}
+
+static json_t *rows_json(const validate_row *rows, size_t n, const validate_summary *s,
+                         const vctx *v) {
+    json_t *j = json_object(), *a = json_array();
+    json_object_set_new(j, "device", json_string(v->hw.gpu));
+    json_object_set_new(j, "profile", json_string(v->hw.name));
+    for (size_t i = 0; i < n; i++) {
+        const validate_row *r = &rows[i];
+        json_t *o = json_object();
+#define NUM(x) (isnan(x) ? json_null() : json_real(x))
+        json_object_set_new(o, "policy", json_string(r->policy));
+        json_object_set_new(o, "configuration", json_string(r->label));
+        json_object_set_new(o, "sim_tpot_ms", NUM(r->sim_tpot_ms));
+        json_object_set_new(o, "real_tpot_ms", NUM(r->real_tpot_ms));
+        json_object_set_new(o, "tpot_err", NUM(r->tpot_err));
+        json_object_set_new(o, "sim_ttft_ms", NUM(r->sim_ttft_ms));
+        json_object_set_new(o, "real_ttft_ms", NUM(r->real_ttft_ms));
+        json_object_set_new(o, "ttft_err", NUM(r->ttft_err));
+        json_object_set_new(o, "total_err", NUM(r->total_err));
+        json_object_set_new(o, "req_tpot_err_median", NUM(r->req_tpot_err_median));
+        json_object_set_new(o, "req_ttft_err_median", NUM(r->req_ttft_err_median));
+        json_object_set_new(o, "layer_err_median", NUM(r->layer_err_median));
+        json_object_set_new(o, "layer_err_max", NUM(r->layer_err_max));
+        json_object_set_new(o, "sim_hit_rate", NUM(r->sim_hit_rate));
+        json_object_set_new(o, "real_hit_rate", NUM(r->real_hit_rate));
+        json_array_append_new(a, o);
+    }
+    json_object_set_new(j, "rows", a);
+    json_t *sj = json_object();
+    json_object_set_new(sj, "tpot_abs_err_median", NUM(s->tpot_abs_err_median));
+    json_object_set_new(sj, "ttft_abs_err_median", NUM(s->ttft_abs_err_median));
+    json_object_set_new(sj, "total_abs_err_median", NUM(s->total_abs_err_median));
+    json_object_set_new(sj, "pairs", json_integer((json_int_t)s->pairs));
+    json_object_set_new(sj, "concordant", json_integer((json_int_t)s->concordant));
+    json_object_set_new(sj, "same_order", json_boolean(s->same_order));
+    json_object_set_new(sj, "meets_targets", json_boolean(s->meets_targets));
+#undef NUM
+    json_object_set_new(j, "summary", sj);
+    return j;
+}
+
+int cmd_validate(int argc, char **argv) {
+    static const struct option opts[] = {{"trace", required_argument, NULL, 't'},
+                                         {"hw", required_argument, NULL, 'w'},
+                                         {"policy", required_argument, NULL, 'p'},
+                                         {"experiment", required_argument, NULL, 'x'},
+                                         {"winners", required_argument, NULL, 'W'},
+                                         {"top", required_argument, NULL, 'n'},
+                                         {"by", required_argument, NULL, 'b'},
+                                         {"set", required_argument, NULL, 's'},
+                                         {"config", required_argument, NULL, 'c'},
+                                         {"seed", required_argument, NULL, 'e'},
+                                         {"report", required_argument, NULL, 'r'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    char trace_path[1024] = "", hw_name[1024] = "";
+    const char *policy_name = NULL, *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean",
+               *top_text = NULL, *seed_text = NULL, *report = NULL;
+    const char **sets = NULL, **files = NULL;
+    size_t n_sets = 0, n_files = 0;
+    bool json = false;
+    int c, rc = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 't': snprintf(trace_path, sizeof trace_path, "%s", optarg); break;
+        case 'w': snprintf(hw_name, sizeof hw_name, "%s", optarg); break;
+        case 'p': policy_name = optarg; break;
+        case 'x': experiment = optarg; break;
+        case 'W': winners = optarg; break;
+        case 'n': top_text = optarg; break;
+        case 'b': by = optarg; break;
+        case 's': cli_collect(&sets, &n_sets, optarg); break;
+        case 'c': cli_collect(&files, &n_files, optarg); break;
+        case 'e': seed_text = optarg; break;
+        case 'r': report = optarg; break;
+        case 'j': json = true; break;
+        case 'h':
+            fputs(validate_usage, stdout);
+            free(sets);
+            free(files);
+            return 0;
+        default:
+            free(sets);
+            free(files);
+            return cli_usage_error("validate", "unknown option");
+        }
+    }
+    uint64_t top = 5, seed = 1;
+    if (optind < argc)
+        rc = cli_usage_error("validate", "unexpected argument '%s'", argv[optind]);
+    else if ((policy_name != NULL) + (experiment != NULL) + (winners != NULL) != 1)
+        rc = cli_usage_error("validate", "give exactly one of --policy, --experiment, --winners");
+    else if (policy_name && !policy_lookup(policy_name))
+        rc = cli_usage_error("validate", "unknown policy '%s' (known: %s)", policy_name,
+                             policy_names());
+    else if (top_text && (!config_parse_u64(top_text, &top) || top < 1 || top > MAX_RUNS))
+        rc = cli_usage_error("validate", "--top: expected an integer in [1, %d], got '%s'",
+                             MAX_RUNS, top_text);
+    else if (seed_text && !config_parse_u64(seed_text, &seed))
+        rc = cli_usage_error("validate", "--seed: expected a non-negative integer, got '%s'",
+                             seed_text);
+    if (rc) {
+        free(sets);
+        free(files);
+        return rc;
+    }
+    moesim_error err = {0};
+    moesim_status st = MOESIM_OK;
+    run_spec *specs = NULL;
+    size_t n_specs = 0;
+    if (experiment) {
+        st = experiment_specs(experiment, &specs, &n_specs, trace_path, hw_name,
+                              sizeof trace_path, &err);
+    } else if (winners) {
+        st = winners_specs(winners, by, (uint32_t)top, &specs, &n_specs, &err);
+    } else {
+        specs = moesim_xcalloc(1, sizeof *specs);
+        n_specs = 1;
+        snprintf(specs[0].policy, sizeof specs[0].policy, "%s", policy_name);
+        snprintf(specs[0].label, sizeof specs[0].label, "as given");
+    }
+    if (!st && (!trace_path[0] || !hw_name[0]))
+        st = moesim_fail(&err, MOESIM_EINPUT,
+                         "moesim validate: --trace and --hw are required (or [validate] trace "
+                         "and hw in the experiment file)");
+    if (!st) st = replay_device_check(&err);
+    vctx v = {.files = files, .n_files = n_files, .sets = sets, .n_sets = n_sets, .seed = seed};
+    if (!st) st = trace_read(trace_path, &v.t, &err);
+    if (!st) st = hw_load_by_name(hw_name, &v.hw, &err);
+    if (!st) st = model_load_by_name(v.t->meta.model, &v.model, &err);
+    if (!st) st = quant_table_load_default(&v.quant, &err);
+    validate_row *rows = moesim_xcalloc(n_specs ? n_specs : 1, sizeof *rows);
+    for (size_t i = 0; i < n_specs && !st; i++) {
+        st = run_pair(&v, &specs[i], &rows[i], &err);
+        if (!st && !json)
+            fprintf(stderr, "validate: %s (%s): TPOT sim %.4f ms, real %.4f ms\n",
+                    rows[i].policy, rows[i].label, rows[i].sim_tpot_ms, rows[i].real_tpot_ms);
+    }
+    if (!st) {
+        validate_summary s;
+        validate_summarize(rows, n_specs, &s);
+        if (report) {
+            atomic_file af;
+            st = atomic_file_open(&af, report, &err);
+            if (!st) {
+                write_report(af.fp, &v, trace_path, rows, n_specs, &s);
+                st = atomic_file_commit(&af, &err);
+            }
+        } else if (!json) {
+            write_report(stdout, &v, trace_path, rows, n_specs, &s);
+        }
+        if (!st && json) cli_print_json(rows_json(rows, n_specs, &s, &v));
+    }
+    if (st) rc = cli_fail(&err);
+    free(rows);
+    specs_free(specs, n_specs);
+    trace_destroy(v.t);
+    free(sets);
+    free(files);
+    return rc;
+}

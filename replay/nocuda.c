@@ -1,0 +1,27 @@
+/* The replay entry points of a build without CUDA (MOESIM_CUDA off): every GPU command fails
+ * with one line saying so, after its arguments were checked. With CUDA, replay/run.cu and
+ * replay/calibrate.cu define them. */
+#include "replay/replay.h"
+
+#ifndef MOESIM_HAVE_CUDA
+
+#define NO_CUDA "built without CUDA (configure with -DMOESIM_CUDA=ON on a machine with nvcc)"
+
+bool replay_built_with_cuda(void) { return false; }
+
+moesim_status replay_device_check(moesim_error *err) {
+    return moesim_fail(err, MOESIM_EINPUT, NO_CUDA);
+}
+
+moesim_status replay_run(const replay_inputs *in, const char *policy_name, config *settings,
+                         sim_result *out, replay_checks *checks, moesim_error *err) {
+    (void)in, (void)policy_name, (void)settings, (void)out, (void)checks;
+    return moesim_fail(err, MOESIM_EINPUT, NO_CUDA);
+}
+
+moesim_status calib_run(const calib_options *opt, calib_results *out, moesim_error *err) {
+    (void)opt, (void)out;
+    return moesim_fail(err, MOESIM_EINPUT, NO_CUDA);
+}
+
+#endif
