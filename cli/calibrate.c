@@ -48,14 +48,29 @@ int cmd_calibrate(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
         switch (c) {
-        case 'o': out_path = optarg; break;
-        case 'T': table = optarg; break;
-        case 'b': base_name = optarg; break;
-        case 'm': model_name = optarg; break;
-        case 'r': repeats_text = optarg; break;
-        case 'q': quick = true; break;
-        case 'h': fputs(calibrate_usage, stdout); return 0;
-        default: return cli_usage_error("calibrate", "unknown option");
+        case 'o':
+            out_path = optarg;
+            break;
+        case 'T':
+            table = optarg;
+            break;
+        case 'b':
+            base_name = optarg;
+            break;
+        case 'm':
+            model_name = optarg;
+            break;
+        case 'r':
+            repeats_text = optarg;
+            break;
+        case 'q':
+            quick = true;
+            break;
+        case 'h':
+            fputs(calibrate_usage, stdout);
+            return 0;
+        default:
+            return cli_usage_error("calibrate", "unknown option");
         }
     }
     uint64_t repeats = 20;
@@ -65,8 +80,9 @@ int cmd_calibrate(int argc, char **argv) {
         return cli_usage_error("calibrate", "-o, --table, --base and --model are required");
     if (repeats_text &&
         (!config_parse_u64(repeats_text, &repeats) || repeats < 1 || repeats > 10000))
-        return cli_usage_error("calibrate", "--repeats: expected an integer in [1, 10000], got "
-                                            "'%s'",
+        return cli_usage_error("calibrate",
+                               "--repeats: expected an integer in [1, 10000], got "
+                               "'%s'",
                                repeats_text);
     /* the profile's name is the file's stem: configs/hw/NAME.ini loads as --hw NAME */
     char name[64];
@@ -74,8 +90,7 @@ int cmd_calibrate(int argc, char **argv) {
     snprintf(name, sizeof name, "%s", slash ? slash + 1 : out_path);
     char *dot = strrchr(name, '.');
     if (!dot || strcmp(dot, ".ini") || dot == name)
-        return cli_usage_error("calibrate", "-o %s: expected a file name ending in .ini",
-                               out_path);
+        return cli_usage_error("calibrate", "-o %s: expected a file name ending in .ini", out_path);
     *dot = '\0';
     moesim_error err = {0};
     hw_profile base;

@@ -65,18 +65,42 @@ int cmd_replay(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'S': synthetic = true; break;
-        case 'M': model_dir = optarg; break;
-        case 'l': live = true; break;
-        case 't': trace_path = optarg; break;
-        case 'w': hw_name = optarg; break;
-        case 'p': policy_name = optarg; break;
-        case 'g': geometry = optarg; break;
-        case 's': cli_collect(&sets, &n_sets, optarg); break;
-        case 'c': cli_collect(&files, &n_files, optarg); break;
-        case 'e': seed_text = optarg; break;
-        case 'j': json = true; break;
-        case 'T': timeline = optarg; break;
+        case 'S':
+            synthetic = true;
+            break;
+        case 'M':
+            model_dir = optarg;
+            break;
+        case 'l':
+            live = true;
+            break;
+        case 't':
+            trace_path = optarg;
+            break;
+        case 'w':
+            hw_name = optarg;
+            break;
+        case 'p':
+            policy_name = optarg;
+            break;
+        case 'g':
+            geometry = optarg;
+            break;
+        case 's':
+            cli_collect(&sets, &n_sets, optarg);
+            break;
+        case 'c':
+            cli_collect(&files, &n_files, optarg);
+            break;
+        case 'e':
+            seed_text = optarg;
+            break;
+        case 'j':
+            json = true;
+            break;
+        case 'T':
+            timeline = optarg;
+            break;
         case 'h':
             fputs(replay_usage, stdout);
             free(sets);
@@ -105,8 +129,9 @@ int cmd_replay(int argc, char **argv) {
         rc = cli_usage_error("replay", "--seed: expected a non-negative integer, got '%s'",
                              seed_text);
     else if (model_dir)
-        rc = cli_usage_error("replay", "--model %s: replay with a checkpoint's weights%s is not "
-                                       "supported yet; --synthetic-weights times the same shapes",
+        rc = cli_usage_error("replay",
+                             "--model %s: replay with a checkpoint's weights%s is not "
+                             "supported yet; --synthetic-weights times the same shapes",
                              model_dir, live ? " and live routing" : "");
     if (rc) {
         free(sets);

@@ -190,8 +190,8 @@ static moesim_status experiment_specs(const char *path, run_spec **out, size_t *
         double gb;
         if (!config_parse_f64(buds[b], &gb) || gb <= 0) {
             st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s: [validate] budgets_gb: expected positive numbers, got '%s'",
-                             path, buds[b]);
+                             "%s: [validate] budgets_gb: expected positive numbers, got '%s'", path,
+                             buds[b]);
             break;
         }
         for (size_t p = 0; p < np && !st; p++) {
@@ -269,8 +269,8 @@ static int csv_row_cmp(const void *a, const void *b) {
 }
 
 /* --winners: the `top` rows of `path` with the lowest `by`. */
-static moesim_status winners_specs(const char *path, const char *by, uint32_t top,
-                                   run_spec **out, size_t *n_out, moesim_error *err) {
+static moesim_status winners_specs(const char *path, const char *by, uint32_t top, run_spec **out,
+                                   size_t *n_out, moesim_error *err) {
     FILE *f = fopen(path, "r");
     if (!f) return moesim_fail(err, MOESIM_EIO, "%s: cannot open", path);
     char *line = NULL;
@@ -380,8 +380,9 @@ static void write_report(FILE *f, const vctx *v, const char *trace_path, const v
         pct(f, r->layer_err_median);
         fprintf(f, " %.4f | %.4f |\n", r->sim_hit_rate, r->real_hit_rate);
     }
-    fprintf(f, "\nMedian |TPOT error| %.2f %% (target <= 5 %%), median |TTFT error| %.2f %% "
-               "(target <= 10 %%), median |total error| %.2f %%.\n",
+    fprintf(f,
+            "\nMedian |TPOT error| %.2f %% (target <= 5 %%), median |TTFT error| %.2f %% "
+            "(target <= 10 %%), median |total error| %.2f %%.\n",
             100 * s->tpot_abs_err_median, 100 * s->ttft_abs_err_median,
             100 * s->total_abs_err_median);
     fprintf(f, "Policy order by TPOT: %llu of %llu pairs agree (%s). Targets %s.\n",
@@ -430,20 +431,14 @@ static json_t *rows_json(const validate_row *rows, size_t n, const validate_summ
 }
 
 int cmd_validate(int argc, char **argv) {
-    static const struct option opts[] = {{"trace", required_argument, NULL, 't'},
-                                         {"hw", required_argument, NULL, 'w'},
-                                         {"policy", required_argument, NULL, 'p'},
-                                         {"experiment", required_argument, NULL, 'x'},
-                                         {"winners", required_argument, NULL, 'W'},
-                                         {"top", required_argument, NULL, 'n'},
-                                         {"by", required_argument, NULL, 'b'},
-                                         {"set", required_argument, NULL, 's'},
-                                         {"config", required_argument, NULL, 'c'},
-                                         {"seed", required_argument, NULL, 'e'},
-                                         {"report", required_argument, NULL, 'r'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"trace", required_argument, NULL, 't'},   {"hw", required_argument, NULL, 'w'},
+        {"policy", required_argument, NULL, 'p'},  {"experiment", required_argument, NULL, 'x'},
+        {"winners", required_argument, NULL, 'W'}, {"top", required_argument, NULL, 'n'},
+        {"by", required_argument, NULL, 'b'},      {"set", required_argument, NULL, 's'},
+        {"config", required_argument, NULL, 'c'},  {"seed", required_argument, NULL, 'e'},
+        {"report", required_argument, NULL, 'r'},  {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     char trace_path[1024] = "", hw_name[1024] = "";
     const char *policy_name = NULL, *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean",
                *top_text = NULL, *seed_text = NULL, *report = NULL;
@@ -454,18 +449,42 @@ int cmd_validate(int argc, char **argv) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 't': snprintf(trace_path, sizeof trace_path, "%s", optarg); break;
-        case 'w': snprintf(hw_name, sizeof hw_name, "%s", optarg); break;
-        case 'p': policy_name = optarg; break;
-        case 'x': experiment = optarg; break;
-        case 'W': winners = optarg; break;
-        case 'n': top_text = optarg; break;
-        case 'b': by = optarg; break;
-        case 's': cli_collect(&sets, &n_sets, optarg); break;
-        case 'c': cli_collect(&files, &n_files, optarg); break;
-        case 'e': seed_text = optarg; break;
-        case 'r': report = optarg; break;
-        case 'j': json = true; break;
+        case 't':
+            snprintf(trace_path, sizeof trace_path, "%s", optarg);
+            break;
+        case 'w':
+            snprintf(hw_name, sizeof hw_name, "%s", optarg);
+            break;
+        case 'p':
+            policy_name = optarg;
+            break;
+        case 'x':
+            experiment = optarg;
+            break;
+        case 'W':
+            winners = optarg;
+            break;
+        case 'n':
+            top_text = optarg;
+            break;
+        case 'b':
+            by = optarg;
+            break;
+        case 's':
+            cli_collect(&sets, &n_sets, optarg);
+            break;
+        case 'c':
+            cli_collect(&files, &n_files, optarg);
+            break;
+        case 'e':
+            seed_text = optarg;
+            break;
+        case 'r':
+            report = optarg;
+            break;
+        case 'j':
+            json = true;
+            break;
         case 'h':
             fputs(validate_usage, stdout);
             free(sets);
@@ -501,8 +520,8 @@ int cmd_validate(int argc, char **argv) {
     run_spec *specs = NULL;
     size_t n_specs = 0;
     if (experiment) {
-        st = experiment_specs(experiment, &specs, &n_specs, trace_path, hw_name,
-                              sizeof trace_path, &err);
+        st = experiment_specs(experiment, &specs, &n_specs, trace_path, hw_name, sizeof trace_path,
+                              &err);
     } else if (winners) {
         st = winners_specs(winners, by, (uint32_t)top, &specs, &n_specs, &err);
     } else {
@@ -525,8 +544,8 @@ int cmd_validate(int argc, char **argv) {
     for (size_t i = 0; i < n_specs && !st; i++) {
         st = run_pair(&v, &specs[i], &rows[i], &err);
         if (!st && !json)
-            fprintf(stderr, "validate: %s (%s): TPOT sim %.4f ms, real %.4f ms\n",
-                    rows[i].policy, rows[i].label, rows[i].sim_tpot_ms, rows[i].real_tpot_ms);
+            fprintf(stderr, "validate: %s (%s): TPOT sim %.4f ms, real %.4f ms\n", rows[i].policy,
+                    rows[i].label, rows[i].sim_tpot_ms, rows[i].real_tpot_ms);
     }
     if (!st) {
         validate_summary s;

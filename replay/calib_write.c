@@ -15,8 +15,8 @@
 
 static double clamp01(double v) { return v < 0.01 ? 0.01 : v > 1 ? 1 : v; }
 
-moesim_status calib_write_profile(const calib_results *c, const hw_profile *base,
-                                  const char *name, const char *path, moesim_error *err) {
+moesim_status calib_write_profile(const calib_results *c, const hw_profile *base, const char *name,
+                                  const char *path, moesim_error *err) {
     atomic_file af;
     if (atomic_file_open(&af, path, err)) return MOESIM_EIO;
     FILE *f = af.fp;

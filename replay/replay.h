@@ -48,9 +48,9 @@ typedef struct replay_step {
 } replay_step;
 
 typedef struct replay_schedule {
-    uint32_t *tokens;  /* [n_tokens of the trace] trace token index in execution order */
-    uint8_t *emit;     /* [n_tokens] the token emits an output */
-    replay_step *steps;/* [n_steps] */
+    uint32_t *tokens;   /* [n_tokens of the trace] trace token index in execution order */
+    uint8_t *emit;      /* [n_tokens] the token emits an output */
+    replay_step *steps; /* [n_steps] */
     uint64_t n_steps;
     uint32_t max_step_tokens;
     uint64_t kv_peak_bytes;
@@ -69,14 +69,14 @@ void replay_schedule_free(replay_schedule *s);
 /* ---- memory budget (the simulator's arithmetic, sim/README.md "HBM accounting") ---- */
 
 typedef struct replay_budget {
-    uint64_t budget_bytes;      /* the emulated card: memory.budget_gb, or the profile's HBM */
-    uint64_t non_expert_bytes;  /* bf16 non-expert weights */
-    uint64_t act_bytes;         /* activation buffers of the largest step */
-    uint64_t kv_peak_bytes;     /* KV reservation */
+    uint64_t budget_bytes;     /* the emulated card: memory.budget_gb, or the profile's HBM */
+    uint64_t non_expert_bytes; /* bf16 non-expert weights */
+    uint64_t act_bytes;        /* activation buffers of the largest step */
+    uint64_t kv_peak_bytes;    /* KV reservation */
     uint64_t expert_budget_bytes;
-    bool per_layer;             /* cache.experts_per_layer > 0 */
-    uint64_t pool_cap_bytes;    /* per layer pool, or the one pool */
-    uint32_t route_capacity;    /* most distinct experts of one (sub-)route */
+    bool per_layer;          /* cache.experts_per_layer > 0 */
+    uint64_t pool_cap_bytes; /* per layer pool, or the one pool */
+    uint32_t route_capacity; /* most distinct experts of one (sub-)route */
 } replay_budget;
 
 /* Splits the card's memory as sim_run does (same figures, same error messages naming the
@@ -106,11 +106,11 @@ typedef struct replay_inputs {
     const model_geometry *model; /* must match the trace's geometry */
     const hw_profile *hw;        /* the calibrated profile: DRAM size, default budget */
     const quant_table *quant;
-    const char *timeline_path;   /* Chrome trace-event JSON (sim/timeline.h schema) or NULL */
-    const sim_hooks *hooks;      /* on_expert_start when an expert's kernel is enqueued (after
-                                    its copies' events), on_request_done, on_layer_done */
-    uint64_t weight_seed;        /* synthetic weights: same seed, same bytes */
-    const char *ssd_dir;         /* where the SSD-backed store lives (NULL: $TMPDIR or /tmp) */
+    const char *timeline_path; /* Chrome trace-event JSON (sim/timeline.h schema) or NULL */
+    const sim_hooks *hooks;    /* on_expert_start when an expert's kernel is enqueued (after
+                                  its copies' events), on_request_done, on_layer_done */
+    uint64_t weight_seed;      /* synthetic weights: same seed, same bytes */
+    const char *ssd_dir;       /* where the SSD-backed store lives (NULL: $TMPDIR or /tmp) */
 } replay_inputs;
 
 /* What a replay measured beyond sim_result (checks of the GPU tests). */
@@ -141,9 +141,9 @@ typedef struct calib_results {
     double h2d_gb_per_s[CALIB_MAX_SIZES], d2h_gb_per_s[CALIB_MAX_SIZES]; /* [n_sizes] */
     double h2d_latency_us, d2h_latency_us; /* intercept of time vs size (smallest transfers) */
     double h2d_peak_gb_per_s, d2h_peak_gb_per_s; /* at the largest size */
-    double hbm_gb_per_s;       /* device-to-device copy: read + write bytes / time */
-    double bf16_tflops;        /* best cuBLAS bf16 GEMM measured */
-    double kernel_launch_us;   /* empty-kernel launch, back to back */
+    double hbm_gb_per_s;     /* device-to-device copy: read + write bytes / time */
+    double bf16_tflops;      /* best cuBLAS bf16 GEMM measured */
+    double kernel_launch_us; /* empty-kernel launch, back to back */
     cost_curve curve[COST_OP_COUNT][PREC_COUNT]; /* measured op times (t_ns), x per sim/COST.md */
     uint32_t repeats;
 } calib_results;
@@ -160,15 +160,16 @@ moesim_status calib_run(const calib_options *opt, calib_results *out, moesim_err
 
 /* Writes a hardware profile (configs/hw/README.md keys): the measured figures, the rest copied
  * from `base` with their source named. Atomic (common/atomic_file.h). */
-moesim_status calib_write_profile(const calib_results *c, const hw_profile *base,
-                                  const char *name, const char *path, moesim_error *err);
+moesim_status calib_write_profile(const calib_results *c, const hw_profile *base, const char *name,
+                                  const char *path, moesim_error *err);
 /* Writes the measured cost table (sim/COST.md format). Atomic. */
 moesim_status calib_write_table(const calib_results *c, const char *model_name, const char *path,
                                 moesim_error *err);
 
 /* ---- validation arithmetic (replay/report.c) ---- */
 
-/* One run's figures as validate compares them. Arrays owned by the record (validate_record_free). */
+/* One run's figures as validate compares them. Arrays owned by the record (validate_record_free).
+ */
 typedef struct validate_record {
     sim_result r;
     uint32_t n_requests;
@@ -185,12 +186,12 @@ sim_hooks validate_record_hooks(validate_record *v);
 /* One configuration compared: errors are relative, (sim - real) / real. */
 typedef struct validate_row {
     char policy[32];
-    char label[96];   /* the configuration beside the policy, e.g. "budget 16 GiB" */
-    char group[96];   /* rows of one group are ranked against each other (same label) */
+    char label[96]; /* the configuration beside the policy, e.g. "budget 16 GiB" */
+    char group[96]; /* rows of one group are ranked against each other (same label) */
     double sim_tpot_ms, real_tpot_ms, sim_ttft_ms, real_ttft_ms, sim_total_ms, real_total_ms;
-    double tpot_err, ttft_err, total_err;      /* of the means / the makespan */
+    double tpot_err, ttft_err, total_err;            /* of the means / the makespan */
     double req_tpot_err_median, req_ttft_err_median; /* median over requests of |error| */
-    double layer_err_median, layer_err_max;    /* over MoE layers of |error| of layer time */
+    double layer_err_median, layer_err_max;          /* over MoE layers of |error| of layer time */
     double sim_hit_rate, real_hit_rate;
 } validate_row;
 
@@ -204,8 +205,8 @@ typedef struct validate_summary {
     double tpot_abs_err_median, ttft_abs_err_median, total_abs_err_median;
     /* policy order by TPOT, per group: pairs ranked the same way in sim and replay */
     uint64_t pairs, concordant;
-    bool same_order;            /* every group's order agrees (ties: equal in both or neither) */
-    bool meets_targets;         /* TPOT <= 5 %, TTFT <= 10 %, same order (issue 9) */
+    bool same_order;    /* every group's order agrees (ties: equal in both or neither) */
+    bool meets_targets; /* TPOT <= 5 %, TTFT <= 10 %, same order (issue 9) */
 } validate_summary;
 
 void validate_summarize(const validate_row *rows, size_t n, validate_summary *out);

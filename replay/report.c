@@ -83,8 +83,7 @@ moesim_status validate_compare(const validate_record *sim, const validate_record
         return moesim_fail(err, MOESIM_EINPUT,
                            "%s: the simulated run has %u requests and %u layers, the replay %u "
                            "and %u: not the same trace",
-                           label, sim->n_requests, sim->n_layers, real->n_requests,
-                           real->n_layers);
+                           label, sim->n_requests, sim->n_layers, real->n_requests, real->n_layers);
     memset(out, 0, sizeof *out);
     snprintf(out->policy, sizeof out->policy, "%s", sim->r.policy);
     snprintf(out->label, sizeof out->label, "%s", label);

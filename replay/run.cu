@@ -44,11 +44,11 @@ extern "C" {
 }
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"
+#include "replay/gemm.cuh"
 
-#define NONE UINT32_MAX
-#define COPY_WINDOW 2 /* chunks in flight: one running, one queued behind it */
-#define GIB 1073741824.0
-#define GEMM_SMALL 16 /* kern_gemm_*_cuda serve up to this many vectors per launch */
+#define NONE          UINT32_MAX
+#define COPY_WINDOW   2 /* chunks in flight: one running, one queued behind it */
+#define GIB           1073741824.0
 #define RESERVE_BYTES (512ull << 20) /* CUDA context and cuBLAS workspace headroom */
 
 extern "C" bool replay_built_with_cuda(void) { return true; }
@@ -85,14 +85,14 @@ typedef struct rp_xfer {
     uint32_t layer, expert;
     uint8_t prec, parts, cls, next_part; /* next_part: first part not fully submitted */
     bool started;
-    uint64_t sent;   /* bytes of next_part already submitted */
+    uint64_t sent; /* bytes of next_part already submitted */
     uint64_t seq;
     uint64_t t_issue_ns;
 } rp_xfer;
 
 typedef struct rp_chunk {
     uint32_t xfer;
-    int part;       /* part this chunk ends, or -1 */
+    int part; /* part this chunk ends, or -1 */
     cudaEvent_t ev0, ev1;
     uint64_t bytes;
 } rp_chunk;
@@ -105,7 +105,7 @@ struct policy_mem {
     replay_budget bud;
     uint32_t L, E, K, P;
     moesim_precision prec;
-    uint64_t part_bytes[PREC_COUNT][PART_COUNT]; /* accounting bytes (the simulator's) */
+    uint64_t part_bytes[PREC_COUNT][PART_COUNT];     /* accounting bytes (the simulator's) */
     uint64_t dev_part_bytes[PREC_COUNT][PART_COUNT]; /* kernel format bytes (the blocks) */
     uint64_t block_bytes[PREC_COUNT];
     uint64_t chunk_bytes;
@@ -176,7 +176,7 @@ struct policy_mem {
         cudaEvent_t ev0, ev1;
         char name[64];
         const char *cat;
-        int layer;       /* MoE layer for on_layer_done bookkeeping, -1 otherwise */
+        int layer;        /* MoE layer for on_layer_done bookkeeping, -1 otherwise */
         cudaEvent_t need; /* copy end this op waited for, or NULL */
     };
     std::vector<op_rec> ops;
@@ -228,8 +228,8 @@ static void *block_ptr(rp *s, uint32_t p, uint32_t b) { return s->arena + s->blo
 
 static const uint8_t *host_part(rp *s, uint32_t l, uint32_t e, uint32_t p, int part) {
     /* parts of one expert are consecutive; gate and up have one size, down another */
-    uint64_t per_expert = s->dev_part_bytes[p][0] + s->dev_part_bytes[p][1] +
-                          s->dev_part_bytes[p][2];
+    uint64_t per_expert =
+        s->dev_part_bytes[p][0] + s->dev_part_bytes[p][1] + s->dev_part_bytes[p][2];
     uint64_t o = ((size_t)l * s->E + e) * per_expert;
     for (int q = 0; q < part; q++) o += s->dev_part_bytes[p][q];
     return s->host[p] + o;
@@ -359,8 +359,8 @@ static policy_mem_result mem_load(policy_mem *s, uint32_t layer, uint32_t expert
     s->prec_used[p] += bytes;
     s->experts_used += bytes;
     uint32_t xi = (uint32_t)s->xf.size();
-    rp_xfer x = {layer, expert, (uint8_t)p, (uint8_t)need, (uint8_t)cls, 0, false, 0,
-                 s->xfer_seq++, host_ns()};
+    rp_xfer x = {layer, expert, (uint8_t)p, (uint8_t)need, (uint8_t)cls,
+                 0,     false,  0,          s->xfer_seq++, host_ns()};
     for (int part = 0; part < PART_COUNT; part++)
         if (need & (1u << part)) {
             size_t pi = lep * PART_COUNT + part;
@@ -430,9 +430,7 @@ static uint64_t mem_free_bytes(const policy_mem *s, uint32_t layer) {
     return s->bud.pool_cap_bytes - s->pool_used[s->bud.per_layer ? (layer < s->L ? layer : 0) : 0];
 }
 
-static uint64_t mem_used_bytes(const policy_mem *s, moesim_precision p) {
-    return s->prec_used[p];
-}
+static uint64_t mem_used_bytes(const policy_mem *s, moesim_precision p) { return s->prec_used[p]; }
 
 /* Oracle only: the trace's future, exactly as sim.c computes it (same schedule, same order). */
 static void future_build(rp *s) {
@@ -441,7 +439,8 @@ static void future_build(rp *s) {
     for (uint64_t st = 0; st < s->sch.n_steps; st++)
         for (uint32_t l = 0; l < s->L; l++)
             for (uint32_t i = 0; i < s->sch.steps[st].n_tokens; i++) {
-                const uint16_t *ex = trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], l);
+                const uint16_t *ex =
+                    trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], l);
                 for (uint32_t k = 0; k < s->K; k++)
                     if (ex[k] != TRACE_NO_EXPERT) s->use_first[(size_t)l * s->E + ex[k] + 1]++;
             }
@@ -452,9 +451,11 @@ static void future_build(rp *s) {
     for (uint64_t st = 0; st < s->sch.n_steps; st++)
         for (uint32_t l = 0; l < s->L; l++)
             for (uint32_t i = 0; i < s->sch.steps[st].n_tokens; i++) {
-                const uint16_t *ex = trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], l);
+                const uint16_t *ex =
+                    trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], l);
                 for (uint32_t k = 0; k < s->K; k++)
-                    if (ex[k] != TRACE_NO_EXPERT) s->use_pos[s->use_cur[(size_t)l * s->E + ex[k]]++] = pos++;
+                    if (ex[k] != TRACE_NO_EXPERT)
+                        s->use_pos[s->use_cur[(size_t)l * s->E + ex[k]]++] = pos++;
             }
     s->use_cur.assign(s->use_first.begin(), s->use_first.end() - 1);
 }
@@ -491,8 +492,8 @@ static uint32_t mem_future_active(const policy_mem *cm, uint32_t layer, uint16_t
     return n;
 }
 
-static const policy_mem_ops rp_mem_ops = {mem_state,      mem_load,     mem_evict,
-                                          mem_free_bytes, mem_used_bytes, mem_next_use,
+static const policy_mem_ops rp_mem_ops = {mem_state,        mem_load,       mem_evict,
+                                          mem_free_bytes,   mem_used_bytes, mem_next_use,
                                           mem_future_active};
 
 /* ---- compute ---- */
@@ -512,22 +513,9 @@ static void op_begin(rp *s, const char *cat, const char *name, int layer, cudaEv
 
 static void op_end(rp *s) { CUDA_CHECK(cudaEventRecord(s->ops.back().ev1, s->s_comp)); }
 
-/* y[n][rows] = W x[n][cols] for a bf16 or quantized matrix. */
 static void gemm(rp *s, float *y, moesim_precision p, const void *w, const float *x, size_t rows,
                  size_t cols, size_t n) {
-    if (p == PREC_BF16 && n > GEMM_SMALL) {
-        kern_gemm_bf16_cublas(s->cublas, y, (const uint16_t *)w, x, s->x_bf16, rows, cols, n,
-                              s->s_comp);
-        return;
-    }
-    for (size_t i = 0; i < n; i += GEMM_SMALL) {
-        size_t b = n - i < GEMM_SMALL ? n - i : GEMM_SMALL;
-        if (p == PREC_BF16)
-            kern_gemm_bf16_cuda(y + i * rows, (const uint16_t *)w, x + i * cols, rows, cols, b,
-                                s->s_comp);
-        else
-            kern_gemm_quant_cuda(y + i * rows, p, w, x + i * cols, rows, cols, b, s->s_comp);
-    }
+    replay_gemm(s->cublas, s->x_bf16, s->s_comp, y, p, w, x, rows, cols, n);
 }
 
 static void run_attention(rp *s, const replay_step *sd, uint32_t ml) {
@@ -542,9 +530,9 @@ static void run_attention(rp *s, const replay_step *sd, uint32_t ml) {
         uint32_t r = s->tr->request_id[tok], j = i + 1;
         while (j < n && s->tr->request_id[s->sch.tokens[sd->first + j]] == r) j++;
         uint32_t last = s->tr->position[s->sch.tokens[sd->first + j - 1]];
-        kern_attention_prefill_cuda(s->attn_out, s->probs, s->y, s->kv, s->kv + s->kv_dim,
-                                    j - i, m->n_heads, m->n_kv_heads, m->head_dim,
-                                    (size_t)last + 1, s->s_comp);
+        kern_attention_prefill_cuda(s->attn_out, s->probs, s->y, s->kv, s->kv + s->kv_dim, j - i,
+                                    m->n_heads, m->n_kv_heads, m->head_dim, (size_t)last + 1,
+                                    s->s_comp);
         i = j;
     }
     gemm(s, s->x, PREC_BF16, w + (s->q_dim + 2 * s->kv_dim) * H, s->attn_out, H, s->q_dim, n);
@@ -771,8 +759,7 @@ static uint64_t mix64(uint64_t a, uint64_t b) {
 
 /* sim.c's emulated look-ahead, draw for draw (a counter-based hash of seed, token, layer,
  * distance and slot), so both hosts hand the policy the same predictions. */
-static void emulate_lookahead(rp *s, uint64_t token, uint32_t layer, uint16_t *ids,
-                              float *scores) {
+static void emulate_lookahead(rp *s, uint64_t token, uint32_t layer, uint16_t *ids, float *scores) {
     uint32_t D = s->la_depth, Kp = s->la_k;
     for (uint32_t d = 1; d <= D; d++) {
         uint16_t *row = ids + (size_t)(d - 1) * Kp;
@@ -957,20 +944,22 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     for (int p = 0; p < PREC_COUNT; p++)
         for (int part = 0; part < PART_COUNT; part++) {
             bool down = part == PART_DOWN;
-            uint64_t rows = down ? m->hidden : m->expert_inter, cols = down ? m->expert_inter : m->hidden;
+            uint64_t rows = down ? m->hidden : m->expert_inter,
+                     cols = down ? m->expert_inter : m->hidden;
             s->part_bytes[p][part] =
-                stored[p] ? model_expert_part_bytes(m, in->quant, (expert_part)part,
-                                                    (moesim_precision)p)
-                          : 0;
+                stored[p]
+                    ? model_expert_part_bytes(m, in->quant, (expert_part)part, (moesim_precision)p)
+                    : 0;
             if (stored[p] && p != PREC_BF16 && cols % QUANT_GROUP)
                 return moesim_fail(err, MOESIM_EINPUT,
                                    "model '%s': width %" PRIu64 " is not a multiple of the %d-wide "
                                    "quantization groups of the %s kernels",
                                    m->name, cols, QUANT_GROUP, precision_name((moesim_precision)p));
             s->dev_part_bytes[p][part] =
-                stored[p] ? (p == PREC_BF16 ? rows * cols * 2
-                                            : quant_matrix_size_bytes((moesim_precision)p, rows, cols))
-                          : 0;
+                stored[p]
+                    ? (p == PREC_BF16 ? rows * cols * 2
+                                      : quant_matrix_size_bytes((moesim_precision)p, rows, cols))
+                    : 0;
         }
     for (int p = 0; p < PREC_COUNT; p++) {
         uint64_t b = 0;
@@ -992,8 +981,9 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     /* host store: every expert at every stored precision, pinned */
     uint64_t host_bytes = 0;
     for (int p = 0; p < PREC_COUNT; p++)
-        host_bytes += (s->dev_part_bytes[p][0] + s->dev_part_bytes[p][1] +
-                       s->dev_part_bytes[p][2]) * s->L * s->E;
+        host_bytes +=
+            (s->dev_part_bytes[p][0] + s->dev_part_bytes[p][1] + s->dev_part_bytes[p][2]) * s->L *
+            s->E;
     if (host_bytes > in->hw->dram_bytes)
         return moesim_fail(err, MOESIM_EINPUT,
                            "hardware profile %s: the experts at the stored precisions need %.2f "
@@ -1021,8 +1011,8 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     s->kv_dim = (uint64_t)m->n_kv_heads * m->head_dim;
     uint64_t attn_w = ((s->q_dim + 2 * s->kv_dim) * H + H * s->q_dim) * 2;
     s->arena_bytes = s->bud.expert_budget_bytes;
-    uint64_t planned = s->arena_bytes + attn_w * m->n_layers + s->bud.act_bytes +
-                       s->bud.kv_peak_bytes;
+    uint64_t planned =
+        s->arena_bytes + attn_w * m->n_layers + s->bud.act_bytes + s->bud.kv_peak_bytes;
     if ((st = replay_budget_fit_device(&s->bud, planned, dev_free, RESERVE_BYTES, err))) return st;
     CUBLAS_CHECK(cublasCreate(&s->cublas));
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_comp, cudaStreamNonBlocking));
@@ -1055,7 +1045,9 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     s->y = (float *)dev_alloc(s, T * wide * 4);
     s->h1 = (float *)dev_alloc(s, T * inter * 4);
     s->h2 = (float *)dev_alloc(s, T * inter * 4);
-    s->x_bf16 = (uint16_t *)dev_alloc(s, T * (H > inter ? H : inter) * 2);
+    uint64_t xcols = H > inter ? H : inter;
+    if (s->q_dim > xcols) xcols = s->q_dim;
+    s->x_bf16 = (uint16_t *)dev_alloc(s, T * xcols * 2);
     s->attn_out = (float *)dev_alloc(s, T * s->q_dim * 4);
     uint32_t max_ctx = 1;
     for (uint64_t i = 0; i < t->n_tokens; i++)
@@ -1140,7 +1132,8 @@ static void step_resolve(rp *s, uint64_t step, uint64_t *layer_t0, uint64_t *lay
         if (t1 < t0) t1 = t0;
         if (s->tl.on) sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, o->cat, o->name, t0, t1);
         if (o->layer >= 0) {
-            if (layer_t0[o->layer] == UINT64_MAX || t0 < layer_t0[o->layer]) layer_t0[o->layer] = t0;
+            if (layer_t0[o->layer] == UINT64_MAX || t0 < layer_t0[o->layer])
+                layer_t0[o->layer] = t0;
             if (t1 > layer_t1[o->layer]) layer_t1[o->layer] = t1;
         }
         if (o->need) { /* the expert must not start before its copy ended */
@@ -1173,8 +1166,8 @@ static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
         uint32_t lep = s->warm_lep[i], p = lep % s->P, le = lep / s->P;
         if (s->pm->on_transfer_done)
             s->pm->on_transfer_done(s->pol, le / s->E, le % s->E, (moesim_precision)p,
-                                    s->warm_parts[i] & 0xfu,
-                                    (policy_class)(s->warm_parts[i] >> 4), 0);
+                                    s->warm_parts[i] & 0xfu, (policy_class)(s->warm_parts[i] >> 4),
+                                    0);
     }
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaEventRecord(s->ev_start, s->s_comp));
@@ -1221,16 +1214,14 @@ static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
                     gemm(s, s->h1, PREC_BF16, s->w_dense[ml], s->x, D, H, sd->n_tokens);
                     gemm(s, s->h2, PREC_BF16, s->w_dense[ml] + D * H, s->x, D, H, sd->n_tokens);
                     kern_swiglu_cuda(s->h1, s->h1, s->h2, D * sd->n_tokens, s->s_comp);
-                    gemm(s, s->y, PREC_BF16, s->w_dense[ml] + 2 * D * H, s->h1, H, D,
-                         sd->n_tokens);
+                    gemm(s, s->y, PREC_BF16, s->w_dense[ml] + 2 * D * H, s->h1, H, D, sd->n_tokens);
                     op_end(s);
                 }
                 continue;
             }
             snprintf(name, sizeof name, "L%u router", moe);
             op_begin(s, "router", name, (int)moe, NULL);
-            gemm(s, s->y, PREC_BF16, s->w_router[ml], s->x, m->n_experts, m->hidden,
-                 sd->n_tokens);
+            gemm(s, s->y, PREC_BF16, s->w_router[ml], s->x, m->n_experts, m->hidden, sd->n_tokens);
             op_end(s);
             run_layer(s, st, moe);
             if (s->w_shared[ml]) {
@@ -1255,8 +1246,8 @@ static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
         if (s->pm->end_step) s->pm->end_step(s->pol, &ps, host_ns() - s->t0_host);
     }
     /* drain: prefetches nobody used complete */
-    while (!s->inflight.empty() || s->q_head[0] < s->q[0].size() ||
-           s->q_head[1] < s->q[1].size() || s->q_head[2] < s->q[2].size()) {
+    while (!s->inflight.empty() || s->q_head[0] < s->q[0].size() || s->q_head[1] < s->q[1].size() ||
+           s->q_head[2] < s->q[2].size()) {
         size_t before = s->inflight.size();
         pump(s);
         if (s->inflight.empty() && before == 0) break;
@@ -1281,8 +1272,8 @@ static sim_latency latency_of(const std::vector<double> &v) {
     return l;
 }
 
-static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_end,
-                      sim_result *r, replay_checks *ck) {
+static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_end, sim_result *r,
+                      replay_checks *ck) {
     memset(r, 0, sizeof *r);
     snprintf(r->policy, sizeof r->policy, "%s", s->pm->name);
     std::vector<double> ttft, tpot;
@@ -1295,7 +1286,8 @@ static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_en
                 (double)(s->sch.req_steps[q] - 1);
             tpot.push_back(p);
         }
-        if (s->hooks && s->hooks->on_request_done) s->hooks->on_request_done(s->hooks->ctx, q, f, p);
+        if (s->hooks && s->hooks->on_request_done)
+            s->hooks->on_request_done(s->hooks->ctx, q, f, p);
     }
     r->ttft = latency_of(ttft);
     r->tpot = latency_of(tpot);
@@ -1338,14 +1330,15 @@ static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_en
             char name[64];
             snprintf(name, sizeof name, "L%u e%u %s %s", x->layer, x->expert,
                      precision_name((moesim_precision)x->prec),
-                     x->cls == POLICY_DEMAND ? "demand" : x->cls == POLICY_PREFETCH ? "prefetch"
-                                                                               : "background");
+                     x->cls == POLICY_DEMAND     ? "demand"
+                     : x->cls == POLICY_PREFETCH ? "prefetch"
+                                                 : "background");
             sim_timeline_slice(&s->tl, SIM_TRACK_H2D, "copy", name, a, b);
         }
     }
     r->h2d_busy_ms = (double)busy / 1e6;
-    r->peak_hbm_bytes = s->bud.non_expert_bytes + s->bud.act_bytes + s->bud.kv_peak_bytes +
-                        s->arena_top;
+    r->peak_hbm_bytes =
+        s->bud.non_expert_bytes + s->bud.act_bytes + s->bud.kv_peak_bytes + s->arena_top;
     if (s->pm->report) {
         const char *names[16];
         double values[16];
@@ -1374,8 +1367,8 @@ static void rp_teardown(rp *s) {
     if (s->ev_start) cudaEventDestroy(s->ev_start);
     for (int p = 0; p < PREC_COUNT; p++)
         if (s->host[p]) cudaFreeHost(s->host[p]);
-    void *dev[] = {s->arena, s->w_lm, s->x, s->y, s->h1, s->h2, s->x_bf16, s->attn_out, s->kv,
-                   s->probs};
+    void *dev[] = {s->arena, s->w_lm,   s->x,        s->y,  s->h1,
+                   s->h2,    s->x_bf16, s->attn_out, s->kv, s->probs};
     for (void *d : dev)
         if (d) cudaFree(d);
     for (uint32_t l = 0; s->w_attn && l < s->m->n_layers; l++) {
