@@ -46,6 +46,7 @@ int cmd_calibrate(int argc, char **argv) {
     bool quick = false;
     int c;
     optind = 1;
+    opterr = 0; /* one line: ours, naming the option */
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
         switch (c) {
         case 'o':
@@ -70,7 +71,8 @@ int cmd_calibrate(int argc, char **argv) {
             fputs(calibrate_usage, stdout);
             return 0;
         default:
-            return cli_usage_error("calibrate", "unknown option");
+            return cli_usage_error("calibrate", "unknown option or missing argument: %s",
+                                   argv[optind - 1]);
         }
     }
     uint64_t repeats = 20;

@@ -63,6 +63,7 @@ int cmd_replay(int argc, char **argv) {
     bool json = false, synthetic = false, live = false;
     int c, rc = 0;
     optind = 1;
+    opterr = 0; /* one line: ours, naming the option */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'S':
@@ -109,7 +110,8 @@ int cmd_replay(int argc, char **argv) {
         default:
             free(sets);
             free(files);
-            return cli_usage_error("replay", "unknown option");
+            return cli_usage_error("replay", "unknown option or missing argument: %s",
+                                   argv[optind - 1]);
         }
     }
     uint64_t seed = 1;

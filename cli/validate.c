@@ -447,6 +447,7 @@ int cmd_validate(int argc, char **argv) {
     bool json = false;
     int c, rc = 0;
     optind = 1;
+    opterr = 0; /* one line: ours, naming the option */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 't':
@@ -493,7 +494,8 @@ int cmd_validate(int argc, char **argv) {
         default:
             free(sets);
             free(files);
-            return cli_usage_error("validate", "unknown option");
+            return cli_usage_error("validate", "unknown option or missing argument: %s",
+                                   argv[optind - 1]);
         }
     }
     uint64_t top = 5, seed = 1;
