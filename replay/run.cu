@@ -50,6 +50,7 @@ extern "C" {
 #define COPY_WINDOW   2 /* chunks in flight: one running, one queued behind it */
 #define GIB           1073741824.0
 #define RESERVE_BYTES (512ull << 20) /* CUDA context and cuBLAS workspace headroom */
+#define ATTN_Q_CHUNK  64 /* prefill queries per attention launch (bounds the probability buffer) */
 
 extern "C" bool replay_built_with_cuda(void) { return true; }
 
@@ -138,7 +139,10 @@ struct policy_mem {
     std::vector<uint32_t> q[3]; /* FIFO per class (indices into xf), head at q_head */
     size_t q_head[3];
     std::vector<rp_chunk> inflight;
-    std::vector<rp_chunk> done_chunks; /* kept for the timeline and the order check */
+    std::vector<rp_chunk> done_chunks; /* retired, not yet accounted (busy time, timeline) */
+    std::vector<cudaEvent_t> cev_all, cev_free; /* chunk events: reused once accounted */
+    uint64_t h2d_busy_ns, copy_last_end_ns;
+    std::vector<uint32_t> pinned_lep; /* pinned by the last route until the stream is idle */
     cudaStream_t s_demand, s_bg, s_comp;
     uint64_t xfer_seq, h2d_bytes, prefetches, warmup_bytes;
 
@@ -169,7 +173,8 @@ struct policy_mem {
     cublasHandle_t cublas;
     uint16_t **w_attn; /* [n_layers] q|k|v|o bf16 */
     uint16_t **w_router, **w_shared, **w_dense, *w_lm;
-    float *x, *y, *h1, *h2, *kv, *attn_out, *probs;
+    float *x, *y, *h1, *h2, *kv, *attn_out, *probs, *logits;
+    uint32_t max_ctx;
     uint16_t *x_bf16;
     uint64_t q_dim, kv_dim, device_alloc;
     struct op_rec {
@@ -201,6 +206,19 @@ static cudaEvent_t ev_get(rp *s) {
         s->ev_pool.push_back(e);
     }
     return s->ev_pool[s->ev_used++];
+}
+
+/* Chunk events live until the chunk retired and its times were read (chunks_account). */
+static cudaEvent_t cev_get(rp *s) {
+    if (!s->cev_free.empty()) {
+        cudaEvent_t e = s->cev_free.back();
+        s->cev_free.pop_back();
+        return e;
+    }
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    s->cev_all.push_back(e);
+    return e;
 }
 
 static uint64_t ev_ns(rp *s, cudaEvent_t e) {
@@ -259,6 +277,7 @@ static void pump(rp *s) {
         if (s->state[pi] == POLICY_LOADING && s->xfer_of[pi] == c.xfer) {
             s->state[pi] = POLICY_RESIDENT;
             s->xfer_of[pi] = NONE;
+            s->ready[pi] = NULL; /* landed: later ops need not wait (nor keep the event) */
         }
         bool all = true;
         for (int part = 0; part < PART_COUNT; part++)
@@ -290,7 +309,7 @@ static void pump(rp *s) {
         uint64_t total = s->dev_part_bytes[x->prec][part];
         uint64_t n = total - x->sent < s->chunk_bytes ? total - x->sent : s->chunk_bytes;
         cudaStream_t st = cls == POLICY_DEMAND ? s->s_demand : s->s_bg;
-        rp_chunk c = {xi, -1, ev_get(s), ev_get(s), n};
+        rp_chunk c = {xi, -1, cev_get(s), cev_get(s), n};
         CUDA_CHECK(cudaEventRecord(c.ev0, st));
         CUDA_CHECK(cudaMemcpyAsync((uint8_t *)block_ptr(s, x->prec, s->block[pi]) + x->sent,
                                    host_part(s, x->layer, x->expert, x->prec, part) + x->sent, n,
@@ -651,6 +670,7 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
         for (uint32_t a = 0; a < n_active; a++) s->stamp[s->active[a]] = gen;
     }
     wait_compute(s); /* the router's output is known: the host decides now */
+    unpin_all(s);    /* the stream is idle: the last route's experts have run */
     policy_route route;
     memset(&route, 0, sizeof route);
     route.layer = layer;
@@ -682,6 +702,7 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
         size_t lep = lep_of(s, layer, s->active[a], pr);
         for (int part = 0; part < PART_COUNT; part++)
             MOESIM_ASSERT(s->state[lep * PART_COUNT + part] != POLICY_ABSENT);
+        if (!s->pinned[lep]) s->pinned_lep.push_back((uint32_t)lep);
         s->pinned[lep] = 1;
     }
     gen = ++s->stamp_gen;
@@ -745,11 +766,6 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
             run_expert(s, layer, e, pr, tok, POLICY_PARTS_ALL);
         }
         s->expert_ops++;
-    }
-    wait_compute(s); /* the route's experts ran: unpin (their blocks may now be replaced) */
-    for (uint32_t r = 0; r < n_run; r++) {
-        uint32_t a = s->order[r];
-        s->pinned[lep_of(s, layer, s->active[a], s->plan[a])] = 0;
     }
 }
 
@@ -1010,10 +1026,41 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     s->q_dim = m->n_heads && m->head_dim ? (uint64_t)m->n_heads * m->head_dim : H;
     s->kv_dim = (uint64_t)m->n_kv_heads * m->head_dim;
     uint64_t attn_w = ((s->q_dim + 2 * s->kv_dim) * H + H * s->q_dim) * 2;
-    s->arena_bytes = s->bud.expert_budget_bytes;
-    uint64_t planned =
-        s->arena_bytes + attn_w * m->n_layers + s->bud.act_bytes + s->bud.kv_peak_bytes;
+    uint64_t S = (uint64_t)m->shared_inter * m->n_shared_experts, D = m->dense_inter;
+    uint64_t shared_w = 3 * H * S * 2, dense_w = 3 * H * D * 2;
+    uint64_t T = s->sch.max_step_tokens, B = s->set.batch_size;
+    uint64_t wide = H > s->q_dim + 2 * s->kv_dim ? H : s->q_dim + 2 * s->kv_dim;
+    if (m->n_experts > wide) wide = m->n_experts;
+    uint64_t inter = m->expert_inter;
+    if (S > inter) inter = S;
+    if (D > inter) inter = D;
+    uint64_t xcols = H > inter ? H : inter;
+    if (s->q_dim > xcols) xcols = s->q_dim;
+    uint32_t max_ctx = 1;
+    for (uint64_t i = 0; i < t->n_tokens; i++)
+        if (t->position[i] + 1 > max_ctx) max_ctx = t->position[i] + 1;
+    s->max_ctx = max_ctx;
+    /* every device allocation of the run, summed before any is made */
+    const uint64_t sizes[] = {
+        s->bud.expert_budget_bytes,                       /* expert arena */
+        attn_w * m->n_layers,                             /* attention weights */
+        (uint64_t)m->n_experts * H * 2 * m->n_moe_layers, /* routers */
+        shared_w * m->n_moe_layers,                       /* shared experts */
+        dense_w * (m->n_layers - m->n_moe_layers),        /* dense FFNs */
+        (uint64_t)m->vocab * H * 2,                       /* LM head */
+        T * H * 4,
+        T * wide * 4,
+        2 * T * inter * 4,
+        T * xcols * 2, /* x, y, h1, h2, x_bf16 */
+        T * s->q_dim * 4,
+        B * m->vocab * 4,                                    /* attention out, logits */
+        ((uint64_t)max_ctx * s->kv_dim * 2 + s->kv_dim) * 4, /* KV (one layer's, reused) */
+        (uint64_t)ATTN_Q_CHUNK * m->n_heads * max_ctx * 4,   /* attention probabilities */
+    };
+    uint64_t planned = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) planned += sizes[i];
     if ((st = replay_budget_fit_device(&s->bud, planned, dev_free, RESERVE_BYTES, err))) return st;
+    s->arena_bytes = s->bud.expert_budget_bytes;
     CUBLAS_CHECK(cublasCreate(&s->cublas));
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_comp, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_demand, cudaStreamNonBlocking));
@@ -1024,8 +1071,6 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     s->w_router = (uint16_t **)moesim_xcalloc(m->n_layers, sizeof *s->w_router);
     s->w_shared = (uint16_t **)moesim_xcalloc(m->n_layers, sizeof *s->w_shared);
     s->w_dense = (uint16_t **)moesim_xcalloc(m->n_layers, sizeof *s->w_dense);
-    uint64_t shared_w = 3 * H * (uint64_t)m->shared_inter * m->n_shared_experts * 2;
-    uint64_t dense_w = 3 * H * (uint64_t)m->dense_inter * 2;
     for (uint32_t l = 0; l < m->n_layers; l++) {
         s->w_attn[l] = (uint16_t *)dev_random(s, attn_w, in->weight_seed * 977 + l);
         if (m->is_moe_layer[l]) {
@@ -1036,24 +1081,16 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
         }
     }
     s->w_lm = (uint16_t *)dev_random(s, (uint64_t)m->vocab * H * 2, 17);
-    uint64_t T = s->sch.max_step_tokens;
-    uint64_t wide = H > s->q_dim + 2 * s->kv_dim ? H : s->q_dim + 2 * s->kv_dim;
-    uint64_t inter = m->expert_inter > m->shared_inter ? m->expert_inter : m->shared_inter;
-    if (m->dense_inter > inter) inter = m->dense_inter;
-    if (m->vocab > wide) wide = m->vocab;
     s->x = (float *)dev_random(s, T * H * 4, 19);
     s->y = (float *)dev_alloc(s, T * wide * 4);
     s->h1 = (float *)dev_alloc(s, T * inter * 4);
     s->h2 = (float *)dev_alloc(s, T * inter * 4);
-    uint64_t xcols = H > inter ? H : inter;
-    if (s->q_dim > xcols) xcols = s->q_dim;
     s->x_bf16 = (uint16_t *)dev_alloc(s, T * xcols * 2);
     s->attn_out = (float *)dev_alloc(s, T * s->q_dim * 4);
-    uint32_t max_ctx = 1;
-    for (uint64_t i = 0; i < t->n_tokens; i++)
-        if (t->position[i] + 1 > max_ctx) max_ctx = t->position[i] + 1;
+    s->logits = (float *)dev_alloc(s, B * m->vocab * 4);
     s->kv = (float *)dev_random(s, ((uint64_t)max_ctx * s->kv_dim * 2 + s->kv_dim) * 4, 23);
-    s->probs = (float *)dev_alloc(s, T * m->n_heads * (uint64_t)max_ctx * 4);
+    s->probs = (float *)dev_alloc(s, (uint64_t)ATTN_Q_CHUNK * m->n_heads * max_ctx * 4);
+    MOESIM_ASSERT(s->device_alloc == planned);
     CUDA_CHECK(cudaEventCreate(&s->ev_start));
 
     size_t LEP = (size_t)s->L * s->E * s->P;
@@ -1124,6 +1161,36 @@ static void simple_op(rp *s, const char *cat, const char *name) {
     op_begin(s, cat, name, -1, NULL);
 }
 
+/* Reads the retired chunks' times (copy engine busy time, h2d timeline track) and frees their
+ * events for reuse. The chunks of one engine do not overlap: busy time counts each ns once. */
+static void chunks_account(rp *s) {
+    for (const rp_chunk &c : s->done_chunks) {
+        uint64_t a = ev_ns(s, c.ev0), b = ev_ns(s, c.ev1);
+        if (a < s->copy_last_end_ns) a = s->copy_last_end_ns;
+        if (b > a) s->h2d_busy_ns += b - a;
+        if (b > s->copy_last_end_ns) s->copy_last_end_ns = b;
+        if (s->tl.on && b > a) {
+            const rp_xfer *x = &s->xf[c.xfer];
+            char name[64];
+            snprintf(name, sizeof name, "L%u e%u %s %s", x->layer, x->expert,
+                     precision_name((moesim_precision)x->prec),
+                     x->cls == POLICY_DEMAND     ? "demand"
+                     : x->cls == POLICY_PREFETCH ? "prefetch"
+                                                 : "background");
+            sim_timeline_slice(&s->tl, SIM_TRACK_H2D, "copy", name, a, b);
+        }
+        s->cev_free.push_back(c.ev0);
+        s->cev_free.push_back(c.ev1);
+    }
+    s->done_chunks.clear();
+}
+
+/* Unpins the last route's experts: call only when the compute stream is idle. */
+static void unpin_all(rp *s) {
+    for (uint32_t lep : s->pinned_lep) s->pinned[lep] = 0;
+    s->pinned_lep.clear();
+}
+
 /* Resolves the step's op events: timeline slices, layer times, order checks; recycles events. */
 static void step_resolve(rp *s, uint64_t step, uint64_t *layer_t0, uint64_t *layer_t1) {
     for (size_t i = 0; i < s->ops.size(); i++) {
@@ -1142,9 +1209,10 @@ static void step_resolve(rp *s, uint64_t step, uint64_t *layer_t0, uint64_t *lay
             s->order_checked++;
             s->order_violations += ms < 0;
         }
-        if (i > 0 && !strcmp(o->cat, "expert")) { /* idle gap before an expert: stall */
-            uint64_t prev = ev_ns(s, s->ops[i - 1].ev1);
-            if (t0 > prev) s->stall_ns += t0 - prev;
+        if (o->need && i > 0) { /* the stream idled from the last op until the copy landed */
+            uint64_t prev = ev_ns(s, s->ops[i - 1].ev1), landed = ev_ns(s, o->need);
+            if (landed > t0) landed = t0;
+            if (landed > prev) s->stall_ns += landed - prev;
         }
     }
     for (uint32_t l = 0; l < s->L; l++) {
@@ -1154,6 +1222,7 @@ static void step_resolve(rp *s, uint64_t step, uint64_t *layer_t0, uint64_t *lay
         layer_t1[l] = 0;
     }
     s->ops.clear();
+    chunks_account(s);
 }
 
 static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
@@ -1237,9 +1306,10 @@ static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
             moe++;
         }
         simple_op(s, "lm_head", "lm head");
-        if (n_emit) gemm(s, s->y, PREC_BF16, s->w_lm, s->x, m->vocab, m->hidden, n_emit);
+        if (n_emit) gemm(s, s->logits, PREC_BF16, s->w_lm, s->x, m->vocab, m->hidden, n_emit);
         op_end(s);
         wait_compute(s);
+        unpin_all(s);
         step_start[st] = ev_ns(s, e0);
         step_end[st] = ev_ns(s, s->ops.back().ev1);
         step_resolve(s, st, lt0.data(), lt1.data());
@@ -1318,24 +1388,8 @@ static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_en
     r->warmup_h2d_bytes = s->warmup_bytes;
     r->expert_budget_bytes = s->bud.expert_budget_bytes;
     r->kv_peak_bytes = s->bud.kv_peak_bytes;
-    /* copy engine busy time and the h2d track: from the chunk events */
-    uint64_t busy = 0, last_end = 0;
-    for (const rp_chunk &c : s->done_chunks) {
-        uint64_t a = ev_ns(s, c.ev0), b = ev_ns(s, c.ev1);
-        if (a < last_end) a = last_end; /* one engine: chunks do not overlap */
-        if (b > a) busy += b - a;
-        if (b > last_end) last_end = b;
-        if (s->tl.on && b > a) {
-            const rp_xfer *x = &s->xf[c.xfer];
-            char name[64];
-            snprintf(name, sizeof name, "L%u e%u %s %s", x->layer, x->expert,
-                     precision_name((moesim_precision)x->prec),
-                     x->cls == POLICY_DEMAND     ? "demand"
-                     : x->cls == POLICY_PREFETCH ? "prefetch"
-                                                 : "background");
-            sim_timeline_slice(&s->tl, SIM_TRACK_H2D, "copy", name, a, b);
-        }
-    }
+    chunks_account(s); /* the drained copies */
+    uint64_t busy = s->h2d_busy_ns;
     r->h2d_busy_ms = (double)busy / 1e6;
     r->peak_hbm_bytes =
         s->bud.non_expert_bytes + s->bud.act_bytes + s->bud.kv_peak_bytes + s->arena_top;
@@ -1363,7 +1417,7 @@ static void rp_teardown(rp *s) {
     free(s->knobs);
     sim_timeline_abort(&s->tl);
     for (cudaEvent_t e : s->ev_pool) cudaEventDestroy(e);
-    for (const rp_chunk &c : s->done_chunks) (void)c;
+    for (cudaEvent_t e : s->cev_all) cudaEventDestroy(e);
     if (s->ev_start) cudaEventDestroy(s->ev_start);
     for (int p = 0; p < PREC_COUNT; p++)
         if (s->host[p]) cudaFreeHost(s->host[p]);
