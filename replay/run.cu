@@ -587,6 +587,12 @@ static void run_expert(rp *s, uint32_t layer, uint32_t e, moesim_precision p, ui
                                   host_ns() - s->t0_host);
 }
 
+/* Unpins the last route's experts: call only when the compute stream is idle. */
+static void unpin_all(rp *s) {
+    for (uint32_t lep : s->pinned_lep) s->pinned[lep] = 0;
+    s->pinned_lep.clear();
+}
+
 /* Waits until the compute stream is idle, feeding copies meanwhile. */
 static void wait_compute(rp *s) {
     cudaEvent_t e = ev_get(s);
@@ -1183,12 +1189,6 @@ static void chunks_account(rp *s) {
         s->cev_free.push_back(c.ev1);
     }
     s->done_chunks.clear();
-}
-
-/* Unpins the last route's experts: call only when the compute stream is idle. */
-static void unpin_all(rp *s) {
-    for (uint32_t lep : s->pinned_lep) s->pinned[lep] = 0;
-    s->pinned_lep.clear();
 }
 
 /* Resolves the step's op events: timeline slices, layer times, order checks; recycles events. */
