@@ -74,6 +74,8 @@ typedef struct vctx {
     model_geometry model;
     quant_table quant;
     uint64_t seed;
+    replay_store *store; /* shared by the runs whose host precisions are store_formats */
+    char store_formats[128];
 } vctx;
 
 /* A fresh config: files, common sets, the run's own sets, and host precisions the GPU kernels
@@ -101,9 +103,27 @@ static moesim_status make_config(const vctx *v, const run_spec *r, config **out,
     return MOESIM_OK;
 }
 
+/* sim.host_precisions of a run as its settings resolve it. */
+static moesim_status run_formats(const vctx *v, const run_spec *r, char *out, size_t len,
+                                 moesim_error *err) {
+    config *c = NULL;
+    moesim_status st = make_config(v, r, &c, err);
+    sim_settings set;
+    if (!st) st = sim_settings_read(c, &set, err);
+    if (!st) snprintf(out, len, "%s", set.host_precisions);
+    config_destroy(c);
+    return st;
+}
+
+/* Runs one configuration on both hosts. A configuration the simulator refuses (a policy that
+ * cannot work in the budget, e.g. `static` when the experts do not fit) is reported as refused,
+ * not an error: the validation set crosses every policy with every budget. */
 static moesim_status run_pair(const vctx *v, const run_spec *r, validate_row *row,
                               moesim_error *err) {
     uint32_t R = v->t->n_requests, L = v->t->meta.n_layers;
+    char formats[128];
+    moesim_status fst = run_formats(v, r, formats, sizeof formats, err);
+    if (fst) return fst;
     validate_record sim_rec, real_rec;
     validate_record_init(&sim_rec, R, L);
     validate_record_init(&real_rec, R, L);
@@ -115,6 +135,19 @@ static moesim_status run_pair(const vctx *v, const run_spec *r, validate_row *ro
         sim_inputs in = {
             .trace = v->t, .model = &v->model, .hw = &v->hw, .quant = &v->quant, .hooks = &h};
         st = sim_run(&in, r->policy, c1, &sim_rec.r, err);
+        if (st == MOESIM_EINPUT) {
+            memset(row, 0, sizeof *row);
+            snprintf(row->policy, sizeof row->policy, "%s", r->policy);
+            snprintf(row->label, sizeof row->label, "%s", r->label);
+            snprintf(row->group, sizeof row->group, "%s", r->label);
+            row->refused = true;
+            snprintf(row->note, sizeof row->note, "%s", err->msg);
+            config_destroy(c1);
+            config_destroy(c2);
+            validate_record_free(&sim_rec);
+            validate_record_free(&real_rec);
+            return MOESIM_OK;
+        }
     }
     if (!st) {
         sim_hooks h = validate_record_hooks(&real_rec);
@@ -123,7 +156,8 @@ static moesim_status run_pair(const vctx *v, const run_spec *r, validate_row *ro
                             .hw = &v->hw,
                             .quant = &v->quant,
                             .hooks = &h,
-                            .weight_seed = v->seed};
+                            .weight_seed = v->seed,
+                            .store = strcmp(formats, v->store_formats) ? NULL : v->store};
         st = replay_run(&in, r->policy, c2, &real_rec.r, NULL, err);
     }
     if (!st) st = validate_compare(&sim_rec, &real_rec, r->label, row, err);
@@ -369,6 +403,7 @@ static void write_report(FILE *f, const vctx *v, const char *trace_path, const v
     fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < n; i++) {
         const validate_row *r = &rows[i];
+        if (r->refused) continue;
         fprintf(f, "| %s | %s | %.4f | %.4f |", r->policy, r->label, r->sim_tpot_ms,
                 r->real_tpot_ms);
         pct(f, r->tpot_err);
@@ -401,6 +436,11 @@ static json_t *rows_json(const validate_row *rows, size_t n, const validate_summ
 #define NUM(x) (isnan(x) ? json_null() : json_real(x))
         json_object_set_new(o, "policy", json_string(r->policy));
         json_object_set_new(o, "configuration", json_string(r->label));
+        if (r->refused) {
+            json_object_set_new(o, "refused", json_string(r->note));
+            json_array_append_new(a, o);
+            continue;
+        }
         json_object_set_new(o, "sim_tpot_ms", NUM(r->sim_tpot_ms));
         json_object_set_new(o, "real_tpot_ms", NUM(r->real_tpot_ms));
         json_object_set_new(o, "tpot_err", NUM(r->tpot_err));
@@ -542,6 +582,12 @@ int cmd_validate(int argc, char **argv) {
     if (!st) st = hw_load_by_name(hw_name, &v.hw, &err);
     if (!st) st = model_load_by_name(v.t->meta.model, &v.model, &err);
     if (!st) st = quant_table_load_default(&v.quant, &err);
+    if (!st && n_specs) { /* one pinned host store for the runs (pinning tens of GB is slow) */
+        st = run_formats(&v, &specs[0], v.store_formats, sizeof v.store_formats, &err);
+        if (!st)
+            st = replay_store_create(&v.model, v.store_formats, v.hw.dram_bytes, v.seed, &v.store,
+                                     &err);
+    }
     validate_row *rows = moesim_xcalloc(n_specs ? n_specs : 1, sizeof *rows);
     for (size_t i = 0; i < n_specs && !st; i++) {
         st = run_pair(&v, &specs[i], &rows[i], &err);
@@ -566,6 +612,7 @@ int cmd_validate(int argc, char **argv) {
     }
     if (st) rc = cli_fail(&err);
     free(rows);
+    replay_store_destroy(v.store);
     specs_free(specs, n_specs);
     trace_destroy(v.t);
     free(sets);

@@ -19,6 +19,15 @@ moesim_status replay_run(const replay_inputs *in, const char *policy_name, confi
     return moesim_fail(err, MOESIM_EINPUT, NO_CUDA);
 }
 
+moesim_status replay_store_create(const model_geometry *m, const char *host_precisions,
+                                  uint64_t dram_bytes, uint64_t seed, replay_store **out,
+                                  moesim_error *err) {
+    (void)m, (void)host_precisions, (void)dram_bytes, (void)seed, (void)out;
+    return moesim_fail(err, MOESIM_EINPUT, NO_CUDA);
+}
+
+void replay_store_destroy(replay_store *s) { (void)s; }
+
 moesim_status calib_run(const calib_options *opt, calib_results *out, moesim_error *err) {
     (void)opt, (void)out;
     return moesim_fail(err, MOESIM_EINPUT, NO_CUDA);

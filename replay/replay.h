@@ -101,6 +101,17 @@ uint64_t replay_pool_blocks(uint64_t pool_bytes, uint64_t part_bytes, uint64_t n
 
 /* ---- the run ---- */
 
+/* The pinned host store: every expert of the model at each format of `host_precisions` ("all":
+ * the kernels' bf16, int8, int4, int2; or a comma list), random bytes from `seed`, one blob
+ * [gate | up | down] per (layer, expert). Fails when it would exceed `dram_bytes` (the profile's
+ * dram_gib) or cannot be pinned. A validation creates one and lends it to all its runs. Caller
+ * owns; replay_store_destroy (accepts NULL). */
+typedef struct replay_store replay_store;
+moesim_status replay_store_create(const model_geometry *m, const char *host_precisions,
+                                  uint64_t dram_bytes, uint64_t seed, replay_store **out,
+                                  moesim_error *err);
+void replay_store_destroy(replay_store *s);
+
 typedef struct replay_inputs {
     const trace *trace;
     const model_geometry *model; /* must match the trace's geometry */
@@ -110,7 +121,8 @@ typedef struct replay_inputs {
     const sim_hooks *hooks;    /* on_expert_start when an expert's kernel is enqueued (after
                                   its copies' events), on_request_done, on_layer_done */
     uint64_t weight_seed;      /* synthetic weights: same seed, same bytes */
-    const char *ssd_dir;       /* where the SSD-backed store lives (NULL: $TMPDIR or /tmp) */
+    const replay_store *store; /* borrowed host store, or NULL: the run makes its own from
+                                  sim.host_precisions */
 } replay_inputs;
 
 /* What a replay measured beyond sim_result (checks of the GPU tests). */
@@ -193,6 +205,8 @@ typedef struct validate_row {
     double req_tpot_err_median, req_ttft_err_median; /* median over requests of |error| */
     double layer_err_median, layer_err_max;          /* over MoE layers of |error| of layer time */
     double sim_hit_rate, real_hit_rate;
+    bool refused;   /* the simulator refused the configuration: left out of the summary */
+    char note[160]; /* why */
 } validate_row;
 
 /* Compares one configuration's simulated and measured records (same trace: same requests and
@@ -201,7 +215,7 @@ moesim_status validate_compare(const validate_record *sim, const validate_record
                                const char *label, validate_row *out, moesim_error *err);
 
 typedef struct validate_summary {
-    size_t n_rows;
+    size_t n_rows; /* rows compared (refused ones are left out) */
     double tpot_abs_err_median, ttft_abs_err_median, total_abs_err_median;
     /* policy order by TPOT, per group: pairs ranked the same way in sim and replay */
     uint64_t pairs, concordant;

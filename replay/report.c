@@ -115,12 +115,13 @@ static int sign3(double a, double b) { return (a > b) - (a < b); }
 
 void validate_summarize(const validate_row *rows, size_t n, validate_summary *out) {
     memset(out, 0, sizeof *out);
-    out->n_rows = n;
+    for (size_t i = 0; i < n; i++) out->n_rows += !rows[i].refused;
     double *tp = moesim_xmalloc((n ? n : 1) * sizeof *tp);
     double *tf = moesim_xmalloc((n ? n : 1) * sizeof *tf);
     double *tt = moesim_xmalloc((n ? n : 1) * sizeof *tt);
     size_t a = 0, b = 0, c = 0;
     for (size_t i = 0; i < n; i++) {
+        if (rows[i].refused) continue;
         if (!isnan(rows[i].tpot_err)) tp[a++] = fabs(rows[i].tpot_err);
         if (!isnan(rows[i].ttft_err)) tf[b++] = fabs(rows[i].ttft_err);
         if (!isnan(rows[i].total_err)) tt[c++] = fabs(rows[i].total_err);
@@ -134,12 +135,13 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
     /* pairs of policies within a group: concordant when sim and replay order them alike */
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++) {
-            if (strcmp(rows[i].group, rows[j].group)) continue;
+            if (rows[i].refused || rows[j].refused || strcmp(rows[i].group, rows[j].group))
+                continue;
             out->pairs++;
             out->concordant += sign3(rows[i].sim_tpot_ms, rows[j].sim_tpot_ms) ==
                                sign3(rows[i].real_tpot_ms, rows[j].real_tpot_ms);
         }
     out->same_order = out->concordant == out->pairs;
-    out->meets_targets = n > 0 && out->tpot_abs_err_median <= TPOT_TARGET &&
+    out->meets_targets = out->n_rows > 0 && out->tpot_abs_err_median <= TPOT_TARGET &&
                          out->ttft_abs_err_median <= TTFT_TARGET && out->same_order;
 }

@@ -80,6 +80,90 @@ static void fill_random(void *p, size_t bytes, uint64_t seed) {
     }
 }
 
+/* ---- the pinned host store ---- */
+
+struct replay_store {
+    model_geometry m;
+    bool stored[PREC_COUNT];
+    uint64_t dev_part_bytes[PREC_COUNT][PART_COUNT]; /* kernel format bytes of one part */
+    uint8_t *host[PREC_COUNT]; /* [L][E][gate | up | down] pinned, dev_part_bytes each */
+};
+
+#define FILL_TILE (64ull << 20) /* random bytes are made once per tile and repeated */
+
+/* Random weights: a seeded tile repeated over the buffer (timing depends on bytes, not values;
+ * making 60 GB of fresh random numbers would dominate a validation run). */
+static void fill_tiled(uint8_t *p, uint64_t bytes, uint64_t seed) {
+    uint64_t tile = bytes < FILL_TILE ? bytes : FILL_TILE;
+    fill_random(p, tile, seed);
+    for (uint64_t o = tile; o < bytes; o += tile)
+        memcpy(p + o, p, bytes - o < tile ? bytes - o : tile);
+}
+
+static moesim_status parse_host_precisions(const char *text, bool stored[PREC_COUNT],
+                                           moesim_error *err);
+
+extern "C" moesim_status replay_store_create(const model_geometry *m, const char *host_precisions,
+                                             uint64_t dram_bytes, uint64_t seed, replay_store **out,
+                                             moesim_error *err) {
+    moesim_status st = replay_device_check(err);
+    if (st) return st;
+    replay_store *r = (replay_store *)moesim_xcalloc(1, sizeof *r);
+    r->m = *m;
+    if ((st = parse_host_precisions(host_precisions, r->stored, err))) {
+        free(r);
+        return st;
+    }
+    uint64_t total = 0;
+    for (int p = 0; p < PREC_COUNT; p++)
+        for (int part = 0; part < PART_COUNT && r->stored[p]; part++) {
+            bool down = part == PART_DOWN;
+            uint64_t rows = down ? m->hidden : m->expert_inter;
+            uint64_t cols = down ? m->expert_inter : m->hidden;
+            if (p != PREC_BF16 && cols % QUANT_GROUP) {
+                free(r);
+                return moesim_fail(err, MOESIM_EINPUT,
+                                   "model '%s': width %" PRIu64 " is not a multiple of the %d-wide "
+                                   "quantization groups of the %s kernels",
+                                   m->name, cols, QUANT_GROUP, precision_name((moesim_precision)p));
+            }
+            r->dev_part_bytes[p][part] =
+                p == PREC_BF16 ? rows * cols * 2
+                               : quant_matrix_size_bytes((moesim_precision)p, rows, cols);
+            total += r->dev_part_bytes[p][part] * m->n_moe_layers * m->n_experts;
+        }
+    if (total > dram_bytes) {
+        free(r);
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "the experts at sim.host_precisions = %s need %.2f GiB of host memory; "
+                           "the profile's dram_gib is %.2f: store fewer formats (replay keeps "
+                           "every expert in pinned DRAM)",
+                           host_precisions, total / GIB, dram_bytes / GIB);
+    }
+    for (int p = 0; p < PREC_COUNT; p++) {
+        uint64_t b = (r->dev_part_bytes[p][0] + r->dev_part_bytes[p][1] + r->dev_part_bytes[p][2]) *
+                     m->n_moe_layers * m->n_experts;
+        if (!b) continue;
+        if (cudaHostAlloc((void **)&r->host[p], b, cudaHostAllocDefault) != cudaSuccess) {
+            cudaGetLastError();
+            replay_store_destroy(r);
+            return moesim_fail(err, MOESIM_ENOMEM,
+                               "cannot pin %.2f GiB of host memory for the %s experts", b / GIB,
+                               precision_name((moesim_precision)p));
+        }
+        fill_tiled(r->host[p], b, seed * 131 + (uint64_t)p);
+    }
+    *out = r;
+    return MOESIM_OK;
+}
+
+extern "C" void replay_store_destroy(replay_store *r) {
+    if (!r) return;
+    for (int p = 0; p < PREC_COUNT; p++)
+        if (r->host[p]) cudaFreeHost(r->host[p]);
+    free(r);
+}
+
 /* ---- state ---- */
 
 typedef struct rp_xfer {
@@ -131,8 +215,9 @@ struct policy_mem {
     std::vector<uint64_t> block_off[PREC_COUNT];
     uint64_t physical_refusals;
 
-    /* host store */
-    uint8_t *host[PREC_COUNT]; /* [L][E][3 parts] pinned, dev_part_bytes each */
+    /* host store: borrowed from the inputs, or the run's own */
+    const replay_store *store;
+    replay_store *own_store;
 
     /* copies */
     std::vector<rp_xfer> xf;
@@ -250,7 +335,7 @@ static const uint8_t *host_part(rp *s, uint32_t l, uint32_t e, uint32_t p, int p
         s->dev_part_bytes[p][0] + s->dev_part_bytes[p][1] + s->dev_part_bytes[p][2];
     uint64_t o = ((size_t)l * s->E + e) * per_expert;
     for (int q = 0; q < part; q++) o += s->dev_part_bytes[p][q];
-    return s->host[p] + o;
+    return s->store->host[p] + o;
 }
 
 /* ---- copies ---- */
@@ -964,31 +1049,11 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
                            "int8, int4, int2)",
                            precision_name(s->prec));
     for (int p = 0; p < PREC_COUNT; p++)
-        for (int part = 0; part < PART_COUNT; part++) {
-            bool down = part == PART_DOWN;
-            uint64_t rows = down ? m->hidden : m->expert_inter,
-                     cols = down ? m->expert_inter : m->hidden;
+        for (int part = 0; part < PART_COUNT; part++)
             s->part_bytes[p][part] =
                 stored[p]
                     ? model_expert_part_bytes(m, in->quant, (expert_part)part, (moesim_precision)p)
                     : 0;
-            if (stored[p] && p != PREC_BF16 && cols % QUANT_GROUP)
-                return moesim_fail(err, MOESIM_EINPUT,
-                                   "model '%s': width %" PRIu64 " is not a multiple of the %d-wide "
-                                   "quantization groups of the %s kernels",
-                                   m->name, cols, QUANT_GROUP, precision_name((moesim_precision)p));
-            s->dev_part_bytes[p][part] =
-                stored[p]
-                    ? (p == PREC_BF16 ? rows * cols * 2
-                                      : quant_matrix_size_bytes((moesim_precision)p, rows, cols))
-                    : 0;
-        }
-    for (int p = 0; p < PREC_COUNT; p++) {
-        uint64_t b = 0;
-        for (int part = 0; part < PART_COUNT; part++)
-            if (s->dev_part_bytes[p][part] > b) b = s->dev_part_bytes[p][part];
-        s->block_bytes[p] = (b + 255) / 256 * 256;
-    }
     replay_schedule_build(&s->sch, t, m, s->set.batch_size);
     char bwhere[640], cwhere[640];
     if (config_get(settings, "memory", "budget_gb"))
@@ -1000,31 +1065,32 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
                                  s->sch.kv_peak_bytes, bwhere, cwhere, &s->bud, err)))
         return st;
 
-    /* host store: every expert at every stored precision, pinned */
-    uint64_t host_bytes = 0;
-    for (int p = 0; p < PREC_COUNT; p++)
-        host_bytes +=
-            (s->dev_part_bytes[p][0] + s->dev_part_bytes[p][1] + s->dev_part_bytes[p][2]) * s->L *
-            s->E;
-    if (host_bytes > in->hw->dram_bytes)
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "hardware profile %s: the experts at the stored precisions need %.2f "
-                           "GiB of host memory, dram_gib is %.2f: set sim.host_precisions to fewer "
-                           "formats (replay keeps every expert in pinned DRAM)",
-                           in->hw->name, host_bytes / GIB, in->hw->dram_bytes / GIB);
-    for (int p = 0; p < PREC_COUNT; p++) {
-        uint64_t b = (s->dev_part_bytes[p][0] + s->dev_part_bytes[p][1] + s->dev_part_bytes[p][2]) *
-                     s->L * s->E;
-        if (!b) continue;
-        if (cudaHostAlloc((void **)&s->host[p], b, cudaHostAllocDefault) != cudaSuccess) {
-            cudaGetLastError();
-            return moesim_fail(err, MOESIM_ENOMEM,
-                               "cannot pin %.2f GiB of host memory for the %s experts", b / GIB,
-                               precision_name((moesim_precision)p));
-        }
-        fill_random(s->host[p], b, in->weight_seed * 131 + (uint64_t)p);
+    /* host store: the caller's (validate shares one over its runs), or the run's own */
+    if (in->store) {
+        for (int p = 0; p < PREC_COUNT; p++)
+            if (stored[p] && !in->store->stored[p])
+                return moesim_fail(err, MOESIM_EINPUT,
+                                   "sim.host_precisions = %s: the shared host store has no %s "
+                                   "experts",
+                                   s->set.host_precisions, precision_name((moesim_precision)p));
+        if (memcmp(&in->store->m, m, sizeof *m))
+            return moesim_fail(err, MOESIM_EINPUT, "the shared host store holds another model");
+        s->store = in->store;
+    } else {
+        if ((st = replay_store_create(m, s->set.host_precisions, in->hw->dram_bytes,
+                                      in->weight_seed, &s->own_store, err)))
+            return st;
+        s->store = s->own_store;
     }
-
+    for (int p = 0; p < PREC_COUNT; p++) /* blocks only for the formats this run stores */
+        for (int part = 0; part < PART_COUNT; part++)
+            s->dev_part_bytes[p][part] = stored[p] ? s->store->dev_part_bytes[p][part] : 0;
+    for (int p = 0; p < PREC_COUNT; p++) {
+        uint64_t b = 0;
+        for (int part = 0; part < PART_COUNT; part++)
+            if (s->dev_part_bytes[p][part] > b) b = s->dev_part_bytes[p][part];
+        s->block_bytes[p] = (b + 255) / 256 * 256;
+    }
     /* device: emulate the card, then allocate everything once */
     size_t dev_free = 0, dev_total = 0;
     CUDA_CHECK(cudaMemGetInfo(&dev_free, &dev_total));
@@ -1419,8 +1485,7 @@ static void rp_teardown(rp *s) {
     for (cudaEvent_t e : s->ev_pool) cudaEventDestroy(e);
     for (cudaEvent_t e : s->cev_all) cudaEventDestroy(e);
     if (s->ev_start) cudaEventDestroy(s->ev_start);
-    for (int p = 0; p < PREC_COUNT; p++)
-        if (s->host[p]) cudaFreeHost(s->host[p]);
+    replay_store_destroy(s->own_store);
     void *dev[] = {s->arena, s->w_lm,   s->x,        s->y,  s->h1,
                    s->h2,    s->x_bf16, s->attn_out, s->kv, s->probs};
     for (void *d : dev)

@@ -296,6 +296,7 @@ Test(replay, summary_checks_the_targets_and_the_policy_order_per_group) {
     };
     validate_summary s;
     validate_summarize(rows, 4, &s);
+    cr_assert_eq(s.n_rows, 4);
     cr_assert_eq(s.pairs, 3);
     cr_assert_eq(s.concordant, 3);
     cr_assert(s.same_order);
@@ -312,6 +313,21 @@ Test(replay, summary_checks_the_targets_and_the_policy_order_per_group) {
     validate_summarize(rows, 4, &s);
     cr_assert(s.same_order);
     cr_assert(!s.meets_targets);
+    /* a configuration the simulator refused counts nowhere, even with a wild "error" */
+    validate_row more[5];
+    memcpy(more, rows, sizeof rows);
+    more[0].tpot_err = more[1].tpot_err = -0.03;
+    more[4] = (validate_row){.policy = "static",
+                             .group = "16",
+                             .refused = true,
+                             .sim_tpot_ms = 1,
+                             .real_tpot_ms = 100,
+                             .tpot_err = -0.99};
+    validate_summarize(more, 5, &s);
+    cr_assert_eq(s.n_rows, 4);
+    cr_assert_eq(s.pairs, 3);
+    cr_assert_float_eq(s.tpot_abs_err_median, 0.03, 1e-12); /* {0, .03, .03, .04} */
+    cr_assert(s.meets_targets);
 }
 
 Test(replay, record_hooks_collect_the_simulators_per_request_and_per_layer_times) {
