@@ -8,6 +8,7 @@
  *   --policy NAME [--set ...]           one configuration
  *   --experiment FILE                   [validate] policies (comma list) x budgets_gb (comma
  *                                       list); every other section holds settings for all runs
+ *   --merge A.json ...                  the rows of earlier --json outputs as one set (no GPU)
  *   --winners CSV [--top N] [--by COL]  the N best rows of a `moesim sweep` CSV by COL (lowest
  *                                       first, default tpot_ms.mean): its `policy` column and its
  *                                       `section.key` setting columns (those sim_run or the
@@ -31,9 +32,11 @@
 #include "traces/trace.h"
 
 static const char validate_usage[] =
-    "usage: moesim validate --trace T.h5 --hw NAME (--policy NAME | --experiment FILE |\n"
-    "                       --winners CSV [--top N] [--by COLUMN]) [--set S.K=V ...]\n"
-    "                       [--config FILE ...] [--seed N] [--report FILE] [--json]\n"
+    "usage: moesim validate --trace T.h5 --hw NAME (--policy NAME | --experiment FILE\n"
+    "                       [--budgets LIST] | --winners CSV [--top N] [--by COLUMN])\n"
+    "                       [--set S.K=V ...] [--config FILE ...] [--seed N] [--report FILE]\n"
+    "                       [--json]\n"
+    "       moesim validate --merge A.json --merge B.json ... [--report FILE] [--json]\n"
     "\n"
     "Runs the simulator and the GPU replay on the same trace, geometry, calibrated profile\n"
     "(--hw: the one `moesim calibrate` wrote; pass its table with --set sim.cost_table=...),\n"
@@ -45,7 +48,10 @@ static const char validate_usage[] =
     "  --trace FILE        router trace (or [validate] trace in the experiment file)\n"
     "  --hw NAME           calibrated hardware profile (or [validate] hw)\n"
     "  --policy NAME       one configuration\n"
-    "  --experiment FILE   [validate] policies = a, b, ...; budgets_gb = 12, 16, 24\n"
+    "  --experiment FILE   [validate] policies = a, b, ...; budgets_gb = 12, 16, 24; other\n"
+    "                      sections: settings (a policy's section only for that policy)\n"
+    "  --budgets LIST      only these budgets of the experiment (e.g. one per GPU call)\n"
+    "  --merge FILE        summarize the --json outputs of several runs as one set\n"
     "  --winners CSV       the best rows of a sweep's results CSV\n"
     "  --top N             how many winners (default 5)\n"
     "  --by COLUMN         winners' ranking column, lowest first (default tpot_ms.mean)\n"
@@ -203,13 +209,14 @@ static size_t split_list(const char *text, char items[][64], size_t cap) {
 /* --experiment: [validate] policies x budgets_gb; trace and hw when not given. The other
  * sections are appended to the common settings as files (the file itself, read by make_config
  * after its [validate] section is consumed here). */
-static moesim_status experiment_specs(const char *path, run_spec **out, size_t *n_out,
-                                      char *trace_path, char *hw_name, size_t len,
-                                      moesim_error *err) {
+static moesim_status experiment_specs(const char *path, const char *budgets_override,
+                                      run_spec **out, size_t *n_out, char *trace_path,
+                                      char *hw_name, size_t len, moesim_error *err) {
     config *c = config_create();
     moesim_status st = config_load_file(c, path, err);
     const char *pol = st ? NULL : config_get(c, "validate", "policies");
     const char *bud = st ? NULL : config_get(c, "validate", "budgets_gb");
+    if (budgets_override) bud = budgets_override;
     if (!st && (!pol || !bud))
         st = moesim_fail(err, MOESIM_EINPUT, "%s: [validate] needs policies and budgets_gb", path);
     const char *tp = st ? NULL : config_get(c, "validate", "trace");
@@ -244,6 +251,7 @@ static moesim_status experiment_specs(const char *path, run_spec **out, size_t *
                 const char *s, *k, *val;
                 config_entry_at(c, i, &s, &k, &val);
                 if (!strcmp(s, "validate")) continue;
+                if (policy_lookup(s) && strcmp(s, pols[p])) continue; /* another policy's knobs */
                 char sk[160];
                 snprintf(sk, sizeof sk, "%s.%s", s, k);
                 spec_add_set(r, "%s=%s", sk, val);
@@ -392,11 +400,12 @@ static void pct(FILE *f, double v) {
         fprintf(f, " %+.2f %% |", 100.0 * v);
 }
 
-static void write_report(FILE *f, const vctx *v, const char *trace_path, const validate_row *rows,
-                         size_t n, const validate_summary *s) {
+static void write_report(FILE *f, const char *device, const char *profile, const char *trace_path,
+                         const char *model, const validate_row *rows, size_t n,
+                         const validate_summary *s) {
     fprintf(f, "# moesim validate: simulator vs GPU replay\n\n");
-    fprintf(f, "Device: %s (profile %s). Trace: %s (model %s).\n\n", v->hw.gpu, v->hw.name,
-            trace_path, v->model.name);
+    fprintf(f, "Device: %s (profile %s). Trace: %s (model %s).\n\n", device, profile, trace_path,
+            model);
     fprintf(f, "| policy | configuration | TPOT sim ms | TPOT real ms | TPOT err | TTFT sim ms | "
                "TTFT real ms | TTFT err | total err | median req TPOT err | median req TTFT "
                "err | median layer err | hit sim | hit real |\n");
@@ -415,6 +424,10 @@ static void write_report(FILE *f, const vctx *v, const char *trace_path, const v
         pct(f, r->layer_err_median);
         fprintf(f, " %.4f | %.4f |\n", r->sim_hit_rate, r->real_hit_rate);
     }
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].refused)
+            fprintf(f, "\nRefused by the simulator (left out): %s, %s: %s\n", rows[i].policy,
+                    rows[i].label, rows[i].note);
     fprintf(f,
             "\nMedian |TPOT error| %.2f %% (target <= 5 %%), median |TTFT error| %.2f %% "
             "(target <= 10 %%), median |total error| %.2f %%.\n",
@@ -426,10 +439,13 @@ static void write_report(FILE *f, const vctx *v, const char *trace_path, const v
 }
 
 static json_t *rows_json(const validate_row *rows, size_t n, const validate_summary *s,
-                         const vctx *v) {
+                         const char *device, const char *profile, const char *trace_path,
+                         const char *model) {
     json_t *j = json_object(), *a = json_array();
-    json_object_set_new(j, "device", json_string(v->hw.gpu));
-    json_object_set_new(j, "profile", json_string(v->hw.name));
+    json_object_set_new(j, "device", json_string(device));
+    json_object_set_new(j, "profile", json_string(profile));
+    json_object_set_new(j, "trace", json_string(trace_path));
+    json_object_set_new(j, "model", json_string(model));
     for (size_t i = 0; i < n; i++) {
         const validate_row *r = &rows[i];
         json_t *o = json_object();
@@ -470,6 +486,93 @@ static json_t *rows_json(const validate_row *rows, size_t n, const validate_summ
     return j;
 }
 
+/* --merge: the rows of several `--json` outputs (e.g. one GPU call per budget) summarized as
+ * one validation set. No GPU needed. */
+static int merge_reports(const char **files, size_t n_files, const char *report, bool json) {
+    moesim_error err = {0};
+    validate_row *rows = NULL;
+    size_t n = 0;
+    char device[96] = "", profile[96] = "", trace_path[1024] = "", model[96] = "";
+    moesim_status st = MOESIM_OK;
+    for (size_t f = 0; f < n_files && !st; f++) {
+        json_error_t je;
+        json_t *j = json_load_file(files[f], 0, &je);
+        json_t *a = j ? json_object_get(j, "rows") : NULL;
+        if (!j || !json_is_array(a)) {
+            st = moesim_fail(&err, MOESIM_EINPUT,
+                             "%s: expected the JSON of `moesim validate "
+                             "--json` (%s)",
+                             files[f], j ? "no \"rows\" array" : je.text);
+            json_decref(j);
+            break;
+        }
+        const char *d = json_string_value(json_object_get(j, "device"));
+        if (f && d && strcmp(d, device))
+            st = moesim_fail(&err, MOESIM_EINPUT, "%s: device '%s', the first file's is '%s'",
+                             files[f], d, device);
+        snprintf(device, sizeof device, "%s", d ? d : "?");
+        const char *pr = json_string_value(json_object_get(j, "profile"));
+        const char *tp = json_string_value(json_object_get(j, "trace"));
+        const char *md = json_string_value(json_object_get(j, "model"));
+        snprintf(profile, sizeof profile, "%s", pr ? pr : "?");
+        snprintf(trace_path, sizeof trace_path, "%s", tp ? tp : "?");
+        snprintf(model, sizeof model, "%s", md ? md : "?");
+        size_t i;
+        json_t *o;
+        json_array_foreach(a, i, o) {
+            rows = moesim_xrealloc(rows, (n + 1) * sizeof *rows);
+            validate_row *r = &rows[n++];
+            memset(r, 0, sizeof *r);
+            const char *pol = json_string_value(json_object_get(o, "policy"));
+            const char *cfg = json_string_value(json_object_get(o, "configuration"));
+            snprintf(r->policy, sizeof r->policy, "%s", pol ? pol : "?");
+            snprintf(r->label, sizeof r->label, "%s", cfg ? cfg : "?");
+            snprintf(r->group, sizeof r->group, "%s", r->label);
+            const char *ref = json_string_value(json_object_get(o, "refused"));
+            if (ref) {
+                r->refused = true;
+                snprintf(r->note, sizeof r->note, "%s", ref);
+                continue;
+            }
+#define GET(field)                                                                                 \
+    (json_is_number(json_object_get(o, #field)) ? json_number_value(json_object_get(o, #field))    \
+                                                : NAN)
+            r->sim_tpot_ms = GET(sim_tpot_ms);
+            r->real_tpot_ms = GET(real_tpot_ms);
+            r->tpot_err = GET(tpot_err);
+            r->sim_ttft_ms = GET(sim_ttft_ms);
+            r->real_ttft_ms = GET(real_ttft_ms);
+            r->ttft_err = GET(ttft_err);
+            r->total_err = GET(total_err);
+            r->req_tpot_err_median = GET(req_tpot_err_median);
+            r->req_ttft_err_median = GET(req_ttft_err_median);
+            r->layer_err_median = GET(layer_err_median);
+            r->layer_err_max = GET(layer_err_max);
+            r->sim_hit_rate = GET(sim_hit_rate);
+            r->real_hit_rate = GET(real_hit_rate);
+#undef GET
+        }
+        json_decref(j);
+    }
+    if (!st) {
+        validate_summary s;
+        validate_summarize(rows, n, &s);
+        if (report) {
+            atomic_file af;
+            st = atomic_file_open(&af, report, &err);
+            if (!st) {
+                write_report(af.fp, device, profile, trace_path, model, rows, n, &s);
+                st = atomic_file_commit(&af, &err);
+            }
+        } else if (!json) {
+            write_report(stdout, device, profile, trace_path, model, rows, n, &s);
+        }
+        if (!st && json) cli_print_json(rows_json(rows, n, &s, device, profile, trace_path, model));
+    }
+    free(rows);
+    return st ? cli_fail(&err) : 0;
+}
+
 int cmd_validate(int argc, char **argv) {
     static const struct option opts[] = {
         {"trace", required_argument, NULL, 't'},   {"hw", required_argument, NULL, 'w'},
@@ -478,18 +581,25 @@ int cmd_validate(int argc, char **argv) {
         {"by", required_argument, NULL, 'b'},      {"set", required_argument, NULL, 's'},
         {"config", required_argument, NULL, 'c'},  {"seed", required_argument, NULL, 'e'},
         {"report", required_argument, NULL, 'r'},  {"json", no_argument, NULL, 'j'},
+        {"budgets", required_argument, NULL, 'B'}, {"merge", required_argument, NULL, 'G'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     char trace_path[1024] = "", hw_name[1024] = "";
     const char *policy_name = NULL, *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean",
-               *top_text = NULL, *seed_text = NULL, *report = NULL;
-    const char **sets = NULL, **files = NULL;
-    size_t n_sets = 0, n_files = 0;
+               *top_text = NULL, *seed_text = NULL, *report = NULL, *budgets = NULL;
+    const char **sets = NULL, **files = NULL, **merges = NULL;
+    size_t n_sets = 0, n_files = 0, n_merges = 0;
     bool json = false;
     int c, rc = 0;
     optind = 1;
     opterr = 0; /* one line: ours, naming the option */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
+        case 'B':
+            budgets = optarg;
+            break;
+        case 'G':
+            cli_collect(&merges, &n_merges, optarg);
+            break;
         case 't':
             snprintf(trace_path, sizeof trace_path, "%s", optarg);
             break;
@@ -530,19 +640,35 @@ int cmd_validate(int argc, char **argv) {
             fputs(validate_usage, stdout);
             free(sets);
             free(files);
+            free(merges);
             return 0;
         default:
             free(sets);
             free(files);
+            free(merges);
             return cli_usage_error("validate", "unknown option or missing argument: %s",
                                    argv[optind - 1]);
         }
     }
     uint64_t top = 5, seed = 1;
+    if (n_merges) {
+        free(sets);
+        free(files);
+        if (optind < argc || policy_name || experiment || winners) {
+            free(merges);
+            return cli_usage_error("validate", "--merge takes only --report and --json");
+        }
+        rc = merge_reports(merges, n_merges, report, json);
+        free(merges);
+        return rc;
+    }
     if (optind < argc)
         rc = cli_usage_error("validate", "unexpected argument '%s'", argv[optind]);
     else if ((policy_name != NULL) + (experiment != NULL) + (winners != NULL) != 1)
-        rc = cli_usage_error("validate", "give exactly one of --policy, --experiment, --winners");
+        rc = cli_usage_error("validate",
+                             "give exactly one of --policy, --experiment, --winners, --merge");
+    else if (budgets && !experiment)
+        rc = cli_usage_error("validate", "--budgets selects budgets of an --experiment file");
     else if (policy_name && !policy_lookup(policy_name))
         rc = cli_usage_error("validate", "unknown policy '%s' (known: %s)", policy_name,
                              policy_names());
@@ -562,8 +688,8 @@ int cmd_validate(int argc, char **argv) {
     run_spec *specs = NULL;
     size_t n_specs = 0;
     if (experiment) {
-        st = experiment_specs(experiment, &specs, &n_specs, trace_path, hw_name, sizeof trace_path,
-                              &err);
+        st = experiment_specs(experiment, budgets, &specs, &n_specs, trace_path, hw_name,
+                              sizeof trace_path, &err);
     } else if (winners) {
         st = winners_specs(winners, by, (uint32_t)top, &specs, &n_specs, &err);
     } else {
@@ -602,13 +728,16 @@ int cmd_validate(int argc, char **argv) {
             atomic_file af;
             st = atomic_file_open(&af, report, &err);
             if (!st) {
-                write_report(af.fp, &v, trace_path, rows, n_specs, &s);
+                write_report(af.fp, v.hw.gpu, v.hw.name, trace_path, v.model.name, rows, n_specs,
+                             &s);
                 st = atomic_file_commit(&af, &err);
             }
         } else if (!json) {
-            write_report(stdout, &v, trace_path, rows, n_specs, &s);
+            write_report(stdout, v.hw.gpu, v.hw.name, trace_path, v.model.name, rows, n_specs, &s);
         }
-        if (!st && json) cli_print_json(rows_json(rows, n_specs, &s, &v));
+        if (!st && json)
+            cli_print_json(
+                rows_json(rows, n_specs, &s, v.hw.gpu, v.hw.name, trace_path, v.model.name));
     }
     if (st) rc = cli_fail(&err);
     free(rows);

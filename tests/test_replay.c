@@ -4,6 +4,7 @@
  * arithmetic (errors, medians, policy order), and the replay / calibrate / validate commands:
  * bad arguments and a machine without a GPU (or a build without CUDA) exit 2 with one line. */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -395,10 +396,13 @@ Test(replay, without_a_gpu_every_gpu_command_exits_2_with_one_line) {
     model_geometry m;
     cr_assert_eq(model_load_by_name("olmoe-1b-7b", &m, &err), MOESIM_OK, "%s", err.msg);
     trace *t = fixture_trace(&m, 1, 4, 4, 1.0, 1);
-    const char *tp = test_tmp_path("replay-nogpu.h5");
+    char tp[4096];
+    snprintf(tp, sizeof tp, "%s", test_tmp_path("replay-nogpu.h5"));
     cr_assert_eq(trace_write(t, tp, &err), MOESIM_OK, "%s", err.msg);
     trace_destroy(t);
-    const char *tab = test_tmp_path("nogpu-table.txt"), *ini = test_tmp_path("nogpu.ini");
+    char tab[4096], ini[4096];
+    snprintf(tab, sizeof tab, "%s", test_tmp_path("nogpu-table.txt"));
+    snprintf(ini, sizeof ini, "%s", test_tmp_path("nogpu.ini"));
     int rc =
         test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "replay", "--synthetic-weights",
                         "--trace", tp, "--hw", "h100-sxm", "--policy", "lru", NULL);
@@ -413,4 +417,78 @@ Test(replay, without_a_gpu_every_gpu_command_exits_2_with_one_line) {
                          "h100-sxm", "--policy", "lru", NULL);
     cr_assert_eq(rc, 2, "%s", errbuf);
     cr_assert(strstr(errbuf, want) && lines(errbuf) == 1, "%s", errbuf);
+}
+
+Test(replay, merge_summarizes_several_json_outputs_without_a_gpu) {
+    char a[4096], b[4096], rep[4096], c[4096], rep2[4096];
+    snprintf(a, sizeof a, "%s", test_tmp_path("merge-a.json"));
+    snprintf(b, sizeof b, "%s", test_tmp_path("merge-b.json"));
+    snprintf(rep, sizeof rep, "%s", test_tmp_path("merge-report.md"));
+    snprintf(c, sizeof c, "%s", test_tmp_path("merge-c.json"));
+    snprintf(rep2, sizeof rep2, "%s", test_tmp_path("merge-report2.md"));
+    test_write_file(a, "{\"device\": \"NVIDIA H100 80GB HBM3\", \"profile\": \"h100-measured\", "
+                       "\"trace\": \"t.h5\", \"model\": \"qwen3-30b-a3b\", \"rows\": ["
+                       "{\"policy\": \"lru\", \"configuration\": \"budget 12 GiB\", "
+                       "\"sim_tpot_ms\": 10, \"real_tpot_ms\": 10.4, \"tpot_err\": -0.04, "
+                       "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5.5, \"ttft_err\": -0.09, "
+                       "\"total_err\": -0.02},"
+                       "{\"policy\": \"oracle\", \"configuration\": \"budget 12 GiB\", "
+                       "\"sim_tpot_ms\": 6, \"real_tpot_ms\": 6.1, \"tpot_err\": -0.02, "
+                       "\"sim_ttft_ms\": 4, \"real_ttft_ms\": 4.2, \"ttft_err\": -0.05, "
+                       "\"total_err\": -0.01},"
+                       "{\"policy\": \"static\", \"configuration\": \"budget 12 GiB\", "
+                       "\"refused\": \"experts do not fit\"}]}");
+    test_write_file(b, "{\"device\": \"NVIDIA H100 80GB HBM3\", \"profile\": \"h100-measured\", "
+                       "\"trace\": \"t.h5\", \"model\": \"qwen3-30b-a3b\", \"rows\": ["
+                       "{\"policy\": \"lru\", \"configuration\": \"budget 16 GiB\", "
+                       "\"sim_tpot_ms\": 8, \"real_tpot_ms\": 8, \"tpot_err\": 0, "
+                       "\"sim_ttft_ms\": 4, \"real_ttft_ms\": 4, \"ttft_err\": 0, "
+                       "\"total_err\": 0}]}");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                             "--merge", b, "--json", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert(j, "%s", je.text);
+    json_t *s = json_object_get(j, "summary");
+    cr_assert_float_eq(json_real_value(json_object_get(s, "tpot_abs_err_median")), 0.02, 1e-12);
+    cr_assert_float_eq(json_real_value(json_object_get(s, "ttft_abs_err_median")), 0.05, 1e-12);
+    cr_assert_eq(json_integer_value(json_object_get(s, "pairs")), 1);
+    cr_assert(json_is_true(json_object_get(s, "meets_targets")));
+    cr_assert_eq(json_array_size(json_object_get(j, "rows")), 4);
+    json_decref(j);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                         "--merge", b, "--report", rep, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    cr_assert(test_file_exists(rep));
+    /* a device mismatch, or a file that is not validate's JSON: one line, exit 2, no report */
+    test_write_file(c, "{\"device\": \"NVIDIA H200\", \"rows\": []}");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                         "--merge", c, "--report", rep2, NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "H200") && lines(errbuf) == 1, "%s", errbuf);
+    cr_assert(!test_file_exists(rep2));
+    test_write_file(c, "[1, 2]");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", c, NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert_eq(lines(errbuf), 1, "%s", errbuf);
+}
+
+Test(replay, winners_csv_errors_name_the_file_and_what_was_expected) {
+    const char *csv = test_tmp_path("winners.csv");
+    test_write_file(csv, "hash,memory.budget_gb,tpot_ms.mean\nab,12,5.0\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--winners", csv,
+                             "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "'policy'") && lines(errbuf) == 1, "%s", errbuf);
+    test_write_file(csv, "policy,memory.budget_gb,tpot_ms.mean\nlru,12,fast\n");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--winners", csv,
+                         "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, ":2:") && lines(errbuf) == 1, "%s", errbuf);
+    test_write_file(csv, "policy,memory.budget_gb,tpot_ms.mean\nnosuch,12,5\n");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--winners", csv,
+                         "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "nosuch") && lines(errbuf) == 1, "%s", errbuf);
 }
