@@ -36,7 +36,8 @@ static const char validate_usage[] =
     "                       [--budgets LIST] | --winners CSV [--top N] [--by COLUMN])\n"
     "                       [--set S.K=V ...] [--config FILE ...] [--seed N] [--report FILE]\n"
     "                       [--json]\n"
-    "       moesim validate --merge A.json --merge B.json ... [--report FILE] [--json]\n"
+    "       moesim validate --merge A.json --merge B.json ... [--report FILE] [--csv FILE]\n"
+    "                       [--json]\n"
     "\n"
     "Runs the simulator and the GPU replay on the same trace, geometry, calibrated profile\n"
     "(--hw: the one `moesim calibrate` wrote; pass its table with --set sim.cost_table=...),\n"
@@ -58,6 +59,7 @@ static const char validate_usage[] =
     "  --set, --config     settings for every run (as `moesim sim`)\n"
     "  --seed N            synthetic weights' seed (default 1)\n"
     "  --report FILE       the report as Markdown (default: stdout)\n"
+    "  --csv FILE          the rows as CSV (plots/validate.gp plots it)\n"
     "  --json              the rows and the summary as JSON on stdout\n"
     "  -h, --help          this text\n";
 
@@ -486,9 +488,27 @@ static json_t *rows_json(const validate_row *rows, size_t n, const validate_summ
     return j;
 }
 
+/* The rows as CSV for plots/validate.gp (refused configurations left out). */
+static moesim_status write_csv(const char *path, const validate_row *rows, size_t n,
+                               moesim_error *err) {
+    atomic_file af;
+    if (atomic_file_open(&af, path, err)) return MOESIM_EIO;
+    fprintf(af.fp, "policy,configuration,sim_tpot_ms,real_tpot_ms,tpot_err,sim_ttft_ms,"
+                   "real_ttft_ms,ttft_err,total_err\n");
+    for (size_t i = 0; i < n; i++) {
+        const validate_row *r = &rows[i];
+        if (r->refused) continue;
+        fprintf(af.fp, "%s,%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g\n", r->policy, r->label,
+                r->sim_tpot_ms, r->real_tpot_ms, r->tpot_err, r->sim_ttft_ms, r->real_ttft_ms,
+                r->ttft_err, r->total_err);
+    }
+    return atomic_file_commit(&af, err);
+}
+
 /* --merge: the rows of several `--json` outputs (e.g. one GPU call per budget) summarized as
  * one validation set. No GPU needed. */
-static int merge_reports(const char **files, size_t n_files, const char *report, bool json) {
+static int merge_reports(const char **files, size_t n_files, const char *report, const char *csv,
+                         bool json) {
     moesim_error err = {0};
     validate_row *rows = NULL;
     size_t n = 0;
@@ -567,6 +587,7 @@ static int merge_reports(const char **files, size_t n_files, const char *report,
         } else if (!json) {
             write_report(stdout, device, profile, trace_path, model, rows, n, &s);
         }
+        if (!st && csv) st = write_csv(csv, rows, n, &err);
         if (!st && json) cli_print_json(rows_json(rows, n, &s, device, profile, trace_path, model));
     }
     free(rows);
@@ -574,18 +595,26 @@ static int merge_reports(const char **files, size_t n_files, const char *report,
 }
 
 int cmd_validate(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"trace", required_argument, NULL, 't'},   {"hw", required_argument, NULL, 'w'},
-        {"policy", required_argument, NULL, 'p'},  {"experiment", required_argument, NULL, 'x'},
-        {"winners", required_argument, NULL, 'W'}, {"top", required_argument, NULL, 'n'},
-        {"by", required_argument, NULL, 'b'},      {"set", required_argument, NULL, 's'},
-        {"config", required_argument, NULL, 'c'},  {"seed", required_argument, NULL, 'e'},
-        {"report", required_argument, NULL, 'r'},  {"json", no_argument, NULL, 'j'},
-        {"budgets", required_argument, NULL, 'B'}, {"merge", required_argument, NULL, 'G'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"trace", required_argument, NULL, 't'},
+                                         {"hw", required_argument, NULL, 'w'},
+                                         {"policy", required_argument, NULL, 'p'},
+                                         {"experiment", required_argument, NULL, 'x'},
+                                         {"winners", required_argument, NULL, 'W'},
+                                         {"top", required_argument, NULL, 'n'},
+                                         {"by", required_argument, NULL, 'b'},
+                                         {"set", required_argument, NULL, 's'},
+                                         {"config", required_argument, NULL, 'c'},
+                                         {"seed", required_argument, NULL, 'e'},
+                                         {"report", required_argument, NULL, 'r'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"budgets", required_argument, NULL, 'B'},
+                                         {"merge", required_argument, NULL, 'G'},
+                                         {"csv", required_argument, NULL, 'C'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     char trace_path[1024] = "", hw_name[1024] = "";
     const char *policy_name = NULL, *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean",
-               *top_text = NULL, *seed_text = NULL, *report = NULL, *budgets = NULL;
+               *top_text = NULL, *seed_text = NULL, *report = NULL, *budgets = NULL, *csv = NULL;
     const char **sets = NULL, **files = NULL, **merges = NULL;
     size_t n_sets = 0, n_files = 0, n_merges = 0;
     bool json = false;
@@ -596,6 +625,9 @@ int cmd_validate(int argc, char **argv) {
         switch (c) {
         case 'B':
             budgets = optarg;
+            break;
+        case 'C':
+            csv = optarg;
             break;
         case 'G':
             cli_collect(&merges, &n_merges, optarg);
@@ -656,9 +688,9 @@ int cmd_validate(int argc, char **argv) {
         free(files);
         if (optind < argc || policy_name || experiment || winners) {
             free(merges);
-            return cli_usage_error("validate", "--merge takes only --report and --json");
+            return cli_usage_error("validate", "--merge takes only --report, --csv and --json");
         }
-        rc = merge_reports(merges, n_merges, report, json);
+        rc = merge_reports(merges, n_merges, report, csv, json);
         free(merges);
         return rc;
     }
@@ -735,6 +767,7 @@ int cmd_validate(int argc, char **argv) {
         } else if (!json) {
             write_report(stdout, v.hw.gpu, v.hw.name, trace_path, v.model.name, rows, n_specs, &s);
         }
+        if (!st && csv) st = write_csv(csv, rows, n_specs, &err);
         if (!st && json)
             cli_print_json(
                 rows_json(rows, n_specs, &s, v.hw.gpu, v.hw.name, trace_path, v.model.name));
