@@ -734,12 +734,12 @@ int cmd_validate(int argc, char **argv) {
         st = moesim_fail(&err, MOESIM_EINPUT,
                          "moesim validate: --trace and --hw are required (or [validate] trace "
                          "and hw in the experiment file)");
-    if (!st) st = replay_device_check(&err);
     vctx v = {.files = files, .n_files = n_files, .sets = sets, .n_sets = n_sets, .seed = seed};
     if (!st) st = trace_read(trace_path, &v.t, &err);
     if (!st) st = hw_load_by_name(hw_name, &v.hw, &err);
     if (!st) st = model_load_by_name(v.t->meta.model, &v.model, &err);
     if (!st) st = quant_table_load_default(&v.quant, &err);
+    if (!st) st = replay_device_check(&err); /* after the inputs: their errors come first */
     if (!st && n_specs) { /* one pinned host store for the runs (pinning tens of GB is slow) */
         st = run_formats(&v, &specs[0], v.store_formats, sizeof v.store_formats, &err);
         if (!st)

@@ -69,7 +69,7 @@ Test(gpu_replay, never_exceeds_the_emulated_card) {
 }
 
 Test(gpu_replay, no_expert_starts_before_its_copy_ended) {
-    const char *pols[] = {"ondemand", "lru", "firm_moe"};
+    const char *pols[] = {"ondemand", "lru", "firm-moe"};
     for (size_t i = 0; i < 3; i++) {
         const char *sets[] = {"memory.budget_gb=4", "sim.host_precisions=bf16,int4", NULL};
         sim_result r;

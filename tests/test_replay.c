@@ -474,6 +474,29 @@ Test(replay, merge_summarizes_several_json_outputs_without_a_gpu) {
     cr_assert_eq(lines(errbuf), 1, "%s", errbuf);
 }
 
+Test(replay, experiment_file_errors_name_the_file_and_the_field) {
+    char ini[4096];
+    snprintf(ini, sizeof ini, "%s", test_tmp_path("exp.ini"));
+    test_write_file(ini, "[validate]\npolicies = lru, nosuch\nbudgets_gb = 12\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment",
+                             ini, "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "nosuch") && strstr(errbuf, "exp.ini") && lines(errbuf) == 1, "%s",
+              errbuf);
+    test_write_file(ini, "[validate]\npolicies = lru\nbudgets_gb = 12, big\n");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment", ini,
+                         "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "budgets_gb") && lines(errbuf) == 1, "%s", errbuf);
+    /* the committed validation set parses: it fails only on its missing trace (not made here) */
+    char exp[4096];
+    snprintf(exp, sizeof exp, "%s/experiments/validate.ini", MOESIM_SOURCE_DIR);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment", exp,
+                         "--trace", "/nonexistent/validate.h5", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "/nonexistent/validate.h5") && lines(errbuf) == 1, "%s", errbuf);
+}
+
 Test(replay, winners_csv_errors_name_the_file_and_what_was_expected) {
     const char *csv = test_tmp_path("winners.csv");
     test_write_file(csv, "hash,memory.budget_gb,tpot_ms.mean\nab,12,5.0\n");
