@@ -347,8 +347,9 @@ static void deliver(rp *s, uint32_t xi, uint64_t now_ns) {
                                 (policy_class)x->cls, now_ns);
 }
 
-/* Retires finished chunks and submits new ones, highest class first. */
-static void pump(rp *s) {
+/* Retires finished chunks in submission order: parts become resident and the policy hears of
+ * completed loads. Never called from inside a policy callback (on_route may be issuing loads). */
+static void retire(rp *s) {
     while (!s->inflight.empty()) {
         rp_chunk c = s->inflight.front();
         cudaError_t e = cudaEventQuery(c.ev1);
@@ -373,6 +374,11 @@ static void pump(rp *s) {
         if (all && x->parts && c.part == 31 - __builtin_clz(x->parts))
             deliver(s, c.xfer, host_ns() - s->t0_host);
     }
+}
+
+/* Keeps COPY_WINDOW chunks in flight, taking the next chunk of the highest non-empty class:
+ * a demand load overtakes queued prefetches at the next chunk boundary. */
+static void submit(rp *s) {
     while (s->inflight.size() < COPY_WINDOW) {
         int cls = -1;
         for (int k = 0; k < 3 && cls < 0; k++)
@@ -411,6 +417,11 @@ static void pump(rp *s) {
         }
         s->inflight.push_back(c);
     }
+}
+
+static void pump(rp *s) {
+    retire(s);
+    submit(s);
 }
 
 /* ---- the memory system of the policy API ---- */
@@ -497,7 +508,7 @@ static policy_mem_result mem_load(policy_mem *s, uint32_t layer, uint32_t expert
             s->pf_count[layer]++;
         }
     }
-    pump(s);
+    submit(s); /* not retire: the policy is inside a callback */
     return POLICY_ISSUED;
 }
 
