@@ -82,7 +82,7 @@ typedef struct vctx {
     model_geometry model;
     quant_table quant;
     uint64_t seed;
-    replay_store *store; /* shared by the runs whose host precisions are store_formats */
+    replay_store *store; /* lent to every run (a run whose formats differ makes its own) */
     char store_formats[128];
 } vctx;
 
@@ -113,12 +113,13 @@ static moesim_status make_config(const vctx *v, const run_spec *r, config **out,
 
 /* sim.host_precisions of a run as its settings resolve it. */
 static moesim_status run_formats(const vctx *v, const run_spec *r, char *out, size_t len,
-                                 moesim_error *err) {
+                                 moesim_precision *primary, moesim_error *err) {
     config *c = NULL;
     moesim_status st = make_config(v, r, &c, err);
     sim_settings set;
     if (!st) st = sim_settings_read(c, &set, err);
     if (!st) snprintf(out, len, "%s", set.host_precisions);
+    if (!st) *primary = (moesim_precision)set.precision;
     config_destroy(c);
     return st;
 }
@@ -129,9 +130,7 @@ static moesim_status run_formats(const vctx *v, const run_spec *r, char *out, si
 static moesim_status run_pair(const vctx *v, const run_spec *r, validate_row *row,
                               moesim_error *err) {
     uint32_t R = v->t->n_requests, L = v->t->meta.n_layers;
-    char formats[128];
-    moesim_status fst = run_formats(v, r, formats, sizeof formats, err);
-    if (fst) return fst;
+
     validate_record sim_rec, real_rec;
     validate_record_init(&sim_rec, R, L);
     validate_record_init(&real_rec, R, L);
@@ -165,7 +164,7 @@ static moesim_status run_pair(const vctx *v, const run_spec *r, validate_row *ro
                             .quant = &v->quant,
                             .hooks = &h,
                             .weight_seed = v->seed,
-                            .store = strcmp(formats, v->store_formats) ? NULL : v->store};
+                            .store = v->store};
         st = replay_run(&in, r->policy, c2, &real_rec.r, NULL, err);
     }
     if (!st) st = validate_compare(&sim_rec, &real_rec, r->label, row, err);
@@ -741,10 +740,11 @@ int cmd_validate(int argc, char **argv) {
     if (!st) st = quant_table_load_default(&v.quant, &err);
     if (!st) st = replay_device_check(&err); /* after the inputs: their errors come first */
     if (!st && n_specs) { /* one pinned host store for the runs (pinning tens of GB is slow) */
-        st = run_formats(&v, &specs[0], v.store_formats, sizeof v.store_formats, &err);
+        moesim_precision primary = PREC_BF16;
+        st = run_formats(&v, &specs[0], v.store_formats, sizeof v.store_formats, &primary, &err);
         if (!st)
-            st = replay_store_create(&v.model, v.store_formats, v.hw.dram_bytes, v.seed, &v.store,
-                                     &err);
+            st = replay_store_create(&v.model, &v.quant, v.store_formats, primary, v.hw.dram_bytes,
+                                     NULL, v.seed, &v.store, &err);
     }
     validate_row *rows = moesim_xcalloc(n_specs ? n_specs : 1, sizeof *rows);
     for (size_t i = 0; i < n_specs && !st; i++) {

@@ -19,10 +19,12 @@ moesim_status replay_run(const replay_inputs *in, const char *policy_name, confi
     return moesim_fail(err, MOESIM_EINPUT, NO_CUDA);
 }
 
-moesim_status replay_store_create(const model_geometry *m, const char *host_precisions,
-                                  uint64_t dram_bytes, uint64_t seed, replay_store **out,
-                                  moesim_error *err) {
-    (void)m, (void)host_precisions, (void)dram_bytes, (void)seed, (void)out;
+moesim_status replay_store_create(const model_geometry *m, const quant_table *q,
+                                  const char *host_precisions, moesim_precision primary,
+                                  uint64_t dram_bytes, const char *ssd_dir, uint64_t seed,
+                                  replay_store **out, moesim_error *err) {
+    (void)m, (void)q, (void)host_precisions, (void)primary, (void)dram_bytes, (void)ssd_dir;
+    (void)seed, (void)out;
     return moesim_fail(err, MOESIM_EINPUT, NO_CUDA);
 }
 

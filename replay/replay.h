@@ -1,6 +1,6 @@
 /* Replay: the same policy objects as the simulator (policies/policy.h, looked up with
  * policy_lookup) driving a real GPU. The memory system of the policy API is implemented for real
- * (replay/run.c over replay/device.cu): device expert pools of fixed-size blocks per precision
+ * (replay/run.cu): device expert pools of fixed-size blocks per precision
  * carved from one allocation made before the clock starts (no cudaMalloc on the hot path),
  * expert weights in pinned host memory (and in an SSD-backed file, read with O_DIRECT into a
  * pinned bounce buffer, for experts that do not fit the profile's DRAM), a demand copy stream
@@ -101,15 +101,19 @@ uint64_t replay_pool_blocks(uint64_t pool_bytes, uint64_t part_bytes, uint64_t n
 
 /* ---- the run ---- */
 
-/* The pinned host store: every expert of the model at each format of `host_precisions` ("all":
- * the kernels' bf16, int8, int4, int2; or a comma list), random bytes from `seed`, one blob
- * [gate | up | down] per (layer, expert). Fails when it would exceed `dram_bytes` (the profile's
- * dram_gib) or cannot be pinned. A validation creates one and lends it to all its runs. Caller
- * owns; replay_store_destroy (accepts NULL). */
+/* The host store: every expert of the model at each format of `host_precisions` ("all": the
+ * kernels' bf16, int8, int4, int2; or a comma list; expert.precision `primary` always), random
+ * bytes from `seed`, one blob [gate | up | down] per (layer, expert). Placed as the simulator
+ * places it (sim/README.md "SSD tier"): `primary` first, then the smaller formats, layer by
+ * layer, expert by expert, in pinned DRAM while `dram_bytes` (the profile's dram_gib) lasts; the
+ * rest in a file under `ssd_dir` (NULL: /var/tmp) read with O_DIRECT into pinned bounce slots. A
+ * validation creates one and lends it to its runs. Caller owns; replay_store_destroy (accepts
+ * NULL; removes the SSD file). */
 typedef struct replay_store replay_store;
-moesim_status replay_store_create(const model_geometry *m, const char *host_precisions,
-                                  uint64_t dram_bytes, uint64_t seed, replay_store **out,
-                                  moesim_error *err);
+moesim_status replay_store_create(const model_geometry *m, const quant_table *q,
+                                  const char *host_precisions, moesim_precision primary,
+                                  uint64_t dram_bytes, const char *ssd_dir, uint64_t seed,
+                                  replay_store **out, moesim_error *err);
 void replay_store_destroy(replay_store *s);
 
 typedef struct replay_inputs {
@@ -122,7 +126,9 @@ typedef struct replay_inputs {
                                   its copies' events), on_request_done, on_layer_done */
     uint64_t weight_seed;      /* synthetic weights: same seed, same bytes */
     const replay_store *store; /* borrowed host store, or NULL: the run makes its own from
-                                  sim.host_precisions */
+                                  sim.host_precisions (also when the store's formats or
+                                  expert.precision differ from the run's) */
+    const char *ssd_dir;       /* the run's own SSD store (NULL: /var/tmp) */
 } replay_inputs;
 
 /* What a replay measured beyond sim_result (checks of the GPU tests). */

@@ -20,11 +20,14 @@
  * router's output. Figures and the timeline come from CUDA events (ns from the run's first
  * event). */
 #include <cuda_runtime.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -80,16 +83,26 @@ static void fill_random(void *p, size_t bytes, uint64_t seed) {
     }
 }
 
-/* ---- the pinned host store ---- */
+/* ---- the host store: pinned DRAM, and an SSD file for what does not fit ---- */
 
 struct replay_store {
     model_geometry m;
+    moesim_precision primary;
     bool stored[PREC_COUNT];
     uint64_t dev_part_bytes[PREC_COUNT][PART_COUNT]; /* kernel format bytes of one part */
-    uint8_t *host[PREC_COUNT]; /* [L][E][gate | up | down] pinned, dev_part_bytes each */
+    uint64_t blob_bytes[PREC_COUNT];                 /* gate | up | down of one expert */
+    uint64_t *host_off[PREC_COUNT];  /* [L*E] offset in host[p], or UINT64_MAX: on the SSD */
+    uint8_t *host[PREC_COUNT];       /* pinned DRAM experts, blob_bytes each, packed */
+    uint64_t ssd_stride[PREC_COUNT]; /* blob_bytes rounded up to SSD_ALIGN */
+    uint64_t *ssd_off[PREC_COUNT];   /* [L*E] offset in the SSD file of p, or UINT64_MAX */
+    int ssd_fd[PREC_COUNT];          /* O_DIRECT read descriptor, or -1 */
+    char ssd_path[PREC_COUNT][600];
+    uint64_t n_on_ssd;
 };
 
 #define FILL_TILE (64ull << 20) /* random bytes are made once per tile and repeated */
+#define SSD_ALIGN 4096ull       /* O_DIRECT: offsets, sizes and buffers aligned to this */
+#define SSD_SLOTS 8             /* bounce slots; ssd_read asserts one is free (<= 5 in use) */
 
 /* Random weights: a seeded tile repeated over the buffer (timing depends on bytes, not values;
  * making 60 GB of fresh random numbers would dominate a validation run). */
@@ -100,28 +113,68 @@ static void fill_tiled(uint8_t *p, uint64_t bytes, uint64_t seed) {
         memcpy(p + o, p, bytes - o < tile ? bytes - o : tile);
 }
 
-static moesim_status parse_host_precisions(const char *text, bool stored[PREC_COUNT],
-                                           moesim_error *err);
+static moesim_status parse_host_precisions(const char *text, moesim_precision primary,
+                                           bool stored[PREC_COUNT], moesim_error *err);
 
-extern "C" moesim_status replay_store_create(const model_geometry *m, const char *host_precisions,
-                                             uint64_t dram_bytes, uint64_t seed, replay_store **out,
-                                             moesim_error *err) {
+/* Writes the SSD file of precision p: n blobs at ssd_stride, random bytes (one tile repeated),
+ * then reopens it for O_DIRECT reads. */
+static moesim_status ssd_file_make(replay_store *r, int p, uint64_t n, const char *dir,
+                                   uint64_t seed, moesim_error *err) {
+    snprintf(r->ssd_path[p], sizeof r->ssd_path[p], "%s/moesim-replay-ssd-%d-%s.bin", dir,
+             (int)getpid(), precision_name((moesim_precision)p));
+    int fd = open(r->ssd_path[p], O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        return moesim_fail(err, MOESIM_EIO, "%s: cannot create the SSD store (%s)", r->ssd_path[p],
+                           strerror(errno));
+    uint64_t bytes = n * r->ssd_stride[p], tile = bytes < FILL_TILE ? bytes : FILL_TILE;
+    uint8_t *buf = (uint8_t *)moesim_xmalloc(tile);
+    fill_random(buf, tile, seed);
+    for (uint64_t o = 0; o < bytes;) {
+        uint64_t want = bytes - o < tile ? bytes - o : tile;
+        ssize_t w = pwrite(fd, buf, want, (off_t)o);
+        if (w <= 0) {
+            free(buf);
+            close(fd);
+            return moesim_fail(err, MOESIM_EIO, "%s: write failed after %" PRIu64 " bytes (%s)",
+                               r->ssd_path[p], o, strerror(errno));
+        }
+        o += (uint64_t)w;
+    }
+    free(buf);
+    if (fsync(fd) || close(fd))
+        return moesim_fail(err, MOESIM_EIO, "%s: %s", r->ssd_path[p], strerror(errno));
+    r->ssd_fd[p] = open(r->ssd_path[p], O_RDONLY | O_DIRECT);
+    if (r->ssd_fd[p] < 0)
+        return moesim_fail(err, MOESIM_EIO,
+                           "%s: cannot open with O_DIRECT (%s); put the SSD store on a disk "
+                           "file system (tmpfs may refuse O_DIRECT)",
+                           r->ssd_path[p], strerror(errno));
+    return MOESIM_OK;
+}
+
+extern "C" moesim_status replay_store_create(const model_geometry *m, const quant_table *q,
+                                             const char *host_precisions, moesim_precision primary,
+                                             uint64_t dram_bytes, const char *ssd_dir,
+                                             uint64_t seed, replay_store **out, moesim_error *err) {
     moesim_status st = replay_device_check(err);
     if (st) return st;
     replay_store *r = (replay_store *)moesim_xcalloc(1, sizeof *r);
     r->m = *m;
-    if ((st = parse_host_precisions(host_precisions, r->stored, err))) {
+    r->primary = primary;
+    for (int p = 0; p < PREC_COUNT; p++) r->ssd_fd[p] = -1;
+    if ((st = parse_host_precisions(host_precisions, primary, r->stored, err))) {
         free(r);
         return st;
     }
-    uint64_t total = 0;
+    size_t LE = (size_t)m->n_moe_layers * m->n_experts;
+    uint64_t acct[PREC_COUNT] = {0}; /* the simulator's bytes of one expert (placement) */
     for (int p = 0; p < PREC_COUNT; p++)
         for (int part = 0; part < PART_COUNT && r->stored[p]; part++) {
             bool down = part == PART_DOWN;
             uint64_t rows = down ? m->hidden : m->expert_inter;
             uint64_t cols = down ? m->expert_inter : m->hidden;
             if (p != PREC_BF16 && cols % QUANT_GROUP) {
-                free(r);
+                replay_store_destroy(r);
                 return moesim_fail(err, MOESIM_EINPUT,
                                    "model '%s': width %" PRIu64 " is not a multiple of the %d-wide "
                                    "quantization groups of the %s kernels",
@@ -130,28 +183,60 @@ extern "C" moesim_status replay_store_create(const model_geometry *m, const char
             r->dev_part_bytes[p][part] =
                 p == PREC_BF16 ? rows * cols * 2
                                : quant_matrix_size_bytes((moesim_precision)p, rows, cols);
-            total += r->dev_part_bytes[p][part] * m->n_moe_layers * m->n_experts;
+            r->blob_bytes[p] += r->dev_part_bytes[p][part];
+            acct[p] += model_expert_part_bytes(m, q, (expert_part)part, (moesim_precision)p);
         }
-    if (total > dram_bytes) {
-        free(r);
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "the experts at sim.host_precisions = %s need %.2f GiB of host memory; "
-                           "the profile's dram_gib is %.2f: store fewer formats (replay keeps "
-                           "every expert in pinned DRAM)",
-                           host_precisions, total / GIB, dram_bytes / GIB);
+    /* sim.c's place_on_ssd: expert.precision first, then the smaller formats first; layers and
+     * experts in order until DRAM is full */
+    int order[PREC_COUNT], n_order = 0;
+    order[n_order++] = primary;
+    for (;;) {
+        int best = -1;
+        for (int p = 0; p < PREC_COUNT; p++) {
+            bool used = false;
+            for (int i = 0; i < n_order; i++) used |= order[i] == p;
+            if (!used && r->stored[p] && (best < 0 || acct[p] < acct[best])) best = p;
+        }
+        if (best < 0) break;
+        order[n_order++] = best;
+    }
+    uint64_t left = dram_bytes, host_bytes[PREC_COUNT] = {0}, n_ssd[PREC_COUNT] = {0};
+    for (int i = 0; i < n_order; i++) {
+        int p = order[i];
+        r->host_off[p] = (uint64_t *)moesim_xmalloc(LE * sizeof(uint64_t));
+        r->ssd_off[p] = (uint64_t *)moesim_xmalloc(LE * sizeof(uint64_t));
+        r->ssd_stride[p] = (r->blob_bytes[p] + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN;
+        for (size_t le = 0; le < LE; le++) {
+            if (acct[p] <= left) {
+                left -= acct[p];
+                r->host_off[p][le] = host_bytes[p];
+                r->ssd_off[p][le] = UINT64_MAX;
+                host_bytes[p] += r->blob_bytes[p];
+            } else {
+                r->host_off[p][le] = UINT64_MAX;
+                r->ssd_off[p][le] = n_ssd[p]++ * r->ssd_stride[p];
+            }
+        }
+        r->n_on_ssd += n_ssd[p];
     }
     for (int p = 0; p < PREC_COUNT; p++) {
-        uint64_t b = (r->dev_part_bytes[p][0] + r->dev_part_bytes[p][1] + r->dev_part_bytes[p][2]) *
-                     m->n_moe_layers * m->n_experts;
-        if (!b) continue;
-        if (cudaHostAlloc((void **)&r->host[p], b, cudaHostAllocDefault) != cudaSuccess) {
-            cudaGetLastError();
-            replay_store_destroy(r);
-            return moesim_fail(err, MOESIM_ENOMEM,
-                               "cannot pin %.2f GiB of host memory for the %s experts", b / GIB,
-                               precision_name((moesim_precision)p));
+        if (host_bytes[p]) {
+            if (cudaHostAlloc((void **)&r->host[p], host_bytes[p], cudaHostAllocDefault) !=
+                cudaSuccess) {
+                cudaGetLastError();
+                replay_store_destroy(r);
+                return moesim_fail(err, MOESIM_ENOMEM,
+                                   "cannot pin %.2f GiB of host memory for the %s experts (the "
+                                   "profile's dram_gib decides how much is kept in DRAM)",
+                                   host_bytes[p] / GIB, precision_name((moesim_precision)p));
+            }
+            fill_tiled(r->host[p], host_bytes[p], seed * 131 + (uint64_t)p);
         }
-        fill_tiled(r->host[p], b, seed * 131 + (uint64_t)p);
+        if (n_ssd[p] && (st = ssd_file_make(r, p, n_ssd[p], ssd_dir ? ssd_dir : "/var/tmp",
+                                            seed * 131 + p, err))) {
+            replay_store_destroy(r);
+            return st;
+        }
     }
     *out = r;
     return MOESIM_OK;
@@ -159,8 +244,13 @@ extern "C" moesim_status replay_store_create(const model_geometry *m, const char
 
 extern "C" void replay_store_destroy(replay_store *r) {
     if (!r) return;
-    for (int p = 0; p < PREC_COUNT; p++)
+    for (int p = 0; p < PREC_COUNT; p++) {
         if (r->host[p]) cudaFreeHost(r->host[p]);
+        free(r->host_off[p]);
+        free(r->ssd_off[p]);
+        if (r->ssd_fd[p] >= 0) close(r->ssd_fd[p]);
+        if (r->ssd_path[p][0]) unlink(r->ssd_path[p]);
+    }
     free(r);
 }
 
@@ -173,6 +263,7 @@ typedef struct rp_xfer {
     uint64_t sent; /* bytes of next_part already submitted */
     uint64_t seq;
     uint64_t t_issue_ns;
+    int32_t slot; /* bounce buffer slot holding the expert read from the SSD, or -1 */
 } rp_xfer;
 
 typedef struct rp_chunk {
@@ -218,6 +309,10 @@ struct policy_mem {
     /* host store: borrowed from the inputs, or the run's own */
     const replay_store *store;
     replay_store *own_store;
+    uint8_t *bounce;     /* [SSD_SLOTS][slot_bytes] pinned: experts read from the SSD */
+    uint64_t slot_bytes; /* the largest SSD stride */
+    std::vector<int32_t> free_slots;
+    uint64_t ssd_bytes, ssd_busy_ns;
 
     /* copies */
     std::vector<rp_xfer> xf;
@@ -329,16 +424,63 @@ static uint32_t block_take(rp *s, uint32_t p) {
 
 static void *block_ptr(rp *s, uint32_t p, uint32_t b) { return s->arena + s->block_off[p][b]; }
 
-static const uint8_t *host_part(rp *s, uint32_t l, uint32_t e, uint32_t p, int part) {
-    /* parts of one expert are consecutive; gate and up have one size, down another */
-    uint64_t per_expert =
-        s->dev_part_bytes[p][0] + s->dev_part_bytes[p][1] + s->dev_part_bytes[p][2];
-    uint64_t o = ((size_t)l * s->E + e) * per_expert;
-    for (int q = 0; q < part; q++) o += s->dev_part_bytes[p][q];
-    return s->store->host[p] + o;
+/* Where part `part` of (l, e, p) is on the host: its pinned DRAM blob, or the bounce slot an SSD
+ * read filled (slot >= 0). */
+static const uint8_t *host_part(rp *s, uint32_t l, uint32_t e, uint32_t p, int part, int32_t slot) {
+    uint64_t po = 0;
+    for (int q = 0; q < part; q++) po += s->dev_part_bytes[p][q];
+    if (slot >= 0) return s->bounce + (uint64_t)slot * s->slot_bytes + po;
+    uint64_t off = s->store->host_off[p][(size_t)l * s->E + e];
+    MOESIM_ASSERT(off != UINT64_MAX);
+    return s->store->host[p] + off + po;
 }
 
 /* ---- copies ---- */
+
+/* Reads the parts of x's expert from the SSD store (O_DIRECT, the aligned range covering them)
+ * into a free bounce slot, on the host thread: SSD time then PCIe time, as the simulator models a
+ * GPU without GPUDirect Storage. An I/O error mid-run cannot be recovered: reported, aborted. */
+static void ssd_read(rp *s, rp_xfer *x) {
+    MOESIM_ASSERT(!s->free_slots.empty()); /* at most 3 class heads + COPY_WINDOW transfers */
+    x->slot = s->free_slots.back();
+    s->free_slots.pop_back();
+    const replay_store *st = s->store;
+    size_t le = (size_t)x->layer * s->E + x->expert;
+    uint64_t lo = UINT64_MAX, hi = 0, po = 0, bytes = 0;
+    for (int part = 0; part < PART_COUNT; part++) {
+        uint64_t n = s->dev_part_bytes[x->prec][part];
+        if (x->parts & (1u << part)) {
+            if (po < lo) lo = po;
+            hi = po + n;
+            bytes += n;
+        }
+        po += n;
+    }
+    lo = lo / SSD_ALIGN * SSD_ALIGN;
+    hi = (hi + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN;
+    uint8_t *dst = s->bounce + (uint64_t)x->slot * s->slot_bytes;
+    uint64_t t0 = host_ns();
+    for (uint64_t o = lo; o < hi;) {
+        ssize_t r =
+            pread(st->ssd_fd[x->prec], dst + o, hi - o, (off_t)(st->ssd_off[x->prec][le] + o));
+        if (r <= 0) cuda_check_fail("pread", strerror(r < 0 ? errno : EIO), __FILE__, __LINE__);
+        o += (uint64_t)r;
+    }
+    uint64_t t1 = host_ns();
+    if (s->warmup) return; /* initial placement: before the clock starts */
+    s->ssd_busy_ns += t1 - t0;
+    s->ssd_bytes += bytes;
+    if (s->tl.on) {
+        char name[64];
+        snprintf(name, sizeof name, "L%u e%u %s ssd", x->layer, x->expert,
+                 precision_name((moesim_precision)x->prec));
+        sim_timeline_slice(&s->tl, SIM_TRACK_SSD, "ssd", name, t0 - s->t0_host, t1 - s->t0_host);
+    }
+}
+
+static bool on_ssd(const rp *s, uint32_t layer, uint32_t expert, uint32_t p) {
+    return s->store->host_off[p][(size_t)layer * s->E + expert] == UINT64_MAX;
+}
 
 static void deliver(rp *s, uint32_t xi, uint64_t now_ns) {
     rp_xfer *x = &s->xf[xi];
@@ -371,8 +513,13 @@ static void retire(rp *s) {
                 size_t pj = lep_of(s, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
                 all &= s->state[pj] != POLICY_LOADING || s->xfer_of[pj] != c.xfer;
             }
-        if (all && x->parts && c.part == 31 - __builtin_clz(x->parts))
+        if (all && x->parts && c.part == 31 - __builtin_clz(x->parts)) {
+            if (x->slot >= 0) { /* its bytes have left the bounce buffer */
+                s->free_slots.push_back(x->slot);
+                x->slot = -1;
+            }
             deliver(s, c.xfer, host_ns() - s->t0_host);
+        }
     }
 }
 
@@ -396,15 +543,17 @@ static void submit(rp *s) {
         while (x->next_part < PART_COUNT && !(x->parts & (1u << x->next_part))) x->next_part++;
         if (x->next_part >= PART_COUNT) continue;
         int part = x->next_part;
+        if (!x->started && on_ssd(s, x->layer, x->expert, x->prec)) ssd_read(s, x);
         size_t pi = lep_of(s, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
         uint64_t total = s->dev_part_bytes[x->prec][part];
         uint64_t n = total - x->sent < s->chunk_bytes ? total - x->sent : s->chunk_bytes;
         cudaStream_t st = cls == POLICY_DEMAND ? s->s_demand : s->s_bg;
         rp_chunk c = {xi, -1, cev_get(s), cev_get(s), n};
         CUDA_CHECK(cudaEventRecord(c.ev0, st));
-        CUDA_CHECK(cudaMemcpyAsync((uint8_t *)block_ptr(s, x->prec, s->block[pi]) + x->sent,
-                                   host_part(s, x->layer, x->expert, x->prec, part) + x->sent, n,
-                                   cudaMemcpyHostToDevice, st));
+        CUDA_CHECK(
+            cudaMemcpyAsync((uint8_t *)block_ptr(s, x->prec, s->block[pi]) + x->sent,
+                            host_part(s, x->layer, x->expert, x->prec, part, x->slot) + x->sent, n,
+                            cudaMemcpyHostToDevice, st));
         CUDA_CHECK(cudaEventRecord(c.ev1, st));
         x->started = true;
         x->sent += n;
@@ -474,8 +623,8 @@ static policy_mem_result mem_load(policy_mem *s, uint32_t layer, uint32_t expert
     s->prec_used[p] += bytes;
     s->experts_used += bytes;
     uint32_t xi = (uint32_t)s->xf.size();
-    rp_xfer x = {layer, expert, (uint8_t)p, (uint8_t)need, (uint8_t)cls,
-                 0,     false,  0,          s->xfer_seq++, host_ns()};
+    rp_xfer x = {layer,         expert,    (uint8_t)p, (uint8_t)need, (uint8_t)cls, 0, false, 0,
+                 s->xfer_seq++, host_ns(), -1};
     for (int part = 0; part < PART_COUNT; part++)
         if (need & (1u << part)) {
             size_t pi = lep * PART_COUNT + part;
@@ -484,15 +633,17 @@ static policy_mem_result mem_load(policy_mem *s, uint32_t layer, uint32_t expert
             s->xfer_of[pi] = xi;
         }
     if (s->warmup) { /* initial placement: copied before the clock starts */
+        if (on_ssd(s, layer, expert, p)) ssd_read(s, &x);
         for (int part = 0; part < PART_COUNT; part++)
             if (need & (1u << part)) {
                 size_t pi = lep * PART_COUNT + part;
                 CUDA_CHECK(cudaMemcpy(block_ptr(s, p, got[part]),
-                                      host_part(s, layer, expert, p, part),
+                                      host_part(s, layer, expert, p, part, x.slot),
                                       s->dev_part_bytes[p][part], cudaMemcpyHostToDevice));
                 s->state[pi] = POLICY_RESIDENT;
                 s->xfer_of[pi] = NONE;
             }
+        if (x.slot >= 0) s->free_slots.push_back(x.slot);
         s->warmup_bytes += bytes;
         s->warm_lep.push_back((uint32_t)lep);
         s->warm_parts.push_back((uint8_t)(need | (uint32_t)cls << 4));
@@ -983,12 +1134,20 @@ static void *dev_random(rp *s, uint64_t bytes, uint64_t seed) {
     return d;
 }
 
-static moesim_status parse_host_precisions(const char *text, bool stored[PREC_COUNT],
-                                           moesim_error *err) {
+/* sim.c's reading of sim.host_precisions (expert.precision always stored), limited to the
+ * formats the GPU kernels have. */
+static moesim_status parse_host_precisions(const char *text, moesim_precision primary,
+                                           bool stored[PREC_COUNT], moesim_error *err) {
     bool kernel_has[PREC_COUNT] = {false};
     kernel_has[PREC_BF16] = kernel_has[PREC_INT8] = kernel_has[PREC_INT4] = true;
     kernel_has[PREC_INT2] = true;
+    if (!kernel_has[primary])
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "expert.precision = %s: the GPU kernels have no such experts (bf16, "
+                           "int8, int4, int2)",
+                           precision_name(primary));
     for (int p = 0; p < PREC_COUNT; p++) stored[p] = false;
+    stored[primary] = true;
     if (!strcmp(text, "all")) {
         for (int p = 0; p < PREC_COUNT; p++) stored[p] = kernel_has[p];
         return MOESIM_OK;
@@ -1053,7 +1212,7 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
         if ((st = cost_table_load(&c, s->set.cost_table, err))) return st;
     }
     bool stored[PREC_COUNT];
-    if ((st = parse_host_precisions(s->set.host_precisions, stored, err))) return st;
+    if ((st = parse_host_precisions(s->set.host_precisions, s->prec, stored, err))) return st;
     if (!stored[s->prec])
         return moesim_fail(err, MOESIM_EINPUT,
                            "expert.precision = %s: the GPU kernels have no such experts (bf16, "
@@ -1076,22 +1235,29 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
                                  s->sch.kv_peak_bytes, bwhere, cwhere, &s->bud, err)))
         return st;
 
-    /* host store: the caller's (validate shares one over its runs), or the run's own */
-    if (in->store) {
-        for (int p = 0; p < PREC_COUNT; p++)
-            if (stored[p] && !in->store->stored[p])
-                return moesim_fail(err, MOESIM_EINPUT,
-                                   "sim.host_precisions = %s: the shared host store has no %s "
-                                   "experts",
-                                   s->set.host_precisions, precision_name((moesim_precision)p));
-        if (memcmp(&in->store->m, m, sizeof *m))
-            return moesim_fail(err, MOESIM_EINPUT, "the shared host store holds another model");
+    /* host store: the caller's when it holds this run's formats placed for this run's
+     * expert.precision (validate shares one over its runs), else the run's own */
+    bool fits = in->store && in->store->primary == s->prec && !memcmp(&in->store->m, m, sizeof *m);
+    for (int p = 0; fits && p < PREC_COUNT; p++) fits = in->store->stored[p] == stored[p];
+    if (fits) {
         s->store = in->store;
     } else {
-        if ((st = replay_store_create(m, s->set.host_precisions, in->hw->dram_bytes,
-                                      in->weight_seed, &s->own_store, err)))
+        if ((st = replay_store_create(m, in->quant, s->set.host_precisions, s->prec,
+                                      in->hw->dram_bytes, in->ssd_dir, in->weight_seed,
+                                      &s->own_store, err)))
             return st;
         s->store = s->own_store;
+    }
+    if (s->store->n_on_ssd) { /* bounce slots: 3 class heads + COPY_WINDOW transfers at most */
+        for (int p = 0; p < PREC_COUNT; p++)
+            if (stored[p] && s->store->ssd_stride[p] > s->slot_bytes)
+                s->slot_bytes = s->store->ssd_stride[p];
+        if (cudaHostAlloc((void **)&s->bounce, SSD_SLOTS * s->slot_bytes, cudaHostAllocDefault) !=
+            cudaSuccess) {
+            cudaGetLastError();
+            return moesim_fail(err, MOESIM_ENOMEM, "cannot pin the SSD bounce buffer");
+        }
+        for (int32_t i = SSD_SLOTS - 1; i >= 0; i--) s->free_slots.push_back(i);
     }
     for (int p = 0; p < PREC_COUNT; p++) /* blocks only for the formats this run stores */
         for (int part = 0; part < PART_COUNT; part++)
@@ -1468,6 +1634,8 @@ static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_en
     chunks_account(s); /* the drained copies */
     uint64_t busy = s->h2d_busy_ns;
     r->h2d_busy_ms = (double)busy / 1e6;
+    r->ssd_bytes = s->ssd_bytes;
+    r->ssd_busy_ms = (double)s->ssd_busy_ns / 1e6;
     r->peak_hbm_bytes =
         s->bud.non_expert_bytes + s->bud.act_bytes + s->bud.kv_peak_bytes + s->arena_top;
     if (s->pm->report) {
@@ -1497,6 +1665,7 @@ static void rp_teardown(rp *s) {
     for (cudaEvent_t e : s->cev_all) cudaEventDestroy(e);
     if (s->ev_start) cudaEventDestroy(s->ev_start);
     replay_store_destroy(s->own_store);
+    if (s->bounce) cudaFreeHost(s->bounce);
     void *dev[] = {s->arena, s->w_lm,   s->x,        s->y,  s->h1,
                    s->h2,    s->x_bf16, s->attn_out, s->kv, s->probs};
     for (void *d : dev)
