@@ -67,8 +67,9 @@ moesim_status calib_write_profile(const calib_results *c, const hw_profile *base
     fprintf(f, "[ssd]\nread_gb_per_s = %.6g ; derived: copied from %s\n",
             base->ssd_read_bytes_per_s / 1e9, b);
     fprintf(f, "latency_us = %.6g ; derived: copied from %s\n", base->ssd_latency_ns / 1e3, b);
-    fprintf(f, "gpu_direct_storage = %s ; derived: copied from %s\n",
-            base->gpu_direct_storage ? "true" : "false", b);
+    fprintf(f, "gpu_direct_storage = false ; derived: moesim replay reads SSD experts through a "
+               "pinned DRAM bounce buffer (no cuFile), so the profile it is validated against "
+               "does too\n");
     if (ferror(f)) {
         atomic_file_abort(&af);
         return moesim_fail(err, MOESIM_EIO, "%s: write failed", path);

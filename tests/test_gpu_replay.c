@@ -99,6 +99,34 @@ Test(gpu_replay, back_to_back_copies_reach_the_calibrated_bandwidth) {
                   cal.h2d_peak_gb_per_s);
 }
 
+Test(gpu_replay, experts_beyond_dram_come_from_the_ssd_store_as_in_the_simulator) {
+    /* 2 GiB of DRAM for 12.6 GiB of bf16 experts: most loads read the SSD store first */
+    hw_profile small = hw;
+    small.dram_bytes = 2ull << 30;
+    small.gpu_direct_storage = false;
+    const char *sets[] = {"memory.budget_gb=12", "cache.experts_per_layer=16",
+                          "sim.host_precisions=bf16", NULL};
+    sim_result real, sim;
+    replay_checks ck;
+    moesim_error err = {0};
+    config *c = config_create();
+    for (const char *const *s = sets; *s; s++) config_set(c, *s, &err);
+    replay_inputs in = {
+        .trace = tr, .model = &model, .hw = &small, .quant = &quant, .weight_seed = 1};
+    cr_assert_eq(replay_run(&in, "lru", c, &real, &ck, &err), MOESIM_OK, "%s", err.msg);
+    config_destroy(c);
+    c = config_create();
+    for (const char *const *s = sets; *s; s++) config_set(c, *s, &err);
+    sim_inputs sin = {.trace = tr, .model = &model, .hw = &small, .quant = &quant};
+    cr_assert_eq(sim_run(&sin, "lru", c, &sim, &err), MOESIM_OK, "%s", err.msg);
+    config_destroy(c);
+    cr_assert_gt(sim.ssd_bytes, 0);
+    cr_assert_eq(real.ssd_bytes, sim.ssd_bytes);
+    cr_assert_eq(real.hits, sim.hits);
+    cr_assert_gt(real.ssd_busy_ms, 0);
+    cr_assert_eq(ck.order_violations, 0);
+}
+
 Test(gpu_replay, lru_hits_equal_the_simulators_on_the_same_trace) {
     static const char *const caches[] = {"cache.experts_per_layer=8", "cache.experts_per_layer=16",
                                          "cache.experts_per_layer=32"};
