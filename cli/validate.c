@@ -10,9 +10,12 @@
  *                                       list); every other section holds settings for all runs
  *   --merge A.json ...                  the rows of earlier --json outputs as one set (no GPU)
  *   --winners CSV [--top N] [--by COL]  the N best rows of a `moesim sweep` CSV by COL (lowest
- *                                       first, default tpot_ms.mean): its `policy` column and its
- *                                       `section.key` setting columns (those sim_run or the
- *                                       policy reads) are replayed; metric columns are ignored
+ *                                       first, default tpot_ms.mean; ties in file order) among
+ *                                       those with status "ok" and, where the CSV has trace / hw
+ *                                       columns, the --trace and --hw given: its `policy` column
+ *                                       and its `section.key` setting columns (those sim_run or
+ *                                       the policy reads) are replayed; other columns (metrics,
+ *                                       label.*, config_hash, seed) are ignored
  * The experiment file may name trace and hw in [validate]; options override it. */
 #include <getopt.h>
 #include <math.h>
@@ -303,16 +306,19 @@ static size_t csv_split(char *line, char **cols, size_t cap) {
 
 typedef struct csv_row {
     double key;
+    size_t idx; /* file order: ties keep it */
     char *line; /* owned copy */
 } csv_row;
 
 static int csv_row_cmp(const void *a, const void *b) {
-    double x = ((const csv_row *)a)->key, y = ((const csv_row *)b)->key;
-    return (x > y) - (x < y);
+    const csv_row *x = a, *y = b;
+    if (x->key != y->key) return (x->key > y->key) - (x->key < y->key);
+    return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
 /* --winners: the `top` rows of `path` with the lowest `by`. */
-static moesim_status winners_specs(const char *path, const char *by, uint32_t top, run_spec **out,
+static moesim_status winners_specs(const char *path, const char *by, uint32_t top,
+                                   const char *trace_path, const char *hw_name, run_spec **out,
                                    size_t *n_out, moesim_error *err) {
     FILE *f = fopen(path, "r");
     if (!f) return moesim_fail(err, MOESIM_EIO, "%s: cannot open", path);
@@ -321,7 +327,8 @@ static moesim_status winners_specs(const char *path, const char *by, uint32_t to
     char *header = NULL;
     char *hcols[CSV_MAX_COLS];
     size_t nh = 0;
-    int pol_col = -1, by_col = -1;
+    int pol_col = -1, by_col = -1, status_col = -1, trace_col = -1, hw_col = -1;
+    size_t skipped = 0;
     csv_row *rows = NULL;
     size_t n_rows = 0, line_no = 0;
     moesim_status st = MOESIM_OK;
@@ -333,6 +340,9 @@ static moesim_status winners_specs(const char *path, const char *by, uint32_t to
             for (size_t i = 0; i < nh; i++) {
                 if (!strcmp(hcols[i], "policy")) pol_col = (int)i;
                 if (!strcmp(hcols[i], by)) by_col = (int)i;
+                if (!strcmp(hcols[i], "status")) status_col = (int)i;
+                if (!strcmp(hcols[i], "trace")) trace_col = (int)i;
+                if (!strcmp(hcols[i], "hw")) hw_col = (int)i;
             }
             if (pol_col < 0 || by_col < 0) {
                 st = moesim_fail(err, MOESIM_EINPUT,
@@ -344,6 +354,16 @@ static moesim_status winners_specs(const char *path, const char *by, uint32_t to
         char *copy = moesim_xstrdup(line), *cols[CSV_MAX_COLS];
         size_t nc = csv_split(copy, cols, CSV_MAX_COLS);
         double key;
+        /* failed rows, and rows of another trace or profile than the one replayed, are not
+         * candidates */
+        if (nc == nh &&
+            ((status_col >= 0 && strcmp(cols[status_col], "ok")) ||
+             (trace_col >= 0 && cols[trace_col][0] && strcmp(cols[trace_col], trace_path)) ||
+             (hw_col >= 0 && cols[hw_col][0] && strcmp(cols[hw_col], hw_name)))) {
+            free(copy);
+            skipped++;
+            continue;
+        }
         if (nc != nh || !config_parse_f64(cols[by_col], &key)) {
             free(copy);
             st = moesim_fail(err, MOESIM_EINPUT,
@@ -354,15 +374,19 @@ static moesim_status winners_specs(const char *path, const char *by, uint32_t to
         free(copy);
         rows = moesim_xrealloc(rows, (n_rows + 1) * sizeof *rows);
         rows[n_rows].key = key;
+        rows[n_rows].idx = n_rows;
         rows[n_rows++].line = moesim_xstrdup(line);
     }
     free(line);
     fclose(f);
-    if (!st && !n_rows) st = moesim_fail(err, MOESIM_EINPUT, "%s: no result rows", path);
+    if (!st && !n_rows)
+        st = moesim_fail(err, MOESIM_EINPUT,
+                         "%s: no result rows with status ok for trace %s and hw %s (%zu others)",
+                         path, trace_path, hw_name, skipped);
     run_spec *specs = NULL;
     size_t n = 0;
     if (!st) {
-        qsort(rows, n_rows, sizeof *rows, csv_row_cmp); /* stable enough: keys then file order */
+        qsort(rows, n_rows, sizeof *rows, csv_row_cmp);
         size_t take = top < n_rows ? top : n_rows;
         specs = moesim_xcalloc(take, sizeof *specs);
         for (size_t i = 0; i < take && !st; i++) {
@@ -722,7 +746,7 @@ int cmd_validate(int argc, char **argv) {
         st = experiment_specs(experiment, budgets, &specs, &n_specs, trace_path, hw_name,
                               sizeof trace_path, &err);
     } else if (winners) {
-        st = winners_specs(winners, by, (uint32_t)top, &specs, &n_specs, &err);
+        st = winners_specs(winners, by, (uint32_t)top, trace_path, hw_name, &specs, &n_specs, &err);
     } else {
         specs = moesim_xcalloc(1, sizeof *specs);
         n_specs = 1;

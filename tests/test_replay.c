@@ -509,6 +509,17 @@ Test(replay, winners_csv_errors_name_the_file_and_what_was_expected) {
                          "--trace", "t.h5", "--hw", "h100-sxm", NULL);
     cr_assert_eq(rc, 2);
     cr_assert(strstr(errbuf, ":2:") && lines(errbuf) == 1, "%s", errbuf);
+    /* a sweep's CSV: failed rows and rows of another trace are not candidates */
+    test_write_file(csv, "config_hash,seed,status,policy,trace,hw,memory.budget_gb,label.cache,"
+                         "tpot_ms.mean\n"
+                         "a1,1,ok,lru,other.h5,h100-sxm,12,8,4.5\n"
+                         "a2,1,policy 'static': does not fit,static,t.h5,h100-sxm,12,8,nan\n");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--winners", csv,
+                         "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "no result rows with status ok") && strstr(errbuf, "2 others") &&
+                  lines(errbuf) == 1,
+              "%s", errbuf);
     test_write_file(csv, "policy,memory.budget_gb,tpot_ms.mean\nnosuch,12,5\n");
     rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--winners", csv,
                          "--trace", "t.h5", "--hw", "h100-sxm", NULL);
