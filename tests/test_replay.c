@@ -498,7 +498,8 @@ Test(replay, experiment_file_errors_name_the_file_and_the_field) {
 }
 
 Test(replay, winners_csv_errors_name_the_file_and_what_was_expected) {
-    const char *csv = test_tmp_path("winners.csv");
+    char csv[4096];
+    snprintf(csv, sizeof csv, "%s", test_tmp_path("winners.csv"));
     test_write_file(csv, "hash,memory.budget_gb,tpot_ms.mean\nab,12,5.0\n");
     int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--winners", csv,
                              "--trace", "t.h5", "--hw", "h100-sxm", NULL);
