@@ -208,7 +208,7 @@ static void measure_ops(calib_ctx *c, const model_geometry *m, calib_results *ou
                 replay_gemm(c->h, xb, c->s, y, PREC_BF16, wa, x, q_dim + 2 * kv_dim, H, 1);
                 kern_attention_prefill_cuda(ao, probs, y, kv, kv + kv_dim, 1, m->n_heads,
                                             m->n_kv_heads, m->head_dim, ctx, c->s);
-                replay_gemm(c->h, xb, c->s, x, PREC_BF16, wa + (q_dim + 2 * kv_dim) * H, ao, H,
+                replay_gemm(c->h, xb, c->s, h2, PREC_BF16, wa + (q_dim + 2 * kv_dim) * H, ao, H,
                             q_dim, 1);
             }));
         CUDA_CHECK(cudaFree(wa));

@@ -801,7 +801,9 @@ static void run_attention(rp *s, const replay_step *sd, uint32_t ml) {
                                     s->s_comp);
         i = j;
     }
-    gemm(s, s->x, PREC_BF16, w + (s->q_dim + 2 * s->kv_dim) * H, s->attn_out, H, s->q_dim, n);
+    /* into y, not x: x stays the layers' fixed input, so values never grow layer over layer
+     * (synthetic weights; what is timed is the shapes) */
+    gemm(s, s->y, PREC_BF16, w + (s->q_dim + 2 * s->kv_dim) * H, s->attn_out, H, s->q_dim, n);
 }
 
 static void run_expert(rp *s, uint32_t layer, uint32_t e, moesim_precision p, uint32_t tok,
