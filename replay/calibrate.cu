@@ -3,7 +3,7 @@
  * least-squares line through time vs size), device-to-device copy bandwidth, empty-kernel launch
  * overhead, the best cuBLAS bf16 GEMM, and the compute-stream ops of sim/COST.md timed with the
  * kernels the replay launches (replay/gemm.cuh): expert gate+up and down per precision vs
- * tokens, router, shared experts, dense FFN and LM head vs tokens, attention vs attended
+ * tokens, router, shared experts, dense FFN, combine and LM head vs tokens, attention vs attended
  * positions. Every point is the median of `repeats` timed runs (CUDA events) after one warm-up
  * run. */
 #include <cuda_runtime.h>
@@ -168,6 +168,8 @@ static void measure_ops(calib_ctx *c, const model_geometry *m, calib_results *ou
     uint16_t *ws = S ? (uint16_t *)dev_fill(3 * S * H * 2) : NULL;
     uint16_t *wd = D ? (uint16_t *)dev_fill(3 * D * H * 2) : NULL;
     uint16_t *wl = (uint16_t *)dev_fill((uint64_t)m->vocab * H * 2);
+    uint16_t *ys = (uint16_t *)dev_fill((uint64_t)T * m->top_k * H * 2);
+    float *gates = (float *)dev_fill((uint64_t)T * m->top_k * 4);
     for (size_t i = 0; i < n_tok; i++) {
         uint32_t n = tokens[i];
         curve_add(&out->curve[COST_ROUTER][PREC_BF16], n, time_median_ns(c, [&] {
@@ -190,11 +192,15 @@ static void measure_ops(calib_ctx *c, const model_geometry *m, calib_results *ou
         curve_add(&out->curve[COST_LM_HEAD][PREC_BF16], n, time_median_ns(c, [&] {
             replay_gemm(c->h, xb, c->s, y, PREC_BF16, wl, x, m->vocab, H, n);
         }));
+        curve_add(&out->curve[COST_COMBINE][PREC_BF16], n,
+                  time_median_ns(c, [&] { replay_combine(y, ys, gates, n, m->top_k, H, c->s); }));
     }
     CUDA_CHECK(cudaFree(wr));
     if (ws) CUDA_CHECK(cudaFree(ws));
     if (wd) CUDA_CHECK(cudaFree(wd));
     CUDA_CHECK(cudaFree(wl));
+    CUDA_CHECK(cudaFree(ys));
+    CUDA_CHECK(cudaFree(gates));
     /* attention of one token vs context (x = attended positions), as replay runs it */
     if (q_dim && kv_dim) {
         uint32_t max_ctx = quick ? 4096 : 32768;

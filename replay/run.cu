@@ -353,7 +353,8 @@ struct policy_mem {
     cublasHandle_t cublas;
     uint16_t **w_attn; /* [n_layers] q|k|v|o bf16 */
     uint16_t **w_router, **w_shared, **w_dense, *w_lm;
-    float *x, *y, *h1, *h2, *kv, *attn_out, *probs, *logits;
+    float *x, *y, *h1, *h2, *kv, *attn_out, *probs, *logits, *gates_dev;
+    uint16_t *ys; /* [T][top_k][hidden] bf16 expert outputs the combine reads */
     uint32_t max_ctx;
     uint16_t *x_bf16;
     uint64_t q_dim, kv_dim, device_alloc;
@@ -1341,6 +1342,9 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     s->logits = (float *)dev_alloc(s, B * m->vocab * 4);
     s->kv = (float *)dev_random(s, ((uint64_t)max_ctx * s->kv_dim * 2 + s->kv_dim) * 4, 23);
     s->probs = (float *)dev_alloc(s, (uint64_t)ATTN_Q_CHUNK * m->n_heads * max_ctx * 4);
+    s->ys = (uint16_t *)dev_random(s, T * m->top_k * H * 2, 29);
+    s->gates_dev = (float *)dev_alloc(s, T * m->top_k * 4);
+    CUDA_CHECK(cudaMemset(s->gates_dev, 0, T * m->top_k * 4));
     MOESIM_ASSERT(s->device_alloc == planned);
     CUDA_CHECK(cudaEventCreate(&s->ev_start));
 
@@ -1548,6 +1552,10 @@ static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
                 gemm(s, s->y, PREC_BF16, s->w_shared[ml] + 2 * S * H, s->h1, H, S, sd->n_tokens);
                 op_end(s);
             }
+            snprintf(name, sizeof name, "L%u combine", moe);
+            simple_op(s, "combine", name);
+            replay_combine(s->y, s->ys, s->gates_dev, sd->n_tokens, m->top_k, m->hidden, s->s_comp);
+            op_end(s);
             moe++;
         }
         simple_op(s, "lm_head", "lm head");
@@ -1668,8 +1676,8 @@ static void rp_teardown(rp *s) {
     if (s->ev_start) cudaEventDestroy(s->ev_start);
     replay_store_destroy(s->own_store);
     if (s->bounce) cudaFreeHost(s->bounce);
-    void *dev[] = {s->arena, s->w_lm,   s->x,        s->y,  s->h1,
-                   s->h2,    s->x_bf16, s->attn_out, s->kv, s->probs};
+    void *dev[] = {s->arena,    s->w_lm, s->x,     s->y,      s->h1, s->h2,       s->x_bf16,
+                   s->attn_out, s->kv,   s->probs, s->logits, s->ys, s->gates_dev};
     for (void *d : dev)
         if (d) cudaFree(d);
     for (uint32_t l = 0; s->w_attn && l < s->m->n_layers; l++) {
