@@ -81,7 +81,8 @@ moesim_status replay_budget_fit_device(const replay_budget *b, uint64_t device_b
     if (b->budget_bytes > usable)
         return moesim_fail(err, MOESIM_EINPUT,
                            "memory.budget_gb emulates a %.3f GiB card but the GPU has %.3f GiB "
-                           "free (%.3f GiB kept for the CUDA context and cuBLAS)",
+                           "free (%.3f GiB kept for the CUDA context and cuBLAS): set "
+                           "memory.budget_gb lower",
                            b->budget_bytes / GIB, device_free_bytes / GIB, reserve_bytes / GIB);
     return MOESIM_OK;
 }
