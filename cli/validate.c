@@ -433,8 +433,8 @@ static void write_report(FILE *f, const char *device, const char *profile, const
             model);
     fprintf(f, "| policy | configuration | TPOT sim ms | TPOT real ms | TPOT err | TTFT sim ms | "
                "TTFT real ms | TTFT err | total err | median req TPOT err | median req TTFT "
-               "err | median layer err | hit sim | hit real |\n");
-    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "err | median layer err | worst layer (err) | hit sim | hit real |\n");
+    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < n; i++) {
         const validate_row *r = &rows[i];
         if (r->refused) continue;
@@ -447,12 +447,18 @@ static void write_report(FILE *f, const char *device, const char *profile, const
         pct(f, r->req_tpot_err_median);
         pct(f, r->req_ttft_err_median);
         pct(f, r->layer_err_median);
+        if (r->layer_worst >= 0)
+            fprintf(f, " L%d (%.2f %%) |", r->layer_worst, 100.0 * r->layer_err_max);
+        else
+            fputs(" n/a |", f);
         fprintf(f, " %.4f | %.4f |\n", r->sim_hit_rate, r->real_hit_rate);
     }
     for (size_t i = 0; i < n; i++)
         if (rows[i].refused)
             fprintf(f, "\nRefused by the simulator (left out): %s, %s: %s\n", rows[i].policy,
                     rows[i].label, rows[i].note);
+    fprintf(f, "\nPer-layer times (ms, summed over steps) of every configuration: the JSON's "
+               "sim_layer_ms and real_layer_ms.\n");
     fprintf(f,
             "\nMedian |TPOT error| %.2f %% (target <= 5 %%), median |TTFT error| %.2f %% "
             "(target <= 10 %%), median |total error| %.2f %%.\n",
@@ -493,6 +499,14 @@ static json_t *rows_json(const validate_row *rows, size_t n, const validate_summ
         json_object_set_new(o, "req_ttft_err_median", NUM(r->req_ttft_err_median));
         json_object_set_new(o, "layer_err_median", NUM(r->layer_err_median));
         json_object_set_new(o, "layer_err_max", NUM(r->layer_err_max));
+        json_object_set_new(o, "layer_worst", json_integer(r->layer_worst));
+        json_t *ls = json_array(), *lr = json_array();
+        for (uint32_t l = 0; l < r->n_layers; l++) {
+            json_array_append_new(ls, json_real(r->sim_layer_ms[l]));
+            json_array_append_new(lr, json_real(r->real_layer_ms[l]));
+        }
+        json_object_set_new(o, "sim_layer_ms", ls);
+        json_object_set_new(o, "real_layer_ms", lr);
         json_object_set_new(o, "sim_hit_rate", NUM(r->sim_hit_rate));
         json_object_set_new(o, "real_hit_rate", NUM(r->real_hit_rate));
         json_array_append_new(a, o);
@@ -591,6 +605,19 @@ static int merge_reports(const char **files, size_t n_files, const char *report,
             r->req_ttft_err_median = GET(req_ttft_err_median);
             r->layer_err_median = GET(layer_err_median);
             r->layer_err_max = GET(layer_err_max);
+            json_t *lw = json_object_get(o, "layer_worst");
+            r->layer_worst = json_is_integer(lw) ? (int32_t)json_integer_value(lw) : -1;
+            json_t *ls = json_object_get(o, "sim_layer_ms"),
+                   *lr = json_object_get(o, "real_layer_ms");
+            if (json_is_array(ls) && json_is_array(lr) &&
+                json_array_size(ls) == json_array_size(lr) &&
+                json_array_size(ls) <= MODEL_MAX_LAYERS) {
+                r->n_layers = (uint32_t)json_array_size(ls);
+                for (uint32_t l = 0; l < r->n_layers; l++) {
+                    r->sim_layer_ms[l] = (float)json_number_value(json_array_get(ls, l));
+                    r->real_layer_ms[l] = (float)json_number_value(json_array_get(lr, l));
+                }
+            }
             r->sim_hit_rate = GET(sim_hit_rate);
             r->real_hit_rate = GET(real_hit_rate);
 #undef GET

@@ -210,6 +210,10 @@ typedef struct validate_row {
     double tpot_err, ttft_err, total_err;            /* of the means / the makespan */
     double req_tpot_err_median, req_ttft_err_median; /* median over requests of |error| */
     double layer_err_median, layer_err_max;          /* over MoE layers of |error| of layer time */
+    int32_t layer_worst;                             /* the layer of layer_err_max, or -1 */
+    uint32_t n_layers;
+    float sim_layer_ms[MODEL_MAX_LAYERS], real_layer_ms[MODEL_MAX_LAYERS]; /* [n_layers] summed
+                                                                              over steps */
     double sim_hit_rate, real_hit_rate;
     bool refused;   /* the simulator refused the configuration: left out of the summary */
     char note[160]; /* why */

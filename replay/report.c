@@ -101,10 +101,17 @@ moesim_status validate_compare(const validate_record *sim, const validate_record
     out->req_ttft_err_median = median_abs_err(sim->ttft_ms, real->ttft_ms, sim->n_requests);
     out->layer_err_median = median_abs_err(sim->layer_ms, real->layer_ms, sim->n_layers);
     out->layer_err_max = NAN;
+    out->layer_worst = -1;
+    MOESIM_ASSERT(sim->n_layers <= MODEL_MAX_LAYERS);
+    out->n_layers = sim->n_layers;
     for (uint32_t l = 0; l < sim->n_layers; l++) {
+        out->sim_layer_ms[l] = (float)sim->layer_ms[l];
+        out->real_layer_ms[l] = (float)real->layer_ms[l];
         double x = fabs(validate_rel_err(sim->layer_ms[l], real->layer_ms[l]));
-        if (!isnan(x) && (isnan(out->layer_err_max) || x > out->layer_err_max))
+        if (!isnan(x) && (isnan(out->layer_err_max) || x > out->layer_err_max)) {
             out->layer_err_max = x;
+            out->layer_worst = (int32_t)l;
+        }
     }
     out->sim_hit_rate = sim->r.hit_rate;
     out->real_hit_rate = real->r.hit_rate;

@@ -249,6 +249,10 @@ Test(replay, validation_errors_and_medians_are_relative_to_the_measurement) {
     cr_assert_float_eq(row.req_ttft_err_median, 0.2, 1e-12); /* {0.2, 0, 0.2} */
     cr_assert_float_eq(row.layer_err_median, 0.125, 1e-12);  /* {0.25, 0} */
     cr_assert_float_eq(row.layer_err_max, 0.25, 1e-12);
+    cr_assert_eq(row.layer_worst, 0);
+    cr_assert_eq(row.n_layers, 2);
+    cr_assert_float_eq(row.sim_layer_ms[1], 6, 1e-6);
+    cr_assert_float_eq(row.real_layer_ms[0], 4, 1e-6);
     cr_assert_str_eq(row.policy, "lru");
     validate_record other;
     validate_record_init(&other, 4, 2);
