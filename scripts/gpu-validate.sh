@@ -32,8 +32,8 @@ keep() { # copy outputs to $OUT so the device tool brings them back
     fi
 }
 
-build() {
-    "$root/scripts/gpu-deps.sh" build >/dev/null
+build() { # $@: the targets this stage needs
+    TARGETS="$*" "$root/scripts/gpu-deps.sh" build >/dev/null
     eval "$("$root/scripts/gpu-deps.sh" env)"
 }
 
@@ -46,25 +46,30 @@ make_trace() {
 
 case "${1:-}" in
 calibrate)
-    build
+    build moesim
     mkdir -p "$dir"
     "$bin" calibrate -o "$dir/$profile.ini" --table "$dir/$profile-cost.txt" --base h100-sxm \
         --model qwen3-30b-a3b --repeats "${REPEATS:-20}"
     keep "$dir/$profile.ini" "$dir/$profile-cost.txt"
     ;;
 tests)
-    build
+    build moesim test_gpu_replay test_gpu_engine test_gpu_kernels test_gpu_probe
+    mkdir -p "$dir"
+    rc=0
     ctest --test-dir "$root/build-gpu" -L gpu --output-on-failure --timeout 500 |
-        tee "$dir/ctest-gpu.log"
-    keep "$dir/ctest-gpu.log"
+        tee "$dir/ctest-gpu.log" || rc=$?
+    keep "$dir/ctest-gpu.log" # back even when a test failed: the log says which and why
+    exit "$rc"
     ;;
 validate)
     budget="${2:?usage: scripts/gpu-validate.sh validate BUDGET_GB}"
     [ -f "$dir/$profile.ini" ] || { echo "gpu-validate: run the calibrate stage first ($dir/$profile.ini)" >&2; exit 2; }
-    build
+    build moesim
     (cd "$root" && make_trace)
+    rc=0
     (cd "$root" && "$bin" validate --experiment experiments/validate.ini --budgets "$budget" \
-        --json >"$dir/validate-$budget.json")
+        --json >"$dir/validate-$budget.json") || rc=$?
+    if [ "$rc" -ne 0 ]; then rm -f "$dir/validate-$budget.json"; exit "$rc"; fi
     keep "$dir/validate-$budget.json"
     ;;
 report)
