@@ -8,7 +8,7 @@
 #                                          bandwidth vs calibration, lru hits = sim; engine and
 #                                          kernel parity)
 #   scripts/gpu-validate.sh validate B     build, the trace, then moesim validate over
-#                                          experiments/validate.ini at budget B GiB: validate-B.json
+#                                          experiments/validation/validate.ini at budget B GiB: validate-B.json
 #   scripts/gpu-validate.sh report         here, no GPU: merge validate-*.json into
 #                                          experiments/validation/report-<device>.md, validate.csv
 #                                          and validate.svg (plots/validate.gp)
@@ -67,7 +67,7 @@ validate)
     build moesim
     (cd "$root" && make_trace)
     rc=0
-    (cd "$root" && "$bin" validate --experiment experiments/validate.ini --budgets "$budget" \
+    (cd "$root" && "$bin" validate --experiment experiments/validation/validate.ini --budgets "$budget" \
         --json >"$dir/validate-$budget.json") || rc=$?
     if [ "$rc" -ne 0 ]; then rm -f "$dir/validate-$budget.json"; exit "$rc"; fi
     keep "$dir/validate-$budget.json"

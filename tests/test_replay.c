@@ -494,7 +494,7 @@ Test(replay, experiment_file_errors_name_the_file_and_the_field) {
     cr_assert(strstr(errbuf, "budgets_gb") && lines(errbuf) == 1, "%s", errbuf);
     /* the committed validation set parses: it fails only on its missing trace (not made here) */
     char exp[4096];
-    snprintf(exp, sizeof exp, "%s/experiments/validate.ini", MOESIM_SOURCE_DIR);
+    snprintf(exp, sizeof exp, "%s/experiments/validation/validate.ini", MOESIM_SOURCE_DIR);
     rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment", exp,
                          "--trace", "/nonexistent/validate.h5", NULL);
     cr_assert_eq(rc, 2);
