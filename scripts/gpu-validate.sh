@@ -82,7 +82,8 @@ report)
     device=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["device"])' "${parts[0]}" |
         tr 'A-Z ' 'a-z-')
     "$bin" validate "${args[@]}" --report "$dir/report-$device.md" --csv "$dir/validate.csv"
-    gnuplot -e "in='$dir/validate.csv'; out='$dir/validate.svg'" "$root/plots/validate.gp"
+    gnuplot -e "csv='$dir/validate.csv'; set terminal svg size 720,600 dynamic; set output '$dir/validate.svg'" \
+        "$root/plots/validate.gp"
     echo "gpu-validate: wrote $dir/report-$device.md, validate.csv, validate.svg"
     ;;
 *)
