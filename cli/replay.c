@@ -16,7 +16,7 @@
 static const char replay_usage[] =
     "usage: moesim replay --synthetic-weights --trace T.h5 --hw NAME --policy NAME\n"
     "                     [--set key=value ...] [--config FILE ...] [--seed N] [--json]\n"
-    "                     [--timeline out.json]\n"
+    "                     [--timeline out.json] [--ssd-dir DIR]\n"
     "\n"
     "Replays the trace's routing on the GPU: the policy's loads, prefetches and evictions are\n"
     "real copies from pinned host memory into fixed-block device pools on a demand and a\n"
@@ -37,6 +37,8 @@ static const char replay_usage[] =
     "  --set S.K=V          a setting or policy knob (repeatable)\n"
     "  --config FILE        an INI file of settings (repeatable)\n"
     "  --seed N             seed of the synthetic weights (default 1)\n"
+    "  --ssd-dir DIR        where experts beyond the profile's DRAM are stored (a disk file\n"
+    "                       system: read with O_DIRECT; default /var/tmp)\n"
     "  --json               every figure as one JSON object (`moesim sim --json` keys)\n"
     "  --timeline FILE      Chrome trace-event JSON of the measured run\n"
     "  -h, --help           this text\n";
@@ -52,12 +54,13 @@ int cmd_replay(int argc, char **argv) {
                                          {"set", required_argument, NULL, 's'},
                                          {"config", required_argument, NULL, 'c'},
                                          {"seed", required_argument, NULL, 'e'},
+                                         {"ssd-dir", required_argument, NULL, 'D'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"timeline", required_argument, NULL, 'T'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *trace_path = NULL, *hw_name = NULL, *policy_name = NULL, *model_dir = NULL,
-               *geometry = NULL, *timeline = NULL, *seed_text = NULL;
+               *geometry = NULL, *timeline = NULL, *seed_text = NULL, *ssd_dir = NULL;
     const char **sets = NULL, **files = NULL;
     size_t n_sets = 0, n_files = 0;
     bool json = false, synthetic = false, live = false;
@@ -95,6 +98,9 @@ int cmd_replay(int argc, char **argv) {
             break;
         case 'e':
             seed_text = optarg;
+            break;
+        case 'D':
+            ssd_dir = optarg;
             break;
         case 'j':
             json = true;
@@ -167,7 +173,8 @@ int cmd_replay(int argc, char **argv) {
                             .hw = &hw,
                             .quant = &quant,
                             .timeline_path = timeline,
-                            .weight_seed = seed};
+                            .weight_seed = seed,
+                            .ssd_dir = ssd_dir};
         st = replay_run(&in, policy_name, settings, &r, NULL, &err);
     }
     if (st) {
