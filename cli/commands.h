@@ -14,5 +14,8 @@ int cmd_record(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
+int cmd_replay(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
+int cmd_validate(int argc, char **argv);
 
 #endif

@@ -8,6 +8,8 @@
 #                                unpacked prefix, to the GPU machine)
 #   scripts/gpu-deps.sh unpack   there: dpkg -x every .deb into .deps/prefix and print the
 #                                CMAKE_PREFIX_PATH / PKG_CONFIG_PATH / LD_LIBRARY_PATH settings
+#   scripts/gpu-deps.sh build    there: unpack (once), configure build-gpu and build (no runs)
+#   scripts/gpu-deps.sh env      the environment settings of the unpacked prefix (for eval)
 #   scripts/gpu-deps.sh test     there: unpack, configure build-gpu against the prefix (for the
 #                                GPU's architecture, or CUDA_ARCHS; -Werror only with WERROR=ON:
 #                                CI enforces it, another gcc may warn elsewhere), build, run
@@ -96,17 +98,19 @@ unpack() {
         t=$(readlink "$l")
         if [[ $t == /* ]]; then ln -sfn "$prefix$t" "$l"; fi
     done
+    touch "$prefix/.unpacked"
     echo "gpu-deps: unpacked into $prefix; set:"
     env_lines
 }
 
-run_test() {
+build() {
     command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
     # the GPU's own architecture (CMake's "native" needs CMake >= 3.24); 90 (H100/H200) otherwise
     local arch
     arch=$( (nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null || true) | head -1 | tr -d '. ')
     arch=${CUDA_ARCHS:-${arch:-90}}
-    unpack >/dev/null
+    # unpacked once per machine: unpacking again would touch every header and rebuild everything
+    [ -f "$prefix/.unpacked" ] || unpack >/dev/null
     eval "$(env_lines)"
     # only our .pc files: a half-installed system copy must not shadow them
     export PKG_CONFIG_LIBDIR="$PKG_CONFIG_PATH"
@@ -120,7 +124,13 @@ run_test() {
         -DHDF5_hdf5_LIBRARY_RELEASE="$lib/hdf5/serial/libhdf5.so" \
         -DGSL_INCLUDE_DIR="$prefix/usr/include" -DGSL_LIBRARY="$lib/libgsl.so" \
         -DGSL_CBLAS_LIBRARY="$lib/libgslcblas.so"
-    cmake --build "$root/build-gpu" -j "$(nproc)"
+    # TARGETS (e.g. "moesim"): build only those (scripts/gpu-validate.sh); default everything
+    # shellcheck disable=SC2086
+    cmake --build "$root/build-gpu" -j "$(nproc)" ${TARGETS:+--target $TARGETS}
+}
+
+run_test() {
+    build
     ctest --test-dir "$root/build-gpu" -L gpu --output-on-failure
     # BENCH_ARGS, e.g. "--layers 2 --gen 32", shortens the decode part
     # shellcheck disable=SC2086
@@ -130,9 +140,11 @@ run_test() {
 case "${1:-}" in
 gather) gather ;;
 unpack) unpack ;;
+build) build ;;
+env) env_lines ;;
 test) run_test ;;
 *)
-    echo "usage: scripts/gpu-deps.sh gather|unpack|test" >&2
+    echo "usage: scripts/gpu-deps.sh gather|unpack|build|env|test" >&2
     exit 2
     ;;
 esac

@@ -46,19 +46,6 @@
 static const char *const precision_choices[] = {"bf16", "fp8",  "int8", "int4",
                                                 "int3", "int2", NULL};
 
-typedef struct sim_settings {
-    double budget_gb;           /* memory.budget_gb (0: the profile's memory) */
-    uint32_t experts_per_layer; /* cache.experts_per_layer */
-    int precision;              /* expert.precision */
-    uint32_t batch_size;        /* batch.size */
-    double predictor_accuracy;  /* predictor.accuracy */
-    uint32_t predictor_depth;   /* predictor.depth */
-    uint64_t chunk_kib;         /* sim.chunk_kib */
-    bool part_overlap;          /* sim.part_overlap */
-    uint64_t seed;              /* sim.seed */
-    char host_precisions[128];  /* sim.host_precisions */
-    char cost_table[512];       /* sim.cost_table */
-} sim_settings;
 
 #define SF(sec, k, t, m, mn, mx, d, h)                                                             \
     { sec, k, t, offsetof(sim_settings, m), 0, false, mn, mx, NULL, d, h }
@@ -94,6 +81,10 @@ static const config_field sim_fields[] = {
 const config_field *sim_settings_fields(size_t *n) {
     *n = MOESIM_ARRAY_LEN(sim_fields);
     return sim_fields;
+}
+
+moesim_status sim_settings_read(config *c, sim_settings *out, moesim_error *err) {
+    return config_read_fields(c, sim_fields, MOESIM_ARRAY_LEN(sim_fields), out, err);
 }
 
 /* ---- transfers and copy engines ---- */
@@ -1235,10 +1226,14 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
         uint64_t t0 = s->step_start_ns[s->req_admit_step[q]];
         uint64_t t1 = s->step_end_ns[s->req_first_step[q]];
         ttft[n_ttft++] = (double)(t1 - t0) / 1e6;
+        double req_tpot = NAN;
         if (s->req_steps[q] > 1) {
             uint64_t tl = s->step_end_ns[s->req_last_step[q]];
-            tpot[n_tpot++] = (double)(tl - t1) / 1e6 / (double)(s->req_steps[q] - 1);
+            req_tpot = (double)(tl - t1) / 1e6 / (double)(s->req_steps[q] - 1);
+            tpot[n_tpot++] = req_tpot;
         }
+        if (s->hooks && s->hooks->on_request_done)
+            s->hooks->on_request_done(s->hooks->ctx, q, ttft[n_ttft - 1], req_tpot);
     }
     r->ttft = latency_of(ttft, n_ttft);
     r->tpot = latency_of(tpot, n_tpot);
@@ -1549,8 +1544,11 @@ static void sim_loop(sim_state *s) {
                 continue;
             }
             if (s->tl.on) snprintf(name, sizeof name, "L%u router", moe);
+            uint64_t layer_t0 = t;
             stream_op(s, &t, cost_router_ns(&s->cost, sd->n_tokens), "router", name);
             run_layer(s, &t, st, moe);
+            if (s->hooks && s->hooks->on_layer_done)
+                s->hooks->on_layer_done(s->hooks->ctx, st, moe, layer_t0, t);
             if (s->tl.on) snprintf(name, sizeof name, "L%u shared", moe);
             stream_op(s, &t, cost_shared_ns(&s->cost, sd->n_tokens), "shared", name);
             if (s->tl.on) snprintf(name, sizeof name, "L%u combine", moe);

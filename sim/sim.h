@@ -32,6 +32,22 @@
 #include "policies/policy.h"
 #include "traces/trace.h"
 
+/* The settings of sections memory, cache, expert, batch, predictor and sim, read by sim_run and
+ * by the GPU replay (replay/replay.h) from the same config, so both run the same setup. */
+typedef struct sim_settings {
+    double budget_gb;           /* memory.budget_gb (0: the profile's memory) */
+    uint32_t experts_per_layer; /* cache.experts_per_layer */
+    int precision;              /* expert.precision */
+    uint32_t batch_size;        /* batch.size */
+    double predictor_accuracy;  /* predictor.accuracy */
+    uint32_t predictor_depth;   /* predictor.depth */
+    uint64_t chunk_kib;         /* sim.chunk_kib */
+    bool part_overlap;          /* sim.part_overlap */
+    uint64_t seed;              /* sim.seed */
+    char host_precisions[128];  /* sim.host_precisions */
+    char cost_table[512];       /* sim.cost_table */
+} sim_settings;
+
 /* Optional observation points for tests and tools (NULL members are not called). */
 typedef struct sim_hooks {
     void *ctx;
@@ -39,6 +55,13 @@ typedef struct sim_hooks {
      * parts_mask of (layer, expert, prec) must be resident; `mem` answers state queries. */
     void (*on_expert_start)(void *ctx, policy_mem_view mem, uint32_t layer, uint32_t expert,
                             moesim_precision prec, uint32_t parts_mask, uint64_t t_ns);
+    /* A request's TTFT and TPOT in ms, once per request when the run ends (tpot_ms is NAN for a
+     * request with one step); `moesim validate` compares them request by request. */
+    void (*on_request_done)(void *ctx, uint32_t request, double ttft_ms, double tpot_ms);
+    /* MoE layer `layer` of step `step` ran on the compute stream from t0_ns to t1_ns (router
+     * to the end of its experts): the per-layer comparison of `moesim validate`. */
+    void (*on_layer_done)(void *ctx, uint64_t step, uint32_t layer, uint64_t t0_ns,
+                          uint64_t t1_ns);
 } sim_hooks;
 
 /* What a run reads; all borrowed for the duration of sim_run. */
@@ -111,5 +134,7 @@ json_t *sim_result_to_json(const sim_result *r);
 /* The settings sim_run reads (sections memory, cache, expert, batch, predictor, sim), for --help
  * listings; *n receives the count. Static storage. */
 const config_field *sim_settings_fields(size_t *n);
+/* Reads (and marks used) those settings from `c`, defaults filled in; errors name the origin. */
+moesim_status sim_settings_read(config *c, sim_settings *out, moesim_error *err);
 
 #endif

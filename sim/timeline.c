@@ -10,6 +10,11 @@ static void put_us(FILE *f, uint64_t t_ns) {
 }
 
 moesim_status sim_timeline_open(sim_timeline *tl, const char *path, moesim_error *err) {
+    return sim_timeline_open_as(tl, path, "moesim sim", err);
+}
+
+moesim_status sim_timeline_open_as(sim_timeline *tl, const char *path, const char *process,
+                                   moesim_error *err) {
     tl->on = false;
     if (atomic_file_open(&tl->af, path, err)) return MOESIM_EIO;
     tl->on = true;
@@ -18,8 +23,8 @@ moesim_status sim_timeline_open(sim_timeline *tl, const char *path, moesim_error
     fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", f);
     static const char *const names[] = {NULL, "compute stream", "copy engine h2d (PCIe)",
                                         "ssd read queue", "hbm"};
-    fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"moesim "
-               "sim\"}}");
+    fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"%s\"}}",
+            process);
     for (int tid = SIM_TRACK_COMPUTE; tid <= SIM_TRACK_SSD; tid++)
         fprintf(f,
                 ",\n{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\",\"args\":{"

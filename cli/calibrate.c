@@ -1,0 +1,116 @@
+/* `moesim calibrate`: microbenchmarks on the real GPU (replay/calibrate.cu) written as a
+ * hardware profile (configs/hw/README.md) and a measured cost table (sim/COST.md) that the
+ * simulator reads with `--hw NAME-measured --set sim.cost_table=TABLE`. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "common/alloc.h"
+#include "common/config.h"
+#include "common/hw.h"
+#include "common/model.h"
+#include "replay/replay.h"
+
+static const char calibrate_usage[] =
+    "usage: moesim calibrate -o configs/hw/NAME-measured.ini --table OUT.txt --base NAME\n"
+    "                        --model NAME [--repeats N] [--quick]\n"
+    "\n"
+    "Measures the GPU: pinned host<->device bandwidth vs transfer size and per-transfer\n"
+    "latency, device memory bandwidth, launch overhead, the model's expert GEMV/GEMM time per\n"
+    "precision vs tokens, router, shared/dense FFN, LM head, attention time vs attended\n"
+    "positions. Writes a hardware profile (figures calibrate cannot measure, such as the\n"
+    "datasheet peaks, DRAM and SSD, come from --base) and the measured cost table.\n"
+    "\n"
+    "options:\n"
+    "  -o FILE         hardware profile to write; its [profile] name is the file's stem\n"
+    "  --table FILE    cost table to write (sim/COST.md format)\n"
+    "  --base NAME     hardware profile to take unmeasured figures from (e.g. h100-sxm)\n"
+    "  --model NAME    model geometry whose op shapes are timed (configs/models)\n"
+    "  --repeats N     timed repetitions per point, median kept (default 20)\n"
+    "  --quick         fewer points (a smoke run)\n"
+    "  -h, --help      this text\n";
+
+int cmd_calibrate(int argc, char **argv) {
+    static const struct option opts[] = {{"table", required_argument, NULL, 'T'},
+                                         {"base", required_argument, NULL, 'b'},
+                                         {"model", required_argument, NULL, 'm'},
+                                         {"repeats", required_argument, NULL, 'r'},
+                                         {"quick", no_argument, NULL, 'q'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *out_path = NULL, *table = NULL, *base_name = NULL, *model_name = NULL,
+               *repeats_text = NULL;
+    bool quick = false;
+    int c;
+    optind = 1;
+    opterr = 0; /* one line: ours, naming the option */
+    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o':
+            out_path = optarg;
+            break;
+        case 'T':
+            table = optarg;
+            break;
+        case 'b':
+            base_name = optarg;
+            break;
+        case 'm':
+            model_name = optarg;
+            break;
+        case 'r':
+            repeats_text = optarg;
+            break;
+        case 'q':
+            quick = true;
+            break;
+        case 'h':
+            fputs(calibrate_usage, stdout);
+            return 0;
+        default:
+            return cli_usage_error("calibrate", "unknown option or missing argument: %s",
+                                   argv[optind - 1]);
+        }
+    }
+    uint64_t repeats = 20;
+    if (optind < argc)
+        return cli_usage_error("calibrate", "unexpected argument '%s'", argv[optind]);
+    if (!out_path || !table || !base_name || !model_name)
+        return cli_usage_error("calibrate", "-o, --table, --base and --model are required");
+    if (repeats_text &&
+        (!config_parse_u64(repeats_text, &repeats) || repeats < 1 || repeats > 10000))
+        return cli_usage_error("calibrate",
+                               "--repeats: expected an integer in [1, 10000], got "
+                               "'%s'",
+                               repeats_text);
+    /* the profile's name is the file's stem: configs/hw/NAME.ini loads as --hw NAME */
+    char name[64];
+    const char *slash = strrchr(out_path, '/');
+    snprintf(name, sizeof name, "%s", slash ? slash + 1 : out_path);
+    char *dot = strrchr(name, '.');
+    if (!dot || strcmp(dot, ".ini") || dot == name)
+        return cli_usage_error("calibrate", "-o %s: expected a file name ending in .ini", out_path);
+    *dot = '\0';
+    moesim_error err = {0};
+    hw_profile base;
+    model_geometry model;
+    if (hw_load_by_name(base_name, &base, &err) || model_load_by_name(model_name, &model, &err))
+        return cli_fail(&err);
+    if (replay_device_check(&err)) return cli_fail(&err);
+    calib_options opt = {.model = &model, .repeats = (uint32_t)repeats, .quick = quick};
+    calib_results *res = moesim_xcalloc(1, sizeof *res); /* large: the cost curves */
+    if (calib_run(&opt, res, &err) || calib_write_table(res, model.name, table, &err) ||
+        calib_write_profile(res, &base, name, out_path, &err)) {
+        free(res);
+        return cli_fail(&err);
+    }
+    printf("%s: h2d %.2f GB/s (latency %.2f us), d2h %.2f GB/s, device memory %.0f GB/s, "
+           "bf16 GEMM %.1f TFLOPS, launch %.2f us\nwrote %s and %s\n",
+           res->gpu, res->h2d_peak_gb_per_s, res->h2d_latency_us, res->d2h_peak_gb_per_s,
+           res->hbm_gb_per_s, res->bf16_tflops, res->kernel_launch_us, out_path, table);
+    free(res);
+    return 0;
+}

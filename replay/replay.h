@@ -1,0 +1,243 @@
+/* Replay: the same policy objects as the simulator (policies/policy.h, looked up with
+ * policy_lookup) driving a real GPU. The memory system of the policy API is implemented for real
+ * (replay/run.cu): device expert pools of fixed-size blocks per precision
+ * carved from one allocation made before the clock starts (no cudaMalloc on the hot path),
+ * expert weights in pinned host memory (and in an SSD-backed file, read with O_DIRECT into a
+ * pinned bounce buffer, for experts that do not fit the profile's DRAM), a demand copy stream
+ * and a background copy stream fed chunk by chunk by the host in the simulator's priority
+ * classes (demand > prefetch > background), and CUDA events around every transfer and compute
+ * step. Routing comes from the trace, so a run is step for step comparable with sim_run on the
+ * same trace, settings and profile; the result is a sim_result (same JSON, same timeline schema).
+ *
+ * Pure-C parts (always built, tested on the CPU): the schedule (replay/schedule.c), the memory
+ * budget and its emulation of a smaller card (replay/budget.c), the calibration writers
+ * (replay/calib_write.c) and the validation arithmetic (replay/report.c). The GPU parts are
+ * compiled only with MOESIM_CUDA; without it replay_run and calib_run fail with "built without
+ * CUDA".
+ *
+ * Units: ns for times (ms in reports), bytes; GiB = 2^30 bytes as in sim/README.md. */
+#ifndef MOESIM_REPLAY_REPLAY_H
+#define MOESIM_REPLAY_REPLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/hw.h"
+#include "common/model.h"
+#include "common/precision.h"
+#include "common/status.h"
+#include "sim/cost.h"
+#include "sim/sim.h"
+#include "traces/trace.h"
+
+/* ---- availability ---- */
+
+/* True when this binary holds the CUDA replay (MOESIM_CUDA was on). */
+bool replay_built_with_cuda(void);
+/* MOESIM_OK when a CUDA device can be used; else one line: "built without CUDA (...)" or
+ * "no CUDA device (...)". Every GPU command checks this before touching its inputs' outputs. */
+moesim_status replay_device_check(moesim_error *err);
+
+/* ---- schedule (time-independent, identical to the simulator's: sim/README.md "Steps") ---- */
+
+typedef struct replay_step {
+    uint64_t first; /* into tokens */
+    uint32_t n_tokens;
+    bool is_prefill;
+} replay_step;
+
+typedef struct replay_schedule {
+    uint32_t *tokens;   /* [n_tokens of the trace] trace token index in execution order */
+    uint8_t *emit;      /* [n_tokens] the token emits an output */
+    replay_step *steps; /* [n_steps] */
+    uint64_t n_steps;
+    uint32_t max_step_tokens;
+    uint64_t kv_peak_bytes;
+    uint64_t *step_kv_bytes; /* [n_steps] */
+    uint32_t n_requests;
+    uint32_t *req_admit, *req_first, *req_last, *req_steps; /* [n_requests] step indices, count */
+} replay_schedule;
+
+/* Builds the schedule of `t` at batch size `batch`: requests enter in id order as slots free;
+ * a step is all pending prompt tokens of the admitted requests, else one decode token each.
+ * Caller frees with replay_schedule_free. */
+void replay_schedule_build(replay_schedule *s, const trace *t, const model_geometry *m,
+                           uint32_t batch);
+void replay_schedule_free(replay_schedule *s);
+
+/* ---- memory budget (the simulator's arithmetic, sim/README.md "HBM accounting") ---- */
+
+typedef struct replay_budget {
+    uint64_t budget_bytes;     /* the emulated card: memory.budget_gb, or the profile's HBM */
+    uint64_t non_expert_bytes; /* bf16 non-expert weights */
+    uint64_t act_bytes;        /* activation buffers of the largest step */
+    uint64_t kv_peak_bytes;    /* KV reservation */
+    uint64_t expert_budget_bytes;
+    bool per_layer;          /* cache.experts_per_layer > 0 */
+    uint64_t pool_cap_bytes; /* per layer pool, or the one pool */
+    uint32_t route_capacity; /* most distinct experts of one (sub-)route */
+} replay_budget;
+
+/* Splits the card's memory as sim_run does (same figures, same error messages naming the
+ * setting's origin `budget_where` / `cache_where`). */
+moesim_status replay_budget_plan(const model_geometry *m, const quant_table *q,
+                                 const hw_profile *hw, const sim_settings *set,
+                                 uint32_t max_step_tokens, uint64_t kv_peak_bytes,
+                                 const char *budget_where, const char *cache_where,
+                                 replay_budget *out, moesim_error *err);
+
+/* Emulating a smaller card on a larger GPU: the run's device allocations (`device_bytes`: what
+ * replay allocates, pools + weights + workspace) must fit both the card budget and what the
+ * device has free less a reserve for the CUDA context and cuBLAS workspace. */
+moesim_status replay_budget_fit_device(const replay_budget *b, uint64_t device_bytes,
+                                       uint64_t device_free_bytes, uint64_t reserve_bytes,
+                                       moesim_error *err);
+
+/* Blocks of a fixed-size pool at one precision: how many blocks of `block_bytes` a pool of
+ * `pool_bytes` accounted at `part_bytes` per part can hand out (the byte accounting of the
+ * policy API admits floor(pool / part) parts; each needs one block). */
+uint64_t replay_pool_blocks(uint64_t pool_bytes, uint64_t part_bytes, uint64_t n_parts_max);
+
+/* ---- the run ---- */
+
+/* The host store: every expert of the model at each format of `host_precisions` ("all": the
+ * kernels' bf16, int8, int4, int2; or a comma list; expert.precision `primary` always), random
+ * bytes from `seed`, one blob [gate | up | down] per (layer, expert). Placed as the simulator
+ * places it (sim/README.md "SSD tier"): `primary` first, then the smaller formats, layer by
+ * layer, expert by expert, in pinned DRAM while `dram_bytes` (the profile's dram_gib) lasts; the
+ * rest in a file under `ssd_dir` (NULL: /var/tmp) read with O_DIRECT into pinned bounce slots. A
+ * validation creates one and lends it to its runs. Caller owns; replay_store_destroy (accepts
+ * NULL; removes the SSD file). */
+typedef struct replay_store replay_store;
+moesim_status replay_store_create(const model_geometry *m, const quant_table *q,
+                                  const char *host_precisions, moesim_precision primary,
+                                  uint64_t dram_bytes, const char *ssd_dir, uint64_t seed,
+                                  replay_store **out, moesim_error *err);
+void replay_store_destroy(replay_store *s);
+
+typedef struct replay_inputs {
+    const trace *trace;
+    const model_geometry *model; /* must match the trace's geometry */
+    const hw_profile *hw;        /* the calibrated profile: DRAM size, default budget */
+    const quant_table *quant;
+    const char *timeline_path; /* Chrome trace-event JSON (sim/timeline.h schema) or NULL */
+    const sim_hooks *hooks;    /* on_expert_start when an expert's kernel is enqueued (after
+                                  its copies' events), on_request_done, on_layer_done */
+    uint64_t weight_seed;      /* synthetic weights: same seed, same bytes */
+    const replay_store *store; /* borrowed host store, or NULL: the run makes its own from
+                                  sim.host_precisions (also when the store's formats or
+                                  expert.precision differ from the run's) */
+    const char *ssd_dir;       /* the run's own SSD store (NULL: /var/tmp) */
+} replay_inputs;
+
+/* What a replay measured beyond sim_result (checks of the GPU tests). */
+typedef struct replay_checks {
+    uint64_t device_used_before, device_used_peak; /* cudaMemGetInfo: total - free */
+    uint64_t device_alloc_bytes;                   /* replay's own allocations */
+    uint64_t order_checked, order_violations;      /* expert starts checked against copy ends */
+    uint64_t physical_refusals; /* loads the byte budget admitted but no block was free */
+    double h2d_gb_per_s;        /* bytes / busy time of the copy streams */
+} replay_checks;
+
+/* Replays the trace under `policy_name` with `settings` (the same keys as sim_run: the
+ * settings of sim/sim.h and the policy's knobs; every key checked). Synthetic weights of the
+ * model's geometry (replay needs no checkpoint: timing depends on shapes and bytes only).
+ * Fills `out` in the simulator's schema and, when `checks` is not NULL, the GPU checks. */
+moesim_status replay_run(const replay_inputs *in, const char *policy_name, config *settings,
+                         sim_result *out, replay_checks *checks, moesim_error *err);
+
+/* ---- calibration (replay/calibrate.cu measures, replay/calib_write.c writes) ---- */
+
+#define CALIB_MAX_SIZES 24
+
+typedef struct calib_results {
+    char gpu[64];
+    uint64_t hbm_bytes;
+    uint32_t n_sizes;
+    double size_bytes[CALIB_MAX_SIZES]; /* [n_sizes] pinned transfer sizes, increasing */
+    double h2d_gb_per_s[CALIB_MAX_SIZES], d2h_gb_per_s[CALIB_MAX_SIZES]; /* [n_sizes] */
+    double h2d_latency_us, d2h_latency_us; /* intercept of time vs size (smallest transfers) */
+    double h2d_peak_gb_per_s, d2h_peak_gb_per_s; /* at the largest size */
+    double hbm_gb_per_s;     /* device-to-device copy: read + write bytes / time */
+    double bf16_tflops;      /* best cuBLAS bf16 GEMM measured */
+    double kernel_launch_us; /* empty-kernel launch, back to back */
+    cost_curve curve[COST_OP_COUNT][PREC_COUNT]; /* measured op times (t_ns), x per sim/COST.md */
+    uint32_t repeats;
+} calib_results;
+
+/* Options of a calibration run. */
+typedef struct calib_options {
+    const model_geometry *model; /* expert and attention shapes to time */
+    uint32_t repeats;            /* timed repetitions per point (median kept) */
+    bool quick;                  /* fewer points (a smoke run) */
+} calib_options;
+
+/* Runs the microbenchmarks on device 0. */
+moesim_status calib_run(const calib_options *opt, calib_results *out, moesim_error *err);
+
+/* Writes a hardware profile (configs/hw/README.md keys): the measured figures, the rest copied
+ * from `base` with their source named. Atomic (common/atomic_file.h). */
+moesim_status calib_write_profile(const calib_results *c, const hw_profile *base, const char *name,
+                                  const char *path, moesim_error *err);
+/* Writes the measured cost table (sim/COST.md format). Atomic. */
+moesim_status calib_write_table(const calib_results *c, const char *model_name, const char *path,
+                                moesim_error *err);
+
+/* ---- validation arithmetic (replay/report.c) ---- */
+
+/* One run's figures as validate compares them. Arrays owned by the record (validate_record_free).
+ */
+typedef struct validate_record {
+    sim_result r;
+    uint32_t n_requests;
+    double *ttft_ms, *tpot_ms; /* [n_requests]; tpot NAN for single-step requests */
+    uint32_t n_layers;
+    double *layer_ms; /* [n_layers] summed over steps */
+} validate_record;
+
+void validate_record_init(validate_record *v, uint32_t n_requests, uint32_t n_layers);
+void validate_record_free(validate_record *v);
+/* The sim_hooks that fill a record (ctx = the record) for sim_run and replay_run. */
+sim_hooks validate_record_hooks(validate_record *v);
+
+/* One configuration compared: errors are relative, (sim - real) / real. */
+typedef struct validate_row {
+    char policy[32];
+    char label[96]; /* the configuration beside the policy, e.g. "budget 16 GiB" */
+    char group[96]; /* rows of one group are ranked against each other (same label) */
+    double sim_tpot_ms, real_tpot_ms, sim_ttft_ms, real_ttft_ms, sim_total_ms, real_total_ms;
+    double tpot_err, ttft_err, total_err;            /* of the means / the makespan */
+    double req_tpot_err_median, req_ttft_err_median; /* median over requests of |error| */
+    double layer_err_median, layer_err_max;          /* over MoE layers of |error| of layer time */
+    int32_t layer_worst;                             /* the layer of layer_err_max, or -1 */
+    uint32_t n_layers;
+    float sim_layer_ms[MODEL_MAX_LAYERS], real_layer_ms[MODEL_MAX_LAYERS]; /* [n_layers] summed
+                                                                              over steps */
+    double sim_hit_rate, real_hit_rate;
+    bool refused;   /* the simulator refused the configuration: left out of the summary */
+    char note[160]; /* why */
+} validate_row;
+
+/* Compares one configuration's simulated and measured records (same trace: same requests and
+ * layers, checked). */
+moesim_status validate_compare(const validate_record *sim, const validate_record *real,
+                               const char *label, validate_row *out, moesim_error *err);
+
+typedef struct validate_summary {
+    size_t n_rows; /* rows compared (refused ones are left out) */
+    double tpot_abs_err_median, ttft_abs_err_median, total_abs_err_median;
+    /* policy order by TPOT, per group: pairs ranked the same way in sim and replay */
+    uint64_t pairs, concordant;
+    bool same_order;    /* every group's order agrees (ties: equal in both or neither) */
+    bool meets_targets; /* TPOT <= 5 %, TTFT <= 10 %, same order (issue 9) */
+} validate_summary;
+
+void validate_summarize(const validate_row *rows, size_t n, validate_summary *out);
+
+/* The median of v[0..n) (NAN for n == 0); v is reordered. */
+double validate_median(double *v, size_t n);
+/* (sim - real) / real; NAN when real is 0 or either is NAN. */
+double validate_rel_err(double sim, double real);
+
+#endif

@@ -1,0 +1,154 @@
+/* The arithmetic of `moesim validate`: relative errors of a replay against the simulator on one
+ * configuration (means, per request, per MoE layer), medians over a validation set, and whether
+ * the two rank the policies the same way by TPOT. Errors are (sim - real) / real; medians are of
+ * absolute errors. The issue's targets: median |TPOT error| <= 5 %, median |TTFT error| <= 10 %,
+ * and the same policy order. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "replay/replay.h"
+
+#define TPOT_TARGET 0.05 /* issue 9: median absolute TPOT error */
+#define TTFT_TARGET 0.10 /* issue 9: median absolute TTFT error */
+
+void validate_record_init(validate_record *v, uint32_t n_requests, uint32_t n_layers) {
+    memset(v, 0, sizeof *v);
+    v->n_requests = n_requests;
+    v->n_layers = n_layers;
+    v->ttft_ms = moesim_xcalloc(n_requests ? n_requests : 1, sizeof *v->ttft_ms);
+    v->tpot_ms = moesim_xcalloc(n_requests ? n_requests : 1, sizeof *v->tpot_ms);
+    v->layer_ms = moesim_xcalloc(n_layers ? n_layers : 1, sizeof *v->layer_ms);
+    for (uint32_t i = 0; i < n_requests; i++) v->ttft_ms[i] = v->tpot_ms[i] = NAN;
+}
+
+void validate_record_free(validate_record *v) {
+    if (!v) return;
+    free(v->ttft_ms);
+    free(v->tpot_ms);
+    free(v->layer_ms);
+    memset(v, 0, sizeof *v);
+}
+
+static void on_request(void *ctx, uint32_t request, double ttft_ms, double tpot_ms) {
+    validate_record *v = ctx;
+    MOESIM_ASSERT(request < v->n_requests);
+    v->ttft_ms[request] = ttft_ms;
+    v->tpot_ms[request] = tpot_ms;
+}
+
+static void on_layer(void *ctx, uint64_t step, uint32_t layer, uint64_t t0_ns, uint64_t t1_ns) {
+    (void)step;
+    validate_record *v = ctx;
+    MOESIM_ASSERT(layer < v->n_layers && t1_ns >= t0_ns);
+    v->layer_ms[layer] += (double)(t1_ns - t0_ns) / 1e6;
+}
+
+sim_hooks validate_record_hooks(validate_record *v) {
+    return (sim_hooks){.ctx = v, .on_request_done = on_request, .on_layer_done = on_layer};
+}
+
+double validate_rel_err(double sim, double real) {
+    if (isnan(sim) || isnan(real) || real == 0) return NAN;
+    return (sim - real) / real;
+}
+
+double validate_median(double *v, size_t n) {
+    if (!n) return NAN;
+    gsl_sort(v, 1, n);
+    return gsl_stats_median_from_sorted_data(v, 1, n);
+}
+
+/* Median of |rel err| over the pairs where both are defined. */
+static double median_abs_err(const double *sim, const double *real, size_t n) {
+    double *e = moesim_xmalloc((n ? n : 1) * sizeof *e);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = validate_rel_err(sim[i], real[i]);
+        if (!isnan(x)) e[m++] = fabs(x);
+    }
+    double med = validate_median(e, m);
+    free(e);
+    return med;
+}
+
+moesim_status validate_compare(const validate_record *sim, const validate_record *real,
+                               const char *label, validate_row *out, moesim_error *err) {
+    if (sim->n_requests != real->n_requests || sim->n_layers != real->n_layers)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: the simulated run has %u requests and %u layers, the replay %u "
+                           "and %u: not the same trace",
+                           label, sim->n_requests, sim->n_layers, real->n_requests, real->n_layers);
+    memset(out, 0, sizeof *out);
+    snprintf(out->policy, sizeof out->policy, "%s", sim->r.policy);
+    snprintf(out->label, sizeof out->label, "%s", label);
+    snprintf(out->group, sizeof out->group, "%s", label);
+    out->sim_tpot_ms = sim->r.tpot.mean_ms;
+    out->real_tpot_ms = real->r.tpot.mean_ms;
+    out->sim_ttft_ms = sim->r.ttft.mean_ms;
+    out->real_ttft_ms = real->r.ttft.mean_ms;
+    out->sim_total_ms = sim->r.makespan_ms;
+    out->real_total_ms = real->r.makespan_ms;
+    out->tpot_err = validate_rel_err(out->sim_tpot_ms, out->real_tpot_ms);
+    out->ttft_err = validate_rel_err(out->sim_ttft_ms, out->real_ttft_ms);
+    out->total_err = validate_rel_err(out->sim_total_ms, out->real_total_ms);
+    out->req_tpot_err_median = median_abs_err(sim->tpot_ms, real->tpot_ms, sim->n_requests);
+    out->req_ttft_err_median = median_abs_err(sim->ttft_ms, real->ttft_ms, sim->n_requests);
+    out->layer_err_median = median_abs_err(sim->layer_ms, real->layer_ms, sim->n_layers);
+    out->layer_err_max = NAN;
+    out->layer_worst = -1;
+    MOESIM_ASSERT(sim->n_layers <= MODEL_MAX_LAYERS);
+    out->n_layers = sim->n_layers;
+    for (uint32_t l = 0; l < sim->n_layers; l++) {
+        out->sim_layer_ms[l] = (float)sim->layer_ms[l];
+        out->real_layer_ms[l] = (float)real->layer_ms[l];
+        double x = fabs(validate_rel_err(sim->layer_ms[l], real->layer_ms[l]));
+        if (!isnan(x) && (isnan(out->layer_err_max) || x > out->layer_err_max)) {
+            out->layer_err_max = x;
+            out->layer_worst = (int32_t)l;
+        }
+    }
+    out->sim_hit_rate = sim->r.hit_rate;
+    out->real_hit_rate = real->r.hit_rate;
+    return MOESIM_OK;
+}
+
+static int sign3(double a, double b) { return (a > b) - (a < b); }
+
+void validate_summarize(const validate_row *rows, size_t n, validate_summary *out) {
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < n; i++) out->n_rows += !rows[i].refused;
+    double *tp = moesim_xmalloc((n ? n : 1) * sizeof *tp);
+    double *tf = moesim_xmalloc((n ? n : 1) * sizeof *tf);
+    double *tt = moesim_xmalloc((n ? n : 1) * sizeof *tt);
+    size_t a = 0, b = 0, c = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].refused) continue;
+        if (!isnan(rows[i].tpot_err)) tp[a++] = fabs(rows[i].tpot_err);
+        if (!isnan(rows[i].ttft_err)) tf[b++] = fabs(rows[i].ttft_err);
+        if (!isnan(rows[i].total_err)) tt[c++] = fabs(rows[i].total_err);
+    }
+    out->tpot_abs_err_median = validate_median(tp, a);
+    out->ttft_abs_err_median = validate_median(tf, b);
+    out->total_abs_err_median = validate_median(tt, c);
+    free(tp);
+    free(tf);
+    free(tt);
+    /* pairs of policies within a group: concordant when sim and replay order them alike */
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++) {
+            if (rows[i].refused || rows[j].refused || strcmp(rows[i].group, rows[j].group))
+                continue;
+            out->pairs++;
+            out->concordant += sign3(rows[i].sim_tpot_ms, rows[j].sim_tpot_ms) ==
+                               sign3(rows[i].real_tpot_ms, rows[j].real_tpot_ms);
+        }
+    out->same_order = out->concordant == out->pairs;
+    out->meets_targets = out->n_rows > 0 && out->tpot_abs_err_median <= TPOT_TARGET &&
+                         out->ttft_abs_err_median <= TTFT_TARGET && out->same_order;
+}

@@ -1,0 +1,533 @@
+/* The CPU-testable parts of replay/ (replay/replay.h): the schedule and the memory budget give
+ * the simulator's figures, the card emulation refuses what does not fit, the calibration writers
+ * produce files hw_load and cost_table_load accept with the measured values, the validation
+ * arithmetic (errors, medians, policy order), and the replay / calibrate / validate commands:
+ * bad arguments and a machine without a GPU (or a build without CUDA) exit 2 with one line. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/hw.h"
+#include "common/model.h"
+#include "common/precision.h"
+#include "replay/replay.h"
+#include "sim/cost.h"
+#include "sim/sim.h"
+#include "sim_fixtures.h"
+#include "support/test_support.h"
+
+static quant_table quant;
+
+static void setup(void) {
+    moesim_error err = {0};
+    cr_assert_eq(quant_table_load_default(&quant, &err), MOESIM_OK, "%s", err.msg);
+}
+
+TestSuite(replay, .init = setup);
+
+static moesim_status sim_with(const trace *t, const model_geometry *m, const hw_profile *hw,
+                              const char *policy_name, const char *const *sets, const sim_hooks *h,
+                              sim_result *r, moesim_error *err) {
+    config *c = config_create();
+    for (const char *const *s = sets; s && *s; s++)
+        cr_assert_eq(config_set(c, *s, err), MOESIM_OK, "%s", err->msg);
+    sim_inputs in = {.trace = t, .model = m, .hw = hw, .quant = &quant, .hooks = h};
+    moesim_status st = sim_run(&in, policy_name, c, r, err);
+    config_destroy(c);
+    return st;
+}
+
+/* ---- schedule and budget: the simulator's numbers ---- */
+
+Test(replay, schedule_and_budget_match_the_simulators_for_every_setup) {
+    model_geometry m = fixture_model(4, 16, 2);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 5, 7, 9, 1.0, 3);
+    cr_assert(t);
+    static const struct {
+        const char *batch, *budget, *per_layer;
+    } cases[] = {
+        {"batch.size=1", "memory.budget_gb=0.25", "cache.experts_per_layer=0"},
+        {"batch.size=3", "memory.budget_gb=0.5", "cache.experts_per_layer=0"},
+        {"batch.size=2", "memory.budget_gb=1", "cache.experts_per_layer=4"},
+        {"batch.size=5", "memory.budget_gb=0.3", "cache.experts_per_layer=2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *sets[] = {cases[i].batch, cases[i].budget, cases[i].per_layer, NULL};
+        sim_result r;
+        moesim_error err = {0};
+        cr_assert_eq(sim_with(t, &m, &hw, "lru", sets, NULL, &r, &err), MOESIM_OK, "%s", err.msg);
+        config *c = config_create();
+        for (const char *const *s = sets; *s; s++) config_set(c, *s, &err);
+        sim_settings set;
+        cr_assert_eq(sim_settings_read(c, &set, &err), MOESIM_OK, "%s", err.msg);
+        config_destroy(c);
+        replay_schedule sch;
+        replay_schedule_build(&sch, t, &m, set.batch_size);
+        cr_assert_eq(sch.n_steps, r.steps, "case %zu: %lu steps, sim %lu", i,
+                     (unsigned long)sch.n_steps, (unsigned long)r.steps);
+        replay_budget b;
+        cr_assert_eq(replay_budget_plan(&m, &quant, &hw, &set, sch.max_step_tokens,
+                                        sch.kv_peak_bytes, "b", "c", &b, &err),
+                     MOESIM_OK, "%s", err.msg);
+        cr_assert_eq(b.budget_bytes, r.budget_bytes, "case %zu", i);
+        cr_assert_eq(b.expert_budget_bytes, r.expert_budget_bytes, "case %zu", i);
+        cr_assert_eq(b.kv_peak_bytes, r.kv_peak_bytes, "case %zu", i);
+        replay_schedule_free(&sch);
+    }
+    trace_destroy(t);
+}
+
+Test(replay, budget_refuses_what_the_simulator_refuses_with_the_same_message) {
+    model_geometry m = fixture_model(4, 16, 2);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 2, 4, 4, 1.0, 5);
+    const char *sets[] = {"memory.budget_gb=0.02", NULL}; /* 20 MiB: room for 2 of 3 MiB? no */
+    sim_result r;
+    moesim_error e1 = {0}, e2 = {0};
+    moesim_status s1 = sim_with(t, &m, &hw, "lru", sets, NULL, &r, &e1);
+    cr_assert_eq(s1, MOESIM_EINPUT);
+    sim_settings set;
+    config *c = config_create();
+    config_set(c, sets[0], &e2);
+    sim_settings_read(c, &set, &e2);
+    char where[640];
+    config_origin(c, "memory", "budget_gb", where, sizeof where);
+    config_destroy(c);
+    replay_schedule sch;
+    replay_schedule_build(&sch, t, &m, 1);
+    replay_budget b;
+    cr_assert_eq(replay_budget_plan(&m, &quant, &hw, &set, sch.max_step_tokens, sch.kv_peak_bytes,
+                                    where, "c", &b, &e2),
+                 MOESIM_EINPUT);
+    cr_assert_str_eq(e2.msg, e1.msg);
+    replay_schedule_free(&sch);
+    trace_destroy(t);
+}
+
+Test(replay, card_emulation_fits_the_card_and_the_free_device_memory) {
+    replay_budget b = {.budget_bytes = 16ull << 30};
+    moesim_error err = {0};
+    uint64_t free80 = 79ull << 30, reserve = 512ull << 20;
+    cr_assert_eq(replay_budget_fit_device(&b, 15ull << 30, free80, reserve, &err), MOESIM_OK);
+    cr_assert_eq(replay_budget_fit_device(&b, (16ull << 30) + 1, free80, reserve, &err),
+                 MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "16.000 GiB card"), "%s", err.msg);
+    /* a 16 GiB card on a GPU with 16 GiB free: the reserve does not fit */
+    cr_assert_eq(replay_budget_fit_device(&b, 1ull << 30, 16ull << 30, reserve, &err),
+                 MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "free"), "%s", err.msg);
+    cr_assert_eq(replay_budget_fit_device(&b, 1ull << 30, (16ull << 30) + reserve, reserve, &err),
+                 MOESIM_OK);
+    /* pool blocks: what the byte accounting admits, capped by the parts that exist */
+    cr_assert_eq(replay_pool_blocks(100, 30, 1000), 3);
+    cr_assert_eq(replay_pool_blocks(100, 30, 2), 2);
+    cr_assert_eq(replay_pool_blocks(100, 0, 2), 0);
+}
+
+/* ---- calibration writers ---- */
+
+static void fake_results(calib_results *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->gpu, sizeof c->gpu, "NVIDIA H100 80GB HBM3");
+    c->hbm_bytes = 85520809984ull; /* 79.65 GiB, a cudaMemGetInfo total */
+    c->n_sizes = 3;
+    double sizes[] = {4096, 1048576, 268435456}, h2d[] = {1.2, 40.5, 53.25};
+    for (int i = 0; i < 3; i++) {
+        c->size_bytes[i] = sizes[i];
+        c->h2d_gb_per_s[i] = h2d[i];
+        c->d2h_gb_per_s[i] = h2d[i] * 0.9;
+    }
+    c->h2d_peak_gb_per_s = 53.25;
+    c->d2h_peak_gb_per_s = 47.925;
+    c->h2d_latency_us = 2.5;
+    c->d2h_latency_us = 3.25;
+    c->hbm_gb_per_s = 2680;
+    c->bf16_tflops = 650;
+    c->kernel_launch_us = 2.75;
+    c->repeats = 20;
+    double tok[] = {1, 2, 4, 8};
+    for (int i = 0; i < 4; i++) {
+        c->curve[COST_EXPERT_GATE_UP][PREC_INT4].x[i] = tok[i];
+        c->curve[COST_EXPERT_GATE_UP][PREC_INT4].t_ns[i] = 9000 + 250 * tok[i];
+        c->curve[COST_ATTENTION][PREC_BF16].x[i] = 16 * tok[i];
+        c->curve[COST_ATTENTION][PREC_BF16].t_ns[i] = 30000 + 10 * tok[i];
+    }
+    c->curve[COST_EXPERT_GATE_UP][PREC_INT4].n = 4;
+    c->curve[COST_ATTENTION][PREC_BF16].n = 4;
+}
+
+Test(replay, calibration_profile_loads_with_the_measured_figures) {
+    calib_results c;
+    fake_results(&c);
+    hw_profile base, got;
+    moesim_error err = {0};
+    cr_assert_eq(hw_load_by_name("h100-sxm", &base, &err), MOESIM_OK, "%s", err.msg);
+    const char *path = test_tmp_path("h100-test-measured.ini");
+    cr_assert_eq(calib_write_profile(&c, &base, "h100-test-measured", path, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_eq(hw_load(path, &got, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_str_eq(got.name, "h100-test-measured");
+    cr_assert_str_eq(got.gpu, "NVIDIA H100 80GB HBM3");
+    cr_assert_float_eq(got.h2d_bytes_per_s, 53.25e9, 1e3);
+    cr_assert_float_eq(got.d2h_bytes_per_s, 47.925e9, 1e3);
+    cr_assert_eq(got.h2d_latency_ns, 2500);
+    cr_assert_eq(got.d2h_latency_ns, 3250);
+    cr_assert_eq(got.kernel_launch_ns, 2750);
+    cr_assert_float_eq(got.hbm_efficiency, 2680 / 3350.0, 1e-5);
+    cr_assert_float_eq(got.compute_efficiency, 650 / 989.4, 1e-5);
+    cr_assert_eq(got.dram_bytes, base.dram_bytes);
+    cr_assert(!got.gpu_direct_storage, "replay's SSD path bounces through DRAM");
+    cr_assert_eq(got.copy_engines, base.copy_engines);
+    /* every figure names its source, as tests/test_hw_config.c requires of configs/hw */
+    FILE *f = fopen(path, "r");
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == ';' || line[0] == '[' || !strchr(line, '=') || !strncmp(line, "name", 4))
+            continue;
+        cr_assert(strstr(line, "; derived:"), "no source: %s", line);
+    }
+    fclose(f);
+}
+
+Test(replay, calibration_table_replaces_the_roofline_with_the_measured_times) {
+    calib_results c;
+    fake_results(&c);
+    model_geometry m;
+    hw_profile hw;
+    moesim_error err = {0};
+    cr_assert_eq(model_load_by_name("olmoe-1b-7b", &m, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(hw_load_by_name("h100-sxm", &hw, &err), MOESIM_OK, "%s", err.msg);
+    const char *path = test_tmp_path("cost-table.txt");
+    cr_assert_eq(calib_write_table(&c, m.name, path, &err), MOESIM_OK, "%s", err.msg);
+    static cost_model cm;
+    cost_model_init(&cm, &hw, &m, &quant);
+    uint64_t roof = cost_op_ns(&cm, COST_EXPERT_GATE_UP, PREC_INT4, 4);
+    cr_assert_eq(cost_table_load(&cm, path, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert(cm.has_table);
+    cr_assert_eq(cost_op_ns(&cm, COST_EXPERT_GATE_UP, PREC_INT4, 4), 10000, "roofline was %lu",
+                 (unsigned long)roof);
+    cr_assert_eq(cost_op_ns(&cm, COST_EXPERT_GATE_UP, PREC_INT4, 3), 9750); /* interpolated */
+    cr_assert_eq(cost_op_ns(&cm, COST_ATTENTION, PREC_BF16, 64), 30040);
+    cr_assert(cost_table_covers(&cm, COST_EXPERT_GATE_UP, PREC_INT4, 1, 8));
+    cr_assert(!cost_table_covers(&cm, COST_EXPERT_GATE_UP, PREC_INT4, 1, 16));
+}
+
+/* ---- validation arithmetic ---- */
+
+static void record(validate_record *v, const char *policy_name, double tpot, double ttft,
+                   double total, const double *req_tpot, const double *req_ttft,
+                   const double *layer) {
+    validate_record_init(v, 3, 2);
+    snprintf(v->r.policy, sizeof v->r.policy, "%s", policy_name);
+    v->r.tpot.mean_ms = tpot;
+    v->r.ttft.mean_ms = ttft;
+    v->r.makespan_ms = total;
+    for (int i = 0; i < 3; i++) {
+        v->tpot_ms[i] = req_tpot[i];
+        v->ttft_ms[i] = req_ttft[i];
+    }
+    for (int l = 0; l < 2; l++) v->layer_ms[l] = layer[l];
+}
+
+Test(replay, validation_errors_and_medians_are_relative_to_the_measurement) {
+    validate_record s, r;
+    record(&s, "lru", 11, 45, 1100, (double[]){10, 22, NAN}, (double[]){40, 50, 60},
+           (double[]){3, 6});
+    record(&r, "lru", 10, 50, 1000, (double[]){10, 20, 30}, (double[]){50, 50, 50},
+           (double[]){4, 6});
+    validate_row row;
+    moesim_error err = {0};
+    cr_assert_eq(validate_compare(&s, &r, "budget 16 GiB", &row, &err), MOESIM_OK);
+    cr_assert_float_eq(row.tpot_err, 0.1, 1e-12);
+    cr_assert_float_eq(row.ttft_err, -0.1, 1e-12);
+    cr_assert_float_eq(row.total_err, 0.1, 1e-12);
+    /* per request |err|: tpot {0, 0.1} (the single-step request is left out) -> 0.05 */
+    cr_assert_float_eq(row.req_tpot_err_median, 0.05, 1e-12);
+    cr_assert_float_eq(row.req_ttft_err_median, 0.2, 1e-12); /* {0.2, 0, 0.2} */
+    cr_assert_float_eq(row.layer_err_median, 0.125, 1e-12);  /* {0.25, 0} */
+    cr_assert_float_eq(row.layer_err_max, 0.25, 1e-12);
+    cr_assert_eq(row.layer_worst, 0);
+    cr_assert_eq(row.n_layers, 2);
+    cr_assert_float_eq(row.sim_layer_ms[1], 6, 1e-6);
+    cr_assert_float_eq(row.real_layer_ms[0], 4, 1e-6);
+    cr_assert_str_eq(row.policy, "lru");
+    validate_record other;
+    validate_record_init(&other, 4, 2);
+    cr_assert_eq(validate_compare(&s, &other, "x", &row, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "not the same trace"), "%s", err.msg);
+    validate_record_free(&s);
+    validate_record_free(&r);
+    validate_record_free(&other);
+    cr_assert(isnan(validate_rel_err(1, 0)));
+    double v[] = {3, 1, 2, 10};
+    cr_assert_float_eq(validate_median(v, 4), 2.5, 1e-12);
+    cr_assert(isnan(validate_median(v, 0)));
+}
+
+Test(replay, summary_checks_the_targets_and_the_policy_order_per_group) {
+    validate_row rows[] = {
+        {.policy = "lru",
+         .group = "16",
+         .sim_tpot_ms = 10,
+         .real_tpot_ms = 10.3,
+         .tpot_err = -0.03,
+         .ttft_err = 0.05,
+         .total_err = 0.01},
+        {.policy = "oracle",
+         .group = "16",
+         .sim_tpot_ms = 5,
+         .real_tpot_ms = 5.1,
+         .tpot_err = -0.02,
+         .ttft_err = -0.08,
+         .total_err = 0.02},
+        {.policy = "ondemand",
+         .group = "16",
+         .sim_tpot_ms = 50,
+         .real_tpot_ms = 48,
+         .tpot_err = 0.04,
+         .ttft_err = 0.09,
+         .total_err = 0.03},
+        /* another budget: compared only among itself */
+        {.policy = "lru",
+         .group = "24",
+         .sim_tpot_ms = 8,
+         .real_tpot_ms = 8,
+         .tpot_err = 0,
+         .ttft_err = 0,
+         .total_err = 0},
+    };
+    validate_summary s;
+    validate_summarize(rows, 4, &s);
+    cr_assert_eq(s.n_rows, 4);
+    cr_assert_eq(s.pairs, 3);
+    cr_assert_eq(s.concordant, 3);
+    cr_assert(s.same_order);
+    cr_assert_float_eq(s.tpot_abs_err_median, 0.025, 1e-12); /* {0, .02, .03, .04} */
+    cr_assert_float_eq(s.ttft_abs_err_median, 0.065, 1e-12);
+    cr_assert(s.meets_targets);
+    rows[1].real_tpot_ms = 11; /* replay now ranks oracle behind lru */
+    validate_summarize(rows, 4, &s);
+    cr_assert_eq(s.concordant, 2);
+    cr_assert(!s.same_order);
+    cr_assert(!s.meets_targets);
+    rows[1].real_tpot_ms = 5.1;
+    rows[0].tpot_err = rows[1].tpot_err = -0.2; /* median |TPOT err| 0.11 > 5 % */
+    validate_summarize(rows, 4, &s);
+    cr_assert(s.same_order);
+    cr_assert(!s.meets_targets);
+    /* a configuration the simulator refused counts nowhere, even with a wild "error" */
+    validate_row more[5];
+    memcpy(more, rows, sizeof rows);
+    more[0].tpot_err = more[1].tpot_err = -0.03;
+    more[4] = (validate_row){.policy = "static",
+                             .group = "16",
+                             .refused = true,
+                             .sim_tpot_ms = 1,
+                             .real_tpot_ms = 100,
+                             .tpot_err = -0.99};
+    validate_summarize(more, 5, &s);
+    cr_assert_eq(s.n_rows, 4);
+    cr_assert_eq(s.pairs, 3);
+    cr_assert_float_eq(s.tpot_abs_err_median, 0.03, 1e-12); /* {0, .03, .03, .04} */
+    cr_assert(s.meets_targets);
+}
+
+Test(replay, record_hooks_collect_the_simulators_per_request_and_per_layer_times) {
+    model_geometry m = fixture_model(3, 16, 2);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 4, 5, 6, 1.0, 9);
+    validate_record v;
+    validate_record_init(&v, 4, 3);
+    sim_hooks h = validate_record_hooks(&v);
+    const char *sets[] = {"batch.size=2", NULL};
+    moesim_error err = {0};
+    cr_assert_eq(sim_with(t, &m, &hw, "lru", sets, &h, &v.r, &err), MOESIM_OK, "%s", err.msg);
+    double sum_tpot = 0, sum_ttft = 0, layers = 0;
+    for (int q = 0; q < 4; q++) {
+        cr_assert(!isnan(v.tpot_ms[q]) && v.ttft_ms[q] > 0);
+        sum_tpot += v.tpot_ms[q];
+        sum_ttft += v.ttft_ms[q];
+    }
+    cr_assert_float_eq(sum_tpot / 4, v.r.tpot.mean_ms, 1e-9);
+    cr_assert_float_eq(sum_ttft / 4, v.r.ttft.mean_ms, 1e-9);
+    for (int l = 0; l < 3; l++) {
+        cr_assert(v.layer_ms[l] > 0);
+        layers += v.layer_ms[l];
+    }
+    cr_assert(layers < v.r.makespan_ms, "MoE layers %.3f ms of %.3f", layers, v.r.makespan_ms);
+    validate_record_free(&v);
+    trace_destroy(t);
+}
+
+/* ---- the commands ---- */
+
+static char out[1 << 16], errbuf[4096];
+
+static int lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+Test(replay, bad_arguments_exit_2_with_one_line) {
+    static const char *const cases[][8] = {
+        {"replay", "--trace", "t.h5", "--hw", "h100-sxm", "--policy", "lru", NULL},
+        {"replay", "--synthetic-weights", "--model", "dir", "--trace", "t.h5", NULL},
+        {"replay", "--synthetic-weights", "--trace", "t.h5", "--hw", "h", "--policy", "nope"},
+        {"replay", "--synthetic-weights", "--live", "--trace", "t.h5", NULL},
+        {"calibrate", "-o", "x.ini", "--table", "t.txt", NULL},
+        {"calibrate", "-o", "x.txt", "--table", "t.txt", "--base", "h100-sxm", "--model"},
+        {"validate", "--trace", "t.h5", "--hw", "h", NULL},
+        {"validate", "--policy", "lru", "--experiment", "e.ini", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *const *a = cases[i];
+        int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, a[0], a[1], a[2], a[3],
+                                 a[4], a[5], a[6], a[7], NULL);
+        cr_assert_eq(rc, 2, "case %zu: rc %d: %s", i, rc, errbuf);
+        cr_assert_eq(lines(errbuf), 1, "case %zu: %s", i, errbuf);
+    }
+}
+
+Test(replay, without_a_gpu_every_gpu_command_exits_2_with_one_line) {
+    moesim_error err = {0};
+    if (replay_device_check(&err) == MOESIM_OK) cr_skip_test("a CUDA device is present");
+    const char *want = replay_built_with_cuda() ? "no CUDA device" : "built without CUDA";
+    cr_assert(strstr(err.msg, want), "%s", err.msg);
+    model_geometry m;
+    cr_assert_eq(model_load_by_name("olmoe-1b-7b", &m, &err), MOESIM_OK, "%s", err.msg);
+    trace *t = fixture_trace(&m, 1, 4, 4, 1.0, 1);
+    char tp[4096];
+    snprintf(tp, sizeof tp, "%s", test_tmp_path("replay-nogpu.h5"));
+    cr_assert_eq(trace_write(t, tp, &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+    char tab[4096], ini[4096];
+    snprintf(tab, sizeof tab, "%s", test_tmp_path("nogpu-table.txt"));
+    snprintf(ini, sizeof ini, "%s", test_tmp_path("nogpu.ini"));
+    int rc =
+        test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "replay", "--synthetic-weights",
+                        "--trace", tp, "--hw", "h100-sxm", "--policy", "lru", NULL);
+    cr_assert_eq(rc, 2, "%s", errbuf);
+    cr_assert(strstr(errbuf, want) && lines(errbuf) == 1, "%s", errbuf);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "calibrate", "-o", ini, "--table",
+                         tab, "--base", "h100-sxm", "--model", "olmoe-1b-7b", NULL);
+    cr_assert_eq(rc, 2, "%s", errbuf);
+    cr_assert(strstr(errbuf, want) && lines(errbuf) == 1, "%s", errbuf);
+    cr_assert(!test_file_exists(ini) && !test_file_exists(tab), "nothing half-written");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--trace", tp, "--hw",
+                         "h100-sxm", "--policy", "lru", NULL);
+    cr_assert_eq(rc, 2, "%s", errbuf);
+    cr_assert(strstr(errbuf, want) && lines(errbuf) == 1, "%s", errbuf);
+}
+
+Test(replay, merge_summarizes_several_json_outputs_without_a_gpu) {
+    char a[4096], b[4096], rep[4096], c[4096], rep2[4096];
+    snprintf(a, sizeof a, "%s", test_tmp_path("merge-a.json"));
+    snprintf(b, sizeof b, "%s", test_tmp_path("merge-b.json"));
+    snprintf(rep, sizeof rep, "%s", test_tmp_path("merge-report.md"));
+    snprintf(c, sizeof c, "%s", test_tmp_path("merge-c.json"));
+    snprintf(rep2, sizeof rep2, "%s", test_tmp_path("merge-report2.md"));
+    test_write_file(a, "{\"device\": \"NVIDIA H100 80GB HBM3\", \"profile\": \"h100-measured\", "
+                       "\"trace\": \"t.h5\", \"model\": \"qwen3-30b-a3b\", \"rows\": ["
+                       "{\"policy\": \"lru\", \"configuration\": \"budget 12 GiB\", "
+                       "\"sim_tpot_ms\": 10, \"real_tpot_ms\": 10.4, \"tpot_err\": -0.04, "
+                       "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5.5, \"ttft_err\": -0.09, "
+                       "\"total_err\": -0.02},"
+                       "{\"policy\": \"oracle\", \"configuration\": \"budget 12 GiB\", "
+                       "\"sim_tpot_ms\": 6, \"real_tpot_ms\": 6.1, \"tpot_err\": -0.02, "
+                       "\"sim_ttft_ms\": 4, \"real_ttft_ms\": 4.2, \"ttft_err\": -0.05, "
+                       "\"total_err\": -0.01},"
+                       "{\"policy\": \"static\", \"configuration\": \"budget 12 GiB\", "
+                       "\"refused\": \"experts do not fit\"}]}");
+    test_write_file(b, "{\"device\": \"NVIDIA H100 80GB HBM3\", \"profile\": \"h100-measured\", "
+                       "\"trace\": \"t.h5\", \"model\": \"qwen3-30b-a3b\", \"rows\": ["
+                       "{\"policy\": \"lru\", \"configuration\": \"budget 16 GiB\", "
+                       "\"sim_tpot_ms\": 8, \"real_tpot_ms\": 8, \"tpot_err\": 0, "
+                       "\"sim_ttft_ms\": 4, \"real_ttft_ms\": 4, \"ttft_err\": 0, "
+                       "\"total_err\": 0}]}");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                             "--merge", b, "--json", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert(j, "%s", je.text);
+    json_t *s = json_object_get(j, "summary");
+    cr_assert_float_eq(json_real_value(json_object_get(s, "tpot_abs_err_median")), 0.02, 1e-12);
+    cr_assert_float_eq(json_real_value(json_object_get(s, "ttft_abs_err_median")), 0.05, 1e-12);
+    cr_assert_eq(json_integer_value(json_object_get(s, "pairs")), 1);
+    cr_assert(json_is_true(json_object_get(s, "meets_targets")));
+    cr_assert_eq(json_array_size(json_object_get(j, "rows")), 4);
+    json_decref(j);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                         "--merge", b, "--report", rep, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    cr_assert(test_file_exists(rep));
+    /* a device mismatch, or a file that is not validate's JSON: one line, exit 2, no report */
+    test_write_file(c, "{\"device\": \"NVIDIA H200\", \"rows\": []}");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                         "--merge", c, "--report", rep2, NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "H200") && lines(errbuf) == 1, "%s", errbuf);
+    cr_assert(!test_file_exists(rep2));
+    test_write_file(c, "[1, 2]");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", c, NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert_eq(lines(errbuf), 1, "%s", errbuf);
+}
+
+Test(replay, experiment_file_errors_name_the_file_and_the_field) {
+    char ini[4096];
+    snprintf(ini, sizeof ini, "%s", test_tmp_path("exp.ini"));
+    test_write_file(ini, "[validate]\npolicies = lru, nosuch\nbudgets_gb = 12\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment",
+                             ini, "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "nosuch") && strstr(errbuf, "exp.ini") && lines(errbuf) == 1, "%s",
+              errbuf);
+    test_write_file(ini, "[validate]\npolicies = lru\nbudgets_gb = 12, big\n");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment", ini,
+                         "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "budgets_gb") && lines(errbuf) == 1, "%s", errbuf);
+    /* the committed validation set parses: it fails only on its missing trace (not made here) */
+    char exp[4096];
+    snprintf(exp, sizeof exp, "%s/experiments/validation/validate.ini", MOESIM_SOURCE_DIR);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment", exp,
+                         "--trace", "/nonexistent/validate.h5", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "/nonexistent/validate.h5") && lines(errbuf) == 1, "%s", errbuf);
+}
+
+Test(replay, winners_csv_errors_name_the_file_and_what_was_expected) {
+    char csv[4096];
+    snprintf(csv, sizeof csv, "%s", test_tmp_path("winners.csv"));
+    test_write_file(csv, "hash,memory.budget_gb,tpot_ms.mean\nab,12,5.0\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--winners", csv,
+                             "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "'policy'") && lines(errbuf) == 1, "%s", errbuf);
+    test_write_file(csv, "policy,memory.budget_gb,tpot_ms.mean\nlru,12,fast\n");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--winners", csv,
+                         "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, ":2:") && lines(errbuf) == 1, "%s", errbuf);
+    /* a sweep's CSV: failed rows and rows of another trace are not candidates */
+    test_write_file(csv, "config_hash,seed,status,policy,trace,hw,memory.budget_gb,label.cache,"
+                         "tpot_ms.mean\n"
+                         "a1,1,ok,lru,other.h5,h100-sxm,12,8,4.5\n"
+                         "a2,1,policy 'static': does not fit,static,t.h5,h100-sxm,12,8,nan\n");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--winners", csv,
+                         "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "no result rows with status ok") && strstr(errbuf, "2 others") &&
+                  lines(errbuf) == 1,
+              "%s", errbuf);
+    test_write_file(csv, "policy,memory.budget_gb,tpot_ms.mean\nnosuch,12,5\n");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--winners", csv,
+                         "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "nosuch") && lines(errbuf) == 1, "%s", errbuf);
+}
