@@ -724,6 +724,11 @@ static const bad_case corpus[] = {
      "[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
      "]]]]]]]}\n",
      "jsonl", 1, "x", "deeper than 64"},
+    {"too_deep_under_a_long_unknown_key",
+     "{\"req_id\": \"a\", \"an_unknown_key_longer_than_forty_bytes_abcdefgh\": "
+     "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]"
+     "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}\n",
+     "jsonl", 1, "an_unknown_key_longer_than_forty_bytes_a...", "deeper than 64"},
     {"nul_byte", "{\"req_id\": \"a\", \0}\n", "jsonl", 1, "record", "expected a key"},
     {"request_id_too_long",
      "{\"req_id\": "
