@@ -66,7 +66,7 @@ int cmd_plot(int argc, char **argv) {
             return 0;
         }
         if ((!strcmp(a, "--csv") || !strcmp(a, "-o")) && i + 1 >= argc)
-            return cli_usage_error("plot", "%s needs a value", a);
+            return cli_usage_error("plot", "option '%s' needs a value", a);
         if (!strcmp(a, "--csv"))
             csv = argv[++i];
         else if (!strcmp(a, "-o"))

@@ -67,7 +67,7 @@ int cmd_replay(int argc, char **argv) {
     int c, rc = 0;
     optind = 1;
     opterr = 0; /* one line: ours, naming the option */
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
         case 'S':
             synthetic = true;
@@ -116,8 +116,7 @@ int cmd_replay(int argc, char **argv) {
         default:
             free(sets);
             free(files);
-            return cli_usage_error("replay", "unknown option or missing argument: %s",
-                                   argv[optind - 1]);
+            return cli_getopt_error("replay", c, argc, argv, opts);
         }
     }
     uint64_t seed = 1;

@@ -121,7 +121,8 @@ int cmd_trace_import(int argc, char **argv) {
                            !strcmp(a, "--output") || !strcmp(a, "--schema") ||
                            !strcmp(a, "--incomplete") || !strcmp(a, "--layers") ||
                            !strcmp(a, "--prefill-tokens") || !strcmp(a, "--constant-run-min");
-        if (takes_value && !v) return cli_usage_error("trace import", "%s needs a value", a);
+        if (takes_value && !v)
+            return cli_usage_error("trace import", "option '%s' needs a value", a);
         if (!strcmp(a, "--format")) {
             if (!strcmp(v, "jsonl"))
                 o.format = TRACE_TEXT_JSONL;

@@ -172,11 +172,12 @@ int cmd_trace_synth(int argc, char **argv) {
         bool is_set = !strcmp(a, "--set");
         if (!slot && !is_set) {
             free(sets);
-            return cli_usage_error(CMD, "unknown argument '%s'", a);
+            return cli_usage_error(
+                CMD, a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", a);
         }
         if (i + 1 >= argc) {
             free(sets);
-            return cli_usage_error(CMD, "%s needs a value", a);
+            return cli_usage_error(CMD, "option '%s' needs a value", a);
         }
         if (is_set)
             cli_collect(&sets, &n_sets, argv[++i]);

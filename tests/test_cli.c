@@ -1,0 +1,56 @@
+/* Option errors of every `moesim` command: an unknown option, a missing value or a value given to
+ * a flag exits 2 with exactly one line on stderr (ours, naming the option as typed; getopt's own
+ * message is silenced) and nothing on stdout. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "support/test_support.h"
+
+typedef struct option_case {
+    const char *args[4]; /* the command line after `moesim`, NULL-terminated */
+    const char *says;    /* the whole message line, up to " (see" */
+} option_case;
+
+static const option_case cases[] = {
+    {{"sim", "--nope"}, "moesim sim: unknown option '--nope'"},
+    {{"sim", "--trace"}, "moesim sim: option '--trace' needs a value"},
+    {{"sim", "--json=1"}, "moesim sim: option '--json' takes no value"},
+    {{"sim", "-x"}, "moesim sim: unknown option '-x'"},
+    {{"record", "--nope"}, "moesim record: unknown option '--nope'"},
+    {{"record", "--model"}, "moesim record: option '--model' needs a value"},
+    {{"record", "-o"}, "moesim record: option '-o' needs a value"},
+    {{"eval", "--nope"}, "moesim eval: unknown option '--nope'"},
+    {{"eval", "--model"}, "moesim eval: option '--model' needs a value"},
+    {{"replay", "--nope"}, "moesim replay: unknown option '--nope'"},
+    {{"replay", "--trace"}, "moesim replay: option '--trace' needs a value"},
+    {{"calibrate", "--nope=3"}, "moesim calibrate: unknown option '--nope'"},
+    {{"calibrate", "--table"}, "moesim calibrate: option '--table' needs a value"},
+    {{"validate", "--nope"}, "moesim validate: unknown option '--nope'"},
+    {{"validate", "--trace"}, "moesim validate: option '--trace' needs a value"},
+    {{"plot", "--nope"}, "moesim plot: unknown option '--nope'"},
+    {{"plot", "--csv"}, "moesim plot: option '--csv' needs a value"},
+    {{"sweep", "--nope"}, "moesim sweep: unknown option '--nope'"},
+    {{"sweep", "-o"}, "moesim sweep: option '-o' needs a value"},
+    {{"trace", "import", "--nope"}, "moesim trace import: unknown option '--nope'"},
+    {{"trace", "import", "--model"}, "moesim trace import: option '--model' needs a value"},
+    {{"trace", "export", "--nope"}, "moesim trace export: unknown option '--nope'"},
+    {{"trace", "synth", "--nope"}, "moesim trace synth: unknown option '--nope'"},
+    {{"trace", "info", "--nope"}, "moesim trace info: unknown option '--nope'"},
+    {{"trace", "stats", "--nope"}, "moesim trace stats: unknown option '--nope'"},
+};
+
+Test(cli, an_option_error_is_one_line_naming_the_option_and_exits_2) {
+    static char out[8192], err[8192];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const option_case *c = &cases[i];
+        int rc = test_run_moesim(out, sizeof out, err, sizeof err, c->args[0], c->args[1],
+                                 c->args[2], c->args[3], NULL);
+        cr_assert_eq(rc, 2, "%s: exit %d, stderr: %s", c->says, rc, err);
+        size_t n = strlen(c->says);
+        cr_assert(!strncmp(err, c->says, n) && !strncmp(err + n, " (see", 5),
+                  "expected '%s (see ...' as the first line, got: %s", c->says, err);
+        char *nl = strchr(err, '\n');
+        cr_assert(nl && nl[1] == '\0', "%s: not exactly one line: %s", c->says, err);
+        cr_assert_eq(out[0], '\0', "%s: stdout not empty: %s", c->says, out);
+    }
+}
