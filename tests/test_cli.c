@@ -1,8 +1,14 @@
 /* Option errors of every `moesim` command: an unknown option, a missing value or a value given to
  * a flag exits 2 with exactly one line on stderr (ours, naming the option as typed; getopt's own
- * message is silenced) and nothing on stdout. */
+ * message is silenced) and nothing on stdout. `moesim plot`: the images' folder and a missing
+ * gnuplot. */
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "common/paths.h"
 
 #include "support/test_support.h"
 
@@ -53,4 +59,40 @@ Test(cli, an_option_error_is_one_line_naming_the_option_and_exits_2) {
         cr_assert(nl && nl[1] == '\0', "%s: not exactly one line: %s", c->says, err);
         cr_assert_eq(out[0], '\0', "%s: stdout not empty: %s", c->says, out);
     }
+}
+
+Test(cli, the_plot_folder_of_a_csv_is_its_dirname) {
+    static const struct {
+        const char *path, *dir;
+    } dirs[] = {
+        {"/data.csv", "/"}, {"data.csv", "."}, {"a/b.csv", "a"}, {"/a/b/c.csv", "/a/b"},
+        {"a//b.csv", "a"},  {"a/b/", "a"},     {"//x.csv", "/"}, {"/", "/"},
+        {"./x.csv", "."},   {"", "."},
+    };
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        char out[64];
+        moesim_path_dirname(dirs[i].path, out, sizeof out);
+        cr_assert_str_eq(out, dirs[i].dir, "dirname('%s')", dirs[i].path);
+    }
+}
+
+Test(cli, plot_without_gnuplot_says_so_in_one_line_and_writes_no_image) {
+    char dir[4096], csv[4200], png[4200], empty_bin[4200];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("plot-no-gnuplot"));
+    mkdir(dir, 0755);
+    snprintf(csv, sizeof csv, "%s/results.csv", dir);
+    snprintf(png, sizeof png, "%s/hit-rate-curves.png", dir);
+    snprintf(empty_bin, sizeof empty_bin, "%s/bin", dir);
+    mkdir(empty_bin, 0755);
+    test_write_file(csv, "a,b\n1,2\n");
+    setenv("PATH", empty_bin, 1); /* this test's process only: Criterion forks each test */
+    static char out[8192], err[8192];
+    int rc = test_run_moesim(out, sizeof out, err, sizeof err, "plot", "hit-rate-curves", "--csv",
+                             csv, NULL);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, "cannot run gnuplot"), "%s", err);
+    char *nl = strchr(err, '\n');
+    cr_assert(nl && nl[1] == '\0', "not one line: %s", err);
+    cr_assert_eq(out[0], '\0', "%s", out);
+    cr_assert_not(test_file_exists(png));
 }
