@@ -61,6 +61,44 @@ Test(cli, an_option_error_is_one_line_naming_the_option_and_exits_2) {
     }
 }
 
+/* Number options go through common/config.h's parsers: overflow, signs, spaces, fractions,
+ * NaN and infinities are refused with one line naming the option and the text. */
+static const struct {
+    const char *args[8];
+    const char *says;
+} number_cases[] = {
+    {{"trace", "synth", "--model", "olmoe-1b-7b", "--report", "--seed", "18446744073709551616"},
+     "--seed: expected a whole number, got '18446744073709551616'"},
+    {{"trace", "synth", "--model", "olmoe-1b-7b", "--report", "--requests", "-1"},
+     "--requests: expected a whole number >= 1, got '-1'"},
+    {{"trace", "synth", "--model", "olmoe-1b-7b", "--report", "--set", "topic_persistence=nan"},
+     "--set topic_persistence: expected a number, got 'nan'"},
+    {{"trace", "synth", "--model", "olmoe-1b-7b", "--report", "--set", "topic_persistence=1e999"},
+     "--set topic_persistence: expected a number, got '1e999'"},
+    {{"trace", "synth", "--model", "olmoe-1b-7b", "--report", "--set", "topic_persistence= 1"},
+     "--set topic_persistence: expected a number, got ' 1'"},
+    {{"trace", "import", "--model", "mixtral-8x7b", "--prefill-tokens", "4294967296", "x.jsonl"},
+     "--prefill-tokens: expected a count >= 0, got '4294967296'"},
+    {{"trace", "import", "--model", "mixtral-8x7b", "--prefill-tokens", " 3", "x.jsonl"},
+     "--prefill-tokens: expected a count >= 0, got ' 3'"},
+    {{"trace", "import", "--model", "mixtral-8x7b", "--constant-run-min", "1e3", "x.jsonl"},
+     "--constant-run-min: expected a count >= 2, got '1e3'"},
+};
+
+Test(cli, a_bad_number_is_one_line_naming_the_option_and_exits_2) {
+    static char out[8192], err[8192];
+    for (size_t i = 0; i < sizeof number_cases / sizeof number_cases[0]; i++) {
+        const char *const *a = number_cases[i].args;
+        int rc = test_run_moesim(out, sizeof out, err, sizeof err, a[0], a[1], a[2], a[3], a[4],
+                                 a[5], a[6], a[7], NULL);
+        cr_assert_eq(rc, 2, "%s: exit %d: %s", number_cases[i].says, rc, err);
+        cr_assert(strstr(err, number_cases[i].says), "expected '%s' in: %s", number_cases[i].says,
+                  err);
+        char *nl = strchr(err, '\n');
+        cr_assert(nl && nl[1] == '\0', "not one line: %s", err);
+    }
+}
+
 Test(cli, the_plot_folder_of_a_csv_is_its_dirname) {
     static const struct {
         const char *path, *dir;
