@@ -47,7 +47,7 @@ int cmd_calibrate(int argc, char **argv) {
     int c;
     optind = 1;
     opterr = 0; /* one line: ours, naming the option */
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
         switch (c) {
         case 'o':
             out_path = optarg;
@@ -71,8 +71,7 @@ int cmd_calibrate(int argc, char **argv) {
             fputs(calibrate_usage, stdout);
             return 0;
         default:
-            return cli_usage_error("calibrate", "unknown option or missing argument: %s",
-                                   argv[optind - 1]);
+            return cli_getopt_error("calibrate", c, argc, argv, opts);
         }
     }
     uint64_t repeats = 20;

@@ -1,6 +1,7 @@
 /* Command dispatch, error printing and JSON output shared by all commands; see cli.h. */
 #include "cli/cli.h"
 
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +47,22 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, " (see 'moesim %s --help')\n", cmd);
     return MOESIM_EXIT_INPUT;
+}
+
+int cli_getopt_error(const char *cmd, int c, int argc, char **argv, const struct option *opts) {
+    const char *arg = optind >= 1 && optind <= argc ? argv[optind - 1] : "";
+    if (!strncmp(arg, "--", 2)) { /* getopt_long has stepped past the long option */
+        int n = (int)strcspn(arg, "=");
+        if (c == ':') return cli_usage_error(cmd, "option '%.*s' needs a value", n, arg);
+        if (arg[n] == '=')
+            for (const struct option *o = opts; o && o->name; o++)
+                if ((int)strlen(o->name) == n - 2 && !strncmp(o->name, arg + 2, (size_t)n - 2) &&
+                    o->has_arg == no_argument)
+                    return cli_usage_error(cmd, "option '%.*s' takes no value", n, arg);
+        return cli_usage_error(cmd, "unknown option '%.*s'", n, arg);
+    }
+    if (c == ':') return cli_usage_error(cmd, "option '-%c' needs a value", optopt);
+    return cli_usage_error(cmd, "unknown option '-%c'", optopt);
 }
 
 void cli_print_json(json_t *j) {

@@ -25,6 +25,15 @@ int cli_fail(const moesim_error *err);
 /* Prints "moesim <cmd>: <message> (see --help)" and returns MOESIM_EXIT_INPUT. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+struct option;
+
+/* The one error line for a getopt_long failure, so that every command says the same thing.
+ * Callers set opterr = 0 and start their optstring with ':' (getopt then returns ':' for a
+ * missing value and '?' for an unknown option); pass that return value as `c`, and the long
+ * option table (borrowed). Names the option as typed: "unknown option '--nope'", "option
+ * '--trace' needs a value", "option '--json' takes no value". Returns MOESIM_EXIT_INPUT. */
+int cli_getopt_error(const char *cmd, int c, int argc, char **argv, const struct option *opts);
+
 /* Writes `j` to stdout (2-space indent, keys in insertion order, 17 significant digits so
  * results round-trip) and releases it. */
 void cli_print_json(json_t *j);

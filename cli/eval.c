@@ -82,7 +82,8 @@ int cmd_eval(int argc, char **argv) {
     long threads = 0;
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    opterr = 0; /* one line: ours, naming the option */
+    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'i': input = optarg; break;
@@ -97,7 +98,7 @@ int cmd_eval(int argc, char **argv) {
         }
         case 'j': json = true; break;
         case 'h': fputs(usage, stdout); return 0;
-        default: return cli_usage_error("eval", "unknown option");
+        default: return cli_getopt_error("eval", c, argc, argv, opts);
         }
     }
     if (optind < argc) return cli_usage_error("eval", "unexpected argument '%s'", argv[optind]);

@@ -3,6 +3,7 @@
  * gnuplot variable `csv` and leaves the terminal to this command, so one script gives both
  * formats. Each image is written to a temporary name and renamed when gnuplot succeeded. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "common/atomic_file.h"
+#include "common/paths.h"
 
 static const char plot_help[] =
     "usage: moesim plot NAME [--csv results/NAME.csv] [-o DIR]\n"
@@ -37,22 +39,48 @@ static const struct plot_format {
 
 static bool quote_safe(const char *s) { return !strchr(s, '\'') && !strchr(s, '\\'); }
 
+/* Runs gnuplot on `script` writing `out_path`: its exit status, or -1 with *exec_errno set when
+ * it could not be started (then nothing was printed: the caller says it in one line). */
 static int run_gnuplot(const char *script, const char *csv, const char *terminal,
-                       const char *out_path) {
+                       const char *out_path, int *exec_errno) {
+    *exec_errno = 0;
     char setup[3 * PATH_MAX];
     snprintf(setup, sizeof setup, "csv='%s'; set terminal %s; set output '%s'", csv, terminal,
              out_path);
     fflush(stdout);
     fflush(stderr);
+    int fds[2]; /* close-on-exec: the child writes errno into it only when exec fails */
+    if (pipe(fds) != 0 || fcntl(fds[1], F_SETFD, FD_CLOEXEC) != 0) {
+        *exec_errno = errno;
+        return -1;
+    }
     pid_t pid = fork();
-    if (pid < 0) return -1;
+    if (pid < 0) {
+        *exec_errno = errno;
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
     if (pid == 0) {
+        close(fds[0]);
         execlp("gnuplot", "gnuplot", "-e", setup, script, (char *)NULL);
-        fprintf(stderr, "moesim: cannot run gnuplot: %s (install gnuplot)\n", strerror(errno));
+        int e = errno;
+        ssize_t w = write(fds[1], &e, sizeof e);
+        (void)w;
         _exit(127);
     }
+    close(fds[1]);
+    int e = 0;
+    ssize_t got;
+    while ((got = read(fds[0], &e, sizeof e)) < 0 && errno == EINTR) {
+    }
+    close(fds[0]);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (got == (ssize_t)sizeof e) {
+        *exec_errno = e;
+        return -1;
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -66,7 +94,7 @@ int cmd_plot(int argc, char **argv) {
             return 0;
         }
         if ((!strcmp(a, "--csv") || !strcmp(a, "-o")) && i + 1 >= argc)
-            return cli_usage_error("plot", "%s needs a value", a);
+            return cli_usage_error("plot", "option '%s' needs a value", a);
         if (!strcmp(a, "--csv"))
             csv = argv[++i];
         else if (!strcmp(a, "-o"))
@@ -105,12 +133,7 @@ int cmd_plot(int argc, char **argv) {
     }
     char dir_buf[PATH_MAX];
     if (!dir) {
-        snprintf(dir_buf, sizeof dir_buf, "%s", csv);
-        char *slash = strrchr(dir_buf, '/');
-        if (slash)
-            *slash = '\0';
-        else
-            strcpy(dir_buf, ".");
+        moesim_path_dirname(csv, dir_buf, sizeof dir_buf);
         dir = dir_buf;
     }
     if (!quote_safe(csv) || !quote_safe(dir) || !quote_safe(script))
@@ -120,9 +143,15 @@ int cmd_plot(int argc, char **argv) {
         snprintf(out, sizeof out, "%s/%s.%s", dir, name, formats[f].ext);
         atomic_file af;
         if (atomic_file_begin_path(&af, out, &err)) return cli_fail(&err);
-        int rc = run_gnuplot(script, csv, formats[f].terminal, af.tmp_path);
+        int exec_errno;
+        int rc = run_gnuplot(script, csv, formats[f].terminal, af.tmp_path, &exec_errno);
         if (rc != 0) {
             atomic_file_abort(&af);
+            if (exec_errno) {
+                moesim_fail(&err, MOESIM_EIO, "cannot run gnuplot: %s (install gnuplot)",
+                            strerror(exec_errno));
+                return cli_fail(&err);
+            }
             moesim_fail(&err, MOESIM_EINPUT, "%s: gnuplot failed on %s (messages above)", script,
                         csv);
             return cli_fail(&err);

@@ -87,7 +87,8 @@ static int parse_args(int argc, char **argv, record_args *a) {
     *a = (record_args){.gen_len = 32, .batch = 1, .lookahead = 3, .precision = PREC_BF16};
     optind = 1;
     int c, rc = 0;
-    while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1 && !rc) {
+    opterr = 0; /* one line: ours, naming the option */
+    while ((c = getopt_long(argc, argv, ":o:", opts, NULL)) != -1 && !rc) {
         switch (c) {
         case 'm':
             a->model_dir = optarg;
@@ -143,8 +144,7 @@ static int parse_args(int argc, char **argv, record_args *a) {
             break;
         case 'B':
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                rc = cli_usage_error("record", "--backend: expected cpu or cuda, got '%s'",
-                                     optarg);
+                rc = cli_usage_error("record", "--backend: expected cpu or cuda, got '%s'", optarg);
             a->backend = optarg;
             break;
         case 'P':
@@ -154,7 +154,7 @@ static int parse_args(int argc, char **argv, record_args *a) {
             fputs(usage, stdout);
             return 0;
         default:
-            return cli_usage_error("record", "unknown option");
+            return cli_getopt_error("record", c, argc, argv, opts);
         }
     }
     if (rc) return rc;

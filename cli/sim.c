@@ -109,7 +109,8 @@ int cmd_sim(int argc, char **argv) {
     bool json = false;
     int c, rc = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    opterr = 0; /* one line: ours, naming the option */
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
         case 't':
             trace_path = optarg;
@@ -148,7 +149,7 @@ int cmd_sim(int argc, char **argv) {
         default:
             free(sets);
             free(files);
-            return cli_usage_error("sim", "unknown option");
+            return cli_getopt_error("sim", c, argc, argv, opts);
         }
     }
     if (optind < argc)

@@ -151,7 +151,7 @@ static int cmd_sweep_merge(int argc, char **argv) {
         }
         if ((!strcmp(a, "-o") || !strcmp(a, "--experiment")) && i + 1 >= argc) {
             free(inputs);
-            return cli_usage_error("sweep merge", "%s needs a value", a);
+            return cli_usage_error("sweep merge", "option '%s' needs a value", a);
         }
         if (!strcmp(a, "-o"))
             out = argv[++i];
@@ -242,7 +242,8 @@ int cmd_sweep(int argc, char **argv) {
             return 0;
         }
         bool needs_value = !strcmp(a, "-o") || !strcmp(a, "-j") || !strcmp(a, "--shard");
-        if (needs_value && i + 1 >= argc) return cli_usage_error("sweep", "%s needs a value", a);
+        if (needs_value && i + 1 >= argc)
+            return cli_usage_error("sweep", "option '%s' needs a value", a);
         if (!strcmp(a, "-o"))
             out = argv[++i];
         else if (!strcmp(a, "-j")) {

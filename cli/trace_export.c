@@ -41,7 +41,8 @@ int cmd_trace_export(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--format") || !strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (i + 1 >= argc) return cli_usage_error("trace export", "%s needs a value", a);
+            if (i + 1 >= argc)
+                return cli_usage_error("trace export", "option '%s' needs a value", a);
             if (!strcmp(a, "--format"))
                 format = argv[++i];
             else

@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/config.h"
 #include "common/model.h"
 #include "traces/convert.h"
 #include "traces/trace.h"
@@ -52,12 +53,10 @@ static const char import_help[] =
     "\n"
     "exit status: 0 on success, 2 on bad input (one line on stderr: file:line: field: problem).\n";
 
-/* Parses an unsigned option value; false when it is not a plain decimal <= max. */
-static bool parse_u32(const char *s, uint32_t max, uint32_t *out) {
-    if (!s || !*s || *s == '-' || *s == '+') return false;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end || v > max) return false;
+/* A count option: config_parse_u64's decimal, at most UINT32_MAX. */
+static bool parse_u32(const char *s, uint32_t *out) {
+    uint64_t v;
+    if (!config_parse_u64(s, &v) || v > UINT32_MAX) return false;
     *out = (uint32_t)v;
     return true;
 }
@@ -121,7 +120,8 @@ int cmd_trace_import(int argc, char **argv) {
                            !strcmp(a, "--output") || !strcmp(a, "--schema") ||
                            !strcmp(a, "--incomplete") || !strcmp(a, "--layers") ||
                            !strcmp(a, "--prefill-tokens") || !strcmp(a, "--constant-run-min");
-        if (takes_value && !v) return cli_usage_error("trace import", "%s needs a value", a);
+        if (takes_value && !v)
+            return cli_usage_error("trace import", "option '%s' needs a value", a);
         if (!strcmp(a, "--format")) {
             if (!strcmp(v, "jsonl"))
                 o.format = TRACE_TEXT_JSONL;
@@ -161,12 +161,12 @@ int cmd_trace_import(int argc, char **argv) {
                 return cli_usage_error("trace import", "--layers: expected moe or model, got '%s'",
                                        v);
         } else if (!strcmp(a, "--prefill-tokens")) {
-            if (!parse_u32(v, UINT32_MAX, &o.prefill_tokens))
+            if (!parse_u32(v, &o.prefill_tokens))
                 return cli_usage_error("trace import",
                                        "--prefill-tokens: expected a count >= 0, got '%s'", v);
             o.prefill_tokens_set = true;
         } else if (!strcmp(a, "--constant-run-min")) {
-            if (!parse_u32(v, UINT32_MAX, &o.constant_run_min) || o.constant_run_min < 2)
+            if (!parse_u32(v, &o.constant_run_min) || o.constant_run_min < 2)
                 return cli_usage_error("trace import",
                                        "--constant-run-min: expected a count >= 2, got '%s'", v);
         } else if (!strcmp(a, "--drop-constant-runs")) {

@@ -3,7 +3,6 @@
  * --report it also computes the trace's statistics (traces/stats.h, as `moesim trace stats`
  * does) and prints each published target next to what the trace achieves. The output is written
  * crash-safely (trace_write); bad input gives one line on stderr, exit status 2, and no file. */
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "common/check.h"
+#include "common/config.h"
 #include "common/model.h"
 #include "traces/stats.h"
 #include "traces/synth.h"
@@ -50,13 +50,10 @@ static const char synth_help[] =
 
 #define CMD "trace synth"
 
-/* Parses a whole decimal number into *out (<= max). */
+/* A whole decimal number (config_parse_u64) into *out, at most max. */
 static bool parse_u64(const char *s, uint64_t max, uint64_t *out) {
-    if (!s || !*s || *s == '-' || *s == '+') return false;
-    errno = 0;
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > max) return false;
+    uint64_t v;
+    if (!config_parse_u64(s, &v) || v > max) return false;
     *out = v;
     return true;
 }
@@ -172,11 +169,12 @@ int cmd_trace_synth(int argc, char **argv) {
         bool is_set = !strcmp(a, "--set");
         if (!slot && !is_set) {
             free(sets);
-            return cli_usage_error(CMD, "unknown argument '%s'", a);
+            return cli_usage_error(
+                CMD, a[0] == '-' ? "unknown option '%s'" : "unexpected argument '%s'", a);
         }
         if (i + 1 >= argc) {
             free(sets);
-            return cli_usage_error(CMD, "%s needs a value", a);
+            return cli_usage_error(CMD, "option '%s' needs a value", a);
         }
         if (is_set)
             cli_collect(&sets, &n_sets, argv[++i]);
@@ -239,10 +237,8 @@ int cmd_trace_synth(int argc, char **argv) {
             BAD("--set: expected KNOB=VALUE, got '%s'", sets[i]);
         memcpy(name, sets[i], (size_t)(eq - sets[i]));
         name[eq - sets[i]] = '\0';
-        char *end = NULL;
-        errno = 0;
-        double x = strtod(eq + 1, &end);
-        if (errno || end == eq + 1 || *end || !isfinite(x))
+        double x;
+        if (!config_parse_f64(eq + 1, &x))
             BAD("--set %s: expected a number, got '%s'", name, eq + 1);
         if (synth_knob_set(&o.knobs, name, x, &err)) {
             rc = cli_fail(&err);

@@ -671,7 +671,7 @@ int cmd_validate(int argc, char **argv) {
     int c, rc = 0;
     optind = 1;
     opterr = 0; /* one line: ours, naming the option */
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
         case 'B':
             budgets = optarg;
@@ -728,8 +728,7 @@ int cmd_validate(int argc, char **argv) {
             free(sets);
             free(files);
             free(merges);
-            return cli_usage_error("validate", "unknown option or missing argument: %s",
-                                   argv[optind - 1]);
+            return cli_getopt_error("validate", c, argc, argv, opts);
         }
     }
     uint64_t top = 5, seed = 1;

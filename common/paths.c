@@ -59,3 +59,15 @@ moesim_status moesim_config_path(const char *kind, const char *name, char *out, 
     return moesim_fail(err, MOESIM_EINPUT, "unknown %s name '%s' (known: %s)", kind, name,
                        known[0] ? known : "none");
 }
+
+void moesim_path_dirname(const char *path, char *out, size_t out_len) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* trailing slashes */
+    while (n > 0 && path[n - 1] != '/') n--; /* the last component */
+    if (n == 0) {
+        snprintf(out, out_len, ".");
+        return;
+    }
+    while (n > 1 && path[n - 1] == '/') n--; /* slashes before it */
+    snprintf(out, out_len, "%.*s", (int)n, path);
+}

@@ -18,4 +18,8 @@ moesim_status moesim_config_path(const char *kind, const char *name, char *out, 
 /* Writes the known names of `kind`, sorted and comma-separated, into out. */
 void moesim_config_names(const char *kind, char *out, size_t out_len);
 
+/* The folder holding `path`, with POSIX dirname semantics ("/" for "/data.csv", "." for
+ * "data.csv", "a" for "a/b/"), written into out (cut to fit) without touching `path`. */
+void moesim_path_dirname(const char *path, char *out, size_t out_len);
+
 #endif

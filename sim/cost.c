@@ -49,9 +49,17 @@ void cost_model_init(cost_model *c, const hw_profile *hw, const model_geometry *
     c->kv_bytes_per_token_layer = m->n_layers ? model_kv_bytes_per_token(m) / m->n_layers : 0;
 }
 
+/* ceil(t_ns) as whole ns, clamped to [0, COST_NS_MAX] (NaN counts as the maximum) so that the
+ * cast to uint64_t is always defined. */
+static uint64_t ns_from_double(double t_ns) {
+    if (!(t_ns < (double)COST_NS_MAX)) return COST_NS_MAX;
+    if (t_ns <= 0) return 0;
+    return (uint64_t)ceil(t_ns);
+}
+
 uint64_t cost_transfer_ns(uint64_t bytes, double bytes_per_s) {
     MOESIM_ASSERT(bytes_per_s > 0);
-    return (uint64_t)ceil((double)bytes * 1e9 / bytes_per_s);
+    return ns_from_double((double)bytes * 1e9 / bytes_per_s);
 }
 
 /* max(compute, memory) + launches, in ns (rounded up). */
@@ -60,7 +68,7 @@ static uint64_t roofline_ns(const hw_profile *hw, double flops, double ops_per_s
     double t_compute = flops / (ops_per_s * hw->compute_efficiency);
     double t_memory = bytes / (hw->hbm_bytes_per_s * hw->hbm_efficiency);
     double t = (t_compute > t_memory ? t_compute : t_memory) * 1e9;
-    return (uint64_t)ceil(t) + (uint64_t)kernels * hw->kernel_launch_ns;
+    return ns_from_double(t) + (uint64_t)kernels * hw->kernel_launch_ns;
 }
 
 static double expert_ops_per_s(const hw_profile *hw, moesim_precision p) {
@@ -144,7 +152,7 @@ uint64_t cost_op_ns(const cost_model *c, cost_op op, moesim_precision p, double 
     if (x <= 0) return 0;
     moesim_precision key = cost_op_is_expert(op) ? p : PREC_BF16;
     const cost_curve *cv = &c->curve[op][key];
-    if (c->has_table && cv->n) return (uint64_t)ceil(curve_eval(cv, x));
+    if (c->has_table && cv->n) return ns_from_double(curve_eval(cv, x));
     return roofline_op_ns(c, op, p, x);
 }
 
@@ -238,10 +246,11 @@ moesim_status cost_table_load(cost_model *c, const char *path, moesim_error *err
                              prec_s);
             break;
         }
-        if (!isfinite(x) || x <= 0 || !isfinite(t_us) || t_us < 0) {
+        if (!isfinite(x) || x <= 0 || !isfinite(t_us) || t_us < 0 ||
+            t_us > COST_TABLE_MAX_TIME_US) {
             st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s:%u: expected x > 0 and time_us >= 0, got %g and %g", path, lineno,
-                             x, t_us);
+                             "%s:%u: expected x > 0 and 0 <= time_us <= %g, got %g and %g", path,
+                             lineno, COST_TABLE_MAX_TIME_US, x, t_us);
             break;
         }
         if (!cost_op_is_expert(op) && p != PREC_BF16) {

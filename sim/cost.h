@@ -45,6 +45,15 @@ const char *cost_op_name(cost_op op);
 
 #define COST_TABLE_MAX_POINTS 64
 
+/* Largest time_us a measured cost table may hold: 1e9 us = 1000 s for one op, far above any
+ * kernel (see sim/COST.md); a larger value is a unit or typing error and fails the load. */
+#define COST_TABLE_MAX_TIME_US 1e9
+
+/* Every op time and transfer time (ns) is clamped to this before the double -> uint64 cast
+ * (2^60 ns, about 36 years): the cast stays defined and sums of a few thousand such times
+ * still fit in uint64. */
+#define COST_NS_MAX ((uint64_t)1 << 60)
+
 /* One measured curve: time of `op` at `precision` for increasing x. */
 typedef struct cost_curve {
     uint32_t n;                         /* points; 0: not measured (roofline) */

@@ -313,6 +313,24 @@ Test(sim, measured_cost_table_interpolates_inside_and_extrapolates_a_fitted_line
     fclose(f);
     cr_assert_eq(cost_table_load(&c, path, &err), MOESIM_EINPUT);
     cr_assert(strstr(err.msg, ":2") && strstr(err.msg, "bf16"), "%s", err.msg);
+
+    /* a time beyond COST_TABLE_MAX_TIME_US (1e300 us once gave a silent, normal-looking run) */
+    f = fopen(path, "w");
+    fputs("# moesim cost table v1\nexpert_gate_up bf16 1 10\nexpert_gate_up bf16 2 1e300\n", f);
+    fclose(f);
+    cr_assert_eq(cost_table_load(&c, path, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "cost-table-test.txt:3: ") && strstr(err.msg, "time_us <= 1e+09"),
+              "%s", err.msg);
+    cr_assert_null(strchr(err.msg, '\n'), "%s", err.msg);
+
+    /* the largest allowed time, extrapolated far out, clamps to COST_NS_MAX (no UB cast) */
+    f = fopen(path, "w");
+    fputs("# moesim cost table v1\nexpert_gate_up bf16 1 0\nexpert_gate_up bf16 2 1e9\n", f);
+    fclose(f);
+    cr_assert_eq(cost_table_load(&c, path, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(cost_expert_gate_up_ns(&c, PREC_BF16, 2), 1000000000000ull);
+    cr_assert_eq(cost_expert_gate_up_ns(&c, PREC_BF16, UINT32_MAX), COST_NS_MAX);
+    cr_assert_eq(cost_transfer_ns(UINT64_MAX, 1e-3), COST_NS_MAX);
     remove(path);
 }
 

@@ -617,7 +617,7 @@ typedef struct bad_case {
     const char *text;
     const char *format; /* "jsonl" or "csv" */
     int line;
-    const char *field; /* the message must contain "<file>:<line>: <field>" */
+    const char *field; /* the message must contain "<file>:<line>: <field>:" */
     const char *says;  /* and this */
 } bad_case;
 
@@ -633,23 +633,23 @@ static const bad_case corpus[] = {
     {"nan_gate",
      "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
      "\"topk_weights\": [NaN, 0.5]}\n",
-     "jsonl", 1, "topk_weights", "NaN"},
+     "jsonl", 1, "topk_weights[0]", "NaN"},
     {"negative_gate",
      "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
      "\"topk_weights\": [-0.5, 1.5]}\n",
-     "jsonl", 1, "topk_weights", "negative"},
+     "jsonl", 1, "topk_weights[0]", "negative"},
     {"gate_above_one",
      "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
      "\"topk_weights\": [1.25, 0]}\n",
-     "jsonl", 1, "topk_weights", "> 1"},
+     "jsonl", 1, "topk_weights[0]", "> 1"},
     {"gate_overflow",
      "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2], "
      "\"topk_weights\": [1e99, 0]}\n",
-     "jsonl", 1, "topk_weights", "not finite"},
+     "jsonl", 1, "topk_weights[0]", "not finite"},
     {"expert_id_too_large",
      OK1 "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 1, "
          "\"topk_ids\": [8, 2], \"topk_weights\": [0.5, 0.5]}\n",
-     "jsonl", 2, "topk_ids", "expert id 8 >= 8 experts"},
+     "jsonl", 2, "topk_ids[0]", "expert id 8 >= 8 experts"},
     {"wrong_k",
      "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [1, 2, 3], "
      "\"topk_weights\": [0.5, 0.25, 0.25]}\n",
@@ -661,7 +661,7 @@ static const bad_case corpus[] = {
     {"repeated_expert",
      "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"topk_ids\": [2, 2], "
      "\"topk_weights\": [0.5, 0.5]}\n",
-     "jsonl", 1, "topk_ids", "appears twice"},
+     "jsonl", 1, "topk_ids[1]", "appears twice"},
     {"duplicate_record", OK1 OK2 OK1, "jsonl", 3, "token_idx", "must not decrease"},
     {"duplicate_layer", OK1 OK1, "jsonl", 2, "layer", "second record for layer 0"},
     {"layer_out_of_range",
@@ -724,6 +724,11 @@ static const bad_case corpus[] = {
      "[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
      "]]]]]]]}\n",
      "jsonl", 1, "x", "deeper than 64"},
+    {"too_deep_under_a_long_unknown_key",
+     "{\"req_id\": \"a\", \"an_unknown_key_longer_than_forty_bytes_abcdefgh\": "
+     "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]"
+     "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}\n",
+     "jsonl", 1, "an_unknown_key_longer_than_forty_bytes_a...", "deeper than 64"},
     {"nul_byte", "{\"req_id\": \"a\", \0}\n", "jsonl", 1, "record", "expected a key"},
     {"request_id_too_long",
      "{\"req_id\": "
@@ -761,7 +766,8 @@ Test(trace_import, every_malformed_input_gives_file_line_field_exit_2_and_no_out
         snprintf(in, sizeof in, "%s", test_tmp_path(c->name));
         snprintf(out_h5, sizeof out_h5, "%s.h5", in);
         test_write_bytes(in, c->text, case_length(c));
-        snprintf(want, sizeof want, "%s:%d: %s", in, c->line, c->field);
+        /* the field name and its ':' so that "x" does not match "xeq_id" */
+        snprintf(want, sizeof want, "%s:%d: %s:", in, c->line, c->field);
 
         static char out[4096], errb[4096];
         int rc = test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--format",

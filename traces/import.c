@@ -635,7 +635,13 @@ static moesim_status parse_jsonl(importer *x, const char *line, const char *end,
                 break;
             }
             default:
-                if (!text_scan_skip_value(&s, 1)) return syntax_fail(x, key, &s, line);
+                if (!text_scan_skip_value(&s, 1)) {
+                    /* key holds klen bytes (at most sizeof key), no NUL: name it by length */
+                    char kname[sizeof key + 4];
+                    snprintf(kname, sizeof kname, "%.*s%s",
+                             (int)(klen < sizeof key ? klen : sizeof key), key, cut ? "..." : "");
+                    return syntax_fail(x, kname, &s, line);
+                }
                 note_ignored_key(x, key, klen);
                 ignored = true;
                 break;

@@ -1,0 +1,136 @@
+/* Option errors of every `moesim` command: an unknown option, a missing value or a value given to
+ * a flag exits 2 with exactly one line on stderr (ours, naming the option as typed; getopt's own
+ * message is silenced) and nothing on stdout. `moesim plot`: the images' folder and a missing
+ * gnuplot. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/paths.h"
+
+#include "support/test_support.h"
+
+typedef struct option_case {
+    const char *args[4]; /* the command line after `moesim`, NULL-terminated */
+    const char *says;    /* the whole message line, up to " (see" */
+} option_case;
+
+static const option_case cases[] = {
+    {{"sim", "--nope"}, "moesim sim: unknown option '--nope'"},
+    {{"sim", "--trace"}, "moesim sim: option '--trace' needs a value"},
+    {{"sim", "--json=1"}, "moesim sim: option '--json' takes no value"},
+    {{"sim", "-x"}, "moesim sim: unknown option '-x'"},
+    {{"record", "--nope"}, "moesim record: unknown option '--nope'"},
+    {{"record", "--model"}, "moesim record: option '--model' needs a value"},
+    {{"record", "-o"}, "moesim record: option '-o' needs a value"},
+    {{"eval", "--nope"}, "moesim eval: unknown option '--nope'"},
+    {{"eval", "--model"}, "moesim eval: option '--model' needs a value"},
+    {{"replay", "--nope"}, "moesim replay: unknown option '--nope'"},
+    {{"replay", "--trace"}, "moesim replay: option '--trace' needs a value"},
+    {{"calibrate", "--nope=3"}, "moesim calibrate: unknown option '--nope'"},
+    {{"calibrate", "--table"}, "moesim calibrate: option '--table' needs a value"},
+    {{"validate", "--nope"}, "moesim validate: unknown option '--nope'"},
+    {{"validate", "--trace"}, "moesim validate: option '--trace' needs a value"},
+    {{"plot", "--nope"}, "moesim plot: unknown option '--nope'"},
+    {{"plot", "--csv"}, "moesim plot: option '--csv' needs a value"},
+    {{"sweep", "--nope"}, "moesim sweep: unknown option '--nope'"},
+    {{"sweep", "-o"}, "moesim sweep: option '-o' needs a value"},
+    {{"trace", "import", "--nope"}, "moesim trace import: unknown option '--nope'"},
+    {{"trace", "import", "--model"}, "moesim trace import: option '--model' needs a value"},
+    {{"trace", "export", "--nope"}, "moesim trace export: unknown option '--nope'"},
+    {{"trace", "synth", "--nope"}, "moesim trace synth: unknown option '--nope'"},
+    {{"trace", "info", "--nope"}, "moesim trace info: unknown option '--nope'"},
+    {{"trace", "stats", "--nope"}, "moesim trace stats: unknown option '--nope'"},
+};
+
+Test(cli, an_option_error_is_one_line_naming_the_option_and_exits_2) {
+    static char out[8192], err[8192];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const option_case *c = &cases[i];
+        int rc = test_run_moesim(out, sizeof out, err, sizeof err, c->args[0], c->args[1],
+                                 c->args[2], c->args[3], NULL);
+        cr_assert_eq(rc, 2, "%s: exit %d, stderr: %s", c->says, rc, err);
+        size_t n = strlen(c->says);
+        cr_assert(!strncmp(err, c->says, n) && !strncmp(err + n, " (see", 5),
+                  "expected '%s (see ...' as the first line, got: %s", c->says, err);
+        char *nl = strchr(err, '\n');
+        cr_assert(nl && nl[1] == '\0', "%s: not exactly one line: %s", c->says, err);
+        cr_assert_eq(out[0], '\0', "%s: stdout not empty: %s", c->says, out);
+    }
+}
+
+/* Number options go through common/config.h's parsers: overflow, signs, spaces, fractions,
+ * NaN and infinities are refused with one line naming the option and the text. */
+static const struct {
+    const char *args[8];
+    const char *says;
+} number_cases[] = {
+    {{"trace", "synth", "--model", "olmoe-1b-7b", "--report", "--seed", "18446744073709551616"},
+     "--seed: expected a whole number, got '18446744073709551616'"},
+    {{"trace", "synth", "--model", "olmoe-1b-7b", "--report", "--requests", "-1"},
+     "--requests: expected a whole number >= 1, got '-1'"},
+    {{"trace", "synth", "--model", "olmoe-1b-7b", "--report", "--set", "topic_persistence=nan"},
+     "--set topic_persistence: expected a number, got 'nan'"},
+    {{"trace", "synth", "--model", "olmoe-1b-7b", "--report", "--set", "topic_persistence=1e999"},
+     "--set topic_persistence: expected a number, got '1e999'"},
+    {{"trace", "synth", "--model", "olmoe-1b-7b", "--report", "--set", "topic_persistence= 1"},
+     "--set topic_persistence: expected a number, got ' 1'"},
+    {{"trace", "import", "--model", "mixtral-8x7b", "--prefill-tokens", "4294967296", "x.jsonl"},
+     "--prefill-tokens: expected a count >= 0, got '4294967296'"},
+    {{"trace", "import", "--model", "mixtral-8x7b", "--prefill-tokens", " 3", "x.jsonl"},
+     "--prefill-tokens: expected a count >= 0, got ' 3'"},
+    {{"trace", "import", "--model", "mixtral-8x7b", "--constant-run-min", "1e3", "x.jsonl"},
+     "--constant-run-min: expected a count >= 2, got '1e3'"},
+};
+
+Test(cli, a_bad_number_is_one_line_naming_the_option_and_exits_2) {
+    static char out[8192], err[8192];
+    for (size_t i = 0; i < sizeof number_cases / sizeof number_cases[0]; i++) {
+        const char *const *a = number_cases[i].args;
+        int rc = test_run_moesim(out, sizeof out, err, sizeof err, a[0], a[1], a[2], a[3], a[4],
+                                 a[5], a[6], a[7], NULL);
+        cr_assert_eq(rc, 2, "%s: exit %d: %s", number_cases[i].says, rc, err);
+        cr_assert(strstr(err, number_cases[i].says), "expected '%s' in: %s", number_cases[i].says,
+                  err);
+        char *nl = strchr(err, '\n');
+        cr_assert(nl && nl[1] == '\0', "not one line: %s", err);
+    }
+}
+
+Test(cli, the_plot_folder_of_a_csv_is_its_dirname) {
+    static const struct {
+        const char *path, *dir;
+    } dirs[] = {
+        {"/data.csv", "/"}, {"data.csv", "."}, {"a/b.csv", "a"}, {"/a/b/c.csv", "/a/b"},
+        {"a//b.csv", "a"},  {"a/b/", "a"},     {"//x.csv", "/"}, {"/", "/"},
+        {"./x.csv", "."},   {"", "."},
+    };
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        char out[64];
+        moesim_path_dirname(dirs[i].path, out, sizeof out);
+        cr_assert_str_eq(out, dirs[i].dir, "dirname('%s')", dirs[i].path);
+    }
+}
+
+Test(cli, plot_without_gnuplot_says_so_in_one_line_and_writes_no_image) {
+    char dir[4096], csv[4200], png[4200], empty_bin[4200];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("plot-no-gnuplot"));
+    mkdir(dir, 0755);
+    snprintf(csv, sizeof csv, "%s/results.csv", dir);
+    snprintf(png, sizeof png, "%s/hit-rate-curves.png", dir);
+    snprintf(empty_bin, sizeof empty_bin, "%s/bin", dir);
+    mkdir(empty_bin, 0755);
+    test_write_file(csv, "a,b\n1,2\n");
+    setenv("PATH", empty_bin, 1); /* this test's process only: Criterion forks each test */
+    static char out[8192], err[8192];
+    int rc = test_run_moesim(out, sizeof out, err, sizeof err, "plot", "hit-rate-curves", "--csv",
+                             csv, NULL);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, "cannot run gnuplot"), "%s", err);
+    char *nl = strchr(err, '\n');
+    cr_assert(nl && nl[1] == '\0', "not one line: %s", err);
+    cr_assert_eq(out[0], '\0', "%s", out);
+    cr_assert_not(test_file_exists(png));
+}
