@@ -19,9 +19,10 @@
 #include "common/config.h"
 #include "common/hash.h"
 
-#define SWEEP_HASH_TAG  "moesim-sweep-1"
-#define SWEEP_MAX_CROSS 1000000u /* configurations before exclusions: beyond is a typo */
-#define SWEEP_MAX_RANGE 100000u  /* values of one a:b:step axis */
+#define SWEEP_HASH_TAG     "moesim-sweep-1"
+#define SWEEP_MAX_CROSS    1000000u /* configurations before exclusions: beyond is a typo */
+#define SWEEP_MAX_RANGE    100000u  /* values of one a:b:step axis */
+#define SWEEP_MAX_DECIMALS 17       /* digits after the point of a decimal range value */
 
 static const char *const run_keys[] = {"policy", "model", "hw", "trace"};
 #define N_RUN_KEYS 4
@@ -146,12 +147,24 @@ static int column_add(sweep_experiment *e, const char *name, bool setting) {
     return (int)e->n_columns++;
 }
 
+/* Decimals a number is written with: digits after the point minus a decimal exponent
+ * ("0.25" 2, "1e-3" 3, "2.5e-2" 3, "1e3" 0); SIZE_MAX for an exponent beyond +-999. */
 static size_t decimals_of(const char *s) {
-    const char *dot = strchr(s, '.');
-    if (!dot) return 0;
-    size_t n = 0;
-    for (const char *p = dot + 1; isdigit((unsigned char)*p); p++) n++;
-    return n;
+    const char *p = s;
+    if (*p == '+' || *p == '-') p++;
+    while (isdigit((unsigned char)*p)) p++;
+    long frac = 0;
+    if (*p == '.')
+        for (p++; isdigit((unsigned char)*p); p++) frac++;
+    long exp10 = 0;
+    if (*p == 'e' || *p == 'E') {
+        char *end;
+        errno = 0;
+        exp10 = strtol(p + 1, &end, 10);
+        if (errno || exp10 > 999 || exp10 < -999) return SIZE_MAX;
+    }
+    long dec = frac - exp10;
+    return dec > 0 ? (size_t)dec : 0;
 }
 
 static bool parse_i64(const char *s, long long *out) {
@@ -188,12 +201,17 @@ static moesim_status expand_range(axis *a, const char *spec, const char *origin,
     char *sa = trim(buf), *sb = trim(p1 + 1), *ss = trim(p2 + 1);
     long long ia, ib, is;
     if (parse_i64(sa, &ia) && parse_i64(sb, &ib) && parse_i64(ss, &is)) {
-        if (is <= 0 || ib < ia || (unsigned long long)((ib - ia) / is) >= SWEEP_MAX_RANGE)
+        /* counted up front in unsigned arithmetic: stop - start cannot overflow, and every
+           value start + i * step (i < count) lies in [start, stop] */
+        unsigned long long span = ib >= ia ? (unsigned long long)ib - (unsigned long long)ia : 0;
+        if (is <= 0 || ib < ia || span / (unsigned long long)is >= SWEEP_MAX_RANGE)
             return moesim_fail(err, MOESIM_EINPUT,
                                "%s: [axes] %s: range '%s': need step > 0, stop >= start and at "
                                "most %u values",
                                origin, a->name, spec, SWEEP_MAX_RANGE);
-        for (long long v = ia; v <= ib; v += is) {
+        size_t count = (size_t)(span / (unsigned long long)is) + 1;
+        for (size_t i = 0; i < count; i++) {
+            long long v = (long long)((unsigned long long)ia + i * (unsigned long long)is);
             char num[32];
             snprintf(num, sizeof num, "%lld", v);
             axis_push(a, num, origin);
@@ -201,19 +219,25 @@ static moesim_status expand_range(axis *a, const char *spec, const char *origin,
         return MOESIM_OK;
     }
     double fa, fb, fs;
-    if (!config_parse_f64(sa, &fa) || !config_parse_f64(sb, &fb) || !config_parse_f64(ss, &fs))
-        return moesim_fail(err, MOESIM_EINPUT, "%s: [axes] %s: range '%s': expected numbers",
+    if (!config_parse_f64(sa, &fa) || !config_parse_f64(sb, &fb) || !config_parse_f64(ss, &fs) ||
+        !isfinite(fa) || !isfinite(fb) || !isfinite(fs))
+        return moesim_fail(err, MOESIM_EINPUT, "%s: [axes] %s: range '%s': expected finite numbers",
                            origin, a->name, spec);
     double span = (fb - fa) / fs;
-    if (!(fs > 0) || fb < fa || span >= SWEEP_MAX_RANGE)
+    if (!(fs > 0) || fb < fa || !(span < SWEEP_MAX_RANGE))
         return moesim_fail(err, MOESIM_EINPUT,
                            "%s: [axes] %s: range '%s': need step > 0, stop >= start and at most "
                            "%u values",
                            origin, a->name, spec, SWEEP_MAX_RANGE);
-    size_t dec = decimals_of(sa) > decimals_of(ss) ? decimals_of(sa) : decimals_of(ss);
+    size_t da = decimals_of(sa), ds = decimals_of(ss);
+    size_t dec = da > ds ? da : ds;
+    if (dec > SWEEP_MAX_DECIMALS)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: [axes] %s: range '%s': start and step need at most %d decimals",
+                           origin, a->name, spec, SWEEP_MAX_DECIMALS);
     size_t count = (size_t)floor(span + 1e-9) + 1;
     for (size_t i = 0; i < count; i++) {
-        char num[64];
+        char num[512]; /* %.17f of 1.8e308: 309 digits before the point */
         snprintf(num, sizeof num, "%.*f", (int)dec, fa + (double)i * fs);
         axis_push(a, num, origin);
     }

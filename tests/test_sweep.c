@@ -176,6 +176,32 @@ Test(sweep, ranges_expand_inclusively_keeping_the_written_decimals) {
     sweep_experiment_destroy(e);
 }
 
+Test(sweep, ranges_at_the_ends_of_the_integers_and_in_exponent_notation_expand_exactly,
+     .timeout = 20) {
+    /* start = stop = LLONG_MAX: one value (a naive v += step loop overflows and never ends) */
+    sweep_experiment *e = load_text("rmax.ini", "[fixed]\npolicy = lru\nmodel = m\nhw = h\n"
+                                                "trace = t\n[axes]\nsim.seed = "
+                                                "9223372036854775807:9223372036854775807:1\n"
+                                                "label.x = -9223372036854775808:"
+                                                "-9223372036854775807:5\n");
+    cr_assert_eq(sweep_experiment_count(e), 1);
+    const sweep_point *p = sweep_experiment_point(e, 0);
+    cr_assert_str_eq(sweep_point_get(e, p, "sim.seed"), "9223372036854775807");
+    cr_assert_str_eq(sweep_point_get(e, p, "label.x"), "-9223372036854775808");
+    sweep_experiment_destroy(e);
+    e = load_text("rexp.ini", "[fixed]\npolicy = dymoe\nmodel = m\nhw = h\ntrace = t\n"
+                              "[axes]\ndymoe.lambda = 0:0.003:1e-3\nlabel.y = 1e2:3e2:1e2\n"
+                              "label.z = 0.1:0.125:2.5e-2\n");
+    static const char *const want[] = {"0.000", "0.001", "0.002", "0.003"};
+    cr_assert_eq(sweep_experiment_count(e), 4 * 3 * 2);
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_str_eq(sweep_point_get(e, sweep_experiment_point(e, 6 * i), "dymoe.lambda"),
+                         want[i]);
+    cr_assert_str_eq(sweep_point_get(e, sweep_experiment_point(e, 2), "label.y"), "200");
+    cr_assert_str_eq(sweep_point_get(e, sweep_experiment_point(e, 1), "label.z"), "0.125");
+    sweep_experiment_destroy(e);
+}
+
 Test(sweep, other_policies_knobs_are_dropped_and_duplicates_merged) {
     sweep_experiment *e =
         load_text("drop.ini", "[fixed]\nmodel = m\nhw = h\ntrace = t\n"
@@ -222,6 +248,12 @@ static const bad_case bad_cases[] = {
     {"[fixed]\npolicy = lru\nfoo = 1\n", "foo"},
     {"[axes]\nmemory.budget_gb = 16, 16\n", "listed twice"},
     {"[axes]\nmemory.budget_gb = 4:1:1\n", "stop >= start"},
+    {"[axes]\nsim.seed = -9223372036854775808:9223372036854775807:1\n",
+     "bad.ini:2: [axes] sim.seed: range"},
+    {"[axes]\nsim.seed = 0:9223372036854775807:9223372036854775807\n"
+     "label.q = 0:1e400:1\n",
+     "label.q: range '0:1e400:1': expected finite"},
+    {"[axes]\nlabel.q = 0:0:1e-40\n", "at most 17 decimals"},
     {"[axes]\nmemory.budget_gb = 1, 2\n[axis v]\na = memory.budget_gb=3\n", "set by two axes"},
     {"[fixed]\npolicy = lru\nmodel=m\nhw=h\ntrace=t\n[exclude]\nbatch.size=1\n", "no fixed"},
     {"[fixed]\npolicy = lr,u\n", "CSV"},
