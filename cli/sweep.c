@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "common/alloc.h"
+#include "common/check.h"
 #include "common/config.h"
 #include "sim/sweep.h"
 
@@ -87,14 +88,16 @@ static moesim_status synth_trace(const char *path, const char *args, moesim_erro
     moesim_status st = make_parent_dirs(path, err);
     if (st) return st;
     char *copy = moesim_xstrdup(args);
-    char *argv[72];
+    char *argv[SWEEP_MAX_RECIPE_ARGS + 6]; /* moesim trace synth ARGS -o path NULL */
     int argc = 0;
     argv[argc++] = "moesim";
     argv[argc++] = "trace";
     argv[argc++] = "synth";
-    for (char *save = NULL, *tok = strtok_r(copy, " \t", &save); tok && argc < 68;
-         tok = strtok_r(NULL, " \t", &save))
+    for (char *save = NULL, *tok = strtok_r(copy, " \t", &save); tok;
+         tok = strtok_r(NULL, " \t", &save)) {
+        MOESIM_ASSERT(argc < 3 + SWEEP_MAX_RECIPE_ARGS); /* sweep_experiment_load counted them */
         argv[argc++] = tok;
+    }
     argv[argc++] = "-o";
     argv[argc++] = (char *)path;
     argv[argc] = NULL;

@@ -48,8 +48,9 @@
 
 #include "common/status.h"
 
-#define SWEEP_HASH_COLUMN "config_hash"
-#define SWEEP_MAX_COLUMNS 256
+#define SWEEP_HASH_COLUMN     "config_hash"
+#define SWEEP_MAX_COLUMNS     256
+#define SWEEP_MAX_RECIPE_ARGS 64 /* arguments of one [traces] recipe (space-separated) */
 
 typedef struct sweep_experiment sweep_experiment;
 

@@ -451,6 +451,16 @@ static moesim_status parse_trace_recipe(parser *ps, const char *path, const char
     if (strstr(args, " -o") || !strncmp(args, "-o", 2) || strstr(args, "--output"))
         return PFAIL(ps, "%s:%d: [traces] %s: the recipe must not name the output (-o is the key)",
                      ps->path, ps->line, path);
+    size_t n_args = 0;
+    for (const char *q = args; *q;) {
+        while (*q == ' ' || *q == '\t') q++;
+        if (!*q) break;
+        n_args++;
+        while (*q && *q != ' ' && *q != '\t') q++;
+    }
+    if (n_args > SWEEP_MAX_RECIPE_ARGS)
+        return PFAIL(ps, "%s:%d: [traces] %s: recipe has %zu arguments, at most %d expected",
+                     ps->path, ps->line, path, n_args, SWEEP_MAX_RECIPE_ARGS);
     e->trace_paths = moesim_xrealloc(e->trace_paths, (e->n_traces + 1) * sizeof(char *));
     e->trace_args = moesim_xrealloc(e->trace_args, (e->n_traces + 1) * sizeof(char *));
     e->trace_paths[e->n_traces] = moesim_xstrdup(path);

@@ -254,6 +254,10 @@ static const bad_case bad_cases[] = {
      "label.q = 0:1e400:1\n",
      "label.q: range '0:1e400:1': expected finite"},
     {"[axes]\nlabel.q = 0:0:1e-40\n", "at most 17 decimals"},
+    {"[traces]\nt.h5 = --seed 1\n"
+     "u.h5 = a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a "
+     "a a a a a a a a a a a a a a a a a a a a a a\n",
+     "bad.ini:3: [traces] u.h5: recipe has 65 arguments"},
     {"[axes]\nmemory.budget_gb = 1, 2\n[axis v]\na = memory.budget_gb=3\n", "set by two axes"},
     {"[fixed]\npolicy = lru\nmodel=m\nhw=h\ntrace=t\n[exclude]\nbatch.size=1\n", "no fixed"},
     {"[fixed]\npolicy = lr,u\n", "CSV"},
