@@ -582,6 +582,49 @@ Test(sweep, shards_merged_equal_the_unsharded_run) {
     cr_assert_eq(count_lines(gap), 1 + n0 + n2);
 }
 
+/* Runs experiments/slurm/sweep.sbatch with the Slurm variables of `env` and MOESIM=echo: the
+ * command it would exec lands in out. Returns the script's exit status. */
+static int run_sbatch(const char *env, const char *args, char *out, size_t out_len) {
+    const char *configs = getenv("MOESIM_CONFIG_DIR"); /* <source>/configs */
+    cr_assert(configs, "MOESIM_CONFIG_DIR not set");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "env -u MOESIM_SHARDS SLURM_CPUS_PER_TASK=2 MOESIM=echo %s bash "
+             "'%s/../experiments/slurm/sweep.sbatch' %s 2>&1",
+             env, configs, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t n = fread(out, 1, out_len - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(sweep, the_slurm_script_takes_the_shard_count_from_its_argument_not_the_array_size) {
+    char out[4096];
+    /* resubmitting shard 3 alone (`sbatch --array=3`): still shard 3 of 8, not 0 of 1 */
+    cr_assert_eq(run_sbatch("SLURM_ARRAY_TASK_ID=3 SLURM_ARRAY_TASK_COUNT=1 "
+                            "SLURM_ARRAY_TASK_MIN=3 SLURM_ARRAY_TASK_MAX=3",
+                            "x.ini 8", out, sizeof out),
+                 0, "%s", out);
+    cr_assert_str_eq(out, "sweep x.ini -j 2 --shard 3/8 -q\n");
+    /* --array=3,7 with the count from the environment */
+    cr_assert_eq(run_sbatch("MOESIM_SHARDS=8 SLURM_ARRAY_TASK_ID=7 SLURM_ARRAY_TASK_COUNT=2 "
+                            "SLURM_ARRAY_TASK_MIN=3 SLURM_ARRAY_TASK_MAX=7",
+                            "x.ini", out, sizeof out),
+                 0, "%s", out);
+    cr_assert_str_eq(out, "sweep x.ini -j 2 --shard 7/8 -q\n");
+    /* a task beyond the count, no count, a bad count: refused */
+    cr_assert_eq(run_sbatch("SLURM_ARRAY_TASK_ID=8", "x.ini 8", out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "no shard of 8"), "%s", out);
+    cr_assert_eq(
+        run_sbatch("SLURM_ARRAY_TASK_ID=0 SLURM_ARRAY_TASK_COUNT=4", "x.ini", out, sizeof out), 2,
+        "%s", out);
+    cr_assert(strstr(out, "shard count N is missing"), "%s", out);
+    cr_assert_eq(run_sbatch("SLURM_ARRAY_TASK_ID=0", "x.ini 0", out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "positive integer"), "%s", out);
+}
+
 Test(sweep, a_results_file_of_another_experiment_is_refused) {
     cli_fixture f;
     make_fixture(&f, "other");
