@@ -1,7 +1,8 @@
 /* `moesim sweep EXPERIMENT.ini [-o CSV] [-j N] [--shard i/n] [--dry-run]` runs an experiment's
  * configurations (sim/sweep.h), resuming a results file; `moesim sweep merge` joins shard files.
- * Traces the experiment names but that do not exist yet are made first from its [traces]
- * recipes with `moesim trace synth` (a child process of this same binary). */
+ * Traces the experiment names but that do not exist yet, or were made from another recipe (the
+ * recipe is stamped in <trace>.recipe), are made first from its [traces] recipes with
+ * `moesim trace synth` (a child process of this same binary). */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -15,6 +16,8 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "common/alloc.h"
+#include "common/atomic_file.h"
+#include "common/check.h"
 #include "common/config.h"
 #include "sim/sweep.h"
 
@@ -28,7 +31,8 @@ static const char sweep_help[] =
     "`moesim sim --json`. Rows already in the results file are skipped, so a killed sweep\n"
     "resumes where it stopped. The resolved experiment goes next to the results\n"
     "(NAME.experiment.ini). Traces named in the experiment's [traces] section are synthesized\n"
-    "first when missing.\n"
+    "first when missing or made from another recipe (stamped in TRACE.recipe). A row is keyed\n"
+    "by the resolved configuration: trace bytes and model/hw values, not just their names.\n"
     "\n"
     "options:\n"
     "  -o FILE        results file (default results/NAME.csv, or results/NAME.shard-I-of-N.csv)\n"
@@ -87,14 +91,16 @@ static moesim_status synth_trace(const char *path, const char *args, moesim_erro
     moesim_status st = make_parent_dirs(path, err);
     if (st) return st;
     char *copy = moesim_xstrdup(args);
-    char *argv[72];
+    char *argv[SWEEP_MAX_RECIPE_ARGS + 6]; /* moesim trace synth ARGS -o path NULL */
     int argc = 0;
     argv[argc++] = "moesim";
     argv[argc++] = "trace";
     argv[argc++] = "synth";
-    for (char *save = NULL, *tok = strtok_r(copy, " \t", &save); tok && argc < 68;
-         tok = strtok_r(NULL, " \t", &save))
+    for (char *save = NULL, *tok = strtok_r(copy, " \t", &save); tok;
+         tok = strtok_r(NULL, " \t", &save)) {
+        MOESIM_ASSERT(argc < 3 + SWEEP_MAX_RECIPE_ARGS); /* sweep_experiment_load counted them */
         argv[argc++] = tok;
+    }
     argv[argc++] = "-o";
     argv[argc++] = (char *)path;
     argv[argc] = NULL;
@@ -120,12 +126,50 @@ static moesim_status synth_trace(const char *path, const char *args, moesim_erro
     return MOESIM_OK;
 }
 
-static moesim_status make_missing_traces(const sweep_experiment *e, moesim_error *err) {
+/* "<trace>.recipe": the recipe the trace at `trace_path` was made from, one line. */
+static void recipe_stamp_path(const char *trace_path, char *out, size_t len) {
+    snprintf(out, len, "%s.recipe", trace_path);
+}
+
+/* True when `trace_path` exists and its stamp holds exactly `args`. */
+static bool trace_matches_recipe(const char *trace_path, const char *args) {
+    if (access(trace_path, F_OK) != 0) return false;
+    char stamp[PATH_MAX + 16];
+    recipe_stamp_path(trace_path, stamp, sizeof stamp);
+    FILE *fp = fopen(stamp, "r");
+    if (!fp) return false;
+    size_t want = strlen(args) + 1;
+    char *buf = moesim_xcalloc(want + 2, 1);
+    size_t n = fread(buf, 1, want + 1, fp);
+    fclose(fp);
+    bool same = n == want && !memcmp(buf, args, want - 1) && buf[want - 1] == '\n';
+    free(buf);
+    return same;
+}
+
+static moesim_status write_recipe_stamp(const char *trace_path, const char *args,
+                                        moesim_error *err) {
+    char stamp[PATH_MAX + 16];
+    recipe_stamp_path(trace_path, stamp, sizeof stamp);
+    atomic_file af;
+    moesim_status st = atomic_file_open(&af, stamp, err);
+    if (st) return st;
+    fprintf(af.fp, "%s\n", args);
+    return atomic_file_commit(&af, err);
+}
+
+/* Makes every [traces] trace that is missing, or whose recipe changed since it was made (the
+ * recipe is stamped in <trace>.recipe; a trace without a stamp is remade too). */
+static moesim_status make_traces(const sweep_experiment *e, moesim_error *err) {
     for (size_t i = 0; i < sweep_experiment_n_traces(e); i++) {
         const char *path, *args;
         sweep_experiment_trace_at(e, i, &path, &args);
-        if (access(path, F_OK) == 0) continue;
+        if (trace_matches_recipe(path, args)) continue;
+        if (access(path, F_OK) == 0)
+            fprintf(stderr, "sweep: %s: made from another recipe (or unstamped): remaking it\n",
+                    path);
         moesim_status st = synth_trace(path, args, err);
+        if (!st) st = write_recipe_stamp(path, args, err);
         if (st) return st;
     }
     return MOESIM_OK;
@@ -171,7 +215,9 @@ static int cmd_sweep_merge(int argc, char **argv) {
         if (access(side, R_OK) == 0) exp_path = side;
     }
     sweep_experiment *e = NULL;
-    if (exp_path && sweep_experiment_load(exp_path, &e, &err)) {
+    if (exp_path &&
+        (sweep_experiment_load(exp_path, &e, &err) || sweep_experiment_bind_inputs(e, &err))) {
+        sweep_experiment_destroy(e);
         free(inputs);
         return cli_fail(&err);
     }
@@ -292,7 +338,8 @@ int cmd_sweep(int argc, char **argv) {
         /* no evaluator loaded: the results file's setting columns are checked, not metrics */
         sweep_evaluator none = {.name = sweep_experiment_evaluator(e)};
         size_t *todo = NULL, n_todo = 0, n_shard = 0;
-        st = sweep_plan(e, &none, &opt, &todo, &n_todo, &n_shard, &err);
+        st = sweep_experiment_bind_inputs(e, &err); /* traces not made yet: not done */
+        if (!st) st = sweep_plan(e, &none, &opt, &todo, &n_todo, &n_shard, &err);
         if (st) {
             sweep_experiment_destroy(e);
             return cli_fail(&err);
@@ -307,7 +354,8 @@ int cmd_sweep(int argc, char **argv) {
         sweep_experiment_destroy(e);
         return 0;
     }
-    st = make_missing_traces(e, &err);
+    st = make_traces(e, &err);
+    if (!st) st = sweep_experiment_bind_inputs(e, &err);
     sweep_evaluator ev = {0};
     if (!st) st = sweep_evaluator_create(e, &ev, &err);
     if (!st) st = make_parent_dirs(out, &err);

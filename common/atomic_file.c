@@ -2,25 +2,46 @@
 #include "common/atomic_file.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#define ATOMIC_FILE_TRIES 100 /* names tried before giving up (each taken one is EEXIST) */
+
+/* Creates the temporary "<path>.tmp-<pid>-<tag>-<try>" with O_EXCL and mode 0666, so the
+ * process umask applies by itself (no umask() round trip: that is process-wide state, racy with
+ * threads). tag mixes the clock and the atomic_file's address, so concurrent writers in one
+ * process start from different names; a name already taken (EEXIST) moves on to the next. */
 static moesim_status make_temp(atomic_file *af, const char *path, moesim_error *err, int *fd_out) {
-    if (snprintf(af->path, sizeof af->path, "%s", path) >= (int)sizeof af->path ||
-        snprintf(af->tmp_path, sizeof af->tmp_path, "%s.tmp-XXXXXX", path) >=
-            (int)sizeof af->tmp_path)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: path too long", path);
     af->fp = NULL;
-    int fd = mkstemp(af->tmp_path);
-    if (fd < 0) {
-        af->tmp_path[0] = '\0';
-        return moesim_fail(err, MOESIM_EIO, "%s: cannot create output file: %s", path,
-                           strerror(errno));
+    af->tmp_path[0] = '\0';
+    if (snprintf(af->path, sizeof af->path, "%s", path) >= (int)sizeof af->path)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: path too long", path);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    unsigned long tag = (unsigned long)((uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^
+                                        (uint64_t)(uintptr_t)af) &
+                        0xffffffffUL;
+    int e = EEXIST;
+    for (unsigned t = 0; t < ATOMIC_FILE_TRIES && e == EEXIST; t++) {
+        if (snprintf(af->tmp_path, sizeof af->tmp_path, "%s.tmp-%ld-%08lx-%u", path, (long)getpid(),
+                     tag, t) >= (int)sizeof af->tmp_path) {
+            af->tmp_path[0] = '\0';
+            return moesim_fail(err, MOESIM_EINPUT, "%s: path too long", path);
+        }
+        int fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            *fd_out = fd;
+            return MOESIM_OK;
+        }
+        e = errno;
     }
-    *fd_out = fd;
-    return MOESIM_OK;
+    af->tmp_path[0] = '\0';
+    return moesim_fail(err, MOESIM_EIO, "%s: cannot create output file: %s", path, strerror(e));
 }
 
 moesim_status atomic_file_open(atomic_file *af, const char *path, moesim_error *err) {
@@ -54,15 +75,6 @@ moesim_status atomic_file_commit(atomic_file *af, moesim_error *err) {
             atomic_file_abort(af);
             return moesim_fail(err, MOESIM_EIO, "%s: write failed: %s", af->path, strerror(e));
         }
-    }
-    /* mkstemp made the temporary 0600: give the result the mode a plain fopen would have */
-    mode_t mask = umask(0);
-    umask(mask);
-    if (chmod(af->tmp_path, 0666 & ~mask) != 0) {
-        int e = errno;
-        atomic_file_abort(af);
-        return moesim_fail(err, MOESIM_EIO, "%s: cannot set the output's mode: %s", af->path,
-                           strerror(e));
     }
     if (rename(af->tmp_path, af->path) != 0) {
         int e = errno;

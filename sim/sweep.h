@@ -28,7 +28,12 @@
  *
  * Hash: FNV-1a 64 over "moesim-sweep-1", the evaluator, the base seed and every (column, value)
  * set, in column-name order: independent of file order, of where a setting came from (fixed,
- * axis, bundle) and of the other configurations.
+ * axis, bundle) and of the other configurations. sweep_experiment_bind_inputs then folds in what
+ * the names resolve to, so a row is keyed by the resolved configuration: the trace's [traces]
+ * recipe and the FNV-1a of its file's bytes (0 while the file is absent), and for the sim
+ * evaluator the (section, key, value) settings of the model and hw files in name order (not
+ * their file names, comments or layout). Editing a recipe, replacing a trace or changing a
+ * model's or a profile's values gives new hashes: the old rows stay in the file, unmatched.
  *
  * Seed: every configuration runs with sim.seed = the [experiment] seed (common random numbers:
  * configurations differ only by their settings) unless it sets sim.seed itself (an axis
@@ -48,8 +53,9 @@
 
 #include "common/status.h"
 
-#define SWEEP_HASH_COLUMN "config_hash"
-#define SWEEP_MAX_COLUMNS 256
+#define SWEEP_HASH_COLUMN     "config_hash"
+#define SWEEP_MAX_COLUMNS     256
+#define SWEEP_MAX_RECIPE_ARGS 64 /* arguments of one [traces] recipe (space-separated) */
 
 typedef struct sweep_experiment sweep_experiment;
 
@@ -78,6 +84,12 @@ size_t sweep_experiment_cross_size(const sweep_experiment *e); /* before exclusi
 size_t sweep_experiment_excluded(const sweep_experiment *e);
 size_t sweep_experiment_duplicates(const sweep_experiment *e);
 const sweep_point *sweep_experiment_point(const sweep_experiment *e, size_t i);
+/* Folds the content of each configuration's inputs into its hash (see Hash above); each
+ * distinct trace file is read, and each model and hw file parsed, once. Call after the traces
+ * exist and before sweep_plan, sweep_run or sweep_merge; calling it again rebinds (inputs changed
+ * since). Errors: a model or hw name that resolves to no valid file (naming the setting's
+ * file:line). */
+moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *err);
 /* The configuration with `hash`, or NULL. */
 const sweep_point *sweep_experiment_find(const sweep_experiment *e, uint64_t hash);
 

@@ -18,10 +18,12 @@
 #include "common/check.h"
 #include "common/config.h"
 #include "common/hash.h"
+#include "common/paths.h"
 
-#define SWEEP_HASH_TAG  "moesim-sweep-1"
-#define SWEEP_MAX_CROSS 1000000u /* configurations before exclusions: beyond is a typo */
-#define SWEEP_MAX_RANGE 100000u  /* values of one a:b:step axis */
+#define SWEEP_HASH_TAG     "moesim-sweep-1"
+#define SWEEP_MAX_CROSS    1000000u /* configurations before exclusions: beyond is a typo */
+#define SWEEP_MAX_RANGE    100000u  /* values of one a:b:step axis */
+#define SWEEP_MAX_DECIMALS 17       /* digits after the point of a decimal range value */
 
 static const char *const run_keys[] = {"policy", "model", "hw", "trace"};
 #define N_RUN_KEYS 4
@@ -75,6 +77,7 @@ struct sweep_experiment {
 
     sweep_point *points; /* [n_points] */
     size_t n_points, cross_size, excluded, duplicates;
+    uint64_t *base_hash; /* [n_points] hash of the settings alone (before bind_inputs) */
     uint64_t *find_hash; /* [n_points] sorted hashes */
     size_t *find_index;  /* [n_points] point index of each */
 };
@@ -146,12 +149,24 @@ static int column_add(sweep_experiment *e, const char *name, bool setting) {
     return (int)e->n_columns++;
 }
 
+/* Decimals a number is written with: digits after the point minus a decimal exponent
+ * ("0.25" 2, "1e-3" 3, "2.5e-2" 3, "1e3" 0); SIZE_MAX for an exponent beyond +-999. */
 static size_t decimals_of(const char *s) {
-    const char *dot = strchr(s, '.');
-    if (!dot) return 0;
-    size_t n = 0;
-    for (const char *p = dot + 1; isdigit((unsigned char)*p); p++) n++;
-    return n;
+    const char *p = s;
+    if (*p == '+' || *p == '-') p++;
+    while (isdigit((unsigned char)*p)) p++;
+    long frac = 0;
+    if (*p == '.')
+        for (p++; isdigit((unsigned char)*p); p++) frac++;
+    long exp10 = 0;
+    if (*p == 'e' || *p == 'E') {
+        char *end;
+        errno = 0;
+        exp10 = strtol(p + 1, &end, 10);
+        if (errno || exp10 > 999 || exp10 < -999) return SIZE_MAX;
+    }
+    long dec = frac - exp10;
+    return dec > 0 ? (size_t)dec : 0;
 }
 
 static bool parse_i64(const char *s, long long *out) {
@@ -188,12 +203,17 @@ static moesim_status expand_range(axis *a, const char *spec, const char *origin,
     char *sa = trim(buf), *sb = trim(p1 + 1), *ss = trim(p2 + 1);
     long long ia, ib, is;
     if (parse_i64(sa, &ia) && parse_i64(sb, &ib) && parse_i64(ss, &is)) {
-        if (is <= 0 || ib < ia || (unsigned long long)((ib - ia) / is) >= SWEEP_MAX_RANGE)
+        /* counted up front in unsigned arithmetic: stop - start cannot overflow, and every
+           value start + i * step (i < count) lies in [start, stop] */
+        unsigned long long span = ib >= ia ? (unsigned long long)ib - (unsigned long long)ia : 0;
+        if (is <= 0 || ib < ia || span / (unsigned long long)is >= SWEEP_MAX_RANGE)
             return moesim_fail(err, MOESIM_EINPUT,
                                "%s: [axes] %s: range '%s': need step > 0, stop >= start and at "
                                "most %u values",
                                origin, a->name, spec, SWEEP_MAX_RANGE);
-        for (long long v = ia; v <= ib; v += is) {
+        size_t count = (size_t)(span / (unsigned long long)is) + 1;
+        for (size_t i = 0; i < count; i++) {
+            long long v = (long long)((unsigned long long)ia + i * (unsigned long long)is);
             char num[32];
             snprintf(num, sizeof num, "%lld", v);
             axis_push(a, num, origin);
@@ -201,19 +221,25 @@ static moesim_status expand_range(axis *a, const char *spec, const char *origin,
         return MOESIM_OK;
     }
     double fa, fb, fs;
-    if (!config_parse_f64(sa, &fa) || !config_parse_f64(sb, &fb) || !config_parse_f64(ss, &fs))
-        return moesim_fail(err, MOESIM_EINPUT, "%s: [axes] %s: range '%s': expected numbers",
+    if (!config_parse_f64(sa, &fa) || !config_parse_f64(sb, &fb) || !config_parse_f64(ss, &fs) ||
+        !isfinite(fa) || !isfinite(fb) || !isfinite(fs))
+        return moesim_fail(err, MOESIM_EINPUT, "%s: [axes] %s: range '%s': expected finite numbers",
                            origin, a->name, spec);
     double span = (fb - fa) / fs;
-    if (!(fs > 0) || fb < fa || span >= SWEEP_MAX_RANGE)
+    if (!(fs > 0) || fb < fa || !(span < SWEEP_MAX_RANGE))
         return moesim_fail(err, MOESIM_EINPUT,
                            "%s: [axes] %s: range '%s': need step > 0, stop >= start and at most "
                            "%u values",
                            origin, a->name, spec, SWEEP_MAX_RANGE);
-    size_t dec = decimals_of(sa) > decimals_of(ss) ? decimals_of(sa) : decimals_of(ss);
+    size_t da = decimals_of(sa), ds = decimals_of(ss);
+    size_t dec = da > ds ? da : ds;
+    if (dec > SWEEP_MAX_DECIMALS)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: [axes] %s: range '%s': start and step need at most %d decimals",
+                           origin, a->name, spec, SWEEP_MAX_DECIMALS);
     size_t count = (size_t)floor(span + 1e-9) + 1;
     for (size_t i = 0; i < count; i++) {
-        char num[64];
+        char num[512]; /* %.17f of 1.8e308: 309 digits before the point */
         snprintf(num, sizeof num, "%.*f", (int)dec, fa + (double)i * fs);
         axis_push(a, num, origin);
     }
@@ -427,6 +453,16 @@ static moesim_status parse_trace_recipe(parser *ps, const char *path, const char
     if (strstr(args, " -o") || !strncmp(args, "-o", 2) || strstr(args, "--output"))
         return PFAIL(ps, "%s:%d: [traces] %s: the recipe must not name the output (-o is the key)",
                      ps->path, ps->line, path);
+    size_t n_args = 0;
+    for (const char *q = args; *q;) {
+        while (*q == ' ' || *q == '\t') q++;
+        if (!*q) break;
+        n_args++;
+        while (*q && *q != ' ' && *q != '\t') q++;
+    }
+    if (n_args > SWEEP_MAX_RECIPE_ARGS)
+        return PFAIL(ps, "%s:%d: [traces] %s: recipe has %zu arguments, at most %d expected",
+                     ps->path, ps->line, path, n_args, SWEEP_MAX_RECIPE_ARGS);
     e->trace_paths = moesim_xrealloc(e->trace_paths, (e->n_traces + 1) * sizeof(char *));
     e->trace_args = moesim_xrealloc(e->trace_args, (e->n_traces + 1) * sizeof(char *));
     e->trace_paths[e->n_traces] = moesim_xstrdup(path);
@@ -675,6 +711,25 @@ static moesim_status describe_missing(const sweep_experiment *e, const sweep_poi
                        e->path, p->index, key, e->evaluator);
 }
 
+/* The sorted (hash, point) index sweep_experiment_find searches; rebuilt when hashes change. */
+static void build_find_index(sweep_experiment *e) {
+    free(e->find_hash);
+    free(e->find_index);
+    uint64_t *pairs = moesim_xcalloc(2 * e->n_points + 2, sizeof *pairs); /* (hash, point) */
+    for (size_t i = 0; i < e->n_points; i++) {
+        pairs[2 * i] = e->points[i].hash;
+        pairs[2 * i + 1] = i;
+    }
+    qsort(pairs, e->n_points, 2 * sizeof *pairs, cmp_u64_pair);
+    e->find_hash = moesim_xcalloc(e->n_points + 1, sizeof *e->find_hash);
+    e->find_index = moesim_xcalloc(e->n_points + 1, sizeof *e->find_index);
+    for (size_t i = 0; i < e->n_points; i++) {
+        e->find_hash[i] = pairs[2 * i];
+        e->find_index[i] = (size_t)pairs[2 * i + 1];
+    }
+    free(pairs);
+}
+
 static moesim_status resolve(sweep_experiment *e, moesim_error *err) {
     /* exclusion terms name columns */
     for (size_t x = 0; x < e->n_excl; x++)
@@ -799,19 +854,7 @@ static moesim_status resolve(sweep_experiment *e, moesim_error *err) {
     free(pol);
     free(table);
     if (st) return st;
-    uint64_t *pairs = moesim_xcalloc(2 * e->n_points + 2, sizeof *pairs); /* (hash, point) */
-    for (size_t i = 0; i < e->n_points; i++) {
-        pairs[2 * i] = e->points[i].hash;
-        pairs[2 * i + 1] = i;
-    }
-    qsort(pairs, e->n_points, 2 * sizeof *pairs, cmp_u64_pair);
-    e->find_hash = moesim_xcalloc(e->n_points + 1, sizeof *e->find_hash);
-    e->find_index = moesim_xcalloc(e->n_points + 1, sizeof *e->find_index);
-    for (size_t i = 0; i < e->n_points; i++) {
-        e->find_hash[i] = pairs[2 * i];
-        e->find_index[i] = (size_t)pairs[2 * i + 1];
-    }
-    free(pairs);
+    build_find_index(e);
     if (!e->n_points)
         return moesim_fail(err, MOESIM_EINPUT, "%s: every configuration is excluded", e->path);
     /* what the evaluator needs, in every configuration */
@@ -927,6 +970,7 @@ void sweep_experiment_destroy(sweep_experiment *e) {
     free(e->points);
     free(e->find_hash);
     free(e->find_index);
+    free(e->base_hash);
     free(e->name);
     free(e->paper);
     free(e->evaluator);
@@ -1047,4 +1091,163 @@ void sweep_sidecar_path(const char *csv_path, char *out, size_t len) {
     size_t n = strlen(csv_path);
     if (n > 4 && !strcmp(csv_path + n - 4, ".csv")) n -= 4;
     snprintf(out, len, "%.*s.experiment.ini", (int)n, csv_path);
+}
+
+/* ---- binding the inputs' content ---------------------------------------------------------- */
+
+#define SWEEP_INPUTS_TAG "moesim-sweep-inputs-1"
+
+/* One distinct input (a trace path, a model or hw name) and the hash of its content. */
+typedef struct input_id {
+    char *name;
+    uint64_t id;
+} input_id;
+
+typedef struct input_cache {
+    input_id *items; /* [n] */
+    size_t n;
+} input_cache;
+
+static const uint64_t *input_cache_find(const input_cache *c, const char *name) {
+    for (size_t i = 0; i < c->n; i++)
+        if (!strcmp(c->items[i].name, name)) return &c->items[i].id;
+    return NULL;
+}
+
+static uint64_t input_cache_add(input_cache *c, const char *name, uint64_t id) {
+    c->items = moesim_xrealloc(c->items, (c->n + 1) * sizeof *c->items);
+    c->items[c->n++] = (input_id){moesim_xstrdup(name), id};
+    return id;
+}
+
+static void input_cache_free(input_cache *c) {
+    for (size_t i = 0; i < c->n; i++) free(c->items[i].name);
+    free(c->items);
+}
+
+/* FNV-1a of a file's bytes; false (errno set) when it cannot be read. An absent file is not an
+ * error of binding: its configurations get another hash and the evaluator reports it. */
+static bool file_content_hash(const char *path, uint64_t *out) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return false;
+    uint64_t h = hash_fnv1a64("file", 4, MOESIM_FNV1A64_INIT);
+    unsigned char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, fp)) > 0) h = hash_fnv1a64(buf, n, h);
+    bool ok = !ferror(fp);
+    fclose(fp);
+    *out = h;
+    return ok;
+}
+
+typedef struct config_kv {
+    const char *section, *key, *value;
+} config_kv;
+
+static int cmp_config_kv(const void *a, const void *b) {
+    const config_kv *x = a, *y = b;
+    int c = strcmp(x->section, y->section);
+    return c ? c : strcmp(x->key, y->key);
+}
+
+/* Hash of the settings (section, key, value) a model or hw file resolves to, in name order:
+ * comments, layout and entry order do not count; the file's name and folder do not either. */
+static moesim_status config_values_hash(const char *kind, const char *name, uint64_t *out,
+                                        moesim_error *err) {
+    char path[4096];
+    moesim_status st = moesim_config_path(kind, name, path, sizeof path, err);
+    if (st) return st;
+    config *c = config_create();
+    st = config_load_file(c, path, err);
+    if (st) {
+        config_destroy(c);
+        return st;
+    }
+    size_t n = config_size(c);
+    config_kv *kv = moesim_xcalloc(n + 1, sizeof *kv);
+    for (size_t i = 0; i < n; i++) config_entry_at(c, i, &kv[i].section, &kv[i].key, &kv[i].value);
+    qsort(kv, n, sizeof *kv, cmp_config_kv);
+    uint64_t h = hash_fnv1a64_str(kind, MOESIM_FNV1A64_INIT);
+    for (size_t i = 0; i < n; i++) {
+        h = hash_fnv1a64(kv[i].section, strlen(kv[i].section) + 1, h);
+        h = hash_fnv1a64(kv[i].key, strlen(kv[i].key) + 1, h);
+        h = hash_fnv1a64(kv[i].value, strlen(kv[i].value) + 1, h);
+    }
+    free(kv);
+    config_destroy(c);
+    *out = h;
+    return MOESIM_OK;
+}
+
+static const char *recipe_of(const sweep_experiment *e, const char *trace_path) {
+    for (size_t i = 0; i < e->n_traces; i++)
+        if (!strcmp(e->trace_paths[i], trace_path)) return e->trace_args[i];
+    return NULL;
+}
+
+static uint64_t fold_u64(uint64_t h, uint64_t v) {
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i)); /* little-endian */
+    return hash_fnv1a64(b, sizeof b, h);
+}
+
+moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *err) {
+    if (!e->base_hash) {
+        e->base_hash = moesim_xcalloc(e->n_points + 1, sizeof *e->base_hash);
+        for (size_t i = 0; i < e->n_points; i++) e->base_hash[i] = e->points[i].hash;
+    }
+    bool is_sim = !strcmp(e->evaluator, "sim");
+    input_cache traces = {0}, models = {0}, hws = {0};
+    moesim_status st = MOESIM_OK;
+    for (size_t i = 0; i < e->n_points && !st; i++) {
+        sweep_point *p = &e->points[i];
+        uint64_t h = hash_fnv1a64(SWEEP_INPUTS_TAG, sizeof SWEEP_INPUTS_TAG, MOESIM_FNV1A64_INIT);
+        h = fold_u64(h, e->base_hash[i]);
+        const char *path = sweep_point_get(e, p, "trace");
+        if (path) {
+            const uint64_t *id = input_cache_find(&traces, path);
+            uint64_t v;
+            if (!id) {
+                const char *recipe = recipe_of(e, path);
+                v = hash_fnv1a64_str(recipe ? recipe : "", MOESIM_FNV1A64_INIT);
+                uint64_t content;
+                v = fold_u64(v, file_content_hash(path, &content) ? content : 0);
+                input_cache_add(&traces, path, v);
+            } else {
+                v = *id;
+            }
+            h = fold_u64(h, v);
+        }
+        static const char *const keys[] = {"model", "hw"};
+        static const char *const kinds[] = {"models", "hw"};
+        input_cache *caches[] = {&models, &hws};
+        for (size_t k = 0; k < 2 && is_sim && !st; k++) {
+            const char *name = sweep_point_get(e, p, keys[k]);
+            if (!name) continue;
+            const uint64_t *id = input_cache_find(caches[k], name);
+            uint64_t v = 0;
+            if (!id) {
+                st = config_values_hash(kinds[k], name, &v, err);
+                if (st && err) {
+                    int col = column_find(e, keys[k]);
+                    char msg[MOESIM_ERROR_MAX];
+                    snprintf(msg, sizeof msg, "%s", err->msg);
+                    st = moesim_fail(err, st, "%s: %s = %s: %s", p->origins[col], keys[k], name,
+                                     msg);
+                }
+                if (st) break;
+                input_cache_add(caches[k], name, v);
+            } else {
+                v = *id;
+            }
+            h = fold_u64(h, v);
+        }
+        p->hash = h;
+    }
+    input_cache_free(&traces);
+    input_cache_free(&models);
+    input_cache_free(&hws);
+    if (st) return st;
+    build_find_index(e);
+    return MOESIM_OK;
 }

@@ -176,6 +176,32 @@ Test(sweep, ranges_expand_inclusively_keeping_the_written_decimals) {
     sweep_experiment_destroy(e);
 }
 
+Test(sweep, ranges_at_the_ends_of_the_integers_and_in_exponent_notation_expand_exactly,
+     .timeout = 20) {
+    /* start = stop = LLONG_MAX: one value (a naive v += step loop overflows and never ends) */
+    sweep_experiment *e = load_text("rmax.ini", "[fixed]\npolicy = lru\nmodel = m\nhw = h\n"
+                                                "trace = t\n[axes]\nsim.seed = "
+                                                "9223372036854775807:9223372036854775807:1\n"
+                                                "label.x = -9223372036854775808:"
+                                                "-9223372036854775807:5\n");
+    cr_assert_eq(sweep_experiment_count(e), 1);
+    const sweep_point *p = sweep_experiment_point(e, 0);
+    cr_assert_str_eq(sweep_point_get(e, p, "sim.seed"), "9223372036854775807");
+    cr_assert_str_eq(sweep_point_get(e, p, "label.x"), "-9223372036854775808");
+    sweep_experiment_destroy(e);
+    e = load_text("rexp.ini", "[fixed]\npolicy = dymoe\nmodel = m\nhw = h\ntrace = t\n"
+                              "[axes]\ndymoe.lambda = 0:0.003:1e-3\nlabel.y = 1e2:3e2:1e2\n"
+                              "label.z = 0.1:0.125:2.5e-2\n");
+    static const char *const want[] = {"0.000", "0.001", "0.002", "0.003"};
+    cr_assert_eq(sweep_experiment_count(e), 4 * 3 * 2);
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_str_eq(sweep_point_get(e, sweep_experiment_point(e, 6 * i), "dymoe.lambda"),
+                         want[i]);
+    cr_assert_str_eq(sweep_point_get(e, sweep_experiment_point(e, 2), "label.y"), "200");
+    cr_assert_str_eq(sweep_point_get(e, sweep_experiment_point(e, 1), "label.z"), "0.125");
+    sweep_experiment_destroy(e);
+}
+
 Test(sweep, other_policies_knobs_are_dropped_and_duplicates_merged) {
     sweep_experiment *e =
         load_text("drop.ini", "[fixed]\nmodel = m\nhw = h\ntrace = t\n"
@@ -222,6 +248,16 @@ static const bad_case bad_cases[] = {
     {"[fixed]\npolicy = lru\nfoo = 1\n", "foo"},
     {"[axes]\nmemory.budget_gb = 16, 16\n", "listed twice"},
     {"[axes]\nmemory.budget_gb = 4:1:1\n", "stop >= start"},
+    {"[axes]\nsim.seed = -9223372036854775808:9223372036854775807:1\n",
+     "bad.ini:2: [axes] sim.seed: range"},
+    {"[axes]\nsim.seed = 0:9223372036854775807:9223372036854775807\n"
+     "label.q = 0:1e400:1\n",
+     "label.q: range '0:1e400:1': expected finite"},
+    {"[axes]\nlabel.q = 0:0:1e-40\n", "at most 17 decimals"},
+    {"[traces]\nt.h5 = --seed 1\n"
+     "u.h5 = a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a "
+     "a a a a a a a a a a a a a a a a a a a a a a\n",
+     "bad.ini:3: [traces] u.h5: recipe has 65 arguments"},
     {"[axes]\nmemory.budget_gb = 1, 2\n[axis v]\na = memory.budget_gb=3\n", "set by two axes"},
     {"[fixed]\npolicy = lru\nmodel=m\nhw=h\ntrace=t\n[exclude]\nbatch.size=1\n", "no fixed"},
     {"[fixed]\npolicy = lr,u\n", "CSV"},
@@ -280,6 +316,100 @@ Test(sweep, hashes_do_not_depend_on_file_order_or_on_other_configurations) {
     sweep_experiment_destroy(b);
     sweep_experiment_destroy(c);
     sweep_experiment_destroy(c2);
+}
+
+/* Loads `text`, binds its inputs and returns configuration 0's hash. */
+static uint64_t bound_hash(const char *name, const char *text) {
+    sweep_experiment *e = load_text(name, text);
+    moesim_error err = {0};
+    cr_assert_eq(sweep_experiment_bind_inputs(e, &err), MOESIM_OK, "%s", err.msg);
+    uint64_t h = sweep_experiment_point(e, 0)->hash;
+    cr_assert_eq(sweep_experiment_find(e, h), sweep_experiment_point(e, 0));
+    cr_assert_eq(sweep_experiment_bind_inputs(e, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(sweep_experiment_point(e, 0)->hash, h, "binding twice changed the hash");
+    sweep_experiment_destroy(e);
+    return h;
+}
+
+static void copy_file(const char *from, const char *to) {
+    char *t = read_file(from);
+    test_write_file(to, t);
+    free(t);
+}
+
+Test(sweep, bound_hashes_follow_the_content_of_the_trace_recipe_model_and_hw_not_their_names) {
+    char model[4096], hw[4096], trace_path[4096], text[16384];
+    snprintf(model, sizeof model, "%s", test_tmp_path("bind-model.ini"));
+    snprintf(hw, sizeof hw, "%s", test_tmp_path("bind-hw.ini"));
+    snprintf(trace_path, sizeof trace_path, "%s", test_tmp_path("bind-trace.h5"));
+    const char *configs = getenv("MOESIM_CONFIG_DIR");
+    char src[4096];
+    snprintf(src, sizeof src, "%s/models/olmoe-1b-7b.ini", configs);
+    copy_file(src, model);
+    snprintf(src, sizeof src, "%s/hw/rtx3090-pcie4.ini", configs);
+    copy_file(src, hw);
+    test_write_file(trace_path, "trace bytes v1");
+#define BIND_TEXT(recipe_seed)                                                                     \
+    snprintf(text, sizeof text,                                                                    \
+             "[fixed]\npolicy = lru\nmodel = %s\nhw = %s\ntrace = %s\n"                            \
+             "[traces]\n%s = --model olmoe-1b-7b --requests 1 --seed %d\n",                        \
+             model, hw, trace_path, trace_path, recipe_seed)
+    BIND_TEXT(1);
+    uint64_t h0 = bound_hash("bind0.ini", text);
+    sweep_experiment *unbound = load_text("bind-u.ini", text);
+    cr_assert_neq(sweep_experiment_point(unbound, 0)->hash, h0, "binding added nothing");
+    sweep_experiment_destroy(unbound);
+    cr_assert_eq(bound_hash("bind1.ini", text), h0, "same inputs, another hash");
+
+    /* a comment and the order of entries are not values */
+    char *orig_model = read_file(model);
+    size_t len = strlen(orig_model);
+    char *edited = malloc(len + 64);
+    snprintf(edited, len + 64, "; a new comment\n%s\n\n", orig_model);
+    test_write_file(model, edited);
+    cr_assert_eq(bound_hash("bind2.ini", text), h0, "a comment changed the hash");
+    /* a value is: n_layers 16 -> 15 */
+    char *v = strstr(orig_model, "n_layers = 16");
+    cr_assert(v, "olmoe-1b-7b.ini lacks n_layers = 16");
+    snprintf(edited, len + 64, "%s", orig_model);
+    edited[(v - orig_model) + strlen("n_layers = 1")] = '5';
+    test_write_file(model, edited);
+    cr_assert_neq(bound_hash("bind3.ini", text), h0, "a model value did not count");
+    /* a name that resolves to nothing: an error naming the setting */
+    moesim_error err = {0};
+    char bad_text[16384];
+    snprintf(bad_text, sizeof bad_text,
+             "[fixed]\npolicy = lru\nmodel = no-such-model\nhw = %s\n"
+             "trace = %s\n",
+             hw, trace_path);
+    sweep_experiment *e = load_text("bind-bad.ini", bad_text);
+    cr_assert_eq(sweep_experiment_bind_inputs(e, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "bind-bad.ini:3: model = no-such-model"), "%s", err.msg);
+    sweep_experiment_destroy(e);
+    test_write_file(model, orig_model);
+    char *orig_hw = read_file(hw);
+    char *w = strstr(orig_hw, "hbm_gb_per_s = 936");
+    cr_assert(w, "rtx3090-pcie4.ini lacks hbm_gb_per_s = 936");
+    char *hw_edit = strdup(orig_hw);
+    hw_edit[(w - orig_hw) + strlen("hbm_gb_per_s = 93")] = '7';
+    test_write_file(hw, hw_edit);
+    cr_assert_neq(bound_hash("bind4.ini", text), h0, "an hw value did not count");
+    test_write_file(hw, orig_hw);
+    cr_assert_eq(bound_hash("bind5.ini", text), h0);
+
+    /* the trace's bytes, its absence, and its recipe */
+    test_write_file(trace_path, "trace bytes v2");
+    cr_assert_neq(bound_hash("bind6.ini", text), h0, "a replaced trace kept the hash");
+    unlink(trace_path);
+    cr_assert_neq(bound_hash("bind7.ini", text), h0, "a missing trace kept the hash");
+    test_write_file(trace_path, "trace bytes v1");
+    BIND_TEXT(2);
+    cr_assert_neq(bound_hash("bind8.ini", text), h0, "an edited recipe kept the hash");
+#undef BIND_TEXT
+    free(orig_model);
+    free(orig_hw);
+    free(edited);
+    free(hw_edit);
 }
 
 Test(sweep, the_base_seed_changes_every_hash) {
@@ -544,6 +674,86 @@ Test(sweep, shards_merged_equal_the_unsharded_run) {
     cr_assert(strstr(se, want), "'%s' not in: %s", want, se);
     cr_assert(strstr(se, " 1 "), "configuration 1 (shard 1) not named: %s", se);
     cr_assert_eq(count_lines(gap), 1 + n0 + n2);
+}
+
+/* Runs experiments/slurm/sweep.sbatch with the Slurm variables of `env` and MOESIM=echo: the
+ * command it would exec lands in out. Returns the script's exit status. */
+static int run_sbatch(const char *env, const char *args, char *out, size_t out_len) {
+    const char *configs = getenv("MOESIM_CONFIG_DIR"); /* <source>/configs */
+    cr_assert(configs, "MOESIM_CONFIG_DIR not set");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "env -u MOESIM_SHARDS SLURM_CPUS_PER_TASK=2 MOESIM=echo %s bash "
+             "'%s/../experiments/slurm/sweep.sbatch' %s 2>&1",
+             env, configs, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t n = fread(out, 1, out_len - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(sweep, the_slurm_script_takes_the_shard_count_from_its_argument_not_the_array_size) {
+    char out[4096];
+    /* resubmitting shard 3 alone (`sbatch --array=3`): still shard 3 of 8, not 0 of 1 */
+    cr_assert_eq(run_sbatch("SLURM_ARRAY_TASK_ID=3 SLURM_ARRAY_TASK_COUNT=1 "
+                            "SLURM_ARRAY_TASK_MIN=3 SLURM_ARRAY_TASK_MAX=3",
+                            "x.ini 8", out, sizeof out),
+                 0, "%s", out);
+    cr_assert_str_eq(out, "sweep x.ini -j 2 --shard 3/8 -q\n");
+    /* --array=3,7 with the count from the environment */
+    cr_assert_eq(run_sbatch("MOESIM_SHARDS=8 SLURM_ARRAY_TASK_ID=7 SLURM_ARRAY_TASK_COUNT=2 "
+                            "SLURM_ARRAY_TASK_MIN=3 SLURM_ARRAY_TASK_MAX=7",
+                            "x.ini", out, sizeof out),
+                 0, "%s", out);
+    cr_assert_str_eq(out, "sweep x.ini -j 2 --shard 7/8 -q\n");
+    /* a task beyond the count, no count, a bad count: refused */
+    cr_assert_eq(run_sbatch("SLURM_ARRAY_TASK_ID=8", "x.ini 8", out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "no shard of 8"), "%s", out);
+    cr_assert_eq(
+        run_sbatch("SLURM_ARRAY_TASK_ID=0 SLURM_ARRAY_TASK_COUNT=4", "x.ini", out, sizeof out), 2,
+        "%s", out);
+    cr_assert(strstr(out, "shard count N is missing"), "%s", out);
+    cr_assert_eq(run_sbatch("SLURM_ARRAY_TASK_ID=0", "x.ini 0", out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "positive integer"), "%s", out);
+}
+
+Test(sweep, an_edited_trace_recipe_remakes_the_trace_and_reruns_its_rows) {
+    char exp[4096], trace_path[4096], stamp[4200], text[8192];
+    snprintf(exp, sizeof exp, "%s", test_tmp_path("recipe.ini"));
+    snprintf(trace_path, sizeof trace_path, "%s", test_tmp_path("recipe-trace.h5"));
+    snprintf(stamp, sizeof stamp, "%s.recipe", trace_path);
+    const char *out = csv_path("recipe", "out");
+    unlink(trace_path);
+    unlink(stamp);
+    unlink(out);
+    static char so[1 << 16], se[1 << 14];
+    for (int seed = 1; seed <= 2; seed++) {
+        snprintf(text, sizeof text,
+                 "[experiment]\nname = recipe\nevaluator = trace-stats\n"
+                 "[fixed]\ntrace = %s\n[axes]\nstats.capacity = 1, 2\n"
+                 "[traces]\n%s = --model olmoe-1b-7b --requests 1 --prompt-len 8 --gen-len 8 "
+                 "--seed %d\n",
+                 trace_path, trace_path, seed);
+        test_write_file(exp, text);
+        cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", exp, "-o", out, "-q",
+                                     "-j", "1", NULL),
+                     0, "%s", se);
+        cr_assert(strstr(so, "0 already done, 2 run"), "seed %d: %s", seed, so);
+        cr_assert(test_file_exists(trace_path));
+        char *st = read_file(stamp);
+        cr_assert(strstr(st, seed == 1 ? "--seed 1\n" : "--seed 2\n"), "stamp: %s", st);
+        free(st);
+        if (seed == 2) cr_assert(strstr(se, "remaking"), "%s", se);
+        /* unchanged: nothing remade, nothing rerun */
+        cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", exp, "-o", out, "-q",
+                                     "-j", "1", NULL),
+                     0, "%s", se);
+        cr_assert(strstr(so, "2 already done, 0 run"), "seed %d rerun: %s", seed, so);
+        cr_assert_null(strstr(se, "synthesizing"), "%s", se);
+    }
+    cr_assert_eq(count_lines(out), 1 + 4, "old rows stay, new rows added");
 }
 
 Test(sweep, a_results_file_of_another_experiment_is_refused) {
