@@ -36,7 +36,7 @@ const uint32_t trace_stats_batch_sizes[STATS_N_BATCH] = {1, 2, 4, 8, 16, 32};
 
 #define NEVER UINT32_MAX     /* next use of an expert that is not accessed again */
 #define NO_TOKEN UINT64_MAX  /* no previous token of this request yet */
-#define PREFETCH_TOKENS 16   /* how far ahead the per-layer token loop prefetches rows */
+#define PREFETCH_TOKENS 48   /* how far ahead the per-layer token loop prefetches rows */
 
 /* ---- stamped marks: set membership in O(1) without clearing between sets ---- */
 
@@ -154,6 +154,129 @@ static void opt_stack_pass(const uint32_t *next_use, size_t n, uint32_t n_expert
     MOESIM_ASSERT(size <= n_experts);
 }
 
+/* ---- the same steps, 8 levels at a time (AVX2) ----
+ *
+ * Chosen at run time where the CPU has AVX2 (__builtin_cpu_supports); the scalar steps above
+ * stay the reference and the fallback, and both give the same histograms exactly.
+ *   - LRU: one forward pass over 8-level chunks does the search and the shift together: each
+ *     chunk is stored rotated down by one lane, its lane 0 taking the previous chunk's lane 7
+ *     (the access itself for the first); in the chunk holding the old level, lanes past it
+ *     keep their value.
+ *   - OPT: the carry down levels 1..d-1 is a running maximum: with c = the old top and x_j the
+ *     old level j, the carried item after level j is P_j = max(c, x_1..x_j), level j keeps
+ *     min(x_j, P_{j-1}) and level d (which held `now`, the smallest priority of the stack)
+ *     gets P_{d-1}. Each chunk computes its prefix maximum in 3 shift-and-max steps; only the
+ *     maximum carried from chunk to chunk is a dependent chain (one vpmaxud per 8 levels).
+ * Both read up to 7 levels past the sentinel: the arrays have STACK_PAD spare levels. */
+#define STACK_PAD 8
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define STATS_HAVE_AVX2 1
+#include <immintrin.h>
+
+#define AVX2_FN __attribute__((target("avx2"), always_inline)) static inline
+
+/* Lanes i > lane: -1 (keep the old value there), else 0. */
+AVX2_FN __m256i lanes_after(uint32_t lane) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(idx, _mm256_set1_epi32((int)lane));
+}
+
+AVX2_FN void lru_step_avx2(uint32_t *stack, uint32_t *size, uint32_t *last, uint16_t e,
+                           uint32_t now, uint64_t *hist) {
+    const uint32_t want = last[e];
+    stack[*size] = want; /* sentinel */
+    const __m256i w = _mm256_set1_epi32((int)want);
+    const __m256i rot = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+    __m256i carry = _mm256_set1_epi32((int)now); /* lane 0: what enters the chunk on top */
+    uint32_t d;
+    for (uint32_t b = 0;; b += 8) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(stack + b));
+        uint32_t m = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x, w)));
+        __m256i r = _mm256_permutevar8x32_epi32(x, rot);
+        __m256i nv = _mm256_blend_epi32(r, carry, 0x01);
+        if (m) {
+            uint32_t lane = (uint32_t)__builtin_ctz(m);
+            nv = _mm256_blendv_epi8(nv, x, lanes_after(lane));
+            _mm256_storeu_si256((__m256i *)(stack + b), nv);
+            d = b + lane;
+            break;
+        }
+        _mm256_storeu_si256((__m256i *)(stack + b), nv);
+        carry = r;
+    }
+    if (d == *size) { /* not in the stack: first access (the stack grew a level) */
+        MOESIM_ASSERT(want == NEVER);
+        (*size)++;
+        hist[0]++;
+    } else {
+        hist[d + 1]++;
+    }
+    last[e] = now;
+}
+
+AVX2_FN void opt_step_avx2(uint32_t *prio, uint32_t *size, uint32_t now, uint32_t next,
+                           uint64_t *hist) {
+    prio[*size] = now; /* sentinel */
+    uint32_t d = 0;
+    if (prio[0] != now) {
+        const __m256i w = _mm256_set1_epi32((int)now);
+        const __m256i rot = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+        const __m256i sh1 = _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6);
+        const __m256i sh2 = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 4, 5);
+        const __m256i sh4 = _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3);
+        const __m256i top = _mm256_set1_epi32(7);
+        __m256i carry = _mm256_setzero_si256(); /* P of the levels before the chunk */
+        for (uint32_t b = 0;; b += 8) { /* level 0 (the old top, c) is lane 0 of chunk 0 */
+            __m256i x = _mm256_loadu_si256((const __m256i *)(prio + b));
+            uint32_t m =
+                (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x, w)));
+            __m256i p = _mm256_max_epu32(x, _mm256_permutevar8x32_epi32(x, sh1));
+            p = _mm256_max_epu32(p, _mm256_permutevar8x32_epi32(p, sh2));
+            p = _mm256_max_epu32(p, _mm256_permutevar8x32_epi32(p, sh4));
+            __m256i chunk_max = _mm256_permutevar8x32_epi32(p, top);
+            p = _mm256_max_epu32(p, carry); /* P_j, inclusive */
+            __m256i before = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(p, rot), carry,
+                                                0x01); /* P_{j-1} */
+            __m256i nv = _mm256_min_epu32(x, before);
+            if (m) {
+                uint32_t lane = (uint32_t)__builtin_ctz(m);
+                /* level d takes P_{d-1}: min(now, P_{d-1}) = now, so put `before` there */
+                const __m256i at = _mm256_cmpeq_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                      _mm256_set1_epi32((int)lane));
+                nv = _mm256_blendv_epi8(nv, before, at);
+                nv = _mm256_blendv_epi8(nv, x, lanes_after(lane));
+                _mm256_storeu_si256((__m256i *)(prio + b), nv);
+                d = b + lane;
+                break;
+            }
+            _mm256_storeu_si256((__m256i *)(prio + b), nv);
+            carry = _mm256_max_epu32(carry, chunk_max);
+        }
+    }
+    if (d == *size) { /* first access: the stack grew by one level */
+        (*size)++;
+        hist[0]++;
+    } else {
+        hist[d + 1]++;
+    }
+    prio[0] = next;
+}
+
+__attribute__((target("avx2"))) static void
+lru_opt_stack_pass_avx2(const uint16_t *seq, const uint32_t *next_use, size_t n,
+                        uint32_t n_experts, uint32_t *last, uint32_t *stack, uint32_t *prio,
+                        uint64_t *lru_hist, uint64_t *opt_hist) {
+    for (uint32_t e = 0; e < n_experts; e++) last[e] = NEVER;
+    uint32_t lru_size = 0, opt_size = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (lru_hist) lru_step_avx2(stack, &lru_size, last, seq[i], (uint32_t)i, lru_hist);
+        if (opt_hist) opt_step_avx2(prio, &opt_size, (uint32_t)i, next_use[i], opt_hist);
+    }
+    MOESIM_ASSERT(lru_size <= n_experts && opt_size <= n_experts);
+}
+#endif
+
 /* Both in one loop: the LRU shift and the OPT carry are each a chain of dependent loads and
  * compares; interleaved, the core overlaps the two (measured with bench_trace_stats on the
  * shared 2-core machine, CPU time: +10..35 % accesses/s). `stack` and `prio` are separate
@@ -172,19 +295,26 @@ static void lru_opt_stack_pass(const uint16_t *seq, const uint32_t *next_use, si
 
 /* Scratch for the stack passes, sized once. */
 typedef struct stack_scratch {
-    uint32_t *stack;    /* [n_experts + 1] */
-    uint32_t *prio;     /* [n_experts + 1] (OPT, when both passes run together) */
+    uint32_t *stack;    /* [n_experts + 1 + STACK_PAD] */
+    uint32_t *prio;     /* [n_experts + 1 + STACK_PAD] (OPT, when both passes run together) */
     uint32_t *last;     /* [n_experts] */
     uint32_t *next_use; /* [capacity] */
     size_t capacity;
+    bool avx2; /* the CPU runs the AVX2 steps */
 } stack_scratch;
 
 static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capacity) {
-    s->stack = moesim_xcalloc((size_t)n_experts + 1, sizeof *s->stack);
-    s->prio = moesim_xcalloc((size_t)n_experts + 1, sizeof *s->prio);
+    s->stack = moesim_xcalloc((size_t)n_experts + 1 + STACK_PAD, sizeof *s->stack);
+    s->prio = moesim_xcalloc((size_t)n_experts + 1 + STACK_PAD, sizeof *s->prio);
     s->last = moesim_xcalloc(n_experts ? n_experts : 1, sizeof *s->last);
     s->next_use = moesim_xcalloc(capacity ? capacity : 1, sizeof *s->next_use);
     s->capacity = capacity;
+#ifdef STATS_HAVE_AVX2
+    __builtin_cpu_init();
+    s->avx2 = __builtin_cpu_supports("avx2") && !getenv("MOESIM_STATS_SCALAR");
+#else
+    s->avx2 = false;
+#endif
 }
 
 static void stack_scratch_free(stack_scratch *s) {
@@ -199,6 +329,13 @@ static void depth_histograms(const uint16_t *seq, size_t n, uint32_t n_experts, 
                              uint64_t *lru_hist, uint64_t *opt_hist) {
     MOESIM_ASSERT(n < NEVER && n <= s->capacity);
     if (opt_hist) next_use_pass(seq, n, n_experts, s->last, s->next_use);
+#ifdef STATS_HAVE_AVX2
+    if (s->avx2) {
+        lru_opt_stack_pass_avx2(seq, s->next_use, n, n_experts, s->last, s->stack, s->prio,
+                                lru_hist, opt_hist);
+        return;
+    }
+#endif
     if (lru_hist && opt_hist)
         lru_opt_stack_pass(seq, s->next_use, n, n_experts, s->last, s->stack, s->prio, lru_hist,
                            opt_hist);
