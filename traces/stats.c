@@ -167,8 +167,9 @@ static void opt_stack_pass(const uint32_t *next_use, size_t n, uint32_t n_expert
  *     min(x_j, P_{j-1}) and level d (which held `now`, the smallest priority of the stack)
  *     gets P_{d-1}. Each chunk computes its prefix maximum in 3 shift-and-max steps; only the
  *     maximum carried from chunk to chunk is a dependent chain (one vpmaxud per 8 levels).
- * Both read up to 7 levels past the sentinel: the arrays have STACK_PAD spare levels. */
-#define STACK_PAD 8
+ * Both go 16 levels per round (one exit test per round) and read up to 15 levels past the
+ * sentinel: the arrays have STACK_PAD spare levels. */
+#define STACK_PAD 16
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define STATS_HAVE_AVX2 1
@@ -190,20 +191,28 @@ AVX2_FN void lru_step_avx2(uint32_t *stack, uint32_t *size, uint32_t *last, uint
     const __m256i rot = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
     __m256i carry = _mm256_set1_epi32((int)now); /* lane 0: what enters the chunk on top */
     uint32_t d;
-    for (uint32_t b = 0;; b += 8) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)(stack + b));
-        uint32_t m = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x, w)));
-        __m256i r = _mm256_permutevar8x32_epi32(x, rot);
-        __m256i nv = _mm256_blend_epi32(r, carry, 0x01);
+    for (uint32_t b = 0;; b += 16) { /* two chunks per round: one exit test per 16 levels */
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(stack + b));
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(stack + b + 8));
+        uint32_t m = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x0, w))) |
+                     (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x1, w)))
+                         << 8;
+        __m256i r0 = _mm256_permutevar8x32_epi32(x0, rot);
+        __m256i r1 = _mm256_permutevar8x32_epi32(x1, rot);
+        __m256i n0 = _mm256_blend_epi32(r0, carry, 0x01);
+        __m256i n1 = _mm256_blend_epi32(r1, r0, 0x01);
         if (m) {
             uint32_t lane = (uint32_t)__builtin_ctz(m);
-            nv = _mm256_blendv_epi8(nv, x, lanes_after(lane));
-            _mm256_storeu_si256((__m256i *)(stack + b), nv);
+            n0 = _mm256_blendv_epi8(n0, x0, lanes_after(lane));
+            n1 = _mm256_blendv_epi8(n1, x1, lanes_after(lane - 8)); /* all kept when lane < 8 */
+            _mm256_storeu_si256((__m256i *)(stack + b), n0);
+            _mm256_storeu_si256((__m256i *)(stack + b + 8), n1);
             d = b + lane;
             break;
         }
-        _mm256_storeu_si256((__m256i *)(stack + b), nv);
-        carry = r;
+        _mm256_storeu_si256((__m256i *)(stack + b), n0);
+        _mm256_storeu_si256((__m256i *)(stack + b + 8), n1);
+        carry = r1;
     }
     if (d == *size) { /* not in the stack: first access (the stack grew a level) */
         MOESIM_ASSERT(want == NEVER);
@@ -215,43 +224,62 @@ AVX2_FN void lru_step_avx2(uint32_t *stack, uint32_t *size, uint32_t *last, uint
     last[e] = now;
 }
 
+/* One chunk of the OPT carry: x = old levels, carry = P of the levels before the chunk. Sets
+ * *before = P_{j-1} per lane and *chunk_max = the chunk's own maximum in every lane; returns
+ * min(x, P_{j-1}). */
+AVX2_FN __m256i opt_chunk_avx2(__m256i x, __m256i carry, __m256i *before, __m256i *chunk_max) {
+    const __m256i rot = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+    const __m256i sh1 = _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6);
+    const __m256i sh2 = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 4, 5);
+    const __m256i sh4 = _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3);
+    __m256i p = _mm256_max_epu32(x, _mm256_permutevar8x32_epi32(x, sh1));
+    p = _mm256_max_epu32(p, _mm256_permutevar8x32_epi32(p, sh2));
+    p = _mm256_max_epu32(p, _mm256_permutevar8x32_epi32(p, sh4));
+    *chunk_max = _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(7));
+    p = _mm256_max_epu32(p, carry); /* P_j, inclusive */
+    *before = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(p, rot), carry, 0x01);
+    return _mm256_min_epu32(x, *before);
+}
+
+/* The last chunk, holding `now` at `lane` (may be past the chunk: then it is all carry). */
+AVX2_FN __m256i opt_chunk_last_avx2(__m256i x, __m256i carried, __m256i before, int lane) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i l = _mm256_set1_epi32(lane);
+    /* level d takes P_{d-1} (min(now, P_{d-1}) = now would be wrong there) */
+    carried = _mm256_blendv_epi8(carried, before, _mm256_cmpeq_epi32(idx, l));
+    return _mm256_blendv_epi8(carried, x, _mm256_cmpgt_epi32(idx, l));
+}
+
 AVX2_FN void opt_step_avx2(uint32_t *prio, uint32_t *size, uint32_t now, uint32_t next,
                            uint64_t *hist) {
     prio[*size] = now; /* sentinel */
     uint32_t d = 0;
     if (prio[0] != now) {
         const __m256i w = _mm256_set1_epi32((int)now);
-        const __m256i rot = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
-        const __m256i sh1 = _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6);
-        const __m256i sh2 = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 4, 5);
-        const __m256i sh4 = _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3);
-        const __m256i top = _mm256_set1_epi32(7);
-        __m256i carry = _mm256_setzero_si256(); /* P of the levels before the chunk */
-        for (uint32_t b = 0;; b += 8) { /* level 0 (the old top, c) is lane 0 of chunk 0 */
-            __m256i x = _mm256_loadu_si256((const __m256i *)(prio + b));
+        __m256i carry = _mm256_setzero_si256(); /* P of the levels before the round */
+        for (uint32_t b = 0;; b += 16) { /* level 0 (the old top, c) is lane 0 of chunk 0 */
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(prio + b));
+            __m256i x1 = _mm256_loadu_si256((const __m256i *)(prio + b + 8));
             uint32_t m =
-                (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x, w)));
-            __m256i p = _mm256_max_epu32(x, _mm256_permutevar8x32_epi32(x, sh1));
-            p = _mm256_max_epu32(p, _mm256_permutevar8x32_epi32(p, sh2));
-            p = _mm256_max_epu32(p, _mm256_permutevar8x32_epi32(p, sh4));
-            __m256i chunk_max = _mm256_permutevar8x32_epi32(p, top);
-            p = _mm256_max_epu32(p, carry); /* P_j, inclusive */
-            __m256i before = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(p, rot), carry,
-                                                0x01); /* P_{j-1} */
-            __m256i nv = _mm256_min_epu32(x, before);
+                (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x0, w))) |
+                (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x1, w)))
+                    << 8;
+            __m256i before0, before1, max0, max1;
+            __m256i n0 = opt_chunk_avx2(x0, carry, &before0, &max0);
+            __m256i carry1 = _mm256_max_epu32(carry, max0);
+            __m256i n1 = opt_chunk_avx2(x1, carry1, &before1, &max1);
             if (m) {
-                uint32_t lane = (uint32_t)__builtin_ctz(m);
-                /* level d takes P_{d-1}: min(now, P_{d-1}) = now, so put `before` there */
-                const __m256i at = _mm256_cmpeq_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                                      _mm256_set1_epi32((int)lane));
-                nv = _mm256_blendv_epi8(nv, before, at);
-                nv = _mm256_blendv_epi8(nv, x, lanes_after(lane));
-                _mm256_storeu_si256((__m256i *)(prio + b), nv);
-                d = b + lane;
+                int lane = __builtin_ctz(m);
+                n0 = opt_chunk_last_avx2(x0, n0, before0, lane);
+                n1 = opt_chunk_last_avx2(x1, n1, before1, lane - 8);
+                _mm256_storeu_si256((__m256i *)(prio + b), n0);
+                _mm256_storeu_si256((__m256i *)(prio + b + 8), n1);
+                d = b + (uint32_t)lane;
                 break;
             }
-            _mm256_storeu_si256((__m256i *)(prio + b), nv);
-            carry = _mm256_max_epu32(carry, chunk_max);
+            _mm256_storeu_si256((__m256i *)(prio + b), n0);
+            _mm256_storeu_si256((__m256i *)(prio + b + 8), n1);
+            carry = _mm256_max_epu32(carry1, max1);
         }
     }
     if (d == *size) { /* first access: the stack grew by one level */
@@ -300,7 +328,7 @@ typedef struct stack_scratch {
     uint32_t *last;     /* [n_experts] */
     uint32_t *next_use; /* [capacity] */
     size_t capacity;
-    bool avx2; /* the CPU runs the AVX2 steps */
+    bool avx2; /* the CPU runs the AVX2 steps (MOESIM_STATS_SIMD=scalar: the portable ones) */
 } stack_scratch;
 
 static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capacity) {
@@ -311,7 +339,8 @@ static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capa
     s->capacity = capacity;
 #ifdef STATS_HAVE_AVX2
     __builtin_cpu_init();
-    s->avx2 = __builtin_cpu_supports("avx2") && !getenv("MOESIM_STATS_SCALAR");
+    const char *force = getenv("MOESIM_STATS_SIMD");
+    s->avx2 = __builtin_cpu_supports("avx2") && !(force && strcmp(force, "scalar") == 0);
 #else
     s->avx2 = false;
 #endif
@@ -497,7 +526,12 @@ static inline void batch_plan_set_row(batch_plan *p, uint64_t tok, const uint16_
         for (uint32_t j = 0; j < k; j++) b[ids[j] >> 6] |= (uint64_t)1 << (ids[j] & 63);
 }
 
-/* Every batch size for the current layer, once its rows are set; consumes the bitmaps. */
+/* Every batch size for the current layer, once its rows are set; consumes the bitmaps. Built
+ * twice on x86-64 (with and without the POPCNT instruction, picked at load time): without it
+ * each popcount is a libgcc call. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("popcnt", "default")))
+#endif
 static void batch_plan_layer(batch_plan *p, uint32_t n_experts, layer_stats *ls) {
     const uint32_t W = p->words;
     uint32_t n_groups = p->n_slots;
@@ -581,8 +615,12 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
     for (uint64_t tok = 0; tok < t->n_tokens; tok++) {
         const uint16_t *ids = trace_experts(t, tok, l);
         if (tok + PREFETCH_TOKENS < t->n_tokens) { /* rows are L * k apart: help the hardware */
-            __builtin_prefetch(trace_experts(t, tok + PREFETCH_TOKENS, l));
-            __builtin_prefetch(trace_gates(t, tok + PREFETCH_TOKENS, l));
+            const uint16_t *pid = trace_experts(t, tok + PREFETCH_TOKENS, l);
+            const float *pg = trace_gates(t, tok + PREFETCH_TOKENS, l);
+            __builtin_prefetch(pid);
+            __builtin_prefetch(pid + k - 1); /* a row may straddle two cache lines */
+            __builtin_prefetch(pg);
+            __builtin_prefetch(pg + k - 1);
         }
         uint32_t req = t->request_id[tok];
         MOESIM_ASSERT(req < t->n_requests);
