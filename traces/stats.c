@@ -14,6 +14,10 @@
  *     levels 1..d-1: at each level the item with the sooner next use stays and the other goes
  *     on; the last carried item fills level d. The top c levels are then exactly what Belady's
  *     cache of capacity c holds, so the depth histogram again gives every capacity at once;
+ *   - both stack passes run in one loop; with E > 16 on a CPU with AVX2 (checked at run time)
+ *     each step handles 16 levels per exit test in vector registers (the OPT carry is a running
+ *     maximum, so it vectorizes as a prefix maximum); the scalar steps are the fallback and
+ *     give the same histograms (tests compare them; MOESIM_STATS_SIMD=scalar forces them);
  *   - active share by batch: the layer pass also turns each decode token's row into an expert
  *     bitmap; groups of B requests are unions of two adjacent groups of B/2, built in place.
  * No allocation per access: scratch arrays are sized once per call. The stacks hold access
@@ -154,7 +158,7 @@ static void opt_stack_pass(const uint32_t *next_use, size_t n, uint32_t n_expert
     MOESIM_ASSERT(size <= n_experts);
 }
 
-/* ---- the same steps, 8 levels at a time (AVX2) ----
+/* ---- the same steps, 8 levels per vector (AVX2) ----
  *
  * Chosen at run time where the CPU has AVX2 (__builtin_cpu_supports); the scalar steps above
  * stay the reference and the fallback, and both give the same histograms exactly.
@@ -527,16 +531,6 @@ static inline void batch_plan_set_row(batch_plan *p, uint64_t tok, const uint16_
         for (uint32_t j = 0; j < k; j++) b[ids[j] >> 6] |= (uint64_t)1 << (ids[j] & 63);
 }
 
-/* Prefetches (for writing) the bitmap that batch_plan_set_row will fill for token `tok`: the
- * bitmaps of interleaved requests lie in separate CSR runs, so their lines miss. */
-static inline void batch_plan_prefetch(const batch_plan *p, uint64_t tok) {
-    uint64_t idx = p->slot_index[tok];
-    if (idx == NO_TOKEN) return;
-    const uint64_t *b = p->bits + idx * p->words;
-    __builtin_prefetch(b, 1);
-    __builtin_prefetch(b + p->words - 1, 1);
-}
-
 /* Every batch size for the current layer, once its rows are set; consumes the bitmaps. Built
  * twice on x86-64 (with and without the POPCNT instruction, picked at load time): without it
  * each popcount is a libgcc call. */
@@ -633,7 +627,6 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
             __builtin_prefetch(pid + k - 1); /* a row may straddle two cache lines */
             __builtin_prefetch(pg);
             __builtin_prefetch(pg + k - 1);
-            batch_plan_prefetch(&w->batch, tok + PREFETCH_TOKENS);
         }
         uint32_t req = t->request_id[tok];
         MOESIM_ASSERT(req < t->n_requests);
