@@ -217,13 +217,57 @@ TestSuite(trace_stats);
 
 Test(trace_stats, lru_and_opt_curves_equal_brute_force_caches_at_every_capacity) {
     static const random_spec specs[] = {
-        {.layers = 2, .experts = 8, .k = 2, .requests = 5, .tokens_per_request = 60, .zipf = 0.0, .seed = 1},
-        {.layers = 3, .experts = 8, .k = 2, .requests = 4, .tokens_per_request = 80, .zipf = 1.2, .seed = 2},
-        {.layers = 2, .experts = 16, .k = 4, .requests = 6, .tokens_per_request = 50, .zipf = 0.8, .unrecorded = 0.1, .seed = 3},
-        {.layers = 2, .experts = 32, .k = 1, .requests = 3, .tokens_per_request = 150, .zipf = 1.5, .seed = 4},
-        {.layers = 1, .experts = 64, .k = 8, .requests = 8, .tokens_per_request = 25, .zipf = 0.5, .seed = 5},
-        {.layers = 2, .experts = 5, .k = 5, .requests = 2, .tokens_per_request = 30, .zipf = 0.0, .seed = 6},
-        {.layers = 1, .experts = 128, .k = 3, .requests = 4, .tokens_per_request = 100, .zipf = 2.0, .unrecorded = 0.3, .seed = 7},
+        {.layers = 2,
+         .experts = 8,
+         .k = 2,
+         .requests = 5,
+         .tokens_per_request = 60,
+         .zipf = 0.0,
+         .seed = 1},
+        {.layers = 3,
+         .experts = 8,
+         .k = 2,
+         .requests = 4,
+         .tokens_per_request = 80,
+         .zipf = 1.2,
+         .seed = 2},
+        {.layers = 2,
+         .experts = 16,
+         .k = 4,
+         .requests = 6,
+         .tokens_per_request = 50,
+         .zipf = 0.8,
+         .unrecorded = 0.1,
+         .seed = 3},
+        {.layers = 2,
+         .experts = 32,
+         .k = 1,
+         .requests = 3,
+         .tokens_per_request = 150,
+         .zipf = 1.5,
+         .seed = 4},
+        {.layers = 1,
+         .experts = 64,
+         .k = 8,
+         .requests = 8,
+         .tokens_per_request = 25,
+         .zipf = 0.5,
+         .seed = 5},
+        {.layers = 2,
+         .experts = 5,
+         .k = 5,
+         .requests = 2,
+         .tokens_per_request = 30,
+         .zipf = 0.0,
+         .seed = 6},
+        {.layers = 1,
+         .experts = 128,
+         .k = 3,
+         .requests = 4,
+         .tokens_per_request = 100,
+         .zipf = 2.0,
+         .unrecorded = 0.3,
+         .seed = 7},
     };
     for (size_t c = 0; c < sizeof specs / sizeof specs[0]; c++) {
         const random_spec *sp = &specs[c];
@@ -267,10 +311,18 @@ Test(trace_stats, hit_counts_equal_brute_force_on_adversarial_sequences) {
         const uint32_t E = 12;
         for (uint32_t i = 0; i < N; i++) {
             switch (pattern) {
-            case 0: seq[i] = (uint16_t)(i % 5); break;
-            case 1: seq[i] = (uint16_t)(i % E); break;
-            case 2: seq[i] = (uint16_t)(i % 2 ? 0 : 1 + (i / 2) % (E - 1)); break;
-            default: seq[i] = (uint16_t)((i * i + 3 * i) % E); break;
+            case 0:
+                seq[i] = (uint16_t)(i % 5);
+                break;
+            case 1:
+                seq[i] = (uint16_t)(i % E);
+                break;
+            case 2:
+                seq[i] = (uint16_t)(i % 2 ? 0 : 1 + (i / 2) % (E - 1));
+                break;
+            default:
+                seq[i] = (uint16_t)((i * i + 3 * i) % E);
+                break;
             }
         }
         uint64_t lru[13], opt[13];
@@ -278,9 +330,65 @@ Test(trace_stats, hit_counts_equal_brute_force_on_adversarial_sequences) {
         cr_assert_eq(lru[0], 0);
         cr_assert_eq(opt[0], 0);
         for (uint32_t cap = 1; cap <= E; cap++) {
-            cr_assert_eq(lru[cap], brute_lru_hits(seq, N, cap), "pattern %u capacity %u", pattern, cap);
-            cr_assert_eq(opt[cap], brute_opt_hits(seq, N, cap), "pattern %u capacity %u", pattern, cap);
+            cr_assert_eq(lru[cap], brute_lru_hits(seq, N, cap), "pattern %u capacity %u", pattern,
+                         cap);
+            cr_assert_eq(opt[cap], brute_opt_hits(seq, N, cap), "pattern %u capacity %u", pattern,
+                         cap);
         }
+    }
+}
+
+/* A skewed random sequence over E experts (popularity ~ 1/rank, ranks scrambled): deep LRU and
+ * OPT stacks, so the vector steps of stats.c run many rounds. */
+static void deep_sequence(uint16_t *seq, size_t n, uint32_t experts, uint64_t seed) {
+    rng *r = rng_create(seed);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t rank = (uint32_t)(1.0 / (rng_uniform_pos(r) + 1.0 / experts)) - 1;
+        if (rank >= experts) rank = experts - 1;
+        seq[i] = (uint16_t)((rank * 37u + 11u) % experts);
+    }
+    rng_destroy(r);
+}
+
+Test(trace_stats, vector_and_scalar_stack_steps_give_the_same_counts_on_deep_stacks) {
+    /* E above the scalar cut-off (16), not multiples of the 8- and 16-level rounds, up to the
+     * largest E a model may have; MOESIM_STATS_SIMD=scalar forces the portable steps */
+    static const uint32_t experts[] = {17, 23, 129, 200, 513, 1024};
+    enum { N = 30000 };
+    uint16_t *seq = moesim_xcalloc(N, sizeof *seq);
+    for (size_t c = 0; c < sizeof experts / sizeof experts[0]; c++) {
+        const uint32_t E = experts[c];
+        deep_sequence(seq, N, E, 100 + c);
+        uint64_t *hits = moesim_xcalloc(4 * ((size_t)E + 1), sizeof *hits);
+        uint64_t *lru = hits, *opt = hits + E + 1, *lru_s = hits + 2 * (E + 1),
+                 *opt_s = hits + 3 * (E + 1);
+        trace_stats_hit_counts(seq, N, E, lru, opt);
+        cr_assert_eq(setenv("MOESIM_STATS_SIMD", "scalar", 1), 0);
+        trace_stats_hit_counts(seq, N, E, lru_s, opt_s);
+        cr_assert_eq(unsetenv("MOESIM_STATS_SIMD"), 0);
+        for (uint32_t cap = 0; cap <= E; cap++) {
+            cr_assert_eq(lru[cap], lru_s[cap], "E %u capacity %u: LRU", E, cap);
+            cr_assert_eq(opt[cap], opt_s[cap], "E %u capacity %u: OPT", E, cap);
+        }
+        const uint32_t shallow = E > 64 ? 64 : E - 1; /* 64 levels: four 16-level rounds */
+        cr_assert_lt(lru[shallow], lru[E], "E %u: some accesses lie deeper than %u", E, shallow);
+        cr_assert_lt(opt[shallow], opt[E], "E %u: some accesses lie deeper than %u", E, shallow);
+        free(hits);
+    }
+    free(seq);
+}
+
+Test(trace_stats, hit_counts_on_deep_stacks_equal_brute_force_caches) {
+    enum { N = 2500, E = 200 };
+    static const uint32_t capacities[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 199, 200};
+    uint16_t seq[N];
+    deep_sequence(seq, N, E, 7);
+    uint64_t lru[E + 1], opt[E + 1];
+    trace_stats_hit_counts(seq, N, E, lru, opt);
+    for (size_t c = 0; c < sizeof capacities / sizeof capacities[0]; c++) {
+        const uint32_t cap = capacities[c];
+        cr_assert_eq(lru[cap], brute_lru_hits(seq, N, cap), "capacity %u", cap);
+        cr_assert_eq(opt[cap], brute_opt_hits(seq, N, cap), "capacity %u", cap);
     }
 }
 
@@ -300,9 +408,28 @@ Test(trace_stats, belady_keeps_the_expert_needed_soonest_on_a_small_cycle) {
 
 Test(trace_stats, curves_are_monotone_opt_is_never_below_lru_and_full_capacity_misses_only_cold) {
     static const random_spec specs[] = {
-        {.layers = 4, .experts = 64, .k = 6, .requests = 16, .tokens_per_request = 100, .zipf = 1.0, .seed = 11},
-        {.layers = 3, .experts = 128, .k = 8, .requests = 8, .tokens_per_request = 120, .zipf = 0.3, .unrecorded = 0.05, .seed = 12},
-        {.layers = 8, .experts = 8, .k = 2, .requests = 4, .tokens_per_request = 200, .zipf = 0.0, .seed = 13},
+        {.layers = 4,
+         .experts = 64,
+         .k = 6,
+         .requests = 16,
+         .tokens_per_request = 100,
+         .zipf = 1.0,
+         .seed = 11},
+        {.layers = 3,
+         .experts = 128,
+         .k = 8,
+         .requests = 8,
+         .tokens_per_request = 120,
+         .zipf = 0.3,
+         .unrecorded = 0.05,
+         .seed = 12},
+        {.layers = 8,
+         .experts = 8,
+         .k = 2,
+         .requests = 4,
+         .tokens_per_request = 200,
+         .zipf = 0.0,
+         .seed = 13},
     };
     for (size_t c = 0; c < sizeof specs / sizeof specs[0]; c++) {
         trace *t = random_trace(&specs[c]);
@@ -313,7 +440,8 @@ Test(trace_stats, curves_are_monotone_opt_is_never_below_lru_and_full_capacity_m
             const layer_stats *ls = &s->per_layer[l];
             cold += ls->cold_misses;
             for (uint32_t cap = 1; cap <= E; cap++) {
-                cr_assert_geq(ls->opt_hit_rate[cap], ls->lru_hit_rate[cap], "case %zu layer %u cap %u", c, l, cap);
+                cr_assert_geq(ls->opt_hit_rate[cap], ls->lru_hit_rate[cap],
+                              "case %zu layer %u cap %u", c, l, cap);
                 if (cap > 1) {
                     cr_assert_geq(ls->lru_hit_rate[cap], ls->lru_hit_rate[cap - 1]);
                     cr_assert_geq(ls->opt_hit_rate[cap], ls->opt_hit_rate[cap - 1]);
@@ -418,8 +546,13 @@ Test(trace_stats, top1_is_the_largest_gate_weight_whatever_the_stored_order) {
 
 Test(trace_stats, uniform_routing_reuse_matches_the_random_baselines_of_mixtral_table_5) {
     /* E = 8, k = 2: top-1 same with probability 1/8; sets meet with 1 - C(6,2)/C(8,2) = 13/28 */
-    random_spec sp = {.layers = 2, .experts = 8, .k = 2, .requests = 10, .tokens_per_request = 5000,
-                      .zipf = 0.0, .seed = 21};
+    random_spec sp = {.layers = 2,
+                      .experts = 8,
+                      .k = 2,
+                      .requests = 10,
+                      .tokens_per_request = 5000,
+                      .zipf = 0.0,
+                      .seed = 21};
     trace *t = random_trace(&sp);
     trace_stats *s = trace_stats_compute(t);
     double pairs = 2.0 * (10 * 4999);
@@ -469,13 +602,18 @@ Test(trace_stats, unrecorded_rows_make_no_access_and_break_reuse_pairs) {
 /* ---- active share by batch ---- */
 
 Test(trace_stats, a_batch_of_one_touches_exactly_k_of_e_experts) {
-    random_spec sp = {.layers = 3, .experts = 64, .k = 6, .requests = 5, .tokens_per_request = 40,
-                      .zipf = 1.0, .seed = 31};
+    random_spec sp = {.layers = 3,
+                      .experts = 64,
+                      .k = 6,
+                      .requests = 5,
+                      .tokens_per_request = 40,
+                      .zipf = 1.0,
+                      .seed = 31};
     trace *t = random_trace(&sp);
     trace_stats *s = trace_stats_compute(t);
     cr_assert_eq(s->active_share[0], 6.0 / 64.0);
     for (uint32_t l = 0; l < 3; l++) cr_assert_eq(s->per_layer[l].active_share[0], 6.0 / 64.0);
-    cr_assert(!isnan(s->active_share[2]));             /* B = 4: 5 requests suffice */
+    cr_assert(!isnan(s->active_share[2])); /* B = 4: 5 requests suffice */
     cr_assert(isnan(s->active_share[3]), "B = 8 needs 8 requests with decode tokens");
     cr_assert(isnan(s->active_share[5]));
     trace_stats_destroy(s);
@@ -492,7 +630,8 @@ Test(trace_stats, active_share_unites_the_iteration_tokens_of_each_group_of_b_re
     const uint32_t req[9] = {0, 1, 0, 2, 1, 0, 3, 0, 2};
     const uint8_t ph[9] = {TRACE_PREFILL, TRACE_DECODE, TRACE_DECODE, TRACE_PREFILL, TRACE_DECODE,
                            TRACE_DECODE,  TRACE_DECODE, TRACE_DECODE, TRACE_PREFILL};
-    const uint16_t rows[9][2] = {{7, 6}, {0, 2}, {0, 1}, {5, 4}, {4, 5}, {2, 3}, {6, 7}, {0, 1}, {3, 2}};
+    const uint16_t rows[9][2] = {{7, 6}, {0, 2}, {0, 1}, {5, 4}, {4, 5},
+                                 {2, 3}, {6, 7}, {0, 1}, {3, 2}};
     trace *t = make_trace(1, 8, 2, 9, 0, 0);
     set_tokens(t, req, ph);
     for (uint64_t i = 0; i < 9; i++) set_row(t, i, 0, rows[i]);
@@ -506,8 +645,13 @@ Test(trace_stats, active_share_unites_the_iteration_tokens_of_each_group_of_b_re
 }
 
 Test(trace_stats, uniform_routing_touches_one_minus_one_minus_k_over_e_to_the_b) {
-    random_spec sp = {.layers = 2, .experts = 32, .k = 4, .requests = 64, .tokens_per_request = 200,
-                      .zipf = 0.0, .seed = 41};
+    random_spec sp = {.layers = 2,
+                      .experts = 32,
+                      .k = 4,
+                      .requests = 64,
+                      .tokens_per_request = 200,
+                      .zipf = 0.0,
+                      .seed = 41};
     trace *t = random_trace(&sp);
     trace_stats *s = trace_stats_compute(t);
     for (uint32_t b = 0; b < STATS_N_BATCH; b++) {
@@ -539,10 +683,11 @@ Test(trace_stats, lookahead_accuracy_scores_top1_and_recall_per_distance) {
                                   {TRACE_NO_EXPERT, TRACE_NO_EXPERT, TRACE_NO_EXPERT}}};
     for (uint32_t l = 0; l < 3; l++)
         for (uint32_t d = 1; d <= 2; d++)
-            memcpy(t->lookahead_ids + trace_lookahead_index(t, 0, l, d), p[l][d - 1], sizeof p[l][d - 1]);
+            memcpy(t->lookahead_ids + trace_lookahead_index(t, 0, l, d), p[l][d - 1],
+                   sizeof p[l][d - 1]);
     trace_stats *s = trace_stats_compute(t);
     cr_assert_eq(s->lookahead_depth, 2);
-    cr_assert_float_eq(s->lookahead_top1[0], 1.0, 1e-12);  /* two d=1 predictions, both right */
+    cr_assert_float_eq(s->lookahead_top1[0], 1.0, 1e-12); /* two d=1 predictions, both right */
     cr_assert_float_eq(s->lookahead_recall[0], 2.0 / 4.0, 1e-12);
     cr_assert_float_eq(s->lookahead_top1[1], 0.0, 1e-12);
     cr_assert_float_eq(s->lookahead_recall[1], 1.0, 1e-12);
@@ -554,7 +699,8 @@ Test(trace_stats, lookahead_accuracy_scores_top1_and_recall_per_distance) {
 }
 
 Test(trace_stats, a_trace_without_predictions_has_no_lookahead_figures) {
-    random_spec sp = {.layers = 2, .experts = 8, .k = 2, .requests = 2, .tokens_per_request = 10, .seed = 51};
+    random_spec sp = {
+        .layers = 2, .experts = 8, .k = 2, .requests = 2, .tokens_per_request = 10, .seed = 51};
     trace *t = random_trace(&sp);
     trace_stats *s = trace_stats_compute(t);
     cr_assert_eq(s->lookahead_depth, 0);
@@ -569,15 +715,26 @@ Test(trace_stats, a_trace_without_predictions_has_no_lookahead_figures) {
 /* ---- JSON ---- */
 
 Test(trace_stats, json_has_the_issue_keys_and_is_the_same_bytes_every_time) {
-    random_spec sp = {.layers = 3, .experts = 16, .k = 2, .requests = 3, .tokens_per_request = 30,
-                      .zipf = 1.0, .seed = 61};
+    random_spec sp = {.layers = 3,
+                      .experts = 16,
+                      .k = 2,
+                      .requests = 3,
+                      .tokens_per_request = 30,
+                      .zipf = 1.0,
+                      .seed = 61};
     trace *t = random_trace(&sp);
     char *dumps[2];
     for (int i = 0; i < 2; i++) {
         trace_stats *s = trace_stats_compute(t);
         json_t *j = trace_stats_to_json(s);
-        static const char *const keys[] = {"tokens", "layers", "experts", "top_k", "lru_hit_rate",
-                                           "opt_hit_rate", "active_share_by_batch", "per_layer"};
+        static const char *const keys[] = {"tokens",
+                                           "layers",
+                                           "experts",
+                                           "top_k",
+                                           "lru_hit_rate",
+                                           "opt_hit_rate",
+                                           "active_share_by_batch",
+                                           "per_layer"};
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
             cr_assert_not_null(json_object_get(j, keys[k]), "missing key %s", keys[k]);
         cr_assert_eq(json_integer_value(json_object_get(j, "tokens")), 90);

