@@ -28,6 +28,7 @@
 #include "common/precision.h"
 #include "common/status.h"
 #include "sim/cost.h"
+#include "sim/schedule.h"
 #include "sim/sim.h"
 #include "traces/trace.h"
 
@@ -41,27 +42,14 @@ moesim_status replay_device_check(moesim_error *err);
 
 /* ---- schedule (time-independent, identical to the simulator's: sim/README.md "Steps") ---- */
 
-typedef struct replay_step {
-    uint64_t first; /* into tokens */
-    uint32_t n_tokens;
-    bool is_prefill;
-} replay_step;
+/* The replay runs the simulator's schedule (sim/schedule.h); these names are its own. */
+typedef sim_schedule_step replay_step;
+typedef sim_schedule replay_schedule;
 
-typedef struct replay_schedule {
-    uint32_t *tokens;   /* [n_tokens of the trace] trace token index in execution order */
-    uint8_t *emit;      /* [n_tokens] the token emits an output */
-    replay_step *steps; /* [n_steps] */
-    uint64_t n_steps;
-    uint32_t max_step_tokens;
-    uint64_t kv_peak_bytes;
-    uint64_t *step_kv_bytes; /* [n_steps] */
-    uint32_t n_requests;
-    uint32_t *req_admit, *req_first, *req_last, *req_steps; /* [n_requests] step indices, count */
-} replay_schedule;
-
-/* Builds the schedule of `t` at batch size `batch`: requests enter in id order as slots free;
- * a step is all pending prompt tokens of the admitted requests, else one decode token each.
- * Caller frees with replay_schedule_free. */
+/* Builds the schedule of `t` at batch size `batch` with `m`'s KV and recurrent-state bytes
+ * (sim_schedule_build): requests enter in id order as slots free; a step is all pending prompt
+ * tokens of the admitted requests, else one decode token each. Caller frees with
+ * replay_schedule_free. */
 void replay_schedule_build(replay_schedule *s, const trace *t, const model_geometry *m,
                            uint32_t batch);
 void replay_schedule_free(replay_schedule *s);

@@ -40,7 +40,6 @@
 extern "C" {
 #include "common/alloc.h"
 #include "common/check.h"
-#include "common/hash.h"
 #include "kernels/quant.h"
 #include "replay/replay.h"
 #include "sim/timeline.h"
@@ -1035,49 +1034,6 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
     }
 }
 
-static uint64_t mix64(uint64_t a, uint64_t b) {
-    return hash_splitmix64(a ^ hash_splitmix64(b + 0x9e3779b97f4a7c15ull));
-}
-
-/* sim.c's emulated look-ahead, draw for draw (a counter-based hash of seed, token, layer,
- * distance and slot), so both hosts hand the policy the same predictions. */
-static void emulate_lookahead(rp *s, uint64_t token, uint32_t layer, uint16_t *ids, float *scores) {
-    uint32_t D = s->la_depth, Kp = s->la_k;
-    for (uint32_t d = 1; d <= D; d++) {
-        uint16_t *row = ids + (size_t)(d - 1) * Kp;
-        float *srow = scores + (size_t)(d - 1) * Kp;
-        if (layer + d >= s->L) {
-            for (uint32_t j = 0; j < Kp; j++) {
-                row[j] = POLICY_NO_EXPERT;
-                srow[j] = 0;
-            }
-            continue;
-        }
-        const uint16_t *truth = trace_experts(s->tr, token, layer + d);
-        const float *g = trace_gates(s->tr, token, layer + d);
-        for (uint32_t j = 0; j < Kp; j++) {
-            uint64_t h = mix64(s->set.seed, ((token * s->L + layer) * 16 + d) * 256 + j);
-            double u = (double)(h >> 11) * 0x1.0p-53;
-            uint16_t want = j < s->K ? truth[j] : TRACE_NO_EXPERT;
-            uint16_t pick = want;
-            if (want == TRACE_NO_EXPERT || u >= s->set.predictor_accuracy) {
-                for (uint64_t tries = 0;; tries++) {
-                    h = hash_splitmix64(h + tries);
-                    uint16_t c = (uint16_t)(h % s->E);
-                    bool dup = c == want;
-                    for (uint32_t k = 0; k < j && !dup; k++) dup = row[k] == c;
-                    if (!dup || tries > 64) {
-                        pick = c;
-                        break;
-                    }
-                }
-            }
-            row[j] = pick;
-            srow[j] = j < s->K ? g[j] : 0;
-        }
-    }
-}
-
 static void gather_route(rp *s, uint64_t step, uint32_t layer) {
     const replay_step *sd = &s->sch.steps[step];
     const trace *t = s->tr;
@@ -1091,7 +1047,9 @@ static void gather_route(rp *s, uint64_t step, uint32_t layer) {
         if (s->r_importance) s->r_importance[i] = t->importance[(size_t)tok * s->L + layer];
         if (!DK) continue;
         if (emulated) {
-            emulate_lookahead(s, tok, layer, s->r_la_ids + i * DK, s->r_la_scores + i * DK);
+            sim_lookahead_emulate(s->tr, s->L, s->E, s->K, s->la_depth, s->la_k, s->set.seed,
+                                  s->set.predictor_accuracy, tok, layer, s->r_la_ids + i * DK,
+                                  s->r_la_scores + i * DK);
         } else {
             size_t src = trace_lookahead_index(t, tok, layer, 1);
             memcpy(s->r_la_ids + i * DK, t->lookahead_ids + src, DK * sizeof(uint16_t));

@@ -29,10 +29,10 @@
 #include "common/alloc.h"
 #include "common/arena.h"
 #include "common/check.h"
-#include "common/hash.h"
 #include "policies/policy.h"
 #include "sim/cost.h"
 #include "sim/event.h"
+#include "sim/schedule.h"
 #include "sim/sim.h"
 #include "sim/sim_internal.h"
 
@@ -118,14 +118,6 @@ typedef struct sim_engine {
     int track;
 } sim_engine;
 
-/* ---- schedule (time-independent: which tokens run in which step) ---- */
-
-typedef struct sim_step_desc {
-    uint64_t first; /* into step_tokens */
-    uint32_t n_tokens;
-    bool is_prefill;
-} sim_step_desc;
-
 struct policy_mem {
     /* fixed */
     const trace *tr;
@@ -139,7 +131,7 @@ struct policy_mem {
     bool per_layer;
     uint64_t pool_cap;    /* bytes per pool (per layer, or the one pool) */
     uint64_t fixed_bytes; /* non-expert + activations (+ KV, tracked separately) */
-    uint64_t non_expert_bytes, act_bytes, kv_peak_bytes, budget_bytes, expert_budget_bytes;
+    uint64_t non_expert_bytes, act_bytes, budget_bytes, expert_budget_bytes;
     uint32_t route_capacity; /* max distinct experts of one (sub-)route */
     arena mem;
 
@@ -171,16 +163,9 @@ struct policy_mem {
     uint32_t n_warm, cap_warm;
     uint8_t *warm_parts;
 
-    /* schedule */
-    uint32_t *step_tokens; /* [total tokens] trace token index, in execution order */
-    sim_step_desc *steps;  /* [n_steps] */
-    uint64_t n_steps;
-    uint32_t max_step_tokens;
-    uint32_t *req_admit_step, *req_first_step, *req_last_step; /* [n_requests] */
-    uint32_t *req_steps;                   /* [n_requests] steps the request took part in */
-    uint64_t *step_start_ns, *step_end_ns; /* [n_steps] */
-    uint64_t *step_kv_bytes;               /* [n_steps] KV in use during the step */
-    uint8_t *step_emit;                    /* [total tokens] token emits an output */
+    /* schedule (time-independent: which tokens run in which step, sim/schedule.h) */
+    sim_schedule sch;
+    uint64_t *step_start_ns, *step_end_ns; /* [sch.n_steps] */
 
     /* oracle support (built on first use) */
     bool future_built;
@@ -567,11 +552,11 @@ static void future_build(sim_state *s) {
     s->use_first = arena_calloc(&s->mem, LE + 1, sizeof *s->use_first);
     s->use_cur = arena_calloc(&s->mem, LE, sizeof *s->use_cur);
     uint64_t total = 0;
-    for (uint64_t st = 0; st < s->n_steps; st++)
+    for (uint64_t st = 0; st < s->sch.n_steps; st++)
         for (uint32_t l = 0; l < s->L; l++)
-            for (uint32_t i = 0; i < s->steps[st].n_tokens; i++) {
+            for (uint32_t i = 0; i < s->sch.steps[st].n_tokens; i++) {
                 const uint16_t *ex =
-                    trace_experts(s->tr, s->step_tokens[s->steps[st].first + i], l);
+                    trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], l);
                 for (uint32_t k = 0; k < s->K; k++)
                     if (ex[k] != TRACE_NO_EXPERT) s->use_first[(size_t)l * s->E + ex[k] + 1]++;
             }
@@ -583,11 +568,11 @@ static void future_build(sim_state *s) {
         s->use_pos64 = arena_calloc(&s->mem, total, sizeof *s->use_pos64);
     for (size_t i = 0; i < LE; i++) s->use_cur[i] = s->use_first[i];
     uint64_t pos = 0;
-    for (uint64_t st = 0; st < s->n_steps; st++)
+    for (uint64_t st = 0; st < s->sch.n_steps; st++)
         for (uint32_t l = 0; l < s->L; l++)
-            for (uint32_t i = 0; i < s->steps[st].n_tokens; i++) {
+            for (uint32_t i = 0; i < s->sch.steps[st].n_tokens; i++) {
                 const uint16_t *ex =
-                    trace_experts(s->tr, s->step_tokens[s->steps[st].first + i], l);
+                    trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], l);
                 for (uint32_t k = 0; k < s->K; k++) {
                     if (ex[k] == TRACE_NO_EXPERT) continue;
                     size_t le = (size_t)l * s->E + ex[k];
@@ -622,12 +607,12 @@ static uint32_t mem_future_active(const policy_mem *cm, uint32_t layer, uint16_t
     sim_state *s = (sim_state *)cm;
     MOESIM_ASSERT(layer < s->L);
     uint64_t st = (int64_t)layer > s->cur_layer ? s->cur_step : s->cur_step + 1;
-    if (st >= s->n_steps) return 0;
+    if (st >= s->sch.n_steps) return 0;
     uint32_t gen = ++s->stamp_gen;
     uint32_t n = 0;
     uint16_t found[MODEL_MAX_EXPERTS];
-    for (uint32_t i = 0; i < s->steps[st].n_tokens; i++) {
-        const uint16_t *ex = trace_experts(s->tr, s->step_tokens[s->steps[st].first + i], layer);
+    for (uint32_t i = 0; i < s->sch.steps[st].n_tokens; i++) {
+        const uint16_t *ex = trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], layer);
         for (uint32_t k = 0; k < s->K; k++) {
             if (ex[k] == TRACE_NO_EXPERT || s->stamp[ex[k]] == gen) continue;
             s->stamp[ex[k]] = gen;
@@ -661,102 +646,14 @@ static const policy_mem_ops sim_mem_ops = {
 
 /* ---- the schedule ---- */
 
-/* Builds the steps: up to batch.size requests in flight; a step is a prefill step (every
- * admitted request that still has prompt tokens, all of them) when one is pending, else a
- * decode step (one token of every active request). Requests enter in id order (execution order
- * of the trace) as slots free up. Also computes the KV peak and the largest step. */
+/* Builds the steps (sim/schedule.h: the same schedule the replay runs) and the per-step clocks
+ * the run fills in. */
 static void schedule_build(sim_state *s) {
-    const trace *t = s->tr;
-    uint32_t R = t->n_requests;
-    uint64_t N = t->n_tokens;
-    uint64_t *rfirst = moesim_xcalloc((size_t)R + 1, sizeof *rfirst);
-    for (uint64_t i = 0; i < N; i++) rfirst[t->request_id[i] + 1]++;
-    for (uint32_t r = 0; r < R; r++) rfirst[r + 1] += rfirst[r];
-    uint32_t *rtok = moesim_xmalloc((N ? N : 1) * sizeof *rtok);
-    uint64_t *fill = moesim_xmalloc(((size_t)R + 1) * sizeof *fill);
-    memcpy(fill, rfirst, ((size_t)R + 1) * sizeof *fill);
-    uint32_t *rprefill = moesim_xcalloc(R ? R : 1, sizeof *rprefill);
-    for (uint64_t i = 0; i < N; i++) {
-        uint32_t r = t->request_id[i];
-        rtok[fill[r]++] = (uint32_t)i;
-        if (t->phase[i] == TRACE_PREFILL) rprefill[r]++;
-    }
-    free(fill);
-
-    s->step_tokens = arena_calloc(&s->mem, N ? N : 1, sizeof *s->step_tokens);
-    s->step_emit = arena_calloc(&s->mem, N ? N : 1, 1);
-    s->steps = arena_calloc(&s->mem, N ? N : 1, sizeof *s->steps);
-    s->step_kv_bytes = arena_calloc(&s->mem, N ? N : 1, sizeof *s->step_kv_bytes);
-    s->req_admit_step = arena_calloc(&s->mem, R ? R : 1, sizeof(uint32_t));
-    s->req_first_step = arena_calloc(&s->mem, R ? R : 1, sizeof(uint32_t));
-    s->req_last_step = arena_calloc(&s->mem, R ? R : 1, sizeof(uint32_t));
-    s->req_steps = arena_calloc(&s->mem, R ? R : 1, sizeof(uint32_t));
-
-    uint32_t B = s->set.batch_size;
-    uint32_t *slot_req = moesim_xmalloc(B * sizeof *slot_req);
-    uint64_t *cursor = moesim_xcalloc(R ? R : 1, sizeof *cursor);
-    for (uint32_t b = 0; b < B; b++) slot_req[b] = NONE;
-    uint32_t next_req = 0, active = 0;
-    uint64_t out = 0, n_steps = 0, kv_peak = 0;
-    uint64_t kv_tok = model_kv_bytes_per_token(s->model);
-    uint64_t rec = model_recurrent_state_bytes(s->model);
-    uint32_t max_tokens = 0;
-    while (next_req < R || active) {
-        for (uint32_t b = 0; b < B && next_req < R; b++)
-            if (slot_req[b] == NONE) {
-                slot_req[b] = next_req;
-                s->req_admit_step[next_req] = (uint32_t)n_steps;
-                s->req_first_step[next_req] = NONE;
-                next_req++;
-                active++;
-            }
-        bool prefill = false;
-        for (uint32_t b = 0; b < B; b++)
-            if (slot_req[b] != NONE && cursor[slot_req[b]] < rprefill[slot_req[b]]) prefill = true;
-        sim_step_desc *sd = &s->steps[n_steps];
-        sd->first = out;
-        sd->is_prefill = prefill;
-        uint64_t kv = 0;
-        for (uint32_t b = 0; b < B; b++) {
-            uint32_t r = slot_req[b];
-            if (r == NONE) continue;
-            uint64_t stop = prefill ? rprefill[r] : cursor[r] + 1;
-            if (cursor[r] < stop) {
-                for (uint64_t c = cursor[r]; c < stop; c++)
-                    s->step_tokens[out++] = rtok[rfirst[r] + c];
-                s->step_emit[out - 1] = 1; /* the last token of the request in the step emits */
-                cursor[r] = stop;
-                if (s->req_first_step[r] == NONE) s->req_first_step[r] = (uint32_t)n_steps;
-                s->req_last_step[r] = (uint32_t)n_steps;
-                s->req_steps[r]++;
-            }
-            kv += cursor[r] * kv_tok + rec;
-        }
-        sd->n_tokens = (uint32_t)(out - sd->first);
-        MOESIM_ASSERT(sd->n_tokens > 0);
-        if (sd->n_tokens > max_tokens) max_tokens = sd->n_tokens;
-        s->step_kv_bytes[n_steps] = kv;
-        if (kv > kv_peak) kv_peak = kv;
-        n_steps++;
-        for (uint32_t b = 0; b < B; b++) {
-            uint32_t r = slot_req[b];
-            if (r != NONE && cursor[r] == rfirst[r + 1] - rfirst[r]) {
-                slot_req[b] = NONE;
-                active--;
-            }
-        }
-    }
-    MOESIM_ASSERT(out == N);
-    s->n_steps = n_steps;
-    s->max_step_tokens = max_tokens ? max_tokens : 1;
-    s->kv_peak_bytes = kv_peak;
+    sim_schedule_build(&s->sch, s->tr, s->set.batch_size, model_kv_bytes_per_token(s->model),
+                       model_recurrent_state_bytes(s->model));
+    uint64_t n_steps = s->sch.n_steps;
     s->step_start_ns = arena_calloc(&s->mem, n_steps ? n_steps : 1, sizeof(uint64_t));
     s->step_end_ns = arena_calloc(&s->mem, n_steps ? n_steps : 1, sizeof(uint64_t));
-    free(slot_req);
-    free(cursor);
-    free(rprefill);
-    free(rtok);
-    free(rfirst);
 }
 
 /* ---- setup ---- */
@@ -864,52 +761,6 @@ static double recorded_predictor_accuracy(const trace *t) {
 
 /* ---- per-route work ---- */
 
-static uint64_t mix64(uint64_t a, uint64_t b) {
-    return hash_splitmix64(a ^ hash_splitmix64(b + 0x9e3779b97f4a7c15ull));
-}
-
-/* Emulated look-ahead for one token: distance d's K' candidates are the true top-k of layer
- * l + d, each kept with probability `accuracy` and otherwise replaced by another expert drawn
- * uniformly (not the true one, not already listed); scores are the true gates. A counter-based
- * hash of (seed, token, layer, d, slot) makes it independent of batching and of run order. */
-static void emulate_lookahead(sim_state *s, uint64_t token, uint32_t layer, uint16_t *ids,
-                              float *scores) {
-    uint32_t D = s->la_depth, Kp = s->la_k;
-    for (uint32_t d = 1; d <= D; d++) {
-        uint16_t *row = ids + (size_t)(d - 1) * Kp;
-        float *srow = scores + (size_t)(d - 1) * Kp;
-        if (layer + d >= s->L) {
-            for (uint32_t j = 0; j < Kp; j++) {
-                row[j] = POLICY_NO_EXPERT;
-                srow[j] = 0;
-            }
-            continue;
-        }
-        const uint16_t *truth = trace_experts(s->tr, token, layer + d);
-        const float *g = trace_gates(s->tr, token, layer + d);
-        for (uint32_t j = 0; j < Kp; j++) {
-            uint64_t h = mix64(s->set.seed, ((token * s->L + layer) * 16 + d) * 256 + j);
-            double u = (double)(h >> 11) * 0x1.0p-53;
-            uint16_t want = j < s->K ? truth[j] : TRACE_NO_EXPERT;
-            uint16_t pick = want;
-            if (want == TRACE_NO_EXPERT || u >= s->set.predictor_accuracy) {
-                for (uint64_t tries = 0;; tries++) {
-                    h = hash_splitmix64(h + tries);
-                    uint16_t c = (uint16_t)(h % s->E);
-                    bool dup = c == want;
-                    for (uint32_t k = 0; k < j && !dup; k++) dup = row[k] == c;
-                    if (!dup || tries > 64) {
-                        pick = c;
-                        break;
-                    }
-                }
-            }
-            row[j] = pick;
-            srow[j] = j < s->K ? g[j] : 0;
-        }
-    }
-}
-
 /* Gate/up and down op times of an expert at precision p for `tok` tokens (cached). */
 static void expert_cost(sim_state *s, moesim_precision p, uint32_t tok, uint64_t *gu,
                         uint64_t *dn) {
@@ -1008,7 +859,7 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
         uint8_t *mark = s->pf_mark + (size_t)layer * s->E;
         uint32_t both = 0, n_layer_active = 0;
         uint32_t g2 = ++s->stamp_gen;
-        uint32_t n_step = s->steps[step].n_tokens;
+        uint32_t n_step = s->sch.steps[step].n_tokens;
         for (uint32_t i = 0; i < n_step * K; i++) {
             uint16_t e = s->r_experts[i];
             if (e == TRACE_NO_EXPERT || s->stamp[e] == g2) continue;
@@ -1142,18 +993,20 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
 
 /* Gathers the step's routing (and look-ahead) for `layer` into the r_* buffers. */
 static void gather_route(sim_state *s, uint64_t step, uint32_t layer) {
-    const sim_step_desc *sd = &s->steps[step];
+    const sim_schedule_step *sd = &s->sch.steps[step];
     const trace *t = s->tr;
     uint32_t K = s->K;
     size_t DK = (size_t)s->la_depth * s->la_k;
     for (uint32_t i = 0; i < sd->n_tokens; i++) {
-        uint32_t tok = s->step_tokens[sd->first + i];
+        uint32_t tok = s->sch.tokens[sd->first + i];
         memcpy(s->r_experts + (size_t)i * K, trace_experts(t, tok, layer), K * sizeof(uint16_t));
         memcpy(s->r_gates + (size_t)i * K, trace_gates(t, tok, layer), K * sizeof(float));
         if (s->r_importance) s->r_importance[i] = t->importance[(size_t)tok * s->L + layer];
         if (!DK) continue;
         if (s->la_emulated) {
-            emulate_lookahead(s, tok, layer, s->r_la_ids + i * DK, s->r_la_scores + i * DK);
+            sim_lookahead_emulate(s->tr, s->L, s->E, s->K, s->la_depth, s->la_k, s->set.seed,
+                                  s->set.predictor_accuracy, tok, layer, s->r_la_ids + i * DK,
+                                  s->r_la_scores + i * DK);
         } else {
             size_t src = trace_lookahead_index(t, tok, layer, 1);
             memcpy(s->r_la_ids + i * DK, t->lookahead_ids + src, DK * sizeof(uint16_t));
@@ -1165,7 +1018,7 @@ static void gather_route(sim_state *s, uint64_t step, uint32_t layer) {
 /* Splits the step's tokens into sub-routes whose distinct experts fit one pool
  * (route_capacity), in token order, and runs them one after the other. */
 static void run_layer(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer) {
-    uint32_t n = s->steps[step].n_tokens, K = s->K;
+    uint32_t n = s->sch.steps[step].n_tokens, K = s->K;
     gather_route(s, step, layer);
     uint32_t i0 = 0;
     bool first = true;
@@ -1223,13 +1076,13 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     double *tpot = moesim_xmalloc((R ? R : 1) * sizeof *tpot);
     size_t n_ttft = 0, n_tpot = 0;
     for (uint32_t q = 0; q < R; q++) {
-        uint64_t t0 = s->step_start_ns[s->req_admit_step[q]];
-        uint64_t t1 = s->step_end_ns[s->req_first_step[q]];
+        uint64_t t0 = s->step_start_ns[s->sch.req_admit[q]];
+        uint64_t t1 = s->step_end_ns[s->sch.req_first[q]];
         ttft[n_ttft++] = (double)(t1 - t0) / 1e6;
         double req_tpot = NAN;
-        if (s->req_steps[q] > 1) {
-            uint64_t tl = s->step_end_ns[s->req_last_step[q]];
-            req_tpot = (double)(tl - t1) / 1e6 / (double)(s->req_steps[q] - 1);
+        if (s->sch.req_steps[q] > 1) {
+            uint64_t tl = s->step_end_ns[s->sch.req_last[q]];
+            req_tpot = (double)(tl - t1) / 1e6 / (double)(s->sch.req_steps[q] - 1);
             tpot[n_tpot++] = req_tpot;
         }
         if (s->hooks && s->hooks->on_request_done)
@@ -1265,10 +1118,10 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->skipped_accesses = s->skipped_accesses;
     r->expert_ops = s->expert_ops;
     r->warmup_h2d_bytes = s->warmup_bytes;
-    r->steps = s->n_steps;
+    r->steps = s->sch.n_steps;
     r->sub_routes = s->sub_routes;
     r->expert_budget_bytes = s->expert_budget_bytes;
-    r->kv_peak_bytes = s->kv_peak_bytes;
+    r->kv_peak_bytes = s->sch.kv_peak_bytes;
     r->h2d_busy_ms = (double)s->eng[ENG_H2D].busy_ns / 1e6;
     r->ssd_busy_ms = (double)s->eng[ENG_SSD].busy_ns / 1e6;
     r->cost_extrapolated = s->cost_extrapolated;
@@ -1336,17 +1189,17 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
 
     if (s->cost.has_table) { /* which measured curves this run's steps reach beyond */
         uint64_t max_attended = 1;
-        for (uint64_t st2 = 0; st2 < s->n_steps; st2++) {
+        for (uint64_t st2 = 0; st2 < s->sch.n_steps; st2++) {
             uint64_t a = 0;
-            for (uint32_t i = 0; i < s->steps[st2].n_tokens; i++)
-                a += (uint64_t)t->position[s->step_tokens[s->steps[st2].first + i]] + 1;
+            for (uint32_t i = 0; i < s->sch.steps[st2].n_tokens; i++)
+                a += (uint64_t)t->position[s->sch.tokens[s->sch.steps[st2].first + i]] + 1;
             if (a > max_attended) max_attended = a;
         }
         for (int op = 0; op < COST_OP_COUNT; op++)
             for (int p = 0; p < PREC_COUNT; p++) {
                 if (p != PREC_BF16 && op != COST_EXPERT_GATE_UP && op != COST_EXPERT_DOWN) continue;
                 double hi =
-                    op == COST_ATTENTION ? (double)max_attended : (double)s->max_step_tokens;
+                    op == COST_ATTENTION ? (double)max_attended : (double)s->sch.max_step_tokens;
                 s->cost_extrapolated +=
                     !cost_table_covers(&s->cost, (cost_op)op, (moesim_precision)p, 1, hi);
             }
@@ -1364,13 +1217,13 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     double budget_gb = s->set.budget_gb > 0 ? s->set.budget_gb : (double)in->hw->hbm_bytes / GIB;
     s->budget_bytes = (uint64_t)(budget_gb * GIB);
     s->non_expert_bytes = model_non_expert_bytes(in->model);
-    s->act_bytes = activation_bytes(in->model, s->max_step_tokens);
-    uint64_t fixed = s->non_expert_bytes + s->act_bytes + s->kv_peak_bytes;
+    s->act_bytes = activation_bytes(in->model, s->sch.max_step_tokens);
+    uint64_t fixed = s->non_expert_bytes + s->act_bytes + s->sch.kv_peak_bytes;
     if (fixed >= s->budget_bytes)
         return moesim_fail(err, MOESIM_EINPUT,
                            "%s: memory.budget_gb = %.3g leaves nothing for experts: non-expert "
                            "weights %.2f GiB + KV cache %.2f GiB + activations %.2f GiB = %.2f GiB",
-                           bwhere, budget_gb, s->non_expert_bytes / GIB, s->kv_peak_bytes / GIB,
+                           bwhere, budget_gb, s->non_expert_bytes / GIB, s->sch.kv_peak_bytes / GIB,
                            s->act_bytes / GIB, fixed / GIB);
     s->expert_budget_bytes = s->budget_bytes - fixed;
     uint64_t ebytes = model_expert_bytes(in->model, in->quant, s->prec);
@@ -1424,7 +1277,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         s->la_k = s->la_depth ? s->K : 0;
         s->la_emulated = s->la_depth > 0;
     }
-    size_t MT = s->max_step_tokens;
+    size_t MT = s->sch.max_step_tokens;
     s->r_experts = arena_calloc(&s->mem, MT * s->K, sizeof(uint16_t));
     s->r_gates = arena_calloc(&s->mem, MT * s->K, sizeof(float));
     if (t->importance) s->r_importance = arena_calloc(&s->mem, MT, sizeof(float));
@@ -1493,6 +1346,7 @@ static void sim_teardown(sim_state *s) {
     free(s->warm_done);
     free(s->warm_parts);
     sim_timeline_abort(&s->tl);
+    sim_schedule_free(&s->sch);
     arena_free(&s->mem);
 }
 
@@ -1509,11 +1363,11 @@ static void sim_loop(sim_state *s) {
     s->warmup = false;
     deliver_warmup(s);
     char name[64];
-    for (uint64_t st = 0; st < s->n_steps; st++) {
-        const sim_step_desc *sd = &s->steps[st];
+    for (uint64_t st = 0; st < s->sch.n_steps; st++) {
+        const sim_schedule_step *sd = &s->sch.steps[st];
         sim_advance_to(s, t);
         s->step_start_ns[st] = t;
-        s->kv_bytes = s->step_kv_bytes[st];
+        s->kv_bytes = s->sch.step_kv_bytes[st];
         hbm_note(s);
         policy_step ps = {.index = st,
                           .now_ns = t,
@@ -1524,11 +1378,11 @@ static void sim_loop(sim_state *s) {
         uint64_t attended = 0;
         uint32_t n_emit = 0;
         for (uint32_t i = 0; i < sd->n_tokens; i++) {
-            uint32_t tok = s->step_tokens[sd->first + i];
+            uint32_t tok = s->sch.tokens[sd->first + i];
             s->step_req[i] = s->tr->request_id[tok];
             s->step_pos[i] = s->tr->position[tok];
             attended += (uint64_t)s->tr->position[tok] + 1;
-            n_emit += s->step_emit[sd->first + i];
+            n_emit += s->sch.emit[sd->first + i];
         }
         s->cur_step = st;
         s->cur_layer = -1;
@@ -1581,8 +1435,8 @@ moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *set
     sim_state *s = moesim_xcalloc(1, sizeof *s);
     moesim_status st = sim_setup(s, in, policy_name, settings, err);
     if (!st) {
-        s->step_req = moesim_xmalloc(s->max_step_tokens * sizeof *s->step_req);
-        s->step_pos = moesim_xmalloc(s->max_step_tokens * sizeof *s->step_pos);
+        s->step_req = moesim_xmalloc(s->sch.max_step_tokens * sizeof *s->step_req);
+        s->step_pos = moesim_xmalloc(s->sch.max_step_tokens * sizeof *s->step_pos);
         sim_loop(s);
         snprintf(out->policy, sizeof out->policy, "%s", s->pm->name);
         fill_result(s, out, s->makespan_ns);
