@@ -32,6 +32,7 @@
 #include "policies/policy.h"
 #include "sim/cost.h"
 #include "sim/event.h"
+#include "sim/route.h"
 #include "sim/schedule.h"
 #include "sim/sim.h"
 #include "sim/sim_internal.h"
@@ -822,60 +823,20 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
     uint32_t n = i1 - i0;
     const uint16_t *ex = s->r_experts + (size_t)i0 * K;
     const float *gs = s->r_gates + (size_t)i0 * K;
-    /* distinct active experts, ascending */
-    uint32_t gen = ++s->stamp_gen;
-    uint32_t n_active = 0;
-    for (uint32_t i = 0; i < n * K; i++) {
-        uint16_t e = ex[i];
-        if (e == TRACE_NO_EXPERT) continue;
-        if (s->stamp[e] != gen) {
-            s->stamp[e] = gen;
-            s->active[n_active++] = e;
-        }
-    }
-    for (uint32_t i = 1; i < n_active; i++) {
-        uint16_t v = s->active[i];
-        uint32_t j = i;
-        while (j > 0 && s->active[j - 1] > v) {
-            s->active[j] = s->active[j - 1];
-            j--;
-        }
-        s->active[j] = v;
-    }
-    for (uint32_t a = 0; a < n_active; a++) {
-        s->slot[s->active[a]] = a;
-        s->active_tokens[a] = 0;
-        s->active_gate[a] = 0;
-        s->plan[a] = POLICY_RUN_SKIP;
-    }
-    for (uint32_t i = 0; i < n * K; i++) {
-        if (ex[i] == TRACE_NO_EXPERT) continue;
-        uint32_t a = s->slot[ex[i]];
-        s->active_tokens[a]++;
-        s->active_gate[a] += gs[i];
-    }
-    /* prefetch accounting: the prefetched set S of this layer against the activated set A */
-    if (first_of_layer && s->pf_count[layer]) {
-        uint8_t *mark = s->pf_mark + (size_t)layer * s->E;
-        uint32_t both = 0, n_layer_active = 0;
-        uint32_t g2 = ++s->stamp_gen;
-        uint32_t n_step = s->sch.steps[step].n_tokens;
-        for (uint32_t i = 0; i < n_step * K; i++) {
-            uint16_t e = s->r_experts[i];
-            if (e == TRACE_NO_EXPERT || s->stamp[e] == g2) continue;
-            s->stamp[e] = g2;
-            n_layer_active++;
-            both += mark[e];
-        }
-        s->pf_hit += both;
-        s->pf_active += n_layer_active;
-        s->pf_issued_sets += s->pf_count[layer];
-        memset(mark, 0, s->E);
-        s->pf_count[layer] = 0;
-        /* restore this route's slot stamps (the pass above reused the stamp array) */
-        gen = ++s->stamp_gen;
-        for (uint32_t a = 0; a < n_active; a++) s->stamp[s->active[a]] = gen;
-    }
+    sim_route_scratch rs = {
+        .stamp = s->stamp,
+        .stamp_gen = &s->stamp_gen,
+        .active = s->active,
+        .slot = s->slot,
+        .active_tokens = s->active_tokens,
+        .active_gate = s->active_gate,
+        .plan = s->plan,
+    };
+    uint32_t n_active = sim_route_active_build(&rs, ex, gs, n * K);
+    if (first_of_layer)
+        sim_route_prefetch_account(&rs, n_active, s->r_experts, s->sch.steps[step].n_tokens * K,
+                                   s->pf_mark + (size_t)layer * s->E, s->E, &s->pf_count[layer],
+                                   &s->pf_hit, &s->pf_active, &s->pf_issued_sets);
 
     sim_advance_to(s, *t);
     policy_route route = {
@@ -912,7 +873,7 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
             MOESIM_ASSERT(s->state[lep * PART_COUNT + part] != POLICY_ABSENT);
         s->pinned[lep] = 1;
     }
-    gen = ++s->stamp_gen;
+    uint32_t gen = ++s->stamp_gen;
     for (uint32_t i = 0; i < n * K; i++) {
         uint16_t e = ex[i];
         if (e == TRACE_NO_EXPERT) continue;
