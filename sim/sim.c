@@ -30,6 +30,7 @@
 #include "common/arena.h"
 #include "common/check.h"
 #include "policies/policy.h"
+#include "sim/budget.h"
 #include "sim/cost.h"
 #include "sim/event.h"
 #include "sim/route.h"
@@ -39,7 +40,6 @@
 
 #define NONE             UINT32_MAX
 #define N_CLASSES        3
-#define GIB              1073741824.0
 #define SIM_ECOST_TOKENS 64 /* expert op times cached for 1..63 tokens */
 
 /* ---- settings ---- */
@@ -717,17 +717,6 @@ static void place_on_ssd(sim_state *s, const bool stored[PREC_COUNT]) {
     }
 }
 
-/* Activation buffers reserved for the largest step: per token the residual, normed input,
- * attention q/k/v/o and the routed experts' intermediate activations (bf16), plus fp32 logits of
- * the tokens that emit. */
-static uint64_t activation_bytes(const model_geometry *m, uint32_t max_tokens) {
-    uint64_t hd = m->n_heads && m->head_dim ? (uint64_t)m->n_heads * m->head_dim : m->hidden;
-    uint64_t kvd = (uint64_t)m->n_kv_heads * m->head_dim;
-    uint64_t per_token =
-        2ull * (4ull * m->hidden + hd + 2 * kvd + 2ull * m->top_k * m->expert_inter);
-    return per_token * max_tokens + 4ull * m->vocab * max_tokens;
-}
-
 static moesim_status check_geometry(const sim_inputs *in, moesim_error *err) {
     const trace_meta *tm = &in->trace->meta;
     const model_geometry *m = in->model;
@@ -1175,48 +1164,17 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     config_origin(settings, "cache", "experts_per_layer", cwhere, sizeof cwhere);
 
     /* HBM: non-expert weights, KV peak and activations first; experts get the rest */
-    double budget_gb = s->set.budget_gb > 0 ? s->set.budget_gb : (double)in->hw->hbm_bytes / GIB;
-    s->budget_bytes = (uint64_t)(budget_gb * GIB);
-    s->non_expert_bytes = model_non_expert_bytes(in->model);
-    s->act_bytes = activation_bytes(in->model, s->sch.max_step_tokens);
-    uint64_t fixed = s->non_expert_bytes + s->act_bytes + s->sch.kv_peak_bytes;
-    if (fixed >= s->budget_bytes)
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "%s: memory.budget_gb = %.3g leaves nothing for experts: non-expert "
-                           "weights %.2f GiB + KV cache %.2f GiB + activations %.2f GiB = %.2f GiB",
-                           bwhere, budget_gb, s->non_expert_bytes / GIB, s->sch.kv_peak_bytes / GIB,
-                           s->act_bytes / GIB, fixed / GIB);
-    s->expert_budget_bytes = s->budget_bytes - fixed;
-    uint64_t ebytes = model_expert_bytes(in->model, in->quant, s->prec);
-    s->per_layer = s->set.experts_per_layer > 0;
-    if (s->per_layer) {
-        uint32_t c = s->set.experts_per_layer;
-        if (c < s->K)
-            return moesim_fail(err, MOESIM_EINPUT,
-                               "%s: cache.experts_per_layer = %u: expected >= top_k (%u), a "
-                               "token needs all its experts resident at once",
-                               cwhere, c, s->K);
-        if (c > s->E) c = s->E;
-        s->pool_cap = (uint64_t)c * ebytes;
-        if (s->pool_cap * s->L > s->expert_budget_bytes)
-            return moesim_fail(err, MOESIM_EINPUT,
-                               "%s: cache.experts_per_layer = %u needs %.2f GiB of experts at %s, "
-                               "but memory.budget_gb = %.3g leaves %.2f GiB for experts",
-                               cwhere, c, (double)s->pool_cap * s->L / GIB, precision_name(s->prec),
-                               budget_gb, s->expert_budget_bytes / GIB);
-        s->route_capacity = c;
-    } else {
-        s->pool_cap = s->expert_budget_bytes;
-        uint64_t fit = s->expert_budget_bytes / ebytes;
-        if (fit < s->K)
-            return moesim_fail(
-                err, MOESIM_EINPUT,
-                "%s: memory.budget_gb = %.3g leaves %.2f GiB for experts: room for %" PRIu64
-                " experts at %s, fewer than top_k (%u)",
-                bwhere, budget_gb, s->expert_budget_bytes / GIB, fit, precision_name(s->prec),
-                s->K);
-        s->route_capacity = fit > s->E ? s->E : (uint32_t)fit;
-    }
+    sim_budget bud;
+    if ((st = sim_budget_plan(in->model, in->quant, in->hw, &s->set, s->sch.max_step_tokens,
+                              s->sch.kv_peak_bytes, bwhere, cwhere, &bud, err)))
+        return st;
+    s->budget_bytes = bud.budget_bytes;
+    s->non_expert_bytes = bud.non_expert_bytes;
+    s->act_bytes = bud.act_bytes;
+    s->expert_budget_bytes = bud.expert_budget_bytes;
+    s->per_layer = bud.per_layer;
+    s->pool_cap = bud.pool_cap_bytes;
+    s->route_capacity = bud.route_capacity;
     s->pool_used = arena_calloc(&s->mem, s->per_layer ? s->L : 1, sizeof(uint64_t));
 
     size_t LEP = (size_t)s->L * s->E * s->P;
