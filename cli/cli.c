@@ -77,3 +77,21 @@ void cli_collect(const char ***list, size_t *n, const char *item) {
     *list = moesim_xrealloc(*list, (*n + 1) * sizeof **list);
     (*list)[(*n)++] = item;
 }
+
+moesim_status cli_settings_load(config *settings, const char *const *files, size_t n_files,
+                                const char *const *sets, size_t n_sets, moesim_error *err) {
+    moesim_status st = MOESIM_OK;
+    for (size_t i = 0; i < n_files && !st; i++) st = config_load_file(settings, files[i], err);
+    for (size_t i = 0; i < n_sets && !st; i++) st = config_set(settings, sets[i], err);
+    return st;
+}
+
+moesim_status cli_sim_inputs_load(const char *trace_path, const char *hw_name,
+                                  const char *model_name, trace **t, hw_profile *hw,
+                                  model_geometry *model, quant_table *quant, moesim_error *err) {
+    moesim_status st = trace_read(trace_path, t, err);
+    if (!st) st = hw_load_by_name(hw_name, hw, err);
+    if (!st) st = model_load_by_name(model_name ? model_name : (*t)->meta.model, model, err);
+    if (!st) st = quant_table_load_default(quant, err);
+    return st;
+}

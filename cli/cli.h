@@ -7,7 +7,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "common/config.h"
+#include "common/hw.h"
+#include "common/model.h"
+#include "common/precision.h"
 #include "common/status.h"
+#include "traces/trace.h"
 
 typedef int (*cli_command_fn)(int argc, char **argv); /* argv[0] is the command's name */
 
@@ -44,5 +49,18 @@ bool cli_progress_allowed(bool quiet);
 /* Parses "--set section.key=value" style option arguments into a growing array (caller frees
  * the array, not the strings, which point into argv). */
 void cli_collect(const char ***list, size_t *n, const char *item);
+
+/* Applies the --config files in order, then the --set entries, to `settings`, so every command
+ * overrides in the same order (later wins); stops at the first bad one. Borrows the arrays. */
+moesim_status cli_settings_load(config *settings, const char *const *files, size_t n_files,
+                                const char *const *sets, size_t n_sets, moesim_error *err);
+
+/* Loads what a sim or replay run reads, in the order their errors are reported: the trace at
+ * `trace_path`, hardware profile `hw_name`, the model `model_name` (NULL: the trace's model) and
+ * the default quant table. Stops at the first failure; *t (NULL if the trace did not load) is
+ * the caller's to trace_destroy, also on failure. */
+moesim_status cli_sim_inputs_load(const char *trace_path, const char *hw_name,
+                                  const char *model_name, trace **t, hw_profile *hw,
+                                  model_geometry *model, quant_table *quant, moesim_error *err);
 
 #endif

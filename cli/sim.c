@@ -165,20 +165,16 @@ int cmd_sim(int argc, char **argv) {
     }
 
     moesim_error err = {0};
-    moesim_status st = MOESIM_OK;
     config *settings = config_create();
-    for (size_t i = 0; i < n_files && !st; i++) st = config_load_file(settings, files[i], &err);
-    for (size_t i = 0; i < n_sets && !st; i++) st = config_set(settings, sets[i], &err);
+    moesim_status st = cli_settings_load(settings, files, n_files, sets, n_sets, &err);
     free(sets);
     free(files);
     trace *t = NULL;
     hw_profile hw;
     model_geometry model;
     quant_table quant;
-    if (!st) st = trace_read(trace_path, &t, &err);
-    if (!st) st = hw_load_by_name(hw_name, &hw, &err);
-    if (!st) st = model_load_by_name(model_name ? model_name : t->meta.model, &model, &err);
-    if (!st) st = quant_table_load_default(&quant, &err);
+    if (!st)
+        st = cli_sim_inputs_load(trace_path, hw_name, model_name, &t, &hw, &model, &quant, &err);
     sim_result r;
     if (!st) {
         sim_inputs in = {

@@ -94,9 +94,7 @@ typedef struct vctx {
 static moesim_status make_config(const vctx *v, const run_spec *r, config **out,
                                  moesim_error *err) {
     config *c = config_create();
-    moesim_status st = MOESIM_OK;
-    for (size_t i = 0; i < v->n_files && !st; i++) st = config_load_file(c, v->files[i], err);
-    for (size_t i = 0; i < v->n_sets && !st; i++) st = config_set(c, v->sets[i], err);
+    moesim_status st = cli_settings_load(c, v->files, v->n_files, v->sets, v->n_sets, err);
     for (size_t i = 0; i < r->n_sets && !st; i++) st = config_set(c, r->sets[i], err);
     bool has = false; /* config_get would mark the entry used: look without it */
     for (size_t i = 0; i < config_size(c) && !st; i++) {
@@ -784,10 +782,8 @@ int cmd_validate(int argc, char **argv) {
                          "moesim validate: --trace and --hw are required (or [validate] trace "
                          "and hw in the experiment file)");
     vctx v = {.files = files, .n_files = n_files, .sets = sets, .n_sets = n_sets, .seed = seed};
-    if (!st) st = trace_read(trace_path, &v.t, &err);
-    if (!st) st = hw_load_by_name(hw_name, &v.hw, &err);
-    if (!st) st = model_load_by_name(v.t->meta.model, &v.model, &err);
-    if (!st) st = quant_table_load_default(&v.quant, &err);
+    if (!st)
+        st = cli_sim_inputs_load(trace_path, hw_name, NULL, &v.t, &v.hw, &v.model, &v.quant, &err);
     if (!st) st = replay_device_check(&err); /* after the inputs: their errors come first */
     if (!st && n_specs) { /* one pinned host store for the runs (pinning tens of GB is slow) */
         moesim_precision primary = PREC_BF16;

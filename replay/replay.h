@@ -27,6 +27,7 @@
 #include "common/model.h"
 #include "common/precision.h"
 #include "common/status.h"
+#include "sim/budget.h"
 #include "sim/cost.h"
 #include "sim/schedule.h"
 #include "sim/sim.h"
@@ -56,19 +57,10 @@ void replay_schedule_free(replay_schedule *s);
 
 /* ---- memory budget (the simulator's arithmetic, sim/README.md "HBM accounting") ---- */
 
-typedef struct replay_budget {
-    uint64_t budget_bytes;     /* the emulated card: memory.budget_gb, or the profile's HBM */
-    uint64_t non_expert_bytes; /* bf16 non-expert weights */
-    uint64_t act_bytes;        /* activation buffers of the largest step */
-    uint64_t kv_peak_bytes;    /* KV reservation */
-    uint64_t expert_budget_bytes;
-    bool per_layer;          /* cache.experts_per_layer > 0 */
-    uint64_t pool_cap_bytes; /* per layer pool, or the one pool */
-    uint32_t route_capacity; /* most distinct experts of one (sub-)route */
-} replay_budget;
+typedef sim_budget replay_budget; /* sim/budget.h */
 
-/* Splits the card's memory as sim_run does (same figures, same error messages naming the
- * setting's origin `budget_where` / `cache_where`). */
+/* Splits the card's memory as sim_run does: sim_budget_plan (same figures, same error messages
+ * naming the setting's origin `budget_where` / `cache_where`). */
 moesim_status replay_budget_plan(const model_geometry *m, const quant_table *q,
                                  const hw_profile *hw, const sim_settings *set,
                                  uint32_t max_step_tokens, uint64_t kv_peak_bytes,

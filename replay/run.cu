@@ -42,6 +42,7 @@ extern "C" {
 #include "common/check.h"
 #include "kernels/quant.h"
 #include "replay/replay.h"
+#include "sim/route.h"
 #include "sim/timeline.h"
 }
 #include "kernels/cuda/cuda_check.h"
@@ -885,55 +886,13 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
     uint32_t n = i1 - i0;
     const uint16_t *ex = s->r_experts + (size_t)i0 * K;
     const float *gs = s->r_gates + (size_t)i0 * K;
-    uint32_t gen = ++s->stamp_gen, n_active = 0;
-    for (uint32_t i = 0; i < n * K; i++) {
-        uint16_t e = ex[i];
-        if (e == TRACE_NO_EXPERT) continue;
-        if (s->stamp[e] != gen) {
-            s->stamp[e] = gen;
-            s->active[n_active++] = e;
-        }
-    }
-    for (uint32_t i = 1; i < n_active; i++) {
-        uint16_t v = s->active[i];
-        uint32_t j = i;
-        while (j > 0 && s->active[j - 1] > v) {
-            s->active[j] = s->active[j - 1];
-            j--;
-        }
-        s->active[j] = v;
-    }
-    for (uint32_t a = 0; a < n_active; a++) {
-        s->slot[s->active[a]] = a;
-        s->active_tokens[a] = 0;
-        s->active_gate[a] = 0;
-        s->plan[a] = POLICY_RUN_SKIP;
-    }
-    for (uint32_t i = 0; i < n * K; i++) {
-        if (ex[i] == TRACE_NO_EXPERT) continue;
-        uint32_t a = s->slot[ex[i]];
-        s->active_tokens[a]++;
-        s->active_gate[a] += gs[i];
-    }
-    if (first_of_layer && s->pf_count[layer]) {
-        uint8_t *mark = s->pf_mark + (size_t)layer * s->E;
-        uint32_t both = 0, n_layer_active = 0, g2 = ++s->stamp_gen;
-        uint32_t n_step = s->sch.steps[step].n_tokens;
-        for (uint32_t i = 0; i < n_step * K; i++) {
-            uint16_t e = s->r_experts[i];
-            if (e == TRACE_NO_EXPERT || s->stamp[e] == g2) continue;
-            s->stamp[e] = g2;
-            n_layer_active++;
-            both += mark[e];
-        }
-        s->pf_hit += both;
-        s->pf_active += n_layer_active;
-        s->pf_issued_sets += s->pf_count[layer];
-        memset(mark, 0, s->E);
-        s->pf_count[layer] = 0;
-        gen = ++s->stamp_gen;
-        for (uint32_t a = 0; a < n_active; a++) s->stamp[s->active[a]] = gen;
-    }
+    sim_route_scratch rs = {s->stamp,         &s->stamp_gen,  s->active, s->slot,
+                            s->active_tokens, s->active_gate, s->plan};
+    uint32_t n_active = sim_route_active_build(&rs, ex, gs, n * K);
+    if (first_of_layer)
+        sim_route_prefetch_account(&rs, n_active, s->r_experts, s->sch.steps[step].n_tokens * K,
+                                   s->pf_mark + (size_t)layer * s->E, s->E, &s->pf_count[layer],
+                                   &s->pf_hit, &s->pf_active, &s->pf_issued_sets);
     wait_compute(s); /* the router's output is known: the host decides now */
     unpin_all(s);    /* the stream is idle: the last route's experts have run */
     policy_route route;
@@ -970,7 +929,7 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
         if (!s->pinned[lep]) s->pinned_lep.push_back((uint32_t)lep);
         s->pinned[lep] = 1;
     }
-    gen = ++s->stamp_gen;
+    uint32_t gen = ++s->stamp_gen;
     for (uint32_t i = 0; i < n * K; i++) {
         uint16_t e = ex[i];
         if (e == TRACE_NO_EXPERT) continue;

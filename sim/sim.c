@@ -30,15 +30,16 @@
 #include "common/arena.h"
 #include "common/check.h"
 #include "policies/policy.h"
+#include "sim/budget.h"
 #include "sim/cost.h"
 #include "sim/event.h"
+#include "sim/route.h"
 #include "sim/schedule.h"
 #include "sim/sim.h"
 #include "sim/sim_internal.h"
 
 #define NONE             UINT32_MAX
 #define N_CLASSES        3
-#define GIB              1073741824.0
 #define SIM_ECOST_TOKENS 64 /* expert op times cached for 1..63 tokens */
 
 /* ---- settings ---- */
@@ -716,17 +717,6 @@ static void place_on_ssd(sim_state *s, const bool stored[PREC_COUNT]) {
     }
 }
 
-/* Activation buffers reserved for the largest step: per token the residual, normed input,
- * attention q/k/v/o and the routed experts' intermediate activations (bf16), plus fp32 logits of
- * the tokens that emit. */
-static uint64_t activation_bytes(const model_geometry *m, uint32_t max_tokens) {
-    uint64_t hd = m->n_heads && m->head_dim ? (uint64_t)m->n_heads * m->head_dim : m->hidden;
-    uint64_t kvd = (uint64_t)m->n_kv_heads * m->head_dim;
-    uint64_t per_token =
-        2ull * (4ull * m->hidden + hd + 2 * kvd + 2ull * m->top_k * m->expert_inter);
-    return per_token * max_tokens + 4ull * m->vocab * max_tokens;
-}
-
 static moesim_status check_geometry(const sim_inputs *in, moesim_error *err) {
     const trace_meta *tm = &in->trace->meta;
     const model_geometry *m = in->model;
@@ -822,60 +812,20 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
     uint32_t n = i1 - i0;
     const uint16_t *ex = s->r_experts + (size_t)i0 * K;
     const float *gs = s->r_gates + (size_t)i0 * K;
-    /* distinct active experts, ascending */
-    uint32_t gen = ++s->stamp_gen;
-    uint32_t n_active = 0;
-    for (uint32_t i = 0; i < n * K; i++) {
-        uint16_t e = ex[i];
-        if (e == TRACE_NO_EXPERT) continue;
-        if (s->stamp[e] != gen) {
-            s->stamp[e] = gen;
-            s->active[n_active++] = e;
-        }
-    }
-    for (uint32_t i = 1; i < n_active; i++) {
-        uint16_t v = s->active[i];
-        uint32_t j = i;
-        while (j > 0 && s->active[j - 1] > v) {
-            s->active[j] = s->active[j - 1];
-            j--;
-        }
-        s->active[j] = v;
-    }
-    for (uint32_t a = 0; a < n_active; a++) {
-        s->slot[s->active[a]] = a;
-        s->active_tokens[a] = 0;
-        s->active_gate[a] = 0;
-        s->plan[a] = POLICY_RUN_SKIP;
-    }
-    for (uint32_t i = 0; i < n * K; i++) {
-        if (ex[i] == TRACE_NO_EXPERT) continue;
-        uint32_t a = s->slot[ex[i]];
-        s->active_tokens[a]++;
-        s->active_gate[a] += gs[i];
-    }
-    /* prefetch accounting: the prefetched set S of this layer against the activated set A */
-    if (first_of_layer && s->pf_count[layer]) {
-        uint8_t *mark = s->pf_mark + (size_t)layer * s->E;
-        uint32_t both = 0, n_layer_active = 0;
-        uint32_t g2 = ++s->stamp_gen;
-        uint32_t n_step = s->sch.steps[step].n_tokens;
-        for (uint32_t i = 0; i < n_step * K; i++) {
-            uint16_t e = s->r_experts[i];
-            if (e == TRACE_NO_EXPERT || s->stamp[e] == g2) continue;
-            s->stamp[e] = g2;
-            n_layer_active++;
-            both += mark[e];
-        }
-        s->pf_hit += both;
-        s->pf_active += n_layer_active;
-        s->pf_issued_sets += s->pf_count[layer];
-        memset(mark, 0, s->E);
-        s->pf_count[layer] = 0;
-        /* restore this route's slot stamps (the pass above reused the stamp array) */
-        gen = ++s->stamp_gen;
-        for (uint32_t a = 0; a < n_active; a++) s->stamp[s->active[a]] = gen;
-    }
+    sim_route_scratch rs = {
+        .stamp = s->stamp,
+        .stamp_gen = &s->stamp_gen,
+        .active = s->active,
+        .slot = s->slot,
+        .active_tokens = s->active_tokens,
+        .active_gate = s->active_gate,
+        .plan = s->plan,
+    };
+    uint32_t n_active = sim_route_active_build(&rs, ex, gs, n * K);
+    if (first_of_layer)
+        sim_route_prefetch_account(&rs, n_active, s->r_experts, s->sch.steps[step].n_tokens * K,
+                                   s->pf_mark + (size_t)layer * s->E, s->E, &s->pf_count[layer],
+                                   &s->pf_hit, &s->pf_active, &s->pf_issued_sets);
 
     sim_advance_to(s, *t);
     policy_route route = {
@@ -912,7 +862,7 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
             MOESIM_ASSERT(s->state[lep * PART_COUNT + part] != POLICY_ABSENT);
         s->pinned[lep] = 1;
     }
-    gen = ++s->stamp_gen;
+    uint32_t gen = ++s->stamp_gen;
     for (uint32_t i = 0; i < n * K; i++) {
         uint16_t e = ex[i];
         if (e == TRACE_NO_EXPERT) continue;
@@ -1214,48 +1164,17 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     config_origin(settings, "cache", "experts_per_layer", cwhere, sizeof cwhere);
 
     /* HBM: non-expert weights, KV peak and activations first; experts get the rest */
-    double budget_gb = s->set.budget_gb > 0 ? s->set.budget_gb : (double)in->hw->hbm_bytes / GIB;
-    s->budget_bytes = (uint64_t)(budget_gb * GIB);
-    s->non_expert_bytes = model_non_expert_bytes(in->model);
-    s->act_bytes = activation_bytes(in->model, s->sch.max_step_tokens);
-    uint64_t fixed = s->non_expert_bytes + s->act_bytes + s->sch.kv_peak_bytes;
-    if (fixed >= s->budget_bytes)
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "%s: memory.budget_gb = %.3g leaves nothing for experts: non-expert "
-                           "weights %.2f GiB + KV cache %.2f GiB + activations %.2f GiB = %.2f GiB",
-                           bwhere, budget_gb, s->non_expert_bytes / GIB, s->sch.kv_peak_bytes / GIB,
-                           s->act_bytes / GIB, fixed / GIB);
-    s->expert_budget_bytes = s->budget_bytes - fixed;
-    uint64_t ebytes = model_expert_bytes(in->model, in->quant, s->prec);
-    s->per_layer = s->set.experts_per_layer > 0;
-    if (s->per_layer) {
-        uint32_t c = s->set.experts_per_layer;
-        if (c < s->K)
-            return moesim_fail(err, MOESIM_EINPUT,
-                               "%s: cache.experts_per_layer = %u: expected >= top_k (%u), a "
-                               "token needs all its experts resident at once",
-                               cwhere, c, s->K);
-        if (c > s->E) c = s->E;
-        s->pool_cap = (uint64_t)c * ebytes;
-        if (s->pool_cap * s->L > s->expert_budget_bytes)
-            return moesim_fail(err, MOESIM_EINPUT,
-                               "%s: cache.experts_per_layer = %u needs %.2f GiB of experts at %s, "
-                               "but memory.budget_gb = %.3g leaves %.2f GiB for experts",
-                               cwhere, c, (double)s->pool_cap * s->L / GIB, precision_name(s->prec),
-                               budget_gb, s->expert_budget_bytes / GIB);
-        s->route_capacity = c;
-    } else {
-        s->pool_cap = s->expert_budget_bytes;
-        uint64_t fit = s->expert_budget_bytes / ebytes;
-        if (fit < s->K)
-            return moesim_fail(
-                err, MOESIM_EINPUT,
-                "%s: memory.budget_gb = %.3g leaves %.2f GiB for experts: room for %" PRIu64
-                " experts at %s, fewer than top_k (%u)",
-                bwhere, budget_gb, s->expert_budget_bytes / GIB, fit, precision_name(s->prec),
-                s->K);
-        s->route_capacity = fit > s->E ? s->E : (uint32_t)fit;
-    }
+    sim_budget bud;
+    if ((st = sim_budget_plan(in->model, in->quant, in->hw, &s->set, s->sch.max_step_tokens,
+                              s->sch.kv_peak_bytes, bwhere, cwhere, &bud, err)))
+        return st;
+    s->budget_bytes = bud.budget_bytes;
+    s->non_expert_bytes = bud.non_expert_bytes;
+    s->act_bytes = bud.act_bytes;
+    s->expert_budget_bytes = bud.expert_budget_bytes;
+    s->per_layer = bud.per_layer;
+    s->pool_cap = bud.pool_cap_bytes;
+    s->route_capacity = bud.route_capacity;
     s->pool_used = arena_calloc(&s->mem, s->per_layer ? s->L : 1, sizeof(uint64_t));
 
     size_t LEP = (size_t)s->L * s->E * s->P;

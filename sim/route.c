@@ -1,0 +1,71 @@
+/* One route's active set and the FIRM-MoE prefetch accounting, shared by the simulator and the
+ * GPU replay (sim/route.h). Units: experts, tokens and slots are indices; gate mass is the sum of
+ * the routed gates. */
+#include "sim/route.h"
+
+#include <string.h>
+
+#include "policies/policy.h"
+#include "traces/trace.h"
+
+uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *experts,
+                                const float *gates, uint32_t n_slots) {
+    /* distinct active experts, ascending */
+    uint32_t gen = ++*rs->stamp_gen;
+    uint32_t n_active = 0;
+    for (uint32_t i = 0; i < n_slots; i++) {
+        uint16_t e = experts[i];
+        if (e == TRACE_NO_EXPERT) continue;
+        if (rs->stamp[e] != gen) {
+            rs->stamp[e] = gen;
+            rs->active[n_active++] = e;
+        }
+    }
+    for (uint32_t i = 1; i < n_active; i++) {
+        uint16_t v = rs->active[i];
+        uint32_t j = i;
+        while (j > 0 && rs->active[j - 1] > v) {
+            rs->active[j] = rs->active[j - 1];
+            j--;
+        }
+        rs->active[j] = v;
+    }
+    for (uint32_t a = 0; a < n_active; a++) {
+        rs->slot[rs->active[a]] = a;
+        rs->active_tokens[a] = 0;
+        rs->active_gate[a] = 0;
+        rs->plan[a] = POLICY_RUN_SKIP;
+    }
+    for (uint32_t i = 0; i < n_slots; i++) {
+        if (experts[i] == TRACE_NO_EXPERT) continue;
+        uint32_t a = rs->slot[experts[i]];
+        rs->active_tokens[a]++;
+        rs->active_gate[a] += gates[i];
+    }
+    return n_active;
+}
+
+void sim_route_prefetch_account(const sim_route_scratch *rs, uint32_t n_active,
+                                const uint16_t *step_experts, uint32_t n_step_slots, uint8_t *mark,
+                                uint32_t E, uint32_t *pf_count, uint64_t *pf_hit,
+                                uint64_t *pf_active, uint64_t *pf_issued_sets) {
+    if (!*pf_count) return;
+    /* the prefetched set S of this layer against the activated set A */
+    uint32_t both = 0, n_layer_active = 0;
+    uint32_t g2 = ++*rs->stamp_gen;
+    for (uint32_t i = 0; i < n_step_slots; i++) {
+        uint16_t e = step_experts[i];
+        if (e == TRACE_NO_EXPERT || rs->stamp[e] == g2) continue;
+        rs->stamp[e] = g2;
+        n_layer_active++;
+        both += mark[e];
+    }
+    *pf_hit += both;
+    *pf_active += n_layer_active;
+    *pf_issued_sets += *pf_count;
+    memset(mark, 0, E);
+    *pf_count = 0;
+    /* restore this route's slot stamps (the pass above reused the stamp array) */
+    uint32_t gen = ++*rs->stamp_gen;
+    for (uint32_t a = 0; a < n_active; a++) rs->stamp[rs->active[a]] = gen;
+}

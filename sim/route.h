@@ -1,0 +1,49 @@
+/* The per-route bookkeeping that the simulator (sim/sim.c) and the GPU replay (replay/run.cu)
+ * must agree on exactly, kept in one place so they cannot drift apart:
+ *
+ * - one (sub-)route's active set: the distinct experts its tokens route to, ascending, each with
+ *   its token count and gate mass, and the plan reset to POLICY_RUN_SKIP before the policy fills
+ *   it (policies/policy.h, policy_route);
+ * - the prefetch accounting of FIRM-MoE Eq. 7-8: at the first sub-route of a layer, the
+ *   prefetched set S of that layer against the activated set A of the whole step.
+ *
+ * Both work on route scratch arrays the host owns (sim_route_scratch borrows them). Units:
+ * experts, tokens and slots are indices; gate mass is the sum of the routed gates. Invariants:
+ * `active` is strictly ascending; `slot[active[a]] == a`; on return every expert of `active` (and
+ * only those) carries the host's current stamp generation. */
+#ifndef MOESIM_SIM_ROUTE_H
+#define MOESIM_SIM_ROUTE_H
+
+#include <stdint.h>
+
+/* The host's route scratch, borrowed: every array is [E] (experts per layer). */
+typedef struct sim_route_scratch {
+    uint32_t *stamp;         /* [E] generation an expert was last seen in */
+    uint32_t *stamp_gen;     /* the host's current generation (bumped here) */
+    uint16_t *active;        /* [E] the route's distinct experts, ascending */
+    uint32_t *slot;          /* [E] expert -> its index in active */
+    uint32_t *active_tokens; /* [E] tokens routed to active[a] */
+    float *active_gate;      /* [E] gate mass routed to active[a] */
+    uint8_t *plan;           /* [E] the policy's plan per active expert */
+} sim_route_scratch;
+
+/* Builds the active set of one route so sim and replay hand the policy the same one: the
+ * distinct experts of `experts` (skipping TRACE_NO_EXPERT) ascending into rs->active, their slot
+ * map, token counts and gate mass (from `gates`, same layout), and the plan reset to
+ * POLICY_RUN_SKIP. `experts` and `gates` are [n_slots] (tokens * top-k), borrowed. Returns the
+ * number of active experts. */
+uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *experts,
+                                const float *gates, uint32_t n_slots);
+
+/* Prefetch accounting (FIRM-MoE Eq. 7-8) at the first sub-route of a layer, so sim and replay
+ * count prefetch hits the same way: when the layer has prefetched sets (*pf_count > 0), counts
+ * the distinct experts of the whole step `step_experts` ([n_step_slots], borrowed) into
+ * *pf_active, those also marked in `mark` ([E], the layer's prefetched set S) into *pf_hit, adds
+ * *pf_count to *pf_issued_sets, then clears `mark` and *pf_count. Restores the stamps of the
+ * route's `n_active` experts (rs->active) so the route's stamp invariant still holds. */
+void sim_route_prefetch_account(const sim_route_scratch *rs, uint32_t n_active,
+                                const uint16_t *step_experts, uint32_t n_step_slots, uint8_t *mark,
+                                uint32_t E, uint32_t *pf_count, uint64_t *pf_hit,
+                                uint64_t *pf_active, uint64_t *pf_issued_sets);
+
+#endif
