@@ -342,12 +342,12 @@ struct policy_mem {
     uint8_t *plan, *pf_mark;
     uint32_t *pf_count, la_depth, la_k;
     uint64_t pf_hit, pf_active, pf_issued_sets;
-    uint64_t accesses, hits, skipped, expert_ops, sub_routes;
+    sim_route_tally tally; /* accesses, hits, skips and gate mass by precision class (as sim.c) */
+    uint64_t expert_ops, sub_routes;
     /* oracle support, as sim.c (built on first use) */
     std::vector<uint64_t> use_first, use_cur, use_pos; /* [L*E+1], [L*E], [accesses] */
     uint64_t access_pos, cur_step;
     int64_t cur_layer;
-    double gate_hi, gate_lo, gate_skip;
 
     /* compute */
     cublasHandle_t cublas;
@@ -879,6 +879,14 @@ static void wait_submitted(rp *s, uint32_t layer, uint32_t e, moesim_precision p
     }
 }
 
+/* Issue sequence of the copy loading part `part_index` of the layer being routed (the callback
+ * of sim_route_execution_order). */
+static uint64_t loading_seq(const void *host, size_t part_index) {
+    const rp *s = (const rp *)host;
+    size_t layer_parts = (size_t)s->cur_layer * s->E * s->P * PART_COUNT;
+    return s->xf[s->xfer_of[layer_parts + part_index]].seq;
+}
+
 /* One (sub-)route, as sim.c's run_route: plan, hits, gate mass, then the experts in order. */
 static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_t i1,
                       bool first_of_layer) {
@@ -929,52 +937,11 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
         if (!s->pinned[lep]) s->pinned_lep.push_back((uint32_t)lep);
         s->pinned[lep] = 1;
     }
-    uint32_t gen = ++s->stamp_gen;
-    for (uint32_t i = 0; i < n * K; i++) {
-        uint16_t e = ex[i];
-        if (e == TRACE_NO_EXPERT) continue;
-        uint8_t pr = s->plan[s->slot[e]];
-        if (pr == POLICY_RUN_SKIP) {
-            s->skipped++;
-            s->gate_skip += gs[i];
-            continue;
-        }
-        s->accesses++;
-        if (s->quant.fmt[pr].weight_bits >= prim_bits)
-            s->gate_hi += gs[i];
-        else
-            s->gate_lo += gs[i];
-        if (s->stamp[e] == gen) {
-            s->hits++;
-            continue;
-        }
-        s->stamp[e] = gen;
-        size_t base = lep_of(s, layer, e, pr) * PART_COUNT;
-        bool resident = true;
-        for (int part = 0; part < PART_COUNT; part++)
-            resident &= s->state[base + part] == POLICY_RESIDENT;
-        s->hits += resident;
-    }
-    uint32_t n_run = 0;
-    for (uint32_t a = 0; a < n_active; a++) {
-        uint8_t pr = s->plan[a];
-        if (pr == POLICY_RUN_SKIP) continue;
-        size_t base = lep_of(s, layer, s->active[a], pr) * PART_COUNT;
-        uint64_t key = 0;
-        for (int part = 0; part < PART_COUNT; part++)
-            if (s->state[base + part] == POLICY_LOADING) {
-                uint64_t k = s->xf[s->xfer_of[base + part]].seq + 1;
-                if (k > key) key = k;
-            }
-        uint32_t j = n_run++;
-        while (j > 0 && s->order_key[j - 1] > key) {
-            s->order[j] = s->order[j - 1];
-            s->order_key[j] = s->order_key[j - 1];
-            j--;
-        }
-        s->order[j] = a;
-        s->order_key[j] = key;
-    }
+    const size_t layer_parts = (size_t)layer * s->E * s->P * PART_COUNT;
+    sim_route_tally_accesses(&rs, ex, gs, n * K, s->state + layer_parts, s->P, &s->quant,
+                             prim_bits, &s->tally);
+    uint32_t n_run = sim_route_execution_order(&rs, n_active, s->state + layer_parts, s->P,
+                                               loading_seq, s, s->order, s->order_key);
     for (uint32_t r = 0; r < n_run; r++) {
         uint32_t a = s->order[r];
         uint16_t e = s->active[a];
@@ -1546,22 +1513,22 @@ static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_en
     r->requests = s->sch.n_requests;
     r->makespan_ms = (double)makespan / 1e6;
     r->tokens_per_s = makespan ? (double)r->tokens * 1e9 / (double)makespan : 0;
-    r->hit_rate = s->accesses ? (double)s->hits / (double)s->accesses : 0;
+    r->hit_rate = s->tally.accesses ? (double)s->tally.hits / (double)s->tally.accesses : 0;
     r->h2d_bytes = s->h2d_bytes;
     r->stall_ms = (double)s->stall_ns / 1e6;
     r->budget_bytes = s->bud.budget_bytes;
-    double mass = s->gate_hi + s->gate_lo + s->gate_skip;
-    r->precision_mix_hi = mass > 0 ? s->gate_hi / mass : 0;
-    r->precision_mix_lo = mass > 0 ? s->gate_lo / mass : 0;
-    r->precision_mix_skip = mass > 0 ? s->gate_skip / mass : 0;
+    double mass = s->tally.gate_hi + s->tally.gate_lo + s->tally.gate_skip;
+    r->precision_mix_hi = mass > 0 ? s->tally.gate_hi / mass : 0;
+    r->precision_mix_lo = mass > 0 ? s->tally.gate_lo / mass : 0;
+    r->precision_mix_skip = mass > 0 ? s->tally.gate_skip / mass : 0;
     r->prefetch_accuracy = s->pf_active ? (double)s->pf_hit / (double)s->pf_active : 0;
     r->prefetch_utilization = s->pf_issued_sets ? (double)s->pf_hit / (double)s->pf_issued_sets : 0;
     r->prefetches = s->prefetches;
     r->predictor_emulated = s->params.lookahead_emulated;
     r->predictor_accuracy = s->set.predictor_accuracy;
-    r->accesses = s->accesses;
-    r->hits = s->hits;
-    r->skipped_accesses = s->skipped;
+    r->accesses = s->tally.accesses;
+    r->hits = s->tally.hits;
+    r->skipped_accesses = s->tally.skipped;
     r->expert_ops = s->expert_ops;
     r->steps = s->sch.n_steps;
     r->sub_routes = s->sub_routes;

@@ -3,8 +3,10 @@
  * the routed gates. */
 #include "sim/route.h"
 
+#include <stddef.h>
 #include <string.h>
 
+#include "common/model.h"
 #include "policies/policy.h"
 #include "traces/trace.h"
 
@@ -68,4 +70,62 @@ void sim_route_prefetch_account(const sim_route_scratch *rs, uint32_t n_active,
     /* restore this route's slot stamps (the pass above reused the stamp array) */
     uint32_t gen = ++*rs->stamp_gen;
     for (uint32_t a = 0; a < n_active; a++) rs->stamp[rs->active[a]] = gen;
+}
+
+void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *experts,
+                              const float *gates, uint32_t n_slots, const uint8_t *layer_state,
+                              uint32_t P, const quant_table *q, uint32_t hi_bits,
+                              sim_route_tally *t) {
+    uint32_t gen = ++*rs->stamp_gen;
+    for (uint32_t i = 0; i < n_slots; i++) {
+        uint16_t e = experts[i];
+        if (e == TRACE_NO_EXPERT) continue;
+        uint8_t pr = rs->plan[rs->slot[e]];
+        if (pr == POLICY_RUN_SKIP) {
+            t->skipped++;
+            t->gate_skip += gates[i];
+            continue;
+        }
+        t->accesses++;
+        if (q->fmt[pr].weight_bits >= hi_bits)
+            t->gate_hi += gates[i];
+        else
+            t->gate_lo += gates[i];
+        if (rs->stamp[e] == gen) { /* served by the same fetch as an earlier access */
+            t->hits++;
+            continue;
+        }
+        rs->stamp[e] = gen;
+        const uint8_t *st = layer_state + ((size_t)e * P + pr) * PART_COUNT;
+        bool resident = true;
+        for (int part = 0; part < PART_COUNT; part++) resident &= st[part] == POLICY_RESIDENT;
+        t->hits += resident;
+    }
+}
+
+uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active,
+                                   const uint8_t *layer_state, uint32_t P,
+                                   uint64_t (*loading_seq)(const void *host, size_t part_index),
+                                   const void *host, uint32_t *order, uint64_t *order_key) {
+    uint32_t n_run = 0;
+    for (uint32_t a = 0; a < n_active; a++) {
+        uint8_t pr = rs->plan[a];
+        if (pr == POLICY_RUN_SKIP) continue;
+        size_t base = ((size_t)rs->active[a] * P + pr) * PART_COUNT;
+        uint64_t key = 0;
+        for (int part = 0; part < PART_COUNT; part++)
+            if (layer_state[base + part] == POLICY_LOADING) {
+                uint64_t k = loading_seq(host, base + (size_t)part) + 1;
+                if (k > key) key = k;
+            }
+        uint32_t j = n_run++;
+        while (j > 0 && order_key[j - 1] > key) {
+            order[j] = order[j - 1];
+            order_key[j] = order_key[j - 1];
+            j--;
+        }
+        order[j] = a;
+        order_key[j] = key;
+    }
+    return n_run;
 }

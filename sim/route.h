@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+#include "common/precision.h"
+
 /* The host's route scratch, borrowed: every array is [E] (experts per layer). */
 typedef struct sim_route_scratch {
     uint32_t *stamp;         /* [E] generation an expert was last seen in */
@@ -45,5 +47,34 @@ void sim_route_prefetch_account(const sim_route_scratch *rs, uint32_t n_active,
                                 const uint16_t *step_experts, uint32_t n_step_slots, uint8_t *mark,
                                 uint32_t E, uint32_t *pf_count, uint64_t *pf_hit,
                                 uint64_t *pf_active, uint64_t *pf_issued_sets);
+
+/* What one route's accesses did, for the run's totals (hit rate and precision mix). */
+typedef struct sim_route_tally {
+    uint64_t accesses; /* (token, slot) pairs whose expert ran */
+    uint64_t hits;     /* of those, found resident (or served by an earlier access's fetch) */
+    uint64_t skipped;  /* (token, slot) pairs whose expert the plan skipped */
+    double gate_hi, gate_lo, gate_skip; /* gate mass run at >= hi_bits, below, skipped */
+} sim_route_tally;
+
+/* Counts the route's accesses against the plan once the policy returned, so sim and replay
+ * define a hit and the precision mix the same way (sim/README.md): an access is a hit when every
+ * part of its expert at the planned precision is resident, or when an earlier access of the same
+ * route already counted its fetch. `layer_state` is the layer's policy_residency array
+ * [E][P][PART_COUNT] (P precisions); a run counts as HI when its format has at least `hi_bits`
+ * bits per weight in `q`. Adds to *t. */
+void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *experts,
+                              const float *gates, uint32_t n_slots, const uint8_t *layer_state,
+                              uint32_t P, const quant_table *q, uint32_t hi_bits,
+                              sim_route_tally *t);
+
+/* The order the planned experts run in, the same for both hosts: resident experts first, then by
+ * the issue order of their latest-issued loading part (`loading_seq(host, part_index)` returns
+ * that copy's issue sequence; part_index indexes layer_state). Writes the indices into `active`
+ * of the experts that run to order ([n_active]), with order_key as scratch ([n_active]); returns
+ * their count. Stable: ties keep ascending expert order. */
+uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active,
+                                   const uint8_t *layer_state, uint32_t P,
+                                   uint64_t (*loading_seq)(const void *host, size_t part_index),
+                                   const void *host, uint32_t *order, uint64_t *order_key);
 
 #endif

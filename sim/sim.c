@@ -203,9 +203,8 @@ struct policy_mem {
     uint64_t pf_hit, pf_active, pf_issued_sets;
 
     /* metrics */
-    uint64_t accesses, hits, skipped_accesses, expert_ops, stall_ns, warmup_bytes, h2d_bytes,
-        ssd_bytes, prefetches, sub_routes;
-    double gate_hi, gate_lo, gate_skip;
+    sim_route_tally tally; /* accesses, hits, skips and gate mass by precision class */
+    uint64_t expert_ops, stall_ns, warmup_bytes, h2d_bytes, ssd_bytes, prefetches, sub_routes;
     const sim_hooks *hooks;
     sim_timeline tl;
 
@@ -806,6 +805,14 @@ static void stream_wait_parts(sim_state *s, uint64_t *t, uint32_t layer, uint32_
 }
 
 /* One (sub-)route: tokens [i0, i1) of the step (their routing already gathered in r_*). */
+/* Issue sequence of the copy loading part `part_index` of the current layer (the callback of
+ * sim_route_execution_order; the layer is the one being routed). */
+static uint64_t loading_seq(const void *host, size_t part_index) {
+    const sim_state *s = host;
+    size_t layer_parts = (size_t)s->cur_layer * s->E * s->P * PART_COUNT;
+    return s->xf[s->xfer_of[layer_parts + part_index]].seq;
+}
+
 static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, uint32_t i0,
                       uint32_t i1, bool first_of_layer) {
     const uint32_t K = s->K;
@@ -862,55 +869,13 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
             MOESIM_ASSERT(s->state[lep * PART_COUNT + part] != POLICY_ABSENT);
         s->pinned[lep] = 1;
     }
-    uint32_t gen = ++s->stamp_gen;
-    for (uint32_t i = 0; i < n * K; i++) {
-        uint16_t e = ex[i];
-        if (e == TRACE_NO_EXPERT) continue;
-        uint32_t a = s->slot[e];
-        uint8_t pr = s->plan[a];
-        if (pr == POLICY_RUN_SKIP) {
-            s->skipped_accesses++;
-            s->gate_skip += gs[i];
-            continue;
-        }
-        s->accesses++;
-        if (s->cost.quant.fmt[pr].weight_bits >= prim_bits)
-            s->gate_hi += gs[i];
-        else
-            s->gate_lo += gs[i];
-        if (s->stamp[e] == gen) { /* served by the same fetch as an earlier access */
-            s->hits++;
-            continue;
-        }
-        s->stamp[e] = gen;
-        size_t base = idx_lep(s, layer, e, pr) * PART_COUNT;
-        bool resident = true;
-        for (int part = 0; part < PART_COUNT; part++)
-            resident &= s->state[base + part] == POLICY_RESIDENT;
-        s->hits += resident;
-    }
+    const size_t layer_parts = (size_t)layer * s->E * s->P * PART_COUNT;
+    sim_route_tally_accesses(&rs, ex, gs, n * K, s->state + layer_parts, s->P, &s->cost.quant,
+                             prim_bits, &s->tally);
 
     /* execution order: resident experts first, then by the order their copies were issued */
-    uint32_t n_run = 0;
-    for (uint32_t a = 0; a < n_active; a++) {
-        uint8_t pr = s->plan[a];
-        if (pr == POLICY_RUN_SKIP) continue;
-        size_t base = idx_lep(s, layer, s->active[a], pr) * PART_COUNT;
-        uint64_t key = 0;
-        for (int part = 0; part < PART_COUNT; part++)
-            if (s->state[base + part] == POLICY_LOADING) {
-                uint64_t k = s->xf[s->xfer_of[base + part]].seq + 1;
-                if (k > key) key = k;
-            }
-        uint32_t j = n_run++;
-        while (j > 0 && s->order_key[j - 1] > key) {
-            s->order[j] = s->order[j - 1];
-            s->order_key[j] = s->order_key[j - 1];
-            j--;
-        }
-        s->order[j] = a;
-        s->order_key[j] = key;
-    }
+    uint32_t n_run = sim_route_execution_order(&rs, n_active, s->state + layer_parts, s->P,
+                                               loading_seq, s, s->order, s->order_key);
     char name[80];
     for (uint32_t r = 0; r < n_run; r++) {
         uint32_t a = s->order[r];
@@ -1046,26 +1011,26 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->requests = R;
     r->makespan_ms = (double)makespan_ns / 1e6;
     r->tokens_per_s = makespan_ns ? (double)t->n_tokens * 1e9 / (double)makespan_ns : 0;
-    r->hit_rate = s->accesses ? (double)s->hits / (double)s->accesses : 0;
+    r->hit_rate = s->tally.accesses ? (double)s->tally.hits / (double)s->tally.accesses : 0;
     r->h2d_bytes = s->h2d_bytes;
     r->d2h_bytes = 0;
     r->ssd_bytes = s->ssd_bytes;
     r->stall_ms = (double)s->stall_ns / 1e6;
     r->peak_hbm_bytes = s->peak_hbm;
     r->budget_bytes = s->budget_bytes;
-    double mass = s->gate_hi + s->gate_lo + s->gate_skip;
-    r->precision_mix_hi = mass > 0 ? s->gate_hi / mass : 0;
-    r->precision_mix_lo = mass > 0 ? s->gate_lo / mass : 0;
-    r->precision_mix_skip = mass > 0 ? s->gate_skip / mass : 0;
+    double mass = s->tally.gate_hi + s->tally.gate_lo + s->tally.gate_skip;
+    r->precision_mix_hi = mass > 0 ? s->tally.gate_hi / mass : 0;
+    r->precision_mix_lo = mass > 0 ? s->tally.gate_lo / mass : 0;
+    r->precision_mix_skip = mass > 0 ? s->tally.gate_skip / mass : 0;
     r->prefetch_accuracy = s->pf_active ? (double)s->pf_hit / (double)s->pf_active : 0;
     r->prefetch_utilization = s->pf_issued_sets ? (double)s->pf_hit / (double)s->pf_issued_sets : 0;
     r->prefetches = s->prefetches;
     r->predictor_emulated = s->la_emulated;
     r->predictor_accuracy =
         s->la_emulated ? s->set.predictor_accuracy : recorded_predictor_accuracy(t);
-    r->accesses = s->accesses;
-    r->hits = s->hits;
-    r->skipped_accesses = s->skipped_accesses;
+    r->accesses = s->tally.accesses;
+    r->hits = s->tally.hits;
+    r->skipped_accesses = s->tally.skipped;
     r->expert_ops = s->expert_ops;
     r->warmup_h2d_bytes = s->warmup_bytes;
     r->steps = s->sch.n_steps;
