@@ -1,6 +1,7 @@
 /* The in-memory trace (traces/trace.c): allocation, trace_finish / trace_check invariants and
- * their messages, model geometry -> meta; and the HDF5 form (traces/trace_hdf5.c): round trip,
- * determinism, crash-safe writing. Malformed files are in test_trace_corpus.c. */
+ * their messages, model geometry -> meta; and the HDF5 form (traces/trace_write.c, trace_read.c):
+ * round trip, determinism, streaming in blocks, crash-safe writing. Malformed files are in
+ * test_trace_corpus.c. */
 #include <criterion/criterion.h>
 #include <hdf5.h>
 #include <jansson.h>
@@ -324,6 +325,124 @@ Test(trace, the_same_trace_gives_a_byte_identical_file) {
     cr_assert(memcmp(da, db, la) == 0, "files differ");
     free(da);
     free(db);
+    trace_destroy(t);
+}
+
+/* Tokens [from, from + n) of `t` as a block for trace_writer_append: a view sharing t's arrays
+ * (never trace_destroy'ed). */
+static trace block_view(const trace *t, uint64_t from, uint64_t n) {
+    trace b = *t;
+    b.n_tokens = n;
+    b.request_id += from;
+    b.position += from;
+    b.phase += from;
+    if (b.token_id) b.token_id += from;
+    b.expert_ids += from * trace_route_values(&t->meta);
+    b.gate_weights += from * trace_route_values(&t->meta);
+    if (b.importance) b.importance += from * t->meta.n_layers;
+    if (b.lookahead_ids) {
+        b.lookahead_ids += from * trace_lookahead_values(&t->meta);
+        b.lookahead_scores += from * trace_lookahead_values(&t->meta);
+    }
+    b.params_json = NULL;
+    return b;
+}
+
+/* Streams `t` to `path` in blocks whose sizes cycle through sizes[]; returns the first
+ * failure (the writer aborted) or MOESIM_OK (committed). */
+static moesim_status stream_trace(const trace *t, const char *path, const uint64_t *sizes,
+                                  size_t n_sizes, moesim_error *err) {
+    trace_writer *w = NULL;
+    moesim_status st =
+        trace_writer_open(&t->meta, t->n_tokens, t->n_requests, t->params_json, path, &w, err);
+    if (st) return st;
+    for (uint64_t from = 0, i = 0; from < t->n_tokens; i++) {
+        uint64_t n = sizes[i % n_sizes];
+        if (n > t->n_tokens - from) n = t->n_tokens - from;
+        trace b = block_view(t, from, n);
+        if ((st = trace_writer_append(w, &b, err))) {
+            trace_writer_abort(w);
+            return st;
+        }
+        from += n;
+    }
+    return trace_writer_commit(w, err);
+}
+
+Test(trace, streamed_blocks_of_any_size_give_the_file_trace_write_gives) {
+    /* ~10.6 KB per token: the writer flushes every ~1580 tokens (16 MiB), so 8001 tokens cross
+     * five flushes, with partial chunks left over at each and at the end */
+    trace *t = make_trace(24, 64, 8, 4, 16, 8001, true);
+    char whole[4096];
+    snprintf(whole, sizeof whole, "%s", test_tmp_path("whole.h5"));
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, whole, &err), MOESIM_OK, "%s", err.msg);
+    size_t lw;
+    unsigned char *want = slurp(whole, &lw);
+    static const uint64_t single[] = {1}, mixed[] = {7, 1000, 1, 333, 4096}, big[] = {8000};
+    const struct {
+        const uint64_t *sizes;
+        size_t n;
+    } splits[] = {{single, 1}, {mixed, 5}, {big, 1}};
+    for (size_t s = 0; s < sizeof splits / sizeof *splits; s++) {
+        const char *path = test_tmp_path("streamed.h5");
+        cr_assert_eq(stream_trace(t, path, splits[s].sizes, splits[s].n, &err), MOESIM_OK, "%s",
+                     err.msg);
+        size_t lg;
+        unsigned char *got = slurp(path, &lg);
+        cr_expect(lg == lw && memcmp(got, want, lw) == 0, "split %zu: file differs", s);
+        free(got);
+    }
+    trace *back = NULL;
+    cr_assert_eq(trace_read(test_tmp_path("streamed.h5"), &back, &err), MOESIM_OK, "%s", err.msg);
+    assert_same_trace(t, back);
+    trace_destroy(back);
+    free(want);
+    trace_destroy(t);
+}
+
+Test(trace,
+     a_stream_broken_in_a_later_block_names_the_token_of_the_whole_trace_and_leaves_no_file) {
+    trace *t = make_trace(4, 16, 2, 2, 3, 3000, true);
+    t->expert_ids[trace_route_index(t, 2500, 1)] = 99;
+    const char *path = test_tmp_path("broken-stream.h5");
+    moesim_error err = {0};
+    static const uint64_t blocks[] = {1000};
+    cr_assert_eq(stream_trace(t, path, blocks, 1, &err), MOESIM_EINPUT);
+    cr_expect(strstr(err.msg, "/routing/expert_ids[2500][1][0]: expert id 99 >= 16 experts") !=
+                  NULL,
+              "%s", err.msg);
+    cr_expect_not(test_file_exists(path));
+    trace_destroy(t);
+}
+
+Test(trace, a_stream_checks_request_positions_across_block_boundaries) {
+    trace *t = make_trace(4, 16, 2, 0, 0, 30, false);
+    t->position[8] = 3; /* token 8 is the first of the second block */
+    moesim_error err = {0};
+    static const uint64_t blocks[] = {8};
+    cr_assert_eq(stream_trace(t, test_tmp_path("positions.h5"), blocks, 1, &err), MOESIM_EINPUT);
+    cr_expect(strstr(err.msg, "/tokens/position[8]: position 3") != NULL, "%s", err.msg);
+    trace_destroy(t);
+}
+
+Test(trace, a_stream_with_more_or_fewer_tokens_than_announced_fails_without_a_file) {
+    trace *t = make_trace(4, 16, 2, 0, 0, 30, false);
+    const char *path = test_tmp_path("count.h5");
+    moesim_error err = {0};
+    trace_writer *w = NULL;
+    cr_assert_eq(trace_writer_open(&t->meta, 29, t->n_requests, NULL, path, &w, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_eq(trace_writer_append(w, t, &err), MOESIM_EINPUT);
+    cr_expect(strstr(err.msg, "1 more tokens than the 29 announced") != NULL, "%s", err.msg);
+    trace_writer_abort(w);
+    cr_expect_not(test_file_exists(path));
+    cr_assert_eq(trace_writer_open(&t->meta, 31, t->n_requests, NULL, path, &w, &err), MOESIM_OK,
+                 "%s", err.msg);
+    cr_assert_eq(trace_writer_append(w, t, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(trace_writer_commit(w, &err), MOESIM_EINPUT);
+    cr_expect(strstr(err.msg, "30 tokens appended, 31 announced") != NULL, "%s", err.msg);
+    cr_expect_not(test_file_exists(path));
     trace_destroy(t);
 }
 

@@ -1,5 +1,6 @@
 /* Router traces in memory: allocation, the invariant check every reader and writer runs, and
- * model geometry -> trace_meta. The HDF5 form lives in trace_hdf5.c (traces/FORMAT.md).
+ * model geometry -> trace_meta. The HDF5 form lives in trace_write.c and trace_read.c
+ * (traces/FORMAT.md).
  *
  * trace_check is on the path of every read, so it is written for speed: each array is first
  * scanned with branch-free reductions (and one bitmap per routing row for duplicate ids); only
@@ -193,79 +194,72 @@ moesim_status trace_finish(trace *t, const char *what, moesim_error *err) {
     return trace_check(t, what, err);
 }
 
-/* ---- trace_check: tokens ----------------------------------------------------------------- */
+/* ---- trace_check: tokens -----------------------------------------------------------------
+ *
+ * The token invariants span blocks (a request's positions continue from one block into the
+ * next), so they live in a trace_checker that a writer feeds block by block; trace_check is one
+ * block holding the whole trace. */
 
-static moesim_status check_tokens(const trace *t, const char *what, moesim_error *err) {
-    if (t->n_requests == 0 || t->n_requests > t->n_tokens)
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "%s: n_requests %" PRIu32 " outside 1..%" PRIu64 " (the token count)",
-                           what, t->n_requests, t->n_tokens);
-    /* per request: last position + 1 (0 = no token yet) and whether a decode token was seen */
-    uint64_t *last = moesim_xcalloc(t->n_requests, sizeof *last);
-    moesim_status st = MOESIM_OK;
-    uint32_t next_new = 0; /* the id the next new request must carry */
-    for (uint64_t i = 0; i < t->n_tokens && !st; i++) {
-        uint32_t r = t->request_id[i];
-        uint8_t ph = t->phase[i];
-        if (r > next_new) {
-            st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s: /tokens/request_id[%" PRIu64 "]: request id %" PRIu32
-                             " is not dense: expected at most %" PRIu32
-                             " (requests are numbered 0, 1, 2, ... by first appearance)",
-                             what, i, r, next_new);
-            break;
-        }
-        if (r >= t->n_requests) {
-            st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s: /tokens/request_id[%" PRIu64 "]: request id %" PRIu32
-                             " >= n_requests %" PRIu32,
-                             what, i, r, t->n_requests);
-            break;
-        }
-        if (r == next_new) next_new++;
-        if (ph > TRACE_DECODE) {
-            st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s: /tokens/phase[%" PRIu64 "]: phase %u is neither 0 (prefill) "
-                             "nor 1 (decode)",
-                             what, i, (unsigned)ph);
-            break;
-        }
-        uint64_t prev = last[r] >> 1; /* previous position + 1 */
-        bool decoded = last[r] & 1;
-        if (prev && (uint64_t)t->position[i] + 1 <= prev) {
-            st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s: /tokens/position[%" PRIu64 "]: position %" PRIu32
-                             " of request %" PRIu32 " does not increase (previous %" PRIu64 ")",
-                             what, i, t->position[i], r, prev - 1);
-            break;
-        }
-        if (decoded && ph == TRACE_PREFILL) {
-            st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s: /tokens/phase[%" PRIu64 "]: prefill token after a decode token "
-                             "in request %" PRIu32,
-                             what, i, r);
-            break;
-        }
-        last[r] = (((uint64_t)t->position[i] + 1) << 1) | (decoded || ph == TRACE_DECODE);
+void trace_checker_init(trace_checker *c, const trace_meta *meta, uint32_t n_requests,
+                        const char *what) {
+    *c = (trace_checker){.meta = meta, .what = what, .n_requests = n_requests};
+    c->last = moesim_xcalloc(n_requests ? n_requests : 1, sizeof *c->last);
+}
+
+void trace_checker_free(trace_checker *c) {
+    free(c->last);
+    c->last = NULL;
+}
+
+static moesim_status check_tokens(trace_checker *c, const trace *t, moesim_error *err) {
+    const char *what = c->what;
+    const uint64_t first = c->n_checked;
+    for (uint64_t j = 0; j < t->n_tokens; j++) {
+        const uint64_t i = first + j; /* the token's index in the whole trace */
+        uint32_t r = t->request_id[j];
+        uint8_t ph = t->phase[j];
+        if (r > c->next_new)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /tokens/request_id[%" PRIu64 "]: request id %" PRIu32
+                               " is not dense: expected at most %" PRIu32
+                               " (requests are numbered 0, 1, 2, ... by first appearance)",
+                               what, i, r, c->next_new);
+        if (r >= c->n_requests)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /tokens/request_id[%" PRIu64 "]: request id %" PRIu32
+                               " >= n_requests %" PRIu32,
+                               what, i, r, c->n_requests);
+        if (r == c->next_new) c->next_new++;
+        if (ph > TRACE_DECODE)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /tokens/phase[%" PRIu64 "]: phase %u is neither 0 (prefill) "
+                               "nor 1 (decode)",
+                               what, i, (unsigned)ph);
+        uint64_t prev = c->last[r] >> 1; /* previous position + 1 */
+        bool decoded = c->last[r] & 1;
+        if (prev && (uint64_t)t->position[j] + 1 <= prev)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /tokens/position[%" PRIu64 "]: position %" PRIu32
+                               " of request %" PRIu32 " does not increase (previous %" PRIu64 ")",
+                               what, i, t->position[j], r, prev - 1);
+        if (decoded && ph == TRACE_PREFILL)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /tokens/phase[%" PRIu64 "]: prefill token after a decode "
+                               "token in request %" PRIu32,
+                               what, i, r);
+        c->last[r] = (((uint64_t)t->position[j] + 1) << 1) | (decoded || ph == TRACE_DECODE);
     }
-    free(last);
-    if (st) return st;
-    if (next_new != t->n_requests)
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "%s: n_requests %" PRIu32 " disagrees with /tokens/request_id (%" PRIu32
-                           " requests)",
-                           what, t->n_requests, next_new);
     if (t->token_id) {
         int32_t min_id = 0;
-        for (uint64_t i = 0; i < t->n_tokens; i++)
-            min_id = t->token_id[i] < min_id ? t->token_id[i] : min_id;
+        for (uint64_t j = 0; j < t->n_tokens; j++)
+            min_id = t->token_id[j] < min_id ? t->token_id[j] : min_id;
         if (min_id < 0)
-            for (uint64_t i = 0; i < t->n_tokens; i++)
-                if (t->token_id[i] < 0)
+            for (uint64_t j = 0; j < t->n_tokens; j++)
+                if (t->token_id[j] < 0)
                     return moesim_fail(err, MOESIM_EINPUT,
                                        "%s: /tokens/token_id[%" PRIu64 "]: token id %" PRId32
                                        " is negative",
-                                       what, i, t->token_id[i]);
+                                       what, first + j, t->token_id[j]);
     }
     return MOESIM_OK;
 }
@@ -273,8 +267,9 @@ static moesim_status check_tokens(const trace *t, const char *what, moesim_error
 /* ---- trace_check: routing ---------------------------------------------------------------- */
 
 /* Describes the first bad value of routing row `row` (token i, layer l); `row` is known bad. */
-static moesim_status describe_route_row(const trace *t, uint64_t i, uint32_t l, const char *what,
-                                        moesim_error *err) {
+/* `i` indexes the block `t`; messages name token first + i of the whole trace. */
+static moesim_status describe_route_row(const trace *t, uint64_t first, uint64_t i, uint32_t l,
+                                        const char *what, moesim_error *err) {
     const trace_meta *m = &t->meta;
     const uint16_t *ids = trace_experts(t, i, l);
     const float *g = trace_gates(t, i, l);
@@ -295,7 +290,7 @@ static moesim_status describe_route_row(const trace *t, uint64_t i, uint32_t l, 
                                    "%s: /routing/gate_weights[%" PRIu64 "][%" PRIu32 "][%" PRIu32
                                    "]: gate weight %g on an unrecorded row (all expert ids %u) "
                                    "must be 0",
-                                   what, i, l, j, (double)g[j], (unsigned)TRACE_NO_EXPERT);
+                                   what, first + i, l, j, (double)g[j], (unsigned)TRACE_NO_EXPERT);
         MOESIM_UNREACHABLE();
     }
     if (none > 0)
@@ -303,14 +298,14 @@ static moesim_status describe_route_row(const trace *t, uint64_t i, uint32_t l, 
                            "%s: /routing/expert_ids[%" PRIu64 "][%" PRIu32 "]: row partly "
                            "unrecorded: slot %" PRIu32 " is %u (no expert) but slot %" PRIu32
                            " is expert %u (a row is all %u or all expert ids)",
-                           what, i, l, first_none, (unsigned)TRACE_NO_EXPERT, first_id,
+                           what, first + i, l, first_none, (unsigned)TRACE_NO_EXPERT, first_id,
                            (unsigned)ids[first_id], (unsigned)TRACE_NO_EXPERT);
     for (uint32_t j = 0; j < k; j++)
         if (ids[j] >= m->n_experts)
             return moesim_fail(err, MOESIM_EINPUT,
                                "%s: /routing/expert_ids[%" PRIu64 "][%" PRIu32 "][%" PRIu32
                                "]: expert id %u >= %" PRIu32 " experts",
-                               what, i, l, j, (unsigned)ids[j], m->n_experts);
+                               what, first + i, l, j, (unsigned)ids[j], m->n_experts);
     for (uint32_t j = 1; j < k; j++)
         for (uint32_t a = 0; a < j; a++)
             if (ids[a] == ids[j])
@@ -318,18 +313,18 @@ static moesim_status describe_route_row(const trace *t, uint64_t i, uint32_t l, 
                                    "%s: /routing/expert_ids[%" PRIu64 "][%" PRIu32 "][%" PRIu32
                                    "]: expert %u appears twice in one top-k (also at [%" PRIu32
                                    "])",
-                                   what, i, l, j, (unsigned)ids[j], a);
+                                   what, first + i, l, j, (unsigned)ids[j], a);
     for (uint32_t j = 0; j < k; j++) {
         if (!isfinite(g[j]))
             return moesim_fail(err, MOESIM_EINPUT,
                                "%s: /routing/gate_weights[%" PRIu64 "][%" PRIu32 "][%" PRIu32
                                "]: gate weight %g is not finite",
-                               what, i, l, j, (double)g[j]);
+                               what, first + i, l, j, (double)g[j]);
         if (!(g[j] >= 0.0f && g[j] <= 1.0f))
             return moesim_fail(err, MOESIM_EINPUT,
                                "%s: /routing/gate_weights[%" PRIu64 "][%" PRIu32 "][%" PRIu32
                                "]: gate weight %g outside [0, 1]",
-                               what, i, l, j, (double)g[j]);
+                               what, first + i, l, j, (double)g[j]);
     }
     MOESIM_UNREACHABLE();
 }
@@ -357,19 +352,21 @@ static inline bool route_row_ok(const uint16_t *ids, const float *g, uint32_t k,
     return ok;
 }
 
-static moesim_status check_routing(const trace *t, const char *what, moesim_error *err) {
+static moesim_status check_routing(const trace *t, uint64_t first, const char *what,
+                                   moesim_error *err) {
     const trace_meta *m = &t->meta;
     uint64_t seen[MODEL_MAX_EXPERTS / 64 + 1] = {0};
     const uint32_t k = m->top_k, L = m->n_layers, E = m->n_experts;
     const uint64_t rows = t->n_tokens * L;
     for (uint64_t r = 0; r < rows; r++) {
         if (!route_row_ok(t->expert_ids + r * k, t->gate_weights + r * k, k, E, seen))
-            return describe_route_row(t, r / L, (uint32_t)(r % L), what, err);
+            return describe_route_row(t, first, r / L, (uint32_t)(r % L), what, err);
     }
     return MOESIM_OK;
 }
 
-static moesim_status check_importance(const trace *t, const char *what, moesim_error *err) {
+static moesim_status check_importance(const trace *t, uint64_t first, const char *what,
+                                      moesim_error *err) {
     if (!t->importance) return MOESIM_OK;
     const uint64_t n = t->n_tokens * t->meta.n_layers;
     bool ok = true;
@@ -382,13 +379,14 @@ static moesim_status check_importance(const trace *t, const char *what, moesim_e
             return moesim_fail(err, MOESIM_EINPUT,
                                "%s: /routing/importance[%" PRIu64 "][%" PRIu64
                                "]: importance %g is %s",
-                               what, i / t->meta.n_layers, i % t->meta.n_layers, (double)v,
+                               what, first + i / t->meta.n_layers, i % t->meta.n_layers, (double)v,
                                isfinite(v) ? "negative" : "not finite");
     }
     MOESIM_UNREACHABLE();
 }
 
-static moesim_status check_lookahead(const trace *t, const char *what, moesim_error *err) {
+static moesim_status check_lookahead(const trace *t, uint64_t first, const char *what,
+                                     moesim_error *err) {
     const trace_meta *m = &t->meta;
     if (m->lookahead_depth == 0) return MOESIM_OK;
     const uint32_t L = m->n_layers, D = m->lookahead_depth, K = m->lookahead_k, E = m->n_experts;
@@ -409,30 +407,31 @@ static moesim_status check_lookahead(const trace *t, const char *what, moesim_er
             for (size_t j = 0; j < per_layer; j++) {
                 uint32_t d = (uint32_t)(j / K) + 1, c = (uint32_t)(j % K);
                 if (j < n_in && ids[j] == TRACE_NO_EXPERT)
-                    return moesim_fail(err, MOESIM_EINPUT,
-                                       "%s: /lookahead/expert_ids[%" PRIu64 "][%" PRIu32
-                                       "][%" PRIu32 "][%" PRIu32
-                                       "]: padding %u where layer %" PRIu32 " + distance %" PRIu32
-                                       " < %" PRIu32 " layers (expected an expert id)",
-                                       what, i, l, d - 1, c, (unsigned)TRACE_NO_EXPERT, l, d, L);
+                    return moesim_fail(
+                        err, MOESIM_EINPUT,
+                        "%s: /lookahead/expert_ids[%" PRIu64 "][%" PRIu32 "][%" PRIu32 "][%" PRIu32
+                        "]: padding %u where layer %" PRIu32 " + distance %" PRIu32 " < %" PRIu32
+                        " layers (expected an expert id)",
+                        what, first + i, l, d - 1, c, (unsigned)TRACE_NO_EXPERT, l, d, L);
                 if (j < n_in && ids[j] >= E)
                     return moesim_fail(err, MOESIM_EINPUT,
                                        "%s: /lookahead/expert_ids[%" PRIu64 "][%" PRIu32
                                        "][%" PRIu32 "][%" PRIu32 "]: expert id %u >= %" PRIu32
                                        " experts",
-                                       what, i, l, d - 1, c, (unsigned)ids[j], E);
+                                       what, first + i, l, d - 1, c, (unsigned)ids[j], E);
                 if (j >= n_in && ids[j] != TRACE_NO_EXPERT)
-                    return moesim_fail(
-                        err, MOESIM_EINPUT,
-                        "%s: /lookahead/expert_ids[%" PRIu64 "][%" PRIu32 "][%" PRIu32 "][%" PRIu32
-                        "]: expected padding %u "
-                        "(layer %" PRIu32 " + distance %" PRIu32 " >= %" PRIu32 " layers), got %u",
-                        what, i, l, d - 1, c, (unsigned)TRACE_NO_EXPERT, l, d, L, (unsigned)ids[j]);
+                    return moesim_fail(err, MOESIM_EINPUT,
+                                       "%s: /lookahead/expert_ids[%" PRIu64 "][%" PRIu32
+                                       "][%" PRIu32 "][%" PRIu32 "]: expected padding %u "
+                                       "(layer %" PRIu32 " + distance %" PRIu32 " >= %" PRIu32
+                                       " layers), got %u",
+                                       what, first + i, l, d - 1, c, (unsigned)TRACE_NO_EXPERT, l,
+                                       d, L, (unsigned)ids[j]);
                 if (!isfinite(sc[j]))
                     return moesim_fail(err, MOESIM_EINPUT,
                                        "%s: /lookahead/scores[%" PRIu64 "][%" PRIu32 "][%" PRIu32
                                        "][%" PRIu32 "]: score %g is not finite",
-                                       what, i, l, d - 1, c, (double)sc[j]);
+                                       what, first + i, l, d - 1, c, (double)sc[j]);
             }
             MOESIM_UNREACHABLE();
         }
@@ -440,18 +439,54 @@ static moesim_status check_lookahead(const trace *t, const char *what, moesim_er
     return MOESIM_OK;
 }
 
+moesim_status trace_checker_block(trace_checker *c, const trace *block, moesim_error *err) {
+    MOESIM_ASSERT(block->meta.n_layers == c->meta->n_layers &&
+                  block->meta.top_k == c->meta->top_k &&
+                  block->meta.lookahead_depth == c->meta->lookahead_depth &&
+                  block->meta.lookahead_k == c->meta->lookahead_k);
+    MOESIM_ASSERT(block->request_id && block->position && block->phase && block->expert_ids &&
+                  block->gate_weights);
+    MOESIM_ASSERT(!block->meta.has_token_ids == !block->token_id);
+    MOESIM_ASSERT(!block->meta.has_importance == !block->importance);
+    MOESIM_ASSERT(!block->meta.lookahead_depth == !block->lookahead_ids &&
+                  !block->meta.lookahead_depth == !block->lookahead_scores);
+    const uint64_t first = c->n_checked;
+    moesim_status st = check_tokens(c, block, err);
+    if (!st) st = check_routing(block, first, c->what, err);
+    if (!st) st = check_importance(block, first, c->what, err);
+    if (!st) st = check_lookahead(block, first, c->what, err);
+    c->n_checked += block->n_tokens;
+    return st;
+}
+
+moesim_status trace_checker_finish(const trace_checker *c, moesim_error *err) {
+    if (c->next_new != c->n_requests)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: n_requests %" PRIu32 " disagrees with /tokens/request_id (%" PRIu32
+                           " requests)",
+                           c->what, c->n_requests, c->next_new);
+    return MOESIM_OK;
+}
+
+moesim_status trace_counts_check(uint64_t n_tokens, uint32_t n_requests, const char *what,
+                                 moesim_error *err) {
+    if (n_tokens == 0)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: the trace holds no tokens", what);
+    if (n_requests == 0 || n_requests > n_tokens)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: n_requests %" PRIu32 " outside 1..%" PRIu64 " (the token count)",
+                           what, n_requests, n_tokens);
+    return MOESIM_OK;
+}
+
 moesim_status trace_check(const trace *t, const char *what, moesim_error *err) {
     moesim_status st = trace_meta_check(&t->meta, what, err);
+    if (!st) st = trace_counts_check(t->n_tokens, t->n_requests, what, err);
     if (st) return st;
-    if (t->n_tokens == 0)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: the trace holds no tokens", what);
-    MOESIM_ASSERT(t->request_id && t->position && t->phase && t->expert_ids && t->gate_weights);
-    MOESIM_ASSERT(!t->meta.has_token_ids == !t->token_id);
-    MOESIM_ASSERT(!t->meta.has_importance == !t->importance);
-    MOESIM_ASSERT(!t->meta.lookahead_depth == !t->lookahead_ids &&
-                  !t->meta.lookahead_depth == !t->lookahead_scores);
-    if ((st = check_tokens(t, what, err))) return st;
-    if ((st = check_routing(t, what, err))) return st;
-    if ((st = check_importance(t, what, err))) return st;
-    return check_lookahead(t, what, err);
+    trace_checker c;
+    trace_checker_init(&c, &t->meta, t->n_requests, what);
+    st = trace_checker_block(&c, t, err);
+    if (!st) st = trace_checker_finish(&c, err);
+    trace_checker_free(&c);
+    return st;
 }

@@ -24,12 +24,12 @@
 #include "common/model.h"
 #include "common/status.h"
 
-#define TRACE_FORMAT_NAME "moesim-trace"
-#define TRACE_FORMAT_VERSION 1u
-#define TRACE_NO_EXPERT UINT16_MAX /* look-ahead padding beyond the last layer; unrecorded row */
-#define TRACE_MAX_TOP_K 64
+#define TRACE_FORMAT_NAME         "moesim-trace"
+#define TRACE_FORMAT_VERSION      1u
+#define TRACE_NO_EXPERT           UINT16_MAX /* look-ahead padding beyond the last layer; unrecorded row */
+#define TRACE_MAX_TOP_K           64
 #define TRACE_MAX_LOOKAHEAD_DEPTH 16
-#define TRACE_MAX_LOOKAHEAD_K 256
+#define TRACE_MAX_LOOKAHEAD_K     256
 
 enum trace_phase { TRACE_PREFILL = 0, TRACE_DECODE = 1 };
 
@@ -44,8 +44,8 @@ typedef struct trace_meta {
     uint32_t n_shared_experts; /* always-on experts per layer (not in the routing arrays) */
     gate_normalization gate_norm;
     uint32_t model_layer[MODEL_MAX_LAYERS]; /* [n_layers] model layer index of each MoE layer */
-    uint32_t lookahead_depth;  /* D: 0 when the trace has no look-ahead predictions */
-    uint32_t lookahead_k;      /* K' candidates per distance (0 when D == 0) */
+    uint32_t lookahead_depth;               /* D: 0 when the trace has no look-ahead predictions */
+    uint32_t lookahead_k;                   /* K' candidates per distance (0 when D == 0) */
     bool has_importance;
     bool has_token_ids;
     uint64_t model_config_hash; /* hash of the checkpoint config (engine traces), else 0 */
@@ -76,6 +76,30 @@ void trace_destroy(trace *t); /* accepts NULL */
  * messages (a path, or "synthesized trace"). */
 moesim_status trace_finish(trace *t, const char *what, moesim_error *err);
 moesim_status trace_check(const trace *t, const char *what, moesim_error *err);
+/* "the trace holds no tokens" / n_requests outside 1..n_tokens: the count part of trace_check,
+ * for writers that learn the counts before the data. */
+moesim_status trace_counts_check(uint64_t n_tokens, uint32_t n_requests, const char *what,
+                                 moesim_error *err);
+
+/* trace_check fed one block of tokens at a time, in token order, for writers that never hold
+ * the whole trace (trace_writer). A block is a trace of the same geometry whose arrays hold the
+ * block's tokens and whose request ids are those of the whole trace; messages name tokens by
+ * their index in the whole trace. trace_check is one block holding everything. */
+typedef struct trace_checker {
+    const trace_meta *meta;
+    const char *what;    /* names the trace in messages */
+    uint32_t n_requests; /* of the whole trace */
+    uint32_t next_new;   /* the id the next new request must carry */
+    uint64_t n_checked;  /* tokens checked so far: the index of the next block's first token */
+    uint64_t *last;      /* [n_requests] (last position + 1) << 1 | decode seen */
+} trace_checker;
+void trace_checker_init(trace_checker *c, const trace_meta *meta, uint32_t n_requests,
+                        const char *what);
+moesim_status trace_checker_block(trace_checker *c, const trace *block, moesim_error *err);
+/* After the last block: every request of n_requests appeared. */
+moesim_status trace_checker_finish(const trace_checker *c, moesim_error *err);
+void trace_checker_free(trace_checker *c);
+
 /* The meta part of trace_check alone (geometry bounds, look-ahead shape, layer map); readers
  * run it before sizing anything from a file. */
 moesim_status trace_meta_check(const trace_meta *meta, const char *what, moesim_error *err);
@@ -100,6 +124,21 @@ const char *trace_phase_name(uint8_t phase);
  * caller's thread. The caller owns *out (trace_destroy). */
 moesim_status trace_write(const trace *t, const char *path, moesim_error *err);
 moesim_status trace_read(const char *path, trace **out, moesim_error *err);
+
+/* Writing a trace without holding it whole: open with the counts (known up front, e.g. from a
+ * request plan), append blocks of tokens in order (a block as for trace_checker; each is
+ * checked before it is staged), then commit, which writes what is left, syncs and renames.
+ * Memory stays at a few chunks per dataset, whatever the trace length. The file is the one
+ * trace_write makes of the whole trace (trace_write is open + one append + commit): bytes do
+ * not depend on how the tokens were split into blocks. After a failed append, call
+ * trace_writer_abort; commit and abort free the writer and leave no file behind on failure. */
+typedef struct trace_writer trace_writer;
+moesim_status trace_writer_open(const trace_meta *meta, uint64_t n_tokens, uint32_t n_requests,
+                                const char *params_json, const char *path, trace_writer **out,
+                                moesim_error *err);
+moesim_status trace_writer_append(trace_writer *w, const trace *block, moesim_error *err);
+moesim_status trace_writer_commit(trace_writer *w, moesim_error *err);
+void trace_writer_abort(trace_writer *w); /* accepts NULL */
 
 /* Row accessors. */
 static inline size_t trace_route_index(const trace *t, uint64_t token, uint32_t layer) {

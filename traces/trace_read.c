@@ -1,23 +1,17 @@
-/* The HDF5 form of a router trace: trace_write and trace_read (traces/FORMAT.md is the
- * reference for every attribute and dataset written here).
+/* Reading the HDF5 form of a router trace: trace_read (traces/FORMAT.md is the reference for
+ * every attribute and dataset read here; trace_write.c writes them).
  *
- * Writing: the trace is checked first (an invalid trace is never written), then written into a
- * temporary file beside the destination (common/atomic_file.h) and renamed over it once closed
- * and synced; on any failure the temporary is removed. Files are byte-identical for identical
- * traces: object modification times are off on every group and dataset, the library's format
- * version bounds are fixed (v1.8 objects), and the chunk size depends only on the shape.
- *
- * Reading: the HDF5 error stack is silenced and every failure becomes one line naming the file
- * and the attribute or dataset. Order of checks: plain file (exists, not empty, HDF5 signature),
+ * The HDF5 error stack is silenced and every failure becomes one line naming the file and the
+ * attribute or dataset. Order of checks: plain file (exists, not empty, HDF5 signature),
  * format name and version, geometry attributes (trace_meta_check), every dataset's presence,
  * type and shape, then storage sizes against the shape and the file size (so a corrupt header
  * cannot ask for a giant allocation), then the data, then every value (trace_finish ->
- * trace_check). */
+ * trace_check). Datasets laid out as our writer lays them out are inflated in parallel
+ * (traces/h5_chunks.h); others go through H5Dread. */
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,423 +19,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "common/atomic_file.h"
 #include "common/check.h"
+#include "traces/h5_chunks.h"
 #include "traces/trace.h"
-
-/* Chunks hold about this many bytes of uncompressed data (whole tokens along N). Measured with
- * bench/bench_trace_io (48 x 8 routing): 64 KiB to 4 MiB chunks read and write within 10% of
- * each other (deflate dominates); 1 MiB keeps chunk counts low and reads fastest. */
-#define TRACE_CHUNK_TARGET_BYTES (1024u * 1024u)
-/* deflate cannot expand data by more than this factor when decompressing (its best case is
- * 258 bytes from a 2-bit code, about 1032:1); a dataset claiming more is corrupt. */
-#define DEFLATE_MAX_RATIO 1100u
-#define DEFLATE_LEVEL     1
-/* Longest params_json attribute written and read (bytes, without the terminator). */
-#define TRACE_PARAMS_JSON_MAX (1u << 20)
-/* Threads that (de)compress chunks, and chunks each handles per batch. */
-#define CHUNK_MAX_THREADS     8
-#define CHUNK_JOBS_PER_THREAD 2
-/* Larger chunks (other writers) are read through H5Dread rather than buffered per thread. */
-#define CHUNK_MAX_BYTES (64u * 1024u * 1024u)
-
-/* ---- HDF5 error capture ------------------------------------------------------------------ */
-
-static herr_t first_error_cb(unsigned n, const H5E_error2_t *e, void *data) {
-    char *buf = data;
-    if (n == 0 && e->desc) snprintf(buf, 160, "%s", e->desc);
-    return 0;
-}
-
-/* The innermost HDF5 error description (the most specific one), then clears the stack. */
-static const char *h5_reason(char buf[160]) {
-    buf[0] = '\0';
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, first_error_cb, buf);
-    H5Eclear2(H5E_DEFAULT);
-    if (!buf[0]) snprintf(buf, 160, "HDF5 library error");
-    return buf;
-}
-
-static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
-
-static void h5_close(hid_t *id, herr_t (*close_fn)(hid_t)) {
-    if (*id >= 0) close_fn(*id);
-    *id = H5I_INVALID_HID;
-}
-
-/* ---- chunk codec: shuffle + deflate of whole chunks, in parallel --------------------------
- *
- * HDF5 runs filters one chunk at a time on the calling thread; deflate then bounds writing at
- * about 70 MB/s. Since our chunks are whole rows along N, each chunk is a contiguous slice of
- * the in-memory array: worker threads shuffle and deflate (or inflate and unshuffle) batches
- * of chunks while only the calling thread talks to HDF5 (H5Dwrite_chunk / H5Dread_chunk, in
- * chunk order, so the file bytes do not depend on the thread count). The bytes are exactly
- * what HDF5's own shuffle and deflate filters produce and expect: any HDF5 reader (h5py)
- * reads the file, and files from other writers are read through H5Dread when their layout or
- * filters differ from ours. */
-
-typedef struct chunk_job {
-    const unsigned char *src; /* pack: the chunk's rows in the caller's array */
-    unsigned char *dst;       /* unpack: where the chunk's rows go in the caller's array */
-    unsigned char *raw;       /* [chunk_bytes] a short last chunk, zero-padded to full size */
-    size_t raw_bytes;         /* bytes of real data in this chunk (the last one may be short) */
-    unsigned char *packed;    /* [packed_cap] shuffled + deflated bytes */
-    size_t packed_bytes;
-    int zrc; /* zlib status of this job */
-} chunk_job;
-
-typedef struct chunk_batch {
-    chunk_job *jobs;
-    size_t n_jobs;
-    size_t chunk_bytes, elem_size, packed_cap;
-    unsigned char **scratch; /* [n_threads][chunk_bytes] shuffle buffers */
-    bool pack;               /* true: shuffle + deflate; false: inflate + unshuffle */
-    unsigned n_threads;
-} chunk_batch;
-
-typedef struct chunk_worker {
-    chunk_batch *b;
-    unsigned index;
-} chunk_worker;
-
-/* HDF5's shuffle: byte j of element i goes to j * n + i. */
-static void shuffle_bytes(unsigned char *dst, const unsigned char *src, size_t n, size_t s) {
-    for (size_t j = 0; j < s; j++) {
-        unsigned char *out = dst + j * n;
-        const unsigned char *in = src + j;
-        for (size_t i = 0; i < n; i++) out[i] = in[i * s];
-    }
-}
-
-static void unshuffle_bytes(unsigned char *dst, const unsigned char *src, size_t n, size_t s) {
-    for (size_t j = 0; j < s; j++) {
-        const unsigned char *in = src + j * n;
-        unsigned char *out = dst + j;
-        for (size_t i = 0; i < n; i++) out[i * s] = in[i];
-    }
-}
-
-static void *chunk_worker_run(void *arg) {
-    chunk_worker *w = arg;
-    chunk_batch *b = w->b;
-    unsigned char *tmp = b->scratch[w->index];
-    const size_t n_elems = b->chunk_bytes / b->elem_size;
-    for (size_t j = w->index; j < b->n_jobs; j += b->n_threads) {
-        chunk_job *job = &b->jobs[j];
-        const bool full = job->raw_bytes == b->chunk_bytes;
-        if (b->pack) {
-            const unsigned char *src = job->src;
-            if (!full) { /* HDF5 stores edge chunks whole: pad with zeros */
-                memcpy(job->raw, job->src, job->raw_bytes);
-                memset(job->raw + job->raw_bytes, 0, b->chunk_bytes - job->raw_bytes);
-                src = job->raw;
-            }
-            if (b->elem_size > 1 && n_elems > 1) {
-                shuffle_bytes(tmp, src, n_elems, b->elem_size);
-                src = tmp;
-            }
-            uLongf out = (uLongf)b->packed_cap;
-            job->zrc = compress2(job->packed, &out, src, (uLong)b->chunk_bytes, DEFLATE_LEVEL);
-            job->packed_bytes = out;
-        } else {
-            bool shuffled = b->elem_size > 1 && n_elems > 1;
-            unsigned char *target = full ? job->dst : job->raw;
-            uLongf out = (uLongf)b->chunk_bytes;
-            job->zrc =
-                uncompress(shuffled ? tmp : target, &out, job->packed, (uLong)job->packed_bytes);
-            if (job->zrc == Z_OK && out != b->chunk_bytes) job->zrc = Z_DATA_ERROR;
-            if (job->zrc == Z_OK && shuffled) unshuffle_bytes(target, tmp, n_elems, b->elem_size);
-            if (job->zrc == Z_OK && !full) memcpy(job->dst, job->raw, job->raw_bytes);
-        }
-    }
-    return NULL;
-}
-
-/* Runs the batch on up to n_threads threads (the caller's thread is one of them). */
-static void chunk_batch_run(chunk_batch *b) {
-    chunk_worker workers[CHUNK_MAX_THREADS];
-    pthread_t threads[CHUNK_MAX_THREADS];
-    unsigned n = b->n_threads < b->n_jobs ? b->n_threads : (unsigned)b->n_jobs;
-    unsigned started = 0;
-    for (unsigned i = 0; i < n; i++) workers[i] = (chunk_worker){b, i};
-    for (unsigned i = 1; i < n; i++) {
-        if (pthread_create(&threads[i], NULL, chunk_worker_run, &workers[i]) != 0) break;
-        started = i;
-    }
-    /* jobs of threads that could not start run here, after this thread's own */
-    chunk_worker_run(&workers[0]);
-    for (unsigned i = 1; i <= started; i++) pthread_join(threads[i], NULL);
-    for (unsigned i = started + 1; i < n; i++) chunk_worker_run(&workers[i]);
-}
-
-static unsigned chunk_threads(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1) n = 1;
-    return n > CHUNK_MAX_THREADS ? CHUNK_MAX_THREADS : (unsigned)n;
-}
-
-/* Allocates a batch of `n_jobs` job buffers; false when memory is short. */
-static bool chunk_batch_init(chunk_batch *b, size_t chunk_bytes, size_t elem_size, bool pack) {
-    memset(b, 0, sizeof *b);
-    b->n_threads = chunk_threads();
-    b->n_jobs = (size_t)b->n_threads * CHUNK_JOBS_PER_THREAD;
-    b->chunk_bytes = chunk_bytes;
-    b->elem_size = elem_size;
-    b->packed_cap = compressBound((uLong)chunk_bytes);
-    b->pack = pack;
-    b->jobs = calloc(b->n_jobs, sizeof *b->jobs);
-    b->scratch = calloc(b->n_threads, sizeof *b->scratch);
-    bool ok = b->jobs && b->scratch;
-    for (size_t j = 0; ok && j < b->n_jobs; j++) {
-        b->jobs[j].raw = malloc(chunk_bytes);
-        b->jobs[j].packed = malloc(b->packed_cap);
-        ok = b->jobs[j].raw && b->jobs[j].packed;
-    }
-    for (unsigned i = 0; ok && i < b->n_threads; i++) ok = (b->scratch[i] = malloc(chunk_bytes));
-    return ok;
-}
-
-static void chunk_batch_free(chunk_batch *b) {
-    for (size_t j = 0; b->jobs && j < b->n_jobs; j++) {
-        free(b->jobs[j].raw);
-        free(b->jobs[j].packed);
-    }
-    for (unsigned i = 0; b->scratch && i < b->n_threads; i++) free(b->scratch[i]);
-    free(b->jobs);
-    free(b->scratch);
-}
-
-/* ---- writing ----------------------------------------------------------------------------- */
-
-typedef struct writer {
-    const char *path; /* destination, for messages */
-    hid_t file;
-    char why[160];
-    moesim_error *err;
-} writer;
-
-static moesim_status write_fail(writer *w, const char *object) {
-    return moesim_fail(w->err, MOESIM_EIO, "%s: %s: cannot write (%s)", w->path, object,
-                       h5_reason(w->why));
-}
-
-static moesim_status write_attr(writer *w, const char *name, hid_t ftype, hid_t mtype,
-                                const void *value) {
-    hid_t space = H5Screate(H5S_SCALAR);
-    hid_t a = space < 0 ? H5I_INVALID_HID
-                        : H5Acreate2(w->file, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t rc = a < 0 ? -1 : H5Awrite(a, mtype, value);
-    h5_close(&a, H5Aclose);
-    h5_close(&space, H5Sclose);
-    return rc < 0 ? write_fail(w, name) : MOESIM_OK;
-}
-
-static moesim_status write_attr_u32(writer *w, const char *name, uint32_t v) {
-    return write_attr(w, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v);
-}
-
-static moesim_status write_attr_str(writer *w, const char *name, const char *s) {
-    hid_t type = H5Tcopy(H5T_C_S1);
-    if (type < 0 || H5Tset_size(type, H5T_VARIABLE) < 0 || H5Tset_cset(type, H5T_CSET_UTF8) < 0) {
-        h5_close(&type, H5Tclose);
-        return write_fail(w, name);
-    }
-    moesim_status st = write_attr(w, name, type, type, &s);
-    h5_close(&type, H5Tclose);
-    return st;
-}
-
-static moesim_status write_group(writer *w, const char *name) {
-    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
-    herr_t rc = gcpl < 0 ? -1 : H5Pset_obj_track_times(gcpl, 0);
-    hid_t g = rc < 0 ? H5I_INVALID_HID : H5Gcreate2(w->file, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
-    moesim_status st = g < 0 ? write_fail(w, name) : MOESIM_OK;
-    h5_close(&g, H5Gclose);
-    h5_close(&gcpl, H5Pclose);
-    return st;
-}
-
-/* Tokens per chunk for a dataset whose one token holds `row_bytes`. */
-static hsize_t chunk_tokens(uint64_t n_tokens, size_t row_bytes) {
-    uint64_t c = TRACE_CHUNK_TARGET_BYTES / row_bytes;
-    if (c < 1) c = 1;
-    return c < n_tokens ? c : n_tokens;
-}
-
-/* Writes `data` ([n_rows] rows of row_bytes) as chunks of chunk_rows rows through the codec. */
-static moesim_status write_chunks(writer *w, const char *name, hid_t d, const void *data,
-                                  uint64_t n_rows, size_t row_bytes, hsize_t chunk_rows,
-                                  size_t elem_size) {
-    const size_t chunk_bytes = (size_t)chunk_rows * row_bytes;
-    const uint64_t total = n_rows * row_bytes, n_chunks = (n_rows + chunk_rows - 1) / chunk_rows;
-    chunk_batch b;
-    if (!chunk_batch_init(&b, chunk_bytes, elem_size, true)) {
-        chunk_batch_free(&b);
-        return moesim_fail(w->err, MOESIM_ENOMEM, "%s: %s: out of memory for chunk buffers",
-                           w->path, name);
-    }
-    const size_t per_batch = b.n_jobs;
-    moesim_status st = MOESIM_OK;
-    for (uint64_t first = 0; first < n_chunks && !st; first += per_batch) {
-        b.n_jobs = n_chunks - first < per_batch ? (size_t)(n_chunks - first) : per_batch;
-        for (size_t j = 0; j < b.n_jobs; j++) {
-            uint64_t at = (first + j) * chunk_bytes;
-            b.jobs[j].raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
-            b.jobs[j].src = (const unsigned char *)data + at;
-        }
-        chunk_batch_run(&b);
-        for (size_t j = 0; j < b.n_jobs && !st; j++) {
-            hsize_t offset[4] = {(first + j) * chunk_rows, 0, 0, 0};
-            if (b.jobs[j].zrc != Z_OK)
-                st = moesim_fail(w->err, MOESIM_EIO, "%s: %s: deflate failed (zlib error %d)",
-                                 w->path, name, b.jobs[j].zrc);
-            else if (H5Dwrite_chunk(d, H5P_DEFAULT, 0, offset, b.jobs[j].packed_bytes,
-                                    b.jobs[j].packed) < 0)
-                st = write_fail(w, name);
-        }
-    }
-    b.n_jobs = per_batch;
-    chunk_batch_free(&b);
-    return st;
-}
-
-/* One dataset of shape dims[0..rank) (dims[0] = tokens or layers), chunked along dims[0],
- * shuffled and deflated, written whole from `data`. */
-static moesim_status write_dataset(writer *w, const char *name, hid_t ftype, hid_t mtype, int rank,
-                                   const hsize_t *dims, const void *data) {
-    hsize_t chunk[4];
-    size_t row_bytes = H5Tget_size(mtype);
-    for (int i = 1; i < rank; i++) row_bytes *= dims[i];
-    chunk[0] = chunk_tokens(dims[0], row_bytes);
-    for (int i = 1; i < rank; i++) chunk[i] = dims[i];
-    hid_t space = H5I_INVALID_HID, d = H5I_INVALID_HID;
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    herr_t rc = dcpl < 0 ? -1 : H5Pset_obj_track_times(dcpl, 0);
-    if (rc >= 0) rc = H5Pset_chunk(dcpl, rank, chunk);
-    if (rc >= 0) rc = H5Pset_shuffle(dcpl);
-    if (rc >= 0) rc = H5Pset_deflate(dcpl, DEFLATE_LEVEL);
-    if (rc >= 0) rc = (space = H5Screate_simple(rank, dims, NULL)) < 0 ? -1 : 0;
-    if (rc >= 0)
-        rc = (d = H5Dcreate2(w->file, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0 ? -1
-                                                                                               : 0;
-    moesim_status st = MOESIM_OK;
-    if (rc >= 0 && H5Tequal(ftype, mtype) > 0)
-        st = write_chunks(w, name, d, data, dims[0], row_bytes, chunk[0], H5Tget_size(mtype));
-    else if (rc >= 0) /* a host whose byte order differs from the file's: let HDF5 convert */
-        rc = H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
-    if (rc < 0) st = write_fail(w, name);
-    h5_close(&d, H5Dclose);
-    h5_close(&space, H5Sclose);
-    h5_close(&dcpl, H5Pclose);
-    return st;
-}
-
-static moesim_status write_contents(writer *w, const trace *t) {
-    const trace_meta *m = &t->meta;
-    moesim_status st = MOESIM_OK;
-    uint32_t version = TRACE_FORMAT_VERSION;
-    if (!st) st = write_attr_str(w, "format", TRACE_FORMAT_NAME);
-    if (!st) st = write_attr_u32(w, "format_version", version);
-    if (!st) st = write_attr_str(w, "model", m->model);
-    if (!st) st = write_attr_u32(w, "n_layers", m->n_layers);
-    if (!st) st = write_attr_u32(w, "n_experts", m->n_experts);
-    if (!st) st = write_attr_u32(w, "top_k", m->top_k);
-    if (!st) st = write_attr_u32(w, "n_shared_experts", m->n_shared_experts);
-    if (!st) st = write_attr_str(w, "gate_normalization", trace_gate_norm_name(m->gate_norm));
-    if (!st) st = write_attr_str(w, "source", m->source);
-    if (!st) st = write_attr_str(w, "tool_version", m->tool_version);
-    if (!st) st = write_attr_u32(w, "lookahead_depth", m->lookahead_depth);
-    if (!st) st = write_attr_u32(w, "lookahead_k", m->lookahead_k);
-    if (!st)
-        st = write_attr(w, "model_config_hash", H5T_STD_U64LE, H5T_NATIVE_UINT64,
-                        &m->model_config_hash);
-    if (!st && t->params_json) st = write_attr_str(w, "params_json", t->params_json);
-
-    const hsize_t N = t->n_tokens, L = m->n_layers, k = m->top_k, D = m->lookahead_depth,
-                  Kp = m->lookahead_k;
-    const hsize_t tok[1] = {N}, route[3] = {N, L, k}, per_layer[2] = {N, L},
-                  look[4] = {N, L, D, Kp}, layers[1] = {L};
-    if (!st) st = write_group(w, "/tokens");
-    if (!st)
-        st = write_dataset(w, "/tokens/request_id", H5T_STD_U32LE, H5T_NATIVE_UINT32, 1, tok,
-                           t->request_id);
-    if (!st)
-        st = write_dataset(w, "/tokens/position", H5T_STD_U32LE, H5T_NATIVE_UINT32, 1, tok,
-                           t->position);
-    if (!st)
-        st = write_dataset(w, "/tokens/phase", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1, tok, t->phase);
-    if (!st && t->token_id)
-        st = write_dataset(w, "/tokens/token_id", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, tok,
-                           t->token_id);
-    if (!st) st = write_group(w, "/routing");
-    if (!st)
-        st = write_dataset(w, "/routing/expert_ids", H5T_STD_U16LE, H5T_NATIVE_UINT16, 3, route,
-                           t->expert_ids);
-    if (!st)
-        st = write_dataset(w, "/routing/gate_weights", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, route,
-                           t->gate_weights);
-    if (!st && t->importance)
-        st = write_dataset(w, "/routing/importance", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, per_layer,
-                           t->importance);
-    if (!st && D) {
-        st = write_group(w, "/lookahead");
-        if (!st)
-            st = write_dataset(w, "/lookahead/expert_ids", H5T_STD_U16LE, H5T_NATIVE_UINT16, 4,
-                               look, t->lookahead_ids);
-        if (!st)
-            st = write_dataset(w, "/lookahead/scores", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, look,
-                               t->lookahead_scores);
-    }
-    if (!st) st = write_group(w, "/layers");
-    if (!st)
-        st = write_dataset(w, "/layers/model_layer", H5T_STD_U32LE, H5T_NATIVE_UINT32, 1, layers,
-                           m->model_layer);
-    return st;
-}
-
-static moesim_status sync_path(const char *tmp, const char *path, moesim_error *err) {
-    int fd = open(tmp, O_RDONLY);
-    int bad = fd < 0 || fsync(fd) != 0;
-    int e = errno;
-    if (fd >= 0) close(fd);
-    return bad ? moesim_fail(err, MOESIM_EIO, "%s: cannot sync the written trace: %s", path,
-                             strerror(e))
-               : MOESIM_OK;
-}
-
-moesim_status trace_write(const trace *t, const char *path, moesim_error *err) {
-    moesim_status st = trace_check(t, path, err);
-    if (st) return st;
-    if (t->params_json && strlen(t->params_json) > TRACE_PARAMS_JSON_MAX)
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "%s: params_json: %zu characters, at most %u can be stored", path,
-                           strlen(t->params_json), TRACE_PARAMS_JSON_MAX);
-    h5_quiet();
-    if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0 || H5Zfilter_avail(H5Z_FILTER_SHUFFLE) <= 0)
-        return moesim_fail(err, MOESIM_EIO, "%s: this HDF5 library lacks deflate or shuffle", path);
-    atomic_file af;
-    if ((st = atomic_file_begin_path(&af, path, err))) return st;
-    writer w = {.path = path, .file = H5I_INVALID_HID, .err = err};
-    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), fapl = H5Pcreate(H5P_FILE_ACCESS);
-    herr_t rc = fcpl < 0 || fapl < 0 ? -1 : H5Pset_obj_track_times(fcpl, 0);
-    if (rc >= 0) rc = H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
-    if (rc >= 0) w.file = H5Fcreate(af.tmp_path, H5F_ACC_TRUNC, fcpl, fapl);
-    h5_close(&fcpl, H5Pclose);
-    h5_close(&fapl, H5Pclose);
-    if (w.file < 0) {
-        st = moesim_fail(err, MOESIM_EIO, "%s: cannot create the HDF5 file (%s)", path,
-                         h5_reason(w.why));
-    } else {
-        st = write_contents(&w, t);
-        if (H5Fclose(w.file) < 0 && !st) st = write_fail(&w, "file close");
-    }
-    if (!st) st = sync_path(af.tmp_path, path, err);
-    if (st) {
-        atomic_file_abort(&af);
-        return st;
-    }
-    return atomic_file_commit(&af, err);
-}
 
 /* ---- reading ----------------------------------------------------------------------------- */
 
@@ -732,7 +312,7 @@ static moesim_status chunk_read_fail(reader *r, const dataset_spec *spec, uint64
                      what);
 }
 
-/* Reads a dataset written by write_chunks: raw chunks on this thread, inflate in parallel.
+/* Reads a dataset laid out by our writer: raw chunks on this thread, inflate in parallel.
  * *fallback is set when a chunk was stored some other way (then nothing was read). */
 static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, void *buf,
                                  hsize_t chunk_rows, bool *fallback) {
@@ -753,7 +333,7 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
         return moesim_fail(r->err, MOESIM_ENOMEM, "%s: %s: out of memory for chunk buffers",
                            r->path, spec->name);
     }
-    const size_t per_batch = b.n_jobs;
+    const size_t per_batch = b.jobs_cap;
     moesim_status st = MOESIM_OK;
     for (uint64_t first = 0; first < n_chunks && !st && !*fallback; first += per_batch) {
         b.n_jobs = n_chunks - first < per_batch ? (size_t)(n_chunks - first) : per_batch;
@@ -786,7 +366,6 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
                                                                   : "deflate data do not inflate");
     }
     H5Eclear2(H5E_DEFAULT);
-    b.n_jobs = per_batch;
     chunk_batch_free(&b);
     return st;
 }

@@ -1,0 +1,155 @@
+/* The HDF5 plumbing trace_write.c and trace_read.c share: one-line HDF5 error reasons and
+ * the parallel chunk codec (traces/h5_chunks.h). */
+#include "traces/h5_chunks.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common/check.h"
+
+/* ---- HDF5 error capture ------------------------------------------------------------------ */
+
+static herr_t first_error_cb(unsigned n, const H5E_error2_t *e, void *data) {
+    char *buf = data;
+    if (n == 0 && e->desc) snprintf(buf, 160, "%s", e->desc);
+    return 0;
+}
+
+/* The innermost HDF5 error description (the most specific one), then clears the stack. */
+const char *h5_reason(char buf[160]) {
+    buf[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, first_error_cb, buf);
+    H5Eclear2(H5E_DEFAULT);
+    if (!buf[0]) snprintf(buf, 160, "HDF5 library error");
+    return buf;
+}
+
+void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+void h5_close(hid_t *id, herr_t (*close_fn)(hid_t)) {
+    if (*id >= 0) close_fn(*id);
+    *id = H5I_INVALID_HID;
+}
+
+/* ---- chunk codec ------------------------------------------------------------------------ */
+
+typedef struct chunk_worker {
+    chunk_batch *b;
+    unsigned index;
+} chunk_worker;
+
+/* HDF5's shuffle: byte j of element i goes to j * n + i. */
+static void shuffle_bytes(unsigned char *dst, const unsigned char *src, size_t n, size_t s) {
+    for (size_t j = 0; j < s; j++) {
+        unsigned char *out = dst + j * n;
+        const unsigned char *in = src + j;
+        for (size_t i = 0; i < n; i++) out[i] = in[i * s];
+    }
+}
+
+static void unshuffle_bytes(unsigned char *dst, const unsigned char *src, size_t n, size_t s) {
+    for (size_t j = 0; j < s; j++) {
+        const unsigned char *in = src + j * n;
+        unsigned char *out = dst + j;
+        for (size_t i = 0; i < n; i++) out[i * s] = in[i];
+    }
+}
+
+static void *chunk_worker_run(void *arg) {
+    chunk_worker *w = arg;
+    chunk_batch *b = w->b;
+    unsigned char *tmp = b->scratch[w->index];
+    const size_t n_elems = b->chunk_bytes / b->elem_size;
+    for (size_t j = w->index; j < b->n_jobs; j += b->n_threads) {
+        chunk_job *job = &b->jobs[j];
+        const bool full = job->raw_bytes == b->chunk_bytes;
+        if (b->pack) {
+            const unsigned char *src = job->src;
+            if (!full) { /* HDF5 stores edge chunks whole: pad with zeros */
+                memcpy(job->raw, job->src, job->raw_bytes);
+                memset(job->raw + job->raw_bytes, 0, b->chunk_bytes - job->raw_bytes);
+                src = job->raw;
+            }
+            if (b->elem_size > 1 && n_elems > 1) {
+                shuffle_bytes(tmp, src, n_elems, b->elem_size);
+                src = tmp;
+            }
+            uLongf out = (uLongf)b->packed_cap;
+            job->zrc = compress2(job->packed, &out, src, (uLong)b->chunk_bytes, DEFLATE_LEVEL);
+            job->packed_bytes = out;
+        } else {
+            bool shuffled = b->elem_size > 1 && n_elems > 1;
+            unsigned char *target = full ? job->dst : job->raw;
+            uLongf out = (uLongf)b->chunk_bytes;
+            job->zrc =
+                uncompress(shuffled ? tmp : target, &out, job->packed, (uLong)job->packed_bytes);
+            if (job->zrc == Z_OK && out != b->chunk_bytes) job->zrc = Z_DATA_ERROR;
+            if (job->zrc == Z_OK && shuffled) unshuffle_bytes(target, tmp, n_elems, b->elem_size);
+            if (job->zrc == Z_OK && !full) memcpy(job->dst, job->raw, job->raw_bytes);
+        }
+    }
+    return NULL;
+}
+
+void chunk_batch_run(chunk_batch *b) {
+    chunk_worker workers[CHUNK_MAX_THREADS];
+    pthread_t threads[CHUNK_MAX_THREADS];
+    unsigned n = b->n_threads < b->n_jobs ? b->n_threads : (unsigned)b->n_jobs;
+    unsigned started = 0;
+    for (unsigned i = 0; i < n; i++) workers[i] = (chunk_worker){b, i};
+    for (unsigned i = 1; i < n; i++) {
+        if (pthread_create(&threads[i], NULL, chunk_worker_run, &workers[i]) != 0) break;
+        started = i;
+    }
+    /* jobs of threads that could not start run here, after this thread's own */
+    chunk_worker_run(&workers[0]);
+    for (unsigned i = 1; i <= started; i++) pthread_join(threads[i], NULL);
+    for (unsigned i = started + 1; i < n; i++) chunk_worker_run(&workers[i]);
+}
+
+static unsigned chunk_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    return n > CHUNK_MAX_THREADS ? CHUNK_MAX_THREADS : (unsigned)n;
+}
+
+bool chunk_batch_init(chunk_batch *b, size_t chunk_bytes, size_t elem_size, bool pack) {
+    memset(b, 0, sizeof *b);
+    b->cap_bytes = chunk_bytes;
+    b->n_threads = chunk_threads();
+    b->n_jobs = b->jobs_cap = (size_t)b->n_threads * CHUNK_JOBS_PER_THREAD;
+    b->chunk_bytes = chunk_bytes;
+    b->elem_size = elem_size;
+    b->packed_cap = compressBound((uLong)chunk_bytes);
+    b->pack = pack;
+    b->jobs = calloc(b->n_jobs, sizeof *b->jobs);
+    b->scratch = calloc(b->n_threads, sizeof *b->scratch);
+    bool ok = b->jobs && b->scratch;
+    for (size_t j = 0; ok && j < b->jobs_cap; j++) {
+        b->jobs[j].raw = malloc(chunk_bytes);
+        b->jobs[j].packed = malloc(b->packed_cap);
+        ok = b->jobs[j].raw && b->jobs[j].packed;
+    }
+    for (unsigned i = 0; ok && i < b->n_threads; i++) ok = (b->scratch[i] = malloc(chunk_bytes));
+    return ok;
+}
+
+void chunk_batch_shape(chunk_batch *b, size_t chunk_bytes, size_t elem_size) {
+    MOESIM_ASSERT(chunk_bytes <= b->cap_bytes && elem_size > 0 && chunk_bytes % elem_size == 0);
+    b->chunk_bytes = chunk_bytes;
+    b->elem_size = elem_size;
+}
+
+void chunk_batch_free(chunk_batch *b) {
+    for (size_t j = 0; b->jobs && j < b->jobs_cap; j++) {
+        free(b->jobs[j].raw);
+        free(b->jobs[j].packed);
+    }
+    for (unsigned i = 0; b->scratch && i < b->n_threads; i++) free(b->scratch[i]);
+    free(b->jobs);
+    free(b->scratch);
+}

@@ -1,0 +1,76 @@
+/* Internal to traces/: what the trace writer (trace_write.c) and reader (trace_read.c) share.
+ *
+ * HDF5 errors: the library's error stack is silenced (h5_quiet) and its innermost description
+ * becomes the reason in our one-line messages (h5_reason).
+ *
+ * The chunk codec: HDF5 runs filters one chunk at a time on the calling thread; deflate then
+ * bounds writing at about 70 MB/s. Since our chunks are whole rows along N, each chunk is a
+ * contiguous slice of an array: worker threads shuffle and deflate (or inflate and unshuffle)
+ * batches of chunks while only the calling thread talks to HDF5 (H5Dwrite_chunk /
+ * H5Dread_chunk, in chunk order, so the file bytes do not depend on the thread count). The
+ * bytes are exactly what HDF5's own shuffle and deflate filters produce and expect: any HDF5
+ * reader (h5py) reads the file, and files from other writers are read through H5Dread when
+ * their layout or filters differ from ours. */
+#ifndef MOESIM_TRACES_H5_CHUNKS_H
+#define MOESIM_TRACES_H5_CHUNKS_H
+
+#include <hdf5.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Chunks hold about this many bytes of uncompressed data (whole tokens along N). Measured with
+ * bench/bench_trace_io (48 x 8 routing): 64 KiB to 4 MiB chunks read and write within 10% of
+ * each other (deflate dominates); 1 MiB keeps chunk counts low and reads fastest. */
+#define TRACE_CHUNK_TARGET_BYTES (1024u * 1024u)
+/* deflate cannot expand data by more than this factor when decompressing (its best case is
+ * 258 bytes from a 2-bit code, about 1032:1); a dataset claiming more is corrupt. */
+#define DEFLATE_MAX_RATIO 1100u
+#define DEFLATE_LEVEL     1
+/* Longest params_json attribute written and read (bytes, without the terminator). */
+#define TRACE_PARAMS_JSON_MAX (1u << 20)
+/* Threads that (de)compress chunks, and chunks each handles per batch. */
+#define CHUNK_MAX_THREADS     8
+#define CHUNK_JOBS_PER_THREAD 2
+/* Larger chunks (other writers) are read through H5Dread rather than buffered per thread. */
+#define CHUNK_MAX_BYTES (64u * 1024u * 1024u)
+
+/* The innermost HDF5 error description (the most specific one), then clears the stack. */
+const char *h5_reason(char buf[160]);
+void h5_quiet(void);
+/* Closes *id when open and marks it closed. */
+void h5_close(hid_t *id, herr_t (*close_fn)(hid_t));
+
+typedef struct chunk_job {
+    const unsigned char *src; /* pack: the chunk's rows in the caller's array */
+    unsigned char *dst;       /* unpack: where the chunk's rows go in the caller's array */
+    unsigned char *raw;       /* [cap_bytes] a short last chunk, zero-padded to full size */
+    size_t raw_bytes;         /* bytes of real data in this chunk (the last one may be short) */
+    unsigned char *packed;    /* [packed_cap] shuffled + deflated bytes */
+    size_t packed_bytes;
+    int zrc; /* zlib status of this job */
+} chunk_job;
+
+typedef struct chunk_batch {
+    chunk_job *jobs;
+    size_t n_jobs;           /* jobs of the next run, <= jobs_cap */
+    size_t jobs_cap;         /* jobs allocated */
+    size_t chunk_bytes;      /* full chunk size of the next run, <= cap_bytes */
+    size_t elem_size;        /* shuffle element size of the next run */
+    size_t cap_bytes;        /* largest chunk the buffers hold */
+    size_t packed_cap;       /* deflate bound of cap_bytes */
+    unsigned char **scratch; /* [n_threads][cap_bytes] shuffle buffers */
+    bool pack;               /* true: shuffle + deflate; false: inflate + unshuffle */
+    unsigned n_threads;
+} chunk_batch;
+
+/* Allocates n_threads * CHUNK_JOBS_PER_THREAD jobs (b->jobs_cap = b->n_jobs) with buffers for
+ * chunks of up to `chunk_bytes`, shaped for chunks of exactly that size; false when memory is short
+ * (free it anyway with chunk_batch_free). */
+bool chunk_batch_init(chunk_batch *b, size_t chunk_bytes, size_t elem_size, bool pack);
+/* Sets the chunk size and element size of the next runs (chunk_bytes <= cap_bytes). */
+void chunk_batch_shape(chunk_batch *b, size_t chunk_bytes, size_t elem_size);
+/* Runs b->n_jobs jobs on up to n_threads threads (the caller's thread is one of them). */
+void chunk_batch_run(chunk_batch *b);
+void chunk_batch_free(chunk_batch *b);
+
+#endif

@@ -1,0 +1,461 @@
+/* Writing the HDF5 form of a router trace (traces/FORMAT.md is the reference for every
+ * attribute and dataset written here): the streaming trace_writer, and trace_write on top of it.
+ *
+ * Crash safety: the file is a temporary beside the destination (common/atomic_file.h), renamed
+ * over it once closed and synced; on any failure the temporary is removed. Every block is
+ * checked (trace_checker) before it is staged, so an invalid trace never becomes a file.
+ *
+ * Layout and determinism: each dataset is chunked along its first dimension (about
+ * TRACE_CHUNK_TARGET_BYTES of whole rows per chunk), shuffled and deflated by the chunk codec
+ * (traces/h5_chunks.h). Rows are staged per dataset; each time the token count crosses a
+ * multiple of the stride (a function of the geometry only), the complete chunks of every
+ * dataset, in dataset order, are compressed and written; commit writes the rest. The order of
+ * chunks in the file thus depends on the trace alone, never on how the caller split it into
+ * blocks nor on the thread count, and with object times off and the format bounds fixed (v1.8
+ * objects) identical traces give byte-identical files. */
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common/alloc.h"
+#include "common/atomic_file.h"
+#include "common/check.h"
+#include "traces/h5_chunks.h"
+#include "traces/trace.h"
+
+/* Tokens staged between two flushes: about this many bytes of all datasets together. Larger
+ * strides give the codec more chunks to spread over threads per flush (16 MiB: ~9 look-ahead
+ * score chunks for Qwen3-30B-A3B with D = 3, K' = 16) at the price of staging memory (about
+ * twice the stride, whatever the trace length). */
+#define WRITER_STRIDE_BYTES (16u * 1024u * 1024u)
+
+/* The datasets, in the order they are created and flushed. */
+enum {
+    WD_REQUEST_ID,
+    WD_POSITION,
+    WD_PHASE,
+    WD_TOKEN_ID,
+    WD_EXPERT_IDS,
+    WD_GATE_WEIGHTS,
+    WD_IMPORTANCE,
+    WD_LOOK_IDS,
+    WD_LOOK_SCORES,
+    WD_MODEL_LAYER,
+    WD_COUNT
+};
+
+typedef struct staged_dataset {
+    const char *name;
+    hid_t d;              /* H5I_INVALID_HID: not in this trace */
+    hid_t mtype;          /* the memory type of the rows */
+    bool raw;             /* file type == memory type: chunks go through our codec */
+    size_t row_bytes;     /* one row along dimension 0 */
+    size_t elem_size;     /* bytes per value (the shuffle's element) */
+    uint64_t chunk_rows;  /* rows per chunk */
+    unsigned char *stage; /* [stage_cap][row_bytes]: rows written .. written + staged - 1 */
+    uint64_t stage_cap;
+    uint64_t staged;  /* rows waiting in stage */
+    uint64_t written; /* rows already in the file (whole chunks until commit) */
+} staged_dataset;
+
+struct trace_writer {
+    char *path;     /* destination, for messages */
+    atomic_file af; /* zeroed until begun: aborting it is then a no-op */
+    hid_t file;
+    char why[160];
+    trace_meta meta;
+    trace_checker check;
+    uint64_t n_tokens;      /* announced at open */
+    uint64_t appended;      /* tokens appended so far */
+    uint64_t stride_tokens; /* a flush each time `appended` crosses a multiple of this */
+    staged_dataset ds[WD_COUNT];
+    chunk_batch batch;
+};
+
+static moesim_status write_fail(trace_writer *w, const char *object, moesim_error *err) {
+    return moesim_fail(err, MOESIM_EIO, "%s: %s: cannot write (%s)", w->path, object,
+                       h5_reason(w->why));
+}
+
+static moesim_status write_attr(trace_writer *w, const char *name, hid_t ftype, hid_t mtype,
+                                const void *value, moesim_error *err) {
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t a = space < 0 ? H5I_INVALID_HID
+                        : H5Acreate2(w->file, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a < 0 ? -1 : H5Awrite(a, mtype, value);
+    h5_close(&a, H5Aclose);
+    h5_close(&space, H5Sclose);
+    return rc < 0 ? write_fail(w, name, err) : MOESIM_OK;
+}
+
+static moesim_status write_attr_u32(trace_writer *w, const char *name, uint32_t v,
+                                    moesim_error *err) {
+    return write_attr(w, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v, err);
+}
+
+static moesim_status write_attr_str(trace_writer *w, const char *name, const char *s,
+                                    moesim_error *err) {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    if (type < 0 || H5Tset_size(type, H5T_VARIABLE) < 0 || H5Tset_cset(type, H5T_CSET_UTF8) < 0) {
+        h5_close(&type, H5Tclose);
+        return write_fail(w, name, err);
+    }
+    moesim_status st = write_attr(w, name, type, type, &s, err);
+    h5_close(&type, H5Tclose);
+    return st;
+}
+
+static moesim_status write_group(trace_writer *w, const char *name, moesim_error *err) {
+    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+    herr_t rc = gcpl < 0 ? -1 : H5Pset_obj_track_times(gcpl, 0);
+    hid_t g = rc < 0 ? H5I_INVALID_HID : H5Gcreate2(w->file, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    moesim_status st = g < 0 ? write_fail(w, name, err) : MOESIM_OK;
+    h5_close(&g, H5Gclose);
+    h5_close(&gcpl, H5Pclose);
+    return st;
+}
+
+/* Rows per chunk for a dataset of n_rows rows of row_bytes each. */
+static uint64_t chunk_rows_for(uint64_t n_rows, size_t row_bytes) {
+    uint64_t c = TRACE_CHUNK_TARGET_BYTES / row_bytes;
+    if (c < 1) c = 1;
+    return c < n_rows ? c : n_rows;
+}
+
+/* Creates dataset `which` of shape dims[0..rank), chunked along dims[0], shuffled and deflated,
+ * and its stage. */
+static moesim_status create_dataset(trace_writer *w, int which, const char *name, hid_t ftype,
+                                    hid_t mtype, int rank, const hsize_t *dims, moesim_error *err) {
+    staged_dataset *s = &w->ds[which];
+    s->name = name;
+    s->mtype = mtype;
+    s->elem_size = H5Tget_size(mtype);
+    s->row_bytes = s->elem_size;
+    for (int i = 1; i < rank; i++) s->row_bytes *= dims[i];
+    s->chunk_rows = chunk_rows_for(dims[0], s->row_bytes);
+    s->raw = H5Tequal(ftype, mtype) > 0; /* else a host whose byte order differs from the file's */
+    uint64_t cap = s->chunk_rows - 1 + w->stride_tokens;
+    s->stage_cap = cap < dims[0] ? cap : dims[0];
+    s->stage = malloc(s->stage_cap * s->row_bytes);
+    if (!s->stage)
+        return moesim_fail(err, MOESIM_ENOMEM, "%s: %s: out of memory for staging", w->path, name);
+    hsize_t chunk[4];
+    chunk[0] = s->chunk_rows;
+    for (int i = 1; i < rank; i++) chunk[i] = dims[i];
+    hid_t space = H5I_INVALID_HID;
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    herr_t rc = dcpl < 0 ? -1 : H5Pset_obj_track_times(dcpl, 0);
+    if (rc >= 0) rc = H5Pset_chunk(dcpl, rank, chunk);
+    if (rc >= 0) rc = H5Pset_shuffle(dcpl);
+    if (rc >= 0) rc = H5Pset_deflate(dcpl, DEFLATE_LEVEL);
+    if (rc >= 0) rc = (space = H5Screate_simple(rank, dims, NULL)) < 0 ? -1 : 0;
+    if (rc >= 0) s->d = H5Dcreate2(w->file, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    h5_close(&space, H5Sclose);
+    h5_close(&dcpl, H5Pclose);
+    return s->d < 0 ? write_fail(w, name, err) : MOESIM_OK;
+}
+
+/* The rows of dataset `which` in a block (NULL for the layer map, which comes from meta). */
+static const void *block_rows(const trace *t, int which) {
+    switch (which) {
+    case WD_REQUEST_ID:
+        return t->request_id;
+    case WD_POSITION:
+        return t->position;
+    case WD_PHASE:
+        return t->phase;
+    case WD_TOKEN_ID:
+        return t->token_id;
+    case WD_EXPERT_IDS:
+        return t->expert_ids;
+    case WD_GATE_WEIGHTS:
+        return t->gate_weights;
+    case WD_IMPORTANCE:
+        return t->importance;
+    case WD_LOOK_IDS:
+        return t->lookahead_ids;
+    case WD_LOOK_SCORES:
+        return t->lookahead_scores;
+    default:
+        MOESIM_UNREACHABLE();
+    }
+}
+
+static void stage_rows(staged_dataset *s, const void *rows, uint64_t n) {
+    MOESIM_ASSERT(s->staged + n <= s->stage_cap);
+    memcpy(s->stage + s->staged * s->row_bytes, rows, n * s->row_bytes);
+    s->staged += n;
+}
+
+/* Writes the staged rows of whole chunks (all staged rows when `final`) and keeps the rest. */
+static moesim_status flush_dataset(trace_writer *w, staged_dataset *s, bool final,
+                                   moesim_error *err) {
+    const uint64_t n_chunks =
+        final ? (s->staged + s->chunk_rows - 1) / s->chunk_rows : s->staged / s->chunk_rows;
+    if (n_chunks == 0) return MOESIM_OK;
+    const uint64_t rows = final ? s->staged : n_chunks * s->chunk_rows;
+    const size_t chunk_bytes = (size_t)s->chunk_rows * s->row_bytes;
+    const uint64_t staged_bytes = s->staged * s->row_bytes;
+    if (!s->raw) { /* let HDF5 convert and filter */
+        hsize_t start[4] = {s->written, 0, 0, 0}, count[4];
+        hid_t fspace = H5Dget_space(s->d);
+        int rank = fspace < 0 ? -1 : H5Sget_simple_extent_dims(fspace, count, NULL);
+        hid_t mspace = H5I_INVALID_HID;
+        herr_t rc = rank < 1 ? -1 : 0;
+        if (rc >= 0) {
+            count[0] = rows;
+            rc = H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL);
+        }
+        if (rc >= 0) rc = (mspace = H5Screate_simple(rank, count, NULL)) < 0 ? -1 : 0;
+        if (rc >= 0) rc = H5Dwrite(s->d, s->mtype, mspace, fspace, H5P_DEFAULT, s->stage);
+        h5_close(&mspace, H5Sclose);
+        h5_close(&fspace, H5Sclose);
+        if (rc < 0) return write_fail(w, s->name, err);
+    } else {
+        chunk_batch *b = &w->batch;
+        chunk_batch_shape(b, chunk_bytes, s->elem_size);
+        for (uint64_t first = 0; first < n_chunks; first += b->jobs_cap) {
+            b->n_jobs = n_chunks - first < b->jobs_cap ? (size_t)(n_chunks - first) : b->jobs_cap;
+            for (size_t j = 0; j < b->n_jobs; j++) {
+                uint64_t at = (first + j) * chunk_bytes;
+                b->jobs[j].raw_bytes =
+                    staged_bytes - at < chunk_bytes ? (size_t)(staged_bytes - at) : chunk_bytes;
+                b->jobs[j].src = s->stage + at;
+            }
+            chunk_batch_run(b);
+            for (size_t j = 0; j < b->n_jobs; j++) {
+                hsize_t offset[4] = {s->written + (first + j) * s->chunk_rows, 0, 0, 0};
+                if (b->jobs[j].zrc != Z_OK)
+                    return moesim_fail(err, MOESIM_EIO, "%s: %s: deflate failed (zlib error %d)",
+                                       w->path, s->name, b->jobs[j].zrc);
+                if (H5Dwrite_chunk(s->d, H5P_DEFAULT, 0, offset, b->jobs[j].packed_bytes,
+                                   b->jobs[j].packed) < 0)
+                    return write_fail(w, s->name, err);
+            }
+        }
+    }
+    memmove(s->stage, s->stage + rows * s->row_bytes, (s->staged - rows) * s->row_bytes);
+    s->staged -= rows;
+    s->written += rows;
+    return MOESIM_OK;
+}
+
+static moesim_status flush_all(trace_writer *w, bool final, moesim_error *err) {
+    moesim_status st = MOESIM_OK;
+    for (int i = 0; i < WD_COUNT && !st; i++)
+        if (w->ds[i].d >= 0) st = flush_dataset(w, &w->ds[i], final, err);
+    return st;
+}
+
+/* Closes the datasets and the file; false when HDF5 reports a failure. */
+static bool close_file(trace_writer *w) {
+    bool ok = true;
+    for (int i = 0; i < WD_COUNT; i++)
+        if (w->ds[i].d >= 0) ok &= H5Dclose(w->ds[i].d) >= 0, w->ds[i].d = H5I_INVALID_HID;
+    if (w->file >= 0) ok &= H5Fclose(w->file) >= 0, w->file = H5I_INVALID_HID;
+    return ok;
+}
+
+static void writer_free(trace_writer *w) {
+    for (int i = 0; i < WD_COUNT; i++) free(w->ds[i].stage);
+    chunk_batch_free(&w->batch);
+    trace_checker_free(&w->check);
+    free(w->path);
+    free(w);
+}
+
+void trace_writer_abort(trace_writer *w) {
+    if (!w) return;
+    close_file(w);
+    H5Eclear2(H5E_DEFAULT);
+    atomic_file_abort(&w->af);
+    writer_free(w);
+}
+
+static moesim_status write_header(trace_writer *w, const char *params_json, moesim_error *err) {
+    const trace_meta *m = &w->meta;
+    moesim_status st = write_attr_str(w, "format", TRACE_FORMAT_NAME, err);
+    if (!st) st = write_attr_u32(w, "format_version", TRACE_FORMAT_VERSION, err);
+    if (!st) st = write_attr_str(w, "model", m->model, err);
+    if (!st) st = write_attr_u32(w, "n_layers", m->n_layers, err);
+    if (!st) st = write_attr_u32(w, "n_experts", m->n_experts, err);
+    if (!st) st = write_attr_u32(w, "top_k", m->top_k, err);
+    if (!st) st = write_attr_u32(w, "n_shared_experts", m->n_shared_experts, err);
+    if (!st) st = write_attr_str(w, "gate_normalization", trace_gate_norm_name(m->gate_norm), err);
+    if (!st) st = write_attr_str(w, "source", m->source, err);
+    if (!st) st = write_attr_str(w, "tool_version", m->tool_version, err);
+    if (!st) st = write_attr_u32(w, "lookahead_depth", m->lookahead_depth, err);
+    if (!st) st = write_attr_u32(w, "lookahead_k", m->lookahead_k, err);
+    if (!st)
+        st = write_attr(w, "model_config_hash", H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                        &m->model_config_hash, err);
+    if (!st && params_json) st = write_attr_str(w, "params_json", params_json, err);
+    return st;
+}
+
+static moesim_status create_datasets(trace_writer *w, moesim_error *err) {
+    const trace_meta *m = &w->meta;
+    const hsize_t N = w->n_tokens, L = m->n_layers, k = m->top_k, D = m->lookahead_depth,
+                  Kp = m->lookahead_k;
+    const hsize_t tok[1] = {N}, route[3] = {N, L, k}, per_layer[2] = {N, L},
+                  look[4] = {N, L, D, Kp}, layers[1] = {L};
+    moesim_status st = write_group(w, "/tokens", err);
+    if (!st)
+        st = create_dataset(w, WD_REQUEST_ID, "/tokens/request_id", H5T_STD_U32LE,
+                            H5T_NATIVE_UINT32, 1, tok, err);
+    if (!st)
+        st = create_dataset(w, WD_POSITION, "/tokens/position", H5T_STD_U32LE, H5T_NATIVE_UINT32, 1,
+                            tok, err);
+    if (!st)
+        st = create_dataset(w, WD_PHASE, "/tokens/phase", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1, tok,
+                            err);
+    if (!st && m->has_token_ids)
+        st = create_dataset(w, WD_TOKEN_ID, "/tokens/token_id", H5T_STD_I32LE, H5T_NATIVE_INT32, 1,
+                            tok, err);
+    if (!st) st = write_group(w, "/routing", err);
+    if (!st)
+        st = create_dataset(w, WD_EXPERT_IDS, "/routing/expert_ids", H5T_STD_U16LE,
+                            H5T_NATIVE_UINT16, 3, route, err);
+    if (!st)
+        st = create_dataset(w, WD_GATE_WEIGHTS, "/routing/gate_weights", H5T_IEEE_F32LE,
+                            H5T_NATIVE_FLOAT, 3, route, err);
+    if (!st && m->has_importance)
+        st = create_dataset(w, WD_IMPORTANCE, "/routing/importance", H5T_IEEE_F32LE,
+                            H5T_NATIVE_FLOAT, 2, per_layer, err);
+    if (!st && D) {
+        st = write_group(w, "/lookahead", err);
+        if (!st)
+            st = create_dataset(w, WD_LOOK_IDS, "/lookahead/expert_ids", H5T_STD_U16LE,
+                                H5T_NATIVE_UINT16, 4, look, err);
+        if (!st)
+            st = create_dataset(w, WD_LOOK_SCORES, "/lookahead/scores", H5T_IEEE_F32LE,
+                                H5T_NATIVE_FLOAT, 4, look, err);
+    }
+    if (!st) st = write_group(w, "/layers", err);
+    if (!st)
+        st = create_dataset(w, WD_MODEL_LAYER, "/layers/model_layer", H5T_STD_U32LE,
+                            H5T_NATIVE_UINT32, 1, layers, err);
+    if (!st) stage_rows(&w->ds[WD_MODEL_LAYER], m->model_layer, L);
+    return st;
+}
+
+moesim_status trace_writer_open(const trace_meta *meta, uint64_t n_tokens, uint32_t n_requests,
+                                const char *params_json, const char *path, trace_writer **out,
+                                moesim_error *err) {
+    *out = NULL;
+    moesim_status st = trace_meta_check(meta, path, err);
+    if (!st) st = trace_counts_check(n_tokens, n_requests, path, err);
+    if (st) return st;
+    if (params_json && strlen(params_json) > TRACE_PARAMS_JSON_MAX)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: params_json: %zu characters, at most %u can be stored", path,
+                           strlen(params_json), TRACE_PARAMS_JSON_MAX);
+    h5_quiet();
+    if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0 || H5Zfilter_avail(H5Z_FILTER_SHUFFLE) <= 0)
+        return moesim_fail(err, MOESIM_EIO, "%s: this HDF5 library lacks deflate or shuffle", path);
+    trace_writer *w = moesim_xcalloc(1, sizeof *w);
+    w->path = moesim_xstrdup(path);
+    w->file = H5I_INVALID_HID;
+    for (int i = 0; i < WD_COUNT; i++) w->ds[i].d = H5I_INVALID_HID;
+    w->meta = *meta;
+    w->n_tokens = n_tokens;
+    const uint64_t per_token = trace_bytes_per_token(meta);
+    w->stride_tokens = per_token < WRITER_STRIDE_BYTES ? WRITER_STRIDE_BYTES / per_token : 1;
+    trace_checker_init(&w->check, &w->meta, n_requests, w->path);
+    if ((st = atomic_file_begin_path(&w->af, path, err))) {
+        writer_free(w);
+        return st;
+    }
+    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE), fapl = H5Pcreate(H5P_FILE_ACCESS);
+    herr_t rc = fcpl < 0 || fapl < 0 ? -1 : H5Pset_obj_track_times(fcpl, 0);
+    if (rc >= 0) rc = H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18);
+    if (rc >= 0) w->file = H5Fcreate(w->af.tmp_path, H5F_ACC_TRUNC, fcpl, fapl);
+    h5_close(&fcpl, H5Pclose);
+    h5_close(&fapl, H5Pclose);
+    if (w->file < 0)
+        st = moesim_fail(err, MOESIM_EIO, "%s: cannot create the HDF5 file (%s)", path,
+                         h5_reason(w->why));
+    if (!st) st = write_header(w, params_json, err);
+    if (!st) st = create_datasets(w, err);
+    size_t cap_bytes = 0;
+    for (int i = 0; i < WD_COUNT && !st; i++) {
+        size_t c = (size_t)w->ds[i].chunk_rows * w->ds[i].row_bytes;
+        cap_bytes = c > cap_bytes ? c : cap_bytes;
+    }
+    if (!st && !chunk_batch_init(&w->batch, cap_bytes, 1, true))
+        st = moesim_fail(err, MOESIM_ENOMEM, "%s: out of memory for chunk buffers", path);
+    if (st) {
+        trace_writer_abort(w);
+        return st;
+    }
+    *out = w;
+    return MOESIM_OK;
+}
+
+moesim_status trace_writer_append(trace_writer *w, const trace *block, moesim_error *err) {
+    if (block->n_tokens > w->n_tokens - w->appended)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: %" PRIu64 " more tokens than the %" PRIu64 " announced", w->path,
+                           w->appended + block->n_tokens - w->n_tokens, w->n_tokens);
+    moesim_status st = trace_checker_block(&w->check, block, err);
+    for (uint64_t from = 0; from < block->n_tokens && !st;) {
+        uint64_t room = w->stride_tokens - w->appended % w->stride_tokens;
+        uint64_t n = block->n_tokens - from < room ? block->n_tokens - from : room;
+        for (int i = 0; i < WD_COUNT; i++) {
+            staged_dataset *s = &w->ds[i];
+            if (s->d >= 0 && i != WD_MODEL_LAYER)
+                stage_rows(s, (const unsigned char *)block_rows(block, i) + from * s->row_bytes, n);
+        }
+        from += n;
+        w->appended += n;
+        if (w->appended % w->stride_tokens == 0) st = flush_all(w, false, err);
+    }
+    return st;
+}
+
+static moesim_status sync_path(const char *tmp, const char *path, moesim_error *err) {
+    int fd = open(tmp, O_RDONLY);
+    int bad = fd < 0 || fsync(fd) != 0;
+    int e = errno;
+    if (fd >= 0) close(fd);
+    return bad ? moesim_fail(err, MOESIM_EIO, "%s: cannot sync the written trace: %s", path,
+                             strerror(e))
+               : MOESIM_OK;
+}
+
+moesim_status trace_writer_commit(trace_writer *w, moesim_error *err) {
+    moesim_status st = MOESIM_OK;
+    if (w->appended != w->n_tokens)
+        st = moesim_fail(err, MOESIM_EINPUT,
+                         "%s: %" PRIu64 " tokens appended, %" PRIu64 " announced", w->path,
+                         w->appended, w->n_tokens);
+    if (!st) st = trace_checker_finish(&w->check, err);
+    if (!st) st = flush_all(w, true, err);
+    if (!st && !close_file(w)) st = write_fail(w, "file close", err);
+    if (!st) st = sync_path(w->af.tmp_path, w->path, err);
+    if (!st) st = atomic_file_commit(&w->af, err); /* a failed commit removes the temporary */
+    if (st) {
+        trace_writer_abort(w);
+        return st;
+    }
+    writer_free(w);
+    return MOESIM_OK;
+}
+
+moesim_status trace_write(const trace *t, const char *path, moesim_error *err) {
+    trace_writer *w;
+    moesim_status st =
+        trace_writer_open(&t->meta, t->n_tokens, t->n_requests, t->params_json, path, &w, err);
+    if (st) return st;
+    if ((st = trace_writer_append(w, t, err))) {
+        trace_writer_abort(w);
+        return st;
+    }
+    return trace_writer_commit(w, err);
+}
