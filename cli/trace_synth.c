@@ -1,8 +1,10 @@
 /* `moesim trace synth`: writes a synthetic router trace for any model of configs/models whose
  * statistics match published measurements (the model and its knobs: traces/SYNTH.md). With
  * --report it also computes the trace's statistics (traces/stats.h, as `moesim trace stats`
- * does) and prints each published target next to what the trace achieves. The output is written
- * crash-safely (trace_write); bad input gives one line on stderr, exit status 2, and no file. */
+ * does) and prints each published target next to what the trace achieves (holding the whole
+ * trace in memory); without it the trace is streamed to the file request by request
+ * (synth_write), so memory stays small whatever the trace length. The output is written
+ * crash-safely; bad input gives one line on stderr, exit status 2, and no file. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -250,13 +252,17 @@ int cmd_trace_synth(int argc, char **argv) {
         rc = cli_fail(&err);
         goto done;
     }
-    trace *t = NULL;
+    if (!report) { /* streamed: memory bounded by one request, whatever the trace length */
+        if (synth_write(&m, &o, out_path, &err)) rc = cli_fail(&err);
+        goto done;
+    }
+    trace *t = NULL; /* the report's statistics need the whole trace */
     if (synth_generate(&m, &o, &t, &err)) {
         rc = cli_fail(&err);
         goto done;
     }
     if (out_path && trace_write(t, out_path, &err)) rc = cli_fail(&err);
-    if (!rc && report) print_report(&m, &o, t);
+    if (!rc) print_report(&m, &o, t);
     trace_destroy(t);
 #undef BAD
 done:

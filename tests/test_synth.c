@@ -291,6 +291,73 @@ Test(synth, the_command_writes_byte_identical_files_for_the_same_arguments) {
     trace_destroy(t);
 }
 
+/* synth_write streams request by request; its file must be the one the whole trace gives. */
+Test(synth, streaming_to_a_file_gives_the_bytes_of_the_whole_trace_written_at_once) {
+    model_geometry m = load_model("olmoe-1b-7b");
+    synth_options o;
+    synth_options_default(&o, &m);
+    o.n_requests = 40; /* ~25 k tokens: the writer flushes many times between requests */
+    o.prompt_len = (synth_range){64, 1024};
+    o.gen_len = (synth_range){1, 200};
+    o.lookahead_depth = 2;
+    o.lookahead_k = 12;
+    char whole[4096], streamed[4096];
+    snprintf(whole, sizeof whole, "%s", test_tmp_path("synth_whole.h5"));
+    snprintf(streamed, sizeof streamed, "%s", test_tmp_path("synth_streamed.h5"));
+    trace *t = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(synth_generate(&m, &o, &t, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(trace_write(t, whole, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(synth_write(&m, &o, streamed, &err), MOESIM_OK, "%s", err.msg);
+    char *dw, *ds;
+    long nw = file_bytes(whole, &dw), ns = file_bytes(streamed, &ds);
+    cr_assert_eq(nw, ns);
+    cr_assert(!memcmp(dw, ds, (size_t)nw), "files differ");
+    free(dw);
+    free(ds);
+    trace_destroy(t);
+}
+
+/* A sink that takes the first `accept` blocks, then fails: the run stops there. */
+typedef struct counting_sink {
+    uint32_t blocks, accept;
+    uint64_t tokens, announced;
+} counting_sink;
+
+static moesim_status counting_begin(void *ctx, const trace_meta *meta, uint64_t n_tokens,
+                                    uint32_t n_requests, const char *params_json,
+                                    moesim_error *err) {
+    (void)meta, (void)n_requests, (void)params_json, (void)err;
+    ((counting_sink *)ctx)->announced = n_tokens;
+    return MOESIM_OK;
+}
+
+static moesim_status counting_block(void *ctx, const trace *block, moesim_error *err) {
+    counting_sink *c = ctx;
+    if (c->blocks == c->accept) return moesim_fail(err, MOESIM_EIO, "sink full");
+    cr_assert_eq(block->request_id[0], c->blocks, "requests arrive in order, one per block");
+    c->blocks++;
+    c->tokens += block->n_tokens;
+    return MOESIM_OK;
+}
+
+Test(synth, a_stream_hands_over_one_request_per_block_and_stops_when_the_sink_fails) {
+    model_geometry m = load_model("mixtral-8x7b");
+    synth_options o;
+    synth_options_default(&o, &m);
+    o.n_requests = 6;
+    counting_sink c = {.accept = UINT32_MAX};
+    synth_sink sink = {counting_begin, counting_block, &c};
+    moesim_error err = {0};
+    cr_assert_eq(synth_stream(&m, &o, &sink, &err), MOESIM_OK, "%s", err.msg);
+    cr_expect_eq(c.blocks, 6);
+    cr_expect_eq(c.tokens, c.announced);
+    c = (counting_sink){.accept = 2};
+    cr_assert_eq(synth_stream(&m, &o, &sink, &err), MOESIM_EIO);
+    cr_expect_str_eq(err.msg, "sink full");
+    cr_expect_eq(c.blocks, 2);
+}
+
 /* ---- bad input ---- */
 
 typedef struct bad_case {

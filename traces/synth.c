@@ -1,5 +1,7 @@
-/* The router-trace synthesizer: tables built once per run, then one pass over the tokens
- * (traces/SYNTH.md states the model; traces/synth.h the knobs).
+/* The router-trace synthesizer: tables built once per run, then one pass over the requests,
+ * each generated into a window (the whole trace for synth_generate; one request at a time for
+ * synth_stream / synth_write, which hand it on and reuse the window) (traces/SYNTH.md states
+ * the model; traces/synth.h the knobs).
  *
  * Work layout (the bench target is >= 5 M token x layer records/s on one core):
  *   - every distribution a token draws from is an alias table (Vose), built once per
@@ -433,8 +435,10 @@ typedef struct importance_work {
     double *shared;   /* [SYNTH_SALIENCE_POOL] exp(sigma a z): shared by a token's layers */
 } importance_work;
 
-static void importance_request(trace *t, const synth_options *o, const request_plan *p,
-                               importance_work *iw, rng_block *g) {
+/* Writes the importance of request p's tokens into window t, whose first token is token
+ * `window_first` of the whole trace. */
+static void importance_request(trace *t, uint64_t window_first, const synth_options *o,
+                               const request_plan *p, importance_work *iw, rng_block *g) {
     const uint32_t L = t->meta.n_layers, n = p->prompt + p->gen;
     const double s = o->knobs.importance_sink_share;
     uint32_t bits = 0, left = 0; /* one 32-bit draw gives three 10-bit pool indices */
@@ -463,7 +467,7 @@ static void importance_request(trace *t, const synth_options *o, const request_p
             if (q >= 1) suffix += 1.0 / iw->base[n + q];
             double imp = (1.0 - s) * iw->w[q] * suffix;
             if (q == 0) imp += 1.0 + s * (double)(n - 1);
-            t->importance[(p->first_token + q) * L + l] = (float)imp;
+            t->importance[(p->first_token - window_first + q) * L + l] = (float)imp;
         }
     }
 }
@@ -558,7 +562,7 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
     }
 }
 
-/* ---- the whole trace ---- */
+/* ---- the whole run ---- */
 
 /* Faults in a large array the generator is about to fill in one system call
  * (MADV_POPULATE_WRITE, Linux >= 5.14) instead of one page fault per 4 KiB page on first touch,
@@ -583,138 +587,224 @@ static void prefault(void *p, size_t size_bytes) {
 #endif
 }
 
-moesim_status synth_generate(const model_geometry *m, const synth_options *o, trace **out,
-                             moesim_error *err) {
-    *out = NULL;
-    if (synth_options_check(o, m, err)) return err ? err->status : MOESIM_EINPUT;
-    trace_meta meta = {0};
-    trace_meta_from_model(&meta, m);
-    snprintf(meta.source, sizeof meta.source, "synth:%llu", (unsigned long long)o->seed);
-    snprintf(meta.tool_version, sizeof meta.tool_version, "%s", MOESIM_VERSION);
-    meta.lookahead_depth = o->lookahead_depth;
-    meta.lookahead_k = o->lookahead_depth ? o->lookahead_k : 0;
-    meta.has_importance = true;
-    meta.has_token_ids = false;
-
+/* What one run keeps from its first request to its last: tables, the request plan, the RNG
+ * streams and the work buffers. Requests are generated in order into a window trace (the whole
+ * trace, or one request at a time when streaming); the bytes do not depend on which. */
+typedef struct synth_run {
+    const synth_options *o;
+    trace_meta meta;
     synth_tables tb;
+    request_plan *plan; /* [n_requests] */
+    uint64_t n_tokens;  /* of the whole trace */
+    uint32_t longest;   /* tokens of the longest request */
+    rng *r_route, *r_imp, *r_look;
+    rng_block *g_route, *g_imp, *g_look;
+    importance_work iw;
+    route_work rw;
+    lookahead_work lw;
+    progress bar;
+} synth_run;
+
+static void run_begin(synth_run *s, const model_geometry *m, const synth_options *o) {
+    memset(s, 0, sizeof *s);
+    s->o = o;
+    trace_meta_from_model(&s->meta, m);
+    snprintf(s->meta.source, sizeof s->meta.source, "synth:%llu", (unsigned long long)o->seed);
+    snprintf(s->meta.tool_version, sizeof s->meta.tool_version, "%s", MOESIM_VERSION);
+    s->meta.lookahead_depth = o->lookahead_depth;
+    s->meta.lookahead_k = o->lookahead_depth ? o->lookahead_k : 0;
+    s->meta.has_importance = true;
+    s->meta.has_token_ids = false;
+
     rng *r_tables = rng_create_stream(o->seed, STREAM_TABLES);
-    tables_build(&tb, m, o, r_tables);
+    tables_build(&s->tb, m, o, r_tables);
     rng_destroy(r_tables);
-
-    request_plan *plan = moesim_xcalloc(o->n_requests, sizeof *plan);
+    s->plan = moesim_xcalloc(o->n_requests, sizeof *s->plan);
     rng *r_plan = rng_create_stream(o->seed, STREAM_PLAN);
-    const uint64_t n_tokens = plan_build(plan, o, tb.T, r_plan);
+    s->n_tokens = plan_build(s->plan, o, s->tb.T, r_plan);
     rng_destroy(r_plan);
-
-    trace *t = trace_try_create(&meta, n_tokens);
-    if (!t) {
-        free(plan);
-        tables_free(&tb);
-        return moesim_fail(err, MOESIM_ENOMEM,
-                           "synthesized trace: cannot allocate %llu tokens (%.1f MB)",
-                           (unsigned long long)n_tokens,
-                           (double)n_tokens * (double)trace_bytes_per_token(&meta) / 1e6);
-    }
-    t->params_json = synth_params_json(o, m);
-    {
-        const size_t route = (size_t)n_tokens * trace_route_values(&meta);
-        const size_t look = (size_t)n_tokens * trace_lookahead_values(&meta);
-        prefault(t->expert_ids, route * sizeof *t->expert_ids);
-        prefault(t->gate_weights, route * sizeof *t->gate_weights);
-        prefault(t->importance, (size_t)n_tokens * meta.n_layers * sizeof(float));
-        prefault(t->lookahead_ids, look * sizeof *t->lookahead_ids);
-        prefault(t->lookahead_scores, look * sizeof *t->lookahead_scores);
+    for (uint32_t r = 0; r < o->n_requests; r++) {
+        const uint32_t n = s->plan[r].prompt + s->plan[r].gen;
+        s->longest = n > s->longest ? n : s->longest;
     }
 
-    rng *r_route = rng_create_stream(o->seed, STREAM_ROUTING);
-    rng *r_imp = rng_create_stream(o->seed, STREAM_IMPORTANCE);
-    rng *r_look = rng_create_stream(o->seed, STREAM_LOOKAHEAD);
-    rng_block *g_route = moesim_xmalloc(sizeof *g_route), *g_look = moesim_xmalloc(sizeof *g_look);
-    rng_block *g_imp = moesim_xmalloc(sizeof *g_imp);
-    rng_block_init(g_route, rng_gsl(r_route));
-    rng_block_init(g_look, rng_gsl(r_look));
-    rng_block_init(g_imp, rng_gsl(r_imp));
+    s->r_route = rng_create_stream(o->seed, STREAM_ROUTING);
+    s->r_imp = rng_create_stream(o->seed, STREAM_IMPORTANCE);
+    s->r_look = rng_create_stream(o->seed, STREAM_LOOKAHEAD);
+    s->g_route = moesim_xmalloc(sizeof *s->g_route);
+    s->g_imp = moesim_xmalloc(sizeof *s->g_imp);
+    s->g_look = moesim_xmalloc(sizeof *s->g_look);
+    rng_block_init(s->g_route, rng_gsl(s->r_route));
+    rng_block_init(s->g_imp, rng_gsl(s->r_imp));
+    rng_block_init(s->g_look, rng_gsl(s->r_look));
 
-    uint32_t n_max = 0;
-    for (uint32_t r = 0; r < o->n_requests; r++)
-        n_max = plan[r].prompt + plan[r].gen > n_max ? plan[r].prompt + plan[r].gen : n_max;
-    importance_work iw = {
-        .w = moesim_xcalloc(n_max, sizeof(double)),
-        .base = moesim_xcalloc(2 * (size_t)n_max, sizeof(double)),
-        .salience = moesim_xcalloc(SYNTH_SALIENCE_POOL, sizeof(double)),
-        .shared = moesim_xcalloc(SYNTH_SALIENCE_POOL, sizeof(double)),
-    };
-    {
-        const double a = o->knobs.importance_layer_correlation;
-        const double sd = o->knobs.importance_salience_sigma * sqrt(1.0 - a * a);
-        const double sa = o->knobs.importance_salience_sigma * a;
-        for (uint32_t i = 0; i < SYNTH_SALIENCE_POOL; i++) {
-            iw.salience[i] = exp(sd * gsl_ran_gaussian_ziggurat(rng_gsl(r_imp), 1.0));
-            iw.shared[i] = exp(sa * gsl_ran_gaussian_ziggurat(rng_gsl(r_imp), 1.0));
-        }
+    importance_work *iw = &s->iw;
+    iw->w = moesim_xcalloc(s->longest, sizeof(double));
+    iw->base = moesim_xcalloc(2 * (size_t)s->longest, sizeof(double));
+    iw->salience = moesim_xcalloc(SYNTH_SALIENCE_POOL, sizeof(double));
+    iw->shared = moesim_xcalloc(SYNTH_SALIENCE_POOL, sizeof(double));
+    const double a = o->knobs.importance_layer_correlation;
+    const double sd = o->knobs.importance_salience_sigma * sqrt(1.0 - a * a);
+    const double sa = o->knobs.importance_salience_sigma * a;
+    for (uint32_t i = 0; i < SYNTH_SALIENCE_POOL; i++) {
+        iw->salience[i] = exp(sd * gsl_ran_gaussian_ziggurat(rng_gsl(s->r_imp), 1.0));
+        iw->shared[i] = exp(sa * gsl_ran_gaussian_ziggurat(rng_gsl(s->r_imp), 1.0));
     }
-    route_work rw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t)),
-                     .pmark = moesim_xcalloc(tb.E, sizeof(uint32_t)),
-                     .E = tb.E};
-    lookahead_work lw = {.mark = moesim_xcalloc(tb.E, sizeof(uint32_t))};
+
+    const synth_tables *tb = &s->tb;
+    s->rw = (route_work){.mark = moesim_xcalloc(tb->E, sizeof(uint32_t)),
+                         .pmark = moesim_xcalloc(tb->E, sizeof(uint32_t)),
+                         .E = tb->E};
+    lookahead_work *lw = &s->lw;
+    lw->mark = moesim_xcalloc(tb->E, sizeof(uint32_t));
     for (uint32_t c = 0; c < o->lookahead_k && o->lookahead_depth; c++)
-        lw.score_factor[c] = c + 1 > tb.k ? (float)ldexp(1.0, -(int)(c + 1 - tb.k)) : 1.0f;
+        lw->score_factor[c] = c + 1 > tb->k ? (float)ldexp(1.0, -(int)(c + 1 - tb->k)) : 1.0f;
     for (uint32_t d = 1; d <= o->lookahead_depth; d++) {
         const synth_knobs *kn = &o->knobs;
         double acc = d == 1   ? kn->lookahead_top1_d1
                      : d == 2 ? kn->lookahead_top1_d2
                               : kn->lookahead_top1_d3 * pow(kn->lookahead_top1_decay, d - 3.0);
         double recall = kn->lookahead_recall_d1 * pow(kn->lookahead_recall_decay, d - 1.0);
-        double keep = tb.k > 1 ? (tb.k * recall - 1.0) / (tb.k - 1.0) : 1.0;
-        lw.top1[d] = prob_threshold(acc);
-        if (tb.k > 1)
-            binomial_cdf_thresholds(tb.k - 1, keep < 0 ? 0 : keep > 1 ? 1 : keep, lw.keep_cdf[d]);
+        double keep = tb->k > 1 ? (tb->k * recall - 1.0) / (tb->k - 1.0) : 1.0;
+        lw->top1[d] = prob_threshold(acc);
+        if (tb->k > 1)
+            binomial_cdf_thresholds(tb->k - 1, keep < 0 ? 0 : keep > 1 ? 1 : keep, lw->keep_cdf[d]);
     }
+    progress_begin(&s->bar, "synth", s->n_tokens, o->show_progress);
+}
 
-    const uint32_t L = tb.L, W = tb.W, T = tb.T, E = tb.E;
-    progress bar;
-    progress_begin(&bar, "synth", n_tokens, o->show_progress);
-    for (uint32_t r = 0; r < o->n_requests; r++) {
-        const request_plan *p = &plan[r];
+/* Generates requests r0..r1-1 (consecutive, so their tokens are consecutive too) into `win`,
+ * whose token 0 is token `window_first` of the whole trace. */
+static void run_requests(synth_run *s, trace *win, uint64_t window_first, uint32_t r0,
+                         uint32_t r1) {
+    const synth_tables *tb = &s->tb;
+    const uint32_t L = tb->L, W = tb->W, T = tb->T, E = tb->E;
+    for (uint32_t r = r0; r < r1; r++) {
+        const request_plan *p = &s->plan[r];
         const uint32_t n = p->prompt + p->gen;
+        MOESIM_ASSERT(p->first_token >= window_first &&
+                      p->first_token + n - window_first <= win->n_tokens);
         for (uint32_t i = 0; i < n; i++) {
-            const uint64_t tok = p->first_token + i;
-            t->request_id[tok] = r;
-            t->position[tok] = i;
-            t->phase[tok] = i < p->prompt ? TRACE_PREFILL : TRACE_DECODE;
+            const uint64_t tok = p->first_token - window_first + i; /* in the window */
+            win->request_id[tok] = r;
+            win->position[tok] = i;
+            win->phase[tok] = i < p->prompt ? TRACE_PREFILL : TRACE_DECODE;
             for (uint32_t l = 0; l < L; l++) {
                 const size_t tab = (((size_t)p->workload * T + p->topic) * L + l) * E;
-                const size_t at = trace_route_index(t, tok, l);
-                route_row(&tb, l, tb.cells + tab, tb.pop_order + ((size_t)l * W + p->workload) * E,
-                          i ? t->expert_ids + trace_route_index(t, tok - 1, l) : NULL,
-                          t->expert_ids + at, t->gate_weights + at, &rw, g_route);
+                const size_t at = trace_route_index(win, tok, l);
+                route_row(tb, l, tb->cells + tab, tb->pop_order + ((size_t)l * W + p->workload) * E,
+                          i ? win->expert_ids + trace_route_index(win, tok - 1, l) : NULL,
+                          win->expert_ids + at, win->gate_weights + at, &s->rw, s->g_route);
             }
-            if (o->lookahead_depth) lookahead_token(t, &tb, tok, p->workload, &lw, g_look);
+            if (s->o->lookahead_depth)
+                lookahead_token(win, tb, tok, p->workload, &s->lw, s->g_look);
         }
-        importance_request(t, o, p, &iw, g_imp);
-        if (bar.enabled) progress_update(&bar, p->first_token + n);
+        importance_request(win, window_first, s->o, p, &s->iw, s->g_imp);
+        if (s->bar.enabled) progress_update(&s->bar, p->first_token + n);
     }
-    if (bar.enabled) progress_end(&bar);
+}
 
-    free(lw.mark);
-    free(rw.mark);
-    free(rw.pmark);
-    free(iw.w);
-    free(iw.base);
-    free(iw.salience);
-    free(iw.shared);
-    free(g_route);
-    free(g_look);
-    free(g_imp);
-    rng_destroy(r_look);
-    rng_destroy(r_imp);
-    rng_destroy(r_route);
-    free(plan);
-    tables_free(&tb);
+static void run_end(synth_run *s) {
+    if (s->bar.enabled) progress_end(&s->bar);
+    free(s->lw.mark);
+    free(s->rw.mark);
+    free(s->rw.pmark);
+    free(s->iw.w);
+    free(s->iw.base);
+    free(s->iw.salience);
+    free(s->iw.shared);
+    free(s->g_route);
+    free(s->g_imp);
+    free(s->g_look);
+    rng_destroy(s->r_look);
+    rng_destroy(s->r_imp);
+    rng_destroy(s->r_route);
+    free(s->plan);
+    tables_free(&s->tb);
+}
 
+moesim_status synth_generate(const model_geometry *m, const synth_options *o, trace **out,
+                             moesim_error *err) {
+    *out = NULL;
+    if (synth_options_check(o, m, err)) return err ? err->status : MOESIM_EINPUT;
+    synth_run s;
+    run_begin(&s, m, o);
+    trace *t = trace_try_create(&s.meta, s.n_tokens);
+    if (!t) {
+        moesim_status st = moesim_fail(
+            err, MOESIM_ENOMEM, "synthesized trace: cannot allocate %llu tokens (%.1f MB)",
+            (unsigned long long)s.n_tokens,
+            (double)s.n_tokens * (double)trace_bytes_per_token(&s.meta) / 1e6);
+        run_end(&s);
+        return st;
+    }
+    t->params_json = synth_params_json(o, m);
+    const size_t route = (size_t)s.n_tokens * trace_route_values(&s.meta);
+    const size_t look = (size_t)s.n_tokens * trace_lookahead_values(&s.meta);
+    prefault(t->expert_ids, route * sizeof *t->expert_ids);
+    prefault(t->gate_weights, route * sizeof *t->gate_weights);
+    prefault(t->importance, (size_t)s.n_tokens * s.meta.n_layers * sizeof(float));
+    prefault(t->lookahead_ids, look * sizeof *t->lookahead_ids);
+    prefault(t->lookahead_scores, look * sizeof *t->lookahead_scores);
+    run_requests(&s, t, 0, 0, o->n_requests);
+    run_end(&s);
     /* Requests are dense and in order by construction; trace_check runs in the tests and again
      * in trace_write, so it is not repeated here (it is ~10 % of the generation time). */
     t->n_requests = o->n_requests;
     *out = t;
     return MOESIM_OK;
+}
+
+moesim_status synth_stream(const model_geometry *m, const synth_options *o, const synth_sink *sink,
+                           moesim_error *err) {
+    if (synth_options_check(o, m, err)) return err ? err->status : MOESIM_EINPUT;
+    synth_run s;
+    run_begin(&s, m, o);
+    char *params_json = synth_params_json(o, m);
+    moesim_status st = sink->begin(sink->ctx, &s.meta, s.n_tokens, o->n_requests, params_json, err);
+    free(params_json);
+    trace *win = st ? NULL : trace_try_create(&s.meta, s.longest);
+    if (!st && !win)
+        st = moesim_fail(err, MOESIM_ENOMEM,
+                         "synthesized trace: cannot allocate a window of %u tokens (%.1f MB)",
+                         s.longest,
+                         (double)s.longest * (double)trace_bytes_per_token(&s.meta) / 1e6);
+    for (uint32_t r = 0; r < o->n_requests && !st; r++) {
+        win->n_tokens = (uint64_t)s.plan[r].prompt + s.plan[r].gen;
+        run_requests(&s, win, s.plan[r].first_token, r, r + 1);
+        st = sink->block(sink->ctx, win, err);
+    }
+    trace_destroy(win);
+    run_end(&s);
+    return st;
+}
+
+/* The sink of synth_write: a streaming trace writer. */
+typedef struct file_sink {
+    const char *path;
+    trace_writer *w;
+} file_sink;
+
+static moesim_status file_sink_begin(void *ctx, const trace_meta *meta, uint64_t n_tokens,
+                                     uint32_t n_requests, const char *params_json,
+                                     moesim_error *err) {
+    file_sink *f = ctx;
+    return trace_writer_open(meta, n_tokens, n_requests, params_json, f->path, &f->w, err);
+}
+
+static moesim_status file_sink_block(void *ctx, const trace *block, moesim_error *err) {
+    file_sink *f = ctx;
+    return trace_writer_append(f->w, block, err);
+}
+
+moesim_status synth_write(const model_geometry *m, const synth_options *o, const char *path,
+                          moesim_error *err) {
+    file_sink f = {.path = path};
+    const synth_sink sink = {file_sink_begin, file_sink_block, &f};
+    moesim_status st = synth_stream(m, o, &sink, err);
+    if (st) {
+        trace_writer_abort(f.w);
+        return st;
+    }
+    return trace_writer_commit(f.w, err);
 }

@@ -129,6 +129,26 @@ char *synth_params_json(const synth_options *o, const model_geometry *m);
 moesim_status synth_generate(const model_geometry *m, const synth_options *o, trace **out,
                              moesim_error *err);
 
+/* The same trace handed over request by request, never held whole: memory is one window of the
+ * longest request. `begin` is called once first, with the whole trace's description and
+ * counts; then `block` once per request in order, with a trace holding that request's tokens
+ * (request ids and positions as in the whole trace), valid until it returns. A failing
+ * callback stops the run and its status is returned. */
+typedef struct synth_sink {
+    moesim_status (*begin)(void *ctx, const trace_meta *meta, uint64_t n_tokens,
+                           uint32_t n_requests, const char *params_json, moesim_error *err);
+    moesim_status (*block)(void *ctx, const trace *block, moesim_error *err);
+    void *ctx;
+} synth_sink;
+moesim_status synth_stream(const model_geometry *m, const synth_options *o, const synth_sink *sink,
+                           moesim_error *err);
+
+/* Streams the trace into the file `path` (trace_writer): byte for byte the file
+ * trace_write(synth_generate(...)) makes, in memory bounded by one request and the writer's
+ * staging rather than by the trace. Crash-safe like trace_write. */
+moesim_status synth_write(const model_geometry *m, const synth_options *o, const char *path,
+                          moesim_error *err);
+
 /* ---- calibration targets (CALIBRATION.md) for `moesim trace synth --report` ---- */
 
 typedef struct synth_target {
