@@ -63,32 +63,33 @@ static void *chunk_worker_run(void *arg) {
     chunk_worker *w = arg;
     chunk_batch *b = w->b;
     unsigned char *tmp = b->scratch[w->index];
-    const size_t n_elems = b->chunk_bytes / b->elem_size;
     for (size_t j = w->index; j < b->n_jobs; j += b->n_threads) {
         chunk_job *job = &b->jobs[j];
-        const bool full = job->raw_bytes == b->chunk_bytes;
+        const size_t chunk_bytes = job->chunk_bytes, elem_size = job->elem_size;
+        const size_t n_elems = chunk_bytes / elem_size;
+        const bool full = job->raw_bytes == chunk_bytes;
         if (b->pack) {
             const unsigned char *src = job->src;
             if (!full) { /* HDF5 stores edge chunks whole: pad with zeros */
                 memcpy(job->raw, job->src, job->raw_bytes);
-                memset(job->raw + job->raw_bytes, 0, b->chunk_bytes - job->raw_bytes);
+                memset(job->raw + job->raw_bytes, 0, chunk_bytes - job->raw_bytes);
                 src = job->raw;
             }
-            if (b->elem_size > 1 && n_elems > 1) {
-                shuffle_bytes(tmp, src, n_elems, b->elem_size);
+            if (elem_size > 1 && n_elems > 1) {
+                shuffle_bytes(tmp, src, n_elems, elem_size);
                 src = tmp;
             }
             uLongf out = (uLongf)b->packed_cap;
-            job->zrc = compress2(job->packed, &out, src, (uLong)b->chunk_bytes, DEFLATE_LEVEL);
+            job->zrc = compress2(job->packed, &out, src, (uLong)chunk_bytes, DEFLATE_LEVEL);
             job->packed_bytes = out;
         } else {
-            bool shuffled = b->elem_size > 1 && n_elems > 1;
+            bool shuffled = elem_size > 1 && n_elems > 1;
             unsigned char *target = full ? job->dst : job->raw;
-            uLongf out = (uLongf)b->chunk_bytes;
+            uLongf out = (uLongf)chunk_bytes;
             job->zrc =
                 uncompress(shuffled ? tmp : target, &out, job->packed, (uLong)job->packed_bytes);
-            if (job->zrc == Z_OK && out != b->chunk_bytes) job->zrc = Z_DATA_ERROR;
-            if (job->zrc == Z_OK && shuffled) unshuffle_bytes(target, tmp, n_elems, b->elem_size);
+            if (job->zrc == Z_OK && out != chunk_bytes) job->zrc = Z_DATA_ERROR;
+            if (job->zrc == Z_OK && shuffled) unshuffle_bytes(target, tmp, n_elems, elem_size);
             if (job->zrc == Z_OK && !full) memcpy(job->dst, job->raw, job->raw_bytes);
         }
     }
@@ -96,6 +97,10 @@ static void *chunk_worker_run(void *arg) {
 }
 
 void chunk_batch_run(chunk_batch *b) {
+    for (size_t j = 0; j < b->n_jobs; j++)
+        MOESIM_ASSERT(b->jobs[j].chunk_bytes <= b->cap_bytes && b->jobs[j].elem_size > 0 &&
+                      b->jobs[j].chunk_bytes % b->jobs[j].elem_size == 0 &&
+                      b->jobs[j].raw_bytes <= b->jobs[j].chunk_bytes);
     chunk_worker workers[CHUNK_MAX_THREADS];
     pthread_t threads[CHUNK_MAX_THREADS];
     unsigned n = b->n_threads < b->n_jobs ? b->n_threads : (unsigned)b->n_jobs;
@@ -117,31 +122,23 @@ static unsigned chunk_threads(void) {
     return n > CHUNK_MAX_THREADS ? CHUNK_MAX_THREADS : (unsigned)n;
 }
 
-bool chunk_batch_init(chunk_batch *b, size_t chunk_bytes, size_t elem_size, bool pack) {
+bool chunk_batch_init(chunk_batch *b, size_t cap_bytes, bool pack) {
     memset(b, 0, sizeof *b);
-    b->cap_bytes = chunk_bytes;
+    b->cap_bytes = cap_bytes;
     b->n_threads = chunk_threads();
     b->n_jobs = b->jobs_cap = (size_t)b->n_threads * CHUNK_JOBS_PER_THREAD;
-    b->chunk_bytes = chunk_bytes;
-    b->elem_size = elem_size;
-    b->packed_cap = compressBound((uLong)chunk_bytes);
+    b->packed_cap = compressBound((uLong)cap_bytes);
     b->pack = pack;
     b->jobs = calloc(b->n_jobs, sizeof *b->jobs);
     b->scratch = calloc(b->n_threads, sizeof *b->scratch);
     bool ok = b->jobs && b->scratch;
     for (size_t j = 0; ok && j < b->jobs_cap; j++) {
-        b->jobs[j].raw = malloc(chunk_bytes);
+        b->jobs[j].raw = malloc(cap_bytes);
         b->jobs[j].packed = malloc(b->packed_cap);
         ok = b->jobs[j].raw && b->jobs[j].packed;
     }
-    for (unsigned i = 0; ok && i < b->n_threads; i++) ok = (b->scratch[i] = malloc(chunk_bytes));
+    for (unsigned i = 0; ok && i < b->n_threads; i++) ok = (b->scratch[i] = malloc(cap_bytes));
     return ok;
-}
-
-void chunk_batch_shape(chunk_batch *b, size_t chunk_bytes, size_t elem_size) {
-    MOESIM_ASSERT(chunk_bytes <= b->cap_bytes && elem_size > 0 && chunk_bytes % elem_size == 0);
-    b->chunk_bytes = chunk_bytes;
-    b->elem_size = elem_size;
 }
 
 void chunk_batch_free(chunk_batch *b) {

@@ -41,6 +41,8 @@ void h5_quiet(void);
 void h5_close(hid_t *id, herr_t (*close_fn)(hid_t));
 
 typedef struct chunk_job {
+    size_t chunk_bytes;       /* full size of this chunk (HDF5 stores edge chunks whole) */
+    size_t elem_size;         /* shuffle element size: bytes per value of its dataset */
     const unsigned char *src; /* pack: the chunk's rows in the caller's array */
     unsigned char *dst;       /* unpack: where the chunk's rows go in the caller's array */
     unsigned char *raw;       /* [cap_bytes] a short last chunk, zero-padded to full size */
@@ -54,8 +56,6 @@ typedef struct chunk_batch {
     chunk_job *jobs;
     size_t n_jobs;           /* jobs of the next run, <= jobs_cap */
     size_t jobs_cap;         /* jobs allocated */
-    size_t chunk_bytes;      /* full chunk size of the next run, <= cap_bytes */
-    size_t elem_size;        /* shuffle element size of the next run */
     size_t cap_bytes;        /* largest chunk the buffers hold */
     size_t packed_cap;       /* deflate bound of cap_bytes */
     unsigned char **scratch; /* [n_threads][cap_bytes] shuffle buffers */
@@ -64,12 +64,11 @@ typedef struct chunk_batch {
 } chunk_batch;
 
 /* Allocates n_threads * CHUNK_JOBS_PER_THREAD jobs (b->jobs_cap = b->n_jobs) with buffers for
- * chunks of up to `chunk_bytes`, shaped for chunks of exactly that size; false when memory is short
- * (free it anyway with chunk_batch_free). */
-bool chunk_batch_init(chunk_batch *b, size_t chunk_bytes, size_t elem_size, bool pack);
-/* Sets the chunk size and element size of the next runs (chunk_bytes <= cap_bytes). */
-void chunk_batch_shape(chunk_batch *b, size_t chunk_bytes, size_t elem_size);
-/* Runs b->n_jobs jobs on up to n_threads threads (the caller's thread is one of them). */
+ * chunks of up to `cap_bytes`; false when memory is short (free it anyway with
+ * chunk_batch_free). */
+bool chunk_batch_init(chunk_batch *b, size_t cap_bytes, bool pack);
+/* Runs b->n_jobs jobs (each with its own size and element size, so chunks of several datasets
+ * can share a run) on up to n_threads threads (the caller's thread is one of them). */
 void chunk_batch_run(chunk_batch *b);
 void chunk_batch_free(chunk_batch *b);
 

@@ -35,10 +35,10 @@ typedef struct layer_stats {
     double reuse_any;           /* consecutive tokens of a request share any chosen expert */
     double mean_reuse_distance; /* mean LRU stack distance of re-accesses (cold excluded) */
     double active_share[STATS_N_BATCH]; /* mean share touched per decode iteration; NaN: absent */
-    double *lookahead_top1;     /* [D] predicted top-1 == actual top-1 of layer l+d; NaN: absent */
-    double *lookahead_recall;   /* [D] share of layer l+d's top-k among the first k predicted */
-    double *lru_hit_rate;       /* [n_experts + 1] by capacity; index 0 unused (0) */
-    double *opt_hit_rate;       /* [n_experts + 1] */
+    double *lookahead_top1;   /* [D] predicted top-1 == actual top-1 of layer l+d; NaN: absent */
+    double *lookahead_recall; /* [D] share of layer l+d's top-k among the first k predicted */
+    double *lru_hit_rate;     /* [n_experts + 1] by capacity; index 0 unused (0) */
+    double *opt_hit_rate;     /* [n_experts + 1] */
 } layer_stats;
 
 typedef struct trace_stats {

@@ -328,7 +328,7 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
         return MOESIM_OK;
     }
     chunk_batch b;
-    if (!chunk_batch_init(&b, chunk_bytes, spec->size, false)) {
+    if (!chunk_batch_init(&b, chunk_bytes, false)) {
         chunk_batch_free(&b);
         return moesim_fail(r->err, MOESIM_ENOMEM, "%s: %s: out of memory for chunk buffers",
                            r->path, spec->name);
@@ -355,6 +355,8 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
             uint64_t at = offset[0] * row_bytes;
             b.jobs[j].packed_bytes = stored;
             b.jobs[j].dst = (unsigned char *)buf + at;
+            b.jobs[j].chunk_bytes = chunk_bytes;
+            b.jobs[j].elem_size = spec->size;
             b.jobs[j].raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
         }
         if (st || *fallback) break;

@@ -193,63 +193,93 @@ static void stage_rows(staged_dataset *s, const void *rows, uint64_t n) {
     s->staged += n;
 }
 
-/* Writes the staged rows of whole chunks (all staged rows when `final`) and keeps the rest. */
-static moesim_status flush_dataset(trace_writer *w, staged_dataset *s, bool final,
-                                   moesim_error *err) {
-    const uint64_t n_chunks =
-        final ? (s->staged + s->chunk_rows - 1) / s->chunk_rows : s->staged / s->chunk_rows;
-    if (n_chunks == 0) return MOESIM_OK;
-    const uint64_t rows = final ? s->staged : n_chunks * s->chunk_rows;
-    const size_t chunk_bytes = (size_t)s->chunk_rows * s->row_bytes;
-    const uint64_t staged_bytes = s->staged * s->row_bytes;
-    if (!s->raw) { /* let HDF5 convert and filter */
-        hsize_t start[4] = {s->written, 0, 0, 0}, count[4];
-        hid_t fspace = H5Dget_space(s->d);
-        int rank = fspace < 0 ? -1 : H5Sget_simple_extent_dims(fspace, count, NULL);
-        hid_t mspace = H5I_INVALID_HID;
-        herr_t rc = rank < 1 ? -1 : 0;
-        if (rc >= 0) {
-            count[0] = rows;
-            rc = H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL);
-        }
-        if (rc >= 0) rc = (mspace = H5Screate_simple(rank, count, NULL)) < 0 ? -1 : 0;
-        if (rc >= 0) rc = H5Dwrite(s->d, s->mtype, mspace, fspace, H5P_DEFAULT, s->stage);
-        h5_close(&mspace, H5Sclose);
-        h5_close(&fspace, H5Sclose);
-        if (rc < 0) return write_fail(w, s->name, err);
-    } else {
-        chunk_batch *b = &w->batch;
-        chunk_batch_shape(b, chunk_bytes, s->elem_size);
-        for (uint64_t first = 0; first < n_chunks; first += b->jobs_cap) {
-            b->n_jobs = n_chunks - first < b->jobs_cap ? (size_t)(n_chunks - first) : b->jobs_cap;
-            for (size_t j = 0; j < b->n_jobs; j++) {
-                uint64_t at = (first + j) * chunk_bytes;
-                b->jobs[j].raw_bytes =
-                    staged_bytes - at < chunk_bytes ? (size_t)(staged_bytes - at) : chunk_bytes;
-                b->jobs[j].src = s->stage + at;
-            }
-            chunk_batch_run(b);
-            for (size_t j = 0; j < b->n_jobs; j++) {
-                hsize_t offset[4] = {s->written + (first + j) * s->chunk_rows, 0, 0, 0};
-                if (b->jobs[j].zrc != Z_OK)
-                    return moesim_fail(err, MOESIM_EIO, "%s: %s: deflate failed (zlib error %d)",
-                                       w->path, s->name, b->jobs[j].zrc);
-                if (H5Dwrite_chunk(s->d, H5P_DEFAULT, 0, offset, b->jobs[j].packed_bytes,
-                                   b->jobs[j].packed) < 0)
-                    return write_fail(w, s->name, err);
-            }
-        }
+/* Staged rows ready for the file: those of whole chunks, or all when `final`. */
+static uint64_t ready_rows(const staged_dataset *s, bool final) {
+    return final ? s->staged : s->staged / s->chunk_rows * s->chunk_rows;
+}
+
+/* A host whose byte order differs from the file's: HDF5 converts and filters the rows. */
+static moesim_status write_rows_converted(trace_writer *w, staged_dataset *s, uint64_t rows,
+                                          moesim_error *err) {
+    hsize_t start[4] = {s->written, 0, 0, 0}, count[4];
+    hid_t fspace = H5Dget_space(s->d), mspace = H5I_INVALID_HID;
+    int rank = fspace < 0 ? -1 : H5Sget_simple_extent_dims(fspace, count, NULL);
+    herr_t rc = rank < 1 ? -1 : 0;
+    if (rc >= 0) {
+        count[0] = rows;
+        rc = H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL);
     }
-    memmove(s->stage, s->stage + rows * s->row_bytes, (s->staged - rows) * s->row_bytes);
-    s->staged -= rows;
-    s->written += rows;
+    if (rc >= 0) rc = (mspace = H5Screate_simple(rank, count, NULL)) < 0 ? -1 : 0;
+    if (rc >= 0) rc = H5Dwrite(s->d, s->mtype, mspace, fspace, H5P_DEFAULT, s->stage);
+    h5_close(&mspace, H5Sclose);
+    h5_close(&fspace, H5Sclose);
+    return rc < 0 ? write_fail(w, s->name, err) : MOESIM_OK;
+}
+
+/* The chunks of one codec run: job j is chunk chunk_of[j] (counted from the dataset's first
+ * unwritten row) of dataset ds_of[j]. */
+typedef struct pending_chunks {
+    size_t n;
+    int ds_of[CHUNK_MAX_THREADS * CHUNK_JOBS_PER_THREAD];
+    uint64_t chunk_of[CHUNK_MAX_THREADS * CHUNK_JOBS_PER_THREAD];
+} pending_chunks;
+
+/* Compresses the pending chunks in one parallel run and stores them in their order. */
+static moesim_status write_pending(trace_writer *w, pending_chunks *p, moesim_error *err) {
+    chunk_batch *b = &w->batch;
+    b->n_jobs = p->n;
+    if (p->n) chunk_batch_run(b);
+    for (size_t j = 0; j < p->n; j++) {
+        const staged_dataset *s = &w->ds[p->ds_of[j]];
+        hsize_t offset[4] = {s->written + p->chunk_of[j] * s->chunk_rows, 0, 0, 0};
+        if (b->jobs[j].zrc != Z_OK)
+            return moesim_fail(err, MOESIM_EIO, "%s: %s: deflate failed (zlib error %d)", w->path,
+                               s->name, b->jobs[j].zrc);
+        if (H5Dwrite_chunk(s->d, H5P_DEFAULT, 0, offset, b->jobs[j].packed_bytes,
+                           b->jobs[j].packed) < 0)
+            return write_fail(w, s->name, err);
+    }
+    p->n = 0;
     return MOESIM_OK;
 }
 
+/* Writes every dataset's ready rows, in dataset order and chunk order within a dataset. The
+ * chunks of all datasets share the codec's runs, so a flush of a few chunks per dataset still
+ * keeps every thread busy. Then moves each stage's leftover rows to its front. */
 static moesim_status flush_all(trace_writer *w, bool final, moesim_error *err) {
+    MOESIM_ASSERT(w->batch.jobs_cap <= CHUNK_MAX_THREADS * CHUNK_JOBS_PER_THREAD);
+    pending_chunks p = {0};
     moesim_status st = MOESIM_OK;
-    for (int i = 0; i < WD_COUNT && !st; i++)
-        if (w->ds[i].d >= 0) st = flush_dataset(w, &w->ds[i], final, err);
+    for (int i = 0; i < WD_COUNT && !st; i++) {
+        staged_dataset *s = &w->ds[i];
+        if (s->d < 0) continue;
+        const uint64_t rows = ready_rows(s, final), bytes = rows * s->row_bytes;
+        if (!s->raw) {
+            st = write_pending(w, &p, err); /* what precedes it goes first */
+            if (!st && rows) st = write_rows_converted(w, s, rows, err);
+            continue;
+        }
+        const size_t chunk_bytes = (size_t)s->chunk_rows * s->row_bytes;
+        for (uint64_t c = 0, at = 0; at < bytes && !st; c++, at += chunk_bytes) {
+            chunk_job *job = &w->batch.jobs[p.n];
+            job->chunk_bytes = chunk_bytes;
+            job->elem_size = s->elem_size;
+            job->src = s->stage + at;
+            job->raw_bytes = bytes - at < chunk_bytes ? (size_t)(bytes - at) : chunk_bytes;
+            p.ds_of[p.n] = i;
+            p.chunk_of[p.n] = c;
+            if (++p.n == w->batch.jobs_cap) st = write_pending(w, &p, err);
+        }
+    }
+    if (!st) st = write_pending(w, &p, err);
+    for (int i = 0; i < WD_COUNT && !st; i++) {
+        staged_dataset *s = &w->ds[i];
+        if (s->d < 0) continue;
+        const uint64_t rows = ready_rows(s, final);
+        memmove(s->stage, s->stage + rows * s->row_bytes, (s->staged - rows) * s->row_bytes);
+        s->staged -= rows;
+        s->written += rows;
+    }
     return st;
 }
 
@@ -388,7 +418,7 @@ moesim_status trace_writer_open(const trace_meta *meta, uint64_t n_tokens, uint3
         size_t c = (size_t)w->ds[i].chunk_rows * w->ds[i].row_bytes;
         cap_bytes = c > cap_bytes ? c : cap_bytes;
     }
-    if (!st && !chunk_batch_init(&w->batch, cap_bytes, 1, true))
+    if (!st && !chunk_batch_init(&w->batch, cap_bytes, true))
         st = moesim_fail(err, MOESIM_ENOMEM, "%s: out of memory for chunk buffers", path);
     if (st) {
         trace_writer_abort(w);
