@@ -15,35 +15,60 @@
 #include "traces/trace.h"
 
 static const char replay_usage[] =
-    "usage: moesim replay --synthetic-weights --trace T.h5 --hw NAME --policy NAME\n"
-    "                     [--set key=value ...] [--config FILE ...] [--seed N] [--json]\n"
-    "                     [--timeline out.json] [--ssd-dir DIR]\n"
+    "usage: moesim replay (--model DIR | --synthetic-weights) --trace T.h5 --hw NAME\n"
+    "                     --policy NAME [--set key=value ...] [--config FILE ...] [--seed N]\n"
+    "                     [--json] [--timeline out.json] [--ssd-dir DIR]\n"
     "\n"
     "Replays the trace's routing on the GPU: the policy's loads, prefetches and evictions are\n"
     "real copies from pinned host memory into fixed-block device pools on a demand and a\n"
     "background copy stream, and every activated expert runs its real kernels at the planned\n"
     "precision. Settings are `moesim sim`'s (see its --help): memory.budget_gb emulates a\n"
     "smaller card on a larger GPU. Output: the simulator's figures and timeline schema,\n"
-    "measured.\n"
+    "measured. Routing always comes from the trace.\n"
     "\n"
-    "options:\n"
+    "options (one weight source: --model or --synthetic-weights):\n"
+    "  --model DIR          the weights of a Hugging Face checkpoint (config.json and\n"
+    "                       safetensors, as `moesim record` reads it): experts at every stored\n"
+    "                       precision quantized as the engine does, attention, routers, shared\n"
+    "                       experts and LM head in bf16. Its geometry must be the trace's (and\n"
+    "                       its config.json the one a recorded trace names by hash)\n"
     "  --synthetic-weights  random weights of the trace's model geometry (timing depends on\n"
     "                       shapes and bytes only; no checkpoint needed)\n"
     "  --trace FILE         router trace (HDF5)\n"
     "  --hw NAME            hardware profile (the one `moesim calibrate` wrote)\n"
     "  --policy NAME        policy (`moesim sim --list-policies`)\n"
-    "  --model-geometry N   model geometry (default: the trace's model)\n"
+    "  --model-geometry N   model geometry with --synthetic-weights (default: the trace's\n"
+    "                       model; with --model the checkpoint is the geometry)\n"
     "  --set S.K=V          a setting or policy knob (repeatable)\n"
     "  --config FILE        an INI file of settings (repeatable)\n"
-    "  --seed N             seed of the synthetic weights (default 1)\n"
+    "  --seed N             seed of the synthetic weights (default 1; --synthetic-weights)\n"
     "  --ssd-dir DIR        where experts beyond the profile's DRAM are stored (a disk file\n"
     "                       system: read with O_DIRECT; default /var/tmp)\n"
     "  --json               every figure as one JSON object (`moesim sim --json` keys)\n"
     "  --timeline FILE      Chrome trace-event JSON of the measured run\n"
     "  -h, --help           this text\n";
 
+/* Loads what a replay with a checkpoint's weights reads, and checks the checkpoint against the
+ * trace, all before any GPU work: the trace, the hardware profile, the quant table, the
+ * checkpoint (replay/weights.h) and its geometry (under the trace's model name) into `model`.
+ * *t and *w are the caller's to release, also on failure. */
+static moesim_status checkpoint_inputs_load(const char *trace_path, const char *hw_name,
+                                            const char *model_dir, trace **t, hw_profile *hw,
+                                            model_geometry *model, quant_table *quant,
+                                            replay_weights **w, moesim_error *err) {
+    moesim_status st = trace_read(trace_path, t, err);
+    if (!st) st = hw_load_by_name(hw_name, hw, err);
+    if (!st) st = quant_table_load_default(quant, err);
+    if (!st) st = replay_weights_open(model_dir, w, err);
+    if (!st) st = replay_weights_check_trace(*w, &(*t)->meta, trace_path, err);
+    if (!st) replay_weights_geometry(*w, (*t)->meta.model, model);
+    return st;
+}
+
 int cmd_replay(int argc, char **argv) {
     static const struct option opts[] = {{"synthetic-weights", no_argument, NULL, 'S'},
+                                         {"model", required_argument, NULL, 'M'},
+                                         {"live", no_argument, NULL, 'L'},
                                          {"trace", required_argument, NULL, 't'},
                                          {"hw", required_argument, NULL, 'w'},
                                          {"policy", required_argument, NULL, 'p'},
@@ -57,10 +82,10 @@ int cmd_replay(int argc, char **argv) {
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *trace_path = NULL, *hw_name = NULL, *policy_name = NULL, *geometry = NULL,
-               *timeline = NULL, *seed_text = NULL, *ssd_dir = NULL;
+               *timeline = NULL, *seed_text = NULL, *ssd_dir = NULL, *model_dir = NULL;
     const char **sets = NULL, **files = NULL;
     size_t n_sets = 0, n_files = 0;
-    bool json = false, synthetic = false;
+    bool json = false, synthetic = false, live = false;
     int c, rc = 0;
     optind = 1;
     opterr = 0; /* one line: ours, naming the option */
@@ -68,6 +93,12 @@ int cmd_replay(int argc, char **argv) {
         switch (c) {
         case 'S':
             synthetic = true;
+            break;
+        case 'M':
+            model_dir = optarg;
+            break;
+        case 'L':
+            live = true;
             break;
         case 't':
             trace_path = optarg;
@@ -78,19 +109,9 @@ int cmd_replay(int argc, char **argv) {
         case 'p':
             policy_name = optarg;
             break;
-        case 'g': {
-            /* getopt_long takes unique prefixes: '--model DIR' (a planned option, see
-             * replay/README.md) must not silently mean --model-geometry DIR */
-            const char *o = argv[optind - (optarg == argv[optind - 1] ? 2 : 1)];
-            size_t n = strcspn(o, "=");
-            if (n != strlen("--model-geometry")) {
-                free(sets);
-                free(files);
-                return cli_usage_error("replay", "unknown option '%.*s'", (int)n, o);
-            }
+        case 'g':
             geometry = optarg;
             break;
-        }
         case 's':
             cli_collect(&sets, &n_sets, optarg);
             break;
@@ -123,8 +144,20 @@ int cmd_replay(int argc, char **argv) {
     uint64_t seed = 1;
     if (optind < argc)
         rc = cli_usage_error("replay", "unexpected argument '%s'", argv[optind]);
-    else if (!synthetic)
-        rc = cli_usage_error("replay", "--synthetic-weights is required (the only weight source)");
+    else if (live)
+        rc = cli_usage_error("replay", "--live (routing from the live model) is not offered: "
+                                       "replay routes from the trace (replay/README.md)");
+    else if (model_dir && synthetic)
+        rc = cli_usage_error("replay", "--model and --synthetic-weights are mutually exclusive "
+                                       "(one weight source)");
+    else if (!model_dir && !synthetic)
+        rc = cli_usage_error("replay", "a weight source is required: --model DIR or "
+                                       "--synthetic-weights");
+    else if (model_dir && (geometry || seed_text))
+        rc = cli_usage_error("replay",
+                             "%s applies to --synthetic-weights only (with --model the "
+                             "checkpoint is the geometry and the weights)",
+                             geometry ? "--model-geometry" : "--seed");
     else if (!trace_path || !hw_name || !policy_name)
         rc = cli_usage_error("replay", "--trace, --hw and --policy are required");
     else if (!policy_lookup(policy_name))
@@ -139,7 +172,9 @@ int cmd_replay(int argc, char **argv) {
         return rc;
     }
     moesim_error err = {0};
-    if (replay_device_check(&err)) {
+    /* synthetic weights: no GPU, no point reading the inputs; a checkpoint is checked against
+     * the trace first (its errors come before the GPU's) */
+    if (synthetic && replay_device_check(&err)) {
         free(sets);
         free(files);
         return cli_fail(&err);
@@ -149,10 +184,17 @@ int cmd_replay(int argc, char **argv) {
     free(sets);
     free(files);
     trace *t = NULL;
+    replay_weights *w = NULL;
     hw_profile hw;
     model_geometry model;
     quant_table quant;
-    if (!st) st = cli_sim_inputs_load(trace_path, hw_name, geometry, &t, &hw, &model, &quant, &err);
+    if (!st && synthetic)
+        st = cli_sim_inputs_load(trace_path, hw_name, geometry, &t, &hw, &model, &quant, &err);
+    if (!st && model_dir) {
+        st = checkpoint_inputs_load(trace_path, hw_name, model_dir, &t, &hw, &model, &quant, &w,
+                                    &err);
+        if (!st) st = replay_device_check(&err);
+    }
     sim_result r;
     if (!st) {
         replay_inputs in = {.trace = t,
@@ -160,6 +202,7 @@ int cmd_replay(int argc, char **argv) {
                             .hw = &hw,
                             .quant = &quant,
                             .timeline_path = timeline,
+                            .weights = w,
                             .weight_seed = seed,
                             .ssd_dir = ssd_dir};
         st = replay_run(&in, policy_name, settings, &r, NULL, &err);
@@ -169,11 +212,12 @@ int cmd_replay(int argc, char **argv) {
     } else if (json) {
         cli_print_json(sim_result_to_json(&r));
     } else {
-        printf("%s on %s (replay), policy %s: %.3f ms, TTFT mean %.3f ms, TPOT mean %.3f ms, "
-               "hit rate %.2f%%, stall %.3f ms, h2d %.3f GB\n",
-               trace_path, hw.gpu, r.policy, r.makespan_ms, r.ttft.mean_ms, r.tpot.mean_ms,
-               100.0 * r.hit_rate, r.stall_ms, r.h2d_bytes / 1e9);
+        printf("%s on %s (replay, %s weights), policy %s: %.3f ms, TTFT mean %.3f ms, TPOT mean "
+               "%.3f ms, hit rate %.2f%%, stall %.3f ms, h2d %.3f GB\n",
+               trace_path, hw.gpu, model_dir ? "checkpoint" : "synthetic", r.policy, r.makespan_ms,
+               r.ttft.mean_ms, r.tpot.mean_ms, 100.0 * r.hit_rate, r.stall_ms, r.h2d_bytes / 1e9);
     }
+    replay_weights_close(w);
     trace_destroy(t);
     config_destroy(settings);
     return rc;

@@ -698,6 +698,44 @@ bool engine_has_precision(const engine *e, moesim_precision p) {
     return (unsigned)p < PREC_COUNT && (e->precision_mask & (1u << p));
 }
 
+const engine_mat *engine_weight(const engine *e, tensor_kind kind, uint32_t layer, uint32_t expert,
+                                moesim_precision p) {
+    const engine_config *c = &e->cfg;
+    if (kind == T_EMBED) return &e->embed;
+    if (kind == T_LM_HEAD) return &e->lm_head;
+    MOESIM_ASSERT(layer < c->n_layers);
+    const layer_w *L = &e->layers[layer];
+    bool moe = c->is_moe[layer];
+    switch (kind) {
+    case T_Q:
+        return &L->wq;
+    case T_K:
+        return &L->wk;
+    case T_V:
+        return &L->wv;
+    case T_O:
+        return &L->wo;
+    case T_ROUTER:
+        return moe ? &L->router : NULL;
+    case T_EXP_GATE:
+    case T_EXP_UP:
+    case T_EXP_DOWN:
+        if (!moe || !engine_has_precision(e, p)) return NULL;
+        MOESIM_ASSERT(expert < c->n_experts);
+        return &L->experts[expert].m[p][kind - T_EXP_GATE];
+    case T_SHARED_GATE:
+    case T_SHARED_UP:
+    case T_SHARED_DOWN:
+        return moe && c->shared_inter ? &L->shared[kind - T_SHARED_GATE] : NULL;
+    case T_DENSE_GATE:
+    case T_DENSE_UP:
+    case T_DENSE_DOWN:
+        return moe ? NULL : &L->dense[kind - T_DENSE_GATE];
+    default:
+        return NULL;
+    }
+}
+
 void engine_geometry(const engine *e, const char *name, model_geometry *g) {
     const engine_config *c = &e->cfg;
     memset(g, 0, sizeof *g);

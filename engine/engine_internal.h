@@ -39,6 +39,15 @@ typedef struct engine_arch {
     void (*tensor_name)(char *buf, size_t len, tensor_kind kind, uint32_t layer, uint32_t expert);
 } engine_arch;
 
+/* The loaded matrix of `kind` at model layer `layer` (`expert` and precision `p` for the routed
+ * experts' kinds; ignored otherwise; `layer` ignored for T_EMBED and T_LM_HEAD, which is the
+ * embedding when tied), or NULL where there is none: a router, expert or shared expert of a
+ * dense layer, a dense FFN of an MoE layer, an expert precision not held, and the vector kinds
+ * (norms, biases, the shared expert's gate). Borrowed from the engine (replay reads the
+ * checkpoint's weights through it). */
+const engine_mat *engine_weight(const engine *e, tensor_kind kind, uint32_t layer, uint32_t expert,
+                                moesim_precision p);
+
 extern const engine_arch engine_arch_qwen3_moe, engine_arch_qwen2_moe, engine_arch_olmoe,
     engine_arch_mixtral;
 

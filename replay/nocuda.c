@@ -28,6 +28,16 @@ moesim_status replay_store_create(const model_geometry *m, const quant_table *q,
     return moesim_fail(err, MOESIM_EINPUT, NO_CUDA);
 }
 
+moesim_status replay_store_create_checkpoint(const model_geometry *m, const quant_table *q,
+                                             const char *host_precisions, moesim_precision primary,
+                                             uint64_t dram_bytes, const char *ssd_dir,
+                                             const replay_weights *w, replay_store **out,
+                                             moesim_error *err) {
+    (void)m, (void)q, (void)host_precisions, (void)primary, (void)dram_bytes, (void)ssd_dir;
+    (void)w, (void)out;
+    return moesim_fail(err, MOESIM_EINPUT, NO_CUDA);
+}
+
 void replay_store_destroy(replay_store *s) { (void)s; }
 
 moesim_status calib_run(const calib_options *opt, calib_results *out, moesim_error *err) {

@@ -8,9 +8,12 @@
  * classes (demand > prefetch > background), and CUDA events around every transfer and compute
  * step. Routing comes from the trace, so a run is step for step comparable with sim_run on the
  * same trace, settings and profile; the result is a sim_result (same JSON, same timeline schema).
+ * Weights are synthetic (seeded random bytes of the model's shapes) or a checkpoint's
+ * (replay/weights.h: `moesim replay --model DIR`).
  *
  * Pure-C parts (always built, tested on the CPU): the schedule (replay/schedule.c), the memory
- * budget and its emulation of a smaller card (replay/budget.c), the calibration writers
+ * budget and its emulation of a smaller card (replay/budget.c), the checkpoint weights in the
+ * kernels' formats (replay/weights.c), the calibration writers
  * (replay/calib_write.c) and the validation arithmetic (replay/report.c). The GPU parts are
  * compiled only with MOESIM_CUDA; without it replay_run and calib_run fail with "built without
  * CUDA".
@@ -27,6 +30,7 @@
 #include "common/model.h"
 #include "common/precision.h"
 #include "common/status.h"
+#include "replay/weights.h"
 #include "sim/budget.h"
 #include "sim/cost.h"
 #include "sim/schedule.h"
@@ -94,6 +98,14 @@ moesim_status replay_store_create(const model_geometry *m, const quant_table *q,
                                   const char *host_precisions, moesim_precision primary,
                                   uint64_t dram_bytes, const char *ssd_dir, uint64_t seed,
                                   replay_store **out, moesim_error *err);
+/* The same store holding a checkpoint's experts (replay_weights_experts: the kernels' formats,
+ * the engine's quantization) instead of random bytes; `m` must be the checkpoint's geometry
+ * (replay_weights_geometry). `w` is borrowed for the store's lifetime. */
+moesim_status replay_store_create_checkpoint(const model_geometry *m, const quant_table *q,
+                                             const char *host_precisions, moesim_precision primary,
+                                             uint64_t dram_bytes, const char *ssd_dir,
+                                             const replay_weights *w, replay_store **out,
+                                             moesim_error *err);
 void replay_store_destroy(replay_store *s);
 
 typedef struct replay_inputs {
@@ -101,14 +113,16 @@ typedef struct replay_inputs {
     const model_geometry *model; /* must match the trace's geometry */
     const hw_profile *hw;        /* the calibrated profile: DRAM size, default budget */
     const quant_table *quant;
-    const char *timeline_path; /* Chrome trace-event JSON (sim/timeline.h schema) or NULL */
-    const sim_hooks *hooks;    /* on_expert_start when an expert's kernel is enqueued (after
-                                  its copies' events), on_request_done, on_layer_done */
-    uint64_t weight_seed;      /* synthetic weights: same seed, same bytes */
-    const replay_store *store; /* borrowed host store, or NULL: the run makes its own from
-                                  sim.host_precisions (also when the store's formats or
-                                  expert.precision differ from the run's) */
-    const char *ssd_dir;       /* the run's own SSD store (NULL: /var/tmp) */
+    const char *timeline_path;     /* Chrome trace-event JSON (sim/timeline.h schema) or NULL */
+    const sim_hooks *hooks;        /* on_expert_start when an expert's kernel is enqueued (after
+                                      its copies' events), on_request_done, on_layer_done */
+    const replay_weights *weights; /* a checkpoint's weights (`model` must be its geometry,
+                                      replay_weights_geometry), or NULL: synthetic weights */
+    uint64_t weight_seed;          /* synthetic weights: same seed, same bytes */
+    const replay_store *store;     /* borrowed host store, or NULL: the run makes its own from
+                                      sim.host_precisions (also when the store's formats,
+                                      expert.precision or weights differ from the run's) */
+    const char *ssd_dir;           /* the run's own SSD store (NULL: /var/tmp) */
 } replay_inputs;
 
 /* What a replay measured beyond sim_result (checks of the GPU tests). */
@@ -121,8 +135,10 @@ typedef struct replay_checks {
 } replay_checks;
 
 /* Replays the trace under `policy_name` with `settings` (the same keys as sim_run: the
- * settings of sim/sim.h and the policy's knobs; every key checked). Synthetic weights of the
- * model's geometry (replay needs no checkpoint: timing depends on shapes and bytes only).
+ * settings of sim/sim.h and the policy's knobs; every key checked). The checkpoint's weights
+ * when `in->weights` is set, else synthetic weights of the model's geometry (timing depends on
+ * shapes and bytes only, so a checkpoint is not needed to measure). Activations, the KV buffer
+ * and the experts' outputs the combine reads stay synthetic: routing comes from the trace.
  * Fills `out` in the simulator's schema and, when `checks` is not NULL, the GPU checks. */
 moesim_status replay_run(const replay_inputs *in, const char *policy_name, config *settings,
                          sim_result *out, replay_checks *checks, moesim_error *err);

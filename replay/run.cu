@@ -2,10 +2,11 @@
  * loop that drives the same policy object as sim_run over the same schedule and routing.
  *
  * Device memory, allocated once before the clock starts (no cudaMalloc on the hot path): the
- * non-expert weights of every layer (bf16, random), activations and a KV buffer, and one arena of
- * the expert budget carved into fixed-size blocks per precision (one block holds one part: gate,
- * up or down, in the kernels' block format). Host: every expert at every stored precision in
- * pinned memory (cudaHostAlloc), random bytes from a seeded xorshift stream.
+ * non-expert weights of every layer (bf16: the checkpoint's, replay/weights.h, or random),
+ * activations and a KV buffer, and one arena of the expert budget carved into fixed-size blocks
+ * per precision (one block holds one part: gate, up or down, in the kernels' block format). Host:
+ * every expert at every stored precision in pinned memory (cudaHostAlloc): the checkpoint's in
+ * the kernels' formats, or random bytes from a seeded xorshift stream.
  *
  * Copies: the host keeps the simulator's three priority queues (demand > prefetch > background)
  * and feeds at most COPY_WINDOW chunks of sim.chunk_kib at a time to the copy streams (demand
@@ -87,6 +88,7 @@ static void fill_random(void *p, size_t bytes, uint64_t seed) {
 
 struct replay_store {
     model_geometry m;
+    const replay_weights *weights; /* the checkpoint the experts come from, or NULL: random */
     moesim_precision primary;
     bool stored[PREC_COUNT];
     uint64_t dev_part_bytes[PREC_COUNT][PART_COUNT]; /* kernel format bytes of one part */
@@ -116,29 +118,40 @@ static void fill_tiled(uint8_t *p, uint64_t bytes, uint64_t seed) {
 static moesim_status parse_host_precisions(const char *text, moesim_precision primary,
                                            bool stored[PREC_COUNT], moesim_error *err);
 
-/* Writes the SSD file of precision p: n blobs at ssd_stride, random bytes (one tile repeated),
- * then reopens it for O_DIRECT reads. */
-static moesim_status ssd_file_make(replay_store *r, int p, uint64_t n, const char *dir,
-                                   uint64_t seed, moesim_error *err) {
+/* Writes the SSD file of precision p: n blobs at ssd_stride, the experts from index `le_first`
+ * of the checkpoint (a batch of blobs at a time), or random bytes (one tile repeated); then
+ * reopens it for O_DIRECT reads. */
+static moesim_status ssd_file_make(replay_store *r, int p, uint64_t le_first, uint64_t n,
+                                   const char *dir, uint64_t seed, moesim_error *err) {
     snprintf(r->ssd_path[p], sizeof r->ssd_path[p], "%s/moesim-replay-ssd-%d-%s.bin", dir,
              (int)getpid(), precision_name((moesim_precision)p));
     int fd = open(r->ssd_path[p], O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         return moesim_fail(err, MOESIM_EIO, "%s: cannot create the SSD store (%s)", r->ssd_path[p],
                            strerror(errno));
-    uint64_t bytes = n * r->ssd_stride[p], tile = bytes < FILL_TILE ? bytes : FILL_TILE;
-    uint8_t *buf = (uint8_t *)moesim_xmalloc(tile);
-    fill_random(buf, tile, seed);
+    uint64_t stride = r->ssd_stride[p], bytes = n * stride;
+    /* a tile of whole blobs for checkpoint experts, so batch b is blobs [b * per, ...) */
+    uint64_t per = FILL_TILE / stride ? FILL_TILE / stride : 1;
+    uint64_t tile = r->weights ? per * stride : FILL_TILE;
+    if (tile > bytes) tile = bytes;
+    uint8_t *buf = (uint8_t *)moesim_xcalloc(1, tile);
+    if (!r->weights) fill_random(buf, tile, seed);
     for (uint64_t o = 0; o < bytes;) {
         uint64_t want = bytes - o < tile ? bytes - o : tile;
-        ssize_t w = pwrite(fd, buf, want, (off_t)o);
-        if (w <= 0) {
-            free(buf);
-            close(fd);
-            return moesim_fail(err, MOESIM_EIO, "%s: write failed after %" PRIu64 " bytes (%s)",
-                               r->ssd_path[p], o, strerror(errno));
+        if (r->weights)
+            replay_weights_experts(r->weights, (moesim_precision)p, le_first + o / stride,
+                                   want / stride, buf, stride);
+        for (uint64_t done = 0; done < want;) {
+            ssize_t w = pwrite(fd, buf + done, want - done, (off_t)(o + done));
+            if (w <= 0) {
+                free(buf);
+                close(fd);
+                return moesim_fail(err, MOESIM_EIO, "%s: write failed after %" PRIu64 " bytes (%s)",
+                                   r->ssd_path[p], o + done, strerror(errno));
+            }
+            done += (uint64_t)w;
         }
-        o += (uint64_t)w;
+        o += want;
     }
     free(buf);
     if (fsync(fd) || close(fd))
@@ -152,14 +165,17 @@ static moesim_status ssd_file_make(replay_store *r, int p, uint64_t n, const cha
     return MOESIM_OK;
 }
 
-extern "C" moesim_status replay_store_create(const model_geometry *m, const quant_table *q,
-                                             const char *host_precisions, moesim_precision primary,
-                                             uint64_t dram_bytes, const char *ssd_dir,
-                                             uint64_t seed, replay_store **out, moesim_error *err) {
+/* replay_store_create and replay_store_create_checkpoint: experts from `w`, or random from
+ * `seed` when w is NULL. */
+static moesim_status store_make(const model_geometry *m, const quant_table *q,
+                                const char *host_precisions, moesim_precision primary,
+                                uint64_t dram_bytes, const char *ssd_dir, uint64_t seed,
+                                const replay_weights *w, replay_store **out, moesim_error *err) {
     moesim_status st = replay_device_check(err);
     if (st) return st;
     replay_store *r = (replay_store *)moesim_xcalloc(1, sizeof *r);
     r->m = *m;
+    r->weights = w;
     r->primary = primary;
     for (int p = 0; p < PREC_COUNT; p++) r->ssd_fd[p] = -1;
     if ((st = parse_host_precisions(host_precisions, primary, r->stored, err))) {
@@ -170,9 +186,7 @@ extern "C" moesim_status replay_store_create(const model_geometry *m, const quan
     uint64_t acct[PREC_COUNT] = {0}; /* the simulator's bytes of one expert (placement) */
     for (int p = 0; p < PREC_COUNT; p++)
         for (int part = 0; part < PART_COUNT && r->stored[p]; part++) {
-            bool down = part == PART_DOWN;
-            uint64_t rows = down ? m->hidden : m->expert_inter;
-            uint64_t cols = down ? m->expert_inter : m->hidden;
+            uint64_t cols = part == PART_DOWN ? m->expert_inter : m->hidden;
             if (p != PREC_BF16 && cols % QUANT_GROUP) {
                 replay_store_destroy(r);
                 return moesim_fail(err, MOESIM_EINPUT,
@@ -181,8 +195,7 @@ extern "C" moesim_status replay_store_create(const model_geometry *m, const quan
                                    m->name, cols, QUANT_GROUP, precision_name((moesim_precision)p));
             }
             r->dev_part_bytes[p][part] =
-                p == PREC_BF16 ? rows * cols * 2
-                               : quant_matrix_size_bytes((moesim_precision)p, rows, cols);
+                replay_part_bytes(m, (moesim_precision)p, (expert_part)part);
             r->blob_bytes[p] += r->dev_part_bytes[p][part];
             acct[p] += model_expert_part_bytes(m, q, (expert_part)part, (moesim_precision)p);
         }
@@ -217,6 +230,9 @@ extern "C" moesim_status replay_store_create(const model_geometry *m, const quan
                 r->ssd_off[p][le] = n_ssd[p]++ * r->ssd_stride[p];
             }
         }
+        /* DRAM only shrinks: the experts in DRAM are a prefix of (layer, expert) order, the
+         * SSD file holds the rest in order (what filling them from a checkpoint relies on) */
+        MOESIM_ASSERT(!n_ssd[p] || r->ssd_off[p][LE - n_ssd[p]] == 0);
         r->n_on_ssd += n_ssd[p];
     }
     for (int p = 0; p < PREC_COUNT; p++) {
@@ -230,16 +246,36 @@ extern "C" moesim_status replay_store_create(const model_geometry *m, const quan
                                    "profile's dram_gib decides how much is kept in DRAM)",
                                    host_bytes[p] / GIB, precision_name((moesim_precision)p));
             }
-            fill_tiled(r->host[p], host_bytes[p], seed * 131 + (uint64_t)p);
+            if (w)
+                replay_weights_experts(w, (moesim_precision)p, 0, LE - n_ssd[p], r->host[p],
+                                       r->blob_bytes[p]);
+            else
+                fill_tiled(r->host[p], host_bytes[p], seed * 131 + (uint64_t)p);
         }
-        if (n_ssd[p] && (st = ssd_file_make(r, p, n_ssd[p], ssd_dir ? ssd_dir : "/var/tmp",
-                                            seed * 131 + p, err))) {
+        if (n_ssd[p] && (st = ssd_file_make(r, p, LE - n_ssd[p], n_ssd[p],
+                                            ssd_dir ? ssd_dir : "/var/tmp", seed * 131 + p, err))) {
             replay_store_destroy(r);
             return st;
         }
     }
     *out = r;
     return MOESIM_OK;
+}
+
+extern "C" moesim_status replay_store_create(const model_geometry *m, const quant_table *q,
+                                             const char *host_precisions, moesim_precision primary,
+                                             uint64_t dram_bytes, const char *ssd_dir,
+                                             uint64_t seed, replay_store **out, moesim_error *err) {
+    return store_make(m, q, host_precisions, primary, dram_bytes, ssd_dir, seed, NULL, out, err);
+}
+
+extern "C" moesim_status
+replay_store_create_checkpoint(const model_geometry *m, const quant_table *q,
+                               const char *host_precisions, moesim_precision primary,
+                               uint64_t dram_bytes, const char *ssd_dir, const replay_weights *w,
+                               replay_store **out, moesim_error *err) {
+    MOESIM_ASSERT(w);
+    return store_make(m, q, host_precisions, primary, dram_bytes, ssd_dir, 0, w, out, err);
 }
 
 extern "C" void replay_store_destroy(replay_store *r) {
@@ -813,7 +849,7 @@ static void run_attention(rp *s, const replay_step *sd, uint32_t ml) {
         i = j;
     }
     /* into y, not x: x stays the layers' fixed input, so values never grow layer over layer
-     * (synthetic weights; what is timed is the shapes) */
+     * (the activations are synthetic, whatever the weights; what is timed is the shapes) */
     gemm(s, s->y, PREC_BF16, w + (s->q_dim + 2 * s->kv_dim) * H, s->attn_out, H, s->q_dim, n);
 }
 
@@ -938,8 +974,8 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
         s->pinned[lep] = 1;
     }
     const size_t layer_parts = (size_t)layer * s->E * s->P * PART_COUNT;
-    sim_route_tally_accesses(&rs, ex, gs, n * K, s->state + layer_parts, s->P, &s->quant,
-                             prim_bits, &s->tally);
+    sim_route_tally_accesses(&rs, ex, gs, n * K, s->state + layer_parts, s->P, &s->quant, prim_bits,
+                             &s->tally);
     uint32_t n_run = sim_route_execution_order(&rs, n_active, s->state + layer_parts, s->P,
                                                loading_seq, s, s->order, s->order_key);
     for (uint32_t r = 0; r < n_run; r++) {
@@ -1031,6 +1067,20 @@ static void *dev_random(rp *s, uint64_t bytes, uint64_t seed) {
     return d;
 }
 
+/* A non-expert weight buffer of kind k for model layer `layer` on the device: the checkpoint's
+ * (replay_weights_nonexpert) or random bytes from `seed`. */
+static uint16_t *dev_weights(rp *s, const replay_weights *w, replay_nonexpert k, uint32_t layer,
+                             uint64_t seed) {
+    uint64_t bytes = replay_nonexpert_elems(s->m, k) * 2;
+    if (!w) return (uint16_t *)dev_random(s, bytes, seed);
+    void *d = dev_alloc(s, bytes);
+    uint16_t *h = (uint16_t *)moesim_xmalloc(bytes ? bytes : 16);
+    replay_weights_nonexpert(w, k, layer, h);
+    CUDA_CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    free(h);
+    return (uint16_t *)d;
+}
+
 /* sim.c's reading of sim.host_precisions (expert.precision always stored), limited to the
  * formats the GPU kernels have. */
 static moesim_status parse_host_precisions(const char *text, moesim_precision primary,
@@ -1078,6 +1128,11 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
                            "experts, top-%u)",
                            t->meta.model, m->name, m->n_moe_layers, m->n_experts, m->top_k);
     if (!t->n_tokens) return moesim_fail(err, MOESIM_EINPUT, "trace has no tokens");
+    if (in->weights) { /* the caller's contract: the checkpoint's own geometry */
+        model_geometry g;
+        replay_weights_geometry(in->weights, m->name, &g);
+        MOESIM_ASSERT(!memcmp(&g, m, sizeof g));
+    }
     if (!m->n_heads || !m->n_kv_heads || !m->head_dim || m->attention != ATTENTION_GQA)
         return moesim_fail(err, MOESIM_EINPUT,
                            "model '%s': replay times grouped-query attention only (n_heads, "
@@ -1132,17 +1187,21 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
                                  s->sch.kv_peak_bytes, bwhere, cwhere, &s->bud, err)))
         return st;
 
-    /* host store: the caller's when it holds this run's formats placed for this run's
-     * expert.precision (validate shares one over its runs), else the run's own */
-    bool fits = in->store && in->store->primary == s->prec && !memcmp(&in->store->m, m, sizeof *m);
+    /* host store: the caller's when it holds this run's formats of this run's weights placed
+     * for this run's expert.precision (validate shares one over its runs), else the run's own */
+    bool fits = in->store && in->store->primary == s->prec && in->store->weights == in->weights &&
+                !memcmp(&in->store->m, m, sizeof *m);
     for (int p = 0; fits && p < PREC_COUNT; p++) fits = in->store->stored[p] == stored[p];
     if (fits) {
         s->store = in->store;
     } else {
-        if ((st = replay_store_create(m, in->quant, s->set.host_precisions, s->prec,
-                                      in->hw->dram_bytes, in->ssd_dir, in->weight_seed,
-                                      &s->own_store, err)))
-            return st;
+        st = in->weights ? replay_store_create_checkpoint(m, in->quant, s->set.host_precisions,
+                                                          s->prec, in->hw->dram_bytes, in->ssd_dir,
+                                                          in->weights, &s->own_store, err)
+                         : replay_store_create(m, in->quant, s->set.host_precisions, s->prec,
+                                               in->hw->dram_bytes, in->ssd_dir, in->weight_seed,
+                                               &s->own_store, err);
+        if (st) return st;
         s->store = s->own_store;
     }
     if (s->store->n_on_ssd) { /* bounce slots: 3 class heads + COPY_WINDOW transfers at most */
@@ -1171,9 +1230,12 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     uint64_t H = m->hidden;
     s->q_dim = m->n_heads && m->head_dim ? (uint64_t)m->n_heads * m->head_dim : H;
     s->kv_dim = (uint64_t)m->n_kv_heads * m->head_dim;
-    uint64_t attn_w = ((s->q_dim + 2 * s->kv_dim) * H + H * s->q_dim) * 2;
+    uint64_t attn_w = replay_nonexpert_elems(m, REPLAY_NX_ATTENTION) * 2;
     uint64_t S = (uint64_t)m->shared_inter * m->n_shared_experts, D = m->dense_inter;
-    uint64_t shared_w = 3 * H * S * 2, dense_w = 3 * H * D * 2;
+    uint64_t shared_w = replay_nonexpert_elems(m, REPLAY_NX_SHARED) * 2;
+    uint64_t dense_w = replay_nonexpert_elems(m, REPLAY_NX_DENSE) * 2;
+    uint64_t router_w = replay_nonexpert_elems(m, REPLAY_NX_ROUTER) * 2;
+    uint64_t lm_w = replay_nonexpert_elems(m, REPLAY_NX_LM_HEAD) * 2;
     uint64_t T = s->sch.max_step_tokens, B = s->set.batch_size;
     uint64_t wide = H > s->q_dim + 2 * s->kv_dim ? H : s->q_dim + 2 * s->kv_dim;
     if (m->n_experts > wide) wide = m->n_experts;
@@ -1188,12 +1250,12 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     s->max_ctx = max_ctx;
     /* every device allocation of the run, summed before any is made */
     const uint64_t sizes[] = {
-        s->bud.expert_budget_bytes,                       /* expert arena */
-        attn_w * m->n_layers,                             /* attention weights */
-        (uint64_t)m->n_experts * H * 2 * m->n_moe_layers, /* routers */
-        shared_w * m->n_moe_layers,                       /* shared experts */
-        dense_w * (m->n_layers - m->n_moe_layers),        /* dense FFNs */
-        (uint64_t)m->vocab * H * 2,                       /* LM head */
+        s->bud.expert_budget_bytes,                /* expert arena */
+        attn_w * m->n_layers,                      /* attention weights */
+        router_w * m->n_moe_layers,                /* routers */
+        shared_w * m->n_moe_layers,                /* shared experts */
+        dense_w * (m->n_layers - m->n_moe_layers), /* dense FFNs */
+        lm_w,                                      /* LM head */
         T * H * 4,
         T * wide * 4,
         2 * T * inter * 4,
@@ -1217,16 +1279,17 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     s->w_router = (uint16_t **)moesim_xcalloc(m->n_layers, sizeof *s->w_router);
     s->w_shared = (uint16_t **)moesim_xcalloc(m->n_layers, sizeof *s->w_shared);
     s->w_dense = (uint16_t **)moesim_xcalloc(m->n_layers, sizeof *s->w_dense);
+    const replay_weights *w = in->weights;
     for (uint32_t l = 0; l < m->n_layers; l++) {
-        s->w_attn[l] = (uint16_t *)dev_random(s, attn_w, in->weight_seed * 977 + l);
+        s->w_attn[l] = dev_weights(s, w, REPLAY_NX_ATTENTION, l, in->weight_seed * 977 + l);
         if (m->is_moe_layer[l]) {
-            s->w_router[l] = (uint16_t *)dev_random(s, (uint64_t)m->n_experts * H * 2, l + 7);
-            if (shared_w) s->w_shared[l] = (uint16_t *)dev_random(s, shared_w, l + 11);
+            s->w_router[l] = dev_weights(s, w, REPLAY_NX_ROUTER, l, l + 7);
+            if (shared_w) s->w_shared[l] = dev_weights(s, w, REPLAY_NX_SHARED, l, l + 11);
         } else if (dense_w) {
-            s->w_dense[l] = (uint16_t *)dev_random(s, dense_w, l + 13);
+            s->w_dense[l] = dev_weights(s, w, REPLAY_NX_DENSE, l, l + 13);
         }
     }
-    s->w_lm = (uint16_t *)dev_random(s, (uint64_t)m->vocab * H * 2, 17);
+    s->w_lm = dev_weights(s, w, REPLAY_NX_LM_HEAD, 0, 17);
     s->x = (float *)dev_random(s, T * H * 4, 19);
     s->y = (float *)dev_alloc(s, T * wide * 4);
     s->h1 = (float *)dev_alloc(s, T * inter * 4);

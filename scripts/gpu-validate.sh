@@ -5,8 +5,10 @@
 #                                          calibrate: experiments/validation/$PROFILE.ini and
 #                                          $PROFILE-cost.txt (PROFILE defaults to h100-measured)
 #   scripts/gpu-validate.sh tests          build, ctest -L gpu (replay budget, copy order, copy
-#                                          bandwidth vs calibration, lru hits = sim; engine and
-#                                          kernel parity)
+#                                          bandwidth vs calibration, lru hits = sim, a golden
+#                                          checkpoint's weights; engine and kernel parity), then
+#                                          `moesim replay --model` end to end on the golden
+#                                          qwen2_moe: replay-model-golden.json
 #   scripts/gpu-validate.sh validate B     build, the trace, then moesim validate over
 #                                          experiments/validation/validate.ini at budget B GiB: validate-B.json
 #   scripts/gpu-validate.sh report         here, no GPU: merge validate-*.json into
@@ -59,6 +61,17 @@ tests)
     ctest --test-dir "$root/build-gpu" -L gpu --output-on-failure --timeout 500 |
         tee "$dir/ctest-gpu.log" || rc=$?
     keep "$dir/ctest-gpu.log" # back even when a test failed: the log says which and why
+    # the command with a checkpoint's weights: a trace the engine records from the golden
+    # qwen2_moe, replayed with its own weights (4 of 8 experts per layer on the card)
+    golden="$root/tests/fixtures/golden/qwen2_moe"
+    mkdir -p "$root/results/validate"
+    printf '1 17 42 99 3 250 7\n9 8 7 6 5\n' >"$root/results/validate/golden-prompts.txt"
+    "$bin" record --model "$golden" --input "$root/results/validate/golden-prompts.txt" \
+        -o "$root/results/validate/golden-qwen2_moe.h5" --gen-len 4 --threads 1 >/dev/null
+    "$bin" replay --model "$golden" --trace "$root/results/validate/golden-qwen2_moe.h5" \
+        --hw h100-sxm --policy lru --set memory.budget_gb=1 --set cache.experts_per_layer=4 \
+        --json >"$dir/replay-model-golden.json" || rc=$?
+    keep "$dir/replay-model-golden.json"
     exit "$rc"
     ;;
 validate)

@@ -6,6 +6,9 @@
  *   - back-to-back copies reach >= 90 % of the calibrated pinned host-to-device bandwidth;
  *   - lru gives the simulator's hit count on the same trace (its decisions do not depend on
  *     time, so both hosts must see the same accesses and hits).
+ * And with a checkpoint's weights (`--model`, replay/weights.h): the golden qwen2_moe routed by
+ * a trace the engine recorded from it replays in order, within the card, with the simulator's
+ * hits, from DRAM and from the SSD store, at bf16 and int4.
  * Skipped (exit 77) without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +16,7 @@
 
 #include "common/hw.h"
 #include "common/model.h"
+#include "engine/engine.h"
 #include "replay/replay.h"
 #include "sim/sim.h"
 #include "sim_fixtures.h"
@@ -145,4 +149,84 @@ Test(gpu_replay, lru_hits_equal_the_simulators_on_the_same_trace) {
                      (unsigned long)real.hits, (unsigned long)sim.hits);
         cr_assert_eq(real.steps, sim.steps);
     }
+}
+
+/* A trace the engine records from the checkpoint in `dir` (two requests, 4 decode steps). */
+static trace *engine_trace(const char *dir, const char *name) {
+    static const int32_t prompt_a[] = {1, 17, 42, 99, 3, 250, 7}, prompt_b[] = {9, 8, 7, 6, 5};
+    moesim_error err = {0};
+    engine *e;
+    engine_options opt = {.n_threads = 1};
+    cr_assert_eq(engine_load(dir, &opt, &e, &err), MOESIM_OK, "%s", err.msg);
+    engine_request reqs[] = {{prompt_a, 7}, {prompt_b, 5}};
+    engine_gen_options o = {.gen_len = 4, .batch = 2};
+    engine_gen_log log;
+    cr_assert_eq(engine_generate(e, reqs, 2, &o, &log, &err), MOESIM_OK, "%s", err.msg);
+    model_geometry g;
+    engine_geometry(e, name, &g);
+    trace *t;
+    cr_assert_eq(engine_log_to_trace(e, &g, &log, NULL, &t, &err), MOESIM_OK, "%s", err.msg);
+    engine_gen_log_free(&log);
+    engine_destroy(e);
+    return t;
+}
+
+Test(gpu_replay, a_golden_checkpoint_replays_in_order_within_the_card_with_the_simulators_hits) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/golden/qwen2_moe", MOESIM_SOURCE_DIR);
+    trace *t = engine_trace(dir, "tiny-qwen2");
+    moesim_error err = {0};
+    replay_weights *w;
+    cr_assert_eq(replay_weights_open(dir, &w, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(replay_weights_check_trace(w, &t->meta, "recorded", &err), MOESIM_OK, "%s",
+                 err.msg);
+    model_geometry m;
+    replay_weights_geometry(w, t->meta.model, &m);
+    /* 4 of 8 experts per layer on the card: lru loads on most routes (24 experts of 24 KiB at
+     * bf16); a DRAM of 256 KiB keeps the first 10 and puts the rest in the SSD store */
+    static const struct {
+        const char *prec, *formats;
+        uint64_t dram_bytes;
+    } cases[] = {
+        {"expert.precision=bf16", "sim.host_precisions=bf16", 0},
+        {"expert.precision=int4", "sim.host_precisions=int4", 0},
+        {"expert.precision=bf16", "sim.host_precisions=bf16", 256u << 10},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hw_profile h = hw;
+        if (cases[i].dram_bytes) {
+            h.dram_bytes = cases[i].dram_bytes;
+            h.gpu_direct_storage = false;
+        }
+        const char *sets[] = {"memory.budget_gb=1", "cache.experts_per_layer=4", cases[i].prec,
+                              cases[i].formats, NULL};
+        sim_result real, sim;
+        replay_checks ck;
+        config *c = config_create();
+        for (const char *const *s = sets; *s; s++)
+            cr_assert_eq(config_set(c, *s, &err), MOESIM_OK, "%s", err.msg);
+        replay_inputs in = {.trace = t, .model = &m, .hw = &h, .quant = &quant, .weights = w};
+        cr_assert_eq(replay_run(&in, "lru", c, &real, &ck, &err), MOESIM_OK, "case %zu: %s", i,
+                     err.msg);
+        config_destroy(c);
+        c = config_create();
+        for (const char *const *s = sets; *s; s++) config_set(c, *s, &err);
+        sim_inputs sin = {.trace = t, .model = &m, .hw = &h, .quant = &quant};
+        cr_assert_eq(sim_run(&sin, "lru", c, &sim, &err), MOESIM_OK, "case %zu: %s", i, err.msg);
+        config_destroy(c);
+        cr_assert_eq(real.tokens, t->n_tokens, "case %zu", i);
+        cr_assert_gt(real.h2d_bytes, 0, "case %zu: nothing was loaded", i);
+        cr_assert_gt(ck.order_checked, 0, "case %zu", i);
+        cr_assert_eq(ck.order_violations, 0, "case %zu: %lu of %lu expert ops started early", i,
+                     (unsigned long)ck.order_violations, (unsigned long)ck.order_checked);
+        cr_assert_leq(ck.device_alloc_bytes, real.budget_bytes, "case %zu", i);
+        cr_assert_leq(ck.device_used_peak - ck.device_used_before, real.budget_bytes, "case %zu",
+                      i);
+        cr_assert_eq(real.hits, sim.hits, "case %zu: replay %lu hits, sim %lu", i,
+                     (unsigned long)real.hits, (unsigned long)sim.hits);
+        cr_assert_eq(real.ssd_bytes, sim.ssd_bytes, "case %zu", i);
+        if (cases[i].dram_bytes) cr_assert_gt(real.ssd_bytes, 0, "case %zu: no SSD read", i);
+    }
+    replay_weights_close(w);
+    trace_destroy(t);
 }
