@@ -201,8 +201,10 @@ static void binomial_cdf_thresholds(uint32_t n, double p, uint32_t *out) {
 
 /* A draw from such a table: the first c with u < out[c], else n. */
 static inline uint32_t binomial_draw(const uint32_t *cdf, uint32_t n, rng_block *g) {
-    uint32_t u = rng_block_u32(g), c = 0;
-    while (c < n && u >= cdf[c]) c++;
+    /* out is nondecreasing: the first c with u < out[c] is the count of c with out[c] <= u */
+    const uint32_t u = rng_block_u32(g);
+    uint32_t c = 0;
+    for (uint32_t i = 0; i < n; i++) c += u >= cdf[i];
     return c;
 }
 
@@ -476,12 +478,25 @@ static void importance_request(trace *t, const synth_options *o, const request_p
  * of the first min(k, K') places; the remaining places go to m's most popular experts that are
  * not true ones (intruders); then come the deferred true experts, then m's most popular
  * remaining experts up to K'. Scores: m's gate weights by rank, halved per rank beyond k. */
+/* Look-ahead rows are assembled from segments (true experts, intruders, deferred true experts,
+ * popular tail) copied in whole chunks of LA_CHUNK ids: a chunk may run past its segment and the
+ * next segment overwrites the excess, so every source and the row being built have LA_CHUNK ids
+ * of slack (zeroed once; what is read there is never kept). */
+#define LA_CHUNK 16
+
 typedef struct lookahead_work {
     uint32_t *mark; /* [E] stamp of the set an expert is in */
     uint32_t stamp;
     uint32_t top1[TRACE_MAX_LOOKAHEAD_DEPTH + 1];                      /* [d] thresholds */
     uint32_t keep_cdf[TRACE_MAX_LOOKAHEAD_DEPTH + 1][TRACE_MAX_TOP_K]; /* [d][k] Binomial */
     float score_factor[TRACE_MAX_LOOKAHEAD_K]; /* [K'] 0.5^max(0, c - k + 1) */
+    /* scratch for one target layer m */
+    float scores[TRACE_MAX_LOOKAHEAD_K]; /* [K'] m's gates by rank, halved beyond k */
+    uint16_t
+        others[TRACE_MAX_LOOKAHEAD_K + LA_CHUNK];   /* [K'] m's most popular experts not chosen */
+    uint16_t plain[TRACE_MAX_TOP_K + LA_CHUNK];     /* [k] m's true experts, gate order */
+    uint16_t swapped[TRACE_MAX_TOP_K + LA_CHUNK];   /* [k] the same with slots 0 and 1 swapped */
+    uint16_t row[TRACE_MAX_LOOKAHEAD_K + LA_CHUNK]; /* [K'] the row being assembled */
 } lookahead_work;
 
 static inline void la_next(lookahead_work *lw, uint32_t E) {
@@ -491,69 +506,85 @@ static inline void la_next(lookahead_work *lw, uint32_t E) {
     }
 }
 
+/* dst[0..n) = src[0..n) in whole chunks, at least one: up to LA_CHUNK ids past n are read from
+ * src and written to dst. */
+static inline void la_copy(uint16_t *dst, const uint16_t *src, uint32_t n) {
+    uint32_t i = 0;
+    do {
+        memcpy(dst + i, src + i, LA_CHUNK * sizeof *dst);
+        i += LA_CHUNK;
+    } while (i < n);
+}
+
 static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint8_t workload,
                             lookahead_work *lw, rng_block *g) {
     const uint32_t L = tb->L, E = tb->E, k = tb->k, D = t->meta.lookahead_depth;
     const uint32_t KP = t->meta.lookahead_k, kk = k < KP ? k : KP;
+    const size_t base = trace_lookahead_index(t, tok, 0, 1);
+    uint16_t *const ids = t->lookahead_ids + base; /* [L][D][K'] this token's rows */
+    float *const scs = t->lookahead_scores + base; /* [L][D][K'] */
     /* padding: rows whose target l + d is beyond the last layer */
     for (uint32_t l = L > D ? L - D : 0; l < L; l++)
         for (uint32_t d = L - l; d <= D; d++) {
-            size_t at = trace_lookahead_index(t, tok, l, d);
-            for (uint32_t c = 0; c < KP; c++)
-                t->lookahead_ids[at + c] = TRACE_NO_EXPERT, t->lookahead_scores[at + c] = 0;
+            const size_t at = ((size_t)l * D + (d - 1)) * KP;
+            for (uint32_t c = 0; c < KP; c++) ids[at + c] = TRACE_NO_EXPERT, scs[at + c] = 0;
         }
     /* every target layer m once: its true experts and its popular non-true experts (the
      * intruders and the tail of every row that predicts m) are found once for all d */
-    uint16_t others[TRACE_MAX_LOOKAHEAD_K]; /* [K'] m's most popular experts not chosen */
+    uint16_t *const others = lw->others, *const row = lw->row;
     for (uint32_t m = 1; m < L; m++) {
         const uint16_t *actual = trace_experts(t, tok, m);
         const float *gates = trace_gates(t, tok, m);
         const uint16_t *pop = tb->pop_order + ((size_t)m * tb->W + workload) * E;
         la_next(lw, E);
-        for (uint32_t j = 0; j < k; j++) lw->mark[actual[j]] = lw->stamp;
-        float scores[TRACE_MAX_LOOKAHEAD_K]; /* [K'] m's gates by rank, halved beyond k */
-        for (uint32_t c = 0; c < KP; c++)
-            scores[c] = gates[c < k ? c : k - 1] * lw->score_factor[c];
+        for (uint32_t j = 0; j < k; j++) {
+            lw->mark[actual[j]] = lw->stamp;
+            lw->plain[j] = lw->swapped[j] = actual[j];
+        }
+        if (k > 1) lw->swapped[0] = actual[1], lw->swapped[1] = actual[0];
+        for (uint32_t c = 0; c < kk; c++) lw->scores[c] = gates[c] * lw->score_factor[c];
+        for (uint32_t c = kk; c < KP; c++) lw->scores[c] = gates[k - 1] * lw->score_factor[c];
         uint32_t n_others = 0; /* branch-free compaction: write, advance if not a true one */
         for (uint32_t r = 0; n_others < KP && r < E; r++) {
             others[n_others] = pop[r];
             n_others += lw->mark[pop[r]] != lw->stamp;
         }
         for (uint32_t d = 1; d <= D && d <= m; d++) {
-            size_t at = trace_lookahead_index(t, tok, m - d, d);
-            uint16_t *pred = t->lookahead_ids + at;
-            float *score = t->lookahead_scores + at;
-            uint32_t n = 0, next_other = 0;
-            uint32_t skip = 0; /* the true slot used as candidate 0 (UINT32_MAX: none) */
+            const size_t at = ((size_t)(m - d) * D + (d - 1)) * KP;
+            const uint16_t *rest; /* [n_rest] the true experts after candidate 0, gate order */
+            uint32_t n_rest, next_other = 0;
             if (rng_block_u32(g) < lw->top1[d]) {
-                pred[n++] = actual[0];
+                row[0] = actual[0], rest = lw->plain + 1, n_rest = k - 1;
             } else if (k > 1) {
-                pred[n++] = actual[1];
-                skip = 1;
-            } else if (n_others > 0) {
-                pred[n++] = others[next_other++];
-                skip = UINT32_MAX;
+                row[0] = actual[1], rest = lw->swapped + 1, n_rest = k - 1;
+            } else if (n_others > 0) { /* k = 1: the most popular other expert */
+                row[0] = others[next_other++], rest = lw->plain, n_rest = 1;
             } else {
-                pred[n++] = actual[0];
+                row[0] = actual[0], rest = lw->plain + 1, n_rest = 0;
             }
             const uint32_t kept = k > 1 ? binomial_draw(lw->keep_cdf[d], k - 1, g) : 0;
-            uint16_t rest[TRACE_MAX_TOP_K]; /* the true experts not yet placed, gate order */
-            uint32_t n_rest = 0;
-            for (uint32_t j = 0; j < k; j++)
-                if (j != skip) rest[n_rest++] = actual[j];
-            uint32_t place = kk - n < kept ? kk - n : kept;
+            uint32_t place = kk - 1 < kept ? kk - 1 : kept; /* kept true ones in the first kk */
             if (place > n_rest) place = n_rest;
-            for (uint32_t j = 0; j < place; j++) pred[n++] = rest[j];
-            const uint16_t *deferred = rest + place;
-            const uint32_t n_def = n_rest - place;
-            while (n < kk && next_other < n_others)
-                pred[n++] = others[next_other++]; /* intruders */
-            for (uint32_t j = 0; j < n_def && n < KP; j++) pred[n++] = deferred[j];
-            while (n < KP) {
-                MOESIM_ASSERT(next_other < n_others); /* K' <= E distinct candidates exist */
-                pred[n++] = others[next_other++];
+            la_copy(row + 1, rest, place);
+            uint32_t n = 1 + place;
+            const uint32_t n_in = /* intruders up to kk */
+                kk - n < n_others - next_other ? kk - n : n_others - next_other;
+            la_copy(row + n, others + next_other, n_in);
+            n += n_in, next_other += n_in;
+            const uint32_t n_def = /* the deferred true experts */
+                n_rest - place < KP - n ? n_rest - place : KP - n;
+            la_copy(row + n, rest + place, n_def);
+            n += n_def;
+            /* K' <= E distinct candidates exist: m's popular tail fills the row */
+            MOESIM_ASSERT(next_other + (KP - n) <= n_others);
+            la_copy(row + n, others + next_other, KP - n);
+            if (KP == 16) { /* the default K': fixed-size copies */
+                memcpy(ids + at, row, 16 * sizeof *row);
+                memcpy(scs + at, lw->scores, 16 * sizeof *lw->scores);
+            } else {
+                memcpy(ids + at, row, KP * sizeof *row);
+                memcpy(scs + at, lw->scores, KP * sizeof *lw->scores);
             }
-            memcpy(score, scores, KP * sizeof *score);
         }
     }
 }
