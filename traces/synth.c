@@ -126,24 +126,103 @@ static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *s
 }
 
 /* ---- 32-bit draws in blocks ----
- * The hot paths take their uniform 32-bit numbers from a block refilled by SYNTH_RNG_BLOCK
- * consecutive gsl_rng_get calls: the same numbers in the same order as calling GSL each time
- * (so determinism is untouched), without an indirect call in the middle of dependent work. */
+ * The hot paths take their uniform 32-bit numbers from a block refilled with the next
+ * SYNTH_RNG_BLOCK numbers of the generator: the same numbers in the same order as calling
+ * gsl_rng_get each time (so determinism is untouched), without an indirect call in the middle of
+ * dependent work. For GSL's mt19937 (common/rng.h's generator) the block is produced by
+ * MT19937 itself, run in place on GSL's state (gsl/rng/mt.c: the 624 words, then the index of
+ * the next one): ~1 ns a number instead of ~6 through gsl_rng_get. rng_block_init checks on a
+ * copy of the generator that this gives gsl_rng_get's numbers and final state, else every refill
+ * goes through gsl_rng_get. */
 #define SYNTH_RNG_BLOCK 512
+#define MT_N            624 /* MT19937 state words */
+#define MT_M            397 /* MT19937 middle word offset */
+
+typedef struct mt_state { /* GSL's mt19937 state, gsl/rng/mt.c */
+    unsigned long mt[MT_N];
+    int mti; /* next word to temper; MT_N: regenerate first */
+} mt_state;
 
 typedef struct rng_block {
     gsl_rng *g;
+    bool direct; /* g is GSL's mt19937 and mt_fill reproduces it */
     uint32_t at; /* next unread value; SYNTH_RNG_BLOCK: empty */
     uint32_t v[SYNTH_RNG_BLOCK];
 } rng_block;
 
+/* The next MT_N state words from the current ones (the standard MT19937 recurrence). */
+static void mt_regenerate(unsigned long *mt) {
+    const unsigned long upper = 0x80000000UL, lower = 0x7fffffffUL, magic = 0x9908b0dfUL;
+    uint32_t i = 0;
+    for (; i < MT_N - MT_M; i++) {
+        const unsigned long y = (mt[i] & upper) | (mt[i + 1] & lower);
+        mt[i] = mt[i + MT_M] ^ (y >> 1) ^ (magic & (0 - (y & 1)));
+    }
+    for (; i < MT_N - 1; i++) {
+        const unsigned long y = (mt[i] & upper) | (mt[i + 1] & lower);
+        mt[i] = mt[i + MT_M - MT_N] ^ (y >> 1) ^ (magic & (0 - (y & 1)));
+    }
+    const unsigned long y = (mt[MT_N - 1] & upper) | (mt[0] & lower);
+    mt[MT_N - 1] = mt[MT_M - 1] ^ (y >> 1) ^ (magic & (0 - (y & 1)));
+}
+
+/* out[0..n) = the next n numbers of an mt19937 state, advancing it as n mt_get calls would. */
+static void mt_fill(mt_state *s, uint32_t *out, uint32_t n) {
+    uint32_t done = 0;
+    while (done < n) {
+        if (s->mti >= MT_N) {
+            mt_regenerate(s->mt);
+            s->mti = 0;
+        }
+        const uint32_t left = (uint32_t)(MT_N - s->mti), span = n - done < left ? n - done : left;
+        const unsigned long *w = s->mt + s->mti;
+        for (uint32_t i = 0; i < span; i++) { /* tempering; state words are < 2^32 */
+            uint32_t y = (uint32_t)w[i];
+            y ^= y >> 11;
+            y ^= (y << 7) & 0x9d2c5680u;
+            y ^= (y << 15) & 0xefc60000u;
+            y ^= y >> 18;
+            out[done + i] = y;
+        }
+        s->mti += (int)span;
+        done += span;
+    }
+}
+
+/* Whether mt_fill on g's state gives gsl_rng_get's numbers and leaves the same state: tried on
+ * two copies of g over more than one regeneration. */
+static bool mt_matches_gsl(const gsl_rng *g) {
+    if (g->type != gsl_rng_mt19937 || gsl_rng_size(g) != sizeof(mt_state)) return false;
+    enum { n_try = 2 * MT_N + 3 };
+    gsl_rng *a = gsl_rng_clone(g), *b = gsl_rng_clone(g);
+    uint32_t *va = moesim_xcalloc(n_try, sizeof *va), *vb = moesim_xcalloc(n_try, sizeof *vb);
+    for (uint32_t i = 0; i < n_try; i++) va[i] = (uint32_t)gsl_rng_get(a);
+    mt_state *sb = gsl_rng_state(b);
+    bool same = sb->mti >= 0 && sb->mti <= MT_N;
+    if (same) {
+        mt_fill(sb, vb, n_try);
+        const mt_state *sa = gsl_rng_state(a);
+        same = memcmp(va, vb, n_try * sizeof *va) == 0 && sa->mti == sb->mti &&
+               memcmp(sa->mt, sb->mt, sizeof sa->mt) == 0;
+    }
+    free(vb);
+    free(va);
+    gsl_rng_free(b);
+    gsl_rng_free(a);
+    return same;
+}
+
 static void rng_block_init(rng_block *b, gsl_rng *g) {
     b->g = g;
+    b->direct = mt_matches_gsl(g);
     b->at = SYNTH_RNG_BLOCK;
 }
 
 static void rng_block_refill(rng_block *b) {
-    for (uint32_t i = 0; i < SYNTH_RNG_BLOCK; i++) b->v[i] = (uint32_t)gsl_rng_get(b->g);
+    if (b->direct)
+        mt_fill(gsl_rng_state(b->g), b->v, SYNTH_RNG_BLOCK);
+    else
+        for (uint32_t i = 0; i < SYNTH_RNG_BLOCK; i++) b->v[i] = (uint32_t)gsl_rng_get(b->g);
     b->at = 0;
 }
 
