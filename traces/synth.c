@@ -564,8 +564,8 @@ typedef struct lookahead_work {
     float score_factor[TRACE_MAX_LOOKAHEAD_K]; /* [K'] 0.5^max(0, c - k + 1) */
     /* scratch for one target layer m */
     float scores[TRACE_MAX_LOOKAHEAD_K]; /* [K'] m's gates by rank, halved beyond k */
-    uint16_t
-        others[TRACE_MAX_LOOKAHEAD_K + LA_CHUNK];   /* [K'] m's most popular experts not chosen */
+    /* [K'] m's most popular experts not chosen (up to k more written while scanning) */
+    uint16_t others[TRACE_MAX_LOOKAHEAD_K + TRACE_MAX_TOP_K + LA_CHUNK];
     uint16_t plain[TRACE_MAX_TOP_K + LA_CHUNK];     /* [k] m's true experts, gate order */
     uint16_t swapped[TRACE_MAX_TOP_K + LA_CHUNK];   /* [k] the same with slots 0 and 1 swapped */
     uint16_t row[TRACE_MAX_LOOKAHEAD_K + LA_CHUNK]; /* [K'] the row being assembled */
@@ -592,6 +592,7 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
                             lookahead_work *lw, rng_block *g) {
     const uint32_t L = tb->L, E = tb->E, k = tb->k, D = t->meta.lookahead_depth;
     const uint32_t KP = t->meta.lookahead_k, kk = k < KP ? k : KP;
+    const uint32_t n_scan = KP + k < E ? KP + k : E; /* popular experts scanned per target */
     const size_t base = trace_lookahead_index(t, tok, 0, 1);
     uint16_t *const ids = t->lookahead_ids + base; /* [L][D][K'] this token's rows */
     float *const scs = t->lookahead_scores + base; /* [L][D][K'] */
@@ -616,11 +617,14 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
         if (k > 1) lw->swapped[0] = actual[1], lw->swapped[1] = actual[0];
         for (uint32_t c = 0; c < kk; c++) lw->scores[c] = gates[c] * lw->score_factor[c];
         for (uint32_t c = kk; c < KP; c++) lw->scores[c] = gates[k - 1] * lw->score_factor[c];
-        uint32_t n_others = 0; /* branch-free compaction: write, advance if not a true one */
-        for (uint32_t r = 0; n_others < KP && r < E; r++) {
+        /* branch-free compaction (write, advance if not a true one) over a fixed span: at most
+         * k of the first K' + k are true ones, so they hold K' others (all E - k when fewer) */
+        uint32_t n_others = 0;
+        for (uint32_t r = 0; r < n_scan; r++) {
             others[n_others] = pop[r];
             n_others += lw->mark[pop[r]] != lw->stamp;
         }
+        if (n_others > KP) n_others = KP;
         for (uint32_t d = 1; d <= D && d <= m; d++) {
             const size_t at = ((size_t)(m - d) * D + (d - 1)) * KP;
             const uint16_t *rest; /* [n_rest] the true experts after candidate 0, gate order */
