@@ -592,7 +592,12 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
                             lookahead_work *lw, rng_block *g) {
     const uint32_t L = tb->L, E = tb->E, k = tb->k, D = t->meta.lookahead_depth;
     const uint32_t KP = t->meta.lookahead_k, kk = k < KP ? k : KP;
-    const uint32_t n_scan = KP + k < E ? KP + k : E; /* popular experts scanned per target */
+    /* the most others a row takes: candidate 0 true, none of the rest kept, kk - 1 intruders,
+     * then the tail after the k - 1 deferred true ones (K' - kk places, if that many); for k = 1
+     * with candidate 0 the most popular other, K' - 1 (1 when K' = 1) */
+    uint32_t n_need = KP - 1 - (k - 1 < KP - kk ? k - 1 : KP - kk);
+    if (k == 1 && n_need == 0) n_need = 1;
+    const uint32_t n_scan = n_need + k < E ? n_need + k : E; /* popular experts scanned */
     const size_t base = trace_lookahead_index(t, tok, 0, 1);
     uint16_t *const ids = t->lookahead_ids + base; /* [L][D][K'] this token's rows */
     float *const scs = t->lookahead_scores + base; /* [L][D][K'] */
@@ -618,13 +623,14 @@ static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint
         for (uint32_t c = 0; c < kk; c++) lw->scores[c] = gates[c] * lw->score_factor[c];
         for (uint32_t c = kk; c < KP; c++) lw->scores[c] = gates[k - 1] * lw->score_factor[c];
         /* branch-free compaction (write, advance if not a true one) over a fixed span: at most
-         * k of the first K' + k are true ones, so they hold K' others (all E - k when fewer) */
+         * k of the first n_need + k are true ones, so they hold the n_need others a row can
+         * take (all E - k when fewer); a row only ever reads the first n_others */
         uint32_t n_others = 0;
         for (uint32_t r = 0; r < n_scan; r++) {
             others[n_others] = pop[r];
             n_others += lw->mark[pop[r]] != lw->stamp;
         }
-        if (n_others > KP) n_others = KP;
+        if (n_others > n_need) n_others = n_need;
         for (uint32_t d = 1; d <= D && d <= m; d++) {
             const size_t at = ((size_t)(m - d) * D + (d - 1)) * KP;
             const uint16_t *rest; /* [n_rest] the true experts after candidate 0, gate order */
