@@ -7,13 +7,14 @@
  *     of u * E picks the column, the low 32 bits are compared with the column's threshold;
  *   - probabilities tested per record (reuse, look-ahead right) are 32-bit thresholds, counts
  *     (copied slots, kept predictions) come from binomial CDF tables: one number each;
- *   - the hot paths read their numbers from a block refilled by consecutive gsl_rng_get calls;
+ *   - the hot paths read their numbers from a block holding the generator's next numbers, made
+ *     by MT19937 run in place on GSL's mt19937 state (checked against gsl_rng_get at start);
  *   - gate-weight vectors come from a pool of SYNTH_GATE_POOL precomputed rows (Gumbel
  *     order-statistic logits through the model's softmax);
  *   - duplicates within a row are found with stamped markers in a branch-free draw loop;
  *     look-ahead rows are built per target layer, so its true experts are marked and its
- *     popular non-true experts compacted once for every distance. Nothing is cleared or
- *     allocated per record.
+ *     popular non-true experts compacted once for every distance, then assembled from a few
+ *     segments copied in fixed-size chunks. Nothing is cleared or allocated per record.
  * RNG streams of the one seed (common/rng.h): 0 model tables, 1 request plan, 2 routing and
  * gates, 3 importance, 4 look-ahead; so changing D or K' leaves the routing unchanged.
  *
@@ -131,7 +132,7 @@ static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *s
  * determinism is untouched), without an indirect call in the middle of dependent work. For
  * GSL's mt19937 (common/rng.h's generator) a refill runs MT19937 itself in place on GSL's state
  * (gsl/rng/mt.c: the 624 words, then the index of the next one) and tempers the rest of the
- * state's words, all 624 after a regeneration, in loops the compiler vectorizes: ~0.8 ns a number
+ * state's words, all 624 after a regeneration, in loops the compiler vectorizes: ~0.7 ns a number
  * instead of ~6.4 through gsl_rng_get. rng_block_init checks on copies of the generator that
  * this gives gsl_rng_get's numbers and final state, else every refill calls gsl_rng_get. */
 #define MT_N            624  /* MT19937 state words */
@@ -273,7 +274,7 @@ static void binomial_cdf_thresholds(uint32_t n, double p, uint32_t *out) {
 
 /* A draw from such a table: the first c with u < out[c], else n. */
 static inline uint32_t binomial_draw(const uint32_t *cdf, uint32_t n, rng_block *g) {
-    /* out is nondecreasing: the first c with u < out[c] is the count of c with out[c] <= u */
+    /* cdf is nondecreasing: the first c with u < cdf[c] is the count of c with cdf[c] <= u */
     const uint32_t u = rng_block_u32(g);
     uint32_t c = 0;
     for (uint32_t i = 0; i < n; i++) c += u >= cdf[i];
@@ -549,11 +550,12 @@ static void importance_request(trace *t, const synth_options *o, const request_p
  * m's other true experts, the Binomial(k - 1, keep[d]) strongest (in gate order) take the next
  * of the first min(k, K') places; the remaining places go to m's most popular experts that are
  * not true ones (intruders); then come the deferred true experts, then m's most popular
- * remaining experts up to K'. Scores: m's gate weights by rank, halved per rank beyond k. */
-/* Look-ahead rows are assembled from segments (true experts, intruders, deferred true experts,
- * popular tail) copied in whole chunks of LA_CHUNK ids: a chunk may run past its segment and the
- * next segment overwrites the excess, so every source and the row being built have LA_CHUNK ids
- * of slack (zeroed once; what is read there is never kept). */
+ * remaining experts up to K'. Scores: m's gate weights by rank, halved per rank beyond k.
+ *
+ * A row is assembled from those four segments (kept true experts, intruders, deferred true
+ * experts, popular tail) copied in whole chunks of LA_CHUNK ids: a chunk may run past its
+ * segment and the next segment overwrites the excess, so every source and the row being built
+ * have LA_CHUNK ids of slack (what is read there is never kept). */
 #define LA_CHUNK 16
 
 typedef struct lookahead_work {
