@@ -211,6 +211,84 @@ Test(synth, lookahead_is_padded_exactly_beyond_the_last_layer) {
     trace_destroy(t);
 }
 
+/* The layout traces/SYNTH.md states for a row predicting target layer m (kk = min(k, K')):
+ * candidate 0 is m's top-1 or runner-up; in places 1..kk - 1 the kept true experts, then the
+ * intruders; from place kk the deferred true experts, then the popular tail; the true experts
+ * after candidate 0 in gate order; the non-true ones one list per target (every row a prefix
+ * of the longest); scores m's gates by rank, halved per rank beyond k. Several K' around k. */
+Test(synth, lookahead_rows_follow_the_documented_layout) {
+    static const struct {
+        const char *model;
+        uint32_t kp;
+    } cases[] = {{"qwen3-30b-a3b", 1},  {"qwen3-30b-a3b", 5},  {"qwen3-30b-a3b", 8},
+                 {"qwen3-30b-a3b", 9},  {"qwen3-30b-a3b", 16}, {"qwen3-30b-a3b", 23},
+                 {"qwen3-30b-a3b", 40}, {"mixtral-8x7b", 1},   {"mixtral-8x7b", 3},
+                 {"mixtral-8x7b", 8},   {"olmoe-1b-7b", 12}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        model_geometry m = load_model(cases[i].model);
+        synth_options o;
+        synth_options_default(&o, &m);
+        o.n_requests = 3;
+        o.prompt_len = (synth_range){6, 6};
+        o.gen_len = (synth_range){6, 6};
+        o.lookahead_depth = 4;
+        o.lookahead_k = cases[i].kp;
+        trace *t = NULL;
+        moesim_error err = {0};
+        cr_assert_eq(synth_generate(&m, &o, &t, &err), MOESIM_OK, "%s", err.msg);
+        const uint32_t L = t->meta.n_layers, k = t->meta.top_k, KP = cases[i].kp;
+        const uint32_t kk = k < KP ? k : KP;
+        for (uint64_t tok = 0; tok < t->n_tokens; tok++)
+            for (uint32_t tm = 1; tm < L; tm++) {
+                const uint16_t *actual = trace_experts(t, tok, tm);
+                const float *gates = trace_gates(t, tok, tm);
+                uint16_t longest[TRACE_MAX_LOOKAHEAD_K]; /* the non-true ones of the longest row */
+                uint32_t n_longest = 0;
+                for (uint32_t d = 1; d <= 4 && d <= tm; d++) {
+                    const size_t at = trace_lookahead_index(t, tok, tm - d, d);
+                    const uint16_t *ids = t->lookahead_ids + at;
+                    const float *sc = t->lookahead_scores + at;
+                    cr_assert(ids[0] == actual[0] || ids[0] == actual[1 % k]);
+                    int last_key = 0; /* gate order of the last true one placed */
+                    bool other_in_head = false, other_in_tail = false;
+                    uint16_t others[TRACE_MAX_LOOKAHEAD_K];
+                    uint32_t n_others = 0;
+                    for (uint32_t c = 0; c < KP; c++) {
+                        int slot = -1;
+                        for (uint32_t j = 0; j < k; j++)
+                            if (actual[j] == ids[c]) slot = (int)j;
+                        const float want = gates[c < k ? c : k - 1] *
+                                           (c + 1 > k ? ldexpf(1.0f, -(int)(c + 1 - k)) : 1.0f);
+                        cr_assert_eq(sc[c], want, "%s K'=%u: score %u", m.name, KP, c);
+                        if (c == 0) continue;
+                        if (slot < 0) {
+                            others[n_others++] = ids[c];
+                            *(c < kk ? &other_in_head : &other_in_tail) = true;
+                            continue;
+                        }
+                        cr_assert(!(c < kk ? other_in_head : other_in_tail),
+                                  "%s K'=%u: a true expert after an intruder or the tail", m.name,
+                                  KP);
+                        /* with the runner-up as candidate 0 the top-1 leads the rest */
+                        const int key = slot == 0 && ids[0] == actual[1] ? 1 : slot;
+                        cr_assert(key > last_key, "%s K'=%u: true experts out of gate order",
+                                  m.name, KP);
+                        last_key = key;
+                    }
+                    const uint32_t n_common = n_others < n_longest ? n_others : n_longest;
+                    cr_assert(!memcmp(others, longest, n_common * sizeof *others),
+                              "%s K'=%u: rows of one target disagree on its popular experts",
+                              m.name, KP);
+                    if (n_others > n_longest) {
+                        memcpy(longest, others, n_others * sizeof *others);
+                        n_longest = n_others;
+                    }
+                }
+            }
+        trace_destroy(t);
+    }
+}
+
 /* ---- determinism ---- */
 
 static bool same_trace(const trace *a, const trace *b) {

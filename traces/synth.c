@@ -9,13 +9,14 @@
  *     of u * E picks the column, the low 32 bits are compared with the column's threshold;
  *   - probabilities tested per record (reuse, look-ahead right) are 32-bit thresholds, counts
  *     (copied slots, kept predictions) come from binomial CDF tables: one number each;
- *   - the hot paths read their numbers from a block refilled by consecutive gsl_rng_get calls;
+ *   - the hot paths read their numbers from a block holding the generator's next numbers, made
+ *     by MT19937 run in place on GSL's mt19937 state (checked against gsl_rng_get at start);
  *   - gate-weight vectors come from a pool of SYNTH_GATE_POOL precomputed rows (Gumbel
  *     order-statistic logits through the model's softmax);
  *   - duplicates within a row are found with stamped markers in a branch-free draw loop;
  *     look-ahead rows are built per target layer, so its true experts are marked and its
- *     popular non-true experts compacted once for every distance. Nothing is cleared or
- *     allocated per record.
+ *     popular non-true experts compacted once for every distance, then assembled from a few
+ *     segments copied in fixed-size chunks. Nothing is cleared or allocated per record.
  * RNG streams of the one seed (common/rng.h): 0 model tables, 1 request plan, 2 routing and
  * gates, 3 importance, 4 look-ahead; so changing D or K' leaves the routing unchanged.
  *
@@ -128,25 +129,97 @@ static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *s
 }
 
 /* ---- 32-bit draws in blocks ----
- * The hot paths take their uniform 32-bit numbers from a block refilled by SYNTH_RNG_BLOCK
- * consecutive gsl_rng_get calls: the same numbers in the same order as calling GSL each time
- * (so determinism is untouched), without an indirect call in the middle of dependent work. */
-#define SYNTH_RNG_BLOCK 512
+ * The hot paths take their uniform 32-bit numbers from a block refilled with the next numbers
+ * of the generator: the same numbers in the same order as calling gsl_rng_get each time (so
+ * determinism is untouched), without an indirect call in the middle of dependent work. For
+ * GSL's mt19937 (common/rng.h's generator) a refill runs MT19937 itself in place on GSL's state
+ * (gsl/rng/mt.c: the 624 words, then the index of the next one) and tempers the rest of the
+ * state's words, all 624 after a regeneration, in loops the compiler vectorizes: ~0.7 ns a number
+ * instead of ~6.4 through gsl_rng_get. rng_block_init checks on copies of the generator that
+ * this gives gsl_rng_get's numbers and final state, else every refill calls gsl_rng_get. */
+#define MT_N            624  /* MT19937 state words */
+#define MT_M            397  /* MT19937 middle word offset */
+#define SYNTH_RNG_BLOCK MT_N /* numbers per refill: one MT19937 state */
+
+typedef struct mt_state { /* GSL's mt19937 state, gsl/rng/mt.c */
+    unsigned long mt[MT_N];
+    int mti; /* next word to temper; MT_N: regenerate first */
+} mt_state;
 
 typedef struct rng_block {
     gsl_rng *g;
+    bool direct; /* g is GSL's mt19937 and mt_next reproduces it */
     uint32_t at; /* next unread value; SYNTH_RNG_BLOCK: empty */
     uint32_t v[SYNTH_RNG_BLOCK];
 } rng_block;
 
+/* One MT19937 recurrence step: the new word from words i, i + 1 and the one M ahead. */
+static inline unsigned long mt_twist(unsigned long wi, unsigned long wi1, unsigned long wm) {
+    const unsigned long y = (wi & 0x80000000UL) | (wi1 & 0x7fffffffUL);
+    return wm ^ (y >> 1) ^ (0x9908b0dfUL & (0 - (y & 1)));
+}
+
+/* MT19937's output function on a state word (< 2^32). */
+static inline uint32_t mt_temper(unsigned long w) {
+    uint32_t y = (uint32_t)w;
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+}
+
+/* out[first..MT_N) = the next MT_N - first numbers of an mt19937 state (its words not yet
+ * used, after a regeneration when none is left), leaving it as that many mt_get calls would;
+ * returns first. The fixed-length loops vectorize (the first split to an even count). */
+static uint32_t mt_next(mt_state *s, uint32_t out[MT_N]) {
+    unsigned long *mt = s->mt;
+    if (s->mti >= MT_N) {
+        uint32_t i = 0;
+        for (; i < MT_N - MT_M - 1; i++) mt[i] = mt_twist(mt[i], mt[i + 1], mt[i + MT_M]);
+        for (; i < MT_N - MT_M; i++) mt[i] = mt_twist(mt[i], mt[i + 1], mt[i + MT_M]);
+        for (; i < MT_N - 1; i++) mt[i] = mt_twist(mt[i], mt[i + 1], mt[i + MT_M - MT_N]);
+        mt[MT_N - 1] = mt_twist(mt[MT_N - 1], mt[0], mt[MT_M - 1]);
+        s->mti = 0;
+    }
+    const uint32_t first = (uint32_t)s->mti;
+    if (first == 0)
+        for (uint32_t i = 0; i < MT_N; i++) out[i] = mt_temper(mt[i]);
+    else
+        for (uint32_t i = first; i < MT_N; i++) out[i] = mt_temper(mt[i]);
+    s->mti = MT_N;
+    return first;
+}
+
+/* Whether mt_next on g's state gives gsl_rng_get's numbers and leaves the same state: tried on
+ * copies of g over two regenerations. */
+static bool mt_matches_gsl(const gsl_rng *g) {
+    if (g->type != gsl_rng_mt19937 || gsl_rng_size(g) != sizeof(mt_state)) return false;
+    gsl_rng *a = gsl_rng_clone(g), *b = gsl_rng_clone(g);
+    mt_state *sa = gsl_rng_state(a), *sb = gsl_rng_state(b);
+    bool same = sb->mti >= 0 && sb->mti <= MT_N;
+    uint32_t block[MT_N];
+    for (uint32_t pass = 0; same && pass < 3; pass++)
+        for (uint32_t i = mt_next(sb, block); same && i < MT_N; i++)
+            same = block[i] == (uint32_t)gsl_rng_get(a);
+    same = same && sa->mti == sb->mti && memcmp(sa->mt, sb->mt, sizeof sa->mt) == 0;
+    gsl_rng_free(b);
+    gsl_rng_free(a);
+    return same;
+}
+
 static void rng_block_init(rng_block *b, gsl_rng *g) {
     b->g = g;
+    b->direct = mt_matches_gsl(g);
     b->at = SYNTH_RNG_BLOCK;
 }
 
 static void rng_block_refill(rng_block *b) {
-    for (uint32_t i = 0; i < SYNTH_RNG_BLOCK; i++) b->v[i] = (uint32_t)gsl_rng_get(b->g);
-    b->at = 0;
+    if (b->direct) {
+        b->at = mt_next(gsl_rng_state(b->g), b->v);
+    } else {
+        for (uint32_t i = 0; i < SYNTH_RNG_BLOCK; i++) b->v[i] = (uint32_t)gsl_rng_get(b->g);
+        b->at = 0;
+    }
 }
 
 static inline uint32_t rng_block_u32(rng_block *b) {
@@ -203,8 +276,10 @@ static void binomial_cdf_thresholds(uint32_t n, double p, uint32_t *out) {
 
 /* A draw from such a table: the first c with u < out[c], else n. */
 static inline uint32_t binomial_draw(const uint32_t *cdf, uint32_t n, rng_block *g) {
-    uint32_t u = rng_block_u32(g), c = 0;
-    while (c < n && u >= cdf[c]) c++;
+    /* cdf is nondecreasing: the first c with u < cdf[c] is the count of c with cdf[c] <= u */
+    const uint32_t u = rng_block_u32(g);
+    uint32_t c = 0;
+    for (uint32_t i = 0; i < n; i++) c += u >= cdf[i];
     return c;
 }
 
@@ -479,13 +554,27 @@ static void importance_request(trace *t, uint64_t window_first, const synth_opti
  * m's other true experts, the Binomial(k - 1, keep[d]) strongest (in gate order) take the next
  * of the first min(k, K') places; the remaining places go to m's most popular experts that are
  * not true ones (intruders); then come the deferred true experts, then m's most popular
- * remaining experts up to K'. Scores: m's gate weights by rank, halved per rank beyond k. */
+ * remaining experts up to K'. Scores: m's gate weights by rank, halved per rank beyond k.
+ *
+ * A row is assembled from those four segments (kept true experts, intruders, deferred true
+ * experts, popular tail) copied in whole chunks of LA_CHUNK ids: a chunk may run past its
+ * segment and the next segment overwrites the excess, so every source and the row being built
+ * have LA_CHUNK ids of slack (what is read there is never kept). */
+#define LA_CHUNK 16
+
 typedef struct lookahead_work {
     uint32_t *mark; /* [E] stamp of the set an expert is in */
     uint32_t stamp;
     uint32_t top1[TRACE_MAX_LOOKAHEAD_DEPTH + 1];                      /* [d] thresholds */
     uint32_t keep_cdf[TRACE_MAX_LOOKAHEAD_DEPTH + 1][TRACE_MAX_TOP_K]; /* [d][k] Binomial */
     float score_factor[TRACE_MAX_LOOKAHEAD_K]; /* [K'] 0.5^max(0, c - k + 1) */
+    /* scratch for one target layer m */
+    float scores[TRACE_MAX_LOOKAHEAD_K]; /* [K'] m's gates by rank, halved beyond k */
+    /* [K'] m's most popular experts not chosen (up to k more written while scanning) */
+    uint16_t others[TRACE_MAX_LOOKAHEAD_K + TRACE_MAX_TOP_K + LA_CHUNK];
+    uint16_t plain[TRACE_MAX_TOP_K + LA_CHUNK];     /* [k] m's true experts, gate order */
+    uint16_t swapped[TRACE_MAX_TOP_K + LA_CHUNK];   /* [k] the same with slots 0 and 1 swapped */
+    uint16_t row[TRACE_MAX_LOOKAHEAD_K + LA_CHUNK]; /* [K'] the row being assembled */
 } lookahead_work;
 
 static inline void la_next(lookahead_work *lw, uint32_t E) {
@@ -495,69 +584,95 @@ static inline void la_next(lookahead_work *lw, uint32_t E) {
     }
 }
 
+/* dst[0..n) = src[0..n) in whole chunks, at least one: up to LA_CHUNK ids past n are read from
+ * src and written to dst. */
+static inline void la_copy(uint16_t *dst, const uint16_t *src, uint32_t n) {
+    uint32_t i = 0;
+    do {
+        memcpy(dst + i, src + i, LA_CHUNK * sizeof *dst);
+        i += LA_CHUNK;
+    } while (i < n);
+}
+
 static void lookahead_token(trace *t, const synth_tables *tb, uint64_t tok, uint8_t workload,
                             lookahead_work *lw, rng_block *g) {
     const uint32_t L = tb->L, E = tb->E, k = tb->k, D = t->meta.lookahead_depth;
     const uint32_t KP = t->meta.lookahead_k, kk = k < KP ? k : KP;
+    /* the most others a row takes: candidate 0 true, none of the rest kept, kk - 1 intruders,
+     * then the tail after the k - 1 deferred true ones (K' - kk places, if that many); for k = 1
+     * with candidate 0 the most popular other, K' - 1 (1 when K' = 1) */
+    uint32_t n_need = KP - 1 - (k - 1 < KP - kk ? k - 1 : KP - kk);
+    if (k == 1 && n_need == 0) n_need = 1;
+    const uint32_t n_scan = n_need + k < E ? n_need + k : E; /* popular experts scanned */
+    const size_t base = trace_lookahead_index(t, tok, 0, 1);
+    uint16_t *const ids = t->lookahead_ids + base; /* [L][D][K'] this token's rows */
+    float *const scs = t->lookahead_scores + base; /* [L][D][K'] */
     /* padding: rows whose target l + d is beyond the last layer */
     for (uint32_t l = L > D ? L - D : 0; l < L; l++)
         for (uint32_t d = L - l; d <= D; d++) {
-            size_t at = trace_lookahead_index(t, tok, l, d);
-            for (uint32_t c = 0; c < KP; c++)
-                t->lookahead_ids[at + c] = TRACE_NO_EXPERT, t->lookahead_scores[at + c] = 0;
+            const size_t at = ((size_t)l * D + (d - 1)) * KP;
+            for (uint32_t c = 0; c < KP; c++) ids[at + c] = TRACE_NO_EXPERT, scs[at + c] = 0;
         }
     /* every target layer m once: its true experts and its popular non-true experts (the
      * intruders and the tail of every row that predicts m) are found once for all d */
-    uint16_t others[TRACE_MAX_LOOKAHEAD_K]; /* [K'] m's most popular experts not chosen */
+    uint16_t *const others = lw->others, *const row = lw->row;
     for (uint32_t m = 1; m < L; m++) {
         const uint16_t *actual = trace_experts(t, tok, m);
         const float *gates = trace_gates(t, tok, m);
         const uint16_t *pop = tb->pop_order + ((size_t)m * tb->W + workload) * E;
         la_next(lw, E);
-        for (uint32_t j = 0; j < k; j++) lw->mark[actual[j]] = lw->stamp;
-        float scores[TRACE_MAX_LOOKAHEAD_K]; /* [K'] m's gates by rank, halved beyond k */
-        for (uint32_t c = 0; c < KP; c++)
-            scores[c] = gates[c < k ? c : k - 1] * lw->score_factor[c];
-        uint32_t n_others = 0; /* branch-free compaction: write, advance if not a true one */
-        for (uint32_t r = 0; n_others < KP && r < E; r++) {
+        for (uint32_t j = 0; j < k; j++) {
+            lw->mark[actual[j]] = lw->stamp;
+            lw->plain[j] = lw->swapped[j] = actual[j];
+        }
+        if (k > 1) lw->swapped[0] = actual[1], lw->swapped[1] = actual[0];
+        for (uint32_t c = 0; c < kk; c++) lw->scores[c] = gates[c] * lw->score_factor[c];
+        for (uint32_t c = kk; c < KP; c++) lw->scores[c] = gates[k - 1] * lw->score_factor[c];
+        /* branch-free compaction (write, advance if not a true one) over a fixed span: at most
+         * k of the first n_need + k are true ones, so they hold the n_need others a row can
+         * take (all E - k when fewer); a row only ever reads the first n_others */
+        uint32_t n_others = 0;
+        for (uint32_t r = 0; r < n_scan; r++) {
             others[n_others] = pop[r];
             n_others += lw->mark[pop[r]] != lw->stamp;
         }
+        if (n_others > n_need) n_others = n_need;
         for (uint32_t d = 1; d <= D && d <= m; d++) {
-            size_t at = trace_lookahead_index(t, tok, m - d, d);
-            uint16_t *pred = t->lookahead_ids + at;
-            float *score = t->lookahead_scores + at;
-            uint32_t n = 0, next_other = 0;
-            uint32_t skip = 0; /* the true slot used as candidate 0 (UINT32_MAX: none) */
+            const size_t at = ((size_t)(m - d) * D + (d - 1)) * KP;
+            const uint16_t *rest; /* [n_rest] the true experts after candidate 0, gate order */
+            uint32_t n_rest, next_other = 0;
             if (rng_block_u32(g) < lw->top1[d]) {
-                pred[n++] = actual[0];
+                row[0] = actual[0], rest = lw->plain + 1, n_rest = k - 1;
             } else if (k > 1) {
-                pred[n++] = actual[1];
-                skip = 1;
-            } else if (n_others > 0) {
-                pred[n++] = others[next_other++];
-                skip = UINT32_MAX;
+                row[0] = actual[1], rest = lw->swapped + 1, n_rest = k - 1;
+            } else if (n_others > 0) { /* k = 1: the most popular other expert */
+                row[0] = others[next_other++], rest = lw->plain, n_rest = 1;
             } else {
-                pred[n++] = actual[0];
+                row[0] = actual[0], rest = lw->plain + 1, n_rest = 0;
             }
             const uint32_t kept = k > 1 ? binomial_draw(lw->keep_cdf[d], k - 1, g) : 0;
-            uint16_t rest[TRACE_MAX_TOP_K]; /* the true experts not yet placed, gate order */
-            uint32_t n_rest = 0;
-            for (uint32_t j = 0; j < k; j++)
-                if (j != skip) rest[n_rest++] = actual[j];
-            uint32_t place = kk - n < kept ? kk - n : kept;
+            uint32_t place = kk - 1 < kept ? kk - 1 : kept; /* kept true ones in the first kk */
             if (place > n_rest) place = n_rest;
-            for (uint32_t j = 0; j < place; j++) pred[n++] = rest[j];
-            const uint16_t *deferred = rest + place;
-            const uint32_t n_def = n_rest - place;
-            while (n < kk && next_other < n_others)
-                pred[n++] = others[next_other++]; /* intruders */
-            for (uint32_t j = 0; j < n_def && n < KP; j++) pred[n++] = deferred[j];
-            while (n < KP) {
-                MOESIM_ASSERT(next_other < n_others); /* K' <= E distinct candidates exist */
-                pred[n++] = others[next_other++];
+            la_copy(row + 1, rest, place);
+            uint32_t n = 1 + place;
+            const uint32_t n_in = /* intruders up to kk */
+                kk - n < n_others - next_other ? kk - n : n_others - next_other;
+            la_copy(row + n, others + next_other, n_in);
+            n += n_in, next_other += n_in;
+            const uint32_t n_def = /* the deferred true experts */
+                n_rest - place < KP - n ? n_rest - place : KP - n;
+            la_copy(row + n, rest + place, n_def);
+            n += n_def;
+            /* K' <= E distinct candidates exist: m's popular tail fills the row */
+            MOESIM_ASSERT(next_other + (KP - n) <= n_others);
+            la_copy(row + n, others + next_other, KP - n);
+            if (KP == 16) { /* the default K': fixed-size copies */
+                memcpy(ids + at, row, 16 * sizeof *row);
+                memcpy(scs + at, lw->scores, 16 * sizeof *lw->scores);
+            } else {
+                memcpy(ids + at, row, KP * sizeof *row);
+                memcpy(scs + at, lw->scores, KP * sizeof *lw->scores);
             }
-            memcpy(score, scores, KP * sizeof *score);
         }
     }
 }
