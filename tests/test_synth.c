@@ -396,10 +396,14 @@ Test(synth, streaming_to_a_file_gives_the_bytes_of_the_whole_trace_written_at_on
     trace_destroy(t);
 }
 
-/* A sink that takes the first `accept` blocks, then fails: the run stops there. */
+/* A sink that takes the first `accept` blocks, then fails (the run stops there), and checks
+ * that blocks come in token order, each within one request, request ids and positions as in
+ * the whole trace. */
 typedef struct counting_sink {
     uint32_t blocks, accept;
     uint64_t tokens, announced;
+    uint32_t request, next_position; /* where the next token must continue */
+    uint32_t largest;                /* tokens in the largest block */
 } counting_sink;
 
 static moesim_status counting_begin(void *ctx, const trace_meta *meta, uint64_t n_tokens,
@@ -413,23 +417,32 @@ static moesim_status counting_begin(void *ctx, const trace_meta *meta, uint64_t 
 static moesim_status counting_block(void *ctx, const trace *block, moesim_error *err) {
     counting_sink *c = ctx;
     if (c->blocks == c->accept) return moesim_fail(err, MOESIM_EIO, "sink full");
-    cr_assert_eq(block->request_id[0], c->blocks, "requests arrive in order, one per block");
+    if (block->position[0] == 0 && c->tokens > 0) c->request++, c->next_position = 0;
+    for (uint64_t i = 0; i < block->n_tokens; i++) {
+        cr_assert_eq(block->request_id[i], c->request, "block %u token %llu", c->blocks,
+                     (unsigned long long)i);
+        cr_assert_eq(block->position[i], c->next_position++);
+    }
     c->blocks++;
     c->tokens += block->n_tokens;
+    c->largest = block->n_tokens > c->largest ? (uint32_t)block->n_tokens : c->largest;
     return MOESIM_OK;
 }
 
-Test(synth, a_stream_hands_over_one_request_per_block_and_stops_when_the_sink_fails) {
-    model_geometry m = load_model("mixtral-8x7b");
+Test(synth,
+     a_stream_hands_over_requests_in_order_in_window_sized_blocks_and_stops_when_the_sink_fails) {
+    model_geometry m = load_model("qwen3-30b-a3b");
     synth_options o;
     synth_options_default(&o, &m);
     o.n_requests = 6;
+    o.prompt_len = (synth_range){30, 300}; /* 16 KB per token: a 512 KiB window is 32 tokens */
     counting_sink c = {.accept = UINT32_MAX};
     synth_sink sink = {counting_begin, counting_block, &c};
     moesim_error err = {0};
     cr_assert_eq(synth_stream(&m, &o, &sink, &err), MOESIM_OK, "%s", err.msg);
-    cr_expect_eq(c.blocks, 6);
+    cr_expect_eq(c.request, 5, "every request arrived");
     cr_expect_eq(c.tokens, c.announced);
+    cr_expect_eq(c.largest, 32, "requests longer than the window come in several blocks");
     c = (counting_sink){.accept = 2};
     cr_assert_eq(synth_stream(&m, &o, &sink, &err), MOESIM_EIO);
     cr_expect_str_eq(err.msg, "sink full");

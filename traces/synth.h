@@ -129,11 +129,12 @@ char *synth_params_json(const synth_options *o, const model_geometry *m);
 moesim_status synth_generate(const model_geometry *m, const synth_options *o, trace **out,
                              moesim_error *err);
 
-/* The same trace handed over request by request, never held whole: memory is one window of the
- * longest request. `begin` is called once first, with the whole trace's description and
- * counts; then `block` once per request in order, with a trace holding that request's tokens
- * (request ids and positions as in the whole trace), valid until it returns. A failing
- * callback stops the run and its status is returned. */
+/* The same trace handed over in consecutive blocks, never held whole: memory is one window of
+ * about 512 KiB (at least one token) plus one request's importance. `begin` is called once
+ * first, with the whole trace's description and counts; then `block` for every block in token
+ * order. A block holds consecutive tokens of one request (a request longer than the window
+ * comes in several blocks), with request ids and positions as in the whole trace; it is valid
+ * until the callback returns. A failing callback stops the run and its status is returned. */
 typedef struct synth_sink {
     moesim_status (*begin)(void *ctx, const trace_meta *meta, uint64_t n_tokens,
                            uint32_t n_requests, const char *params_json, moesim_error *err);
@@ -144,8 +145,8 @@ moesim_status synth_stream(const model_geometry *m, const synth_options *o, cons
                            moesim_error *err);
 
 /* Streams the trace into the file `path` (trace_writer): byte for byte the file
- * trace_write(synth_generate(...)) makes, in memory bounded by one request and the writer's
- * staging rather than by the trace. Crash-safe like trace_write. */
+ * trace_write(synth_generate(...)) makes, in memory bounded by the window, one request's
+ * importance and the writer's staging rather than by the trace. Crash-safe like trace_write. */
 moesim_status synth_write(const model_geometry *m, const synth_options *o, const char *path,
                           moesim_error *err);
 

@@ -185,6 +185,32 @@ void trace_destroy(trace *t) {
     free(t);
 }
 
+void trace_copy_tokens(trace *dst, uint64_t at, const trace *src) {
+    const trace_meta *m = &src->meta;
+    const uint64_t n = src->n_tokens;
+    MOESIM_ASSERT(at + n <= dst->n_tokens && dst->meta.n_layers == m->n_layers &&
+                  dst->meta.top_k == m->top_k && dst->meta.lookahead_depth == m->lookahead_depth &&
+                  dst->meta.lookahead_k == m->lookahead_k && !dst->importance == !src->importance &&
+                  !dst->token_id == !src->token_id);
+    const size_t route = trace_route_values(m), look = trace_lookahead_values(m);
+    memcpy(dst->request_id + at, src->request_id, n * sizeof *src->request_id);
+    memcpy(dst->position + at, src->position, n * sizeof *src->position);
+    memcpy(dst->phase + at, src->phase, n * sizeof *src->phase);
+    if (src->token_id) memcpy(dst->token_id + at, src->token_id, n * sizeof *src->token_id);
+    memcpy(dst->expert_ids + at * route, src->expert_ids, n * route * sizeof *src->expert_ids);
+    memcpy(dst->gate_weights + at * route, src->gate_weights,
+           n * route * sizeof *src->gate_weights);
+    if (src->importance)
+        memcpy(dst->importance + at * m->n_layers, src->importance,
+               n * m->n_layers * sizeof *src->importance);
+    if (look) {
+        memcpy(dst->lookahead_ids + at * look, src->lookahead_ids,
+               n * look * sizeof *src->lookahead_ids);
+        memcpy(dst->lookahead_scores + at * look, src->lookahead_scores,
+               n * look * sizeof *src->lookahead_scores);
+    }
+}
+
 moesim_status trace_finish(trace *t, const char *what, moesim_error *err) {
     uint32_t max_id = 0;
     for (uint64_t i = 0; i < t->n_tokens; i++)

@@ -72,6 +72,10 @@ typedef struct trace {
 trace *trace_create(const trace_meta *meta, uint64_t n_tokens);
 void trace_destroy(trace *t); /* accepts NULL */
 
+/* Copies every token of `src` into `dst` from token `at` on (same geometry and optional parts;
+ * at + src->n_tokens <= dst->n_tokens). */
+void trace_copy_tokens(trace *dst, uint64_t at, const trace *src);
+
 /* Computes n_requests from request_id and runs trace_check. `what` names the trace in
  * messages (a path, or "synthesized trace"). */
 moesim_status trace_finish(trace *t, const char *what, moesim_error *err);
