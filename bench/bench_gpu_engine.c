@@ -11,7 +11,6 @@
  * Matrices are cycled through a footprint of at least four L2 caches so every launch reads from
  * DRAM. Timings come from CUDA events around many launches. Without a CUDA device it prints so
  * and exits 0 (make bench runs every benchmark). */
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -104,10 +103,11 @@ static double product_bytes_per_s(const gpu_info *g, moesim_precision p, size_t 
     BENCH_CUDA(cudaMemcpy(dx, x, batch * cols * sizeof *dx, cudaMemcpyHostToDevice));
     cudaStream_t s;
     BENCH_CUDA(cudaStreamCreate(&s));
-    cublasHandle_t h = NULL;
+    cublas_lazy_handle h = {0};
     if (impl == IMPL_CUBLAS) {
-        if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS || cublasSetStream(h, s)) {
-            fprintf(stderr, "bench_gpu_engine: cuBLAS initialization failed\n");
+        moesim_error err = {0};
+        if (cublas_lazy_handle_init(&h, s, &err)) {
+            fprintf(stderr, "bench_gpu_engine: %s\n", err.msg);
             exit(1);
         }
     }
@@ -121,7 +121,7 @@ static double product_bytes_per_s(const gpu_info *g, moesim_precision p, size_t 
         for (size_t i = 0; i < iters; i++) {
             void *wi = dw[i % copies];
             if (impl == IMPL_CUBLAS)
-                kern_gemm_bf16_cublas(h, dy, wi, dx, dxb, rows, cols, batch, s);
+                kern_gemm_bf16_cublas(&h, dy, wi, dx, dxb, rows, cols, batch, s);
             else if (p == PREC_BF16)
                 kern_gemm_bf16_cuda(dy, wi, dx, rows, cols, batch, s);
             else
@@ -135,7 +135,7 @@ static double product_bytes_per_s(const gpu_info *g, moesim_precision p, size_t 
         iters = want > (double)iters ? (size_t)want + 1 : iters;
     }
     double rate = (double)bytes * launches / (ms * 1e-3);
-    if (h) cublasDestroy(h);
+    cublas_lazy_handle_free(&h);
     cudaEventDestroy(t0);
     cudaEventDestroy(t1);
     cudaStreamDestroy(s);

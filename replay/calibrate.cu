@@ -32,7 +32,7 @@ __global__ void calib_empty_kernel(void) {}
 
 typedef struct calib_ctx {
     cudaStream_t s;
-    cublasHandle_t h;
+    cublas_lazy_handle blas; /* on s */
     cudaEvent_t e0, e1;
     uint32_t repeats;
 } calib_ctx;
@@ -119,7 +119,8 @@ static void measure_device(calib_ctx *c, calib_results *out, bool quick) {
     uint16_t *w = (uint16_t *)dev_fill(n * n * 2), *xb = (uint16_t *)dev_fill(n * n * 2);
     float *x = (float *)dev_fill(n * n * 4), *y = (float *)dev_fill(n * n * 4);
     CUDA_CHECK(cudaMemset(x, 0, n * n * 4));
-    double tg = time_median_ns(c, [&] { kern_gemm_bf16_cublas(c->h, y, w, x, xb, n, n, n, c->s); });
+    double tg =
+        time_median_ns(c, [&] { kern_gemm_bf16_cublas(&c->blas, y, w, x, xb, n, n, n, c->s); });
     out->bf16_tflops = 2.0 * n * n * n / tg / 1e3;
     CUDA_CHECK(cudaFree(w));
     CUDA_CHECK(cudaFree(xb));
@@ -150,12 +151,12 @@ static void measure_ops(calib_ctx *c, const model_geometry *m, calib_results *ou
         for (size_t i = 0; i < n_tok; i++) {
             uint32_t n = tokens[i];
             double tgu = time_median_ns(c, [&] {
-                replay_gemm(c->h, xb, c->s, h1, p, g, x, I, H, n);
-                replay_gemm(c->h, xb, c->s, h2, p, u, x, I, H, n);
+                replay_gemm(&c->blas, xb, c->s, h1, p, g, x, I, H, n);
+                replay_gemm(&c->blas, xb, c->s, h2, p, u, x, I, H, n);
                 kern_swiglu_cuda(h1, h1, h2, I * n, c->s);
             });
             double tdn =
-                time_median_ns(c, [&] { replay_gemm(c->h, xb, c->s, y, p, dn, h1, H, I, n); });
+                time_median_ns(c, [&] { replay_gemm(&c->blas, xb, c->s, y, p, dn, h1, H, I, n); });
             curve_add(&out->curve[COST_EXPERT_GATE_UP][p], n, tgu);
             curve_add(&out->curve[COST_EXPERT_DOWN][p], n, tdn);
         }
@@ -173,24 +174,24 @@ static void measure_ops(calib_ctx *c, const model_geometry *m, calib_results *ou
     for (size_t i = 0; i < n_tok; i++) {
         uint32_t n = tokens[i];
         curve_add(&out->curve[COST_ROUTER][PREC_BF16], n, time_median_ns(c, [&] {
-            replay_gemm(c->h, xb, c->s, y, PREC_BF16, wr, x, m->n_experts, H, n);
+            replay_gemm(&c->blas, xb, c->s, y, PREC_BF16, wr, x, m->n_experts, H, n);
         }));
         if (ws)
             curve_add(&out->curve[COST_SHARED][PREC_BF16], n, time_median_ns(c, [&] {
-                replay_gemm(c->h, xb, c->s, h1, PREC_BF16, ws, x, S, H, n);
-                replay_gemm(c->h, xb, c->s, h2, PREC_BF16, ws + S * H, x, S, H, n);
+                replay_gemm(&c->blas, xb, c->s, h1, PREC_BF16, ws, x, S, H, n);
+                replay_gemm(&c->blas, xb, c->s, h2, PREC_BF16, ws + S * H, x, S, H, n);
                 kern_swiglu_cuda(h1, h1, h2, S * n, c->s);
-                replay_gemm(c->h, xb, c->s, y, PREC_BF16, ws + 2 * S * H, h1, H, S, n);
+                replay_gemm(&c->blas, xb, c->s, y, PREC_BF16, ws + 2 * S * H, h1, H, S, n);
             }));
         if (wd)
             curve_add(&out->curve[COST_DENSE_FFN][PREC_BF16], n, time_median_ns(c, [&] {
-                replay_gemm(c->h, xb, c->s, h1, PREC_BF16, wd, x, D, H, n);
-                replay_gemm(c->h, xb, c->s, h2, PREC_BF16, wd + D * H, x, D, H, n);
+                replay_gemm(&c->blas, xb, c->s, h1, PREC_BF16, wd, x, D, H, n);
+                replay_gemm(&c->blas, xb, c->s, h2, PREC_BF16, wd + D * H, x, D, H, n);
                 kern_swiglu_cuda(h1, h1, h2, D * n, c->s);
-                replay_gemm(c->h, xb, c->s, y, PREC_BF16, wd + 2 * D * H, h1, H, D, n);
+                replay_gemm(&c->blas, xb, c->s, y, PREC_BF16, wd + 2 * D * H, h1, H, D, n);
             }));
         curve_add(&out->curve[COST_LM_HEAD][PREC_BF16], n, time_median_ns(c, [&] {
-            replay_gemm(c->h, xb, c->s, y, PREC_BF16, wl, x, m->vocab, H, n);
+            replay_gemm(&c->blas, xb, c->s, y, PREC_BF16, wl, x, m->vocab, H, n);
         }));
         curve_add(&out->curve[COST_COMBINE][PREC_BF16], n,
                   time_median_ns(c, [&] { replay_combine(y, ys, gates, n, m->top_k, H, c->s); }));
@@ -211,10 +212,10 @@ static void measure_ops(calib_ctx *c, const model_geometry *m, calib_results *ou
         float *ao = (float *)dev_fill(q_dim * 4 * 2);
         for (uint32_t ctx = 16; ctx <= max_ctx; ctx *= 4)
             curve_add(&out->curve[COST_ATTENTION][PREC_BF16], ctx, time_median_ns(c, [&] {
-                replay_gemm(c->h, xb, c->s, y, PREC_BF16, wa, x, q_dim + 2 * kv_dim, H, 1);
+                replay_gemm(&c->blas, xb, c->s, y, PREC_BF16, wa, x, q_dim + 2 * kv_dim, H, 1);
                 kern_attention_prefill_cuda(ao, probs, y, kv, kv + kv_dim, 1, m->n_heads,
                                             m->n_kv_heads, m->head_dim, ctx, c->s);
-                replay_gemm(c->h, xb, c->s, h2, PREC_BF16, wa + (q_dim + 2 * kv_dim) * H, ao, H,
+                replay_gemm(&c->blas, xb, c->s, h2, PREC_BF16, wa + (q_dim + 2 * kv_dim) * H, ao, H,
                             q_dim, 1);
             }));
         CUDA_CHECK(cudaFree(wa));
@@ -245,8 +246,10 @@ extern "C" moesim_status calib_run(const calib_options *opt, calib_results *out,
     calib_ctx c;
     c.repeats = opt->repeats;
     CUDA_CHECK(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
-    CUBLAS_CHECK(cublasCreate(&c.h));
-    CUBLAS_CHECK(cublasSetStream(c.h, c.s));
+    if ((st = cublas_lazy_handle_init(&c.blas, c.s, err))) {
+        CUDA_CHECK(cudaStreamDestroy(c.s));
+        return st;
+    }
     CUDA_CHECK(cudaEventCreate(&c.e0));
     CUDA_CHECK(cudaEventCreate(&c.e1));
     measure_copies(&c, out, opt->quick);
@@ -254,7 +257,7 @@ extern "C" moesim_status calib_run(const calib_options *opt, calib_results *out,
     measure_ops(&c, opt->model, out, opt->quick);
     CUDA_CHECK(cudaEventDestroy(c.e0));
     CUDA_CHECK(cudaEventDestroy(c.e1));
-    CUBLAS_CHECK(cublasDestroy(c.h));
+    cublas_lazy_handle_free(&c.blas);
     CUDA_CHECK(cudaStreamDestroy(c.s));
     return MOESIM_OK;
 }

@@ -15,11 +15,11 @@
 #define GEMM_SMALL 16 /* kern_gemm_*_cuda serve up to this many vectors per launch */
 
 /* x_bf16: [n][cols] scratch for cuBLAS; the handle is bound to `s`. */
-static inline void replay_gemm(cublasHandle_t h, uint16_t *x_bf16, cudaStream_t s, float *y,
-                               moesim_precision p, const void *w, const float *x, size_t rows,
-                               size_t cols, size_t n) {
+static inline void replay_gemm(const cublas_lazy_handle *b, uint16_t *x_bf16, cudaStream_t s,
+                               float *y, moesim_precision p, const void *w, const float *x,
+                               size_t rows, size_t cols, size_t n) {
     if (p == PREC_BF16 && n > GEMM_SMALL) {
-        kern_gemm_bf16_cublas(h, y, (const uint16_t *)w, x, x_bf16, rows, cols, n, s);
+        kern_gemm_bf16_cublas(b, y, (const uint16_t *)w, x, x_bf16, rows, cols, n, s);
         return;
     }
     for (size_t i = 0; i < n; i += GEMM_SMALL) {

@@ -386,8 +386,8 @@ struct policy_mem {
     int64_t cur_layer;
 
     /* compute */
-    cublasHandle_t cublas;
-    uint16_t **w_attn; /* [n_layers] q|k|v|o bf16 */
+    cublas_lazy_handle blas; /* on s_comp */
+    uint16_t **w_attn;       /* [n_layers] q|k|v|o bf16 */
     uint16_t **w_router, **w_shared, **w_dense, *w_lm;
     float *x, *y, *h1, *h2, *kv, *attn_out, *probs, *logits, *gates_dev;
     uint16_t *ys; /* [T][top_k][hidden] bf16 expert outputs the combine reads */
@@ -828,7 +828,7 @@ static void op_end(rp *s) { CUDA_CHECK(cudaEventRecord(s->ops.back().ev1, s->s_c
 
 static void gemm(rp *s, float *y, moesim_precision p, const void *w, const float *x, size_t rows,
                  size_t cols, size_t n) {
-    replay_gemm(s->cublas, s->x_bf16, s->s_comp, y, p, w, x, rows, cols, n);
+    replay_gemm(&s->blas, s->x_bf16, s->s_comp, y, p, w, x, rows, cols, n);
 }
 
 static void run_attention(rp *s, const replay_step *sd, uint32_t ml) {
@@ -1269,11 +1269,10 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) planned += sizes[i];
     if ((st = replay_budget_fit_device(&s->bud, planned, dev_free, RESERVE_BYTES, err))) return st;
     s->arena_bytes = s->bud.expert_budget_bytes;
-    CUBLAS_CHECK(cublasCreate(&s->cublas));
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_comp, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_demand, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_bg, cudaStreamNonBlocking));
-    CUBLAS_CHECK(cublasSetStream(s->cublas, s->s_comp));
+    if ((st = cublas_lazy_handle_init(&s->blas, s->s_comp, err))) return st;
     s->arena = (uint8_t *)dev_alloc(s, s->arena_bytes);
     s->w_attn = (uint16_t **)moesim_xcalloc(m->n_layers, sizeof *s->w_attn);
     s->w_router = (uint16_t **)moesim_xcalloc(m->n_layers, sizeof *s->w_router);
@@ -1648,7 +1647,7 @@ static void rp_teardown(rp *s) {
     free(s->w_router);
     free(s->w_shared);
     free(s->w_dense);
-    if (s->cublas) cublasDestroy(s->cublas);
+    cublas_lazy_handle_free(&s->blas);
     if (s->s_comp) cudaStreamDestroy(s->s_comp);
     if (s->s_demand) cudaStreamDestroy(s->s_demand);
     if (s->s_bg) cudaStreamDestroy(s->s_bg);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cublas_lazy.h"
+#include "support/test_support.h"
 
 TestSuite(cublas_lazy);
 
@@ -50,4 +51,13 @@ Test(cublas_lazy, a_library_that_cannot_serve_gives_one_line_naming_it_and_dlerr
         cr_assert_null(strchr(err.msg, '\n'), "%s", err.msg);
         cr_assert(!api.dl && !api.create && !api.status_string, "%s: table left set", c->soname);
     }
+}
+
+Test(cublas_lazy, the_moesim_binary_does_not_load_cublas_at_startup) {
+    /* the dynamic loader lists the libraries it maps and exits before main (what ldd does) */
+    cr_assert_eq(setenv("LD_TRACE_LOADED_OBJECTS", "1", 1), 0);
+    static char out[16384];
+    cr_assert_eq(test_run_moesim(out, sizeof out, NULL, 0, "--help", NULL), 0);
+    cr_assert(strstr(out, "libcudart"), "no library list from the loader: %s", out);
+    cr_assert_null(strstr(out, "libcublas"), "moesim maps cuBLAS at startup:\n%s", out);
 }

@@ -209,9 +209,9 @@ Test(gpu_kernels, int2_gemv_and_gemm_match_the_cpu_reference) { check_quant(PREC
 
 Test(gpu_kernels, cublas_bf16_gemm_matches_the_cpu_reference_on_bf16_rounded_inputs) {
     static const size_t batches[] = {1, 4, 33, 128};
-    cublasHandle_t h;
-    cr_assert_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
-    cr_assert_eq(cublasSetStream(h, fx.s), CUBLAS_STATUS_SUCCESS);
+    cublas_lazy_handle h;
+    moesim_error err = {0};
+    cr_assert_eq(cublas_lazy_handle_init(&h, fx.s, &err), MOESIM_OK, "%s", err.msg);
     for (size_t c = 2; c < sizeof float_shapes / sizeof float_shapes[0]; c++) {
         size_t R = float_shapes[c].rows, C = float_shapes[c].cols;
         float *wf = randn(R * C, 0.05);
@@ -223,7 +223,7 @@ Test(gpu_kernels, cublas_bf16_gemm_matches_the_cpu_reference_on_bf16_rounded_inp
             for (size_t i = 0; i < B; i++) kern_matvec_bf16_cpu(want + i * R, w, x + i * C, R, C);
             float *dx = to_dev(x, B * C * 4), *dy = dev_zero(B * R * 4);
             uint16_t *dxb = dev_zero(B * C * 2);
-            kern_gemm_bf16_cublas(h, dy, dw, dx, dxb, R, C, B, fx.s);
+            kern_gemm_bf16_cublas(&h, dy, dw, dx, dxb, R, C, B, fx.s);
             from_dev(got, dy, B * R * 4);
             double e = nmse(got, want, B * R);
             cr_assert(e <= CUBLAS_NMSE_MAX, "cublas %zux%zu batch %zu: NMSE %g", R, C, B, e);
@@ -233,7 +233,7 @@ Test(gpu_kernels, cublas_bf16_gemm_matches_the_cpu_reference_on_bf16_rounded_inp
         cudaFree(dw);
         free(wf), free(w);
     }
-    cublasDestroy(h);
+    cublas_lazy_handle_free(&h);
 }
 
 /* ---- norms and elementwise ops ---- */

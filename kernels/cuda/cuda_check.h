@@ -6,10 +6,11 @@
 #ifndef MOESIM_KERNELS_CUDA_CUDA_CHECK_H
 #define MOESIM_KERNELS_CUDA_CUDA_CHECK_H
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "kernels/cuda/cublas_lazy.h"
 
 [[noreturn]] static inline void cuda_check_fail(const char *call, const char *what,
                                                 const char *file, int line) {
@@ -35,7 +36,7 @@
         if (cublas_check_st_ != CUBLAS_STATUS_SUCCESS) {                                           \
             char cublas_check_msg_[256];                                                           \
             snprintf(cublas_check_msg_, sizeof cublas_check_msg_, "%s (status %d)",                \
-                     cublasGetStatusString(cublas_check_st_), (int)cublas_check_st_);              \
+                     cublas_lazy_status_string(cublas_check_st_), (int)cublas_check_st_);          \
             cuda_check_fail(#call, cublas_check_msg_, __FILE__, __LINE__);                         \
         }                                                                                          \
     } while (0)

@@ -666,7 +666,7 @@ void kern_gemm_quant_cuda(float *y, moesim_precision p, const void *w, const flo
     }
 }
 
-void kern_gemm_bf16_cublas(cublasHandle_t h, float *y, const uint16_t *w, const float *x,
+void kern_gemm_bf16_cublas(const cublas_lazy_handle *b, float *y, const uint16_t *w, const float *x,
                            uint16_t *x_bf16, size_t rows, size_t cols, size_t n_batch,
                            cudaStream_t s) {
     if (!rows || !n_batch) return;
@@ -676,11 +676,12 @@ void kern_gemm_bf16_cublas(cublasHandle_t h, float *y, const uint16_t *w, const 
     /* column-major view: W is cols x rows (lda cols), X^T is cols x n_batch (ldb cols);
      * Y^T = op(W)^T X^T is rows x n_batch (ldc rows), i.e. Y row-major [n_batch][rows] */
     const float alpha = 1.0f, beta = 0.0f;
+    CUDA_REQUIRE(b && b->h);
     CUDA_REQUIRE(rows <= INT32_MAX && cols <= INT32_MAX && n_batch <= INT32_MAX);
-    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n_batch, (int)cols,
-                              &alpha, w, CUDA_R_16BF, (int)cols, x_bf16, CUDA_R_16BF, (int)cols,
-                              &beta, y, CUDA_R_32F, (int)rows, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(b->api->gemm_ex(b->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n_batch, (int)cols,
+                                 &alpha, w, CUDA_R_16BF, (int)cols, x_bf16, CUDA_R_16BF, (int)cols,
+                                 &beta, y, CUDA_R_32F, (int)rows, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
 }
 
 void kern_rope_cuda(float *x, size_t n_heads, size_t head_dim, uint32_t pos, double theta,

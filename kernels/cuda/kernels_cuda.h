@@ -9,12 +9,12 @@
 #ifndef MOESIM_KERNELS_CUDA_KERNELS_CUDA_H
 #define MOESIM_KERNELS_CUDA_KERNELS_CUDA_H
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/precision.h"
+#include "kernels/cuda/cublas_lazy.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,8 +48,8 @@ void kern_gemm_quant_cuda(float *y, moesim_precision p, const void *w, const flo
 /* Dense bf16 GEMM on cuBLAS (cublasGemmEx, fp32 compute and output): Y = X W^T with X rounded to
  * bf16 first (cuBLAS multiplies bf16 by bf16). Y: [n_batch][rows], W: [rows][cols],
  * X: [n_batch][cols], x_bf16: [n_batch][cols] scratch. The handle must be bound to stream s
- * (cublasSetStream) by the caller. Aborts with file:line on a cuBLAS error. */
-void kern_gemm_bf16_cublas(cublasHandle_t h, float *y, const uint16_t *w, const float *x,
+ * (cublas_lazy_handle_init does) by the caller. Aborts with file:line on a cuBLAS error. */
+void kern_gemm_bf16_cublas(const cublas_lazy_handle *b, float *y, const uint16_t *w, const float *x,
                            uint16_t *x_bf16, size_t rows, size_t cols, size_t n_batch,
                            cudaStream_t s);
 
