@@ -46,10 +46,10 @@
 #define SYNTH_SALIENCE_POOL_BITS 10 /* precomputed per-layer salience factors: 1024 */
 #define SYNTH_SALIENCE_POOL      (1u << SYNTH_SALIENCE_POOL_BITS)
 #define SYNTH_DRAW_CAP           64 /* rejected duplicate draws per slot before the fallback */
-/* Streaming hands tokens over in pieces of about this many bytes: small enough that the window
- * stays in a core's L2 between its writes by the generator and its reads by the sink
- * (bench_synth, stream, D = 3: 5.5-7.6 M records per CPU-second, against 5.0-5.7 with one
- * request per block). */
+/* Tokens are generated and handed on in blocks of about this many bytes: small enough that the
+ * window stays in a core's L2 between the generator's writes and the sink's reads
+ * (bench_synth, stream, D = 3, idle 2-core machine: 7.5-7.9 M records per CPU-second, against
+ * 5.0-5.7 with one request per block). */
 #define SYNTH_WINDOW_BYTES (512u * 1024u)
 #define STREAM_TABLES      0
 #define STREAM_PLAN        1
