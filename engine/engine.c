@@ -419,7 +419,7 @@ static moesim_status load_mat(engine *e, const char *dir, tensor_kind kind, uint
     return MOESIM_OK;
 }
 
-static void mat_row_f32(const engine_mat *m, uint32_t r, float *out) {
+void engine_mat_row_f32(const engine_mat *m, uint32_t r, float *out) {
     size_t c = m->cols;
     if (m->kind == MAT_F32) {
         memcpy(out, (const float *)m->data + (size_t)r * c, c * sizeof *out);
@@ -452,7 +452,7 @@ static moesim_status quantize_expert(engine *e, expert_w *x, uint32_t l, uint32_
             uint8_t *q = own(e, moesim_xmalloc(row_bytes * src->rows));
             row = moesim_xrealloc(row, src->cols * sizeof *row);
             for (uint32_t r = 0; r < src->rows; r++) {
-                mat_row_f32(src, r, row);
+                engine_mat_row_f32(src, r, row);
                 quant_row_quantize_ref((moesim_precision)p, row, q + r * row_bytes, src->cols);
             }
             x->m[p][part] = (engine_mat){kind_of_prec[p], q, src->rows, src->cols};
@@ -520,7 +520,7 @@ static moesim_status load_weights(engine *e, const char *dir, moesim_error *err)
                 engine_mat g;
                 if ((st = load_mat(e, dir, T_SHARED_EXPERT_GATE, l, 0, 1, H, &g, err))) return st;
                 L->shared_gate = own(e, moesim_xcalloc(H, sizeof(float)));
-                mat_row_f32(&g, 0, L->shared_gate);
+                engine_mat_row_f32(&g, 0, L->shared_gate);
             }
         }
     }
@@ -958,7 +958,7 @@ moesim_status engine_seq_forward(engine *e, engine_seq *s, int32_t token,
     if (pmap) MOESIM_ASSERT(pmap->n_layers == c->n_moe_layers && pmap->n_experts == c->n_experts);
     uint32_t H = c->hidden, nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
     uint32_t qd = nh * hd, kvd = nkv * hd, pos = s->len;
-    mat_row_f32(&e->embed, (uint32_t)token, e->x);
+    engine_mat_row_f32(&e->embed, (uint32_t)token, e->x);
 #ifdef MOESIM_HAVE_CUDA
     if (e->cuda) {
         MOESIM_ASSERT(s->cuda);

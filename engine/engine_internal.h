@@ -48,6 +48,9 @@ typedef struct engine_arch {
 const engine_mat *engine_weight(const engine *e, tensor_kind kind, uint32_t layer, uint32_t expert,
                                 moesim_precision p);
 
+/* Row r of a stored fp32 or bf16 matrix widened to fp32 (what the quantizer reads). out: [cols] */
+void engine_mat_row_f32(const engine_mat *m, uint32_t r, float *out);
+
 extern const engine_arch engine_arch_qwen3_moe, engine_arch_qwen2_moe, engine_arch_olmoe,
     engine_arch_mixtral;
 

@@ -3,6 +3,8 @@
  * replay/calibrate.cu define them. */
 #include "replay/replay.h"
 
+#include "common/check.h"
+
 #ifndef MOESIM_HAVE_CUDA
 
 #define NO_CUDA "built without CUDA (configure with -DMOESIM_CUDA=ON on a machine with nvcc)"
@@ -39,6 +41,12 @@ moesim_status replay_store_create_checkpoint(const model_geometry *m, const quan
 }
 
 void replay_store_destroy(replay_store *s) { (void)s; }
+
+moesim_status replay_store_expert(const replay_store *s, uint32_t moe_layer, uint32_t expert,
+                                  moesim_precision p, uint8_t *blob, moesim_error *err) {
+    (void)s, (void)moe_layer, (void)expert, (void)p, (void)blob, (void)err;
+    MOESIM_UNREACHABLE(); /* no store can be created without CUDA */
+}
 
 moesim_status calib_run(const calib_options *opt, calib_results *out, moesim_error *err) {
     (void)opt, (void)out;

@@ -107,6 +107,12 @@ moesim_status replay_store_create_checkpoint(const model_geometry *m, const quan
                                              const replay_weights *w, replay_store **out,
                                              moesim_error *err);
 void replay_store_destroy(replay_store *s);
+/* Copies expert `expert` of MoE layer `moe_layer` at precision p, as the store holds it (from
+ * pinned DRAM, or read back from the SSD file), into blob [blob bytes of p]: for tests that the
+ * store holds what it was filled with. Fails (MOESIM_EINPUT) when p is not stored, MOESIM_EIO
+ * when the SSD file cannot be read. */
+moesim_status replay_store_expert(const replay_store *s, uint32_t moe_layer, uint32_t expert,
+                                  moesim_precision p, uint8_t *blob, moesim_error *err);
 
 typedef struct replay_inputs {
     const trace *trace;

@@ -278,6 +278,35 @@ replay_store_create_checkpoint(const model_geometry *m, const quant_table *q,
     return store_make(m, q, host_precisions, primary, dram_bytes, ssd_dir, 0, w, out, err);
 }
 
+extern "C" moesim_status replay_store_expert(const replay_store *r, uint32_t moe_layer,
+                                             uint32_t expert, moesim_precision p, uint8_t *blob,
+                                             moesim_error *err) {
+    MOESIM_ASSERT(moe_layer < r->m.n_moe_layers && expert < r->m.n_experts);
+    if ((unsigned)p >= PREC_COUNT || !r->stored[p])
+        return moesim_fail(err, MOESIM_EINPUT, "the store holds no %s experts", precision_name(p));
+    const size_t le = (size_t)moe_layer * r->m.n_experts + expert;
+    if (r->host_off[p][le] != UINT64_MAX) {
+        memcpy(blob, r->host[p] + r->host_off[p][le], r->blob_bytes[p]);
+        return MOESIM_OK;
+    }
+    /* a plain descriptor: O_DIRECT would want an aligned buffer and length */
+    int fd = open(r->ssd_path[p], O_RDONLY);
+    uint64_t done = 0;
+    while (fd >= 0 && done < r->blob_bytes[p]) {
+        ssize_t n =
+            pread(fd, blob + done, r->blob_bytes[p] - done, (off_t)(r->ssd_off[p][le] + done));
+        if (n <= 0) break;
+        done += (uint64_t)n;
+    }
+    int e = errno;
+    if (fd >= 0) close(fd);
+    if (done < r->blob_bytes[p])
+        return moesim_fail(err, MOESIM_EIO, "%s: cannot read expert %u of MoE layer %u (%s)",
+                           r->ssd_path[p], expert, moe_layer,
+                           fd < 0 || e ? strerror(e) : "short file");
+    return MOESIM_OK;
+}
+
 extern "C" void replay_store_destroy(replay_store *r) {
     if (!r) return;
     for (int p = 0; p < PREC_COUNT; p++) {

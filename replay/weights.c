@@ -151,18 +151,6 @@ uint64_t replay_part_bytes(const model_geometry *m, moesim_precision p, expert_p
     return p == PREC_BF16 ? rows * cols * 2 : quant_matrix_size_bytes(p, rows, cols);
 }
 
-/* Row r of m as fp32 (engine.c's reading of a stored matrix). out: [cols] */
-static void mat_row_f32(const engine_mat *m, uint32_t r, float *out) {
-    size_t c = m->cols;
-    if (m->kind == MAT_F32) {
-        memcpy(out, (const float *)m->data + (size_t)r * c, c * sizeof *out);
-        return;
-    }
-    MOESIM_ASSERT(m->kind == MAT_BF16);
-    const uint16_t *w = (const uint16_t *)m->data + (size_t)r * c;
-    for (size_t i = 0; i < c; i++) out[i] = quant_bf16_to_f32(w[i]);
-}
-
 /* m as bf16 into dst ([rows][cols] * 2 bytes, any alignment); returns the bytes written. */
 static size_t mat_write_bf16(const engine_mat *m, uint8_t *dst) {
     size_t n = (size_t)m->rows * m->cols;
@@ -188,7 +176,7 @@ static void part_write(const engine_mat *m, moesim_precision p, uint8_t *dst, fl
     MOESIM_ASSERT(m->cols % QUANT_GROUP == 0);
     size_t row_bytes = quant_matrix_size_bytes(p, 1, m->cols);
     for (uint32_t r = 0; r < m->rows; r++) {
-        mat_row_f32(m, r, row);
+        engine_mat_row_f32(m, r, row);
         quant_row_quantize_ref(p, row, dst + r * row_bytes, m->cols);
     }
 }

@@ -12,6 +12,7 @@
  * Skipped (exit 77) without a GPU. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/hw.h"
@@ -226,6 +227,30 @@ Test(gpu_replay, a_golden_checkpoint_replays_in_order_within_the_card_with_the_s
                      (unsigned long)real.hits, (unsigned long)sim.hits);
         cr_assert_eq(real.ssd_bytes, sim.ssd_bytes, "case %zu", i);
         if (cases[i].dram_bytes) cr_assert_gt(real.ssd_bytes, 0, "case %zu: no SSD read", i);
+    }
+    /* the store holds the checkpoint's experts, in DRAM and in the SSD file alike */
+    const moesim_precision precs[] = {PREC_BF16, PREC_INT4};
+    for (size_t i = 0; i < 2; i++) {
+        replay_store *store;
+        cr_assert_eq(replay_store_create_checkpoint(&m, &quant, precision_name(precs[i]), precs[i],
+                                                    256u << 10, NULL, w, &store, &err),
+                     MOESIM_OK, "%s", err.msg);
+        uint64_t blob = 0;
+        for (int part = 0; part < PART_COUNT; part++)
+            blob += replay_part_bytes(&m, precs[i], (expert_part)part);
+        uint8_t *want = malloc(blob), *got = malloc(blob);
+        for (uint32_t l = 0; l < m.n_moe_layers; l++)
+            for (uint32_t e = 0; e < m.n_experts; e++) {
+                replay_weights_expert(w, l, e, precs[i], want);
+                memset(got, 0xA5, blob);
+                cr_assert_eq(replay_store_expert(store, l, e, precs[i], got, &err), MOESIM_OK, "%s",
+                             err.msg);
+                cr_assert(!memcmp(got, want, blob), "%s: layer %u expert %u differs",
+                          precision_name(precs[i]), l, e);
+            }
+        free(want);
+        free(got);
+        replay_store_destroy(store);
     }
     replay_weights_close(w);
     trace_destroy(t);

@@ -332,6 +332,30 @@ Test(synth, lookahead_settings_leave_the_routing_unchanged) {
     trace_destroy(b);
 }
 
+/* Streaming cuts long requests into window-sized blocks whose size depends on the bytes per
+ * token: 32 tokens for qwen3-30b-a3b at D = 3, K' = 16; the 2-token minimum at D = 16,
+ * K' = 128 (592 KB per token); the whole request without look-ahead. A token's routing reads
+ * its predecessor across those cuts and must not change with them. */
+Test(synth, routing_does_not_depend_on_where_lookahead_settings_cut_requests_into_blocks) {
+    model_geometry m = load_model("qwen3-30b-a3b");
+    static const uint32_t depth[] = {0, 3, 16}, kp[] = {16, 16, 128};
+    trace *t[3];
+    for (int i = 0; i < 3; i++) {
+        synth_options o;
+        synth_options_default(&o, &m);
+        o.n_requests = 2;
+        o.prompt_len = (synth_range){70, 70};
+        o.gen_len = (synth_range){30, 30};
+        o.lookahead_depth = depth[i];
+        o.lookahead_k = kp[i];
+        moesim_error err = {0};
+        cr_assert_eq(synth_generate(&m, &o, &t[i], &err), MOESIM_OK, "%s", err.msg);
+    }
+    cr_expect(same_trace(t[0], t[1]), "D = 3 changed the routing");
+    cr_expect(same_trace(t[0], t[2]), "D = 16, K' = 128 changed the routing");
+    for (int i = 0; i < 3; i++) trace_destroy(t[i]);
+}
+
 static long file_bytes(const char *path, char **data) {
     FILE *f = fopen(path, "rb");
     cr_assert(f, "cannot open %s", path);

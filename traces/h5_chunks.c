@@ -97,6 +97,7 @@ static void *chunk_worker_run(void *arg) {
 }
 
 void chunk_batch_run(chunk_batch *b) {
+    if (b->n_jobs == 0) return;
     for (size_t j = 0; j < b->n_jobs; j++)
         MOESIM_ASSERT(b->jobs[j].chunk_bytes <= b->cap_bytes && b->jobs[j].elem_size > 0 &&
                       b->jobs[j].chunk_bytes % b->jobs[j].elem_size == 0 &&

@@ -67,8 +67,9 @@ typedef struct chunk_batch {
  * chunks of up to `cap_bytes`; false when memory is short (free it anyway with
  * chunk_batch_free). */
 bool chunk_batch_init(chunk_batch *b, size_t cap_bytes, bool pack);
-/* Runs b->n_jobs jobs (each with its own size and element size, so chunks of several datasets
- * can share a run) on up to n_threads threads (the caller's thread is one of them). */
+/* Runs b->n_jobs jobs (none: nothing to do) (each with its own size and element size, so chunks of
+ * several datasets can share a run) on up to n_threads threads (the caller's thread is one of
+ * them). */
 void chunk_batch_run(chunk_batch *b);
 void chunk_batch_free(chunk_batch *b);
 

@@ -46,9 +46,9 @@
 #define SYNTH_SALIENCE_POOL_BITS 10 /* precomputed per-layer salience factors: 1024 */
 #define SYNTH_SALIENCE_POOL      (1u << SYNTH_SALIENCE_POOL_BITS)
 #define SYNTH_DRAW_CAP           64 /* rejected duplicate draws per slot before the fallback */
-/* Tokens are generated and handed on in blocks of about this many bytes: small enough that the
- * window stays in a core's L2 between the generator's writes and the sink's reads
- * (bench_synth, stream, D = 3, idle 2-core machine: 7.5-7.9 M records per CPU-second, against
+/* Tokens are generated and handed on in blocks of about this many bytes (at least 2 tokens):
+ * small enough that the window stays in a core's L2 between the generator's writes and the sink's
+ * reads (bench_synth, stream, D = 3, idle 2-core machine: 7.5-7.9 M records per CPU-second, against
  * 5.0-5.7 with one request per block). */
 #define SYNTH_WINDOW_BYTES (512u * 1024u)
 #define STREAM_TABLES      0
@@ -849,8 +849,11 @@ moesim_status synth_stream(const model_geometry *m, const synth_options *o, cons
     free(params_json);
     const uint32_t L = s.meta.n_layers;
     const uint64_t per_token = trace_bytes_per_token(&s.meta);
+    /* at least 2 tokens: a request's next block reads its predecessor at the window's last
+     * position while writing its first */
     uint64_t window = SYNTH_WINDOW_BYTES / per_token;
-    window = window < 1 ? 1 : window > s.longest ? s.longest : window;
+    window = window < 2 ? 2 : window;
+    window = window > s.longest ? s.longest : window;
     trace *win = st ? NULL : trace_try_create(&s.meta, window);
     float *imp = st ? NULL : malloc((size_t)s.longest * L * sizeof *imp); /* [longest][L] */
     if (!st && (!win || !imp))

@@ -130,7 +130,7 @@ moesim_status synth_generate(const model_geometry *m, const synth_options *o, tr
                              moesim_error *err);
 
 /* The same trace handed over in consecutive blocks, never held whole: memory is one window of
- * about 512 KiB (at least one token) plus one request's importance. `begin` is called once
+ * about 512 KiB (at least two tokens) plus one request's importance. `begin` is called once
  * first, with the whole trace's description and counts; then `block` for every block in token
  * order. A block holds consecutive tokens of one request (a request longer than the window
  * comes in several blocks), with request ids and positions as in the whole trace; it is valid

@@ -228,7 +228,7 @@ typedef struct pending_chunks {
 static moesim_status write_pending(trace_writer *w, pending_chunks *p, moesim_error *err) {
     chunk_batch *b = &w->batch;
     b->n_jobs = p->n;
-    if (p->n) chunk_batch_run(b);
+    chunk_batch_run(b);
     for (size_t j = 0; j < p->n; j++) {
         const staged_dataset *s = &w->ds[p->ds_of[j]];
         hsize_t offset[4] = {s->written + p->chunk_of[j] * s->chunk_rows, 0, 0, 0};
@@ -429,6 +429,11 @@ moesim_status trace_writer_open(const trace_meta *meta, uint64_t n_tokens, uint3
 }
 
 moesim_status trace_writer_append(trace_writer *w, const trace *block, moesim_error *err) {
+    const trace_meta *a = &w->meta, *b = &block->meta;
+    MOESIM_ASSERT(b->n_layers == a->n_layers && b->n_experts == a->n_experts &&
+                  b->top_k == a->top_k && b->gate_norm == a->gate_norm &&
+                  b->lookahead_depth == a->lookahead_depth && b->lookahead_k == a->lookahead_k &&
+                  b->has_importance == a->has_importance && b->has_token_ids == a->has_token_ids);
     if (block->n_tokens > w->n_tokens - w->appended)
         return moesim_fail(err, MOESIM_EINPUT,
                            "%s: %" PRIu64 " more tokens than the %" PRIu64 " announced", w->path,
