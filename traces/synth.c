@@ -709,8 +709,7 @@ static void prefault(void *p, size_t size_bytes) {
 }
 
 /* What one run keeps from its first request to its last: tables, the request plan, the RNG
- * streams and the work buffers. Requests are generated in order into a window trace (the whole
- * trace, or one request at a time when streaming); the bytes do not depend on which. */
+ * streams and the work buffers. */
 typedef struct synth_run {
     const synth_options *o;
     trace_meta meta;
