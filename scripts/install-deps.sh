@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
     build-essential cmake pkg-config
     libhdf5-dev      # trace files
+    libdeflate-dev   # trace chunks (de)compressed in parallel
     libgsl-dev       # random numbers, distributions, statistics
     libinih-dev      # INI configs
     libjansson-dev   # JSON in and out

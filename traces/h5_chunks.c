@@ -2,12 +2,12 @@
  * the parallel chunk codec (traces/h5_chunks.h). */
 #include "traces/h5_chunks.h"
 
+#include <libdeflate.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "common/check.h"
 
@@ -79,18 +79,19 @@ static void *chunk_worker_run(void *arg) {
                 shuffle_bytes(tmp, src, n_elems, elem_size);
                 src = tmp;
             }
-            uLongf out = (uLongf)b->packed_cap;
-            job->zrc = compress2(job->packed, &out, src, (uLong)chunk_bytes, DEFLATE_LEVEL);
-            job->packed_bytes = out;
+            job->packed_bytes = libdeflate_zlib_compress(b->compressor[w->index], src, chunk_bytes,
+                                                         job->packed, b->packed_cap);
+            job->ok = job->packed_bytes > 0; /* 0: did not fit (the bound makes it fit) */
         } else {
             bool shuffled = elem_size > 1 && n_elems > 1;
             unsigned char *target = full ? job->dst : job->raw;
-            uLongf out = (uLongf)chunk_bytes;
-            job->zrc =
-                uncompress(shuffled ? tmp : target, &out, job->packed, (uLong)job->packed_bytes);
-            if (job->zrc == Z_OK && out != chunk_bytes) job->zrc = Z_DATA_ERROR;
-            if (job->zrc == Z_OK && shuffled) unshuffle_bytes(target, tmp, n_elems, elem_size);
-            if (job->zrc == Z_OK && !full) memcpy(job->dst, job->raw, job->raw_bytes);
+            /* the exact size is known: anything else (shorter, longer, corrupt, a wrong
+             * checksum) fails */
+            job->ok = libdeflate_zlib_decompress(b->decompressor[w->index], job->packed,
+                                                 job->packed_bytes, shuffled ? tmp : target,
+                                                 chunk_bytes, NULL) == LIBDEFLATE_SUCCESS;
+            if (job->ok && shuffled) unshuffle_bytes(target, tmp, n_elems, elem_size);
+            if (job->ok && !full) memcpy(job->dst, job->raw, job->raw_bytes);
         }
     }
     return NULL;
@@ -128,11 +129,24 @@ bool chunk_batch_init(chunk_batch *b, size_t cap_bytes, bool pack) {
     b->cap_bytes = cap_bytes;
     b->n_threads = chunk_threads();
     b->n_jobs = b->jobs_cap = (size_t)b->n_threads * CHUNK_JOBS_PER_THREAD;
-    b->packed_cap = compressBound((uLong)cap_bytes);
     b->pack = pack;
     b->jobs = calloc(b->n_jobs, sizeof *b->jobs);
     b->scratch = calloc(b->n_threads, sizeof *b->scratch);
-    bool ok = b->jobs && b->scratch;
+    b->compressor = calloc(b->n_threads, sizeof *b->compressor);
+    b->decompressor = calloc(b->n_threads, sizeof *b->decompressor);
+    bool ok = b->jobs && b->scratch && b->compressor && b->decompressor;
+    for (unsigned i = 0; ok && i < b->n_threads; i++) {
+        if (pack)
+            ok = (b->compressor[i] = libdeflate_alloc_compressor(DEFLATE_LEVEL)) != NULL;
+        else
+            ok = (b->decompressor[i] = libdeflate_alloc_decompressor()) != NULL;
+    }
+    /* writing: libdeflate's bound for its own streams; reading: zlib's compressBound formula,
+     * the largest stream zlib (HDF5's deflate filter, h5py) makes of cap_bytes */
+    if (ok)
+        b->packed_cap =
+            pack ? libdeflate_zlib_compress_bound(b->compressor[0], cap_bytes)
+                 : cap_bytes + (cap_bytes >> 12) + (cap_bytes >> 14) + (cap_bytes >> 25) + 13;
     for (size_t j = 0; ok && j < b->jobs_cap; j++) {
         b->jobs[j].raw = malloc(cap_bytes);
         b->jobs[j].packed = malloc(b->packed_cap);
@@ -147,7 +161,13 @@ void chunk_batch_free(chunk_batch *b) {
         free(b->jobs[j].raw);
         free(b->jobs[j].packed);
     }
-    for (unsigned i = 0; b->scratch && i < b->n_threads; i++) free(b->scratch[i]);
+    for (unsigned i = 0; i < b->n_threads; i++) {
+        if (b->scratch) free(b->scratch[i]);
+        if (b->compressor) libdeflate_free_compressor(b->compressor[i]);
+        if (b->decompressor) libdeflate_free_decompressor(b->decompressor[i]);
+    }
     free(b->jobs);
     free(b->scratch);
+    free(b->compressor);
+    free(b->decompressor);
 }

@@ -18,6 +18,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* deflate itself is libdeflate's (zlib-wrapped streams, as HDF5's deflate filter writes and
+ * reads them): 1.8-2.1x faster to compress and 1.7-2.8x faster to decompress than zlib at
+ * level 1 on trace data, and slightly smaller. */
+
 /* Chunks hold about this many bytes of uncompressed data (whole tokens along N). Measured with
  * bench/bench_trace_io (48 x 8 routing): 64 KiB to 4 MiB chunks read and write within 10% of
  * each other (deflate dominates); 1 MiB keeps chunk counts low and reads fastest. */
@@ -49,7 +53,7 @@ typedef struct chunk_job {
     size_t raw_bytes;         /* bytes of real data in this chunk (the last one may be short) */
     unsigned char *packed;    /* [packed_cap] shuffled + deflated bytes */
     size_t packed_bytes;
-    int zrc; /* zlib status of this job */
+    bool ok; /* the (de)compression succeeded */
 } chunk_job;
 
 typedef struct chunk_batch {
@@ -61,6 +65,8 @@ typedef struct chunk_batch {
     unsigned char **scratch; /* [n_threads][cap_bytes] shuffle buffers */
     bool pack;               /* true: shuffle + deflate; false: inflate + unshuffle */
     unsigned n_threads;
+    struct libdeflate_compressor **compressor;     /* [n_threads] when pack */
+    struct libdeflate_decompressor **decompressor; /* [n_threads] when !pack */
 } chunk_batch;
 
 /* Allocates n_threads * CHUNK_JOBS_PER_THREAD jobs (b->jobs_cap = b->n_jobs) with buffers for

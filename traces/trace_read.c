@@ -17,7 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "common/check.h"
 #include "traces/h5_chunks.h"
@@ -362,10 +361,9 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
         if (st || *fallback) break;
         chunk_batch_run(&b);
         for (size_t j = 0; j < b.n_jobs && !st; j++)
-            if (b.jobs[j].zrc != Z_OK)
+            if (!b.jobs[j].ok)
                 st = chunk_read_fail(r, spec, (first + j) * chunk_rows,
-                                     b.jobs[j].zrc == Z_MEM_ERROR ? "out of memory"
-                                                                  : "deflate data do not inflate");
+                                     "deflate data do not inflate");
     }
     H5Eclear2(H5E_DEFAULT);
     chunk_batch_free(&b);

@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "common/alloc.h"
 #include "common/atomic_file.h"
@@ -232,9 +231,8 @@ static moesim_status write_pending(trace_writer *w, pending_chunks *p, moesim_er
     for (size_t j = 0; j < p->n; j++) {
         const staged_dataset *s = &w->ds[p->ds_of[j]];
         hsize_t offset[4] = {s->written + p->chunk_of[j] * s->chunk_rows, 0, 0, 0};
-        if (b->jobs[j].zrc != Z_OK)
-            return moesim_fail(err, MOESIM_EIO, "%s: %s: deflate failed (zlib error %d)", w->path,
-                               s->name, b->jobs[j].zrc);
+        if (!b->jobs[j].ok)
+            return moesim_fail(err, MOESIM_EIO, "%s: %s: deflate failed", w->path, s->name);
         if (H5Dwrite_chunk(s->d, H5P_DEFAULT, 0, offset, b->jobs[j].packed_bytes,
                            b->jobs[j].packed) < 0)
             return write_fail(w, s->name, err);
