@@ -328,6 +328,10 @@ bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_
     return find_victim_in(c, layer, layer + 1, victim_layer, victim_expert);
 }
 
+void expert_cache_forget(expert_cache *c, uint32_t layer, uint32_t expert) {
+    release(c, layer, expert);
+}
+
 bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
     MOESIM_ASSERT(expert_cache_holds(c, layer, expert));
     policy_mem_result r =
@@ -347,8 +351,9 @@ policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_
     policy_mem_result r =
         c->mem.ops->load(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL, cls);
     if (held) {
-        /* the policy's view and the memory system agree: what it holds is loading or resident */
-        MOESIM_ASSERT(r == POLICY_ALREADY);
+        /* the policy's view and the memory system agree: what it holds is loading or resident
+         * (a late prefetch may just have been promoted to this load's class) */
+        MOESIM_ASSERT(r == POLICY_ALREADY || r == POLICY_PROMOTED);
         return POLICY_ALREADY;
     }
     if (r == POLICY_ISSUED) {

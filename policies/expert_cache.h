@@ -128,6 +128,9 @@ bool expert_cache_layer_full(const expert_cache *c, uint32_t layer);
  * false when there is none. */
 bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
                               uint32_t *victim_expert);
+/* The memory system cancelled the load of a held expert (policy_methods.on_transfer_cancelled):
+ * the cache no longer holds it. */
+void expert_cache_forget(expert_cache *c, uint32_t layer, uint32_t expert);
 /* Evicts a held expert through the memory system; on refusal (in use, copy started) pins it so
  * the search moves on, and returns false. */
 bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert);

@@ -589,6 +589,16 @@ static size_t firm_report(const policy *p, const char **names, double *values, s
     return out;
 }
 
+/* The memory system dropped a stale prefetch of these parts: they leave the LRU. */
+static void firm_on_cancelled(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
+                              uint32_t parts_mask, policy_class cls, uint64_t now_ns) {
+    (void)prec, (void)cls, (void)now_ns;
+    for (uint32_t part = 0; part < PART_COUNT; part++) {
+        int32_t it = item_of(p, layer, expert, part);
+        if ((parts_mask & (1u << part)) && p->lru_in[it]) lru_unlink(p, it, pool_of(p, layer));
+    }
+}
+
 static void firm_destroy(policy *p) {
     if (!p) return;
     for (uint32_t d = 0; p->ring && d < p->D; d++) {
@@ -798,6 +808,7 @@ const policy_methods policy_firm_moe = {
     .on_route = firm_on_route,
     .on_transfer_done = NULL,
     .end_step = firm_end_step,
+    .on_transfer_cancelled = firm_on_cancelled,
     .report = firm_report,
     .destroy = firm_destroy,
 };

@@ -140,6 +140,12 @@ static void oracle_on_route(policy *p, const policy_route *route, policy_plan *p
     for (size_t i = 0; i < n_acc; i++) p->access_pos += route->experts[i] != POLICY_NO_EXPERT;
 }
 
+static void oracle_on_cancelled(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
+                                uint32_t parts_mask, policy_class cls, uint64_t now_ns) {
+    (void)prec, (void)parts_mask, (void)cls, (void)now_ns;
+    expert_cache_forget(&p->cache, layer, expert);
+}
+
 static size_t oracle_report(const policy *p, const char **names, double *values, size_t cap) {
     size_t n = expert_cache_report(&p->cache, names, values, cap);
     if (n < cap) names[n] = "prefetches", values[n++] = (double)p->prefetches;
@@ -163,6 +169,7 @@ const policy_methods policy_oracle = {
     .create = oracle_create,
     .warmup = oracle_warmup,
     .on_route = oracle_on_route,
+    .on_transfer_cancelled = oracle_on_cancelled,
     .report = oracle_report,
     .destroy = oracle_destroy,
 };

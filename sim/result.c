@@ -35,6 +35,10 @@ size_t sim_result_fields(const sim_result *r, const char **names, double *values
         {"prefetch.accuracy", r->prefetch_accuracy},
         {"prefetch.utilization", r->prefetch_utilization},
         {"prefetch.issued", (double)r->prefetches},
+        {"prefetch.late", (double)r->prefetch_late},
+        {"prefetch.promoted", (double)r->prefetch_promoted},
+        {"prefetch.cancelled", (double)r->prefetch_cancelled},
+        {"prefetch.wasted_bytes", (double)r->prefetch_wasted_bytes},
         {"predictor.emulated", r->predictor_emulated ? 1.0 : 0.0},
         {"predictor.accuracy", r->predictor_accuracy},
     };
@@ -94,6 +98,10 @@ json_t *sim_result_to_json(const sim_result *r) {
     json_object_set_new(pf, "accuracy", num(r->prefetch_accuracy));
     json_object_set_new(pf, "utilization", num(r->prefetch_utilization));
     json_object_set_new(pf, "issued", json_integer((json_int_t)r->prefetches));
+    json_object_set_new(pf, "late", json_integer((json_int_t)r->prefetch_late));
+    json_object_set_new(pf, "promoted", json_integer((json_int_t)r->prefetch_promoted));
+    json_object_set_new(pf, "cancelled", json_integer((json_int_t)r->prefetch_cancelled));
+    json_object_set_new(pf, "wasted_bytes", json_integer((json_int_t)r->prefetch_wasted_bytes));
     json_object_set_new(j, "prefetch", pf);
     json_object_set_new(j, "predictor",
                         json_string(r->predictor_emulated ? "emulated" : "recorded"));

@@ -200,11 +200,25 @@ Test(sim, demand_load_overtakes_running_and_queued_prefetches_at_a_chunk_boundar
     trace_destroy(t);
 }
 
-Test(sim, ssd_resident_experts_add_the_ssd_read_before_the_pcie_copy) {
+/* One on-demand expert that lives on the SSD (nothing fits DRAM), copied in chunks of `chunk_kib`
+ * through a bounce buffer of `bounce_mib`: the makespan of the run. */
+static uint64_t ssd_run_makespan(const char *chunk_set, const char *bounce_set, sim_result *r) {
     model_geometry m = fixture_model(1, 1, 1);
     hw_profile hw = fixture_hw();
-    hw.dram_bytes = 0; /* nothing fits DRAM: every expert lives on the SSD */
+    hw.dram_bytes = 0;
     trace *t = fixture_trace(&m, 1, 1, 0, 0, 1);
+    const char *sets[] = {"sim.part_overlap=false", chunk_set, bounce_set, NULL};
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, r, &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+    return makespan_ns(r);
+}
+
+Test(sim, ssd_read_and_pcie_copy_are_store_and_forward_when_the_bounce_holds_one_chunk) {
+    /* a one-chunk bounce buffer: the SSD reads chunk i + 1 only once PCIe has copied chunk i,
+     * so the copy takes the SSD time plus the PCIe time; the same when one chunk is the expert */
+    model_geometry m = fixture_model(1, 1, 1);
+    hw_profile hw = fixture_hw();
     cost_model c;
     cost_model_init(&c, &hw, &m, &quant);
     uint64_t bytes = model_expert_bytes(&m, &quant, PREC_BF16);
@@ -212,14 +226,36 @@ Test(sim, ssd_resident_experts_add_the_ssd_read_before_the_pcie_copy) {
     uint64_t pcie = hw.h2d_latency_ns + cost_transfer_ns(bytes, hw.h2d_bytes_per_s);
     uint64_t want = fixed_ns(&c, 1, 1) + ssd + pcie + cost_expert_gate_up_ns(&c, PREC_BF16, 1) +
                     cost_expert_down_ns(&c, PREC_BF16, 1) + tail_ns(&c, 1, 1);
-    const char *sets[] = {"sim.part_overlap=false", NULL};
     sim_result r;
-    moesim_error err = {0};
-    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, &r, &err), MOESIM_OK, "%s", err.msg);
-    cr_assert_eq(makespan_ns(&r), want);
+    cr_assert_eq(ssd_run_makespan("sim.chunk_kib=1024", "sim.bounce_mib=1", &r), want);
     cr_assert_eq(r.ssd_bytes, bytes);
     cr_assert_eq(r.h2d_bytes, bytes);
-    trace_destroy(t);
+    cr_assert_eq(ssd_run_makespan("sim.chunk_kib=4096", "sim.bounce_mib=4", &r), want);
+}
+
+Test(sim, ssd_reads_and_pcie_copies_pipeline_chunk_by_chunk_through_the_bounce_buffer) {
+    /* a bounce buffer of many chunks: PCIe copies chunk i as soon as the SSD has read it and
+     * PCIe has finished chunk i - 1 (the SSD is the slower link here: 0.5 vs 1 GB/s) */
+    model_geometry m = fixture_model(1, 1, 1);
+    hw_profile hw = fixture_hw();
+    cost_model c;
+    cost_model_init(&c, &hw, &m, &quant);
+    uint64_t bytes = model_expert_bytes(&m, &quant, PREC_BF16), chunk = 1024 * 1024;
+    uint64_t pcie_end = 0;
+    for (uint64_t off = 0; off < bytes; off += chunk) {
+        uint64_t n = bytes - off < chunk ? bytes - off : chunk;
+        uint64_t read_end = hw.ssd_latency_ns + cost_transfer_ns(off + n, hw.ssd_read_bytes_per_s);
+        uint64_t start = read_end > pcie_end ? read_end : pcie_end;
+        pcie_end = start + cost_transfer_ns(off + n, hw.h2d_bytes_per_s) -
+                   cost_transfer_ns(off, hw.h2d_bytes_per_s) + (off == 0 ? hw.h2d_latency_ns : 0);
+    }
+    uint64_t want = fixed_ns(&c, 1, 1) + pcie_end + cost_expert_gate_up_ns(&c, PREC_BF16, 1) +
+                    cost_expert_down_ns(&c, PREC_BF16, 1) + tail_ns(&c, 1, 1);
+    sim_result r;
+    cr_assert_eq(ssd_run_makespan("sim.chunk_kib=1024", "sim.bounce_mib=64", &r), want);
+    uint64_t serial = hw.ssd_latency_ns + cost_transfer_ns(bytes, hw.ssd_read_bytes_per_s) +
+                      hw.h2d_latency_ns + cost_transfer_ns(bytes, hw.h2d_bytes_per_s);
+    cr_assert_lt(pcie_end, serial, "pipelining must beat store-and-forward here");
 }
 
 Test(sim, lru_hit_rate_equals_trace_stats_lru_curve_for_every_capacity) {
