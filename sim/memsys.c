@@ -376,14 +376,12 @@ void memsys_end_layer(memsys *m, uint32_t layer, uint64_t now_ns) {
     }
 }
 
-uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer, const uint32_t *in_route,
-                                  uint32_t mark) {
+uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer) {
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < m->n_xf; i++) {
         const memsys_xfer *x = &m->xf[i];
         if (!x->parts || !xfer_started(x)) continue;
         if (m->cfg.per_layer && x->layer != layer) continue;
-        if (x->layer == layer && in_route[x->expert] == mark) continue;
         for (int part = 0; part < PART_COUNT; part++)
             if ((x->parts & (1u << part)) && !(x->parts_done & (1u << part)))
                 bytes += m->cfg.part_bytes[x->prec][part];

@@ -181,11 +181,10 @@ void memsys_unpin(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p
 /* The layer's last route has been planned: drops its stale prefetches (the rule above). */
 void memsys_end_layer(memsys *m, uint32_t layer, uint64_t now_ns);
 
-/* Bytes of `layer`'s pool (the one pool when shared) held by copies already started for experts
- * the current route does not run: they cannot be evicted until they land. `in_route[e] == mark`
- * marks the route's experts of `layer`. */
-uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer, const uint32_t *in_route,
-                                  uint32_t mark);
+/* Bytes of `layer`'s pool (the one pool when shared) held by copies already started: they cannot
+ * be evicted until they land, even those of the route's own experts (a copy at another precision
+ * than the policy will plan holds room too). */
+uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer);
 
 /* Issue sequence of the transfer loading part index `pi` (a LOADING part). */
 uint64_t memsys_loading_seq(const memsys *m, size_t pi);

@@ -27,6 +27,8 @@ size_t sim_result_fields(const sim_result *r, const char **names, double *values
         {"d2h_bytes", (double)r->d2h_bytes},
         {"ssd_bytes", (double)r->ssd_bytes},
         {"stall_ms", r->stall_ms},
+        {"h2d_busy_ms", r->h2d_busy_ms},
+        {"ssd_busy_ms", r->ssd_busy_ms},
         {"peak_hbm_bytes", (double)r->peak_hbm_bytes},
         {"budget_bytes", (double)r->budget_bytes},
         {"precision_mix.hi", r->precision_mix_hi},

@@ -455,7 +455,7 @@ static void stream_wait_room(sim_state *s, uint64_t *t, uint32_t layer, uint32_t
     if (need > cap) need = cap;
     uint64_t used = s->ms.pool_used[s->ms.cfg.per_layer ? layer : 0];
     if (used + need <= cap) return; /* nothing in flight can be in the way */
-    while (memsys_unevictable_bytes(&s->ms, layer, s->stamp, s->stamp_gen) + need > cap)
+    while (memsys_unevictable_bytes(&s->ms, layer) + need > cap)
         stream_stall_until_next(s, t, "stall: room");
     s->now_ns = *t;
 }

@@ -148,7 +148,7 @@ static void scripted_on_route(policy *p, const policy_route *r, policy_plan *pla
     for (uint32_t a = 0; a < r->n_active; a++) {
         policy_mem_result res = p->mem.ops->load(p->mem.mem, r->layer, r->active[a], PREC_BF16,
                                                  POLICY_PARTS_ALL, POLICY_DEMAND);
-        cr_assert(res == POLICY_ISSUED || res == POLICY_ALREADY);
+        cr_assert(res == POLICY_ISSUED || res == POLICY_ALREADY || res == POLICY_PROMOTED);
         plan->run[a] = PREC_BF16;
     }
 }
@@ -197,6 +197,76 @@ Test(sim, demand_load_overtakes_running_and_queued_prefetches_at_a_chunk_boundar
     cr_assert_eq(r.h2d_bytes, 3 * bytes);
     cr_assert_eq(r.prefetches, 2);
     cr_assert_eq(r.prefetch_accuracy, 0.0); /* S = {1, 2}, A = {0} */
+    trace_destroy(t);
+}
+
+/* Two tokens of one request through one layer, routed to experts e0 then e1 (top-1). */
+static trace *two_token_trace(const model_geometry *m, uint16_t e0, uint16_t e1) {
+    trace_meta meta;
+    memset(&meta, 0, sizeof meta);
+    trace_meta_from_model(&meta, m);
+    snprintf(meta.source, sizeof meta.source, "test");
+    trace *t = trace_create(&meta, 2);
+    for (uint64_t i = 0; i < 2; i++) {
+        t->request_id[i] = 0;
+        t->position[i] = (uint32_t)i;
+        t->phase[i] = i == 0 ? TRACE_PREFILL : TRACE_DECODE;
+        size_t r = trace_route_index(t, i, 0);
+        t->expert_ids[r] = i == 0 ? e0 : e1;
+        t->gate_weights[r] = 1.0f;
+    }
+    moesim_error err;
+    cr_assert_eq(trace_finish(t, "test trace", &err), MOESIM_OK, "%s", err.msg);
+    return t;
+}
+
+/* At its first route, prefetches experts 1..E-1 in id order; then loads what each route runs. */
+static uint32_t cancelled_parts;
+static void prefetcher_on_cancelled(policy *p, uint32_t layer, uint32_t expert,
+                                    moesim_precision prec, uint32_t parts_mask, policy_class cls,
+                                    uint64_t now_ns) {
+    (void)p, (void)layer, (void)expert, (void)prec, (void)cls, (void)now_ns;
+    cr_assert_eq(cls, POLICY_PREFETCH);
+    cancelled_parts |= parts_mask;
+}
+
+static const policy_methods prefetcher_methods = {
+    .api_version = POLICY_API_VERSION,
+    .name = "prefetcher",
+    .create = scripted_create,
+    .on_route = scripted_on_route,
+    .on_transfer_cancelled = prefetcher_on_cancelled,
+    .destroy = scripted_destroy,
+};
+
+Test(sim, a_needed_prefetch_is_promoted_and_a_stale_one_is_cancelled_before_its_copy_starts) {
+    /* step 0 runs expert 0 and prefetches 1, 2, 3, 4 (one chunk each): 1 starts at once, the
+     * demand load of 0 goes next, then 2. Step 1 runs expert 4: its queued prefetch is promoted
+     * past 3, which step 1's layer ran without and which had not started: it is dropped. */
+    model_geometry m = fixture_model(1, 5, 1);
+    hw_profile hw = fixture_hw();
+    trace *t = two_token_trace(&m, 0, 4);
+    cost_model c;
+    cost_model_init(&c, &hw, &m, &quant);
+    uint64_t bytes = model_expert_bytes(&m, &quant, PREC_BF16);
+    uint64_t copy = hw.h2d_latency_ns + cost_transfer_ns(bytes, hw.h2d_bytes_per_s);
+    uint64_t compute = cost_expert_gate_up_ns(&c, PREC_BF16, 1) + cost_expert_down_ns(&c, PREC_BF16, 1);
+    /* copies: 1, 0 (demand), 2, then 4 (promoted); the run ends with expert 4's compute */
+    uint64_t want = fixed_ns(&c, 1, 1) + 4 * copy + compute + tail_ns(&c, 1, 1);
+    const char *sets[] = {"sim.part_overlap=false", "sim.chunk_kib=4096", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    cancelled_parts = 0;
+    cr_assert_eq(run_sets(t, &m, &hw, "prefetcher", &prefetcher_methods, sets, &r, &err),
+                 MOESIM_OK, "%s", err.msg);
+    cr_expect_eq(makespan_ns(&r), want);
+    cr_expect_eq(r.prefetches, 4);
+    cr_expect_eq(r.prefetch_promoted, 1);
+    cr_expect_eq(r.prefetch_late, 1);
+    cr_expect_eq(r.prefetch_cancelled, 1);
+    cr_expect_eq(cancelled_parts, POLICY_PARTS_ALL);
+    cr_expect_eq(r.h2d_bytes, 4 * bytes, "expert 3 never moves");
+    cr_expect_eq(r.prefetch_wasted_bytes, 2 * bytes, "experts 1 and 2 moved and never ran");
     trace_destroy(t);
 }
 
