@@ -360,10 +360,14 @@ static bool dymoe_fetch(policy *p, uint32_t layer, uint32_t expert, dymoe_tier t
     uint32_t idx = layer * p->params.n_experts + expert;
     MOESIM_ASSERT(p->entries[idx].tier == DYMOE_TIER_NONE);
     if (p->entries[idx].stale) {
-        /* The LO copy awaiting eviction is still loading: a LO request reuses it; a HI request
-         * would duplicate the expert (rule 1), so it waits until the LO copy is gone. */
+        /* The LO copy awaiting eviction is still in HBM (its copy started): a LO request takes it
+         * back as it is, needing no room; a HI request would duplicate the expert (rule 1), so
+         * it waits until the LO copy is gone. */
         if (tier == DYMOE_TIER_HI) return false;
         dymoe_unstale(p, idx);
+        p->entries[idx].tier = (uint8_t)tier;
+        dymoe_lru_touch(p, idx);
+        return true;
     }
     if (!dymoe_make_room(p, layer, dymoe_tier_bytes(p, tier))) return false;
     policy_mem_result r = p->mem.ops->load(p->mem.mem, layer, expert, dymoe_tier_prec(p, tier),

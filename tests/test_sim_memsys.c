@@ -48,9 +48,6 @@ static moesim_status run(const trace *t, const model_geometry *m, const hw_profi
     return st;
 }
 
-/* DyMoE runs here without its prefetcher: with it, pools of top_k experts still see a few forced
- * skips (Mixtral-8x7B, cache.experts_per_layer=2: 45 of 4,522 activations, all from its
- * prefetches into the next layer's pool; none with dymoe.prefetch_t_prefill=1). Open in issue 16. */
 Test(sim_memsys, no_policy_designed_never_to_skip_skips_at_any_budget_it_accepts) {
     static const char *const models[] = {"mixtral-8x7b",      "olmoe-1b-7b",   "qwen1.5-moe-a2.7b",
                                          "qwen3-30b-a3b",     "phi-3.5-moe",   "deepseek-v2-lite",
@@ -58,7 +55,7 @@ Test(sim_memsys, no_policy_designed_never_to_skip_skips_at_any_budget_it_accepts
     static const struct {
         const char *policy, *knob;
     } policies[] = {{"ondemand", NULL},          {"lru", NULL},     {"lfu", NULL},
-                    {"mixtral-offload", NULL},   {"oracle", NULL},  {"dymoe", "dymoe.prefetch=false"},
+                    {"mixtral-offload", NULL},   {"oracle", NULL},  {"dymoe", "dymoe.lo=int2"},
                     {"dynaexq", NULL},           {"firm-moe", NULL}};
     hw_profile hw;
     moesim_error err = {0};
