@@ -345,6 +345,19 @@ void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) 
     m->n.late += late;
 }
 
+void memsys_run_plan(memsys *m, uint32_t layer, const uint16_t *active, const uint8_t *plan,
+                     uint32_t n) {
+    for (uint32_t a = 0; a < n; a++) {
+        uint8_t pr = plan[a];
+        if (pr == POLICY_RUN_SKIP) continue;
+        MOESIM_ASSERT(pr < PREC_COUNT && m->cfg.part_bytes[pr][0]);
+        size_t lep = memsys_lep(m, layer, active[a], pr);
+        for (int part = 0; part < PART_COUNT; part++)
+            MOESIM_ASSERT(m->state[lep * PART_COUNT + part] != POLICY_ABSENT);
+        memsys_run(m, layer, active[a], (moesim_precision)pr);
+    }
+}
+
 void memsys_unpin(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) {
     m->pinned[memsys_lep(m, layer, expert, p)] = 0;
 }

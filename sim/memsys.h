@@ -176,6 +176,10 @@ void memsys_begin_layer(memsys *m);
  * it used, counts a late prefetch, and promotes a copy of it still queued in a lower class to
  * demand (the stream waits for it now, whether or not the policy asked for it again). */
 void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p);
+/* memsys_run for every expert a policy's plan runs (plan[a] for active[a], n of them),
+ * asserting the plan's rules: a stored precision, every part resident or loading. */
+void memsys_run_plan(memsys *m, uint32_t layer, const uint16_t *active, const uint8_t *plan,
+                     uint32_t n);
 /* Its compute finished: no longer pinned. */
 void memsys_unpin(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p);
 /* The layer's last route has been planned: drops its stale prefetches (the rule above). */

@@ -23,8 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <gsl/gsl_sort.h>
-#include <gsl/gsl_statistics_double.h>
 
 #include "common/alloc.h"
 #include "common/arena.h"
@@ -622,39 +620,10 @@ static void run_layer(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer) 
 
 /* ---- metrics ---- */
 
-static sim_latency latency_of(double *v, size_t n) {
-    sim_latency l = {0, 0, 0};
-    if (!n) return l;
-    gsl_sort(v, 1, n);
-    l.mean_ms = gsl_stats_mean(v, 1, n);
-    l.p50_ms = gsl_stats_quantile_from_sorted_data(v, 1, n, 0.5);
-    l.p99_ms = gsl_stats_quantile_from_sorted_data(v, 1, n, 0.99);
-    return l;
-}
-
 static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     const trace *t = s->tr;
     uint32_t R = t->n_requests;
-    double *ttft = moesim_xmalloc((R ? R : 1) * sizeof *ttft);
-    double *tpot = moesim_xmalloc((R ? R : 1) * sizeof *tpot);
-    size_t n_ttft = 0, n_tpot = 0;
-    for (uint32_t q = 0; q < R; q++) {
-        uint64_t t0 = s->step_start_ns[s->sch.req_admit[q]];
-        uint64_t t1 = s->step_end_ns[s->sch.req_first[q]];
-        ttft[n_ttft++] = (double)(t1 - t0) / 1e6;
-        double req_tpot = NAN;
-        if (s->sch.req_steps[q] > 1) {
-            uint64_t tl = s->step_end_ns[s->sch.req_last[q]];
-            req_tpot = (double)(tl - t1) / 1e6 / (double)(s->sch.req_steps[q] - 1);
-            tpot[n_tpot++] = req_tpot;
-        }
-        if (s->hooks && s->hooks->on_request_done)
-            s->hooks->on_request_done(s->hooks->ctx, q, ttft[n_ttft - 1], req_tpot);
-    }
-    r->ttft = latency_of(ttft, n_ttft);
-    r->tpot = latency_of(tpot, n_tpot);
-    free(ttft);
-    free(tpot);
+    sim_result_set_latency(r, &s->sch, s->step_start_ns, s->step_end_ns, s->hooks);
     r->tokens = t->n_tokens;
     r->requests = R;
     r->makespan_ms = (double)makespan_ns / 1e6;

@@ -129,6 +129,15 @@ typedef struct sim_result {
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,
                       sim_result *out, moesim_error *err);
 
+/* TTFT and TPOT of every request from the step clocks of schedule `sch` (sim/README.md:
+ * TTFT from the start of the admitting step to the end of the first; TPOT (last end - first end)
+ * / (steps - 1)) into r->ttft, r->tpot (mean, p50, p99 over requests), calling
+ * hooks->on_request_done per request when set. Steps' times are [sch->n_steps] ns. */
+struct sim_schedule;
+void sim_result_set_latency(sim_result *r, const struct sim_schedule *sch,
+                            const uint64_t *step_start_ns, const uint64_t *step_end_ns,
+                            const sim_hooks *hooks);
+
 /* The metrics as flat (name, value) pairs in a fixed order ("ttft_ms.p99", "hit_rate", ...):
  * the columns of a sweep CSV. Returns the count (at most cap). */
 size_t sim_result_fields(const sim_result *r, const char **names, double *values, size_t cap);
