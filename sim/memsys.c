@@ -1,6 +1,7 @@
 /* The memory system shared by the simulator and the replay (sim/memsys.h describes the model). */
 #include "sim/memsys.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +82,56 @@ void memsys_place(memsys *m, const moesim_precision *order, uint32_t n, uint64_t
         if (!placed[p] && expert_bytes(m, p))
             for (uint32_t l = 0; l < m->L; l++)
                 for (uint32_t e = 0; e < m->E; e++) m->on_ssd[memsys_lep(m, l, e, p)] = 1;
+}
+
+moesim_status memsys_parse_host_precisions(const char *text, bool stored[PREC_COUNT],
+                                           bool *policy_only, moesim_error *err) {
+    memset(stored, 0, PREC_COUNT * sizeof *stored);
+    *policy_only = !strcmp(text, "policy");
+    if (*policy_only || !strcmp(text, "all")) {
+        for (int p = 0; p < PREC_COUNT; p++) stored[p] = true;
+        return MOESIM_OK;
+    }
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        moesim_precision p;
+        if (!precision_from_name(tok, &p))
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "[sim] host_precisions: unknown precision '%s' (expected 'policy', "
+                               "'all' or a comma list of bf16, fp8, int8, int4, int3, int2)",
+                               tok);
+        stored[p] = true;
+    }
+    return MOESIM_OK;
+}
+
+uint64_t memsys_place_for_policy(memsys *m, const policy_methods *pm, policy *pol,
+                                 moesim_precision fallback, bool policy_only, uint64_t dram_bytes) {
+    moesim_precision order[PREC_COUNT];
+    uint32_t n = pm->load_precisions ? pm->load_precisions(pol, order) : 0;
+    if (!n) order[n++] = fallback;
+    MOESIM_ASSERT(n <= PREC_COUNT);
+    bool taken[PREC_COUNT] = {false};
+    uint64_t widest = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        taken[order[i]] = true;
+        uint64_t b = expert_bytes(m, order[i]);
+        if (b > widest) widest = b;
+    }
+    while (!policy_only) { /* the other stored precisions, smaller first */
+        uint32_t best = PREC_COUNT;
+        for (uint32_t p = 0; p < PREC_COUNT; p++) {
+            uint64_t b = expert_bytes(m, p);
+            if (!taken[p] && b && (best == PREC_COUNT || b < expert_bytes(m, best))) best = p;
+        }
+        if (best == PREC_COUNT) break;
+        taken[best] = true;
+        order[n++] = (moesim_precision)best;
+    }
+    memsys_place(m, order, n, dram_bytes);
+    return widest;
 }
 
 /* ---- pools ---- */

@@ -153,6 +153,19 @@ void memsys_free(memsys *m); /* accepts a zeroed struct */
  * layer by layer, expert by expert; the rest of every stored precision lives on the SSD. */
 void memsys_place(memsys *m, const moesim_precision *order, uint32_t n, uint64_t dram_bytes);
 
+/* sim.host_precisions: "policy" (stored: every precision, *policy_only set: only what the policy
+ * declares is placed), "all", or a comma list. One line naming the setting on a bad name. */
+moesim_status memsys_parse_host_precisions(const char *text, bool stored[PREC_COUNT],
+                                           bool *policy_only, moesim_error *err);
+
+/* Host placement of a run (sim/README.md "Host placement"): the precisions the policy loads
+ * (policy_methods.load_precisions; `fallback`, expert.precision, when it declares none) fill
+ * `dram_bytes` first, most wanted first; unless `policy_only`, the other stored precisions
+ * follow, smaller first. Returns the bytes of one expert at the widest precision the policy
+ * loads, what routes are sized by. Call after memsys_attach_policy. */
+uint64_t memsys_place_for_policy(memsys *m, const policy_methods *pm, policy *pol,
+                                 moesim_precision fallback, bool policy_only, uint64_t dram_bytes);
+
 /* The policy whose loads the memory system reports (on_transfer_done, on_transfer_cancelled). */
 void memsys_attach_policy(memsys *m, const policy_methods *pm, policy *pol);
 

@@ -301,65 +301,16 @@ static uint64_t expert_bytes_at(const sim_state *s, uint32_t p) {
     return s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2];
 }
 
-/* sim.host_precisions: "policy" (NULL: only what the policy declares), "all", or a list. */
-static moesim_status parse_host_precisions(const char *text, bool stored[PREC_COUNT],
-                                           bool *policy_only, moesim_error *err) {
-    memset(stored, 0, PREC_COUNT * sizeof *stored);
-    *policy_only = !strcmp(text, "policy");
-    if (*policy_only || !strcmp(text, "all")) {
-        for (int p = 0; p < PREC_COUNT; p++) stored[p] = true;
-        return MOESIM_OK;
-    }
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", text);
-    for (char *tok = strtok(buf, ", "); tok; tok = strtok(NULL, ", ")) {
-        moesim_precision p;
-        if (!precision_from_name(tok, &p))
-            return moesim_fail(err, MOESIM_EINPUT,
-                               "[sim] host_precisions: unknown precision '%s' (expected 'policy', "
-                               "'all' or a comma list of bf16, fp8, int8, int4, int3, int2)",
-                               tok);
-        stored[p] = true;
-    }
-    return MOESIM_OK;
-}
-
-/* Host placement (sim/README.md "SSD tier"): the precisions the policy loads fill DRAM first,
- * most wanted first; with 'all' or a list, the other stored ones follow, smaller first. DRAM is
- * the profile's less the bounce buffer. Also sizes routes by the widest precision the policy
+/* Host placement (memsys_place_for_policy); routes are sized by the widest precision the policy
  * loads. */
 static void place_experts(sim_state *s, bool policy_only) {
-    moesim_precision order[PREC_COUNT];
-    uint32_t n = s->pm->load_precisions ? s->pm->load_precisions(s->pol, order) : 0;
-    if (!n) order[n++] = s->prec;
-    MOESIM_ASSERT(n <= PREC_COUNT);
-    bool taken[PREC_COUNT] = {false};
-    uint64_t widest = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        taken[order[i]] = true;
-        uint64_t b = expert_bytes_at(s, order[i]);
-        if (b > widest) widest = b;
-    }
-    while (!policy_only) {
-        uint32_t best = PREC_COUNT;
-        for (uint32_t p = 0; p < PREC_COUNT; p++) {
-            uint64_t b = expert_bytes_at(s, p);
-            if (!taken[p] && b && (best == PREC_COUNT ||
-                                   b < expert_bytes_at(s, best)))
-                best = p;
-        }
-        if (best == PREC_COUNT) break;
-        taken[best] = true;
-        order[n++] = (moesim_precision)best;
-    }
     uint64_t dram = s->cost.hw.dram_bytes;
     uint64_t bounce = s->cost.hw.gpu_direct_storage ? 0 : s->ms.cfg.bounce_bytes;
-    memsys_place(&s->ms, order, n, dram > bounce ? dram - bounce : 0);
+    uint64_t widest = memsys_place_for_policy(&s->ms, s->pm, s->pol, s->prec, policy_only,
+                                              dram > bounce ? dram - bounce : 0);
     s->route_expert_bytes = widest;
-    if (!s->ms.cfg.per_layer && widest) { /* routes are sized by what the policy runs */
-        uint64_t fit = s->expert_budget_bytes / widest;
-        s->route_capacity = fit < s->K ? s->K : (fit > s->E ? s->E : (uint32_t)fit);
-    }
+    if (!s->ms.cfg.per_layer) s->route_capacity = sim_budget_route_capacity(s->expert_budget_bytes,
+                                                                            widest, s->K, s->E);
 }
 
 static moesim_status check_geometry(const sim_inputs *in, moesim_error *err) {
@@ -711,7 +662,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     cost_model_init(&s->cost, in->hw, in->model, in->quant);
     if (s->set.cost_table[0] && (st = cost_table_load(&s->cost, s->set.cost_table, err))) return st;
     bool stored[PREC_COUNT], policy_only;
-    if ((st = parse_host_precisions(s->set.host_precisions, stored, &policy_only, err))) return st;
+    if ((st = memsys_parse_host_precisions(s->set.host_precisions, stored, &policy_only, err)))
+        return st;
     if (!in->hw->gpu_direct_storage && s->set.bounce_mib * 1024 < s->set.chunk_kib)
         return moesim_fail(err, MOESIM_EINPUT,
                            "[sim] bounce_mib = %" PRIu64 ": expected at least one copy chunk "
