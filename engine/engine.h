@@ -11,6 +11,9 @@
  * (router softmax, top-k, optional renormalization, SwiGLU experts, optional sigmoid-gated shared
  * expert) or dense SwiGLU MLP -> residual; then the final norm and the LM head.
  *
+ * config.json: every key the reference (transformers' modeling code) reads is implemented or, at
+ * a value the engine does not implement, refused with one line (engine/README.md).
+ *
  * Numerics: activations fp32; weights read in their stored format (bf16 straight from the
  * memory-mapped file; fp16 and fp32 tensors converted to fp32 at load). Results do not depend on
  * the number of threads (work is split by output row; each output is one fixed-order sum).
