@@ -41,4 +41,6 @@ static void name(char *buf, size_t len, tensor_kind kind, uint32_t l, uint32_t e
     }
 }
 
-const engine_arch engine_arch_mixtral = {"mixtral", parse, name};
+/* defaults when config.json leaves the key out, as transformers 5.23's MixtralConfig sets them:
+ * default_theta, rms_norm_eps, num_key_value_heads 8 */
+const engine_arch engine_arch_mixtral = {"mixtral", 1e6, 1e-5, 8, parse, name};

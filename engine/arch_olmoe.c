@@ -50,4 +50,6 @@ static void name(char *buf, size_t len, tensor_kind kind, uint32_t l, uint32_t e
     }
 }
 
-const engine_arch engine_arch_olmoe = {"olmoe", parse, name};
+/* defaults when config.json leaves the key out, as transformers 5.23's OlmoeConfig sets them:
+ * default_theta, rms_norm_eps, num_key_value_heads None (= heads) */
+const engine_arch engine_arch_olmoe = {"olmoe", 1e4, 1e-5, 0, parse, name};

@@ -57,8 +57,9 @@ static moesim_status parse(const json_t *cfg, engine_config *c, const char *what
     if ((st = cfg_u32(cfg, "num_experts", true, 0, &c->n_experts, what, err)) ||
         (st = cfg_u32(cfg, "num_experts_per_tok", true, 0, &c->top_k, what, err)) ||
         (st = cfg_u32(cfg, "moe_intermediate_size", true, 0, &c->expert_inter, what, err)) ||
-        (st = cfg_u32(cfg, "shared_expert_intermediate_size", false, 0, &c->shared_inter, what,
-                      err)) ||
+        /* 5632 when absent, as Qwen2MoeConfig has it */
+        (st = cfg_u32(cfg, "shared_expert_intermediate_size", false, 5632, &c->shared_inter,
+                      what, err)) ||
         (st = cfg_bool(cfg, "norm_topk_prob", false, &c->norm_topk_prob, what, err)) ||
         (st = cfg_bool(cfg, "qkv_bias", true, &c->qkv_bias, what, err)) ||
         (st = parse_windows(cfg, c, what, err)) ||
@@ -97,4 +98,6 @@ static void name(char *buf, size_t len, tensor_kind kind, uint32_t l, uint32_t e
     }
 }
 
-const engine_arch engine_arch_qwen2_moe = {"qwen2_moe", parse, name};
+/* defaults when config.json leaves the key out, as transformers 5.23's Qwen2MoeConfig sets them:
+ * default_theta, rms_norm_eps, num_key_value_heads 16 */
+const engine_arch engine_arch_qwen2_moe = {"qwen2_moe", 1e4, 1e-6, 16, parse, name};

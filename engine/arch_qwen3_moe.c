@@ -57,4 +57,6 @@ static void name(char *buf, size_t len, tensor_kind kind, uint32_t l, uint32_t e
     }
 }
 
-const engine_arch engine_arch_qwen3_moe = {"qwen3_moe", parse, name};
+/* defaults when config.json leaves the key out, as transformers 5.23's Qwen3MoeConfig sets them:
+ * default_theta, rms_norm_eps, num_key_value_heads 4 */
+const engine_arch engine_arch_qwen3_moe = {"qwen3_moe", 1e4, 1e-6, 4, parse, name};

@@ -170,10 +170,13 @@ static moesim_status parse_config(engine *e, const char *path, moesim_error *err
         (st = cfg_u32(cfg, "num_hidden_layers", true, 0, &c->n_layers, path, err)) ||
         (st = cfg_u32(cfg, "vocab_size", true, 0, &c->vocab, path, err)) ||
         (st = cfg_u32(cfg, "num_attention_heads", true, 0, &c->n_heads, path, err)) ||
-        (st = cfg_u32(cfg, "num_key_value_heads", false, c->n_heads, &c->n_kv_heads, path, err)) ||
+        /* (n_heads is read by then: || evaluates in order) */
+        (st = cfg_u32(cfg, "num_key_value_heads", false,
+                      e->arch->default_kv_heads ? e->arch->default_kv_heads : c->n_heads,
+                      &c->n_kv_heads, path, err)) ||
         (st = cfg_u32(cfg, "head_dim", false, 0, &head_dim, path, err)) ||
         (st = cfg_u32(cfg, "intermediate_size", false, 0, &c->dense_inter, path, err)) ||
-        (st = cfg_f64(cfg, "rms_norm_eps", false, 1e-6, &eps, path, err)) ||
+        (st = cfg_f64(cfg, "rms_norm_eps", false, e->arch->default_rms_eps, &eps, path, err)) ||
         (st = cfg_bool(cfg, "tie_word_embeddings", false, &c->tie_embeddings, path, err)))
         goto done;
     c->rms_eps = (float)eps;
@@ -182,7 +185,8 @@ static moesim_status parse_config(engine *e, const char *path, moesim_error *err
     const json_t *rp = json_object_get(cfg, "rope_parameters");
     if (json_is_object(rp) && (st = cfg_f64(rp, "rope_theta", false, 0, &theta, path, err)))
         goto done;
-    if (theta == 0 && (st = cfg_f64(cfg, "rope_theta", false, 10000.0, &theta, path, err)))
+    if (theta == 0 && (st = cfg_f64(cfg, "rope_theta", false, e->arch->default_rope_theta, &theta,
+                                        path, err)))
         goto done;
     c->rope_theta = theta;
     if ((st = check_range(path, "num_hidden_layers", c->n_layers, 1, MODEL_MAX_LAYERS, err)) ||

@@ -33,6 +33,10 @@ typedef enum tensor_kind {
 
 typedef struct engine_arch {
     const char *model_type;
+    /* defaults of keys config.json may leave out, as the reference's config class sets them */
+    double default_rope_theta;
+    double default_rms_eps;
+    uint32_t default_kv_heads; /* 0: num_attention_heads */
     /* Reads the architecture's config.json keys into c (common keys already read). */
     moesim_status (*parse_config)(const json_t *cfg, engine_config *c, const char *what,
                                   moesim_error *err);

@@ -269,3 +269,44 @@ Test(engine_config, biases_follow_the_config_not_the_tensors_present) {
     cr_assert_not(engine_config_of(e)->o_bias);
     engine_destroy(e);
 }
+
+/* A key left out means the reference config class's default, not the engine's choice. */
+Test(engine_config, keys_left_out_take_the_defaults_of_the_reference_config_class) {
+    key_edit drop[] = {{"rope_parameters", NULL}, {"rms_norm_eps", NULL}};
+    static const struct {
+        const char *fixture;
+        double theta;
+        float eps;
+    } want[] = {{"mixtral", 1e6, 1e-5f}, /* MixtralConfig: default_theta 1e6, rms_norm_eps 1e-5 */
+                {"olmoe", 1e4, 1e-5f},   /* OlmoeConfig: rms_norm_eps 1e-5 */
+                {"qwen2_moe", 1e4, 1e-6f},
+                {"qwen3_moe", 1e4, 1e-6f}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        engine *e = load_ok(checkpoint_with(want[i].fixture, drop, 2));
+        cr_assert_eq(engine_config_of(e)->rope_theta, want[i].theta, "%s: rope_theta %g",
+                     want[i].fixture, engine_config_of(e)->rope_theta);
+        cr_assert_eq(engine_config_of(e)->rms_eps, want[i].eps, "%s: rms_norm_eps %g",
+                     want[i].fixture, engine_config_of(e)->rms_eps);
+        engine_destroy(e);
+    }
+}
+
+Test(engine_config, qwen2_moe_without_a_shared_expert_width_expects_the_reference_default) {
+    /* Qwen2MoeConfig: shared_expert_intermediate_size 5632; the fixture's is 128 */
+    assert_load_refused(
+        checkpoint_with_key("qwen2_moe", "shared_expert_intermediate_size", NULL),
+        "tensor 'model.layers.0.mlp.shared_expert.gate_proj.weight': shape [128, 64], expected "
+        "[5632, 64]");
+}
+
+Test(engine_config, num_key_value_heads_left_out_is_the_reference_default_not_the_head_count) {
+    /* MixtralConfig: 8 and Qwen2MoeConfig: 16 key-value heads, more than the fixtures' 4 heads */
+    assert_load_refused(checkpoint_with_key("mixtral", "num_key_value_heads", NULL),
+                        "config.json: num_key_value_heads: 8 outside [1, 4]");
+    assert_load_refused(checkpoint_with_key("qwen2_moe", "num_key_value_heads", NULL),
+                        "config.json: num_key_value_heads: 16 outside [1, 4]");
+    /* OlmoeConfig: None, meaning num_attention_heads (4 of 16; the fixture has 2 KV heads) */
+    assert_load_refused(checkpoint_with_key("olmoe", "num_key_value_heads", NULL),
+                        "tensor 'model.layers.0.self_attn.k_proj.weight': shape [32, 64], "
+                        "expected [64, 64]");
+}

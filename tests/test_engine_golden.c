@@ -119,6 +119,6 @@ Test(engine_golden, qwen3_moe_with_a_sliding_window_matches_transformers) {
 Test(engine_golden, mixtral_with_a_sliding_window_matches_transformers) {
     check_fixture("mixtral_sliding_window", "mixtral");
 }
-Test(engine_golden, qwen2_moe_with_a_sliding_window_on_the_layers_layer_types_names_matches_transformers) {
+Test(engine_golden, qwen2_moe_with_windows_on_the_layers_layer_types_names_matches_transformers) {
     check_fixture("qwen2_moe_sliding_window", "qwen2_moe");
 }
