@@ -106,8 +106,6 @@ moesim_status cfg_window(const json_t *cfg, const char *key, uint32_t absent, bo
 
 /* ---- keys the engine does not implement ---- */
 
-static bool absent(const json_t *v) { return !v; }
-
 static bool silu(const json_t *v) {
     return !v || (json_is_string(v) && !strcmp(json_string_value(v), "silu"));
 }
@@ -135,8 +133,8 @@ static bool default_rope(const json_t *v) {
  * the same rows; every key the reference reads is either implemented (arch_*.c, engine.c), here,
  * or has no effect on inference (README). */
 static const cfg_refusal refusals[] = {
-    {NULL, "quantization_config", absent,
-     "absent: the engine reads unquantized bf16, fp16 or fp32 weights"},
+    {NULL, "quantization_config", absent_or_null,
+     "absent or null: the engine reads unquantized bf16, fp16 or fp32 weights"},
     {NULL, "hidden_act", silu, "\"silu\""},
     {NULL, "rope_scaling", unscaled_rope, "null or rope_type \"default\": scaled RoPE is not "
                                           "implemented"},

@@ -106,8 +106,10 @@ Test(engine_config, quantization_config_is_refused_whatever_the_method) {
         checkpoint_with_key("qwen3_moe", "quantization_config",
                             "{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}"),
         "config.json: quantization_config: {\"quant_method\":\"fp8\",\"weight_block_size\":"
-        "[128,128]} is not implemented by the engine (supported: absent: the engine reads "
+        "[128,128]} is not implemented by the engine (supported: absent or null: the engine reads "
         "unquantized bf16, fp16 or fp32 weights)");
+    /* null is what the reference reads as no quantization */
+    engine_destroy(load_ok(checkpoint_with_key("qwen3_moe", "quantization_config", "null")));
 }
 
 Test(engine_config, an_activation_other_than_silu_is_refused) {
