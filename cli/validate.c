@@ -31,7 +31,9 @@
 #include "common/hw.h"
 #include "common/model.h"
 #include "policies/policy.h"
+#include "replay/cpu_store.h"
 #include "replay/replay.h"
+#include "sim/memsys.h"
 #include "traces/trace.h"
 
 static const char validate_usage[] =
@@ -61,6 +63,8 @@ static const char validate_usage[] =
     "  --by COLUMN         winners' ranking column, lowest first (default tpot_ms.mean)\n"
     "  --set, --config     settings for every run (as `moesim sim`)\n"
     "  --seed N            synthetic weights' seed (default 1)\n"
+    "  --backend B         cuda (default: replay on the GPU) or cpu (replay on this machine's CPU\n"
+    "                      and disk, experiments/validation/cpu/)\n"
     "  --report FILE       the report as Markdown (default: stdout)\n"
     "  --csv FILE          the rows as CSV (plots/validate.gp plots it)\n"
     "  --json              the rows and the summary as JSON on stdout\n"
@@ -87,6 +91,8 @@ typedef struct vctx {
     uint64_t seed;
     replay_store *store; /* lent to every run (a run whose formats differ makes its own) */
     char store_formats[128];
+    bool cpu;             /* --backend cpu: replay_run_cpu */
+    cpu_store *cpu_store; /* its expert file, lent to every run */
 } vctx;
 
 /* A fresh config: files, common sets, the run's own sets, and host precisions the GPU kernels
@@ -166,7 +172,9 @@ static moesim_status run_pair(const vctx *v, const run_spec *r, validate_row *ro
                             .hooks = &h,
                             .weight_seed = v->seed,
                             .store = v->store};
-        st = replay_run(&in, r->policy, c2, &real_rec.r, NULL, err);
+        in.cpu_store = v->cpu_store;
+        st = v->cpu ? replay_run_cpu(&in, r->policy, c2, &real_rec.r, NULL, err)
+                    : replay_run(&in, r->policy, c2, &real_rec.r, NULL, err);
     }
     if (!st) st = validate_compare(&sim_rec, &real_rec, r->label, row, err);
     if (st) moesim_error_prefix(err, "%s (%s)", r->policy, r->label);
@@ -213,7 +221,8 @@ static size_t split_list(const char *text, char items[][64], size_t cap) {
  * after its [validate] section is consumed here). */
 static moesim_status experiment_specs(const char *path, const char *budgets_override,
                                       run_spec **out, size_t *n_out, char *trace_path,
-                                      char *hw_name, size_t len, moesim_error *err) {
+                                      char *hw_name, char *model_name, size_t len,
+                                      moesim_error *err) {
     config *c = config_create();
     moesim_status st = config_load_file(c, path, err);
     const char *pol = st ? NULL : config_get(c, "validate", "policies");
@@ -225,6 +234,8 @@ static moesim_status experiment_specs(const char *path, const char *budgets_over
     const char *hw = st ? NULL : config_get(c, "validate", "hw");
     if (tp && !trace_path[0]) snprintf(trace_path, len, "%s", tp);
     if (hw && !hw_name[0]) snprintf(hw_name, len, "%s", hw);
+    const char *mo = st ? NULL : config_get(c, "validate", "model"); /* default: the trace's */
+    if (mo) snprintf(model_name, len, "%s", mo);
     char pols[64][64], buds[16][64];
     size_t np = st ? 0 : split_list(pol, pols, 64), nb = st ? 0 : split_list(bud, buds, 16);
     run_spec *specs = moesim_xcalloc(np * nb + 1, sizeof *specs);
@@ -658,9 +669,11 @@ int cmd_validate(int argc, char **argv) {
                                          {"budgets", required_argument, NULL, 'B'},
                                          {"merge", required_argument, NULL, 'G'},
                                          {"csv", required_argument, NULL, 'C'},
+                                         {"backend", required_argument, NULL, 'K'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    char trace_path[1024] = "", hw_name[1024] = "";
+    char trace_path[1024] = "", hw_name[1024] = "", model_name[1024] = "";
+    const char *backend = "cuda";
     const char *policy_name = NULL, *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean",
                *top_text = NULL, *seed_text = NULL, *report = NULL, *budgets = NULL, *csv = NULL;
     const char **sets = NULL, **files = NULL, **merges = NULL;
@@ -676,6 +689,9 @@ int cmd_validate(int argc, char **argv) {
             break;
         case 'C':
             csv = optarg;
+            break;
+        case 'K':
+            backend = optarg;
             break;
         case 'G':
             cli_collect(&merges, &n_merges, optarg);
@@ -757,6 +773,8 @@ int cmd_validate(int argc, char **argv) {
     else if (seed_text && !config_parse_u64(seed_text, &seed))
         rc = cli_usage_error("validate", "--seed: expected a non-negative integer, got '%s'",
                              seed_text);
+    if (!rc && strcmp(backend, "cuda") && strcmp(backend, "cpu"))
+        rc = cli_usage_error("validate", "--backend: expected cuda or cpu, got '%s'", backend);
     if (rc) {
         free(sets);
         free(files);
@@ -768,7 +786,7 @@ int cmd_validate(int argc, char **argv) {
     size_t n_specs = 0;
     if (experiment) {
         st = experiment_specs(experiment, budgets, &specs, &n_specs, trace_path, hw_name,
-                              sizeof trace_path, &err);
+                              model_name, sizeof trace_path, &err);
     } else if (winners) {
         st = winners_specs(winners, by, (uint32_t)top, trace_path, hw_name, &specs, &n_specs, &err);
     } else {
@@ -781,14 +799,29 @@ int cmd_validate(int argc, char **argv) {
         st = moesim_fail(&err, MOESIM_EINPUT,
                          "moesim validate: --trace and --hw are required (or [validate] trace "
                          "and hw in the experiment file)");
-    vctx v = {.files = files, .n_files = n_files, .sets = sets, .n_sets = n_sets, .seed = seed};
+    vctx v = {.files = files,
+              .n_files = n_files,
+              .sets = sets,
+              .n_sets = n_sets,
+              .seed = seed,
+              .cpu = !strcmp(backend, "cpu")};
     if (!st)
-        st = cli_sim_inputs_load(trace_path, hw_name, NULL, &v.t, &v.hw, &v.model, &v.quant, &err);
-    if (!st) st = replay_device_check(&err); /* after the inputs: their errors come first */
-    if (!st && n_specs) { /* one pinned host store for the runs (pinning tens of GB is slow) */
+        st = cli_sim_inputs_load(trace_path, hw_name, model_name[0] ? model_name : NULL, &v.t,
+                                 &v.hw, &v.model, &v.quant, &err);
+    if (!st && !v.cpu) st = replay_device_check(&err); /* after the inputs: theirs come first */
+    if (!st && n_specs) { /* one host store for the runs (pinning tens of GB is slow) */
         moesim_precision primary = PREC_BF16;
         st = run_formats(&v, &specs[0], v.store_formats, sizeof v.store_formats, &primary, &err);
-        if (!st)
+        bool stored[PREC_COUNT], policy_only;
+        if (!st && v.cpu)
+            st = memsys_parse_host_precisions(v.store_formats, stored, &policy_only, &err);
+        if (!st && v.cpu && policy_only)
+            st = moesim_fail(&err, MOESIM_EINPUT,
+                             "validate --backend cpu: [sim] host_precisions must list the formats "
+                             "of the shared expert file (e.g. int8,int4,int2), not 'policy'");
+        if (!st && v.cpu)
+            st = cpu_store_create(&v.model, stored, NULL, v.seed, &v.cpu_store, &err);
+        else if (!st)
             st = replay_store_create(&v.model, &v.quant, v.store_formats, primary, v.hw.dram_bytes,
                                      NULL, v.seed, &v.store, &err);
     }
@@ -821,6 +854,7 @@ int cmd_validate(int argc, char **argv) {
     if (st) rc = cli_fail(&err);
     free(rows);
     replay_store_destroy(v.store);
+    cpu_store_destroy(v.cpu_store);
     specs_free(specs, n_specs);
     trace_destroy(v.t);
     free(sets);

@@ -136,8 +136,7 @@ void cpu_copier_stop(cpu_copier *c) {
     c->started = false;
 }
 
-void cpu_copier_on_work(void *ctx, int engine) {
-    cpu_copier *c = ctx;
+void cpu_copier_on_work(cpu_copier *c, int engine) {
     MOESIM_ASSERT(engine == MEMSYS_H2D); /* the CPU run keeps every expert in the file tier */
     pthread_cond_signal(&c->work);
 }

@@ -61,8 +61,9 @@ void cpu_copier_start(cpu_copier *c, pthread_mutex_t *lock, memsys *ms, const cp
                       cpu_copier_block_fn block, void *block_ctx, uint64_t chunk_bytes,
                       uint64_t t0_ns, bool record);
 void cpu_copier_stop(cpu_copier *c);
-/* memsys_host.on_work: wakes the copier (caller holds the lock). */
-void cpu_copier_on_work(void *ctx, int engine);
+/* The memory system has work for `engine` (its on_work): wakes the copier (caller holds the
+ * lock). */
+void cpu_copier_on_work(cpu_copier *c, int engine);
 /* Reports every completed transfer to the policy (caller holds the lock). */
 void cpu_copier_deliver(cpu_copier *c);
 /* Waits for the next chunk to land (caller holds the lock; returns with it held). */

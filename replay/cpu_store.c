@@ -15,7 +15,6 @@
 #include "kernels/quant.h"
 #include "replay/weights.h"
 
-#define FILL_TILE (16u << 20) /* random bytes are made once and repeated */
 
 static uint64_t align_up(uint64_t v) {
     return (v + CPU_STORE_ALIGN - 1) / CPU_STORE_ALIGN * CPU_STORE_ALIGN;
@@ -28,30 +27,63 @@ void cpu_store_destroy(cpu_store *s) {
     free(s);
 }
 
+uint8_t *cpu_store_expert_blob(const model_geometry *m, moesim_precision p, uint64_t seed) {
+    uint64_t total = 0;
+    for (int part = 0; part < PART_COUNT; part++)
+        total += replay_part_bytes(m, p, (expert_part)part);
+    uint8_t *blob = moesim_xmalloc(total), *dst = blob;
+    uint64_t wide = m->hidden > m->expert_inter ? m->hidden : m->expert_inter;
+    float *row = moesim_xmalloc(wide * sizeof *row);
+    rng *g = rng_create(seed);
+    for (int part = 0; part < PART_COUNT; part++) {
+        uint64_t rows = part == PART_DOWN ? m->hidden : m->expert_inter;
+        uint64_t cols = part == PART_DOWN ? m->expert_inter : m->hidden;
+        uint64_t row_bytes = replay_part_bytes(m, p, (expert_part)part) / rows;
+        for (uint64_t r = 0; r < rows; r++, dst += row_bytes) {
+            for (uint64_t c = 0; c < cols; c++) row[c] = (float)(rng_uniform(g) - 0.5) * 0.05f;
+            if (p == PREC_BF16)
+                for (uint64_t c = 0; c < cols; c++) {
+                    uint16_t b = quant_f32_to_bf16(row[c]);
+                    memcpy(dst + 2 * c, &b, 2);
+                }
+            else
+                quant_row_quantize_ref(p, row, dst, cols);
+        }
+    }
+    rng_destroy(g);
+    free(row);
+    return blob;
+}
+
+/* Every expert of a precision is the same blob: timing depends on bytes, not values, and making
+ * fresh weights for every expert would dominate a validation run. */
 static moesim_status write_file(cpu_store *s, uint64_t seed, moesim_error *err) {
     int fd = open(s->path, O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (fd < 0)
         return moesim_fail(err, MOESIM_EIO, "%s: cannot create the CPU replay's expert file: %s",
                            s->path, strerror(errno));
-    uint8_t *tile = moesim_xmalloc(FILL_TILE);
-    rng *r = rng_create(seed);
-    for (size_t i = 0; i + 4 <= FILL_TILE; i += 4) {
-        uint32_t v = (uint32_t)gsl_rng_get(rng_gsl(r));
-        memcpy(tile + i, &v, 4);
-    }
-    rng_destroy(r);
     moesim_status st = MOESIM_OK;
-    for (uint64_t off = 0; off < s->file_bytes;) {
-        uint64_t n = s->file_bytes - off < FILL_TILE ? s->file_bytes - off : FILL_TILE;
-        ssize_t w = pwrite(fd, tile, n, (off_t)off);
-        if (w <= 0) {
-            st = moesim_fail(err, MOESIM_EIO, "%s: writing the expert file: %s", s->path,
-                             w < 0 ? strerror(errno) : "short write (disk full?)");
-            break;
+    size_t LE = (size_t)s->m.n_moe_layers * s->m.n_experts;
+    for (int p = 0; p < PREC_COUNT && !st; p++) {
+        if (!s->stored[p]) continue;
+        uint8_t *blob = cpu_store_expert_blob(&s->m, (moesim_precision)p, seed);
+        uint8_t *padded = moesim_xcalloc(1, s->stride[p]);
+        memcpy(padded, blob, s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2]);
+        for (size_t le = 0; le < LE && !st; le++) {
+            uint64_t off = s->base[p] + le * s->stride[p];
+            for (uint64_t done = 0; done < s->stride[p];) {
+                ssize_t w = pwrite(fd, padded + done, s->stride[p] - done, (off_t)(off + done));
+                if (w <= 0) {
+                    st = moesim_fail(err, MOESIM_EIO, "%s: writing the expert file: %s", s->path,
+                                     w < 0 ? strerror(errno) : "short write (disk full?)");
+                    break;
+                }
+                done += (uint64_t)w;
+            }
         }
-        off += (uint64_t)w;
+        free(blob);
+        free(padded);
     }
-    free(tile);
     if (close(fd) != 0 && st == MOESIM_OK)
         st = moesim_fail(err, MOESIM_EIO, "%s: %s", s->path, strerror(errno));
     return st;

@@ -40,6 +40,11 @@ moesim_status cpu_store_create(const model_geometry *m, const bool stored[PREC_C
                                moesim_error *err);
 void cpu_store_destroy(cpu_store *s); /* accepts NULL; removes the file */
 
+/* One expert's blob [gate | up | down] at precision p in the kernels' formats, from seeded
+ * random weights quantized as the engine quantizes (normal floats: no denormal or NaN that would
+ * make the CPU kernels slower than real weights). Caller frees. */
+uint8_t *cpu_store_expert_blob(const model_geometry *m, moesim_precision p, uint64_t seed);
+
 /* File offset of part `part` of (moe_layer, expert) at precision p. */
 uint64_t cpu_store_part_offset(const cpu_store *s, uint32_t moe_layer, uint32_t expert,
                                moesim_precision p, expert_part part);

@@ -129,6 +129,8 @@ typedef struct replay_inputs {
                                       sim.host_precisions (also when the store's formats,
                                       expert.precision or weights differ from the run's) */
     const char *ssd_dir;           /* the run's own SSD store (NULL: /var/tmp) */
+    const struct cpu_store *cpu_store; /* replay_run_cpu: a borrowed expert file, or NULL: the
+                                          run writes its own under ssd_dir */
 } replay_inputs;
 
 /* What a replay measured beyond sim_result (checks of the GPU tests). */
@@ -149,12 +151,21 @@ typedef struct replay_checks {
 moesim_status replay_run(const replay_inputs *in, const char *policy_name, config *settings,
                          sim_result *out, replay_checks *checks, moesim_error *err);
 
+/* The same replay on the CPU (replay/exec_cpu.c), on any machine: the "device" is a DRAM arena
+ * of the expert budget in fixed blocks, the tier experts load from is a file on local disk read
+ * with O_DIRECT by a copy thread in the memory system's class order, compute is the engine's CPU
+ * kernels at the planned precision. Synthetic weights only (in->weights must be NULL). Compare
+ * with sim_run under a CPU profile (configs/hw/README.md, "CPU kind"). */
+moesim_status replay_run_cpu(const replay_inputs *in, const char *policy_name, config *settings,
+                             sim_result *out, replay_checks *checks, moesim_error *err);
+
 /* ---- calibration (replay/calibrate.cu measures, replay/calib_write.c writes) ---- */
 
 #define CALIB_MAX_SIZES 24
 
 typedef struct calib_results {
     char gpu[64];
+    char backend[8]; /* "cuda" or "cpu": what the profile's link and compute figures mean */
     uint64_t hbm_bytes;
     uint32_t n_sizes;
     double size_bytes[CALIB_MAX_SIZES]; /* [n_sizes] pinned transfer sizes, increasing */
@@ -177,6 +188,11 @@ typedef struct calib_options {
 
 /* Runs the microbenchmarks on device 0. */
 moesim_status calib_run(const calib_options *opt, calib_results *out, moesim_error *err);
+/* The same for the CPU replay (replay/calib_cpu.c): the link is O_DIRECT reads of an expert file
+ * written under `dir` (NULL: /var/tmp), the device memory is DRAM, the ops are the replay's CPU
+ * compute. */
+moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_results *out,
+                            moesim_error *err);
 
 /* Writes a hardware profile (configs/hw/README.md keys): the measured figures, the rest copied
  * from `base` with their source named. Atomic (common/atomic_file.h). */

@@ -98,6 +98,7 @@ enum { EV_CHUNK = 1 };
 typedef struct sim_engine {
     double bytes_per_s;
     uint64_t latency_ns;
+    bool latency_per_chunk; /* every chunk pays latency_ns (hw h2d_latency_per_chunk) */
     bool busy;             /* a chunk is in flight */
     memsys_chunk chunk;    /* the chunk in flight */
     uint64_t seg_start_ns; /* timeline: when the open segment's transfer started being served */
@@ -231,7 +232,7 @@ static void engine_kick(sim_state *s, int id) {
     }
     uint64_t dur = cost_transfer_ns(c.offset + c.bytes, e->bytes_per_s) -
                    cost_transfer_ns(c.offset, e->bytes_per_s);
-    if (c.first) dur += e->latency_ns;
+    if (c.first || e->latency_per_chunk) dur += e->latency_ns;
     e->busy = true;
     e->chunk = c;
     e->busy_ns += dur;
@@ -764,6 +765,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     sim_engine *h = &s->eng[MEMSYS_H2D], *d = &s->eng[MEMSYS_SSD];
     h->bytes_per_s = in->hw->h2d_bytes_per_s;
     h->latency_ns = in->hw->h2d_latency_ns;
+    h->latency_per_chunk = in->hw->h2d_latency_per_chunk;
     h->track = SIM_TRACK_H2D;
     d->bytes_per_s = in->hw->ssd_read_bytes_per_s;
     d->latency_ns = in->hw->ssd_latency_ns;
