@@ -18,6 +18,7 @@
  *                                       label.*, config_hash, seed) are ignored
  * The experiment file may name trace and hw in [validate]; options override it. */
 #include <getopt.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,9 @@ static const char validate_usage[] =
     "  --seed N            synthetic weights' seed (default 1)\n"
     "  --backend B         cuda (default: replay on the GPU) or cpu (replay on this machine's CPU\n"
     "                      and disk, experiments/validation/cpu/)\n"
+    "  --check TPOT,MARGIN exit 1 unless the median |TPOT error| is at most TPOT (e.g. 0.25) and\n"
+    "                      every two policies whose simulated TPOTs differ by more than MARGIN\n"
+    "                      (e.g. 0.3) are ordered alike by the replay (a check noise cannot fail)\n"
     "  --report FILE       the report as Markdown (default: stdout)\n"
     "  --csv FILE          the rows as CSV (plots/validate.gp plots it)\n"
     "  --json              the rows and the summary as JSON on stdout\n"
@@ -670,10 +674,11 @@ int cmd_validate(int argc, char **argv) {
                                          {"merge", required_argument, NULL, 'G'},
                                          {"csv", required_argument, NULL, 'C'},
                                          {"backend", required_argument, NULL, 'K'},
+                                         {"check", required_argument, NULL, 'k'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     char trace_path[1024] = "", hw_name[1024] = "", model_name[1024] = "";
-    const char *backend = "cuda";
+    const char *backend = "cuda", *check = NULL;
     const char *policy_name = NULL, *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean",
                *top_text = NULL, *seed_text = NULL, *report = NULL, *budgets = NULL, *csv = NULL;
     const char **sets = NULL, **files = NULL, **merges = NULL;
@@ -692,6 +697,9 @@ int cmd_validate(int argc, char **argv) {
             break;
         case 'K':
             backend = optarg;
+            break;
+        case 'k':
+            check = optarg;
             break;
         case 'G':
             cli_collect(&merges, &n_merges, optarg);
@@ -773,8 +781,16 @@ int cmd_validate(int argc, char **argv) {
     else if (seed_text && !config_parse_u64(seed_text, &seed))
         rc = cli_usage_error("validate", "--seed: expected a non-negative integer, got '%s'",
                              seed_text);
+    double check_tpot = 0, check_margin = 0;
     if (!rc && strcmp(backend, "cuda") && strcmp(backend, "cpu"))
         rc = cli_usage_error("validate", "--backend: expected cuda or cpu, got '%s'", backend);
+    else if (!rc && check &&
+             (sscanf(check, "%lf,%lf", &check_tpot, &check_margin) != 2 || check_tpot <= 0 ||
+              check_margin < 0))
+        rc = cli_usage_error("validate",
+                             "--check: expected TPOT,MARGIN as two numbers (e.g. 0.25,0.3), got "
+                             "'%s'",
+                             check);
     if (rc) {
         free(sets);
         free(files);
@@ -850,6 +866,16 @@ int cmd_validate(int argc, char **argv) {
         if (!st && json)
             cli_print_json(
                 rows_json(rows, n_specs, &s, v.hw.gpu, v.hw.name, trace_path, v.model.name));
+        uint64_t pairs, alike;
+        bool order = validate_order_beyond(rows, n_specs, check_margin, &pairs, &alike);
+        if (!st && check) {
+            fprintf(stderr,
+                    "validate: check: median |TPOT error| %.1f %% (limit %.1f %%), %" PRIu64
+                    " of %" PRIu64 " pairs more than %.0f %% apart ordered alike\n",
+                    100 * s.tpot_abs_err_median, 100 * check_tpot, alike, pairs,
+                    100 * check_margin);
+            if (!(s.tpot_abs_err_median <= check_tpot) || !order) rc = 1;
+        }
     }
     if (st) rc = cli_fail(&err);
     free(rows);

@@ -65,8 +65,10 @@ static moesim_status time_disk(const cpu_store *s, uint32_t repeats, calib_resul
                            s->path);
     double c0, c1, cov00, cov01, cov11, sumsq;
     gsl_fit_linear(xs, 1, ys, 1, c->n_sizes, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
+    /* each chunk is one request (cpu-host: latency_per_chunk), so the link is the fit itself:
+     * the intercept per request, the slope's bandwidth per byte */
     c->h2d_latency_us = c->d2h_latency_us = c0 > 0 ? c0 / 1e3 : 0;
-    c->h2d_peak_gb_per_s = c->d2h_peak_gb_per_s = c->h2d_gb_per_s[c->n_sizes - 1];
+    c->h2d_peak_gb_per_s = c->d2h_peak_gb_per_s = c1 > 0 ? 1.0 / c1 : c->h2d_gb_per_s[c->n_sizes - 1];
     return MOESIM_OK;
 }
 

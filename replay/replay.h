@@ -253,6 +253,12 @@ typedef struct validate_summary {
 
 void validate_summarize(const validate_row *rows, size_t n, validate_summary *out);
 
+/* The order test a noisy machine cannot break by chance: every pair of rows in one group whose
+ * simulated TPOTs differ by more than `margin` (relative, e.g. 0.3) is ordered alike by the
+ * replay. Counts the pairs tested and those ordered alike; true when all are. */
+bool validate_order_beyond(const validate_row *rows, size_t n, double margin, uint64_t *pairs,
+                           uint64_t *concordant);
+
 /* The median of v[0..n) (NAN for n == 0); v is reordered. */
 double validate_median(double *v, size_t n);
 /* (sim - real) / real; NAN when real is 0 or either is NAN. */
