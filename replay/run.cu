@@ -574,7 +574,7 @@ static void on_release(void *ctx, uint32_t layer, uint32_t expert, moesim_precis
 static void on_hbm(void *ctx, uint64_t experts_used) {
     rp *s = (rp *)ctx;
     if (experts_used > s->experts_peak) s->experts_peak = experts_used;
-    if (s->tl.on && !s->ms.warmup)
+    if (s->tl.on && s->t0_host) /* not before the clock starts (warm-up) */
         sim_timeline_counter(&s->tl, "hbm", run_ns(s), (double)experts_used);
 }
 
@@ -593,14 +593,16 @@ static uint64_t part_blob_offset(const rp *s, uint32_t p, int part) {
     return o;
 }
 
-/* Reads kernel bytes [lo, lo + n) of (layer, expert, p)'s blob from the SSD file into `dst`
- * (O_DIRECT: the aligned range covering them); returns where byte lo landed and adds the bytes
- * the read took to *used. An I/O error mid-run cannot be recovered: reported, aborted. */
+/* Reads kernel bytes [lo, lo + n) of (layer, expert, p)'s blob from the SSD file into the bounce
+ * slot `slot` after its first *used bytes (O_DIRECT: the aligned range covering them); returns
+ * where byte lo landed and adds the bytes the read took to *used. An I/O error mid-run cannot be
+ * recovered: reported, aborted. */
 static const uint8_t *ssd_pread(rp *s, uint32_t p, size_t le, uint64_t lo, uint64_t n,
-                                uint8_t *dst, uint64_t *used) {
+                                int32_t slot, uint64_t *used) {
     const replay_store *st = s->store;
     uint64_t a = lo / SSD_ALIGN * SSD_ALIGN, b = (lo + n + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN;
-    MOESIM_ASSERT(b <= st->ssd_stride[p]);
+    MOESIM_ASSERT(b <= st->ssd_stride[p] && *used + (b - a) <= s->slot_bytes);
+    uint8_t *dst = s->bounce + (uint64_t)slot * s->slot_bytes + *used;
     for (uint64_t o = a; o < b;) {
         ssize_t r = pread(st->ssd_fd[p], dst + (o - a), b - o, (off_t)(st->ssd_off[p][le] + o));
         if (r <= 0) cuda_check_fail("pread", strerror(r < 0 ? errno : EIO), __FILE__, __LINE__);
@@ -624,7 +626,6 @@ static void ssd_kick(rp *s) {
         MOESIM_ASSERT(!s->free_slots.empty()); /* sized from the bounce buffer (rp_setup) */
         rp_staged sg = {c.offset, c.bytes, s->free_slots.back(), {NULL, NULL, NULL}};
         s->free_slots.pop_back();
-        uint8_t *dst = s->bounce + (uint64_t)sg.slot * s->slot_bytes;
         memsys_piece pc[PART_COUNT];
         uint32_t n = memsys_chunk_pieces(&s->ms, &c, pc);
         size_t le = (size_t)x->layer * s->E + x->expert;
@@ -633,9 +634,8 @@ static void ssd_kick(rp *s) {
             uint64_t a = dev_offset(s, x->prec, pc[i].part, pc[i].part_offset);
             uint64_t b = dev_offset(s, x->prec, pc[i].part, pc[i].part_offset + pc[i].bytes);
             sg.src[i] = ssd_pread(s, x->prec, le, part_blob_offset(s, x->prec, pc[i].part) + a,
-                                  b - a, dst + used, &used);
+                                  b - a, sg.slot, &used);
         }
-        MOESIM_ASSERT(used <= s->slot_bytes);
         uint64_t t1 = host_ns();
         s->ssd_busy_ns += t1 - t0;
         if (s->tl.on) {
@@ -751,7 +751,7 @@ static void pump(rp *s) {
 
 /* Blocks until the oldest chunk in flight has landed, then retires what has. */
 static void wait_next_chunk(rp *s) {
-    pump(s);
+    if (s->inflight.empty()) pump(s);
     MOESIM_ASSERT(!s->inflight.empty()); /* the caller waits for a copy that has started */
     CUDA_CHECK(cudaEventSynchronize(s->inflight.front().ev1));
     pump(s);
@@ -871,22 +871,18 @@ static void wait_submitted(rp *s, uint32_t layer, uint32_t e, moesim_precision p
 /* Before a route is planned, its pool must have room for the route's experts once everything
  * the policy may evict is evicted: copies already started for other experts cannot be, so the
  * host waits for them to land (sim.c's stream_wait_room). The compute stream is idle meanwhile:
- * stall time. */
+ * an op of category "stall" between two events on it (step_resolve counts it as stall). */
 static void wait_room(rp *s, uint32_t layer, uint32_t n_active) {
     uint64_t cap = s->bud.pool_cap_bytes;
     uint64_t need = (uint64_t)n_active * s->route_expert_bytes;
     if (need > cap) need = cap;
     if (s->ms.pool_used[s->ms.cfg.per_layer ? layer : 0] + need <= cap) return;
-    uint64_t t0 = run_ns(s);
-    bool waited = false;
-    while (memsys_unevictable_bytes(&s->ms, layer, s->stamp, s->stamp_gen) + need > cap) {
+    if (memsys_unevictable_bytes(&s->ms, layer, s->stamp, s->stamp_gen) + need <= cap) return;
+    op_begin(s, "stall", "stall: room", (int)layer, NULL);
+    do
         wait_next_chunk(s);
-        waited = true;
-    }
-    if (!waited) return;
-    uint64_t t1 = run_ns(s);
-    s->stall_ns += t1 - t0;
-    if (s->tl.on) sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, "stall", "stall: room", t0, t1);
+    while (memsys_unevictable_bytes(&s->ms, layer, s->stamp, s->stamp_gen) + need > cap);
+    op_end(s);
 }
 
 /* Issue sequence of the copy loading part `part_index` of the layer being routed (the callback
@@ -1060,7 +1056,6 @@ static uint16_t *dev_weights(rp *s, const replay_weights *w, replay_nonexpert k,
     free(h);
     return (uint16_t *)d;
 }
-
 
 /* The run's store: the caller's when it holds exactly this run's placement (the same precisions,
  * each expert in DRAM or on the SSD alike) of this run's weights, else the run's own. */
@@ -1412,6 +1407,7 @@ static void step_resolve(rp *s, uint64_t step, uint64_t *layer_t0, uint64_t *lay
         uint64_t t0 = ev_ns(s, o->ev0), t1 = ev_ns(s, o->ev1);
         if (t1 < t0) t1 = t0;
         if (s->tl.on) sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, o->cat, o->name, t0, t1);
+        if (!strcmp(o->cat, "stall")) s->stall_ns += t1 - t0; /* the host waited for room */
         if (o->layer >= 0) {
             if (layer_t0[o->layer] == UINT64_MAX || t0 < layer_t0[o->layer])
                 layer_t0[o->layer] = t0;
@@ -1457,7 +1453,7 @@ static void warm_copy(rp *s) {
             uint64_t piece = s->slot_bytes - 2 * SSD_ALIGN; /* what one slot reads at a time */
             for (uint64_t o = 0; o < n; o += piece) {
                 uint64_t len = n - o < piece ? n - o : piece, used = 0;
-                const uint8_t *src = ssd_pread(s, p, le, off + o, len, s->bounce, &used);
+                const uint8_t *src = ssd_pread(s, p, le, off + o, len, 0, &used);
                 CUDA_CHECK(cudaMemcpy(dst + o, src, len, cudaMemcpyHostToDevice));
             }
         }
