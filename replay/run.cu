@@ -995,7 +995,6 @@ static void gather_route(rp *s, uint64_t step, uint32_t layer) {
 }
 
 /* sim.c's run_layer: sub-routes whose distinct experts fit one pool, in token order. */
-/* sim.c's run_layer: sub-routes whose distinct experts fit one pool, in token order. */
 static void run_layer(rp *s, uint64_t step, uint32_t layer) {
     uint32_t n = s->sch.steps[step].n_tokens, K = s->K;
     gather_route(s, step, layer);
