@@ -38,11 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <deque>
 #include <vector>
-
-#include <gsl/gsl_statistics_double.h>
 
 /* The project's C headers spell two C11 keywords that C++ writes differently. */
 #define _Noreturn [[noreturn]]
@@ -210,11 +207,23 @@ static void accounting_part_bytes(const model_geometry *m, const quant_table *q,
                                      : 0;
 }
 
-/* Makes the store of a placement: the precisions of `order` (n of them) that have bytes in
- * `part_bytes`, each expert in pinned DRAM or in the SSD file as `on_ssd` ([L*E*PREC_COUNT],
- * memsys's lep order) says; experts from `w`, or random from `seed` when w is NULL. */
-static moesim_status store_make(const model_geometry *m, const uint64_t part_bytes[][PART_COUNT],
-                                const moesim_precision *order, uint32_t n,
+/* The precisions host placement orders for a policy (memsys_place_for_policy), which the store
+ * must hold: those it declares it loads (`fallback`, expert.precision, when it declares none),
+ * and unless `policy_only` every other stored one (bytes in `part_bytes`). */
+static void placed_precisions(const policy_methods *pm, const policy *pol,
+                              moesim_precision fallback, bool policy_only,
+                              const uint64_t part_bytes[][PART_COUNT], bool held[PREC_COUNT]) {
+    moesim_precision order[PREC_COUNT];
+    uint32_t n = pm->load_precisions ? pm->load_precisions(pol, order) : 0;
+    if (!n) order[n++] = fallback;
+    for (int p = 0; p < PREC_COUNT; p++) held[p] = !policy_only && part_bytes[p][0] > 0;
+    for (uint32_t i = 0; i < n; i++) held[order[i]] = part_bytes[order[i]][0] > 0;
+}
+
+/* Makes the store of a placement: the precisions in `held`, each expert in pinned DRAM or in the
+ * SSD file as `on_ssd` ([L*E*PREC_COUNT], memsys's lep order) says; experts from `w`, or random
+ * from `seed` when w is NULL. */
+static moesim_status store_make(const model_geometry *m, const bool held[PREC_COUNT],
                                 const uint8_t *on_ssd, const char *ssd_dir, uint64_t seed,
                                 const replay_weights *w, replay_store **out, moesim_error *err) {
     moesim_status st = replay_device_check(err);
@@ -223,7 +232,7 @@ static moesim_status store_make(const model_geometry *m, const uint64_t part_byt
     r->m = *m;
     r->weights = w;
     for (int p = 0; p < PREC_COUNT; p++) r->ssd_fd[p] = -1;
-    for (uint32_t i = 0; i < n; i++) r->held[order[i]] = part_bytes[order[i]][0] > 0;
+    memcpy(r->held, held, sizeof r->held);
     size_t LE = (size_t)m->n_moe_layers * m->n_experts;
     for (int p = 0; p < PREC_COUNT; p++)
         for (int part = 0; part < PART_COUNT && r->held[p]; part++) {
@@ -288,7 +297,7 @@ static moesim_status store_make(const model_geometry *m, const uint64_t part_byt
 }
 
 /* The store sim.host_precisions gives a policy that loads `primary` alone (no load_precisions):
- * placed by memsys_place in `dram_bytes`. */
+ * placed by memsys_place_for_policy in `dram_bytes`. */
 static moesim_status store_for_settings(const model_geometry *m, const quant_table *q,
                                         const char *host_precisions, moesim_precision primary,
                                         uint64_t dram_bytes, const char *ssd_dir, uint64_t seed,
@@ -306,11 +315,12 @@ static moesim_status store_for_settings(const model_geometry *m, const quant_tab
     memset(&none, 0, sizeof none);
     memsys ms;
     memsys_init(&ms, &mc, &none);
-    moesim_precision order[PREC_COUNT];
-    uint64_t widest;
-    uint32_t n = memsys_place_order(&ms, NULL, NULL, primary, policy_only, order, &widest);
-    memsys_place(&ms, order, n, dram_bytes);
-    st = store_make(m, mc.part_bytes, order, n, ms.on_ssd, ssd_dir, seed, w, out, err);
+    policy_methods primary_only; /* declares nothing: expert.precision alone */
+    memset(&primary_only, 0, sizeof primary_only);
+    memsys_place_for_policy(&ms, &primary_only, NULL, primary, policy_only, dram_bytes);
+    bool held[PREC_COUNT];
+    placed_precisions(&primary_only, NULL, primary, policy_only, mc.part_bytes, held);
+    st = store_make(m, held, ms.on_ssd, ssd_dir, seed, w, out, err);
     memsys_free(&ms);
     return st;
 }
@@ -459,6 +469,7 @@ struct replay_state {
     uint64_t *order_key;
     uint8_t *plan;
     uint32_t la_depth, la_k;
+    sim_route_source src; /* the trace and the look-ahead the routes come from */
     uint64_t pf_hit, pf_active, pf_issued_sets;
     sim_route_tally tally; /* accesses, hits, skips and gate mass by precision class (as sim.c) */
     uint64_t expert_ops, sub_routes;
@@ -869,19 +880,20 @@ static void wait_submitted(rp *s, uint32_t layer, uint32_t e, moesim_precision p
 }
 
 /* Before a route is planned, its pool must have room for the route's experts once everything
- * the policy may evict is evicted: copies already started for other experts cannot be, so the
- * host waits for them to land (sim.c's stream_wait_room). The compute stream is idle meanwhile:
+ * the policy may evict is evicted: copies already started cannot be (even those of the route's
+ * own experts, which may be at another precision than planned), so the host waits for them to
+ * land (sim.c's stream_wait_room). The compute stream is idle meanwhile:
  * an op of category "stall" between two events on it (step_resolve counts it as stall). */
 static void wait_room(rp *s, uint32_t layer, uint32_t n_active) {
     uint64_t cap = s->bud.pool_cap_bytes;
     uint64_t need = (uint64_t)n_active * s->route_expert_bytes;
     if (need > cap) need = cap;
     if (s->ms.pool_used[s->ms.cfg.per_layer ? layer : 0] + need <= cap) return;
-    if (memsys_unevictable_bytes(&s->ms, layer, s->stamp, s->stamp_gen) + need <= cap) return;
+    if (memsys_unevictable_bytes(&s->ms, layer) + need <= cap) return;
     op_begin(s, "stall", "stall: room", (int)layer, NULL);
     do
         wait_next_chunk(s);
-    while (memsys_unevictable_bytes(&s->ms, layer, s->stamp, s->stamp_gen) + need > cap);
+    while (memsys_unevictable_bytes(&s->ms, layer) + need > cap);
     op_end(s);
 }
 
@@ -935,16 +947,13 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
 
     moesim_precision hi = s->pm->hi_precision ? s->pm->hi_precision(s->pol) : s->prec;
     uint8_t prim_bits = (uint8_t)s->quant.fmt[hi].weight_bits;
-    for (uint32_t a = 0; a < n_active; a++) {
+    for (uint32_t a = 0; a < n_active; a++) { /* pinned until the stream is idle (unpin_all) */
         uint8_t pr = s->plan[a];
-        if (pr == POLICY_RUN_SKIP) continue;
-        MOESIM_ASSERT(pr < PREC_COUNT && s->part_bytes[pr][0]);
+        if (pr == POLICY_RUN_SKIP || pr >= PREC_COUNT) continue; /* memsys_run_plan asserts */
         size_t lep = memsys_lep(&s->ms, layer, s->active[a], pr);
-        for (int part = 0; part < PART_COUNT; part++)
-            MOESIM_ASSERT(s->ms.state[lep * PART_COUNT + part] != POLICY_ABSENT);
         if (!s->ms.pinned[lep]) s->pinned_lep.push_back((uint32_t)lep);
-        memsys_run(&s->ms, layer, s->active[a], (moesim_precision)pr);
     }
+    memsys_run_plan(&s->ms, layer, s->active, s->plan, n_active);
     const size_t layer_parts = (size_t)layer * s->E * s->P * PART_COUNT;
     sim_route_tally_accesses(&rs, ex, gs, n * K, s->ms.state + layer_parts, s->P, &s->quant,
                              prim_bits, &s->tally);
@@ -969,53 +978,19 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
     }
 }
 
-/* Gathers the step's routing (and look-ahead) for `layer` into the r_* buffers. */
-static void gather_route(rp *s, uint64_t step, uint32_t layer) {
-    const replay_step *sd = &s->sch.steps[step];
-    const trace *t = s->tr;
-    uint32_t K = s->K;
-    size_t DK = (size_t)s->la_depth * s->la_k;
-    bool emulated = !t->meta.lookahead_depth;
-    for (uint32_t i = 0; i < sd->n_tokens; i++) {
-        uint32_t tok = s->sch.tokens[sd->first + i];
-        memcpy(s->r_experts + (size_t)i * K, trace_experts(t, tok, layer), K * sizeof(uint16_t));
-        memcpy(s->r_gates + (size_t)i * K, trace_gates(t, tok, layer), K * sizeof(float));
-        if (s->r_importance) s->r_importance[i] = t->importance[(size_t)tok * s->L + layer];
-        if (!DK) continue;
-        if (emulated) {
-            sim_lookahead_emulate(s->tr, s->L, s->E, s->K, s->la_depth, s->la_k, s->set.seed,
-                                  s->set.predictor_accuracy, tok, layer, s->r_la_ids + i * DK,
-                                  s->r_la_scores + i * DK);
-        } else {
-            size_t src = trace_lookahead_index(t, tok, layer, 1);
-            memcpy(s->r_la_ids + i * DK, t->lookahead_ids + src, DK * sizeof(uint16_t));
-            memcpy(s->r_la_scores + i * DK, t->lookahead_scores + src, DK * sizeof(float));
-        }
-    }
-}
-
 /* sim.c's run_layer: sub-routes whose distinct experts fit one pool, in token order. */
 static void run_layer(rp *s, uint64_t step, uint32_t layer) {
-    uint32_t n = s->sch.steps[step].n_tokens, K = s->K;
-    gather_route(s, step, layer);
+    const replay_step *sd = &s->sch.steps[step];
+    uint32_t n = sd->n_tokens, K = s->K;
+    sim_route_gather(&s->src, s->sch.tokens + sd->first, n, layer, s->r_experts, s->r_gates,
+                     s->r_importance, s->r_la_ids, s->r_la_scores);
     memsys_begin_layer(&s->ms);
+    sim_route_scratch rs = {s->stamp,         &s->stamp_gen,  s->active, s->slot,
+                            s->active_tokens, s->active_gate, s->plan};
     uint32_t i0 = 0;
     bool first = true;
     while (i0 < n) {
-        uint32_t gen = ++s->stamp_gen, distinct = 0, i1 = i0;
-        while (i1 < n) {
-            uint32_t add = 0;
-            const uint16_t *row = s->r_experts + (size_t)i1 * K;
-            for (uint32_t k = 0; k < K; k++)
-                if (row[k] != TRACE_NO_EXPERT && s->stamp[row[k]] != gen) add++;
-            if (i1 > i0 && distinct + add > s->route_capacity) break;
-            for (uint32_t k = 0; k < K; k++)
-                if (row[k] != TRACE_NO_EXPERT && s->stamp[row[k]] != gen) {
-                    s->stamp[row[k]] = gen;
-                    distinct++;
-                }
-            i1++;
-        }
+        uint32_t i1 = sim_route_split(&rs, s->r_experts, K, i0, n, s->route_capacity);
         run_route(s, step, layer, i0, i1, first, i1 == n);
         for (uint32_t i = i0 * K; i < i1 * K; i++)
             s->ms.access_pos += s->r_experts[i] != TRACE_NO_EXPERT;
@@ -1058,11 +1033,9 @@ static uint16_t *dev_weights(rp *s, const replay_weights *w, replay_nonexpert k,
 
 /* The run's store: the caller's when it holds exactly this run's placement (the same precisions,
  * each expert in DRAM or on the SSD alike) of this run's weights, else the run's own. */
-static moesim_status store_choose(rp *s, const replay_inputs *in, const moesim_precision *order,
-                                  uint32_t n, moesim_error *err) {
+static moesim_status store_choose(rp *s, const replay_inputs *in, const bool held[PREC_COUNT],
+                                  moesim_error *err) {
     const replay_store *b = in->store;
-    bool held[PREC_COUNT] = {false};
-    for (uint32_t i = 0; i < n; i++) held[order[i]] = s->part_bytes[order[i]][0] > 0;
     bool fits = b && b->weights == in->weights && !memcmp(&b->m, s->m, sizeof *s->m);
     size_t LE = (size_t)s->L * s->E;
     for (int p = 0; fits && p < PREC_COUNT; p++) {
@@ -1074,8 +1047,8 @@ static moesim_status store_choose(rp *s, const replay_inputs *in, const moesim_p
         s->store = b;
         return MOESIM_OK;
     }
-    moesim_status st = store_make(s->m, s->part_bytes, order, n, s->ms.on_ssd, in->ssd_dir,
-                                  in->weight_seed, in->weights, &s->own_store, err);
+    moesim_status st = store_make(s->m, held, s->ms.on_ssd, in->ssd_dir, in->weight_seed,
+                                  in->weights, &s->own_store, err);
     if (!st) s->store = s->own_store;
     return st;
 }
@@ -1212,6 +1185,15 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
         s->la_depth = s->set.predictor_depth;
         s->la_k = s->la_depth ? s->K : 0;
     }
+    s->src.tr = t;
+    s->src.L = s->L;
+    s->src.E = s->E;
+    s->src.K = s->K;
+    s->src.la_depth = s->la_depth;
+    s->src.la_k = s->la_k;
+    s->src.la_emulated = !t->meta.lookahead_depth && s->la_depth > 0;
+    s->src.seed = s->set.seed;
+    s->src.accuracy = s->set.predictor_accuracy;
     policy_params params;
     memset(&params, 0, sizeof params);
     params.model = m;
@@ -1225,7 +1207,7 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     params.batch_size = s->set.batch_size;
     params.lookahead_depth = s->la_depth;
     params.lookahead_k = s->la_k;
-    params.lookahead_emulated = !t->meta.lookahead_depth && s->la_depth > 0;
+    params.lookahead_emulated = s->src.la_emulated;
     params.seed = s->set.seed;
     memcpy(params.part_bytes, s->part_bytes, sizeof params.part_bytes);
     s->params = params;
@@ -1237,22 +1219,20 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
 
     /* host placement (sim.c's): what the policy loads first, in DRAM less the bounce buffer;
      * routes are sized by the widest precision it loads */
-    moesim_precision order[PREC_COUNT];
-    uint64_t widest;
-    uint32_t n_order =
-        memsys_place_order(&s->ms, s->pm, s->pol, s->prec, policy_only, order, &widest);
     uint64_t dram = in->hw->dram_bytes;
-    memsys_place(&s->ms, order, n_order, dram > mc.bounce_bytes ? dram - mc.bounce_bytes : 0);
-    s->route_capacity = s->bud.route_capacity;
-    s->route_expert_bytes = widest;
-    if (!s->bud.per_layer && widest) {
-        uint64_t fit = s->bud.expert_budget_bytes / widest;
-        s->route_capacity = fit < s->K ? s->K : (fit > s->E ? s->E : (uint32_t)fit);
-    }
+    s->route_expert_bytes =
+        memsys_place_for_policy(&s->ms, s->pm, s->pol, s->prec, policy_only,
+                                dram > mc.bounce_bytes ? dram - mc.bounce_bytes : 0);
+    s->route_capacity = s->bud.per_layer ? s->bud.route_capacity
+                                         : sim_budget_route_capacity(s->bud.expert_budget_bytes,
+                                                                     s->route_expert_bytes, s->K,
+                                                                     s->E);
 
     /* host store: the caller's when it holds this placement of this run's weights (validate
      * shares one over its runs), else the run's own */
-    if ((st = store_choose(s, in, order, n_order, err))) return st;
+    bool held[PREC_COUNT];
+    placed_precisions(s->pm, s->pol, s->prec, policy_only, s->part_bytes, held);
+    if ((st = store_choose(s, in, held, err))) return st;
     if ((st = bounce_alloc(s, err))) return st;
     for (int p = 0; p < PREC_COUNT; p++) /* blocks only for the formats this run holds */
         for (int part = 0; part < PART_COUNT; part++)
@@ -1555,42 +1535,11 @@ static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
     memsys_finish(&s->ms);
 }
 
-static double quantile(std::vector<double> v, double q) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    return gsl_stats_quantile_from_sorted_data(v.data(), 1, v.size(), q);
-}
-
-static sim_latency latency_of(const std::vector<double> &v) {
-    sim_latency l = {0, 0, 0};
-    if (v.empty()) return l;
-    double sum = 0;
-    for (double x : v) sum += x;
-    l.mean_ms = sum / (double)v.size();
-    l.p50_ms = quantile(v, 0.5);
-    l.p99_ms = quantile(v, 0.99);
-    return l;
-}
-
 static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_end, sim_result *r,
                       replay_checks *ck) {
     memset(r, 0, sizeof *r);
     snprintf(r->policy, sizeof r->policy, "%s", s->pm->name);
-    std::vector<double> ttft, tpot;
-    for (uint32_t q = 0; q < s->sch.n_requests; q++) {
-        uint64_t t0 = step_start[s->sch.req_admit[q]], t1 = step_end[s->sch.req_first[q]];
-        double f = (double)(t1 - t0) / 1e6, p = NAN;
-        ttft.push_back(f);
-        if (s->sch.req_steps[q] > 1) {
-            p = (double)(step_end[s->sch.req_last[q]] - t1) / 1e6 /
-                (double)(s->sch.req_steps[q] - 1);
-            tpot.push_back(p);
-        }
-        if (s->hooks && s->hooks->on_request_done)
-            s->hooks->on_request_done(s->hooks->ctx, q, f, p);
-    }
-    r->ttft = latency_of(ttft);
-    r->tpot = latency_of(tpot);
+    sim_result_set_latency(r, &s->sch, step_start, step_end, s->hooks);
     uint64_t makespan = s->sch.n_steps ? step_end[s->sch.n_steps - 1] : 0;
     r->tokens = s->tr->n_tokens;
     r->requests = s->sch.n_requests;

@@ -2,9 +2,9 @@
  * the simulator's figures, the card emulation refuses what does not fit, the calibration writers
  * produce files hw_load and cost_table_load accept with the measured values, the validation
  * arithmetic (errors, medians, policy order), the memory system as the replay's copy engines
- * drive it (sim/memsys.h: chunk pieces, SSD chunks staged one for one, the bounce slots' bound,
- * placement order), and the replay / calibrate / validate commands: bad arguments and a machine
- * without a GPU (or a build without CUDA) exit 2 with one line. */
+ * drive it (sim/memsys.h: chunk pieces, SSD chunks staged one for one, the bounce slots' bound),
+ * and the replay / calibrate / validate commands: bad arguments and a machine without a GPU (or
+ * a build without CUDA) exit 2 with one line. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -540,53 +540,6 @@ Test(replay, ssd_chunks_are_copied_on_one_for_one_and_fit_the_bounce_slots) {
     cr_assert_gt(d->parts_landed, 0);
     memsys_free(&d->ms);
     free(d);
-}
-
-/* A policy that declares int4 then int2, as DyMoE 4/2 does. */
-static uint32_t int4_int2(const policy *p, moesim_precision order[PREC_COUNT]) {
-    (void)p;
-    order[0] = PREC_INT4;
-    order[1] = PREC_INT2;
-    return 2;
-}
-
-Test(replay, placement_order_puts_what_the_policy_loads_first_then_the_smaller_stored_formats) {
-    moesim_error err = {0};
-    bool stored[PREC_COUNT], policy_only;
-    cr_assert_eq(memsys_parse_host_precisions("bf16, int8,int2", stored, &policy_only, &err),
-                 MOESIM_OK);
-    cr_assert(stored[PREC_BF16] && stored[PREC_INT8] && stored[PREC_INT2] && !stored[PREC_INT4]);
-    cr_assert_not(policy_only);
-    cr_assert_eq(memsys_parse_host_precisions("policy", stored, &policy_only, &err), MOESIM_OK);
-    cr_assert(policy_only && stored[PREC_FP8]);
-    cr_assert_eq(memsys_parse_host_precisions("int4,fp9", stored, &policy_only, &err),
-                 MOESIM_EINPUT);
-    cr_assert(strstr(err.msg, "host_precisions") && strstr(err.msg, "'fp9'"), "%s", err.msg);
-
-    model_geometry m;
-    cr_assert_eq(model_load_by_name("olmoe-1b-7b", &m, &err), MOESIM_OK, "%s", err.msg);
-    memsys_config cfg = {.n_layers = 2, .n_experts = 4};
-    for (int p = 0; p < PREC_COUNT; p++)
-        for (int part = 0; part < PART_COUNT; part++)
-            cfg.part_bytes[p][part] = model_expert_part_bytes(&m, &quant, (expert_part)part,
-                                                              (moesim_precision)p);
-    memset(cfg.part_bytes[PREC_FP8], 0, sizeof cfg.part_bytes[PREC_FP8]); /* fp8 not stored */
-    memsys_host host = {0};
-    memsys ms;
-    memsys_init(&ms, &cfg, &host);
-    policy_methods pm = {.load_precisions = int4_int2};
-    moesim_precision order[PREC_COUNT];
-    uint64_t widest;
-    uint32_t n = memsys_place_order(&ms, &pm, NULL, PREC_BF16, false, order, &widest);
-    cr_assert_eq(n, 5); /* int4, int2, then int3, int8, bf16 (fp8 not stored) */
-    moesim_precision want[] = {PREC_INT4, PREC_INT2, PREC_INT3, PREC_INT8, PREC_BF16};
-    for (uint32_t i = 0; i < n; i++)
-        cr_assert_eq(order[i], want[i], "order[%u] = %s", i, precision_name(order[i]));
-    cr_assert_eq(widest, model_expert_bytes(&m, &quant, PREC_INT4));
-    cr_assert_eq(memsys_place_order(&ms, NULL, NULL, PREC_INT8, true, order, &widest), 1);
-    cr_assert_eq(order[0], PREC_INT8);
-    cr_assert_eq(widest, model_expert_bytes(&m, &quant, PREC_INT8));
-    memsys_free(&ms);
 }
 
 /* ---- the commands ---- */
