@@ -47,15 +47,22 @@ static void teardown(void) { trace_destroy(tr); }
 
 TestSuite(gpu_replay, .init = setup, .fini = teardown);
 
-static moesim_status replay_with(const char *policy_name, const char *const *sets, sim_result *r,
-                                 replay_checks *ck, moesim_error *err) {
+/* Replays the fixture trace on profile `h` with `sets` (NULL-terminated). */
+static moesim_status replay_on(const hw_profile *h, const char *policy_name,
+                               const char *const *sets, sim_result *r, replay_checks *ck,
+                               moesim_error *err) {
     config *c = config_create();
     for (const char *const *s = sets; *s; s++)
         cr_assert_eq(config_set(c, *s, err), MOESIM_OK, "%s", err->msg);
-    replay_inputs in = {.trace = tr, .model = &model, .hw = &hw, .quant = &quant, .weight_seed = 1};
+    replay_inputs in = {.trace = tr, .model = &model, .hw = h, .quant = &quant, .weight_seed = 1};
     moesim_status st = replay_run(&in, policy_name, c, r, ck, err);
     config_destroy(c);
     return st;
+}
+
+static moesim_status replay_with(const char *policy_name, const char *const *sets, sim_result *r,
+                                 replay_checks *ck, moesim_error *err) {
+    return replay_on(&hw, policy_name, sets, r, ck, err);
 }
 
 Test(gpu_replay, never_exceeds_the_emulated_card) {
@@ -117,13 +124,8 @@ Test(gpu_replay, experts_beyond_dram_come_from_the_ssd_store_as_in_the_simulator
     sim_result real, sim;
     replay_checks ck;
     moesim_error err = {0};
+    cr_assert_eq(replay_on(&small, "lru", sets, &real, &ck, &err), MOESIM_OK, "%s", err.msg);
     config *c = config_create();
-    for (const char *const *s = sets; *s; s++) config_set(c, *s, &err);
-    replay_inputs in = {
-        .trace = tr, .model = &model, .hw = &small, .quant = &quant, .weight_seed = 1};
-    cr_assert_eq(replay_run(&in, "lru", c, &real, &ck, &err), MOESIM_OK, "%s", err.msg);
-    config_destroy(c);
-    c = config_create();
     for (const char *const *s = sets; *s; s++) config_set(c, *s, &err);
     sim_inputs sin = {.trace = tr, .model = &model, .hw = &small, .quant = &quant};
     cr_assert_eq(sim_run(&sin, "lru", c, &sim, &err), MOESIM_OK, "%s", err.msg);
@@ -166,12 +168,7 @@ Test(gpu_replay, prefetches_and_ssd_chunks_land_before_their_experts_run) {
     sim_result r;
     replay_checks ck;
     moesim_error err = {0};
-    config *c = config_create();
-    for (const char *const *s = sets; *s; s++) config_set(c, *s, &err);
-    replay_inputs in = {
-        .trace = tr, .model = &model, .hw = &small, .quant = &quant, .weight_seed = 1};
-    cr_assert_eq(replay_run(&in, "firm-moe", c, &r, &ck, &err), MOESIM_OK, "%s", err.msg);
-    config_destroy(c);
+    cr_assert_eq(replay_on(&small, "firm-moe", sets, &r, &ck, &err), MOESIM_OK, "%s", err.msg);
     cr_assert_gt(r.prefetches, 0);
     cr_assert_gt(r.ssd_bytes, 0);
     cr_assert_gt(ck.order_checked, 0);
