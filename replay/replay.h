@@ -1,10 +1,11 @@
 /* Replay: the same policy objects as the simulator (policies/policy.h, looked up with
- * policy_lookup) driving a real GPU. The memory system of the policy API is implemented for real
- * (replay/run.cu): device expert pools of fixed-size blocks per precision
+ * policy_lookup) driving a real GPU. The memory system of the policy API is the simulator's
+ * (sim/memsys.h: residency, pools, copy classes, promotion, cancellation, host placement), driven
+ * with real copies (replay/run.cu): device expert pools of fixed-size blocks per precision
  * carved from one allocation made before the clock starts (no cudaMalloc on the hot path),
- * expert weights in pinned host memory (and in an SSD-backed file, read with O_DIRECT into a
- * pinned bounce buffer, for experts that do not fit the profile's DRAM), a demand copy stream
- * and a background copy stream fed chunk by chunk by the host in the simulator's priority
+ * expert weights in pinned host memory (and in an SSD-backed file, read with O_DIRECT into
+ * pinned bounce slots, for experts host placement leaves on the SSD), a demand copy stream and a
+ * background copy stream fed chunk by chunk with the chunks memsys hands out in its priority
  * classes (demand > prefetch > background), and CUDA events around every transfer and compute
  * step. Routing comes from the trace, so a run is step for step comparable with sim_run on the
  * same trace, settings and profile; the result is a sim_result (same JSON, same timeline schema).
@@ -85,14 +86,16 @@ uint64_t replay_pool_blocks(uint64_t pool_bytes, uint64_t part_bytes, uint64_t n
 
 /* ---- the run ---- */
 
-/* The host store: every expert of the model at each format of `host_precisions` ("all": the
- * kernels' bf16, int8, int4, int2; or a comma list; expert.precision `primary` always), random
- * bytes from `seed`, one blob [gate | up | down] per (layer, expert). Placed as the simulator
- * places it (sim/README.md "SSD tier"): `primary` first, then the smaller formats, layer by
- * layer, expert by expert, in pinned DRAM while `dram_bytes` (the profile's dram_gib) lasts; the
- * rest in a file under `ssd_dir` (NULL: /var/tmp) read with O_DIRECT into pinned bounce slots. A
- * validation creates one and lends it to its runs. Caller owns; replay_store_destroy (accepts
- * NULL; removes the SSD file). */
+/* The host store: every expert of the model at the formats host placement orders, random bytes
+ * from `seed`, one blob [gate | up | down] per (layer, expert), placed by the simulator's rule
+ * (memsys_place_order and memsys_place, sim/memsys.h) for a policy that loads `primary`
+ * (expert.precision) alone: with `host_precisions` "policy", `primary` only; with "all" (the
+ * kernels' bf16, int8, int4, int2) or a comma list, `primary` first, then the other stored
+ * formats, smaller first; layer by layer, expert by expert, in pinned DRAM while `dram_bytes`
+ * lasts (a run places in the profile's dram_gib less sim.bounce_mib); the rest in a file under
+ * `ssd_dir` (NULL: /var/tmp) read with O_DIRECT into pinned bounce slots. A validation creates
+ * one and lends it to its runs; a run uses it only when its own placement is the same. Caller
+ * owns; replay_store_destroy (accepts NULL; removes the SSD file). */
 typedef struct replay_store replay_store;
 moesim_status replay_store_create(const model_geometry *m, const quant_table *q,
                                   const char *host_precisions, moesim_precision primary,
@@ -109,7 +112,7 @@ moesim_status replay_store_create_checkpoint(const model_geometry *m, const quan
 void replay_store_destroy(replay_store *s);
 /* Copies expert `expert` of MoE layer `moe_layer` at precision p, as the store holds it (from
  * pinned DRAM, or read back from the SSD file), into blob [blob bytes of p]: for tests that the
- * store holds what it was filled with. Fails (MOESIM_EINPUT) when p is not stored, MOESIM_EIO
+ * store holds what it was filled with. Fails (MOESIM_EINPUT) when p is not held, MOESIM_EIO
  * when the SSD file cannot be read. */
 moesim_status replay_store_expert(const replay_store *s, uint32_t moe_layer, uint32_t expert,
                                   moesim_precision p, uint8_t *blob, moesim_error *err);
@@ -126,8 +129,8 @@ typedef struct replay_inputs {
                                       replay_weights_geometry), or NULL: synthetic weights */
     uint64_t weight_seed;          /* synthetic weights: same seed, same bytes */
     const replay_store *store;     /* borrowed host store, or NULL: the run makes its own from
-                                      sim.host_precisions (also when the store's formats,
-                                      expert.precision or weights differ from the run's) */
+                                      its placement (also when the store's placement: formats,
+                                      experts in DRAM, or weights differ from the run's) */
     const char *ssd_dir;           /* the run's own SSD store (NULL: /var/tmp) */
     const struct cpu_store *cpu_store; /* replay_run_cpu: a borrowed expert file, or NULL: the
                                           run writes its own under ssd_dir */
@@ -139,7 +142,8 @@ typedef struct replay_checks {
     uint64_t device_alloc_bytes;                   /* replay's own allocations */
     uint64_t order_checked, order_violations;      /* expert starts checked against copy ends */
     uint64_t physical_refusals; /* loads the byte budget admitted but no block was free */
-    double h2d_gb_per_s;        /* bytes / busy time of the copy streams */
+    double h2d_gb_per_s;        /* bytes copied (kernel formats) / busy time of the copy
+                                   streams */
 } replay_checks;
 
 /* Replays the trace under `policy_name` with `settings` (the same keys as sim_run: the

@@ -305,6 +305,22 @@ bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) {
     return false;
 }
 
+uint32_t memsys_chunk_pieces(const memsys *m, const memsys_chunk *c,
+                             memsys_piece out[PART_COUNT]) {
+    const memsys_xfer *x = &m->xf[c->xfer];
+    MOESIM_ASSERT(x->parts && c->offset + c->bytes <= x->bytes);
+    uint32_t n = 0;
+    uint64_t lo = c->offset, hi = c->offset + c->bytes;
+    for (int part = 0; part < PART_COUNT; part++) {
+        if (!(x->parts & (1u << part))) continue;
+        uint64_t end = x->part_end[part], start = end - m->cfg.part_bytes[x->prec][part];
+        uint64_t a = lo > start ? lo : start, b = hi < end ? hi : end;
+        if (a < b) out[n++] = (memsys_piece){.part = part, .part_offset = a - start, .bytes = b - a};
+    }
+    MOESIM_ASSERT(n > 0);
+    return n;
+}
+
 bool memsys_chunk_done(memsys *m, const memsys_chunk *c, memsys_xfer *done) {
     memsys_xfer *x = &m->xf[c->xfer];
     int e = c->engine;

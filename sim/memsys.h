@@ -171,6 +171,16 @@ void memsys_attach_policy(memsys *m, const policy_methods *pm, policy *pol);
 
 /* Engine `engine`'s next chunk, if it has a servable one (marks it handed out). */
 bool memsys_next_chunk(memsys *m, int engine, memsys_chunk *out);
+/* The parts a chunk's bytes belong to: piece i is bytes [part_offset, part_offset + bytes) of
+ * part `part` of the chunk's transfer (in the stream's byte units, cfg.part_bytes), in stream
+ * order. Returns the count (1..PART_COUNT). For hosts that copy real bytes part by part. */
+typedef struct memsys_piece {
+    int part;
+    uint64_t part_offset, bytes;
+} memsys_piece;
+uint32_t memsys_chunk_pieces(const memsys *m, const memsys_chunk *c,
+                             memsys_piece out[PART_COUNT]);
+
 /* A chunk handed out by memsys_next_chunk has completed at `now_ns`. Returns true when it
  * completed its transfer; then *done holds the transfer, to pass to memsys_deliver after the host
  * has restarted its engines (the policy hears of it last). */
