@@ -79,10 +79,10 @@ static void marker_next(marker *m) {
  * Each array has one spare level past the live ones for a sentinel, so the searches need no
  * bound check; a search that stops at the sentinel is a cold miss. */
 
-/* One LRU access of expert e at time `now`: its stack depth goes to hist (0: first access),
+/* One LRU access of expert e at time `now`: returns its stack depth (1-based; 0: first access);
  * the access goes on top, the levels above its old one move down. */
-static inline void lru_step(uint32_t *stack, uint32_t *size, uint32_t *last, uint16_t e,
-                            uint32_t now, uint64_t *hist) {
+static inline uint32_t lru_step(uint32_t *stack, uint32_t *size, uint32_t *last, uint16_t e,
+                                uint32_t now) {
     uint32_t want = last[e];
     stack[*size] = want; /* sentinel */
     uint32_t d = 0, carried = now;
@@ -93,24 +93,13 @@ static inline void lru_step(uint32_t *stack, uint32_t *size, uint32_t *last, uin
         carried = x;
         d++;
     }
+    last[e] = now;
     if (d == *size) { /* not in the stack: first access (the stack grew a level) */
         MOESIM_ASSERT(want == NEVER);
         (*size)++;
-        hist[0]++;
-    } else {
-        hist[d + 1]++;
+        return 0;
     }
-    last[e] = now;
-}
-
-/* hist[d] += 1 for each access found at LRU stack depth d (1..E); cold misses go to hist[0].
- * `last` and `stack` are scratch: [n_experts] and [n_experts + 1]. */
-static void lru_stack_pass(const uint16_t *seq, size_t n, uint32_t n_experts, uint32_t *last,
-                           uint32_t *stack, uint64_t *hist) {
-    for (uint32_t e = 0; e < n_experts; e++) last[e] = NEVER;
-    uint32_t size = 0;
-    for (size_t i = 0; i < n; i++) lru_step(stack, &size, last, seq[i], (uint32_t)i, hist);
-    MOESIM_ASSERT(size <= n_experts);
+    return d + 1;
 }
 
 /* next_use[i] = index of the next access of seq[i], or NEVER. `last` is scratch [n_experts]. */
@@ -123,10 +112,9 @@ static void next_use_pass(const uint16_t *seq, size_t n, uint32_t n_experts, uin
     }
 }
 
-/* One OPT access at time `now` (the expert whose priority is `now`), next used at `next`: its
- * depth goes to hist (0: first access); the old top is carried down to its level. */
-static inline void opt_step(uint32_t *prio, uint32_t *size, uint32_t now, uint32_t next,
-                            uint64_t *hist) {
+/* One OPT access at time `now` (the expert whose priority is `now`), next used at `next`:
+ * returns its depth (1-based; 0: first access); the old top is carried down to its level. */
+static inline uint32_t opt_step(uint32_t *prio, uint32_t *size, uint32_t now, uint32_t next) {
     prio[*size] = now; /* sentinel */
     uint32_t d = 0;
     if (prio[0] != now) {
@@ -138,24 +126,12 @@ static inline void opt_step(uint32_t *prio, uint32_t *size, uint32_t now, uint32
         }
         prio[d] = carried;
     }
+    prio[0] = next;
     if (d == *size) { /* first access: the stack grew by one level */
         (*size)++;
-        hist[0]++;
-    } else {
-        hist[d + 1]++;
+        return 0;
     }
-    prio[0] = next;
-}
-
-/* The same histogram under Belady's OPT: priority stack, priority = sooner next use. On an
- * access at level d the old top is carried down levels 1..d-1: each level keeps the sooner of
- * (its item, the carried one) and the later goes on; the last carried item fills level d.
- * `prio` is scratch [n_experts + 1]. */
-static void opt_stack_pass(const uint32_t *next_use, size_t n, uint32_t n_experts, uint32_t *prio,
-                           uint64_t *hist) {
-    uint32_t size = 0;
-    for (size_t i = 0; i < n; i++) opt_step(prio, &size, (uint32_t)i, next_use[i], hist);
-    MOESIM_ASSERT(size <= n_experts);
+    return d + 1;
 }
 
 /* ---- the same steps, 8 levels per vector (AVX2) ----
@@ -190,8 +166,8 @@ AVX2_FN __m256i lanes_after(uint32_t lane) {
     return _mm256_cmpgt_epi32(idx, _mm256_set1_epi32((int)lane));
 }
 
-AVX2_FN void lru_step_avx2(uint32_t *stack, uint32_t *size, uint32_t *last, uint16_t e,
-                           uint32_t now, uint64_t *hist) {
+AVX2_FN uint32_t lru_step_avx2(uint32_t *stack, uint32_t *size, uint32_t *last, uint16_t e,
+                               uint32_t now) {
     const uint32_t want = last[e];
     stack[*size] = want; /* sentinel */
     const __m256i w = _mm256_set1_epi32((int)want);
@@ -221,14 +197,13 @@ AVX2_FN void lru_step_avx2(uint32_t *stack, uint32_t *size, uint32_t *last, uint
         _mm256_storeu_si256((__m256i *)(stack + b + 8), n1);
         carry = r1;
     }
+    last[e] = now;
     if (d == *size) { /* not in the stack: first access (the stack grew a level) */
         MOESIM_ASSERT(want == NEVER);
         (*size)++;
-        hist[0]++;
-    } else {
-        hist[d + 1]++;
+        return 0;
     }
-    last[e] = now;
+    return d + 1;
 }
 
 /* One chunk of the OPT carry: x = old levels, carry = P of the levels before the chunk. Sets
@@ -257,8 +232,7 @@ AVX2_FN __m256i opt_chunk_last_avx2(__m256i x, __m256i carried, __m256i before, 
     return _mm256_blendv_epi8(carried, x, _mm256_cmpgt_epi32(idx, l));
 }
 
-AVX2_FN void opt_step_avx2(uint32_t *prio, uint32_t *size, uint32_t now, uint32_t next,
-                           uint64_t *hist) {
+AVX2_FN uint32_t opt_step_avx2(uint32_t *prio, uint32_t *size, uint32_t now, uint32_t next) {
     prio[*size] = now; /* sentinel */
     uint32_t d = 0;
     if (prio[0] != now) {
@@ -288,60 +262,75 @@ AVX2_FN void opt_step_avx2(uint32_t *prio, uint32_t *size, uint32_t now, uint32_
             carry = _mm256_max_epu32(carry1, max1);
         }
     }
+    prio[0] = next;
     if (d == *size) { /* first access: the stack grew by one level */
         (*size)++;
-        hist[0]++;
-    } else {
-        hist[d + 1]++;
+        return 0;
     }
-    prio[0] = next;
+    return d + 1;
 }
 
-__attribute__((target("avx2"))) static void
-lru_opt_stack_pass_avx2(const uint16_t *seq, const uint32_t *next_use, size_t n, uint32_t n_experts,
-                        uint32_t *last, uint32_t *stack, uint32_t *prio, uint64_t *lru_hist,
-                        uint64_t *opt_hist) {
-    for (uint32_t e = 0; e < n_experts; e++) last[e] = NEVER;
-    uint32_t lru_size = 0, opt_size = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (lru_hist) lru_step_avx2(stack, &lru_size, last, seq[i], (uint32_t)i, lru_hist);
-        if (opt_hist) opt_step_avx2(prio, &opt_size, (uint32_t)i, next_use[i], opt_hist);
-    }
-    MOESIM_ASSERT(lru_size <= n_experts && opt_size <= n_experts);
-}
 #endif
 
-/* Both in one loop: the LRU shift and the OPT carry are each a chain of dependent loads and
- * compares; interleaved, the core overlaps the two (measured with bench_trace_stats on the
- * shared 2-core machine, CPU time: +10..35 % accesses/s). `stack` and `prio` are separate
- * scratch [n_experts + 1]; `last` [n_experts]. */
-static void lru_opt_stack_pass(const uint16_t *seq, const uint32_t *next_use, size_t n,
-                               uint32_t n_experts, uint32_t *last, uint32_t *stack, uint32_t *prio,
-                               uint64_t *lru_hist, uint64_t *opt_hist) {
-    for (uint32_t e = 0; e < n_experts; e++) last[e] = NEVER;
-    uint32_t lru_size = 0, opt_size = 0;
-    for (size_t i = 0; i < n; i++) {
-        lru_step(stack, &lru_size, last, seq[i], (uint32_t)i, lru_hist);
-        opt_step(prio, &opt_size, (uint32_t)i, next_use[i], opt_hist);
-    }
-    MOESIM_ASSERT(lru_size <= n_experts && opt_size <= n_experts);
+/* ---- routes: the simulator's rule ----
+ *
+ * The simulator runs a token's experts together: every expert a (sub-)route needs is resident at
+ * once, and none of them is the victim of a load for the same route (policies/policy.h). Under
+ * that rule a route's accesses cannot evict each other, so:
+ *   - LRU: a route S moves its experts to the top of the stack like per-slot accesses do, and
+ *     an expert of S hits in a cache of capacity c (c >= |S|) exactly when its depth in the
+ *     stack *before the route* is <= c (the cache holds the top c of the LRU stack at every
+ *     route boundary: the route's misses evict the least recent experts outside S, which are
+ *     the ones below the top c - |S| experts outside S). The depth before the route is the
+ *     per-slot depth minus the experts of S already accessed in the route that were below it
+ *     (or new): one stack pass gives both curves;
+ *   - OPT: Belady under the rule evicts the expert outside S whose next use is farthest. That
+ *     is plain Belady on the sequence in which every route is followed by its distinct experts
+ *     once more ("again" accesses): while S is being accessed, each expert of S has its next
+ *     use inside the route, sooner than any expert outside S, so Belady never evicts one, and
+ *     the again accesses all hit at c >= |S|. The OPT stack over that sequence, counting only
+ *     the route's own accesses, gives every capacity c >= |S| at once.
+ * A route's later accesses of an expert it already accessed are hits (the same copy serves
+ * them), as in the simulator. */
+
+/* Consecutive runs of a layer's access sequence that run together: `len` [n], or NULL when
+ * every route is `fixed` accesses long (a token's top-k row). */
+typedef struct route_list {
+    const uint32_t *len;
+    uint32_t fixed;
+    size_t n;
+} route_list;
+
+static inline uint32_t route_length(const route_list *r, size_t i) {
+    return r->len ? r->len[i] : r->fixed;
 }
 
 /* Scratch for the stack passes, sized once. */
 typedef struct stack_scratch {
-    uint32_t *stack;    /* [n_experts + 1 + STACK_PAD] */
-    uint32_t *prio;     /* [n_experts + 1 + STACK_PAD] (OPT, when both passes run together) */
+    uint32_t *stack;    /* [n_experts + 1 + STACK_PAD] LRU */
+    uint32_t *prio;     /* [n_experts + 1 + STACK_PAD] OPT */
     uint32_t *last;     /* [n_experts] */
-    uint32_t *next_use; /* [capacity] */
-    size_t capacity;
+    uint32_t *pre_last; /* [n_experts] the route's experts' last access before the route */
+    uint16_t *ids;      /* [n_experts] the route's distinct experts in first-access order */
+    marker in_route;    /* [n_experts] experts already accessed in the current route */
+    uint32_t *next_use; /* [2 * capacity] */
+    uint16_t *seq2;     /* [2 * capacity] routes followed by their again accesses */
+    uint16_t *again;    /* [2 * capacity] |S| of the route for an again access, 0 otherwise */
+    size_t capacity;    /* accesses of the longest sequence */
     bool avx2; /* the CPU runs the AVX2 steps (MOESIM_STATS_SIMD=scalar: the portable ones) */
 } stack_scratch;
 
 static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capacity) {
-    s->stack = moesim_xcalloc((size_t)n_experts + 1 + STACK_PAD, sizeof *s->stack);
-    s->prio = moesim_xcalloc((size_t)n_experts + 1 + STACK_PAD, sizeof *s->prio);
-    s->last = moesim_xcalloc(n_experts ? n_experts : 1, sizeof *s->last);
-    s->next_use = moesim_xcalloc(capacity ? capacity : 1, sizeof *s->next_use);
+    size_t E = n_experts ? n_experts : 1, n2 = 2 * (capacity ? capacity : 1);
+    s->stack = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->stack);
+    s->prio = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->prio);
+    s->last = moesim_xcalloc(E, sizeof *s->last);
+    s->pre_last = moesim_xcalloc(E, sizeof *s->pre_last);
+    s->ids = moesim_xcalloc(E, sizeof *s->ids);
+    marker_init(&s->in_route, E);
+    s->next_use = moesim_xcalloc(n2, sizeof *s->next_use);
+    s->seq2 = moesim_xcalloc(n2, sizeof *s->seq2);
+    s->again = moesim_xcalloc(n2, sizeof *s->again);
     s->capacity = capacity;
 #ifdef STATS_HAVE_AVX2
     __builtin_cpu_init();
@@ -357,28 +346,126 @@ static void stack_scratch_free(stack_scratch *s) {
     free(s->stack);
     free(s->prio);
     free(s->last);
+    free(s->pre_last);
+    free(s->ids);
+    marker_free(&s->in_route);
     free(s->next_use);
+    free(s->seq2);
+    free(s->again);
 }
 
-/* Depth histograms (hist[0] = cold misses, hist[d] = found at depth d) for both policies. */
-static void depth_histograms(const uint16_t *seq, size_t n, uint32_t n_experts, stack_scratch *s,
-                             uint64_t *lru_hist, uint64_t *opt_hist) {
-    MOESIM_ASSERT(n < NEVER && n <= s->capacity);
-    if (opt_hist) next_use_pass(seq, n, n_experts, s->last, s->next_use);
+/* Depth histograms (hist[0] = cold misses, hist[d] = hits at every capacity >= d); NULL: that
+ * one is not computed. */
+typedef struct depth_hists {
+    uint64_t *lru_slot, *opt_slot; /* [n_experts + 1] per-slot rule: nothing pinned */
+    uint64_t *lru, *opt;           /* [n_experts + 1] the simulator's rule: routes pinned */
+} depth_hists;
+
+/* The LRU depth of expert e before the current route, from its per-slot depth d (the stack
+ * pass just moved it on top) and its last access before this one; the first access of e in
+ * the route joins the route's list. A later access of e in the route is a hit at depth 1. */
+static inline uint32_t pinned_lru_depth(stack_scratch *s, uint16_t e, uint32_t before, uint32_t d,
+                                        uint32_t *members) {
+    if (s->in_route.mark[e] == s->in_route.stamp) return 1;
+    s->in_route.mark[e] = s->in_route.stamp;
+    uint32_t pd = d;
+    if (d) /* members that were below e (or new) pushed it down by one each */
+        for (uint32_t x = 0; x < *members; x++)
+            pd -= s->pre_last[x] == NEVER || s->pre_last[x] < before;
+    s->pre_last[(*members)++] = before;
+    MOESIM_ASSERT(d == 0 || pd >= 1);
+    return pd;
+}
+
+/* Writes into s->seq2 / s->again every route followed by its distinct experts once more;
+ * returns the length. */
+static size_t doubled_routes(const uint16_t *seq, const route_list *routes, stack_scratch *s) {
+    size_t i = 0, w = 0;
+    for (size_t r = 0; r < routes->n; r++) {
+        uint32_t m = route_length(routes, r), u = 0;
+        marker_next(&s->in_route);
+        for (uint32_t j = 0; j < m; j++, i++) {
+            uint16_t e = seq[i];
+            s->seq2[w] = e, s->again[w++] = 0;
+            if (s->in_route.mark[e] == s->in_route.stamp) continue;
+            s->in_route.mark[e] = s->in_route.stamp;
+            s->ids[u++] = e;
+        }
+        for (uint32_t j = 0; j < u; j++) s->seq2[w] = s->ids[j], s->again[w++] = (uint16_t)u;
+    }
+    return w;
+}
+
+/* The passes, written once and built twice: with the scalar steps and (where the CPU has AVX2)
+ * with the vector ones.
+ *   route_pass: the LRU stack (per-slot and pinned depths) and the per-slot OPT stack in one
+ *     loop: the LRU shift and the OPT carry are each a chain of dependent loads and compares;
+ *     interleaved, the core overlaps the two (measured with bench_trace_stats on the shared
+ *     2-core machine, CPU time: +10..35 % accesses/s). The OPT stack needs s->next_use of seq.
+ *   pinned_opt_pass: the OPT stack over the doubled sequence (s->seq2, s->next_use of it);
+ *     again accesses are hits at depth <= |S| (asserted) and are not counted. */
+#define DEFINE_STACK_PASSES(SFX, ATTR, LRU_STEP, OPT_STEP)                                        \
+    ATTR static void route_pass_##SFX(const uint16_t *seq, const route_list *routes,              \
+                                      uint32_t n_experts, stack_scratch *s,                       \
+                                      const depth_hists *h) {                                     \
+        for (uint32_t e = 0; e < n_experts; e++) s->last[e] = NEVER;                              \
+        uint32_t lru_size = 0, opt_size = 0;                                                      \
+        size_t i = 0;                                                                             \
+        for (size_t r = 0; r < routes->n; r++) {                                                  \
+            uint32_t m = route_length(routes, r), members = 0;                                    \
+            marker_next(&s->in_route);                                                            \
+            for (uint32_t j = 0; j < m; j++, i++) {                                               \
+                uint16_t e = seq[i];                                                              \
+                if (h->opt_slot)                                                                  \
+                    h->opt_slot[OPT_STEP(s->prio, &opt_size, (uint32_t)i, s->next_use[i])]++;     \
+                if (!h->lru_slot && !h->lru) continue;                                            \
+                uint32_t before = s->last[e];                                                     \
+                uint32_t d = LRU_STEP(s->stack, &lru_size, s->last, e, (uint32_t)i);              \
+                if (h->lru_slot) h->lru_slot[d]++;                                                \
+                if (h->lru) h->lru[pinned_lru_depth(s, e, before, d, &members)]++;                \
+            }                                                                                     \
+        }                                                                                         \
+        MOESIM_ASSERT(lru_size <= n_experts && opt_size <= n_experts);                            \
+    }                                                                                             \
+    ATTR static void pinned_opt_pass_##SFX(size_t n2, uint32_t n_experts, stack_scratch *s,       \
+                                           uint64_t *hist) {                                      \
+        uint32_t size = 0;                                                                        \
+        for (size_t i = 0; i < n2; i++) {                                                         \
+            uint32_t d = OPT_STEP(s->prio, &size, (uint32_t)i, s->next_use[i]);                   \
+            if (s->again[i])                                                                      \
+                MOESIM_ASSERT(d >= 1 && d <= s->again[i]);                                        \
+            else                                                                                  \
+                hist[d]++;                                                                        \
+        }                                                                                         \
+        MOESIM_ASSERT(size <= n_experts);                                                         \
+    }
+
+DEFINE_STACK_PASSES(scalar, , lru_step, opt_step)
+#ifdef STATS_HAVE_AVX2
+DEFINE_STACK_PASSES(avx2, __attribute__((target("avx2"))), lru_step_avx2, opt_step_avx2)
+#endif
+
+/* Fills the histograms of `h` for the access sequence seq [n] cut into `routes`. */
+static void route_histograms(const uint16_t *seq, size_t n, const route_list *routes,
+                             uint32_t n_experts, stack_scratch *s, const depth_hists *h) {
+    MOESIM_ASSERT(n < NEVER / 2 && n <= s->capacity);
+    if (h->opt_slot) next_use_pass(seq, n, n_experts, s->last, s->next_use);
+#ifdef STATS_HAVE_AVX2
+    if (s->avx2)
+        route_pass_avx2(seq, routes, n_experts, s, h);
+    else
+#endif
+        route_pass_scalar(seq, routes, n_experts, s, h);
+    if (!h->opt) return;
+    size_t n2 = doubled_routes(seq, routes, s);
+    next_use_pass(s->seq2, n2, n_experts, s->last, s->next_use);
 #ifdef STATS_HAVE_AVX2
     if (s->avx2) {
-        lru_opt_stack_pass_avx2(seq, s->next_use, n, n_experts, s->last, s->stack, s->prio,
-                                lru_hist, opt_hist);
+        pinned_opt_pass_avx2(n2, n_experts, s, h->opt);
         return;
     }
 #endif
-    if (lru_hist && opt_hist)
-        lru_opt_stack_pass(seq, s->next_use, n, n_experts, s->last, s->stack, s->prio, lru_hist,
-                           opt_hist);
-    else if (lru_hist)
-        lru_stack_pass(seq, n, n_experts, s->last, s->stack, lru_hist);
-    else if (opt_hist)
-        opt_stack_pass(s->next_use, n, n_experts, s->stack, opt_hist);
+    pinned_opt_pass_scalar(n2, n_experts, s, h->opt);
 }
 
 /* hits[c] = accesses found at depth <= c, c = 0..n_experts. */
@@ -387,24 +474,54 @@ static void hits_from_histogram(const uint64_t *hist, uint32_t n_experts, uint64
     for (uint32_t c = 1; c <= n_experts; c++) hits[c] = hits[c - 1] + hist[c];
 }
 
+/* The same for a curve defined from capacity `from` on: hits[c] = 0 below it. */
+static void hits_from_histogram_from(const uint64_t *hist, uint32_t n_experts, uint32_t from,
+                                     uint64_t *hits) {
+    hits_from_histogram(hist, n_experts, hits);
+    for (uint32_t c = 0; c < from && c <= n_experts; c++) hits[c] = 0;
+}
+
 void trace_stats_hit_counts(const uint16_t *seq, size_t n, uint32_t n_experts, uint64_t *lru_hits,
                             uint64_t *opt_hits) {
     MOESIM_ASSERT(n_experts >= 1 && n_experts <= MODEL_MAX_EXPERTS);
     for (size_t i = 0; i < n; i++) MOESIM_ASSERT(seq[i] < n_experts);
     stack_scratch s;
     stack_scratch_init(&s, n_experts, n);
-    uint64_t *hist = moesim_xcalloc((size_t)n_experts + 1, sizeof *hist);
-    if (lru_hits) {
-        depth_histograms(seq, n, n_experts, &s, hist, NULL);
-        hits_from_histogram(hist, n_experts, lru_hits);
-    }
-    if (opt_hits) {
-        memset(hist, 0, ((size_t)n_experts + 1) * sizeof *hist);
-        depth_histograms(seq, n, n_experts, &s, NULL, hist);
-        hits_from_histogram(hist, n_experts, opt_hits);
-    }
+    uint64_t *hist = moesim_xcalloc(2 * ((size_t)n_experts + 1), sizeof *hist);
+    depth_hists h = {.lru_slot = lru_hits ? hist : NULL,
+                     .opt_slot = opt_hits ? hist + n_experts + 1 : NULL};
+    route_list one_each = {.fixed = 1, .n = n};
+    route_histograms(seq, n, &one_each, n_experts, &s, &h);
+    if (lru_hits) hits_from_histogram(h.lru_slot, n_experts, lru_hits);
+    if (opt_hits) hits_from_histogram(h.opt_slot, n_experts, opt_hits);
     free(hist);
     stack_scratch_free(&s);
+}
+
+uint32_t trace_stats_route_hit_counts(const uint16_t *seq, size_t n, const uint32_t *route_len,
+                                      size_t n_routes, uint32_t n_experts, uint64_t *lru_hits,
+                                      uint64_t *opt_hits) {
+    MOESIM_ASSERT(n_experts >= 1 && n_experts <= MODEL_MAX_EXPERTS);
+    for (size_t i = 0; i < n; i++) MOESIM_ASSERT(seq[i] < n_experts);
+    size_t total = 0;
+    for (size_t r = 0; r < n_routes; r++) total += route_len[r];
+    MOESIM_ASSERT(total == n);
+    stack_scratch s;
+    stack_scratch_init(&s, n_experts, n);
+    /* the widest route: the smallest capacity the rule allows */
+    uint32_t widest = 0;
+    size_t n2 = doubled_routes(seq, &(route_list){.len = route_len, .n = n_routes}, &s);
+    for (size_t i = 0; i < n2; i++)
+        if (s.again[i] > widest) widest = s.again[i];
+    uint64_t *hist = moesim_xcalloc(2 * ((size_t)n_experts + 1), sizeof *hist);
+    depth_hists h = {.lru = lru_hits ? hist : NULL, .opt = opt_hits ? hist + n_experts + 1 : NULL};
+    route_list routes = {.len = route_len, .n = n_routes};
+    route_histograms(seq, n, &routes, n_experts, &s, &h);
+    if (lru_hits) hits_from_histogram_from(h.lru, n_experts, widest, lru_hits);
+    if (opt_hits) hits_from_histogram_from(h.opt, n_experts, widest, opt_hits);
+    free(hist);
+    stack_scratch_free(&s);
+    return widest;
 }
 
 /* ---- per-token helpers ---- */
@@ -593,14 +710,30 @@ typedef struct work {
     uint16_t *prev_top1; /* [n_requests] top-1 expert of that token (when recorded) */
     marker set;          /* [n_experts] */
     stack_scratch stacks;
-    uint64_t *lru_hist, *opt_hist;                       /* [n_experts + 1] */
-    uint64_t *lru_hits, *opt_hits;                       /* [n_experts + 1] summed over layers */
+    depth_hists hist;                 /* each [n_experts + 1], this layer */
+    uint64_t *lru_hits, *opt_hits;    /* [n_experts + 1] routes pinned, summed over layers */
+    uint64_t *lru_slot_hits, *opt_slot_hits; /* [n_experts + 1] per slot, summed over layers */
     uint64_t *la_pairs, *la_top1, *la_found, *la_wanted; /* [D] this layer */
     uint64_t *sum_la_pairs, *sum_la_top1, *sum_la_found, *sum_la_wanted; /* [D] all layers */
     uint64_t reuse_pairs, reuse_top1, reuse_any;                         /* all layers */
     uint64_t reuse_dist_sum, reuse_dist_n;                               /* all layers */
     batch_plan batch;
 } work;
+
+/* A layer's hit-rate curve [E + 1] from its depth histogram: hits / n at c = from..E, NaN
+ * below (index 0 included); adds the hit counts to sum [E + 1]. */
+static double *layer_curve(const uint64_t *hist, uint32_t E, uint32_t from, size_t n,
+                           uint64_t *sum, arena *mem) {
+    double *rate = arena_calloc(mem, (size_t)E + 1, sizeof *rate);
+    uint64_t hits = 0;
+    rate[0] = NAN;
+    for (uint32_t c = 1; c <= E; c++) {
+        hits += hist[c];
+        rate[c] = c < from ? NAN : ratio(hits, n);
+        sum[c] += hits;
+    }
+    return rate;
+}
 
 static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
     const trace *t = w->t;
@@ -685,31 +818,26 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
     w->reuse_top1 += same_top1;
     w->reuse_any += any_shared;
 
-    memset(w->lru_hist, 0, ((size_t)E + 1) * sizeof *w->lru_hist);
-    memset(w->opt_hist, 0, ((size_t)E + 1) * sizeof *w->opt_hist);
-    depth_histograms(w->seq, n, E, &w->stacks, w->lru_hist, w->opt_hist);
-    ls->cold_misses = w->lru_hist[0];
-    MOESIM_ASSERT(w->opt_hist[0] == w->lru_hist[0]);
+    const depth_hists *h = &w->hist;
+    memset(h->lru_slot, 0, 4 * ((size_t)E + 1) * sizeof *h->lru_slot); /* one block, 4 arrays */
+    route_list rows = {.fixed = k, .n = n / k}; /* a token's row runs together */
+    route_histograms(w->seq, n, &rows, E, &w->stacks, h);
+    ls->cold_misses = h->lru_slot[0];
+    MOESIM_ASSERT(h->opt_slot[0] == ls->cold_misses && h->lru[0] == ls->cold_misses &&
+                  h->opt[0] == ls->cold_misses);
     uint64_t dist_sum = 0, dist_n = 0;
     for (uint32_t d = 1; d <= E; d++) {
-        dist_sum += (uint64_t)d * w->lru_hist[d];
-        dist_n += w->lru_hist[d];
+        dist_sum += (uint64_t)d * h->lru_slot[d];
+        dist_n += h->lru_slot[d];
     }
     ls->mean_reuse_distance = ratio(dist_sum, dist_n);
     w->reuse_dist_sum += dist_sum;
     w->reuse_dist_n += dist_n;
 
-    ls->lru_hit_rate = arena_calloc(mem, (size_t)E + 1, sizeof(double));
-    ls->opt_hit_rate = arena_calloc(mem, (size_t)E + 1, sizeof(double));
-    uint64_t lru = 0, opt = 0;
-    for (uint32_t c = 1; c <= E; c++) {
-        lru += w->lru_hist[c];
-        opt += w->opt_hist[c];
-        ls->lru_hit_rate[c] = ratio(lru, n);
-        ls->opt_hit_rate[c] = ratio(opt, n);
-        w->lru_hits[c] += lru;
-        w->opt_hits[c] += opt;
-    }
+    ls->lru_hit_rate = layer_curve(h->lru, E, k, n, w->lru_hits, mem);
+    ls->opt_hit_rate = layer_curve(h->opt, E, k, n, w->opt_hits, mem);
+    ls->lru_slot_hit_rate = layer_curve(h->lru_slot, E, 1, n, w->lru_slot_hits, mem);
+    ls->opt_slot_hit_rate = layer_curve(h->opt_slot, E, 1, n, w->opt_slot_hits, mem);
 
     if (D) {
         ls->lookahead_top1 = arena_calloc(mem, D, sizeof(double));
@@ -726,6 +854,14 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
 }
 
 /* ---- the whole trace ---- */
+
+/* hits[c] / accesses at c = from..E, NaN below. */
+static double *total_curve(const uint64_t *hits, uint32_t E, uint32_t from, uint64_t accesses,
+                           arena *mem) {
+    double *rate = arena_calloc(mem, (size_t)E + 1, sizeof *rate);
+    for (uint32_t c = 0; c <= E; c++) rate[c] = c < from ? NAN : ratio(hits[c], accesses);
+    return rate;
+}
 
 trace_stats *trace_stats_compute(const trace *t) {
     const uint32_t E = t->meta.n_experts, k = t->meta.top_k, L = t->meta.n_layers;
@@ -758,10 +894,13 @@ trace_stats *trace_stats_compute(const trace *t) {
     w.prev_top1 = moesim_xcalloc(t->n_requests ? t->n_requests : 1, sizeof *w.prev_top1);
     marker_init(&w.set, E);
     stack_scratch_init(&w.stacks, E, max_seq);
-    w.lru_hist = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
-    w.opt_hist = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
-    w.lru_hits = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
-    w.opt_hits = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
+    uint64_t *hist = moesim_xcalloc(8 * ((size_t)E + 1), sizeof *hist);
+    w.hist = (depth_hists){.lru_slot = hist,
+                           .opt_slot = hist + (E + 1),
+                           .lru = hist + 2 * (E + 1),
+                           .opt = hist + 3 * (E + 1)};
+    w.lru_hits = hist + 4 * (E + 1), w.opt_hits = hist + 5 * (E + 1);
+    w.lru_slot_hits = hist + 6 * (E + 1), w.opt_slot_hits = hist + 7 * (E + 1);
     uint64_t *la = moesim_xcalloc(8 * (size_t)(D ? D : 1), sizeof(uint64_t));
     w.la_pairs = la, w.la_top1 = la + D, w.la_found = la + 2 * D, w.la_wanted = la + 3 * D;
     w.sum_la_pairs = la + 4 * D, w.sum_la_top1 = la + 5 * D;
@@ -793,12 +932,10 @@ trace_stats *trace_stats_compute(const trace *t) {
     s->reuse_any = ratio(w.reuse_any, w.reuse_pairs);
     s->mean_reuse_distance = ratio(w.reuse_dist_sum, w.reuse_dist_n);
 
-    s->lru_hit_rate = arena_calloc(&s->mem, (size_t)E + 1, sizeof(double));
-    s->opt_hit_rate = arena_calloc(&s->mem, (size_t)E + 1, sizeof(double));
-    for (uint32_t c = 1; c <= E; c++) {
-        s->lru_hit_rate[c] = ratio(w.lru_hits[c], s->accesses);
-        s->opt_hit_rate[c] = ratio(w.opt_hits[c], s->accesses);
-    }
+    s->lru_hit_rate = total_curve(w.lru_hits, E, k, s->accesses, &s->mem);
+    s->opt_hit_rate = total_curve(w.opt_hits, E, k, s->accesses, &s->mem);
+    s->lru_slot_hit_rate = total_curve(w.lru_slot_hits, E, 1, s->accesses, &s->mem);
+    s->opt_slot_hit_rate = total_curve(w.opt_slot_hits, E, 1, s->accesses, &s->mem);
     if (D) {
         s->lookahead_top1 = arena_calloc(&s->mem, D, sizeof(double));
         s->lookahead_recall = arena_calloc(&s->mem, D, sizeof(double));
@@ -816,10 +953,7 @@ trace_stats *trace_stats_compute(const trace *t) {
 
     free(sorted);
     free(la);
-    free(w.opt_hits);
-    free(w.lru_hits);
-    free(w.opt_hist);
-    free(w.lru_hist);
+    free(hist);
     stack_scratch_free(&w.stacks);
     marker_free(&w.set);
     free(w.prev_top1);
@@ -839,11 +973,11 @@ void trace_stats_destroy(trace_stats *s) {
 /* A number, or null where the figure is absent (NaN). */
 static json_t *json_number_or_null(double x) { return isnan(x) ? json_null() : json_real(x); }
 
-/* {"1": r[1], ..., "E": r[E]} */
-static json_t *json_curve(const double *rate, uint32_t n_experts) {
+/* {"from": r[from], ..., "E": r[E]} */
+static json_t *json_curve(const double *rate, uint32_t from, uint32_t n_experts) {
     json_t *o = json_object();
     char key[16];
-    for (uint32_t c = 1; c <= n_experts; c++) {
+    for (uint32_t c = from; c <= n_experts; c++) {
         snprintf(key, sizeof key, "%u", c);
         json_object_set_new(o, key, json_number_or_null(rate[c]));
     }
@@ -897,8 +1031,10 @@ json_t *trace_stats_to_json(const trace_stats *s) {
                         json_by_distance(s->lookahead_top1, s->lookahead_depth));
     json_object_set_new(j, "lookahead_recall",
                         json_by_distance(s->lookahead_recall, s->lookahead_depth));
-    json_object_set_new(j, "lru_hit_rate", json_curve(s->lru_hit_rate, s->experts));
-    json_object_set_new(j, "opt_hit_rate", json_curve(s->opt_hit_rate, s->experts));
+    json_object_set_new(j, "lru_hit_rate", json_curve(s->lru_hit_rate, s->top_k, s->experts));
+    json_object_set_new(j, "opt_hit_rate", json_curve(s->opt_hit_rate, s->top_k, s->experts));
+    json_object_set_new(j, "lru_slot_hit_rate", json_curve(s->lru_slot_hit_rate, 1, s->experts));
+    json_object_set_new(j, "opt_slot_hit_rate", json_curve(s->opt_slot_hit_rate, 1, s->experts));
     json_t *layers = json_array();
     for (uint32_t l = 0; l < s->layers; l++) {
         const layer_stats *ls = &s->per_layer[l];
@@ -924,8 +1060,12 @@ json_t *trace_stats_to_json(const trace_stats *s) {
                             json_by_distance(ls->lookahead_top1, s->lookahead_depth));
         json_object_set_new(o, "lookahead_recall",
                             json_by_distance(ls->lookahead_recall, s->lookahead_depth));
-        json_object_set_new(o, "lru_hit_rate", json_curve(ls->lru_hit_rate, s->experts));
-        json_object_set_new(o, "opt_hit_rate", json_curve(ls->opt_hit_rate, s->experts));
+        json_object_set_new(o, "lru_hit_rate", json_curve(ls->lru_hit_rate, s->top_k, s->experts));
+        json_object_set_new(o, "opt_hit_rate", json_curve(ls->opt_hit_rate, s->top_k, s->experts));
+        json_object_set_new(o, "lru_slot_hit_rate",
+                            json_curve(ls->lru_slot_hit_rate, 1, s->experts));
+        json_object_set_new(o, "opt_slot_hit_rate",
+                            json_curve(ls->opt_slot_hit_rate, 1, s->experts));
         json_array_append_new(layers, o);
     }
     json_object_set_new(j, "per_layer", layers);
