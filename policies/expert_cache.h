@@ -27,7 +27,7 @@
  * expert in an indexed max-heap of stored keys, so a victim costs O(log n) instead of a scan of
  * thousands; a key that changes must be re-stored with expert_cache_refresh (plan_route does it
  * for the recency and use counts it changes; expert_cache_halve rebuilds the heap). Pinned experts
- * (those a route has already served, the candidates of a prefetch, and any expert whose eviction
+ * (every expert the current route needs, the candidates of a prefetch, and any expert whose eviction
  * the memory system refused during this route) are never chosen. Pins last until the next
  * expert_cache_begin_route.
  *
