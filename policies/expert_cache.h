@@ -27,9 +27,9 @@
  * expert in an indexed max-heap of stored keys, so a victim costs O(log n) instead of a scan of
  * thousands; a key that changes must be re-stored with expert_cache_refresh (plan_route does it
  * for the recency and use counts it changes; expert_cache_halve rebuilds the heap). Pinned experts
- * (every expert the current route needs, the candidates of a prefetch, and any expert whose eviction
- * the memory system refused during this route) are never chosen. Pins last until the next
- * expert_cache_begin_route.
+ * (every expert the current route needs, the candidates of a prefetch, and any expert whose
+ * eviction the memory system refused during this route) are never chosen. Pins last until the
+ * next expert_cache_begin_route.
  *
  * Accesses (expert_cache_plan_route): first the route's whole active set is pinned (the
  * simulator's rule, policies/policy.h: a (sub-)route's experts are resident together, so none of
