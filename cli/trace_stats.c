@@ -20,7 +20,7 @@ static const char stats_help[] =
     "requests run together (B = 1..32; absent when the trace has fewer requests), look-ahead\n"
     "predictor accuracy per distance (when the trace has predictions), and hit-rate curves of a\n"
     "per-layer expert cache under LRU and Belady's OPT: with a token's top-k experts resident\n"
-    "together (the simulator's rule; capacities top_k..E) and per slot (capacities 1..E).\n"
+    "together (the simulator's rule; capacities top_k..E), and LRU per slot (1..E).\n"
     "Definitions: traces/STATS.md.\n"
     "\n"
     "options:\n"
@@ -70,8 +70,12 @@ static void print_text(const char *path, const trace_stats *s) {
     }
     print_curves("hit rate of a per-layer cache (capacity: LRU / OPT)", s->lru_hit_rate,
                  s->opt_hit_rate, s->top_k, s->experts);
-    print_curves("per slot, nothing pinned (capacity: LRU / OPT)", s->lru_slot_hit_rate,
-                 s->opt_slot_hit_rate, 1, s->experts);
+    printf("LRU per slot, nothing pinned (capacity: hit rate):");
+    for (uint32_t c = 1;; c = 2 * c < s->experts ? 2 * c : s->experts) {
+        printf("  %" PRIu32 ": %.1f%%", c, 100.0 * s->lru_slot_hit_rate[c]);
+        if (c == s->experts) break;
+    }
+    printf("\n");
     printf("\n%5s %7s %7s %8s %8s %7s %7s %9s %9s\n", "layer", "gini", "top10%", "max/mean",
            "reuse-1", "reuse*", "dist", "LRU@2k", "OPT@2k");
     uint32_t cap = 2 * s->top_k < s->experts ? 2 * s->top_k : s->experts;

@@ -215,7 +215,7 @@ TestSuite(trace_stats);
 
 /* ---- hit-rate curves ---- */
 
-Test(trace_stats, per_slot_lru_and_opt_curves_equal_brute_force_caches_at_every_capacity) {
+Test(trace_stats, per_slot_lru_curve_and_hit_counts_equal_brute_force_caches_at_every_capacity) {
     static const random_spec specs[] = {
         {.layers = 2,
          .experts = 8,
@@ -274,29 +274,27 @@ Test(trace_stats, per_slot_lru_and_opt_curves_equal_brute_force_caches_at_every_
         trace *t = random_trace(sp);
         trace_stats *s = trace_stats_compute(t);
         uint16_t *seq = moesim_xcalloc(t->n_tokens * sp->k, sizeof *seq);
-        uint64_t total_n = 0, total_lru[129] = {0}, total_opt[129] = {0};
+        uint64_t total_n = 0, total_lru[129] = {0}, lru_counts[129], opt_counts[129];
         for (uint32_t l = 0; l < sp->layers; l++) {
             size_t n = layer_sequence(t, l, seq);
             cr_assert_eq(s->per_layer[l].accesses, n, "case %zu layer %u", c, l);
             total_n += n;
+            trace_stats_hit_counts(seq, n, sp->experts, lru_counts, opt_counts);
             for (uint32_t cap = 1; cap <= sp->experts; cap++) {
                 uint64_t lru = brute_lru_hits(seq, n, cap), opt = brute_opt_hits(seq, n, cap);
                 total_lru[cap] += lru;
-                total_opt[cap] += opt;
                 cr_assert_eq(s->per_layer[l].lru_slot_hit_rate[cap], (double)lru / (double)n,
                              "case %zu layer %u capacity %u: LRU %.17g, brute force %.17g", c, l,
                              cap, s->per_layer[l].lru_slot_hit_rate[cap], (double)lru / (double)n);
-                cr_assert_eq(s->per_layer[l].opt_slot_hit_rate[cap], (double)opt / (double)n,
-                             "case %zu layer %u capacity %u: OPT %.17g, brute force %.17g", c, l,
-                             cap, s->per_layer[l].opt_slot_hit_rate[cap], (double)opt / (double)n);
+                cr_assert_eq(lru_counts[cap], lru, "case %zu layer %u capacity %u", c, l, cap);
+                cr_assert_eq(opt_counts[cap], opt, "case %zu layer %u capacity %u: OPT %llu, "
+                             "brute force %llu", c, l, cap, (unsigned long long)opt_counts[cap],
+                             (unsigned long long)opt);
             }
         }
-        for (uint32_t cap = 1; cap <= sp->experts; cap++) {
+        for (uint32_t cap = 1; cap <= sp->experts; cap++)
             cr_assert_eq(s->lru_slot_hit_rate[cap], (double)total_lru[cap] / (double)total_n,
                          "case %zu capacity %u", c, cap);
-            cr_assert_eq(s->opt_slot_hit_rate[cap], (double)total_opt[cap] / (double)total_n,
-                         "case %zu capacity %u", c, cap);
-        }
         free(seq);
         trace_stats_destroy(s);
         free_trace(t);
@@ -496,7 +494,10 @@ Test(trace_stats, a_token_never_evicts_its_own_experts_under_the_simulator_rule)
      * per-slot OPT: at t2, 1 evicts 0 (next used at t4) rather than 2 (t3), though t2 has just
      * used 0, so t3 hits 2 as well: 3 hits, one more than any cache that runs a token whole */
     cr_assert_eq(s->opt_hit_rate[2], 2.0 / 10.0, "%.17g", s->opt_hit_rate[2]);
-    cr_assert_eq(s->opt_slot_hit_rate[2], 3.0 / 10.0, "%.17g", s->opt_slot_hit_rate[2]);
+    const uint16_t seq[10] = {0, 1, 2, 0, 0, 1, 2, 3, 0, 4};
+    uint64_t slot_lru[6], slot_opt[6];
+    trace_stats_hit_counts(seq, 10, 5, slot_lru, slot_opt);
+    cr_assert_eq(slot_opt[2], 3);
     trace_stats_destroy(s);
     free_trace(t);
 }
@@ -571,6 +572,19 @@ Test(trace_stats, vector_and_scalar_stack_steps_give_the_same_counts_on_deep_sta
         const uint32_t shallow = E > 64 ? 64 : E - 1; /* 64 levels: four 16-level rounds */
         cr_assert_lt(lru[shallow], lru[E], "E %u: some accesses lie deeper than %u", E, shallow);
         cr_assert_lt(opt[shallow], opt[E], "E %u: some accesses lie deeper than %u", E, shallow);
+        /* the same with routes of 6 accesses pinned */
+        uint32_t *len = moesim_xcalloc(N / 6, sizeof *len);
+        for (size_t r = 0; r < N / 6; r++) len[r] = 6;
+        uint32_t from = trace_stats_route_hit_counts(seq, N, len, N / 6, E, lru, opt);
+        cr_assert_eq(setenv("MOESIM_STATS_SIMD", "scalar", 1), 0);
+        cr_assert_eq(trace_stats_route_hit_counts(seq, N, len, N / 6, E, lru_s, opt_s), from);
+        cr_assert_eq(unsetenv("MOESIM_STATS_SIMD"), 0);
+        for (uint32_t cap = 0; cap <= E; cap++) {
+            cr_assert_eq(lru[cap], lru_s[cap], "E %u capacity %u: pinned LRU", E, cap);
+            cr_assert_eq(opt[cap], opt_s[cap], "E %u capacity %u: pinned OPT", E, cap);
+        }
+        cr_assert_lt(opt[shallow], opt[E], "E %u: pinned OPT deeper than %u", E, shallow);
+        free(len);
         free(hits);
     }
     free(seq);
@@ -604,16 +618,19 @@ Test(trace_stats, belady_keeps_the_expert_needed_soonest_on_a_small_cycle) {
     cr_assert_eq(opt[1], 0);
 }
 
+/* A curve non-decreasing over from..E. */
+static void check_monotone(const double *rate, uint32_t from, uint32_t E, size_t c) {
+    for (uint32_t cap = from + 1; cap <= E; cap++)
+        cr_assert_geq(rate[cap], rate[cap - 1], "case %zu cap %u", c, cap);
+}
+
 /* OPT >= LRU at every capacity from..E, both non-decreasing, equal at E. */
 static void check_curves(const double *lru, const double *opt, uint32_t from, uint32_t E,
                          size_t c) {
-    for (uint32_t cap = from; cap <= E; cap++) {
+    for (uint32_t cap = from; cap <= E; cap++)
         cr_assert_geq(opt[cap], lru[cap], "case %zu cap %u", c, cap);
-        if (cap > from) {
-            cr_assert_geq(lru[cap], lru[cap - 1], "case %zu cap %u", c, cap);
-            cr_assert_geq(opt[cap], opt[cap - 1], "case %zu cap %u", c, cap);
-        }
-    }
+    check_monotone(lru, from, E, c);
+    check_monotone(opt, from, E, c);
     cr_assert_eq(lru[E], opt[E]);
 }
 
@@ -646,24 +663,29 @@ Test(trace_stats, curves_are_monotone_opt_is_never_below_lru_and_full_capacity_m
         trace *t = random_trace(&specs[c]);
         trace_stats *s = trace_stats_compute(t);
         const uint32_t E = s->experts, K = s->top_k;
-        uint64_t cold = 0;
+        uint64_t cold = 0, *slot_opt = moesim_xcalloc((size_t)E + 1, sizeof *slot_opt);
+        uint16_t *seq = moesim_xcalloc(t->n_tokens * K, sizeof *seq);
         for (uint32_t l = 0; l < s->layers; l++) {
             const layer_stats *ls = &s->per_layer[l];
             cold += ls->cold_misses;
             check_curves(ls->lru_hit_rate, ls->opt_hit_rate, K, E, c);
-            check_curves(ls->lru_slot_hit_rate, ls->opt_slot_hit_rate, 1, E, c);
+            check_monotone(ls->lru_slot_hit_rate, 1, E, c);
             double all = (double)(ls->accesses - ls->cold_misses) / (double)ls->accesses;
             cr_assert_eq(ls->lru_hit_rate[E], all);
             cr_assert_eq(ls->lru_slot_hit_rate[E], all);
             /* pinning only takes choices away from Belady; below top_k the rule is undefined */
+            size_t n = layer_sequence(t, l, seq);
+            trace_stats_hit_counts(seq, n, E, NULL, slot_opt);
             for (uint32_t cap = K; cap <= E; cap++)
-                cr_assert_leq(ls->opt_hit_rate[cap], ls->opt_slot_hit_rate[cap]);
+                cr_assert_leq(ls->opt_hit_rate[cap], (double)slot_opt[cap] / (double)n);
             for (uint32_t cap = 0; cap < K; cap++)
                 cr_assert(isnan(ls->lru_hit_rate[cap]) && isnan(ls->opt_hit_rate[cap]));
         }
         check_curves(s->lru_hit_rate, s->opt_hit_rate, K, E, c);
-        check_curves(s->lru_slot_hit_rate, s->opt_slot_hit_rate, 1, E, c);
+        check_monotone(s->lru_slot_hit_rate, 1, E, c);
         cr_assert_eq(s->lru_hit_rate[E], (double)(s->accesses - cold) / (double)s->accesses);
+        free(slot_opt);
+        free(seq);
         trace_stats_destroy(s);
         free_trace(t);
     }
@@ -951,9 +973,9 @@ Test(trace_stats, json_has_the_issue_keys_and_is_the_same_bytes_every_time) {
         cr_assert_eq(json_object_size(lru), 15);
         cr_assert_null(json_object_get(lru, "1"));
         cr_assert_eq(json_real_value(json_object_get(lru, "4")), s->lru_hit_rate[4]);
-        json_t *slot = json_object_get(j, "opt_slot_hit_rate");
+        json_t *slot = json_object_get(j, "lru_slot_hit_rate");
         cr_assert_eq(json_object_size(slot), 16);
-        cr_assert_eq(json_real_value(json_object_get(slot, "1")), s->opt_slot_hit_rate[1]);
+        cr_assert_eq(json_real_value(json_object_get(slot, "1")), s->lru_slot_hit_rate[1]);
         json_t *by_b = json_object_get(j, "active_share_by_batch");
         cr_assert_eq(json_real_value(json_object_get(by_b, "1")), 2.0 / 16.0);
         cr_assert(json_is_null(json_object_get(by_b, "4")), "3 requests cannot form a batch of 4");

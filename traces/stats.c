@@ -14,7 +14,11 @@
  *     levels 1..d-1: at each level the item with the sooner next use stays and the other goes
  *     on; the last carried item fills level d. The top c levels are then exactly what Belady's
  *     cache of capacity c holds, so the depth histogram again gives every capacity at once;
- *   - both stack passes run in one loop; with E > 16 on a CPU with AVX2 (checked at run time)
+ *   - the simulator's rule (a token's experts resident together, none evicted for the same
+ *     token): the LRU curve comes from the same LRU stack (the depth before the token's
+ *     route), the OPT curve from a third stack over the sequence in which every route is
+ *     followed by its experts once more (see "routes" below);
+ *   - the three stacks run in one loop; with E > 16 on a CPU with AVX2 (checked at run time)
  *     each step handles 16 levels per exit test in vector registers (the OPT carry is a running
  *     maximum, so it vectorizes as a prefix maximum); the scalar steps are the fallback and
  *     give the same histograms (tests compare them; MOESIM_STATS_SIMD=scalar forces them);
@@ -308,29 +312,29 @@ static inline uint32_t route_length(const route_list *r, size_t i) {
 /* Scratch for the stack passes, sized once. */
 typedef struct stack_scratch {
     uint32_t *stack;    /* [n_experts + 1 + STACK_PAD] LRU */
-    uint32_t *prio;     /* [n_experts + 1 + STACK_PAD] OPT */
+    uint32_t *prio;     /* [n_experts + 1 + STACK_PAD] OPT per slot */
+    uint32_t *prio2;    /* [n_experts + 1 + STACK_PAD] OPT with routes pinned */
     uint32_t *last;     /* [n_experts] */
     uint32_t *pre_last; /* [n_experts] the route's experts' last access before the route */
     uint16_t *ids;      /* [n_experts] the route's distinct experts in first-access order */
     marker in_route;    /* [n_experts] experts already accessed in the current route */
-    uint32_t *next_use; /* [2 * capacity] */
-    uint16_t *seq2;     /* [2 * capacity] routes followed by their again accesses */
-    uint16_t *again;    /* [2 * capacity] |S| of the route for an again access, 0 otherwise */
+    uint32_t *next_use; /* [capacity] next use of each access of seq */
+    uint32_t *after;    /* [n_experts] next uses past the current route of its experts */
     size_t capacity;    /* accesses of the longest sequence */
     bool avx2; /* the CPU runs the AVX2 steps (MOESIM_STATS_SIMD=scalar: the portable ones) */
 } stack_scratch;
 
 static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capacity) {
-    size_t E = n_experts ? n_experts : 1, n2 = 2 * (capacity ? capacity : 1);
+    size_t E = n_experts ? n_experts : 1;
     s->stack = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->stack);
     s->prio = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->prio);
+    s->prio2 = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->prio2);
     s->last = moesim_xcalloc(E, sizeof *s->last);
     s->pre_last = moesim_xcalloc(E, sizeof *s->pre_last);
     s->ids = moesim_xcalloc(E, sizeof *s->ids);
     marker_init(&s->in_route, E);
-    s->next_use = moesim_xcalloc(n2, sizeof *s->next_use);
-    s->seq2 = moesim_xcalloc(n2, sizeof *s->seq2);
-    s->again = moesim_xcalloc(n2, sizeof *s->again);
+    s->next_use = moesim_xcalloc(capacity ? capacity : 1, sizeof *s->next_use);
+    s->after = moesim_xcalloc(E, sizeof *s->after);
     s->capacity = capacity;
 #ifdef STATS_HAVE_AVX2
     __builtin_cpu_init();
@@ -345,13 +349,13 @@ static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capa
 static void stack_scratch_free(stack_scratch *s) {
     free(s->stack);
     free(s->prio);
+    free(s->prio2);
     free(s->last);
     free(s->pre_last);
     free(s->ids);
     marker_free(&s->in_route);
     free(s->next_use);
-    free(s->seq2);
-    free(s->again);
+    free(s->after);
 }
 
 /* Depth histograms (hist[0] = cold misses, hist[d] = hits at every capacity >= d); NULL: that
@@ -377,95 +381,95 @@ static inline uint32_t pinned_lru_depth(stack_scratch *s, uint16_t e, uint32_t b
     return pd;
 }
 
-/* Writes into s->seq2 / s->again every route followed by its distinct experts once more;
- * returns the length. */
-static size_t doubled_routes(const uint16_t *seq, const route_list *routes, stack_scratch *s) {
-    size_t i = 0, w = 0;
+/* The widest route's distinct experts: the smallest capacity the rule allows. */
+static uint32_t widest_route(const uint16_t *seq, const route_list *routes, stack_scratch *s) {
+    uint32_t widest = 0;
+    size_t i = 0;
     for (size_t r = 0; r < routes->n; r++) {
         uint32_t m = route_length(routes, r), u = 0;
         marker_next(&s->in_route);
         for (uint32_t j = 0; j < m; j++, i++) {
-            uint16_t e = seq[i];
-            s->seq2[w] = e, s->again[w++] = 0;
-            if (s->in_route.mark[e] == s->in_route.stamp) continue;
-            s->in_route.mark[e] = s->in_route.stamp;
-            s->ids[u++] = e;
+            if (s->in_route.mark[seq[i]] == s->in_route.stamp) continue;
+            s->in_route.mark[seq[i]] = s->in_route.stamp;
+            u++;
         }
-        for (uint32_t j = 0; j < u; j++) s->seq2[w] = s->ids[j], s->again[w++] = (uint16_t)u;
+        if (u > widest) widest = u;
     }
-    return w;
+    return widest;
 }
 
-/* The passes, written once and built twice: with the scalar steps and (where the CPU has AVX2)
- * with the vector ones.
- *   route_pass: the LRU stack (per-slot and pinned depths) and the per-slot OPT stack in one
- *     loop: the LRU shift and the OPT carry are each a chain of dependent loads and compares;
- *     interleaved, the core overlaps the two (measured with bench_trace_stats on the shared
- *     2-core machine, CPU time: +10..35 % accesses/s). The OPT stack needs s->next_use of seq.
- *   pinned_opt_pass: the OPT stack over the doubled sequence (s->seq2, s->next_use of it);
- *     again accesses are hits at depth <= |S| (asserted) and are not counted. */
-#define DEFINE_STACK_PASSES(SFX, ATTR, LRU_STEP, OPT_STEP)                                        \
+/* The pinned OPT stack runs the doubled sequence (routes followed by their again accesses)
+ * without writing it out. Its times are 2 i for access i; while a route [r0, r1) runs, an
+ * access whose expert comes back inside the route gets that use as its priority, and the last
+ * access of each of its experts gets IN_ROUTE(r1) = 2 r1 - 1: sooner than any use past the route
+ * (>= 2 r1) and never the time of an access (odd), like the again accesses that follow. Those
+ * experts are then exactly the top |S| levels (each access puts its expert on top and the carry
+ * keeps the sooner item at every level), and the again accesses only reorder those levels and
+ * give them their true next uses. The order inside the top |S| <= widest levels changes no
+ * count at a capacity >= the widest route (an access found there hits at all of them, and what
+ * the carry takes past them is their maximum, whatever their order), so the again accesses
+ * reduce to writing the route's next uses past its end into the top |S| levels. */
+#define IN_ROUTE(r1) (2 * (uint32_t)(r1) - 1)
+
+/* The pass, written once and built twice: with the scalar steps and (where the CPU has AVX2)
+ * with the vector ones. One loop over the routes runs up to three stacks: LRU (per-slot and
+ * pinned depths), OPT per slot and OPT with routes pinned (both over s->next_use). The LRU
+ * shift and the OPT carries are each a chain of dependent loads and compares; interleaved, the
+ * core overlaps them (measured with bench_trace_stats on the shared 2-core machine, CPU time:
+ * +10..35 % accesses/s for two chains; the pinned OPT as a separate pass over a written-out
+ * doubled sequence made the whole stats step 2.1 CPU-s, interleaved 1.5, Qwen3-30B-A3B
+ * geometry, 32 M accesses). */
+#define DEFINE_STACK_PASS(SFX, ATTR, LRU_STEP, OPT_STEP)                                          \
     ATTR static void route_pass_##SFX(const uint16_t *seq, const route_list *routes,              \
                                       uint32_t n_experts, stack_scratch *s,                       \
                                       const depth_hists *h) {                                     \
         for (uint32_t e = 0; e < n_experts; e++) s->last[e] = NEVER;                              \
-        uint32_t lru_size = 0, opt_size = 0;                                                      \
+        uint32_t lru_size = 0, opt_size = 0, opt2_size = 0;                                       \
         size_t i = 0;                                                                             \
         for (size_t r = 0; r < routes->n; r++) {                                                  \
-            uint32_t m = route_length(routes, r), members = 0;                                    \
+            uint32_t m = route_length(routes, r), members = 0, n_after = 0;                       \
+            const size_t r1 = i + m;                                                              \
             marker_next(&s->in_route);                                                            \
             for (uint32_t j = 0; j < m; j++, i++) {                                               \
                 uint16_t e = seq[i];                                                              \
-                if (h->opt_slot)                                                                  \
-                    h->opt_slot[OPT_STEP(s->prio, &opt_size, (uint32_t)i, s->next_use[i])]++;     \
+                uint32_t nu = s->next_use[i];                                                     \
+                if (h->opt_slot) h->opt_slot[OPT_STEP(s->prio, &opt_size, (uint32_t)i, nu)]++;    \
+                if (h->opt) {                                                                     \
+                    uint32_t next = nu < r1 ? 2 * nu : IN_ROUTE(r1);                              \
+                    if (nu >= r1) s->after[n_after++] = nu == NEVER ? NEVER : 2 * nu;             \
+                    h->opt[OPT_STEP(s->prio2, &opt2_size, 2 * (uint32_t)i, next)]++;              \
+                }                                                                                 \
                 if (!h->lru_slot && !h->lru) continue;                                            \
                 uint32_t before = s->last[e];                                                     \
                 uint32_t d = LRU_STEP(s->stack, &lru_size, s->last, e, (uint32_t)i);              \
                 if (h->lru_slot) h->lru_slot[d]++;                                                \
                 if (h->lru) h->lru[pinned_lru_depth(s, e, before, d, &members)]++;                \
             }                                                                                     \
+            for (uint32_t x = 0; x < n_after; x++) { /* the again accesses */                     \
+                MOESIM_ASSERT(s->prio2[x] == IN_ROUTE(r1));                                       \
+                s->prio2[x] = s->after[x];                                                        \
+            }                                                                                     \
         }                                                                                         \
-        MOESIM_ASSERT(lru_size <= n_experts && opt_size <= n_experts);                            \
-    }                                                                                             \
-    ATTR static void pinned_opt_pass_##SFX(size_t n2, uint32_t n_experts, stack_scratch *s,       \
-                                           uint64_t *hist) {                                      \
-        uint32_t size = 0;                                                                        \
-        for (size_t i = 0; i < n2; i++) {                                                         \
-            uint32_t d = OPT_STEP(s->prio, &size, (uint32_t)i, s->next_use[i]);                   \
-            if (s->again[i])                                                                      \
-                MOESIM_ASSERT(d >= 1 && d <= s->again[i]);                                        \
-            else                                                                                  \
-                hist[d]++;                                                                        \
-        }                                                                                         \
-        MOESIM_ASSERT(size <= n_experts);                                                         \
+        MOESIM_ASSERT(lru_size <= n_experts && opt_size <= n_experts && opt2_size <= n_experts);  \
     }
 
-DEFINE_STACK_PASSES(scalar, , lru_step, opt_step)
+DEFINE_STACK_PASS(scalar, , lru_step, opt_step)
 #ifdef STATS_HAVE_AVX2
-DEFINE_STACK_PASSES(avx2, __attribute__((target("avx2"))), lru_step_avx2, opt_step_avx2)
+DEFINE_STACK_PASS(avx2, __attribute__((target("avx2"))), lru_step_avx2, opt_step_avx2)
 #endif
 
 /* Fills the histograms of `h` for the access sequence seq [n] cut into `routes`. */
 static void route_histograms(const uint16_t *seq, size_t n, const route_list *routes,
                              uint32_t n_experts, stack_scratch *s, const depth_hists *h) {
     MOESIM_ASSERT(n < NEVER / 2 && n <= s->capacity);
-    if (h->opt_slot) next_use_pass(seq, n, n_experts, s->last, s->next_use);
-#ifdef STATS_HAVE_AVX2
-    if (s->avx2)
-        route_pass_avx2(seq, routes, n_experts, s, h);
-    else
-#endif
-        route_pass_scalar(seq, routes, n_experts, s, h);
-    if (!h->opt) return;
-    size_t n2 = doubled_routes(seq, routes, s);
-    next_use_pass(s->seq2, n2, n_experts, s->last, s->next_use);
+    if (h->opt_slot || h->opt) next_use_pass(seq, n, n_experts, s->last, s->next_use);
 #ifdef STATS_HAVE_AVX2
     if (s->avx2) {
-        pinned_opt_pass_avx2(n2, n_experts, s, h->opt);
+        route_pass_avx2(seq, routes, n_experts, s, h);
         return;
     }
 #endif
-    pinned_opt_pass_scalar(n2, n_experts, s, h->opt);
+    route_pass_scalar(seq, routes, n_experts, s, h);
 }
 
 /* hits[c] = accesses found at depth <= c, c = 0..n_experts. */
@@ -508,14 +512,10 @@ uint32_t trace_stats_route_hit_counts(const uint16_t *seq, size_t n, const uint3
     MOESIM_ASSERT(total == n);
     stack_scratch s;
     stack_scratch_init(&s, n_experts, n);
-    /* the widest route: the smallest capacity the rule allows */
-    uint32_t widest = 0;
-    size_t n2 = doubled_routes(seq, &(route_list){.len = route_len, .n = n_routes}, &s);
-    for (size_t i = 0; i < n2; i++)
-        if (s.again[i] > widest) widest = s.again[i];
+    route_list routes = {.len = route_len, .n = n_routes};
+    uint32_t widest = widest_route(seq, &routes, &s);
     uint64_t *hist = moesim_xcalloc(2 * ((size_t)n_experts + 1), sizeof *hist);
     depth_hists h = {.lru = lru_hits ? hist : NULL, .opt = opt_hits ? hist + n_experts + 1 : NULL};
-    route_list routes = {.len = route_len, .n = n_routes};
     route_histograms(seq, n, &routes, n_experts, &s, &h);
     if (lru_hits) hits_from_histogram_from(h.lru, n_experts, widest, lru_hits);
     if (opt_hits) hits_from_histogram_from(h.opt, n_experts, widest, opt_hits);
@@ -712,7 +712,7 @@ typedef struct work {
     stack_scratch stacks;
     depth_hists hist;                 /* each [n_experts + 1], this layer */
     uint64_t *lru_hits, *opt_hits;    /* [n_experts + 1] routes pinned, summed over layers */
-    uint64_t *lru_slot_hits, *opt_slot_hits; /* [n_experts + 1] per slot, summed over layers */
+    uint64_t *lru_slot_hits;          /* [n_experts + 1] per slot, summed over layers */
     uint64_t *la_pairs, *la_top1, *la_found, *la_wanted; /* [D] this layer */
     uint64_t *sum_la_pairs, *sum_la_top1, *sum_la_found, *sum_la_wanted; /* [D] all layers */
     uint64_t reuse_pairs, reuse_top1, reuse_any;                         /* all layers */
@@ -819,12 +819,11 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
     w->reuse_any += any_shared;
 
     const depth_hists *h = &w->hist;
-    memset(h->lru_slot, 0, 4 * ((size_t)E + 1) * sizeof *h->lru_slot); /* one block, 4 arrays */
+    memset(h->lru_slot, 0, 3 * ((size_t)E + 1) * sizeof *h->lru_slot); /* one block, 3 arrays */
     route_list rows = {.fixed = k, .n = n / k}; /* a token's row runs together */
     route_histograms(w->seq, n, &rows, E, &w->stacks, h);
     ls->cold_misses = h->lru_slot[0];
-    MOESIM_ASSERT(h->opt_slot[0] == ls->cold_misses && h->lru[0] == ls->cold_misses &&
-                  h->opt[0] == ls->cold_misses);
+    MOESIM_ASSERT(h->lru[0] == ls->cold_misses && h->opt[0] == ls->cold_misses);
     uint64_t dist_sum = 0, dist_n = 0;
     for (uint32_t d = 1; d <= E; d++) {
         dist_sum += (uint64_t)d * h->lru_slot[d];
@@ -837,7 +836,6 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
     ls->lru_hit_rate = layer_curve(h->lru, E, k, n, w->lru_hits, mem);
     ls->opt_hit_rate = layer_curve(h->opt, E, k, n, w->opt_hits, mem);
     ls->lru_slot_hit_rate = layer_curve(h->lru_slot, E, 1, n, w->lru_slot_hits, mem);
-    ls->opt_slot_hit_rate = layer_curve(h->opt_slot, E, 1, n, w->opt_slot_hits, mem);
 
     if (D) {
         ls->lookahead_top1 = arena_calloc(mem, D, sizeof(double));
@@ -894,13 +892,12 @@ trace_stats *trace_stats_compute(const trace *t) {
     w.prev_top1 = moesim_xcalloc(t->n_requests ? t->n_requests : 1, sizeof *w.prev_top1);
     marker_init(&w.set, E);
     stack_scratch_init(&w.stacks, E, max_seq);
-    uint64_t *hist = moesim_xcalloc(8 * ((size_t)E + 1), sizeof *hist);
-    w.hist = (depth_hists){.lru_slot = hist,
-                           .opt_slot = hist + (E + 1),
-                           .lru = hist + 2 * (E + 1),
-                           .opt = hist + 3 * (E + 1)};
-    w.lru_hits = hist + 4 * (E + 1), w.opt_hits = hist + 5 * (E + 1);
-    w.lru_slot_hits = hist + 6 * (E + 1), w.opt_slot_hits = hist + 7 * (E + 1);
+    /* the per-slot OPT curve is left out: a third OPT-sized chain would cost ~20 % of the
+     * throughput (bench, E = 512) for a figure that is no bound for the simulator */
+    uint64_t *hist = moesim_xcalloc(6 * ((size_t)E + 1), sizeof *hist);
+    w.hist = (depth_hists){.lru_slot = hist, .lru = hist + (E + 1), .opt = hist + 2 * (E + 1)};
+    w.lru_hits = hist + 3 * (E + 1), w.opt_hits = hist + 4 * (E + 1);
+    w.lru_slot_hits = hist + 5 * (E + 1);
     uint64_t *la = moesim_xcalloc(8 * (size_t)(D ? D : 1), sizeof(uint64_t));
     w.la_pairs = la, w.la_top1 = la + D, w.la_found = la + 2 * D, w.la_wanted = la + 3 * D;
     w.sum_la_pairs = la + 4 * D, w.sum_la_top1 = la + 5 * D;
@@ -935,7 +932,6 @@ trace_stats *trace_stats_compute(const trace *t) {
     s->lru_hit_rate = total_curve(w.lru_hits, E, k, s->accesses, &s->mem);
     s->opt_hit_rate = total_curve(w.opt_hits, E, k, s->accesses, &s->mem);
     s->lru_slot_hit_rate = total_curve(w.lru_slot_hits, E, 1, s->accesses, &s->mem);
-    s->opt_slot_hit_rate = total_curve(w.opt_slot_hits, E, 1, s->accesses, &s->mem);
     if (D) {
         s->lookahead_top1 = arena_calloc(&s->mem, D, sizeof(double));
         s->lookahead_recall = arena_calloc(&s->mem, D, sizeof(double));
@@ -1034,7 +1030,6 @@ json_t *trace_stats_to_json(const trace_stats *s) {
     json_object_set_new(j, "lru_hit_rate", json_curve(s->lru_hit_rate, s->top_k, s->experts));
     json_object_set_new(j, "opt_hit_rate", json_curve(s->opt_hit_rate, s->top_k, s->experts));
     json_object_set_new(j, "lru_slot_hit_rate", json_curve(s->lru_slot_hit_rate, 1, s->experts));
-    json_object_set_new(j, "opt_slot_hit_rate", json_curve(s->opt_slot_hit_rate, 1, s->experts));
     json_t *layers = json_array();
     for (uint32_t l = 0; l < s->layers; l++) {
         const layer_stats *ls = &s->per_layer[l];
@@ -1064,8 +1059,6 @@ json_t *trace_stats_to_json(const trace_stats *s) {
         json_object_set_new(o, "opt_hit_rate", json_curve(ls->opt_hit_rate, s->top_k, s->experts));
         json_object_set_new(o, "lru_slot_hit_rate",
                             json_curve(ls->lru_slot_hit_rate, 1, s->experts));
-        json_object_set_new(o, "opt_slot_hit_rate",
-                            json_curve(ls->opt_slot_hit_rate, 1, s->experts));
         json_array_append_new(layers, o);
     }
     json_object_set_new(j, "per_layer", layers);

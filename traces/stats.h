@@ -8,8 +8,8 @@
  *   - the simulator's (lru_hit_rate, opt_hit_rate; capacities top_k..E): a token's experts are
  *     resident together, so none of them is evicted to load another of the same token — the
  *     simulator's lru at batch 1 with one-token steps gives lru_hit_rate[c];
- *   - per slot (lru_slot_hit_rate, opt_slot_hit_rate; capacities 1..E): every access on its
- *     own, nothing pinned (a software cache fed the access sequence). */
+ *   - per slot (lru_slot_hit_rate; capacities 1..E): every access on its own, nothing pinned
+ *     (a software cache fed the access sequence); trace_stats_hit_counts gives per-slot OPT. */
 #ifndef MOESIM_TRACES_STATS_H
 #define MOESIM_TRACES_STATS_H
 
@@ -42,8 +42,7 @@ typedef struct layer_stats {
     double *lookahead_recall; /* [D] share of layer l+d's top-k among the first k predicted */
     double *lru_hit_rate;      /* [n_experts + 1] by capacity, routes pinned; NaN below top_k */
     double *opt_hit_rate;      /* [n_experts + 1] Belady under the same rule; NaN below top_k */
-    double *lru_slot_hit_rate; /* [n_experts + 1] per slot; index 0 NaN */
-    double *opt_slot_hit_rate; /* [n_experts + 1] per slot; index 0 NaN */
+    double *lru_slot_hit_rate; /* [n_experts + 1] LRU per slot; index 0 NaN */
 } layer_stats;
 
 typedef struct trace_stats {
@@ -60,8 +59,7 @@ typedef struct trace_stats {
     double *lookahead_recall; /* [D] */
     double *lru_hit_rate;      /* [n_experts + 1] hits / accesses over all layers (as above) */
     double *opt_hit_rate;      /* [n_experts + 1] */
-    double *lru_slot_hit_rate; /* [n_experts + 1] */
-    double *opt_slot_hit_rate; /* [n_experts + 1] */
+    double *lru_slot_hit_rate; /* [n_experts + 1] LRU per slot */
     layer_stats *per_layer;   /* [layers] */
     arena mem;                /* owns every array above */
 } trace_stats;
