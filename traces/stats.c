@@ -316,7 +316,6 @@ typedef struct stack_scratch {
     uint32_t *prio2;    /* [n_experts + 1 + STACK_PAD] OPT with routes pinned */
     uint32_t *last;     /* [n_experts] */
     uint32_t *pre_last; /* [n_experts] the route's experts' last access before the route */
-    uint16_t *ids;      /* [n_experts] the route's distinct experts in first-access order */
     marker in_route;    /* [n_experts] experts already accessed in the current route */
     uint32_t *next_use; /* [capacity] next use of each access of seq */
     uint32_t *after;    /* [n_experts] next uses past the current route of its experts */
@@ -331,7 +330,6 @@ static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capa
     s->prio2 = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->prio2);
     s->last = moesim_xcalloc(E, sizeof *s->last);
     s->pre_last = moesim_xcalloc(E, sizeof *s->pre_last);
-    s->ids = moesim_xcalloc(E, sizeof *s->ids);
     marker_init(&s->in_route, E);
     s->next_use = moesim_xcalloc(capacity ? capacity : 1, sizeof *s->next_use);
     s->after = moesim_xcalloc(E, sizeof *s->after);
@@ -352,7 +350,6 @@ static void stack_scratch_free(stack_scratch *s) {
     free(s->prio2);
     free(s->last);
     free(s->pre_last);
-    free(s->ids);
     marker_free(&s->in_route);
     free(s->next_use);
     free(s->after);
@@ -432,7 +429,7 @@ static uint32_t widest_route(const uint16_t *seq, const route_list *routes, stac
             marker_next(&s->in_route);                                                            \
             for (uint32_t j = 0; j < m; j++, i++) {                                               \
                 uint16_t e = seq[i];                                                              \
-                uint32_t nu = s->next_use[i];                                                     \
+                uint32_t nu = h->opt_slot || h->opt ? s->next_use[i] : NEVER;                     \
                 if (h->opt_slot) h->opt_slot[OPT_STEP(s->prio, &opt_size, (uint32_t)i, nu)]++;    \
                 if (h->opt) {                                                                     \
                     uint32_t next = nu < r1 ? 2 * nu : IN_ROUTE(r1);                              \
