@@ -123,8 +123,7 @@ static void oracle_on_route(policy *p, const policy_route *route, policy_plan *p
     /* the previous route's experts were used: their next use moved on */
     for (uint32_t i = 0; i < p->n_prev; i++) expert_cache_refresh(c, p->prev_layer, p->prev[i]);
     expert_cache_begin_route(c);
-    expert_cache_pin_active(c, route); /* never evict what this route needs */
-    expert_cache_plan_route(c, route, plan);
+    expert_cache_plan_route(c, route, plan); /* pins the route's experts: never evicted for it */
 
     uint32_t next = route->layer + 1 < c->n_layers ? route->layer + 1 : 0;
     uint32_t n = c->mem.ops->future_active(c->mem.mem, next, p->ids, c->n_experts);
