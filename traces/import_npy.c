@@ -763,9 +763,8 @@ static void block_key(const array_set *a, uint64_t q, request_key *k) {
 
 moesim_status import_arrays(importer *x) {
     array_set a = {0};
-    moesim_status st = MOESIM_OK;
-    if (x->o->requests_path) st = read_side_file(x, &a.side, &a.n_side);
-    if (!st) st = x->o->format == TRACE_TEXT_NPZ ? open_npz(x, &a) : open_npy(x, &a);
+    moesim_status st = x->o->format == TRACE_TEXT_NPZ ? open_npz(x, &a) : open_npy(x, &a);
+    if (!st && x->o->requests_path) st = read_side_file(x, &a.side, &a.n_side);
     if (!st) st = check_arrays(x, &a);
     if (st) {
         array_set_free(&a);
