@@ -39,10 +39,15 @@ static const char import_help[] =
     "                          experts, top-k and gate rule every record is checked against\n"
     "  -o, --output OUT.h5     the trace to write (nothing is written on error)\n"
     "  --format jsonl|csv|npy|npz   input format (default jsonl; csv: what trace export\n"
-    "                          writes; npy: IN holds the expert ids; npz: IN holds\n"
-    "                          topk_ids and topk_weights, optionally request_id, seq_lens,\n"
-    "                          prompt_lens)\n"
-    "  --weights W.npy         npy: the gate weights [tokens][layers][top_k]\n"
+    "                          writes; npy: IN holds the expert ids or router logits;\n"
+    "                          npz: IN holds topk_ids (or routed_experts) and\n"
+    "                          topk_weights, or router_logits; optionally request_id,\n"
+    "                          seq_lens, prompt_lens)\n"
+    "  --weights W.npy         npy: the gate weights [tokens][layers][top_k] (IN of\n"
+    "                          integers: expert ids; IN of floats: router logits\n"
+    "                          [tokens][layers][experts], which give top-k and gates)\n"
+    "  --uniform-gates         npy/npz ids without weights (SGLang routed_experts, Megatron\n"
+    "                          routing indices): each chosen expert gets gate 1/k\n"
     "  --requests FILE.csv     npy/npz: request boundaries, CSV 'request,tokens' or\n"
     "                          'request,tokens,prompt_tokens', one row per request in array\n"
     "                          order (default: the npz's columns, else one request)\n"
@@ -83,6 +88,7 @@ static void print_report(const char *in, const char *out, const trace_import_rep
         printf("read        %s: %" PRIu64 " lines, %" PRIu64 " records (%s), %" PRIu64
                " requests, %" PRIu64 " tokens\n",
                in, r->lines, r->records, r->schema, r->requests_read, r->tokens_read);
+    if (r->gates_source) printf("gates       %s\n", r->gates_source);
     if (r->records_reordered)
         printf("order       %" PRIu64 " records came after a later token of their request "
                "(layer-major or interleaved): grouped by (request, token_idx)\n",
@@ -201,6 +207,8 @@ int cmd_trace_import(int argc, char **argv) {
                                        "--constant-run-min: expected a count >= 2, got '%s'", v);
         } else if (!strcmp(a, "--drop-constant-runs")) {
             o.drop_constant_runs = true;
+        } else if (!strcmp(a, "--uniform-gates")) {
+            o.uniform_gates = true;
         } else if (!strcmp(a, "--renormalize")) {
             o.renormalize = true;
         } else if (!strcmp(a, "--json")) {
@@ -224,8 +232,12 @@ int cmd_trace_import(int argc, char **argv) {
         return cli_usage_error("trace import", "--schema applies to --format jsonl only");
     if (o.weights_path && o.format != TRACE_TEXT_NPY)
         return cli_usage_error("trace import", "--weights applies to --format npy only");
-    if (o.requests_path && o.format != TRACE_TEXT_NPY && o.format != TRACE_TEXT_NPZ)
+    bool arrays = o.format == TRACE_TEXT_NPY || o.format == TRACE_TEXT_NPZ;
+    if (o.requests_path && !arrays)
         return cli_usage_error("trace import", "--requests applies to --format npy and npz only");
+    if (o.uniform_gates && !arrays)
+        return cli_usage_error("trace import",
+                               "--uniform-gates applies to --format npy and npz only");
     o.progress = cli_progress_allowed(quiet);
 
     moesim_error err = {0};

@@ -1259,7 +1259,9 @@ typedef struct bad_npy {
 static const bad_npy npy_corpus[] = {
     {"fortran_order", NULL, "True", NULL, 0, -1, 0, -1, 0, "fortran_order is True"},
     {"big_endian", ">i8", NULL, NULL, 0, -1, 0, -1, 0, "dtype '>i8'"},
-    {"float_ids", "<f8", NULL, NULL, 0, -1, 0, -1, 0, "dtype float: expected integer"},
+    {"float_ids_with_weights", "<f8", NULL, NULL, 0, -1, 0, -1, 0,
+     "floats: router logits [tokens][layers][experts], which give the gates; --weights does not "
+     "apply"},
     {"wrong_top_k", NULL, NULL, "(2, 32, 1)", 0, -1, 0, -1, 0,
      "shape [2][32][1]: expected [tokens >= 1][32 MoE layers][top_k = 2]"},
     {"wrong_layers", NULL, NULL, "(2, 16, 2)", 0, -1, 0, -1, 0, "shape [2][16][2]"},
@@ -1380,4 +1382,83 @@ Test(trace_import, damaged_npz_files_and_side_files_give_one_line_exit_2) {
                                  NULL),
                  2);
     cr_assert(strstr(errb, "--format npy needs --weights"), "%s", errb);
+}
+
+Test(trace_import, ids_without_weights_need_uniform_gates_and_get_one_over_k) {
+    model_geometry m = load_model("mixtral-8x7b");
+    trace_import_options o = defaults();
+    o.format = TRACE_TEXT_NPZ;
+    trace *tr = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(trace_import_file(fixture("routes_ids_only.npz"), &m, &o, &tr, &rep, &err),
+                 MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "topk_weights.npy: no such array"), "%s", err.msg);
+    o.uniform_gates = true;
+    cr_assert_eq(trace_import_file(fixture("routes_ids_only.npz"), &m, &o, &tr, &rep, &err),
+                 MOESIM_OK, "%s", err.msg);
+    cr_assert_str_eq(rep.gates_source, "uniform 1/k (--uniform-gates)");
+    cr_assert(strstr(tr->params_json, "\"gates\":\"uniform 1/k (--uniform-gates)\""), "%s",
+              tr->params_json);
+    for (uint32_t t = 0; t < 9; t++)
+        for (uint32_t l = 0; l < 32; l++) {
+            uint16_t ids[2];
+            float g[2];
+            fixture_routing(t, l, ids, g);
+            cr_assert_eq(trace_experts(tr, t, l)[1], ids[1]);
+            cr_assert_eq(trace_gates(tr, t, l)[0], 0.5f);
+            cr_assert_eq(trace_gates(tr, t, l)[1], 0.5f);
+        }
+    trace_destroy(tr);
+}
+
+Test(trace_import, router_logits_give_the_top_k_and_the_gates_by_the_models_rule) {
+    trace_import_report rep;
+    /* Mixtral (softmax over the top-k): logits log(g), log(1 - g), -10 elsewhere */
+    trace *a = import_fixture("router_logits.npz", TRACE_TEXT_NPZ, NULL, NULL, &rep);
+    cr_assert_str_eq(rep.gates_source, "router logits: softmax over the top-k");
+    for (uint32_t t = 0; t < 9; t++)
+        for (uint32_t l = 0; l < 32; l++) {
+            uint16_t ids[2];
+            float g[2];
+            fixture_routing(t, l, ids, g);
+            const uint16_t *got = trace_experts(a, t, l);
+            const float *gg = trace_gates(a, t, l);
+            /* equal gates tie: the lower expert id comes first */
+            int swap = got[0] != ids[0];
+            cr_assert(got[0] == ids[swap] && got[1] == ids[!swap], "token %u layer %u", t, l);
+            cr_assert(!swap || g[0] == g[1]);
+            cr_assert_float_eq(gg[0], g[swap], 1e-6, "token %u layer %u", t, l);
+            cr_assert_float_eq(gg[1], g[!swap], 1e-6, "token %u layer %u", t, l);
+        }
+    trace_destroy(a);
+
+    /* Qwen1.5-MoE (softmax over all 60 experts): logits 1 for four experts, 0 elsewhere */
+    model_geometry m = load_model("qwen1.5-moe-a2.7b");
+    static float z[24 * 60];
+    for (uint32_t l = 0; l < 24; l++)
+        for (uint32_t e = 0; e < 60; e++) z[l * 60 + e] = (e == l || e == 59 - l || e == 30 ||
+                                                           e == 31)
+                                                              ? 1.0f
+                                                              : 0.0f;
+    static unsigned char npy[24 * 60 * 4 + 256];
+    size_t n = npy_make(npy, "<f4", "False", "(1, 24, 60)", z, sizeof z);
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("qwen_logits.npy"));
+    test_write_bytes(path, npy, n);
+    trace_import_options o = defaults();
+    o.format = TRACE_TEXT_NPY;
+    trace *q = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(trace_import_file(path, &m, &o, &q, &rep, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_str_eq(rep.gates_source, "router logits: softmax over all experts, top-k kept");
+    float want = (float)(exp(1.0) / (4 * exp(1.0) + 56));
+    for (uint32_t l = 0; l < 24; l++) {
+        uint16_t sorted[4] = {(uint16_t)l, 30, 31, (uint16_t)(59 - l)}; /* ties: ascending */
+        for (int j = 0; j < 4; j++) {
+            cr_assert_eq(trace_experts(q, 0, l)[j], sorted[j], "layer %u slot %d", l, j);
+            cr_assert_float_eq(trace_gates(q, 0, l)[j], want, 1e-7);
+        }
+    }
+    trace_destroy(q);
 }

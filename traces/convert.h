@@ -79,6 +79,9 @@ typedef struct trace_import_options {
     /* NPY/NPZ: side file of request boundaries (CSV "request,tokens[,prompt_tokens]", one row
      * per request in array order); NULL: from the .npz's columns, else one request. */
     const char *requests_path;
+    /* NPY/NPZ logs of expert ids without weights (SGLang's routed_experts, Megatron's routing
+     * indices): every chosen expert gets gate 1/k, and the report says so. */
+    bool uniform_gates;
 } trace_import_options;
 
 /* One constant run, numbered as in the input (request by its name in the file). */
@@ -99,6 +102,8 @@ typedef struct trace_import_report {
                                    for a token-major file) */
     const char *requests_source; /* arrays: "request_id column", "seq_lens", "--requests" or
                                     "one request"; NULL for text */
+    const char *gates_source;    /* arrays: "weights", "router logits, <rule>" or "uniform 1/k
+                                    (--uniform-gates)"; NULL for text */
     uint64_t requests_read, tokens_read;
     uint64_t ignored_key_records;  /* records with keys the shape does not know (skipped) */
     char ignored_keys[128];        /* the first few such keys, comma-separated */

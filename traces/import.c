@@ -283,6 +283,7 @@ json_t *trace_import_report_to_json(const trace_import_report *rep) {
     U64("records_reordered", rep->records_reordered);
     if (rep->requests_source)
         json_object_set_new(j, "requests_source", json_string(rep->requests_source));
+    if (rep->gates_source) json_object_set_new(j, "gates_source", json_string(rep->gates_source));
     U64("requests_read", rep->requests_read);
     U64("tokens_read", rep->tokens_read);
     U64("ignored_key_records", rep->ignored_key_records);

@@ -512,6 +512,7 @@ static char *import_params_json(const importer *x) {
     json_object_set_new(j, "input", json_string(x->path));
     if (o->weights_path) json_object_set_new(j, "weights", json_string(o->weights_path));
     if (o->requests_path) json_object_set_new(j, "requests", json_string(o->requests_path));
+    if (x->rep->gates_source) json_object_set_new(j, "gates", json_string(x->rep->gates_source));
     json_object_set_new(j, "schema", json_string(x->rep->schema));
     json_object_set_new(j, "incomplete",
                         json_string(o->incomplete == TRACE_INCOMPLETE_DROP ? "drop" : "keep"));

@@ -4,9 +4,14 @@
  *
  * Inputs (traces/FORMAT.md, "Dense arrays"):
  *   --format npy IDS.npy --weights W.npy [--requests SIDE.csv]
- *   --format npz ROUTES.npz [--requests SIDE.csv]: members topk_ids (or routed_experts),
- *     topk_weights, and optionally request_id [tokens] or seq_lens [requests], prompt_lens
- *     [requests].
+ *   --format npy LOGITS.npy [--requests SIDE.csv]: router logits [tokens][layers][experts]
+ *   --format npz ROUTES.npz [--requests SIDE.csv]: members topk_ids (or routed_experts) with
+ *     topk_weights, or router_logits; optionally request_id [tokens] or seq_lens [requests],
+ *     prompt_lens [requests].
+ * Ids without weights (SGLang's routed_experts, Megatron's routing indices) import with
+ * --uniform-gates (gate 1/k each). Router logits (HF output_router_logits, stacked per token)
+ * give the top-k and the gates by the model's rule: softmax over the k chosen logits, or over
+ * all E with the top-k kept.
  * Request boundaries come from the request_id column (any integer per token; requests
  * numbered by first appearance), seq_lens (consecutive blocks), the side file (consecutive
  * blocks, named), or else the whole array is one request. A request's positions count its
@@ -21,6 +26,7 @@
  * not the files. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -588,7 +594,8 @@ static moesim_status read_side_file(importer *x, side_request **out, uint64_t *n
 /* The open arrays of one import. */
 typedef struct array_set {
     npy_array ids, gates, request_id; /* request_id: optional column [T] */
-    bool has_request_id;
+    npy_array logits;                 /* router logits [T][L][E] instead of ids and gates */
+    bool has_request_id, has_gates, has_logits;
     int64_t *seq_lens, *prompt_lens; /* [n_seq], [n_prompt] or NULL */
     uint64_t n_seq, n_prompt;
     side_request *side; /* [n_side] or NULL */
@@ -598,6 +605,7 @@ typedef struct array_set {
 static void array_set_free(array_set *a) {
     npy_close(&a->ids);
     npy_close(&a->gates);
+    npy_close(&a->logits);
     npy_close(&a->request_id);
     free(a->seq_lens);
     free(a->prompt_lens);
@@ -649,17 +657,33 @@ static moesim_status open_npz(importer *x, array_set *a) {
     if (st) return st;
     static const char *const ids_names[] = {"topk_ids", "routed_experts", NULL};
     static const char *const gate_names[] = {"topk_weights", NULL};
+    static const char *const logit_names[] = {"router_logits", NULL};
     static const char *const rid_names[] = {"request_id", NULL};
     static const char *const seq_names[] = {"seq_lens", NULL};
     static const char *const prompt_names[] = {"prompt_lens", NULL};
     const zip_member *zi = find_member(m, n, ids_names), *zg = find_member(m, n, gate_names),
-                     *zr = find_member(m, n, rid_names), *zs = find_member(m, n, seq_names),
-                     *zp = find_member(m, n, prompt_names);
-    if (!zi || !zg)
+                     *zl = find_member(m, n, logit_names), *zr = find_member(m, n, rid_names),
+                     *zs = find_member(m, n, seq_names), *zp = find_member(m, n, prompt_names);
+    if (zl && (zi || zg))
         st = moesim_fail(x->err, MOESIM_EINPUT,
-                         "%s: %s: no such array (%" PRIu32 " members): expected topk_ids (or "
-                         "routed_experts) and topk_weights [tokens][layers][top_k]",
-                         x->path, !zi ? "topk_ids.npy" : "topk_weights.npy", n);
+                         "%s: router_logits.npy and %s.npy: two sources of routing (give one)",
+                         x->path, zi ? "topk_ids" : "topk_weights");
+    else if (!zl && !zi)
+        st = moesim_fail(x->err, MOESIM_EINPUT,
+                         "%s: topk_ids.npy: no such array (%" PRIu32 " members): expected "
+                         "topk_ids (or routed_experts) [tokens][layers][top_k] with topk_weights, "
+                         "or router_logits [tokens][layers][experts]",
+                         x->path, n);
+    else if (zi && !zg && !x->o->uniform_gates)
+        st = moesim_fail(x->err, MOESIM_EINPUT,
+                         "%s: topk_weights.npy: no such array: the gate weights [tokens][layers]"
+                         "[top_k] (--uniform-gates gives each chosen expert 1/k instead)",
+                         x->path);
+    else if ((zg || zl) && x->o->uniform_gates)
+        st = moesim_fail(x->err, MOESIM_EINPUT,
+                         "%s: --uniform-gates: the file has %s.npy; the option is for ids without "
+                         "weights",
+                         x->path, zg ? "topk_weights" : "router_logits");
     if (!st && zr && zs)
         st = moesim_fail(x->err, MOESIM_EINPUT,
                          "%s: request_id.npy and seq_lens.npy: two sources of request boundaries "
@@ -673,10 +697,18 @@ static moesim_status open_npz(importer *x, array_set *a) {
         st = moesim_fail(x->err, MOESIM_EINPUT,
                          "%s: prompt_lens.npy and --requests %s: two sources of prompt lengths",
                          x->path, x->o->requests_path);
-    if (!st) st = stream_open_member(&a->ids.s, x->path, zi, x->err);
-    if (!st) st = npy_header(&a->ids, x->err);
-    if (!st) st = stream_open_member(&a->gates.s, x->path, zg, x->err);
-    if (!st) st = npy_header(&a->gates, x->err);
+    if (!st && zl) {
+        a->has_logits = true;
+        st = stream_open_member(&a->logits.s, x->path, zl, x->err);
+        if (!st) st = npy_header(&a->logits, x->err);
+    }
+    if (!st && zi) st = stream_open_member(&a->ids.s, x->path, zi, x->err);
+    if (!st && zi) st = npy_header(&a->ids, x->err);
+    if (!st && zg) {
+        a->has_gates = true;
+        st = stream_open_member(&a->gates.s, x->path, zg, x->err);
+        if (!st) st = npy_header(&a->gates, x->err);
+    }
     if (!st && zr) {
         a->has_request_id = true;
         st = stream_open_member(&a->request_id.s, x->path, zr, x->err);
@@ -688,15 +720,38 @@ static moesim_status open_npz(importer *x, array_set *a) {
     return st;
 }
 
+/* IN is the ids (integers) or the router logits (floats). */
 static moesim_status open_npy(importer *x, array_set *a) {
-    if (!x->o->weights_path)
+    npy_array in;
+    moesim_status st = stream_open_file(&in.s, x->path, x->err);
+    if (!st) st = npy_header(&in, x->err);
+    if (st) {
+        npy_close(&in);
+        return st;
+    }
+    const char *w = x->o->weights_path;
+    if (in.kind == 'f') {
+        a->logits = in;
+        a->has_logits = true;
+        if (w || x->o->uniform_gates)
+            return moesim_fail(x->err, MOESIM_EINPUT,
+                               "%s: floats: router logits [tokens][layers][experts], which give "
+                               "the gates; %s does not apply",
+                               x->path, w ? "--weights" : "--uniform-gates");
+        return MOESIM_OK;
+    }
+    a->ids = in;
+    if (!w && !x->o->uniform_gates)
         return moesim_fail(x->err, MOESIM_EINPUT,
                            "%s: --format npy needs --weights W.npy (gate weights [tokens][layers]"
-                           "[top_k])",
+                           "[top_k]), or --uniform-gates for ids without weights",
                            x->path);
-    moesim_status st = stream_open_file(&a->ids.s, x->path, x->err);
-    if (!st) st = npy_header(&a->ids, x->err);
-    if (!st) st = stream_open_file(&a->gates.s, x->o->weights_path, x->err);
+    if (w && x->o->uniform_gates)
+        return moesim_fail(x->err, MOESIM_EINPUT,
+                           "%s: --weights and --uniform-gates: give one", x->path);
+    if (!w) return MOESIM_OK;
+    a->has_gates = true;
+    st = stream_open_file(&a->gates.s, w, x->err);
     if (!st) st = npy_header(&a->gates, x->err);
     return st;
 }
@@ -704,17 +759,31 @@ static moesim_status open_npy(importer *x, array_set *a) {
 /* Shapes and dtypes against the model and each other; the request sources against T. */
 static moesim_status check_arrays(importer *x, const array_set *a) {
     char sh[96];
-    const npy_array *ids = &a->ids, *g = &a->gates;
-    if (ids->kind == 'f') return stream_fail(&ids->s, x->err, "dtype float: expected integer expert ids");
-    if (g->kind != 'f') return stream_fail(&g->s, x->err, "dtype integer: expected float gate weights");
-    if (ids->ndim != 3 || ids->shape[1] != x->L || ids->shape[2] != x->k || ids->shape[0] == 0) {
-        shape_text(ids, sh, sizeof sh);
-        return stream_fail(&ids->s, x->err,
-                           "shape %s: expected [tokens >= 1][%" PRIu32 " MoE layers][top_k = %" PRIu32
-                           "] (%s)",
-                           sh, x->L, x->k, x->m->name);
+    const npy_array *ids = a->has_logits ? &a->logits : &a->ids, *g = &a->gates;
+    if (a->has_logits) {
+        if (ids->kind != 'f')
+            return stream_fail(&ids->s, x->err, "dtype integer: expected float router logits");
+        if (ids->ndim != 3 || ids->shape[1] != x->L || ids->shape[2] != x->E || !ids->shape[0]) {
+            shape_text(ids, sh, sizeof sh);
+            return stream_fail(&ids->s, x->err,
+                               "shape %s: expected [tokens >= 1][%" PRIu32 " MoE layers][%" PRIu32
+                               " experts] (%s)",
+                               sh, x->L, x->E, x->m->name);
+        }
+    } else {
+        if (ids->kind == 'f')
+            return stream_fail(&ids->s, x->err, "dtype float: expected integer expert ids");
+        if (ids->ndim != 3 || ids->shape[1] != x->L || ids->shape[2] != x->k || !ids->shape[0]) {
+            shape_text(ids, sh, sizeof sh);
+            return stream_fail(&ids->s, x->err,
+                               "shape %s: expected [tokens >= 1][%" PRIu32
+                               " MoE layers][top_k = %" PRIu32 "] (%s)",
+                               sh, x->L, x->k, x->m->name);
+        }
     }
-    if (g->ndim != 3 || memcmp(g->shape, ids->shape, 3 * sizeof g->shape[0])) {
+    if (a->has_gates && g->kind != 'f')
+        return stream_fail(&g->s, x->err, "dtype integer: expected float gate weights");
+    if (a->has_gates && (g->ndim != 3 || memcmp(g->shape, ids->shape, 3 * sizeof g->shape[0]))) {
         shape_text(g, sh, sizeof sh);
         char want[96];
         shape_text(ids, want, sizeof want);
@@ -761,6 +830,45 @@ static void block_key(const array_set *a, uint64_t q, request_key *k) {
     }
 }
 
+/* One token's routing from its router logits [L][E]: per layer the k largest logits (highest
+ * first, ties to the lower expert id, like a stable descending sort) and their gates by the
+ * model's rule, computed in double: softmax over the k chosen logits (GATE_SOFTMAX_TOPK), or
+ * over all E with the top-k kept (GATE_SOFTMAX_ALL). */
+static moesim_status route_from_logits(importer *x, const npy_array *src, const float *logits,
+                                       int64_t *ids, float *gates) {
+    const uint32_t E = x->E, k = x->k;
+    for (uint32_t l = 0; l < x->L; l++) {
+        const float *z = logits + (size_t)l * E;
+        float zmax = -INFINITY;
+        for (uint32_t e = 0; e < E; e++) {
+            if (!isfinite(z[e]))
+                return moesim_fail(x->err, MOESIM_EINPUT,
+                                   "%s: [%" PRIu64 "][%" PRIu32 "][%" PRIu32
+                                   "]: router logit is not finite",
+                                   src->s.name, x->arr_token, l, e);
+            if (z[e] > zmax) zmax = z[e];
+        }
+        int64_t *id = ids + (size_t)l * k;
+        for (uint32_t j = 0; j < k; j++) { /* selection: k <= 64 passes over E <= 1024 */
+            int64_t best = -1;
+            for (uint32_t e = 0; e < E; e++) {
+                bool taken = false;
+                for (uint32_t a = 0; a < j && !taken; a++) taken = id[a] == e;
+                if (!taken && (best < 0 || z[e] > z[best])) best = e;
+            }
+            id[j] = best;
+        }
+        double sum = 0;
+        if (x->m->gate_norm == GATE_SOFTMAX_TOPK)
+            for (uint32_t j = 0; j < k; j++) sum += exp((double)z[id[j]] - zmax);
+        else
+            for (uint32_t e = 0; e < E; e++) sum += exp((double)z[e] - zmax);
+        for (uint32_t j = 0; j < k; j++)
+            gates[(size_t)l * k + j] = (float)(exp((double)z[id[j]] - zmax) / sum);
+    }
+    return MOESIM_OK;
+}
+
 moesim_status import_arrays(importer *x) {
     array_set a = {0};
     moesim_status st = x->o->format == TRACE_TEXT_NPZ ? open_npz(x, &a) : open_npy(x, &a);
@@ -775,11 +883,18 @@ moesim_status import_arrays(importer *x) {
                               : a.side         ? "--requests"
                                                : "one request";
     x->prompt_source = a.prompt_lens ? "prompt_lens" : "prompt_tokens of --requests";
-    const uint64_t T = a.ids.shape[0], row = (uint64_t)x->L * x->k;
+    x->rep->gates_source = a.has_gates    ? "weights"
+                           : !a.has_logits ? "uniform 1/k (--uniform-gates)"
+                           : x->m->gate_norm == GATE_SOFTMAX_TOPK
+                               ? "router logits: softmax over the top-k"
+                               : "router logits: softmax over all experts, top-k kept";
+    const uint64_t T = a.has_logits ? a.logits.shape[0] : a.ids.shape[0];
+    const uint64_t row = (uint64_t)x->L * x->k, logit_row = (uint64_t)x->L * x->E;
     import_record *r = moesim_xcalloc(1, sizeof *r);
     int64_t *ids = moesim_xmalloc(row * sizeof *ids); /* [L][k] of one token */
     float *gates = moesim_xmalloc(row * sizeof *gates);
-    unsigned char *scratch = moesim_xmalloc(row * 8);
+    float *logits = a.has_logits ? moesim_xmalloc(logit_row * sizeof *logits) : NULL; /* [L][E] */
+    unsigned char *scratch = moesim_xmalloc((a.has_logits ? logit_row : row) * 8);
     uint64_t block = 0, block_left = a.seq_lens ? (uint64_t)a.seq_lens[0]
                                      : a.side   ? a.side[0].tokens
                                                 : T;
@@ -790,15 +905,26 @@ moesim_status import_arrays(importer *x) {
     for (uint64_t t = 0; t < T && !st; t++) {
         x->arr_token = t;
         uint64_t neg;
-        if ((st = npy_read_values(&a.ids, row, ids, NULL, scratch, &neg, x->err))) break;
-        if (neg != UINT64_MAX) {
-            st = moesim_fail(x->err, MOESIM_EINPUT,
-                             "%s: [%" PRIu64 "][%" PRIu64 "][%" PRIu64 "]: expert id %" PRId64
-                             " is negative",
-                             a.ids.s.name, t, neg / x->k, neg % x->k, ids[neg]);
-            break;
+        if (a.has_logits) {
+            if ((st = npy_read_values(&a.logits, logit_row, NULL, logits, scratch, &neg, x->err)))
+                break;
+            if ((st = route_from_logits(x, &a.logits, logits, ids, gates))) break;
+        } else {
+            if ((st = npy_read_values(&a.ids, row, ids, NULL, scratch, &neg, x->err))) break;
+            if (neg != UINT64_MAX) {
+                st = moesim_fail(x->err, MOESIM_EINPUT,
+                                 "%s: [%" PRIu64 "][%" PRIu64 "][%" PRIu64 "]: expert id %" PRId64
+                                 " is negative",
+                                 a.ids.s.name, t, neg / x->k, neg % x->k, ids[neg]);
+                break;
+            }
+            if (a.has_gates) {
+                if ((st = npy_read_values(&a.gates, row, NULL, gates, scratch, &neg, x->err)))
+                    break;
+            } else {
+                for (uint64_t i = 0; i < row; i++) gates[i] = 1.0f / (float)x->k;
+            }
         }
-        if ((st = npy_read_values(&a.gates, row, NULL, gates, scratch, &neg, x->err))) break;
         uint64_t q; /* the request: a block index, or a request_id value */
         if (a.has_request_id) {
             int64_t rid;
@@ -850,6 +976,7 @@ moesim_status import_arrays(importer *x) {
         x->rep->lines++;
     }
     free(scratch);
+    free(logits);
     free(gates);
     free(ids);
     free(r);
