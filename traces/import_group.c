@@ -232,47 +232,55 @@ static moesim_status row_layer(importer *x, const import_record *r, uint32_t row
     return MOESIM_OK;
 }
 
+/* The field of row `row`'s ids or gates, slot j (j < 0: the whole array), for a message:
+ * "topk_ids", "topk_ids[1]", "expert_1" (CSV), or "topk_ids[5][1]" (per-token records: layer
+ * 5's array). Built only on the error path. */
+static const char *row_field(char *buf, size_t cap, const importer *x, const import_record *r,
+                             uint32_t row, bool gates, int j) {
+    const char *field = gates ? x->f->gates : x->f->ids;
+    char base[48];
+    if (r->all_layers) field = field_at(base, sizeof base, field, row);
+    if (j < 0)
+        snprintf(buf, cap, "%s", field);
+    else
+        field_at(buf, cap, field, (uint32_t)j);
+    return buf;
+}
+
 /* Checks the values of row `row` against the model (and renormalizes when asked). */
 static moesim_status row_check(importer *x, import_record *r, uint32_t row) {
-    const import_fields *f = x->f;
     const char *model = x->m->name;
-    /* per-token records: "topk_ids[5]" names layer 5's array */
-    char ids_name[48], gates_name[48], fld[64];
-    if (r->all_layers) {
-        field_at(ids_name, sizeof ids_name, f->ids, row);
-        field_at(gates_name, sizeof gates_name, f->gates, row);
-    } else {
-        snprintf(ids_name, sizeof ids_name, "%s", f->ids);
-        snprintf(gates_name, sizeof gates_name, "%s", f->gates);
-    }
+    char fld[64];
     if (r->n_ids[row] != x->k)
-        return import_fail(x, ids_name, "%" PRIu32 " expert ids, expected top_k = %" PRIu32 " (%s)",
+        return import_fail(x, row_field(fld, sizeof fld, x, r, row, false, -1),
+                           "%" PRIu32 " expert ids, expected top_k = %" PRIu32 " (%s)",
                            r->n_ids[row], x->k, model);
     if (r->n_gates[row] != r->n_ids[row])
-        return import_fail(x, gates_name, "%" PRIu32 " gate weights for %" PRIu32 " expert ids",
-                           r->n_gates[row], r->n_ids[row]);
+        return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, -1),
+                           "%" PRIu32 " gate weights for %" PRIu32 " expert ids", r->n_gates[row],
+                           r->n_ids[row]);
     const uint64_t *ids = r->ids[row];
     float *gates = r->gates[row];
     double sum = 0;
     for (uint32_t j = 0; j < x->k; j++) {
         if (ids[j] >= x->E)
-            return import_fail(x, field_at(fld, sizeof fld, ids_name, j),
+            return import_fail(x, row_field(fld, sizeof fld, x, r, row, false, (int)j),
                                "expert id %" PRIu64 " >= %" PRIu32 " experts (%s)", ids[j], x->E,
                                model);
         for (uint32_t a = 0; a < j; a++)
             if (ids[a] == ids[j])
-                return import_fail(x, field_at(fld, sizeof fld, ids_name, j),
+                return import_fail(x, row_field(fld, sizeof fld, x, r, row, false, (int)j),
                                    "expert %" PRIu64 " appears twice (also at [%" PRIu32 "])",
                                    ids[j], a);
         float g = gates[j];
         if (!isfinite(g))
-            return import_fail(x, field_at(fld, sizeof fld, gates_name, j),
+            return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, (int)j),
                                "gate weight is not finite");
         if (g < 0.0f)
-            return import_fail(x, field_at(fld, sizeof fld, gates_name, j),
+            return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, (int)j),
                                "gate weight %g is negative", (double)g);
         if (g > 1.0f)
-            return import_fail(x, field_at(fld, sizeof fld, gates_name, j), "gate weight %g > 1",
+            return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, (int)j), "gate weight %g > 1",
                                (double)g);
         sum += g;
     }
@@ -280,7 +288,7 @@ static moesim_status row_check(importer *x, import_record *r, uint32_t row) {
     if (x->m->gate_norm == GATE_SOFTMAX_TOPK) {
         if (x->o->renormalize) {
             if (!(sum > 0))
-                return import_fail(x, gates_name, "gate weights sum to 0: cannot renormalize");
+                return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, -1), "gate weights sum to 0: cannot renormalize");
             bool changed = false;
             for (uint32_t j = 0; j < x->k; j++) {
                 float g = (float)(gates[j] / sum);
@@ -289,13 +297,13 @@ static moesim_status row_check(importer *x, import_record *r, uint32_t row) {
             }
             x->rep->renormalized_records += changed;
         } else if (fabs(sum - 1.0) > tol) {
-            return import_fail(x, gates_name,
+            return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, -1),
                                "gate weights sum to %.6g, expected 1 +- %g (%s: softmax over the "
                                "top-k); --renormalize rescales them",
                                sum, tol, model);
         }
     } else if (sum > 1.0 + tol) {
-        return import_fail(x, gates_name,
+        return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, -1),
                            "gate weights sum to %.6g, expected at most 1 + %g (%s: softmax over "
                            "all experts)",
                            sum, tol, model);
