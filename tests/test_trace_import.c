@@ -1352,6 +1352,27 @@ Test(trace_import, damaged_npz_files_and_side_files_give_one_line_exit_2) {
         cr_assert(nl && nl[1] == '\0', "case %zu: not one line: %s", c, errb);
         cr_assert(!test_file_exists(h5));
     }
+    /* a central directory that claims 2 GB for a member of a few hundred deflated bytes */
+    {
+        FILE *fp = fopen(fixture("routes_compressed.npz"), "rb");
+        cr_assert(fp);
+        static unsigned char z[1 << 16];
+        size_t n = fread(z, 1, sizeof z, fp);
+        fclose(fp);
+        unsigned char *cd = NULL; /* the first central directory entry */
+        for (size_t i = 0; i + 4 <= n && !cd; i++)
+            if (!memcmp(z + i, "PK\x01\x02", 4)) cd = z + i;
+        cr_assert(cd);
+        cd[27] ^= 0x7F; /* the high byte of the uncompressed size */
+        snprintf(path, sizeof path, "%s", test_tmp_path("huge.npz"));
+        test_write_bytes(path, z, n);
+        int rc = test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--format",
+                                 "npz", "--model", "mixtral-8x7b", path, "-o", h5, NULL);
+        cr_assert_eq(rc, 2, "exit %d: %s", rc, errb);
+        cr_assert(strstr(errb, "huge.npz: routed_experts.npy: ") &&
+                      strstr(errb, "(corrupt zip directory)"),
+                  "%s", errb);
+    }
     /* side files: lengths that do not sum to the arrays, a bad header, a second source */
     struct {
         const char *text, *says;

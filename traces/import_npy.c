@@ -286,10 +286,20 @@ static moesim_status stream_open_member(byte_stream *s, const char *path, const 
     moesim_status st = read_at(s->fp, z->local_offset, h, 30, path, z->name, err);
     if (!st && le32(h) != 0x04034b50)
         st = stream_fail(s, err, "local header missing at offset %" PRIu64, z->local_offset);
-    if (!st && fseeko(s->fp, (off_t)(z->local_offset + 30 + le16(h + 26) + le16(h + 28)),
-                      SEEK_SET) != 0)
-        st = stream_fail(s, err, "member data out of the file");
     if (st) {
+        stream_close(s);
+        return st;
+    }
+    /* sizes a corrupt directory could inflate: deflate expands at most ~1032:1 */
+    uint64_t file_size = 0;
+    if (fseeko(s->fp, 0, SEEK_END) == 0) file_size = (uint64_t)ftello(s->fp);
+    if (fseeko(s->fp, (off_t)(z->local_offset + 30 + le16(h + 26) + le16(h + 28)), SEEK_SET) != 0 ||
+        z->comp_size > file_size || (z->method == 0 && z->size != z->comp_size) ||
+        (z->method == 8 && z->size / 1032 > z->comp_size + 1)) {
+        st = stream_fail(s, err,
+                         "%" PRIu64 " bytes from %" PRIu64 " stored: sizes that do not fit the "
+                         "file or the compression (corrupt zip directory)",
+                         z->size, z->comp_size);
         stream_close(s);
         return st;
     }
@@ -422,7 +432,8 @@ static moesim_status npy_header(npy_array *a, moesim_error *err) {
         if (*p == ',') p++;
     }
     free(h);
-    if (a->count == UINT64_MAX || a->count > s->left / a->itemsize || s->left / a->itemsize != a->count)
+    if (a->count == UINT64_MAX || a->count > s->left / a->itemsize ||
+        a->count * a->itemsize != s->left)
         return stream_fail(s, err,
                            "%" PRIu64 " data bytes for %" PRIu64 " elements of %" PRIu32
                            " bytes: truncated or trailing data",
@@ -634,6 +645,9 @@ static moesim_status read_int_vector(const char *path, const zip_member *z, int6
             shape_text(&a, sh, sizeof sh);
             st = stream_fail(&a.s, err, "shape %s of %s: expected a 1-D integer array", sh,
                              a.kind == 'f' ? "floats" : "integers");
+        } else if (a.count > (1u << 28)) {
+            st = stream_fail(&a.s, err, "%" PRIu64 " entries: at most %u requests", a.count,
+                             1u << 28);
         } else {
             *n = a.count;
             *out = moesim_xmalloc((a.count ? a.count : 1) * sizeof **out);
