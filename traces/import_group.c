@@ -97,6 +97,7 @@ uint32_t import_request_find_or_add(importer *x, const request_key *key) {
     x->keys_len += key->len;
     key_to_name(key->bytes, key->len, q->name, sizeof q->name);
     q->tail = q->last = IMPORT_NO_TOKEN;
+    q->max_pos = -1;
     q->prompt_len = -1;
     if (2 * (uint64_t)x->n_reqs >= x->table_cap) { /* grow and rehash at half load */
         free(x->table);
@@ -175,13 +176,14 @@ static uint64_t token_find_or_add(importer *x, uint32_t req, uint32_t pos) {
     uint64_t t = x->last_token;
     if (t != IMPORT_NO_TOKEN && x->tok_request[t] == req && x->tok_pos[t] == pos) return t;
     import_request *q = &x->reqs[req];
-    if (q->last != IMPORT_NO_TOKEN) {
+    if ((int64_t)pos > q->max_pos) { /* past the request's highest position: a new token */
+        t = token_add(x, req, pos);
+        q->max_pos = pos;
+    } else {
         t = x->tok_next[q->last]; /* layer-major: the request's tokens come round in order */
         if (t == IMPORT_NO_TOKEN || x->tok_pos[t] != pos) t = index_find(x, token_key(req, pos));
-    } else {
-        t = IMPORT_NO_TOKEN;
+        if (t == IMPORT_NO_TOKEN) t = token_add(x, req, pos);
     }
-    if (t == IMPORT_NO_TOKEN) t = token_add(x, req, pos);
     if (t != q->tail) x->rep->records_reordered++;
     q->last = t;
     return x->last_token = t;

@@ -61,6 +61,7 @@ typedef struct import_request {
     char name[64];
     uint64_t tail;         /* its latest new token (appearance order), IMPORT_NO_TOKEN: none */
     uint64_t last;         /* the token its previous record went to */
+    int64_t max_pos;       /* its highest token_idx so far, -1 before the first */
     int64_t prompt_len;    /* from the records or the side file, -1: not given */
     uint64_t prompt_line;  /* where prompt_len was first given */
 } import_request;
