@@ -7,8 +7,9 @@
  * checks that the arrays came back bit for bit. Then writes the same records layer-major (all
  * tokens of layer 0, then layer 1, ...: the order of a logger hooked on each layer's router
  * during one batched forward pass, and the worst case for the grouping, which revisits every
- * token once per layer) as JSONL and imports that too, checking the same arrays. Prints records per CPU second (one thread;
- * wall time beside it, which on a shared machine includes waiting for a core); target: import
+ * token once per layer) as JSONL and imports that too, checking the same arrays. Prints records per
+ * CPU second (one thread; wall time beside it, which on a shared machine includes waiting for a
+ * core); target: import
  * >= 1 M records/s on one core. Usage: bench_trace_import [records] [scratch dir (default $TMPDIR
  * or /tmp)]. */
 #include <inttypes.h>
@@ -91,8 +92,9 @@ static bool write_layer_major(const trace *t, FILE *fp) {
         for (uint64_t i = 0; i < t->n_tokens; i++) {
             const uint16_t *ids = trace_experts(t, i, l);
             const float *g = trace_gates(t, i, l);
-            fprintf(fp, "{\"req_id\": %" PRIu32 ", \"token_idx\": %" PRIu32
-                        ", \"layer\": %" PRIu32 ", \"phase\": \"%s\", \"topk_ids\": [",
+            fprintf(fp,
+                    "{\"req_id\": %" PRIu32 ", \"token_idx\": %" PRIu32 ", \"layer\": %" PRIu32
+                    ", \"phase\": \"%s\", \"topk_ids\": [",
                     t->request_id[i], t->position[i], l, trace_phase_name(t->phase[i]));
             for (uint32_t j = 0; j < k; j++) fprintf(fp, "%s%u", j ? ", " : "", ids[j]);
             fputs("], \"topk_weights\": [", fp);
@@ -131,7 +133,8 @@ static int run_one(const char *model_name, uint64_t records, const char *dir) {
         bool written = layer_major ? write_layer_major(t, fp)
                                    : !trace_export_write(t, fmt, fp, false, path, &err);
         if (fclose(fp) || !written) {
-            fprintf(stderr, "bench_trace_import: %s: %s\n", path, layer_major ? "write failed" : err.msg);
+            fprintf(stderr, "bench_trace_import: %s: %s\n", path,
+                    layer_major ? "write failed" : err.msg);
             return 1;
         }
         double b = moesim_monotonic_s(), b_cpu = cpu_s();
@@ -155,8 +158,8 @@ static int run_one(const char *model_name, uint64_t records, const char *dir) {
         if (layer_major)
             printf("  %-5s %5.0f MB layer-major (%" PRIu64 " records out of token order): import "
                    "%.2f s CPU (%.2f s wall) = %.2f M records/s, %.0f MB/s; same trace %s\n",
-                   "jsonl", (double)sb.st_size / 1e6, rep.records_reordered, d_cpu - c_cpu,
-                   d - c, import_rate / 1e6, (double)sb.st_size / (d_cpu - c_cpu) / 1e6,
+                   "jsonl", (double)sb.st_size / 1e6, rep.records_reordered, d_cpu - c_cpu, d - c,
+                   import_rate / 1e6, (double)sb.st_size / (d_cpu - c_cpu) / 1e6,
                    exact ? "yes" : "NO");
         else
             printf("  %-5s %5.0f MB: export %.2f s CPU (%.2f s wall) = %.2f M records/s; import "

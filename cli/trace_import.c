@@ -1,5 +1,6 @@
 /* `moesim trace import`: routing logs (JSONL in either shape of CALIBRATION.md, per (token,
- * layer) or per token; the CSV of `trace export`; NumPy arrays) -> an HDF5 trace, with a report of what was kept, dropped and why (text, or
+ * layer) or per token; the CSV of `trace export`; NumPy arrays) -> an HDF5 trace, with a report of
+ * what was kept, dropped and why (text, or
  * --json). Geometry and the gate rule come from --model. Bad input: one line on stderr naming
  * file:line and the field, exit status 2, no output file (trace_write is crash-safe and runs
  * only after the whole input was read and checked). */

@@ -771,14 +771,16 @@ static const bad_case corpus[] = {
      "\"topk_weights\": [[0.5, 0.5], [0.5, 0.5]]}\n" OK2
      "{\"req_id\": \"a\", \"token_idx\": 0, \"topk_ids\": [[1, 2]], "
      "\"topk_weights\": [[0.5, 0.5]]}\n",
-     "jsonl", 3, "topk_ids", "second record for layer 0 of token_idx 0 of request 'a' (first at "
+     "jsonl", 3, "topk_ids",
+     "second record for layer 0 of token_idx 0 of request 'a' (first at "
      "line 1)"},
     {"phases_disagree_within_a_token",
      "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"phase\": \"prefill\", \"topk_ids\": "
      "[1, 2], \"topk_weights\": [0.5, 0.5]}\n"
      "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 1, \"phase\": \"decode\", \"topk_ids\": "
      "[1, 2], \"topk_weights\": [0.5, 0.5]}\n",
-     "jsonl", 2, "phase", "'decode', but the record of token_idx 0 of request 'a' at line 1 says "
+     "jsonl", 2, "phase",
+     "'decode', but the record of token_idx 0 of request 'a' at line 1 says "
      "'prefill'"},
     {"prompt_lengths_disagree_within_a_request",
      "{\"req_id\": \"a\", \"token_idx\": 0, \"layer\": 0, \"prompt_len\": 4, \"topk_ids\": "
@@ -932,8 +934,8 @@ Test(trace_import, a_layer_major_log_exports_byte_for_byte_like_the_same_log_sor
         test_write_file(logs[lm], s);
         free(s);
         cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import",
-                                     "--model", "mixtral-8x7b", "--prefill-tokens", "20",
-                                     logs[lm], "-o", h5[lm], "--json", NULL),
+                                     "--model", "mixtral-8x7b", "--prefill-tokens", "20", logs[lm],
+                                     "-o", h5[lm], "--json", NULL),
                      0, "%s", errb);
         json_error_t jerr;
         json_t *j = json_loads(out, 0, &jerr);
@@ -1020,8 +1022,8 @@ Test(trace_import, records_in_any_order_group_by_request_and_token_in_position_o
     trace *a = NULL, *b = NULL;
     trace_import_report rep;
     moesim_error err = {0};
-    cr_assert_eq(import_text("sorted.jsonl", sorted, "mixtral-8x7b", &o, &a, &rep, &err),
-                 MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(import_text("sorted.jsonl", sorted, "mixtral-8x7b", &o, &a, &rep, &err), MOESIM_OK,
+                 "%s", err.msg);
     cr_assert_eq(import_text("shuffled.jsonl", shuffled, "mixtral-8x7b", &o, &b, &rep, &err),
                  MOESIM_OK, "%s", err.msg);
     cr_assert_eq(b->n_tokens, a->n_tokens);
@@ -1089,8 +1091,7 @@ Test(trace_import, a_duplicate_far_from_its_first_copy_names_both_lines) {
     trace *tr = NULL;
     trace_import_report rep;
     moesim_error err = {0};
-    cr_assert_eq(import_text("dup.jsonl", dup, "mixtral-8x7b", &o, &tr, &rep, &err),
-                 MOESIM_EINPUT);
+    cr_assert_eq(import_text("dup.jsonl", dup, "mixtral-8x7b", &o, &tr, &rep, &err), MOESIM_EINPUT);
     cr_assert_null(tr);
     char want[160];
     snprintf(want, sizeof want,
@@ -1160,8 +1161,8 @@ Test(trace_import, per_token_records_of_both_shapes_carry_every_layer_and_their_
     for (int i = 0; i < 9; i++) {
         cr_assert_eq(a->request_id[i], want_req[i], "token %d", i);
         cr_assert_eq(a->position[i], want_pos[i], "token %d", i);
-        cr_assert_eq(a->phase[i], want_pos[i] < (want_req[i] ? 2u : 3u) ? TRACE_PREFILL
-                                                                         : TRACE_DECODE);
+        cr_assert_eq(a->phase[i],
+                     want_pos[i] < (want_req[i] ? 2u : 3u) ? TRACE_PREFILL : TRACE_DECODE);
     }
     trace *b = import_fixture("per_token_problem.jsonl", TRACE_TEXT_JSONL, NULL, NULL, &rep);
     cr_assert_str_eq(rep.schema, "problem");
@@ -1298,8 +1299,8 @@ Test(trace_import, malformed_arrays_give_one_line_naming_file_and_index_exit_2) 
                                  "npy", "--model", "mixtral-8x7b", ids_path, "--weights",
                                  gates_path, "-o", h5, NULL);
         cr_assert_eq(rc, 2, "%s: exit %d: %s", b->name, rc, errb);
-        cr_assert(strstr(errb, "bad_ids.npy") || strstr(errb, "bad_weights.npy"), "%s: %s",
-                  b->name, errb);
+        cr_assert(strstr(errb, "bad_ids.npy") || strstr(errb, "bad_weights.npy"), "%s: %s", b->name,
+                  errb);
         cr_assert(strstr(errb, b->says), "%s: expected '%s' in: %s", b->name, b->says, errb);
         char *nl = strchr(errb, '\n');
         cr_assert(nl && nl[1] == '\0', "%s: not one line: %s", b->name, errb);
@@ -1346,8 +1347,8 @@ Test(trace_import, damaged_npz_files_and_side_files_give_one_line_exit_2) {
         int rc = test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--format",
                                  "npz", "--model", "mixtral-8x7b", path, "-o", h5, NULL);
         cr_assert_eq(rc, 2, "case %zu: exit %d: %s", c, rc, errb);
-        cr_assert(strstr(errb, cases[c].says), "case %zu: expected '%s' in: %s", c,
-                  cases[c].says, errb);
+        cr_assert(strstr(errb, cases[c].says), "case %zu: expected '%s' in: %s", c, cases[c].says,
+                  errb);
         char *nl = strchr(errb, '\n');
         cr_assert(nl && nl[1] == '\0', "case %zu: not one line: %s", c, errb);
         cr_assert(!test_file_exists(h5));
@@ -1385,12 +1386,11 @@ Test(trace_import, damaged_npz_files_and_side_files_give_one_line_exit_2) {
         snprintf(side, sizeof side, "%s", test_tmp_path("requests.csv"));
         test_write_file(side, sides[c].text);
         int rc = test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--format",
-                                 "npy", "--model", "mixtral-8x7b", fixture("ids.npy"),
-                                 "--weights", fixture("weights.npy"), "--requests", side, "-o",
-                                 h5, NULL);
+                                 "npy", "--model", "mixtral-8x7b", fixture("ids.npy"), "--weights",
+                                 fixture("weights.npy"), "--requests", side, "-o", h5, NULL);
         cr_assert_eq(rc, 2, "side %zu: exit %d: %s", c, rc, errb);
-        cr_assert(strstr(errb, sides[c].says), "side %zu: expected '%s' in: %s", c,
-                  sides[c].says, errb);
+        cr_assert(strstr(errb, sides[c].says), "side %zu: expected '%s' in: %s", c, sides[c].says,
+                  errb);
         cr_assert(!test_file_exists(h5));
     }
     cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--format",
@@ -1458,10 +1458,8 @@ Test(trace_import, router_logits_give_the_top_k_and_the_gates_by_the_models_rule
     model_geometry m = load_model("qwen1.5-moe-a2.7b");
     static float z[24 * 60];
     for (uint32_t l = 0; l < 24; l++)
-        for (uint32_t e = 0; e < 60; e++) z[l * 60 + e] = (e == l || e == 59 - l || e == 30 ||
-                                                           e == 31)
-                                                              ? 1.0f
-                                                              : 0.0f;
+        for (uint32_t e = 0; e < 60; e++)
+            z[l * 60 + e] = (e == l || e == 59 - l || e == 30 || e == 31) ? 1.0f : 0.0f;
     static unsigned char npy[24 * 60 * 4 + 256];
     size_t n = npy_make(npy, "<f4", "False", "(1, 24, 60)", z, sizeof z);
     char path[4096];

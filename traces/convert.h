@@ -94,12 +94,12 @@ typedef struct trace_import_run {
 
 /* What import read, kept and dropped, and why. */
 typedef struct trace_import_report {
-    const char *schema;   /* "problem", "request", "csv", "npy" or "npz" (static string) */
-    uint64_t lines;       /* lines read */
-    uint64_t blank_lines; /* whitespace-only lines, skipped */
-    uint64_t records;     /* (token, layer) records read */
-    uint64_t records_reordered; /* records for a token other than its request's newest one (0
-                                   for a token-major file) */
+    const char *schema;          /* "problem", "request", "csv", "npy" or "npz" (static string) */
+    uint64_t lines;              /* lines read */
+    uint64_t blank_lines;        /* whitespace-only lines, skipped */
+    uint64_t records;            /* (token, layer) records read */
+    uint64_t records_reordered;  /* records for a token other than its request's newest one (0
+                                    for a token-major file) */
     const char *requests_source; /* arrays: "request_id column", "seq_lens", "--requests" or
                                     "one request"; NULL for text */
     const char *gates_source;    /* arrays: "weights", "router logits, <rule>" or "uniform 1/k

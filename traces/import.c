@@ -36,8 +36,8 @@ moesim_status import_fail(importer *x, const char *field, const char *fmt, ...) 
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (x->line)
-        return moesim_fail(x->err, MOESIM_EINPUT, "%s:%" PRIu64 ": %s: %s", x->path, x->line,
-                           field, msg);
+        return moesim_fail(x->err, MOESIM_EINPUT, "%s:%" PRIu64 ": %s: %s", x->path, x->line, field,
+                           msg);
     /* arrays: "topk_ids[3][2]" (layer 3, slot 2) of token 7 reads "topk_ids[7][3][2]" */
     const char *bracket = strchr(field, '[');
     int base = bracket ? (int)(bracket - field) : (int)strlen(field);
@@ -191,8 +191,7 @@ static uint64_t text_first_line_of(importer *x, uint32_t req, uint32_t pos, uint
     const char *line, *end;
     while (!found && line_reader_next(&lr, &line, &end) > 0 && ++y.line < x->line) {
         if (y.line < from || (fmt->header && y.line == 1) || line_is_blank(line, end)) continue;
-        if (!fmt->record(&y, line, end, r) && record_holds(x, r, req, pos, layer))
-            found = y.line;
+        if (!fmt->record(&y, line, end, r) && record_holds(x, r, req, pos, layer)) found = y.line;
     }
     free(r);
     free(lr.buf);

@@ -282,15 +282,16 @@ static moesim_status row_check(importer *x, import_record *r, uint32_t row) {
             return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, (int)j),
                                "gate weight %g is negative", (double)g);
         if (g > 1.0f)
-            return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, (int)j), "gate weight %g > 1",
-                               (double)g);
+            return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, (int)j),
+                               "gate weight %g > 1", (double)g);
         sum += g;
     }
     const double tol = TRACE_IMPORT_GATE_SUM_TOLERANCE;
     if (x->m->gate_norm == GATE_SOFTMAX_TOPK) {
         if (x->o->renormalize) {
             if (!(sum > 0))
-                return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, -1), "gate weights sum to 0: cannot renormalize");
+                return import_fail(x, row_field(fld, sizeof fld, x, r, row, true, -1),
+                                   "gate weights sum to 0: cannot renormalize");
             bool changed = false;
             for (uint32_t j = 0; j < x->k; j++) {
                 float g = (float)(gates[j] / sum);
@@ -388,7 +389,8 @@ moesim_status import_place(importer *x, import_record *r) {
         uint32_t l = layer[row];
         size_t at = ((size_t)t * x->L + l) * x->k;
         if (x->ids[at] != TRACE_NO_EXPERT) {
-            uint64_t first = x->first_line_of ? x->first_line_of(x, ri, (uint32_t)r->token_idx, l, x->tok_line[t])
+            uint64_t first = x->first_line_of ? x->first_line_of(x, ri, (uint32_t)r->token_idx, l,
+                                                                 x->tok_line[t])
                                               : 0;
             char also[48] = "";
             if (first) snprintf(also, sizeof also, " (first at line %" PRIu64 ")", first);
@@ -454,7 +456,8 @@ static uint64_t *execution_order(const importer *x) {
             sorted = x->tok_pos[by_request[i - 1]] < x->tok_pos[by_request[i]];
         if (sorted) continue;
         pos_token *seg = moesim_xmalloc((b - a) * sizeof *seg);
-        for (uint64_t i = a; i < b; i++) seg[i - a] = (pos_token){x->tok_pos[by_request[i]], by_request[i]};
+        for (uint64_t i = a; i < b; i++)
+            seg[i - a] = (pos_token){x->tok_pos[by_request[i]], by_request[i]};
         qsort(seg, b - a, sizeof *seg, pos_token_cmp);
         for (uint64_t i = a; i < b; i++) by_request[i] = seg[i - a].t;
         free(seg);

@@ -45,25 +45,25 @@ typedef struct request_key {
 typedef struct import_record {
     request_key key;
     uint64_t token_idx;
-    uint64_t layer;   /* rows == 1 and !all_layers: the row's layer as written */
-    bool all_layers;  /* row r is layer r (per-token record: no "layer" key) */
-    uint32_t n_rows;  /* 1, or the layers a per-token record holds */
+    uint64_t layer;  /* rows == 1 and !all_layers: the row's layer as written */
+    bool all_layers; /* row r is layer r (per-token record: no "layer" key) */
+    uint32_t n_rows; /* 1, or the layers a per-token record holds */
     uint32_t n_ids[MODEL_MAX_LAYERS], n_gates[MODEL_MAX_LAYERS]; /* [n_rows] */
     uint64_t ids[MODEL_MAX_LAYERS][TRACE_MAX_TOP_K];             /* [n_rows][<= 64] */
     float gates[MODEL_MAX_LAYERS][TRACE_MAX_TOP_K];              /* [n_rows][<= 64] */
-    int phase;           /* TRACE_PREFILL, TRACE_DECODE, or -1: the record does not say */
-    int64_t prompt_len;  /* tokens of the request's prompt, or -1: the record does not say */
+    int phase;          /* TRACE_PREFILL, TRACE_DECODE, or -1: the record does not say */
+    int64_t prompt_len; /* tokens of the request's prompt, or -1: the record does not say */
 } import_record;
 
 typedef struct import_request {
     size_t key_off, key_len; /* bytes in importer.keys */
     uint64_t hash;
     char name[64];
-    uint64_t tail;         /* its latest new token (appearance order), IMPORT_NO_TOKEN: none */
-    uint64_t last;         /* the token its previous record went to */
-    int64_t max_pos;       /* its highest token_idx so far, -1 before the first */
-    int64_t prompt_len;    /* from the records or the side file, -1: not given */
-    uint64_t prompt_line;  /* where prompt_len was first given */
+    uint64_t tail;        /* its latest new token (appearance order), IMPORT_NO_TOKEN: none */
+    uint64_t last;        /* the token its previous record went to */
+    int64_t max_pos;      /* its highest token_idx so far, -1 before the first */
+    int64_t prompt_len;   /* from the records or the side file, -1: not given */
+    uint64_t prompt_line; /* where prompt_len was first given */
 } import_request;
 
 typedef struct importer {
@@ -82,8 +82,8 @@ typedef struct importer {
     int has_prompt_len; /* -1 undecided, 0/1: whether records carry "prompt_len" */
     uint64_t prompt_len_line;
     const char *prompt_source; /* where prompt lengths come from, for the report */
-    uint64_t line;                /* text: current line; 0 for arrays */
-    uint64_t arr_token;           /* arrays: current token (row of the arrays) */
+    uint64_t line;             /* text: current line; 0 for arrays */
+    uint64_t arr_token;        /* arrays: current token (row of the arrays) */
     /* Finds the line of the first record of (request, token_idx, MoE layer), at or after
      * `from` (the token's first line), for a duplicate's message; 0 when it cannot say. */
     uint64_t (*first_line_of)(struct importer *x, uint32_t req, uint32_t pos, uint32_t layer,
@@ -135,8 +135,7 @@ void import_group_free(importer *x);
 /* "problem", "request" or "auto". */
 const char *import_schema_name(trace_jsonl_schema s);
 /* import_text.c: one line [line, end) (no newline) into r; places nothing. */
-moesim_status import_parse_jsonl(importer *x, const char *line, const char *end,
-                                 import_record *r);
+moesim_status import_parse_jsonl(importer *x, const char *line, const char *end, import_record *r);
 moesim_status import_parse_csv_header(importer *x, const char *line, const char *end);
 moesim_status import_parse_csv_row(importer *x, const char *line, const char *end,
                                    import_record *r);

@@ -38,13 +38,13 @@
 #include "traces/import_internal.h"
 #include "traces/text_scan.h"
 
-#define NPY_MAX_DIMS      4
-#define NPY_MAX_HEADER    (1u << 20) /* numpy's own headers are < 64 KiB */
-#define STREAM_BUF_BYTES  (1u << 16)
-#define ZIP_MAX_MEMBERS   4096
-#define ZIP_EOCD_BYTES    22
-#define ZIP_EOCD_SEARCH   (ZIP_EOCD_BYTES + 65535) /* the comment is at most 64 KiB */
-#define SIDE_NAME_MAX     IMPORT_REQUEST_PART_MAX
+#define NPY_MAX_DIMS     4
+#define NPY_MAX_HEADER   (1u << 20) /* numpy's own headers are < 64 KiB */
+#define STREAM_BUF_BYTES (1u << 16)
+#define ZIP_MAX_MEMBERS  4096
+#define ZIP_EOCD_BYTES   22
+#define ZIP_EOCD_SEARCH  (ZIP_EOCD_BYTES + 65535) /* the comment is at most 64 KiB */
+#define SIDE_NAME_MAX    IMPORT_REQUEST_PART_MAX
 
 /* ---- byte streams: a plain file, or a stored or deflated zip member ----------------------- */
 
@@ -101,7 +101,8 @@ static moesim_status stream_read(byte_stream *s, void *buf, size_t n, moesim_err
                 s->z.avail_in = (uInt)got;
             }
             int zr = inflate(&s->z, Z_NO_FLUSH);
-            if (zr == Z_STREAM_END && s->z.avail_out) return stream_fail(s, err, "deflate stream ends early");
+            if (zr == Z_STREAM_END && s->z.avail_out)
+                return stream_fail(s, err, "deflate stream ends early");
             if (zr != Z_OK && zr != Z_STREAM_END)
                 return stream_fail(s, err, "corrupt deflate data (%s)",
                                    s->z.msg ? s->z.msg : "zlib error");
@@ -113,8 +114,9 @@ static moesim_status stream_read(byte_stream *s, void *buf, size_t n, moesim_err
     if (s->in_zip) {
         s->crc = (uint32_t)crc32(s->crc, buf, (uInt)n);
         if (!s->left && s->crc != s->want_crc)
-            return stream_fail(s, err, "CRC-32 %08" PRIx32 ", the zip directory says %08" PRIx32
-                                       " (corrupt member)",
+            return stream_fail(s, err,
+                               "CRC-32 %08" PRIx32 ", the zip directory says %08" PRIx32
+                               " (corrupt member)",
                                s->crc, s->want_crc);
     }
     return MOESIM_OK;
@@ -152,9 +154,9 @@ static uint64_t le64(const unsigned char *p) { return le32(p) | (uint64_t)le32(p
 static moesim_status read_at(FILE *fp, uint64_t off, void *buf, size_t n, const char *path,
                              const char *what, moesim_error *err) {
     if (fseeko(fp, (off_t)off, SEEK_SET) != 0 || fread(buf, 1, n, fp) != n)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: %s: truncated zip (%zu bytes at offset %" PRIu64
-                                               ")",
-                           path, what, n, off);
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: %s: truncated zip (%zu bytes at offset %" PRIu64 ")", path, what, n,
+                           off);
     return MOESIM_OK;
 }
 
@@ -190,8 +192,7 @@ static moesim_status zip_directory(const char *path, zip_member **members, uint3
         uint64_t loc = size - span + (uint64_t)eocd;
         unsigned char l[20], z[56];
         if (loc < 20 || (st = read_at(fp, loc - 20, l, 20, path, "zip64 locator", err))) {
-            if (!st)
-                st = moesim_fail(err, MOESIM_EINPUT, "%s: zip64 locator missing", path);
+            if (!st) st = moesim_fail(err, MOESIM_EINPUT, "%s: zip64 locator missing", path);
             goto out;
         }
         if (le32(l) != 0x07064b50) {
@@ -222,16 +223,15 @@ static moesim_status zip_directory(const char *path, zip_member **members, uint3
     uint64_t p = 0;
     for (uint64_t i = 0; i < entries; i++) {
         if (p + 46 > cd_size || le32(cd + p) != 0x02014b50) {
-            st = moesim_fail(err, MOESIM_EINPUT, "%s: central directory entry %" PRIu64
-                                                 " is malformed",
-                             path, i);
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: central directory entry %" PRIu64 " is malformed", path, i);
             goto out;
         }
         const unsigned char *e = cd + p;
         uint32_t nlen = le16(e + 28), xlen = le16(e + 30), clen = le16(e + 32);
         if (p + 46 + nlen + xlen + clen > cd_size) {
-            st = moesim_fail(err, MOESIM_EINPUT, "%s: central directory entry %" PRIu64
-                                                 " runs past the directory",
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: central directory entry %" PRIu64 " runs past the directory",
                              path, i);
             goto out;
         }
@@ -380,7 +380,10 @@ static moesim_status npy_header(npy_array *a, moesim_error *err) {
                *sh = dict_value(h, "'shape'");
     if (!d || !fo || !sh) {
         free(h);
-        return stream_fail(s, err, "header lacks %s", !d ? "'descr'" : !fo ? "'fortran_order'" : "'shape'");
+        return stream_fail(s, err, "header lacks %s",
+                           !d    ? "'descr'"
+                           : !fo ? "'fortran_order'"
+                                 : "'shape'");
     }
     char endian = 0, kind = 0;
     unsigned size = 0;
@@ -496,10 +499,17 @@ static moesim_status npy_read_values(npy_array *a, uint64_t n, int64_t *v, float
         }
         int64_t x;
         switch (a->itemsize) {
-        case 1: x = a->kind == 'i' ? (int8_t)p[0] : p[0]; break;
-        case 2: x = a->kind == 'i' ? (int16_t)le16(p) : le16(p); break;
-        case 4: x = a->kind == 'i' ? (int32_t)le32(p) : (int64_t)le32(p); break;
-        default: x = (int64_t)le64(p); /* u8 beyond INT64_MAX reads negative: refused below */
+        case 1:
+            x = a->kind == 'i' ? (int8_t)p[0] : p[0];
+            break;
+        case 2:
+            x = a->kind == 'i' ? (int16_t)le16(p) : le16(p);
+            break;
+        case 4:
+            x = a->kind == 'i' ? (int32_t)le32(p) : (int64_t)le32(p);
+            break;
+        default:
+            x = (int64_t)le64(p); /* u8 beyond INT64_MAX reads negative: refused below */
         }
         if (x < 0 && *neg_at == UINT64_MAX) *neg_at = i;
         v[i] = x;
@@ -590,8 +600,7 @@ static moesim_status read_side_file(importer *x, side_request **out, uint64_t *n
     }
     if (!st && ferror(fp))
         st = moesim_fail(x->err, MOESIM_EIO, "%s: read error: %s", path, strerror(errno));
-    if (!st && count == 0)
-        st = moesim_fail(x->err, MOESIM_EINPUT, "%s: no requests", path);
+    if (!st && count == 0) st = moesim_fail(x->err, MOESIM_EINPUT, "%s: no requests", path);
     fclose(fp);
     if (st) {
         free(rq);
@@ -705,8 +714,8 @@ static moesim_status open_npz(importer *x, array_set *a) {
                          x->path);
     if (!st && (zr || zs) && x->o->requests_path)
         st = moesim_fail(x->err, MOESIM_EINPUT,
-                         "%s: %s.npy and --requests %s: two sources of request boundaries",
-                         x->path, zr ? "request_id" : "seq_lens", x->o->requests_path);
+                         "%s: %s.npy and --requests %s: two sources of request boundaries", x->path,
+                         zr ? "request_id" : "seq_lens", x->o->requests_path);
     if (!st && zp && x->o->requests_path)
         st = moesim_fail(x->err, MOESIM_EINPUT,
                          "%s: prompt_lens.npy and --requests %s: two sources of prompt lengths",
@@ -761,8 +770,8 @@ static moesim_status open_npy(importer *x, array_set *a) {
                            "[top_k]), or --uniform-gates for ids without weights",
                            x->path);
     if (w && x->o->uniform_gates)
-        return moesim_fail(x->err, MOESIM_EINPUT,
-                           "%s: --weights and --uniform-gates: give one", x->path);
+        return moesim_fail(x->err, MOESIM_EINPUT, "%s: --weights and --uniform-gates: give one",
+                           x->path);
     if (!w) return MOESIM_OK;
     a->has_gates = true;
     st = stream_open_file(&a->gates.s, w, x->err);
@@ -810,8 +819,8 @@ static moesim_status check_arrays(importer *x, const array_set *a) {
         const npy_array *r = &a->request_id;
         if (r->ndim != 1 || r->shape[0] != T || r->kind == 'f') {
             shape_text(r, sh, sizeof sh);
-            return stream_fail(&r->s, x->err, "shape %s: expected [%" PRIu64 "] integers (one per token)",
-                               sh, T);
+            return stream_fail(&r->s, x->err,
+                               "shape %s: expected [%" PRIu64 "] integers (one per token)", sh, T);
         }
     }
     const int64_t *lens = a->seq_lens;
@@ -819,16 +828,17 @@ static moesim_status check_arrays(importer *x, const array_set *a) {
     uint64_t sum = 0;
     for (uint64_t i = 0; i < n_lens; i++) {
         if (lens[i] == 0)
-            return moesim_fail(x->err, MOESIM_EINPUT, "%s: seq_lens.npy[%" PRIu64 "]: 0 tokens, expected >= 1",
-                               x->path, i);
+            return moesim_fail(x->err, MOESIM_EINPUT,
+                               "%s: seq_lens.npy[%" PRIu64 "]: 0 tokens, expected >= 1", x->path,
+                               i);
         sum += (uint64_t)lens[i];
     }
     for (uint64_t i = 0; i < a->n_side; i++) sum += a->side[i].tokens;
     if ((a->seq_lens || a->side) && sum != T)
-        return moesim_fail(x->err, MOESIM_EINPUT,
-                           "%s: %s: request lengths sum to %" PRIu64 " tokens, the arrays hold %" PRIu64,
-                           a->side ? x->o->requests_path : x->path,
-                           a->side ? "tokens" : "seq_lens.npy", sum, T);
+        return moesim_fail(
+            x->err, MOESIM_EINPUT,
+            "%s: %s: request lengths sum to %" PRIu64 " tokens, the arrays hold %" PRIu64,
+            a->side ? x->o->requests_path : x->path, a->side ? "tokens" : "seq_lens.npy", sum, T);
     return MOESIM_OK;
 }
 
@@ -897,7 +907,7 @@ moesim_status import_arrays(importer *x) {
                               : a.side         ? "--requests"
                                                : "one request";
     x->prompt_source = a.prompt_lens ? "prompt_lens" : "prompt_tokens of --requests";
-    x->rep->gates_source = a.has_gates    ? "weights"
+    x->rep->gates_source = a.has_gates     ? "weights"
                            : !a.has_logits ? "uniform 1/k (--uniform-gates)"
                            : x->m->gate_norm == GATE_SOFTMAX_TOPK
                                ? "router logits: softmax over the top-k"
@@ -944,8 +954,8 @@ moesim_status import_arrays(importer *x) {
             int64_t rid;
             if ((st = npy_read_values(&a.request_id, 1, &rid, NULL, scratch, &neg, x->err))) break;
             if (neg != UINT64_MAX) {
-                st = moesim_fail(x->err, MOESIM_EINPUT, "%s: [%" PRIu64 "]: request id %" PRId64
-                                                        " is negative",
+                st = moesim_fail(x->err, MOESIM_EINPUT,
+                                 "%s: [%" PRIu64 "]: request id %" PRId64 " is negative",
                                  a.request_id.s.name, t, rid);
                 break;
             }

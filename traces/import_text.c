@@ -31,8 +31,8 @@ enum jkey {
     JK_COUNT
 };
 static const char *const jkey_names[JK_COUNT] = {
-    "dataset", "problem_id",   "req_id",   "token_idx",    "layer",
-    "experts", "gating_probs", "topk_ids", "topk_weights", "phase", "prompt_len"};
+    "dataset",      "problem_id", "req_id",       "token_idx", "layer",     "experts",
+    "gating_probs", "topk_ids",   "topk_weights", "phase",     "prompt_len"};
 #define JBIT(k) (1u << (k))
 #define PROBLEM_KEYS                                                                               \
     (JBIT(JK_DATASET) | JBIT(JK_PROBLEM_ID) | JBIT(JK_EXPERTS) | JBIT(JK_GATING_PROBS))
@@ -54,7 +54,7 @@ static int jkey_lookup(const char *k, size_t n) {
 static moesim_status syntax_fail(importer *x, const char *field, const text_scan *s,
                                  const char *line) {
     return import_fail(x, field, "column %zu: %s", (size_t)(s->p - line) + 1,
-                    s->why ? s->why : "unexpected input");
+                       s->why ? s->why : "unexpected input");
 }
 
 /* A JSON array of non-negative integers (ids, into ids[]) or numbers (gates, into g[]); *count
@@ -130,9 +130,9 @@ static moesim_status scan_routing(importer *x, text_scan *s, const char *line, c
         snprintf(name, sizeof name, "%s[%" PRIu32 "]", field, row);
         if (row == MODEL_MAX_LAYERS)
             return import_fail(x, name, "more than %d layers", MODEL_MAX_LAYERS);
-        moesim_status st = scan_row(x, s, line, name, gates ? NULL : r->ids[row],
-                                    gates ? r->gates[row] : NULL,
-                                    gates ? &r->n_gates[row] : &r->n_ids[row]);
+        moesim_status st =
+            scan_row(x, s, line, name, gates ? NULL : r->ids[row], gates ? r->gates[row] : NULL,
+                     gates ? &r->n_gates[row] : &r->n_ids[row]);
         if (st) return st;
         text_scan_ws(s);
         if (s->p < s->end && *s->p == ',') {
@@ -168,7 +168,8 @@ static moesim_status scan_request_part(importer *x, text_scan *s, const char *li
             s->why = "expected a string or an integer";
             return syntax_fail(x, field, s, line);
         }
-        if (!integer) return import_fail(x, field, "expected a string or an integer, got a fraction");
+        if (!integer)
+            return import_fail(x, field, "expected a string or an integer, got a fraction");
         n = (size_t)(s->p - start);
         if (n > IMPORT_REQUEST_PART_MAX)
             return import_fail(x, field, "longer than %d digits", IMPORT_REQUEST_PART_MAX);
@@ -238,7 +239,8 @@ moesim_status import_parse_jsonl(importer *x, const char *line, const char *end,
                 bool dcut;
                 if (!text_scan_string(&s, dataset, sizeof dataset, &dataset_len, &dcut))
                     return syntax_fail(x, field, &s, line);
-                if (dcut) return import_fail(x, field, "longer than %d bytes", IMPORT_REQUEST_PART_MAX);
+                if (dcut)
+                    return import_fail(x, field, "longer than %d bytes", IMPORT_REQUEST_PART_MAX);
                 dataset_seen = true;
                 break;
             }
@@ -318,9 +320,9 @@ moesim_status import_parse_jsonl(importer *x, const char *line, const char *end,
     if (pk && rk) {
         int a = __builtin_ctz(pk), b = __builtin_ctz(rk);
         return import_fail(x, jkey_names[b],
-                        "a key of the request shape in a record that also has '%s' of the "
-                        "problem shape",
-                        jkey_names[a]);
+                           "a key of the request shape in a record that also has '%s' of the "
+                           "problem shape",
+                           jkey_names[a]);
     }
     trace_jsonl_schema mine = pk   ? TRACE_SCHEMA_PROBLEM
                               : rk ? TRACE_SCHEMA_REQUEST
@@ -328,8 +330,8 @@ moesim_status import_parse_jsonl(importer *x, const char *line, const char *end,
     if (x->schema == TRACE_SCHEMA_AUTO) {
         if (mine == TRACE_SCHEMA_AUTO)
             return import_fail(x, "record",
-                            "neither 'problem_id' nor 'req_id': cannot tell the shape of the "
-                            "file (see --schema)");
+                               "neither 'problem_id' nor 'req_id': cannot tell the shape of the "
+                               "file (see --schema)");
         x->schema = mine;
         x->schema_line = x->line;
         x->f = mine == TRACE_SCHEMA_PROBLEM ? &import_fields_problem : &import_fields_request;
@@ -342,8 +344,8 @@ moesim_status import_parse_jsonl(importer *x, const char *line, const char *end,
         else
             snprintf(decided, sizeof decided, "--schema %s", import_schema_name(x->schema));
         return import_fail(x, jkey_names[__builtin_ctz(wrong)],
-                        "a key of the %s shape in a file of the %s shape (%s)", import_schema_name(mine),
-                        import_schema_name(x->schema), decided);
+                           "a key of the %s shape in a file of the %s shape (%s)",
+                           import_schema_name(mine), import_schema_name(x->schema), decided);
     }
     /* one array per layer (per-token record) or one layer's array and its "layer" */
     const char *ids_key = x->schema == TRACE_SCHEMA_PROBLEM ? "experts" : "topk_ids";
@@ -376,7 +378,8 @@ moesim_status import_parse_jsonl(importer *x, const char *line, const char *end,
 
     /* request key: the dataset (or its absence) first, then the id */
     if (x->schema == TRACE_SCHEMA_PROBLEM)
-        import_key_append(&r->key, dataset_seen ? 'd' : 'n', dataset, dataset_seen ? dataset_len : 0);
+        import_key_append(&r->key, dataset_seen ? 'd' : 'n', dataset,
+                          dataset_seen ? dataset_len : 0);
     MOESIM_ASSERT(r->key.len + id.len <= sizeof r->key.bytes);
     memcpy(r->key.bytes + r->key.len, id.bytes, id.len);
     r->key.len += id.len;
@@ -408,13 +411,13 @@ moesim_status import_parse_csv_header(importer *x, const char *line, const char 
         if (!be) be = b + strlen(b);
         if (ae - a != be - b || memcmp(a, b, (size_t)(ae - a)))
             return import_fail(x, "header",
-                            "column %" PRIu32 " is '%.*s', expected '%.*s' (CSV of a top-%" PRIu32
-                            " model: %s)",
-                            col, (int)(ae - a < 40 ? ae - a : 40), a, (int)(be - b), b, x->k,
-                            x->m->name);
+                               "column %" PRIu32
+                               " is '%.*s', expected '%.*s' (CSV of a top-%" PRIu32 " model: %s)",
+                               col, (int)(ae - a < 40 ? ae - a : 40), a, (int)(be - b), b, x->k,
+                               x->m->name);
         if (ae == end || !*be)
             return import_fail(x, "header", "%s columns, expected %" PRIu32 " (top-%" PRIu32 ")",
-                            ae == end ? "too few" : "too many", 4 + 2 * x->k, x->k);
+                               ae == end ? "too few" : "too many", 4 + 2 * x->k, x->k);
         a = ae + 1;
         b = be + 1;
     }
@@ -463,7 +466,7 @@ moesim_status import_parse_csv_row(importer *x, const char *line, const char *en
                 r->phase = TRACE_DECODE;
             else
                 return import_fail(x, csv_column_name(x, c, colname, sizeof colname),
-                                "expected prefill or decode");
+                                   "expected prefill or decode");
             continue;
         }
         if (c >= 4 + x->k) {
@@ -477,11 +480,12 @@ moesim_status import_parse_csv_row(importer *x, const char *line, const char *en
         }
         if (!ok)
             return import_fail(x, csv_column_name(x, c, colname, sizeof colname),
-                            "'%.*s' is not a %s (%s)",
-                            (int)(cell_end[c] - cell[c] < 40 ? cell_end[c] - cell[c] : 40), cell[c],
-                            c >= 4 + x->k ? "number" : "non-negative integer", s.why);
+                               "'%.*s' is not a %s (%s)",
+                               (int)(cell_end[c] - cell[c] < 40 ? cell_end[c] - cell[c] : 40),
+                               cell[c], c >= 4 + x->k ? "number" : "non-negative integer", s.why);
         if (c == 0) {
-            import_key_append(&r->key, 'i', cell[0], (size_t)(cell_end[0] - cell[0])); /* <= 10 digits */
+            import_key_append(&r->key, 'i', cell[0],
+                              (size_t)(cell_end[0] - cell[0])); /* <= 10 digits */
         } else if (c == 1) {
             r->token_idx = v;
         } else if (c == 3) {
@@ -492,4 +496,3 @@ moesim_status import_parse_csv_row(importer *x, const char *line, const char *en
     }
     return MOESIM_OK;
 }
-
