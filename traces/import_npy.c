@@ -999,6 +999,10 @@ moesim_status import_arrays(importer *x) {
         st = import_place(x, r);
         x->rep->lines++;
     }
+    if (!st && a.prompt_lens && a.n_prompt != x->n_reqs)
+        st = moesim_fail(x->err, MOESIM_EINPUT,
+                         "%s: prompt_lens.npy: %" PRIu64 " entries for %" PRIu32 " requests",
+                         x->path, a.n_prompt, x->n_reqs);
     free(scratch);
     free(logits);
     free(gates);
