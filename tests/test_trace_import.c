@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "common/model.h"
 #include "common/rng.h"
@@ -1480,4 +1481,127 @@ Test(trace_import, router_logits_give_the_top_k_and_the_gates_by_the_models_rule
         }
     }
     trace_destroy(q);
+}
+
+/* ---- npz contents ---------------------------------------------------------------------------- */
+
+/* A stored (np.savez-like) zip of `n` members, without zip64 extras (the fixtures have them). */
+typedef struct zip_in {
+    const char *name; /* "topk_ids.npy" */
+    const unsigned char *data;
+    size_t len;
+} zip_in;
+
+static void put16(FILE *fp, unsigned v) {
+    fputc((int)(v & 0xFF), fp);
+    fputc((int)(v >> 8 & 0xFF), fp);
+}
+static void put32(FILE *fp, unsigned long v) {
+    put16(fp, (unsigned)(v & 0xFFFF));
+    put16(fp, (unsigned)(v >> 16 & 0xFFFF));
+}
+
+static void zip_write(const char *path, const zip_in *m, int n) {
+    FILE *fp = fopen(path, "wb");
+    cr_assert(fp);
+    long offsets[8];
+    for (int i = 0; i < n; i++) {
+        offsets[i] = ftell(fp);
+        unsigned long crc = crc32(0, m[i].data, (uInt)m[i].len);
+        put32(fp, 0x04034b50);
+        put16(fp, 20), put16(fp, 0), put16(fp, 0), put16(fp, 0), put16(fp, 0);
+        put32(fp, crc), put32(fp, m[i].len), put32(fp, m[i].len);
+        put16(fp, (unsigned)strlen(m[i].name)), put16(fp, 0);
+        fputs(m[i].name, fp);
+        fwrite(m[i].data, 1, m[i].len, fp);
+    }
+    long cd = ftell(fp);
+    for (int i = 0; i < n; i++) {
+        put32(fp, 0x02014b50);
+        put16(fp, 20), put16(fp, 20), put16(fp, 0), put16(fp, 0), put16(fp, 0), put16(fp, 0);
+        put32(fp, crc32(0, m[i].data, (uInt)m[i].len)), put32(fp, m[i].len), put32(fp, m[i].len);
+        put16(fp, (unsigned)strlen(m[i].name)), put16(fp, 0), put16(fp, 0), put16(fp, 0);
+        put16(fp, 0), put32(fp, 0), put32(fp, (unsigned long)offsets[i]);
+        fputs(m[i].name, fp);
+    }
+    long end = ftell(fp);
+    put32(fp, 0x06054b50);
+    put16(fp, 0), put16(fp, 0), put16(fp, (unsigned)n), put16(fp, (unsigned)n);
+    put32(fp, (unsigned long)(end - cd)), put32(fp, (unsigned long)cd), put16(fp, 0);
+    fclose(fp);
+}
+
+Test(trace_import, npz_members_that_conflict_or_do_not_fit_give_one_line_exit_2) {
+    good_token();
+    static unsigned char ids[2][4096], gates[2][4096], logits[8192], col[4][512];
+    int64_t two_ids[128];
+    float two_gates[128], z[2 * 32 * 8] = {0};
+    memcpy(two_ids, good_ids, sizeof good_ids);
+    memcpy(two_ids + 64, good_ids, sizeof good_ids);
+    memcpy(two_gates, good_gates, sizeof good_gates);
+    memcpy(two_gates + 64, good_gates, sizeof good_gates);
+    size_t ni = npy_make(ids[0], "<i8", "False", "(2, 32, 2)", two_ids, sizeof two_ids);
+    size_t ng = npy_make(gates[0], "<f4", "False", "(2, 32, 2)", two_gates, sizeof two_gates);
+    size_t nl = npy_make(logits, "<f4", "False", "(2, 32, 8)", z, sizeof z);
+    int64_t three[3] = {1, 1, 1}, zero_two[2] = {0, 2}, neg[2] = {3, -1}, one_one[2] = {1, 1};
+    size_t n3 = npy_make(col[0], "<i8", "False", "(3,)", three, sizeof three);
+    size_t nz = npy_make(col[1], "<i8", "False", "(2,)", zero_two, sizeof zero_two);
+    size_t nn = npy_make(col[2], "<i8", "False", "(2,)", neg, sizeof neg);
+    size_t n11 = npy_make(col[3], "<i8", "False", "(2,)", one_one, sizeof one_one);
+    const zip_in I = {"topk_ids.npy", ids[0], ni}, G = {"topk_weights.npy", gates[0], ng},
+                 Z = {"router_logits.npy", logits, nl};
+    struct {
+        const char *name;
+        zip_in m[4];
+        int n;
+        const char *says;
+    } cases[] = {
+        {"no_ids", {G}, 1, "topk_ids.npy: no such array"},
+        {"no_weights", {I}, 1, "topk_weights.npy: no such array"},
+        {"logits_and_ids", {Z, I, G}, 3, "router_logits.npy and topk_ids.npy: two sources"},
+        {"request_id_and_seq_lens",
+         {I, G, {"request_id.npy", col[3], n11}, {"seq_lens.npy", col[3], n11}},
+         4,
+         "request_id.npy and seq_lens.npy: two sources"},
+        {"seq_lens_too_long",
+         {I, G, {"seq_lens.npy", col[0], n3}},
+         3,
+         "request lengths sum to 3 tokens, the arrays hold 2"},
+        {"seq_lens_zero", {I, G, {"seq_lens.npy", col[1], nz}}, 3, "seq_lens.npy[0]: 0 tokens"},
+        {"negative_request_id",
+         {I, G, {"request_id.npy", col[2], nn}},
+         3,
+         "request_id.npy: [1]: request id -1 is negative"},
+        {"request_id_of_the_wrong_length",
+         {I, G, {"request_id.npy", col[0], n3}},
+         3,
+         "request_id.npy: shape [3]: expected [2] integers"},
+        {"prompt_lens_for_too_many_requests",
+         {I, G, {"prompt_lens.npy", col[0], n3}},
+         3,
+         "prompt_lens.npy: 3 entries for 1 requests"},
+    };
+    static char out[4096], errb[4096];
+    char path[4096], h5[4096];
+    snprintf(h5, sizeof h5, "%s", test_tmp_path("members.h5"));
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        snprintf(path, sizeof path, "%s", test_tmp_path("members.npz"));
+        zip_write(path, cases[c].m, cases[c].n);
+        int rc = test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--format",
+                                 "npz", "--model", "mixtral-8x7b", path, "-o", h5, NULL);
+        cr_assert_eq(rc, 2, "%s: exit %d: %s", cases[c].name, rc, errb);
+        cr_assert(strstr(errb, "members.npz: "), "%s: %s", cases[c].name, errb);
+        cr_assert(strstr(errb, cases[c].says), "%s: expected '%s' in: %s", cases[c].name,
+                  cases[c].says, errb);
+        char *nl2 = strchr(errb, '\n');
+        cr_assert(nl2 && nl2[1] == '\0', "%s: not one line: %s", cases[c].name, errb);
+        cr_assert(!test_file_exists(h5), "%s: output written", cases[c].name);
+    }
+    /* the same writer's good file imports (so the cases above fail for their own reason) */
+    zip_in good[2] = {I, G};
+    zip_write(path, good, 2);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--format",
+                                 "npz", "--model", "mixtral-8x7b", path, "-o", h5, NULL),
+                 0, "%s", errb);
+    cr_assert(strstr(out, "1 requests from one request"), "%s", out);
 }
