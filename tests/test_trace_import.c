@@ -1566,7 +1566,7 @@ Test(trace_import, npz_members_that_conflict_or_do_not_fit_give_one_line_exit_2)
         {"seq_lens_too_long",
          {I, G, {"seq_lens.npy", col[0], n3}},
          3,
-         "request lengths sum to 3 tokens, the arrays hold 2"},
+         "request lengths sum to more than 2 tokens, the arrays hold 2"},
         {"seq_lens_zero", {I, G, {"seq_lens.npy", col[1], nz}}, 3, "seq_lens.npy[0]: 0 tokens"},
         {"negative_request_id",
          {I, G, {"request_id.npy", col[2], nn}},

@@ -827,18 +827,20 @@ static moesim_status check_arrays(importer *x, const array_set *a) {
     uint64_t n_lens = a->n_seq;
     uint64_t sum = 0;
     for (uint64_t i = 0; i < n_lens; i++) {
-        if (lens[i] == 0)
+        if (lens[i] == 0 || (uint64_t)lens[i] > T) /* <= T: the sum cannot wrap */
             return moesim_fail(x->err, MOESIM_EINPUT,
-                               "%s: seq_lens.npy[%" PRIu64 "]: 0 tokens, expected >= 1", x->path,
-                               i);
+                               "%s: seq_lens.npy[%" PRIu64 "]: %" PRId64
+                               " tokens, expected 1..%" PRIu64 " (the arrays' tokens)",
+                               x->path, i, lens[i], T);
         sum += (uint64_t)lens[i];
     }
-    for (uint64_t i = 0; i < a->n_side; i++) sum += a->side[i].tokens;
+    for (uint64_t i = 0; i < a->n_side && sum <= T; i++) sum += a->side[i].tokens;
     if ((a->seq_lens || a->side) && sum != T)
         return moesim_fail(
             x->err, MOESIM_EINPUT,
-            "%s: %s: request lengths sum to %" PRIu64 " tokens, the arrays hold %" PRIu64,
-            a->side ? x->o->requests_path : x->path, a->side ? "tokens" : "seq_lens.npy", sum, T);
+            "%s: %s: request lengths sum to %s%" PRIu64 " tokens, the arrays hold %" PRIu64,
+            a->side ? x->o->requests_path : x->path, a->side ? "tokens" : "seq_lens.npy",
+            sum > T ? "more than " : "", sum > T ? T : sum, T);
     return MOESIM_OK;
 }
 
