@@ -1605,3 +1605,71 @@ Test(trace_import, npz_members_that_conflict_or_do_not_fit_give_one_line_exit_2)
                  0, "%s", errb);
     cr_assert(strstr(out, "1 requests from one request"), "%s", out);
 }
+
+/* ---- a real model's routing, layer-major ----------------------------------------------------- */
+
+/* The "layer" of an exported JSONL line. */
+static long line_layer(const char *line) {
+    const char *p = strstr(line, "\"layer\": ");
+    cr_assert(p, "%s", line);
+    return strtol(p + 9, NULL, 10);
+}
+
+Test(trace_import, a_real_models_log_written_layer_major_exports_to_its_trace_byte_for_byte) {
+    /* the engine's routing of the golden tiny Mixtral (tests/fixtures/golden), two requests
+     * decoded in one batch, exported token-major; then the same lines layer-major (stable sort
+     * by layer: each layer's router over every token of the run, as a hook logs one batched
+     * pass); both import, and export, to the recorded trace's text */
+    char dir[4096], toks[4096], rec[4096], ini[4096], tm[4096], lm[4096], h5[4096], back[4096];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/golden/mixtral", MOESIM_SOURCE_DIR);
+    snprintf(toks, sizeof toks, "%s", test_tmp_path("real-prompts.txt"));
+    snprintf(rec, sizeof rec, "%s", test_tmp_path("real.h5"));
+    snprintf(ini, sizeof ini, "%s", test_tmp_path("real-model.ini"));
+    snprintf(tm, sizeof tm, "%s", test_tmp_path("real-tm.jsonl"));
+    snprintf(lm, sizeof lm, "%s", test_tmp_path("real-lm.jsonl"));
+    snprintf(h5, sizeof h5, "%s", test_tmp_path("real-lm.h5"));
+    snprintf(back, sizeof back, "%s", test_tmp_path("real-lm-export.jsonl"));
+    test_write_file(toks, "1 17 42 99 3 250 7 64\n9 8 7 6 5\n33 34 35\n");
+    static char out[1 << 16], errb[4096];
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "record", "--model", dir,
+                                 "--input", toks, "--gen-len", "5", "--batch", "2", "--seed", "3",
+                                 "--threads", "1", "--model-ini", ini, "-o", rec, NULL),
+                 0, "%s", errb);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "export", "--format",
+                                 "jsonl", rec, "-o", tm, NULL),
+                 0, "%s", errb);
+    char *exported = slurp(tm);
+    size_t n = 0;
+    for (const char *p = exported; *p; p++) n += *p == '\n';
+    char **lines = malloc(n * sizeof *lines);
+    size_t i = 0;
+    for (char *p = exported, *nl; (nl = strchr(p, '\n')); p = nl + 1) {
+        *nl = '\0';
+        lines[i++] = p;
+    }
+    for (size_t a = 1; a < n; a++) /* insertion sort: stable, and a few thousand lines */
+        for (size_t b = a; b > 0 && line_layer(lines[b - 1]) > line_layer(lines[b]); b--) {
+            char *t = lines[b];
+            lines[b] = lines[b - 1];
+            lines[b - 1] = t;
+        }
+    FILE *fp = fopen(lm, "w");
+    cr_assert(fp);
+    for (i = 0; i < n; i++) fprintf(fp, "%s\n", lines[i]);
+    fclose(fp);
+    free(lines);
+    free(exported);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--model",
+                                 ini, lm, "-o", h5, "--json", NULL),
+                 0, "%s", errb);
+    cr_assert(strstr(out, "\"records_reordered\": 0,") == NULL, "the log was not layer-major: %s",
+              out);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "export", "--format",
+                                 "jsonl", h5, "-o", back, NULL),
+                 0, "%s", errb);
+    char *want = slurp(tm), *got = slurp(back);
+    cr_assert_gt(strlen(want), 1000);
+    cr_assert_str_eq(got, want, "the layer-major log does not export to the recorded trace");
+    free(want);
+    free(got);
+}
