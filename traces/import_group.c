@@ -5,10 +5,12 @@
  * appear: a record's row is written in place as soon as it is read, so memory follows the
  * trace (about 6 k L bytes per token, plus ~60 bytes per token of index), never the log, and
  * the log is read once with no scratch files. A record finds its token by (request, position):
- * first the previous record's token (token-major logs), then the token that followed the
- * request's previous token in order of appearance (layer-major logs revisit a request's tokens
- * in the same order, layer after layer), then a hash table. Rows start as TRACE_NO_EXPERT, so
- * a second record for a row is seen at once; the source then finds the first one's line.
+ * first the previous record's token (token-major logs), then, past the request's highest
+ * position, a new token; then the token that followed the request's previous token in order of
+ * appearance (layer-major logs revisit a request's tokens in the same order, layer after
+ * layer), then a hash table, built at the first lookup (a token-major log never needs it). Rows
+ * start as TRACE_NO_EXPERT, so a second record for a row is seen at once; the source then finds the
+ * first one's line.
  *
  * import_finish orders the tokens: the trace's execution order keeps the file's interleaving
  * of requests (the k-th token of the trace that belongs to request q sits where the k-th
@@ -124,8 +126,21 @@ static void index_insert(importer *x, uint64_t key, uint64_t t) {
     x->tok_vals[s] = t;
 }
 
-static uint64_t index_find(const importer *x, uint64_t key) {
-    if (!x->tok_cap) return IMPORT_NO_TOKEN;
+/* Sizes the index for `n` tokens (load <= 1/2) and files tokens 0..n_tokens-1 in it. */
+static void index_build(importer *x, uint64_t n) {
+    free(x->tok_keys);
+    free(x->tok_vals);
+    x->tok_cap = 4096;
+    while (x->tok_cap < 2 * n) x->tok_cap *= 2;
+    x->tok_keys = moesim_xcalloc(x->tok_cap, sizeof *x->tok_keys);
+    x->tok_vals = moesim_xmalloc(x->tok_cap * sizeof *x->tok_vals);
+    for (uint64_t t = 0; t < x->n_tokens; t++)
+        index_insert(x, token_key(x->tok_request[t], x->tok_pos[t]), t);
+}
+
+/* The index is built at the first lookup: a token-major file never needs one. */
+static uint64_t index_find(importer *x, uint64_t key) {
+    if (!x->tok_cap) index_build(x, x->n_tokens + 1);
     uint64_t mask = x->tok_cap - 1;
     for (uint64_t s = hash_splitmix64(key) & mask; x->tok_keys[s]; s = (s + 1) & mask)
         if (x->tok_keys[s] == key) return x->tok_vals[s];
@@ -146,15 +161,8 @@ static uint64_t token_add(importer *x, uint32_t req, uint32_t pos) {
         x->gates = moesim_xrealloc(x->gates, cap * row * sizeof *x->gates);
         x->cap_tokens = cap;
     }
-    if (2 * (x->n_tokens + 1) > x->tok_cap) { /* grow and rehash at half load */
-        free(x->tok_keys);
-        free(x->tok_vals);
-        x->tok_cap = x->tok_cap ? 2 * x->tok_cap : 4096;
-        x->tok_keys = moesim_xcalloc(x->tok_cap, sizeof *x->tok_keys);
-        x->tok_vals = moesim_xmalloc(x->tok_cap * sizeof *x->tok_vals);
-        for (uint64_t t = 0; t < x->n_tokens; t++)
-            index_insert(x, token_key(x->tok_request[t], x->tok_pos[t]), t);
-    }
+    if (x->tok_cap && 2 * (x->n_tokens + 1) > x->tok_cap) /* grow and rehash at half load */
+        index_build(x, 2 * x->n_tokens);
     uint64_t t = x->n_tokens++;
     x->tok_request[t] = req;
     x->tok_pos[t] = pos;
@@ -164,7 +172,7 @@ static uint64_t token_add(importer *x, uint32_t req, uint32_t pos) {
     x->tok_layers[t] = 0;
     memset(x->ids + t * row, 0xFF, row * sizeof *x->ids); /* TRACE_NO_EXPERT */
     memset(x->gates + t * row, 0, row * sizeof *x->gates);
-    index_insert(x, token_key(req, pos), t);
+    if (x->tok_cap) index_insert(x, token_key(req, pos), t);
     import_request *q = &x->reqs[req];
     if (q->tail != IMPORT_NO_TOKEN) x->tok_next[q->tail] = t;
     q->tail = t;
