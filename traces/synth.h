@@ -40,7 +40,8 @@ typedef enum synth_workload {
     SYNTH_CODE,
     SYNTH_MIX, /* each topic session draws text, math or code */
 } synth_workload;
-#define SYNTH_N_WORKLOADS 3 /* text, math, code (mix draws among them) */
+#define SYNTH_N_WORKLOADS 3  /* text, math, code (mix draws among them) */
+#define SYNTH_MAX_HISTORY 64 /* most tokens reuse_history_tokens may reach back */
 
 /* A length fixed (min == max) or drawn uniformly from [min, max], in tokens. */
 typedef struct synth_range {
@@ -63,6 +64,11 @@ typedef struct synth_knobs {
     double reuse_top1_first, reuse_top1_mid, reuse_top1_last; /* P(copy previous top-1) */
     double reuse_other_first, reuse_other_mid,
         reuse_other_last; /* P(slot copies a previous); < 0: P(redraw) */
+    /* locality beyond the previous token (added for `trace synth --fit`; 0 = off, the model
+     * of the published defaults): P(a drawn slot copies an expert of one of the request's
+     * last reuse_history_tokens tokens at this layer, the token and its slot uniform) */
+    double reuse_history_first, reuse_history_mid, reuse_history_last;
+    double reuse_history_tokens; /* H, the history's length in tokens (an integer >= 1) */
     /* cross-layer predictability */
     double lookahead_top1_d1, lookahead_top1_d2, lookahead_top1_d3; /* P(first candidate right) */
     double lookahead_top1_decay;   /* factor per distance beyond 3 */
@@ -97,6 +103,11 @@ typedef struct synth_knob_info {
     size_t offset; /* offsetof(synth_knobs, ...) */
     double min, max;
     const char *what;
+    /* a knob added after the published calibration: params_json names it only when it differs
+     * from `neutral` (the value that leaves the model as it was), so traces made without it
+     * keep their bytes */
+    bool extension;
+    double neutral;
 } synth_knob_info;
 
 extern const synth_knob_info synth_knob_table[];

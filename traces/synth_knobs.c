@@ -15,7 +15,9 @@
 #include "traces/synth.h"
 
 #define KNOB(name, lo, hi, what)                                                                   \
-    { #name, offsetof(synth_knobs, name), lo, hi, what }
+    { #name, offsetof(synth_knobs, name), lo, hi, what, false, 0 }
+#define KNOB_EXTENSION(name, lo, hi, neutral, what)                                                \
+    { #name, offsetof(synth_knobs, name), lo, hi, what, true, neutral }
 
 const synth_knob_info synth_knob_table[] = {
     KNOB(popularity_skew_first, 0, 8, "std of a layer's expert log-popularity, first MoE layer"),
@@ -38,6 +40,14 @@ const synth_knob_info synth_knob_table[] = {
          "P(each other slot copies a predecessor's expert); < 0: P(it redraws one), middle layer"),
     KNOB(reuse_other_last, -1, 1,
          "P(each other slot copies a predecessor's expert); < 0: P(it redraws one), last layer"),
+    KNOB_EXTENSION(reuse_history_first, 0, 1, 0,
+                   "P(a drawn slot copies an expert of the last H tokens of its request), first layer"),
+    KNOB_EXTENSION(reuse_history_mid, 0, 1, 0,
+                   "P(a drawn slot copies an expert of the last H tokens of its request), middle layer"),
+    KNOB_EXTENSION(reuse_history_last, 0, 1, 0,
+                   "P(a drawn slot copies an expert of the last H tokens of its request), last layer"),
+    KNOB_EXTENSION(reuse_history_tokens, 1, SYNTH_MAX_HISTORY, 8,
+                   "H: tokens of the request's history that reuse_history copies from (integer)"),
     KNOB(lookahead_top1_d1, 0, 1, "probability the first candidate for layer l+1 is its top-1"),
     KNOB(lookahead_top1_d2, 0, 1, "probability the first candidate for layer l+2 is its top-1"),
     KNOB(lookahead_top1_d3, 0, 1, "probability the first candidate for layer l+3 is its top-1"),
@@ -55,6 +65,10 @@ const size_t synth_knob_count = MOESIM_ARRAY_LEN(synth_knob_table);
 
 static double *knob_ptr(synth_knobs *k, const synth_knob_info *ki) {
     return (double *)((char *)k + ki->offset);
+}
+
+static bool knob_is_integer(const char *name) {
+    return !strcmp(name, "topics") || !strcmp(name, "reuse_history_tokens");
 }
 
 /* ---- defaults per family (values and sources: traces/SYNTH.md) ---- */
@@ -87,6 +101,9 @@ static void knobs_common(synth_knobs *k) {
     k->reuse_other_first = 0.0;
     k->reuse_other_mid = 0.20;
     k->reuse_other_last = -0.20;
+    /* no locality beyond the previous token: the published figures are all of consecutive
+     * tokens (the history knobs are fitted to a trace by `trace synth --fit`) */
+    k->reuse_history_tokens = 8;
 }
 
 static void knobs_mixtral(synth_knobs *k) {
@@ -193,9 +210,9 @@ moesim_status synth_knob_set(synth_knobs *k, const char *name, double value, moe
         if (!(value >= ki->min && value <= ki->max))
             return moesim_fail(err, MOESIM_EINPUT, "synth knob %s: %g is outside [%g, %g] (%s)",
                                name, value, ki->min, ki->max, ki->what);
-        if (!strcmp(name, "topics") && value != floor(value))
-            return moesim_fail(err, MOESIM_EINPUT, "synth knob topics: expected an integer, got %g",
-                               value);
+        if (knob_is_integer(name) && value != floor(value))
+            return moesim_fail(err, MOESIM_EINPUT, "synth knob %s: expected an integer, got %g",
+                               name, value);
         *knob_ptr(k, ki) = value;
         return MOESIM_OK;
     }
@@ -246,6 +263,8 @@ moesim_status synth_options_check(const synth_options *o, const model_geometry *
     }
     if (o->knobs.topics != floor(o->knobs.topics))
         return moesim_fail(err, MOESIM_EINPUT, "synth knob topics: expected an integer");
+    if (o->knobs.reuse_history_tokens != floor(o->knobs.reuse_history_tokens))
+        return moesim_fail(err, MOESIM_EINPUT, "synth knob reuse_history_tokens: expected an integer");
     return MOESIM_OK;
 }
 
@@ -289,6 +308,7 @@ char *synth_params_json(const synth_options *o, const model_geometry *m) {
     for (size_t i = 0; i < synth_knob_count; i++) {
         const synth_knob_info *ki = &synth_knob_table[i];
         double v = *(const double *)((const char *)&o->knobs + ki->offset);
+        if (ki->extension && v == ki->neutral) continue; /* the bytes of traces made without it */
         json_object_set_new(knobs, ki->name, json_real(v));
     }
     json_object_set_new(j, "knobs", knobs);
