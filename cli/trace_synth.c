@@ -265,6 +265,7 @@ int cmd_trace_synth(int argc, char **argv) {
     model_geometry m;
     synth_options o;
     synth_fit_result *fit = NULL;
+    float *table = NULL; /* a popularity table from --knobs */
     uint32_t interleave = 1;
     uint64_t v;
 #define BAD(...)                                                                                   \
@@ -293,7 +294,7 @@ int cmd_trace_synth(int argc, char **argv) {
         o = fit->options;
         interleave = fit->interleave;
     }
-    if (knobs_path && synth_knobs_load(knobs_path, &o.knobs, &interleave, &err)) FAIL();
+    if (knobs_path && synth_knobs_load(knobs_path, &m, &o, &table, &interleave, &err)) FAIL();
     if (requests) {
         if (!parse_u64(requests, UINT32_MAX, &v) || v == 0)
             BAD("--requests: expected a whole number >= 1, got '%s'", requests);
@@ -360,7 +361,9 @@ int cmd_trace_synth(int argc, char **argv) {
 done:
     trace_destroy(t);
     trace_destroy(real);
+    synth_fit_result_free(fit);
     free(fit);
+    free(table);
     free(sets);
     return rc;
 }

@@ -97,6 +97,7 @@ typedef struct synth_tables {
     uint32_t *reuse_top1, *avoid_other; /* [L] thresholds */
     uint32_t *history;                  /* [L] threshold of a history copy; all 0: off */
     uint32_t H;                         /* tokens of history (reuse_history_tokens) */
+    uint32_t repeat;                    /* threshold of repeat_decode_token; 0: off */
     bool any_history;                   /* some layer copies from its history */
     uint32_t *copy_cdf; /* [L][k] P(copied slots <= c), copied slots ~ Binomial(k - 1, reuse) */
     bool *copies;       /* [L] reuse_other > 0 at this layer */
@@ -298,6 +299,28 @@ static void normal_scores_shuffled(double *out, const double *quantiles, uint32_
     gsl_ran_shuffle(g, out, n, sizeof *out);
 }
 
+/* Layer l's tables from a fitted popularity table [T][L][E] (every workload the same): topic t
+ * draws from its row; the popularity order is that of the topics' mean. `w`, `scaled`,
+ * `small`, `large`, `order` are scratch [E]. */
+static void fitted_tables_layer(synth_tables *tb, const float *popularity, uint32_t l, double *w,
+                                double *scaled, uint32_t *small, uint32_t *large,
+                                weighted_expert *order) {
+    const uint32_t E = tb->E, L = tb->L, T = tb->T;
+    for (uint32_t e = 0; e < E; e++) order[e] = (weighted_expert){0, e};
+    for (uint32_t t = 0; t < T; t++) {
+        const float *row = popularity + ((size_t)t * L + l) * E;
+        for (uint32_t e = 0; e < E; e++) w[e] = row[e], order[e].w += row[e];
+        for (uint32_t wl = 0; wl < tb->W; wl++)
+            alias_build(w, E, tb->cells + (((size_t)wl * T + t) * L + l) * E, scaled, small,
+                        large);
+    }
+    qsort(order, E, sizeof *order, cmp_weight_desc);
+    for (uint32_t wl = 0; wl < tb->W; wl++) {
+        uint16_t *po = tb->pop_order + ((size_t)l * tb->W + wl) * E;
+        for (uint32_t e = 0; e < E; e++) po[e] = (uint16_t)order[e].e;
+    }
+}
+
 static void tables_build(synth_tables *tb, const model_geometry *m, const synth_options *o,
                          rng *r) {
     const synth_knobs *kn = &o->knobs;
@@ -316,6 +339,7 @@ static void tables_build(synth_tables *tb, const model_geometry *m, const synth_
     tb->avoid_other = moesim_xcalloc(L, sizeof *tb->avoid_other);
     tb->history = moesim_xcalloc(L, sizeof *tb->history);
     tb->H = (uint32_t)kn->reuse_history_tokens;
+    tb->repeat = prob_threshold(kn->repeat_decode_token);
 
     double *shared = moesim_xcalloc(E, sizeof *shared); /* [E] common part of log-popularity */
     double *own = moesim_xcalloc(E, sizeof *own);       /* [E] workload's own part */
@@ -332,8 +356,11 @@ static void tables_build(synth_tables *tb, const model_geometry *m, const synth_
     for (uint32_t l = 0; l < L; l++) {
         const double skew = depth_profile(kn->popularity_skew_first, kn->popularity_skew_mid,
                                           kn->popularity_skew_last, l, L);
-        normal_scores_shuffled(shared, quantiles, E, g);
-        for (uint32_t wl = 0; wl < W; wl++) {
+        if (o->popularity)
+            fitted_tables_layer(tb, o->popularity, l, w, scaled, small, large, order);
+        else
+            normal_scores_shuffled(shared, quantiles, E, g);
+        for (uint32_t wl = 0; wl < W && !o->popularity; wl++) {
             normal_scores_shuffled(own, quantiles, E, g);
             for (uint32_t e = 0; e < E; e++)
                 logpop[e] = skew * ws[wl] * (c * shared[e] + c_own * own[e]);
@@ -418,7 +445,8 @@ static uint64_t plan_build(request_plan *plan, const synth_options *o, uint32_t 
             p->topic = plan[r - 1].topic;
         } else {
             p->workload = workload_draw(o->workload, g);
-            p->topic = (uint32_t)rng_below(g, n_topics);
+            p->topic = o->knobs.topic_cycle && r > 0 ? (plan[r - 1].topic + 1) % n_topics
+                                                     : (uint32_t)rng_below(g, n_topics);
         }
         p->first_token = at;
         at += (uint64_t)p->prompt + p->gen;
@@ -842,15 +870,25 @@ static void run_tokens(synth_run *s, trace *win, uint32_t r, uint32_t i0, uint32
         win->request_id[tok] = r;
         win->position[tok] = i;
         win->phase[tok] = i < p->prompt ? TRACE_PREFILL : TRACE_DECODE;
+        /* a repeated decode token routes exactly as its predecessor (one number, only when on) */
+        const bool repeat =
+            tb->repeat && i > 0 && i >= p->prompt && rng_block_u32(s->g_route) < tb->repeat;
         for (uint32_t l = 0; l < L; l++) {
             const size_t tab = (((size_t)p->workload * T + p->topic) * L + l) * E;
             const size_t row = trace_route_index(win, tok, l);
             uint16_t *ring = s->history ? s->history + (size_t)l * tb->H * tb->k : NULL;
             const route_history hist = {ring, i};
-            route_row(tb, l, tb->cells + tab, tb->pop_order + ((size_t)l * W + p->workload) * E,
-                      i ? win->expert_ids + trace_route_index(win, prev, l) : NULL,
-                      tb->history[l] ? &hist : NULL, win->expert_ids + row,
-                      win->gate_weights + row, &s->rw, s->g_route);
+            if (repeat) {
+                const size_t from = trace_route_index(win, prev, l);
+                memcpy(win->expert_ids + row, win->expert_ids + from, tb->k * sizeof(uint16_t));
+                memcpy(win->gate_weights + row, win->gate_weights + from, tb->k * sizeof(float));
+            } else {
+                route_row(tb, l, tb->cells + tab,
+                          tb->pop_order + ((size_t)l * W + p->workload) * E,
+                          i ? win->expert_ids + trace_route_index(win, prev, l) : NULL,
+                          tb->history[l] ? &hist : NULL, win->expert_ids + row,
+                          win->gate_weights + row, &s->rw, s->g_route);
+            }
             if (ring) /* the ring outlives the window, which may cut the request anywhere */
                 memcpy(ring + (size_t)(i % tb->H) * tb->k, win->expert_ids + row,
                        tb->k * sizeof *ring);

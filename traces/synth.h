@@ -60,7 +60,15 @@ typedef struct synth_knobs {
     double topics;              /* topics per workload (an integer >= 1) */
     double topic_concentration; /* std of a topic's log-popularity offset */
     double topic_persistence;   /* P(next request continues the previous one's topic) */
+    /* 1: a request that changes topic takes the next one in turn instead of a random one, so
+     * requests that run together have distinct topics while there are enough (added for --fit;
+     * 0 = random, the published model) */
+    double topic_cycle;
     /* temporal locality between consecutive tokens of a request */
+    double popularity_smoothing; /* fitted table only: weight of the layer's overall popularity
+                                  * mixed into each topic's (0: the topic's own counts) */
+    double popularity_sharpness; /* fitted table only: exponent on those probabilities (1: as
+                                  * counted; > 1 sharper; the locality knobs flatten a little) */
     double reuse_top1_first, reuse_top1_mid, reuse_top1_last; /* P(copy previous top-1) */
     double reuse_other_first, reuse_other_mid,
         reuse_other_last; /* P(slot copies a previous); < 0: P(redraw) */
@@ -69,6 +77,9 @@ typedef struct synth_knobs {
      * last reuse_history_tokens tokens at this layer, the token and its slot uniform) */
     double reuse_history_first, reuse_history_mid, reuse_history_last;
     double reuse_history_tokens; /* H, the history's length in tokens (an integer >= 1) */
+    /* P(a decode token repeats its predecessor's routing at every layer: experts and gates),
+     * as repeated tokens do (decoding loops, repeated n-grams); 0 = off, added for --fit */
+    double repeat_decode_token;
     /* cross-layer predictability */
     double lookahead_top1_d1, lookahead_top1_d2, lookahead_top1_d3; /* P(first candidate right) */
     double lookahead_top1_decay;   /* factor per distance beyond 3 */
@@ -94,6 +105,10 @@ typedef struct synth_options {
     synth_knobs knobs;
     bool show_progress;       /* draw a progress bar on stderr when it is a terminal */
     char family_defaults[32]; /* the family whose defaults `knobs` started from (for params) */
+    /* a fitted popularity table (`trace synth --fit`): [topics][L][E] each topic's expert
+     * probabilities per layer (each row sums to 1), used instead of the random log-normal
+     * popularity and topic offsets; NULL: the random model. Not owned. */
+    const float *popularity;
 } synth_options;
 
 /* One knob of synth_knobs: its name (the --set key), where it lives, its valid range and what

@@ -122,6 +122,7 @@ moesim_status synth_generate_interleaved(const model_geometry *m, const synth_op
 /* ---- moments that trace_stats does not compute ---- */
 
 typedef struct fit_moments {
+    double repeat_share; /* decode tokens routed exactly as their predecessor at every layer */
     double request_gini; /* mean over (request, layer) of the gini of the request's own counts */
     double gate_top1;    /* mean largest gate of a row */
     double gate_sum;     /* mean sum of a row's gates */
@@ -167,6 +168,30 @@ static double request_gini(const trace *t) {
     free(rows);
     free(count);
     return n ? sum / (double)n : NAN;
+}
+
+/* Share of decode tokens (with a predecessor in their request, all rows recorded) whose experts
+ * are their predecessor's, in the same order, at every layer. */
+static double repeat_share(const trace *t) {
+    const uint32_t L = t->meta.n_layers, k = t->meta.top_k;
+    uint64_t *prev = moesim_xcalloc(t->n_requests, sizeof *prev); /* last token + 1; 0: none */
+    uint64_t pairs = 0, same = 0;
+    for (uint64_t i = 0; i < t->n_tokens; i++) {
+        const uint32_t r = t->request_id[i];
+        const uint64_t p = prev[r];
+        prev[r] = i + 1;
+        if (!p || t->phase[i] != TRACE_DECODE) continue;
+        bool recorded = true, identical = true;
+        for (uint32_t l = 0; l < L; l++) {
+            const uint16_t *a = trace_experts(t, i, l), *b = trace_experts(t, p - 1, l);
+            recorded = recorded && row_recorded(a) && row_recorded(b);
+            identical = identical && !memcmp(a, b, k * sizeof *a);
+        }
+        pairs += recorded;
+        same += recorded && identical;
+    }
+    free(prev);
+    return pairs ? (double)same / (double)pairs : NAN;
 }
 
 static void gate_moments(const trace *t, fit_moments *mo) {
@@ -238,6 +263,7 @@ static void importance_moments(const trace *t, fit_moments *mo) {
 
 static void moments_compute(const trace *t, fit_moments *mo) {
     mo->request_gini = request_gini(t);
+    mo->repeat_share = repeat_share(t);
     gate_moments(t, mo);
     importance_moments(t, mo);
 }
@@ -250,6 +276,7 @@ typedef enum fit_stat {
     STAT_REUSE_ANY,    /* per layer, hat-weighted */
     STAT_LRU,          /* per layer: mean LRU hit rate over capacities k..E-1, hat-weighted */
     STAT_REQUEST_GINI, /* fit_moments */
+    STAT_REPEAT,       /* fit_moments */
     STAT_ACTIVE,       /* mean active share over the batch sizes >= 2 the real trace has */
     STAT_GATE_TOP1,
     STAT_GATE_SUM,
@@ -258,8 +285,11 @@ typedef enum fit_stat {
     STAT_IMP_RHO,
 } fit_stat;
 
-/* Weight of layer l (of L) in depth-profile point g: the profile's own hat function. */
+/* Weight of layer l (of L) in depth-profile point g: the profile's own hat function; for
+ * g = ALL_LAYERS every layer alike. */
+#define ALL_LAYERS N_DEPTH
 static double hat_weight(uint32_t l, uint32_t L, int g) {
+    if (g == ALL_LAYERS) return 1;
     if (L <= 1) return g == 1;
     const double x = (double)l / (double)(L - 1);
     if (g == 0) return x < 0.5 ? 1 - 2 * x : 0;
@@ -288,6 +318,7 @@ static double stat_value(const trace_stats *s, const fit_moments *mo, const bool
                          fit_stat st, int g) {
     switch (st) {
     case STAT_REQUEST_GINI: return mo->request_gini;
+    case STAT_REPEAT: return mo->repeat_share;
     case STAT_GATE_TOP1: return mo->gate_top1;
     case STAT_GATE_SUM: return mo->gate_sum;
     case STAT_IMP_SINK: return mo->imp_sink;
@@ -322,9 +353,70 @@ typedef struct fit_ctx {
     trace_stats *sim; /* the last simulation's statistics */
     fit_moments sim_mo;
     uint32_t simulations;
+    /* the fitted popularity table: real counts per (topic, layer, expert), smoothed */
+    uint32_t T;        /* topics: min(real requests, 64), each a run of consecutive requests */
+    double *counts;    /* [T][L][E] activations in the topic's requests */
+    double *overall;   /* [L][E] the layer's share of each expert over the whole trace */
+    float *table;      /* [T][L][E] what the simulation draws from (c->o.popularity) */
 } fit_ctx;
 
+/* The table from the counts with the current popularity_smoothing s and popularity_sharpness
+ * g: topic t's row at layer l is proportional to (its counts + s * (mean activations of a topic
+ * at l) * the layer's overall shares + a floor that keeps every expert possible)^g. */
+static void table_build(fit_ctx *c) {
+    const uint32_t L = c->m->n_moe_layers, E = c->m->n_experts, T = c->T;
+    const double s = c->o.knobs.popularity_smoothing, g = c->o.knobs.popularity_sharpness;
+    double *w = moesim_xcalloc(E, sizeof *w);
+    for (uint32_t l = 0; l < L; l++) {
+        double mean = 0;
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t e = 0; e < E; e++) mean += c->counts[((size_t)t * L + l) * E + e];
+        mean /= T;
+        const double floor = 1e-6 * (mean > 0 ? mean : 1) / E;
+        for (uint32_t t = 0; t < T; t++) {
+            const double *cnt = c->counts + ((size_t)t * L + l) * E;
+            double total = 0;
+            for (uint32_t e = 0; e < E; e++)
+                total += w[e] = pow(cnt[e] + s * mean * c->overall[(size_t)l * E + e] + floor, g);
+            float *row = c->table + ((size_t)t * L + l) * E;
+            for (uint32_t e = 0; e < E; e++) row[e] = (float)(w[e] / total);
+        }
+    }
+    free(w);
+}
+
+/* Counts of the real trace per topic (request r is in topic r * T / R) and overall. */
+static void table_init(fit_ctx *c, const trace *real) {
+    const uint32_t L = c->m->n_moe_layers, E = c->m->n_experts, k = real->meta.top_k;
+    const uint32_t R = real->n_requests;
+    c->T = R < 64 ? R : 64;
+    c->counts = moesim_xcalloc((size_t)c->T * L * E, sizeof *c->counts);
+    c->overall = moesim_xcalloc((size_t)L * E, sizeof *c->overall);
+    c->table = moesim_xcalloc((size_t)c->T * L * E, sizeof *c->table);
+    for (uint64_t i = 0; i < real->n_tokens; i++) {
+        const uint32_t t = (uint32_t)((uint64_t)real->request_id[i] * c->T / R);
+        for (uint32_t l = 0; l < L; l++) {
+            const uint16_t *ids = trace_experts(real, i, l);
+            if (!row_recorded(ids)) continue;
+            for (uint32_t j = 0; j < k; j++) {
+                c->counts[((size_t)t * L + l) * E + ids[j]]++;
+                c->overall[(size_t)l * E + ids[j]]++;
+            }
+        }
+    }
+    for (uint32_t l = 0; l < L; l++) {
+        double sum = 0;
+        for (uint32_t e = 0; e < E; e++) sum += c->overall[(size_t)l * E + e];
+        for (uint32_t e = 0; e < E; e++) c->overall[(size_t)l * E + e] /= sum > 0 ? sum : 1;
+    }
+    c->o.knobs.topics = c->T;
+    c->o.knobs.topic_cycle = 1; /* requests take the real trace's runs of requests in turn */
+    c->o.popularity = c->table;
+    table_build(c);
+}
+
 static void simulate(fit_ctx *c) {
+    table_build(c); /* popularity_smoothing may have changed */
     trace *t = NULL;
     moesim_error err = {0};
     /* the options were checked once; every knob stays inside its range */
@@ -402,9 +494,9 @@ static void fit_reuse_other(fit_ctx *c, int halvings) {
  * keeps the one whose LRU curve is closest to the real one. */
 static void routing_sweep(fit_ctx *c, bool choose_history) {
     synth_knobs *k = &c->o.knobs;
-    for (int g = 0; g < N_DEPTH; g++)
-        bisect(c, depth_knob(k, "popularity_skew", g), 0, 8, true, STAT_GINI, g, FIT_BISECT + 2);
-    bisect(c, &k->topic_concentration, 0, 8, true, STAT_REQUEST_GINI, 0, FIT_BISECT);
+    bisect(c, &k->repeat_decode_token, 0, 1, true, STAT_REPEAT, 0, FIT_BISECT);
+    bisect(c, &k->popularity_sharpness, 0.1, 8, true, STAT_GINI, ALL_LAYERS, FIT_BISECT + 2);
+    bisect(c, &k->popularity_smoothing, 0, 64, false, STAT_REQUEST_GINI, 0, FIT_BISECT + 2);
     bisect(c, &k->topic_persistence, 0, 1, false, STAT_ACTIVE, 0, FIT_BISECT);
     for (int g = 0; g < N_DEPTH; g++)
         bisect(c, depth_knob(k, "reuse_top1", g), 0, 1, true, STAT_REUSE_TOP1, g, FIT_BISECT);
@@ -505,13 +597,13 @@ static void record_entries(synth_fit_result *f, const fit_ctx *c, const bool *la
     static const char *const where[N_DEPTH] = {"first layers", "middle layers", "last layers"};
     char knob[48], what[64];
     const trace_stats *r = c->real, *s = c->sim;
-    for (int g = 0; g < N_DEPTH; g++) {
-        snprintf(knob, sizeof knob, "popularity_skew_%s", depth_names[g]);
-        snprintf(what, sizeof what, "gini, %s", where[g]);
-        add_stat_entry(f, c, knob, what, STAT_GINI, g);
-    }
-    add_stat_entry(f, c, "topic_concentration", "gini of a request's own counts",
+    add_entry(f, &c->o.knobs, "topics", "= the real requests (at most 64), in turn",
+              c->real->requests, c->T, true);
+    add_stat_entry(f, c, "popularity_sharpness", "gini, mean over layers", STAT_GINI, ALL_LAYERS);
+    add_stat_entry(f, c, "popularity_smoothing", "gini of a request's own counts",
                    STAT_REQUEST_GINI, 0);
+    add_stat_entry(f, c, "repeat_decode_token", "decode tokens routed as their predecessor",
+                   STAT_REPEAT, 0);
     add_stat_entry(f, c, "topic_persistence", "active share, mean over its batch sizes >= 2",
                    STAT_ACTIVE, 0);
     static const struct {
@@ -613,6 +705,7 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
     c.real = rs;
     moments_compute(real, &c.real_mo);
     for (int b = 0; b < STATS_N_BATCH; b++) c.batches[b] = !isnan(rs->active_share[b]);
+    table_init(&c, real);
 
     /* the simulation: SYNTH_FIT_SCALE times the requests, bounded in records */
     const uint64_t cells = real->n_tokens * (uint64_t)tm->n_layers;
@@ -632,14 +725,23 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
     record_entries(out, &c, la_top1, la_recall);
 
     out->options.knobs = c.o.knobs;
+    out->options.popularity = out->popularity = c.table;
     out->interleave = c.interleave;
     out->simulations = c.simulations;
+    free(c.overall);
+    free(c.counts);
     trace_stats_destroy(c.sim);
     trace_stats_destroy(rs);
     return MOESIM_OK;
 }
 
+void synth_fit_result_free(synth_fit_result *f) {
+    if (f) free(f->popularity);
+}
+
 /* ---- knob files ---- */
+
+#define TABLE_PER_LINE 8 /* probabilities per line: lines stay within the INI reader's 200 */
 
 moesim_status synth_knobs_save(const char *path, const synth_fit_result *f,
                                const model_geometry *m, const char *real_path, moesim_error *err) {
@@ -667,6 +769,20 @@ moesim_status synth_knobs_save(const char *path, const synth_fit_result *f,
             fprintf(fp, " default of the %s family (%s)\n", f->options.family_defaults,
                     e ? "the trace does not carry its statistic" : "not fitted");
     }
+    const uint32_t T = (uint32_t)f->options.knobs.topics, L = m->n_moe_layers, E = m->n_experts;
+    if (f->options.popularity) {
+        fprintf(fp, "\n; the fitted popularity: [topic t][layer l] each expert's probability,\n"
+                    "; experts e.. on the line tT.lL.eE (topic t = a run of the real requests)\n"
+                    "[popularity]\n");
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t l = 0; l < L; l++)
+                for (uint32_t e = 0; e < E; e += TABLE_PER_LINE) {
+                    fprintf(fp, "t%u.l%u.e%u =", t, l, e);
+                    for (uint32_t j = e; j < E && j < e + TABLE_PER_LINE; j++)
+                        fprintf(fp, " %.9g", f->options.popularity[((size_t)t * L + l) * E + j]);
+                    fputc('\n', fp);
+                }
+    }
     if (ferror(fp)) {
         atomic_file_abort(&af);
         return moesim_fail(err, MOESIM_EIO, "%s: write failed", path);
@@ -674,10 +790,40 @@ moesim_status synth_knobs_save(const char *path, const synth_fit_result *f,
     return atomic_file_commit(&af, err);
 }
 
-moesim_status synth_knobs_load(const char *path, synth_knobs *k, uint32_t *interleave,
-                               moesim_error *err) {
+/* One [popularity] line "tT.lL.eE = p p ...": into table [T][L][E]; `filled` counts cells. */
+static moesim_status table_line(const char *origin, const char *key, const char *value,
+                                float *table, uint32_t T, uint32_t L, uint32_t E, uint8_t *filled,
+                                moesim_error *err) {
+    unsigned t, l, e;
+    int used = 0;
+    if (sscanf(key, "t%u.l%u.e%u%n", &t, &l, &e, &used) != 3 || key[used] || t >= T || l >= L ||
+        e >= E)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: [popularity] %s: expected tT.lL.eE with T < %u topics, L < %u "
+                           "layers, E < %u experts",
+                           origin, key, T, L, E);
+    const char *p = value;
+    for (uint32_t j = e; *p; j++) {
+        char *end;
+        const double x = strtod(p, &end);
+        if (end == p || j >= E || !(x >= 0 && x <= 1))
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: [popularity] %s: expected probabilities in [0, 1] for experts "
+                               "%u..%u, got '%s'",
+                               origin, key, e, E - 1, value);
+        const size_t at = ((size_t)t * L + l) * E + j;
+        table[at] = (float)x;
+        filled[at] = 1;
+        for (p = end; *p == ' ' || *p == '\t'; p++) {}
+    }
+    return MOESIM_OK;
+}
+
+moesim_status synth_knobs_load(const char *path, const model_geometry *m, synth_options *o,
+                               float **table, uint32_t *interleave, moesim_error *err) {
     config *c = config_create();
     moesim_status st = config_load_file(c, path, err);
+    /* [synth] first: the table's size depends on its topics */
     for (size_t i = 0; !st && i < config_size(c); i++) {
         const char *section, *key, *value;
         config_entry_at(c, i, &section, &key, &value);
@@ -685,8 +831,10 @@ moesim_status synth_knobs_load(const char *path, synth_knobs *k, uint32_t *inter
         config_origin(c, section, key, origin, sizeof origin);
         double x;
         uint64_t u;
+        if (!strcmp(section, "popularity")) continue;
         if (strcmp(section, "synth"))
-            st = moesim_fail(err, MOESIM_EINPUT, "%s: [%s]: unknown section (expected [synth])",
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: [%s]: unknown section (expected [synth] or [popularity])",
                              origin, section);
         else if (!strcmp(key, "model"))
             continue; /* which model it was fitted for: informative */
@@ -700,11 +848,47 @@ moesim_status synth_knobs_load(const char *path, synth_knobs *k, uint32_t *inter
         } else if (!config_parse_f64(value, &x))
             st = moesim_fail(err, MOESIM_EINPUT, "%s: [synth] %s: expected a number, got '%s'",
                              origin, key, value);
-        else if (synth_knob_set(k, key, x, err))
+        else if (synth_knob_set(&o->knobs, key, x, err))
             moesim_error_prefix(err, "%s", origin), st = MOESIM_EINPUT;
     }
+    const uint32_t T = (uint32_t)o->knobs.topics, L = m->n_moe_layers, E = m->n_experts;
+    const size_t cells = (size_t)T * L * E;
+    float *t = NULL;
+    uint8_t *filled = NULL;
+    if (!st && config_has_section(c, "popularity")) {
+        t = moesim_xcalloc(cells, sizeof *t);
+        filled = moesim_xcalloc(cells, 1);
+    }
+    for (size_t i = 0; !st && t && i < config_size(c); i++) {
+        const char *section, *key, *value;
+        config_entry_at(c, i, &section, &key, &value);
+        if (strcmp(section, "popularity")) continue;
+        char origin[512];
+        config_origin(c, section, key, origin, sizeof origin);
+        st = table_line(origin, key, value, t, T, L, E, filled, err);
+    }
+    for (size_t row = 0; !st && t && row < cells / E; row++) {
+        double sum = 0;
+        bool whole = true;
+        for (uint32_t e = 0; e < E; e++) sum += t[row * E + e], whole = whole && filled[row * E + e];
+        if (!whole || !(sum > 0.999 && sum < 1.001))
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: [popularity] t%zu.l%zu: expected %u probabilities summing to 1 "
+                             "(model %s: %u layers, %u experts; %g topics)",
+                             path, row / L, row % L, E, m->name, L, E, o->knobs.topics);
+    }
+    free(filled);
     config_destroy(c);
-    return st;
+    if (st) {
+        free(t);
+        return st;
+    }
+    if (t) {
+        free(*table);
+        *table = t;
+        o->popularity = t;
+    }
+    return MOESIM_OK;
 }
 
 /* ---- real against synthetic ---- */
@@ -746,12 +930,14 @@ size_t synth_fit_compare(const trace *real, const trace *synthetic, synth_fit_ro
     moments_compute(synthetic, &sm);
     size_t n = 0;
     char what[48];
-    n = put_row(rows, n, cap, "gini (mean over layers)", "popularity_skew_*", r->gini, s->gini,
+    n = put_row(rows, n, cap, "gini (mean over layers)", "popularity table", r->gini, s->gini,
                 MATCH_TOLERANCE);
-    n = put_row(rows, n, cap, "top-10% share", "popularity_skew_*", r->top10_share,
+    n = put_row(rows, n, cap, "top-10% share", "popularity table", r->top10_share,
                 s->top10_share, 0);
-    n = put_row(rows, n, cap, "gini of a request's own counts", "topic_concentration",
+    n = put_row(rows, n, cap, "gini of a request's own counts", "popularity_smoothing",
                 rm.request_gini, sm.request_gini, 0);
+    n = put_row(rows, n, cap, "decode tokens routed as before", "repeat_decode_token",
+                rm.repeat_share, sm.repeat_share, 0);
     n = put_row(rows, n, cap, "reuse top-1", "reuse_top1_*", r->reuse_top1, s->reuse_top1, 0);
     n = put_row(rows, n, cap, "reuse any", "reuse_other_*", r->reuse_any, s->reuse_any,
                 MATCH_TOLERANCE);

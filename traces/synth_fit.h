@@ -48,7 +48,10 @@ typedef struct synth_fit_result {
     size_t n_entries;
     synth_fit_entry entries[SYNTH_FIT_MAX_ENTRIES];
     uint32_t simulations; /* traces the fit generated */
+    float *popularity;    /* [topics][L][E] the fitted table options.popularity points to; owned */
 } synth_fit_result;
+
+void synth_fit_result_free(synth_fit_result *f); /* the table; accepts NULL */
 
 /* Fits the knobs of model `m` (whose geometry must be the trace's) to `real`. Fails
  * (MOESIM_EINPUT, naming `what`) on a geometry mismatch or a trace without decode or with
@@ -92,9 +95,11 @@ size_t synth_fit_compare(const trace *real, const trace *synthetic, synth_fit_ro
  * the statistic it was fitted to in its comment), crash-safely. */
 moesim_status synth_knobs_save(const char *path, const synth_fit_result *f,
                                const model_geometry *m, const char *real_path, moesim_error *err);
-/* Loads such a file (or any [synth] section of knob = value lines) over `k`; `interleave` gets
- * the file's value when it has one. Errors name the file, line and key. */
-moesim_status synth_knobs_load(const char *path, synth_knobs *k, uint32_t *interleave,
-                               moesim_error *err);
+/* Loads such a file (or any [synth] section of knob = value lines) over o->knobs, for model
+ * `m`; `interleave` gets the file's value when it has one. A [popularity] table (sized by the
+ * file's topics and m's layers and experts) replaces *table (freed; caller frees the new one)
+ * and o->popularity points to it. Errors name the file, line and key. */
+moesim_status synth_knobs_load(const char *path, const model_geometry *m, synth_options *o,
+                               float **table, uint32_t *interleave, moesim_error *err);
 
 #endif

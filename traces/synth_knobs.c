@@ -31,6 +31,12 @@ const synth_knob_info synth_knob_table[] = {
     KNOB(topics, 1, 64, "topics per workload and layer (integer)"),
     KNOB(topic_concentration, 0, 8, "std of a topic's log-popularity offset"),
     KNOB(topic_persistence, 0, 1, "probability that a request continues the previous one's topic"),
+    KNOB_EXTENSION(topic_cycle, 0, 1, 0,
+                   "1: a request changing topic takes the next topic in turn (0: a random one)"),
+    KNOB_EXTENSION(popularity_smoothing, 0, 64, 0,
+                   "fitted popularity table: weight of the layer's overall popularity in a topic's"),
+    KNOB_EXTENSION(popularity_sharpness, 0.1, 8, 1,
+                   "fitted popularity table: exponent on its probabilities (1: as counted)"),
     KNOB(reuse_top1_first, 0, 1, "probability a token copies its predecessor's top-1, first layer"),
     KNOB(reuse_top1_mid, 0, 1, "probability a token copies its predecessor's top-1, middle layer"),
     KNOB(reuse_top1_last, 0, 1, "probability a token copies its predecessor's top-1, last layer"),
@@ -48,6 +54,8 @@ const synth_knob_info synth_knob_table[] = {
                    "P(a drawn slot copies an expert of the last H tokens of its request), last layer"),
     KNOB_EXTENSION(reuse_history_tokens, 1, SYNTH_MAX_HISTORY, 8,
                    "H: tokens of the request's history that reuse_history copies from (integer)"),
+    KNOB_EXTENSION(repeat_decode_token, 0, 1, 0,
+                   "P(a decode token repeats its predecessor's experts and gates at every layer)"),
     KNOB(lookahead_top1_d1, 0, 1, "probability the first candidate for layer l+1 is its top-1"),
     KNOB(lookahead_top1_d2, 0, 1, "probability the first candidate for layer l+2 is its top-1"),
     KNOB(lookahead_top1_d3, 0, 1, "probability the first candidate for layer l+3 is its top-1"),
@@ -68,7 +76,8 @@ static double *knob_ptr(synth_knobs *k, const synth_knob_info *ki) {
 }
 
 static bool knob_is_integer(const char *name) {
-    return !strcmp(name, "topics") || !strcmp(name, "reuse_history_tokens");
+    return !strcmp(name, "topics") || !strcmp(name, "reuse_history_tokens") ||
+           !strcmp(name, "topic_cycle");
 }
 
 /* ---- defaults per family (values and sources: traces/SYNTH.md) ---- */
@@ -104,6 +113,7 @@ static void knobs_common(synth_knobs *k) {
     /* no locality beyond the previous token: the published figures are all of consecutive
      * tokens (the history knobs are fitted to a trace by `trace synth --fit`) */
     k->reuse_history_tokens = 8;
+    k->popularity_sharpness = 1; /* used only with a fitted popularity table */
 }
 
 static void knobs_mixtral(synth_knobs *k) {
@@ -263,6 +273,8 @@ moesim_status synth_options_check(const synth_options *o, const model_geometry *
     }
     if (o->knobs.topics != floor(o->knobs.topics))
         return moesim_fail(err, MOESIM_EINPUT, "synth knob topics: expected an integer");
+    if (o->knobs.topic_cycle != floor(o->knobs.topic_cycle))
+        return moesim_fail(err, MOESIM_EINPUT, "synth knob topic_cycle: expected 0 or 1");
     if (o->knobs.reuse_history_tokens != floor(o->knobs.reuse_history_tokens))
         return moesim_fail(err, MOESIM_EINPUT, "synth knob reuse_history_tokens: expected an integer");
     return MOESIM_OK;
@@ -312,6 +324,16 @@ char *synth_params_json(const synth_options *o, const model_geometry *m) {
         json_object_set_new(knobs, ki->name, json_real(v));
     }
     json_object_set_new(j, "knobs", knobs);
+    if (o->popularity) { /* the table itself is in the knob file; its fingerprint here */
+        const size_t n = (size_t)o->knobs.topics * m->n_moe_layers * m->n_experts;
+        uint64_t h = 1469598103934665603ull; /* FNV-1a over the table's bytes */
+        const unsigned char *b = (const unsigned char *)o->popularity;
+        for (size_t i = 0; i < n * sizeof *o->popularity; i++) h = (h ^ b[i]) * 1099511628211ull;
+        char fp[96];
+        snprintf(fp, sizeof fp, "fitted [%g][%u][%u], fnv1a64 %016llx", o->knobs.topics,
+                 m->n_moe_layers, m->n_experts, (unsigned long long)h);
+        json_object_set_new(j, "popularity", json_string(fp));
+    }
     char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     json_decref(j);
     MOESIM_ASSERT(s);
