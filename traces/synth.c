@@ -484,23 +484,24 @@ route_draw(const synth_tables *tb, uint32_t l, const alias_cell *cells, const ui
     MOESIM_UNREACHABLE(); /* a row holds k <= E experts */
 }
 
-/* The request's last tokens at one layer, for reuse_history: rows [H][k], token i at i mod H;
- * `n` tokens of the request so far (the history holds the last min(n, H)). */
+/* The request's last tokens at one layer, for reuse_history: rows [H + 1][k], token i at
+ * i mod (H + 1); `n` tokens of the request so far. */
 typedef struct route_history {
     const uint16_t *rows;
     uint32_t n;
 } route_history;
 
-/* A drawn slot's history copy: with probability history[l], an expert of one of the last
- * min(n, H) tokens (token and slot uniform, one number) that the row does not hold yet;
- * TRACE_NO_EXPERT when the slot is drawn from the table instead. */
+/* A drawn slot's history copy: with probability history[l], an expert of one of the tokens 2..H
+ * + 1 back (the previous token is the reuse knobs' part; token and slot uniform, one number)
+ * that the row does not hold yet; TRACE_NO_EXPERT when the slot is drawn from the table
+ * instead. */
 static inline uint16_t history_pick(const synth_tables *tb, uint32_t l, const route_history *h,
                                     const route_work *rw, rng_block *g) {
-    if (!h || h->n == 0 || rng_block_u32(g) >= tb->history[l]) return TRACE_NO_EXPERT;
-    const uint32_t k = tb->k, avail = h->n < tb->H ? h->n : tb->H;
+    if (h->n < 2 || rng_block_u32(g) >= tb->history[l]) return TRACE_NO_EXPERT;
+    const uint32_t k = tb->k, avail = h->n - 1 < tb->H ? h->n - 1 : tb->H;
     const uint32_t at = (uint32_t)(((uint64_t)rng_block_u32(g) * (avail * k)) >> 32);
-    const uint32_t back = 1 + at / k; /* tokens back: 1..avail */
-    const uint16_t e = h->rows[(size_t)((h->n - back) % tb->H) * k + at % k];
+    const uint32_t back = 2 + at / k; /* tokens back: 2..avail + 1 */
+    const uint16_t e = h->rows[(size_t)((h->n - back) % (tb->H + 1)) * k + at % k];
     return rw->mark[e] == rw->stamp ? TRACE_NO_EXPERT : e;
 }
 
@@ -780,7 +781,7 @@ typedef struct synth_run {
     rng_block *g_route, *g_imp, *g_look;
     importance_work iw;
     route_work rw;
-    uint16_t *history; /* [L][H][k] the current request's last H rows (reuse_history), or NULL */
+    uint16_t *history; /* [L][H + 1][k] the request's last H + 1 rows (reuse_history), or NULL */
     lookahead_work lw;
     progress bar;
 } synth_run;
@@ -836,7 +837,7 @@ static void run_begin(synth_run *s, const model_geometry *m, const synth_options
                          .pmark = moesim_xcalloc(tb->E, sizeof(uint32_t)),
                          .E = tb->E};
     if (tb->any_history)
-        s->history = moesim_xcalloc((size_t)tb->L * tb->H * tb->k, sizeof *s->history);
+        s->history = moesim_xcalloc((size_t)tb->L * (tb->H + 1) * tb->k, sizeof *s->history);
     lookahead_work *lw = &s->lw;
     lw->mark = moesim_xcalloc(tb->E, sizeof(uint32_t));
     for (uint32_t c = 0; c < o->lookahead_k && o->lookahead_depth; c++)
@@ -876,7 +877,7 @@ static void run_tokens(synth_run *s, trace *win, uint32_t r, uint32_t i0, uint32
         for (uint32_t l = 0; l < L; l++) {
             const size_t tab = (((size_t)p->workload * T + p->topic) * L + l) * E;
             const size_t row = trace_route_index(win, tok, l);
-            uint16_t *ring = s->history ? s->history + (size_t)l * tb->H * tb->k : NULL;
+            uint16_t *ring = s->history ? s->history + (size_t)l * (tb->H + 1) * tb->k : NULL;
             const route_history hist = {ring, i};
             if (repeat) {
                 const size_t from = trace_route_index(win, prev, l);
@@ -890,7 +891,7 @@ static void run_tokens(synth_run *s, trace *win, uint32_t r, uint32_t i0, uint32
                           win->gate_weights + row, &s->rw, s->g_route);
             }
             if (ring) /* the ring outlives the window, which may cut the request anywhere */
-                memcpy(ring + (size_t)(i % tb->H) * tb->k, win->expert_ids + row,
+                memcpy(ring + (size_t)(i % (tb->H + 1)) * tb->k, win->expert_ids + row,
                        tb->k * sizeof *ring);
         }
         if (s->o->lookahead_depth) lookahead_token(win, tb, tok, p->workload, &s->lw, s->g_look);

@@ -74,7 +74,7 @@ typedef struct synth_knobs {
         reuse_other_last; /* P(slot copies a previous); < 0: P(redraw) */
     /* locality beyond the previous token (added for `trace synth --fit`; 0 = off, the model
      * of the published defaults): P(a drawn slot copies an expert of one of the request's
-     * last reuse_history_tokens tokens at this layer, the token and its slot uniform) */
+     * tokens 2..reuse_history_tokens + 1 back at this layer, the token and its slot uniform) */
     double reuse_history_first, reuse_history_mid, reuse_history_last;
     double reuse_history_tokens; /* H, the history's length in tokens (an integer >= 1) */
     /* P(a decode token repeats its predecessor's routing at every layer: experts and gates),

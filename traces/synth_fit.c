@@ -540,8 +540,10 @@ static void fit_gates_and_importance(fit_ctx *c) {
 /* Look-ahead knobs straight from the real accuracies: the model gives the first candidate
  * right with probability lookahead_top1_d{d} and recall@k = recall_d1 * decay^(d - 1) exactly
  * (SYNTH.md, item 6), so no simulation is needed. */
+/* fitted_top1[0..3] (d1, d2, d3, decay), fitted_recall[0..1] (d1, decay): whether each was
+ * fitted; at_top1 / at_recall: the distance (0-based) each decay was read at. */
 static void fit_lookahead(synth_knobs *k, const trace_stats *s, bool *fitted_top1,
-                          bool *fitted_recall) {
+                          bool *fitted_recall, uint32_t *at_top1, uint32_t *at_recall) {
     const uint32_t D = s->lookahead_depth;
     double *top1[3] = {&k->lookahead_top1_d1, &k->lookahead_top1_d2, &k->lookahead_top1_d3};
     for (uint32_t d = 0; d < 3; d++) {
@@ -554,6 +556,7 @@ static void fit_lookahead(synth_knobs *k, const trace_stats *s, bool *fitted_top
             const double r = pow(s->lookahead_top1[d] / s->lookahead_top1[2], 1.0 / (d - 2.0));
             k->lookahead_top1_decay = r > 1 ? 1 : r;
             fitted_top1[3] = true;
+            *at_top1 = d;
             break;
         }
     fitted_recall[0] = D >= 1 && !isnan(s->lookahead_recall[0]);
@@ -565,6 +568,7 @@ static void fit_lookahead(synth_knobs *k, const trace_stats *s, bool *fitted_top
             const double r = pow(s->lookahead_recall[d] / s->lookahead_recall[0], 1.0 / d);
             k->lookahead_recall_decay = r > 1 ? 1 : r;
             fitted_recall[1] = true;
+            *at_recall = d;
             break;
         }
 }
@@ -593,7 +597,7 @@ static void add_stat_entry(synth_fit_result *f, const fit_ctx *c, const char *kn
 }
 
 static void record_entries(synth_fit_result *f, const fit_ctx *c, const bool *la_top1,
-                           const bool *la_recall) {
+                           const bool *la_recall, uint32_t at_top1, uint32_t at_recall) {
     static const char *const where[N_DEPTH] = {"first layers", "middle layers", "last layers"};
     char knob[48], what[64];
     const trace_stats *r = c->real, *s = c->sim;
@@ -618,20 +622,20 @@ static void record_entries(synth_fit_result *f, const fit_ctx *c, const bool *la
             snprintf(what, sizeof what, "%s, %s", reuse[i].stat, where[g]);
             add_stat_entry(f, c, knob, what, reuse[i].st, g);
         }
-    add_entry(f, &c->o.knobs, "reuse_history_tokens", "worst LRU/OPT/reuse gap (1..64 tried)", 0,
+    add_entry(f, &c->o.knobs, "reuse_history_tokens", "worst LRU/OPT/reuse gap (of 1..64 tried)", 0,
               locality_gap(c), !isnan(real_value(c, STAT_LRU, 1)));
     static const char *const la_names[4] = {"lookahead_top1_d1", "lookahead_top1_d2",
                                             "lookahead_top1_d3", "lookahead_top1_decay"};
     for (uint32_t d = 0; d < 4; d++) {
-        const uint32_t at = d < 3 ? d : r->lookahead_depth - 1; /* decay: the farthest */
+        const uint32_t at = d < 3 ? d : at_top1; /* decay: the farthest distance measured */
         const bool has = at < r->lookahead_depth;
         snprintf(what, sizeof what, "look-ahead top-1 accuracy, d = %u", at + 1);
         add_entry(f, &c->o.knobs, la_names[d], what, has ? r->lookahead_top1[at] : NAN,
                   has && at < s->lookahead_depth ? s->lookahead_top1[at] : NAN, la_top1[d]);
     }
     for (uint32_t i = 0; i < 2; i++) {
-        const uint32_t at = i == 0 ? 0 : r->lookahead_depth - 1;
-        const bool has = r->lookahead_depth > 0;
+        const uint32_t at = i == 0 ? 0 : at_recall;
+        const bool has = at < r->lookahead_depth;
         snprintf(what, sizeof what, "look-ahead recall@k, d = %u", at + 1);
         add_entry(f, &c->o.knobs, i ? "lookahead_recall_decay" : "lookahead_recall_d1", what,
                   has ? r->lookahead_recall[at] : NAN,
@@ -719,10 +723,11 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
     for (int sweep = 0; sweep < FIT_SWEEPS; sweep++) routing_sweep(&c, sweep == 1);
     fit_gates_and_importance(&c);
     bool la_top1[4] = {false}, la_recall[2] = {false};
-    if (depth) fit_lookahead(&c.o.knobs, rs, la_top1, la_recall);
+    uint32_t at_top1 = 3, at_recall = 1; /* distances of the decays (0-based) */
+    if (depth) fit_lookahead(&c.o.knobs, rs, la_top1, la_recall, &at_top1, &at_recall);
     c.o.lookahead_depth = depth;
     simulate(&c); /* the final knobs, for every entry's achieved value */
-    record_entries(out, &c, la_top1, la_recall);
+    record_entries(out, &c, la_top1, la_recall, at_top1, at_recall);
 
     out->options.knobs = c.o.knobs;
     out->options.popularity = out->popularity = c.table;
