@@ -176,9 +176,10 @@ static void print_number(double x) {
 
 /* Real vs synthetic, side by side, with the knob fitted to each statistic. */
 static void print_fit_report(const trace *real, const trace *t, const synth_options *o) {
-    synth_fit_row rows[600];
-    size_t n = synth_fit_compare(real, t, rows, MOESIM_ARRAY_LEN(rows));
-    if (n > MOESIM_ARRAY_LEN(rows)) n = MOESIM_ARRAY_LEN(rows);
+    const size_t cap = 2 * (size_t)real->meta.n_experts + 64; /* two curves and the rest */
+    synth_fit_row *rows = moesim_xcalloc(cap, sizeof *rows);
+    size_t n = synth_fit_compare(real, t, rows, cap);
+    MOESIM_ASSERT(n <= cap);
     printf("report: real (%" PRIu64 " tokens) vs synthetic (%" PRIu64 " tokens, seed %" PRIu64
            ")\n%-32s %9s %9s %9s %8s  %s\n",
            real->n_tokens, t->n_tokens, o->seed, "statistic", "real", "synthetic", "|gap|",
@@ -194,6 +195,7 @@ static void print_fit_report(const trace *real, const trace *t, const synth_opti
                r->tolerance == 0 || isnan(gap) ? "-" : gap <= r->tolerance ? "ok" : "OFF",
                r->knob);
     }
+    free(rows);
 }
 
 int cmd_trace_synth(int argc, char **argv) {

@@ -450,6 +450,7 @@ Test(synth_fit, bad_input_exits_2_with_one_line_and_writes_nothing, .timeout = 3
         {{"--model", ini, "--save-knobs", save}, "--save-knobs needs --fit"},
         {{"--fit", h5, "--model", ini, "--knobs", knobs}, "exclude each other"},
         {{"--fit", h5, "--model", ini, "--interleave", "0"}, "--interleave"},
+        {{"--fit", h5, "--model", ini, "--set", "topics=3"}, "table has 8 topics"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         snprintf(out_path, sizeof out_path, "%s", test_tmp_path("fit_bad.h5"));

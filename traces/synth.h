@@ -109,6 +109,7 @@ typedef struct synth_options {
      * probabilities per layer (each row sums to 1), used instead of the random log-normal
      * popularity and topic offsets; NULL: the random model. Not owned. */
     const float *popularity;
+    uint32_t popularity_topics; /* the table's topics: knobs.topics must equal it */
 } synth_options;
 
 /* One knob of synth_knobs: its name (the --set key), where it lives, its valid range and what

@@ -1,6 +1,9 @@
 /* Fitting the synthesizer's knobs to a trace (traces/synth_fit.h; the method and its limits:
  * traces/SYNTH.md, "Fitting to a trace").
  *
+ * Popularity is a table: each topic (a run of consecutive real requests) draws from the expert
+ * counts of its requests, mixed with the layer's overall counts (popularity_smoothing) and
+ * raised to popularity_sharpness; requests take the topics in turn (topic_cycle).
  * Routing knobs are fitted by simulated moments: a simulation is synth_generate with the real
  * trace's shape (SYNTH_FIT_SCALE times its requests, its length ranges, its decode batch) and
  * the fixed seed FIT_SEED, then trace_stats_compute and a few moments computed here; each knob
@@ -31,7 +34,7 @@
 #define N_DEPTH       3          /* profile points: first, mid, last */
 
 static const char *const depth_names[N_DEPTH] = {"first", "mid", "last"};
-/* reuse_history_tokens tried (the sweep that picks one keeps the best curve) */
+/* reuse_history_tokens tried (the second sweep keeps the one closest on the hit-rate curves) */
 static const uint32_t history_lengths[] = {1, 2, 4, 8, 16, 32, 64};
 
 /* ---- execution order ---- */
@@ -412,6 +415,7 @@ static void table_init(fit_ctx *c, const trace *real) {
     c->o.knobs.topics = c->T;
     c->o.knobs.topic_cycle = 1; /* requests take the real trace's runs of requests in turn */
     c->o.popularity = c->table;
+    c->o.popularity_topics = c->T;
     table_build(c);
 }
 
@@ -701,6 +705,10 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
     synth_options_default(&c.o, m);
     shape_of(real, &c.o);
     out->options = c.o; /* the shape to generate, before the simulation's scale */
+    if (synth_options_check(&c.o, m, err)) {
+        moesim_error_prefix(err, "%s: its shape", what);
+        return MOESIM_EINPUT;
+    }
     trace_stats *rs = trace_stats_compute(real);
     if (rs->accesses == 0) {
         trace_stats_destroy(rs);
@@ -718,7 +726,6 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
     c.o.n_requests = (uint32_t)(real->n_requests * scale);
     const uint32_t depth = c.o.lookahead_depth;
     c.o.lookahead_depth = 0; /* routing and importance do not depend on it */
-    MOESIM_ASSERT(synth_options_check(&c.o, m, err) == MOESIM_OK);
 
     for (int sweep = 0; sweep < FIT_SWEEPS; sweep++) routing_sweep(&c, sweep == 1);
     fit_gates_and_importance(&c);
@@ -892,6 +899,7 @@ moesim_status synth_knobs_load(const char *path, const model_geometry *m, synth_
         free(*table);
         *table = t;
         o->popularity = t;
+        o->popularity_topics = T;
     }
     return MOESIM_OK;
 }

@@ -4,8 +4,10 @@
  * (traces/STATS.md). traces/SYNTH.md ("Fitting to a trace") states the method, which statistic
  * each knob is fitted to, and the limits, with figures.
  *
- * The method: simulated moments. Each routing knob is paired with one statistic of the real
- * trace that it drives monotonically (popularity skew -> gini, top-1 reuse -> reuse_top1, ...);
+ * The method: the expert popularity of each topic is a table counted from the real trace's
+ * requests (smoothed and sharpened by two knobs), and every other knob is fitted by simulated
+ * moments: paired with one statistic of the real trace that it drives monotonically
+ * (sharpness -> gini, top-1 reuse -> reuse_top1, history copies -> LRU hit rates, ...);
  * the fit generates traces of the real one's shape (its request and length ranges, 10 times as
  * many requests, its execution order) with a fixed seed and bisects each knob in turn until the
  * simulated statistic meets the real one, sweeping over all knobs a few times because they

@@ -273,6 +273,10 @@ moesim_status synth_options_check(const synth_options *o, const model_geometry *
     }
     if (o->knobs.topics != floor(o->knobs.topics))
         return moesim_fail(err, MOESIM_EINPUT, "synth knob topics: expected an integer");
+    if (o->popularity && o->knobs.topics != o->popularity_topics)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "synth knob topics: %g, but the fitted popularity table has %u topics",
+                           o->knobs.topics, o->popularity_topics);
     if (o->knobs.topic_cycle != floor(o->knobs.topic_cycle))
         return moesim_fail(err, MOESIM_EINPUT, "synth knob topic_cycle: expected 0 or 1");
     if (o->knobs.reuse_history_tokens != floor(o->knobs.reuse_history_tokens))
