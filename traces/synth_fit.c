@@ -738,6 +738,7 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
 
     out->options.knobs = c.o.knobs;
     out->options.popularity = out->popularity = c.table;
+    out->options.popularity_topics = c.T;
     out->interleave = c.interleave;
     out->simulations = c.simulations;
     free(c.overall);
