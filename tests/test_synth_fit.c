@@ -177,7 +177,7 @@ static model_geometry three_layer_mixtral(void) {
     return m;
 }
 
-Test(synth_fit, the_fit_recovers_the_locality_gate_importance_and_lookahead_knobs, .timeout = 300) {
+Test(synth_fit, the_fit_recovers_the_locality_gate_importance_and_lookahead_knobs, .timeout = 900) {
     model_geometry m = three_layer_mixtral();
     synth_options o;
     synth_options_default(&o, &m);
@@ -306,7 +306,7 @@ static trace *record_golden(const char *arch, const char *batch, model_geometry 
 }
 
 Test(synth_fit, a_fitted_trace_matches_the_engine_trace_of_golden_mixtral_run_alone,
-     .timeout = 300) {
+     .timeout = 900) {
     model_geometry m;
     trace *real = record_golden("mixtral", "1", &m);
     expect_fitted_trace_matches("golden mixtral, batch 1", real, &m);
@@ -314,7 +314,7 @@ Test(synth_fit, a_fitted_trace_matches_the_engine_trace_of_golden_mixtral_run_al
 }
 
 Test(synth_fit, a_fitted_trace_matches_the_engine_trace_of_golden_mixtral_in_batches_of_4,
-     .timeout = 300) {
+     .timeout = 900) {
     model_geometry m;
     trace *real = record_golden("mixtral", "4", &m);
     cr_expect_eq(synth_fit_detect_interleave(real), 4);
@@ -323,7 +323,7 @@ Test(synth_fit, a_fitted_trace_matches_the_engine_trace_of_golden_mixtral_in_bat
 }
 
 Test(synth_fit, a_fitted_trace_matches_the_engine_trace_of_golden_olmoe_in_batches_of_4,
-     .timeout = 300) {
+     .timeout = 900) {
     model_geometry m;
     trace *real = record_golden("olmoe", "4", &m);
     expect_fitted_trace_matches("golden olmoe, batch 4", real, &m);
@@ -336,7 +336,7 @@ Test(synth_fit, a_fitted_trace_matches_the_engine_trace_of_golden_olmoe_in_batch
  * `trace export` as request-shaped JSONL and read back with `trace import`, as a user's vLLM
  * log would be. */
 Test(synth_fit, a_fitted_trace_matches_an_imported_serving_log_with_strong_locality,
-     .timeout = 300) {
+     .timeout = 900) {
     char made[4096], jsonl[4096], imported[4096];
     snprintf(made, sizeof made, "%s", test_tmp_path("fit_standin.h5"));
     snprintf(jsonl, sizeof jsonl, "%s", test_tmp_path("fit_standin.jsonl"));
@@ -395,7 +395,7 @@ static void small_real(char *h5, char *ini) {
 }
 
 Test(synth_fit, the_command_prints_each_knob_with_its_statistic_and_saved_knobs_reproduce_it,
-     .timeout = 300) {
+     .timeout = 900) {
     char h5[4096], ini[4096], k1[4096], k2[4096], a[4096], b[4096];
     small_real(h5, ini);
     snprintf(k1, sizeof k1, "%s", test_tmp_path("fit_k1.ini"));
@@ -433,7 +433,7 @@ typedef struct bad_case {
     const char *message;
 } bad_case;
 
-Test(synth_fit, bad_input_exits_2_with_one_line_and_writes_nothing, .timeout = 300) {
+Test(synth_fit, bad_input_exits_2_with_one_line_and_writes_nothing, .timeout = 900) {
     char h5[4096], ini[4096], knobs[4096], out_path[4096], table[4096], save[4096];
     small_real(h5, ini);
     snprintf(knobs, sizeof knobs, "%s", test_tmp_path("fit_bad_knobs.ini"));
