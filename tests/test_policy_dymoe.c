@@ -989,19 +989,27 @@ Test(dymoe_behaviour, tpot_falls_as_lambda_falls_and_four_zero_is_never_slower) 
 }
 
 Test(dymoe_behaviour, table3_rows_keep_the_papers_order_at_24_gb) {
-    /* Table 3, 24 GB: load on demand (row 1) is the slowest, then cache (2), then dyquant 4/2
-     * (4); 4/0 with prefetch (6) is the fastest. Rows through their preset files. */
+    /* Table 3, 24 GB: every row decodes faster than the one before it (TPOT), as in the paper;
+     * the prefetch rows (3, 5) add decode overlap, so TTFT is checked on rows 1 > 2 > 4 > 6.
+     * At 16 GB the simulator's link is saturated and row 5 is not faster than row 4
+     * (sim/README.md, "DyMoE Table 3"). Rows through their preset files. */
     sim_case sc;
     sim_case_load(&sc);
-    static const char *const rows[] = {"dymoe-1-load-on-demand.ini", "dymoe-2-cache.ini",
-                                       "dymoe-4-cache-dyquant-4-2.ini",
-                                       "dymoe-6-cache-dyquant-4-0-prefetch.ini"};
+    static const struct {
+        const char *file;
+        bool ttft_row;
+    } rows[] = {{"dymoe-1-load-on-demand.ini", true},
+                {"dymoe-2-cache.ini", true},
+                {"dymoe-3-cache-prefetch.ini", false},
+                {"dymoe-4-cache-dyquant-4-2.ini", true},
+                {"dymoe-5-cache-dyquant-4-2-prefetch.ini", false},
+                {"dymoe-6-cache-dyquant-4-0-prefetch.ini", true}};
     const char *dir = getenv("MOESIM_CONFIG_DIR");
     cr_assert_not_null(dir);
     double prev_tpot = INFINITY, prev_ttft = INFINITY;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/policies/%s", dir, rows[i]);
+        snprintf(path, sizeof path, "%s/policies/%s", dir, rows[i].file);
         config *c = config_create();
         moesim_error err = {0};
         cr_assert_eq(config_load_file(c, path, &err), MOESIM_OK, "%s", err.msg);
@@ -1010,12 +1018,14 @@ Test(dymoe_behaviour, table3_rows_keep_the_papers_order_at_24_gb) {
         sim_inputs in = {.trace = sc.tr, .model = &sc.model, .hw = &sc.hw, .quant = &sc.quant};
         sim_result res;
         cr_assert_eq(sim_run(&in, "dymoe", c, &res, &err), MOESIM_OK, "%s", err.msg);
-        cr_expect_lt(res.tpot.mean_ms, prev_tpot, "%s: TPOT %g ms, previous row %g", rows[i],
+        cr_expect_lt(res.tpot.mean_ms, prev_tpot, "%s: TPOT %g ms, previous row %g", rows[i].file,
                      res.tpot.mean_ms, prev_tpot);
-        cr_expect_lt(res.ttft.mean_ms, prev_ttft, "%s: TTFT %g ms, previous row %g", rows[i],
-                     res.ttft.mean_ms, prev_ttft);
         prev_tpot = res.tpot.mean_ms;
-        prev_ttft = res.ttft.mean_ms;
+        if (rows[i].ttft_row) {
+            cr_expect_lt(res.ttft.mean_ms, prev_ttft, "%s: TTFT %g ms, previous row %g",
+                         rows[i].file, res.ttft.mean_ms, prev_ttft);
+            prev_ttft = res.ttft.mean_ms;
+        }
         config_destroy(c);
     }
     trace_destroy(sc.tr);
