@@ -41,12 +41,12 @@ static bool quote_safe(const char *s) { return !strchr(s, '\'') && !strchr(s, '\
 
 /* Runs gnuplot on `script` writing `out_path`: its exit status, or -1 with *exec_errno set when
  * it could not be started (then nothing was printed: the caller says it in one line). */
-static int run_gnuplot(const char *script, const char *csv, const char *terminal,
-                       const char *out_path, int *exec_errno) {
+static int run_gnuplot(const char *script, const char *csv, const char *paper,
+                       const char *terminal, const char *out_path, int *exec_errno) {
     *exec_errno = 0;
-    char setup[3 * PATH_MAX];
-    snprintf(setup, sizeof setup, "csv='%s'; set terminal %s; set output '%s'", csv, terminal,
-             out_path);
+    char setup[4 * PATH_MAX];
+    snprintf(setup, sizeof setup, "csv='%s'; paper='%s'; set terminal %s; set output '%s'", csv,
+             paper, terminal, out_path);
     fflush(stdout);
     fflush(stderr);
     int fds[2]; /* close-on-exec: the child writes errno into it only when exec fails */
@@ -136,7 +136,12 @@ int cmd_plot(int argc, char **argv) {
         moesim_path_dirname(csv, dir_buf, sizeof dir_buf);
         dir = dir_buf;
     }
-    if (!quote_safe(csv) || !quote_safe(dir) || !quote_safe(script))
+    /* the paper's published figures beside the plot's script: experiments/paper/NAME.csv */
+    char paper[PATH_MAX];
+    size_t base_len = strlen(script) - strlen("plots/") - strlen(name) - strlen(".gp");
+    snprintf(paper, sizeof paper, "%.*sexperiments/paper/%s.csv", (int)base_len, script, name);
+    if (access(paper, R_OK) != 0) paper[0] = '\0';
+    if (!quote_safe(csv) || !quote_safe(dir) || !quote_safe(script) || !quote_safe(paper))
         return cli_usage_error("plot", "paths with quotes or backslashes are not supported");
     for (size_t f = 0; f < sizeof formats / sizeof *formats; f++) {
         char out[PATH_MAX];
@@ -144,7 +149,7 @@ int cmd_plot(int argc, char **argv) {
         atomic_file af;
         if (atomic_file_begin_path(&af, out, &err)) return cli_fail(&err);
         int exec_errno;
-        int rc = run_gnuplot(script, csv, formats[f].terminal, af.tmp_path, &exec_errno);
+        int rc = run_gnuplot(script, csv, paper, formats[f].terminal, af.tmp_path, &exec_errno);
         if (rc != 0) {
             atomic_file_abort(&af);
             if (exec_errno) {

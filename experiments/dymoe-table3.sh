@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # DyMoE Table 3 beside the simulation: sweeps experiments/dymoe-ablation.ini and prints, per row
-# and budget, the paper's TPOT (experiments/paper/dymoe-table3.csv) and the simulated one, and
+# and budget, the paper's TPOT (experiments/paper/dymoe-ablation.csv) and the simulated one, and
 # whether each row is faster than the row before it in both (the ordering the paper reports).
 #
 #   experiments/dymoe-table3.sh [MOESIM] [OUT_DIR]
@@ -41,4 +41,4 @@ END {
     print ""
     if (differ == "") print "Every row is faster than the one before it in the paper and in the simulation."
     else print "Rows whose step from the row before differs from the paper:" differ
-}' experiments/paper/dymoe-table3.csv "$csv" | tee "$out/dymoe-table3.md"
+}' experiments/paper/dymoe-ablation.csv "$csv" | tee "$out/dymoe-table3.md"

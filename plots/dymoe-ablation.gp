@@ -16,6 +16,17 @@ do for [b in "16 24"] {
     plot csv using (row(strcol('ablation'))):(column('tpot_ms.mean') / 1000) with table if (ok(real(b)))
     unset table
 }
+# the paper's Table 3 (experiments/paper/dymoe-ablation.csv; `moesim plot` sets `paper`)
+# (the datablocks exist, empty, without it)
+has_paper = exists("paper") && strlen(paper) > 0
+do for [b in "16 24"] {
+    col_ttft = b eq "16" ? 3 : 5
+    eval table(sprintf('$pttft%s', b))
+    if (has_paper) { plot paper using 1:(column(col_ttft)) with table }
+    eval table(sprintf('$ptpot%s', b))
+    if (has_paper) { plot paper using 1:(column(col_ttft + 1)) with table }
+    unset table
+}
 set datafile separator whitespace
 unset datafile columnheaders
 
@@ -34,10 +45,18 @@ set bmargin 6
 set title 'time to first token (mean over requests)'
 set ylabel 'TTFT (s)'
 plot '$ttft16' using ($1 - 0.19):2 with boxes lc rgb '#4477aa' title '16 GB budget', \
-     '$ttft24' using ($1 + 0.19):2 with boxes lc rgb '#ee6677' title '24 GB budget'
+     '$ttft24' using ($1 + 0.19):2 with boxes lc rgb '#ee6677' title '24 GB budget', \
+     '$pttft16' using ($1 - 0.19):2 with points pt 9 ps 1.6 lc rgb 'black' \
+         title 'paper (DyMoE Table 3)', \
+     '$pttft24' using ($1 + 0.19):2 with points pt 9 ps 1.6 lc rgb 'black' \
+         notitle
 
 set title 'time per output token (mean over decode steps)'
 set ylabel 'TPOT (s)'
 plot '$tpot16' using ($1 - 0.19):2 with boxes lc rgb '#4477aa' title '16 GB budget', \
-     '$tpot24' using ($1 + 0.19):2 with boxes lc rgb '#ee6677' title '24 GB budget'
+     '$tpot24' using ($1 + 0.19):2 with boxes lc rgb '#ee6677' title '24 GB budget', \
+     '$ptpot16' using ($1 - 0.19):2 with points pt 9 ps 1.6 lc rgb 'black' \
+         title 'paper (DyMoE Table 3)', \
+     '$ptpot24' using ($1 + 0.19):2 with points pt 9 ps 1.6 lc rgb 'black' \
+         notitle
 unset multiplot
