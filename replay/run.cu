@@ -1369,7 +1369,8 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     s->view.ops = &rp_mem_ops;
     s->view.mem = s;
     if (in->timeline_path &&
-        (st = sim_timeline_open_as(&s->tl, in->timeline_path, "moesim replay", err)))
+        (st = sim_timeline_open_as(&s->tl, in->timeline_path, "moesim replay",
+                                   &in->timeline_window, err)))
         return st;
     policy_params params;
     memset(&params, 0, sizeof params);
@@ -1494,6 +1495,7 @@ static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
         memset(&ps, 0, sizeof ps);
         ps.index = st;
         ps.now_ns = host_ns() - s->t0_host;
+        sim_timeline_step(&s->tl, st, ps.now_ns); /* the GPU is idle: host and event clocks agree */
         ps.n_tokens = sd->n_tokens;
         ps.is_prefill = sd->is_prefill;
         ps.request = req.data();
