@@ -63,25 +63,13 @@ static void write_script(const char *path, const sim_timeline_window *w) {
     cr_assert_eq(sim_timeline_close(&tl, &err), MOESIM_OK, "%s", err.msg);
 }
 
-static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "%s", path);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (size_t got; (got = fread(buf + len, 1, cap - len, f)) > 0;)
-        if ((len += got) == cap) buf = realloc(buf, cap *= 2);
-    fclose(f);
-    *n = len;
-    return buf;
-}
-
 TestSuite(timeline);
 
 Test(timeline, json_is_the_chrome_trace_event_file_it_always_was) {
     const char *path = test_tmp_path("timeline.json");
     write_script(path, NULL);
     size_t n;
-    char *got = read_all(path, &n);
+    char *got = test_read_file(path, &n);
     const char *want =
         "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"
         "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"moesim sim\"}},\n"
@@ -122,7 +110,7 @@ Test(timeline, json_gz_inflates_to_the_json_bytes) {
     snprintf(gz_path, sizeof gz_path, "%s", test_tmp_path("timeline-packed.json.gz"));
     write_script(gz_path, NULL);
     size_t n_json, n_gz;
-    char *want = read_all(json, &n_json), *packed = read_all(gz_path, &n_gz);
+    char *want = test_read_file(json, &n_json), *packed = test_read_file(gz_path, &n_gz);
     cr_assert(n_gz >= 2 && (unsigned char)packed[0] == 0x1f && (unsigned char)packed[1] == 0x8b,
               "a gzip member");
     char got[8192];
@@ -313,9 +301,10 @@ static void decode_packet(decoded *d, rd r) {
     if (type == TL_PB_SLICE_BEGIN) {
         cr_assert(d->open_slice[seq] < 0, "slices on a track do not nest here");
         cr_assert(name_iid < MAX_IIDS && cat_iid < MAX_IIDS);
-        cr_assert(d->name_seen[name_iid] & 1u << seq, "name %" PRIu64 " used before it was interned",
-                  name_iid);
-        cr_assert(d->cat_seen[cat_iid] & 1u << seq, "category %" PRIu64 " used before interned", cat_iid);
+        cr_assert(d->name_seen[name_iid] & 1u << seq,
+                  "name %" PRIu64 " used before it was interned", name_iid);
+        cr_assert(d->cat_seen[cat_iid] & 1u << seq, "category %" PRIu64 " used before interned",
+                  cat_iid);
         *e = (event){'X', track, d->cats[cat_iid], d->names[name_iid], ts, 0, 0};
         d->open_slice[seq] = (int)d->n;
     } else {
@@ -329,7 +318,7 @@ static void decode_file(decoded *d, const char *path) {
     memset(d, 0, sizeof *d);
     memset(d->open_slice, -1, sizeof d->open_slice);
     size_t n;
-    char *file = read_all(path, &n);
+    char *file = test_read_file(path, &n);
     rd top = {(const uint8_t *)file, (const uint8_t *)file + n}, pkt, block;
     uint32_t f;
     uint64_t v;
@@ -421,8 +410,8 @@ static void assert_window_keeps(const char *window, const char *const *names, co
     for (size_t i = 0; i < n; i++)
         cr_assert(!strcmp(got[i].name, names[i]) && got[i].t0_ns == t0[i] &&
                       (got[i].ph == 'X' || got[i].value == values[i]),
-                  "%s: event %zu is %s at %" PRIu64 " (value %g)", window, i, got[i].name, got[i].t0_ns,
-                  got[i].value);
+                  "%s: event %zu is %s at %" PRIu64 " (value %g)", window, i, got[i].name,
+                  got[i].t0_ns, got[i].value);
 }
 
 Test(timeline, a_time_window_keeps_what_overlaps_it_and_opens_with_the_counter_value) {
@@ -456,7 +445,7 @@ Test(timeline, a_window_from_step_0_to_the_end_is_the_whole_run_byte_for_byte) {
     const char *windowed = test_tmp_path("timeline-steps0.json");
     write_script(windowed, &w);
     size_t a, b;
-    char *x = read_all(whole, &a), *y = read_all(windowed, &b);
+    char *x = test_read_file(whole, &a), *y = test_read_file(windowed, &b);
     cr_assert(a == b && !memcmp(x, y, a));
     free(x);
     free(y);
