@@ -37,7 +37,7 @@ static const event script[] = {
     {'C', SIM_TRACK_HBM, NULL, "hbm", 3500, 0, 300},
     /* step 2 */
     {'X', SIM_TRACK_COMPUTE, "attention", "L0 attention", 4000, 5000, 0},
-    {'X', SIM_TRACK_SSD, "ssd", "L1 e2", 4200, 4700, 0},
+    {'X', SIM_TRACK_SSD, "demand", "L0 e1", 4200, 4700, 0}, /* name and category of an h2d one */
     {'X', SIM_TRACK_COMPUTE, "expert", "L1 e2 x1", 5000, 5000, 0},
     {'C', SIM_TRACK_HBM, NULL, "hbm", 4800, 0, 50},
 };
@@ -92,8 +92,8 @@ Test(timeline, json_is_the_chrome_trace_event_file_it_always_was) {
         "{\"ph\":\"C\",\"pid\":1,\"name\":\"hbm\",\"ts\":3.500,\"args\":{\"bytes\":300}},\n"
         "{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"cat\":\"attention\",\"name\":\"L0 "
         "attention\",\"ts\":4.000,\"dur\":1.000},\n"
-        "{\"ph\":\"X\",\"pid\":1,\"tid\":3,\"cat\":\"ssd\",\"name\":\"L1 "
-        "e2\",\"ts\":4.200,\"dur\":0.500},\n"
+        "{\"ph\":\"X\",\"pid\":1,\"tid\":3,\"cat\":\"demand\",\"name\":\"L0 "
+        "e1\",\"ts\":4.200,\"dur\":0.500},\n"
         "{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"cat\":\"expert\",\"name\":\"L1 e2 "
         "x1\",\"ts\":5.000,\"dur\":0.000},\n"
         "{\"ph\":\"C\",\"pid\":1,\"name\":\"hbm\",\"ts\":4.800,\"args\":{\"bytes\":50}}\n"
@@ -277,6 +277,7 @@ static void decode_packet(decoded *d, rd r) {
     if (clock) {
         cr_assert_eq(clock, TL_PB_CLOCK_BOOTTIME, "an absolute time is on the trace clock");
     } else {
+        cr_assert(ts < UINT64_C(1) << 62, "a delta moves forward (got %" PRIu64 ")", ts);
         ts += d->last_ns[seq];
         d->last_ns[seq] = ts;
     }
@@ -417,10 +418,15 @@ static void assert_window_keeps(const char *window, const char *const *names, co
 Test(timeline, a_time_window_keeps_what_overlaps_it_and_opens_with_the_counter_value) {
     /* [3.0, 4.5) us: the h2d copies end by 3000 (out), the HBM value 200 set at 1500 is
      * repeated at 3000, the sample at 4800 is past the end */
-    const char *names[] = {"hbm", "L0 e1 x1", "hbm", "L0 attention", "L1 e2"};
+    const char *names[] = {"hbm", "L0 e1 x1", "hbm", "L0 attention", "L0 e1"};
     const uint64_t t0[] = {3000, 3000, 3500, 4000, 4200};
     const double values[] = {200, 0, 300, 0, 0};
     assert_window_keeps("ms=0.003:0.0045", names, t0, values, 5);
+    /* from 3.5 us: the expert slice [3000, 4000) straddles the start and is kept whole */
+    const char *names2[] = {"hbm", "L0 e1 x1", "hbm", "L0 attention", "L0 e1"};
+    const uint64_t t02[] = {3500, 3000, 3500, 4000, 4200};
+    const double values2[] = {200, 0, 300, 0, 0};
+    assert_window_keeps("ms=0.0035:0.0045", names2, t02, values2, 5);
 }
 
 Test(timeline, a_step_window_takes_its_times_from_the_steps) {
@@ -431,7 +437,7 @@ Test(timeline, a_step_window_takes_its_times_from_the_steps) {
     assert_window_keeps("steps=1:2", names, t0, values, 3);
     /* from step 2 to the end: the counter held since 3500 opens the window at 4000; a
      * zero-length slice at the end stays */
-    const char *names2[] = {"hbm", "L0 attention", "L1 e2", "L1 e2 x1", "hbm"};
+    const char *names2[] = {"hbm", "L0 attention", "L0 e1", "L1 e2 x1", "hbm"};
     const uint64_t t02[] = {4000, 4000, 4200, 5000, 4800};
     const double values2[] = {300, 0, 0, 0, 50};
     assert_window_keeps("steps=2:", names2, t02, values2, 5);
