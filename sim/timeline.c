@@ -97,7 +97,7 @@ static void sink_deflate(sim_timeline_sink *k, int flush) {
         int rc = deflate(&k->z, flush);
         MOESIM_ASSERT(rc != Z_STREAM_ERROR);
         fwrite(k->zout, 1, sizeof k->zout - k->z.avail_out, k->f);
-    } while (k->z.avail_out == 0 || (flush == Z_FINISH && k->z.avail_in)); /* all of it out */
+    } while (k->z.avail_out == 0); /* room left over: all input taken (and, at Z_FINISH, ended) */
 }
 
 static void sink_drain(sim_timeline_sink *k, bool last) {
