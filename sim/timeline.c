@@ -39,10 +39,10 @@ static bool parse_bound(const char *s, size_t n, bool ms, uint64_t open, uint64_
 moesim_status sim_timeline_window_parse(const char *text, sim_timeline_window *w,
                                         moesim_error *err) {
     bool ms = !strncmp(text, "ms=", 3), steps = !strncmp(text, "steps=", 6);
-    const char *range = text + (ms ? 3 : 6), *colon = strchr(range, ':');
+    const char *range = ms ? text + 3 : steps ? text + 6 : NULL;
+    const char *colon = range ? strchr(range, ':') : NULL;
     sim_timeline_window got = {.kind = ms ? SIM_TIMELINE_NS : SIM_TIMELINE_STEPS};
-    if ((!ms && !steps) || !colon ||
-        !parse_bound(range, (size_t)(colon - range), ms, 0, &got.from) ||
+    if (!colon || !parse_bound(range, (size_t)(colon - range), ms, 0, &got.from) ||
         !parse_bound(colon + 1, strlen(colon + 1), ms, UINT64_MAX, &got.to) || got.from >= got.to)
         return moesim_fail(err, MOESIM_EINPUT,
                            "--timeline-window %s: expected steps=A:B (whole steps) or ms=A:B "
