@@ -1,5 +1,6 @@
-/* `moesim replay`: one run of a trace under a policy on the real GPU (replay/replay.h), with the
- * simulator's settings, JSON and timeline schema, so its output sits beside `moesim sim`'s. */
+/* `moesim replay`: one run of a trace under a policy for real (replay/replay.h), on the GPU or,
+ * with --backend cpu, on this machine's CPU and disk, with the simulator's settings, JSON and
+ * timeline schema, so its output sits beside `moesim sim`'s. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,13 +21,17 @@ static const char replay_usage[] =
     "usage: moesim replay (--model DIR | --synthetic-weights) --trace T.h5 --hw NAME\n"
     "                     --policy NAME [--set key=value ...] [--config FILE ...] [--seed N]\n"
     "                     [--json] [--timeline FILE [--timeline-window W]] [--ssd-dir DIR]\n"
+    "                     [--backend B]\n"
     "\n"
     "Replays the trace's routing on the GPU: the policy's loads, prefetches and evictions are\n"
     "real copies from pinned host memory into fixed-block device pools on a demand and a\n"
     "background copy stream, and every activated expert runs its real kernels at the planned\n"
     "precision. Settings are `moesim sim`'s (see its --help): memory.budget_gb emulates a\n"
     "smaller card on a larger GPU. Output: the simulator's figures and timeline schema,\n"
-    "measured. Routing always comes from the trace.\n"
+    "measured. Routing always comes from the trace. With --backend cpu the same run executes on\n"
+    "this machine: a DRAM arena of the expert budget stands for HBM, experts are read from a\n"
+    "file on local disk with O_DIRECT by a copy thread, and compute runs the engine's CPU\n"
+    "kernels; compare it with `moesim sim` under a CPU profile (configs/hw/README.md).\n"
     "\n"
     "options (one weight source: --model or --synthetic-weights):\n"
     "  --model DIR          the weights of a Hugging Face checkpoint (config.json and\n"
@@ -47,7 +52,9 @@ static const char replay_usage[] =
     "  --ssd-dir DIR        where experts beyond the profile's DRAM are stored (a disk file\n"
     "                       system: read with O_DIRECT; default /var/tmp)\n"
     "  --json               every figure as one JSON object (`moesim sim --json` keys)\n";
-static const char replay_usage_tail[] = "  -h, --help           this text\n";
+static const char replay_usage_tail[] =
+    "  --backend B          cuda (default: the GPU) or cpu (--synthetic-weights only)\n"
+    "  -h, --help           this text\n";
 
 /* Loads what a replay with a checkpoint's weights reads, and checks the checkpoint against the
  * trace, all before any GPU work: the trace, the hardware profile, the quant table, the
@@ -73,11 +80,13 @@ int cmd_replay(int argc, char **argv) {
                                         {"model-geometry", required_argument, NULL, 'g'},
                                         {"seed", required_argument, NULL, 'e'},
                                         {"ssd-dir", required_argument, NULL, 'D'},
+                                        {"backend", required_argument, NULL, 'B'},
                                         {"help", no_argument, NULL, 'h'}};
     struct option opts[CLI_SIM_OPTIONS_MAX + MOESIM_ARRAY_LEN(own) + 1];
     cli_sim_options o;
     cli_sim_options_start(&o, CLI_SIM_RUN | CLI_SIM_TIMELINE, own, MOESIM_ARRAY_LEN(own), opts);
-    const char *geometry = NULL, *seed_text = NULL, *ssd_dir = NULL, *model_dir = NULL;
+    const char *geometry = NULL, *seed_text = NULL, *ssd_dir = NULL, *model_dir = NULL,
+               *backend = "cuda";
     bool synthetic = false, live = false;
     int c, rc = 0;
     while ((c = cli_sim_options_next(&o, argc, argv, opts)) != -1) {
@@ -100,6 +109,9 @@ int cmd_replay(int argc, char **argv) {
         case 'D':
             ssd_dir = optarg;
             break;
+        case 'B':
+            backend = optarg;
+            break;
         case 'h':
             fputs(replay_usage, stdout);
             cli_sim_options_timeline_help(stdout, 23);
@@ -112,7 +124,13 @@ int cmd_replay(int argc, char **argv) {
         }
     }
     uint64_t seed = 1;
-    if (optind < argc)
+    bool cpu = !strcmp(backend, "cpu");
+    if (!cpu && strcmp(backend, "cuda"))
+        rc = cli_usage_error("replay", "--backend: expected cuda or cpu, got '%s'", backend);
+    else if (cpu && model_dir)
+        rc = cli_usage_error("replay", "--backend cpu runs --synthetic-weights only (a "
+                                       "checkpoint's weights replay on the cuda backend)");
+    else if (optind < argc)
         rc = cli_usage_error("replay", "unexpected argument '%s'", argv[optind]);
     else if (live)
         rc = cli_usage_error("replay", "--live (routing from the live model) is not offered: "
@@ -137,12 +155,12 @@ int cmd_replay(int argc, char **argv) {
         return rc;
     }
     moesim_error err = {0};
-    /* settings first, as in every command that runs a simulation; then, with synthetic weights,
-     * the GPU (no point reading the inputs without one); a checkpoint is checked against the
-     * trace first (its errors come before the GPU's) */
+    /* settings first, as in every command that runs a simulation; then, with synthetic weights
+     * on the GPU, the GPU (no point reading the inputs without one); a checkpoint is checked
+     * against the trace first (its errors come before the GPU's) */
     config *settings = config_create();
     moesim_status st = cli_sim_options_settings(&o, settings, &err);
-    if (!st && synthetic) st = replay_device_check(&err);
+    if (!st && synthetic && !cpu) st = replay_device_check(&err);
     trace *t = NULL;
     replay_weights *w = NULL;
     hw_profile hw;
@@ -166,7 +184,8 @@ int cmd_replay(int argc, char **argv) {
                             .weights = w,
                             .weight_seed = seed,
                             .ssd_dir = ssd_dir};
-        st = replay_run(&in, o.policy_name, settings, &r, NULL, &err);
+        st = cpu ? replay_run_cpu(&in, o.policy_name, settings, &r, NULL, &err)
+                 : replay_run(&in, o.policy_name, settings, &r, NULL, &err);
     }
     if (st) {
         rc = cli_fail(&err);
@@ -175,9 +194,9 @@ int cmd_replay(int argc, char **argv) {
     } else {
         printf("%s on %s (replay, %s weights), policy %s: %.3f ms, TTFT mean %.3f ms, TPOT mean "
                "%.3f ms, hit rate %.2f%%, stall %.3f ms, h2d %.3f GB\n",
-               o.trace_path, hw.gpu, model_dir ? "checkpoint" : "synthetic", r.policy,
-               r.makespan_ms, r.ttft.mean_ms, r.tpot.mean_ms, 100.0 * r.hit_rate, r.stall_ms,
-               r.h2d_bytes / 1e9);
+               o.trace_path, cpu ? "the CPU" : hw.gpu, model_dir ? "checkpoint" : "synthetic",
+               r.policy, r.makespan_ms, r.ttft.mean_ms, r.tpot.mean_ms, 100.0 * r.hit_rate,
+               r.stall_ms, r.h2d_bytes / 1e9);
     }
     cli_sim_options_free(&o);
     replay_weights_close(w);
