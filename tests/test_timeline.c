@@ -397,50 +397,67 @@ static size_t json_events(const char *path, event *out, char names[][64], size_t
     return n;
 }
 
-static void assert_window_keeps(const char *window, const char *const *names, const uint64_t *t0,
-                                const double *values, size_t n_want) {
-    sim_timeline_window w;
-    moesim_error err = {0};
-    cr_assert_eq(sim_timeline_window_parse(window, &w, &err), MOESIM_OK, "%s", err.msg);
-    const char *path = test_tmp_path("timeline-window.json");
-    write_script(path, &w);
-    event got[MAX_EVENTS];
-    static char got_names[MAX_EVENTS][64];
-    size_t n = json_events(path, got, got_names, MAX_EVENTS);
-    cr_assert_eq(n, n_want, "%s: %zu events kept", window, n);
-    for (size_t i = 0; i < n; i++)
-        cr_assert(!strcmp(got[i].name, names[i]) && got[i].t0_ns == t0[i] &&
-                      (got[i].ph == 'X' || got[i].value == values[i]),
-                  "%s: event %zu is %s at %" PRIu64 " (value %g)", window, i, got[i].name,
-                  got[i].t0_ns, got[i].value);
-}
+/* What a window keeps of the script, in file order: (name, time, value for samples). */
+typedef struct window_case {
+    const char *window;
+    size_t n;
+    struct {
+        const char *name;
+        uint64_t t_ns;
+        double value;
+    } keeps[6];
+} window_case;
 
-Test(timeline, a_time_window_keeps_what_overlaps_it_and_opens_with_the_counter_value) {
+static const window_case window_cases[] = {
     /* [3.0, 4.5) us: the h2d copies end by 3000 (out), the HBM value 200 set at 1500 is
      * repeated at 3000, the sample at 4800 is past the end */
-    const char *names[] = {"hbm", "L0 e1 x1", "hbm", "L0 attention", "L0 e1"};
-    const uint64_t t0[] = {3000, 3000, 3500, 4000, 4200};
-    const double values[] = {200, 0, 300, 0, 0};
-    assert_window_keeps("ms=0.003:0.0045", names, t0, values, 5);
+    {"ms=0.003:0.0045",
+     5,
+     {{"hbm", 3000, 200},
+      {"L0 e1 x1", 3000, 0},
+      {"hbm", 3500, 300},
+      {"L0 attention", 4000, 0},
+      {"L0 e1", 4200, 0}}},
     /* from 3.5 us: the expert slice [3000, 4000) straddles the start and is kept whole */
-    const char *names2[] = {"hbm", "L0 e1 x1", "hbm", "L0 attention", "L0 e1"};
-    const uint64_t t02[] = {3500, 3000, 3500, 4000, 4200};
-    const double values2[] = {200, 0, 300, 0, 0};
-    assert_window_keeps("ms=0.0035:0.0045", names2, t02, values2, 5);
-}
-
-Test(timeline, a_step_window_takes_its_times_from_the_steps) {
+    {"ms=0.0035:0.0045",
+     5,
+     {{"hbm", 3500, 200},
+      {"L0 e1 x1", 3000, 0},
+      {"hbm", 3500, 300},
+      {"L0 attention", 4000, 0},
+      {"L0 e1", 4200, 0}}},
     /* step 1 runs [3000, 4000): the expert slice; HBM 200 at the step's start, 300 inside */
-    const char *names[] = {"hbm", "L0 e1 x1", "hbm"};
-    const uint64_t t0[] = {3000, 3000, 3500};
-    const double values[] = {200, 0, 300};
-    assert_window_keeps("steps=1:2", names, t0, values, 3);
+    {"steps=1:2", 3, {{"hbm", 3000, 200}, {"L0 e1 x1", 3000, 0}, {"hbm", 3500, 300}}},
     /* from step 2 to the end: the counter held since 3500 opens the window at 4000; a
      * zero-length slice at the end stays */
-    const char *names2[] = {"hbm", "L0 attention", "L0 e1", "L1 e2 x1", "hbm"};
-    const uint64_t t02[] = {4000, 4000, 4200, 5000, 4800};
-    const double values2[] = {300, 0, 0, 0, 50};
-    assert_window_keeps("steps=2:", names2, t02, values2, 5);
+    {"steps=2:",
+     5,
+     {{"hbm", 4000, 300},
+      {"L0 attention", 4000, 0},
+      {"L0 e1", 4200, 0},
+      {"L1 e2 x1", 5000, 0},
+      {"hbm", 4800, 50}}},
+};
+
+Test(timeline, a_window_keeps_what_overlaps_it_and_opens_with_the_counter_value) {
+    for (size_t c = 0; c < sizeof window_cases / sizeof *window_cases; c++) {
+        const window_case *wc = &window_cases[c];
+        sim_timeline_window w;
+        moesim_error err = {0};
+        cr_assert_eq(sim_timeline_window_parse(wc->window, &w, &err), MOESIM_OK, "%s", err.msg);
+        const char *path = test_tmp_path("timeline-window.json");
+        write_script(path, &w);
+        event got[MAX_EVENTS];
+        static char got_names[MAX_EVENTS][64];
+        size_t n = json_events(path, got, got_names, MAX_EVENTS);
+        cr_assert_eq(n, wc->n, "%s: %zu events kept", wc->window, n);
+        for (size_t i = 0; i < n; i++)
+            cr_assert(!strcmp(got[i].name, wc->keeps[i].name) &&
+                          got[i].t0_ns == wc->keeps[i].t_ns &&
+                          (got[i].ph == 'X' || got[i].value == wc->keeps[i].value),
+                      "%s: event %zu is %s at %" PRIu64 " (value %g)", wc->window, i, got[i].name,
+                      got[i].t0_ns, got[i].value);
+    }
 }
 
 Test(timeline, a_window_from_step_0_to_the_end_is_the_whole_run_byte_for_byte) {
