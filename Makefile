@@ -26,13 +26,15 @@ build: deps configure
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-# Same suite under AddressSanitizer + UndefinedBehaviorSanitizer (CUDA off: host code only).
+# Same suite under AddressSanitizer + UndefinedBehaviorSanitizer (CUDA off: host code only), but
+# the timing checks (label timing: sanitizers change what they measure) and the slow fits (label
+# slow: a sanitized fit takes a quarter of an hour and exercises the code the plain build does).
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMOESIM_SANITIZE=ON -DMOESIM_CUDA=OFF \
 	      -DMOESIM_WERROR=$(MOESIM_WERROR) $(CMAKE_ARGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	    ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
+	    ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE 'timing|slow'
 
 # The main job end to end: traces, simulations, figures in results/demo/.
 demo: build

@@ -3,8 +3,11 @@
  * --report it also computes the trace's statistics (traces/stats.h, as `moesim trace stats`
  * does) and prints each published target next to what the trace achieves (holding the whole
  * trace in memory); without it the trace is streamed to the file request by request
- * (synth_write), so memory stays small whatever the trace length. The output is written
- * crash-safely; bad input gives one line on stderr, exit status 2, and no file. */
+ * (synth_write), so memory stays small whatever the trace length. With --fit REAL.h5 the knobs
+ * are fitted to a real trace instead (traces/synth_fit.h), printed with the statistic each was
+ * fitted to, and --report compares the real trace with the generated one; --save-knobs and
+ * --knobs store and reuse fitted knobs. The output is written crash-safely; bad input gives one
+ * line on stderr, exit status 2, and no file. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,18 +16,21 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/alloc.h"
 #include "common/check.h"
 #include "common/config.h"
 #include "common/model.h"
 #include "traces/stats.h"
 #include "traces/synth.h"
+#include "traces/synth_fit.h"
 #include "traces/trace.h"
 
 static const char synth_help[] =
     "usage: moesim trace synth --model NAME --requests R --prompt-len P --gen-len G\n"
     "                          [--workload text|math|code|mix] [--seed S] [--lookahead D]\n"
-    "                          [--lookahead-k K] [--set KNOB=VALUE]... [--report] [-q]\n"
-    "                          -o OUT.h5\n"
+    "                          [--lookahead-k K] [--set KNOB=VALUE]... [--knobs FILE]\n"
+    "                          [--interleave B] [--report] [-q] -o OUT.h5\n"
+    "       moesim trace synth --fit REAL.h5 [--model NAME] [--save-knobs FILE] [options above]\n"
     "\n"
     "Synthesizes a router trace for a model of configs/models (a name, or a path to an .ini):\n"
     "R requests, each P prefill tokens then G decode tokens, with top-k experts and gate weights\n"
@@ -43,8 +49,17 @@ static const char synth_help[] =
     "  --lookahead D      look-ahead distances 0..16 (default 3; 0: no predictions)\n"
     "  --lookahead-k K    candidates per distance (default min(16, E))\n"
     "  --set KNOB=VALUE   override a knob of the generative model (repeatable)\n"
+    "  --knobs FILE       knobs from a file (--save-knobs writes one; [synth] knob = value)\n"
+    "  --interleave B     store the requests in the execution order of decode batches of B\n"
+    "                     (default 1: one after another; with --fit: the real trace's)\n"
+    "  --fit REAL.h5      fit the knobs to a real trace and print them, each with the\n"
+    "                     statistic it was fitted to; the defaults of the other options\n"
+    "                     become the real trace's shape (requests, lengths, look-ahead);\n"
+    "                     --model defaults to the model the trace names\n"
+    "  --save-knobs FILE  with --fit: write the fitted knobs for --knobs\n"
     "  --report           print published target vs achieved for every calibrated statistic\n"
-    "  -o, --output FILE  the trace to write (may be left out with --report)\n"
+    "                     (with --fit: the real trace vs the generated one)\n"
+    "  -o, --output FILE  the trace to write (may be left out with --report or --fit)\n"
     "  -q, --quiet        no progress bar (it is drawn only when stderr is a terminal)\n"
     "  -h, --help         this text\n"
     "\n"
@@ -135,10 +150,59 @@ static void print_report(const model_geometry *m, const synth_options *o, const 
     trace_stats_destroy(s);
 }
 
+/* Prints the fitted knobs, each with the statistic it was fitted to. */
+static void print_fit(const char *real_path, const trace *real, const synth_fit_result *f) {
+    printf("fitted to %s: %" PRIu64 " tokens, %" PRIu32 " requests, decode batch %" PRIu32
+           " (%" PRIu32 " simulations, seed 1; traces/SYNTH.md)\n",
+           real_path, real->n_tokens, real->n_requests, f->interleave, f->simulations);
+    printf("%-30s %10s  %-48s %9s %9s\n", "knob", "value", "fitted to", "real", "fit");
+    for (size_t i = 0; i < f->n_entries; i++) {
+        const synth_fit_entry *e = &f->entries[i];
+        if (e->fitted)
+            printf("%-30s %10.4f  %-48s %9.4f %9.4f\n", e->knob, e->value, e->statistic, e->real,
+                   e->achieved);
+        else
+            printf("%-30s %10.4f  %-48s %9s %9s\n", e->knob, e->value, e->statistic, "absent",
+                   "default");
+    }
+}
+
+static void print_number(double x) {
+    if (isnan(x))
+        printf(" %9s", "-");
+    else
+        printf(" %9.4f", x);
+}
+
+/* Real vs synthetic, side by side, with the knob fitted to each statistic. */
+static void print_fit_report(const trace *real, const trace *t, const synth_options *o) {
+    const size_t cap = 2 * (size_t)real->meta.n_experts + 64; /* two curves and the rest */
+    synth_fit_row *rows = moesim_xcalloc(cap, sizeof *rows);
+    size_t n = synth_fit_compare(real, t, rows, cap);
+    MOESIM_ASSERT(n <= cap);
+    printf("report: real (%" PRIu64 " tokens) vs synthetic (%" PRIu64 " tokens, seed %" PRIu64
+           ")\n%-32s %9s %9s %9s %8s  %s\n",
+           real->n_tokens, t->n_tokens, o->seed, "statistic", "real", "synthetic", "|gap|",
+           "verdict", "knob fitted to it");
+    for (size_t i = 0; i < n; i++) {
+        const synth_fit_row *r = &rows[i];
+        const double gap = fabs(r->synthetic - r->real);
+        printf("%-32s", r->statistic);
+        print_number(r->real);
+        print_number(r->synthetic);
+        print_number(gap);
+        printf(" %8s  %s\n",
+               r->tolerance == 0 || isnan(gap) ? "-" : gap <= r->tolerance ? "ok" : "OFF",
+               r->knob);
+    }
+    free(rows);
+}
+
 int cmd_trace_synth(int argc, char **argv) {
     const char *model_name = NULL, *out_path = NULL;
     const char *requests = NULL, *prompt = NULL, *gen = NULL, *workload = NULL, *seed = NULL;
-    const char *depth = NULL, *lk = NULL;
+    const char *depth = NULL, *lk = NULL, *fit_path = NULL, *knobs_path = NULL;
+    const char *save_path = NULL, *interleave_arg = NULL;
     const char **sets = NULL;
     size_t n_sets = 0;
     bool report = false, quiet = false;
@@ -167,6 +231,10 @@ int cmd_trace_synth(int argc, char **argv) {
                             : !strcmp(a, "--seed")                       ? &seed
                             : !strcmp(a, "--lookahead")                  ? &depth
                             : !strcmp(a, "--lookahead-k")                ? &lk
+                            : !strcmp(a, "--fit")                        ? &fit_path
+                            : !strcmp(a, "--knobs")                      ? &knobs_path
+                            : !strcmp(a, "--save-knobs")                 ? &save_path
+                            : !strcmp(a, "--interleave")                 ? &interleave_arg
                                                                          : NULL;
         bool is_set = !strcmp(a, "--set");
         if (!slot && !is_set) {
@@ -183,29 +251,52 @@ int cmd_trace_synth(int argc, char **argv) {
         else
             *slot = argv[++i];
     }
-    if (!model_name) {
+    const char *usage_problem = !model_name && !fit_path ? "--model is required (or --fit REAL.h5)"
+                                : !out_path && !report && !fit_path
+                                    ? "-o OUT.h5 is required (or --report alone)"
+                                : fit_path && knobs_path ? "--fit and --knobs exclude each other"
+                                : save_path && !fit_path ? "--save-knobs needs --fit"
+                                                         : NULL;
+    if (usage_problem) {
         free(sets);
-        return cli_usage_error(CMD, "--model is required");
-    }
-    if (!out_path && !report) {
-        free(sets);
-        return cli_usage_error(CMD, "-o OUT.h5 is required (or --report alone)");
+        return cli_usage_error(CMD, "%s", usage_problem);
     }
 
     moesim_error err = {0};
+    trace *real = NULL, *t = NULL;
     model_geometry m;
-    if (model_load_by_name(model_name, &m, &err)) {
-        free(sets);
-        return cli_fail(&err);
-    }
     synth_options o;
-    synth_options_default(&o, &m);
+    synth_fit_result *fit = NULL;
+    float *table = NULL; /* a popularity table from --knobs */
+    uint32_t interleave = 1;
     uint64_t v;
 #define BAD(...)                                                                                   \
     do {                                                                                           \
         rc = cli_usage_error(CMD, __VA_ARGS__);                                                    \
         goto done;                                                                                 \
     } while (0)
+#define FAIL()                                                                                     \
+    do {                                                                                           \
+        rc = cli_fail(&err);                                                                       \
+        goto done;                                                                                 \
+    } while (0)
+    if (fit_path && trace_read(fit_path, &real, &err)) FAIL();
+    if (model_name ? model_load_by_name(model_name, &m, &err)
+                   : model_load_by_name(real->meta.model, &m, &err)) {
+        if (!model_name)
+            moesim_error_prefix(&err, "%s names model '%s'; pass --model NAME or FILE.ini "
+                                      "(`moesim record --model-ini` writes one)",
+                                fit_path, real->meta.model);
+        FAIL();
+    }
+    synth_options_default(&o, &m);
+    if (fit_path) {
+        fit = moesim_xcalloc(1, sizeof *fit);
+        if (synth_fit(real, &m, fit_path, fit, &err)) FAIL();
+        o = fit->options;
+        interleave = fit->interleave;
+    }
+    if (knobs_path && synth_knobs_load(knobs_path, &m, &o, &table, &interleave, &err)) FAIL();
     if (requests) {
         if (!parse_u64(requests, UINT32_MAX, &v) || v == 0)
             BAD("--requests: expected a whole number >= 1, got '%s'", requests);
@@ -232,6 +323,11 @@ int cmd_trace_synth(int argc, char **argv) {
             BAD("--lookahead-k: expected 1..%u, got '%s'", TRACE_MAX_LOOKAHEAD_K, lk);
         o.lookahead_k = (uint32_t)v;
     }
+    if (interleave_arg) {
+        if (!parse_u64(interleave_arg, UINT32_MAX, &v) || v == 0)
+            BAD("--interleave: expected a whole number >= 1, got '%s'", interleave_arg);
+        interleave = (uint32_t)v;
+    }
     for (size_t i = 0; i < n_sets; i++) {
         char name[64];
         const char *eq = strchr(sets[i], '=');
@@ -242,30 +338,34 @@ int cmd_trace_synth(int argc, char **argv) {
         double x;
         if (!config_parse_f64(eq + 1, &x))
             BAD("--set %s: expected a number, got '%s'", name, eq + 1);
-        if (synth_knob_set(&o.knobs, name, x, &err)) {
-            rc = cli_fail(&err);
-            goto done;
-        }
+        if (synth_knob_set(&o.knobs, name, x, &err)) FAIL();
     }
     o.show_progress = cli_progress_allowed(quiet);
-    if (synth_options_check(&o, &m, &err)) {
-        rc = cli_fail(&err);
+    if (synth_options_check(&o, &m, &err)) FAIL();
+    if (fit) {
+        print_fit(fit_path, real, fit);
+        if (save_path && synth_knobs_save(save_path, fit, &m, fit_path, &err)) FAIL();
+    }
+    if (!out_path && !report) goto done;
+    if (!report && interleave == 1) { /* streamed: memory bounded by one request */
+        if (synth_write(&m, &o, out_path, &err)) FAIL();
         goto done;
     }
-    if (!report) { /* streamed: memory bounded by one request, whatever the trace length */
-        if (synth_write(&m, &o, out_path, &err)) rc = cli_fail(&err);
-        goto done;
-    }
-    trace *t = NULL; /* the report's statistics need the whole trace */
-    if (synth_generate(&m, &o, &t, &err)) {
-        rc = cli_fail(&err);
-        goto done;
-    }
-    if (out_path && trace_write(t, out_path, &err)) rc = cli_fail(&err);
-    if (!rc) print_report(&m, &o, t);
-    trace_destroy(t);
+    /* the report's statistics and the interleaved order need the whole trace */
+    if (synth_generate_interleaved(&m, &o, interleave, &t, &err)) FAIL();
+    if (out_path && trace_write(t, out_path, &err)) FAIL();
+    if (report && fit)
+        print_fit_report(real, t, &o);
+    else if (report)
+        print_report(&m, &o, t);
+#undef FAIL
 #undef BAD
 done:
+    trace_destroy(t);
+    trace_destroy(real);
+    synth_fit_result_free(fit);
+    free(fit);
+    free(table);
     free(sets);
     return rc;
 }

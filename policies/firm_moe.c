@@ -105,8 +105,9 @@ void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *acti
                      uint32_t n_active, const bool *cached, firm_heop_counts *acc) {
     for (uint32_t i = 0; i < n_pred; i++) acc->n_unused += !ids_contain(active, n_active, pred[i]);
     for (uint32_t i = 0; i < n_active; i++) {
-        acc->n_miss += !ids_contain(pred, n_pred, active[i]);
-        acc->n_hit += cached[i];
+        bool predicted = ids_contain(pred, n_pred, active[i]);
+        acc->n_miss += !predicted;
+        acc->n_hit += cached[i] && !predicted;
     }
 }
 
@@ -122,7 +123,7 @@ static uint32_t clamp_u32(uint32_t v, uint32_t lo, uint32_t hi) {
 }
 
 void firm_heop_group_init(firm_heop_group *g, uint32_t K0, uint32_t P0, uint32_t K_max,
-                          uint32_t P_max, firm_dim dim0, int delta0) {
+                          uint32_t P_max, firm_dim dim0, int delta0, bool from_incumbent) {
     MOESIM_ASSERT(K_max >= 1 && P_max >= 1);
     MOESIM_ASSERT(delta0 == 1 || delta0 == -1);
     memset(g, 0, sizeof *g);
@@ -132,6 +133,7 @@ void firm_heop_group_init(firm_heop_group *g, uint32_t K0, uint32_t P0, uint32_t
     g->P = clamp_u32(P0, 1, P_max);
     g->dim = dim0;
     g->delta = delta0;
+    g->from_incumbent = from_incumbent;
     g->cost_sum = moesim_xcalloc((size_t)K_max * P_max, sizeof *g->cost_sum);
     g->cost_n = moesim_xcalloc((size_t)K_max * P_max, sizeof *g->cost_n);
 }
@@ -161,15 +163,17 @@ static bool heop_try_move(firm_heop_group *g, firm_dim dim, int delta) {
     return true;
 }
 
-/* Line 16: delta_g <- -delta_g. The text also switches the dimension; doing both at every
- * reversal would only ever try K + delta and P - delta, so the dimension switches on every second
- * consecutive reversal: K+, K-, P+, P- (or another start) are tried in turn. The search resumes
- * from the incumbent (the configuration of the lowest window so far): walking back over
- * configurations already measured would spend the patience before any new one is tried. */
+/* Line 16: delta_g <- -delta_g, and the text: "the search dimension is switched between K and
+ * P", from the configuration in force. From the incumbent (heop_search = incumbent, not in the
+ * paper): switching at every reversal only ever tries K + delta and P - delta, so the dimension
+ * switches on every second consecutive reversal (K+, K-, P+, P- in turn) and the search resumes
+ * from the configuration of the lowest window so far. */
 static void heop_reverse(firm_heop_group *g) {
     g->delta = -g->delta;
     g->reversals++;
-    if (g->reversals % 2 == 0) g->dim = g->dim == FIRM_DIM_K ? FIRM_DIM_P : FIRM_DIM_K;
+    if (!g->from_incumbent || g->reversals % 2 == 0)
+        g->dim = g->dim == FIRM_DIM_K ? FIRM_DIM_P : FIRM_DIM_K;
+    if (!g->from_incumbent) return;
     g->K = g->best_K;
     g->P = g->best_P;
 }
@@ -222,8 +226,18 @@ void firm_heop_group_best(const firm_heop_group *g, uint32_t *K, uint32_t *P) {
     }
 }
 
-uint32_t firm_group_of_layer(uint32_t layer, uint32_t n_layers, uint32_t n_groups) {
+uint32_t firm_group_of_layer(uint32_t layer, uint32_t n_layers, uint32_t n_groups,
+                             bool paper_split) {
     MOESIM_ASSERT(layer < n_layers && n_groups >= 1 && n_groups <= n_layers);
+    if (paper_split && n_groups == 3) {
+        /* Figure 6 (OLMoE, 16 layers): 5 shallow, 4 deep; each group keeps at least one layer */
+        uint32_t shallow = (uint32_t)((5ull * n_layers + 8) / 16);
+        uint32_t deep = (uint32_t)((4ull * n_layers + 8) / 16);
+        if (shallow < 1) shallow = 1;
+        if (deep < 1) deep = 1;
+        if (shallow + deep > n_layers - 1) deep = n_layers - 1 - shallow;
+        return layer < shallow ? 0 : layer >= n_layers - deep ? 2 : 1;
+    }
     return (uint32_t)((uint64_t)layer * n_groups / n_layers);
 }
 
@@ -416,7 +430,7 @@ static void remember_lookahead(policy *p, const policy_route *route) {
 /* Eq. 5-6 for layer t (>= 1), from the rows of layers t-P .. t-1 kept in the ring; per token the
  * intersection, united over the step's tokens into p->pred (most confident first). */
 static void mol_predict(policy *p, uint32_t t, uint32_t n_tokens) {
-    const firm_heop_group *g = &p->grp[firm_group_of_layer(t, p->L, p->G)];
+    const firm_heop_group *g = &p->grp[firm_group_of_layer(t, p->L, p->G, p->knobs.split == 0)];
     uint32_t K = g->K, P = g->P < t ? g->P : t; /* P < l: shallow layers have fewer */
     const lookahead_slot *part[FIRM_P_LIMIT];
     uint32_t n_part = 0;
@@ -477,7 +491,7 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
                              POLICY_RESIDENT;
             p->cached[i] = cached;
         }
-        uint32_t g = firm_group_of_layer(l, p->L, p->G);
+        uint32_t g = firm_group_of_layer(l, p->L, p->G, p->knobs.split == 0);
         firm_heop_counts c = {0};
         firm_heop_count(p->pred, n_pred, route->active, route->n_active, p->cached, &c);
         p->step_counts[g].n_unused += c.n_unused;
@@ -754,7 +768,8 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     for (uint32_t g = 0; g < p->G; g++) {
         firm_dim dim = rng_below(r, 2) ? FIRM_DIM_P : FIRM_DIM_K;
         int delta = rng_below(r, 2) ? 1 : -1;
-        firm_heop_group_init(&p->grp[g], K0, P0, p->K_max, p->P_max, dim, delta);
+        firm_heop_group_init(&p->grp[g], K0, P0, p->K_max, p->P_max, dim, delta,
+                             p->knobs.heop_search == 1);
     }
     rng_destroy(r);
     firm_names_fill(p);
@@ -762,9 +777,13 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     return MOESIM_OK;
 }
 
+static const char *const firm_heop_search_names[] = {"paper", "incumbent", NULL};
+static const char *const firm_split_names[] = {"paper", "equal", NULL};
 /* clang-format off */
 #define KNOB(key, type, member, lo, hi, def, help) \
     {"firm-moe", key, type, offsetof(firm_knobs, member), 0, false, lo, hi, NULL, def, help}
+#define KNOB_ENUM(key, member, choices, def, help) \
+    {"firm-moe", key, CONFIG_ENUM, offsetof(firm_knobs, member), 0, false, 1, 0, choices, def, help}
 static const config_field firm_knob_fields[] = {
     KNOB("K", CONFIG_U32, K, 0, 1024, "3",
          "candidates per participating layer, TopKIndices of Eq. 5 (Table 1: K = 3); "
@@ -791,6 +810,15 @@ static const config_field firm_knob_fields[] = {
          "serving demand loads only, the without-prefetch side of an ablation"),
     KNOB("heop", CONFIG_BOOL, heop, 1, 0, "true",
          "HEOP hill climbing over (K, P) per group (Algorithm 1); false: (K, P) fixed"),
+    KNOB_ENUM("heop_search", heop_search, firm_heop_search_names, "paper",
+              "paper: Algorithm 1 (on no improvement for Pat steps reverse delta and switch "
+              "between K and P, from the configuration in force); incumbent (not in the paper): "
+              "restart from the best configuration so far and switch every second reversal, "
+              "since the literal rule only ever tries K + delta and P - delta"),
+    KNOB_ENUM("split", split, firm_split_names, "paper",
+              "depth groups: paper = Figure 6's (OLMoE's first five layers shallow, last four "
+              "deep, the rest middle; scaled to other depths, 3 groups); equal = near-equal "
+              "groups"),
     KNOB("profile_steps", CONFIG_U32, profile_steps, 1, 100000000, "200",
          "decode steps of HEOP's profiling phase before (K, P) is fixed (Algorithm 1 line 26; "
          "length not given in the paper)"),

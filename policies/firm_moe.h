@@ -32,6 +32,8 @@ typedef struct firm_knobs {
     bool heop;              /* run HEOP (Algorithm 1); off: (K, P) fixed for every layer */
     uint32_t profile_steps; /* decode steps of HEOP's profiling phase (Algorithm 1 line 26) */
     bool prefetch;          /* off: the sub-expert LRU alone, no MoL prediction or prefetch */
+    int heop_search;        /* 0 paper (Algorithm 1), 1 incumbent */
+    int split;              /* 0 paper (Figure 6), 1 equal */
 } firm_knobs;
 
 /* The policy registered as "firm-moe". */
@@ -57,12 +59,13 @@ uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, 
 typedef struct firm_heop_counts {
     uint64_t n_unused; /* predicted (prefetched) experts that the layer did not activate */
     uint64_t n_miss;   /* activated experts absent from the prediction */
-    uint64_t n_hit;    /* activated experts already in the GPU cache when the router finished */
+    uint64_t n_hit;    /* activated experts not predicted but already in the GPU cache */
 } firm_heop_counts;
 
-/* Counts n_unused = |S \ A|, n_miss = |A \ S| and n_hit = #{a in A : cached[a]} for the predicted
- * set `pred` (n_pred ids) and the activated set `active` (n_active ids, `cached` per entry), and
- * adds them to `acc`. */
+/* Counts n_unused = |S \ A|, n_miss = |A \ S| and n_hit = #{a in A \ S : cached[a]} for the
+ * predicted set `pred` (n_pred ids) and the activated set `active` (n_active ids, `cached` per
+ * entry), and adds them to `acc`. Each activation counts once: a predicted one is credited by not
+ * being a miss, so a landed prefetch is not also a hit. */
 void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *active,
                      uint32_t n_active, const bool *cached, firm_heop_counts *acc);
 
@@ -78,7 +81,8 @@ typedef struct firm_heop_group {
     uint32_t K_max, P_max; /* search box */
     firm_dim dim;          /* Direction_g: the coordinate the next move changes */
     int delta;             /* delta_g: +1 or -1 */
-    uint32_t reversals;    /* reversals since the last improvement (dimension switch on even) */
+    uint32_t reversals;    /* reversals since the last improvement */
+    bool from_incumbent;   /* firm-moe.heop_search = incumbent (see firm_heop_group_update) */
     bool has_best;
     double best_window;         /* lowest window average seen (the "improvement" reference) */
     uint32_t best_K, best_P;    /* the incumbent: configuration of best_window */
@@ -93,25 +97,29 @@ typedef struct firm_heop_group {
 /* Starts at (K0, P0) (clamped into the box) moving along `dim0` by `delta0` (+1 or -1): Algorithm
  * 1 lines 4-5. Allocates the cost table; release with firm_heop_group_free. */
 void firm_heop_group_init(firm_heop_group *g, uint32_t K0, uint32_t P0, uint32_t K_max,
-                          uint32_t P_max, firm_dim dim0, int delta0);
+                          uint32_t P_max, firm_dim dim0, int delta0, bool from_incumbent);
 void firm_heop_group_free(firm_heop_group *g); /* accepts a zeroed group */
 
 /* Algorithm 1 line 10: H_g <- H_g u {L_T^g} for the configuration in force. */
 void firm_heop_group_record(firm_heop_group *g, double loss);
 
 /* Algorithm 1 lines 14-23, at decode step `step` (a multiple of N_update): averages the window;
- * after `patience` steps without a new lowest window average reverses delta (switching the
- * dimension on every second consecutive reversal, so all four moves K+-1, P+-1 are tried in turn)
- * and resumes from the incumbent; then moves one coordinate by delta (a move off the box counts
- * as a reversal). An empty window (nothing recorded) moves nothing. Returns true when (K, P)
- * moved. */
+ * after `patience` steps without a new lowest window average reverses delta and switches the
+ * dimension between K and P (line 16 and the text), moving on from the current configuration;
+ * then moves one coordinate by delta (a move off the box counts as a reversal). With
+ * `from_incumbent` (the knob's alternative) a reversal switches the dimension only every second
+ * time and restarts from the incumbent, so all four moves K+-1, P+-1 of the best configuration
+ * are tried. An empty window (nothing recorded) moves nothing. Returns true when (K, P) moved. */
 bool firm_heop_group_update(firm_heop_group *g, uint64_t step, uint64_t patience);
 
 /* Algorithm 1 line 28: the (K, P) with the lowest historical average cost (ties: smaller K, then
  * smaller P); the current configuration when nothing was recorded. */
 void firm_heop_group_best(const firm_heop_group *g, uint32_t *K, uint32_t *P);
 
-/* Group of MoE layer `layer` among `n_groups` contiguous, near-equal depth groups of n_layers. */
-uint32_t firm_group_of_layer(uint32_t layer, uint32_t n_layers, uint32_t n_groups);
+/* Group of MoE layer `layer` among `n_groups` contiguous depth groups of n_layers: near-equal, or
+ * with `paper_split` and 3 groups Figure 6's split (OLMoE's 16 layers: the first five shallow,
+ * the last four deep, the rest middle), scaled to other depths. */
+uint32_t firm_group_of_layer(uint32_t layer, uint32_t n_layers, uint32_t n_groups,
+                             bool paper_split);
 
 #endif

@@ -72,13 +72,26 @@ static moesim_status time_disk(const cpu_store *s, uint32_t repeats, calib_resul
     return MOESIM_OK;
 }
 
-/* The median time of one call of an op, ns. */
+/* The replay runs every op on weights that come from DRAM (an expert just read from disk, a layer
+ * last touched a whole token ago): each timed call starts after reading this much other memory,
+ * more than the last-level caches of the machines we run on (32 MiB L3 here). */
+#define EVICT_BYTES (48u << 20)
+
+static volatile uint64_t evict_sink;
+
+static void evict_caches(const uint64_t *buf) {
+    uint64_t s = 0;
+    for (size_t i = 0; i < EVICT_BYTES / sizeof *buf; i += 8) s += buf[i];
+    evict_sink = s;
+}
+
+/* The median time of one call of an op on cold caches, ns. */
 typedef void (*op_fn)(cpu_compute *cc, const void *ctx, uint32_t x);
 
 static double time_op(cpu_compute *cc, op_fn f, const void *ctx, uint32_t x, uint32_t repeats,
-                      double *t) {
-    f(cc, ctx, x); /* warm */
+                      double *t, const uint64_t *evict) {
     for (uint32_t r = 0; r < repeats; r++) {
+        evict_caches(evict);
         uint64_t t0 = cpu_clock_ns();
         f(cc, ctx, x);
         t[r] = (double)(cpu_clock_ns() - t0);
@@ -100,11 +113,15 @@ static void op_down(cpu_compute *cc, const void *ctx, uint32_t x) {
     const expert_ctx *e = ctx;
     cpu_compute_expert_down(cc, e->p, e->w + 2 * e->part_bytes, x);
 }
-/* x = attended positions of one decode token (its context) */
+/* x = attended positions of one decode token (its context): the core alone */
 static void op_attention(cpu_compute *cc, const void *ctx, uint32_t x) {
     (void)ctx;
     uint32_t pos = x - 1;
-    cpu_compute_attention(cc, 0, &pos, 1);
+    cpu_compute_attention_core(cc, &pos, 1);
+}
+/* x = tokens: the projections */
+static void op_attention_proj(cpu_compute *cc, const void *ctx, uint32_t x) {
+    cpu_compute_attention_proj(cc, *(const uint32_t *)ctx, x);
 }
 static void op_router(cpu_compute *cc, const void *ctx, uint32_t x) {
     cpu_compute_router(cc, *(const uint32_t *)ctx, x);
@@ -124,13 +141,20 @@ static void op_lm_head(cpu_compute *cc, const void *ctx, uint32_t x) {
     cpu_compute_lm_head(cc, x);
 }
 
-static void curve(calib_results *c, cost_op op, moesim_precision p, cpu_compute *cc, op_fn f,
-                  const void *ctx, const uint32_t *xs, uint32_t n, uint32_t repeats, double *t) {
+typedef struct timing {
+    cpu_compute *cc;
+    uint32_t repeats;
+    double *t;              /* [repeats] scratch */
+    const uint64_t *evict;  /* [EVICT_BYTES / 8] */
+} timing;
+
+static void curve(calib_results *c, cost_op op, moesim_precision p, const timing *tm, op_fn f,
+                  const void *ctx, const uint32_t *xs, uint32_t n) {
     cost_curve *cv = &c->curve[op][p];
     cv->n = n;
     for (uint32_t i = 0; i < n; i++) {
         cv->x[i] = xs[i];
-        cv->t_ns[i] = time_op(cc, f, ctx, xs[i], repeats, t);
+        cv->t_ns[i] = time_op(tm->cc, f, ctx, xs[i], tm->repeats, tm->t, tm->evict);
     }
 }
 
@@ -179,16 +203,18 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     static const uint32_t tok_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     static const uint32_t ctx_full[] = {1, 8, 32, 128, 512, 1024, 2048};
     uint32_t n_tok = opt->quick ? 5 : 9, n_ctx = opt->quick ? 5 : 7;
-    curve(out, COST_ATTENTION, PREC_BF16, &cc, op_attention, NULL, ctx_full, n_ctx, repeats, t);
-    curve(out, COST_ROUTER, PREC_BF16, &cc, op_router, &moe_layer, tok_full, n_tok, repeats, t);
+    uint64_t *evict = moesim_xcalloc(EVICT_BYTES / sizeof(uint64_t), sizeof(uint64_t));
+    timing tm = {&cc, repeats, t, evict};
+    curve(out, COST_ATTENTION, PREC_BF16, &tm, op_attention, NULL, ctx_full, n_ctx);
+    curve(out, COST_ATTENTION_PROJ, PREC_BF16, &tm, op_attention_proj, &moe_layer, tok_full,
+          n_tok);
+    curve(out, COST_ROUTER, PREC_BF16, &tm, op_router, &moe_layer, tok_full, n_tok);
     if (m->n_shared_experts)
-        curve(out, COST_SHARED, PREC_BF16, &cc, op_shared, &moe_layer, tok_full, n_tok, repeats,
-              t);
+        curve(out, COST_SHARED, PREC_BF16, &tm, op_shared, &moe_layer, tok_full, n_tok);
     if (dense_layer != UINT32_MAX)
-        curve(out, COST_DENSE_FFN, PREC_BF16, &cc, op_dense, &dense_layer, tok_full, n_tok,
-              repeats, t);
-    curve(out, COST_COMBINE, PREC_BF16, &cc, op_combine, NULL, tok_full, n_tok, repeats, t);
-    curve(out, COST_LM_HEAD, PREC_BF16, &cc, op_lm_head, NULL, tok_full, n_tok, repeats, t);
+        curve(out, COST_DENSE_FFN, PREC_BF16, &tm, op_dense, &dense_layer, tok_full, n_tok);
+    curve(out, COST_COMBINE, PREC_BF16, &tm, op_combine, NULL, tok_full, n_tok);
+    curve(out, COST_LM_HEAD, PREC_BF16, &tm, op_lm_head, NULL, tok_full, n_tok);
     static const moesim_precision precs[] = {PREC_BF16, PREC_INT8, PREC_INT4, PREC_INT2};
     for (size_t i = 0; i < sizeof precs / sizeof *precs; i++) {
         moesim_precision p = precs[i];
@@ -197,8 +223,8 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
         MOESIM_ASSERT(e.part_bytes == replay_part_bytes(m, p, PART_DOWN));
         uint8_t *w = cpu_store_expert_blob(m, p, 1); /* what the replay's store holds */
         e.w = w;
-        curve(out, COST_EXPERT_GATE_UP, p, &cc, op_gate_up, &e, tok_full, n_tok, repeats, t);
-        curve(out, COST_EXPERT_DOWN, p, &cc, op_down, &e, tok_full, n_tok, repeats, t);
+        curve(out, COST_EXPERT_GATE_UP, p, &tm, op_gate_up, &e, tok_full, n_tok);
+        curve(out, COST_EXPERT_DOWN, p, &tm, op_down, &e, tok_full, n_tok);
         free(w);
     }
     /* the compute peak this code reaches: a bf16 matvec's flops (the LM head at one token) */
@@ -206,6 +232,7 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     out->bf16_tflops = lm_ns > 0 ? 2.0 * m->vocab * m->hidden / lm_ns / 1e3 : 0;
     out->kernel_launch_us = 0; /* ops are function calls on this thread */
     cpu_compute_free(&cc);
+    free(evict);
     free(t);
     return MOESIM_OK;
 }

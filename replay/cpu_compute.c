@@ -82,16 +82,27 @@ void cpu_compute_free(cpu_compute *c) {
     memset(c, 0, sizeof *c);
 }
 
-void cpu_compute_attention(cpu_compute *c, uint32_t ml, const uint32_t *positions, uint32_t n) {
+void cpu_compute_attention_proj(cpu_compute *c, uint32_t ml, uint32_t n) {
     const model_geometry *m = c->m;
     for (uint32_t i = 0; i < n; i++) {
         matvec(c->q, PREC_BF16, c->w_qkv[ml], c->x, c->q_dim + 2 * c->kv_dim, m->hidden);
+        matvec(c->y, PREC_BF16, c->w_o[ml], c->att, m->hidden, c->q_dim);
+    }
+}
+
+void cpu_compute_attention_core(cpu_compute *c, const uint32_t *positions, uint32_t n) {
+    const model_geometry *m = c->m;
+    for (uint32_t i = 0; i < n; i++) {
         kern_rope_cpu(c->q, m->n_heads, m->head_dim, positions[i], m->rope_theta);
         size_t ctx = (size_t)positions[i] + 1 < c->max_ctx ? (size_t)positions[i] + 1 : c->max_ctx;
         kern_attention_cpu(c->att, c->probs, c->q, c->kv, c->kv + c->kv_dim, m->n_heads,
                            m->n_kv_heads, m->head_dim, ctx);
-        matvec(c->y, PREC_BF16, c->w_o[ml], c->att, m->hidden, c->q_dim);
     }
+}
+
+void cpu_compute_attention(cpu_compute *c, uint32_t ml, const uint32_t *positions, uint32_t n) {
+    cpu_compute_attention_proj(c, ml, n);
+    cpu_compute_attention_core(c, positions, n);
 }
 
 void cpu_compute_router(cpu_compute *c, uint32_t ml, uint32_t n) {

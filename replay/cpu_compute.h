@@ -28,8 +28,11 @@ typedef struct cpu_compute {
 void cpu_compute_init(cpu_compute *c, const model_geometry *m, uint32_t max_ctx, uint64_t seed);
 void cpu_compute_free(cpu_compute *c); /* accepts a zeroed struct */
 
-/* Model layer `ml` (0..n_layers-1) for tokens at `positions` ([n]). */
+/* Model layer `ml` (0..n_layers-1) for tokens at `positions` ([n]): attention is its projections
+ * (q/k/v, o; per token) plus its core (rotary, scores and values over each token's context). */
 void cpu_compute_attention(cpu_compute *c, uint32_t ml, const uint32_t *positions, uint32_t n);
+void cpu_compute_attention_proj(cpu_compute *c, uint32_t ml, uint32_t n);
+void cpu_compute_attention_core(cpu_compute *c, const uint32_t *positions, uint32_t n);
 void cpu_compute_router(cpu_compute *c, uint32_t ml, uint32_t n);
 void cpu_compute_shared(cpu_compute *c, uint32_t ml, uint32_t n);
 void cpu_compute_dense(cpu_compute *c, uint32_t ml, uint32_t n);

@@ -607,6 +607,7 @@ static void cpu_result(cpu_run *r, sim_result *out, replay_checks *checks) {
     out->precision_mix_hi = mass > 0 ? r->tally.gate_hi / mass : 0;
     out->precision_mix_lo = mass > 0 ? r->tally.gate_lo / mass : 0;
     out->precision_mix_skip = mass > 0 ? r->tally.gate_skip / mass : 0;
+    out->bits_per_weight = sim_route_tally_bits_per_weight(&r->tally);
     out->prefetch_accuracy = r->pf_active ? (double)r->pf_hit / (double)r->pf_active : 0;
     out->prefetch_utilization =
         r->pf_issued_sets ? (double)r->pf_hit / (double)r->pf_issued_sets : 0;

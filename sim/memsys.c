@@ -214,6 +214,22 @@ static void queue_push(memsys *m, int e, uint32_t i) {
     x->queued |= (uint8_t)(1u << e);
 }
 
+/* Queues a promoted transfer in its new class by issue order: it was asked for before the class's
+ * later requests, and the compute stream runs experts in the order their copies were issued. */
+static void queue_insert_by_seq(memsys *m, int e, uint32_t i) {
+    memsys_xfer *x = &m->xf[i];
+    uint8_t c = x->cls;
+    uint32_t prev = NONE, k = m->head[e][c];
+    while (k != NONE && m->xf[k].seq < x->seq) prev = k, k = m->xf[k].next[e];
+    x->next[e] = k;
+    if (prev == NONE)
+        m->head[e][c] = i;
+    else
+        m->xf[prev].next[e] = i;
+    if (k == NONE) m->tail[e][c] = i;
+    x->queued |= (uint8_t)(1u << e);
+}
+
 static void queue_remove(memsys *m, int e, uint32_t i) {
     memsys_xfer *x = &m->xf[i];
     uint8_t c = x->cls;
@@ -255,7 +271,7 @@ static void xfer_promote(memsys *m, uint32_t i, uint8_t cls) {
         if (queued & (1u << e)) queue_remove(m, e, i);
     x->cls = cls;
     for (int e = 0; e < MEMSYS_ENGINES; e++)
-        if (queued & (1u << e)) queue_push(m, e, i);
+        if (queued & (1u << e)) queue_insert_by_seq(m, e, i);
     m->n.promoted++;
     for (int e = 0; e < MEMSYS_ENGINES; e++)
         if (queued & (1u << e)) notify_work(m, e);

@@ -18,7 +18,8 @@
  * chunk boundary.
  *
  * Promotion: a load of a part that is already loading in a lower class moves the whole transfer
- * (its remaining chunks) to the requester's class at once (POLICY_PROMOTED).
+ * (its remaining chunks) to the requester's class at once (POLICY_PROMOTED), placed there by issue
+ * order, the order the compute stream runs loading experts in.
  * Cancellation (sim/README.md): a prefetch targets the next route of its layer after it was
  * issued; when that layer has been routed in a step without running it and its copy has not
  * started, it is dropped (memsys_end_layer), and the policy hears of it (on_transfer_cancelled).

@@ -41,6 +41,7 @@ size_t sim_result_fields(const sim_result *r, const char **names, double *values
         {"precision_mix.hi", r->precision_mix_hi},
         {"precision_mix.lo", r->precision_mix_lo},
         {"precision_mix.skip", r->precision_mix_skip},
+        {"bits_per_weight", r->bits_per_weight},
         {"prefetch.accuracy", r->prefetch_accuracy},
         {"prefetch.utilization", r->prefetch_utilization},
         {"prefetch.issued", (double)r->prefetches},
@@ -103,6 +104,7 @@ json_t *sim_result_to_json(const sim_result *r) {
     json_object_set_new(mix, "lo", num(r->precision_mix_lo));
     json_object_set_new(mix, "skip", num(r->precision_mix_skip));
     json_object_set_new(j, "precision_mix", mix);
+    json_object_set_new(j, "bits_per_weight", num(r->bits_per_weight));
     json_t *pf = json_object();
     json_object_set_new(pf, "accuracy", num(r->prefetch_accuracy));
     json_object_set_new(pf, "utilization", num(r->prefetch_utilization));

@@ -88,6 +88,10 @@ void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *exper
             continue;
         }
         t->accesses++;
+        const quant_format *f = &q->fmt[pr];
+        double bits = f->weight_bits +
+                      (f->group_size ? (double)(f->scale_bits + f->zero_bits) / f->group_size : 0);
+        t->gate_bits += gates[i] * bits;
         if (q->fmt[pr].weight_bits >= hi_bits)
             t->gate_hi += gates[i];
         else
@@ -171,4 +175,9 @@ uint32_t sim_route_split(const sim_route_scratch *rs, const uint16_t *experts, u
         i1++;
     }
     return i1;
+}
+
+double sim_route_tally_bits_per_weight(const sim_route_tally *t) {
+    double mass = t->gate_hi + t->gate_lo + t->gate_skip;
+    return mass > 0 ? t->gate_bits / mass : 0;
 }

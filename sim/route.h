@@ -56,7 +56,12 @@ typedef struct sim_route_tally {
     uint64_t hits;     /* of those, found resident (or served by an earlier access's fetch) */
     uint64_t skipped;  /* (token, slot) pairs whose expert the plan skipped */
     double gate_hi, gate_lo, gate_skip; /* gate mass run at >= hi_bits, below, skipped */
+    double gate_bits; /* gate mass x effective bits per weight of the format run (skipped: 0) */
 } sim_route_tally;
+
+/* The gate-mass-weighted mean bits per weight a run's experts ran at (skipped ones at 0 bits):
+ * one figure that compares policies whatever they call "hi" (sim/README.md). */
+double sim_route_tally_bits_per_weight(const sim_route_tally *t);
 
 /* Counts the route's accesses against the plan once the policy returned, so sim and replay
  * define a hit and the precision mix the same way (sim/README.md): an access is a hit when every

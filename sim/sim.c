@@ -591,6 +591,7 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->precision_mix_hi = mass > 0 ? s->tally.gate_hi / mass : 0;
     r->precision_mix_lo = mass > 0 ? s->tally.gate_lo / mass : 0;
     r->precision_mix_skip = mass > 0 ? s->tally.gate_skip / mass : 0;
+    r->bits_per_weight = sim_route_tally_bits_per_weight(&s->tally);
     r->prefetch_accuracy = s->pf_active ? (double)s->pf_hit / (double)s->pf_active : 0;
     r->prefetch_utilization = s->pf_issued_sets ? (double)s->pf_hit / (double)s->pf_issued_sets : 0;
     r->prefetches = s->ms.n.prefetches;

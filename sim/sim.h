@@ -98,6 +98,7 @@ typedef struct sim_result {
     uint64_t peak_hbm_bytes; /* all of it: non-expert, KV, activations, experts */
     uint64_t budget_bytes;
     double precision_mix_hi, precision_mix_lo, precision_mix_skip; /* shares of gate mass */
+    double bits_per_weight; /* gate-mass-weighted effective bits per weight run (skips: 0) */
     double prefetch_accuracy;    /* FIRM-MoE Eq. 7: |S ∩ A| / |A| */
     double prefetch_utilization; /* FIRM-MoE Eq. 8: |S ∩ A| / |S| */
     uint64_t prefetches;         /* prefetch-class loads issued */

@@ -124,3 +124,23 @@ Test(sim_memsys, host_dram_holds_what_the_policy_runs_not_expert_precision) {
     }
     trace_destroy(t);
 }
+
+Test(sim_memsys, bits_per_weight_is_the_run_formats_weighted_by_gate_mass) {
+    /* int4 is 4 + (16 + 16) / 64 = 4.5 effective bits (configs/quant.ini); a skip counts 0 */
+    model_geometry m;
+    hw_profile hw;
+    moesim_error err = {0};
+    cr_assert_eq(model_load_by_name("olmoe-1b-7b", &m, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(hw_load_by_name("rtx3090-pcie3", &hw, &err), MOESIM_OK, "%s", err.msg);
+    trace *t = small_trace(&m, 1, 9);
+    const char *lru_sets[] = {"expert.precision=int4", "memory.budget_gb=4", NULL};
+    sim_result r;
+    cr_assert_eq(run(t, &m, &hw, "lru", lru_sets, &r, &err), MOESIM_OK, "%s", err.msg);
+    cr_expect_float_eq(r.bits_per_weight, 4.5, 1e-9, "lru at int4: %.9f", r.bits_per_weight);
+    const char *dymoe_sets[] = {"dymoe.hi=int4", "dymoe.lo=skip", "memory.budget_gb=4", NULL};
+    cr_assert_eq(run(t, &m, &hw, "dymoe", dymoe_sets, &r, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_gt(r.precision_mix_skip, 0.05, "DyMoE 4/0 skips sub-critical experts");
+    cr_expect_float_eq(r.bits_per_weight, 4.5 * (1 - r.precision_mix_skip), 1e-6,
+                       "4/0: %.6f bits, skip share %.6f", r.bits_per_weight, r.precision_mix_skip);
+    trace_destroy(t);
+}

@@ -95,6 +95,10 @@ typedef struct synth_tables {
     uint16_t *pop_order; /* [L][W][E] experts by decreasing workload popularity */
     float *gate_pool;    /* [SYNTH_GATE_POOL][k] descending gate rows */
     uint32_t *reuse_top1, *avoid_other; /* [L] thresholds */
+    uint32_t *history;                  /* [L] threshold of a history copy; all 0: off */
+    uint32_t H;                         /* tokens of history (reuse_history_tokens) */
+    uint32_t repeat;                    /* threshold of repeat_decode_token; 0: off */
+    bool any_history;                   /* some layer copies from its history */
     uint32_t *copy_cdf; /* [L][k] P(copied slots <= c), copied slots ~ Binomial(k - 1, reuse) */
     bool *copies;       /* [L] reuse_other > 0 at this layer */
 } synth_tables;
@@ -295,6 +299,28 @@ static void normal_scores_shuffled(double *out, const double *quantiles, uint32_
     gsl_ran_shuffle(g, out, n, sizeof *out);
 }
 
+/* Layer l's tables from a fitted popularity table [T][L][E] (every workload the same): topic t
+ * draws from its row; the popularity order is that of the topics' mean. `w`, `scaled`,
+ * `small`, `large`, `order` are scratch [E]. */
+static void fitted_tables_layer(synth_tables *tb, const float *popularity, uint32_t l, double *w,
+                                double *scaled, uint32_t *small, uint32_t *large,
+                                weighted_expert *order) {
+    const uint32_t E = tb->E, L = tb->L, T = tb->T;
+    for (uint32_t e = 0; e < E; e++) order[e] = (weighted_expert){0, e};
+    for (uint32_t t = 0; t < T; t++) {
+        const float *row = popularity + ((size_t)t * L + l) * E;
+        for (uint32_t e = 0; e < E; e++) w[e] = row[e], order[e].w += row[e];
+        for (uint32_t wl = 0; wl < tb->W; wl++)
+            alias_build(w, E, tb->cells + (((size_t)wl * T + t) * L + l) * E, scaled, small,
+                        large);
+    }
+    qsort(order, E, sizeof *order, cmp_weight_desc);
+    for (uint32_t wl = 0; wl < tb->W; wl++) {
+        uint16_t *po = tb->pop_order + ((size_t)l * tb->W + wl) * E;
+        for (uint32_t e = 0; e < E; e++) po[e] = (uint16_t)order[e].e;
+    }
+}
+
 static void tables_build(synth_tables *tb, const model_geometry *m, const synth_options *o,
                          rng *r) {
     const synth_knobs *kn = &o->knobs;
@@ -311,6 +337,9 @@ static void tables_build(synth_tables *tb, const model_geometry *m, const synth_
     tb->copy_cdf = moesim_xcalloc((size_t)L * m->top_k, sizeof *tb->copy_cdf);
     tb->copies = moesim_xcalloc(L, sizeof *tb->copies);
     tb->avoid_other = moesim_xcalloc(L, sizeof *tb->avoid_other);
+    tb->history = moesim_xcalloc(L, sizeof *tb->history);
+    tb->H = (uint32_t)kn->reuse_history_tokens;
+    tb->repeat = prob_threshold(kn->repeat_decode_token);
 
     double *shared = moesim_xcalloc(E, sizeof *shared); /* [E] common part of log-popularity */
     double *own = moesim_xcalloc(E, sizeof *own);       /* [E] workload's own part */
@@ -327,8 +356,11 @@ static void tables_build(synth_tables *tb, const model_geometry *m, const synth_
     for (uint32_t l = 0; l < L; l++) {
         const double skew = depth_profile(kn->popularity_skew_first, kn->popularity_skew_mid,
                                           kn->popularity_skew_last, l, L);
-        normal_scores_shuffled(shared, quantiles, E, g);
-        for (uint32_t wl = 0; wl < W; wl++) {
+        if (o->popularity)
+            fitted_tables_layer(tb, o->popularity, l, w, scaled, small, large, order);
+        else
+            normal_scores_shuffled(shared, quantiles, E, g);
+        for (uint32_t wl = 0; wl < W && !o->popularity; wl++) {
             normal_scores_shuffled(own, quantiles, E, g);
             for (uint32_t e = 0; e < E; e++)
                 logpop[e] = skew * ws[wl] * (c * shared[e] + c_own * own[e]);
@@ -356,6 +388,9 @@ static void tables_build(synth_tables *tb, const model_geometry *m, const synth_
                                 tb->copy_cdf + (size_t)l * m->top_k);
         tb->copies[l] = other > 0;
         tb->avoid_other[l] = prob_threshold(-other);
+        tb->history[l] = prob_threshold(depth_profile(
+            kn->reuse_history_first, kn->reuse_history_mid, kn->reuse_history_last, l, L));
+        tb->any_history |= tb->history[l] != 0;
     }
     gate_pool_build(tb->gate_pool, m->top_k, E, m->gate_norm, kn->gate_logit_scale,
                     kn->gate_tail_gap, g);
@@ -378,6 +413,7 @@ static void tables_free(synth_tables *tb) {
     free(tb->copy_cdf);
     free(tb->copies);
     free(tb->avoid_other);
+    free(tb->history);
 }
 
 /* ---- the request plan ---- */
@@ -409,7 +445,8 @@ static uint64_t plan_build(request_plan *plan, const synth_options *o, uint32_t 
             p->topic = plan[r - 1].topic;
         } else {
             p->workload = workload_draw(o->workload, g);
-            p->topic = (uint32_t)rng_below(g, n_topics);
+            p->topic = o->knobs.topic_cycle && r > 0 ? (plan[r - 1].topic + 1) % n_topics
+                                                     : (uint32_t)rng_below(g, n_topics);
         }
         p->first_token = at;
         at += (uint64_t)p->prompt + p->gen;
@@ -447,13 +484,35 @@ route_draw(const synth_tables *tb, uint32_t l, const alias_cell *cells, const ui
     MOESIM_UNREACHABLE(); /* a row holds k <= E experts */
 }
 
+/* The request's last tokens at one layer, for reuse_history: rows [H + 1][k], token i at
+ * i mod (H + 1); `n` tokens of the request so far. */
+typedef struct route_history {
+    const uint16_t *rows;
+    uint32_t n;
+} route_history;
+
+/* A drawn slot's history copy: with probability history[l], an expert of one of the tokens 2..H
+ * + 1 back (the previous token is the reuse knobs' part; token and slot uniform, one number)
+ * that the row does not hold yet; TRACE_NO_EXPERT when the slot is drawn from the table
+ * instead. */
+static inline uint16_t history_pick(const synth_tables *tb, uint32_t l, const route_history *h,
+                                    const route_work *rw, rng_block *g) {
+    if (h->n < 2 || rng_block_u32(g) >= tb->history[l]) return TRACE_NO_EXPERT;
+    const uint32_t k = tb->k, avail = h->n - 1 < tb->H ? h->n - 1 : tb->H;
+    const uint32_t at = (uint32_t)(((uint64_t)rng_block_u32(g) * (avail * k)) >> 32);
+    const uint32_t back = 2 + at / k; /* tokens back: 2..avail + 1 */
+    const uint16_t e = h->rows[(size_t)((h->n - back) % (tb->H + 1)) * k + at % k];
+    return rw->mark[e] == rw->stamp ? TRACE_NO_EXPERT : e;
+}
+
 /* Fills `row` [k] (slot 0 = top-1) and `gates` [k]. `prev` is the previous token's row of this
  * request at this layer, or NULL. Slot 0 copies prev's top-1 with probability reuse_top1, else
  * is drawn; then Binomial(k - 1, reuse_other) slots copy a random expert of prev (skipped when
- * already chosen); the rest are drawn without replacement. */
+ * already chosen); the rest are drawn without replacement. With `hist` (layers that copy from
+ * their history), each drawn slot is first offered a history copy (history_pick). */
 static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cells,
-                      const uint16_t *pop, const uint16_t *prev, uint16_t *row, float *gates,
-                      route_work *rw, rng_block *g) {
+                      const uint16_t *pop, const uint16_t *prev, const route_history *hist,
+                      uint16_t *row, float *gates, route_work *rw, rng_block *g) {
     const uint32_t k = tb->k;
     if (++rw->stamp == 0) {
         memset(rw->mark, 0, rw->E * sizeof *rw->mark);
@@ -467,7 +526,7 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
     const uint32_t u = rng_block_u32(g);
     if (prev && (u >> SYNTH_GATE_POOL_BITS) < (tb->reuse_top1[l] >> SYNTH_GATE_POOL_BITS))
         e = prev[0];
-    else
+    else if (!hist || (e = history_pick(tb, l, hist, rw, g)) == TRACE_NO_EXPERT)
         e = route_draw(tb, l, cells, pop, prev, rw, g);
     row[0] = e;
     rw->mark[e] = rw->stamp;
@@ -481,7 +540,7 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
             rw->mark[e] = rw->stamp;
         }
     }
-    if (!(prev && tb->avoid_other[l])) {
+    if (!(prev && tb->avoid_other[l]) && !hist) {
         /* the common case, branch-free: write the draw, advance only when it is new (marking
          * an expert twice is harmless); SYNTH_DRAW_CAP draws per missing slot at most */
         const uint32_t E = tb->E;
@@ -492,8 +551,9 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
             rw->mark[e] = rw->stamp;
         }
     }
-    while (n < k) { /* anti-reuse layers, and the rare fallback */
-        e = route_draw(tb, l, cells, pop, prev, rw, g);
+    while (n < k) { /* anti-reuse and history layers, and the rare fallback */
+        if (!hist || (e = history_pick(tb, l, hist, rw, g)) == TRACE_NO_EXPERT)
+            e = route_draw(tb, l, cells, pop, prev, rw, g);
         row[n++] = e;
         rw->mark[e] = rw->stamp;
     }
@@ -721,6 +781,7 @@ typedef struct synth_run {
     rng_block *g_route, *g_imp, *g_look;
     importance_work iw;
     route_work rw;
+    uint16_t *history; /* [L][H + 1][k] the request's last H + 1 rows (reuse_history), or NULL */
     lookahead_work lw;
     progress bar;
 } synth_run;
@@ -775,6 +836,8 @@ static void run_begin(synth_run *s, const model_geometry *m, const synth_options
     s->rw = (route_work){.mark = moesim_xcalloc(tb->E, sizeof(uint32_t)),
                          .pmark = moesim_xcalloc(tb->E, sizeof(uint32_t)),
                          .E = tb->E};
+    if (tb->any_history)
+        s->history = moesim_xcalloc((size_t)tb->L * (tb->H + 1) * tb->k, sizeof *s->history);
     lookahead_work *lw = &s->lw;
     lw->mark = moesim_xcalloc(tb->E, sizeof(uint32_t));
     for (uint32_t c = 0; c < o->lookahead_k && o->lookahead_depth; c++)
@@ -808,12 +871,28 @@ static void run_tokens(synth_run *s, trace *win, uint32_t r, uint32_t i0, uint32
         win->request_id[tok] = r;
         win->position[tok] = i;
         win->phase[tok] = i < p->prompt ? TRACE_PREFILL : TRACE_DECODE;
+        /* a repeated decode token routes exactly as its predecessor (one number, only when on) */
+        const bool repeat =
+            tb->repeat && i > 0 && i >= p->prompt && rng_block_u32(s->g_route) < tb->repeat;
         for (uint32_t l = 0; l < L; l++) {
             const size_t tab = (((size_t)p->workload * T + p->topic) * L + l) * E;
             const size_t row = trace_route_index(win, tok, l);
-            route_row(tb, l, tb->cells + tab, tb->pop_order + ((size_t)l * W + p->workload) * E,
-                      i ? win->expert_ids + trace_route_index(win, prev, l) : NULL,
-                      win->expert_ids + row, win->gate_weights + row, &s->rw, s->g_route);
+            uint16_t *ring = s->history ? s->history + (size_t)l * (tb->H + 1) * tb->k : NULL;
+            const route_history hist = {ring, i};
+            if (repeat) {
+                const size_t from = trace_route_index(win, prev, l);
+                memcpy(win->expert_ids + row, win->expert_ids + from, tb->k * sizeof(uint16_t));
+                memcpy(win->gate_weights + row, win->gate_weights + from, tb->k * sizeof(float));
+            } else {
+                route_row(tb, l, tb->cells + tab,
+                          tb->pop_order + ((size_t)l * W + p->workload) * E,
+                          i ? win->expert_ids + trace_route_index(win, prev, l) : NULL,
+                          tb->history[l] ? &hist : NULL, win->expert_ids + row,
+                          win->gate_weights + row, &s->rw, s->g_route);
+            }
+            if (ring) /* the ring outlives the window, which may cut the request anywhere */
+                memcpy(ring + (size_t)(i % (tb->H + 1)) * tb->k, win->expert_ids + row,
+                       tb->k * sizeof *ring);
         }
         if (s->o->lookahead_depth) lookahead_token(win, tb, tok, p->workload, &s->lw, s->g_look);
     }
@@ -824,6 +903,7 @@ static void run_end(synth_run *s) {
     free(s->lw.mark);
     free(s->rw.mark);
     free(s->rw.pmark);
+    free(s->history);
     free(s->iw.w);
     free(s->iw.base);
     free(s->iw.salience);

@@ -40,7 +40,8 @@ typedef enum synth_workload {
     SYNTH_CODE,
     SYNTH_MIX, /* each topic session draws text, math or code */
 } synth_workload;
-#define SYNTH_N_WORKLOADS 3 /* text, math, code (mix draws among them) */
+#define SYNTH_N_WORKLOADS 3  /* text, math, code (mix draws among them) */
+#define SYNTH_MAX_HISTORY 64 /* most tokens reuse_history_tokens may reach back */
 
 /* A length fixed (min == max) or drawn uniformly from [min, max], in tokens. */
 typedef struct synth_range {
@@ -59,10 +60,26 @@ typedef struct synth_knobs {
     double topics;              /* topics per workload (an integer >= 1) */
     double topic_concentration; /* std of a topic's log-popularity offset */
     double topic_persistence;   /* P(next request continues the previous one's topic) */
+    /* 1: a request that changes topic takes the next one in turn instead of a random one, so
+     * requests that run together have distinct topics while there are enough (added for --fit;
+     * 0 = random, the published model) */
+    double topic_cycle;
     /* temporal locality between consecutive tokens of a request */
+    double popularity_smoothing; /* fitted table only: weight of the layer's overall popularity
+                                  * mixed into each topic's (0: the topic's own counts) */
+    double popularity_sharpness; /* fitted table only: exponent on those probabilities (1: as
+                                  * counted; > 1 sharper; the locality knobs flatten a little) */
     double reuse_top1_first, reuse_top1_mid, reuse_top1_last; /* P(copy previous top-1) */
     double reuse_other_first, reuse_other_mid,
         reuse_other_last; /* P(slot copies a previous); < 0: P(redraw) */
+    /* locality beyond the previous token (added for `trace synth --fit`; 0 = off, the model
+     * of the published defaults): P(a drawn slot copies an expert of one of the request's
+     * tokens 2..reuse_history_tokens + 1 back at this layer, the token and its slot uniform) */
+    double reuse_history_first, reuse_history_mid, reuse_history_last;
+    double reuse_history_tokens; /* H, the history's length in tokens (an integer >= 1) */
+    /* P(a decode token repeats its predecessor's routing at every layer: experts and gates),
+     * as repeated tokens do (decoding loops, repeated n-grams); 0 = off, added for --fit */
+    double repeat_decode_token;
     /* cross-layer predictability */
     double lookahead_top1_d1, lookahead_top1_d2, lookahead_top1_d3; /* P(first candidate right) */
     double lookahead_top1_decay;   /* factor per distance beyond 3 */
@@ -88,6 +105,11 @@ typedef struct synth_options {
     synth_knobs knobs;
     bool show_progress;       /* draw a progress bar on stderr when it is a terminal */
     char family_defaults[32]; /* the family whose defaults `knobs` started from (for params) */
+    /* a fitted popularity table (`trace synth --fit`): [topics][L][E] each topic's expert
+     * probabilities per layer (each row sums to 1), used instead of the random log-normal
+     * popularity and topic offsets; NULL: the random model. Not owned. */
+    const float *popularity;
+    uint32_t popularity_topics; /* the table's topics: knobs.topics must equal it */
 } synth_options;
 
 /* One knob of synth_knobs: its name (the --set key), where it lives, its valid range and what
@@ -97,6 +119,11 @@ typedef struct synth_knob_info {
     size_t offset; /* offsetof(synth_knobs, ...) */
     double min, max;
     const char *what;
+    /* a knob added after the published calibration: params_json names it only when it differs
+     * from `neutral` (the value that leaves the model as it was), so traces made without it
+     * keep their bytes */
+    bool extension;
+    double neutral;
 } synth_knob_info;
 
 extern const synth_knob_info synth_knob_table[];

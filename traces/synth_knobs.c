@@ -15,7 +15,9 @@
 #include "traces/synth.h"
 
 #define KNOB(name, lo, hi, what)                                                                   \
-    { #name, offsetof(synth_knobs, name), lo, hi, what }
+    { #name, offsetof(synth_knobs, name), lo, hi, what, false, 0 }
+#define KNOB_EXTENSION(name, lo, hi, neutral, what)                                                \
+    { #name, offsetof(synth_knobs, name), lo, hi, what, true, neutral }
 
 const synth_knob_info synth_knob_table[] = {
     KNOB(popularity_skew_first, 0, 8, "std of a layer's expert log-popularity, first MoE layer"),
@@ -29,6 +31,12 @@ const synth_knob_info synth_knob_table[] = {
     KNOB(topics, 1, 64, "topics per workload and layer (integer)"),
     KNOB(topic_concentration, 0, 8, "std of a topic's log-popularity offset"),
     KNOB(topic_persistence, 0, 1, "probability that a request continues the previous one's topic"),
+    KNOB_EXTENSION(topic_cycle, 0, 1, 0,
+                   "1: a request changing topic takes the next topic in turn (0: a random one)"),
+    KNOB_EXTENSION(popularity_smoothing, 0, 64, 0,
+                   "fitted popularity table: weight of the layer's overall popularity in a topic's"),
+    KNOB_EXTENSION(popularity_sharpness, 0.1, 8, 1,
+                   "fitted popularity table: exponent on its probabilities (1: as counted)"),
     KNOB(reuse_top1_first, 0, 1, "probability a token copies its predecessor's top-1, first layer"),
     KNOB(reuse_top1_mid, 0, 1, "probability a token copies its predecessor's top-1, middle layer"),
     KNOB(reuse_top1_last, 0, 1, "probability a token copies its predecessor's top-1, last layer"),
@@ -38,6 +46,16 @@ const synth_knob_info synth_knob_table[] = {
          "P(each other slot copies a predecessor's expert); < 0: P(it redraws one), middle layer"),
     KNOB(reuse_other_last, -1, 1,
          "P(each other slot copies a predecessor's expert); < 0: P(it redraws one), last layer"),
+    KNOB_EXTENSION(reuse_history_first, 0, 1, 0,
+                   "P(a drawn slot copies an expert of its request's tokens 2..H+1 back), first layer"),
+    KNOB_EXTENSION(reuse_history_mid, 0, 1, 0,
+                   "P(a drawn slot copies an expert of its request's tokens 2..H+1 back), middle layer"),
+    KNOB_EXTENSION(reuse_history_last, 0, 1, 0,
+                   "P(a drawn slot copies an expert of its request's tokens 2..H+1 back), last layer"),
+    KNOB_EXTENSION(reuse_history_tokens, 1, SYNTH_MAX_HISTORY, 8,
+                   "H: tokens (before the previous one) that reuse_history copies from (integer)"),
+    KNOB_EXTENSION(repeat_decode_token, 0, 1, 0,
+                   "P(a decode token repeats its predecessor's experts and gates at every layer)"),
     KNOB(lookahead_top1_d1, 0, 1, "probability the first candidate for layer l+1 is its top-1"),
     KNOB(lookahead_top1_d2, 0, 1, "probability the first candidate for layer l+2 is its top-1"),
     KNOB(lookahead_top1_d3, 0, 1, "probability the first candidate for layer l+3 is its top-1"),
@@ -55,6 +73,11 @@ const size_t synth_knob_count = MOESIM_ARRAY_LEN(synth_knob_table);
 
 static double *knob_ptr(synth_knobs *k, const synth_knob_info *ki) {
     return (double *)((char *)k + ki->offset);
+}
+
+static bool knob_is_integer(const char *name) {
+    return !strcmp(name, "topics") || !strcmp(name, "reuse_history_tokens") ||
+           !strcmp(name, "topic_cycle");
 }
 
 /* ---- defaults per family (values and sources: traces/SYNTH.md) ---- */
@@ -87,6 +110,10 @@ static void knobs_common(synth_knobs *k) {
     k->reuse_other_first = 0.0;
     k->reuse_other_mid = 0.20;
     k->reuse_other_last = -0.20;
+    /* no locality beyond the previous token: the published figures are all of consecutive
+     * tokens (the history knobs are fitted to a trace by `trace synth --fit`) */
+    k->reuse_history_tokens = 8;
+    k->popularity_sharpness = 1; /* used only with a fitted popularity table */
 }
 
 static void knobs_mixtral(synth_knobs *k) {
@@ -193,9 +220,9 @@ moesim_status synth_knob_set(synth_knobs *k, const char *name, double value, moe
         if (!(value >= ki->min && value <= ki->max))
             return moesim_fail(err, MOESIM_EINPUT, "synth knob %s: %g is outside [%g, %g] (%s)",
                                name, value, ki->min, ki->max, ki->what);
-        if (!strcmp(name, "topics") && value != floor(value))
-            return moesim_fail(err, MOESIM_EINPUT, "synth knob topics: expected an integer, got %g",
-                               value);
+        if (knob_is_integer(name) && value != floor(value))
+            return moesim_fail(err, MOESIM_EINPUT, "synth knob %s: expected an integer, got %g",
+                               name, value);
         *knob_ptr(k, ki) = value;
         return MOESIM_OK;
     }
@@ -246,6 +273,14 @@ moesim_status synth_options_check(const synth_options *o, const model_geometry *
     }
     if (o->knobs.topics != floor(o->knobs.topics))
         return moesim_fail(err, MOESIM_EINPUT, "synth knob topics: expected an integer");
+    if (o->popularity && o->knobs.topics != o->popularity_topics)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "synth knob topics: %g, but the fitted popularity table has %u topics",
+                           o->knobs.topics, o->popularity_topics);
+    if (o->knobs.topic_cycle != floor(o->knobs.topic_cycle))
+        return moesim_fail(err, MOESIM_EINPUT, "synth knob topic_cycle: expected 0 or 1");
+    if (o->knobs.reuse_history_tokens != floor(o->knobs.reuse_history_tokens))
+        return moesim_fail(err, MOESIM_EINPUT, "synth knob reuse_history_tokens: expected an integer");
     return MOESIM_OK;
 }
 
@@ -289,9 +324,20 @@ char *synth_params_json(const synth_options *o, const model_geometry *m) {
     for (size_t i = 0; i < synth_knob_count; i++) {
         const synth_knob_info *ki = &synth_knob_table[i];
         double v = *(const double *)((const char *)&o->knobs + ki->offset);
+        if (ki->extension && v == ki->neutral) continue; /* the bytes of traces made without it */
         json_object_set_new(knobs, ki->name, json_real(v));
     }
     json_object_set_new(j, "knobs", knobs);
+    if (o->popularity) { /* the table itself is in the knob file; its fingerprint here */
+        const size_t n = (size_t)o->knobs.topics * m->n_moe_layers * m->n_experts;
+        uint64_t h = 1469598103934665603ull; /* FNV-1a over the table's bytes */
+        const unsigned char *b = (const unsigned char *)o->popularity;
+        for (size_t i = 0; i < n * sizeof *o->popularity; i++) h = (h ^ b[i]) * 1099511628211ull;
+        char fp[96];
+        snprintf(fp, sizeof fp, "fitted [%g][%u][%u], fnv1a64 %016llx", o->knobs.topics,
+                 m->n_moe_layers, m->n_experts, (unsigned long long)h);
+        json_object_set_new(j, "popularity", json_string(fp));
+    }
     char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     json_decref(j);
     MOESIM_ASSERT(s);
