@@ -8,6 +8,8 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/sim_options.h"
+#include "common/check.h"
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
@@ -18,7 +20,8 @@
 static const char replay_usage[] =
     "usage: moesim replay (--model DIR | --synthetic-weights) --trace T.h5 --hw NAME\n"
     "                     --policy NAME [--set key=value ...] [--config FILE ...] [--seed N]\n"
-    "                     [--json] [--timeline out.json] [--ssd-dir DIR] [--backend B]\n"
+    "                     [--json] [--timeline FILE [--timeline-window W]] [--ssd-dir DIR]\n"
+    "                     [--backend B]\n"
     "\n"
     "Replays the trace's routing on the GPU: the policy's loads, prefetches and evictions are\n"
     "real copies from pinned host memory into fixed-block device pools on a demand and a\n"
@@ -48,8 +51,8 @@ static const char replay_usage[] =
     "  --seed N             seed of the synthetic weights (default 1; --synthetic-weights)\n"
     "  --ssd-dir DIR        where experts beyond the profile's DRAM are stored (a disk file\n"
     "                       system: read with O_DIRECT; default /var/tmp)\n"
-    "  --json               every figure as one JSON object (`moesim sim --json` keys)\n"
-    "  --timeline FILE      Chrome trace-event JSON of the measured run\n"
+    "  --json               every figure as one JSON object (`moesim sim --json` keys)\n";
+static const char replay_usage_tail[] =
     "  --backend B          cuda (default: the GPU) or cpu (--synthetic-weights only)\n"
     "  -h, --help           this text\n";
 
@@ -71,32 +74,22 @@ static moesim_status checkpoint_inputs_load(const char *trace_path, const char *
 }
 
 int cmd_replay(int argc, char **argv) {
-    static const struct option opts[] = {{"synthetic-weights", no_argument, NULL, 'S'},
-                                         {"model", required_argument, NULL, 'M'},
-                                         {"live", no_argument, NULL, 'L'},
-                                         {"trace", required_argument, NULL, 't'},
-                                         {"hw", required_argument, NULL, 'w'},
-                                         {"policy", required_argument, NULL, 'p'},
-                                         {"model-geometry", required_argument, NULL, 'g'},
-                                         {"set", required_argument, NULL, 's'},
-                                         {"config", required_argument, NULL, 'c'},
-                                         {"seed", required_argument, NULL, 'e'},
-                                         {"ssd-dir", required_argument, NULL, 'D'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"timeline", required_argument, NULL, 'T'},
-                                         {"backend", required_argument, NULL, 'B'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
-    const char *trace_path = NULL, *hw_name = NULL, *policy_name = NULL, *geometry = NULL,
-               *timeline = NULL, *seed_text = NULL, *ssd_dir = NULL, *model_dir = NULL,
+    static const struct option own[] = {{"synthetic-weights", no_argument, NULL, 'S'},
+                                        {"model", required_argument, NULL, 'M'},
+                                        {"live", no_argument, NULL, 'L'},
+                                        {"model-geometry", required_argument, NULL, 'g'},
+                                        {"seed", required_argument, NULL, 'e'},
+                                        {"ssd-dir", required_argument, NULL, 'D'},
+                                        {"backend", required_argument, NULL, 'B'},
+                                        {"help", no_argument, NULL, 'h'}};
+    struct option opts[CLI_SIM_OPTIONS_MAX + MOESIM_ARRAY_LEN(own) + 1];
+    cli_sim_options o;
+    cli_sim_options_start(&o, CLI_SIM_RUN | CLI_SIM_TIMELINE, own, MOESIM_ARRAY_LEN(own), opts);
+    const char *geometry = NULL, *seed_text = NULL, *ssd_dir = NULL, *model_dir = NULL,
                *backend = "cuda";
-    const char **sets = NULL, **files = NULL;
-    size_t n_sets = 0, n_files = 0;
-    bool json = false, synthetic = false, live = false;
+    bool synthetic = false, live = false;
     int c, rc = 0;
-    optind = 1;
-    opterr = 0; /* one line: ours, naming the option */
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    while ((c = cli_sim_options_next(&o, argc, argv, opts)) != -1) {
         switch (c) {
         case 'S':
             synthetic = true;
@@ -107,23 +100,8 @@ int cmd_replay(int argc, char **argv) {
         case 'L':
             live = true;
             break;
-        case 't':
-            trace_path = optarg;
-            break;
-        case 'w':
-            hw_name = optarg;
-            break;
-        case 'p':
-            policy_name = optarg;
-            break;
         case 'g':
             geometry = optarg;
-            break;
-        case 's':
-            cli_collect(&sets, &n_sets, optarg);
-            break;
-        case 'c':
-            cli_collect(&files, &n_files, optarg);
             break;
         case 'e':
             seed_text = optarg;
@@ -131,23 +109,17 @@ int cmd_replay(int argc, char **argv) {
         case 'D':
             ssd_dir = optarg;
             break;
-        case 'j':
-            json = true;
-            break;
-        case 'T':
-            timeline = optarg;
-            break;
         case 'B':
             backend = optarg;
             break;
         case 'h':
             fputs(replay_usage, stdout);
-            free(sets);
-            free(files);
+            cli_sim_options_timeline_help(stdout, 23);
+            fputs(replay_usage_tail, stdout);
+            cli_sim_options_free(&o);
             return 0;
         default:
-            free(sets);
-            free(files);
+            cli_sim_options_free(&o);
             return cli_getopt_error("replay", c, argc, argv, opts);
         }
     }
@@ -174,40 +146,30 @@ int cmd_replay(int argc, char **argv) {
                              "%s applies to --synthetic-weights only (with --model the "
                              "checkpoint is the geometry and the weights)",
                              geometry ? "--model-geometry" : "--seed");
-    else if (!trace_path || !hw_name || !policy_name)
-        rc = cli_usage_error("replay", "--trace, --hw and --policy are required");
-    else if (!policy_lookup(policy_name))
-        rc = cli_usage_error("replay", "unknown policy '%s' (known: %s)", policy_name,
-                             policy_names());
-    else if (seed_text && !config_parse_u64(seed_text, &seed))
+    if (!rc) rc = cli_sim_options_check("replay", &o, true);
+    if (!rc && seed_text && !config_parse_u64(seed_text, &seed))
         rc = cli_usage_error("replay", "--seed: expected a non-negative integer, got '%s'",
                              seed_text);
     if (rc) {
-        free(sets);
-        free(files);
+        cli_sim_options_free(&o);
         return rc;
     }
     moesim_error err = {0};
-    /* synthetic weights: no GPU, no point reading the inputs; a checkpoint is checked against
-     * the trace first (its errors come before the GPU's) */
-    if (synthetic && !cpu && replay_device_check(&err)) {
-        free(sets);
-        free(files);
-        return cli_fail(&err);
-    }
+    /* settings first, as in every command that runs a simulation; then, with synthetic weights
+     * on the GPU, the GPU (no point reading the inputs without one); a checkpoint is checked
+     * against the trace first (its errors come before the GPU's) */
     config *settings = config_create();
-    moesim_status st = cli_settings_load(settings, files, n_files, sets, n_sets, &err);
-    free(sets);
-    free(files);
+    moesim_status st = cli_sim_options_settings(&o, settings, &err);
+    if (!st && synthetic && !cpu) st = replay_device_check(&err);
     trace *t = NULL;
     replay_weights *w = NULL;
     hw_profile hw;
     model_geometry model;
     quant_table quant;
     if (!st && synthetic)
-        st = cli_sim_inputs_load(trace_path, hw_name, geometry, &t, &hw, &model, &quant, &err);
+        st = cli_sim_inputs_load(o.trace_path, o.hw_name, geometry, &t, &hw, &model, &quant, &err);
     if (!st && model_dir) {
-        st = checkpoint_inputs_load(trace_path, hw_name, model_dir, &t, &hw, &model, &quant, &w,
+        st = checkpoint_inputs_load(o.trace_path, o.hw_name, model_dir, &t, &hw, &model, &quant, &w,
                                     &err);
         if (!st) st = replay_device_check(&err);
     }
@@ -217,24 +179,26 @@ int cmd_replay(int argc, char **argv) {
                             .model = &model,
                             .hw = &hw,
                             .quant = &quant,
-                            .timeline_path = timeline,
+                            .timeline_path = o.timeline_path,
+                            .timeline_window = o.timeline_window,
                             .weights = w,
                             .weight_seed = seed,
                             .ssd_dir = ssd_dir};
-        st = cpu ? replay_run_cpu(&in, policy_name, settings, &r, NULL, &err)
-                 : replay_run(&in, policy_name, settings, &r, NULL, &err);
+        st = cpu ? replay_run_cpu(&in, o.policy_name, settings, &r, NULL, &err)
+                 : replay_run(&in, o.policy_name, settings, &r, NULL, &err);
     }
     if (st) {
         rc = cli_fail(&err);
-    } else if (json) {
+    } else if (o.json) {
         cli_print_json(sim_result_to_json(&r));
     } else {
         printf("%s on %s (replay, %s weights), policy %s: %.3f ms, TTFT mean %.3f ms, TPOT mean "
                "%.3f ms, hit rate %.2f%%, stall %.3f ms, h2d %.3f GB\n",
-               trace_path, cpu ? "the CPU" : hw.gpu, model_dir ? "checkpoint" : "synthetic",
-               r.policy, r.makespan_ms,
-               r.ttft.mean_ms, r.tpot.mean_ms, 100.0 * r.hit_rate, r.stall_ms, r.h2d_bytes / 1e9);
+               o.trace_path, cpu ? "the CPU" : hw.gpu, model_dir ? "checkpoint" : "synthetic",
+               r.policy, r.makespan_ms, r.ttft.mean_ms, r.tpot.mean_ms, 100.0 * r.hit_rate,
+               r.stall_ms, r.h2d_bytes / 1e9);
     }
+    cli_sim_options_free(&o);
     replay_weights_close(w);
     trace_destroy(t);
     config_destroy(settings);

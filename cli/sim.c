@@ -9,6 +9,8 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/sim_options.h"
+#include "common/check.h"
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
@@ -19,7 +21,7 @@
 
 static const char sim_usage[] =
     "usage: moesim sim --trace T.h5 --hw NAME --policy NAME [--model NAME] [--set key=value ...]\n"
-    "                  [--config FILE ...] [--json] [--timeline out.json]\n"
+    "                  [--config FILE ...] [--json] [--timeline FILE [--timeline-window W]]\n"
     "       moesim sim --list-policies\n"
     "\n"
     "Simulates serving the trace's requests on the GPU of hardware profile NAME\n"
@@ -35,9 +37,8 @@ static const char sim_usage[] =
     "  --set S.K=V        a setting or policy knob (repeatable), e.g. --set lru.scope=global\n"
     "  --config FILE      an INI file of settings and knobs, e.g. a policy preset (repeatable;\n"
     "                     later files and --set entries override earlier ones)\n"
-    "  --json             every figure as one JSON object (keys: sim/README.md)\n"
-    "  --timeline FILE    Chrome trace-event JSON (open in Perfetto): one track per stream\n"
-    "                     and copy engine\n"
+    "  --json             every figure as one JSON object (keys: sim/README.md)\n";
+static const char sim_usage_tail[] =
     "  --list-policies    the registered policies and their knobs\n"
     "  -h, --help         this text\n"
     "\n"
@@ -54,6 +55,8 @@ static void print_fields(const config_field *f, size_t n) {
 
 static void print_help(void) {
     fputs(sim_usage, stdout);
+    cli_sim_options_timeline_help(stdout, 21);
+    fputs(sim_usage_tail, stdout);
     size_t n;
     const config_field *f = sim_settings_fields(&n);
     print_fields(f, n);
@@ -91,95 +94,60 @@ static void print_text(const sim_result *r, const char *trace_path, const char *
 }
 
 int cmd_sim(int argc, char **argv) {
-    static const struct option opts[] = {{"trace", required_argument, NULL, 't'},
-                                         {"hw", required_argument, NULL, 'w'},
-                                         {"policy", required_argument, NULL, 'p'},
-                                         {"model", required_argument, NULL, 'm'},
-                                         {"set", required_argument, NULL, 's'},
-                                         {"config", required_argument, NULL, 'c'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"timeline", required_argument, NULL, 'T'},
-                                         {"list-policies", no_argument, NULL, 'L'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
-    const char *trace_path = NULL, *hw_name = NULL, *policy_name = NULL, *model_name = NULL,
-               *timeline = NULL;
-    const char **sets = NULL, **files = NULL;
-    size_t n_sets = 0, n_files = 0;
-    bool json = false;
+    static const struct option own[] = {{"model", required_argument, NULL, 'm'},
+                                        {"list-policies", no_argument, NULL, 'L'},
+                                        {"help", no_argument, NULL, 'h'}};
+    struct option opts[CLI_SIM_OPTIONS_MAX + MOESIM_ARRAY_LEN(own) + 1];
+    cli_sim_options o;
+    cli_sim_options_start(&o, CLI_SIM_RUN | CLI_SIM_TIMELINE, own, MOESIM_ARRAY_LEN(own), opts);
+    const char *model_name = NULL;
     int c, rc = 0;
-    optind = 1;
-    opterr = 0; /* one line: ours, naming the option */
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    while ((c = cli_sim_options_next(&o, argc, argv, opts)) != -1) {
         switch (c) {
-        case 't':
-            trace_path = optarg;
-            break;
-        case 'w':
-            hw_name = optarg;
-            break;
-        case 'p':
-            policy_name = optarg;
-            break;
         case 'm':
             model_name = optarg;
             break;
-        case 's':
-            cli_collect(&sets, &n_sets, optarg);
-            break;
-        case 'c':
-            cli_collect(&files, &n_files, optarg);
-            break;
-        case 'j':
-            json = true;
-            break;
-        case 'T':
-            timeline = optarg;
-            break;
         case 'L':
             list_policies();
-            free(sets);
-            free(files);
+            cli_sim_options_free(&o);
             return 0;
         case 'h':
             print_help();
-            free(sets);
-            free(files);
+            cli_sim_options_free(&o);
             return 0;
         default:
-            free(sets);
-            free(files);
+            cli_sim_options_free(&o);
             return cli_getopt_error("sim", c, argc, argv, opts);
         }
     }
     if (optind < argc)
         rc = cli_usage_error("sim", "unexpected argument '%s'", argv[optind]);
-    else if (!trace_path || !hw_name || !policy_name)
-        rc = cli_usage_error("sim", "--trace, --hw and --policy are required");
-    else if (!policy_lookup(policy_name))
-        rc = cli_usage_error("sim", "unknown policy '%s' (known: %s)", policy_name, policy_names());
+    else
+        rc = cli_sim_options_check("sim", &o, true);
     if (rc) {
-        free(sets);
-        free(files);
+        cli_sim_options_free(&o);
         return rc;
     }
 
     moesim_error err = {0};
     config *settings = config_create();
-    moesim_status st = cli_settings_load(settings, files, n_files, sets, n_sets, &err);
-    free(sets);
-    free(files);
+    moesim_status st = cli_sim_options_settings(&o, settings, &err);
     trace *t = NULL;
     hw_profile hw;
     model_geometry model;
     quant_table quant;
     if (!st)
-        st = cli_sim_inputs_load(trace_path, hw_name, model_name, &t, &hw, &model, &quant, &err);
+        st =
+            cli_sim_inputs_load(o.trace_path, o.hw_name, model_name, &t, &hw, &model, &quant, &err);
     sim_result r;
     if (!st) {
-        sim_inputs in = {
-            .trace = t, .model = &model, .hw = &hw, .quant = &quant, .timeline_path = timeline};
-        st = sim_run(&in, policy_name, settings, &r, &err);
+        sim_inputs in = {.trace = t,
+                         .model = &model,
+                         .hw = &hw,
+                         .quant = &quant,
+                         .timeline_path = o.timeline_path,
+                         .timeline_window = o.timeline_window};
+        st = sim_run(&in, o.policy_name, settings, &r, &err);
     }
     if (!st && r.cost_extrapolated)
         fprintf(stderr,
@@ -188,11 +156,12 @@ int cmd_sim(int argc, char **argv) {
                 r.cost_extrapolated);
     if (st) {
         rc = cli_fail(&err);
-    } else if (json) {
+    } else if (o.json) {
         cli_print_json(sim_result_to_json(&r));
     } else {
-        print_text(&r, trace_path, hw.name);
+        print_text(&r, o.trace_path, hw.name);
     }
+    cli_sim_options_free(&o);
     trace_destroy(t);
     config_destroy(settings);
     return rc;

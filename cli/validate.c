@@ -26,8 +26,10 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/sim_options.h"
 #include "common/alloc.h"
 #include "common/atomic_file.h"
+#include "common/check.h"
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
@@ -658,36 +660,23 @@ static int merge_reports(const char **files, size_t n_files, const char *report,
 }
 
 int cmd_validate(int argc, char **argv) {
-    static const struct option opts[] = {{"trace", required_argument, NULL, 't'},
-                                         {"hw", required_argument, NULL, 'w'},
-                                         {"policy", required_argument, NULL, 'p'},
-                                         {"experiment", required_argument, NULL, 'x'},
-                                         {"winners", required_argument, NULL, 'W'},
-                                         {"top", required_argument, NULL, 'n'},
-                                         {"by", required_argument, NULL, 'b'},
-                                         {"set", required_argument, NULL, 's'},
-                                         {"config", required_argument, NULL, 'c'},
-                                         {"seed", required_argument, NULL, 'e'},
-                                         {"report", required_argument, NULL, 'r'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"budgets", required_argument, NULL, 'B'},
-                                         {"merge", required_argument, NULL, 'G'},
-                                         {"csv", required_argument, NULL, 'C'},
-                                         {"backend", required_argument, NULL, 'K'},
-                                         {"check", required_argument, NULL, 'k'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
-    char trace_path[1024] = "", hw_name[1024] = "", model_name[1024] = "";
+    static const struct option own[] = {
+        {"experiment", required_argument, NULL, 'x'}, {"winners", required_argument, NULL, 'W'},
+        {"top", required_argument, NULL, 'n'},        {"by", required_argument, NULL, 'b'},
+        {"seed", required_argument, NULL, 'e'},       {"report", required_argument, NULL, 'r'},
+        {"budgets", required_argument, NULL, 'B'},    {"merge", required_argument, NULL, 'G'},
+        {"csv", required_argument, NULL, 'C'},        {"backend", required_argument, NULL, 'K'},
+        {"check", required_argument, NULL, 'k'},      {"help", no_argument, NULL, 'h'}};
+    struct option opts[CLI_SIM_OPTIONS_MAX + MOESIM_ARRAY_LEN(own) + 1];
+    cli_sim_options o;
+    cli_sim_options_start(&o, CLI_SIM_RUN, own, MOESIM_ARRAY_LEN(own), opts);
     const char *backend = "cuda", *check = NULL;
-    const char *policy_name = NULL, *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean",
-               *top_text = NULL, *seed_text = NULL, *report = NULL, *budgets = NULL, *csv = NULL;
-    const char **sets = NULL, **files = NULL, **merges = NULL;
-    size_t n_sets = 0, n_files = 0, n_merges = 0;
-    bool json = false;
+    const char *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean", *top_text = NULL,
+               *seed_text = NULL, *report = NULL, *budgets = NULL, *csv = NULL;
+    const char **merges = NULL;
+    size_t n_merges = 0;
     int c, rc = 0;
-    optind = 1;
-    opterr = 0; /* one line: ours, naming the option */
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    while ((c = cli_sim_options_next(&o, argc, argv, opts)) != -1) {
         switch (c) {
         case 'B':
             budgets = optarg;
@@ -704,15 +693,6 @@ int cmd_validate(int argc, char **argv) {
         case 'G':
             cli_collect(&merges, &n_merges, optarg);
             break;
-        case 't':
-            snprintf(trace_path, sizeof trace_path, "%s", optarg);
-            break;
-        case 'w':
-            snprintf(hw_name, sizeof hw_name, "%s", optarg);
-            break;
-        case 'p':
-            policy_name = optarg;
-            break;
         case 'x':
             experiment = optarg;
             break;
@@ -725,60 +705,44 @@ int cmd_validate(int argc, char **argv) {
         case 'b':
             by = optarg;
             break;
-        case 's':
-            cli_collect(&sets, &n_sets, optarg);
-            break;
-        case 'c':
-            cli_collect(&files, &n_files, optarg);
-            break;
         case 'e':
             seed_text = optarg;
             break;
         case 'r':
             report = optarg;
             break;
-        case 'j':
-            json = true;
-            break;
         case 'h':
             fputs(validate_usage, stdout);
-            free(sets);
-            free(files);
+            cli_sim_options_free(&o);
             free(merges);
             return 0;
         default:
-            free(sets);
-            free(files);
+            cli_sim_options_free(&o);
             free(merges);
             return cli_getopt_error("validate", c, argc, argv, opts);
         }
     }
     uint64_t top = 5, seed = 1;
     if (n_merges) {
-        free(sets);
-        free(files);
-        if (optind < argc || policy_name || experiment || winners) {
-            free(merges);
-            return cli_usage_error("validate", "--merge takes only --report, --csv and --json");
-        }
-        rc = merge_reports(merges, n_merges, report, csv, json);
+        bool alone = optind == argc && !o.policy_name && !experiment && !winners;
+        cli_sim_options_free(&o);
+        rc = alone ? merge_reports(merges, n_merges, report, csv, o.json)
+                   : cli_usage_error("validate", "--merge takes only --report, --csv and --json");
         free(merges);
         return rc;
     }
     if (optind < argc)
         rc = cli_usage_error("validate", "unexpected argument '%s'", argv[optind]);
-    else if ((policy_name != NULL) + (experiment != NULL) + (winners != NULL) != 1)
+    else if ((o.policy_name != NULL) + (experiment != NULL) + (winners != NULL) != 1)
         rc = cli_usage_error("validate",
                              "give exactly one of --policy, --experiment, --winners, --merge");
     else if (budgets && !experiment)
         rc = cli_usage_error("validate", "--budgets selects budgets of an --experiment file");
-    else if (policy_name && !policy_lookup(policy_name))
-        rc = cli_usage_error("validate", "unknown policy '%s' (known: %s)", policy_name,
-                             policy_names());
-    else if (top_text && (!config_parse_u64(top_text, &top) || top < 1 || top > MAX_RUNS))
+    if (!rc) rc = cli_sim_options_check("validate", &o, false);
+    if (!rc && top_text && (!config_parse_u64(top_text, &top) || top < 1 || top > MAX_RUNS))
         rc = cli_usage_error("validate", "--top: expected an integer in [1, %d], got '%s'",
                              MAX_RUNS, top_text);
-    else if (seed_text && !config_parse_u64(seed_text, &seed))
+    if (!rc && seed_text && !config_parse_u64(seed_text, &seed))
         rc = cli_usage_error("validate", "--seed: expected a non-negative integer, got '%s'",
                              seed_text);
     double check_tpot = 0, check_margin = 0;
@@ -792,33 +756,39 @@ int cmd_validate(int argc, char **argv) {
                              "'%s'",
                              check);
     if (rc) {
-        free(sets);
-        free(files);
+        cli_sim_options_free(&o);
         return rc;
     }
+    /* trace and hw may come from the experiment file (option wins): copies it may fill */
+    char trace_path[1024] = "", hw_name[1024] = "", model_name[1024] = "";
+    snprintf(trace_path, sizeof trace_path, "%s", o.trace_path ? o.trace_path : "");
+    snprintf(hw_name, sizeof hw_name, "%s", o.hw_name ? o.hw_name : "");
     moesim_error err = {0};
-    moesim_status st = MOESIM_OK;
+    config *settings =
+        config_create(); /* its errors first, as in `moesim sim` (runs make theirs) */
+    moesim_status st = cli_sim_options_settings(&o, settings, &err);
+    config_destroy(settings);
     run_spec *specs = NULL;
     size_t n_specs = 0;
-    if (experiment) {
+    if (!st && experiment) {
         st = experiment_specs(experiment, budgets, &specs, &n_specs, trace_path, hw_name,
                               model_name, sizeof trace_path, &err);
-    } else if (winners) {
+    } else if (!st && winners) {
         st = winners_specs(winners, by, (uint32_t)top, trace_path, hw_name, &specs, &n_specs, &err);
-    } else {
+    } else if (!st) {
         specs = moesim_xcalloc(1, sizeof *specs);
         n_specs = 1;
-        snprintf(specs[0].policy, sizeof specs[0].policy, "%s", policy_name);
+        snprintf(specs[0].policy, sizeof specs[0].policy, "%s", o.policy_name);
         snprintf(specs[0].label, sizeof specs[0].label, "as given");
     }
     if (!st && (!trace_path[0] || !hw_name[0]))
         st = moesim_fail(&err, MOESIM_EINPUT,
                          "moesim validate: --trace and --hw are required (or [validate] trace "
                          "and hw in the experiment file)");
-    vctx v = {.files = files,
-              .n_files = n_files,
-              .sets = sets,
-              .n_sets = n_sets,
+    vctx v = {.files = o.files,
+              .n_files = o.n_files,
+              .sets = o.sets,
+              .n_sets = o.n_sets,
               .seed = seed,
               .cpu = !strcmp(backend, "cpu")};
     if (!st)
@@ -844,7 +814,7 @@ int cmd_validate(int argc, char **argv) {
     validate_row *rows = moesim_xcalloc(n_specs ? n_specs : 1, sizeof *rows);
     for (size_t i = 0; i < n_specs && !st; i++) {
         st = run_pair(&v, &specs[i], &rows[i], &err);
-        if (!st && !json)
+        if (!st && !o.json)
             fprintf(stderr, "validate: %s (%s): TPOT sim %.4f ms, real %.4f ms\n", rows[i].policy,
                     rows[i].label, rows[i].sim_tpot_ms, rows[i].real_tpot_ms);
     }
@@ -859,11 +829,11 @@ int cmd_validate(int argc, char **argv) {
                              &s);
                 st = atomic_file_commit(&af, &err);
             }
-        } else if (!json) {
+        } else if (!o.json) {
             write_report(stdout, v.hw.gpu, v.hw.name, trace_path, v.model.name, rows, n_specs, &s);
         }
         if (!st && csv) st = write_csv(csv, rows, n_specs, &err);
-        if (!st && json)
+        if (!st && o.json)
             cli_print_json(
                 rows_json(rows, n_specs, &s, v.hw.gpu, v.hw.name, trace_path, v.model.name));
         uint64_t pairs, alike;
@@ -883,7 +853,6 @@ int cmd_validate(int argc, char **argv) {
     cpu_store_destroy(v.cpu_store);
     specs_free(specs, n_specs);
     trace_destroy(v.t);
-    free(sets);
-    free(files);
+    cli_sim_options_free(&o);
     return rc;
 }

@@ -341,6 +341,7 @@ static void run_steps(cpu_run *r) {
             n_emit += r->sch.emit[sd->first + i];
         }
         r->step_start[st] = now(r);
+        sim_timeline_step(&r->tl, st, r->step_start[st]);
         policy_step ps = {st, r->step_start[st], sd->n_tokens, sd->is_prefill, r->step_req,
                           r->step_pos};
         pthread_mutex_lock(&r->lock);
@@ -579,7 +580,9 @@ static moesim_status cpu_setup(cpu_run *r, const replay_inputs *in, const char *
     for (uint64_t i = 0; i < r->tr->n_tokens; i++)
         if (r->tr->position[i] + 1 > max_ctx) max_ctx = r->tr->position[i] + 1;
     cpu_compute_init(&r->cc, r->m, max_ctx, in->weight_seed);
-    if (in->timeline_path && (st = sim_timeline_open(&r->tl, in->timeline_path, err))) return st;
+    if (in->timeline_path &&
+        (st = sim_timeline_open(&r->tl, in->timeline_path, &in->timeline_window, err)))
+        return st;
     pthread_mutex_init(&r->lock, NULL);
     cpu_copier_start(&r->cp, &r->lock, &r->ms, r->store, part_block, r, mc.chunk_bytes, 0,
                      r->tl.on);

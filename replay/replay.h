@@ -122,7 +122,8 @@ typedef struct replay_inputs {
     const model_geometry *model; /* must match the trace's geometry */
     const hw_profile *hw;        /* the calibrated profile: DRAM size, default budget */
     const quant_table *quant;
-    const char *timeline_path;     /* Chrome trace-event JSON (sim/timeline.h schema) or NULL */
+    const char *timeline_path;           /* a timeline (sim/timeline.h: schema, formats) or NULL */
+    sim_timeline_window timeline_window; /* the part of the run it keeps; zeroed: all */
     const sim_hooks *hooks;        /* on_expert_start when an expert's kernel is enqueued (after
                                       its copies' events), on_request_done, on_layer_done */
     const replay_weights *weights; /* a checkpoint's weights (`model` must be its geometry,

@@ -1345,7 +1345,8 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     s->order = (uint32_t *)moesim_xcalloc(s->E, sizeof(uint32_t));
     s->order_key = (uint64_t *)moesim_xcalloc(s->E, sizeof(uint64_t));
     if (in->timeline_path &&
-        (st = sim_timeline_open_as(&s->tl, in->timeline_path, "moesim replay", err)))
+        (st = sim_timeline_open_as(&s->tl, in->timeline_path, "moesim replay",
+                                   &in->timeline_window, err)))
         return st;
     return MOESIM_OK;
 }
@@ -1467,6 +1468,7 @@ static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
         memset(&ps, 0, sizeof ps);
         ps.index = st;
         ps.now_ns = run_ns(s);
+        sim_timeline_step(&s->tl, st, ps.now_ns); /* the GPU is idle: host and event clocks agree */
         ps.n_tokens = sd->n_tokens;
         ps.is_prefill = sd->is_prefill;
         ps.request = req.data();

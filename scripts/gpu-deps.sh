@@ -26,7 +26,7 @@ debs="$deps/debs"
 prefix="$deps/prefix"
 max_mib=64
 
-wanted=(libhdf5-dev libdeflate-dev libgsl-dev libinih-dev libjansson-dev libcriterion-dev)
+wanted=(libhdf5-dev libdeflate-dev zlib1g-dev libgsl-dev libinih-dev libjansson-dev libcriterion-dev)
 # Present on any image that can run nvcc (toolchain, C library), or not needed to build and link
 # moesim: Fortran / C++ / MPI HDF5 bindings, the -dev halves of libraries libhdf5 only needs at
 # run time (libcurl's chain: their shared libraries are gathered, ld finds them through

@@ -776,7 +776,9 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     s->queue_live = true;
     s->view = (policy_mem_view){.ops = &memsys_ops, .mem = &s->ms};
 
-    if (in->timeline_path && (st = sim_timeline_open(&s->tl, in->timeline_path, err))) return st;
+    if (in->timeline_path &&
+        (st = sim_timeline_open(&s->tl, in->timeline_path, &in->timeline_window, err)))
+        return st;
 
     policy_params params = {
         .model = in->model,
@@ -826,6 +828,7 @@ static void sim_loop(sim_state *s) {
     char name[64];
     for (uint64_t st = 0; st < s->sch.n_steps; st++) {
         const sim_schedule_step *sd = &s->sch.steps[st];
+        sim_timeline_step(&s->tl, st, t);
         sim_advance_to(s, t);
         s->step_start_ns[st] = t;
         s->kv_bytes = s->sch.step_kv_bytes[st];

@@ -30,6 +30,7 @@
 #include "common/precision.h"
 #include "common/status.h"
 #include "policies/policy.h"
+#include "sim/timeline.h"
 #include "traces/trace.h"
 
 /* The settings of sections memory, cache, expert, batch, predictor and sim, read by sim_run and
@@ -71,7 +72,8 @@ typedef struct sim_inputs {
     const model_geometry *model; /* must match the trace's geometry (checked) */
     const hw_profile *hw;
     const quant_table *quant;
-    const char *timeline_path;    /* Perfetto / Chrome trace-event JSON, or NULL for none */
+    const char *timeline_path;    /* a timeline (format by name: sim/timeline.h), or NULL */
+    sim_timeline_window timeline_window; /* the part of the run it keeps; zeroed: all of it */
     const sim_hooks *hooks;       /* optional, NULL for none */
     const policy_methods *policy; /* optional: run this table instead of looking the name up
                                      (tests, out-of-tree policies); NULL: the registry */

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "common/model.h"
 #include "sim_fixtures.h"
@@ -118,4 +119,116 @@ Test(sim_cli, bad_input_exits_2_with_one_line_and_writes_no_timeline) {
                          "--hw", "rtx3090-pcie4", "--policy", "belady2", NULL);
     cr_assert_eq(rc, 2);
     cr_assert(strstr(errbuf, "known: ") != NULL, "%s", errbuf);
+}
+
+/* The options sim, replay and validate share come from one parser (cli/sim_options.c): a bad
+ * --set is the same line from all three, before any input is read or a GPU looked for. */
+Test(sim_cli, a_bad_set_is_the_same_one_line_error_from_sim_replay_and_validate) {
+    static const char *const cmds[][2] = {
+        {"sim", NULL}, {"replay", "--synthetic-weights"}, {"validate", NULL}};
+    static char first[8192];
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        const char *extra = cmds[i][1] ? cmds[i][1] : "--json";
+        int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, cmds[i][0], extra,
+                                 "--trace", trace_path, "--hw", "rtx3090-pcie4", "--policy", "lru",
+                                 "--set", "memory_budget_gb=4", NULL);
+        cr_assert_eq(rc, 2, "%s: exit %d: %s", cmds[i][0], rc, errbuf);
+        cr_assert_str_eq(errbuf, "moesim: --set memory_budget_gb=4: expected section.key=value\n",
+                         "%s", cmds[i][0]);
+        if (i) cr_assert_str_eq(errbuf, first);
+        snprintf(first, sizeof first, "%s", errbuf);
+        cr_assert_eq(out[0], '\0', "%s: stdout: %s", cmds[i][0], out);
+    }
+}
+
+Test(sim_cli, a_bad_timeline_window_is_refused_alike_by_sim_and_replay_and_writes_nothing) {
+    const char *tl = test_tmp_path("sim-cli-window.json");
+    static const char *const cmds[][2] = {{"sim", "--json"}, {"replay", "--synthetic-weights"}};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+        char want[512];
+        int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, cmds[i][0], cmds[i][1],
+                                 "--trace", trace_path, "--hw", "rtx3090-pcie4", "--policy", "lru",
+                                 "--timeline", tl, "--timeline-window", "steps=9:3", NULL);
+        cr_assert_eq(rc, 2, "%s: %s", cmds[i][0], errbuf);
+        snprintf(want, sizeof want,
+                 "moesim %s: --timeline-window steps=9:3: expected steps=A:B (whole steps) or "
+                 "ms=A:B (milliseconds) with A < B, either bound optional (see 'moesim %s "
+                 "--help')\n",
+                 cmds[i][0], cmds[i][0]);
+        cr_assert_str_eq(errbuf, want);
+        rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, cmds[i][0], cmds[i][1],
+                             "--trace", trace_path, "--hw", "rtx3090-pcie4", "--policy", "lru",
+                             "--timeline-window", "ms=1:2", NULL);
+        cr_assert_eq(rc, 2);
+        snprintf(want, sizeof want,
+                 "moesim %s: --timeline-window needs --timeline (see 'moesim %s --help')\n",
+                 cmds[i][0], cmds[i][0]);
+        cr_assert_str_eq(errbuf, want);
+        cr_assert(!test_file_exists(tl));
+    }
+}
+
+/* Counts the "X" event lines of `text`; when `whole` is given, checks that each event is in
+ * `whole`, in the same order (a window keeps events as they were written). */
+static size_t slice_lines(const char *text, const char *whole) {
+    static char line[4096];
+    size_t n = 0;
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "\n") + (p[strcspn(p, "\n")] == '\n');
+        cr_assert(len < sizeof line);
+        memcpy(line, p, len);
+        p += len;
+        while (len && (line[len - 1] == '\n' || line[len - 1] == ',')) len--; /* "},\n" or "}\n" */
+        line[len] = '\0';
+        if (!strstr(line, "\"ph\":\"X\"")) continue;
+        n++;
+        if (whole) {
+            const char *at = strstr(whole, line);
+            cr_assert(at, "not in the whole timeline (in order): %s", line);
+            whole = at + len;
+        }
+    }
+    return n;
+}
+
+Test(sim_cli, timeline_formats_and_windows_hold_the_same_run) {
+    char json[4096], gz[4096], pf[4096], steps0[4096], window[4096];
+    snprintf(json, sizeof json, "%s", test_tmp_path("sim-cli-tl.json"));
+    snprintf(gz, sizeof gz, "%s", test_tmp_path("sim-cli-tl.json.gz"));
+    snprintf(pf, sizeof pf, "%s", test_tmp_path("sim-cli-tl.pftrace"));
+    snprintf(steps0, sizeof steps0, "%s", test_tmp_path("sim-cli-tl-steps0.json"));
+    snprintf(window, sizeof window, "%s", test_tmp_path("sim-cli-tl-window.json"));
+    struct {
+        const char *path, *window;
+    } runs[] = {{json, NULL}, {gz, NULL}, {pf, NULL}, {steps0, "steps=0:"}, {window, "steps=3:5"}};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace",
+                                 trace_path, "--hw", "rtx3090-pcie4", "--policy", "lru", "--set",
+                                 "memory.budget_gb=4", "--timeline", runs[i].path,
+                                 runs[i].window ? "--timeline-window" : NULL, runs[i].window, NULL);
+        cr_assert_eq(rc, 0, "%s: %s", runs[i].path, errbuf);
+    }
+    size_t n, m;
+    char *whole = test_read_file(json, &n), *other = malloc(n + 1);
+
+    gzFile z = gzopen(gz, "rb");
+    cr_assert(z);
+    int got = gzread(z, other, (unsigned)n + 1);
+    gzclose(z);
+    cr_assert((size_t)got == n && !memcmp(whole, other, n), ".json.gz inflates to the .json bytes");
+    free(other);
+
+    other = test_read_file(steps0, &m);
+    cr_assert(m == n && !memcmp(whole, other, n), "steps=0: is the whole run");
+    free(other);
+
+    other = test_read_file(window, &m);
+    size_t all = slice_lines(whole, NULL), kept = slice_lines(other, whole);
+    cr_assert(kept > 0 && kept < all / 2, "steps 3 and 4 of 26: %zu of %zu slices", kept, all);
+    free(other);
+
+    other = test_read_file(pf, &m);
+    cr_assert(m > 0 && m * 5 < n, ".pftrace %zu bytes, JSON %zu", m, n);
+    free(other);
+    free(whole);
 }

@@ -33,6 +33,21 @@ void test_write_bytes(const char *path, const void *data, size_t len) {
 
 void test_write_file(const char *path, const char *text) { test_write_bytes(path, text, strlen(text)); }
 
+char *test_read_file(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    cr_assert(fp, "cannot read %s: %s", path, strerror(errno));
+    cr_assert_eq(fseek(fp, 0, SEEK_END), 0);
+    long n = ftell(fp);
+    cr_assert(n >= 0);
+    rewind(fp);
+    char *buf = malloc((size_t)n + 1);
+    cr_assert_eq(fread(buf, 1, (size_t)n, fp), (size_t)n);
+    fclose(fp);
+    buf[n] = '\0';
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
 int test_file_exists(const char *path) { return access(path, F_OK) == 0; }
 
 static void drain(int fd, char *buf, size_t len) {

@@ -12,6 +12,9 @@ const char *test_tmp_path(const char *name);
 void test_write_file(const char *path, const char *text);
 void test_write_bytes(const char *path, const void *data, size_t len);
 
+/* The whole file at `path`, NUL-terminated (caller frees); its length in *len unless NULL. */
+char *test_read_file(const char *path, size_t *len);
+
 /* Runs `$MOESIM_BIN args...` (NULL-terminated) with stdout and stderr captured into the given
  * buffers (either may be NULL). Returns the exit status, or -1 when killed by a signal. */
 int test_run_moesim(char *out, size_t out_len, char *err, size_t err_len, const char *arg, ...);
