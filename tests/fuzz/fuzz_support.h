@@ -1,0 +1,60 @@
+/* Helpers shared by the libFuzzer harnesses of tests/fuzz (header only: each fuzz_<target>.c is
+ * one executable).
+ *
+ * The parsers under test take a path, as the CLI gives them one, so each input is handed over as
+ * a file: the bytes go into one memory-backed file (memfd, no disk I/O per execution) that the
+ * parser opens through /proc/self/fd. Error messages name that path; a finding is replayed by
+ * running the harness on the crash file. */
+#ifndef MOESIM_FUZZ_SUPPORT_H
+#define MOESIM_FUZZ_SUPPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/check.h"
+#include "common/status.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FUZZ_SCRATCH_FILES 2
+
+/* Writes data[0..size) as the whole content of scratch file `slot` (< FUZZ_SCRATCH_FILES) and
+ * returns its path (static: each slot is one file per process, rewritten by every call). */
+static inline const char *fuzz_scratch_file(int slot, const void *data, size_t size) {
+    static int fds[FUZZ_SCRATCH_FILES] = {-1, -1};
+    static char paths[FUZZ_SCRATCH_FILES][64];
+    MOESIM_ASSERT(slot >= 0 && slot < FUZZ_SCRATCH_FILES);
+    int fd = fds[slot];
+    char *path = paths[slot];
+    if (fd < 0) {
+        fd = memfd_create("moesim-fuzz", 0);
+        MOESIM_ASSERT(fd >= 0);
+        snprintf(path, sizeof paths[slot], "/proc/self/fd/%d", fd);
+        fds[slot] = fd;
+    }
+    MOESIM_ASSERT(ftruncate(fd, 0) == 0);
+    for (size_t done = 0; done < size;) {
+        ssize_t n = pwrite(fd, (const char *)data + done, size - done, (off_t)done);
+        MOESIM_ASSERT(n > 0);
+        done += (size_t)n;
+    }
+    return path;
+}
+
+/* The fuzz input as the harness's main file. */
+static inline const char *fuzz_file_of(const uint8_t *data, size_t size) {
+    return fuzz_scratch_file(0, data, size);
+}
+
+/* What every parser promises on bad input: a status other than OK comes with one message of
+ * one line. */
+static inline void fuzz_check_error(moesim_status st, const moesim_error *err) {
+    if (st == MOESIM_OK) return;
+    MOESIM_ASSERT(err->msg[0] != '\0');
+    MOESIM_ASSERT(strchr(err->msg, '\n') == NULL);
+}
+
+#endif

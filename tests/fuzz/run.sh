@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer harness of tests/fuzz for SECONDS each, one after the other, and prints
+# one summary line per harness (the figures of tests/fuzz/README.md):
+#   run.sh BUILD_DIR SECONDS [TARGET...]     (default: every build/fuzz/fuzz_* binary)
+# Each harness grows its corpus in BUILD_DIR/fuzz-corpus/TARGET from the seeds of
+# BUILD_DIR/fuzz-seeds/TARGET (make_seeds.sh); crashes, leaks, timeouts and out-of-memory inputs
+# land in BUILD_DIR/fuzz-findings/ and make the script exit 1. Logs: BUILD_DIR/fuzz-logs/.
+set -uo pipefail
+build=${1:?usage: run.sh BUILD_DIR SECONDS [TARGET...]}
+seconds=${2:?usage: run.sh BUILD_DIR SECONDS [TARGET...]}
+shift 2
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+    for b in "$build"/fuzz/fuzz_*; do targets+=("$(basename "$b" | sed 's/^fuzz_//')"); done
+fi
+
+# Longest input per harness: a little above its largest seed (trace files are HDF5 images of
+# ~36 KB; text inputs stay small so that each execution is quick).
+max_len() {
+    case $1 in
+        trace) echo 40000 ;;
+        safetensors) echo 65536 ;;
+        import_jsonl | import_csv) echo 8192 ;;
+        *) echo 4096 ;;
+    esac
+}
+
+mkdir -p "$build/fuzz-findings" "$build/fuzz-logs"
+status=0
+printf '%-14s %12s %9s %7s %6s %7s %8s %s\n' harness executions exec/s seconds cov ft corpus findings
+for t in "${targets[@]}"; do
+    bin=$build/fuzz/fuzz_$t
+    corpus=$build/fuzz-corpus/$t
+    log=$build/fuzz-logs/$t.log
+    mkdir -p "$corpus"
+    before=$(ls "$build/fuzz-findings" | grep -c "^$t-" || true)
+    start=$(date +%s)
+    # -timeout: an input that runs 25 s is a hang; -rss_limit_mb: 2 GiB is an out-of-memory
+    "$bin" -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout=25 -rss_limit_mb=2048 \
+        -print_final_stats=1 -artifact_prefix="$build/fuzz-findings/$t-" \
+        "$corpus" "$build/fuzz-seeds/$t" > "$log" 2>&1
+    rc=$?
+    elapsed=$(($(date +%s) - start))
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+    last=$(grep -E '^#[0-9]+' "$log" | tail -1)
+    cov=$(echo "$last" | sed -n 's/.* cov: \([0-9]*\).*/\1/p')
+    ft=$(echo "$last" | sed -n 's/.* ft: \([0-9]*\).*/\1/p')
+    after=$(ls "$build/fuzz-findings" | grep -c "^$t-" || true)
+    findings=$((after - before))
+    printf '%-14s %12s %9s %7s %6s %7s %8s %s\n' "$t" "${runs:-?}" "${rate:-?}" "$elapsed" \
+        "${cov:-?}" "${ft:-?}" "$(ls "$corpus" | wc -l)" "$findings"
+    if [ "$rc" -ne 0 ] || [ "$findings" -ne 0 ]; then
+        echo "  fuzz_$t: exit $rc, see $log and $build/fuzz-findings/$t-*" >&2
+        status=1
+    fi
+done
+exit $status
