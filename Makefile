@@ -52,9 +52,11 @@ clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
 
 # Fuzz every parser of untrusted input (tests/fuzz/README.md) with libFuzzer (clang, ASan +
-# UBSan), FUZZ_SECONDS per harness, one after the other; FUZZ_TARGETS picks some (e.g. "config").
+# UBSan), FUZZ_SECONDS per harness, one after the other; FUZZ_TARGETS picks some (e.g. "config"),
+# FUZZ_RUNS=N stops a harness after N executions.
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?=
+export FUZZ_RUNS
 fuzz:
 	bash scripts/install-deps.sh --fuzz
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMOESIM_FUZZ=ON -DMOESIM_CUDA=OFF

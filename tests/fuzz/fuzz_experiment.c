@@ -9,22 +9,10 @@
 #include "fuzz_support.h"
 #include "sim/sweep.h"
 
-/* The resolved copy goes to a real file (the writer renames a temporary into place). */
-static char resolved_path[4096];
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    const char *tmp = getenv("TMPDIR");
-    char dir[4000];
-    snprintf(dir, sizeof dir, "%s/moesim-fuzz-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    MOESIM_ASSERT(mkdtemp(dir));
-    snprintf(resolved_path, sizeof resolved_path, "%s/resolved.ini", dir);
-    return 0;
-}
-
 static void check_resolved_copy(const sweep_experiment *e) {
     moesim_error err = {0};
+    /* a real file: the writer renames a temporary into place */
+    const char *resolved_path = fuzz_temp_path("resolved.ini");
     MOESIM_ASSERT(sweep_experiment_write_resolved(e, "fuzz", resolved_path, &err) == MOESIM_OK);
     sweep_experiment *back = NULL;
     moesim_status st = sweep_experiment_load(resolved_path, &back, &err);

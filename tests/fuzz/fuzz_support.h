@@ -1,5 +1,5 @@
 /* Helpers shared by the libFuzzer harnesses of tests/fuzz (header only: each fuzz_<target>.c is
- * one executable).
+ * one executable; the static state below is per harness process).
  *
  * The parsers under test take a path, as the CLI gives them one, so each input is handed over as
  * a file: the bytes go into one memory-backed file (memfd, no disk I/O per execution) that the
@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -47,6 +48,34 @@ static inline const char *fuzz_scratch_file(int slot, const void *data, size_t s
 /* The fuzz input as the harness's main file. */
 static inline const char *fuzz_file_of(const uint8_t *data, size_t size) {
     return fuzz_scratch_file(0, data, size);
+}
+
+/* Scratch files a harness must open by a real name (a writer renaming into place, HDF5 opening
+ * read-write) go to one folder per process: under TMPDIR, else /dev/shm (memory, no disk
+ * syncs), else /tmp. fuzz_temp_path returns "DIR/name" (static storage, one per name, at most
+ * FUZZ_TEMP_NAMES names); the files and the folder are removed at exit. */
+#define FUZZ_TEMP_NAMES 4
+static char fuzz_dir[4000];
+static char fuzz_temp_paths[FUZZ_TEMP_NAMES][4096];
+static inline void fuzz_remove_temp(void) {
+    for (int i = 0; i < FUZZ_TEMP_NAMES && fuzz_temp_paths[i][0]; i++) remove(fuzz_temp_paths[i]);
+    rmdir(fuzz_dir);
+}
+static inline const char *fuzz_temp_path(const char *name) {
+    if (!fuzz_dir[0]) {
+        const char *tmp = getenv("TMPDIR");
+        if (!tmp || !*tmp) tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+        snprintf(fuzz_dir, sizeof fuzz_dir, "%s/moesim-fuzz-XXXXXX", tmp);
+        MOESIM_ASSERT(mkdtemp(fuzz_dir));
+        atexit(fuzz_remove_temp);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", fuzz_dir, name);
+    int i = 0;
+    while (i < FUZZ_TEMP_NAMES && fuzz_temp_paths[i][0] && strcmp(fuzz_temp_paths[i], path)) i++;
+    MOESIM_ASSERT(i < FUZZ_TEMP_NAMES);
+    if (!fuzz_temp_paths[i][0]) memcpy(fuzz_temp_paths[i], path, sizeof path);
+    return fuzz_temp_paths[i];
 }
 
 /* What every parser promises on bad input: a status other than OK comes with one message of

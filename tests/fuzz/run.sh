@@ -2,6 +2,7 @@
 # Runs every libFuzzer harness of tests/fuzz for SECONDS each, one after the other, and prints
 # one summary line per harness (the figures of tests/fuzz/README.md):
 #   run.sh BUILD_DIR SECONDS [TARGET...]     (default: every build/fuzz/fuzz_* binary)
+# With FUZZ_RUNS=N in the environment a harness also stops after N executions.
 # Each harness grows its corpus in BUILD_DIR/fuzz-corpus/TARGET from the seeds of
 # BUILD_DIR/fuzz-seeds/TARGET (make_seeds.sh); crashes, leaks, timeouts and out-of-memory inputs
 # land in BUILD_DIR/fuzz-findings/ and make the script exit 1. Logs: BUILD_DIR/fuzz-logs/.
@@ -37,7 +38,7 @@ for t in "${targets[@]}"; do
     start=$(date +%s)
     # -timeout: an input that runs 25 s is a hang; -rss_limit_mb: 2 GiB is an out-of-memory
     "$bin" -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout=25 -rss_limit_mb=2048 \
-        -print_final_stats=1 -artifact_prefix="$build/fuzz-findings/$t-" \
+        ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -print_final_stats=1 -artifact_prefix="$build/fuzz-findings/$t-" \
         "$corpus" "$build/fuzz-seeds/$t" > "$log" 2>&1
     rc=$?
     elapsed=$(($(date +%s) - start))
