@@ -22,6 +22,8 @@
 #include "fuzz_support.h"
 #include "traces/trace.h"
 
+#define MAX_EDITS 16 /* per program */
+
 static void *base_image; /* the valid trace file every program starts from */
 static size_t base_bytes;
 
@@ -300,25 +302,41 @@ static void edit_element(hid_t file, program *g) {
     H5Dclose(d);
 }
 
-/* Overwrites one stored chunk with raw bytes and a filter mask (skipped filters). */
-static void edit_chunk(hid_t file, program *g) {
-    const char *name = dataset_names[take_u8(g) % MOESIM_ARRAY_LEN(dataset_names)];
-    uint8_t which = take_u8(g), mask = take_u8(g);
+/* Overwrites one stored chunk with raw bytes and a filter mask (skipped filters). Applied after
+ * every other edit of the program (see chunk_edits): HDF5 itself reads past a short unfiltered
+ * chunk when a later edit rewrites an element of it, and that is the file, not the reader. */
+typedef struct chunk_edit {
+    const char *name;
+    uint8_t which, mask;
     const uint8_t *raw;
-    size_t len = take_bytes(g, 255, &raw);
-    if (H5Lexists(file, name, H5P_DEFAULT) <= 0) return;
-    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    size_t len;
+} chunk_edit;
+static chunk_edit chunk_edits[MAX_EDITS];
+static int n_chunk_edits;
+
+static void edit_chunk(hid_t file, program *g) {
+    (void)file;
+    chunk_edit *c = &chunk_edits[n_chunk_edits++];
+    c->name = dataset_names[take_u8(g) % MOESIM_ARRAY_LEN(dataset_names)];
+    c->which = take_u8(g);
+    c->mask = take_u8(g);
+    c->len = take_bytes(g, 255, &c->raw);
+}
+
+static void apply_chunk_edit(hid_t file, const chunk_edit *c) {
+    if (H5Lexists(file, c->name, H5P_DEFAULT) <= 0) return;
+    hid_t d = H5Dopen2(file, c->name, H5P_DEFAULT);
     if (d < 0) return;
     hid_t dcpl = H5Dget_create_plist(d), space = H5Dget_space(d);
     hsize_t chunk[4], dims[4];
     int rank = H5Sget_simple_extent_ndims(space);
-    if (H5Pget_layout(dcpl) == H5D_CHUNKED && rank >= 1 && rank <= 4 && len > 0 &&
+    if (H5Pget_layout(dcpl) == H5D_CHUNKED && rank >= 1 && rank <= 4 && c->len > 0 &&
         H5Pget_chunk(dcpl, 4, chunk) == rank) {
         H5Sget_simple_extent_dims(space, dims, NULL);
         hsize_t n_chunks = (dims[0] + chunk[0] - 1) / chunk[0], offset[4] = {0, 0, 0, 0};
         if (n_chunks) {
-            offset[0] = (which % n_chunks) * chunk[0];
-            H5Dwrite_chunk(d, H5P_DEFAULT, mask & 3, offset, len, raw);
+            offset[0] = (c->which % n_chunks) * chunk[0];
+            H5Dwrite_chunk(d, H5P_DEFAULT, c->mask & 3, offset, c->len, c->raw);
         }
     }
     H5Sclose(space);
@@ -330,7 +348,6 @@ typedef void (*edit_fn)(hid_t file, program *g);
 static const edit_fn edits[] = {edit_attr_number,     edit_attr_string,      edit_attr_delete,
                                 edit_dataset_delete,  edit_dataset_replace,  edit_dataset_to_group,
                                 edit_element,         edit_chunk};
-#define MAX_EDITS 16
 
 /* ---- one execution ------------------------------------------------------------------------- */
 
@@ -343,7 +360,9 @@ static const char *edited_file(const uint8_t *data, size_t size) {
     hid_t file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     MOESIM_ASSERT(file >= 0);
     program g = {data, size};
+    n_chunk_edits = 0;
     for (int i = 0; i < MAX_EDITS && g.n; i++) edits[take_u8(&g) % MOESIM_ARRAY_LEN(edits)](file, &g);
+    for (int i = 0; i < n_chunk_edits; i++) apply_chunk_edit(file, &chunk_edits[i]);
     MOESIM_ASSERT(H5Fget_obj_count(file, H5F_OBJ_ALL) == 1); /* the edits closed what they opened */
     MOESIM_ASSERT(H5Fclose(file) >= 0);
     H5Eclear2(H5E_DEFAULT);

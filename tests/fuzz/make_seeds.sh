@@ -147,6 +147,26 @@ seed 80 "$root/import_jsonl/constant-run-dropped" < <(for t in 0 1 2 3; do
     done
 done)
 
-# ---- trace_h5: edit programs for the structure-aware trace harness (fuzz_trace_h5.c reads
-# them); the empty program reads the harness's valid base trace unchanged.
-: > "$root/trace_h5/unchanged"
+# ---- trace_h5: edit programs for the structure-aware trace harness, one of each kind of edit
+# (encoding: fuzz_trace_h5.c, an op byte then its arguments); the empty program reads the
+# harness's valid base trace unchanged.
+python3 - "$root/trace_h5" <<'PY'
+import os, struct, sys
+out = sys.argv[1]
+u64 = lambda v: struct.pack("<Q", v)
+programs = {
+    "unchanged": b"",
+    "n-layers-zero": bytes([0, 5, 4, 0]) + u64(0),                     # attribute, u32 scalar
+    "top-k-as-int64-array": bytes([0, 7, 7, 2]) + u64(2) + u64(2),      # attribute, i64[2]
+    "format-is-topk": bytes([1, 0, 1, 1]),                              # string from the words
+    "model-long-variable": bytes([1, 2, 6, 4]) + b"mixtral",            # long variable string
+    "no-gate-normalization": bytes([2, 12]),                            # delete attribute
+    "no-phase": bytes([3, 3]),                                          # delete dataset
+    "gates-as-float64-chunked": bytes([4, 6, 9, 3, 6, 2, 2, 0x61, 4]) + b"\x00\x00\x80\x3f",
+    "position-is-a-group": bytes([5, 2]),                               # dataset -> group
+    "expert-id-out-of-range": bytes([6, 5, 3, 0]) + u64(0xFFF0),        # one element
+    "garbage-gate-chunk": bytes([7, 6, 0, 0, 8]) + bytes(range(8)),     # one stored chunk
+}
+for name, prog in programs.items():
+    open(os.path.join(out, name), "wb").write(prog)
+PY

@@ -22,6 +22,7 @@ max_len() {
         trace) echo 40000 ;;
         safetensors) echo 65536 ;;
         import_jsonl | import_csv) echo 8192 ;;
+        trace_h5) echo 512 ;; # edit programs: 16 edits at most
         *) echo 4096 ;;
     esac
 }
