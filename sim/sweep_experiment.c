@@ -118,9 +118,10 @@ static bool is_bundle_name(const char *k) {
     return true;
 }
 
-/* A value is a CSV field: no separators, quotes or control characters. */
+/* A value is a CSV field: no separators, quotes or control characters; and it does not start
+ * with ';' or '#', which the resolved copy's "key = value" would turn into a comment. */
 static bool value_ok(const char *v) {
-    if (!*v) return false;
+    if (!*v || *v == ';' || *v == '#') return false;
     for (const char *p = v; *p; p++)
         if (*p == ',' || *p == '"' || *p == '=' || (unsigned char)*p < 0x20 || *p == 0x7f)
             return false;
@@ -284,7 +285,7 @@ static moesim_status check_value(parser *ps, const char *key, const char *value)
     if (value_ok(value)) return MOESIM_OK;
     return PFAIL(ps,
                  "%s:%d: %s = '%s': expected a non-empty value without ',', '\"', '=' or control "
-                 "characters (values are CSV fields)",
+                 "characters, not starting with ';' or '#' (values are CSV fields)",
                  ps->path, ps->line, key, value);
 }
 
@@ -581,6 +582,11 @@ static moesim_status parse_file(parser *ps, FILE *fp) {
         char *key = trim(s), *value = trim(eq + 1);
         if (!*key) {
             st = PFAIL(ps, "%s:%d: expected a key before '='", ps->path, ps->line);
+            break;
+        }
+        if (*value == ';' || *value == '#') { /* "k =;x": a comment once written "k = ;x" */
+            st = PFAIL(ps, "%s:%d: %s: a value must not start with '%c'", ps->path, ps->line, key,
+                       *value);
             break;
         }
         switch (sec) {

@@ -281,6 +281,10 @@ static const bad_case bad_cases[] = {
     {"[fixed]\npolicy = lru\nmodel = m\nhw = h\n", "sets no 'trace'"},
     {"[fixed]\npolicy = lru\nmodel=m\nhw=h\ntrace=t\n[exclude]\npolicy=lru\n",
      "every configuration"},
+    /* found by fuzz_experiment: the resolved copy wrote these as "k = ;1", a comment */
+    {"[fixed]\nbatch.size =;1\n", "bad.ini:2: batch.size: a value must not start with ';'"},
+    {"[experiment]\nname =#x\n", "bad.ini:2: name: a value must not start with '#'"},
+    {"[axes]\nmemory.budget_gb = 16,;24\n", "not starting with ';' or '#'"},
     {"[nonsense]\n", "unknown section"},
     {"key = value\n", "[section] first"},
     {"[experiment]\nevaluator = trace-stats\n[fixed]\ntrace = t\nstats.capacity = 1\n"
