@@ -11,7 +11,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_file_of(data, size);
     trace *t = NULL;
     moesim_error err = {0};
+    long long ids = fuzz_h5_open_ids();
     moesim_status st = trace_read(path, &t, &err);
+    /* (from the second read on: the first one registers libhdf5's own types) */
+    static bool warm;
+    if (warm && fuzz_h5_open_ids() != ids)
+        fprintf(stderr, "trace_read left %lld HDF5 ids open\n", fuzz_h5_open_ids() - ids);
+    MOESIM_ASSERT(!warm || fuzz_h5_open_ids() == ids);
+    warm = true;
     fuzz_check_error(st, &err);
     MOESIM_ASSERT((st == MOESIM_OK) == (t != NULL));
     if (t) MOESIM_ASSERT(trace_check(t, "fuzz trace", &err) == MOESIM_OK);
