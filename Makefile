@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 # CI sets MOESIM_WERROR=ON so warnings fail the build.
 MOESIM_WERROR ?= OFF
 
-.PHONY: all deps configure build test test-asan demo figures bench fuzz clean
+.PHONY: all deps configure build test test-asan demo figures bench fuzz clean docs
 
 all: build
 
@@ -44,6 +44,10 @@ figures: build
 	    n=$$(basename $$e .ini); \
 	    $(BUILD)/moesim sweep $$e -j $(JOBS) && $(BUILD)/moesim plot $$n || exit 1; \
 	done
+
+# Every figure the docs quote, regenerated from the code (scripts/docs.sh).
+docs: build
+	bash scripts/docs.sh $(BUILD)/moesim
 
 bench: build
 	bash bench/run.sh $(BUILD)

@@ -4,8 +4,12 @@
  * float gates that need 9 digits, 32 requests interleaved, 1/8 of each prefill), exports it as
  * JSONL and CSV to a scratch file (timed: export), imports each back with trace_import_file
  * (timed: import = read, scan, check every value, group, build and trace_check the trace), and
- * checks that the arrays came back bit for bit. Prints records per CPU second (one thread;
- * wall time beside it, which on a shared machine includes waiting for a core); target: import
+ * checks that the arrays came back bit for bit. Then writes the same records layer-major (all
+ * tokens of layer 0, then layer 1, ...: the order of a logger hooked on each layer's router
+ * during one batched forward pass, and the worst case for the grouping, which revisits every
+ * token once per layer) as JSONL and imports that too, checking the same arrays. Prints records per
+ * CPU second (one thread; wall time beside it, which on a shared machine includes waiting for a
+ * core); target: import
  * >= 1 M records/s on one core. Usage: bench_trace_import [records] [scratch dir (default $TMPDIR
  * or /tmp)]. */
 #include <inttypes.h>
@@ -80,6 +84,26 @@ static bool same_arrays(const trace *a, const trace *b) {
            !memcmp(a->gate_weights, b->gate_weights, rv * sizeof *a->gate_weights);
 }
 
+/* The records of `t` in request-shape JSONL with "phase", layer-major: layer 0 of every token
+ * in trace order, then layer 1, ... (gates in "%.9g", enough for a float). */
+static bool write_layer_major(const trace *t, FILE *fp) {
+    const uint32_t L = t->meta.n_layers, k = t->meta.top_k;
+    for (uint32_t l = 0; l < L; l++)
+        for (uint64_t i = 0; i < t->n_tokens; i++) {
+            const uint16_t *ids = trace_experts(t, i, l);
+            const float *g = trace_gates(t, i, l);
+            fprintf(fp,
+                    "{\"req_id\": %" PRIu32 ", \"token_idx\": %" PRIu32 ", \"layer\": %" PRIu32
+                    ", \"phase\": \"%s\", \"topk_ids\": [",
+                    t->request_id[i], t->position[i], l, trace_phase_name(t->phase[i]));
+            for (uint32_t j = 0; j < k; j++) fprintf(fp, "%s%u", j ? ", " : "", ids[j]);
+            fputs("], \"topk_weights\": [", fp);
+            for (uint32_t j = 0; j < k; j++) fprintf(fp, "%s%.9g", j ? ", " : "", (double)g[j]);
+            fputs("]}\n", fp);
+        }
+    return !ferror(fp);
+}
+
 static int run_one(const char *model_name, uint64_t records, const char *dir) {
     model_geometry m;
     moesim_error err = {0};
@@ -94,8 +118,9 @@ static int run_one(const char *model_name, uint64_t records, const char *dir) {
     printf("%-14s L=%u E=%u k=%u: %" PRIu64 " tokens, %" PRIu64 " records (generated in %.1f s)\n",
            m.name, m.n_moe_layers, m.n_experts, m.top_k, n_tokens, n_records,
            moesim_monotonic_s() - t0);
-    for (int f = 0; f < 2; f++) {
-        trace_text_format fmt = f ? TRACE_TEXT_CSV : TRACE_TEXT_JSONL;
+    for (int f = 0; f < 3; f++) { /* JSONL, CSV, layer-major JSONL */
+        trace_text_format fmt = f == 1 ? TRACE_TEXT_CSV : TRACE_TEXT_JSONL;
+        bool layer_major = f == 2;
         char path[4096];
         snprintf(path, sizeof path, "%s/bench_trace_import-%d.%s", dir, (int)getpid(),
                  trace_text_format_name(fmt));
@@ -105,8 +130,11 @@ static int run_one(const char *model_name, uint64_t records, const char *dir) {
             return 1;
         }
         double a = moesim_monotonic_s(), a_cpu = cpu_s();
-        if (trace_export_write(t, fmt, fp, false, path, &err) || fclose(fp)) {
-            fprintf(stderr, "bench_trace_import: %s\n", err.msg);
+        bool written = layer_major ? write_layer_major(t, fp)
+                                   : !trace_export_write(t, fmt, fp, false, path, &err);
+        if (fclose(fp) || !written) {
+            fprintf(stderr, "bench_trace_import: %s: %s\n", path,
+                    layer_major ? "write failed" : err.msg);
             return 1;
         }
         double b = moesim_monotonic_s(), b_cpu = cpu_s();
@@ -127,12 +155,20 @@ static int run_one(const char *model_name, uint64_t records, const char *dir) {
         }
         bool exact = same_arrays(t, back);
         double import_rate = (double)rep.records / (d_cpu - c_cpu);
-        printf("  %-5s %5.0f MB: export %.2f s CPU (%.2f s wall) = %.2f M records/s; import %.2f s "
-               "CPU (%.2f s wall) = %.2f M records/s, %.0f MB/s (%s 1 M target); round trip %s\n",
-               trace_text_format_name(fmt), (double)sb.st_size / 1e6, b_cpu - a_cpu, b - a,
-               (double)n_records / (b_cpu - a_cpu) / 1e6, d_cpu - c_cpu, d - c, import_rate / 1e6,
-               (double)sb.st_size / (d_cpu - c_cpu) / 1e6, import_rate >= 1e6 ? "meets" : "MISSES",
-               exact ? "exact" : "DIFFERS");
+        if (layer_major)
+            printf("  %-5s %5.0f MB layer-major (%" PRIu64 " records out of token order): import "
+                   "%.2f s CPU (%.2f s wall) = %.2f M records/s, %.0f MB/s; same trace %s\n",
+                   "jsonl", (double)sb.st_size / 1e6, rep.records_reordered, d_cpu - c_cpu, d - c,
+                   import_rate / 1e6, (double)sb.st_size / (d_cpu - c_cpu) / 1e6,
+                   exact ? "yes" : "NO");
+        else
+            printf("  %-5s %5.0f MB: export %.2f s CPU (%.2f s wall) = %.2f M records/s; import "
+                   "%.2f s CPU (%.2f s wall) = %.2f M records/s, %.0f MB/s (%s 1 M target); "
+                   "round trip %s\n",
+                   trace_text_format_name(fmt), (double)sb.st_size / 1e6, b_cpu - a_cpu, b - a,
+                   (double)n_records / (b_cpu - a_cpu) / 1e6, d_cpu - c_cpu, d - c,
+                   import_rate / 1e6, (double)sb.st_size / (d_cpu - c_cpu) / 1e6,
+                   import_rate >= 1e6 ? "meets" : "MISSES", exact ? "exact" : "DIFFERS");
         trace_destroy(back);
         if (!exact) return 1;
     }

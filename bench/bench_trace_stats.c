@@ -161,11 +161,10 @@ int main(int argc, char **argv) {
                geo->name, geo->layers, geo->experts, geo->k, n_tokens * geo->layers, s->accesses,
                t1 - t0, t2 - t1, rate / 1e6, c2 - c1, cpu_rate / 1e6,
                cpu_rate >= 20e6 ? "meets" : "MISSES", t3 - t2, strlen(text));
-        printf("%-14s LRU/OPT hit rate at 2k = %u experts: %.4f / %.4f, reuse distance %.2f, "
-               "active share B=1/8/32: %.3f/%.3f/%.3f\n",
-               "", 2 * geo->k < geo->experts ? 2 * geo->k : geo->experts,
-               s->lru_hit_rate[2 * geo->k < geo->experts ? 2 * geo->k : geo->experts],
-               s->opt_hit_rate[2 * geo->k < geo->experts ? 2 * geo->k : geo->experts],
+        uint32_t cap = 2 * geo->k < geo->experts ? 2 * geo->k : geo->experts;
+        printf("%-14s LRU/OPT hit rate at 2k = %u experts: %.4f / %.4f (LRU per slot %.4f), "
+               "reuse distance %.2f, active share B=1/8/32: %.3f/%.3f/%.3f\n",
+               "", cap, s->lru_hit_rate[cap], s->opt_hit_rate[cap], s->lru_slot_hit_rate[cap],
                s->mean_reuse_distance, s->active_share[0], s->active_share[3], s->active_share[5]);
         free(text);
         json_decref(j);

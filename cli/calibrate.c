@@ -16,13 +16,17 @@
 
 static const char calibrate_usage[] =
     "usage: moesim calibrate -o configs/hw/NAME-measured.ini --table OUT.txt --base NAME\n"
-    "                        --model NAME [--repeats N] [--quick]\n"
+    "                        --model NAME [--repeats N] [--quick] [--backend cuda|cpu]\n"
+    "                        [--ssd-dir DIR]\n"
     "\n"
     "Measures the GPU: pinned host<->device bandwidth vs transfer size and per-transfer\n"
     "latency, device memory bandwidth, launch overhead, the model's expert GEMV/GEMM time per\n"
     "precision vs tokens, router, shared/dense FFN, LM head, attention time vs attended\n"
     "positions. Writes a hardware profile (figures calibrate cannot measure, such as the\n"
     "datasheet peaks, DRAM and SSD, come from --base) and the measured cost table.\n"
+    "With --backend cpu it measures what `moesim replay --backend cpu` runs instead: O_DIRECT\n"
+    "reads of an expert file (the profile's [pcie] link), DRAM copies, and every op with the\n"
+    "replay's CPU compute (base: configs/hw/cpu-host.ini).\n"
     "\n"
     "options:\n"
     "  -o FILE         hardware profile to write; its [profile] name is the file's stem\n"
@@ -31,6 +35,8 @@ static const char calibrate_usage[] =
     "  --model NAME    model geometry whose op shapes are timed (configs/models)\n"
     "  --repeats N     timed repetitions per point, median kept (default 20)\n"
     "  --quick         fewer points (a smoke run)\n"
+    "  --backend B     cuda (default: the GPU) or cpu (this machine's CPU and disk)\n"
+    "  --ssd-dir DIR   with --backend cpu: where the timed expert file goes (default /var/tmp)\n"
     "  -h, --help      this text\n";
 
 int cmd_calibrate(int argc, char **argv) {
@@ -39,10 +45,12 @@ int cmd_calibrate(int argc, char **argv) {
                                          {"model", required_argument, NULL, 'm'},
                                          {"repeats", required_argument, NULL, 'r'},
                                          {"quick", no_argument, NULL, 'q'},
+                                         {"backend", required_argument, NULL, 'B'},
+                                         {"ssd-dir", required_argument, NULL, 'D'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *out_path = NULL, *table = NULL, *base_name = NULL, *model_name = NULL,
-               *repeats_text = NULL;
+               *repeats_text = NULL, *backend = "cuda", *ssd_dir = NULL;
     bool quick = false;
     int c;
     optind = 1;
@@ -67,6 +75,12 @@ int cmd_calibrate(int argc, char **argv) {
         case 'q':
             quick = true;
             break;
+        case 'B':
+            backend = optarg;
+            break;
+        case 'D':
+            ssd_dir = optarg;
+            break;
         case 'h':
             fputs(calibrate_usage, stdout);
             return 0;
@@ -77,6 +91,9 @@ int cmd_calibrate(int argc, char **argv) {
     uint64_t repeats = 20;
     if (optind < argc)
         return cli_usage_error("calibrate", "unexpected argument '%s'", argv[optind]);
+    bool cpu = !strcmp(backend, "cpu");
+    if (!cpu && strcmp(backend, "cuda"))
+        return cli_usage_error("calibrate", "--backend: expected cuda or cpu, got '%s'", backend);
     if (!out_path || !table || !base_name || !model_name)
         return cli_usage_error("calibrate", "-o, --table, --base and --model are required");
     if (repeats_text &&
@@ -98,10 +115,11 @@ int cmd_calibrate(int argc, char **argv) {
     model_geometry model;
     if (hw_load_by_name(base_name, &base, &err) || model_load_by_name(model_name, &model, &err))
         return cli_fail(&err);
-    if (replay_device_check(&err)) return cli_fail(&err);
+    if (!cpu && replay_device_check(&err)) return cli_fail(&err);
     calib_options opt = {.model = &model, .repeats = (uint32_t)repeats, .quick = quick};
     calib_results *res = moesim_xcalloc(1, sizeof *res); /* large: the cost curves */
-    if (calib_run(&opt, res, &err) || calib_write_table(res, model.name, table, &err) ||
+    if ((cpu ? calib_run_cpu(&opt, ssd_dir, res, &err) : calib_run(&opt, res, &err)) ||
+        calib_write_table(res, model.name, table, &err) ||
         calib_write_profile(res, &base, name, out_path, &err)) {
         free(res);
         return cli_fail(&err);

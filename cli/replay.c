@@ -1,5 +1,6 @@
-/* `moesim replay`: one run of a trace under a policy on the real GPU (replay/replay.h), with the
- * simulator's settings, JSON and timeline schema, so its output sits beside `moesim sim`'s. */
+/* `moesim replay`: one run of a trace under a policy for real (replay/replay.h), on the GPU or,
+ * with --backend cpu, on this machine's CPU and disk, with the simulator's settings, JSON and
+ * timeline schema, so its output sits beside `moesim sim`'s. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,14 +18,17 @@
 static const char replay_usage[] =
     "usage: moesim replay (--model DIR | --synthetic-weights) --trace T.h5 --hw NAME\n"
     "                     --policy NAME [--set key=value ...] [--config FILE ...] [--seed N]\n"
-    "                     [--json] [--timeline out.json] [--ssd-dir DIR]\n"
+    "                     [--json] [--timeline out.json] [--ssd-dir DIR] [--backend B]\n"
     "\n"
     "Replays the trace's routing on the GPU: the policy's loads, prefetches and evictions are\n"
     "real copies from pinned host memory into fixed-block device pools on a demand and a\n"
     "background copy stream, and every activated expert runs its real kernels at the planned\n"
     "precision. Settings are `moesim sim`'s (see its --help): memory.budget_gb emulates a\n"
     "smaller card on a larger GPU. Output: the simulator's figures and timeline schema,\n"
-    "measured. Routing always comes from the trace.\n"
+    "measured. Routing always comes from the trace. With --backend cpu the same run executes on\n"
+    "this machine: a DRAM arena of the expert budget stands for HBM, experts are read from a\n"
+    "file on local disk with O_DIRECT by a copy thread, and compute runs the engine's CPU\n"
+    "kernels; compare it with `moesim sim` under a CPU profile (configs/hw/README.md).\n"
     "\n"
     "options (one weight source: --model or --synthetic-weights):\n"
     "  --model DIR          the weights of a Hugging Face checkpoint (config.json and\n"
@@ -46,6 +50,7 @@ static const char replay_usage[] =
     "                       system: read with O_DIRECT; default /var/tmp)\n"
     "  --json               every figure as one JSON object (`moesim sim --json` keys)\n"
     "  --timeline FILE      Chrome trace-event JSON of the measured run\n"
+    "  --backend B          cuda (default: the GPU) or cpu (--synthetic-weights only)\n"
     "  -h, --help           this text\n";
 
 /* Loads what a replay with a checkpoint's weights reads, and checks the checkpoint against the
@@ -79,10 +84,12 @@ int cmd_replay(int argc, char **argv) {
                                          {"ssd-dir", required_argument, NULL, 'D'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"timeline", required_argument, NULL, 'T'},
+                                         {"backend", required_argument, NULL, 'B'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *trace_path = NULL, *hw_name = NULL, *policy_name = NULL, *geometry = NULL,
-               *timeline = NULL, *seed_text = NULL, *ssd_dir = NULL, *model_dir = NULL;
+               *timeline = NULL, *seed_text = NULL, *ssd_dir = NULL, *model_dir = NULL,
+               *backend = "cuda";
     const char **sets = NULL, **files = NULL;
     size_t n_sets = 0, n_files = 0;
     bool json = false, synthetic = false, live = false;
@@ -130,6 +137,9 @@ int cmd_replay(int argc, char **argv) {
         case 'T':
             timeline = optarg;
             break;
+        case 'B':
+            backend = optarg;
+            break;
         case 'h':
             fputs(replay_usage, stdout);
             free(sets);
@@ -142,7 +152,13 @@ int cmd_replay(int argc, char **argv) {
         }
     }
     uint64_t seed = 1;
-    if (optind < argc)
+    bool cpu = !strcmp(backend, "cpu");
+    if (!cpu && strcmp(backend, "cuda"))
+        rc = cli_usage_error("replay", "--backend: expected cuda or cpu, got '%s'", backend);
+    else if (cpu && model_dir)
+        rc = cli_usage_error("replay", "--backend cpu runs --synthetic-weights only (a "
+                                       "checkpoint's weights replay on the cuda backend)");
+    else if (optind < argc)
         rc = cli_usage_error("replay", "unexpected argument '%s'", argv[optind]);
     else if (live)
         rc = cli_usage_error("replay", "--live (routing from the live model) is not offered: "
@@ -174,7 +190,7 @@ int cmd_replay(int argc, char **argv) {
     moesim_error err = {0};
     /* synthetic weights: no GPU, no point reading the inputs; a checkpoint is checked against
      * the trace first (its errors come before the GPU's) */
-    if (synthetic && replay_device_check(&err)) {
+    if (synthetic && !cpu && replay_device_check(&err)) {
         free(sets);
         free(files);
         return cli_fail(&err);
@@ -205,7 +221,8 @@ int cmd_replay(int argc, char **argv) {
                             .weights = w,
                             .weight_seed = seed,
                             .ssd_dir = ssd_dir};
-        st = replay_run(&in, policy_name, settings, &r, NULL, &err);
+        st = cpu ? replay_run_cpu(&in, policy_name, settings, &r, NULL, &err)
+                 : replay_run(&in, policy_name, settings, &r, NULL, &err);
     }
     if (st) {
         rc = cli_fail(&err);
@@ -214,7 +231,8 @@ int cmd_replay(int argc, char **argv) {
     } else {
         printf("%s on %s (replay, %s weights), policy %s: %.3f ms, TTFT mean %.3f ms, TPOT mean "
                "%.3f ms, hit rate %.2f%%, stall %.3f ms, h2d %.3f GB\n",
-               trace_path, hw.gpu, model_dir ? "checkpoint" : "synthetic", r.policy, r.makespan_ms,
+               trace_path, cpu ? "the CPU" : hw.gpu, model_dir ? "checkpoint" : "synthetic",
+               r.policy, r.makespan_ms,
                r.ttft.mean_ms, r.tpot.mean_ms, 100.0 * r.hit_rate, r.stall_ms, r.h2d_bytes / 1e9);
     }
     replay_weights_close(w);

@@ -1,5 +1,6 @@
-/* `moesim trace import`: routing logs (JSONL in either shape of CALIBRATION.md, or the CSV of
- * `trace export`) -> an HDF5 trace, with a report of what was kept, dropped and why (text, or
+/* `moesim trace import`: routing logs (JSONL in either shape of CALIBRATION.md, per (token,
+ * layer) or per token; the CSV of `trace export`; NumPy arrays) -> an HDF5 trace, with a report of
+ * what was kept, dropped and why (text, or
  * --json). Geometry and the gate rule come from --model. Bad input: one line on stderr naming
  * file:line and the field, exit status 2, no output file (trace_write is crash-safe and runs
  * only after the whole input was read and checked). */
@@ -16,24 +17,41 @@
 #include "traces/trace.h"
 
 static const char import_help[] =
-    "usage: moesim trace import [--format jsonl|csv] --model NAME IN -o OUT.h5 [options]\n"
+    "usage: moesim trace import [--format jsonl|csv|npy|npz] --model NAME IN -o OUT.h5 "
+    "[options]\n"
     "\n"
     "Converts routing logs into a router trace (traces/FORMAT.md, \"Import and export\").\n"
-    "Records are one per (token, layer), keys in any order. JSONL comes in two shapes,\n"
-    "detected per file from the first record (or named with --schema):\n"
+    "JSONL records come in two shapes, detected per file from the first record (or named\n"
+    "with --schema), keys in any order:\n"
     "  problem: {\"dataset\", \"problem_id\", \"token_idx\", \"layer\", \"experts\", "
     "\"gating_probs\"}\n"
     "  request: {\"req_id\", \"token_idx\", \"layer\", \"topk_ids\", \"topk_weights\"}\n"
-    "either with an optional \"phase\" (\"prefill\" / \"decode\"). Requests (problem_id with\n"
-    "dataset, or req_id) are numbered by first appearance; tokens run in the file order of\n"
-    "their first record; a token's position is its token_idx, which must not decrease within\n"
-    "a request. Prints what it read, kept, dropped and why.\n"
+    "one record per (token, layer), or per token without \"layer\" and with one array per\n"
+    "MoE layer in the ids and weights; optionally \"phase\" (\"prefill\" / \"decode\") or\n"
+    "\"prompt_len\" (the request's prompt tokens). Records may come in any order\n"
+    "(layer-major, token-major, requests or steps interleaved): requests (problem_id with\n"
+    "dataset, or req_id) are numbered by first appearance, each request's tokens run in\n"
+    "token_idx order, and a second record for one (request, token_idx, layer) is an error.\n"
+    "npy / npz: dense arrays [tokens][layers][top_k] of ids and weights (np.save, np.savez).\n"
+    "Prints what it read, kept, dropped and why.\n"
     "\n"
     "options:\n"
     "  --model NAME            model config (configs/models/NAME.ini or a path): layers,\n"
     "                          experts, top-k and gate rule every record is checked against\n"
     "  -o, --output OUT.h5     the trace to write (nothing is written on error)\n"
-    "  --format jsonl|csv      input format (default jsonl; csv: what trace export writes)\n"
+    "  --format jsonl|csv|npy|npz   input format (default jsonl; csv: what trace export\n"
+    "                          writes; npy: IN holds the expert ids or router logits;\n"
+    "                          npz: IN holds topk_ids (or routed_experts) and\n"
+    "                          topk_weights, or router_logits; optionally request_id,\n"
+    "                          seq_lens, prompt_lens)\n"
+    "  --weights W.npy         npy: the gate weights [tokens][layers][top_k] (IN of\n"
+    "                          integers: expert ids; IN of floats: router logits\n"
+    "                          [tokens][layers][experts], which give top-k and gates)\n"
+    "  --uniform-gates         npy/npz ids without weights (SGLang routed_experts, Megatron\n"
+    "                          routing indices): each chosen expert gets gate 1/k\n"
+    "  --requests FILE.csv     npy/npz: request boundaries, CSV 'request,tokens' or\n"
+    "                          'request,tokens,prompt_tokens', one row per request in array\n"
+    "                          order (default: the npz's columns, else one request)\n"
     "  --schema auto|problem|request   JSONL shape (default auto)\n"
     "  --incomplete keep|drop  a token missing some layers is kept with those rows\n"
     "                          unrecorded (default keep) or dropped\n"
@@ -63,9 +81,19 @@ static bool parse_u32(const char *s, uint32_t *out) {
 
 static void print_report(const char *in, const char *out, const trace_import_report *r,
                          const trace_import_options *o) {
-    printf("read        %s: %" PRIu64 " lines, %" PRIu64 " records (%s), %" PRIu64
-           " requests, %" PRIu64 " tokens\n",
-           in, r->lines, r->records, r->schema, r->requests_read, r->tokens_read);
+    if (r->requests_source)
+        printf("read        %s: %" PRIu64 " tokens of arrays, %" PRIu64 " records (%s), %" PRIu64
+               " requests from %s\n",
+               in, r->lines, r->records, r->schema, r->requests_read, r->requests_source);
+    else
+        printf("read        %s: %" PRIu64 " lines, %" PRIu64 " records (%s), %" PRIu64
+               " requests, %" PRIu64 " tokens\n",
+               in, r->lines, r->records, r->schema, r->requests_read, r->tokens_read);
+    if (r->gates_source) printf("gates       %s\n", r->gates_source);
+    if (r->records_reordered)
+        printf("order       %" PRIu64 " records came after a later token of their request "
+               "(layer-major or interleaved): grouped by (request, token_idx)\n",
+               r->records_reordered);
     if (r->blank_lines) printf("skipped     %" PRIu64 " blank lines\n", r->blank_lines);
     if (r->ignored_key_records)
         printf("ignored     keys the shape does not know: %s (in %" PRIu64 " records)\n",
@@ -119,7 +147,8 @@ int cmd_trace_import(int argc, char **argv) {
         bool takes_value = !strcmp(a, "--format") || !strcmp(a, "--model") || !strcmp(a, "-o") ||
                            !strcmp(a, "--output") || !strcmp(a, "--schema") ||
                            !strcmp(a, "--incomplete") || !strcmp(a, "--layers") ||
-                           !strcmp(a, "--prefill-tokens") || !strcmp(a, "--constant-run-min");
+                           !strcmp(a, "--prefill-tokens") || !strcmp(a, "--constant-run-min") ||
+                           !strcmp(a, "--weights") || !strcmp(a, "--requests");
         if (takes_value && !v)
             return cli_usage_error("trace import", "option '%s' needs a value", a);
         if (!strcmp(a, "--format")) {
@@ -127,9 +156,17 @@ int cmd_trace_import(int argc, char **argv) {
                 o.format = TRACE_TEXT_JSONL;
             else if (!strcmp(v, "csv"))
                 o.format = TRACE_TEXT_CSV;
+            else if (!strcmp(v, "npy"))
+                o.format = TRACE_TEXT_NPY;
+            else if (!strcmp(v, "npz"))
+                o.format = TRACE_TEXT_NPZ;
             else
-                return cli_usage_error("trace import", "--format: expected jsonl or csv, got '%s'",
-                                       v);
+                return cli_usage_error("trace import",
+                                       "--format: expected jsonl, csv, npy or npz, got '%s'", v);
+        } else if (!strcmp(a, "--weights")) {
+            o.weights_path = v;
+        } else if (!strcmp(a, "--requests")) {
+            o.requests_path = v;
         } else if (!strcmp(a, "--model")) {
             model_name = v;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
@@ -171,6 +208,8 @@ int cmd_trace_import(int argc, char **argv) {
                                        "--constant-run-min: expected a count >= 2, got '%s'", v);
         } else if (!strcmp(a, "--drop-constant-runs")) {
             o.drop_constant_runs = true;
+        } else if (!strcmp(a, "--uniform-gates")) {
+            o.uniform_gates = true;
         } else if (!strcmp(a, "--renormalize")) {
             o.renormalize = true;
         } else if (!strcmp(a, "--json")) {
@@ -190,8 +229,16 @@ int cmd_trace_import(int argc, char **argv) {
     if (!in) return cli_usage_error("trace import", "missing the input file");
     if (!model_name) return cli_usage_error("trace import", "missing --model NAME");
     if (!out) return cli_usage_error("trace import", "missing -o OUT.h5");
-    if (o.format == TRACE_TEXT_CSV && o.schema != TRACE_SCHEMA_AUTO)
+    if (o.format != TRACE_TEXT_JSONL && o.schema != TRACE_SCHEMA_AUTO)
         return cli_usage_error("trace import", "--schema applies to --format jsonl only");
+    if (o.weights_path && o.format != TRACE_TEXT_NPY)
+        return cli_usage_error("trace import", "--weights applies to --format npy only");
+    bool arrays = o.format == TRACE_TEXT_NPY || o.format == TRACE_TEXT_NPZ;
+    if (o.requests_path && !arrays)
+        return cli_usage_error("trace import", "--requests applies to --format npy and npz only");
+    if (o.uniform_gates && !arrays)
+        return cli_usage_error("trace import",
+                               "--uniform-gates applies to --format npy and npz only");
     o.progress = cli_progress_allowed(quiet);
 
     moesim_error err = {0};

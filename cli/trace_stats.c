@@ -19,7 +19,8 @@ static const char stats_help[] =
     "reuse distance, the share of a layer's experts touched per decode iteration when B\n"
     "requests run together (B = 1..32; absent when the trace has fewer requests), look-ahead\n"
     "predictor accuracy per distance (when the trace has predictions), and hit-rate curves of a\n"
-    "per-layer expert cache of every capacity 1..E under LRU and Belady's OPT.\n"
+    "per-layer expert cache under LRU and Belady's OPT: with a token's top-k experts resident\n"
+    "together (the simulator's rule; capacities top_k..E), and LRU per slot (1..E).\n"
     "Definitions: traces/STATS.md.\n"
     "\n"
     "options:\n"
@@ -29,6 +30,17 @@ static const char stats_help[] =
 static void print_share(double v) {
     if (isnan(v)) printf("  %7s", "absent");
     else printf("  %6.1f%%", 100.0 * v);
+}
+
+/* One line of a curve pair at capacities from, 2 from, 4 from, ... and E. */
+static void print_curves(const char *title, const double *lru, const double *opt, uint32_t from,
+                         uint32_t n_experts) {
+    printf("%s:", title);
+    for (uint32_t c = from;; c = 2 * c < n_experts ? 2 * c : n_experts) {
+        printf("  %" PRIu32 ": %.1f%% / %.1f%%", c, 100.0 * lru[c], 100.0 * opt[c]);
+        if (c == n_experts) break;
+    }
+    printf("\n");
 }
 
 static void print_text(const char *path, const trace_stats *s) {
@@ -56,11 +68,15 @@ static void print_text(const char *path, const trace_stats *s) {
     } else {
         printf("look-ahead accuracy: the trace has no predictions\n");
     }
-    printf("hit rate of a per-layer cache (capacity: LRU / OPT):");
-    for (uint32_t c = 1; c <= s->experts; c *= 2)
-        printf("  %" PRIu32 ": %.1f%% / %.1f%%", c, 100.0 * s->lru_hit_rate[c],
-               100.0 * s->opt_hit_rate[c]);
-    printf("\n\n%5s %7s %7s %8s %8s %7s %7s %9s %9s\n", "layer", "gini", "top10%", "max/mean",
+    print_curves("hit rate of a per-layer cache (capacity: LRU / OPT)", s->lru_hit_rate,
+                 s->opt_hit_rate, s->top_k, s->experts);
+    printf("LRU per slot, nothing pinned (capacity: hit rate):");
+    for (uint32_t c = 1;; c = 2 * c < s->experts ? 2 * c : s->experts) {
+        printf("  %" PRIu32 ": %.1f%%", c, 100.0 * s->lru_slot_hit_rate[c]);
+        if (c == s->experts) break;
+    }
+    printf("\n");
+    printf("\n%5s %7s %7s %8s %8s %7s %7s %9s %9s\n", "layer", "gini", "top10%", "max/mean",
            "reuse-1", "reuse*", "dist", "LRU@2k", "OPT@2k");
     uint32_t cap = 2 * s->top_k < s->experts ? 2 * s->top_k : s->experts;
     for (uint32_t l = 0; l < s->layers; l++) {

@@ -18,6 +18,7 @@
  *                                       label.*, config_hash, seed) are ignored
  * The experiment file may name trace and hw in [validate]; options override it. */
 #include <getopt.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,9 @@
 #include "common/hw.h"
 #include "common/model.h"
 #include "policies/policy.h"
+#include "replay/cpu_store.h"
 #include "replay/replay.h"
+#include "sim/memsys.h"
 #include "traces/trace.h"
 
 static const char validate_usage[] =
@@ -61,6 +64,11 @@ static const char validate_usage[] =
     "  --by COLUMN         winners' ranking column, lowest first (default tpot_ms.mean)\n"
     "  --set, --config     settings for every run (as `moesim sim`)\n"
     "  --seed N            synthetic weights' seed (default 1)\n"
+    "  --backend B         cuda (default: replay on the GPU) or cpu (replay on this machine's CPU\n"
+    "                      and disk, experiments/validation/cpu/)\n"
+    "  --check TPOT,MARGIN exit 1 unless the median |TPOT error| is at most TPOT (e.g. 0.25) and\n"
+    "                      every two policies whose simulated TPOTs differ by more than MARGIN\n"
+    "                      (e.g. 0.3) are ordered alike by the replay (a check noise cannot fail)\n"
     "  --report FILE       the report as Markdown (default: stdout)\n"
     "  --csv FILE          the rows as CSV (plots/validate.gp plots it)\n"
     "  --json              the rows and the summary as JSON on stdout\n"
@@ -87,6 +95,8 @@ typedef struct vctx {
     uint64_t seed;
     replay_store *store; /* lent to every run (a run whose formats differ makes its own) */
     char store_formats[128];
+    bool cpu;             /* --backend cpu: replay_run_cpu */
+    cpu_store *cpu_store; /* its expert file, lent to every run */
 } vctx;
 
 /* A fresh config: files, common sets, the run's own sets, and host precisions the GPU kernels
@@ -166,7 +176,9 @@ static moesim_status run_pair(const vctx *v, const run_spec *r, validate_row *ro
                             .hooks = &h,
                             .weight_seed = v->seed,
                             .store = v->store};
-        st = replay_run(&in, r->policy, c2, &real_rec.r, NULL, err);
+        in.cpu_store = v->cpu_store;
+        st = v->cpu ? replay_run_cpu(&in, r->policy, c2, &real_rec.r, NULL, err)
+                    : replay_run(&in, r->policy, c2, &real_rec.r, NULL, err);
     }
     if (!st) st = validate_compare(&sim_rec, &real_rec, r->label, row, err);
     if (st) moesim_error_prefix(err, "%s (%s)", r->policy, r->label);
@@ -213,7 +225,8 @@ static size_t split_list(const char *text, char items[][64], size_t cap) {
  * after its [validate] section is consumed here). */
 static moesim_status experiment_specs(const char *path, const char *budgets_override,
                                       run_spec **out, size_t *n_out, char *trace_path,
-                                      char *hw_name, size_t len, moesim_error *err) {
+                                      char *hw_name, char *model_name, size_t len,
+                                      moesim_error *err) {
     config *c = config_create();
     moesim_status st = config_load_file(c, path, err);
     const char *pol = st ? NULL : config_get(c, "validate", "policies");
@@ -225,6 +238,8 @@ static moesim_status experiment_specs(const char *path, const char *budgets_over
     const char *hw = st ? NULL : config_get(c, "validate", "hw");
     if (tp && !trace_path[0]) snprintf(trace_path, len, "%s", tp);
     if (hw && !hw_name[0]) snprintf(hw_name, len, "%s", hw);
+    const char *mo = st ? NULL : config_get(c, "validate", "model"); /* default: the trace's */
+    if (mo) snprintf(model_name, len, "%s", mo);
     char pols[64][64], buds[16][64];
     size_t np = st ? 0 : split_list(pol, pols, 64), nb = st ? 0 : split_list(bud, buds, 16);
     run_spec *specs = moesim_xcalloc(np * nb + 1, sizeof *specs);
@@ -658,9 +673,12 @@ int cmd_validate(int argc, char **argv) {
                                          {"budgets", required_argument, NULL, 'B'},
                                          {"merge", required_argument, NULL, 'G'},
                                          {"csv", required_argument, NULL, 'C'},
+                                         {"backend", required_argument, NULL, 'K'},
+                                         {"check", required_argument, NULL, 'k'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    char trace_path[1024] = "", hw_name[1024] = "";
+    char trace_path[1024] = "", hw_name[1024] = "", model_name[1024] = "";
+    const char *backend = "cuda", *check = NULL;
     const char *policy_name = NULL, *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean",
                *top_text = NULL, *seed_text = NULL, *report = NULL, *budgets = NULL, *csv = NULL;
     const char **sets = NULL, **files = NULL, **merges = NULL;
@@ -676,6 +694,12 @@ int cmd_validate(int argc, char **argv) {
             break;
         case 'C':
             csv = optarg;
+            break;
+        case 'K':
+            backend = optarg;
+            break;
+        case 'k':
+            check = optarg;
             break;
         case 'G':
             cli_collect(&merges, &n_merges, optarg);
@@ -757,6 +781,16 @@ int cmd_validate(int argc, char **argv) {
     else if (seed_text && !config_parse_u64(seed_text, &seed))
         rc = cli_usage_error("validate", "--seed: expected a non-negative integer, got '%s'",
                              seed_text);
+    double check_tpot = 0, check_margin = 0;
+    if (!rc && strcmp(backend, "cuda") && strcmp(backend, "cpu"))
+        rc = cli_usage_error("validate", "--backend: expected cuda or cpu, got '%s'", backend);
+    else if (!rc && check &&
+             (sscanf(check, "%lf,%lf", &check_tpot, &check_margin) != 2 || check_tpot <= 0 ||
+              check_margin < 0))
+        rc = cli_usage_error("validate",
+                             "--check: expected TPOT,MARGIN as two numbers (e.g. 0.25,0.3), got "
+                             "'%s'",
+                             check);
     if (rc) {
         free(sets);
         free(files);
@@ -768,7 +802,7 @@ int cmd_validate(int argc, char **argv) {
     size_t n_specs = 0;
     if (experiment) {
         st = experiment_specs(experiment, budgets, &specs, &n_specs, trace_path, hw_name,
-                              sizeof trace_path, &err);
+                              model_name, sizeof trace_path, &err);
     } else if (winners) {
         st = winners_specs(winners, by, (uint32_t)top, trace_path, hw_name, &specs, &n_specs, &err);
     } else {
@@ -781,14 +815,29 @@ int cmd_validate(int argc, char **argv) {
         st = moesim_fail(&err, MOESIM_EINPUT,
                          "moesim validate: --trace and --hw are required (or [validate] trace "
                          "and hw in the experiment file)");
-    vctx v = {.files = files, .n_files = n_files, .sets = sets, .n_sets = n_sets, .seed = seed};
+    vctx v = {.files = files,
+              .n_files = n_files,
+              .sets = sets,
+              .n_sets = n_sets,
+              .seed = seed,
+              .cpu = !strcmp(backend, "cpu")};
     if (!st)
-        st = cli_sim_inputs_load(trace_path, hw_name, NULL, &v.t, &v.hw, &v.model, &v.quant, &err);
-    if (!st) st = replay_device_check(&err); /* after the inputs: their errors come first */
-    if (!st && n_specs) { /* one pinned host store for the runs (pinning tens of GB is slow) */
+        st = cli_sim_inputs_load(trace_path, hw_name, model_name[0] ? model_name : NULL, &v.t,
+                                 &v.hw, &v.model, &v.quant, &err);
+    if (!st && !v.cpu) st = replay_device_check(&err); /* after the inputs: theirs come first */
+    if (!st && n_specs) { /* one host store for the runs (pinning tens of GB is slow) */
         moesim_precision primary = PREC_BF16;
         st = run_formats(&v, &specs[0], v.store_formats, sizeof v.store_formats, &primary, &err);
-        if (!st)
+        bool stored[PREC_COUNT], policy_only;
+        if (!st && v.cpu)
+            st = memsys_parse_host_precisions(v.store_formats, stored, &policy_only, &err);
+        if (!st && v.cpu && policy_only)
+            st = moesim_fail(&err, MOESIM_EINPUT,
+                             "validate --backend cpu: [sim] host_precisions must list the formats "
+                             "of the shared expert file (e.g. int8,int4,int2), not 'policy'");
+        if (!st && v.cpu)
+            st = cpu_store_create(&v.model, stored, NULL, v.seed, &v.cpu_store, &err);
+        else if (!st)
             st = replay_store_create(&v.model, &v.quant, v.store_formats, primary, v.hw.dram_bytes,
                                      NULL, v.seed, &v.store, &err);
     }
@@ -817,10 +866,21 @@ int cmd_validate(int argc, char **argv) {
         if (!st && json)
             cli_print_json(
                 rows_json(rows, n_specs, &s, v.hw.gpu, v.hw.name, trace_path, v.model.name));
+        uint64_t pairs, alike;
+        bool order = validate_order_beyond(rows, n_specs, check_margin, &pairs, &alike);
+        if (!st && check) {
+            fprintf(stderr,
+                    "validate: check: median |TPOT error| %.1f %% (limit %.1f %%), %" PRIu64
+                    " of %" PRIu64 " pairs more than %.0f %% apart ordered alike\n",
+                    100 * s.tpot_abs_err_median, 100 * check_tpot, alike, pairs,
+                    100 * check_margin);
+            if (!(s.tpot_abs_err_median <= check_tpot) || !order) rc = 1;
+        }
     }
     if (st) rc = cli_fail(&err);
     free(rows);
     replay_store_destroy(v.store);
+    cpu_store_destroy(v.cpu_store);
     specs_free(specs, n_specs);
     trace_destroy(v.t);
     free(sets);

@@ -17,6 +17,12 @@ void *moesim_xmalloc(size_t size) {
     return p;
 }
 
+void *moesim_xaligned(size_t align, size_t size) {
+    void *p = NULL;
+    if (posix_memalign(&p, align, size ? size : 1)) out_of_memory(size);
+    return p;
+}
+
 void *moesim_xcalloc(size_t count, size_t size) {
     if (size && count > SIZE_MAX / size) out_of_memory(SIZE_MAX);
     void *p = calloc(count ? count : 1, size ? size : 1);

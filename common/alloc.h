@@ -10,5 +10,7 @@ void *moesim_xmalloc(size_t size);
 void *moesim_xcalloc(size_t count, size_t size); /* checks count * size for overflow */
 void *moesim_xrealloc(void *ptr, size_t size);
 char *moesim_xstrdup(const char *s);
+/* `size` bytes aligned to `align` (a power of two, a multiple of sizeof(void *)); free() it. */
+void *moesim_xaligned(size_t align, size_t size);
 
 #endif

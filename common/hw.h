@@ -26,6 +26,7 @@ typedef struct hw_profile {
     uint64_t h2d_latency_ns;           /* per transfer */
     uint64_t d2h_latency_ns;
     uint32_t copy_engines;             /* per direction count is what matters: see hw ini */
+    bool h2d_latency_per_chunk;        /* every chunk pays h2d_latency_ns, not each transfer */
 
     uint64_t dram_bytes;               /* host memory available for expert storage */
     double dram_bytes_per_s;

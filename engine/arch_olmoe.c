@@ -1,6 +1,7 @@
 /* OLMoE (model_type "olmoe"): QK-norm over the whole q and k projections (q_norm: [hidden],
  * k_norm: [n_kv_heads * head_dim]) before RoPE, optional clip_qkv clamp, every layer MoE,
- * gate weights not renormalized unless norm_topk_prob. */
+ * gate weights not renormalized unless norm_topk_prob; attention_bias puts a bias on q, k, v and
+ * o_proj; full attention (a sliding_window key is refused, config_json.c). */
 #include <stdio.h>
 
 #include "engine/engine_internal.h"
@@ -13,8 +14,10 @@ static moesim_status parse(const json_t *cfg, engine_config *c, const char *what
         (st = cfg_u32(cfg, "num_experts_per_tok", true, 0, &c->top_k, what, err)) ||
         (st = cfg_u32(cfg, "intermediate_size", true, 0, &c->expert_inter, what, err)) ||
         (st = cfg_bool(cfg, "norm_topk_prob", false, &c->norm_topk_prob, what, err)) ||
+        (st = cfg_bool(cfg, "attention_bias", false, &c->qkv_bias, what, err)) ||
         (st = cfg_f64(cfg, "clip_qkv", false, 0, &clip, what, err)))
         return st;
+    c->o_bias = c->qkv_bias;
     if (clip < 0) return moesim_fail(err, MOESIM_EINPUT, "%s: clip_qkv: expected >= 0", what);
     c->clip_qkv = (float)clip;
     c->qk_norm_full = true;
@@ -36,6 +39,7 @@ static void name(char *buf, size_t len, tensor_kind kind, uint32_t l, uint32_t e
     case T_Q_BIAS: snprintf(buf, len, "model.layers.%u.self_attn.q_proj.bias", l); break;
     case T_K_BIAS: snprintf(buf, len, "model.layers.%u.self_attn.k_proj.bias", l); break;
     case T_V_BIAS: snprintf(buf, len, "model.layers.%u.self_attn.v_proj.bias", l); break;
+    case T_O_BIAS: snprintf(buf, len, "model.layers.%u.self_attn.o_proj.bias", l); break;
     case T_Q_NORM: snprintf(buf, len, "model.layers.%u.self_attn.q_norm.weight", l); break;
     case T_K_NORM: snprintf(buf, len, "model.layers.%u.self_attn.k_norm.weight", l); break;
     case T_ROUTER: snprintf(buf, len, "model.layers.%u.mlp.gate.weight", l); break;
@@ -46,4 +50,6 @@ static void name(char *buf, size_t len, tensor_kind kind, uint32_t l, uint32_t e
     }
 }
 
-const engine_arch engine_arch_olmoe = {"olmoe", parse, name};
+/* defaults when config.json leaves the key out, as transformers 5.23's OlmoeConfig sets them:
+ * default_theta, rms_norm_eps, num_key_value_heads None (= heads) */
+const engine_arch engine_arch_olmoe = {"olmoe", 1e4, 1e-5, 0, parse, name};

@@ -1,7 +1,11 @@
 /* config.json readers shared by the architecture files: typed keys with defaults, each failure
- * naming the file and the key. JSON null counts as absent (HF writes "head_dim": null). */
+ * naming the file and the key. JSON null counts as absent (HF writes "head_dim": null), except
+ * where the reference gives null its own meaning (cfg_window). Also the table of keys the engine
+ * refuses (cfg_check_refusals). */
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "engine/engine_internal.h"
 
 static const json_t *get(const json_t *cfg, const char *key) {
@@ -77,6 +81,89 @@ moesim_status cfg_qwen_moe_layers(const json_t *cfg, engine_config *c, const cha
                                    i, c->n_layers);
             c->is_moe[json_integer_value(x)] = false;
         }
+    }
+    return MOESIM_OK;
+}
+
+moesim_status cfg_window(const json_t *cfg, const char *key, uint32_t absent, bool null_is_full,
+                         uint32_t *out, const char *what, moesim_error *err) {
+    const json_t *v = json_object_get(cfg, key);
+    if (!v) {
+        *out = absent;
+        return MOESIM_OK;
+    }
+    if (json_is_null(v) && null_is_full) {
+        *out = 0;
+        return MOESIM_OK;
+    }
+    /* a window of 0 masks every position in the reference (kv > q - 0 and kv <= q) */
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > UINT32_MAX)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: %s: expected %san integer >= 1", what, key,
+                           null_is_full ? "null or " : "");
+    *out = (uint32_t)json_integer_value(v);
+    return MOESIM_OK;
+}
+
+/* ---- keys the engine does not implement ---- */
+
+static bool silu(const json_t *v) {
+    return !v || (json_is_string(v) && !strcmp(json_string_value(v), "silu"));
+}
+
+static bool absent_or_null(const json_t *v) { return !v || json_is_null(v); }
+
+/* rope_scaling (released checkpoints) names its type "rope_type" or "type" */
+static bool unscaled_rope(const json_t *v) {
+    if (!v || json_is_null(v)) return true;
+    const json_t *type = json_object_get(v, "rope_type");
+    if (!type) type = json_object_get(v, "type");
+    return json_is_string(type) && !strcmp(json_string_value(type), "default");
+}
+
+/* rope_parameters (transformers 5): rope_type absent or "default" */
+static bool default_rope(const json_t *v) {
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_object(v)) return false;
+    const json_t *type = json_object_get(v, "rope_type");
+    return !type || (json_is_string(type) && !strcmp(json_string_value(type), "default"));
+}
+
+/* Keys that the reference (transformers' modeling code of the model_type) reads and that change
+ * what it computes at inference, at values the engine does not implement. engine/README.md lists
+ * the same rows; every key the reference reads is either implemented (arch_*.c, engine.c), here,
+ * or has no effect on inference (README). */
+static const cfg_refusal refusals[] = {
+    {NULL, "quantization_config", absent_or_null,
+     "absent or null: the engine reads unquantized bf16, fp16 or fp32 weights"},
+    {NULL, "hidden_act", silu, "\"silu\""},
+    {NULL, "rope_scaling", unscaled_rope, "null or rope_type \"default\": scaled RoPE is not "
+                                          "implemented"},
+    {NULL, "rope_parameters", default_rope, "rope_type \"default\": scaled RoPE is not "
+                                            "implemented"},
+    {"olmoe", "sliding_window", absent_or_null,
+     "null: transformers applies it to OLMoE only under flash attention, the eager and sdpa "
+     "references attend to every position"},
+};
+
+const cfg_refusal *cfg_refusals(size_t *n) {
+    *n = MOESIM_ARRAY_LEN(refusals);
+    return refusals;
+}
+
+moesim_status cfg_check_refusals(const json_t *cfg, const char *model_type, const char *what,
+                                 moesim_error *err) {
+    for (size_t i = 0; i < MOESIM_ARRAY_LEN(refusals); i++) {
+        const cfg_refusal *r = &refusals[i];
+        if (r->model_type && strcmp(r->model_type, model_type)) continue;
+        const json_t *v = json_object_get(cfg, r->key);
+        if (r->accepts(v)) continue;
+        char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        moesim_status st = moesim_fail(err, MOESIM_EINPUT,
+                                       "%s: %s: %.60s%s is not implemented by the engine "
+                                       "(supported: %s)", what, r->key, text ? text : "?",
+                                       text && strlen(text) > 60 ? "..." : "", r->supported);
+        free(text);
+        return st;
     }
     return MOESIM_OK;
 }

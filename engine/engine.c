@@ -46,6 +46,7 @@ typedef struct expert_w {
 typedef struct layer_w {
     float *attn_norm, *ffn_norm;          /* [hidden] */
     float *q_bias, *k_bias, *v_bias;      /* [q_dim], [kv_dim], [kv_dim] or NULL */
+    float *o_bias;                        /* [hidden] or NULL */
     float *q_norm, *k_norm;               /* [head_dim] (per head) or [q_dim]/[kv_dim] (full) */
     engine_mat wq, wk, wv, wo;            /* [q_dim][hidden] ... [hidden][q_dim] */
     engine_mat router;                    /* [n_experts][hidden] (MoE layers) */
@@ -169,40 +170,23 @@ static moesim_status parse_config(engine *e, const char *path, moesim_error *err
         (st = cfg_u32(cfg, "num_hidden_layers", true, 0, &c->n_layers, path, err)) ||
         (st = cfg_u32(cfg, "vocab_size", true, 0, &c->vocab, path, err)) ||
         (st = cfg_u32(cfg, "num_attention_heads", true, 0, &c->n_heads, path, err)) ||
-        (st = cfg_u32(cfg, "num_key_value_heads", false, c->n_heads, &c->n_kv_heads, path, err)) ||
+        /* (n_heads is read by then: || evaluates in order) */
+        (st = cfg_u32(cfg, "num_key_value_heads", false,
+                      e->arch->default_kv_heads ? e->arch->default_kv_heads : c->n_heads,
+                      &c->n_kv_heads, path, err)) ||
         (st = cfg_u32(cfg, "head_dim", false, 0, &head_dim, path, err)) ||
         (st = cfg_u32(cfg, "intermediate_size", false, 0, &c->dense_inter, path, err)) ||
-        (st = cfg_f64(cfg, "rms_norm_eps", false, 1e-6, &eps, path, err)) ||
+        (st = cfg_f64(cfg, "rms_norm_eps", false, e->arch->default_rms_eps, &eps, path, err)) ||
         (st = cfg_bool(cfg, "tie_word_embeddings", false, &c->tie_embeddings, path, err)))
         goto done;
     c->rms_eps = (float)eps;
-    const json_t *act = json_object_get(cfg, "hidden_act");
-    if (act && !(json_is_string(act) && !strcmp(json_string_value(act), "silu"))) {
-        st = moesim_fail(err, MOESIM_EINPUT, "%s: hidden_act: expected \"silu\"", path);
-        goto done;
-    }
+    if ((st = cfg_check_refusals(cfg, c->model_type, path, err))) goto done;
     /* RoPE: top-level rope_theta (released checkpoints) or rope_parameters (transformers 5) */
     const json_t *rp = json_object_get(cfg, "rope_parameters");
-    const json_t *rs = json_object_get(cfg, "rope_scaling");
-    if (json_is_object(rp)) {
-        if ((st = cfg_f64(rp, "rope_theta", false, 0, &theta, path, err))) goto done;
-        const json_t *type = json_object_get(rp, "rope_type");
-        if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "default"))) {
-            st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s: rope_parameters.rope_type: only \"default\" is supported", path);
-            goto done;
-        }
-    }
-    if (rs && !json_is_null(rs)) {
-        const json_t *type = json_object_get(rs, "rope_type");
-        if (!type) type = json_object_get(rs, "type");
-        if (!(json_is_string(type) && !strcmp(json_string_value(type), "default"))) {
-            st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s: rope_scaling: scaled RoPE is not supported (expected null)", path);
-            goto done;
-        }
-    }
-    if (theta == 0 && (st = cfg_f64(cfg, "rope_theta", false, 10000.0, &theta, path, err)))
+    if (json_is_object(rp) && (st = cfg_f64(rp, "rope_theta", false, 0, &theta, path, err)))
+        goto done;
+    if (theta == 0 && (st = cfg_f64(cfg, "rope_theta", false, e->arch->default_rope_theta, &theta,
+                                        path, err)))
         goto done;
     c->rope_theta = theta;
     if ((st = check_range(path, "num_hidden_layers", c->n_layers, 1, MODEL_MAX_LAYERS, err)) ||
@@ -328,14 +312,14 @@ static moesim_status shard_for(engine *e, const char *dir, const char *name, st_
 }
 
 static moesim_status find_tensor(engine *e, const char *dir, tensor_kind kind, uint32_t l,
-                                 uint32_t x, bool optional, const st_tensor **out, char *name,
-                                 size_t name_len, moesim_error *err) {
+                                 uint32_t x, const st_tensor **out, char *name, size_t name_len,
+                                 moesim_error *err) {
     e->arch->tensor_name(name, name_len, kind, l, x);
     st_file *f;
     moesim_status st = shard_for(e, dir, name, &f, err);
     if (st) return st;
     *out = f ? st_file_find(f, name) : NULL;
-    if (!*out && !optional)
+    if (!*out)
         return moesim_fail(err, MOESIM_EINPUT, "%s: tensor '%s' missing from the checkpoint", dir,
                            name);
     return MOESIM_OK;
@@ -374,14 +358,14 @@ static moesim_status check_shape(const char *dir, const char *name, const st_ten
     return MOESIM_OK;
 }
 
-/* A vector [n] as an owned fp32 copy (NULL when optional and absent). */
+/* A vector [n] as an owned fp32 copy. */
 static moesim_status load_vec(engine *e, const char *dir, tensor_kind kind, uint32_t l, uint32_t n,
-                              bool optional, float **out, moesim_error *err) {
+                              float **out, moesim_error *err) {
     const st_tensor *t;
     char name[SAFETENSORS_MAX_NAME];
     *out = NULL;
-    moesim_status st = find_tensor(e, dir, kind, l, 0, optional, &t, name, sizeof name, err);
-    if (st || !t) return st;
+    moesim_status st = find_tensor(e, dir, kind, l, 0, &t, name, sizeof name, err);
+    if (st) return st;
     if ((st = check_shape(dir, name, t, 0, n, err))) return st;
     float *v = own(e, moesim_xcalloc(n, sizeof *v));
     for (uint32_t i = 0; i < n; i++) v[i] = to_f32(t, i);
@@ -395,7 +379,7 @@ static moesim_status load_mat(engine *e, const char *dir, tensor_kind kind, uint
                               moesim_error *err) {
     const st_tensor *t;
     char name[SAFETENSORS_MAX_NAME];
-    moesim_status st = find_tensor(e, dir, kind, l, x, false, &t, name, sizeof name, err);
+    moesim_status st = find_tensor(e, dir, kind, l, x, &t, name, sizeof name, err);
     if (st) return st;
     if ((st = check_shape(dir, name, t, rows, cols, err))) return st;
     out->rows = rows;
@@ -478,7 +462,7 @@ static moesim_status load_weights(engine *e, const char *dir, moesim_error *err)
     uint32_t H = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     moesim_status st;
     if ((st = load_mat(e, dir, T_EMBED, 0, 0, c->vocab, H, &e->embed, err)) ||
-        (st = load_vec(e, dir, T_FINAL_NORM, 0, H, false, &e->final_norm, err)))
+        (st = load_vec(e, dir, T_FINAL_NORM, 0, H, &e->final_norm, err)))
         return st;
     if (c->tie_embeddings) e->lm_head = e->embed;
     else if ((st = load_mat(e, dir, T_LM_HEAD, 0, 0, c->vocab, H, &e->lm_head, err))) return st;
@@ -488,17 +472,18 @@ static moesim_status load_weights(engine *e, const char *dir, moesim_error *err)
         uint32_t qn = c->qk_norm_per_head ? c->head_dim : qd;
         uint32_t kn = c->qk_norm_per_head ? c->head_dim : kvd;
         bool qk = c->qk_norm_per_head || c->qk_norm_full;
-        if ((st = load_vec(e, dir, T_ATTN_NORM, l, H, false, &L->attn_norm, err)) ||
-            (st = load_vec(e, dir, T_FFN_NORM, l, H, false, &L->ffn_norm, err)) ||
+        if ((st = load_vec(e, dir, T_ATTN_NORM, l, H, &L->attn_norm, err)) ||
+            (st = load_vec(e, dir, T_FFN_NORM, l, H, &L->ffn_norm, err)) ||
             (st = load_mat(e, dir, T_Q, l, 0, qd, H, &L->wq, err)) ||
             (st = load_mat(e, dir, T_K, l, 0, kvd, H, &L->wk, err)) ||
             (st = load_mat(e, dir, T_V, l, 0, kvd, H, &L->wv, err)) ||
             (st = load_mat(e, dir, T_O, l, 0, H, qd, &L->wo, err)) ||
-            (st = load_vec(e, dir, T_Q_BIAS, l, qd, true, &L->q_bias, err)) ||
-            (st = load_vec(e, dir, T_K_BIAS, l, kvd, true, &L->k_bias, err)) ||
-            (st = load_vec(e, dir, T_V_BIAS, l, kvd, true, &L->v_bias, err)) ||
-            (qk && (st = load_vec(e, dir, T_Q_NORM, l, qn, false, &L->q_norm, err))) ||
-            (qk && (st = load_vec(e, dir, T_K_NORM, l, kn, false, &L->k_norm, err))))
+            (c->qkv_bias && (st = load_vec(e, dir, T_Q_BIAS, l, qd, &L->q_bias, err))) ||
+            (c->qkv_bias && (st = load_vec(e, dir, T_K_BIAS, l, kvd, &L->k_bias, err))) ||
+            (c->qkv_bias && (st = load_vec(e, dir, T_V_BIAS, l, kvd, &L->v_bias, err))) ||
+            (c->o_bias && (st = load_vec(e, dir, T_O_BIAS, l, H, &L->o_bias, err))) ||
+            (qk && (st = load_vec(e, dir, T_Q_NORM, l, qn, &L->q_norm, err))) ||
+            (qk && (st = load_vec(e, dir, T_K_NORM, l, kn, &L->k_norm, err))))
             return st;
         if (!c->is_moe[l]) {
             if ((st = load_ffn(e, dir, l, 0, T_DENSE_GATE, c->dense_inter, L->dense, err)))
@@ -551,7 +536,8 @@ static moesim_status cuda_attach(engine *e, uint32_t pool_experts, moesim_error 
         const layer_w *L = &e->layers[l];
         ecu_layer *d = &layers[l];
         *d = (ecu_layer){.attn_norm = L->attn_norm, .ffn_norm = L->ffn_norm, .q_bias = L->q_bias,
-                         .k_bias = L->k_bias, .v_bias = L->v_bias, .q_norm = L->q_norm,
+                         .k_bias = L->k_bias, .v_bias = L->v_bias, .o_bias = L->o_bias,
+                         .attn_window = c->attn_window[l], .q_norm = L->q_norm,
                          .k_norm = L->k_norm, .wq = ecu_of(&L->wq), .wk = ecu_of(&L->wk),
                          .wv = ecu_of(&L->wv), .wo = ecu_of(&L->wo), .is_moe = c->is_moe[l],
                          .shared_gate = L->shared_gate};
@@ -577,7 +563,7 @@ static moesim_status cuda_attach(engine *e, uint32_t pool_experts, moesim_error 
                    .n_moe_layers = c->n_moe_layers, .norm_topk_prob = c->norm_topk_prob,
                    .qk_norm_per_head = c->qk_norm_per_head, .qk_norm_full = c->qk_norm_full,
                    .rms_eps = c->rms_eps, .clip_qkv = c->clip_qkv, .rope_theta = c->rope_theta,
-                   .sliding_window = c->sliding_window, .moe_index = c->moe_index,
+                   .moe_index = c->moe_index,
                    .precision_mask = e->precision_mask, .layers = layers,
                    .final_norm = e->final_norm, .lm_head = ecu_of(&e->lm_head),
                    .pool_experts = pool_experts};
@@ -1008,8 +994,7 @@ moesim_status engine_seq_forward(engine *e, engine_seq *s, int32_t token,
         float *kc = s->k + ((size_t)l * s->max_ctx) * kvd, *vc = s->v + ((size_t)l * s->max_ctx) * kvd;
         memcpy(kc + (size_t)pos * kvd, e->k, kvd * sizeof(float));
         memcpy(vc + (size_t)pos * kvd, e->v, kvd * sizeof(float));
-        uint32_t start = c->sliding_window && pos + 1 > c->sliding_window
-                             ? pos + 1 - c->sliding_window : 0;
+        uint32_t w = c->attn_window[l], start = w && pos + 1 > w ? pos + 1 - w : 0;
         uint32_t n_ctx = pos + 1 - start;
         /* probs laid out [nh][n_ctx] inside the seq's [nh][max_ctx] scratch */
         e->be->attention(e->att, s->probs, e->q, kc + (size_t)start * kvd,
@@ -1023,6 +1008,7 @@ moesim_status engine_seq_forward(engine *e, engine_seq *s, int32_t token,
             }
         }
         e->be->matvec(e->pool, e->tmp, &L->wo, e->att);
+        if (L->o_bias) add_into(e->tmp, L->o_bias, H);
         add_into(e->x, e->tmp, H);
         e->be->rmsnorm(e->h, e->x, L->ffn_norm, H, c->rms_eps);
         if (c->is_moe[l]) moe_block(e, L, c->moe_index[l], e->h, pmap, info, e->y);

@@ -7,9 +7,13 @@
  *
  * Supported model_type values: qwen3_moe, qwen2_moe, olmoe, mixtral (engine/arch_*.c, one file
  * each, sharing the forward pass of engine.c). Every layer: RMSNorm -> attention (GQA, RoPE,
- * optional QK-norm and qkv bias, KV cache) -> residual -> RMSNorm (the router input) -> MoE block
- * (router softmax, top-k, optional renormalization, SwiGLU experts, optional sigmoid-gated shared
- * expert) or dense SwiGLU MLP -> residual; then the final norm and the LM head.
+ * optional QK-norm, q/k/v and o biases, a sliding window per layer, KV cache) -> residual ->
+ * RMSNorm (the router input) -> MoE block (router softmax, top-k, optional renormalization, SwiGLU
+ * experts, optional sigmoid-gated shared expert) or dense SwiGLU MLP -> residual; then the final
+ * norm and the LM head.
+ *
+ * config.json: every key the reference (transformers' modeling code) reads is implemented or, at
+ * a value the engine does not implement, refused with one line (engine/README.md).
  *
  * Numerics: activations fp32; weights read in their stored format (bf16 straight from the
  * memory-mapped file; fp16 and fp32 tensors converted to fp32 at load). Results do not depend on
@@ -49,8 +53,11 @@ typedef struct engine_config {
     bool tie_embeddings;
     float rms_eps;
     double rope_theta;
-    float clip_qkv;          /* 0: none */
-    uint32_t sliding_window; /* 0: full attention */
+    float clip_qkv; /* 0: none */
+    bool qkv_bias;  /* q_proj, k_proj, v_proj carry a bias */
+    bool o_bias;    /* o_proj carries a bias */
+    /* per layer: attention sees the last attn_window positions (its own included); 0: all */
+    uint32_t attn_window[MODEL_MAX_LAYERS];
     uint32_t n_moe_layers;
     bool is_moe[MODEL_MAX_LAYERS];
     uint32_t moe_index[MODEL_MAX_LAYERS]; /* model layer -> MoE layer index (valid if is_moe) */

@@ -23,7 +23,8 @@ typedef struct engine_mat {
 /* Tensors an architecture names; the forward pass asks for them by kind. */
 typedef enum tensor_kind {
     T_EMBED, T_FINAL_NORM, T_LM_HEAD,
-    T_ATTN_NORM, T_FFN_NORM, T_Q, T_K, T_V, T_O, T_Q_BIAS, T_K_BIAS, T_V_BIAS, T_Q_NORM, T_K_NORM,
+    T_ATTN_NORM, T_FFN_NORM, T_Q, T_K, T_V, T_O, T_Q_BIAS, T_K_BIAS, T_V_BIAS, T_O_BIAS, T_Q_NORM,
+    T_K_NORM,
     T_ROUTER, T_EXP_GATE, T_EXP_UP, T_EXP_DOWN,
     T_SHARED_GATE, T_SHARED_UP, T_SHARED_DOWN, T_SHARED_EXPERT_GATE,
     T_DENSE_GATE, T_DENSE_UP, T_DENSE_DOWN,
@@ -32,6 +33,10 @@ typedef enum tensor_kind {
 
 typedef struct engine_arch {
     const char *model_type;
+    /* defaults of keys config.json may leave out, as the reference's config class sets them */
+    double default_rope_theta;
+    double default_rms_eps;
+    uint32_t default_kv_heads; /* 0: num_attention_heads */
     /* Reads the architecture's config.json keys into c (common keys already read). */
     moesim_status (*parse_config)(const json_t *cfg, engine_config *c, const char *what,
                                   moesim_error *err);
@@ -61,6 +66,23 @@ moesim_status cfg_f64(const json_t *cfg, const char *key, bool required, double 
                       const char *what, moesim_error *err);
 moesim_status cfg_bool(const json_t *cfg, const char *key, bool def, bool *out, const char *what,
                        moesim_error *err);
+/* An attention window key: `absent` when the key is missing, 0 (every position) for null when
+ * null_is_full, else an integer >= 1 (0 is refused: the reference would mask every position). */
+moesim_status cfg_window(const json_t *cfg, const char *key, uint32_t absent, bool null_is_full,
+                         uint32_t *out, const char *what, moesim_error *err);
+/* A config.json key the reference reads, accepted only where the engine computes the same. */
+typedef struct cfg_refusal {
+    const char *model_type;           /* NULL: every architecture */
+    const char *key;
+    bool (*accepts)(const json_t *v); /* v: the key's value, NULL when absent */
+    const char *supported;            /* what the engine runs, for the message */
+} cfg_refusal;
+/* The table (engine/README.md lists the same rows). */
+const cfg_refusal *cfg_refusals(size_t *n);
+/* Fails on the first key of the table `cfg` sets to a value the engine does not implement, naming
+ * `what`, the key, its value and what is supported. */
+moesim_status cfg_check_refusals(const json_t *cfg, const char *model_type, const char *what,
+                                 moesim_error *err);
 /* Qwen-style layer selection: MoE where not in mlp_only_layers and (l+1) % decoder_sparse_step
  * == 0. */
 moesim_status cfg_qwen_moe_layers(const json_t *cfg, engine_config *c, const char *what,

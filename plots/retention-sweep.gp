@@ -7,10 +7,15 @@ set datafile columnheaders
 # A series' datablock, created holding one comment line so that a series without rows (a policy
 # not built in, every run failed) plots as empty instead of failing the figure.
 table(name) = sprintf('set print %s; print "# %s"; unset print; set table %s append', name, name, name)
-series = "4/2@16 4/0@16 4/2@24 4/0@24"
-strat(i) = word(series, i)[1:3]
-budget(i) = real(word(series, i)[5:])
-ok(i) = strcol('status') eq 'ok' && strcol('strategy') eq strat(i) && column('memory.budget_gb') == budget(i)
+# one series per strategy, budget and Eq. 5 rounding (carry: solid; ceil, the literal: dashed)
+strats = "4/2 4/0 4/2 4/0 4/2 4/0 4/2 4/0"
+budgets = "16 16 24 24 16 16 24 24"
+rounds = "carry carry carry carry ceil ceil ceil ceil"
+strat(i) = word(strats, i)
+budget(i) = real(word(budgets, i))
+rnd(i) = word(rounds, i)
+series = strats
+ok(i) = strcol('status') eq 'ok' && strcol('strategy') eq strat(i) && column('memory.budget_gb') == budget(i) && strcol('dymoe.rounding') eq rnd(i)
 do for [i=1:words(series)] {
     eval table(sprintf('$r%d', i))
     plot csv using (column('dymoe.retention')):(column('tpot_ms.mean')) with table if (ok(i))
@@ -21,9 +26,9 @@ do for [i=1:words(series)] {
 set datafile separator whitespace
 unset datafile columnheaders
 
-point(i) = i <= 2 ? 7 : 5   # 16 GB filled circles, 24 GB squares
-colour(i) = i % 2 ? 1 : 2  # 4/2 and 4/0
-dash(i) = i <= 2 ? 1 : 2
+point(i) = budget(i) == 16 ? 7 : 5   # 16 GB filled circles, 24 GB squares
+colour(i) = (i - 1) % 4 + 1          # strategy x budget
+dash(i) = rnd(i) eq 'carry' ? 1 : 2
 set multiplot layout 1, 2 title "DyMoE retention ratio r as a latency-quality knob (Fig. 11 setting), simulated: Mixtral-8x7B on an RTX 3090 (PCIe Gen3 x16), batch 1\n{/*0.8 4/2: sub-critical experts at int2; 4/0: skipped; critical experts at int4; r = 0.50 ... 1.00}"
 set grid
 set key top left box opaque
@@ -33,10 +38,10 @@ set title 'decode time per token vs retention ratio r'
 set xlabel 'retention ratio r (average share of experts kept critical, Eq. 4)'
 plot for [i=1:words(series)] sprintf('$r%d', i) using 1:2 smooth unique with linespoints lw 2 \
      pt point(i) lc colour(i) dt dash(i) \
-     title sprintf('%s, %g GB', strat(i), budget(i))
+     title sprintf('%s, %g GB, %s', strat(i), budget(i), rnd(i))
 set title 'decode time per token vs the quality it keeps'
 set xlabel 'gate mass run at HI precision: int4, critical (%)'
 plot for [i=1:words(series)] sprintf('$h%d', i) using 1:2 smooth unique with linespoints lw 2 \
      pt point(i) lc colour(i) dt dash(i) \
-     title sprintf('%s, %g GB', strat(i), budget(i))
+     title sprintf('%s, %g GB, %s', strat(i), budget(i), rnd(i))
 unset multiplot

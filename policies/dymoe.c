@@ -360,10 +360,14 @@ static bool dymoe_fetch(policy *p, uint32_t layer, uint32_t expert, dymoe_tier t
     uint32_t idx = layer * p->params.n_experts + expert;
     MOESIM_ASSERT(p->entries[idx].tier == DYMOE_TIER_NONE);
     if (p->entries[idx].stale) {
-        /* The LO copy awaiting eviction is still loading: a LO request reuses it; a HI request
-         * would duplicate the expert (rule 1), so it waits until the LO copy is gone. */
+        /* The LO copy awaiting eviction is still in HBM (its copy started): a LO request takes it
+         * back as it is, needing no room; a HI request would duplicate the expert (rule 1), so
+         * it waits until the LO copy is gone. */
         if (tier == DYMOE_TIER_HI) return false;
         dymoe_unstale(p, idx);
+        p->entries[idx].tier = (uint8_t)tier;
+        dymoe_lru_touch(p, idx);
+        return true;
     }
     if (!dymoe_make_room(p, layer, dymoe_tier_bytes(p, tier))) return false;
     policy_mem_result r = p->mem.ops->load(p->mem.mem, layer, expert, dymoe_tier_prec(p, tier),
@@ -723,6 +727,24 @@ static void dymoe_destroy(policy *p) {
 
 static moesim_precision dymoe_hi_precision(const policy *p) { return p->hi; }
 
+/* A prefetch the memory system dropped (its layer ran without it): the entry is no longer held. */
+static void dymoe_on_cancelled(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
+                               uint32_t parts_mask, policy_class cls, uint64_t now_ns) {
+    (void)prec, (void)parts_mask, (void)cls, (void)now_ns;
+    uint32_t idx = layer * p->params.n_experts + expert;
+    MOESIM_ASSERT(p->entries[idx].tier != DYMOE_TIER_NONE && !p->entries[idx].stale);
+    dymoe_lru_unlink(p, idx);
+    p->entries[idx].tier = DYMOE_TIER_NONE;
+}
+
+/* DRAM keeps hi first (critical experts, most of the gate mass), then lo when dyquant runs it. */
+static uint32_t dymoe_load_precisions(const policy *p, moesim_precision order[PREC_COUNT]) {
+    uint32_t n = 0;
+    order[n++] = p->hi;
+    if (p->knobs.dyquant && !p->lo_skip) order[n++] = p->lo;
+    return n;
+}
+
 const policy_methods policy_dymoe = {
     .api_version = POLICY_API_VERSION,
     .name = "dymoe",
@@ -737,7 +759,9 @@ const policy_methods policy_dymoe = {
     .on_route = dymoe_on_route,
     .on_transfer_done = NULL,
     .end_step = NULL,
+    .on_transfer_cancelled = dymoe_on_cancelled,
     .report = dymoe_report,
     .destroy = dymoe_destroy,
     .hi_precision = dymoe_hi_precision,
+    .load_precisions = dymoe_load_precisions,
 };

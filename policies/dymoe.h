@@ -29,7 +29,7 @@ typedef struct dymoe_knobs {
     bool cache;                  /* off: load on demand, nothing kept across layers (row 1) */
     bool prefetch;               /* look-ahead prefetcher (Sec. 4.4.1) */
     uint32_t prefetch_t;         /* Eq. 8's t (decode); 0: the model's top_k */
-    uint32_t prefetch_t_prefill; /* Eq. 7's t (prefill); 0: ceil(r(l+1) * predicted experts) */
+    uint32_t prefetch_t_prefill; /* Eq. 7's t (prefill); 0: every predicted expert */
     uint32_t heavy_hitter_k;     /* Eq. 2's k; 0: use heavy_hitter_share */
     double heavy_hitter_share;   /* k = ceil(share * tokens of the step) when heavy_hitter_k = 0 */
     int rounding;                /* dymoe_rounding: "carry" or "ceil" */

@@ -576,6 +576,13 @@ static size_t dx_report(const policy *p, const char **names, double *values, siz
 
 static moesim_precision dynaexq_hi_precision(const policy *p) { return p->prec[DX_HI]; }
 
+/* DRAM keeps both versions: every expert is resident at lo and promoted to hi by migration. */
+static uint32_t dynaexq_load_precisions(const policy *p, moesim_precision order[PREC_COUNT]) {
+    order[0] = p->prec[DX_HI];
+    order[1] = p->prec[DX_LO];
+    return 2;
+}
+
 const policy_methods policy_dynaexq = {
     .api_version = POLICY_API_VERSION,
     .name = "dynaexq",
@@ -593,4 +600,5 @@ const policy_methods policy_dynaexq = {
     .report = dx_report,
     .destroy = dx_destroy,
     .hi_precision = dynaexq_hi_precision,
+    .load_precisions = dynaexq_load_precisions,
 };

@@ -263,6 +263,7 @@ static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
     c->held_ids[(size_t)layer * c->n_experts + i] = (uint16_t)expert;
     c->held_pos[s] = (uint16_t)i;
     c->total_held++;
+    if (c->count_per_copy) c->uses[s] = 0; /* a new copy: its count starts over */
     if (c->heap_pos) heap_push(c, (uint32_t)s, c->key(c, c->key_ctx, layer, expert));
 }
 
@@ -328,6 +329,10 @@ bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_
     return find_victim_in(c, layer, layer + 1, victim_layer, victim_expert);
 }
 
+void expert_cache_forget(expert_cache *c, uint32_t layer, uint32_t expert) {
+    release(c, layer, expert);
+}
+
 bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
     MOESIM_ASSERT(expert_cache_holds(c, layer, expert));
     policy_mem_result r =
@@ -347,8 +352,9 @@ policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_
     policy_mem_result r =
         c->mem.ops->load(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL, cls);
     if (held) {
-        /* the policy's view and the memory system agree: what it holds is loading or resident */
-        MOESIM_ASSERT(r == POLICY_ALREADY);
+        /* the policy's view and the memory system agree: what it holds is loading or resident
+         * (a late prefetch may just have been promoted to this load's class) */
+        MOESIM_ASSERT(r == POLICY_ALREADY || r == POLICY_PROMOTED);
         return POLICY_ALREADY;
     }
     if (r == POLICY_ISSUED) {
@@ -418,20 +424,23 @@ static uint32_t active_index(const policy_route *r, uint16_t expert) {
 }
 
 uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan) {
+    /* the route's experts run together: none is the victim of a load for the route */
+    expert_cache_pin_active(c, r);
     size_t row = (size_t)r->layer * c->n_experts;
     size_t n = (size_t)r->n_tokens * r->top_k;
     for (size_t i = 0; i < n; i++) {
         uint16_t e = r->experts[i];
         if (e == POLICY_NO_EXPERT) continue;
         MOESIM_ASSERT(e < c->n_experts);
+        uint32_t a = active_index(r, e);
+        /* the first access of the route loads (its own key does not matter: it is pinned);
+         * counting after the load lets a per-copy count start from this access */
+        if (plan->run[a] == POLICY_RUN_SKIP &&
+            expert_cache_acquire(c, r->layer, e, POLICY_DEMAND) != POLICY_REFUSED)
+            plan->run[a] = (uint8_t)c->precision;
         c->last_use[row + e] = ++c->tick;
         c->uses[row + e]++;
         expert_cache_refresh(c, r->layer, e);
-        uint32_t a = active_index(r, e);
-        if (plan->run[a] != POLICY_RUN_SKIP) continue; /* served earlier in this route */
-        expert_cache_pin(c, r->layer, e);
-        if (expert_cache_acquire(c, r->layer, e, POLICY_DEMAND) != POLICY_REFUSED)
-            plan->run[a] = (uint8_t)c->precision;
     }
     uint32_t skipped = 0;
     for (uint32_t a = 0; a < r->n_active; a++) skipped += plan->run[a] == POLICY_RUN_SKIP;

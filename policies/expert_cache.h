@@ -27,18 +27,19 @@
  * expert in an indexed max-heap of stored keys, so a victim costs O(log n) instead of a scan of
  * thousands; a key that changes must be re-stored with expert_cache_refresh (plan_route does it
  * for the recency and use counts it changes; expert_cache_halve rebuilds the heap). Pinned experts
- * (those a route has already served, the candidates of a prefetch, and any expert whose eviction
- * the memory system refused during this route) are never chosen. Pins last until the next
- * expert_cache_begin_route.
+ * (every expert the current route needs, the candidates of a prefetch, and any expert whose
+ * eviction the memory system refused during this route) are never chosen. Pins last until the
+ * next expert_cache_begin_route.
  *
- * Accesses (expert_cache_plan_route): the route's (token, slot) accesses one at a time in token
- * order, then slot order, like a software cache fed the access sequence (the convention of
- * traces/stats.h and of lru.c, so a per-layer LRU here gives lru's hit rate): each access stamps
+ * Accesses (expert_cache_plan_route): first the route's whole active set is pinned (the
+ * simulator's rule, policies/policy.h: a (sub-)route's experts are resident together, so none of
+ * them is ever the victim of a load for the same route); then the (token, slot) accesses one at
+ * a time in token order, then slot order (the convention of traces/stats.h and of lru.c, so a
+ * per-layer LRU here gives lru's hit rate and `trace stats`' lru_hit_rate): each access stamps
  * the expert's recency with a strictly increasing tick and adds one use; the first access of an
- * expert in the route pins it and loads it on demand if it is not held, evicting victims first.
- * An expert routed later in the same route may be evicted by an earlier access (and is loaded
- * again when its turn comes) unless the policy pinned the route's active set beforehand. Use
- * counts persist across evictions. */
+ * expert in the route loads it on demand if it is not held, evicting unpinned victims first.
+ * Use counts persist across evictions unless the cache counts per copy (use_per_copy: a load
+ * starts the expert's count from zero). */
 #ifndef MOESIM_POLICIES_EXPERT_CACHE_H
 #define MOESIM_POLICIES_EXPERT_CACHE_H
 
@@ -77,7 +78,9 @@ struct expert_cache {
     uint32_t *n_held;   /* [n_layers] */
     uint64_t total_held;
     uint64_t *last_use; /* [n_layers][n_experts] tick of the latest access, 0: never */
-    uint64_t *uses;     /* [n_layers][n_experts] accesses so far (see expert_cache_halve) */
+    uint64_t *uses;     /* [n_layers][n_experts] accesses so far (see expert_cache_halve), or
+                           since the expert's current copy was loaded (count_per_copy) */
+    bool count_per_copy; /* a load restarts the expert's use count (set after init) */
     uint64_t *pin;      /* [n_layers][n_experts] == pin_epoch: pinned for this route */
     uint64_t tick, pin_epoch;
     expert_cache_key_fn key; /* victim order */
@@ -128,6 +131,9 @@ bool expert_cache_layer_full(const expert_cache *c, uint32_t layer);
  * false when there is none. */
 bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
                               uint32_t *victim_expert);
+/* The memory system cancelled the load of a held expert (policy_methods.on_transfer_cancelled):
+ * the cache no longer holds it. */
+void expert_cache_forget(expert_cache *c, uint32_t layer, uint32_t expert);
 /* Evicts a held expert through the memory system; on refusal (in use, copy started) pins it so
  * the search moves on, and returns false. */
 bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert);

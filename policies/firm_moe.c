@@ -462,7 +462,7 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     /* Prediction and prefetch run on decode steps whose batch comes in one route. A prefill
      * step activates most of a layer, and the host may split it into sub-routes that each fill
      * the pool, so prefetched bytes there could only stand in a demand load's way. */
-    bool predicting = !p->is_prefill && route->n_tokens == p->step_tokens;
+    bool predicting = p->knobs.prefetch && !p->is_prefill && route->n_tokens == p->step_tokens;
 
     /* 2. HEOP bookkeeping for S_l vs A_l (Algorithm 1 line 8) */
     bool have_pred = p->pred_valid && p->pred_layer == l && p->pred_step == p->step_index;
@@ -587,6 +587,16 @@ static size_t firm_report(const policy *p, const char **names, double *values, s
         values[i] = v[i];
     }
     return out;
+}
+
+/* The memory system dropped a stale prefetch of these parts: they leave the LRU. */
+static void firm_on_cancelled(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
+                              uint32_t parts_mask, policy_class cls, uint64_t now_ns) {
+    (void)prec, (void)cls, (void)now_ns;
+    for (uint32_t part = 0; part < PART_COUNT; part++) {
+        int32_t it = item_of(p, layer, expert, part);
+        if ((parts_mask & (1u << part)) && p->lru_in[it]) lru_unlink(p, it, pool_of(p, layer));
+    }
 }
 
 static void firm_destroy(policy *p) {
@@ -776,6 +786,9 @@ static const config_field firm_knob_fields[] = {
          "paper: two N_update intervals)"),
     KNOB("groups", CONFIG_U32, groups, 1, 4, "3",
          "Algorithm 1 line 3: depth groups of layers (3: shallow, middle, deep)"),
+    KNOB("prefetch", CONFIG_BOOL, prefetch, 1, 0, "true",
+         "Meeting-of-Layers prediction and prefetch (Method); false: the same sub-expert LRU "
+         "serving demand loads only, the without-prefetch side of an ablation"),
     KNOB("heop", CONFIG_BOOL, heop, 1, 0, "true",
          "HEOP hill climbing over (K, P) per group (Algorithm 1); false: (K, P) fixed"),
     KNOB("profile_steps", CONFIG_U32, profile_steps, 1, 100000000, "200",
@@ -798,6 +811,7 @@ const policy_methods policy_firm_moe = {
     .on_route = firm_on_route,
     .on_transfer_done = NULL,
     .end_step = firm_end_step,
+    .on_transfer_cancelled = firm_on_cancelled,
     .report = firm_report,
     .destroy = firm_destroy,
 };

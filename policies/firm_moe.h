@@ -31,6 +31,7 @@ typedef struct firm_knobs {
     uint32_t groups;        /* Algorithm 1 line 3: depth groups (3: shallow, middle, deep) */
     bool heop;              /* run HEOP (Algorithm 1); off: (K, P) fixed for every layer */
     uint32_t profile_steps; /* decode steps of HEOP's profiling phase (Algorithm 1 line 26) */
+    bool prefetch;          /* off: the sub-expert LRU alone, no MoL prediction or prefetch */
 } firm_knobs;
 
 /* The policy registered as "firm-moe". */

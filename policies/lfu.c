@@ -3,10 +3,19 @@
  * Optimal Page Replacement", J. ACM 18(1), the frequency-ordered baseline; activation frequency is
  * also the signal MoE offloading systems cache by, e.g. MoE-Infinity, Xue et al. 2024), applied to
  * experts: every (token, slot) routing of an expert is one use; a miss loads the expert on demand
- * and, when its pool is full, evicts the held expert with the fewest uses. Ties go to the least
- * recently used, then to the lower layer, then to the lower expert id, so runs are deterministic.
- * Counts are "perfect LFU" counts: they cover every access since the start of the run, whether or
- * not the expert was resident, and persist across evictions. They do not age by default; with
+ * and, when its pool is full, evicts the held expert with the fewest uses that the route does not
+ * need (a route's experts are pinned: the simulator's rule, policies/policy.h). Ties go to the
+ * least recently used, then to the lower layer, then to the lower expert id, so runs are
+ * deterministic. What a use count covers is the `lfu.counts` knob, the two rules of Breslau, Cao,
+ * Fan, Phillips & Shenker 1999 ("Web Caching and Zipf-like Distributions: Evidence and
+ * Implications", INFOCOM 1999, the two LFU variants it compares):
+ *   - lifetime (default, "Perfect-LFU"): every access since the start of the run, whether or not
+ *     the expert was resident; counts persist across evictions;
+ *   - per_copy ("In-Cache-LFU"): the accesses since the expert's current copy was loaded; a
+ *     reload starts from the access that caused it (count 1). A cache that keeps no state for
+ *     experts it does not hold counts this way (issue 17 reports it is the rule of the peer
+ *     simulator robinber/moe-sim).
+ * Counts do not age by default; with
  * lfu.halve_every_steps = N every count is halved after each N steps (TinyLFU's reset,
  * Einziger, Friedman & Manes 2017, "TinyLFU: A Highly Efficient Cache Admission Policy", ACM TOS
  * 13(4), Sec. 3.3), so old popularity fades. Scope: one pool per MoE layer (default; the pool is
@@ -22,7 +31,11 @@
 typedef struct lfu_knobs {
     int scope;                  /* expert_cache_scope */
     uint64_t halve_every_steps; /* 0: counts never age */
+    int counts;                 /* enum lfu_counts */
 } lfu_knobs;
+
+enum lfu_counts { LFU_COUNTS_LIFETIME = 0, LFU_COUNTS_PER_COPY };
+static const char *const lfu_counts_names[] = {"lifetime", "per_copy", NULL};
 
 static const config_field lfu_knob_fields[] = {
     {.section = "lfu",
@@ -44,6 +57,17 @@ static const config_field lfu_knob_fields[] = {
      .def = "0",
      .help = "halve every use count after this many steps (TinyLFU reset, Einziger et al. 2017, "
              "Sec. 3.3); 0 = counts never age"},
+    {.section = "lfu",
+     .key = "counts",
+     .type = CONFIG_ENUM,
+     .offset = offsetof(lfu_knobs, counts),
+     .choices = lfu_counts_names,
+     .def = "lifetime",
+     .min = 1,
+     .max = 0,
+     .help = "lifetime: every access since the start, kept across evictions (Perfect-LFU); "
+             "per_copy: accesses since the expert's current copy was loaded (In-Cache-LFU); "
+             "Breslau et al. 1999, INFOCOM"},
 };
 
 struct policy {
@@ -64,6 +88,7 @@ static moesim_status lfu_create(const policy_params *params, const void *knobs_i
         return st;
     }
     p->halve_every_steps = k->halve_every_steps;
+    p->cache.count_per_copy = k->counts == LFU_COUNTS_PER_COPY;
     *out = p;
     return MOESIM_OK;
 }

@@ -1,13 +1,16 @@
 /* `lru`: a least-recently-used expert cache at one precision (expert.precision), the classic
  * offloading baseline (e.g. the per-layer LRU of Eliseev & Mazur 2023, "Fast Inference of
- * Mixture-of-Experts Language Models with Offloading", §3.2). Accesses are processed one
- * (token, slot) at a time in routing order, exactly like a software LRU cache: a hit moves the
- * expert to the front; a miss evicts the least recently used expert (when the cache is full) and
- * loads the missing one on demand. Scope `layer` (default) keeps one list per layer with a fixed
- * capacity per layer: cache.experts_per_layer, or an equal share of the expert budget; scope
- * `global` keeps one list over all layers and evicts only when the mechanism refuses a load (the
- * budget is full). With scope `layer` and cache.experts_per_layer = c the hit rate equals the
- * stack-algorithm figure lru_hit_rate[c] of `moesim trace stats` (tests/test_sim.c checks it). */
+ * Mixture-of-Experts Language Models with Offloading", §3.2). The route's experts run together,
+ * so all of them are pinned first: none is ever the victim of a load for the same route (the
+ * simulator's rule, policies/policy.h; an engine never evicts what the kernel it is about to
+ * launch needs). Then accesses are processed one (token, slot) at a time in routing order: a hit
+ * moves the expert to the front; a miss evicts the least recently used expert the route does
+ * not need (when the cache is full) and loads the missing one on demand. Scope `layer` (default)
+ * keeps one list per layer with a fixed capacity per layer: cache.experts_per_layer, or an equal
+ * share of the expert budget; scope `global` keeps one list over all layers and evicts only when
+ * the mechanism refuses a load (the budget is full). With scope `layer`, cache.experts_per_layer
+ * = c and one-token steps (batch 1, one-token prompts) the hit rate equals lru_hit_rate[c] of
+ * `moesim trace stats` (tests/test_sim.c checks it). */
 #include <stddef.h>
 #include <stdlib.h>
 
@@ -46,7 +49,7 @@ struct policy {
     uint32_t layer_cap;  /* scope layer: experts per layer list */
     uint32_t *lprev, *lnext, *gprev, *gnext; /* [L*E] */
     uint8_t *cached;                         /* [L*E] */
-    uint32_t *stamp;                         /* [L*E] route that last touched the node */
+    uint32_t *stamp;                         /* [L*E] latest route that needs the node */
     uint32_t gen;
     lru_list *layer; /* [L] */
     lru_list global;
@@ -121,7 +124,7 @@ static moesim_status lru_create(const policy_params *params, const void *knobs, 
     return MOESIM_OK;
 }
 
-/* The least recently used node of `list` not touched by the current route, or LRU_NIL. */
+/* The least recently used node of `list` not needed by the current route, or LRU_NIL. */
 static uint32_t victim_of(const policy *p, const lru_list *list, const uint32_t *prev) {
     for (uint32_t x = list->tail; x != LRU_NIL; x = prev[x])
         if (p->stamp[x] != p->gen) return x;
@@ -168,7 +171,10 @@ static void touch(policy *p, uint32_t layer, uint16_t e) {
 }
 
 static void lru_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    /* the route's experts run together: stamping them all first keeps every one of them out of
+     * the victim search of the route's misses (the simulator's rule, policies/policy.h) */
     p->gen++;
+    for (uint32_t a = 0; a < r->n_active; a++) p->stamp[r->layer * p->E + r->active[a]] = p->gen;
     size_t n = (size_t)r->n_tokens * r->top_k;
     for (size_t i = 0; i < n; i++)
         if (r->experts[i] != POLICY_NO_EXPERT) touch(p, r->layer, r->experts[i]);

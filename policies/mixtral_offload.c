@@ -13,10 +13,8 @@
  * guesses), ranked by summed predicted score (ties: lower id), cut to the room the pool can
  * spare, and loaded with prefetch priority, each entering layer l+1's LRU as its newest entry and
  * evicting that layer's least recently used expert that is not itself guessed. The room is the
- * whole pool in a shared budget, and the pool less top_k when cache.experts_per_layer makes the
- * memory system enforce per-layer pools: a wrong guess whose copy has started cannot be
- * cancelled, and the API has no "wait for this copy", so top_k places stay free for the next
- * token's demand loads. The last layer does not guess past the end of the model (the paper's
+ * whole pool, even at top_k experts per layer (the paper's 12 GB setting): a wrong guess not yet
+ * copied is cancelled by the memory system when layer l+1 runs without it. The last layer does not guess past the end of the model (the paper's
  * guess stays within one token's forward pass). The cache size per layer is
  * mixtral-offload.experts_per_layer, else cache.experts_per_layer, else the layer's share of the
  * expert budget; the cache starts empty. The paper's mixed quantization (HQQ) is
@@ -131,12 +129,11 @@ static void prefetch_next_layer(policy *p, const policy_route *r) {
     uint32_t next = r->layer + 1;
     if (r->lookahead_ids == NULL || p->lookahead_depth == 0 || next >= p->cache.n_layers) return;
     uint32_t n = gather_candidates(p, r);
-    /* room for the guesses: the whole pool in a shared budget (a demand that finds every place
-     * taken by a guess still in flight takes room from another layer), the pool less top_k when
-     * the memory system enforces per-layer pools (so a wrong guess whose copy has started, and
-     * cannot be cancelled, never leaves the next token's demand loads without a place) */
+    /* room for the guesses: the whole pool, even when it holds only top_k experts (the paper's
+     * 12 GB setting, Sec. 4: 2 experts per layer). A wrong guess not yet copied is cancelled
+     * when the next layer runs without it (sim/memsys.h); one whose copy has started makes the
+     * host wait for it to land before the next route, as an engine waits for its DMA. */
     uint32_t room = p->cache.layer_capacity;
-    if (p->cache.per_layer_pools) room = room > p->cache.top_k ? room - p->cache.top_k : 0;
     if (n > room) {
         p->prefetch_skipped += n - room;
         n = room;
@@ -160,6 +157,13 @@ static void mixtral_offload_on_route(policy *p, const policy_route *route, polic
     expert_cache_begin_route(&p->cache);
     expert_cache_plan_route(&p->cache, route, plan);
     prefetch_next_layer(p, route);
+}
+
+static void mixtral_offload_on_cancelled(policy *p, uint32_t layer, uint32_t expert,
+                                        moesim_precision prec, uint32_t parts_mask,
+                                        policy_class cls, uint64_t now_ns) {
+    (void)prec, (void)parts_mask, (void)cls, (void)now_ns;
+    expert_cache_forget(&p->cache, layer, expert);
 }
 
 static size_t mixtral_offload_report(const policy *p, const char **names, double *values,
@@ -190,6 +194,7 @@ const policy_methods policy_mixtral_offload = {
     .knobs_size = sizeof(mixtral_offload_knobs),
     .create = mixtral_offload_create,
     .on_route = mixtral_offload_on_route,
+    .on_transfer_cancelled = mixtral_offload_on_cancelled,
     .report = mixtral_offload_report,
     .destroy = mixtral_offload_destroy,
 };

@@ -123,8 +123,7 @@ static void oracle_on_route(policy *p, const policy_route *route, policy_plan *p
     /* the previous route's experts were used: their next use moved on */
     for (uint32_t i = 0; i < p->n_prev; i++) expert_cache_refresh(c, p->prev_layer, p->prev[i]);
     expert_cache_begin_route(c);
-    expert_cache_pin_active(c, route); /* never evict what this route needs */
-    expert_cache_plan_route(c, route, plan);
+    expert_cache_plan_route(c, route, plan); /* pins the route's experts: never evicted for it */
 
     uint32_t next = route->layer + 1 < c->n_layers ? route->layer + 1 : 0;
     uint32_t n = c->mem.ops->future_active(c->mem.mem, next, p->ids, c->n_experts);
@@ -138,6 +137,12 @@ static void oracle_on_route(policy *p, const policy_route *route, policy_plan *p
     p->prev_layer = route->layer;
     size_t n_acc = (size_t)route->n_tokens * route->top_k;
     for (size_t i = 0; i < n_acc; i++) p->access_pos += route->experts[i] != POLICY_NO_EXPERT;
+}
+
+static void oracle_on_cancelled(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
+                                uint32_t parts_mask, policy_class cls, uint64_t now_ns) {
+    (void)prec, (void)parts_mask, (void)cls, (void)now_ns;
+    expert_cache_forget(&p->cache, layer, expert);
 }
 
 static size_t oracle_report(const policy *p, const char **names, double *values, size_t cap) {
@@ -163,6 +168,7 @@ const policy_methods policy_oracle = {
     .create = oracle_create,
     .warmup = oracle_warmup,
     .on_route = oracle_on_route,
+    .on_transfer_cancelled = oracle_on_cancelled,
     .report = oracle_report,
     .destroy = oracle_destroy,
 };

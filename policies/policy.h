@@ -14,6 +14,7 @@
  *                                                the memory system (policy_mem)
  *       end_step(step)
  *   on_transfer_done(...)                       whenever a load the policy issued completes
+ *   on_transfer_cancelled(...)                  when the memory system drops a stale prefetch
  *   destroy()
  *
  * Routes and sub-routes: on_route normally comes once per (step, layer). When the step's distinct
@@ -29,6 +30,17 @@
  * (returns POLICY_REFUSED), so "never over budget" holds for every policy by construction. The
  * mechanism also never runs an expert before every part it needs at the planned precision is
  * resident: compute waits for the copy (part by part: gate and up first, then down).
+ *
+ * Copy classes, promotion and cancellation (sim/memsys.h): demand > prefetch > background. A load
+ * of parts that are loading in a lower class moves their copy up to the caller's class at once and
+ * returns POLICY_PROMOTED (the policy learns its prefetch was late). A prefetch targets the next
+ * route of its layer after it was issued; if that layer is routed in a step that does not run it
+ * and its copy has not started, the memory system drops it and calls on_transfer_cancelled, so
+ * mispredictions do not keep the link busy. A policy can also cancel a not-started load itself
+ * with evict. A chunk already handed to a copy engine always completes.
+ *
+ * Host placement: the host keeps in DRAM the precisions the policy declares it loads
+ * (load_precisions), so DRAM is not filled with copies the policy never runs.
  *
  * Rules a policy must keep (both hosts assert them):
  *   - every activated expert gets a plan entry: a precision the model stores, or POLICY_RUN_SKIP;
@@ -50,7 +62,7 @@
 #include "common/precision.h"
 #include "common/status.h"
 
-#define POLICY_API_VERSION 1
+#define POLICY_API_VERSION 2
 #define POLICY_RUN_SKIP 0xffu /* plan entry: the expert is not run; its gate mass is dropped */
 #define POLICY_NO_EXPERT UINT16_MAX
 #define POLICY_PARTS_ALL ((1u << PART_COUNT) - 1u) /* gate | up | down */
@@ -131,6 +143,8 @@ typedef enum policy_mem_result {
     POLICY_ISSUED = 0,  /* the transfer is queued (or the eviction done) */
     POLICY_ALREADY,     /* nothing to do: already resident / loading / absent */
     POLICY_REFUSED,     /* would exceed the budget (load) or the part is in use (evict) */
+    POLICY_PROMOTED,    /* load: nothing new queued, but parts loading in a lower class (a late
+                           prefetch) now copy in the caller's class */
 } policy_mem_result;
 
 typedef struct policy_mem policy_mem; /* the host's state, opaque to policies */
@@ -139,8 +153,9 @@ typedef struct policy_mem_ops {
     policy_residency (*state)(const policy_mem *m, uint32_t layer, uint32_t expert,
                               moesim_precision p, expert_part part);
     /* Queues copies to HBM of the parts in `parts_mask` (bit 1 << expert_part) not already
-     * resident or loading. All or nothing: refused when the bytes do not fit the free budget of
-     * the pool (layer's pool when experts_per_layer is set). */
+     * resident or loading, and promotes to `cls` the copies of those loading in a lower class.
+     * All or nothing: refused when the bytes do not fit the free budget of the pool (layer's pool
+     * when experts_per_layer is set). */
     policy_mem_result (*load)(policy_mem *m, uint32_t layer, uint32_t expert, moesim_precision p,
                               uint32_t parts_mask, policy_class cls);
     /* Frees the HBM of resident parts. Refused for a part the current layer's compute uses; a
@@ -197,6 +212,12 @@ typedef struct policy_methods {
     void (*on_transfer_done)(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
                              uint32_t parts_mask, policy_class cls, uint64_t now_ns);
     void (*end_step)(policy *p, const policy_step *step, uint64_t now_ns);
+    /* The memory system dropped a prefetch whose copy had not started (the cancellation rule
+     * above): its parts are absent again and their bytes free. Required of every policy that
+     * issues POLICY_PREFETCH loads; must not load or evict. */
+    void (*on_transfer_cancelled)(policy *p, uint32_t layer, uint32_t expert,
+                                  moesim_precision prec, uint32_t parts_mask, policy_class cls,
+                                  uint64_t now_ns);
     /* Policy-specific figures for the report (e.g. FIRM-MoE's chosen (K, P) per group), added to
      * the JSON under "policy_report" as a flat list of name/value pairs. Returns the count
      * written (at most cap). */
@@ -206,6 +227,10 @@ typedef struct policy_methods {
      * at least that many bits counts as HI, fewer as LO (DyMoE's `hi` is int4, DynaExq's bf16).
      * NULL: expert.precision, which single-precision policies run at. */
     moesim_precision (*hi_precision)(const policy *p);
+    /* Writes the precisions this policy loads into `order`, most wanted first, and returns their
+     * count (1..PREC_COUNT, each once): what host placement keeps in DRAM, and what the host
+     * sizes routes by (the widest). NULL: expert.precision alone. */
+    uint32_t (*load_precisions)(const policy *p, moesim_precision order[PREC_COUNT]);
 } policy_methods;
 
 /* ---- the registry ---- */

@@ -6,6 +6,7 @@
  * printed with %.6g or %.17g: the same measurements give the same bytes. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/atomic_file.h"
 #include "common/check.h"
@@ -22,6 +23,14 @@ moesim_status calib_write_profile(const calib_results *c, const hw_profile *base
     FILE *f = af.fp;
     const char *b = base->name;
     double hbm_peak = base->hbm_bytes_per_s / 1e9, bf16_peak = base->bf16_flops_per_s / 1e12;
+    /* what was measured, in the words of the backend that measured it */
+    bool cpu = !strcmp(c->backend, "cpu");
+    const char *mem_how = cpu ? "copied from the base (the DRAM arena's size is the run's budget)"
+                              : "measured by moesim calibrate (cudaMemGetInfo total)";
+    const char *copy_how = cpu ? "memcpy in DRAM" : "device-to-device copy";
+    const char *gemm_how = cpu ? "bf16 matvec of the CPU replay" : "best cuBLAS bf16 GEMM";
+    const char *launch_how = cpu ? "ops are function calls" : "empty kernels back to back";
+    const char *link_how = cpu ? "O_DIRECT reads of the expert file" : "pinned";
     fprintf(f,
             "; %s: measured by `moesim calibrate` on %s (median of %u repetitions per point).\n"
             "; Units: GiB, GB/s (1e9 bytes/s), TFLOPS/TOPS (1e12/s), microseconds.\n"
@@ -29,47 +38,50 @@ moesim_status calib_write_profile(const calib_results *c, const hw_profile *base
             "; there (configs/hw/%s.ini).\n\n",
             name, c->gpu, c->repeats, b, b);
     fprintf(f, "[profile]\nname = %s\n\n[gpu]\nname = %s\n", name, c->gpu);
-    fprintf(f, "hbm_gib = %.6g ; derived: measured by moesim calibrate (cudaMemGetInfo total)\n",
-            (double)c->hbm_bytes / GIB);
+    fprintf(f, "hbm_gib = %.6g ; derived: %s\n",
+            cpu ? base->hbm_bytes / GIB : (double)c->hbm_bytes / GIB, mem_how);
     fprintf(f, "hbm_gb_per_s = %.6g ; derived: copied from %s (peak)\n", hbm_peak, b);
     fprintf(f, "bf16_tflops = %.6g ; derived: copied from %s (peak)\n", bf16_peak, b);
     fprintf(f, "int8_tops = %.6g ; derived: copied from %s (peak)\n", base->int8_ops_per_s / 1e12,
             b);
     fprintf(f,
-            "hbm_efficiency = %.6g ; derived: measured by moesim calibrate, device-to-device copy "
-            "%.6g GB/s of the %.6g GB/s peak\n",
-            clamp01(c->hbm_gb_per_s / hbm_peak), c->hbm_gb_per_s, hbm_peak);
+            "hbm_efficiency = %.6g ; derived: measured by moesim calibrate, %s %.6g GB/s of the "
+            "%.6g GB/s peak\n",
+            clamp01(c->hbm_gb_per_s / hbm_peak), copy_how, c->hbm_gb_per_s, hbm_peak);
     fprintf(f,
-            "compute_efficiency = %.6g ; derived: measured by moesim calibrate, best cuBLAS bf16 "
-            "GEMM %.6g TFLOPS of the %.6g peak\n",
-            clamp01(c->bf16_tflops / bf16_peak), c->bf16_tflops, bf16_peak);
+            "compute_efficiency = %.6g ; derived: measured by moesim calibrate, %s %.6g TFLOPS "
+            "of the %.6g peak\n",
+            clamp01(c->bf16_tflops / bf16_peak), gemm_how, c->bf16_tflops, bf16_peak);
     fprintf(f,
-            "kernel_launch_us = %.6g ; derived: measured by moesim calibrate (empty kernels back "
-            "to back)\n\n",
-            c->kernel_launch_us);
+            "kernel_launch_us = %.6g ; derived: measured by moesim calibrate (%s)\n\n",
+            c->kernel_launch_us, launch_how);
     fprintf(f, "[pcie]\n");
     fprintf(f,
-            "h2d_gb_per_s = %.6g ; derived: measured by moesim calibrate (pinned, %.6g MiB "
+            "h2d_gb_per_s = %.6g ; derived: measured by moesim calibrate (%s, %.6g MiB "
             "transfers)\n",
-            c->h2d_peak_gb_per_s, c->n_sizes ? c->size_bytes[c->n_sizes - 1] / 1048576.0 : 0);
-    fprintf(f, "d2h_gb_per_s = %.6g ; derived: measured by moesim calibrate (pinned)\n",
-            c->d2h_peak_gb_per_s);
+            c->h2d_peak_gb_per_s, link_how,
+            c->n_sizes ? c->size_bytes[c->n_sizes - 1] / 1048576.0 : 0);
+    fprintf(f, "d2h_gb_per_s = %.6g ; derived: measured by moesim calibrate (%s)\n",
+            c->d2h_peak_gb_per_s, link_how);
     fprintf(f,
             "h2d_latency_us = %.6g ; derived: measured by moesim calibrate (intercept of time vs "
             "size)\n",
             c->h2d_latency_us);
     fprintf(f, "d2h_latency_us = %.6g ; derived: measured by moesim calibrate (intercept)\n",
             c->d2h_latency_us);
-    fprintf(f, "copy_engines = %u ; derived: copied from %s\n\n", base->copy_engines, b);
+    fprintf(f, "copy_engines = %u ; derived: copied from %s\n", base->copy_engines, b);
+    fprintf(f, "latency_per_chunk = %s ; derived: copied from %s\n\n",
+            base->h2d_latency_per_chunk ? "true" : "false", b);
     fprintf(f, "[host]\ndram_gib = %.6g ; derived: copied from %s\n", base->dram_bytes / GIB, b);
     fprintf(f, "dram_gb_per_s = %.6g ; derived: copied from %s\n\n", base->dram_bytes_per_s / 1e9,
             b);
     fprintf(f, "[ssd]\nread_gb_per_s = %.6g ; derived: copied from %s\n",
             base->ssd_read_bytes_per_s / 1e9, b);
     fprintf(f, "latency_us = %.6g ; derived: copied from %s\n", base->ssd_latency_ns / 1e3, b);
-    fprintf(f, "gpu_direct_storage = false ; derived: moesim replay reads SSD experts through a "
-               "pinned DRAM bounce buffer (no cuFile), so the profile it is validated against "
-               "does too\n");
+    fprintf(f, "gpu_direct_storage = false ; derived: %s\n",
+            cpu ? "copied from the base (the CPU kind has no SSD tier beyond the expert file)"
+                : "moesim replay reads SSD experts through a pinned DRAM bounce buffer (no "
+                  "cuFile), so the profile it is validated against does too");
     if (ferror(f)) {
         atomic_file_abort(&af);
         return moesim_fail(err, MOESIM_EIO, "%s: write failed", path);

@@ -1,10 +1,11 @@
 /* Replay: the same policy objects as the simulator (policies/policy.h, looked up with
- * policy_lookup) driving a real GPU. The memory system of the policy API is implemented for real
- * (replay/run.cu): device expert pools of fixed-size blocks per precision
+ * policy_lookup) driving a real GPU. The memory system of the policy API is the simulator's
+ * (sim/memsys.h: residency, pools, copy classes, promotion, cancellation, host placement), driven
+ * with real copies (replay/run.cu): device expert pools of fixed-size blocks per precision
  * carved from one allocation made before the clock starts (no cudaMalloc on the hot path),
- * expert weights in pinned host memory (and in an SSD-backed file, read with O_DIRECT into a
- * pinned bounce buffer, for experts that do not fit the profile's DRAM), a demand copy stream
- * and a background copy stream fed chunk by chunk by the host in the simulator's priority
+ * expert weights in pinned host memory (and in an SSD-backed file, read with O_DIRECT into
+ * pinned bounce slots, for experts host placement leaves on the SSD), a demand copy stream and a
+ * background copy stream fed chunk by chunk with the chunks memsys hands out in its priority
  * classes (demand > prefetch > background), and CUDA events around every transfer and compute
  * step. Routing comes from the trace, so a run is step for step comparable with sim_run on the
  * same trace, settings and profile; the result is a sim_result (same JSON, same timeline schema).
@@ -85,14 +86,16 @@ uint64_t replay_pool_blocks(uint64_t pool_bytes, uint64_t part_bytes, uint64_t n
 
 /* ---- the run ---- */
 
-/* The host store: every expert of the model at each format of `host_precisions` ("all": the
- * kernels' bf16, int8, int4, int2; or a comma list; expert.precision `primary` always), random
- * bytes from `seed`, one blob [gate | up | down] per (layer, expert). Placed as the simulator
- * places it (sim/README.md "SSD tier"): `primary` first, then the smaller formats, layer by
- * layer, expert by expert, in pinned DRAM while `dram_bytes` (the profile's dram_gib) lasts; the
- * rest in a file under `ssd_dir` (NULL: /var/tmp) read with O_DIRECT into pinned bounce slots. A
- * validation creates one and lends it to its runs. Caller owns; replay_store_destroy (accepts
- * NULL; removes the SSD file). */
+/* The host store: every expert of the model at the formats host placement orders, random bytes
+ * from `seed`, one blob [gate | up | down] per (layer, expert), placed by the simulator's rule
+ * (memsys_place_order and memsys_place, sim/memsys.h) for a policy that loads `primary`
+ * (expert.precision) alone: with `host_precisions` "policy", `primary` only; with "all" (the
+ * kernels' bf16, int8, int4, int2) or a comma list, `primary` first, then the other stored
+ * formats, smaller first; layer by layer, expert by expert, in pinned DRAM while `dram_bytes`
+ * lasts (a run places in the profile's dram_gib less sim.bounce_mib); the rest in a file under
+ * `ssd_dir` (NULL: /var/tmp) read with O_DIRECT into pinned bounce slots. A validation creates
+ * one and lends it to its runs; a run uses it only when its own placement is the same. Caller
+ * owns; replay_store_destroy (accepts NULL; removes the SSD file). */
 typedef struct replay_store replay_store;
 moesim_status replay_store_create(const model_geometry *m, const quant_table *q,
                                   const char *host_precisions, moesim_precision primary,
@@ -109,7 +112,7 @@ moesim_status replay_store_create_checkpoint(const model_geometry *m, const quan
 void replay_store_destroy(replay_store *s);
 /* Copies expert `expert` of MoE layer `moe_layer` at precision p, as the store holds it (from
  * pinned DRAM, or read back from the SSD file), into blob [blob bytes of p]: for tests that the
- * store holds what it was filled with. Fails (MOESIM_EINPUT) when p is not stored, MOESIM_EIO
+ * store holds what it was filled with. Fails (MOESIM_EINPUT) when p is not held, MOESIM_EIO
  * when the SSD file cannot be read. */
 moesim_status replay_store_expert(const replay_store *s, uint32_t moe_layer, uint32_t expert,
                                   moesim_precision p, uint8_t *blob, moesim_error *err);
@@ -126,9 +129,11 @@ typedef struct replay_inputs {
                                       replay_weights_geometry), or NULL: synthetic weights */
     uint64_t weight_seed;          /* synthetic weights: same seed, same bytes */
     const replay_store *store;     /* borrowed host store, or NULL: the run makes its own from
-                                      sim.host_precisions (also when the store's formats,
-                                      expert.precision or weights differ from the run's) */
+                                      its placement (also when the store's placement: formats,
+                                      experts in DRAM, or weights differ from the run's) */
     const char *ssd_dir;           /* the run's own SSD store (NULL: /var/tmp) */
+    const struct cpu_store *cpu_store; /* replay_run_cpu: a borrowed expert file, or NULL: the
+                                          run writes its own under ssd_dir */
 } replay_inputs;
 
 /* What a replay measured beyond sim_result (checks of the GPU tests). */
@@ -137,7 +142,8 @@ typedef struct replay_checks {
     uint64_t device_alloc_bytes;                   /* replay's own allocations */
     uint64_t order_checked, order_violations;      /* expert starts checked against copy ends */
     uint64_t physical_refusals; /* loads the byte budget admitted but no block was free */
-    double h2d_gb_per_s;        /* bytes / busy time of the copy streams */
+    double h2d_gb_per_s;        /* bytes copied (kernel formats) / busy time of the copy
+                                   streams */
 } replay_checks;
 
 /* Replays the trace under `policy_name` with `settings` (the same keys as sim_run: the
@@ -149,12 +155,21 @@ typedef struct replay_checks {
 moesim_status replay_run(const replay_inputs *in, const char *policy_name, config *settings,
                          sim_result *out, replay_checks *checks, moesim_error *err);
 
+/* The same replay on the CPU (replay/exec_cpu.c), on any machine: the "device" is a DRAM arena
+ * of the expert budget in fixed blocks, the tier experts load from is a file on local disk read
+ * with O_DIRECT by a copy thread in the memory system's class order, compute is the engine's CPU
+ * kernels at the planned precision. Synthetic weights only (in->weights must be NULL). Compare
+ * with sim_run under a CPU profile (configs/hw/README.md, "CPU kind"). */
+moesim_status replay_run_cpu(const replay_inputs *in, const char *policy_name, config *settings,
+                             sim_result *out, replay_checks *checks, moesim_error *err);
+
 /* ---- calibration (replay/calibrate.cu measures, replay/calib_write.c writes) ---- */
 
 #define CALIB_MAX_SIZES 24
 
 typedef struct calib_results {
     char gpu[64];
+    char backend[8]; /* "cuda" or "cpu": what the profile's link and compute figures mean */
     uint64_t hbm_bytes;
     uint32_t n_sizes;
     double size_bytes[CALIB_MAX_SIZES]; /* [n_sizes] pinned transfer sizes, increasing */
@@ -177,6 +192,11 @@ typedef struct calib_options {
 
 /* Runs the microbenchmarks on device 0. */
 moesim_status calib_run(const calib_options *opt, calib_results *out, moesim_error *err);
+/* The same for the CPU replay (replay/calib_cpu.c): the link is O_DIRECT reads of an expert file
+ * written under `dir` (NULL: /var/tmp), the device memory is DRAM, the ops are the replay's CPU
+ * compute. */
+moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_results *out,
+                            moesim_error *err);
 
 /* Writes a hardware profile (configs/hw/README.md keys): the measured figures, the rest copied
  * from `base` with their source named. Atomic (common/atomic_file.h). */
@@ -236,6 +256,12 @@ typedef struct validate_summary {
 } validate_summary;
 
 void validate_summarize(const validate_row *rows, size_t n, validate_summary *out);
+
+/* The order test a noisy machine cannot break by chance: every pair of rows in one group whose
+ * simulated TPOTs differ by more than `margin` (relative, e.g. 0.3) is ordered alike by the
+ * replay. Counts the pairs tested and those ordered alike; true when all are. */
+bool validate_order_beyond(const validate_row *rows, size_t n, double margin, uint64_t *pairs,
+                           uint64_t *concordant);
 
 /* The median of v[0..n) (NAN for n == 0); v is reordered. */
 double validate_median(double *v, size_t n);

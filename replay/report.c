@@ -152,3 +152,19 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
     out->meets_targets = out->n_rows > 0 && out->tpot_abs_err_median <= TPOT_TARGET &&
                          out->ttft_abs_err_median <= TTFT_TARGET && out->same_order;
 }
+
+bool validate_order_beyond(const validate_row *rows, size_t n, double margin, uint64_t *pairs,
+                           uint64_t *concordant) {
+    *pairs = *concordant = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++) {
+            const validate_row *a = &rows[i], *b = &rows[j];
+            if (a->refused || b->refused || strcmp(a->group, b->group)) continue;
+            double lo = fmin(a->sim_tpot_ms, b->sim_tpot_ms), hi = fmax(a->sim_tpot_ms, b->sim_tpot_ms);
+            if (!(lo > 0) || hi / lo - 1 <= margin) continue; /* too close for noise to keep */
+            ++*pairs;
+            *concordant += sign3(a->sim_tpot_ms, b->sim_tpot_ms) ==
+                           sign3(a->real_tpot_ms, b->real_tpot_ms);
+        }
+    return *concordant == *pairs;
+}

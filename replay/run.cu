@@ -1,20 +1,28 @@
-/* The GPU replay run (replay/replay.h): the policy API's memory system for real, and the run
- * loop that drives the same policy object as sim_run over the same schedule and routing.
+/* The GPU replay run (replay/replay.h): the memory system of sim/memsys.h driven by real copies,
+ * and the run loop that drives the same policy object as sim_run over the same schedule and
+ * routing.
+ *
+ * What lives in sim/memsys.c, shared with the simulator: residency states, pools, the three copy
+ * classes (demand > prefetch > background), promotion, cancellation, the SSD bounce accounting,
+ * host placement and the oracle's future (sim/future.h). What lives here is what only real
+ * hardware has:
  *
  * Device memory, allocated once before the clock starts (no cudaMalloc on the hot path): the
  * non-expert weights of every layer (bf16: the checkpoint's, replay/weights.h, or random),
  * activations and a KV buffer, and one arena of the expert budget carved into fixed-size blocks
- * per precision (one block holds one part: gate, up or down, in the kernels' block format). Host:
- * every expert at every stored precision in pinned memory (cudaHostAlloc): the checkpoint's in
- * the kernels' formats, or random bytes from a seeded xorshift stream.
+ * per precision (one block holds one part: gate, up or down, in the kernels' block format); the
+ * memory system's reserve/release callbacks take and give back blocks. Host: the store of
+ * experts placed by memsys_place, in pinned memory (cudaHostAlloc) and an SSD file: the
+ * checkpoint's in the kernels' formats, or random bytes from a seeded xorshift stream.
  *
- * Copies: the host keeps the simulator's three priority queues (demand > prefetch > background)
- * and feeds at most COPY_WINDOW chunks of sim.chunk_kib at a time to the copy streams (demand
- * chunks on the demand stream, the others on the background stream), so a demand load overtakes
- * queued prefetches at the next chunk boundary. Every chunk ends with an event; a part is resident
- * when the event after its last chunk completed. The compute stream waits (cudaStreamWaitEvent)
- * for those events right before each expert op, and an event before every op lets the run check
- * afterwards that no expert started before its copy ended.
+ * Copies: the host engine asks memsys for the next chunk (memsys_next_chunk) and keeps at most
+ * COPY_WINDOW chunks in flight, one cudaMemcpyAsync per part the chunk spans (demand chunks on
+ * the demand stream, the others on the background stream), each chunk ending with an event;
+ * chunks retire in submission order (memsys_chunk_done, then memsys_deliver). The SSD engine
+ * reads its chunks with pread (O_DIRECT) into pinned bounce slots, on the host thread. The
+ * compute stream waits (cudaStreamWaitEvent) for the event of a part's last chunk right before
+ * each expert op, and an event before every op lets the run check afterwards that no expert
+ * started before its copy ended.
  *
  * Time: the policy sees now_ns from the host clock (CLOCK_MONOTONIC since the run started); the
  * host waits for the compute stream before every on_route, as an offloading engine waits for the
@@ -30,10 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
+#include <deque>
 #include <vector>
-
-#include <gsl/gsl_statistics_double.h>
 
 /* The project's C headers spell two C11 keywords that C++ writes differently. */
 #define _Noreturn [[noreturn]]
@@ -43,6 +49,8 @@ extern "C" {
 #include "common/check.h"
 #include "kernels/quant.h"
 #include "replay/replay.h"
+#include "sim/future.h"
+#include "sim/memsys.h"
 #include "sim/route.h"
 #include "sim/timeline.h"
 }
@@ -89,8 +97,7 @@ static void fill_random(void *p, size_t bytes, uint64_t seed) {
 struct replay_store {
     model_geometry m;
     const replay_weights *weights; /* the checkpoint the experts come from, or NULL: random */
-    moesim_precision primary;
-    bool stored[PREC_COUNT];
+    bool held[PREC_COUNT];         /* precisions the store holds (the placement's order) */
     uint64_t dev_part_bytes[PREC_COUNT][PART_COUNT]; /* kernel format bytes of one part */
     uint64_t blob_bytes[PREC_COUNT];                 /* gate | up | down of one expert */
     uint64_t *host_off[PREC_COUNT];  /* [L*E] offset in host[p], or UINT64_MAX: on the SSD */
@@ -104,7 +111,6 @@ struct replay_store {
 
 #define FILL_TILE (64ull << 20) /* random bytes are made once per tile and repeated */
 #define SSD_ALIGN 4096ull       /* O_DIRECT: offsets, sizes and buffers aligned to this */
-#define SSD_SLOTS 8             /* bounce slots; ssd_read asserts one is free (<= 5 in use) */
 
 /* Random weights: a seeded tile repeated over the buffer (timing depends on bytes, not values;
  * making 60 GB of fresh random numbers would dominate a validation run). */
@@ -114,9 +120,6 @@ static void fill_tiled(uint8_t *p, uint64_t bytes, uint64_t seed) {
     for (uint64_t o = tile; o < bytes; o += tile)
         memcpy(p + o, p, bytes - o < tile ? bytes - o : tile);
 }
-
-static moesim_status parse_host_precisions(const char *text, moesim_precision primary,
-                                           bool stored[PREC_COUNT], moesim_error *err);
 
 /* Writes the SSD file of precision p: n blobs at ssd_stride, the experts from index `le_first`
  * of the checkpoint (a batch of blobs at a time), or random bytes (one tile repeated); then
@@ -165,27 +168,74 @@ static moesim_status ssd_file_make(replay_store *r, int p, uint64_t le_first, ui
     return MOESIM_OK;
 }
 
-/* replay_store_create and replay_store_create_checkpoint: experts from `w`, or random from
- * `seed` when w is NULL. */
-static moesim_status store_make(const model_geometry *m, const quant_table *q,
-                                const char *host_precisions, moesim_precision primary,
-                                uint64_t dram_bytes, const char *ssd_dir, uint64_t seed,
+/* sim.host_precisions as memsys reads it (memsys_parse_host_precisions), limited to the formats
+ * the GPU kernels have: 'policy' and 'all' store those, a list must name only those. */
+static moesim_status kernel_host_precisions(const char *text, moesim_precision primary,
+                                            bool stored[PREC_COUNT], bool *policy_only,
+                                            moesim_error *err) {
+    bool kernel_has[PREC_COUNT] = {false};
+    kernel_has[PREC_BF16] = kernel_has[PREC_INT8] = kernel_has[PREC_INT4] = true;
+    kernel_has[PREC_INT2] = true;
+    if (!kernel_has[primary])
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "expert.precision = %s: the GPU kernels have no such experts (bf16, "
+                           "int8, int4, int2)",
+                           precision_name(primary));
+    moesim_status st = memsys_parse_host_precisions(text, stored, policy_only, err);
+    if (st) return st;
+    bool list = *policy_only ? false : strcmp(text, "all") != 0;
+    for (int p = 0; p < PREC_COUNT; p++) {
+        if (!stored[p] || kernel_has[p]) continue;
+        if (list)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "sim.host_precisions: the GPU kernels have no %s experts (replay "
+                               "stores bf16, int8, int4, int2)",
+                               precision_name((moesim_precision)p));
+        stored[p] = false;
+    }
+    return MOESIM_OK;
+}
+
+/* The simulator's bytes of one part at each stored precision (pools and placement count these). */
+static void accounting_part_bytes(const model_geometry *m, const quant_table *q,
+                                  const bool stored[PREC_COUNT],
+                                  uint64_t out[PREC_COUNT][PART_COUNT]) {
+    for (int p = 0; p < PREC_COUNT; p++)
+        for (int part = 0; part < PART_COUNT; part++)
+            out[p][part] = stored[p] ? model_expert_part_bytes(m, q, (expert_part)part,
+                                                               (moesim_precision)p)
+                                     : 0;
+}
+
+/* The precisions host placement orders for a policy (memsys_place_for_policy), which the store
+ * must hold: those it declares it loads (`fallback`, expert.precision, when it declares none),
+ * and unless `policy_only` every other stored one (bytes in `part_bytes`). */
+static void placed_precisions(const policy_methods *pm, const policy *pol,
+                              moesim_precision fallback, bool policy_only,
+                              const uint64_t part_bytes[][PART_COUNT], bool held[PREC_COUNT]) {
+    moesim_precision order[PREC_COUNT];
+    uint32_t n = pm->load_precisions ? pm->load_precisions(pol, order) : 0;
+    if (!n) order[n++] = fallback;
+    for (int p = 0; p < PREC_COUNT; p++) held[p] = !policy_only && part_bytes[p][0] > 0;
+    for (uint32_t i = 0; i < n; i++) held[order[i]] = part_bytes[order[i]][0] > 0;
+}
+
+/* Makes the store of a placement: the precisions in `held`, each expert in pinned DRAM or in the
+ * SSD file as `on_ssd` ([L*E*PREC_COUNT], memsys's lep order) says; experts from `w`, or random
+ * from `seed` when w is NULL. */
+static moesim_status store_make(const model_geometry *m, const bool held[PREC_COUNT],
+                                const uint8_t *on_ssd, const char *ssd_dir, uint64_t seed,
                                 const replay_weights *w, replay_store **out, moesim_error *err) {
     moesim_status st = replay_device_check(err);
     if (st) return st;
     replay_store *r = (replay_store *)moesim_xcalloc(1, sizeof *r);
     r->m = *m;
     r->weights = w;
-    r->primary = primary;
     for (int p = 0; p < PREC_COUNT; p++) r->ssd_fd[p] = -1;
-    if ((st = parse_host_precisions(host_precisions, primary, r->stored, err))) {
-        free(r);
-        return st;
-    }
+    memcpy(r->held, held, sizeof r->held);
     size_t LE = (size_t)m->n_moe_layers * m->n_experts;
-    uint64_t acct[PREC_COUNT] = {0}; /* the simulator's bytes of one expert (placement) */
     for (int p = 0; p < PREC_COUNT; p++)
-        for (int part = 0; part < PART_COUNT && r->stored[p]; part++) {
+        for (int part = 0; part < PART_COUNT && r->held[p]; part++) {
             uint64_t cols = part == PART_DOWN ? m->expert_inter : m->hidden;
             if (p != PREC_BF16 && cols % QUANT_GROUP) {
                 replay_store_destroy(r);
@@ -197,31 +247,15 @@ static moesim_status store_make(const model_geometry *m, const quant_table *q,
             r->dev_part_bytes[p][part] =
                 replay_part_bytes(m, (moesim_precision)p, (expert_part)part);
             r->blob_bytes[p] += r->dev_part_bytes[p][part];
-            acct[p] += model_expert_part_bytes(m, q, (expert_part)part, (moesim_precision)p);
         }
-    /* sim.c's place_on_ssd: expert.precision first, then the smaller formats first; layers and
-     * experts in order until DRAM is full */
-    int order[PREC_COUNT], n_order = 0;
-    order[n_order++] = primary;
-    for (;;) {
-        int best = -1;
-        for (int p = 0; p < PREC_COUNT; p++) {
-            bool used = false;
-            for (int i = 0; i < n_order; i++) used |= order[i] == p;
-            if (!used && r->stored[p] && (best < 0 || acct[p] < acct[best])) best = p;
-        }
-        if (best < 0) break;
-        order[n_order++] = best;
-    }
-    uint64_t left = dram_bytes, host_bytes[PREC_COUNT] = {0}, n_ssd[PREC_COUNT] = {0};
-    for (int i = 0; i < n_order; i++) {
-        int p = order[i];
+    uint64_t host_bytes[PREC_COUNT] = {0}, n_ssd[PREC_COUNT] = {0};
+    for (int p = 0; p < PREC_COUNT; p++) {
+        if (!r->held[p]) continue;
         r->host_off[p] = (uint64_t *)moesim_xmalloc(LE * sizeof(uint64_t));
         r->ssd_off[p] = (uint64_t *)moesim_xmalloc(LE * sizeof(uint64_t));
         r->ssd_stride[p] = (r->blob_bytes[p] + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN;
         for (size_t le = 0; le < LE; le++) {
-            if (acct[p] <= left) {
-                left -= acct[p];
+            if (!on_ssd[le * PREC_COUNT + p]) {
                 r->host_off[p][le] = host_bytes[p];
                 r->ssd_off[p][le] = UINT64_MAX;
                 host_bytes[p] += r->blob_bytes[p];
@@ -230,7 +264,7 @@ static moesim_status store_make(const model_geometry *m, const quant_table *q,
                 r->ssd_off[p][le] = n_ssd[p]++ * r->ssd_stride[p];
             }
         }
-        /* DRAM only shrinks: the experts in DRAM are a prefix of (layer, expert) order, the
+        /* placement fills DRAM in (layer, expert) order: the experts in DRAM are a prefix, the
          * SSD file holds the rest in order (what filling them from a checkpoint relies on) */
         MOESIM_ASSERT(!n_ssd[p] || r->ssd_off[p][LE - n_ssd[p]] == 0);
         r->n_on_ssd += n_ssd[p];
@@ -262,11 +296,41 @@ static moesim_status store_make(const model_geometry *m, const quant_table *q,
     return MOESIM_OK;
 }
 
+/* The store sim.host_precisions gives a policy that loads `primary` alone (no load_precisions):
+ * placed by memsys_place_for_policy in `dram_bytes`. */
+static moesim_status store_for_settings(const model_geometry *m, const quant_table *q,
+                                        const char *host_precisions, moesim_precision primary,
+                                        uint64_t dram_bytes, const char *ssd_dir, uint64_t seed,
+                                        const replay_weights *w, replay_store **out,
+                                        moesim_error *err) {
+    bool stored[PREC_COUNT], policy_only;
+    moesim_status st = kernel_host_precisions(host_precisions, primary, stored, &policy_only, err);
+    if (st) return st;
+    memsys_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.n_layers = m->n_moe_layers;
+    mc.n_experts = m->n_experts;
+    accounting_part_bytes(m, q, stored, mc.part_bytes);
+    memsys_host none;
+    memset(&none, 0, sizeof none);
+    memsys ms;
+    memsys_init(&ms, &mc, &none);
+    policy_methods primary_only; /* declares nothing: expert.precision alone */
+    memset(&primary_only, 0, sizeof primary_only);
+    memsys_place_for_policy(&ms, &primary_only, NULL, primary, policy_only, dram_bytes);
+    bool held[PREC_COUNT];
+    placed_precisions(&primary_only, NULL, primary, policy_only, mc.part_bytes, held);
+    st = store_make(m, held, ms.on_ssd, ssd_dir, seed, w, out, err);
+    memsys_free(&ms);
+    return st;
+}
+
 extern "C" moesim_status replay_store_create(const model_geometry *m, const quant_table *q,
                                              const char *host_precisions, moesim_precision primary,
                                              uint64_t dram_bytes, const char *ssd_dir,
                                              uint64_t seed, replay_store **out, moesim_error *err) {
-    return store_make(m, q, host_precisions, primary, dram_bytes, ssd_dir, seed, NULL, out, err);
+    return store_for_settings(m, q, host_precisions, primary, dram_bytes, ssd_dir, seed, NULL, out,
+                              err);
 }
 
 extern "C" moesim_status
@@ -275,14 +339,14 @@ replay_store_create_checkpoint(const model_geometry *m, const quant_table *q,
                                uint64_t dram_bytes, const char *ssd_dir, const replay_weights *w,
                                replay_store **out, moesim_error *err) {
     MOESIM_ASSERT(w);
-    return store_make(m, q, host_precisions, primary, dram_bytes, ssd_dir, 0, w, out, err);
+    return store_for_settings(m, q, host_precisions, primary, dram_bytes, ssd_dir, 0, w, out, err);
 }
 
 extern "C" moesim_status replay_store_expert(const replay_store *r, uint32_t moe_layer,
                                              uint32_t expert, moesim_precision p, uint8_t *blob,
                                              moesim_error *err) {
     MOESIM_ASSERT(moe_layer < r->m.n_moe_layers && expert < r->m.n_experts);
-    if ((unsigned)p >= PREC_COUNT || !r->stored[p])
+    if ((unsigned)p >= PREC_COUNT || !r->held[p])
         return moesim_fail(err, MOESIM_EINPUT, "the store holds no %s experts", precision_name(p));
     const size_t le = (size_t)moe_layer * r->m.n_experts + expert;
     if (r->host_off[p][le] != UINT64_MAX) {
@@ -321,24 +385,26 @@ extern "C" void replay_store_destroy(replay_store *r) {
 
 /* ---- state ---- */
 
-typedef struct rp_xfer {
-    uint32_t layer, expert;
-    uint8_t prec, parts, cls, next_part; /* next_part: first part not fully submitted */
-    bool started;
-    uint64_t sent; /* bytes of next_part already submitted */
-    uint64_t seq;
-    uint64_t t_issue_ns;
-    int32_t slot; /* bounce buffer slot holding the expert read from the SSD, or -1 */
-} rp_xfer;
-
+/* A chunk of the H2D engine in flight: its part copies, between two events. */
 typedef struct rp_chunk {
-    uint32_t xfer;
-    int part; /* part this chunk ends, or -1 */
+    memsys_chunk c;
     cudaEvent_t ev0, ev1;
-    uint64_t bytes;
+    int32_t slot;       /* bounce slot its bytes came from (an SSD read), or -1 */
+    uint8_t ends;       /* parts whose last bytes it carries */
+    uint64_t dev_bytes; /* bytes copied (kernel format) */
+    uint32_t layer, expert;
+    uint8_t prec, cls; /* for the timeline */
 } rp_chunk;
 
-struct policy_mem {
+/* An SSD chunk read into a bounce slot, waiting for the H2D engine: where each of its pieces
+ * (memsys_chunk_pieces) landed. */
+typedef struct rp_staged {
+    uint64_t offset, bytes;
+    int32_t slot;
+    const uint8_t *src[PART_COUNT];
+} rp_staged;
+
+struct replay_state {
     const trace *tr;
     const model_geometry *m;
     sim_settings set;
@@ -349,22 +415,19 @@ struct policy_mem {
     uint64_t part_bytes[PREC_COUNT][PART_COUNT];     /* accounting bytes (the simulator's) */
     uint64_t dev_part_bytes[PREC_COUNT][PART_COUNT]; /* kernel format bytes (the blocks) */
     uint64_t block_bytes[PREC_COUNT];
-    uint64_t chunk_bytes;
     quant_table quant;
+    uint32_t route_capacity;     /* max distinct experts of one (sub-)route */
+    uint64_t route_expert_bytes; /* one expert at the widest precision the policy loads */
 
-    /* memory system */
-    uint8_t *state;     /* [L*E*P*3] policy_residency */
-    uint32_t *block;    /* [L*E*P*3] device block index of the part, or NONE */
-    uint32_t *xfer_of;  /* [L*E*P*3] */
-    cudaEvent_t *ready; /* [L*E*P*3] event after the part's last chunk (NULL: warmup) */
-    uint8_t *pinned;    /* [L*E*P] */
-    uint64_t *pool_used;
-    uint64_t prec_used[PREC_COUNT], experts_used, experts_peak;
-    bool warmup;
-    std::vector<uint32_t> warm_lep;
-    std::vector<uint8_t> warm_parts;
+    /* the memory system (sim/memsys.h) and the oracle's future */
+    memsys ms;
+    bool ms_live;
+    sim_future future;
+    uint64_t experts_peak;
 
     /* device arena: fixed blocks per precision carved from one allocation */
+    uint32_t *block;    /* [L*E*P*3] device block of each part (memsys part index), or NONE */
+    cudaEvent_t *ready; /* [L*E*P*3] event after the part's last chunk, or NULL: landed */
     uint8_t *arena;
     uint64_t arena_bytes, arena_top;
     std::vector<uint32_t> free_blocks[PREC_COUNT];
@@ -374,22 +437,22 @@ struct policy_mem {
     /* host store: borrowed from the inputs, or the run's own */
     const replay_store *store;
     replay_store *own_store;
-    uint8_t *bounce;     /* [SSD_SLOTS][slot_bytes] pinned: experts read from the SSD */
-    uint64_t slot_bytes; /* the largest SSD stride */
+    uint8_t *bounce;     /* [n_slots][slot_bytes] pinned: SSD chunks staged for the H2D engine */
+    uint64_t slot_bytes; /* one chunk's pieces, each with its O_DIRECT alignment */
     std::vector<int32_t> free_slots;
-    uint64_t ssd_bytes, ssd_busy_ns;
+    std::vector<std::deque<rp_staged>> staged; /* [transfer] SSD chunks not yet copied on */
+    uint64_t ssd_busy_ns;
+    bool ssd_running; /* the SSD engine's loop is on the stack */
 
-    /* copies */
-    std::vector<rp_xfer> xf;
-    std::vector<uint32_t> q[3]; /* FIFO per class (indices into xf), head at q_head */
-    size_t q_head[3];
-    std::vector<rp_chunk> inflight;
+    /* H2D engine */
+    std::deque<rp_chunk> inflight;     /* submission order */
     std::vector<rp_chunk> done_chunks; /* retired, not yet accounted (busy time, timeline) */
     std::vector<cudaEvent_t> cev_all, cev_free; /* chunk events: reused once accounted */
-    uint64_t h2d_busy_ns, copy_last_end_ns;
+    std::vector<cudaEvent_t> xfer_last;  /* [transfer] event of its last chunk in flight */
+    std::vector<cudaStream_t> xfer_stream; /* [transfer] the stream that chunk went on */
+    uint64_t h2d_busy_ns, copy_last_end_ns, h2d_dev_bytes;
     std::vector<uint32_t> pinned_lep; /* pinned by the last route until the stream is idle */
     cudaStream_t s_demand, s_bg, s_comp;
-    uint64_t xfer_seq, h2d_bytes, prefetches, warmup_bytes;
 
     /* policy */
     const policy_methods *pm;
@@ -404,15 +467,12 @@ struct policy_mem {
     float *r_gates, *r_importance, *active_gate, *r_la_scores;
     uint32_t *active_tokens, *stamp, *slot, *order, stamp_gen;
     uint64_t *order_key;
-    uint8_t *plan, *pf_mark;
-    uint32_t *pf_count, la_depth, la_k;
+    uint8_t *plan;
+    uint32_t la_depth, la_k;
+    sim_route_source src; /* the trace and the look-ahead the routes come from */
     uint64_t pf_hit, pf_active, pf_issued_sets;
     sim_route_tally tally; /* accesses, hits, skips and gate mass by precision class (as sim.c) */
     uint64_t expert_ops, sub_routes;
-    /* oracle support, as sim.c (built on first use) */
-    std::vector<uint64_t> use_first, use_cur, use_pos; /* [L*E+1], [L*E], [accesses] */
-    uint64_t access_pos, cur_step;
-    int64_t cur_layer;
 
     /* compute */
     cublas_lazy_handle blas; /* on s_comp */
@@ -439,11 +499,7 @@ struct policy_mem {
     sim_timeline tl;
     const sim_hooks *hooks;
 };
-typedef struct policy_mem rp;
-
-static size_t lep_of(const rp *s, uint32_t l, uint32_t e, uint32_t p) {
-    return ((size_t)l * s->E + e) * s->P + p;
-}
+typedef struct replay_state rp;
 
 static cudaEvent_t ev_get(rp *s) {
     if (s->ev_used == s->ev_pool.size()) {
@@ -473,7 +529,9 @@ static uint64_t ev_ns(rp *s, cudaEvent_t e) {
     return ms <= 0 ? 0 : (uint64_t)llround((double)ms * 1e6);
 }
 
-/* ---- blocks ---- */
+static uint64_t run_ns(const rp *s) { return host_ns() - s->t0_host; }
+
+/* ---- blocks: the memory system's physical room (memsys_host reserve / release) ---- */
 
 static uint32_t block_take(rp *s, uint32_t p) {
     if (!s->free_blocks[p].empty()) {
@@ -490,353 +548,225 @@ static uint32_t block_take(rp *s, uint32_t p) {
 
 static void *block_ptr(rp *s, uint32_t p, uint32_t b) { return s->arena + s->block_off[p][b]; }
 
-/* Where part `part` of (l, e, p) is on the host: its pinned DRAM blob, or the bounce slot an SSD
- * read filled (slot >= 0). */
-static const uint8_t *host_part(rp *s, uint32_t l, uint32_t e, uint32_t p, int part, int32_t slot) {
-    uint64_t po = 0;
-    for (int q = 0; q < part; q++) po += s->dev_part_bytes[p][q];
-    if (slot >= 0) return s->bounce + (uint64_t)slot * s->slot_bytes + po;
-    uint64_t off = s->store->host_off[p][(size_t)l * s->E + e];
-    MOESIM_ASSERT(off != UINT64_MAX);
-    return s->store->host[p] + off + po;
+/* A block for each part in `parts`, or none and a physical refusal: blocks are carved per
+ * precision, so a multi-precision run can find no block of its size while the bytes fit. */
+static bool on_reserve(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p,
+                       uint32_t parts) {
+    rp *s = (rp *)ctx;
+    /* a policy loads only the precisions it declares (load_precisions): the store holds those */
+    MOESIM_ASSERT(s->store->held[p]);
+    size_t base = memsys_lep(&s->ms, layer, expert, p) * PART_COUNT;
+    uint32_t got[PART_COUNT] = {NONE, NONE, NONE};
+    for (int part = 0; part < PART_COUNT; part++)
+        if (parts & (1u << part) && (got[part] = block_take(s, p)) == NONE) {
+            for (int q = 0; q < part; q++)
+                if (got[q] != NONE) s->free_blocks[p].push_back(got[q]);
+            s->physical_refusals++;
+            return false;
+        }
+    for (int part = 0; part < PART_COUNT; part++)
+        if (parts & (1u << part)) s->block[base + part] = got[part];
+    return true;
+}
+
+/* A part left HBM (evicted, or its not-started copy cancelled): no op reads its block any more
+ * (the host waited for the compute stream before the route, and the route's experts are pinned),
+ * and no copy writes it (a started copy cannot be evicted). */
+static void on_release(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p, int part) {
+    rp *s = (rp *)ctx;
+    size_t pi = memsys_lep(&s->ms, layer, expert, p) * PART_COUNT + part;
+    s->free_blocks[p].push_back(s->block[pi]);
+    s->block[pi] = NONE;
+    s->ready[pi] = NULL;
+}
+
+/* The HBM counter of the timeline (the simulator's "hbm" track: bytes of expert weights) and the
+ * peak the result reports. */
+static void on_hbm(void *ctx, uint64_t experts_used) {
+    rp *s = (rp *)ctx;
+    if (experts_used > s->experts_peak) s->experts_peak = experts_used;
+    if (s->tl.on && s->t0_host) /* not before the clock starts (warm-up) */
+        sim_timeline_counter(&s->tl, "hbm", run_ns(s), (double)experts_used);
 }
 
 /* ---- copies ---- */
 
-/* Reads the parts of x's expert from the SSD store (O_DIRECT, the aligned range covering them)
- * into a free bounce slot, on the host thread: SSD time then PCIe time, as the simulator models a
- * GPU without GPUDirect Storage. An I/O error mid-run cannot be recovered: reported, aborted. */
-static void ssd_read(rp *s, rp_xfer *x) {
-    MOESIM_ASSERT(!s->free_slots.empty()); /* at most 3 class heads + COPY_WINDOW transfers */
-    x->slot = s->free_slots.back();
-    s->free_slots.pop_back();
+/* Byte `acct` of part `part` at precision p (the memory system's units) in the kernel format:
+ * chunks split parts in proportion, so a part's chunks cover its kernel bytes exactly. */
+static uint64_t dev_offset(const rp *s, uint32_t p, int part, uint64_t acct) {
+    return (uint64_t)((unsigned __int128)acct * s->dev_part_bytes[p][part] /
+                      s->part_bytes[p][part]);
+}
+
+static uint64_t part_blob_offset(const rp *s, uint32_t p, int part) {
+    uint64_t o = 0;
+    for (int q = 0; q < part; q++) o += s->dev_part_bytes[p][q];
+    return o;
+}
+
+/* Reads kernel bytes [lo, lo + n) of (layer, expert, p)'s blob from the SSD file into the bounce
+ * slot `slot` after its first *used bytes (O_DIRECT: the aligned range covering them); returns
+ * where byte lo landed and adds the bytes the read took to *used. An I/O error mid-run cannot be
+ * recovered: reported, aborted. */
+static const uint8_t *ssd_pread(rp *s, uint32_t p, size_t le, uint64_t lo, uint64_t n,
+                                int32_t slot, uint64_t *used) {
     const replay_store *st = s->store;
-    size_t le = (size_t)x->layer * s->E + x->expert;
-    uint64_t lo = UINT64_MAX, hi = 0, po = 0, bytes = 0;
-    for (int part = 0; part < PART_COUNT; part++) {
-        uint64_t n = s->dev_part_bytes[x->prec][part];
-        if (x->parts & (1u << part)) {
-            if (po < lo) lo = po;
-            hi = po + n;
-            bytes += n;
-        }
-        po += n;
-    }
-    lo = lo / SSD_ALIGN * SSD_ALIGN;
-    hi = (hi + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN;
-    uint8_t *dst = s->bounce + (uint64_t)x->slot * s->slot_bytes;
-    uint64_t t0 = host_ns();
-    for (uint64_t o = lo; o < hi;) {
-        ssize_t r =
-            pread(st->ssd_fd[x->prec], dst + o, hi - o, (off_t)(st->ssd_off[x->prec][le] + o));
+    uint64_t a = lo / SSD_ALIGN * SSD_ALIGN, b = (lo + n + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN;
+    MOESIM_ASSERT(b <= st->ssd_stride[p] && *used + (b - a) <= s->slot_bytes);
+    uint8_t *dst = s->bounce + (uint64_t)slot * s->slot_bytes + *used;
+    for (uint64_t o = a; o < b;) {
+        ssize_t r = pread(st->ssd_fd[p], dst + (o - a), b - o, (off_t)(st->ssd_off[p][le] + o));
         if (r <= 0) cuda_check_fail("pread", strerror(r < 0 ? errno : EIO), __FILE__, __LINE__);
         o += (uint64_t)r;
     }
-    uint64_t t1 = host_ns();
-    if (s->warmup) return; /* initial placement: before the clock starts */
-    s->ssd_busy_ns += t1 - t0;
-    s->ssd_bytes += bytes;
-    if (s->tl.on) {
-        char name[64];
-        snprintf(name, sizeof name, "L%u e%u %s ssd", x->layer, x->expert,
-                 precision_name((moesim_precision)x->prec));
-        sim_timeline_slice(&s->tl, SIM_TRACK_SSD, "ssd", name, t0 - s->t0_host, t1 - s->t0_host);
+    *used += b - a;
+    return dst + (lo - a);
+}
+
+static void h2d_kick(rp *s);
+
+/* The SSD engine: reads every chunk memsys hands it, synchronously on the host thread, into a
+ * bounce slot, then reports it done so the H2D engine can copy it on (memsys stops handing out
+ * chunks while its bounce buffer is full). */
+static void ssd_kick(rp *s) {
+    if (s->ssd_running) return; /* the loop below takes the new work */
+    s->ssd_running = true;
+    memsys_chunk c;
+    while (memsys_next_chunk(&s->ms, MEMSYS_SSD, &c)) {
+        const memsys_xfer *x = &s->ms.xf[c.xfer];
+        MOESIM_ASSERT(!s->free_slots.empty()); /* sized from the bounce buffer (rp_setup) */
+        rp_staged sg = {c.offset, c.bytes, s->free_slots.back(), {NULL, NULL, NULL}};
+        s->free_slots.pop_back();
+        memsys_piece pc[PART_COUNT];
+        uint32_t n = memsys_chunk_pieces(&s->ms, &c, pc);
+        size_t le = (size_t)x->layer * s->E + x->expert;
+        uint64_t used = 0, t0 = host_ns();
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t a = dev_offset(s, x->prec, pc[i].part, pc[i].part_offset);
+            uint64_t b = dev_offset(s, x->prec, pc[i].part, pc[i].part_offset + pc[i].bytes);
+            sg.src[i] = ssd_pread(s, x->prec, le, part_blob_offset(s, x->prec, pc[i].part) + a,
+                                  b - a, sg.slot, &used);
+        }
+        uint64_t t1 = host_ns();
+        s->ssd_busy_ns += t1 - t0;
+        if (s->tl.on) {
+            char name[64];
+            snprintf(name, sizeof name, "L%u e%u %s ssd", x->layer, x->expert,
+                     precision_name((moesim_precision)x->prec));
+            sim_timeline_slice(&s->tl, SIM_TRACK_SSD, "ssd", name, t0 - s->t0_host,
+                               t1 - s->t0_host);
+        }
+        if (s->staged.size() <= c.xfer) s->staged.resize(c.xfer + 1);
+        s->staged[c.xfer].push_back(sg);
+        memsys_xfer fin;
+        bool landed = memsys_chunk_done(&s->ms, &c, &fin); /* staged: the H2D engine goes on */
+        MOESIM_ASSERT(!landed);
+    }
+    s->ssd_running = false;
+}
+
+/* The H2D engine: keeps COPY_WINDOW chunks in flight, each the chunk memsys hands out next (so a
+ * demand load overtakes queued prefetches at the next chunk boundary), one cudaMemcpyAsync per
+ * part it spans, from the pinned store or the bounce slot its SSD read filled. */
+static void h2d_kick(rp *s) {
+    memsys_chunk c;
+    while (s->inflight.size() < COPY_WINDOW && memsys_next_chunk(&s->ms, MEMSYS_H2D, &c)) {
+        const memsys_xfer *x = &s->ms.xf[c.xfer];
+        uint32_t p = x->prec;
+        memsys_piece pc[PART_COUNT];
+        uint32_t n = memsys_chunk_pieces(&s->ms, &c, pc);
+        rp_chunk rc = {c, cev_get(s), cev_get(s), -1, 0, 0, x->layer, x->expert, x->prec, x->cls};
+        const uint8_t *src[PART_COUNT];
+        size_t le = (size_t)x->layer * s->E + x->expert;
+        if (x->via_ssd) { /* the SSD chunk of the same bytes (chunks of both engines align) */
+            MOESIM_ASSERT(s->staged.size() > c.xfer && !s->staged[c.xfer].empty());
+            rp_staged sg = s->staged[c.xfer].front();
+            s->staged[c.xfer].pop_front();
+            MOESIM_ASSERT(sg.offset == c.offset && sg.bytes == c.bytes);
+            rc.slot = sg.slot;
+            memcpy(src, sg.src, sizeof src);
+        } else {
+            MOESIM_ASSERT(s->store->host_off[p][le] != UINT64_MAX);
+            for (uint32_t i = 0; i < n; i++)
+                src[i] = s->store->host[p] + s->store->host_off[p][le] +
+                         part_blob_offset(s, p, pc[i].part) +
+                         dev_offset(s, p, pc[i].part, pc[i].part_offset);
+        }
+        cudaStream_t st = x->cls == POLICY_DEMAND ? s->s_demand : s->s_bg;
+        if (s->xfer_last.size() <= c.xfer) {
+            s->xfer_last.resize(c.xfer + 1, NULL);
+            s->xfer_stream.resize(c.xfer + 1, NULL);
+        }
+        if (c.first) s->xfer_last[c.xfer] = NULL;
+        /* promoted mid-copy: its earlier chunks went on the other stream; a part's last event
+         * must mean the whole part landed */
+        if (s->xfer_last[c.xfer] && s->xfer_stream[c.xfer] != st)
+            CUDA_CHECK(cudaStreamWaitEvent(st, s->xfer_last[c.xfer], 0));
+        CUDA_CHECK(cudaEventRecord(rc.ev0, st));
+        size_t base = memsys_lep(&s->ms, x->layer, x->expert, p) * PART_COUNT;
+        for (uint32_t i = 0; i < n; i++) {
+            int part = pc[i].part;
+            uint64_t a = dev_offset(s, p, part, pc[i].part_offset);
+            uint64_t b = dev_offset(s, p, part, pc[i].part_offset + pc[i].bytes);
+            CUDA_CHECK(cudaMemcpyAsync((uint8_t *)block_ptr(s, p, s->block[base + part]) + a,
+                                       src[i], b - a, cudaMemcpyHostToDevice, st));
+            rc.dev_bytes += b - a;
+            if (pc[i].part_offset + pc[i].bytes == s->part_bytes[p][part])
+                rc.ends |= (uint8_t)(1u << part);
+        }
+        CUDA_CHECK(cudaEventRecord(rc.ev1, st));
+        for (int part = 0; part < PART_COUNT; part++)
+            if (rc.ends & (1u << part)) s->ready[base + part] = rc.ev1;
+        s->xfer_last[c.xfer] = rc.ev1;
+        s->xfer_stream[c.xfer] = st;
+        s->h2d_dev_bytes += rc.dev_bytes;
+        s->inflight.push_back(rc);
     }
 }
 
-static bool on_ssd(const rp *s, uint32_t layer, uint32_t expert, uint32_t p) {
-    return s->store->host_off[p][(size_t)layer * s->E + expert] == UINT64_MAX;
+static void on_work(void *ctx, int engine) {
+    if (engine == MEMSYS_SSD)
+        ssd_kick((rp *)ctx);
+    else
+        h2d_kick((rp *)ctx);
 }
 
-static void deliver(rp *s, uint32_t xi, uint64_t now_ns) {
-    rp_xfer *x = &s->xf[xi];
-    if (s->pm->on_transfer_done)
-        s->pm->on_transfer_done(s->pol, x->layer, x->expert, (moesim_precision)x->prec, x->parts,
-                                (policy_class)x->cls, now_ns);
-}
-
-/* Retires finished chunks in submission order: parts become resident and the policy hears of
- * completed loads. Never called from inside a policy callback (on_route may be issuing loads). */
+/* Retires finished chunks in submission order: memsys makes their parts resident and the policy
+ * hears of completed loads (memsys_deliver, after the engine restarted). Never called from inside
+ * a policy callback (on_route may be issuing loads). */
 static void retire(rp *s) {
     while (!s->inflight.empty()) {
-        rp_chunk c = s->inflight.front();
-        cudaError_t e = cudaEventQuery(c.ev1);
+        cudaError_t e = cudaEventQuery(s->inflight.front().ev1);
         if (e == cudaErrorNotReady) break;
         CUDA_CHECK(e);
-        s->inflight.erase(s->inflight.begin());
-        s->done_chunks.push_back(c);
-        if (c.part < 0) continue;
-        rp_xfer *x = &s->xf[c.xfer];
-        size_t pi = lep_of(s, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)c.part;
-        if (s->state[pi] == POLICY_LOADING && s->xfer_of[pi] == c.xfer) {
-            s->state[pi] = POLICY_RESIDENT;
-            s->xfer_of[pi] = NONE;
-            s->ready[pi] = NULL; /* landed: later ops need not wait (nor keep the event) */
-        }
-        bool all = true;
+        rp_chunk rc = s->inflight.front();
+        s->inflight.pop_front();
+        s->done_chunks.push_back(rc);
+        if (s->xfer_last[rc.c.xfer] == rc.ev1) s->xfer_last[rc.c.xfer] = NULL;
+        if (rc.slot >= 0) s->free_slots.push_back(rc.slot); /* its bytes left the bounce slot */
+        size_t base = memsys_lep(&s->ms, rc.layer, rc.expert, rc.prec) * PART_COUNT;
         for (int part = 0; part < PART_COUNT; part++)
-            if (x->parts & (1u << part)) {
-                size_t pj = lep_of(s, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
-                all &= s->state[pj] != POLICY_LOADING || s->xfer_of[pj] != c.xfer;
-            }
-        if (all && x->parts && c.part == 31 - __builtin_clz(x->parts)) {
-            if (x->slot >= 0) { /* its bytes have left the bounce buffer */
-                s->free_slots.push_back(x->slot);
-                x->slot = -1;
-            }
-            deliver(s, c.xfer, host_ns() - s->t0_host);
-        }
-    }
-}
-
-/* Keeps COPY_WINDOW chunks in flight, taking the next chunk of the highest non-empty class:
- * a demand load overtakes queued prefetches at the next chunk boundary. */
-static void submit(rp *s) {
-    while (s->inflight.size() < COPY_WINDOW) {
-        int cls = -1;
-        for (int k = 0; k < 3 && cls < 0; k++)
-            while (s->q_head[k] < s->q[k].size()) {
-                rp_xfer *x = &s->xf[s->q[k][s->q_head[k]]];
-                if (x->parts && x->next_part < PART_COUNT) {
-                    cls = k;
-                    break;
-                }
-                s->q_head[k]++; /* finished or cancelled */
-            }
-        if (cls < 0) break;
-        uint32_t xi = s->q[cls][s->q_head[cls]];
-        rp_xfer *x = &s->xf[xi];
-        while (x->next_part < PART_COUNT && !(x->parts & (1u << x->next_part))) x->next_part++;
-        if (x->next_part >= PART_COUNT) continue;
-        int part = x->next_part;
-        if (!x->started && on_ssd(s, x->layer, x->expert, x->prec)) ssd_read(s, x);
-        size_t pi = lep_of(s, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
-        uint64_t total = s->dev_part_bytes[x->prec][part];
-        uint64_t n = total - x->sent < s->chunk_bytes ? total - x->sent : s->chunk_bytes;
-        cudaStream_t st = cls == POLICY_DEMAND ? s->s_demand : s->s_bg;
-        rp_chunk c = {xi, -1, cev_get(s), cev_get(s), n};
-        CUDA_CHECK(cudaEventRecord(c.ev0, st));
-        CUDA_CHECK(
-            cudaMemcpyAsync((uint8_t *)block_ptr(s, x->prec, s->block[pi]) + x->sent,
-                            host_part(s, x->layer, x->expert, x->prec, part, x->slot) + x->sent, n,
-                            cudaMemcpyHostToDevice, st));
-        CUDA_CHECK(cudaEventRecord(c.ev1, st));
-        x->started = true;
-        x->sent += n;
-        s->h2d_bytes += n;
-        if (x->sent == total) {
-            c.part = part;
-            s->ready[pi] = c.ev1;
-            x->next_part++;
-            x->sent = 0;
-        }
-        s->inflight.push_back(c);
+            if (rc.ends & (1u << part)) s->ready[base + part] = NULL; /* landed: ops need not wait */
+        memsys_xfer fin;
+        bool complete = memsys_chunk_done(&s->ms, &rc.c, &fin);
+        h2d_kick(s);
+        if (complete) memsys_deliver(&s->ms, &fin, run_ns(s));
     }
 }
 
 static void pump(rp *s) {
     retire(s);
-    submit(s);
+    h2d_kick(s);
+    ssd_kick(s);
 }
 
-/* ---- the memory system of the policy API ---- */
-
-static policy_residency mem_state(const policy_mem *m, uint32_t layer, uint32_t expert,
-                                  moesim_precision p, expert_part part) {
-    MOESIM_ASSERT(layer < m->L && expert < m->E && (uint32_t)p < m->P && part < PART_COUNT);
-    return (policy_residency)m->state[lep_of(m, layer, expert, p) * PART_COUNT + part];
+/* Blocks until the oldest chunk in flight has landed, then retires what has. */
+static void wait_next_chunk(rp *s) {
+    if (s->inflight.empty()) pump(s);
+    MOESIM_ASSERT(!s->inflight.empty()); /* the caller waits for a copy that has started */
+    CUDA_CHECK(cudaEventSynchronize(s->inflight.front().ev1));
+    pump(s);
 }
-
-static uint64_t *pool_of(rp *s, uint32_t layer) {
-    return &s->pool_used[s->bud.per_layer ? layer : 0];
-}
-
-/* The HBM counter of the timeline (the simulator's "hbm" track: bytes of expert weights) and the
- * peak the result reports. */
-static void hbm_note(rp *s) {
-    if (s->experts_used > s->experts_peak) s->experts_peak = s->experts_used;
-    if (s->tl.on && !s->warmup)
-        sim_timeline_counter(&s->tl, "hbm", host_ns() - s->t0_host, (double)s->experts_used);
-}
-
-static void release_part(rp *s, uint32_t layer, uint32_t p, size_t pi, int part) {
-    s->free_blocks[p].push_back(s->block[pi]);
-    s->block[pi] = NONE;
-    s->state[pi] = POLICY_ABSENT;
-    s->ready[pi] = NULL;
-    *pool_of(s, layer) -= s->part_bytes[p][part];
-    s->prec_used[p] -= s->part_bytes[p][part];
-    s->experts_used -= s->part_bytes[p][part];
-    hbm_note(s);
-}
-
-static policy_mem_result mem_load(policy_mem *s, uint32_t layer, uint32_t expert,
-                                  moesim_precision p, uint32_t parts_mask, policy_class cls) {
-    MOESIM_ASSERT(layer < s->L && expert < s->E && (uint32_t)p < s->P);
-    MOESIM_ASSERT(parts_mask && parts_mask <= POLICY_PARTS_ALL && (unsigned)cls < 3);
-    size_t lep = lep_of(s, layer, expert, p);
-    uint32_t need = 0;
-    uint64_t bytes = 0;
-    for (int part = 0; part < PART_COUNT; part++) {
-        if (!(parts_mask & (1u << part))) continue;
-        if (!s->part_bytes[p][part]) return POLICY_REFUSED;
-        if (s->state[lep * PART_COUNT + part] != POLICY_ABSENT) continue;
-        need |= 1u << part;
-        bytes += s->part_bytes[p][part];
-    }
-    if (!need) return POLICY_ALREADY;
-    if (*pool_of(s, layer) + bytes > s->bud.pool_cap_bytes) return POLICY_REFUSED;
-    uint32_t got[PART_COUNT] = {NONE, NONE, NONE};
-    for (int part = 0; part < PART_COUNT; part++)
-        if (need & (1u << part) && (got[part] = block_take(s, p)) == NONE) {
-            for (int q = 0; q < part; q++)
-                if (got[q] != NONE) s->free_blocks[p].push_back(got[q]);
-            s->physical_refusals++;
-            return POLICY_REFUSED;
-        }
-    *pool_of(s, layer) += bytes;
-    s->prec_used[p] += bytes;
-    s->experts_used += bytes;
-    hbm_note(s);
-    uint32_t xi = (uint32_t)s->xf.size();
-    rp_xfer x = {layer,         expert,    (uint8_t)p, (uint8_t)need, (uint8_t)cls, 0, false, 0,
-                 s->xfer_seq++, host_ns(), -1};
-    for (int part = 0; part < PART_COUNT; part++)
-        if (need & (1u << part)) {
-            size_t pi = lep * PART_COUNT + part;
-            s->block[pi] = got[part];
-            s->state[pi] = POLICY_LOADING;
-            s->xfer_of[pi] = xi;
-        }
-    if (s->warmup) { /* initial placement: copied before the clock starts */
-        if (on_ssd(s, layer, expert, p)) ssd_read(s, &x);
-        for (int part = 0; part < PART_COUNT; part++)
-            if (need & (1u << part)) {
-                size_t pi = lep * PART_COUNT + part;
-                CUDA_CHECK(cudaMemcpy(block_ptr(s, p, got[part]),
-                                      host_part(s, layer, expert, p, part, x.slot),
-                                      s->dev_part_bytes[p][part], cudaMemcpyHostToDevice));
-                s->state[pi] = POLICY_RESIDENT;
-                s->xfer_of[pi] = NONE;
-            }
-        if (x.slot >= 0) s->free_slots.push_back(x.slot);
-        s->warmup_bytes += bytes;
-        s->warm_lep.push_back((uint32_t)lep);
-        s->warm_parts.push_back((uint8_t)(need | (uint32_t)cls << 4));
-        return POLICY_ISSUED;
-    }
-    s->xf.push_back(x);
-    s->q[cls].push_back(xi);
-    if (cls == POLICY_PREFETCH) {
-        s->prefetches++;
-        size_t le = (size_t)layer * s->E + expert;
-        if (!s->pf_mark[le]) {
-            s->pf_mark[le] = 1;
-            s->pf_count[layer]++;
-        }
-    }
-    submit(s); /* not retire: the policy is inside a callback */
-    return POLICY_ISSUED;
-}
-
-static policy_mem_result mem_evict(policy_mem *s, uint32_t layer, uint32_t expert,
-                                   moesim_precision p, uint32_t parts_mask) {
-    MOESIM_ASSERT(layer < s->L && expert < s->E && (uint32_t)p < s->P);
-    size_t lep = lep_of(s, layer, expert, p);
-    bool any = false;
-    for (int part = 0; part < PART_COUNT; part++) {
-        if (!(parts_mask & (1u << part))) continue;
-        uint8_t st = s->state[lep * PART_COUNT + part];
-        if (st == POLICY_ABSENT) continue;
-        if (s->pinned[lep]) return POLICY_REFUSED;
-        if (st == POLICY_LOADING && s->xf[s->xfer_of[lep * PART_COUNT + part]].started)
-            return POLICY_REFUSED;
-        any = true;
-    }
-    if (!any) return POLICY_ALREADY;
-    for (int part = 0; part < PART_COUNT; part++) {
-        size_t pi = lep * PART_COUNT + part;
-        if (!(parts_mask & (1u << part)) || s->state[pi] == POLICY_ABSENT) continue;
-        if (s->state[pi] == POLICY_LOADING) { /* cancel: not started */
-            s->xf[s->xfer_of[pi]].parts &= (uint8_t) ~(1u << part);
-            s->xfer_of[pi] = NONE;
-        }
-        /* the compute stream has finished every op that read this block: the host waited for it
-         * before this route, and the block is not pinned by the route */
-        release_part(s, layer, p, pi, part);
-    }
-    return POLICY_ISSUED;
-}
-
-static uint64_t mem_free_bytes(const policy_mem *s, uint32_t layer) {
-    return s->bud.pool_cap_bytes - s->pool_used[s->bud.per_layer ? (layer < s->L ? layer : 0) : 0];
-}
-
-static uint64_t mem_used_bytes(const policy_mem *s, moesim_precision p) { return s->prec_used[p]; }
-
-/* Oracle only: the trace's future, exactly as sim.c computes it (same schedule, same order). */
-static void future_build(rp *s) {
-    size_t LE = (size_t)s->L * s->E;
-    s->use_first.assign(LE + 1, 0);
-    for (uint64_t st = 0; st < s->sch.n_steps; st++)
-        for (uint32_t l = 0; l < s->L; l++)
-            for (uint32_t i = 0; i < s->sch.steps[st].n_tokens; i++) {
-                const uint16_t *ex =
-                    trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], l);
-                for (uint32_t k = 0; k < s->K; k++)
-                    if (ex[k] != TRACE_NO_EXPERT) s->use_first[(size_t)l * s->E + ex[k] + 1]++;
-            }
-    for (size_t i = 0; i < LE; i++) s->use_first[i + 1] += s->use_first[i];
-    s->use_pos.assign(s->use_first[LE] ? s->use_first[LE] : 1, 0);
-    s->use_cur.assign(s->use_first.begin(), s->use_first.end() - 1);
-    uint64_t pos = 0;
-    for (uint64_t st = 0; st < s->sch.n_steps; st++)
-        for (uint32_t l = 0; l < s->L; l++)
-            for (uint32_t i = 0; i < s->sch.steps[st].n_tokens; i++) {
-                const uint16_t *ex =
-                    trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], l);
-                for (uint32_t k = 0; k < s->K; k++)
-                    if (ex[k] != TRACE_NO_EXPERT)
-                        s->use_pos[s->use_cur[(size_t)l * s->E + ex[k]]++] = pos++;
-            }
-    s->use_cur.assign(s->use_first.begin(), s->use_first.end() - 1);
-}
-
-static uint64_t mem_next_use(const policy_mem *cm, uint32_t layer, uint32_t expert) {
-    rp *s = (rp *)cm; /* the cursor is a cache: logically const */
-    MOESIM_ASSERT(layer < s->L && expert < s->E);
-    if (s->use_first.empty()) future_build(s);
-    size_t le = (size_t)layer * s->E + expert;
-    uint64_t end = s->use_first[le + 1];
-    while (s->use_cur[le] < end && s->use_pos[s->use_cur[le]] < s->access_pos) s->use_cur[le]++;
-    if (s->use_cur[le] == end) return UINT64_MAX;
-    return s->use_pos[s->use_cur[le]] - s->access_pos;
-}
-
-static uint32_t mem_future_active(const policy_mem *cm, uint32_t layer, uint16_t *ids,
-                                  uint32_t cap) {
-    rp *s = (rp *)cm;
-    MOESIM_ASSERT(layer < s->L);
-    uint64_t st = (int64_t)layer > s->cur_layer ? s->cur_step : s->cur_step + 1;
-    if (st >= s->sch.n_steps) return 0;
-    std::vector<uint8_t> seen(s->E, 0);
-    for (uint32_t i = 0; i < s->sch.steps[st].n_tokens; i++) {
-        const uint16_t *ex = trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], layer);
-        for (uint32_t k = 0; k < s->K; k++)
-            if (ex[k] != TRACE_NO_EXPERT) seen[ex[k]] = 1;
-    }
-    uint32_t n = 0;
-    for (uint32_t e = 0; e < s->E; e++)
-        if (seen[e]) {
-            if (n < cap) ids[n] = (uint16_t)e;
-            n++;
-        }
-    return n;
-}
-
-static const policy_mem_ops rp_mem_ops = {mem_state,        mem_load,       mem_evict,
-                                          mem_free_bytes,   mem_used_bytes, mem_next_use,
-                                          mem_future_active};
 
 /* ---- compute ---- */
 
@@ -884,7 +814,7 @@ static void run_attention(rp *s, const replay_step *sd, uint32_t ml) {
 
 static void run_expert(rp *s, uint32_t layer, uint32_t e, moesim_precision p, uint32_t tok,
                        uint32_t mask) {
-    size_t base = lep_of(s, layer, e, p) * PART_COUNT;
+    size_t base = memsys_lep(&s->ms, layer, e, p) * PART_COUNT;
     uint64_t H = s->m->hidden, I = s->m->expert_inter;
     for (int part = 0; part < PART_COUNT; part++)
         if (mask & (1u << part) && s->ready[base + part])
@@ -912,9 +842,14 @@ static void run_expert(rp *s, uint32_t layer, uint32_t e, moesim_precision p, ui
                                   host_ns() - s->t0_host);
 }
 
-/* Unpins the last route's experts: call only when the compute stream is idle. */
+
+/* Unpins the last route's experts: call only when the compute stream is idle (the replay's
+ * memsys_unpin point: an op enqueued is not an op done). */
 static void unpin_all(rp *s) {
-    for (uint32_t lep : s->pinned_lep) s->pinned[lep] = 0;
+    for (uint32_t lep : s->pinned_lep) {
+        uint32_t p = lep % s->P, le = lep / s->P;
+        memsys_unpin(&s->ms, le / s->E, le % s->E, (moesim_precision)p);
+    }
     s->pinned_lep.clear();
 }
 
@@ -932,11 +867,11 @@ static void wait_compute(rp *s) {
 
 /* Waits until every part in mask has all its chunks submitted (its ready event exists). */
 static void wait_submitted(rp *s, uint32_t layer, uint32_t e, moesim_precision p, uint32_t mask) {
-    size_t base = lep_of(s, layer, e, p) * PART_COUNT;
+    size_t base = memsys_lep(&s->ms, layer, e, p) * PART_COUNT;
     for (;;) {
         bool ok = true;
         for (int part = 0; part < PART_COUNT; part++)
-            if (mask & (1u << part) && s->state[base + part] == POLICY_LOADING &&
+            if (mask & (1u << part) && s->ms.state[base + part] == POLICY_LOADING &&
                 !s->ready[base + part])
                 ok = false;
         if (ok) return;
@@ -944,17 +879,35 @@ static void wait_submitted(rp *s, uint32_t layer, uint32_t e, moesim_precision p
     }
 }
 
+/* Before a route is planned, its pool must have room for the route's experts once everything
+ * the policy may evict is evicted: copies already started cannot be (even those of the route's
+ * own experts, which may be at another precision than planned), so the host waits for them to
+ * land (sim.c's stream_wait_room). The compute stream is idle meanwhile:
+ * an op of category "stall" between two events on it (step_resolve counts it as stall). */
+static void wait_room(rp *s, uint32_t layer, uint32_t n_active) {
+    uint64_t cap = s->bud.pool_cap_bytes;
+    uint64_t need = (uint64_t)n_active * s->route_expert_bytes;
+    if (need > cap) need = cap;
+    if (s->ms.pool_used[s->ms.cfg.per_layer ? layer : 0] + need <= cap) return;
+    if (memsys_unevictable_bytes(&s->ms, layer) + need <= cap) return;
+    op_begin(s, "stall", "stall: room", (int)layer, NULL);
+    do
+        wait_next_chunk(s);
+    while (memsys_unevictable_bytes(&s->ms, layer) + need > cap);
+    op_end(s);
+}
+
 /* Issue sequence of the copy loading part `part_index` of the layer being routed (the callback
  * of sim_route_execution_order). */
 static uint64_t loading_seq(const void *host, size_t part_index) {
     const rp *s = (const rp *)host;
-    size_t layer_parts = (size_t)s->cur_layer * s->E * s->P * PART_COUNT;
-    return s->xf[s->xfer_of[layer_parts + part_index]].seq;
+    size_t layer_parts = (size_t)s->ms.cur_layer * s->E * s->P * PART_COUNT;
+    return memsys_loading_seq(&s->ms, layer_parts + part_index);
 }
 
 /* One (sub-)route, as sim.c's run_route: plan, hits, gate mass, then the experts in order. */
 static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_t i1,
-                      bool first_of_layer) {
+                      bool first_of_layer, bool last_of_layer) {
     const uint32_t K = s->K;
     uint32_t n = i1 - i0;
     const uint16_t *ex = s->r_experts + (size_t)i0 * K;
@@ -964,14 +917,16 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
     uint32_t n_active = sim_route_active_build(&rs, ex, gs, n * K);
     if (first_of_layer)
         sim_route_prefetch_account(&rs, n_active, s->r_experts, s->sch.steps[step].n_tokens * K,
-                                   s->pf_mark + (size_t)layer * s->E, s->E, &s->pf_count[layer],
-                                   &s->pf_hit, &s->pf_active, &s->pf_issued_sets);
+                                   s->ms.pf_mark + (size_t)layer * s->E, s->E,
+                                   &s->ms.pf_count[layer], &s->pf_hit, &s->pf_active,
+                                   &s->pf_issued_sets);
     wait_compute(s); /* the router's output is known: the host decides now */
     unpin_all(s);    /* the stream is idle: the last route's experts have run */
+    wait_room(s, layer, n_active);
     policy_route route;
     memset(&route, 0, sizeof route);
     route.layer = layer;
-    route.now_ns = host_ns() - s->t0_host;
+    route.now_ns = run_ns(s);
     route.n_tokens = n;
     route.top_k = K;
     route.experts = ex;
@@ -985,27 +940,25 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
     route.active_tokens = s->active_tokens;
     route.active_gate = s->active_gate;
     policy_plan plan = {s->plan};
-    s->cur_layer = layer;
-    s->cur_step = step;
+    s->ms.cur_layer = layer;
+    s->ms.cur_step = step;
     s->sub_routes++;
     s->pm->on_route(s->pol, &route, &plan);
 
     moesim_precision hi = s->pm->hi_precision ? s->pm->hi_precision(s->pol) : s->prec;
     uint8_t prim_bits = (uint8_t)s->quant.fmt[hi].weight_bits;
-    for (uint32_t a = 0; a < n_active; a++) {
+    for (uint32_t a = 0; a < n_active; a++) { /* pinned until the stream is idle (unpin_all) */
         uint8_t pr = s->plan[a];
-        if (pr == POLICY_RUN_SKIP) continue;
-        MOESIM_ASSERT(pr < PREC_COUNT && s->part_bytes[pr][0]);
-        size_t lep = lep_of(s, layer, s->active[a], pr);
-        for (int part = 0; part < PART_COUNT; part++)
-            MOESIM_ASSERT(s->state[lep * PART_COUNT + part] != POLICY_ABSENT);
-        if (!s->pinned[lep]) s->pinned_lep.push_back((uint32_t)lep);
-        s->pinned[lep] = 1;
+        if (pr == POLICY_RUN_SKIP || pr >= PREC_COUNT) continue; /* memsys_run_plan asserts */
+        size_t lep = memsys_lep(&s->ms, layer, s->active[a], pr);
+        if (!s->ms.pinned[lep]) s->pinned_lep.push_back((uint32_t)lep);
     }
+    memsys_run_plan(&s->ms, layer, s->active, s->plan, n_active);
     const size_t layer_parts = (size_t)layer * s->E * s->P * PART_COUNT;
-    sim_route_tally_accesses(&rs, ex, gs, n * K, s->state + layer_parts, s->P, &s->quant, prim_bits,
-                             &s->tally);
-    uint32_t n_run = sim_route_execution_order(&rs, n_active, s->state + layer_parts, s->P,
+    sim_route_tally_accesses(&rs, ex, gs, n * K, s->ms.state + layer_parts, s->P, &s->quant,
+                             prim_bits, &s->tally);
+    if (last_of_layer) memsys_end_layer(&s->ms, layer, run_ns(s));
+    uint32_t n_run = sim_route_execution_order(&rs, n_active, s->ms.state + layer_parts, s->P,
                                                loading_seq, s, s->order, s->order_key);
     for (uint32_t r = 0; r < n_run; r++) {
         uint32_t a = s->order[r];
@@ -1025,54 +978,22 @@ static void run_route(rp *s, uint64_t step, uint32_t layer, uint32_t i0, uint32_
     }
 }
 
-static void gather_route(rp *s, uint64_t step, uint32_t layer) {
-    const replay_step *sd = &s->sch.steps[step];
-    const trace *t = s->tr;
-    uint32_t K = s->K;
-    size_t DK = (size_t)s->la_depth * s->la_k;
-    bool emulated = !t->meta.lookahead_depth;
-    for (uint32_t i = 0; i < sd->n_tokens; i++) {
-        uint32_t tok = s->sch.tokens[sd->first + i];
-        memcpy(s->r_experts + (size_t)i * K, trace_experts(t, tok, layer), K * sizeof(uint16_t));
-        memcpy(s->r_gates + (size_t)i * K, trace_gates(t, tok, layer), K * sizeof(float));
-        if (s->r_importance) s->r_importance[i] = t->importance[(size_t)tok * s->L + layer];
-        if (!DK) continue;
-        if (emulated) {
-            sim_lookahead_emulate(s->tr, s->L, s->E, s->K, s->la_depth, s->la_k, s->set.seed,
-                                  s->set.predictor_accuracy, tok, layer, s->r_la_ids + i * DK,
-                                  s->r_la_scores + i * DK);
-        } else {
-            size_t src = trace_lookahead_index(t, tok, layer, 1);
-            memcpy(s->r_la_ids + i * DK, t->lookahead_ids + src, DK * sizeof(uint16_t));
-            memcpy(s->r_la_scores + i * DK, t->lookahead_scores + src, DK * sizeof(float));
-        }
-    }
-}
-
 /* sim.c's run_layer: sub-routes whose distinct experts fit one pool, in token order. */
 static void run_layer(rp *s, uint64_t step, uint32_t layer) {
-    uint32_t n = s->sch.steps[step].n_tokens, K = s->K;
-    gather_route(s, step, layer);
+    const replay_step *sd = &s->sch.steps[step];
+    uint32_t n = sd->n_tokens, K = s->K;
+    sim_route_gather(&s->src, s->sch.tokens + sd->first, n, layer, s->r_experts, s->r_gates,
+                     s->r_importance, s->r_la_ids, s->r_la_scores);
+    memsys_begin_layer(&s->ms);
+    sim_route_scratch rs = {s->stamp,         &s->stamp_gen,  s->active, s->slot,
+                            s->active_tokens, s->active_gate, s->plan};
     uint32_t i0 = 0;
     bool first = true;
     while (i0 < n) {
-        uint32_t gen = ++s->stamp_gen, distinct = 0, i1 = i0;
-        while (i1 < n) {
-            uint32_t add = 0;
-            const uint16_t *row = s->r_experts + (size_t)i1 * K;
-            for (uint32_t k = 0; k < K; k++)
-                if (row[k] != TRACE_NO_EXPERT && s->stamp[row[k]] != gen) add++;
-            if (i1 > i0 && distinct + add > s->bud.route_capacity) break;
-            for (uint32_t k = 0; k < K; k++)
-                if (row[k] != TRACE_NO_EXPERT && s->stamp[row[k]] != gen) {
-                    s->stamp[row[k]] = gen;
-                    distinct++;
-                }
-            i1++;
-        }
-        run_route(s, step, layer, i0, i1, first);
+        uint32_t i1 = sim_route_split(&rs, s->r_experts, K, i0, n, s->route_capacity);
+        run_route(s, step, layer, i0, i1, first, i1 == n);
         for (uint32_t i = i0 * K; i < i1 * K; i++)
-            s->access_pos += s->r_experts[i] != TRACE_NO_EXPERT;
+            s->ms.access_pos += s->r_experts[i] != TRACE_NO_EXPERT;
         first = false;
         i0 = i1;
     }
@@ -1110,38 +1031,65 @@ static uint16_t *dev_weights(rp *s, const replay_weights *w, replay_nonexpert k,
     return (uint16_t *)d;
 }
 
-/* sim.c's reading of sim.host_precisions (expert.precision always stored), limited to the
- * formats the GPU kernels have. */
-static moesim_status parse_host_precisions(const char *text, moesim_precision primary,
-                                           bool stored[PREC_COUNT], moesim_error *err) {
-    bool kernel_has[PREC_COUNT] = {false};
-    kernel_has[PREC_BF16] = kernel_has[PREC_INT8] = kernel_has[PREC_INT4] = true;
-    kernel_has[PREC_INT2] = true;
-    if (!kernel_has[primary])
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "expert.precision = %s: the GPU kernels have no such experts (bf16, "
-                           "int8, int4, int2)",
-                           precision_name(primary));
-    for (int p = 0; p < PREC_COUNT; p++) stored[p] = false;
-    stored[primary] = true;
-    if (!strcmp(text, "all")) {
-        for (int p = 0; p < PREC_COUNT; p++) stored[p] = kernel_has[p];
+/* The run's store: the caller's when it holds exactly this run's placement (the same precisions,
+ * each expert in DRAM or on the SSD alike) of this run's weights, else the run's own. */
+static moesim_status store_choose(rp *s, const replay_inputs *in, const bool held[PREC_COUNT],
+                                  moesim_error *err) {
+    const replay_store *b = in->store;
+    bool fits = b && b->weights == in->weights && !memcmp(&b->m, s->m, sizeof *s->m);
+    size_t LE = (size_t)s->L * s->E;
+    for (int p = 0; fits && p < PREC_COUNT; p++) {
+        fits = b->held[p] == held[p];
+        for (size_t le = 0; fits && held[p] && le < LE; le++)
+            fits = (b->host_off[p][le] == UINT64_MAX) == (s->ms.on_ssd[le * s->P + p] != 0);
+    }
+    if (fits) {
+        s->store = b;
         return MOESIM_OK;
     }
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", text);
-    for (char *tok = strtok(buf, ", "); tok; tok = strtok(NULL, ", ")) {
-        moesim_precision p;
-        if (!precision_from_name(tok, &p))
-            return moesim_fail(err, MOESIM_EINPUT, "sim.host_precisions: unknown precision '%s'",
-                               tok);
-        if (!kernel_has[p])
-            return moesim_fail(err, MOESIM_EINPUT,
-                               "sim.host_precisions: the GPU kernels have no %s experts (replay "
-                               "stores bf16, int8, int4, int2)",
-                               tok);
-        stored[p] = true;
+    moesim_status st = store_make(s->m, held, s->ms.on_ssd, in->ssd_dir, in->weight_seed,
+                                  in->weights, &s->own_store, err);
+    if (!st) s->store = s->own_store;
+    return st;
+}
+
+/* Pinned bounce slots for SSD chunks waiting for the H2D engine, one chunk each. memsys hands out
+ * an SSD chunk only while the bytes staged (read, not yet copied on) fit sim.bounce_mib, and
+ * every chunk is at least the smallest chunk any transfer can have (a whole chunk, or the tail
+ * of a transfer of some parts at a held precision), so that many slots never run out. */
+static moesim_status bounce_alloc(rp *s, moesim_error *err) {
+    if (!s->store->n_on_ssd) return MOESIM_OK;
+    uint64_t chunk = s->ms.cfg.chunk_bytes, min_chunk = chunk, max_dev = 0;
+    for (int p = 0; p < PREC_COUNT; p++) {
+        if (!s->store->held[p]) continue;
+        for (uint32_t mask = 1; mask <= POLICY_PARTS_ALL; mask++) {
+            uint64_t bytes = 0;
+            for (int part = 0; part < PART_COUNT; part++)
+                if (mask & (1u << part)) bytes += s->part_bytes[p][part];
+            uint64_t tail = bytes % chunk ? bytes % chunk : chunk;
+            if (tail < min_chunk) min_chunk = tail;
+        }
+        for (int part = 0; part < PART_COUNT; part++) { /* a chunk's kernel bytes, at most */
+            uint64_t d = (uint64_t)(((unsigned __int128)chunk * s->dev_part_bytes[p][part] +
+                                     s->part_bytes[p][part] - 1) /
+                                    s->part_bytes[p][part]);
+            if (d > max_dev) max_dev = d;
+        }
     }
+    /* each piece (one per part, at most 3) rounds out to O_DIRECT alignment on both sides */
+    s->slot_bytes =
+        (max_dev + PART_COUNT + 2 * PART_COUNT * SSD_ALIGN + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN;
+    uint64_t n_slots = s->ms.cfg.bounce_bytes / min_chunk;
+    MOESIM_ASSERT(n_slots >= 1 && n_slots < INT32_MAX);
+    if (cudaHostAlloc((void **)&s->bounce, n_slots * s->slot_bytes, cudaHostAllocDefault) !=
+        cudaSuccess) {
+        cudaGetLastError();
+        return moesim_fail(err, MOESIM_ENOMEM,
+                           "cannot pin %.2f GiB of SSD bounce slots (%" PRIu64 " chunks of up to "
+                           "%" PRIu64 " bytes: sim.bounce_mib over the smallest copy chunk)",
+                           (double)(n_slots * s->slot_bytes) / GIB, n_slots, s->slot_bytes);
+    }
+    for (int32_t i = (int32_t)n_slots - 1; i >= 0; i--) s->free_slots.push_back(i);
     return MOESIM_OK;
 }
 
@@ -1186,25 +1134,21 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     s->K = t->meta.top_k;
     s->P = PREC_COUNT;
     s->prec = (moesim_precision)s->set.precision;
-    s->chunk_bytes = s->set.chunk_kib * 1024;
     if (s->set.cost_table[0]) { /* sim reads it; replay only checks it loads, like sim would */
         cost_model c;
         cost_model_init(&c, in->hw, m, in->quant);
         if ((st = cost_table_load(&c, s->set.cost_table, err))) return st;
     }
-    bool stored[PREC_COUNT];
-    if ((st = parse_host_precisions(s->set.host_precisions, s->prec, stored, err))) return st;
-    if (!stored[s->prec])
+    bool stored[PREC_COUNT], policy_only;
+    if ((st = kernel_host_precisions(s->set.host_precisions, s->prec, stored, &policy_only, err)))
+        return st;
+    /* the SSD path always stages in DRAM here (pread into pinned slots, then PCIe) */
+    if (s->set.bounce_mib * 1024 < s->set.chunk_kib)
         return moesim_fail(err, MOESIM_EINPUT,
-                           "expert.precision = %s: the GPU kernels have no such experts (bf16, "
-                           "int8, int4, int2)",
-                           precision_name(s->prec));
-    for (int p = 0; p < PREC_COUNT; p++)
-        for (int part = 0; part < PART_COUNT; part++)
-            s->part_bytes[p][part] =
-                stored[p]
-                    ? model_expert_part_bytes(m, in->quant, (expert_part)part, (moesim_precision)p)
-                    : 0;
+                           "[sim] bounce_mib = %" PRIu64 ": expected at least one copy chunk "
+                           "(sim.chunk_kib = %" PRIu64 ")",
+                           s->set.bounce_mib, s->set.chunk_kib);
+    accounting_part_bytes(m, in->quant, stored, s->part_bytes);
     replay_schedule_build(&s->sch, t, m, s->set.batch_size);
     char bwhere[640], cwhere[640];
     if (config_get(settings, "memory", "budget_gb"))
@@ -1216,37 +1160,84 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
                                  s->sch.kv_peak_bytes, bwhere, cwhere, &s->bud, err)))
         return st;
 
-    /* host store: the caller's when it holds this run's formats of this run's weights placed
-     * for this run's expert.precision (validate shares one over its runs), else the run's own */
-    bool fits = in->store && in->store->primary == s->prec && in->store->weights == in->weights &&
-                !memcmp(&in->store->m, m, sizeof *m);
-    for (int p = 0; fits && p < PREC_COUNT; p++) fits = in->store->stored[p] == stored[p];
-    if (fits) {
-        s->store = in->store;
+    /* the memory system: the simulator's pools, classes and placement (sim/memsys.h) */
+    memsys_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.n_layers = s->L;
+    mc.n_experts = s->E;
+    memcpy(mc.part_bytes, s->part_bytes, sizeof mc.part_bytes);
+    mc.per_layer = s->bud.per_layer;
+    mc.pool_cap_bytes = s->bud.pool_cap_bytes;
+    mc.chunk_bytes = s->set.chunk_kib * 1024;
+    mc.bounce_bytes = s->set.bounce_mib * 1024 * 1024;
+    mc.gpu_direct_storage = false;
+    memsys_host mh = {s, on_work, on_hbm, on_reserve, on_release};
+    memsys_init(&s->ms, &mc, &mh);
+    s->ms_live = true;
+    sim_future_init(&s->future, t, &s->sch);
+    s->ms.future = &s->future;
+    s->view.ops = &memsys_ops;
+    s->view.mem = &s->ms;
+    if (t->meta.lookahead_depth) {
+        s->la_depth = t->meta.lookahead_depth;
+        s->la_k = t->meta.lookahead_k;
     } else {
-        st = in->weights ? replay_store_create_checkpoint(m, in->quant, s->set.host_precisions,
-                                                          s->prec, in->hw->dram_bytes, in->ssd_dir,
-                                                          in->weights, &s->own_store, err)
-                         : replay_store_create(m, in->quant, s->set.host_precisions, s->prec,
-                                               in->hw->dram_bytes, in->ssd_dir, in->weight_seed,
-                                               &s->own_store, err);
-        if (st) return st;
-        s->store = s->own_store;
+        s->la_depth = s->set.predictor_depth;
+        s->la_k = s->la_depth ? s->K : 0;
     }
-    if (s->store->n_on_ssd) { /* bounce slots: 3 class heads + COPY_WINDOW transfers at most */
-        for (int p = 0; p < PREC_COUNT; p++)
-            if (stored[p] && s->store->ssd_stride[p] > s->slot_bytes)
-                s->slot_bytes = s->store->ssd_stride[p];
-        if (cudaHostAlloc((void **)&s->bounce, SSD_SLOTS * s->slot_bytes, cudaHostAllocDefault) !=
-            cudaSuccess) {
-            cudaGetLastError();
-            return moesim_fail(err, MOESIM_ENOMEM, "cannot pin the SSD bounce buffer");
-        }
-        for (int32_t i = SSD_SLOTS - 1; i >= 0; i--) s->free_slots.push_back(i);
+    s->src.tr = t;
+    s->src.L = s->L;
+    s->src.E = s->E;
+    s->src.K = s->K;
+    s->src.la_depth = s->la_depth;
+    s->src.la_k = s->la_k;
+    s->src.la_emulated = !t->meta.lookahead_depth && s->la_depth > 0;
+    s->src.seed = s->set.seed;
+    s->src.accuracy = s->set.predictor_accuracy;
+    policy_params params;
+    memset(&params, 0, sizeof params);
+    params.model = m;
+    params.n_layers = s->L;
+    params.n_experts = s->E;
+    params.top_k = s->K;
+    params.expert_budget_bytes =
+        s->bud.per_layer ? s->bud.pool_cap_bytes * s->L : s->bud.expert_budget_bytes;
+    params.experts_per_layer = s->bud.per_layer ? s->set.experts_per_layer : 0;
+    params.precision = s->prec;
+    params.batch_size = s->set.batch_size;
+    params.lookahead_depth = s->la_depth;
+    params.lookahead_k = s->la_k;
+    params.lookahead_emulated = s->src.la_emulated;
+    params.seed = s->set.seed;
+    memcpy(params.part_bytes, s->part_bytes, sizeof params.part_bytes);
+    s->params = params;
+    if ((st = s->pm->create(&s->params, s->knobs, s->view, &s->pol, err))) {
+        moesim_error_prefix(err, "policy '%s'", s->pm->name);
+        return st;
     }
-    for (int p = 0; p < PREC_COUNT; p++) /* blocks only for the formats this run stores */
+    memsys_attach_policy(&s->ms, s->pm, s->pol);
+
+    /* host placement (sim.c's): what the policy loads first, in DRAM less the bounce buffer;
+     * routes are sized by the widest precision it loads */
+    uint64_t dram = in->hw->dram_bytes;
+    s->route_expert_bytes =
+        memsys_place_for_policy(&s->ms, s->pm, s->pol, s->prec, policy_only,
+                                dram > mc.bounce_bytes ? dram - mc.bounce_bytes : 0);
+    s->route_capacity = s->bud.per_layer ? s->bud.route_capacity
+                                         : sim_budget_route_capacity(s->bud.expert_budget_bytes,
+                                                                     s->route_expert_bytes, s->K,
+                                                                     s->E);
+
+    /* host store: the caller's when it holds this placement of this run's weights (validate
+     * shares one over its runs), else the run's own */
+    bool held[PREC_COUNT];
+    placed_precisions(s->pm, s->pol, s->prec, policy_only, s->part_bytes, held);
+    if ((st = store_choose(s, in, held, err))) return st;
+    if ((st = bounce_alloc(s, err))) return st;
+    for (int p = 0; p < PREC_COUNT; p++) /* blocks only for the formats this run holds */
         for (int part = 0; part < PART_COUNT; part++)
-            s->dev_part_bytes[p][part] = stored[p] ? s->store->dev_part_bytes[p][part] : 0;
+            s->dev_part_bytes[p][part] =
+                s->store->held[p] ? s->store->dev_part_bytes[p][part] : 0;
     for (int p = 0; p < PREC_COUNT; p++) {
         uint64_t b = 0;
         for (int part = 0; part < PART_COUNT; part++)
@@ -1334,22 +1325,9 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     CUDA_CHECK(cudaEventCreate(&s->ev_start));
 
     size_t LEP = (size_t)s->L * s->E * s->P;
-    s->state = (uint8_t *)moesim_xcalloc(LEP * PART_COUNT, 1);
     s->block = (uint32_t *)moesim_xmalloc(LEP * PART_COUNT * sizeof(uint32_t));
-    s->xfer_of = (uint32_t *)moesim_xmalloc(LEP * PART_COUNT * sizeof(uint32_t));
-    for (size_t i = 0; i < LEP * PART_COUNT; i++) s->block[i] = s->xfer_of[i] = NONE;
+    for (size_t i = 0; i < LEP * PART_COUNT; i++) s->block[i] = NONE;
     s->ready = (cudaEvent_t *)moesim_xcalloc(LEP * PART_COUNT, sizeof(cudaEvent_t));
-    s->pinned = (uint8_t *)moesim_xcalloc(LEP, 1);
-    s->pool_used = (uint64_t *)moesim_xcalloc(s->bud.per_layer ? s->L : 1, sizeof(uint64_t));
-    s->pf_mark = (uint8_t *)moesim_xcalloc((size_t)s->L * s->E, 1);
-    s->pf_count = (uint32_t *)moesim_xcalloc(s->L, sizeof(uint32_t));
-    if (t->meta.lookahead_depth) {
-        s->la_depth = t->meta.lookahead_depth;
-        s->la_k = t->meta.lookahead_k;
-    } else {
-        s->la_depth = s->set.predictor_depth;
-        s->la_k = s->la_depth ? s->K : 0;
-    }
     size_t MT = s->sch.max_step_tokens;
     s->r_experts = (uint16_t *)moesim_xcalloc(MT * s->K, sizeof(uint16_t));
     s->r_gates = (float *)moesim_xcalloc(MT * s->K, sizeof(float));
@@ -1366,32 +1344,9 @@ static moesim_status rp_setup(rp *s, const replay_inputs *in, const char *policy
     s->slot = (uint32_t *)moesim_xcalloc(s->E, sizeof(uint32_t));
     s->order = (uint32_t *)moesim_xcalloc(s->E, sizeof(uint32_t));
     s->order_key = (uint64_t *)moesim_xcalloc(s->E, sizeof(uint64_t));
-    s->view.ops = &rp_mem_ops;
-    s->view.mem = s;
     if (in->timeline_path &&
         (st = sim_timeline_open_as(&s->tl, in->timeline_path, "moesim replay", err)))
         return st;
-    policy_params params;
-    memset(&params, 0, sizeof params);
-    params.model = m;
-    params.n_layers = s->L;
-    params.n_experts = s->E;
-    params.top_k = s->K;
-    params.expert_budget_bytes =
-        s->bud.per_layer ? s->bud.pool_cap_bytes * s->L : s->bud.expert_budget_bytes;
-    params.experts_per_layer = s->bud.per_layer ? s->set.experts_per_layer : 0;
-    params.precision = s->prec;
-    params.batch_size = s->set.batch_size;
-    params.lookahead_depth = s->la_depth;
-    params.lookahead_k = s->la_k;
-    params.lookahead_emulated = !t->meta.lookahead_depth && s->la_depth > 0;
-    params.seed = s->set.seed;
-    memcpy(params.part_bytes, s->part_bytes, sizeof params.part_bytes);
-    s->params = params;
-    if ((st = s->pm->create(&s->params, s->knobs, s->view, &s->pol, err))) {
-        moesim_error_prefix(err, "policy '%s'", s->pm->name);
-        return st;
-    }
     return MOESIM_OK;
 }
 
@@ -1410,13 +1365,12 @@ static void chunks_account(rp *s) {
         if (b > a) s->h2d_busy_ns += b - a;
         if (b > s->copy_last_end_ns) s->copy_last_end_ns = b;
         if (s->tl.on && b > a) {
-            const rp_xfer *x = &s->xf[c.xfer];
             char name[64];
-            snprintf(name, sizeof name, "L%u e%u %s %s", x->layer, x->expert,
-                     precision_name((moesim_precision)x->prec),
-                     x->cls == POLICY_DEMAND     ? "demand"
-                     : x->cls == POLICY_PREFETCH ? "prefetch"
-                                                 : "background");
+            snprintf(name, sizeof name, "L%u e%u %s %s", c.layer, c.expert,
+                     precision_name((moesim_precision)c.prec),
+                     c.cls == POLICY_DEMAND     ? "demand"
+                     : c.cls == POLICY_PREFETCH ? "prefetch"
+                                                : "background");
             sim_timeline_slice(&s->tl, SIM_TRACK_H2D, "copy", name, a, b);
         }
         s->cev_free.push_back(c.ev0);
@@ -1432,6 +1386,7 @@ static void step_resolve(rp *s, uint64_t step, uint64_t *layer_t0, uint64_t *lay
         uint64_t t0 = ev_ns(s, o->ev0), t1 = ev_ns(s, o->ev1);
         if (t1 < t0) t1 = t0;
         if (s->tl.on) sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, o->cat, o->name, t0, t1);
+        if (!strcmp(o->cat, "stall")) s->stall_ns += t1 - t0; /* the host waited for room */
         if (o->layer >= 0) {
             if (layer_t0[o->layer] == UINT64_MAX || t0 < layer_t0[o->layer])
                 layer_t0[o->layer] = t0;
@@ -1459,19 +1414,37 @@ static void step_resolve(rp *s, uint64_t step, uint64_t *layer_t0, uint64_t *lay
     chunks_account(s);
 }
 
+/* Copies the loads the policy issued during warm-up (memsys.warm: they are resident in memsys
+ * already) before the clock starts, part by part from DRAM or through a bounce slot. */
+static void warm_copy(rp *s) {
+    for (uint32_t i = 0; i < s->ms.n_warm; i++) {
+        uint32_t lep = s->ms.warm[i], p = lep % s->P, le = lep / s->P;
+        const replay_store *st = s->store;
+        for (int part = 0; part < PART_COUNT; part++) {
+            if (!(s->ms.warm_parts[i] & (1u << part))) continue;
+            uint8_t *dst = (uint8_t *)block_ptr(s, p, s->block[(size_t)lep * PART_COUNT + part]);
+            uint64_t off = part_blob_offset(s, p, part), n = s->dev_part_bytes[p][part];
+            if (st->host_off[p][le] != UINT64_MAX) {
+                CUDA_CHECK(cudaMemcpy(dst, st->host[p] + st->host_off[p][le] + off, n,
+                                      cudaMemcpyHostToDevice));
+                continue;
+            }
+            uint64_t piece = s->slot_bytes - 2 * SSD_ALIGN; /* what one slot reads at a time */
+            for (uint64_t o = 0; o < n; o += piece) {
+                uint64_t len = n - o < piece ? n - o : piece, used = 0;
+                const uint8_t *src = ssd_pread(s, p, le, off + o, len, 0, &used);
+                CUDA_CHECK(cudaMemcpy(dst + o, src, len, cudaMemcpyHostToDevice));
+            }
+        }
+    }
+}
+
 static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
     const model_geometry *m = s->m;
-    s->warmup = true;
-    s->cur_layer = -1;
+    memsys_warmup_begin(&s->ms);
     if (s->pm->warmup) s->pm->warmup(s->pol, 0);
-    s->warmup = false;
-    for (size_t i = 0; i < s->warm_lep.size(); i++) {
-        uint32_t lep = s->warm_lep[i], p = lep % s->P, le = lep / s->P;
-        if (s->pm->on_transfer_done)
-            s->pm->on_transfer_done(s->pol, le / s->E, le % s->E, (moesim_precision)p,
-                                    s->warm_parts[i] & 0xfu, (policy_class)(s->warm_parts[i] >> 4),
-                                    0);
-    }
+    warm_copy(s);
+    memsys_warmup_end(&s->ms);
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaEventRecord(s->ev_start, s->s_comp));
     CUDA_CHECK(cudaEventSynchronize(s->ev_start));
@@ -1493,13 +1466,13 @@ static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
         policy_step ps;
         memset(&ps, 0, sizeof ps);
         ps.index = st;
-        ps.now_ns = host_ns() - s->t0_host;
+        ps.now_ns = run_ns(s);
         ps.n_tokens = sd->n_tokens;
         ps.is_prefill = sd->is_prefill;
         ps.request = req.data();
         ps.position = pos.data();
-        s->cur_step = st;
-        s->cur_layer = -1;
+        s->ms.cur_step = st;
+        s->ms.cur_layer = -1;
         cudaEvent_t e0 = ev_get(s);
         CUDA_CHECK(cudaEventRecord(e0, s->s_comp));
         if (s->pm->begin_step) s->pm->begin_step(s->pol, &ps);
@@ -1551,70 +1524,43 @@ static void rp_loop(rp *s, uint64_t *step_start, uint64_t *step_end) {
         step_start[st] = ev_ns(s, e0);
         step_end[st] = ev_ns(s, s->ops.back().ev1);
         step_resolve(s, st, lt0.data(), lt1.data());
-        if (s->pm->end_step) s->pm->end_step(s->pol, &ps, host_ns() - s->t0_host);
+        if (s->pm->end_step) s->pm->end_step(s->pol, &ps, run_ns(s));
     }
-    /* drain: prefetches nobody used complete */
-    while (!s->inflight.empty() || s->q_head[0] < s->q[0].size() || s->q_head[1] < s->q[1].size() ||
-           s->q_head[2] < s->q[2].size()) {
-        size_t before = s->inflight.size();
-        pump(s);
-        if (s->inflight.empty() && before == 0) break;
-    }
+    /* drain: copies still queued or in flight (prefetches nobody used) complete */
+    pump(s);
+    while (!s->inflight.empty()) wait_next_chunk(s);
+    for (int e = 0; e < MEMSYS_ENGINES; e++)
+        for (int c = 0; c < MEMSYS_CLASSES; c++) MOESIM_ASSERT(s->ms.head[e][c] == NONE);
     CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-static double quantile(std::vector<double> v, double q) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    return gsl_stats_quantile_from_sorted_data(v.data(), 1, v.size(), q);
-}
-
-static sim_latency latency_of(const std::vector<double> &v) {
-    sim_latency l = {0, 0, 0};
-    if (v.empty()) return l;
-    double sum = 0;
-    for (double x : v) sum += x;
-    l.mean_ms = sum / (double)v.size();
-    l.p50_ms = quantile(v, 0.5);
-    l.p99_ms = quantile(v, 0.99);
-    return l;
+    memsys_finish(&s->ms);
 }
 
 static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_end, sim_result *r,
                       replay_checks *ck) {
     memset(r, 0, sizeof *r);
     snprintf(r->policy, sizeof r->policy, "%s", s->pm->name);
-    std::vector<double> ttft, tpot;
-    for (uint32_t q = 0; q < s->sch.n_requests; q++) {
-        uint64_t t0 = step_start[s->sch.req_admit[q]], t1 = step_end[s->sch.req_first[q]];
-        double f = (double)(t1 - t0) / 1e6, p = NAN;
-        ttft.push_back(f);
-        if (s->sch.req_steps[q] > 1) {
-            p = (double)(step_end[s->sch.req_last[q]] - t1) / 1e6 /
-                (double)(s->sch.req_steps[q] - 1);
-            tpot.push_back(p);
-        }
-        if (s->hooks && s->hooks->on_request_done)
-            s->hooks->on_request_done(s->hooks->ctx, q, f, p);
-    }
-    r->ttft = latency_of(ttft);
-    r->tpot = latency_of(tpot);
+    sim_result_set_latency(r, &s->sch, step_start, step_end, s->hooks);
     uint64_t makespan = s->sch.n_steps ? step_end[s->sch.n_steps - 1] : 0;
     r->tokens = s->tr->n_tokens;
     r->requests = s->sch.n_requests;
     r->makespan_ms = (double)makespan / 1e6;
     r->tokens_per_s = makespan ? (double)r->tokens * 1e9 / (double)makespan : 0;
     r->hit_rate = s->tally.accesses ? (double)s->tally.hits / (double)s->tally.accesses : 0;
-    r->h2d_bytes = s->h2d_bytes;
+    r->h2d_bytes = s->ms.n.h2d_bytes;
     r->stall_ms = (double)s->stall_ns / 1e6;
     r->budget_bytes = s->bud.budget_bytes;
     double mass = s->tally.gate_hi + s->tally.gate_lo + s->tally.gate_skip;
     r->precision_mix_hi = mass > 0 ? s->tally.gate_hi / mass : 0;
     r->precision_mix_lo = mass > 0 ? s->tally.gate_lo / mass : 0;
     r->precision_mix_skip = mass > 0 ? s->tally.gate_skip / mass : 0;
+    r->bits_per_weight = sim_route_tally_bits_per_weight(&s->tally);
     r->prefetch_accuracy = s->pf_active ? (double)s->pf_hit / (double)s->pf_active : 0;
     r->prefetch_utilization = s->pf_issued_sets ? (double)s->pf_hit / (double)s->pf_issued_sets : 0;
-    r->prefetches = s->prefetches;
+    r->prefetches = s->ms.n.prefetches;
+    r->prefetch_late = s->ms.n.late;
+    r->prefetch_promoted = s->ms.n.promoted;
+    r->prefetch_cancelled = s->ms.n.cancelled;
+    r->prefetch_wasted_bytes = s->ms.n.wasted_bytes;
     r->predictor_emulated = s->params.lookahead_emulated;
     r->predictor_accuracy = s->set.predictor_accuracy;
     r->accesses = s->tally.accesses;
@@ -1623,13 +1569,13 @@ static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_en
     r->expert_ops = s->expert_ops;
     r->steps = s->sch.n_steps;
     r->sub_routes = s->sub_routes;
-    r->warmup_h2d_bytes = s->warmup_bytes;
+    r->warmup_h2d_bytes = s->ms.n.warmup_bytes;
     r->expert_budget_bytes = s->bud.expert_budget_bytes;
     r->kv_peak_bytes = s->bud.kv_peak_bytes;
     chunks_account(s); /* the drained copies */
     uint64_t busy = s->h2d_busy_ns;
     r->h2d_busy_ms = (double)busy / 1e6;
-    r->ssd_bytes = s->ssd_bytes;
+    r->ssd_bytes = s->ms.n.ssd_bytes;
     r->ssd_busy_ms = (double)s->ssd_busy_ns / 1e6;
     /* as the simulator accounts it (its KV term follows the steps; this one is the reservation) */
     r->peak_hbm_bytes =
@@ -1649,7 +1595,7 @@ static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_en
         ck->order_checked = s->order_checked;
         ck->order_violations = s->order_violations;
         ck->physical_refusals = s->physical_refusals;
-        ck->h2d_gb_per_s = busy ? (double)s->h2d_bytes / (double)busy : 0;
+        ck->h2d_gb_per_s = busy ? (double)s->h2d_dev_bytes / (double)busy : 0;
     }
 }
 
@@ -1680,14 +1626,10 @@ static void rp_teardown(rp *s) {
     if (s->s_comp) cudaStreamDestroy(s->s_comp);
     if (s->s_demand) cudaStreamDestroy(s->s_demand);
     if (s->s_bg) cudaStreamDestroy(s->s_bg);
-    free(s->state);
     free(s->block);
-    free(s->xfer_of);
     free(s->ready);
-    free(s->pinned);
-    free(s->pool_used);
-    free(s->pf_mark);
-    free(s->pf_count);
+    if (s->ms_live) memsys_free(&s->ms);
+    sim_future_free(&s->future);
     free(s->r_experts);
     free(s->r_gates);
     free(s->r_importance);

@@ -8,6 +8,7 @@ packages=(
     build-essential cmake pkg-config
     libhdf5-dev      # trace files
     libdeflate-dev   # trace chunks (de)compressed in parallel
+    zlib1g-dev       # trace import: deflated .npz members inflated as a stream
     libgsl-dev       # random numbers, distributions, statistics
     libinih-dev      # INI configs
     libjansson-dev   # JSON in and out

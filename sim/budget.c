@@ -66,3 +66,9 @@ moesim_status sim_budget_plan(const model_geometry *m, const quant_table *q, con
     }
     return MOESIM_OK;
 }
+
+uint32_t sim_budget_route_capacity(uint64_t expert_budget_bytes, uint64_t expert_bytes,
+                                   uint32_t top_k, uint32_t n_experts) {
+    uint64_t fit = expert_bytes ? expert_budget_bytes / expert_bytes : n_experts;
+    return fit < top_k ? top_k : (fit > n_experts ? n_experts : (uint32_t)fit);
+}

@@ -39,4 +39,10 @@ moesim_status sim_budget_plan(const model_geometry *m, const quant_table *q, con
                               uint64_t kv_peak_bytes, const char *budget_where,
                               const char *cache_where, sim_budget *out, moesim_error *err);
 
+/* Most distinct experts of one (sub-)route in a shared pool of `expert_budget_bytes` when the
+ * policy's widest expert takes `expert_bytes`: at least top_k (a token needs its experts
+ * together), at most E. */
+uint32_t sim_budget_route_capacity(uint64_t expert_budget_bytes, uint64_t expert_bytes,
+                                   uint32_t top_k, uint32_t n_experts);
+
 #endif

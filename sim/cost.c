@@ -13,7 +13,7 @@
 
 static const char *const cost_op_names[COST_OP_COUNT] = {
     "attention", "router",  "expert_gate_up", "expert_down",
-    "shared",    "combine", "dense_ffn",      "lm_head",
+    "shared",    "combine", "dense_ffn",      "lm_head", "attention_proj",
 };
 
 const char *cost_op_name(cost_op op) {
@@ -88,6 +88,12 @@ static uint64_t roofline_op_ns(const cost_model *c, cost_op op, moesim_precision
         double bytes = (double)c->kv_bytes_per_token_layer * x;
         return roofline_ns(hw, flops, hw->bf16_flops_per_s, bytes, 1);
     }
+    case COST_ATTENTION_PROJ: {
+        /* x = tokens: read the layer's attention weights once, 2 flops per param per token */
+        double params = (double)c->attn_params_per_layer;
+        return roofline_ns(hw, 2.0 * x * params, hw->bf16_flops_per_s,
+                           bf * (params + 4.0 * x * h), 3);
+    }
     case COST_ROUTER:
         return roofline_ns(hw, 2.0 * x * h * m->n_experts, hw->bf16_flops_per_s,
                            bf * h * m->n_experts + bf * x * h, 1);
@@ -158,16 +164,14 @@ uint64_t cost_op_ns(const cost_model *c, cost_op op, moesim_precision p, double 
 
 uint64_t cost_attention_ns(const cost_model *c, uint32_t tokens, uint64_t attended_positions) {
     if (!tokens) return 0;
-    const cost_curve *cv = &c->curve[COST_ATTENTION][PREC_BF16];
-    if (c->has_table && cv->n)
+    /* a table that times attention whole, keyed by attended positions (sim/COST.md) */
+    if (c->has_table && c->curve[COST_ATTENTION][PREC_BF16].n &&
+        !c->curve[COST_ATTENTION_PROJ][PREC_BF16].n)
         return cost_op_ns(c, COST_ATTENTION, PREC_BF16, (double)attended_positions);
-    /* projections (read the layer's weights once, 2 flops per param per token) plus the
-     * context-dependent part (scores and values over the KV cache) */
-    double params = (double)c->attn_params_per_layer;
-    uint64_t proj =
-        roofline_ns(&c->hw, 2.0 * tokens * params, c->hw.bf16_flops_per_s,
-                    BF16_BYTES_PER_PARAM * (params + 4.0 * tokens * c->model.hidden), 3);
-    return proj + roofline_op_ns(c, COST_ATTENTION, PREC_BF16, (double)attended_positions);
+    /* projections (per token) plus the context-dependent part (scores and values over the KV
+     * cache), each measured or roofline */
+    return cost_op_ns(c, COST_ATTENTION_PROJ, PREC_BF16, tokens) +
+           cost_op_ns(c, COST_ATTENTION, PREC_BF16, (double)attended_positions);
 }
 
 uint64_t cost_router_ns(const cost_model *c, uint32_t tokens) {

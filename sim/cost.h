@@ -38,6 +38,8 @@ typedef enum cost_op {
     COST_COMBINE,        /* x = tokens */
     COST_DENSE_FFN,      /* x = tokens (non-MoE layers) */
     COST_LM_HEAD,        /* x = tokens that emit a token */
+    COST_ATTENTION_PROJ, /* x = tokens: attention's q/k/v/o projections, when a measured table
+                            times them apart from COST_ATTENTION's context part */
     COST_OP_COUNT
 } cost_op;
 

@@ -1,8 +1,15 @@
 /* A run's figures as flat (name, value) columns for sweeps and as the nested JSON of
- * `moesim sim --json`. One table drives both, so they never disagree. */
+ * `moesim sim --json`. One table drives both, so they never disagree. Also the request latencies
+ * every host (sim and replay) derives from its step clocks. */
 #include <math.h>
+#include <stdlib.h>
 
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
+
+#include "common/alloc.h"
 #include "common/check.h"
+#include "sim/schedule.h"
 #include "sim/sim.h"
 
 /* ---- flat columns (sweep CSV), in a fixed order ---- */
@@ -27,14 +34,21 @@ size_t sim_result_fields(const sim_result *r, const char **names, double *values
         {"d2h_bytes", (double)r->d2h_bytes},
         {"ssd_bytes", (double)r->ssd_bytes},
         {"stall_ms", r->stall_ms},
+        {"h2d_busy_ms", r->h2d_busy_ms},
+        {"ssd_busy_ms", r->ssd_busy_ms},
         {"peak_hbm_bytes", (double)r->peak_hbm_bytes},
         {"budget_bytes", (double)r->budget_bytes},
         {"precision_mix.hi", r->precision_mix_hi},
         {"precision_mix.lo", r->precision_mix_lo},
         {"precision_mix.skip", r->precision_mix_skip},
+        {"bits_per_weight", r->bits_per_weight},
         {"prefetch.accuracy", r->prefetch_accuracy},
         {"prefetch.utilization", r->prefetch_utilization},
         {"prefetch.issued", (double)r->prefetches},
+        {"prefetch.late", (double)r->prefetch_late},
+        {"prefetch.promoted", (double)r->prefetch_promoted},
+        {"prefetch.cancelled", (double)r->prefetch_cancelled},
+        {"prefetch.wasted_bytes", (double)r->prefetch_wasted_bytes},
         {"predictor.emulated", r->predictor_emulated ? 1.0 : 0.0},
         {"predictor.accuracy", r->predictor_accuracy},
     };
@@ -90,10 +104,15 @@ json_t *sim_result_to_json(const sim_result *r) {
     json_object_set_new(mix, "lo", num(r->precision_mix_lo));
     json_object_set_new(mix, "skip", num(r->precision_mix_skip));
     json_object_set_new(j, "precision_mix", mix);
+    json_object_set_new(j, "bits_per_weight", num(r->bits_per_weight));
     json_t *pf = json_object();
     json_object_set_new(pf, "accuracy", num(r->prefetch_accuracy));
     json_object_set_new(pf, "utilization", num(r->prefetch_utilization));
     json_object_set_new(pf, "issued", json_integer((json_int_t)r->prefetches));
+    json_object_set_new(pf, "late", json_integer((json_int_t)r->prefetch_late));
+    json_object_set_new(pf, "promoted", json_integer((json_int_t)r->prefetch_promoted));
+    json_object_set_new(pf, "cancelled", json_integer((json_int_t)r->prefetch_cancelled));
+    json_object_set_new(pf, "wasted_bytes", json_integer((json_int_t)r->prefetch_wasted_bytes));
     json_object_set_new(j, "prefetch", pf);
     json_object_set_new(j, "predictor",
                         json_string(r->predictor_emulated ? "emulated" : "recorded"));
@@ -106,4 +125,39 @@ json_t *sim_result_to_json(const sim_result *r) {
         json_object_set_new(rep, r->policy_report_names[i], num(r->policy_report_values[i]));
     json_object_set_new(j, "policy_report", rep);
     return j;
+}
+
+static sim_latency latency_of(double *v, size_t n) {
+    sim_latency l = {0, 0, 0};
+    if (!n) return l;
+    gsl_sort(v, 1, n);
+    l.mean_ms = gsl_stats_mean(v, 1, n);
+    l.p50_ms = gsl_stats_quantile_from_sorted_data(v, 1, n, 0.5);
+    l.p99_ms = gsl_stats_quantile_from_sorted_data(v, 1, n, 0.99);
+    return l;
+}
+
+void sim_result_set_latency(sim_result *r, const sim_schedule *sch, const uint64_t *step_start_ns,
+                            const uint64_t *step_end_ns, const sim_hooks *hooks) {
+    uint32_t R = sch->n_requests;
+    double *ttft = moesim_xmalloc((R ? R : 1) * sizeof *ttft);
+    double *tpot = moesim_xmalloc((R ? R : 1) * sizeof *tpot);
+    size_t n_ttft = 0, n_tpot = 0;
+    for (uint32_t q = 0; q < R; q++) {
+        uint64_t t0 = step_start_ns[sch->req_admit[q]];
+        uint64_t t1 = step_end_ns[sch->req_first[q]];
+        ttft[n_ttft++] = (double)(t1 - t0) / 1e6;
+        double req_tpot = NAN;
+        if (sch->req_steps[q] > 1) {
+            uint64_t tl = step_end_ns[sch->req_last[q]];
+            req_tpot = (double)(tl - t1) / 1e6 / (double)(sch->req_steps[q] - 1);
+            tpot[n_tpot++] = req_tpot;
+        }
+        if (hooks && hooks->on_request_done)
+            hooks->on_request_done(hooks->ctx, q, ttft[n_ttft - 1], req_tpot);
+    }
+    r->ttft = latency_of(ttft, n_ttft);
+    r->tpot = latency_of(tpot, n_tpot);
+    free(ttft);
+    free(tpot);
 }

@@ -8,6 +8,7 @@
 
 #include "common/model.h"
 #include "policies/policy.h"
+#include "sim/schedule.h"
 #include "traces/trace.h"
 
 uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *experts,
@@ -87,6 +88,10 @@ void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *exper
             continue;
         }
         t->accesses++;
+        const quant_format *f = &q->fmt[pr];
+        double bits = f->weight_bits +
+                      (f->group_size ? (double)(f->scale_bits + f->zero_bits) / f->group_size : 0);
+        t->gate_bits += gates[i] * bits;
         if (q->fmt[pr].weight_bits >= hi_bits)
             t->gate_hi += gates[i];
         else
@@ -128,4 +133,51 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
         order_key[j] = key;
     }
     return n_run;
+}
+
+void sim_route_gather(const sim_route_source *src, const uint32_t *tokens, uint32_t n,
+                      uint32_t layer, uint16_t *experts, float *gates, float *importance,
+                      uint16_t *la_ids, float *la_scores) {
+    const trace *t = src->tr;
+    uint32_t K = src->K;
+    size_t DK = (size_t)src->la_depth * src->la_k;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t tok = tokens[i];
+        memcpy(experts + (size_t)i * K, trace_experts(t, tok, layer), K * sizeof(uint16_t));
+        memcpy(gates + (size_t)i * K, trace_gates(t, tok, layer), K * sizeof(float));
+        if (importance) importance[i] = t->importance[(size_t)tok * src->L + layer];
+        if (!DK) continue;
+        if (src->la_emulated) {
+            sim_lookahead_emulate(t, src->L, src->E, K, src->la_depth, src->la_k, src->seed,
+                                  src->accuracy, tok, layer, la_ids + i * DK, la_scores + i * DK);
+        } else {
+            size_t from = trace_lookahead_index(t, tok, layer, 1);
+            memcpy(la_ids + i * DK, t->lookahead_ids + from, DK * sizeof(uint16_t));
+            memcpy(la_scores + i * DK, t->lookahead_scores + from, DK * sizeof(float));
+        }
+    }
+}
+
+uint32_t sim_route_split(const sim_route_scratch *rs, const uint16_t *experts, uint32_t K,
+                         uint32_t i0, uint32_t n, uint32_t capacity) {
+    uint32_t gen = ++*rs->stamp_gen, distinct = 0, i1 = i0;
+    while (i1 < n) {
+        uint32_t add = 0;
+        const uint16_t *row = experts + (size_t)i1 * K;
+        for (uint32_t k = 0; k < K; k++)
+            if (row[k] != TRACE_NO_EXPERT && rs->stamp[row[k]] != gen) add++;
+        if (i1 > i0 && distinct + add > capacity) break;
+        for (uint32_t k = 0; k < K; k++)
+            if (row[k] != TRACE_NO_EXPERT && rs->stamp[row[k]] != gen) {
+                rs->stamp[row[k]] = gen;
+                distinct++;
+            }
+        i1++;
+    }
+    return i1;
+}
+
+double sim_route_tally_bits_per_weight(const sim_route_tally *t) {
+    double mass = t->gate_hi + t->gate_lo + t->gate_skip;
+    return mass > 0 ? t->gate_bits / mass : 0;
 }

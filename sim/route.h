@@ -14,9 +14,11 @@
 #ifndef MOESIM_SIM_ROUTE_H
 #define MOESIM_SIM_ROUTE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/precision.h"
+#include "traces/trace.h"
 
 /* The host's route scratch, borrowed: every array is [E] (experts per layer). */
 typedef struct sim_route_scratch {
@@ -54,7 +56,12 @@ typedef struct sim_route_tally {
     uint64_t hits;     /* of those, found resident (or served by an earlier access's fetch) */
     uint64_t skipped;  /* (token, slot) pairs whose expert the plan skipped */
     double gate_hi, gate_lo, gate_skip; /* gate mass run at >= hi_bits, below, skipped */
+    double gate_bits; /* gate mass x effective bits per weight of the format run (skipped: 0) */
 } sim_route_tally;
+
+/* The gate-mass-weighted mean bits per weight a run's experts ran at (skipped ones at 0 bits):
+ * one figure that compares policies whatever they call "hi" (sim/README.md). */
+double sim_route_tally_bits_per_weight(const sim_route_tally *t);
 
 /* Counts the route's accesses against the plan once the policy returned, so sim and replay
  * define a hit and the precision mix the same way (sim/README.md): an access is a hit when every
@@ -76,5 +83,29 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
                                    const uint8_t *layer_state, uint32_t P,
                                    uint64_t (*loading_seq)(const void *host, size_t part_index),
                                    const void *host, uint32_t *order, uint64_t *order_key);
+
+/* Where a host's routes come from: the trace, and its look-ahead or the emulated predictor
+ * (sim/schedule.h, sim_lookahead_emulate). */
+typedef struct sim_route_source {
+    const trace *tr;
+    uint32_t L, E, K;         /* the trace's MoE layers, experts, top-k */
+    uint32_t la_depth, la_k;  /* D and K' handed to the policy (0: none) */
+    bool la_emulated;         /* emulate (the trace has none) */
+    uint64_t seed;            /* of the emulated predictor */
+    double accuracy;          /* of the emulated predictor */
+} sim_route_source;
+
+/* Gathers the routing of `tokens` ([n], trace token indices in step order) at `layer` into the
+ * host's buffers: experts and gates [n][K], importance [n] (NULL: not wanted), look-ahead ids and
+ * scores [n][D][K'] (NULL when la_depth is 0). */
+void sim_route_gather(const sim_route_source *src, const uint32_t *tokens, uint32_t n,
+                      uint32_t layer, uint16_t *experts, float *gates, float *importance,
+                      uint16_t *la_ids, float *la_scores);
+
+/* The end of the next sub-route: tokens [i0, i1) of the step's `experts` ([n][K]) in order, as
+ * many as keep the distinct experts within `capacity` (at least one token). Uses the scratch's
+ * stamps. */
+uint32_t sim_route_split(const sim_route_scratch *rs, const uint16_t *experts, uint32_t K,
+                         uint32_t i0, uint32_t n, uint32_t capacity);
 
 #endif

@@ -23,8 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <gsl/gsl_sort.h>
-#include <gsl/gsl_statistics_double.h>
 
 #include "common/alloc.h"
 #include "common/arena.h"
@@ -33,13 +31,14 @@
 #include "sim/budget.h"
 #include "sim/cost.h"
 #include "sim/event.h"
+#include "sim/future.h"
+#include "sim/memsys.h"
 #include "sim/route.h"
 #include "sim/schedule.h"
 #include "sim/sim.h"
 #include "sim/sim_internal.h"
 
 #define NONE             UINT32_MAX
-#define N_CLASSES        3
 #define SIM_ECOST_TOKENS 64 /* expert op times cached for 1..63 tokens */
 
 /* ---- settings ---- */
@@ -71,8 +70,12 @@ static const config_field sim_fields[] = {
      "true", "start an expert's gate/up compute before its down matrix arrives"},
     SF("sim", "seed", CONFIG_U64, seed, 1, 0, "1", "seed of the emulated predictor and policies"),
     {"sim", "host_precisions", CONFIG_STR, offsetof(sim_settings, host_precisions),
-     sizeof(((sim_settings *)0)->host_precisions), false, 1, 0, NULL, "all",
-     "precisions host memory stores experts at ('all' or a comma list)"},
+     sizeof(((sim_settings *)0)->host_precisions), false, 1, 0, NULL, "policy",
+     "precisions host DRAM holds experts at: 'policy' (those the policy declares it loads), "
+     "'all', or a comma list; what DRAM cannot hold lives on the SSD"},
+    SF("sim", "bounce_mib", CONFIG_U64, bounce_mib, 1, 1u << 20, "64",
+       "DRAM staging buffer for SSD reads, MiB, taken from the profile's dram_gib (assumption: 64 "
+       "chunks of the default 1 MiB keep the SSD and PCIe copies pipelined; no engine standard)"),
     {"sim", "cost_table", CONFIG_STR, offsetof(sim_settings, cost_table),
      sizeof(((sim_settings *)0)->cost_table), false, 1, 0, NULL, NULL,
      "measured cost table (sim/COST.md); empty: roofline"},
@@ -88,38 +91,26 @@ moesim_status sim_settings_read(config *c, sim_settings *out, moesim_error *err)
     return config_read_fields(c, sim_fields, MOESIM_ARRAY_LEN(sim_fields), out, err);
 }
 
-/* ---- transfers and copy engines ---- */
+/* ---- copy engines (the clock of sim/memsys.h's queues) ---- */
 
-enum { STAGE_SSD = 0, STAGE_H2D = 1 };
-enum { ENG_H2D = 0, ENG_SSD = 1, N_ENGINES = 2 };
 enum { EV_CHUNK = 1 };
 
-typedef struct sim_xfer {
-    uint32_t layer, expert;
-    uint8_t prec, parts, cls, stage; /* parts: mask of the parts this transfer carries */
-    uint8_t parts_done;              /* parts landed in HBM */
-    bool started, from_policy;
-    uint64_t bytes, done;          /* this stage's total and completed bytes */
-    uint64_t done_ns;              /* cost_transfer_ns(done) at this stage's bandwidth */
-    uint64_t part_end[PART_COUNT]; /* cumulative byte offset where each carried part ends */
-    uint64_t seq;                  /* issue order */
-    uint32_t next;                 /* class queue link, or free-list link */
-} sim_xfer;
-
 typedef struct sim_engine {
-    const char *name;
     double bytes_per_s;
     uint64_t latency_ns;
-    uint32_t head[N_CLASSES], tail[N_CLASSES];
-    uint32_t current;      /* transfer whose chunk is in flight, or NONE */
-    uint64_t chunk_bytes;  /* bytes of the chunk in flight */
-    uint64_t seg_start_ns; /* timeline: when `current` started being served */
-    uint32_t seg_xfer;     /* timeline: which transfer the open segment belongs to */
-    uint64_t busy_ns, bytes;
+    bool latency_per_chunk; /* every chunk pays latency_ns (hw h2d_latency_per_chunk) */
+    bool busy;             /* a chunk is in flight */
+    memsys_chunk chunk;    /* the chunk in flight */
+    uint64_t seg_start_ns; /* timeline: when the open segment's transfer started being served */
+    uint32_t seg_xfer;     /* timeline: the open segment's transfer, or NONE */
+    uint64_t seg_seq;      /* its issue sequence (transfer slots are reused) */
+    char seg_name[96];
+    uint8_t seg_cls;
+    uint64_t busy_ns;
     int track;
 } sim_engine;
 
-struct policy_mem {
+struct sim_state {
     /* fixed */
     const trace *tr;
     const model_geometry *model;
@@ -128,55 +119,27 @@ struct policy_mem {
     uint32_t L, E, K, P;
     moesim_precision prec;
     uint64_t part_bytes[PREC_COUNT][PART_COUNT];
-    uint64_t chunk_bytes;
-    bool per_layer;
-    uint64_t pool_cap;    /* bytes per pool (per layer, or the one pool) */
-    uint64_t fixed_bytes; /* non-expert + activations (+ KV, tracked separately) */
     uint64_t non_expert_bytes, act_bytes, budget_bytes, expert_budget_bytes;
-    uint32_t route_capacity; /* max distinct experts of one (sub-)route */
+    uint64_t pool_cap;
+    uint32_t route_capacity;  /* max distinct experts of one (sub-)route */
+    uint64_t route_expert_bytes; /* one expert at the widest precision the policy loads */
     arena mem;
 
-    /* memory system */
-    uint8_t *state;      /* [L*E*P*3] policy_residency */
-    uint32_t *xfer_of;   /* [L*E*P*3] loading transfer of each part */
-    uint8_t *pinned;     /* [L*E*P] in use by the current sub-route's compute */
-    uint8_t *on_ssd;     /* [L*E*P] lives on SSD (not in DRAM) */
-    uint64_t *pool_used; /* [L] or [1] */
-    uint64_t prec_used[PREC_COUNT];
-    uint64_t experts_used, kv_bytes, peak_hbm;
-    bool warmup;
-
-    /* transfers */
-    sim_xfer *xf;
-    uint32_t n_xf, cap_xf, free_xf;
-    uint64_t xfer_seq;
-    sim_engine eng[N_ENGINES];
+    memsys ms; /* residency, pools, copy queues (sim/memsys.h) */
+    sim_future future;
+    sim_engine eng[MEMSYS_ENGINES];
     sim_event_queue q;
     uint64_t now_ns; /* time of the event being delivered, or the stream clock */
+    uint64_t kv_bytes, peak_hbm;
 
     /* policy */
     const policy_methods *pm;
     policy *pol;
     policy_mem_view view;
 
-    /* pending warmup completions */
-    uint32_t *warm_done; /* list of transfer descriptors as (lep, parts) */
-    uint32_t n_warm, cap_warm;
-    uint8_t *warm_parts;
-
     /* schedule (time-independent: which tokens run in which step, sim/schedule.h) */
     sim_schedule sch;
     uint64_t *step_start_ns, *step_end_ns; /* [sch.n_steps] */
-
-    /* oracle support (built on first use) */
-    bool future_built;
-    uint32_t *use_pos32; /* [total accesses] global access positions, grouped by le, when the */
-    uint64_t *use_pos64; /* total fits 32 bits (half the memory), else the 64-bit array */
-    uint64_t *use_first; /* [L*E + 1] CSR offsets into use_pos */
-    uint64_t *use_cur;   /* [L*E] cursor */
-    uint64_t access_pos; /* global position of the current sub-route's first access */
-    uint64_t cur_step;
-    int64_t cur_layer; /* last layer routed in the current step; -1 before its first route */
 
     /* per-route scratch: [max_step_tokens * K] etc. */
     uint16_t *r_experts;
@@ -197,216 +160,97 @@ struct policy_mem {
     bool la_emulated;
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
 
-    /* prefetch accounting (FIRM-MoE Eq. 7-8) */
-    uint8_t *pf_mark;   /* [L*E] */
-    uint32_t *pf_count; /* [L] */
+    /* prefetch accounting (FIRM-MoE Eq. 7-8; the prefetched sets are memsys's pf_mark) */
     uint64_t pf_hit, pf_active, pf_issued_sets;
 
     /* metrics */
     sim_route_tally tally; /* accesses, hits, skips and gate mass by precision class */
-    uint64_t expert_ops, stall_ns, warmup_bytes, h2d_bytes, ssd_bytes, prefetches, sub_routes;
+    uint64_t expert_ops, stall_ns, sub_routes;
     const sim_hooks *hooks;
     sim_timeline tl;
 
     /* lifetime */
     void *knobs;          /* the policy's knob struct (policy_read_knobs) */
     policy_params params; /* borrowed by the policy for the run */
-    bool queue_live;
+    bool queue_live, ms_live;
     uint32_t *step_req, *step_pos; /* [max_step_tokens] of the current step */
     uint32_t cost_extrapolated;
     uint64_t makespan_ns;
 };
 
-typedef struct policy_mem sim_state;
+typedef struct sim_state sim_state;
 
 static size_t idx_lep(const sim_state *s, uint32_t l, uint32_t e, uint32_t p) {
     return ((size_t)l * s->E + e) * s->P + p;
 }
 
-/* ---- HBM accounting ---- */
-
-static uint64_t *pool_of(sim_state *s, uint32_t layer) {
-    return &s->pool_used[s->per_layer ? layer : 0];
-}
+/* ---- memory-system callbacks ---- */
 
 static void hbm_note(sim_state *s) {
-    uint64_t used = s->non_expert_bytes + s->act_bytes + s->kv_bytes + s->experts_used;
+    uint64_t used = s->non_expert_bytes + s->act_bytes + s->kv_bytes + s->ms.experts_used;
     MOESIM_ASSERT(used <= s->budget_bytes);
     if (used > s->peak_hbm) s->peak_hbm = used;
 }
 
-static void hbm_add(sim_state *s, uint32_t layer, moesim_precision p, uint64_t bytes) {
-    *pool_of(s, layer) += bytes;
-    MOESIM_ASSERT(*pool_of(s, layer) <= s->pool_cap);
-    s->prec_used[p] += bytes;
-    s->experts_used += bytes;
+static void on_hbm(void *ctx, uint64_t experts_used) {
+    sim_state *s = ctx;
     hbm_note(s);
-    if (s->tl.on) sim_timeline_counter(&s->tl, "hbm", s->now_ns, (double)(s->experts_used));
+    if (s->tl.on) sim_timeline_counter(&s->tl, "hbm", s->now_ns, (double)experts_used);
 }
 
-static void hbm_sub(sim_state *s, uint32_t layer, moesim_precision p, uint64_t bytes) {
-    MOESIM_ASSERT(*pool_of(s, layer) >= bytes && s->prec_used[p] >= bytes);
-    *pool_of(s, layer) -= bytes;
-    s->prec_used[p] -= bytes;
-    s->experts_used -= bytes;
-    if (s->tl.on) sim_timeline_counter(&s->tl, "hbm", s->now_ns, (double)(s->experts_used));
-}
-
-/* ---- copy engines ---- */
-
-static uint32_t xfer_alloc(sim_state *s) {
-    if (s->free_xf != NONE) {
-        uint32_t i = s->free_xf;
-        s->free_xf = s->xf[i].next;
-        return i;
-    }
-    if (s->n_xf == s->cap_xf) {
-        s->cap_xf = s->cap_xf ? 2 * s->cap_xf : 256;
-        s->xf = moesim_xrealloc(s->xf, s->cap_xf * sizeof *s->xf);
-    }
-    return s->n_xf++;
-}
-
-static void xfer_release(sim_state *s, uint32_t i) {
-    s->xf[i].next = s->free_xf;
-    s->free_xf = i;
-}
-
-/* Byte layout of a transfer: its parts in gate, up, down order. */
-static void xfer_layout(sim_state *s, sim_xfer *x) {
-    uint64_t off = 0;
-    for (int part = 0; part < PART_COUNT; part++) {
-        x->part_end[part] = 0;
-        if (!(x->parts & (1u << part))) continue;
-        off += s->part_bytes[x->prec][part];
-        x->part_end[part] = off;
-    }
-    x->bytes = off;
-}
-
-static void engine_push(sim_engine *e, sim_xfer *xf, uint32_t i) {
-    uint8_t c = xf[i].cls;
-    xf[i].next = NONE;
-    if (e->tail[c] == NONE)
-        e->head[c] = i;
-    else
-        xf[e->tail[c]].next = i;
-    e->tail[c] = i;
-}
-
-static void engine_remove(sim_engine *e, sim_xfer *xf, uint32_t i) {
-    uint8_t c = xf[i].cls;
-    uint32_t prev = NONE;
-    for (uint32_t k = e->head[c]; k != NONE; prev = k, k = xf[k].next) {
-        if (k != i) continue;
-        if (prev == NONE)
-            e->head[c] = xf[k].next;
-        else
-            xf[prev].next = xf[k].next;
-        if (e->tail[c] == k) e->tail[c] = prev;
-        return;
-    }
-    MOESIM_UNREACHABLE();
-}
+static const char *const cls_name[MEMSYS_CLASSES] = {"demand", "prefetch", "background"};
 
 static void engine_close_segment(sim_state *s, sim_engine *e) {
     if (!s->tl.on || e->seg_xfer == NONE) return;
-    const sim_xfer *x = &s->xf[e->seg_xfer];
-    static const char *const cls_name[N_CLASSES] = {"demand", "prefetch", "background"};
-    char name[96];
-    snprintf(name, sizeof name, "L%u e%u %s %s", x->layer, x->expert,
-             precision_name((moesim_precision)x->prec), cls_name[x->cls]);
-    sim_timeline_slice(&s->tl, e->track, cls_name[x->cls], name, e->seg_start_ns, s->now_ns);
+    sim_timeline_slice(&s->tl, e->track, cls_name[e->seg_cls], e->seg_name, e->seg_start_ns,
+                       s->now_ns);
     e->seg_xfer = NONE;
 }
 
-/* Serves the next chunk if the engine is idle and has work: the head of the highest class. */
+/* Serves the next chunk if the engine is idle and the memory system has one for it. A transfer
+ * pays the engine's latency once, on its first chunk; a chunk of b bytes after d bytes takes
+ * ceil((d+b)·1e9/bw) − ceil(d·1e9/bw) ns, so chunks add up to the transfer's exact time. */
 static void engine_kick(sim_state *s, int id) {
     sim_engine *e = &s->eng[id];
-    if (e->current != NONE) return;
-    uint32_t i = NONE;
-    for (int c = 0; c < N_CLASSES && i == NONE; c++) i = e->head[c];
-    if (i == NONE) {
+    if (e->busy) return;
+    memsys_chunk c;
+    if (!memsys_next_chunk(&s->ms, id, &c)) {
         engine_close_segment(s, e);
         return;
     }
-    sim_xfer *x = &s->xf[i];
-    if (e->seg_xfer != i) {
+    const memsys_xfer *x = &s->ms.xf[c.xfer];
+    if (e->seg_xfer != c.xfer || e->seg_seq != x->seq) {
         engine_close_segment(s, e);
-        e->seg_xfer = i;
-        e->seg_start_ns = s->now_ns;
+        if (s->tl.on) {
+            e->seg_xfer = c.xfer;
+            e->seg_seq = x->seq;
+            e->seg_cls = x->cls;
+            e->seg_start_ns = s->now_ns;
+            snprintf(e->seg_name, sizeof e->seg_name, "L%u e%u %s %s", x->layer, x->expert,
+                     precision_name((moesim_precision)x->prec), cls_name[x->cls]);
+        }
     }
-    uint64_t chunk = x->bytes - x->done < s->chunk_bytes ? x->bytes - x->done : s->chunk_bytes;
-    uint64_t end_ns = cost_transfer_ns(x->done + chunk, e->bytes_per_s);
-    uint64_t dur = end_ns - x->done_ns;
-    x->done_ns = end_ns;
-    if (!x->started) {
-        dur += e->latency_ns;
-        x->started = true;
-    }
-    e->current = i;
-    e->chunk_bytes = chunk;
+    uint64_t dur = cost_transfer_ns(c.offset + c.bytes, e->bytes_per_s) -
+                   cost_transfer_ns(c.offset, e->bytes_per_s);
+    if (c.first || e->latency_per_chunk) dur += e->latency_ns;
+    e->busy = true;
+    e->chunk = c;
     e->busy_ns += dur;
     sim_event_push(&s->q, s->now_ns + dur, EV_CHUNK, (uint32_t)id);
 }
 
-static void xfer_enqueue(sim_state *s, uint32_t i) {
-    int id = s->xf[i].stage == STAGE_SSD ? ENG_SSD : ENG_H2D;
-    engine_push(&s->eng[id], s->xf, i);
-    engine_kick(s, id);
-}
-
-static void deliver_done(sim_state *s, const sim_xfer *x) {
-    if (x->from_policy && s->pm->on_transfer_done)
-        s->pm->on_transfer_done(s->pol, x->layer, x->expert, (moesim_precision)x->prec, x->parts,
-                                (policy_class)x->cls, s->now_ns);
-}
+static void on_work(void *ctx, int engine) { engine_kick(ctx, engine); }
 
 /* A chunk of engine `id` finished at s->now_ns. */
 static void engine_chunk_done(sim_state *s, int id) {
     sim_engine *e = &s->eng[id];
-    uint32_t i = e->current;
-    MOESIM_ASSERT(i != NONE);
-    sim_xfer *x = &s->xf[i];
-    x->done += e->chunk_bytes;
-    e->bytes += e->chunk_bytes;
-    if (id == ENG_H2D)
-        s->h2d_bytes += e->chunk_bytes;
-    else
-        s->ssd_bytes += e->chunk_bytes;
-    e->current = NONE;
-    bool direct = x->stage == STAGE_SSD && s->cost.hw.gpu_direct_storage;
-    if (x->stage == STAGE_H2D || direct) {
-        for (int part = 0; part < PART_COUNT; part++) {
-            uint8_t bit = (uint8_t)(1u << part);
-            if (!(x->parts & bit) || (x->parts_done & bit) || x->part_end[part] > x->done) continue;
-            x->parts_done |= bit;
-            size_t pi = idx_lep(s, x->layer, x->expert, x->prec) * PART_COUNT + part;
-            MOESIM_ASSERT(s->state[pi] == POLICY_LOADING && s->xfer_of[pi] == i);
-            s->state[pi] = POLICY_RESIDENT;
-            s->xfer_of[pi] = NONE;
-        }
-    }
-    if (x->done < x->bytes) {
-        engine_kick(s, id);
-        return;
-    }
-    engine_remove(e, s->xf, i);
-    if (x->stage == STAGE_SSD && !direct) { /* bounce through DRAM: now the PCIe copy */
-        engine_close_segment(s, e);
-        x->stage = STAGE_H2D;
-        x->done = 0;
-        x->done_ns = 0;
-        x->started = false;
-        engine_kick(s, id);
-        xfer_enqueue(s, i);
-        return;
-    }
-    engine_close_segment(s, e);
+    MOESIM_ASSERT(e->busy);
+    e->busy = false;
+    memsys_xfer done;
+    bool complete = memsys_chunk_done(&s->ms, &e->chunk, &done);
+    if (complete) engine_close_segment(s, e);
     engine_kick(s, id);
-    sim_xfer done = *x;
-    xfer_release(s, i);
-    deliver_done(s, &done);
+    if (complete) memsys_deliver(&s->ms, &done, s->now_ns);
 }
 
 /* Delivers every event at or before t_ns, in (time, seq) order. */
@@ -415,7 +259,7 @@ static void sim_advance_to(sim_state *s, uint64_t t_ns) {
     while (sim_event_peek(&s->q, &ev) && ev.t_ns <= t_ns) {
         sim_event_pop(&s->q, &ev);
         s->now_ns = ev.t_ns;
-        MOESIM_ASSERT(ev.kind == EV_CHUNK && ev.arg < N_ENGINES);
+        MOESIM_ASSERT(ev.kind == EV_CHUNK && ev.arg < MEMSYS_ENGINES);
         engine_chunk_done(s, (int)ev.arg);
     }
     s->now_ns = t_ns;
@@ -431,218 +275,14 @@ static uint64_t sim_deliver_next(sim_state *s) {
     return ev.t_ns;
 }
 
-/* ---- the memory system behind policy_mem_ops ---- */
-
-static policy_residency mem_state(const policy_mem *m, uint32_t layer, uint32_t expert,
-                                  moesim_precision p, expert_part part) {
-    MOESIM_ASSERT(layer < m->L && expert < m->E && (uint32_t)p < m->P && part < PART_COUNT);
-    return (policy_residency)m->state[idx_lep(m, layer, expert, p) * PART_COUNT + part];
+/* The compute stream waits from *t until the next copy event: the wait is stall time. */
+static void stream_stall_until_next(sim_state *s, uint64_t *t, const char *name) {
+    uint64_t te = sim_deliver_next(s);
+    if (te <= *t) return;
+    s->stall_ns += te - *t;
+    if (s->tl.on) sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, "stall", name, *t, te);
+    *t = te;
 }
-
-static policy_mem_result mem_load(policy_mem *s, uint32_t layer, uint32_t expert,
-                                  moesim_precision p, uint32_t parts_mask, policy_class cls) {
-    MOESIM_ASSERT(layer < s->L && expert < s->E && (uint32_t)p < s->P);
-    MOESIM_ASSERT(parts_mask && parts_mask <= POLICY_PARTS_ALL && (unsigned)cls < N_CLASSES);
-    size_t lep = idx_lep(s, layer, expert, p);
-    uint32_t need = 0;
-    uint64_t bytes = 0;
-    for (int part = 0; part < PART_COUNT; part++) {
-        if (!(parts_mask & (1u << part))) continue;
-        if (!s->part_bytes[p][part]) return POLICY_REFUSED; /* host does not store p */
-        if (s->state[lep * PART_COUNT + part] != POLICY_ABSENT) continue;
-        need |= 1u << part;
-        bytes += s->part_bytes[p][part];
-    }
-    if (!need) return POLICY_ALREADY;
-    if (*pool_of(s, layer) + bytes > s->pool_cap) return POLICY_REFUSED;
-    hbm_add(s, layer, p, bytes);
-    if (s->warmup) { /* initial placement: before the clock starts (model loading) */
-        for (int part = 0; part < PART_COUNT; part++)
-            if (need & (1u << part)) s->state[lep * PART_COUNT + part] = POLICY_RESIDENT;
-        s->warmup_bytes += bytes;
-        if (s->n_warm == s->cap_warm) {
-            s->cap_warm = s->cap_warm ? 2 * s->cap_warm : 256;
-            s->warm_done = moesim_xrealloc(s->warm_done, s->cap_warm * sizeof *s->warm_done);
-            s->warm_parts = moesim_xrealloc(s->warm_parts, s->cap_warm);
-        }
-        s->warm_done[s->n_warm] = (uint32_t)lep;
-        s->warm_parts[s->n_warm++] = (uint8_t)(need | (uint32_t)cls << 4);
-        return POLICY_ISSUED;
-    }
-    uint32_t i = xfer_alloc(s);
-    sim_xfer *x = &s->xf[i];
-    memset(x, 0, sizeof *x);
-    x->layer = layer;
-    x->expert = expert;
-    x->prec = (uint8_t)p;
-    x->parts = (uint8_t)need;
-    x->cls = (uint8_t)cls;
-    x->stage = s->on_ssd[lep] ? STAGE_SSD : STAGE_H2D;
-    x->from_policy = true;
-    x->seq = s->xfer_seq++;
-    xfer_layout(s, x);
-    for (int part = 0; part < PART_COUNT; part++)
-        if (need & (1u << part)) {
-            s->state[lep * PART_COUNT + part] = POLICY_LOADING;
-            s->xfer_of[lep * PART_COUNT + part] = i;
-        }
-    if (cls == POLICY_PREFETCH) {
-        s->prefetches++;
-        size_t le = (size_t)layer * s->E + expert;
-        if (!s->pf_mark[le]) {
-            s->pf_mark[le] = 1;
-            s->pf_count[layer]++;
-        }
-    }
-    xfer_enqueue(s, i);
-    return POLICY_ISSUED;
-}
-
-static policy_mem_result mem_evict(policy_mem *s, uint32_t layer, uint32_t expert,
-                                   moesim_precision p, uint32_t parts_mask) {
-    MOESIM_ASSERT(layer < s->L && expert < s->E && (uint32_t)p < s->P);
-    MOESIM_ASSERT(parts_mask && parts_mask <= POLICY_PARTS_ALL);
-    size_t lep = idx_lep(s, layer, expert, p);
-    bool any = false;
-    for (int part = 0; part < PART_COUNT; part++) {
-        if (!(parts_mask & (1u << part))) continue;
-        uint8_t st = s->state[lep * PART_COUNT + part];
-        if (st == POLICY_ABSENT) continue;
-        if (s->pinned[lep]) return POLICY_REFUSED;
-        if (st == POLICY_LOADING && s->xf[s->xfer_of[lep * PART_COUNT + part]].started)
-            return POLICY_REFUSED;
-        any = true;
-    }
-    if (!any) return POLICY_ALREADY;
-    for (int part = 0; part < PART_COUNT; part++) {
-        size_t pi = lep * PART_COUNT + part;
-        if (!(parts_mask & (1u << part)) || s->state[pi] == POLICY_ABSENT) continue;
-        if (s->state[pi] == POLICY_LOADING) { /* cancel: the copy has not started */
-            uint32_t i = s->xfer_of[pi];
-            sim_xfer *x = &s->xf[i];
-            sim_engine *e = &s->eng[x->stage == STAGE_SSD ? ENG_SSD : ENG_H2D];
-            x->parts &= (uint8_t) ~(1u << part);
-            if (!x->parts) {
-                engine_remove(e, s->xf, i);
-                xfer_release(s, i);
-            } else {
-                xfer_layout(s, x);
-            }
-            s->xfer_of[pi] = NONE;
-        }
-        s->state[pi] = POLICY_ABSENT;
-        hbm_sub(s, layer, p, s->part_bytes[p][part]);
-    }
-    return POLICY_ISSUED;
-}
-
-static uint64_t mem_free_bytes(const policy_mem *s, uint32_t layer) {
-    uint64_t used = s->pool_used[s->per_layer ? (layer < s->L ? layer : 0) : 0];
-    return s->pool_cap - used;
-}
-
-static uint64_t mem_used_bytes(const policy_mem *s, moesim_precision p) {
-    MOESIM_ASSERT((uint32_t)p < PREC_COUNT);
-    return s->prec_used[p];
-}
-
-/* Global access positions of every (layer, expert), in execution order (oracle only). */
-static void future_build(sim_state *s) {
-    size_t LE = (size_t)s->L * s->E;
-    s->use_first = arena_calloc(&s->mem, LE + 1, sizeof *s->use_first);
-    s->use_cur = arena_calloc(&s->mem, LE, sizeof *s->use_cur);
-    uint64_t total = 0;
-    for (uint64_t st = 0; st < s->sch.n_steps; st++)
-        for (uint32_t l = 0; l < s->L; l++)
-            for (uint32_t i = 0; i < s->sch.steps[st].n_tokens; i++) {
-                const uint16_t *ex =
-                    trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], l);
-                for (uint32_t k = 0; k < s->K; k++)
-                    if (ex[k] != TRACE_NO_EXPERT) s->use_first[(size_t)l * s->E + ex[k] + 1]++;
-            }
-    for (size_t i = 0; i < LE; i++) s->use_first[i + 1] += s->use_first[i];
-    total = s->use_first[LE];
-    if (total < UINT32_MAX)
-        s->use_pos32 = arena_calloc(&s->mem, total ? total : 1, sizeof *s->use_pos32);
-    else
-        s->use_pos64 = arena_calloc(&s->mem, total, sizeof *s->use_pos64);
-    for (size_t i = 0; i < LE; i++) s->use_cur[i] = s->use_first[i];
-    uint64_t pos = 0;
-    for (uint64_t st = 0; st < s->sch.n_steps; st++)
-        for (uint32_t l = 0; l < s->L; l++)
-            for (uint32_t i = 0; i < s->sch.steps[st].n_tokens; i++) {
-                const uint16_t *ex =
-                    trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], l);
-                for (uint32_t k = 0; k < s->K; k++) {
-                    if (ex[k] == TRACE_NO_EXPERT) continue;
-                    size_t le = (size_t)l * s->E + ex[k];
-                    uint64_t at = s->use_cur[le]++;
-                    if (s->use_pos32)
-                        s->use_pos32[at] = (uint32_t)pos++;
-                    else
-                        s->use_pos64[at] = pos++;
-                }
-            }
-    for (size_t i = 0; i < LE; i++) s->use_cur[i] = s->use_first[i];
-    s->future_built = true;
-}
-
-static uint64_t use_pos_at(const sim_state *s, uint64_t i) {
-    return s->use_pos32 ? s->use_pos32[i] : s->use_pos64[i];
-}
-
-static uint64_t mem_next_use(const policy_mem *cm, uint32_t layer, uint32_t expert) {
-    sim_state *s = (sim_state *)cm; /* the cursor is a cache: logically const */
-    MOESIM_ASSERT(layer < s->L && expert < s->E);
-    if (!s->future_built) future_build(s);
-    size_t le = (size_t)layer * s->E + expert;
-    uint64_t end = s->use_first[le + 1];
-    while (s->use_cur[le] < end && use_pos_at(s, s->use_cur[le]) < s->access_pos) s->use_cur[le]++;
-    if (s->use_cur[le] == end) return UINT64_MAX;
-    return use_pos_at(s, s->use_cur[le]) - s->access_pos;
-}
-
-static uint32_t mem_future_active(const policy_mem *cm, uint32_t layer, uint16_t *ids,
-                                  uint32_t cap) {
-    sim_state *s = (sim_state *)cm;
-    MOESIM_ASSERT(layer < s->L);
-    uint64_t st = (int64_t)layer > s->cur_layer ? s->cur_step : s->cur_step + 1;
-    if (st >= s->sch.n_steps) return 0;
-    uint32_t gen = ++s->stamp_gen;
-    uint32_t n = 0;
-    uint16_t found[MODEL_MAX_EXPERTS];
-    for (uint32_t i = 0; i < s->sch.steps[st].n_tokens; i++) {
-        const uint16_t *ex = trace_experts(s->tr, s->sch.tokens[s->sch.steps[st].first + i], layer);
-        for (uint32_t k = 0; k < s->K; k++) {
-            if (ex[k] == TRACE_NO_EXPERT || s->stamp[ex[k]] == gen) continue;
-            s->stamp[ex[k]] = gen;
-            found[n++] = ex[k];
-        }
-    }
-    /* ascending ids, then the first `cap` */
-    for (uint32_t i = 1; i < n; i++) {
-        uint16_t v = found[i];
-        uint32_t j = i;
-        while (j > 0 && found[j - 1] > v) {
-            found[j] = found[j - 1];
-            j--;
-        }
-        found[j] = v;
-    }
-    uint32_t w = n < cap ? n : cap;
-    memcpy(ids, found, w * sizeof *ids);
-    return n;
-}
-
-static const policy_mem_ops sim_mem_ops = {
-    .state = mem_state,
-    .load = mem_load,
-    .evict = mem_evict,
-    .free_bytes = mem_free_bytes,
-    .used_bytes = mem_used_bytes,
-    .next_use = mem_next_use,
-    .future_active = mem_future_active,
-};
 
 /* ---- the schedule ---- */
 
@@ -658,62 +298,20 @@ static void schedule_build(sim_state *s) {
 
 /* ---- setup ---- */
 
-static moesim_status parse_host_precisions(const char *text, moesim_precision primary,
-                                           bool stored[PREC_COUNT], moesim_error *err) {
-    memset(stored, 0, PREC_COUNT * sizeof *stored);
-    stored[primary] = true;
-    if (!strcmp(text, "all")) {
-        for (int p = 0; p < PREC_COUNT; p++) stored[p] = true;
-        return MOESIM_OK;
-    }
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", text);
-    for (char *tok = strtok(buf, ", "); tok; tok = strtok(NULL, ", ")) {
-        moesim_precision p;
-        if (!precision_from_name(tok, &p))
-            return moesim_fail(err, MOESIM_EINPUT,
-                               "[sim] host_precisions: unknown precision '%s' (expected 'all' or "
-                               "a comma list of bf16, fp8, int8, int4, int3, int2)",
-                               tok);
-        stored[p] = true;
-    }
-    return MOESIM_OK;
+static uint64_t expert_bytes_at(const sim_state *s, uint32_t p) {
+    return s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2];
 }
 
-/* DRAM placement: precisions in priority order (expert.precision first, then the smaller
- * formats first), layers in order, experts in order, until host memory is full; the rest lives
- * on the SSD. */
-static void place_on_ssd(sim_state *s, const bool stored[PREC_COUNT]) {
-    uint32_t order[PREC_COUNT];
-    uint32_t n = 0;
-    order[n++] = s->prec;
-    for (;;) {
-        uint32_t best = NONE;
-        uint64_t best_bytes = UINT64_MAX;
-        for (uint32_t p = 0; p < PREC_COUNT; p++) {
-            bool used = false;
-            for (uint32_t i = 0; i < n; i++) used |= order[i] == p;
-            uint64_t b = s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2];
-            if (!used && stored[p] && b < best_bytes) {
-                best = p;
-                best_bytes = b;
-            }
-        }
-        if (best == NONE) break;
-        order[n++] = best;
-    }
-    uint64_t dram_left = s->cost.hw.dram_bytes;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t p = order[i];
-        uint64_t b = s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2];
-        for (uint32_t l = 0; l < s->L; l++)
-            for (uint32_t e = 0; e < s->E; e++) {
-                if (b <= dram_left)
-                    dram_left -= b;
-                else
-                    s->on_ssd[idx_lep(s, l, e, p)] = 1;
-            }
-    }
+/* Host placement (memsys_place_for_policy); routes are sized by the widest precision the policy
+ * loads. */
+static void place_experts(sim_state *s, bool policy_only) {
+    uint64_t dram = s->cost.hw.dram_bytes;
+    uint64_t bounce = s->cost.hw.gpu_direct_storage ? 0 : s->ms.cfg.bounce_bytes;
+    uint64_t widest = memsys_place_for_policy(&s->ms, s->pm, s->pol, s->prec, policy_only,
+                                              dram > bounce ? dram - bounce : 0);
+    s->route_expert_bytes = widest;
+    if (!s->ms.cfg.per_layer) s->route_capacity = sim_budget_route_capacity(s->expert_budget_bytes,
+                                                                            widest, s->K, s->E);
 }
 
 static moesim_status check_geometry(const sim_inputs *in, moesim_error *err) {
@@ -780,28 +378,36 @@ static void stream_wait_parts(sim_state *s, uint64_t *t, uint32_t layer, uint32_
                               moesim_precision p, uint32_t mask) {
     size_t base = idx_lep(s, layer, expert, p) * PART_COUNT;
     sim_advance_to(s, *t);
+    char name[64] = "";
     for (;;) {
         bool ready = true;
         for (int part = 0; part < PART_COUNT; part++)
-            if ((mask & (1u << part)) && s->state[base + part] != POLICY_RESIDENT) {
-                MOESIM_ASSERT(s->state[base + part] == POLICY_LOADING);
+            if ((mask & (1u << part)) && s->ms.state[base + part] != POLICY_RESIDENT) {
+                MOESIM_ASSERT(s->ms.state[base + part] == POLICY_LOADING);
                 ready = false;
             }
         if (ready) break;
-        uint64_t te = sim_deliver_next(s);
-        if (te > *t) {
-            s->stall_ns += te - *t;
-            if (s->tl.on) {
-                char name[64];
-                snprintf(name, sizeof name, "stall L%u e%u", layer, expert);
-                sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, "stall", name, *t, te);
-            }
-            *t = te;
-        }
+        if (s->tl.on && !name[0]) snprintf(name, sizeof name, "stall L%u e%u", layer, expert);
+        stream_stall_until_next(s, t, name);
     }
     s->now_ns = *t;
     if (s->hooks && s->hooks->on_expert_start)
         s->hooks->on_expert_start(s->hooks->ctx, s->view, layer, expert, p, mask, *t);
+}
+
+/* Before a route is planned, its pool must have room for the route's experts once everything
+ * the policy may evict is evicted: copies already started for other experts cannot be, so the
+ * stream waits for them to land (what an engine does when a DMA it cannot recall holds the
+ * room). Without this wait a demand load would be refused and become a skip. */
+static void stream_wait_room(sim_state *s, uint64_t *t, uint32_t layer, uint32_t n_active) {
+    uint64_t cap = s->pool_cap;
+    uint64_t need = (uint64_t)n_active * s->route_expert_bytes;
+    if (need > cap) need = cap;
+    uint64_t used = s->ms.pool_used[s->ms.cfg.per_layer ? layer : 0];
+    if (used + need <= cap) return; /* nothing in flight can be in the way */
+    while (memsys_unevictable_bytes(&s->ms, layer) + need > cap)
+        stream_stall_until_next(s, t, "stall: room");
+    s->now_ns = *t;
 }
 
 /* One (sub-)route: tokens [i0, i1) of the step (their routing already gathered in r_*). */
@@ -809,12 +415,12 @@ static void stream_wait_parts(sim_state *s, uint64_t *t, uint32_t layer, uint32_
  * sim_route_execution_order; the layer is the one being routed). */
 static uint64_t loading_seq(const void *host, size_t part_index) {
     const sim_state *s = host;
-    size_t layer_parts = (size_t)s->cur_layer * s->E * s->P * PART_COUNT;
-    return s->xf[s->xfer_of[layer_parts + part_index]].seq;
+    size_t layer_parts = (size_t)s->ms.cur_layer * s->E * s->P * PART_COUNT;
+    return memsys_loading_seq(&s->ms, layer_parts + part_index);
 }
 
 static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, uint32_t i0,
-                      uint32_t i1, bool first_of_layer) {
+                      uint32_t i1, bool first_of_layer, bool last_of_layer) {
     const uint32_t K = s->K;
     uint32_t n = i1 - i0;
     const uint16_t *ex = s->r_experts + (size_t)i0 * K;
@@ -831,10 +437,12 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
     uint32_t n_active = sim_route_active_build(&rs, ex, gs, n * K);
     if (first_of_layer)
         sim_route_prefetch_account(&rs, n_active, s->r_experts, s->sch.steps[step].n_tokens * K,
-                                   s->pf_mark + (size_t)layer * s->E, s->E, &s->pf_count[layer],
-                                   &s->pf_hit, &s->pf_active, &s->pf_issued_sets);
+                                   s->ms.pf_mark + (size_t)layer * s->E, s->E,
+                                   &s->ms.pf_count[layer], &s->pf_hit, &s->pf_active,
+                                   &s->pf_issued_sets);
 
     sim_advance_to(s, *t);
+    stream_wait_room(s, t, layer, n_active);
     policy_route route = {
         .layer = layer,
         .now_ns = *t,
@@ -852,8 +460,8 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
         .active_gate = s->active_gate,
     };
     policy_plan plan = {.run = s->plan};
-    s->cur_layer = layer;
-    s->cur_step = step;
+    s->ms.cur_layer = layer;
+    s->ms.cur_step = step;
     s->sub_routes++;
     s->pm->on_route(s->pol, &route, &plan);
 
@@ -866,15 +474,16 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
         MOESIM_ASSERT(pr < PREC_COUNT && s->part_bytes[pr][0]);
         size_t lep = idx_lep(s, layer, s->active[a], pr);
         for (int part = 0; part < PART_COUNT; part++)
-            MOESIM_ASSERT(s->state[lep * PART_COUNT + part] != POLICY_ABSENT);
-        s->pinned[lep] = 1;
+            MOESIM_ASSERT(s->ms.state[lep * PART_COUNT + part] != POLICY_ABSENT);
+        memsys_run(&s->ms, layer, s->active[a], (moesim_precision)pr);
     }
     const size_t layer_parts = (size_t)layer * s->E * s->P * PART_COUNT;
-    sim_route_tally_accesses(&rs, ex, gs, n * K, s->state + layer_parts, s->P, &s->cost.quant,
+    sim_route_tally_accesses(&rs, ex, gs, n * K, s->ms.state + layer_parts, s->P, &s->cost.quant,
                              prim_bits, &s->tally);
+    if (last_of_layer) memsys_end_layer(&s->ms, layer, *t);
 
     /* execution order: resident experts first, then by the order their copies were issued */
-    uint32_t n_run = sim_route_execution_order(&rs, n_active, s->state + layer_parts, s->P,
+    uint32_t n_run = sim_route_execution_order(&rs, n_active, s->ms.state + layer_parts, s->P,
                                                loading_seq, s, s->order, s->order_key);
     char name[80];
     for (uint32_t r = 0; r < n_run; r++) {
@@ -902,7 +511,7 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
             stream_op(s, t, gu + dn, "expert", name);
         }
         s->expert_ops++;
-        s->pinned[idx_lep(s, layer, e, pr)] = 0;
+        memsys_unpin(&s->ms, layer, e, pr);
     }
 }
 
@@ -935,6 +544,7 @@ static void gather_route(sim_state *s, uint64_t step, uint32_t layer) {
 static void run_layer(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer) {
     uint32_t n = s->sch.steps[step].n_tokens, K = s->K;
     gather_route(s, step, layer);
+    memsys_begin_layer(&s->ms);
     uint32_t i0 = 0;
     bool first = true;
     while (i0 < n) {
@@ -952,69 +562,28 @@ static void run_layer(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer) 
                 }
             i1++;
         }
-        run_route(s, t, step, layer, i0, i1, first);
+        run_route(s, t, step, layer, i0, i1, first, i1 == n);
         for (uint32_t i = i0 * K; i < i1 * K; i++)
-            s->access_pos += s->r_experts[i] != TRACE_NO_EXPERT;
+            s->ms.access_pos += s->r_experts[i] != TRACE_NO_EXPERT;
         first = false;
         i0 = i1;
     }
 }
 
-static void deliver_warmup(sim_state *s) {
-    for (uint32_t i = 0; i < s->n_warm; i++) {
-        uint32_t lep = s->warm_done[i];
-        uint32_t p = lep % s->P, le = lep / s->P;
-        if (s->pm->on_transfer_done)
-            s->pm->on_transfer_done(s->pol, le / s->E, le % s->E, (moesim_precision)p,
-                                    s->warm_parts[i] & 0xfu, (policy_class)(s->warm_parts[i] >> 4),
-                                    0);
-    }
-    s->n_warm = 0;
-}
-
 /* ---- metrics ---- */
-
-static sim_latency latency_of(double *v, size_t n) {
-    sim_latency l = {0, 0, 0};
-    if (!n) return l;
-    gsl_sort(v, 1, n);
-    l.mean_ms = gsl_stats_mean(v, 1, n);
-    l.p50_ms = gsl_stats_quantile_from_sorted_data(v, 1, n, 0.5);
-    l.p99_ms = gsl_stats_quantile_from_sorted_data(v, 1, n, 0.99);
-    return l;
-}
 
 static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     const trace *t = s->tr;
     uint32_t R = t->n_requests;
-    double *ttft = moesim_xmalloc((R ? R : 1) * sizeof *ttft);
-    double *tpot = moesim_xmalloc((R ? R : 1) * sizeof *tpot);
-    size_t n_ttft = 0, n_tpot = 0;
-    for (uint32_t q = 0; q < R; q++) {
-        uint64_t t0 = s->step_start_ns[s->sch.req_admit[q]];
-        uint64_t t1 = s->step_end_ns[s->sch.req_first[q]];
-        ttft[n_ttft++] = (double)(t1 - t0) / 1e6;
-        double req_tpot = NAN;
-        if (s->sch.req_steps[q] > 1) {
-            uint64_t tl = s->step_end_ns[s->sch.req_last[q]];
-            req_tpot = (double)(tl - t1) / 1e6 / (double)(s->sch.req_steps[q] - 1);
-            tpot[n_tpot++] = req_tpot;
-        }
-        if (s->hooks && s->hooks->on_request_done)
-            s->hooks->on_request_done(s->hooks->ctx, q, ttft[n_ttft - 1], req_tpot);
-    }
-    r->ttft = latency_of(ttft, n_ttft);
-    r->tpot = latency_of(tpot, n_tpot);
-    free(ttft);
-    free(tpot);
+    sim_result_set_latency(r, &s->sch, s->step_start_ns, s->step_end_ns, s->hooks);
     r->tokens = t->n_tokens;
     r->requests = R;
     r->makespan_ms = (double)makespan_ns / 1e6;
     r->tokens_per_s = makespan_ns ? (double)t->n_tokens * 1e9 / (double)makespan_ns : 0;
     r->hit_rate = s->tally.accesses ? (double)s->tally.hits / (double)s->tally.accesses : 0;
-    r->h2d_bytes = s->h2d_bytes;
+    r->h2d_bytes = s->ms.n.h2d_bytes;
     r->d2h_bytes = 0;
-    r->ssd_bytes = s->ssd_bytes;
+    r->ssd_bytes = s->ms.n.ssd_bytes;
     r->stall_ms = (double)s->stall_ns / 1e6;
     r->peak_hbm_bytes = s->peak_hbm;
     r->budget_bytes = s->budget_bytes;
@@ -1022,9 +591,14 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->precision_mix_hi = mass > 0 ? s->tally.gate_hi / mass : 0;
     r->precision_mix_lo = mass > 0 ? s->tally.gate_lo / mass : 0;
     r->precision_mix_skip = mass > 0 ? s->tally.gate_skip / mass : 0;
+    r->bits_per_weight = sim_route_tally_bits_per_weight(&s->tally);
     r->prefetch_accuracy = s->pf_active ? (double)s->pf_hit / (double)s->pf_active : 0;
     r->prefetch_utilization = s->pf_issued_sets ? (double)s->pf_hit / (double)s->pf_issued_sets : 0;
-    r->prefetches = s->prefetches;
+    r->prefetches = s->ms.n.prefetches;
+    r->prefetch_late = s->ms.n.late;
+    r->prefetch_promoted = s->ms.n.promoted;
+    r->prefetch_cancelled = s->ms.n.cancelled;
+    r->prefetch_wasted_bytes = s->ms.n.wasted_bytes;
     r->predictor_emulated = s->la_emulated;
     r->predictor_accuracy =
         s->la_emulated ? s->set.predictor_accuracy : recorded_predictor_accuracy(t);
@@ -1032,16 +606,16 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->hits = s->tally.hits;
     r->skipped_accesses = s->tally.skipped;
     r->expert_ops = s->expert_ops;
-    r->warmup_h2d_bytes = s->warmup_bytes;
+    r->warmup_h2d_bytes = s->ms.n.warmup_bytes;
     r->steps = s->sch.n_steps;
     r->sub_routes = s->sub_routes;
     r->expert_budget_bytes = s->expert_budget_bytes;
     r->kv_peak_bytes = s->sch.kv_peak_bytes;
-    r->h2d_busy_ms = (double)s->eng[ENG_H2D].busy_ns / 1e6;
-    r->ssd_busy_ms = (double)s->eng[ENG_SSD].busy_ns / 1e6;
+    r->h2d_busy_ms = (double)s->eng[MEMSYS_H2D].busy_ns / 1e6;
+    r->ssd_busy_ms = (double)s->eng[MEMSYS_SSD].busy_ns / 1e6;
     r->cost_extrapolated = s->cost_extrapolated;
     r->sim_memory_bytes =
-        s->mem.used_bytes + (uint64_t)s->cap_xf * sizeof(sim_xfer) + s->q.cap * sizeof(sim_event);
+        s->mem.used_bytes + memsys_memory_bytes(&s->ms) + s->q.cap * sizeof(sim_event);
     if (s->pm->report) {
         const char *names[16];
         double values[16];
@@ -1087,11 +661,16 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     s->K = t->meta.top_k;
     s->P = PREC_COUNT;
     s->prec = (moesim_precision)s->set.precision;
-    s->chunk_bytes = s->set.chunk_kib * 1024;
     cost_model_init(&s->cost, in->hw, in->model, in->quant);
     if (s->set.cost_table[0] && (st = cost_table_load(&s->cost, s->set.cost_table, err))) return st;
-    bool stored[PREC_COUNT];
-    if ((st = parse_host_precisions(s->set.host_precisions, s->prec, stored, err))) return st;
+    bool stored[PREC_COUNT], policy_only;
+    if ((st = memsys_parse_host_precisions(s->set.host_precisions, stored, &policy_only, err)))
+        return st;
+    if (!in->hw->gpu_direct_storage && s->set.bounce_mib * 1024 < s->set.chunk_kib)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "[sim] bounce_mib = %" PRIu64 ": expected at least one copy chunk "
+                           "(sim.chunk_kib = %" PRIu64 ")",
+                           s->set.bounce_mib, s->set.chunk_kib);
     for (int p = 0; p < PREC_COUNT; p++)
         for (int part = 0; part < PART_COUNT; part++)
             s->part_bytes[p][part] =
@@ -1137,20 +716,25 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     s->non_expert_bytes = bud.non_expert_bytes;
     s->act_bytes = bud.act_bytes;
     s->expert_budget_bytes = bud.expert_budget_bytes;
-    s->per_layer = bud.per_layer;
     s->pool_cap = bud.pool_cap_bytes;
     s->route_capacity = bud.route_capacity;
-    s->pool_used = arena_calloc(&s->mem, s->per_layer ? s->L : 1, sizeof(uint64_t));
+    s->route_expert_bytes = expert_bytes_at(s, s->prec);
 
-    size_t LEP = (size_t)s->L * s->E * s->P;
-    s->state = arena_calloc(&s->mem, LEP * PART_COUNT, 1);
-    s->xfer_of = arena_calloc(&s->mem, LEP * PART_COUNT, sizeof(uint32_t));
-    s->pinned = arena_calloc(&s->mem, LEP, 1);
-    s->on_ssd = arena_calloc(&s->mem, LEP, 1);
-    place_on_ssd(s, stored);
-    s->pf_mark = arena_calloc(&s->mem, (size_t)s->L * s->E, 1);
-    s->pf_count = arena_calloc(&s->mem, s->L, sizeof(uint32_t));
-    s->free_xf = NONE;
+    memsys_config mc = {
+        .n_layers = s->L,
+        .n_experts = s->E,
+        .per_layer = bud.per_layer,
+        .pool_cap_bytes = bud.pool_cap_bytes,
+        .chunk_bytes = s->set.chunk_kib * 1024,
+        .bounce_bytes = s->set.bounce_mib * 1024 * 1024,
+        .gpu_direct_storage = in->hw->gpu_direct_storage,
+    };
+    memcpy(mc.part_bytes, s->part_bytes, sizeof mc.part_bytes);
+    memsys_host mh = {.ctx = s, .on_work = on_work, .on_hbm = on_hbm};
+    memsys_init(&s->ms, &mc, &mh);
+    s->ms_live = true;
+    sim_future_init(&s->future, t, &s->sch);
+    s->ms.future = &s->future;
 
     /* look-ahead */
     if (t->meta.lookahead_depth) {
@@ -1179,23 +763,18 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     s->order_key = arena_calloc(&s->mem, s->E, sizeof(uint64_t));
 
     /* engines */
-    sim_engine *h = &s->eng[ENG_H2D], *d = &s->eng[ENG_SSD];
-    h->name = "h2d";
+    sim_engine *h = &s->eng[MEMSYS_H2D], *d = &s->eng[MEMSYS_SSD];
     h->bytes_per_s = in->hw->h2d_bytes_per_s;
     h->latency_ns = in->hw->h2d_latency_ns;
+    h->latency_per_chunk = in->hw->h2d_latency_per_chunk;
     h->track = SIM_TRACK_H2D;
-    d->name = "ssd";
     d->bytes_per_s = in->hw->ssd_read_bytes_per_s;
     d->latency_ns = in->hw->ssd_latency_ns;
     d->track = SIM_TRACK_SSD;
-    for (int i = 0; i < N_ENGINES; i++) {
-        s->eng[i].current = NONE;
-        s->eng[i].seg_xfer = NONE;
-        for (int c = 0; c < N_CLASSES; c++) s->eng[i].head[c] = s->eng[i].tail[c] = NONE;
-    }
+    for (int i = 0; i < MEMSYS_ENGINES; i++) s->eng[i].seg_xfer = NONE;
     sim_event_queue_init(&s->q, 64);
     s->queue_live = true;
-    s->view = (policy_mem_view){.ops = &sim_mem_ops, .mem = s};
+    s->view = (policy_mem_view){.ops = &memsys_ops, .mem = &s->ms};
 
     if (in->timeline_path && (st = sim_timeline_open(&s->tl, in->timeline_path, err))) return st;
 
@@ -1204,8 +783,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         .n_layers = s->L,
         .n_experts = s->E,
         .top_k = s->K,
-        .expert_budget_bytes = s->per_layer ? s->pool_cap * s->L : s->expert_budget_bytes,
-        .experts_per_layer = s->per_layer ? s->set.experts_per_layer : 0,
+        .expert_budget_bytes = bud.per_layer ? s->pool_cap * s->L : s->expert_budget_bytes,
+        .experts_per_layer = bud.per_layer ? s->set.experts_per_layer : 0,
         .precision = s->prec,
         .batch_size = s->set.batch_size,
         .lookahead_depth = s->la_depth,
@@ -1219,6 +798,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         moesim_error_prefix(err, "policy '%s'", s->pm->name);
         return st;
     }
+    memsys_attach_policy(&s->ms, s->pm, s->pol);
+    place_experts(s, policy_only);
     return MOESIM_OK;
 }
 
@@ -1226,9 +807,8 @@ static void sim_teardown(sim_state *s) {
     if (s->pm && s->pol) s->pm->destroy(s->pol);
     free(s->knobs);
     if (s->queue_live) sim_event_queue_free(&s->q);
-    free(s->xf);
-    free(s->warm_done);
-    free(s->warm_parts);
+    if (s->ms_live) memsys_free(&s->ms);
+    sim_future_free(&s->future);
     sim_timeline_abort(&s->tl);
     sim_schedule_free(&s->sch);
     arena_free(&s->mem);
@@ -1239,13 +819,10 @@ static void sim_loop(sim_state *s) {
     const model_geometry *m = s->model;
     s->kv_bytes = 0;
     hbm_note(s);
-    s->warmup = true;
     s->now_ns = 0;
-    s->cur_step = 0;
-    s->cur_layer = -1;
+    memsys_warmup_begin(&s->ms);
     if (s->pm->warmup) s->pm->warmup(s->pol, 0);
-    s->warmup = false;
-    deliver_warmup(s);
+    memsys_warmup_end(&s->ms);
     char name[64];
     for (uint64_t st = 0; st < s->sch.n_steps; st++) {
         const sim_schedule_step *sd = &s->sch.steps[st];
@@ -1268,8 +845,8 @@ static void sim_loop(sim_state *s) {
             attended += (uint64_t)s->tr->position[tok] + 1;
             n_emit += s->sch.emit[sd->first + i];
         }
-        s->cur_step = st;
-        s->cur_layer = -1;
+        s->ms.cur_step = st;
+        s->ms.cur_layer = -1;
         if (s->pm->begin_step) s->pm->begin_step(s->pol, &ps);
         uint64_t attn_ns = cost_attention_ns(&s->cost, sd->n_tokens, attended);
         uint32_t moe = 0;
@@ -1306,10 +883,11 @@ static void sim_loop(sim_state *s) {
         engine_chunk_done(s, (int)ev.arg);
     }
     MOESIM_ASSERT(s->q.n == 0);
-    for (int i = 0; i < N_ENGINES; i++) {
-        MOESIM_ASSERT(s->eng[i].current == NONE);
-        for (int c = 0; c < N_CLASSES; c++) MOESIM_ASSERT(s->eng[i].head[c] == NONE);
+    for (int i = 0; i < MEMSYS_ENGINES; i++) {
+        MOESIM_ASSERT(!s->eng[i].busy);
+        for (int c = 0; c < MEMSYS_CLASSES; c++) MOESIM_ASSERT(s->ms.head[i][c] == NONE);
     }
+    memsys_finish(&s->ms);
 }
 
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,

@@ -11,7 +11,7 @@
  *   [batch]  size               requests in flight together
  *   [predictor] accuracy, depth top-1 accuracy and distance of the emulated look-ahead
  *                               predictor (used only when the trace has no predictions)
- *   [sim] chunk_kib, part_overlap, seed, host_precisions, cost_table
+ *   [sim] chunk_kib, part_overlap, seed, host_precisions, bounce_mib, cost_table
  *                               simulator knobs (sim/README.md; `moesim sim --help`)
  *   [<policy name>] ...         the policy's knobs (policies/policy.h)
  * Every key is checked: an unknown key or section is an error naming where it came from. */
@@ -45,6 +45,7 @@ typedef struct sim_settings {
     bool part_overlap;          /* sim.part_overlap */
     uint64_t seed;              /* sim.seed */
     char host_precisions[128];  /* sim.host_precisions */
+    uint64_t bounce_mib;        /* sim.bounce_mib */
     char cost_table[512];       /* sim.cost_table */
 } sim_settings;
 
@@ -95,9 +96,14 @@ typedef struct sim_result {
     uint64_t peak_hbm_bytes; /* all of it: non-expert, KV, activations, experts */
     uint64_t budget_bytes;
     double precision_mix_hi, precision_mix_lo, precision_mix_skip; /* shares of gate mass */
+    double bits_per_weight; /* gate-mass-weighted effective bits per weight run (skips: 0) */
     double prefetch_accuracy;    /* FIRM-MoE Eq. 7: |S ∩ A| / |A| */
     double prefetch_utilization; /* FIRM-MoE Eq. 8: |S ∩ A| / |S| */
     uint64_t prefetches;         /* prefetch-class loads issued */
+    uint64_t prefetch_late;      /* routes that ran a prefetched expert still loading */
+    uint64_t prefetch_promoted;  /* loads that moved a lower-class copy up (sim/memsys.h) */
+    uint64_t prefetch_cancelled; /* prefetches dropped before their copy started */
+    uint64_t prefetch_wasted_bytes; /* prefetched bytes moved and never run */
     bool predictor_emulated;     /* look-ahead predictions emulated (trace had none) */
     double predictor_accuracy;   /* the emulated top-1 accuracy, or the trace's measured one */
     size_t n_policy_report;
@@ -123,6 +129,15 @@ typedef struct sim_result {
  * known ones), a policy that cannot work in the budget, or a trace/model mismatch. */
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,
                       sim_result *out, moesim_error *err);
+
+/* TTFT and TPOT of every request from the step clocks of schedule `sch` (sim/README.md:
+ * TTFT from the start of the admitting step to the end of the first; TPOT (last end - first end)
+ * / (steps - 1)) into r->ttft, r->tpot (mean, p50, p99 over requests), calling
+ * hooks->on_request_done per request when set. Steps' times are [sch->n_steps] ns. */
+struct sim_schedule;
+void sim_result_set_latency(sim_result *r, const struct sim_schedule *sch,
+                            const uint64_t *step_start_ns, const uint64_t *step_end_ns,
+                            const sim_hooks *hooks);
 
 /* The metrics as flat (name, value) pairs in a fixed order ("ttft_ms.p99", "hit_rate", ...):
  * the columns of a sweep CSV. Returns the count (at most cap). */

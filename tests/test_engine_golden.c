@@ -1,6 +1,8 @@
-/* The engine against Hugging Face transformers: for each architecture's tiny random checkpoint
- * (tests/fixtures/golden/, made by tools/make_golden.py), every prompt token's router choices must
- * equal transformers' exactly, gate weights and logits must agree within named tolerances. */
+/* The engine against Hugging Face transformers: for each architecture's tiny random checkpoint,
+ * and for the configurations beyond an architecture's defaults that the engine implements
+ * (attention biases, sliding windows: tests/fixtures/golden/<model_type>_<feature>), all made by
+ * tools/make_golden.py, every prompt token's router choices must equal transformers' exactly, gate
+ * weights and logits must agree within named tolerances. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -32,7 +34,9 @@ static const float *golden_f32(const st_file *g, const char *name, uint64_t want
     return t->data;
 }
 
-static void check_arch(const char *arch) {
+/* The fixture tests/fixtures/golden/<arch> (a fixture name: "qwen3_moe_attention_bias") of the
+ * architecture model_type. */
+static void check_fixture(const char *arch, const char *model_type) {
     char dir[1024], gpath[1100];
     snprintf(dir, sizeof dir, "%s/tests/fixtures/golden/%s", MOESIM_SOURCE_DIR, arch);
     snprintf(gpath, sizeof gpath, "%s/golden.safetensors", dir);
@@ -43,7 +47,7 @@ static void check_arch(const char *arch) {
     st_file *g;
     cr_assert_eq(st_file_open(gpath, &g, &err), MOESIM_OK, "%s", err.msg);
     const engine_config *c = engine_config_of(e);
-    cr_assert_str_eq(c->model_type, arch);
+    cr_assert_str_eq(c->model_type, model_type);
     uint32_t L = c->n_moe_layers, K = c->top_k, V = c->vocab;
     float *logits = malloc(V * sizeof *logits);
     uint16_t ids[64 * 8];
@@ -94,9 +98,27 @@ static void check_arch(const char *arch) {
     engine_destroy(e);
 }
 
+static void check_arch(const char *arch) { check_fixture(arch, arch); }
+
 TestSuite(engine_golden);
 
 Test(engine_golden, mixtral_matches_transformers_routing_and_logits) { check_arch("mixtral"); }
 Test(engine_golden, qwen2_moe_matches_transformers_routing_and_logits) { check_arch("qwen2_moe"); }
 Test(engine_golden, qwen3_moe_matches_transformers_routing_and_logits) { check_arch("qwen3_moe"); }
 Test(engine_golden, olmoe_matches_transformers_routing_and_logits) { check_arch("olmoe"); }
+
+Test(engine_golden, qwen3_moe_with_attention_bias_matches_transformers) {
+    check_fixture("qwen3_moe_attention_bias", "qwen3_moe");
+}
+Test(engine_golden, olmoe_with_attention_bias_matches_transformers) {
+    check_fixture("olmoe_attention_bias", "olmoe");
+}
+Test(engine_golden, qwen3_moe_with_a_sliding_window_matches_transformers) {
+    check_fixture("qwen3_moe_sliding_window", "qwen3_moe");
+}
+Test(engine_golden, mixtral_with_a_sliding_window_matches_transformers) {
+    check_fixture("mixtral_sliding_window", "mixtral");
+}
+Test(engine_golden, qwen2_moe_with_windows_on_the_layers_layer_types_names_matches_transformers) {
+    check_fixture("qwen2_moe_sliding_window", "qwen2_moe");
+}

@@ -126,6 +126,15 @@ Test(gpu_engine, qwen3_moe_on_the_gpu_matches_transformers_routing_and_logits) {
 Test(gpu_engine, olmoe_on_the_gpu_matches_transformers_routing_and_logits) {
     check_golden("olmoe");
 }
+Test(gpu_engine, attention_biases_on_the_gpu_match_transformers) {
+    check_golden("qwen3_moe_attention_bias");
+    check_golden("olmoe_attention_bias");
+}
+Test(gpu_engine, sliding_windows_on_the_gpu_match_transformers_layer_by_layer) {
+    check_golden("qwen3_moe_sliding_window");
+    check_golden("mixtral_sliding_window");
+    check_golden("qwen2_moe_sliding_window");
+}
 
 /* ---- GPU against CPU on every held precision, look-ahead and importance ---- */
 
@@ -183,8 +192,10 @@ static void check_against_cpu(const char *arch, uint32_t pool) {
 }
 
 Test(gpu_engine, resident_gpu_generation_routes_like_the_cpu_at_every_precision) {
-    const char *archs[] = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"};
-    for (int i = 0; i < 4; i++) check_against_cpu(archs[i], 0);
+    /* the window fixtures: importance where layers see different spans */
+    const char *archs[] = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "qwen2_moe_sliding_window",
+                           "olmoe_attention_bias"};
+    for (size_t i = 0; i < sizeof archs / sizeof *archs; i++) check_against_cpu(archs[i], 0);
 }
 
 Test(gpu_engine, offloaded_gpu_generation_with_a_top_k_pool_routes_like_the_cpu) {

@@ -5,7 +5,10 @@
  *   - no expert op starts before the copy of its weights ended (CUDA events);
  *   - back-to-back copies reach >= 90 % of the calibrated pinned host-to-device bandwidth;
  *   - lru gives the simulator's hit count on the same trace (its decisions do not depend on
- *     time, so both hosts must see the same accesses and hits).
+ *     time, so both hosts must see the same accesses and hits);
+ *   - a prefetching policy on sim/memsys.h's SSD path (chunks split across parts, tails, bounce
+ *     slots, promotions across the two copy streams) runs no expert before its copy ended and
+ *     never skips.
  * And with a checkpoint's weights (`--model`, replay/weights.h): the golden qwen2_moe routed by
  * a trace the engine recorded from it replays in order, within the card, with the simulator's
  * hits, from DRAM and from the SSD store, at bf16 and int4.
@@ -44,15 +47,22 @@ static void teardown(void) { trace_destroy(tr); }
 
 TestSuite(gpu_replay, .init = setup, .fini = teardown);
 
-static moesim_status replay_with(const char *policy_name, const char *const *sets, sim_result *r,
-                                 replay_checks *ck, moesim_error *err) {
+/* Replays the fixture trace on profile `h` with `sets` (NULL-terminated). */
+static moesim_status replay_on(const hw_profile *h, const char *policy_name,
+                               const char *const *sets, sim_result *r, replay_checks *ck,
+                               moesim_error *err) {
     config *c = config_create();
     for (const char *const *s = sets; *s; s++)
         cr_assert_eq(config_set(c, *s, err), MOESIM_OK, "%s", err->msg);
-    replay_inputs in = {.trace = tr, .model = &model, .hw = &hw, .quant = &quant, .weight_seed = 1};
+    replay_inputs in = {.trace = tr, .model = &model, .hw = h, .quant = &quant, .weight_seed = 1};
     moesim_status st = replay_run(&in, policy_name, c, r, ck, err);
     config_destroy(c);
     return st;
+}
+
+static moesim_status replay_with(const char *policy_name, const char *const *sets, sim_result *r,
+                                 replay_checks *ck, moesim_error *err) {
+    return replay_on(&hw, policy_name, sets, r, ck, err);
 }
 
 Test(gpu_replay, never_exceeds_the_emulated_card) {
@@ -114,13 +124,8 @@ Test(gpu_replay, experts_beyond_dram_come_from_the_ssd_store_as_in_the_simulator
     sim_result real, sim;
     replay_checks ck;
     moesim_error err = {0};
+    cr_assert_eq(replay_on(&small, "lru", sets, &real, &ck, &err), MOESIM_OK, "%s", err.msg);
     config *c = config_create();
-    for (const char *const *s = sets; *s; s++) config_set(c, *s, &err);
-    replay_inputs in = {
-        .trace = tr, .model = &model, .hw = &small, .quant = &quant, .weight_seed = 1};
-    cr_assert_eq(replay_run(&in, "lru", c, &real, &ck, &err), MOESIM_OK, "%s", err.msg);
-    config_destroy(c);
-    c = config_create();
     for (const char *const *s = sets; *s; s++) config_set(c, *s, &err);
     sim_inputs sin = {.trace = tr, .model = &model, .hw = &small, .quant = &quant};
     cr_assert_eq(sim_run(&sin, "lru", c, &sim, &err), MOESIM_OK, "%s", err.msg);
@@ -150,6 +155,28 @@ Test(gpu_replay, lru_hits_equal_the_simulators_on_the_same_trace) {
                      (unsigned long)real.hits, (unsigned long)sim.hits);
         cr_assert_eq(real.steps, sim.steps);
     }
+}
+
+Test(gpu_replay, prefetches_and_ssd_chunks_land_before_their_experts_run) {
+    /* 1 GiB of DRAM for 3.4 GiB of int4 experts: most loads read the SSD store through the
+     * bounce slots; 256 KiB chunks split parts (int4 parts are not a multiple of them) */
+    hw_profile small = hw;
+    small.dram_bytes = 1ull << 30;
+    small.gpu_direct_storage = false;
+    const char *sets[] = {"memory.budget_gb=4", "expert.precision=int4",
+                          "sim.host_precisions=int4", "sim.chunk_kib=256", NULL};
+    sim_result r;
+    replay_checks ck;
+    moesim_error err = {0};
+    cr_assert_eq(replay_on(&small, "firm-moe", sets, &r, &ck, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_gt(r.prefetches, 0);
+    cr_assert_gt(r.ssd_bytes, 0);
+    cr_assert_gt(ck.order_checked, 0);
+    cr_assert_eq(ck.order_violations, 0, "%lu of %lu expert ops started early",
+                 (unsigned long)ck.order_violations, (unsigned long)ck.order_checked);
+    cr_assert_eq(r.skipped_accesses, 0, "firm-moe never skips; %lu skipped",
+                 (unsigned long)r.skipped_accesses);
+    cr_assert_eq(ck.physical_refusals, 0); /* one precision: its blocks hold the pool */
 }
 
 /* A trace the engine records from the checkpoint in `dir` (two requests, 4 decode steps). */

@@ -159,7 +159,7 @@ Test(hw_config, a_bad_set_is_reported_as_coming_from_set) {
         {"pcie.copy_engines=0",
          "--set: [pcie] copy_engines: expected an integer in [1, 16], got '0'"},
         {"pcie.lanes=16", "--set: [pcie] lanes: unknown key (known: h2d_gb_per_s, d2h_gb_per_s, "
-                          "h2d_latency_us, d2h_latency_us, copy_engines)"},
+                          "h2d_latency_us, d2h_latency_us, copy_engines, latency_per_chunk)"},
     };
     char path[4096];
     hw_path("rtx3090-pcie3", path, sizeof path);
@@ -246,7 +246,7 @@ Test(hw_config, an_unknown_profile_name_lists_the_known_ones) {
     moesim_error err = {0};
     cr_assert_eq(hw_load_by_name("rtx4090", &h, &err), MOESIM_EINPUT);
     cr_assert(strstr(err.msg, "unknown hw name 'rtx4090'"), "%s", err.msg);
-    cr_assert(strstr(err.msg, "a6000, h100-sxm, rtx3090-pcie3, rtx3090-pcie4, rtx5090"), "%s",
+    cr_assert(strstr(err.msg, "a6000, cpu-host, h100-sxm, rtx3090-pcie3, rtx3090-pcie4, rtx5090"), "%s",
               err.msg);
 }
 

@@ -219,6 +219,64 @@ Test(policy_baselines, lfu_halving_lets_an_old_favourite_go) {
     trace_destroy(t);
 }
 
+Test(policy_baselines, lfu_per_copy_counts_restart_when_an_expert_is_reloaded) {
+    /* cache 3, slot 2 always expert 4 (never a victim), slot 1: A A B B B C C A C B (A=0, B=1,
+     * C=2), two places. Both rules evict A at t5 (2 uses vs B's 3) and C at t7 (2 vs 3). At t8
+     * lifetime counts give A 3 uses, tied with B: the least recently used, B, goes, and t9's B
+     * misses; per-copy counts give the reloaded A 1 use: A goes and t9's B hits. Per layer:
+     * 4 + 9 (expert 4) = 13 hits, and 14 with per-copy counts. */
+    static const uint16_t first[10] = {0, 0, 1, 1, 1, 2, 2, 0, 2, 1};
+    uint16_t rows[10][2];
+    for (int i = 0; i < 10; i++) rows[i][0] = first[i], rows[i][1] = 4;
+    trace *t = make_trace(10, rows, false, NULL);
+    const char *lifetime[] = {"cache.experts_per_layer=3", "expert.precision=int4", NULL};
+    const char *per_copy[] = {"cache.experts_per_layer=3", "expert.precision=int4",
+                              "lfu.counts=per_copy", NULL};
+    sim_result a = run_ok(t, "lfu", lifetime), b = run_ok(t, "lfu", per_copy);
+    double per_layer = accesses(t) / model.n_moe_layers;
+    cr_expect_float_eq(a.hit_rate, 13.0 / per_layer, 1e-12, "lifetime %.6f", a.hit_rate);
+    cr_expect_float_eq(b.hit_rate, 14.0 / per_layer, 1e-12, "per copy %.6f", b.hit_rate);
+    trace_destroy(t);
+}
+
+/* ---- pinned routes: every cache policy ---- */
+
+Test(policy_baselines, no_cache_policy_evicts_an_expert_its_own_token_needs) {
+    /* With pools of top_k = 2 a token's pair fills its layer's pool, so under the rule every
+     * token keeps exactly its own pair: a hit is an expert the previous token also chose, for
+     * any victim order. Per layer the rows give 0 + 1 ({2,0} keeps 0) + 2 + 0 + 1 + 1 = 5 hits.
+     * A policy that lets a token's first miss evict its second expert falls short: lru evicts
+     * 0 for 2 at {2,0} (0 was used before 1) and 3 for 1 at {1,3}; lfu evicts 3 for 1 at {1,3}
+     * (two uses against 2's three). The oracle
+     * prefetches, so its figure is its loads: accesses - 5. static holds every expert: no
+     * eviction at all (its own test). */
+    static const uint16_t rows[6][2] = {{0, 1}, {2, 0}, {0, 2}, {3, 1}, {3, 2}, {1, 3}};
+    static const struct {
+        const char *policy, *extra;
+    } cases[] = {{"lru", NULL},
+                 {"lfu", NULL},
+                 {"lfu", "lfu.counts=per_copy"},
+                 {"mixtral-offload", "predictor.depth=0"}, /* its cache part: no guesses */
+                 {"oracle", NULL}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        trace *t = make_trace(6, rows, false, NULL);
+        const char *sets[] = {"cache.experts_per_layer=2", "expert.precision=int4",
+                              cases[i].extra, NULL};
+        sim_result r = run_ok(t, cases[i].policy, sets);
+        double want_hits = 5.0 * model.n_moe_layers;
+        if (!strcmp(cases[i].policy, "oracle")) {
+            double loads = -1;
+            for (size_t j = 0; j < r.n_policy_report; j++)
+                if (!strcmp(r.policy_report_names[j], "loads")) loads = r.policy_report_values[j];
+            cr_expect_float_eq(loads, accesses(t) - want_hits, 1e-9, "oracle: %.0f loads", loads);
+        } else {
+            cr_expect_float_eq(r.hit_rate, want_hits / accesses(t), 1e-12, "%s %s: hit rate %.6f",
+                               cases[i].policy, cases[i].extra ? cases[i].extra : "", r.hit_rate);
+        }
+        trace_destroy(t);
+    }
+}
+
 /* ---- static ---- */
 
 Test(policy_baselines, static_refuses_a_budget_that_cannot_hold_every_expert) {
@@ -326,19 +384,33 @@ Test(policy_baselines, mixtral_offload_without_predictions_is_exactly_lru) {
     }
 }
 
-Test(policy_baselines, mixtral_offload_keeps_top_k_places_for_demand_in_per_layer_pools) {
-    /* pools of top_k = 2 experts per layer leave no room for a guess: never a prefetch, never a
-     * skipped expert, even with predictions that are always wrong */
-    uint16_t rows[12][2], wrong[12][2];
+Test(policy_baselines, mixtral_offload_speculates_into_pools_of_top_k_experts) {
+    /* pools of top_k = 2 experts per layer, the paper's 12 GB setting (Eliseev & Mazur 2023,
+     * Sec. 4): the guesses still go into the next layer's cache, evicting what the current route
+     * does not use. Right guesses make it faster than lru; wrong ones never skip an expert and
+     * are dropped before their copy starts or counted as wasted. */
+    uint16_t rows[12][2], next[12][2], wrong[12][2];
     for (int i = 0; i < 12; i++) {
         rows[i][0] = (uint16_t)(i % 6), rows[i][1] = (uint16_t)((i + 3) % 6);
         wrong[i][0] = 6, wrong[i][1] = 7;
     }
-    trace *t = make_trace(12, rows, true, wrong);
+    memcpy(next, rows, sizeof next); /* every layer routes like the previous one: perfect guess */
     const char *sets[] = {"cache.experts_per_layer=2", "expert.precision=int4", NULL};
-    sim_result mo = run_ok(t, "mixtral-offload", sets);
-    cr_expect_eq(mo.prefetches, 0);
+    trace *t = make_trace(12, rows, true, next);
+    sim_result mo = run_ok(t, "mixtral-offload", sets), lru = run_ok(t, "lru", sets);
+    cr_expect_gt(mo.prefetches, 0);
     cr_expect_eq(mo.skipped_accesses, 0);
+    cr_expect_float_eq(mo.prefetch_utilization, 1.0, 1e-12, "every guess is used");
+    cr_expect_lt(mo.makespan_ms, lru.makespan_ms, "%.3f ms vs lru %.3f ms", mo.makespan_ms,
+                 lru.makespan_ms);
+    trace_destroy(t);
+
+    t = make_trace(12, rows, true, wrong);
+    mo = run_ok(t, "mixtral-offload", sets);
+    cr_expect_gt(mo.prefetches, 0);
+    cr_expect_eq(mo.skipped_accesses, 0);
+    cr_expect_eq(mo.prefetch_late, 0);
+    cr_expect_gt(mo.prefetch_cancelled + mo.prefetch_wasted_bytes, 0);
     trace_destroy(t);
 }
 

@@ -365,6 +365,7 @@ static firm_knobs fm_knobs_default(void) {
                         .patience = 20,
                         .groups = 1,
                         .heop = false,
+                        .prefetch = true,
                         .profile_steps = 200};
 }
 

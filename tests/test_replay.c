@@ -1,8 +1,10 @@
 /* The CPU-testable parts of replay/ (replay/replay.h): the schedule and the memory budget give
  * the simulator's figures, the card emulation refuses what does not fit, the calibration writers
  * produce files hw_load and cost_table_load accept with the measured values, the validation
- * arithmetic (errors, medians, policy order), and the replay / calibrate / validate commands:
- * bad arguments and a machine without a GPU (or a build without CUDA) exit 2 with one line. */
+ * arithmetic (errors, medians, policy order), the memory system as the replay's copy engines
+ * drive it (sim/memsys.h: chunk pieces, SSD chunks staged one for one, the bounce slots' bound),
+ * and the replay / calibrate / validate commands: bad arguments and a machine without a GPU (or
+ * a build without CUDA) exit 2 with one line. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -14,6 +16,7 @@
 #include "common/precision.h"
 #include "replay/replay.h"
 #include "sim/cost.h"
+#include "sim/memsys.h"
 #include "sim/sim.h"
 #include "sim_fixtures.h"
 #include "support/test_support.h"
@@ -360,6 +363,183 @@ Test(replay, record_hooks_collect_the_simulators_per_request_and_per_layer_times
     cr_assert(layers < v.r.makespan_ms, "MoE layers %.3f ms of %.3f", layers, v.r.makespan_ms);
     validate_record_free(&v);
     trace_destroy(t);
+}
+
+/* ---- the memory system as the replay drives it ---- */
+
+/* The replay's copy engines (replay/run.cu) over memsys, without a GPU: the SSD engine reads
+ * every chunk memsys hands it at once and stages it; the H2D engine keeps 2 chunks in flight and
+ * retires them in submission order. What run.cu relies on is checked as it goes. */
+#define ED_STAGED_MAX 4096
+typedef struct engine_double {
+    memsys ms;
+    memsys_chunk inflight[2];
+    uint32_t n_inflight;
+    struct { uint32_t xfer; uint64_t offset, bytes; } staged[ED_STAGED_MAX];
+    uint32_t n_staged, staged_peak;
+    uint64_t next_part_byte[MEMSYS_ENGINES][1024][PART_COUNT]; /* [engine][transfer][part] the
+                                                                  next byte expected */
+    uint64_t h2d_chunks, ssd_chunks, parts_landed;
+    bool ssd_running;
+} engine_double;
+
+/* Checks a chunk's pieces: in stream order, contiguous, each part's bytes from its first on. */
+static void ed_check_pieces(engine_double *d, const memsys_chunk *c) {
+    const memsys_xfer *x = &d->ms.xf[c->xfer];
+    cr_assert_lt(c->xfer, 1024);
+    memsys_piece pc[PART_COUNT];
+    uint32_t n = memsys_chunk_pieces(&d->ms, c, pc);
+    uint64_t *next = d->next_part_byte[c->engine][c->xfer];
+    if (c->first)
+        for (int part = 0; part < PART_COUNT; part++) next[part] = 0;
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        cr_assert(x->parts & (1u << pc[i].part), "a piece of a part the transfer does not carry");
+        cr_assert(i == 0 || pc[i].part > pc[i - 1].part);
+        cr_assert(i == 0 || pc[i].part_offset == 0, "only the first piece starts mid-part");
+        cr_assert_eq(pc[i].part_offset, next[pc[i].part]);
+        next[pc[i].part] += pc[i].bytes;
+        cr_assert_leq(next[pc[i].part], d->ms.cfg.part_bytes[x->prec][pc[i].part]);
+        cr_assert(i + 1 == n || next[pc[i].part] == d->ms.cfg.part_bytes[x->prec][pc[i].part],
+                  "a piece before another ends its part");
+        sum += pc[i].bytes;
+    }
+    cr_assert_eq(sum, c->bytes);
+}
+
+static void ed_on_work(void *ctx, int engine);
+
+static void ed_h2d_kick(engine_double *d) {
+    memsys_chunk c;
+    while (d->n_inflight < 2 && memsys_next_chunk(&d->ms, MEMSYS_H2D, &c)) {
+        ed_check_pieces(d, &c);
+        if (d->ms.xf[c.xfer].via_ssd) { /* run.cu copies on exactly the SSD chunk it staged */
+            uint32_t i = 0;
+            while (i < d->n_staged && d->staged[i].xfer != c.xfer) i++;
+            cr_assert_lt(i, d->n_staged, "an H2D chunk of bytes the SSD engine did not stage");
+            cr_assert_eq(d->staged[i].offset, c.offset);
+            cr_assert_eq(d->staged[i].bytes, c.bytes);
+            memmove(&d->staged[i], &d->staged[i + 1], (d->n_staged - i - 1) * sizeof d->staged[0]);
+            d->n_staged--;
+        }
+        d->inflight[d->n_inflight++] = c;
+        d->h2d_chunks++;
+    }
+}
+
+static void ed_ssd_kick(engine_double *d) {
+    if (d->ssd_running) return;
+    d->ssd_running = true;
+    memsys_chunk c;
+    while (memsys_next_chunk(&d->ms, MEMSYS_SSD, &c)) {
+        ed_check_pieces(d, &c);
+        cr_assert_lt(d->n_staged, ED_STAGED_MAX);
+        d->staged[d->n_staged].xfer = c.xfer;
+        d->staged[d->n_staged].offset = c.offset;
+        d->staged[d->n_staged++].bytes = c.bytes;
+        if (d->n_staged > d->staged_peak) d->staged_peak = d->n_staged;
+        d->ssd_chunks++;
+        memsys_xfer fin;
+        cr_assert_not(memsys_chunk_done(&d->ms, &c, &fin), "an SSD chunk landed in HBM");
+    }
+    d->ssd_running = false;
+}
+
+static void ed_on_work(void *ctx, int engine) {
+    if (engine == MEMSYS_SSD)
+        ed_ssd_kick(ctx);
+    else
+        ed_h2d_kick(ctx);
+}
+
+static void ed_retire_one(engine_double *d) {
+    memsys_chunk c = d->inflight[0];
+    d->inflight[0] = d->inflight[1];
+    d->n_inflight--;
+    memsys_xfer fin;
+    bool complete = memsys_chunk_done(&d->ms, &c, &fin);
+    if (complete)
+        for (int part = 0; part < PART_COUNT; part++)
+            if (fin.parts & (1u << part)) {
+                cr_assert_eq(d->next_part_byte[MEMSYS_H2D][c.xfer][part],
+                             d->ms.cfg.part_bytes[fin.prec][part]);
+                d->parts_landed++;
+            }
+    ed_h2d_kick(d);
+    if (complete) memsys_deliver(&d->ms, &fin, 0);
+}
+
+static uint64_t ed_rand(uint64_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return *s;
+}
+
+Test(replay, ssd_chunks_are_copied_on_one_for_one_and_fit_the_bounce_slots) {
+    /* parts that are no multiple of the chunk (tails), two precisions, most experts on the SSD,
+     * loads of every class and part mask, promotions (a route running a queued copy) and
+     * cancellations (evicting a queued copy) in a random order */
+    const uint64_t chunk = 1u << 20, bounce = 6u << 20;
+    memsys_config cfg = {.n_layers = 2, .n_experts = 8, .per_layer = false,
+                         .pool_cap_bytes = 400u << 20, .chunk_bytes = chunk,
+                         .bounce_bytes = bounce};
+    const uint64_t bf16[PART_COUNT] = {3 * chunk + 40960, 3 * chunk + 40960, 3 * chunk + 12288};
+    const uint64_t int4[PART_COUNT] = {chunk - 8192, chunk - 8192, chunk + 300000};
+    memcpy(cfg.part_bytes[PREC_BF16], bf16, sizeof bf16);
+    memcpy(cfg.part_bytes[PREC_INT4], int4, sizeof int4);
+    engine_double *d = calloc(1, sizeof *d);
+    memsys_host host = {.ctx = d, .on_work = ed_on_work};
+    memsys_init(&d->ms, &cfg, &host);
+    const moesim_precision order[] = {PREC_BF16, PREC_INT4};
+    memsys_place(&d->ms, order, 2, 3 * (bf16[0] + bf16[1] + bf16[2])); /* 3 bf16 experts in DRAM */
+    /* the replay's bound: every staged chunk is at least the smallest chunk a transfer can have */
+    uint64_t min_chunk = chunk;
+    const uint64_t *pb[] = {bf16, int4};
+    for (int p = 0; p < 2; p++)
+        for (uint32_t mask = 1; mask <= POLICY_PARTS_ALL; mask++) {
+            uint64_t b = 0;
+            for (int part = 0; part < PART_COUNT; part++)
+                if (mask & (1u << part)) b += pb[p][part];
+            uint64_t tail = b % chunk ? b % chunk : chunk;
+            if (tail < min_chunk) min_chunk = tail;
+        }
+    uint64_t rng = 88172645463325252ull, loads = 0, promoted0 = 0;
+    for (int op = 0; op < 20000; op++) {
+        uint32_t l = (uint32_t)(ed_rand(&rng) % 2), e = (uint32_t)(ed_rand(&rng) % 8);
+        moesim_precision p = ed_rand(&rng) % 2 ? PREC_BF16 : PREC_INT4;
+        switch (ed_rand(&rng) % 4) {
+        case 0: {
+            uint32_t mask = 1 + (uint32_t)(ed_rand(&rng) % POLICY_PARTS_ALL);
+            policy_class cls = (policy_class)(ed_rand(&rng) % 3);
+            loads += memsys_ops.load(&d->ms, l, e, p, mask, cls) == POLICY_ISSUED;
+            break;
+        }
+        case 1:
+            memsys_ops.evict(&d->ms, l, e, p, POLICY_PARTS_ALL);
+            break;
+        case 2:
+            memsys_begin_layer(&d->ms);
+            memsys_run(&d->ms, l, e, p);
+            memsys_unpin(&d->ms, l, e, p);
+            break;
+        default:
+            if (d->n_inflight) ed_retire_one(d);
+        }
+        cr_assert_leq(d->n_staged * min_chunk, bounce, "%u staged chunks overflow the slots",
+                      d->n_staged);
+    }
+    while (d->n_inflight) ed_retire_one(d);
+    for (int en = 0; en < MEMSYS_ENGINES; en++)
+        for (int c = 0; c < MEMSYS_CLASSES; c++) cr_assert_eq(d->ms.head[en][c], MEMSYS_NONE);
+    cr_assert_eq(d->n_staged, 0);
+    /* the run exercised what it claims to */
+    cr_assert_gt(loads, 1000);
+    cr_assert_gt(d->ssd_chunks, 1000);
+    cr_assert_gt(d->ms.n.promoted, promoted0);
+    cr_assert_gt(d->ms.n.cancelled, 0);
+    cr_assert_gt(d->staged_peak, bounce / chunk, "tails never filled the bounce buffer");
+    cr_assert_gt(d->parts_landed, 0);
+    memsys_free(&d->ms);
+    free(d);
 }
 
 /* ---- the commands ---- */

@@ -148,7 +148,7 @@ static void scripted_on_route(policy *p, const policy_route *r, policy_plan *pla
     for (uint32_t a = 0; a < r->n_active; a++) {
         policy_mem_result res = p->mem.ops->load(p->mem.mem, r->layer, r->active[a], PREC_BF16,
                                                  POLICY_PARTS_ALL, POLICY_DEMAND);
-        cr_assert(res == POLICY_ISSUED || res == POLICY_ALREADY);
+        cr_assert(res == POLICY_ISSUED || res == POLICY_ALREADY || res == POLICY_PROMOTED);
         plan->run[a] = PREC_BF16;
     }
 }
@@ -200,11 +200,95 @@ Test(sim, demand_load_overtakes_running_and_queued_prefetches_at_a_chunk_boundar
     trace_destroy(t);
 }
 
-Test(sim, ssd_resident_experts_add_the_ssd_read_before_the_pcie_copy) {
+/* Two tokens of one request through one layer, routed to experts e0 then e1 (top-1). */
+static trace *two_token_trace(const model_geometry *m, uint16_t e0, uint16_t e1) {
+    trace_meta meta;
+    memset(&meta, 0, sizeof meta);
+    trace_meta_from_model(&meta, m);
+    snprintf(meta.source, sizeof meta.source, "test");
+    trace *t = trace_create(&meta, 2);
+    for (uint64_t i = 0; i < 2; i++) {
+        t->request_id[i] = 0;
+        t->position[i] = (uint32_t)i;
+        t->phase[i] = i == 0 ? TRACE_PREFILL : TRACE_DECODE;
+        size_t r = trace_route_index(t, i, 0);
+        t->expert_ids[r] = i == 0 ? e0 : e1;
+        t->gate_weights[r] = 1.0f;
+    }
+    moesim_error err;
+    cr_assert_eq(trace_finish(t, "test trace", &err), MOESIM_OK, "%s", err.msg);
+    return t;
+}
+
+/* At its first route, prefetches experts 1..E-1 in id order; then loads what each route runs. */
+static uint32_t cancelled_parts;
+static void prefetcher_on_cancelled(policy *p, uint32_t layer, uint32_t expert,
+                                    moesim_precision prec, uint32_t parts_mask, policy_class cls,
+                                    uint64_t now_ns) {
+    (void)p, (void)layer, (void)expert, (void)prec, (void)cls, (void)now_ns;
+    cr_assert_eq(cls, POLICY_PREFETCH);
+    cancelled_parts |= parts_mask;
+}
+
+static const policy_methods prefetcher_methods = {
+    .api_version = POLICY_API_VERSION,
+    .name = "prefetcher",
+    .create = scripted_create,
+    .on_route = scripted_on_route,
+    .on_transfer_cancelled = prefetcher_on_cancelled,
+    .destroy = scripted_destroy,
+};
+
+Test(sim, a_needed_prefetch_is_promoted_and_a_stale_one_is_cancelled_before_its_copy_starts) {
+    /* step 0 runs expert 0 and prefetches 1, 2, 3, 4 (one chunk each): 1 starts at once, the
+     * demand load of 0 goes next, then 2. Step 1 runs expert 4: its queued prefetch is promoted
+     * past 3, which step 1's layer ran without and which had not started: it is dropped. */
+    model_geometry m = fixture_model(1, 5, 1);
+    hw_profile hw = fixture_hw();
+    trace *t = two_token_trace(&m, 0, 4);
+    cost_model c;
+    cost_model_init(&c, &hw, &m, &quant);
+    uint64_t bytes = model_expert_bytes(&m, &quant, PREC_BF16);
+    uint64_t copy = hw.h2d_latency_ns + cost_transfer_ns(bytes, hw.h2d_bytes_per_s);
+    uint64_t compute = cost_expert_gate_up_ns(&c, PREC_BF16, 1) + cost_expert_down_ns(&c, PREC_BF16, 1);
+    /* copies: 1, 0 (demand), 2, then 4 (promoted); the run ends with expert 4's compute */
+    uint64_t want = fixed_ns(&c, 1, 1) + 4 * copy + compute + tail_ns(&c, 1, 1);
+    const char *sets[] = {"sim.part_overlap=false", "sim.chunk_kib=4096", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    cancelled_parts = 0;
+    cr_assert_eq(run_sets(t, &m, &hw, "prefetcher", &prefetcher_methods, sets, &r, &err),
+                 MOESIM_OK, "%s", err.msg);
+    cr_expect_eq(makespan_ns(&r), want);
+    cr_expect_eq(r.prefetches, 4);
+    cr_expect_eq(r.prefetch_promoted, 1);
+    cr_expect_eq(r.prefetch_late, 1);
+    cr_expect_eq(r.prefetch_cancelled, 1);
+    cr_expect_eq(cancelled_parts, POLICY_PARTS_ALL);
+    cr_expect_eq(r.h2d_bytes, 4 * bytes, "expert 3 never moves");
+    cr_expect_eq(r.prefetch_wasted_bytes, 2 * bytes, "experts 1 and 2 moved and never ran");
+    trace_destroy(t);
+}
+
+/* One on-demand expert that lives on the SSD (nothing fits DRAM), copied in chunks of `chunk_kib`
+ * through a bounce buffer of `bounce_mib`: the makespan of the run. */
+static uint64_t ssd_run_makespan(const char *chunk_set, const char *bounce_set, sim_result *r) {
     model_geometry m = fixture_model(1, 1, 1);
     hw_profile hw = fixture_hw();
-    hw.dram_bytes = 0; /* nothing fits DRAM: every expert lives on the SSD */
+    hw.dram_bytes = 0;
     trace *t = fixture_trace(&m, 1, 1, 0, 0, 1);
+    const char *sets[] = {"sim.part_overlap=false", chunk_set, bounce_set, NULL};
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, r, &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+    return makespan_ns(r);
+}
+
+Test(sim, ssd_read_and_pcie_copy_are_store_and_forward_when_the_bounce_holds_one_chunk) {
+    /* a one-chunk bounce buffer: the SSD reads chunk i + 1 only once PCIe has copied chunk i,
+     * so the copy takes the SSD time plus the PCIe time; the same when one chunk is the expert */
+    model_geometry m = fixture_model(1, 1, 1);
+    hw_profile hw = fixture_hw();
     cost_model c;
     cost_model_init(&c, &hw, &m, &quant);
     uint64_t bytes = model_expert_bytes(&m, &quant, PREC_BF16);
@@ -212,20 +296,96 @@ Test(sim, ssd_resident_experts_add_the_ssd_read_before_the_pcie_copy) {
     uint64_t pcie = hw.h2d_latency_ns + cost_transfer_ns(bytes, hw.h2d_bytes_per_s);
     uint64_t want = fixed_ns(&c, 1, 1) + ssd + pcie + cost_expert_gate_up_ns(&c, PREC_BF16, 1) +
                     cost_expert_down_ns(&c, PREC_BF16, 1) + tail_ns(&c, 1, 1);
-    const char *sets[] = {"sim.part_overlap=false", NULL};
     sim_result r;
-    moesim_error err = {0};
-    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, &r, &err), MOESIM_OK, "%s", err.msg);
-    cr_assert_eq(makespan_ns(&r), want);
+    cr_assert_eq(ssd_run_makespan("sim.chunk_kib=1024", "sim.bounce_mib=1", &r), want);
     cr_assert_eq(r.ssd_bytes, bytes);
     cr_assert_eq(r.h2d_bytes, bytes);
-    trace_destroy(t);
+    cr_assert_eq(ssd_run_makespan("sim.chunk_kib=4096", "sim.bounce_mib=4", &r), want);
+}
+
+Test(sim, ssd_reads_and_pcie_copies_pipeline_chunk_by_chunk_through_the_bounce_buffer) {
+    /* a bounce buffer of many chunks: PCIe copies chunk i as soon as the SSD has read it and
+     * PCIe has finished chunk i - 1 (the SSD is the slower link here: 0.5 vs 1 GB/s) */
+    model_geometry m = fixture_model(1, 1, 1);
+    hw_profile hw = fixture_hw();
+    cost_model c;
+    cost_model_init(&c, &hw, &m, &quant);
+    uint64_t bytes = model_expert_bytes(&m, &quant, PREC_BF16), chunk = 1024 * 1024;
+    uint64_t pcie_end = 0;
+    for (uint64_t off = 0; off < bytes; off += chunk) {
+        uint64_t n = bytes - off < chunk ? bytes - off : chunk;
+        uint64_t read_end = hw.ssd_latency_ns + cost_transfer_ns(off + n, hw.ssd_read_bytes_per_s);
+        uint64_t start = read_end > pcie_end ? read_end : pcie_end;
+        pcie_end = start + cost_transfer_ns(off + n, hw.h2d_bytes_per_s) -
+                   cost_transfer_ns(off, hw.h2d_bytes_per_s) + (off == 0 ? hw.h2d_latency_ns : 0);
+    }
+    uint64_t want = fixed_ns(&c, 1, 1) + pcie_end + cost_expert_gate_up_ns(&c, PREC_BF16, 1) +
+                    cost_expert_down_ns(&c, PREC_BF16, 1) + tail_ns(&c, 1, 1);
+    sim_result r;
+    cr_assert_eq(ssd_run_makespan("sim.chunk_kib=1024", "sim.bounce_mib=64", &r), want);
+    uint64_t serial = hw.ssd_latency_ns + cost_transfer_ns(bytes, hw.ssd_read_bytes_per_s) +
+                      hw.h2d_latency_ns + cost_transfer_ns(bytes, hw.h2d_bytes_per_s);
+    cr_assert_lt(pcie_end, serial, "pipelining must beat store-and-forward here");
+}
+
+/* Layer l's accesses in the simulator's order at batch 1 (a request's prompt is one step, each
+ * decode token one), cut into the sub-routes it runs with pools of `cap` experts (consecutive
+ * tokens of a step while their distinct experts fit, sim/sim.c run_layer). Fills seq and len;
+ * returns the number of routes. */
+static size_t sim_batch1_routes(const trace *t, uint32_t l, uint32_t cap, uint16_t *seq,
+                                uint32_t *len) {
+    const uint32_t K = t->meta.top_k;
+    size_t n = 0, n_routes = 0;
+    for (uint64_t i = 0; i < t->n_tokens;) {
+        uint64_t end = i + 1;
+        if (t->phase[i] == TRACE_PREFILL)
+            while (end < t->n_tokens && t->request_id[end] == t->request_id[i] &&
+                   t->phase[end] == TRACE_PREFILL)
+                end++;
+        for (uint64_t i0 = i; i0 < end;) {
+            uint64_t mask = 0, i1 = i0;
+            for (; i1 < end; i1++) {
+                uint64_t row = 0;
+                for (uint32_t k = 0; k < K; k++) row |= 1ull << trace_experts(t, i1, l)[k];
+                if (i1 > i0 && (uint32_t)__builtin_popcountll(mask | row) > cap) break;
+                mask |= row;
+            }
+            len[n_routes++] = (uint32_t)((i1 - i0) * K);
+            for (uint64_t j = i0; j < i1; j++)
+                for (uint32_t k = 0; k < K; k++) seq[n++] = trace_experts(t, j, l)[k];
+            i0 = i1;
+        }
+        i = end;
+    }
+    return n_routes;
+}
+
+/* Hits of every layer's cache of `cap` under the simulator's rule at batch 1 (LRU or OPT). */
+static uint64_t batch1_route_hits(const trace *t, uint32_t cap, bool opt) {
+    const uint32_t L = t->meta.n_layers, E = t->meta.n_experts;
+    uint16_t *seq = calloc((size_t)t->n_tokens * t->meta.top_k, sizeof *seq);
+    uint32_t *len = calloc(t->n_tokens, sizeof *len);
+    uint64_t *hits = calloc((size_t)E + 1, sizeof *hits), total = 0;
+    cr_assert(E <= 64, "the helper keeps a route's experts in 64 bits");
+    for (uint32_t l = 0; l < L; l++) {
+        size_t n_routes = sim_batch1_routes(t, l, cap, seq, len), n = 0;
+        for (size_t r = 0; r < n_routes; r++) n += len[r];
+        uint32_t widest = trace_stats_route_hit_counts(seq, n, len, n_routes, E,
+                                                       opt ? NULL : hits, opt ? hits : NULL);
+        cr_assert_leq(widest, cap);
+        total += hits[cap];
+    }
+    free(hits);
+    free(len);
+    free(seq);
+    return total;
 }
 
 Test(sim, lru_hit_rate_equals_trace_stats_lru_curve_for_every_capacity) {
+    /* one-token prompts: every step is one token, the routes `trace stats` pins */
     model_geometry m = fixture_model(3, 16, 2);
     hw_profile hw = fixture_hw();
-    trace *t = fixture_trace(&m, 6, 5, 40, 1.0, 7);
+    trace *t = fixture_trace(&m, 6, 1, 40, 1.0, 7);
     trace_stats *ts = trace_stats_compute(t);
     for (uint32_t cap = m.top_k; cap <= m.n_experts; cap++) {
         char set[64];
@@ -240,6 +400,67 @@ Test(sim, lru_hit_rate_equals_trace_stats_lru_curve_for_every_capacity) {
     }
     trace_stats_destroy(ts);
     trace_destroy(t);
+}
+
+Test(sim, lru_hits_equal_pinned_lru_over_the_simulator_sub_routes_with_long_prompts) {
+    /* 5-token prompts run as one step: its (sub-)routes are pinned whole, so the simulator's lru
+     * equals the LRU stack over those routes (trace_stats_route_hit_counts), not per token */
+    model_geometry m = fixture_model(3, 16, 2);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 6, 5, 40, 1.0, 7);
+    for (uint32_t cap = m.top_k; cap <= m.n_experts; cap++) {
+        char set[64];
+        snprintf(set, sizeof set, "cache.experts_per_layer=%u", cap);
+        const char *sets[] = {set, NULL};
+        sim_result r;
+        moesim_error err = {0};
+        cr_assert_eq(run_sets(t, &m, &hw, "lru", NULL, sets, &r, &err), MOESIM_OK, "%s", err.msg);
+        uint64_t want = batch1_route_hits(t, cap, false);
+        cr_assert_eq(r.hits, want, "capacity %u: sim %llu hits, pinned LRU %llu", cap,
+                     (unsigned long long)r.hits, (unsigned long long)want);
+    }
+    trace_destroy(t);
+}
+
+/* The oracle's "loads" figure of a run. */
+static double report_value(const sim_result *r, const char *name) {
+    for (size_t i = 0; i < r->n_policy_report; i++)
+        if (!strcmp(r->policy_report_names[i], name)) return r->policy_report_values[i];
+    cr_assert_fail("no '%s' in policy_report", name);
+    return NAN;
+}
+
+Test(sim, oracle_loads_equal_trace_stats_belady_misses_for_every_capacity) {
+    /* per-layer pools of c and one-token steps: the oracle's loads (warmup placement,
+     * prefetches and demand loads together) are exactly the misses of Belady with each token's
+     * experts pinned, at every c >= top_k. (With multi-token prompts split into sub-routes they
+     * differ by a few loads either way: the oracle prefetches the next layer's whole step, not
+     * its sub-routes.) */
+    model_geometry m = fixture_model(3, 16, 2);
+    hw_profile hw = fixture_hw();
+    for (uint64_t seed = 11; seed <= 12; seed++) {
+        const uint32_t prompt = 1;
+        trace *t = fixture_trace(&m, 6, prompt, 40, 1.0, seed);
+        trace_stats *ts = trace_stats_compute(t);
+        for (uint32_t cap = m.top_k; cap <= m.n_experts; cap++) {
+            char set[64];
+            snprintf(set, sizeof set, "cache.experts_per_layer=%u", cap);
+            const char *sets[] = {set, NULL};
+            sim_result r;
+            moesim_error err = {0};
+            cr_assert_eq(run_sets(t, &m, &hw, "oracle", NULL, sets, &r, &err), MOESIM_OK, "%s",
+                         err.msg);
+            uint64_t misses = ts->accesses - batch1_route_hits(t, cap, true);
+            cr_assert_eq(report_value(&r, "loads"), (double)misses,
+                         "seed %llu capacity %u: oracle %.0f loads, pinned Belady %llu misses",
+                         (unsigned long long)seed, cap, report_value(&r, "loads"),
+                         (unsigned long long)misses);
+            double stats_misses = (1.0 - ts->opt_hit_rate[cap]) * (double)ts->accesses;
+            cr_assert_float_eq(stats_misses, (double)misses, 1e-6);
+        }
+        trace_stats_destroy(ts);
+        trace_destroy(t);
+    }
 }
 
 Test(sim, capacity_below_top_k_is_refused_with_a_message_naming_the_setting) {
@@ -453,30 +674,35 @@ Test(sim, global_lru_hit_rate_equals_one_lru_stack_over_all_layers_in_execution_
     cr_assert(cap >= 6 && cap < 3 * 16, "the budget should hold a few experts, holds %llu",
               (unsigned long long)cap);
     /* the execution order with batch 1: per step (a request's prompt, or one decode token),
-     * layer by layer, the step's tokens in order, their slots in order; ids = layer * E + e */
+     * layer by layer, the step's tokens in order, their slots in order; ids = layer * E + e.
+     * Each (step, layer) is one route (a 3-token prompt has at most 6 <= cap experts), pinned */
     uint32_t L = m.n_moe_layers, E = m.n_experts, K = m.top_k;
-    size_t n = (size_t)t->n_tokens * L * K, w = 0;
+    size_t n = (size_t)t->n_tokens * L * K, w = 0, n_routes = 0;
     uint16_t *seq = malloc(n * sizeof *seq);
+    uint32_t *len = malloc((size_t)t->n_tokens * L * sizeof *len);
     for (uint64_t i = 0; i < t->n_tokens;) {
         uint64_t end = i + 1;
         if (t->phase[i] == TRACE_PREFILL)
             while (end < t->n_tokens && t->request_id[end] == t->request_id[i] &&
                    t->phase[end] == TRACE_PREFILL)
                 end++;
-        for (uint32_t l = 0; l < L; l++)
+        for (uint32_t l = 0; l < L; l++) {
+            len[n_routes++] = (uint32_t)((end - i) * K);
             for (uint64_t j = i; j < end; j++)
                 for (uint32_t k = 0; k < K; k++)
                     seq[w++] = (uint16_t)(l * E + trace_experts(t, j, l)[k]);
+        }
         i = end;
     }
     cr_assert_eq(w, n);
     uint64_t *hits = calloc((size_t)L * E + 1, sizeof *hits);
-    trace_stats_hit_counts(seq, n, L * E, hits, NULL);
+    cr_assert_leq(trace_stats_route_hit_counts(seq, n, len, n_routes, L * E, hits, NULL), cap);
     cr_assert_eq(r.accesses, n);
     cr_assert_eq(r.hits, hits[cap], "sim %llu hits, one LRU stack of %llu: %llu",
                  (unsigned long long)r.hits, (unsigned long long)cap,
                  (unsigned long long)hits[cap]);
     free(hits);
+    free(len);
     free(seq);
     trace_destroy(t);
 }

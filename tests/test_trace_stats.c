@@ -215,7 +215,7 @@ TestSuite(trace_stats);
 
 /* ---- hit-rate curves ---- */
 
-Test(trace_stats, lru_and_opt_curves_equal_brute_force_caches_at_every_capacity) {
+Test(trace_stats, per_slot_lru_curve_and_hit_counts_equal_brute_force_caches_at_every_capacity) {
     static const random_spec specs[] = {
         {.layers = 2,
          .experts = 8,
@@ -274,33 +274,232 @@ Test(trace_stats, lru_and_opt_curves_equal_brute_force_caches_at_every_capacity)
         trace *t = random_trace(sp);
         trace_stats *s = trace_stats_compute(t);
         uint16_t *seq = moesim_xcalloc(t->n_tokens * sp->k, sizeof *seq);
-        uint64_t total_n = 0, total_lru[129] = {0}, total_opt[129] = {0};
+        uint64_t total_n = 0, total_lru[129] = {0}, lru_counts[129], opt_counts[129];
         for (uint32_t l = 0; l < sp->layers; l++) {
             size_t n = layer_sequence(t, l, seq);
             cr_assert_eq(s->per_layer[l].accesses, n, "case %zu layer %u", c, l);
             total_n += n;
+            trace_stats_hit_counts(seq, n, sp->experts, lru_counts, opt_counts);
             for (uint32_t cap = 1; cap <= sp->experts; cap++) {
                 uint64_t lru = brute_lru_hits(seq, n, cap), opt = brute_opt_hits(seq, n, cap);
                 total_lru[cap] += lru;
-                total_opt[cap] += opt;
-                cr_assert_eq(s->per_layer[l].lru_hit_rate[cap], (double)lru / (double)n,
+                cr_assert_eq(s->per_layer[l].lru_slot_hit_rate[cap], (double)lru / (double)n,
                              "case %zu layer %u capacity %u: LRU %.17g, brute force %.17g", c, l,
-                             cap, s->per_layer[l].lru_hit_rate[cap], (double)lru / (double)n);
-                cr_assert_eq(s->per_layer[l].opt_hit_rate[cap], (double)opt / (double)n,
-                             "case %zu layer %u capacity %u: OPT %.17g, brute force %.17g", c, l,
-                             cap, s->per_layer[l].opt_hit_rate[cap], (double)opt / (double)n);
+                             cap, s->per_layer[l].lru_slot_hit_rate[cap], (double)lru / (double)n);
+                cr_assert_eq(lru_counts[cap], lru, "case %zu layer %u capacity %u", c, l, cap);
+                cr_assert_eq(opt_counts[cap], opt, "case %zu layer %u capacity %u: OPT %llu, "
+                             "brute force %llu", c, l, cap, (unsigned long long)opt_counts[cap],
+                             (unsigned long long)opt);
             }
         }
-        for (uint32_t cap = 1; cap <= sp->experts; cap++) {
-            cr_assert_eq(s->lru_hit_rate[cap], (double)total_lru[cap] / (double)total_n,
+        for (uint32_t cap = 1; cap <= sp->experts; cap++)
+            cr_assert_eq(s->lru_slot_hit_rate[cap], (double)total_lru[cap] / (double)total_n,
                          "case %zu capacity %u", c, cap);
-            cr_assert_eq(s->opt_hit_rate[cap], (double)total_opt[cap] / (double)total_n,
-                         "case %zu capacity %u", c, cap);
-        }
         free(seq);
         trace_stats_destroy(s);
         free_trace(t);
     }
+}
+
+/* ---- the simulator's rule (routes pinned), by brute force ---- */
+
+#define SMALL_E 8 /* the exhaustive search keeps cache contents as a bitmask of SMALL_E bits */
+
+/* LRU with each route's experts pinned, simulated directly: a slot array with last-use times; a
+ * miss evicts the least recently used held expert the route does not need. len: [n_routes]. */
+static uint64_t brute_pinned_lru_hits(const uint16_t *seq, const uint32_t *len, size_t n_routes,
+                                      uint32_t capacity) {
+    uint16_t slot[SMALL_E];
+    size_t used[SMALL_E];
+    uint32_t filled = 0;
+    uint64_t hits = 0;
+    size_t i = 0;
+    for (size_t r = 0; r < n_routes; r++) {
+        bool need[SMALL_E] = {false};
+        for (uint32_t j = 0; j < len[r]; j++) need[seq[i + j]] = true;
+        for (uint32_t j = 0; j < len[r]; j++, i++) {
+            uint32_t x = 0;
+            while (x < filled && slot[x] != seq[i]) x++;
+            if (x < filled) {
+                hits++;
+            } else if (filled < capacity) {
+                x = filled++;
+            } else {
+                x = capacity;
+                for (uint32_t y = 0; y < filled; y++)
+                    if (!need[slot[y]] && (x == capacity || used[y] < used[x])) x = y;
+                cr_assert_lt(x, capacity, "a route wider than the cache");
+            }
+            slot[x] = seq[i];
+            used[x] = i;
+        }
+    }
+    return hits;
+}
+
+/* The fewest misses of any cache of `capacity` on the routes, trying every eviction choice at
+ * every miss (any held expert the current route does not need), memoized on (access, contents).
+ * Loads happen on misses only: a cache gains nothing by loading early or evicting unasked. */
+typedef struct exhaustive {
+    const uint16_t *seq;
+    size_t n;
+    const uint32_t *route_need; /* [n] bitmask of the experts of the access's route */
+    uint32_t capacity;
+    uint32_t *memo; /* [n][1 << SMALL_E], UINT32_MAX: not yet known */
+} exhaustive;
+
+static uint32_t exhaustive_misses(exhaustive *x, size_t i, uint32_t held) {
+    if (i == x->n) return 0;
+    uint32_t *m = &x->memo[i * (1u << SMALL_E) + held];
+    if (*m != UINT32_MAX) return *m;
+    uint32_t e = 1u << x->seq[i], best;
+    if (held & e) {
+        best = exhaustive_misses(x, i + 1, held);
+    } else if ((uint32_t)__builtin_popcount(held) < x->capacity) {
+        best = 1 + exhaustive_misses(x, i + 1, held | e);
+    } else {
+        best = UINT32_MAX;
+        for (uint32_t v = 0; v < SMALL_E; v++) {
+            uint32_t b = 1u << v;
+            if (!(held & b) || (x->route_need[i] & b)) continue;
+            uint32_t m2 = 1 + exhaustive_misses(x, i + 1, (held & ~b) | e);
+            if (m2 < best) best = m2;
+        }
+        cr_assert_neq(best, UINT32_MAX, "a route wider than the cache");
+    }
+    return *m = best;
+}
+
+static uint64_t exhaustive_opt_hits(const uint16_t *seq, const uint32_t *len, size_t n_routes,
+                                    uint32_t capacity) {
+    size_t n = 0;
+    for (size_t r = 0; r < n_routes; r++) n += len[r];
+    uint32_t *need = moesim_xcalloc(n + 1, sizeof *need);
+    for (size_t r = 0, i = 0; r < n_routes; i += len[r], r++) {
+        uint32_t mask = 0;
+        for (uint32_t j = 0; j < len[r]; j++) mask |= 1u << seq[i + j];
+        for (uint32_t j = 0; j < len[r]; j++) need[i + j] = mask;
+    }
+    exhaustive x = {.seq = seq, .n = n, .route_need = need, .capacity = capacity};
+    x.memo = moesim_xmalloc((n + 1) * (1u << SMALL_E) * sizeof *x.memo);
+    memset(x.memo, 0xff, (n + 1) * (1u << SMALL_E) * sizeof *x.memo);
+    uint64_t hits = n - exhaustive_misses(&x, 0, 0);
+    free(x.memo);
+    free(need);
+    return hits;
+}
+
+Test(trace_stats, pinned_curves_equal_brute_force_lru_and_the_exhaustive_optimum) {
+    /* a token's row is a route: LRU pinned per row, OPT = the best of every eviction choice */
+    static const random_spec specs[] = {
+        {.layers = 2, .experts = 6, .k = 2, .requests = 3, .tokens_per_request = 12, .seed = 81},
+        {.layers = 2,
+         .experts = 8,
+         .k = 2,
+         .requests = 2,
+         .tokens_per_request = 20,
+         .zipf = 1.0,
+         .seed = 82},
+        {.layers = 1,
+         .experts = 8,
+         .k = 3,
+         .requests = 3,
+         .tokens_per_request = 9,
+         .zipf = 0.5,
+         .unrecorded = 0.1,
+         .seed = 83},
+        {.layers = 2, .experts = 5, .k = 1, .requests = 2, .tokens_per_request = 25, .seed = 84},
+        {.layers = 1,
+         .experts = 7,
+         .k = 4,
+         .requests = 2,
+         .tokens_per_request = 10,
+         .zipf = 1.5,
+         .seed = 85},
+    };
+    for (size_t c = 0; c < sizeof specs / sizeof specs[0]; c++) {
+        const random_spec *sp = &specs[c];
+        trace *t = random_trace(sp);
+        trace_stats *s = trace_stats_compute(t);
+        uint16_t *seq = moesim_xcalloc(t->n_tokens * sp->k, sizeof *seq);
+        uint32_t *len = moesim_xcalloc(t->n_tokens + 1, sizeof *len);
+        for (uint32_t l = 0; l < sp->layers; l++) {
+            size_t n = layer_sequence(t, l, seq), n_routes = n / sp->k;
+            for (size_t r = 0; r < n_routes; r++) len[r] = sp->k;
+            for (uint32_t cap = sp->k; cap <= sp->experts; cap++) {
+                uint64_t lru = brute_pinned_lru_hits(seq, len, n_routes, cap);
+                uint64_t opt = exhaustive_opt_hits(seq, len, n_routes, cap);
+                cr_assert_eq(s->per_layer[l].lru_hit_rate[cap], (double)lru / (double)n,
+                             "case %zu layer %u capacity %u: LRU %.17g, brute force %.17g", c, l,
+                             cap, s->per_layer[l].lru_hit_rate[cap], (double)lru / (double)n);
+                cr_assert_eq(s->per_layer[l].opt_hit_rate[cap], (double)opt / (double)n,
+                             "case %zu layer %u capacity %u: OPT %.17g, exhaustive %.17g", c, l,
+                             cap, s->per_layer[l].opt_hit_rate[cap], (double)opt / (double)n);
+            }
+        }
+        free(len);
+        free(seq);
+        trace_stats_destroy(s);
+        free_trace(t);
+    }
+}
+
+Test(trace_stats, route_hit_counts_equal_brute_force_on_routes_of_several_tokens) {
+    /* routes of 1..4 tokens of top-2 over 8 experts (a prefill chunk, a batch), ids repeating
+     * inside a route: valid from the widest route's distinct experts on */
+    for (uint64_t seed = 91; seed < 97; seed++) {
+        rng *r = rng_create(seed);
+        enum { ROUTES = 14 };
+        uint16_t seq[ROUTES * 8];
+        uint32_t len[ROUTES], widest = 0;
+        size_t n = 0;
+        for (uint32_t q = 0; q < ROUTES; q++) {
+            uint32_t tokens = 1 + (uint32_t)rng_below(r, 4), mask = 0;
+            len[q] = 2 * tokens;
+            for (uint32_t j = 0; j < len[q]; j++) {
+                /* skewed: half the draws from experts 0..2 */
+                seq[n] = (uint16_t)(rng_uniform(r) < 0.5 ? rng_below(r, 3) : rng_below(r, 8));
+                mask |= 1u << seq[n++];
+            }
+            if ((uint32_t)__builtin_popcount(mask) > widest) widest = __builtin_popcount(mask);
+        }
+        rng_destroy(r);
+        uint64_t lru[9], opt[9];
+        cr_assert_eq(trace_stats_route_hit_counts(seq, n, len, ROUTES, 8, lru, opt), widest);
+        for (uint32_t cap = 0; cap < widest; cap++) cr_assert(lru[cap] == 0 && opt[cap] == 0);
+        for (uint32_t cap = widest; cap <= 8; cap++) {
+            cr_assert_eq(lru[cap], brute_pinned_lru_hits(seq, len, ROUTES, cap),
+                         "seed %llu capacity %u", (unsigned long long)seed, cap);
+            cr_assert_eq(opt[cap], exhaustive_opt_hits(seq, len, ROUTES, cap),
+                         "seed %llu capacity %u", (unsigned long long)seed, cap);
+        }
+    }
+}
+
+Test(trace_stats, a_token_never_evicts_its_own_experts_under_the_simulator_rule) {
+    /* one layer, top-2, cache of 2, tokens {0,1} {2,0} {0,1} {2,3} {0,4}: with a cache of
+     * top_k every token must hold exactly its own pair, so both pinned rules hit 0 at t1 and
+     * t2 only; per slot, LRU evicts the token's own 0 at t1 and Belady its own 0 at t2. */
+    const uint16_t rows[5][2] = {{0, 1}, {2, 0}, {0, 1}, {2, 3}, {0, 4}};
+    trace *t = make_trace(1, 5, 2, 5, 0, 0);
+    for (uint64_t i = 0; i < 5; i++) set_row(t, i, 0, rows[i]);
+    uint32_t req[5] = {0};
+    set_tokens(t, req, NULL);
+    trace_stats *s = trace_stats_compute(t);
+    /* pinned LRU: t1 hits 0; t2: 0 hits, 1 misses (evicting 2); t3: misses both; t4: 0 misses */
+    cr_assert_eq(s->lru_hit_rate[2], 2.0 / 10.0, "%.17g", s->lru_hit_rate[2]);
+    /* per-slot LRU at 2: t1 misses 2 (evicts 0) then 0 (evicts 1); t2: 0 hits, 1 misses */
+    cr_assert_eq(s->lru_slot_hit_rate[2], 1.0 / 10.0, "%.17g", s->lru_slot_hit_rate[2]);
+    /* pinned OPT: t1 hits 0 (2 evicts 1); t2 hits 0 (1 evicts 2); t3, t4 miss everything.
+     * per-slot OPT: at t2, 1 evicts 0 (next used at t4) rather than 2 (t3), though t2 has just
+     * used 0, so t3 hits 2 as well: 3 hits, one more than any cache that runs a token whole */
+    cr_assert_eq(s->opt_hit_rate[2], 2.0 / 10.0, "%.17g", s->opt_hit_rate[2]);
+    const uint16_t seq[10] = {0, 1, 2, 0, 0, 1, 2, 3, 0, 4};
+    uint64_t slot_lru[6], slot_opt[6];
+    trace_stats_hit_counts(seq, 10, 5, slot_lru, slot_opt);
+    cr_assert_eq(slot_opt[2], 3);
+    trace_stats_destroy(s);
+    free_trace(t);
 }
 
 Test(trace_stats, hit_counts_equal_brute_force_on_adversarial_sequences) {
@@ -373,6 +572,19 @@ Test(trace_stats, vector_and_scalar_stack_steps_give_the_same_counts_on_deep_sta
         const uint32_t shallow = E > 64 ? 64 : E - 1; /* 64 levels: four 16-level rounds */
         cr_assert_lt(lru[shallow], lru[E], "E %u: some accesses lie deeper than %u", E, shallow);
         cr_assert_lt(opt[shallow], opt[E], "E %u: some accesses lie deeper than %u", E, shallow);
+        /* the same with routes of 6 accesses pinned */
+        uint32_t *len = moesim_xcalloc(N / 6, sizeof *len);
+        for (size_t r = 0; r < N / 6; r++) len[r] = 6;
+        uint32_t from = trace_stats_route_hit_counts(seq, N, len, N / 6, E, lru, opt);
+        cr_assert_eq(setenv("MOESIM_STATS_SIMD", "scalar", 1), 0);
+        cr_assert_eq(trace_stats_route_hit_counts(seq, N, len, N / 6, E, lru_s, opt_s), from);
+        cr_assert_eq(unsetenv("MOESIM_STATS_SIMD"), 0);
+        for (uint32_t cap = 0; cap <= E; cap++) {
+            cr_assert_eq(lru[cap], lru_s[cap], "E %u capacity %u: pinned LRU", E, cap);
+            cr_assert_eq(opt[cap], opt_s[cap], "E %u capacity %u: pinned OPT", E, cap);
+        }
+        cr_assert_lt(opt[shallow], opt[E], "E %u: pinned OPT deeper than %u", E, shallow);
+        free(len);
         free(hits);
     }
     free(seq);
@@ -406,6 +618,22 @@ Test(trace_stats, belady_keeps_the_expert_needed_soonest_on_a_small_cycle) {
     cr_assert_eq(opt[1], 0);
 }
 
+/* A curve non-decreasing over from..E. */
+static void check_monotone(const double *rate, uint32_t from, uint32_t E, size_t c) {
+    for (uint32_t cap = from + 1; cap <= E; cap++)
+        cr_assert_geq(rate[cap], rate[cap - 1], "case %zu cap %u", c, cap);
+}
+
+/* OPT >= LRU at every capacity from..E, both non-decreasing, equal at E. */
+static void check_curves(const double *lru, const double *opt, uint32_t from, uint32_t E,
+                         size_t c) {
+    for (uint32_t cap = from; cap <= E; cap++)
+        cr_assert_geq(opt[cap], lru[cap], "case %zu cap %u", c, cap);
+    check_monotone(lru, from, E, c);
+    check_monotone(opt, from, E, c);
+    cr_assert_eq(lru[E], opt[E]);
+}
+
 Test(trace_stats, curves_are_monotone_opt_is_never_below_lru_and_full_capacity_misses_only_cold) {
     static const random_spec specs[] = {
         {.layers = 4,
@@ -434,29 +662,30 @@ Test(trace_stats, curves_are_monotone_opt_is_never_below_lru_and_full_capacity_m
     for (size_t c = 0; c < sizeof specs / sizeof specs[0]; c++) {
         trace *t = random_trace(&specs[c]);
         trace_stats *s = trace_stats_compute(t);
-        const uint32_t E = s->experts;
-        uint64_t cold = 0;
+        const uint32_t E = s->experts, K = s->top_k;
+        uint64_t cold = 0, *slot_opt = moesim_xcalloc((size_t)E + 1, sizeof *slot_opt);
+        uint16_t *seq = moesim_xcalloc(t->n_tokens * K, sizeof *seq);
         for (uint32_t l = 0; l < s->layers; l++) {
             const layer_stats *ls = &s->per_layer[l];
             cold += ls->cold_misses;
-            for (uint32_t cap = 1; cap <= E; cap++) {
-                cr_assert_geq(ls->opt_hit_rate[cap], ls->lru_hit_rate[cap],
-                              "case %zu layer %u cap %u", c, l, cap);
-                if (cap > 1) {
-                    cr_assert_geq(ls->lru_hit_rate[cap], ls->lru_hit_rate[cap - 1]);
-                    cr_assert_geq(ls->opt_hit_rate[cap], ls->opt_hit_rate[cap - 1]);
-                }
-            }
-            cr_assert_eq(ls->lru_hit_rate[E], ls->opt_hit_rate[E]);
-            cr_assert_eq(ls->lru_hit_rate[E],
-                         (double)(ls->accesses - ls->cold_misses) / (double)ls->accesses);
+            check_curves(ls->lru_hit_rate, ls->opt_hit_rate, K, E, c);
+            check_monotone(ls->lru_slot_hit_rate, 1, E, c);
+            double all = (double)(ls->accesses - ls->cold_misses) / (double)ls->accesses;
+            cr_assert_eq(ls->lru_hit_rate[E], all);
+            cr_assert_eq(ls->lru_slot_hit_rate[E], all);
+            /* pinning only takes choices away from Belady; below top_k the rule is undefined */
+            size_t n = layer_sequence(t, l, seq);
+            trace_stats_hit_counts(seq, n, E, NULL, slot_opt);
+            for (uint32_t cap = K; cap <= E; cap++)
+                cr_assert_leq(ls->opt_hit_rate[cap], (double)slot_opt[cap] / (double)n);
+            for (uint32_t cap = 0; cap < K; cap++)
+                cr_assert(isnan(ls->lru_hit_rate[cap]) && isnan(ls->opt_hit_rate[cap]));
         }
-        for (uint32_t cap = 1; cap <= E; cap++) {
-            cr_assert_geq(s->opt_hit_rate[cap], s->lru_hit_rate[cap]);
-            if (cap > 1) cr_assert_geq(s->lru_hit_rate[cap], s->lru_hit_rate[cap - 1]);
-            if (cap > 1) cr_assert_geq(s->opt_hit_rate[cap], s->opt_hit_rate[cap - 1]);
-        }
+        check_curves(s->lru_hit_rate, s->opt_hit_rate, K, E, c);
+        check_monotone(s->lru_slot_hit_rate, 1, E, c);
         cr_assert_eq(s->lru_hit_rate[E], (double)(s->accesses - cold) / (double)s->accesses);
+        free(slot_opt);
+        free(seq);
         trace_stats_destroy(s);
         free_trace(t);
     }
@@ -739,9 +968,14 @@ Test(trace_stats, json_has_the_issue_keys_and_is_the_same_bytes_every_time) {
             cr_assert_not_null(json_object_get(j, keys[k]), "missing key %s", keys[k]);
         cr_assert_eq(json_integer_value(json_object_get(j, "tokens")), 90);
         cr_assert_eq(json_integer_value(json_object_get(j, "top_k")), 2);
+        /* the simulator's rule from top_k = 2 on; per slot from 1 */
         json_t *lru = json_object_get(j, "lru_hit_rate");
-        cr_assert_eq(json_object_size(lru), 16);
+        cr_assert_eq(json_object_size(lru), 15);
+        cr_assert_null(json_object_get(lru, "1"));
         cr_assert_eq(json_real_value(json_object_get(lru, "4")), s->lru_hit_rate[4]);
+        json_t *slot = json_object_get(j, "lru_slot_hit_rate");
+        cr_assert_eq(json_object_size(slot), 16);
+        cr_assert_eq(json_real_value(json_object_get(slot, "1")), s->lru_slot_hit_rate[1]);
         json_t *by_b = json_object_get(j, "active_share_by_batch");
         cr_assert_eq(json_real_value(json_object_get(by_b, "1")), 2.0 / 16.0);
         cr_assert(json_is_null(json_object_get(by_b, "4")), "3 requests cannot form a batch of 4");

@@ -61,9 +61,16 @@ Test(trace_stats_cli, json_has_the_issue_keys_and_the_library_figures) {
 
     trace_stats *s = trace_stats_compute(t);
     json_t *lru = json_object_get(j, "lru_hit_rate"), *opt = json_object_get(j, "opt_hit_rate");
+    json_t *lru_slot = json_object_get(j, "lru_slot_hit_rate");
     for (uint32_t c = 1; c <= 8; c++) {
         char key[8];
         snprintf(key, sizeof key, "%u", c);
+        cr_assert_float_eq(json_number_value(json_object_get(lru_slot, key)),
+                           s->lru_slot_hit_rate[c], 1e-15);
+        if (c < s->top_k) { /* the simulator refuses a cache smaller than top_k */
+            cr_assert_null(json_object_get(lru, key));
+            continue;
+        }
         cr_assert_float_eq(json_number_value(json_object_get(lru, key)), s->lru_hit_rate[c], 1e-15);
         cr_assert_float_eq(json_number_value(json_object_get(opt, key)), s->opt_hit_rate[c], 1e-15);
     }

@@ -3,10 +3,12 @@
 architecture, made and run by Hugging Face transformers, saved in the real checkpoint format
 (config.json + model.safetensors, bf16 weights), plus what transformers computes on a few prompts.
 
-Usage: python3 tools/make_golden.py [OUT_DIR]   (default tests/fixtures/golden)
+Usage: python3 -P tools/make_golden.py [OUT_DIR]   (default tests/fixtures/golden; -P keeps
+tools/tokenize.py from shadowing Python's own tokenize module)
 Needs torch, transformers and safetensors (pip install torch transformers safetensors).
 
-For each architecture OUT_DIR/<model_type>/ holds:
+For each fixture OUT_DIR/<name>/ holds (name: the model_type, or model_type_<feature> for a
+configuration the plain fixture does not use):
   config.json, model.safetensors   the checkpoint (weights rounded to bf16)
   golden.safetensors               F32 tensors, per prompt i:
       prompt<i>.ids          [n]            token ids (exact small integers)
@@ -34,6 +36,9 @@ COMMON = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
               rms_norm_eps=1e-6, initializer_range=0.15, tie_word_embeddings=False,
               max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
+# A window shorter than the prompts, so that the window changes the result.
+WINDOW = 4
+
 ARCHS = {
     # Mixtral: softmax over all, top-2 renormalized
     "mixtral": dict(num_local_experts=EXPERTS, intermediate_size=INTER, rope_theta=1e6),
@@ -49,6 +54,20 @@ ARCHS = {
                   rope_theta=1e4),
 }
 
+# Configurations beyond each architecture's defaults: name -> (model_type, keys over ARCHS').
+VARIANTS = {
+    # bias on q_proj, k_proj, v_proj and o_proj
+    "qwen3_moe_attention_bias": ("qwen3_moe", dict(attention_bias=True)),
+    "olmoe_attention_bias": ("olmoe", dict(attention_bias=True)),
+    # the window on every layer
+    "qwen3_moe_sliding_window": ("qwen3_moe", dict(use_sliding_window=True, sliding_window=WINDOW)),
+    "mixtral_sliding_window": ("mixtral", dict(sliding_window=WINDOW)),
+    # the config derives layer_types: sliding where (l + 1) % 2 and l < max_window_layers, so
+    # [sliding, full, full] (saved in config.json)
+    "qwen2_moe_sliding_window": ("qwen2_moe", dict(use_sliding_window=True, sliding_window=WINDOW,
+                                                   max_window_layers=1)),
+}
+
 
 def route(cfg, model_type, logits):
     probs = torch.softmax(logits.double(), dim=-1)
@@ -58,17 +77,20 @@ def route(cfg, model_type, logits):
     return ids, w
 
 
-def build(model_type, out_dir, seed):
+def build(name, model_type, keys, out_dir, seed):
     torch.manual_seed(seed)
-    cfg = AutoConfig.for_model(model_type, **COMMON, **ARCHS[model_type])
+    cfg = AutoConfig.for_model(model_type, **COMMON, **{**ARCHS[model_type], **keys})
     cfg._attn_implementation = "eager"
     model = AutoModelForCausalLM.from_config(cfg).to(torch.bfloat16)
-    # norms at random scales around 1 so a wrong norm cannot hide behind all-ones weights
+    # norms at random scales around 1 and biases random (transformers initializes them to 1 and 0)
+    # so that a wrong norm or a missing bias cannot hide
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
                 p.copy_(1.0 + 0.2 * torch.randn_like(p.float()))
-    d = os.path.join(out_dir, model_type)
+            elif pname.endswith(".bias"):
+                p.copy_(0.5 * torch.randn_like(p.float()))
+    d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
     model.save_pretrained(d, safe_serialization=True)
     for extra in ("generation_config.json",):
@@ -92,13 +114,14 @@ def build(model_type, out_dir, seed):
     save_file(tensors, os.path.join(d, "golden.safetensors"),
               metadata={"transformers": __import__("transformers").__version__,
                         "torch": torch.__version__})
-    print(model_type, "->", d, {k: list(v.shape) for k, v in tensors.items() if k.startswith("prompt0")})
+    print(name, "->", d, {k: list(v.shape) for k, v in tensors.items() if k.startswith("prompt0")})
 
 
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/golden"
-    for seed, model_type in enumerate(ARCHS):
-        build(model_type, out_dir, 1234 + seed)
+    fixtures = [(t, t, {}) for t in ARCHS] + [(n, t, k) for n, (t, k) in VARIANTS.items()]
+    for seed, (name, model_type, keys) in enumerate(fixtures):
+        build(name, model_type, keys, out_dir, 1234 + seed)
 
 
 if __name__ == "__main__":

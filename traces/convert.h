@@ -1,14 +1,16 @@
 /* Routing logs <-> router traces: `moesim trace import` and `moesim trace export`.
  *
- * Import reads text logs with one record per (token, MoE layer) (traces/FORMAT.md, "Import and
- * export"): JSONL in either of the two shapes public tools write (CALIBRATION.md, "Routing logs
- * people already have"), or the CSV that export writes. Geometry (L, E, k) and the gate rule
- * come from the model config; every record is checked against them. Tokens are identified by
- * (request, token_idx): requests (problem_id together with dataset, or req_id) are numbered by
- * first appearance, tokens run in the file order of their first record, and a token's position
- * is its token_idx. Anything malformed is an error naming file:line and the field; what the
- * importer drops or fills in (incomplete tokens, constant warm-up runs) is counted in a report,
- * never done silently.
+ * Import reads routing logs (traces/FORMAT.md, "Import and export"): JSONL in either of the two
+ * shapes public tools write (CALIBRATION.md, "Routing logs people already have"), one record per
+ * (token, MoE layer) or one per token with every layer; the CSV that export writes; or dense
+ * NumPy arrays [tokens][layers][top_k] of ids and weights (.npy pair or .npz). Geometry
+ * (L, E, k) and the gate rule come from the model config; every record is checked against them.
+ * Tokens are identified by (request, token_idx), records may come in any order (layer-major,
+ * token-major, interleaved); requests (problem_id together with dataset, or req_id) are
+ * numbered by first appearance, each request's tokens run in position order, and a token's
+ * position is its token_idx. Anything malformed is an error naming file:line (or array index)
+ * and the field; what the importer drops or fills in (incomplete tokens, constant warm-up runs)
+ * is counted in a report, never done silently.
  *
  * Export writes every recorded (token, layer) row of a trace as JSONL (the request shape plus
  * "phase") or CSV; gates are printed so that they parse back bit-exact, so import(export(t))
@@ -25,7 +27,13 @@
 #include "common/status.h"
 #include "traces/trace.h"
 
-typedef enum trace_text_format { TRACE_TEXT_JSONL = 0, TRACE_TEXT_CSV } trace_text_format;
+/* Import reads all four; export writes JSONL and CSV. */
+typedef enum trace_text_format {
+    TRACE_TEXT_JSONL = 0,
+    TRACE_TEXT_CSV,
+    TRACE_TEXT_NPY, /* the ids .npy; the weights .npy in trace_import_options.weights_path */
+    TRACE_TEXT_NPZ, /* one .npz holding the ids, the weights and optionally request columns */
+} trace_text_format;
 
 /* The two JSONL shapes; AUTO decides per file from the first record's keys. */
 typedef enum trace_jsonl_schema {
@@ -66,6 +74,14 @@ typedef struct trace_import_options {
     bool drop_constant_runs;   /* leave the tokens of reported constant runs out */
     bool renormalize;          /* rescale each record's gates to the model's rule */
     bool progress;             /* draw a progress bar (caller decides: terminal, --quiet) */
+    /* NPY: the gate weights .npy [tokens][layers][top_k] (required). */
+    const char *weights_path;
+    /* NPY/NPZ: side file of request boundaries (CSV "request,tokens[,prompt_tokens]", one row
+     * per request in array order); NULL: from the .npz's columns, else one request. */
+    const char *requests_path;
+    /* NPY/NPZ logs of expert ids without weights (SGLang's routed_experts, Megatron's routing
+     * indices): every chosen expert gets gate 1/k, and the report says so. */
+    bool uniform_gates;
 } trace_import_options;
 
 /* One constant run, numbered as in the input (request by its name in the file). */
@@ -78,10 +94,16 @@ typedef struct trace_import_run {
 
 /* What import read, kept and dropped, and why. */
 typedef struct trace_import_report {
-    const char *schema;   /* "problem", "request" or "csv" (static string) */
-    uint64_t lines;       /* lines read */
-    uint64_t blank_lines; /* whitespace-only lines, skipped */
-    uint64_t records;     /* (token, layer) records read */
+    const char *schema;          /* "problem", "request", "csv", "npy" or "npz" (static string) */
+    uint64_t lines;              /* lines read */
+    uint64_t blank_lines;        /* whitespace-only lines, skipped */
+    uint64_t records;            /* (token, layer) records read */
+    uint64_t records_reordered;  /* records for a token other than its request's newest one (0
+                                    for a token-major file) */
+    const char *requests_source; /* arrays: "request_id column", "seq_lens", "--requests" or
+                                    "one request"; NULL for text */
+    const char *gates_source;    /* arrays: "weights", "router logits, <rule>" or "uniform 1/k
+                                    (--uniform-gates)"; NULL for text */
     uint64_t requests_read, tokens_read;
     uint64_t ignored_key_records;  /* records with keys the shape does not know (skipped) */
     char ignored_keys[128];        /* the first few such keys, comma-separated */
@@ -104,8 +126,8 @@ typedef struct trace_import_report {
  * decode, constant runs of >= 16 reported and kept, gates checked, no progress bar). */
 void trace_import_options_default(trace_import_options *o);
 
-/* Reads the log at `path` into a new trace of model `m` (source "import:jsonl" or
- * "import:csv", the settings in params_json). On success the caller owns *out (trace_destroy)
+/* Reads the log at `path` into a new trace of model `m` (source "import:<format>", the settings
+ * in params_json). On success the caller owns *out (trace_destroy)
  * and `rep` is filled; on failure *out is NULL and err holds one line "path:line: field:
  * problem" (MOESIM_EINPUT), or names the file (MOESIM_EIO). */
 moesim_status trace_import_file(const char *path, const model_geometry *m,
@@ -125,7 +147,7 @@ moesim_status trace_export_check(const trace *t, const char *what, moesim_error 
 moesim_status trace_export_write(const trace *t, trace_text_format format, FILE *fp,
                                  bool show_progress, const char *what, moesim_error *err);
 
-/* "jsonl" / "csv". */
+/* "jsonl" / "csv" / "npy" / "npz". */
 const char *trace_text_format_name(trace_text_format f);
 
 #endif

@@ -184,6 +184,7 @@ static void write_row(out_buf *o, trace_text_format format, const trace *t, uint
 
 moesim_status trace_export_write(const trace *t, trace_text_format format, FILE *fp,
                                  bool show_progress, const char *what, moesim_error *err) {
+    MOESIM_ASSERT(format == TRACE_TEXT_JSONL || format == TRACE_TEXT_CSV); /* text only */
     out_buf o = {.fp = fp, .buf = moesim_xmalloc(EXPORT_BUFFER_BYTES)};
     progress bar;
     progress_begin(&bar, "export", t->n_tokens, show_progress);

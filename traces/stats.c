@@ -14,7 +14,11 @@
  *     levels 1..d-1: at each level the item with the sooner next use stays and the other goes
  *     on; the last carried item fills level d. The top c levels are then exactly what Belady's
  *     cache of capacity c holds, so the depth histogram again gives every capacity at once;
- *   - both stack passes run in one loop; with E > 16 on a CPU with AVX2 (checked at run time)
+ *   - the simulator's rule (a token's experts resident together, none evicted for the same
+ *     token): the LRU curve comes from the same LRU stack (the depth before the token's
+ *     route), the OPT curve from a third stack over the sequence in which every route is
+ *     followed by its experts once more (see "routes" below);
+ *   - the three stacks run in one loop; with E > 16 on a CPU with AVX2 (checked at run time)
  *     each step handles 16 levels per exit test in vector registers (the OPT carry is a running
  *     maximum, so it vectorizes as a prefix maximum); the scalar steps are the fallback and
  *     give the same histograms (tests compare them; MOESIM_STATS_SIMD=scalar forces them);
@@ -79,10 +83,10 @@ static void marker_next(marker *m) {
  * Each array has one spare level past the live ones for a sentinel, so the searches need no
  * bound check; a search that stops at the sentinel is a cold miss. */
 
-/* One LRU access of expert e at time `now`: its stack depth goes to hist (0: first access),
+/* One LRU access of expert e at time `now`: returns its stack depth (1-based; 0: first access);
  * the access goes on top, the levels above its old one move down. */
-static inline void lru_step(uint32_t *stack, uint32_t *size, uint32_t *last, uint16_t e,
-                            uint32_t now, uint64_t *hist) {
+static inline uint32_t lru_step(uint32_t *stack, uint32_t *size, uint32_t *last, uint16_t e,
+                                uint32_t now) {
     uint32_t want = last[e];
     stack[*size] = want; /* sentinel */
     uint32_t d = 0, carried = now;
@@ -93,24 +97,13 @@ static inline void lru_step(uint32_t *stack, uint32_t *size, uint32_t *last, uin
         carried = x;
         d++;
     }
+    last[e] = now;
     if (d == *size) { /* not in the stack: first access (the stack grew a level) */
         MOESIM_ASSERT(want == NEVER);
         (*size)++;
-        hist[0]++;
-    } else {
-        hist[d + 1]++;
+        return 0;
     }
-    last[e] = now;
-}
-
-/* hist[d] += 1 for each access found at LRU stack depth d (1..E); cold misses go to hist[0].
- * `last` and `stack` are scratch: [n_experts] and [n_experts + 1]. */
-static void lru_stack_pass(const uint16_t *seq, size_t n, uint32_t n_experts, uint32_t *last,
-                           uint32_t *stack, uint64_t *hist) {
-    for (uint32_t e = 0; e < n_experts; e++) last[e] = NEVER;
-    uint32_t size = 0;
-    for (size_t i = 0; i < n; i++) lru_step(stack, &size, last, seq[i], (uint32_t)i, hist);
-    MOESIM_ASSERT(size <= n_experts);
+    return d + 1;
 }
 
 /* next_use[i] = index of the next access of seq[i], or NEVER. `last` is scratch [n_experts]. */
@@ -123,10 +116,9 @@ static void next_use_pass(const uint16_t *seq, size_t n, uint32_t n_experts, uin
     }
 }
 
-/* One OPT access at time `now` (the expert whose priority is `now`), next used at `next`: its
- * depth goes to hist (0: first access); the old top is carried down to its level. */
-static inline void opt_step(uint32_t *prio, uint32_t *size, uint32_t now, uint32_t next,
-                            uint64_t *hist) {
+/* One OPT access at time `now` (the expert whose priority is `now`), next used at `next`:
+ * returns its depth (1-based; 0: first access); the old top is carried down to its level. */
+static inline uint32_t opt_step(uint32_t *prio, uint32_t *size, uint32_t now, uint32_t next) {
     prio[*size] = now; /* sentinel */
     uint32_t d = 0;
     if (prio[0] != now) {
@@ -138,24 +130,12 @@ static inline void opt_step(uint32_t *prio, uint32_t *size, uint32_t now, uint32
         }
         prio[d] = carried;
     }
+    prio[0] = next;
     if (d == *size) { /* first access: the stack grew by one level */
         (*size)++;
-        hist[0]++;
-    } else {
-        hist[d + 1]++;
+        return 0;
     }
-    prio[0] = next;
-}
-
-/* The same histogram under Belady's OPT: priority stack, priority = sooner next use. On an
- * access at level d the old top is carried down levels 1..d-1: each level keeps the sooner of
- * (its item, the carried one) and the later goes on; the last carried item fills level d.
- * `prio` is scratch [n_experts + 1]. */
-static void opt_stack_pass(const uint32_t *next_use, size_t n, uint32_t n_experts, uint32_t *prio,
-                           uint64_t *hist) {
-    uint32_t size = 0;
-    for (size_t i = 0; i < n; i++) opt_step(prio, &size, (uint32_t)i, next_use[i], hist);
-    MOESIM_ASSERT(size <= n_experts);
+    return d + 1;
 }
 
 /* ---- the same steps, 8 levels per vector (AVX2) ----
@@ -190,8 +170,8 @@ AVX2_FN __m256i lanes_after(uint32_t lane) {
     return _mm256_cmpgt_epi32(idx, _mm256_set1_epi32((int)lane));
 }
 
-AVX2_FN void lru_step_avx2(uint32_t *stack, uint32_t *size, uint32_t *last, uint16_t e,
-                           uint32_t now, uint64_t *hist) {
+AVX2_FN uint32_t lru_step_avx2(uint32_t *stack, uint32_t *size, uint32_t *last, uint16_t e,
+                               uint32_t now) {
     const uint32_t want = last[e];
     stack[*size] = want; /* sentinel */
     const __m256i w = _mm256_set1_epi32((int)want);
@@ -221,14 +201,13 @@ AVX2_FN void lru_step_avx2(uint32_t *stack, uint32_t *size, uint32_t *last, uint
         _mm256_storeu_si256((__m256i *)(stack + b + 8), n1);
         carry = r1;
     }
+    last[e] = now;
     if (d == *size) { /* not in the stack: first access (the stack grew a level) */
         MOESIM_ASSERT(want == NEVER);
         (*size)++;
-        hist[0]++;
-    } else {
-        hist[d + 1]++;
+        return 0;
     }
-    last[e] = now;
+    return d + 1;
 }
 
 /* One chunk of the OPT carry: x = old levels, carry = P of the levels before the chunk. Sets
@@ -257,8 +236,7 @@ AVX2_FN __m256i opt_chunk_last_avx2(__m256i x, __m256i carried, __m256i before, 
     return _mm256_blendv_epi8(carried, x, _mm256_cmpgt_epi32(idx, l));
 }
 
-AVX2_FN void opt_step_avx2(uint32_t *prio, uint32_t *size, uint32_t now, uint32_t next,
-                           uint64_t *hist) {
+AVX2_FN uint32_t opt_step_avx2(uint32_t *prio, uint32_t *size, uint32_t now, uint32_t next) {
     prio[*size] = now; /* sentinel */
     uint32_t d = 0;
     if (prio[0] != now) {
@@ -288,60 +266,73 @@ AVX2_FN void opt_step_avx2(uint32_t *prio, uint32_t *size, uint32_t now, uint32_
             carry = _mm256_max_epu32(carry1, max1);
         }
     }
+    prio[0] = next;
     if (d == *size) { /* first access: the stack grew by one level */
         (*size)++;
-        hist[0]++;
-    } else {
-        hist[d + 1]++;
+        return 0;
     }
-    prio[0] = next;
+    return d + 1;
 }
 
-__attribute__((target("avx2"))) static void
-lru_opt_stack_pass_avx2(const uint16_t *seq, const uint32_t *next_use, size_t n, uint32_t n_experts,
-                        uint32_t *last, uint32_t *stack, uint32_t *prio, uint64_t *lru_hist,
-                        uint64_t *opt_hist) {
-    for (uint32_t e = 0; e < n_experts; e++) last[e] = NEVER;
-    uint32_t lru_size = 0, opt_size = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (lru_hist) lru_step_avx2(stack, &lru_size, last, seq[i], (uint32_t)i, lru_hist);
-        if (opt_hist) opt_step_avx2(prio, &opt_size, (uint32_t)i, next_use[i], opt_hist);
-    }
-    MOESIM_ASSERT(lru_size <= n_experts && opt_size <= n_experts);
-}
 #endif
 
-/* Both in one loop: the LRU shift and the OPT carry are each a chain of dependent loads and
- * compares; interleaved, the core overlaps the two (measured with bench_trace_stats on the
- * shared 2-core machine, CPU time: +10..35 % accesses/s). `stack` and `prio` are separate
- * scratch [n_experts + 1]; `last` [n_experts]. */
-static void lru_opt_stack_pass(const uint16_t *seq, const uint32_t *next_use, size_t n,
-                               uint32_t n_experts, uint32_t *last, uint32_t *stack, uint32_t *prio,
-                               uint64_t *lru_hist, uint64_t *opt_hist) {
-    for (uint32_t e = 0; e < n_experts; e++) last[e] = NEVER;
-    uint32_t lru_size = 0, opt_size = 0;
-    for (size_t i = 0; i < n; i++) {
-        lru_step(stack, &lru_size, last, seq[i], (uint32_t)i, lru_hist);
-        opt_step(prio, &opt_size, (uint32_t)i, next_use[i], opt_hist);
-    }
-    MOESIM_ASSERT(lru_size <= n_experts && opt_size <= n_experts);
+/* ---- routes: the simulator's rule ----
+ *
+ * The simulator runs a token's experts together: every expert a (sub-)route needs is resident at
+ * once, and none of them is the victim of a load for the same route (policies/policy.h). Under
+ * that rule a route's accesses cannot evict each other, so:
+ *   - LRU: a route S moves its experts to the top of the stack like per-slot accesses do, and
+ *     an expert of S hits in a cache of capacity c (c >= |S|) exactly when its depth in the
+ *     stack *before the route* is <= c (the cache holds the top c of the LRU stack at every
+ *     route boundary: the route's misses evict the least recent experts outside S, which are
+ *     the ones below the top c - |S| experts outside S). The depth before the route is the
+ *     per-slot depth minus the experts of S already accessed in the route that were below it
+ *     (or new): one stack pass gives both curves;
+ *   - OPT: Belady under the rule evicts the expert outside S whose next use is farthest. That
+ *     is plain Belady on the sequence in which every route is followed by its distinct experts
+ *     once more ("again" accesses): while S is being accessed, each expert of S has its next
+ *     use inside the route, sooner than any expert outside S, so Belady never evicts one, and
+ *     the again accesses all hit at c >= |S|. The OPT stack over that sequence, counting only
+ *     the route's own accesses, gives every capacity c >= |S| at once.
+ * A route's later accesses of an expert it already accessed are hits (the same copy serves
+ * them), as in the simulator. */
+
+/* Consecutive runs of a layer's access sequence that run together: `len` [n], or NULL when
+ * every route is `fixed` accesses long (a token's top-k row). */
+typedef struct route_list {
+    const uint32_t *len;
+    uint32_t fixed;
+    size_t n;
+} route_list;
+
+static inline uint32_t route_length(const route_list *r, size_t i) {
+    return r->len ? r->len[i] : r->fixed;
 }
 
 /* Scratch for the stack passes, sized once. */
 typedef struct stack_scratch {
-    uint32_t *stack;    /* [n_experts + 1 + STACK_PAD] */
-    uint32_t *prio;     /* [n_experts + 1 + STACK_PAD] (OPT, when both passes run together) */
+    uint32_t *stack;    /* [n_experts + 1 + STACK_PAD] LRU */
+    uint32_t *prio;     /* [n_experts + 1 + STACK_PAD] OPT per slot */
+    uint32_t *prio2;    /* [n_experts + 1 + STACK_PAD] OPT with routes pinned */
     uint32_t *last;     /* [n_experts] */
-    uint32_t *next_use; /* [capacity] */
-    size_t capacity;
+    uint32_t *pre_last; /* [n_experts] the route's experts' last access before the route */
+    marker in_route;    /* [n_experts] experts already accessed in the current route */
+    uint32_t *next_use; /* [capacity] next use of each access of seq */
+    uint32_t *after;    /* [n_experts] next uses past the current route of its experts */
+    size_t capacity;    /* accesses of the longest sequence */
     bool avx2; /* the CPU runs the AVX2 steps (MOESIM_STATS_SIMD=scalar: the portable ones) */
 } stack_scratch;
 
 static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capacity) {
-    s->stack = moesim_xcalloc((size_t)n_experts + 1 + STACK_PAD, sizeof *s->stack);
-    s->prio = moesim_xcalloc((size_t)n_experts + 1 + STACK_PAD, sizeof *s->prio);
-    s->last = moesim_xcalloc(n_experts ? n_experts : 1, sizeof *s->last);
+    size_t E = n_experts ? n_experts : 1;
+    s->stack = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->stack);
+    s->prio = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->prio);
+    s->prio2 = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->prio2);
+    s->last = moesim_xcalloc(E, sizeof *s->last);
+    s->pre_last = moesim_xcalloc(E, sizeof *s->pre_last);
+    marker_init(&s->in_route, E);
     s->next_use = moesim_xcalloc(capacity ? capacity : 1, sizeof *s->next_use);
+    s->after = moesim_xcalloc(E, sizeof *s->after);
     s->capacity = capacity;
 #ifdef STATS_HAVE_AVX2
     __builtin_cpu_init();
@@ -356,29 +347,126 @@ static void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capa
 static void stack_scratch_free(stack_scratch *s) {
     free(s->stack);
     free(s->prio);
+    free(s->prio2);
     free(s->last);
+    free(s->pre_last);
+    marker_free(&s->in_route);
     free(s->next_use);
+    free(s->after);
 }
 
-/* Depth histograms (hist[0] = cold misses, hist[d] = found at depth d) for both policies. */
-static void depth_histograms(const uint16_t *seq, size_t n, uint32_t n_experts, stack_scratch *s,
-                             uint64_t *lru_hist, uint64_t *opt_hist) {
-    MOESIM_ASSERT(n < NEVER && n <= s->capacity);
-    if (opt_hist) next_use_pass(seq, n, n_experts, s->last, s->next_use);
+/* Depth histograms (hist[0] = cold misses, hist[d] = hits at every capacity >= d); NULL: that
+ * one is not computed. */
+typedef struct depth_hists {
+    uint64_t *lru_slot, *opt_slot; /* [n_experts + 1] per-slot rule: nothing pinned */
+    uint64_t *lru, *opt;           /* [n_experts + 1] the simulator's rule: routes pinned */
+} depth_hists;
+
+/* The LRU depth of expert e before the current route, from its per-slot depth d (the stack
+ * pass just moved it on top) and its last access before this one; the first access of e in
+ * the route joins the route's list. A later access of e in the route is a hit at depth 1. */
+static inline uint32_t pinned_lru_depth(stack_scratch *s, uint16_t e, uint32_t before, uint32_t d,
+                                        uint32_t *members) {
+    if (s->in_route.mark[e] == s->in_route.stamp) return 1;
+    s->in_route.mark[e] = s->in_route.stamp;
+    uint32_t pd = d;
+    if (d) /* members that were below e (or new) pushed it down by one each */
+        for (uint32_t x = 0; x < *members; x++)
+            pd -= s->pre_last[x] == NEVER || s->pre_last[x] < before;
+    s->pre_last[(*members)++] = before;
+    MOESIM_ASSERT(d == 0 || pd >= 1);
+    return pd;
+}
+
+/* The widest route's distinct experts: the smallest capacity the rule allows. */
+static uint32_t widest_route(const uint16_t *seq, const route_list *routes, stack_scratch *s) {
+    uint32_t widest = 0;
+    size_t i = 0;
+    for (size_t r = 0; r < routes->n; r++) {
+        uint32_t m = route_length(routes, r), u = 0;
+        marker_next(&s->in_route);
+        for (uint32_t j = 0; j < m; j++, i++) {
+            if (s->in_route.mark[seq[i]] == s->in_route.stamp) continue;
+            s->in_route.mark[seq[i]] = s->in_route.stamp;
+            u++;
+        }
+        if (u > widest) widest = u;
+    }
+    return widest;
+}
+
+/* The pinned OPT stack runs the doubled sequence (routes followed by their again accesses)
+ * without writing it out. Its times are 2 i for access i; while a route [r0, r1) runs, an
+ * access whose expert comes back inside the route gets that use as its priority, and the last
+ * access of each of its experts gets IN_ROUTE(r1) = 2 r1 - 1: sooner than any use past the route
+ * (>= 2 r1) and never the time of an access (odd), like the again accesses that follow. Those
+ * experts are then exactly the top |S| levels (each access puts its expert on top and the carry
+ * keeps the sooner item at every level), and the again accesses only reorder those levels and
+ * give them their true next uses. The order inside the top |S| <= widest levels changes no
+ * count at a capacity >= the widest route (an access found there hits at all of them, and what
+ * the carry takes past them is their maximum, whatever their order), so the again accesses
+ * reduce to writing the route's next uses past its end into the top |S| levels. */
+#define IN_ROUTE(r1) (2 * (uint32_t)(r1) - 1)
+
+/* The pass, written once and built twice: with the scalar steps and (where the CPU has AVX2)
+ * with the vector ones. One loop over the routes runs up to three stacks: LRU (per-slot and
+ * pinned depths), OPT per slot and OPT with routes pinned (both over s->next_use). The LRU
+ * shift and the OPT carries are each a chain of dependent loads and compares; interleaved, the
+ * core overlaps them (measured with bench_trace_stats on the shared 2-core machine, CPU time:
+ * +10..35 % accesses/s for two chains; the pinned OPT as a separate pass over a written-out
+ * doubled sequence made the whole stats step 2.1 CPU-s, interleaved 1.5, Qwen3-30B-A3B
+ * geometry, 32 M accesses). */
+#define DEFINE_STACK_PASS(SFX, ATTR, LRU_STEP, OPT_STEP)                                          \
+    ATTR static void route_pass_##SFX(const uint16_t *seq, const route_list *routes,              \
+                                      uint32_t n_experts, stack_scratch *s,                       \
+                                      const depth_hists *h) {                                     \
+        for (uint32_t e = 0; e < n_experts; e++) s->last[e] = NEVER;                              \
+        uint32_t lru_size = 0, opt_size = 0, opt2_size = 0;                                       \
+        size_t i = 0;                                                                             \
+        for (size_t r = 0; r < routes->n; r++) {                                                  \
+            uint32_t m = route_length(routes, r), members = 0, n_after = 0;                       \
+            const size_t r1 = i + m;                                                              \
+            marker_next(&s->in_route);                                                            \
+            for (uint32_t j = 0; j < m; j++, i++) {                                               \
+                uint16_t e = seq[i];                                                              \
+                uint32_t nu = h->opt_slot || h->opt ? s->next_use[i] : NEVER;                     \
+                if (h->opt_slot) h->opt_slot[OPT_STEP(s->prio, &opt_size, (uint32_t)i, nu)]++;    \
+                if (h->opt) {                                                                     \
+                    uint32_t next = nu < r1 ? 2 * nu : IN_ROUTE(r1);                              \
+                    if (nu >= r1) s->after[n_after++] = nu == NEVER ? NEVER : 2 * nu;             \
+                    h->opt[OPT_STEP(s->prio2, &opt2_size, 2 * (uint32_t)i, next)]++;              \
+                }                                                                                 \
+                if (!h->lru_slot && !h->lru) continue;                                            \
+                uint32_t before = s->last[e];                                                     \
+                uint32_t d = LRU_STEP(s->stack, &lru_size, s->last, e, (uint32_t)i);              \
+                if (h->lru_slot) h->lru_slot[d]++;                                                \
+                if (h->lru) h->lru[pinned_lru_depth(s, e, before, d, &members)]++;                \
+            }                                                                                     \
+            for (uint32_t x = 0; x < n_after; x++) { /* the again accesses */                     \
+                MOESIM_ASSERT(s->prio2[x] == IN_ROUTE(r1));                                       \
+                s->prio2[x] = s->after[x];                                                        \
+            }                                                                                     \
+        }                                                                                         \
+        MOESIM_ASSERT(lru_size <= n_experts && opt_size <= n_experts && opt2_size <= n_experts);  \
+    }
+
+DEFINE_STACK_PASS(scalar, , lru_step, opt_step)
+#ifdef STATS_HAVE_AVX2
+DEFINE_STACK_PASS(avx2, __attribute__((target("avx2"))), lru_step_avx2, opt_step_avx2)
+#endif
+
+/* Fills the histograms of `h` for the access sequence seq [n] cut into `routes`. */
+static void route_histograms(const uint16_t *seq, size_t n, const route_list *routes,
+                             uint32_t n_experts, stack_scratch *s, const depth_hists *h) {
+    MOESIM_ASSERT(n < NEVER / 2 && n <= s->capacity);
+    if (h->opt_slot || h->opt) next_use_pass(seq, n, n_experts, s->last, s->next_use);
 #ifdef STATS_HAVE_AVX2
     if (s->avx2) {
-        lru_opt_stack_pass_avx2(seq, s->next_use, n, n_experts, s->last, s->stack, s->prio,
-                                lru_hist, opt_hist);
+        route_pass_avx2(seq, routes, n_experts, s, h);
         return;
     }
 #endif
-    if (lru_hist && opt_hist)
-        lru_opt_stack_pass(seq, s->next_use, n, n_experts, s->last, s->stack, s->prio, lru_hist,
-                           opt_hist);
-    else if (lru_hist)
-        lru_stack_pass(seq, n, n_experts, s->last, s->stack, lru_hist);
-    else if (opt_hist)
-        opt_stack_pass(s->next_use, n, n_experts, s->stack, opt_hist);
+    route_pass_scalar(seq, routes, n_experts, s, h);
 }
 
 /* hits[c] = accesses found at depth <= c, c = 0..n_experts. */
@@ -387,24 +475,50 @@ static void hits_from_histogram(const uint64_t *hist, uint32_t n_experts, uint64
     for (uint32_t c = 1; c <= n_experts; c++) hits[c] = hits[c - 1] + hist[c];
 }
 
+/* The same for a curve defined from capacity `from` on: hits[c] = 0 below it. */
+static void hits_from_histogram_from(const uint64_t *hist, uint32_t n_experts, uint32_t from,
+                                     uint64_t *hits) {
+    hits_from_histogram(hist, n_experts, hits);
+    for (uint32_t c = 0; c < from && c <= n_experts; c++) hits[c] = 0;
+}
+
 void trace_stats_hit_counts(const uint16_t *seq, size_t n, uint32_t n_experts, uint64_t *lru_hits,
                             uint64_t *opt_hits) {
     MOESIM_ASSERT(n_experts >= 1 && n_experts <= MODEL_MAX_EXPERTS);
     for (size_t i = 0; i < n; i++) MOESIM_ASSERT(seq[i] < n_experts);
     stack_scratch s;
     stack_scratch_init(&s, n_experts, n);
-    uint64_t *hist = moesim_xcalloc((size_t)n_experts + 1, sizeof *hist);
-    if (lru_hits) {
-        depth_histograms(seq, n, n_experts, &s, hist, NULL);
-        hits_from_histogram(hist, n_experts, lru_hits);
-    }
-    if (opt_hits) {
-        memset(hist, 0, ((size_t)n_experts + 1) * sizeof *hist);
-        depth_histograms(seq, n, n_experts, &s, NULL, hist);
-        hits_from_histogram(hist, n_experts, opt_hits);
-    }
+    uint64_t *hist = moesim_xcalloc(2 * ((size_t)n_experts + 1), sizeof *hist);
+    depth_hists h = {.lru_slot = lru_hits ? hist : NULL,
+                     .opt_slot = opt_hits ? hist + n_experts + 1 : NULL};
+    route_list one_each = {.fixed = 1, .n = n};
+    route_histograms(seq, n, &one_each, n_experts, &s, &h);
+    if (lru_hits) hits_from_histogram(h.lru_slot, n_experts, lru_hits);
+    if (opt_hits) hits_from_histogram(h.opt_slot, n_experts, opt_hits);
     free(hist);
     stack_scratch_free(&s);
+}
+
+uint32_t trace_stats_route_hit_counts(const uint16_t *seq, size_t n, const uint32_t *route_len,
+                                      size_t n_routes, uint32_t n_experts, uint64_t *lru_hits,
+                                      uint64_t *opt_hits) {
+    MOESIM_ASSERT(n_experts >= 1 && n_experts <= MODEL_MAX_EXPERTS);
+    for (size_t i = 0; i < n; i++) MOESIM_ASSERT(seq[i] < n_experts);
+    size_t total = 0;
+    for (size_t r = 0; r < n_routes; r++) total += route_len[r];
+    MOESIM_ASSERT(total == n);
+    stack_scratch s;
+    stack_scratch_init(&s, n_experts, n);
+    route_list routes = {.len = route_len, .n = n_routes};
+    uint32_t widest = widest_route(seq, &routes, &s);
+    uint64_t *hist = moesim_xcalloc(2 * ((size_t)n_experts + 1), sizeof *hist);
+    depth_hists h = {.lru = lru_hits ? hist : NULL, .opt = opt_hits ? hist + n_experts + 1 : NULL};
+    route_histograms(seq, n, &routes, n_experts, &s, &h);
+    if (lru_hits) hits_from_histogram_from(h.lru, n_experts, widest, lru_hits);
+    if (opt_hits) hits_from_histogram_from(h.opt, n_experts, widest, opt_hits);
+    free(hist);
+    stack_scratch_free(&s);
+    return widest;
 }
 
 /* ---- per-token helpers ---- */
@@ -593,14 +707,30 @@ typedef struct work {
     uint16_t *prev_top1; /* [n_requests] top-1 expert of that token (when recorded) */
     marker set;          /* [n_experts] */
     stack_scratch stacks;
-    uint64_t *lru_hist, *opt_hist;                       /* [n_experts + 1] */
-    uint64_t *lru_hits, *opt_hits;                       /* [n_experts + 1] summed over layers */
+    depth_hists hist;                 /* each [n_experts + 1], this layer */
+    uint64_t *lru_hits, *opt_hits;    /* [n_experts + 1] routes pinned, summed over layers */
+    uint64_t *lru_slot_hits;          /* [n_experts + 1] per slot, summed over layers */
     uint64_t *la_pairs, *la_top1, *la_found, *la_wanted; /* [D] this layer */
     uint64_t *sum_la_pairs, *sum_la_top1, *sum_la_found, *sum_la_wanted; /* [D] all layers */
     uint64_t reuse_pairs, reuse_top1, reuse_any;                         /* all layers */
     uint64_t reuse_dist_sum, reuse_dist_n;                               /* all layers */
     batch_plan batch;
 } work;
+
+/* A layer's hit-rate curve [E + 1] from its depth histogram: hits / n at c = from..E, NaN
+ * below (index 0 included); adds the hit counts to sum [E + 1]. */
+static double *layer_curve(const uint64_t *hist, uint32_t E, uint32_t from, size_t n,
+                           uint64_t *sum, arena *mem) {
+    double *rate = arena_calloc(mem, (size_t)E + 1, sizeof *rate);
+    uint64_t hits = 0;
+    rate[0] = NAN;
+    for (uint32_t c = 1; c <= E; c++) {
+        hits += hist[c];
+        rate[c] = c < from ? NAN : ratio(hits, n);
+        sum[c] += hits;
+    }
+    return rate;
+}
 
 static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
     const trace *t = w->t;
@@ -685,31 +815,24 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
     w->reuse_top1 += same_top1;
     w->reuse_any += any_shared;
 
-    memset(w->lru_hist, 0, ((size_t)E + 1) * sizeof *w->lru_hist);
-    memset(w->opt_hist, 0, ((size_t)E + 1) * sizeof *w->opt_hist);
-    depth_histograms(w->seq, n, E, &w->stacks, w->lru_hist, w->opt_hist);
-    ls->cold_misses = w->lru_hist[0];
-    MOESIM_ASSERT(w->opt_hist[0] == w->lru_hist[0]);
+    const depth_hists *h = &w->hist;
+    memset(h->lru_slot, 0, 3 * ((size_t)E + 1) * sizeof *h->lru_slot); /* one block, 3 arrays */
+    route_list rows = {.fixed = k, .n = n / k}; /* a token's row runs together */
+    route_histograms(w->seq, n, &rows, E, &w->stacks, h);
+    ls->cold_misses = h->lru_slot[0];
+    MOESIM_ASSERT(h->lru[0] == ls->cold_misses && h->opt[0] == ls->cold_misses);
     uint64_t dist_sum = 0, dist_n = 0;
     for (uint32_t d = 1; d <= E; d++) {
-        dist_sum += (uint64_t)d * w->lru_hist[d];
-        dist_n += w->lru_hist[d];
+        dist_sum += (uint64_t)d * h->lru_slot[d];
+        dist_n += h->lru_slot[d];
     }
     ls->mean_reuse_distance = ratio(dist_sum, dist_n);
     w->reuse_dist_sum += dist_sum;
     w->reuse_dist_n += dist_n;
 
-    ls->lru_hit_rate = arena_calloc(mem, (size_t)E + 1, sizeof(double));
-    ls->opt_hit_rate = arena_calloc(mem, (size_t)E + 1, sizeof(double));
-    uint64_t lru = 0, opt = 0;
-    for (uint32_t c = 1; c <= E; c++) {
-        lru += w->lru_hist[c];
-        opt += w->opt_hist[c];
-        ls->lru_hit_rate[c] = ratio(lru, n);
-        ls->opt_hit_rate[c] = ratio(opt, n);
-        w->lru_hits[c] += lru;
-        w->opt_hits[c] += opt;
-    }
+    ls->lru_hit_rate = layer_curve(h->lru, E, k, n, w->lru_hits, mem);
+    ls->opt_hit_rate = layer_curve(h->opt, E, k, n, w->opt_hits, mem);
+    ls->lru_slot_hit_rate = layer_curve(h->lru_slot, E, 1, n, w->lru_slot_hits, mem);
 
     if (D) {
         ls->lookahead_top1 = arena_calloc(mem, D, sizeof(double));
@@ -726,6 +849,14 @@ static void layer_compute(work *w, uint32_t l, layer_stats *ls, arena *mem) {
 }
 
 /* ---- the whole trace ---- */
+
+/* hits[c] / accesses at c = from..E, NaN below. */
+static double *total_curve(const uint64_t *hits, uint32_t E, uint32_t from, uint64_t accesses,
+                           arena *mem) {
+    double *rate = arena_calloc(mem, (size_t)E + 1, sizeof *rate);
+    for (uint32_t c = 0; c <= E; c++) rate[c] = c < from ? NAN : ratio(hits[c], accesses);
+    return rate;
+}
 
 trace_stats *trace_stats_compute(const trace *t) {
     const uint32_t E = t->meta.n_experts, k = t->meta.top_k, L = t->meta.n_layers;
@@ -758,10 +889,12 @@ trace_stats *trace_stats_compute(const trace *t) {
     w.prev_top1 = moesim_xcalloc(t->n_requests ? t->n_requests : 1, sizeof *w.prev_top1);
     marker_init(&w.set, E);
     stack_scratch_init(&w.stacks, E, max_seq);
-    w.lru_hist = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
-    w.opt_hist = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
-    w.lru_hits = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
-    w.opt_hits = moesim_xcalloc((size_t)E + 1, sizeof(uint64_t));
+    /* the per-slot OPT curve is left out: a third OPT-sized chain would cost ~20 % of the
+     * throughput (bench, E = 512) for a figure that is no bound for the simulator */
+    uint64_t *hist = moesim_xcalloc(6 * ((size_t)E + 1), sizeof *hist);
+    w.hist = (depth_hists){.lru_slot = hist, .lru = hist + (E + 1), .opt = hist + 2 * (E + 1)};
+    w.lru_hits = hist + 3 * (E + 1), w.opt_hits = hist + 4 * (E + 1);
+    w.lru_slot_hits = hist + 5 * (E + 1);
     uint64_t *la = moesim_xcalloc(8 * (size_t)(D ? D : 1), sizeof(uint64_t));
     w.la_pairs = la, w.la_top1 = la + D, w.la_found = la + 2 * D, w.la_wanted = la + 3 * D;
     w.sum_la_pairs = la + 4 * D, w.sum_la_top1 = la + 5 * D;
@@ -793,12 +926,9 @@ trace_stats *trace_stats_compute(const trace *t) {
     s->reuse_any = ratio(w.reuse_any, w.reuse_pairs);
     s->mean_reuse_distance = ratio(w.reuse_dist_sum, w.reuse_dist_n);
 
-    s->lru_hit_rate = arena_calloc(&s->mem, (size_t)E + 1, sizeof(double));
-    s->opt_hit_rate = arena_calloc(&s->mem, (size_t)E + 1, sizeof(double));
-    for (uint32_t c = 1; c <= E; c++) {
-        s->lru_hit_rate[c] = ratio(w.lru_hits[c], s->accesses);
-        s->opt_hit_rate[c] = ratio(w.opt_hits[c], s->accesses);
-    }
+    s->lru_hit_rate = total_curve(w.lru_hits, E, k, s->accesses, &s->mem);
+    s->opt_hit_rate = total_curve(w.opt_hits, E, k, s->accesses, &s->mem);
+    s->lru_slot_hit_rate = total_curve(w.lru_slot_hits, E, 1, s->accesses, &s->mem);
     if (D) {
         s->lookahead_top1 = arena_calloc(&s->mem, D, sizeof(double));
         s->lookahead_recall = arena_calloc(&s->mem, D, sizeof(double));
@@ -816,10 +946,7 @@ trace_stats *trace_stats_compute(const trace *t) {
 
     free(sorted);
     free(la);
-    free(w.opt_hits);
-    free(w.lru_hits);
-    free(w.opt_hist);
-    free(w.lru_hist);
+    free(hist);
     stack_scratch_free(&w.stacks);
     marker_free(&w.set);
     free(w.prev_top1);
@@ -839,11 +966,11 @@ void trace_stats_destroy(trace_stats *s) {
 /* A number, or null where the figure is absent (NaN). */
 static json_t *json_number_or_null(double x) { return isnan(x) ? json_null() : json_real(x); }
 
-/* {"1": r[1], ..., "E": r[E]} */
-static json_t *json_curve(const double *rate, uint32_t n_experts) {
+/* {"from": r[from], ..., "E": r[E]} */
+static json_t *json_curve(const double *rate, uint32_t from, uint32_t n_experts) {
     json_t *o = json_object();
     char key[16];
-    for (uint32_t c = 1; c <= n_experts; c++) {
+    for (uint32_t c = from; c <= n_experts; c++) {
         snprintf(key, sizeof key, "%u", c);
         json_object_set_new(o, key, json_number_or_null(rate[c]));
     }
@@ -897,8 +1024,9 @@ json_t *trace_stats_to_json(const trace_stats *s) {
                         json_by_distance(s->lookahead_top1, s->lookahead_depth));
     json_object_set_new(j, "lookahead_recall",
                         json_by_distance(s->lookahead_recall, s->lookahead_depth));
-    json_object_set_new(j, "lru_hit_rate", json_curve(s->lru_hit_rate, s->experts));
-    json_object_set_new(j, "opt_hit_rate", json_curve(s->opt_hit_rate, s->experts));
+    json_object_set_new(j, "lru_hit_rate", json_curve(s->lru_hit_rate, s->top_k, s->experts));
+    json_object_set_new(j, "opt_hit_rate", json_curve(s->opt_hit_rate, s->top_k, s->experts));
+    json_object_set_new(j, "lru_slot_hit_rate", json_curve(s->lru_slot_hit_rate, 1, s->experts));
     json_t *layers = json_array();
     for (uint32_t l = 0; l < s->layers; l++) {
         const layer_stats *ls = &s->per_layer[l];
@@ -924,8 +1052,10 @@ json_t *trace_stats_to_json(const trace_stats *s) {
                             json_by_distance(ls->lookahead_top1, s->lookahead_depth));
         json_object_set_new(o, "lookahead_recall",
                             json_by_distance(ls->lookahead_recall, s->lookahead_depth));
-        json_object_set_new(o, "lru_hit_rate", json_curve(ls->lru_hit_rate, s->experts));
-        json_object_set_new(o, "opt_hit_rate", json_curve(ls->opt_hit_rate, s->experts));
+        json_object_set_new(o, "lru_hit_rate", json_curve(ls->lru_hit_rate, s->top_k, s->experts));
+        json_object_set_new(o, "opt_hit_rate", json_curve(ls->opt_hit_rate, s->top_k, s->experts));
+        json_object_set_new(o, "lru_slot_hit_rate",
+                            json_curve(ls->lru_slot_hit_rate, 1, s->experts));
         json_array_append_new(layers, o);
     }
     json_object_set_new(j, "per_layer", layers);

@@ -1,12 +1,15 @@
 /* Statistics of a router trace: skew, reuse, the share of experts a batch touches, look-ahead
  * predictor accuracy, and LRU / OPT hit-rate curves for a per-layer expert cache of every
- * capacity 1..E (Mattson's stack algorithm for LRU, the priority-stack form for Belady's OPT:
- * one pass each).
+ * capacity (Mattson's stack algorithm for LRU, the priority-stack form for Belady's OPT).
  *
- * Conventions (shared with the simulator, whose LRU hit rate must equal lru_hit_rate[c]):
- * one cache per layer; each of a token's top-k selections is one access, in stored order;
- * tokens in trace order (requests in execution order); caches persist across requests; cold
- * misses count as misses. */
+ * Conventions: one cache per layer; each of a token's top-k selections is one access, in
+ * stored order; tokens in trace order (requests in execution order); caches persist across
+ * requests; cold misses count as misses. Two rules for the caches (traces/STATS.md):
+ *   - the simulator's (lru_hit_rate, opt_hit_rate; capacities top_k..E): a token's experts are
+ *     resident together, so none of them is evicted to load another of the same token — the
+ *     simulator's lru at batch 1 with one-token steps gives lru_hit_rate[c];
+ *   - per slot (lru_slot_hit_rate; capacities 1..E): every access on its own, nothing pinned
+ *     (a software cache fed the access sequence); trace_stats_hit_counts gives per-slot OPT. */
 #ifndef MOESIM_TRACES_STATS_H
 #define MOESIM_TRACES_STATS_H
 
@@ -37,8 +40,9 @@ typedef struct layer_stats {
     double active_share[STATS_N_BATCH]; /* mean share touched per decode iteration; NaN: absent */
     double *lookahead_top1;   /* [D] predicted top-1 == actual top-1 of layer l+d; NaN: absent */
     double *lookahead_recall; /* [D] share of layer l+d's top-k among the first k predicted */
-    double *lru_hit_rate;     /* [n_experts + 1] by capacity; index 0 unused (0) */
-    double *opt_hit_rate;     /* [n_experts + 1] */
+    double *lru_hit_rate;      /* [n_experts + 1] by capacity, routes pinned; NaN below top_k */
+    double *opt_hit_rate;      /* [n_experts + 1] Belady under the same rule; NaN below top_k */
+    double *lru_slot_hit_rate; /* [n_experts + 1] LRU per slot; index 0 NaN */
 } layer_stats;
 
 typedef struct trace_stats {
@@ -53,8 +57,9 @@ typedef struct trace_stats {
     double active_share[STATS_N_BATCH];
     double *lookahead_top1;   /* [D] */
     double *lookahead_recall; /* [D] */
-    double *lru_hit_rate;     /* [n_experts + 1] hits / accesses over all layers */
-    double *opt_hit_rate;     /* [n_experts + 1] */
+    double *lru_hit_rate;      /* [n_experts + 1] hits / accesses over all layers (as above) */
+    double *opt_hit_rate;      /* [n_experts + 1] */
+    double *lru_slot_hit_rate; /* [n_experts + 1] LRU per slot */
     layer_stats *per_layer;   /* [layers] */
     arena mem;                /* owns every array above */
 } trace_stats;
@@ -65,13 +70,23 @@ typedef struct trace_stats {
 trace_stats *trace_stats_compute(const trace *t);
 void trace_stats_destroy(trace_stats *s); /* accepts NULL */
 
-/* Hit counts of one cache fed the access sequence `seq` (expert ids < n_experts), for every
- * capacity at once: lru_hits[c] and opt_hits[c] for c = 0..n_experts (index 0 is 0). Either
- * output may be NULL (that pass is skipped). Used by trace_stats_compute for each layer and by
- * callers that build their own sequences (calibration, tests). O(n * stack depth), allocates
- * O(n + n_experts) scratch once. */
+/* Hit counts of one cache fed the access sequence `seq` (expert ids < n_experts) one access at a
+ * time (the per-slot rule), for every capacity at once: lru_hits[c] and opt_hits[c] for
+ * c = 0..n_experts (index 0 is 0). Either output may be NULL (that pass is skipped). For callers
+ * that build their own sequences (calibration, tests). O(n * stack depth), allocates O(n +
+ * n_experts) scratch once. */
 void trace_stats_hit_counts(const uint16_t *seq, size_t n, uint32_t n_experts, uint64_t *lru_hits,
                             uint64_t *opt_hits);
+
+/* The same under the simulator's rule: `seq` is cut into consecutive routes of route_len[r]
+ * accesses (sum = n) whose experts are resident together (the simulator's (sub-)routes); a
+ * route's later accesses of an expert are hits. LRU, and Belady's OPT under that constraint
+ * (evict the expert outside the route used farthest in the future), for every capacity c at
+ * least the widest route's distinct experts, which it returns; hits[c] is 0 below it. What
+ * trace_stats_compute does per layer with one-token routes. */
+uint32_t trace_stats_route_hit_counts(const uint16_t *seq, size_t n, const uint32_t *route_len,
+                                      size_t n_routes, uint32_t n_experts, uint64_t *lru_hits,
+                                      uint64_t *opt_hits);
 
 /* The JSON of `moesim trace stats --json` (keys documented in traces/STATS.md). New reference.
  * Absent values (NaN) are written as null. */

@@ -129,7 +129,8 @@ void dmat_matvec(float *y, const dmat &w, const float *x, cudaStream_t s) {
 
 struct dlayer {
     float *attn_norm = nullptr, *ffn_norm = nullptr;
-    float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;
+    float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr, *o_bias = nullptr;
+    uint32_t attn_window = 0; /* the last attn_window positions; 0: all */
     float *q_norm = nullptr, *k_norm = nullptr;
     dmat wq, wk, wv, wo, router;
     dmat shared[ECU_PARTS], dense[ECU_PARTS];
@@ -539,6 +540,7 @@ int create(engine_cuda *g, const ecu_model *m, char *msg, size_t len) {
     for (uint32_t l = 0; l < m->n_layers; l++) {
         const ecu_layer &s = m->layers[l];
         dlayer &d = g->layers[l];
+        d.attn_window = s.attn_window;
         uint32_t qn = m->qk_norm_per_head ? m->head_dim : qd;
         uint32_t kn = m->qk_norm_per_head ? m->head_dim : kvd;
         if (upload_vec(g, &d.attn_norm, s.attn_norm, H, msg, len) ||
@@ -546,6 +548,7 @@ int create(engine_cuda *g, const ecu_model *m, char *msg, size_t len) {
             upload_vec(g, &d.q_bias, s.q_bias, qd, msg, len) ||
             upload_vec(g, &d.k_bias, s.k_bias, kvd, msg, len) ||
             upload_vec(g, &d.v_bias, s.v_bias, kvd, msg, len) ||
+            upload_vec(g, &d.o_bias, s.o_bias, H, msg, len) ||
             upload_vec(g, &d.q_norm, s.q_norm, qn, msg, len) ||
             upload_vec(g, &d.k_norm, s.k_norm, kn, msg, len) ||
             upload_mat(g, &d.wq, s.wq, msg, len) || upload_mat(g, &d.wk, s.wk, msg, len) ||
@@ -655,11 +658,12 @@ void engine_cuda_forward(engine_cuda *g, engine_cuda_seq *s, const float *x, uin
     uint32_t qd = nh * hd, kvd = nkv * hd;
     memcpy(g->h_x, x, H * sizeof(float));
     CUDA_CHECK(cudaMemcpyAsync(g->x, g->h_x, H * sizeof(float), cudaMemcpyHostToDevice, st));
-    uint32_t start =
-        c.sliding_window && pos + 1 > c.sliding_window ? pos + 1 - c.sliding_window : 0;
-    uint32_t n_ctx = pos + 1 - start;
+    uint32_t first = pos; /* the first position any layer's window sees */
     for (uint32_t l = 0; l < c.n_layers; l++) {
         const dlayer &L = g->layers[l];
+        uint32_t w = L.attn_window, start = w && pos + 1 > w ? pos + 1 - w : 0;
+        uint32_t n_ctx = pos + 1 - start;
+        if (start < first) first = start;
         float *kc = s->k + (size_t)l * s->max_ctx * kvd, *vc = s->v + (size_t)l * s->max_ctx * kvd;
         float *k = kc + (size_t)pos * kvd, *v = vc + (size_t)pos * kvd; /* written in place */
         kern_rmsnorm_cuda(g->h, g->x, L.attn_norm, H, c.rms_eps, st);
@@ -695,6 +699,7 @@ void engine_cuda_forward(engine_cuda *g, engine_cuda_seq *s, const float *x, uin
             CUDA_LAUNCH_CHECK();
         }
         dmat_matvec(g->tmp, L.wo, g->att, st);
+        if (L.o_bias) add_into(g->tmp, L.o_bias, H, st);
         add_into(g->x, g->tmp, H, st);
         kern_rmsnorm_cuda(g->h, g->x, L.ffn_norm, H, c.rms_eps, st);
         if (L.router.data) {
@@ -711,11 +716,11 @@ void engine_cuda_forward(engine_cuda *g, engine_cuda_seq *s, const float *x, uin
         CUDA_CHECK(cudaMemcpyAsync(g->h_logits, g->logits, (size_t)c.vocab * sizeof(float),
                                    cudaMemcpyDeviceToHost, st));
     }
-    if (out->importance) /* rows [start, pos] of every MoE layer */
-        CUDA_CHECK(cudaMemcpy2DAsync(out->importance + start, s->max_ctx * sizeof(float),
-                                     s->importance + start, s->max_ctx * sizeof(float),
-                                     n_ctx * sizeof(float), c.n_moe_layers, cudaMemcpyDeviceToHost,
-                                     st));
+    if (out->importance) /* rows [first, pos] of every MoE layer */
+        CUDA_CHECK(cudaMemcpy2DAsync(out->importance + first, s->max_ctx * sizeof(float),
+                                     s->importance + first, s->max_ctx * sizeof(float),
+                                     (pos + 1 - first) * sizeof(float), c.n_moe_layers,
+                                     cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     if (out->logits) memcpy(out->logits, g->h_logits, (size_t)c.vocab * sizeof(float));
 }

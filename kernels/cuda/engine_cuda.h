@@ -40,6 +40,8 @@ typedef struct ecu_mat {
 typedef struct ecu_layer {
     const float *attn_norm, *ffn_norm;     /* [hidden] */
     const float *q_bias, *k_bias, *v_bias; /* [q_dim], [kv_dim], [kv_dim] or NULL */
+    const float *o_bias;                   /* [hidden] or NULL */
+    uint32_t attn_window;                  /* the last attn_window positions; 0: all */
     const float *q_norm, *k_norm;          /* [head_dim] (per head) or [q_dim]/[kv_dim], or NULL */
     ecu_mat wq, wk, wv, wo;
     bool is_moe;
@@ -57,7 +59,6 @@ typedef struct ecu_model {
     bool norm_topk_prob, qk_norm_per_head, qk_norm_full;
     float rms_eps, clip_qkv;
     double rope_theta;
-    uint32_t sliding_window;
     const uint32_t *moe_index; /* [n_layers] model layer -> MoE layer index */
     uint32_t precision_mask;   /* bit (1u << p) for each held precision */
     const ecu_layer *layers;   /* [n_layers] */
@@ -86,7 +87,8 @@ typedef struct ecu_token_out {
     uint32_t la_depth, la_k; /* look-ahead D and K' */
     uint16_t *la_ids;        /* [n_moe_layers][D][K'] */
     float *la_scores;        /* [n_moe_layers][D][K'] */
-    float *importance;       /* [n_moe_layers][max_ctx]: positions [start, pos] refreshed */
+    float *importance;       /* [n_moe_layers][max_ctx]: positions [start, pos] refreshed, start
+                                the first position the widest attention window sees */
 } ecu_token_out;
 
 /* Runs the token whose embedding row is x: [hidden] (host) at position pos of s.

@@ -1,0 +1,238 @@
+/* `moesim calibrate --backend cpu` (replay/replay.h, calib_run_cpu): what the CPU replay's
+ * profile and cost table hold, measured on this machine with the replay's own code. The link into
+ * the pool is the disk: O_DIRECT reads of the expert file (replay/cpu_store.h) at the copy sizes,
+ * random offsets, one at a time as the copy thread reads them; bandwidth at each size and the
+ * latency as the intercept of time vs size (least squares). Compute: every op of sim/COST.md
+ * timed with replay/cpu_compute.c at the points the model's runs use; DRAM bandwidth by memcpy;
+ * the bf16 matvec rate as the compute peak actually reached. Median of `repeats` per point. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <gsl/gsl_fit.h>
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "kernels/quant.h"
+#include "replay/cpu_compute.h"
+#include "replay/cpu_copier.h"
+#include "replay/cpu_store.h"
+#include "replay/replay.h"
+
+static double median(double *v, size_t n) {
+    gsl_sort(v, 1, n);
+    return gsl_stats_median_from_sorted_data(v, 1, n);
+}
+
+/* Disk: `repeats` reads of each size at offsets spread over the file (a cheap LCG: no cache). */
+static moesim_status time_disk(const cpu_store *s, uint32_t repeats, calib_results *c,
+                               moesim_error *err) {
+    static const double sizes[] = {64 * 1024.0, 256 * 1024.0, 1048576.0, 4 * 1048576.0};
+    uint64_t biggest = 4 * 1048576;
+    uint8_t *buf = moesim_xaligned(CPU_STORE_ALIGN, biggest + 2 * CPU_STORE_ALIGN);
+    double *t = moesim_xcalloc(repeats, sizeof *t);
+    double xs[4], ys[4];
+    uint64_t lcg = 12345;
+    c->n_sizes = 0;
+    for (size_t k = 0; k < 4; k++) {
+        uint64_t n = (uint64_t)sizes[k];
+        if (s->file_bytes < n + CPU_STORE_ALIGN) break;
+        for (uint32_t r = 0; r < repeats; r++) {
+            lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t off = (lcg >> 20) % (s->file_bytes - n) / CPU_STORE_ALIGN * CPU_STORE_ALIGN;
+            uint64_t t0 = cpu_clock_ns();
+            if (!cpu_store_read(s, off, n, buf, NULL)) {
+                free(buf);
+                free(t);
+                return moesim_fail(err, MOESIM_EIO, "%s: O_DIRECT read failed", s->path);
+            }
+            t[r] = (double)(cpu_clock_ns() - t0);
+        }
+        double ns = median(t, repeats);
+        c->size_bytes[c->n_sizes] = sizes[k];
+        c->h2d_gb_per_s[c->n_sizes] = sizes[k] / ns;
+        c->d2h_gb_per_s[c->n_sizes] = sizes[k] / ns;
+        xs[c->n_sizes] = sizes[k];
+        ys[c->n_sizes++] = ns;
+    }
+    free(buf);
+    free(t);
+    if (c->n_sizes < 2)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: the expert file is too small to time reads",
+                           s->path);
+    double c0, c1, cov00, cov01, cov11, sumsq;
+    gsl_fit_linear(xs, 1, ys, 1, c->n_sizes, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
+    /* each chunk is one request (cpu-host: latency_per_chunk), so the link is the fit itself:
+     * the intercept per request, the slope's bandwidth per byte */
+    c->h2d_latency_us = c->d2h_latency_us = c0 > 0 ? c0 / 1e3 : 0;
+    c->h2d_peak_gb_per_s = c->d2h_peak_gb_per_s = c1 > 0 ? 1.0 / c1 : c->h2d_gb_per_s[c->n_sizes - 1];
+    return MOESIM_OK;
+}
+
+/* The replay runs every op on weights that come from DRAM (an expert just read from disk, a layer
+ * last touched a whole token ago): each timed call starts after reading this much other memory,
+ * more than the last-level caches of the machines we run on (32 MiB L3 here). */
+#define EVICT_BYTES (48u << 20)
+
+static volatile uint64_t evict_sink;
+
+static void evict_caches(const uint64_t *buf) {
+    uint64_t s = 0;
+    for (size_t i = 0; i < EVICT_BYTES / sizeof *buf; i += 8) s += buf[i];
+    evict_sink = s;
+}
+
+/* The median time of one call of an op on cold caches, ns. */
+typedef void (*op_fn)(cpu_compute *cc, const void *ctx, uint32_t x);
+
+static double time_op(cpu_compute *cc, op_fn f, const void *ctx, uint32_t x, uint32_t repeats,
+                      double *t, const uint64_t *evict) {
+    for (uint32_t r = 0; r < repeats; r++) {
+        evict_caches(evict);
+        uint64_t t0 = cpu_clock_ns();
+        f(cc, ctx, x);
+        t[r] = (double)(cpu_clock_ns() - t0);
+    }
+    return median(t, repeats);
+}
+
+typedef struct expert_ctx {
+    moesim_precision p;
+    const uint8_t *w; /* gate | up | down in the kernels' format */
+    uint64_t part_bytes;
+} expert_ctx;
+
+static void op_gate_up(cpu_compute *cc, const void *ctx, uint32_t x) {
+    const expert_ctx *e = ctx;
+    cpu_compute_expert_gate_up(cc, e->p, e->w, e->w + e->part_bytes, x);
+}
+static void op_down(cpu_compute *cc, const void *ctx, uint32_t x) {
+    const expert_ctx *e = ctx;
+    cpu_compute_expert_down(cc, e->p, e->w + 2 * e->part_bytes, x);
+}
+/* x = attended positions of one decode token (its context): the core alone */
+static void op_attention(cpu_compute *cc, const void *ctx, uint32_t x) {
+    (void)ctx;
+    uint32_t pos = x - 1;
+    cpu_compute_attention_core(cc, &pos, 1);
+}
+/* x = tokens: the projections */
+static void op_attention_proj(cpu_compute *cc, const void *ctx, uint32_t x) {
+    cpu_compute_attention_proj(cc, *(const uint32_t *)ctx, x);
+}
+static void op_router(cpu_compute *cc, const void *ctx, uint32_t x) {
+    cpu_compute_router(cc, *(const uint32_t *)ctx, x);
+}
+static void op_shared(cpu_compute *cc, const void *ctx, uint32_t x) {
+    cpu_compute_shared(cc, *(const uint32_t *)ctx, x);
+}
+static void op_dense(cpu_compute *cc, const void *ctx, uint32_t x) {
+    cpu_compute_dense(cc, *(const uint32_t *)ctx, x);
+}
+static void op_combine(cpu_compute *cc, const void *ctx, uint32_t x) {
+    (void)ctx;
+    cpu_compute_combine(cc, x);
+}
+static void op_lm_head(cpu_compute *cc, const void *ctx, uint32_t x) {
+    (void)ctx;
+    cpu_compute_lm_head(cc, x);
+}
+
+typedef struct timing {
+    cpu_compute *cc;
+    uint32_t repeats;
+    double *t;              /* [repeats] scratch */
+    const uint64_t *evict;  /* [EVICT_BYTES / 8] */
+} timing;
+
+static void curve(calib_results *c, cost_op op, moesim_precision p, const timing *tm, op_fn f,
+                  const void *ctx, const uint32_t *xs, uint32_t n) {
+    cost_curve *cv = &c->curve[op][p];
+    cv->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        cv->x[i] = xs[i];
+        cv->t_ns[i] = time_op(tm->cc, f, ctx, xs[i], tm->repeats, tm->t, tm->evict);
+    }
+}
+
+moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_results *out,
+                            moesim_error *err) {
+    const model_geometry *m = opt->model;
+    memset(out, 0, sizeof *out);
+    snprintf(out->gpu, sizeof out->gpu, "CPU (%ld cores online)", sysconf(_SC_NPROCESSORS_ONLN));
+    snprintf(out->backend, sizeof out->backend, "cpu");
+    out->repeats = opt->repeats;
+    uint32_t repeats = opt->repeats;
+    double *t = moesim_xcalloc(repeats, sizeof *t);
+
+    bool stored[PREC_COUNT] = {false};
+    stored[PREC_INT4] = true;
+    cpu_store *s = NULL;
+    moesim_status st = cpu_store_create(m, stored, dir, 1, &s, err);
+    if (!st) st = time_disk(s, repeats, out, err);
+    cpu_store_destroy(s);
+    if (st) {
+        free(t);
+        return st;
+    }
+
+    /* DRAM: memcpy of 64 MiB, read + write bytes */
+    uint64_t n = 64ull << 20;
+    uint8_t *a = moesim_xmalloc(n), *b = moesim_xmalloc(n);
+    memset(a, 1, n);
+    memset(b, 2, n);
+    for (uint32_t r = 0; r < repeats; r++) {
+        uint64_t t0 = cpu_clock_ns();
+        memcpy(b, a, n);
+        t[r] = (double)(cpu_clock_ns() - t0);
+    }
+    out->hbm_gb_per_s = 2.0 * (double)n / median(t, repeats);
+    free(a);
+    free(b);
+
+    uint32_t max_ctx = opt->quick ? 256 : 2048;
+    cpu_compute cc;
+    cpu_compute_init(&cc, m, max_ctx, 1);
+    uint32_t moe_layer = 0, dense_layer = UINT32_MAX;
+    while (moe_layer < m->n_layers && !m->is_moe_layer[moe_layer]) moe_layer++;
+    for (uint32_t l = 0; l < m->n_layers; l++)
+        if (!m->is_moe_layer[l]) dense_layer = l;
+    static const uint32_t tok_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    static const uint32_t ctx_full[] = {1, 8, 32, 128, 512, 1024, 2048};
+    uint32_t n_tok = opt->quick ? 5 : 9, n_ctx = opt->quick ? 5 : 7;
+    uint64_t *evict = moesim_xcalloc(EVICT_BYTES / sizeof(uint64_t), sizeof(uint64_t));
+    timing tm = {&cc, repeats, t, evict};
+    curve(out, COST_ATTENTION, PREC_BF16, &tm, op_attention, NULL, ctx_full, n_ctx);
+    curve(out, COST_ATTENTION_PROJ, PREC_BF16, &tm, op_attention_proj, &moe_layer, tok_full,
+          n_tok);
+    curve(out, COST_ROUTER, PREC_BF16, &tm, op_router, &moe_layer, tok_full, n_tok);
+    if (m->n_shared_experts)
+        curve(out, COST_SHARED, PREC_BF16, &tm, op_shared, &moe_layer, tok_full, n_tok);
+    if (dense_layer != UINT32_MAX)
+        curve(out, COST_DENSE_FFN, PREC_BF16, &tm, op_dense, &dense_layer, tok_full, n_tok);
+    curve(out, COST_COMBINE, PREC_BF16, &tm, op_combine, NULL, tok_full, n_tok);
+    curve(out, COST_LM_HEAD, PREC_BF16, &tm, op_lm_head, NULL, tok_full, n_tok);
+    static const moesim_precision precs[] = {PREC_BF16, PREC_INT8, PREC_INT4, PREC_INT2};
+    for (size_t i = 0; i < sizeof precs / sizeof *precs; i++) {
+        moesim_precision p = precs[i];
+        if (p != PREC_BF16 && (m->hidden % QUANT_GROUP || m->expert_inter % QUANT_GROUP)) continue;
+        expert_ctx e = {p, NULL, replay_part_bytes(m, p, PART_GATE)};
+        MOESIM_ASSERT(e.part_bytes == replay_part_bytes(m, p, PART_DOWN));
+        uint8_t *w = cpu_store_expert_blob(m, p, 1); /* what the replay's store holds */
+        e.w = w;
+        curve(out, COST_EXPERT_GATE_UP, p, &tm, op_gate_up, &e, tok_full, n_tok);
+        curve(out, COST_EXPERT_DOWN, p, &tm, op_down, &e, tok_full, n_tok);
+        free(w);
+    }
+    /* the compute peak this code reaches: a bf16 matvec's flops (the LM head at one token) */
+    double lm_ns = out->curve[COST_LM_HEAD][PREC_BF16].t_ns[0];
+    out->bf16_tflops = lm_ns > 0 ? 2.0 * m->vocab * m->hidden / lm_ns / 1e3 : 0;
+    out->kernel_launch_us = 0; /* ops are function calls on this thread */
+    cpu_compute_free(&cc);
+    free(evict);
+    free(t);
+    return MOESIM_OK;
+}

@@ -1,0 +1,189 @@
+/* The CPU replay's expert file (replay/cpu_store.h). */
+#define _GNU_SOURCE
+#include "replay/cpu_store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "common/rng.h"
+#include "kernels/quant.h"
+#include "replay/weights.h"
+
+
+static uint64_t align_up(uint64_t v) {
+    return (v + CPU_STORE_ALIGN - 1) / CPU_STORE_ALIGN * CPU_STORE_ALIGN;
+}
+
+void cpu_store_destroy(cpu_store *s) {
+    if (!s) return;
+    if (s->fd >= 0) close(s->fd);
+    if (s->path[0]) unlink(s->path);
+    free(s);
+}
+
+uint8_t *cpu_store_expert_blob(const model_geometry *m, moesim_precision p, uint64_t seed) {
+    uint64_t total = 0;
+    for (int part = 0; part < PART_COUNT; part++)
+        total += replay_part_bytes(m, p, (expert_part)part);
+    uint8_t *blob = moesim_xmalloc(total), *dst = blob;
+    uint64_t wide = m->hidden > m->expert_inter ? m->hidden : m->expert_inter;
+    float *row = moesim_xmalloc(wide * sizeof *row);
+    rng *g = rng_create(seed);
+    for (int part = 0; part < PART_COUNT; part++) {
+        uint64_t rows = part == PART_DOWN ? m->hidden : m->expert_inter;
+        uint64_t cols = part == PART_DOWN ? m->expert_inter : m->hidden;
+        uint64_t row_bytes = replay_part_bytes(m, p, (expert_part)part) / rows;
+        for (uint64_t r = 0; r < rows; r++, dst += row_bytes) {
+            for (uint64_t c = 0; c < cols; c++) row[c] = (float)(rng_uniform(g) - 0.5) * 0.05f;
+            if (p == PREC_BF16)
+                for (uint64_t c = 0; c < cols; c++) {
+                    uint16_t b = quant_f32_to_bf16(row[c]);
+                    memcpy(dst + 2 * c, &b, 2);
+                }
+            else
+                quant_row_quantize_ref(p, row, dst, cols);
+        }
+    }
+    rng_destroy(g);
+    free(row);
+    return blob;
+}
+
+/* Every expert of a precision is the same blob: timing depends on bytes, not values, and making
+ * fresh weights for every expert would dominate a validation run. */
+static moesim_status write_file(cpu_store *s, uint64_t seed, moesim_error *err) {
+    int fd = open(s->path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        return moesim_fail(err, MOESIM_EIO, "%s: cannot create the CPU replay's expert file: %s",
+                           s->path, strerror(errno));
+    moesim_status st = MOESIM_OK;
+    size_t LE = (size_t)s->m.n_moe_layers * s->m.n_experts;
+    for (int p = 0; p < PREC_COUNT && !st; p++) {
+        if (!s->stored[p]) continue;
+        uint8_t *blob = cpu_store_expert_blob(&s->m, (moesim_precision)p, seed);
+        uint8_t *padded = moesim_xcalloc(1, s->stride[p]);
+        memcpy(padded, blob, s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2]);
+        for (size_t le = 0; le < LE && !st; le++) {
+            uint64_t off = s->base[p] + le * s->stride[p];
+            for (uint64_t done = 0; done < s->stride[p];) {
+                ssize_t w = pwrite(fd, padded + done, s->stride[p] - done, (off_t)(off + done));
+                if (w <= 0) {
+                    st = moesim_fail(err, MOESIM_EIO, "%s: writing the expert file: %s", s->path,
+                                     w < 0 ? strerror(errno) : "short write (disk full?)");
+                    break;
+                }
+                done += (uint64_t)w;
+            }
+        }
+        free(blob);
+        free(padded);
+    }
+    if (close(fd) != 0 && st == MOESIM_OK)
+        st = moesim_fail(err, MOESIM_EIO, "%s: %s", s->path, strerror(errno));
+    return st;
+}
+
+moesim_status cpu_store_create(const model_geometry *m, const bool stored[PREC_COUNT],
+                               const char *dir, uint64_t seed, cpu_store **out,
+                               moesim_error *err) {
+    *out = NULL;
+    cpu_store *s = moesim_xcalloc(1, sizeof *s);
+    s->fd = -1;
+    s->m = *m;
+    uint64_t off = 0;
+    size_t LE = (size_t)m->n_moe_layers * m->n_experts;
+    for (int p = 0; p < PREC_COUNT; p++) {
+        if (!stored[p]) continue;
+        if (p != PREC_BF16 && !quant_traits_of((moesim_precision)p)) {
+            free(s);
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "the CPU replay's kernels have no %s format (bf16, int8, int4, "
+                               "int2)",
+                               precision_name((moesim_precision)p));
+        }
+        if (p != PREC_BF16 && (m->hidden % QUANT_GROUP || m->expert_inter % QUANT_GROUP)) {
+            free(s);
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "model '%s': widths %u and %u must be multiples of the %d-wide "
+                               "quantization groups of the %s kernels",
+                               m->name, m->hidden, m->expert_inter, QUANT_GROUP,
+                               precision_name((moesim_precision)p));
+        }
+        s->stored[p] = true;
+        uint64_t blob = 0;
+        for (int part = 0; part < PART_COUNT; part++) {
+            s->part_bytes[p][part] = replay_part_bytes(m, (moesim_precision)p, (expert_part)part);
+            blob += s->part_bytes[p][part];
+        }
+        s->stride[p] = align_up(blob);
+        s->base[p] = off;
+        off += s->stride[p] * LE;
+    }
+    s->file_bytes = off;
+    snprintf(s->path, sizeof s->path, "%s/moesim-cpu-experts-%ld-XXXXXX", dir ? dir : "/var/tmp",
+             (long)getpid());
+    int tmp = mkstemp(s->path);
+    if (tmp < 0) {
+        moesim_status st = moesim_fail(err, MOESIM_EIO, "%s: cannot create: %s", s->path,
+                                       strerror(errno));
+        s->path[0] = 0;
+        free(s);
+        return st;
+    }
+    close(tmp);
+    unlink(s->path); /* write_file creates it again, O_EXCL */
+    moesim_status st = write_file(s, seed, err);
+    if (st == MOESIM_OK) {
+        s->fd = open(s->path, O_RDONLY | O_DIRECT);
+        if (s->fd < 0)
+            st = moesim_fail(err, MOESIM_EIO,
+                             "%s: cannot open with O_DIRECT (the CPU replay reads past the page "
+                             "cache; choose a directory on a local disk with --ssd-dir): %s",
+                             s->path, strerror(errno));
+    }
+    if (st != MOESIM_OK) {
+        cpu_store_destroy(s);
+        return st;
+    }
+    *out = s;
+    return MOESIM_OK;
+}
+
+uint64_t cpu_store_part_offset(const cpu_store *s, uint32_t moe_layer, uint32_t expert,
+                               moesim_precision p, expert_part part) {
+    MOESIM_ASSERT(s->stored[p] && moe_layer < s->m.n_moe_layers && expert < s->m.n_experts);
+    uint64_t off = s->base[p] + ((uint64_t)moe_layer * s->m.n_experts + expert) * s->stride[p];
+    for (int q = 0; q < (int)part; q++) off += s->part_bytes[p][q];
+    return off;
+}
+
+static bool read_all(int fd, uint8_t *dst, uint64_t bytes, uint64_t off) {
+    while (bytes) {
+        ssize_t r = pread(fd, dst, bytes, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r == 0) errno = EIO;
+            return false;
+        }
+        dst += r, off += (uint64_t)r, bytes -= (uint64_t)r;
+    }
+    return true;
+}
+
+bool cpu_store_read(const cpu_store *s, uint64_t off, uint64_t bytes, uint8_t *dst,
+                    uint8_t *bounce) {
+    bool aligned = off % CPU_STORE_ALIGN == 0 && bytes % CPU_STORE_ALIGN == 0 &&
+                   (uintptr_t)dst % CPU_STORE_ALIGN == 0;
+    if (aligned) return read_all(s->fd, dst, bytes, off);
+    uint64_t lo = off / CPU_STORE_ALIGN * CPU_STORE_ALIGN;
+    uint64_t hi = align_up(off + bytes);
+    if (!read_all(s->fd, bounce, hi - lo, lo)) return false;
+    memcpy(dst, bounce + (off - lo), bytes);
+    return true;
+}

@@ -1,0 +1,58 @@
+/* The CPU replay's host tier (replay/exec_cpu.c): every expert of a model at the stored
+ * precisions in one file on local disk, read with O_DIRECT (no page cache) chunk by chunk into the
+ * DRAM pool that stands in for HBM. Layout: for each stored precision, the experts in (layer,
+ * expert) order, each a blob [gate | up | down] in the kernels' formats (replay_part_bytes), each
+ * blob starting on a CPU_STORE_ALIGN boundary. Weights are synthetic: a seeded random tile
+ * repeated (timing depends on bytes and shapes, not values).
+ *
+ * Units: bytes. Invariants: blob offsets are CPU_STORE_ALIGN-aligned; the file is removed when
+ * the store is destroyed. */
+#ifndef MOESIM_REPLAY_CPU_STORE_H
+#define MOESIM_REPLAY_CPU_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/model.h"
+#include "common/precision.h"
+#include "common/status.h"
+
+#define CPU_STORE_ALIGN 4096u /* O_DIRECT: offsets, sizes and buffers aligned to this */
+
+typedef struct cpu_store {
+    model_geometry m;
+    bool stored[PREC_COUNT];
+    uint64_t part_bytes[PREC_COUNT][PART_COUNT]; /* kernel format bytes of one part */
+    uint64_t stride[PREC_COUNT];                 /* blob bytes rounded up to CPU_STORE_ALIGN */
+    uint64_t base[PREC_COUNT];                   /* file offset of precision p's first blob */
+    uint64_t file_bytes;
+    int fd; /* O_DIRECT read descriptor */
+    char path[600];
+} cpu_store;
+
+/* Writes the store of `m` at the precisions `stored` into a new file under `dir` (NULL:
+ * /var/tmp) and opens it for O_DIRECT reads. Fails (MOESIM_EINPUT) when a width is not a multiple
+ * of the quantization group of a stored integer format, MOESIM_EIO when the file cannot be written
+ * or opened with O_DIRECT (the message names the path and errno). Caller owns *out;
+ * cpu_store_destroy. */
+moesim_status cpu_store_create(const model_geometry *m, const bool stored[PREC_COUNT],
+                               const char *dir, uint64_t seed, cpu_store **out,
+                               moesim_error *err);
+void cpu_store_destroy(cpu_store *s); /* accepts NULL; removes the file */
+
+/* One expert's blob [gate | up | down] at precision p in the kernels' formats, from seeded
+ * random weights quantized as the engine quantizes (normal floats: no denormal or NaN that would
+ * make the CPU kernels slower than real weights). Caller frees. */
+uint8_t *cpu_store_expert_blob(const model_geometry *m, moesim_precision p, uint64_t seed);
+
+/* File offset of part `part` of (moe_layer, expert) at precision p. */
+uint64_t cpu_store_part_offset(const cpu_store *s, uint32_t moe_layer, uint32_t expert,
+                               moesim_precision p, expert_part part);
+
+/* Reads `bytes` at file offset `off` into dst. Direct (O_DIRECT) when off, bytes and dst are
+ * aligned, else through `bounce` ([bytes + 2 * CPU_STORE_ALIGN], aligned) and a copy. Returns
+ * false on an I/O error (errno set). */
+bool cpu_store_read(const cpu_store *s, uint64_t off, uint64_t bytes, uint8_t *dst,
+                    uint8_t *bounce);
+
+#endif

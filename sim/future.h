@@ -1,0 +1,41 @@
+/* The trace's future, for the `oracle` bound only (policies/oracle.c): the host knows the whole
+ * schedule because routing comes from a trace. One index for every host (sim and replay), built
+ * on first use: for each (layer, expert), the global positions of its accesses in execution order
+ * (steps in order, layers in order, tokens of the step in order, slots in order).
+ *
+ * Memory: 4 bytes per routed access (8 when the trace has 2^32 or more), plus [L*E+1] offsets. */
+#ifndef MOESIM_SIM_FUTURE_H
+#define MOESIM_SIM_FUTURE_H
+
+#include <stdint.h>
+
+#include "sim/schedule.h"
+#include "traces/trace.h"
+
+typedef struct sim_future {
+    const trace *tr;          /* borrowed */
+    const sim_schedule *sch;  /* borrowed */
+    uint32_t L, E, K;
+    uint32_t *use_pos32; /* [accesses] positions grouped by (layer, expert), when they fit 32 bits */
+    uint64_t *use_pos64; /* [accesses] otherwise */
+    uint64_t *use_first; /* [L*E + 1] CSR offsets into use_pos */
+    uint64_t *use_cur;   /* [L*E] cursor: first use not before the last query's position */
+    uint32_t *stamp;     /* [E] scratch of sim_future_active */
+    uint32_t stamp_gen;
+    bool built;
+} sim_future;
+
+/* Remembers the trace and schedule (borrowed for the future's lifetime); builds nothing yet. */
+void sim_future_init(sim_future *f, const trace *tr, const sim_schedule *sch);
+void sim_future_free(sim_future *f); /* accepts a zeroed struct */
+
+/* Accesses (token, slot) between `pos` and the next access of (layer, expert) at or after it;
+ * UINT64_MAX if never again. Positions must not go back between calls for one expert. */
+uint64_t sim_future_next_use(sim_future *f, uint32_t layer, uint32_t expert, uint64_t pos);
+
+/* The distinct experts step `step` activates at `layer`, ascending: writes up to `cap` ids,
+ * returns the count (0 past the last step). */
+uint32_t sim_future_active(sim_future *f, uint64_t step, uint32_t layer, uint16_t *ids,
+                           uint32_t cap);
+
+#endif

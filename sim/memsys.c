@@ -1,0 +1,636 @@
+/* The memory system shared by the simulator and the replay (sim/memsys.h describes the model). */
+#include "sim/memsys.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+
+#define NONE MEMSYS_NONE
+
+/* ---- setup ---- */
+
+void memsys_init(memsys *m, const memsys_config *cfg, const memsys_host *host) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->host = *host;
+    m->L = cfg->n_layers;
+    m->E = cfg->n_experts;
+    m->P = PREC_COUNT;
+    size_t lep = (size_t)m->L * m->E * m->P;
+    m->state = moesim_xcalloc(lep * PART_COUNT, 1);
+    m->xfer_of = moesim_xmalloc(lep * PART_COUNT * sizeof *m->xfer_of);
+    for (size_t i = 0; i < lep * PART_COUNT; i++) m->xfer_of[i] = NONE;
+    m->pinned = moesim_xcalloc(lep, 1);
+    m->on_ssd = moesim_xcalloc(lep, 1);
+    m->pf_unused = moesim_xcalloc(lep, 1);
+    m->used_mark = moesim_xcalloc(lep, sizeof *m->used_mark);
+    m->pf_mark = moesim_xcalloc((size_t)m->L * m->E, 1);
+    m->pf_count = moesim_xcalloc(m->L ? m->L : 1, sizeof *m->pf_count);
+    m->pool_used = moesim_xcalloc(cfg->per_layer ? m->L : 1, sizeof *m->pool_used);
+    m->free_xf = NONE;
+    for (int e = 0; e < MEMSYS_ENGINES; e++)
+        for (int c = 0; c < MEMSYS_CLASSES; c++) m->head[e][c] = m->tail[e][c] = NONE;
+    m->cur_layer = -1;
+}
+
+void memsys_free(memsys *m) {
+    free(m->state);
+    free(m->xfer_of);
+    free(m->pinned);
+    free(m->on_ssd);
+    free(m->pf_unused);
+    free(m->used_mark);
+    free(m->pf_mark);
+    free(m->pf_count);
+    free(m->pool_used);
+    free(m->xf);
+    free(m->warm);
+    free(m->warm_parts);
+    memset(m, 0, sizeof *m);
+}
+
+void memsys_attach_policy(memsys *m, const policy_methods *pm, policy *pol) {
+    m->pm = pm;
+    m->pol = pol;
+}
+
+static uint64_t expert_bytes(const memsys *m, uint32_t p) {
+    const uint64_t *b = m->cfg.part_bytes[p];
+    return b[0] + b[1] + b[2];
+}
+
+void memsys_place(memsys *m, const moesim_precision *order, uint32_t n, uint64_t dram_bytes) {
+    bool placed[PREC_COUNT] = {false};
+    uint64_t left = dram_bytes;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p = order[i];
+        MOESIM_ASSERT(p < PREC_COUNT && !placed[p]);
+        placed[p] = true;
+        uint64_t b = expert_bytes(m, p);
+        for (uint32_t l = 0; l < m->L; l++)
+            for (uint32_t e = 0; e < m->E; e++) {
+                if (b <= left)
+                    left -= b;
+                else
+                    m->on_ssd[memsys_lep(m, l, e, p)] = 1;
+            }
+    }
+    for (uint32_t p = 0; p < PREC_COUNT; p++) /* stored but not wanted: on the SSD */
+        if (!placed[p] && expert_bytes(m, p))
+            for (uint32_t l = 0; l < m->L; l++)
+                for (uint32_t e = 0; e < m->E; e++) m->on_ssd[memsys_lep(m, l, e, p)] = 1;
+}
+
+moesim_status memsys_parse_host_precisions(const char *text, bool stored[PREC_COUNT],
+                                           bool *policy_only, moesim_error *err) {
+    memset(stored, 0, PREC_COUNT * sizeof *stored);
+    *policy_only = !strcmp(text, "policy");
+    if (*policy_only || !strcmp(text, "all")) {
+        for (int p = 0; p < PREC_COUNT; p++) stored[p] = true;
+        return MOESIM_OK;
+    }
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        moesim_precision p;
+        if (!precision_from_name(tok, &p))
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "[sim] host_precisions: unknown precision '%s' (expected 'policy', "
+                               "'all' or a comma list of bf16, fp8, int8, int4, int3, int2)",
+                               tok);
+        stored[p] = true;
+    }
+    return MOESIM_OK;
+}
+
+uint64_t memsys_place_for_policy(memsys *m, const policy_methods *pm, policy *pol,
+                                 moesim_precision fallback, bool policy_only, uint64_t dram_bytes) {
+    moesim_precision order[PREC_COUNT];
+    uint32_t n = pm->load_precisions ? pm->load_precisions(pol, order) : 0;
+    if (!n) order[n++] = fallback;
+    MOESIM_ASSERT(n <= PREC_COUNT);
+    bool taken[PREC_COUNT] = {false};
+    uint64_t widest = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        taken[order[i]] = true;
+        uint64_t b = expert_bytes(m, order[i]);
+        if (b > widest) widest = b;
+    }
+    while (!policy_only) { /* the other stored precisions, smaller first */
+        uint32_t best = PREC_COUNT;
+        for (uint32_t p = 0; p < PREC_COUNT; p++) {
+            uint64_t b = expert_bytes(m, p);
+            if (!taken[p] && b && (best == PREC_COUNT || b < expert_bytes(m, best))) best = p;
+        }
+        if (best == PREC_COUNT) break;
+        taken[best] = true;
+        order[n++] = (moesim_precision)best;
+    }
+    memsys_place(m, order, n, dram_bytes);
+    return widest;
+}
+
+/* ---- pools ---- */
+
+static uint64_t *pool_of(memsys *m, uint32_t layer) {
+    return &m->pool_used[m->cfg.per_layer ? layer : 0];
+}
+
+static void hbm_add(memsys *m, uint32_t layer, uint32_t p, uint64_t bytes) {
+    *pool_of(m, layer) += bytes;
+    MOESIM_ASSERT(*pool_of(m, layer) <= m->cfg.pool_cap_bytes);
+    m->prec_used[p] += bytes;
+    m->experts_used += bytes;
+    if (m->host.on_hbm) m->host.on_hbm(m->host.ctx, m->experts_used);
+}
+
+static void hbm_sub(memsys *m, uint32_t layer, uint32_t p, uint64_t bytes) {
+    MOESIM_ASSERT(*pool_of(m, layer) >= bytes && m->prec_used[p] >= bytes);
+    *pool_of(m, layer) -= bytes;
+    m->prec_used[p] -= bytes;
+    m->experts_used -= bytes;
+    if (m->host.on_hbm) m->host.on_hbm(m->host.ctx, m->experts_used);
+}
+
+/* A part leaves HBM (evicted, or its load cancelled). */
+static void part_drop(memsys *m, uint32_t layer, uint32_t expert, uint32_t p, int part) {
+    size_t pi = memsys_lep(m, layer, expert, p) * PART_COUNT + part;
+    m->state[pi] = POLICY_ABSENT;
+    m->xfer_of[pi] = NONE;
+    hbm_sub(m, layer, p, m->cfg.part_bytes[p][part]);
+    if (m->host.release) m->host.release(m->host.ctx, layer, expert, (moesim_precision)p, part);
+}
+
+/* ---- transfers and class queues ---- */
+
+static uint32_t xfer_alloc(memsys *m) {
+    if (m->free_xf != NONE) {
+        uint32_t i = m->free_xf;
+        m->free_xf = m->xf[i].next[0];
+        return i;
+    }
+    if (m->n_xf == m->cap_xf) {
+        m->cap_xf = m->cap_xf ? 2 * m->cap_xf : 256;
+        m->xf = moesim_xrealloc(m->xf, m->cap_xf * sizeof *m->xf);
+    }
+    return m->n_xf++;
+}
+
+static void xfer_release(memsys *m, uint32_t i) {
+    m->xf[i].parts = 0;
+    m->xf[i].next[0] = m->free_xf;
+    m->free_xf = i;
+}
+
+/* Byte layout of a transfer: its parts in gate, up, down order. */
+static void xfer_layout(memsys *m, memsys_xfer *x) {
+    uint64_t off = 0;
+    for (int part = 0; part < PART_COUNT; part++) {
+        x->part_end[part] = 0;
+        if (!(x->parts & (1u << part))) continue;
+        off += m->cfg.part_bytes[x->prec][part];
+        x->part_end[part] = off;
+    }
+    x->bytes = off;
+}
+
+static bool xfer_started(const memsys_xfer *x) {
+    return x->sent[MEMSYS_H2D] > 0 || x->sent[MEMSYS_SSD] > 0;
+}
+
+static void queue_push(memsys *m, int e, uint32_t i) {
+    memsys_xfer *x = &m->xf[i];
+    uint8_t c = x->cls;
+    x->next[e] = NONE;
+    if (m->tail[e][c] == NONE)
+        m->head[e][c] = i;
+    else
+        m->xf[m->tail[e][c]].next[e] = i;
+    m->tail[e][c] = i;
+    x->queued |= (uint8_t)(1u << e);
+}
+
+static void queue_remove(memsys *m, int e, uint32_t i) {
+    memsys_xfer *x = &m->xf[i];
+    uint8_t c = x->cls;
+    uint32_t prev = NONE;
+    for (uint32_t k = m->head[e][c]; k != NONE; prev = k, k = m->xf[k].next[e]) {
+        if (k != i) continue;
+        if (prev == NONE)
+            m->head[e][c] = x->next[e];
+        else
+            m->xf[prev].next[e] = x->next[e];
+        if (m->tail[e][c] == k) m->tail[e][c] = prev;
+        x->queued &= (uint8_t)~(1u << e);
+        return;
+    }
+    MOESIM_UNREACHABLE();
+}
+
+/* The engines a transfer's bytes pass through: the SSD (when placement left the expert there),
+ * then PCIe unless GPUDirect Storage lands SSD reads in HBM. */
+static bool uses_engine(const memsys *m, const memsys_xfer *x, int e) {
+    if (e == MEMSYS_SSD) return x->via_ssd;
+    return !x->via_ssd || !m->cfg.gpu_direct_storage;
+}
+
+/* The engine whose completions land bytes in HBM. */
+static int landing_engine(const memsys *m, const memsys_xfer *x) {
+    return x->via_ssd && m->cfg.gpu_direct_storage ? MEMSYS_SSD : MEMSYS_H2D;
+}
+
+static void notify_work(memsys *m, int e) {
+    if (m->host.on_work) m->host.on_work(m->host.ctx, e);
+}
+
+/* Moves a queued transfer to a higher class on every engine it is queued on. */
+static void xfer_promote(memsys *m, uint32_t i, uint8_t cls) {
+    memsys_xfer *x = &m->xf[i];
+    uint8_t queued = x->queued;
+    for (int e = 0; e < MEMSYS_ENGINES; e++)
+        if (queued & (1u << e)) queue_remove(m, e, i);
+    x->cls = cls;
+    for (int e = 0; e < MEMSYS_ENGINES; e++)
+        if (queued & (1u << e)) queue_push(m, e, i);
+    m->n.promoted++;
+    for (int e = 0; e < MEMSYS_ENGINES; e++)
+        if (queued & (1u << e)) notify_work(m, e);
+}
+
+/* Drops parts `mask` of a not-started transfer; the transfer goes when it carries nothing. */
+static void xfer_drop_parts(memsys *m, uint32_t i, uint32_t mask) {
+    memsys_xfer *x = &m->xf[i];
+    MOESIM_ASSERT(!xfer_started(x));
+    x->parts &= (uint8_t)~mask;
+    if (x->parts) {
+        xfer_layout(m, x);
+        return;
+    }
+    for (int e = 0; e < MEMSYS_ENGINES; e++)
+        if (x->queued & (1u << e)) queue_remove(m, e, i);
+    xfer_release(m, i);
+}
+
+/* ---- chunks ---- */
+
+/* Bytes of x the engine could take now. */
+static uint64_t servable(const memsys_xfer *x, int e) {
+    if (e == MEMSYS_H2D && x->via_ssd) return x->done[MEMSYS_SSD] - x->sent[MEMSYS_H2D];
+    return x->bytes - x->sent[e];
+}
+
+bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) {
+    bool staged = e == MEMSYS_SSD && !m->cfg.gpu_direct_storage;
+    for (int c = 0; c < MEMSYS_CLASSES; c++)
+        for (uint32_t i = m->head[e][c]; i != NONE; i = m->xf[i].next[e]) {
+            memsys_xfer *x = &m->xf[i];
+            uint64_t n = servable(x, e);
+            if (n == 0) continue;
+            if (n > m->cfg.chunk_bytes) n = m->cfg.chunk_bytes;
+            if (staged) {
+                /* the bounce buffer is shared: when the best chunk does not fit, nothing is read */
+                if (m->bounce_used + n > m->cfg.bounce_bytes) return false;
+                m->bounce_used += n;
+            }
+            *out = (memsys_chunk){.xfer = i, .engine = e, .offset = x->sent[e], .bytes = n,
+                                  .first = x->sent[e] == 0};
+            x->sent[e] += n;
+            if (x->sent[e] == x->bytes) queue_remove(m, e, i);
+            return true;
+        }
+    return false;
+}
+
+uint32_t memsys_chunk_pieces(const memsys *m, const memsys_chunk *c,
+                             memsys_piece out[PART_COUNT]) {
+    const memsys_xfer *x = &m->xf[c->xfer];
+    MOESIM_ASSERT(x->parts && c->offset + c->bytes <= x->bytes);
+    uint32_t n = 0;
+    uint64_t lo = c->offset, hi = c->offset + c->bytes;
+    for (int part = 0; part < PART_COUNT; part++) {
+        if (!(x->parts & (1u << part))) continue;
+        uint64_t end = x->part_end[part], start = end - m->cfg.part_bytes[x->prec][part];
+        uint64_t a = lo > start ? lo : start, b = hi < end ? hi : end;
+        if (a < b) out[n++] = (memsys_piece){.part = part, .part_offset = a - start, .bytes = b - a};
+    }
+    MOESIM_ASSERT(n > 0);
+    return n;
+}
+
+bool memsys_chunk_done(memsys *m, const memsys_chunk *c, memsys_xfer *done) {
+    memsys_xfer *x = &m->xf[c->xfer];
+    int e = c->engine;
+    MOESIM_ASSERT(x->parts && x->done[e] == c->offset && c->offset + c->bytes <= x->sent[e]);
+    x->done[e] += c->bytes;
+    if (e == MEMSYS_H2D)
+        m->n.h2d_bytes += c->bytes;
+    else
+        m->n.ssd_bytes += c->bytes;
+    if (e != landing_engine(m, x)) { /* staged in the bounce buffer: PCIe may take it */
+        notify_work(m, MEMSYS_H2D);
+        return false;
+    }
+    if (x->via_ssd && e == MEMSYS_H2D) { /* its bounce bytes are free again */
+        MOESIM_ASSERT(m->bounce_used >= c->bytes);
+        m->bounce_used -= c->bytes;
+        notify_work(m, MEMSYS_SSD);
+    }
+    size_t lep = memsys_lep(m, x->layer, x->expert, x->prec);
+    for (int part = 0; part < PART_COUNT; part++) {
+        uint8_t bit = (uint8_t)(1u << part);
+        if (!(x->parts & bit) || (x->parts_done & bit) || x->part_end[part] > x->done[e]) continue;
+        x->parts_done |= bit;
+        size_t pi = lep * PART_COUNT + part;
+        MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == c->xfer);
+        m->state[pi] = POLICY_RESIDENT;
+        m->xfer_of[pi] = NONE;
+    }
+    if (x->done[e] < x->bytes) return false;
+    *done = *x;
+    xfer_release(m, c->xfer);
+    return true;
+}
+
+void memsys_deliver(memsys *m, const memsys_xfer *x, uint64_t now_ns) {
+    if (x->from_policy && m->pm && m->pm->on_transfer_done)
+        m->pm->on_transfer_done(m->pol, x->layer, x->expert, (moesim_precision)x->prec, x->parts,
+                                (policy_class)x->cls, now_ns);
+}
+
+/* ---- warm-up ---- */
+
+void memsys_warmup_begin(memsys *m) { m->warmup = true; }
+
+void memsys_warmup_end(memsys *m) {
+    m->warmup = false;
+    for (uint32_t i = 0; i < m->n_warm; i++) {
+        uint32_t lep = m->warm[i];
+        uint32_t p = lep % m->P, le = lep / m->P;
+        if (m->pm && m->pm->on_transfer_done)
+            m->pm->on_transfer_done(m->pol, le / m->E, le % m->E, (moesim_precision)p,
+                                    m->warm_parts[i] & 0xfu, (policy_class)(m->warm_parts[i] >> 4),
+                                    0);
+    }
+    m->n_warm = 0;
+}
+
+static void warm_note(memsys *m, size_t lep, uint32_t parts, policy_class cls) {
+    if (m->n_warm == m->cap_warm) {
+        m->cap_warm = m->cap_warm ? 2 * m->cap_warm : 256;
+        m->warm = moesim_xrealloc(m->warm, m->cap_warm * sizeof *m->warm);
+        m->warm_parts = moesim_xrealloc(m->warm_parts, m->cap_warm);
+    }
+    m->warm[m->n_warm] = (uint32_t)lep;
+    m->warm_parts[m->n_warm++] = (uint8_t)(parts | (uint32_t)cls << 4);
+}
+
+/* ---- routes ---- */
+
+void memsys_begin_layer(memsys *m) {
+    m->layer_mark++;
+    m->layer_seq = m->xfer_seq;
+}
+
+void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) {
+    size_t lep = memsys_lep(m, layer, expert, p);
+    m->pinned[lep] = 1;
+    if (m->used_mark[lep] == m->layer_mark) return;
+    m->used_mark[lep] = m->layer_mark;
+    m->pf_unused[lep] = 0;
+    bool late = false;
+    for (int part = 0; part < PART_COUNT; part++) {
+        uint32_t i = m->xfer_of[lep * PART_COUNT + part];
+        if (i == NONE) continue;
+        late |= m->xf[i].issued_cls == POLICY_PREFETCH;
+        /* the stream needs it now: its remaining chunks go ahead of every other class */
+        if (m->xf[i].cls != POLICY_DEMAND && m->xf[i].queued) xfer_promote(m, i, POLICY_DEMAND);
+    }
+    m->n.late += late;
+}
+
+void memsys_run_plan(memsys *m, uint32_t layer, const uint16_t *active, const uint8_t *plan,
+                     uint32_t n) {
+    for (uint32_t a = 0; a < n; a++) {
+        uint8_t pr = plan[a];
+        if (pr == POLICY_RUN_SKIP) continue;
+        MOESIM_ASSERT(pr < PREC_COUNT && m->cfg.part_bytes[pr][0]);
+        size_t lep = memsys_lep(m, layer, active[a], pr);
+        for (int part = 0; part < PART_COUNT; part++)
+            MOESIM_ASSERT(m->state[lep * PART_COUNT + part] != POLICY_ABSENT);
+        memsys_run(m, layer, active[a], (moesim_precision)pr);
+    }
+}
+
+void memsys_unpin(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) {
+    m->pinned[memsys_lep(m, layer, expert, p)] = 0;
+}
+
+/* Cancels a not-started prefetch transfer and tells the policy. */
+static void cancel(memsys *m, uint32_t i, uint64_t now_ns) {
+    memsys_xfer x = m->xf[i];
+    for (int part = 0; part < PART_COUNT; part++)
+        if (x.parts & (1u << part)) part_drop(m, x.layer, x.expert, x.prec, part);
+    m->pf_unused[memsys_lep(m, x.layer, x.expert, x.prec)] = 0;
+    xfer_drop_parts(m, i, x.parts);
+    m->n.cancelled++;
+    MOESIM_ASSERT(m->pm && m->pm->on_transfer_cancelled); /* required of prefetching policies */
+    m->pm->on_transfer_cancelled(m->pol, x.layer, x.expert, (moesim_precision)x.prec, x.parts,
+                                 (policy_class)x.cls, now_ns);
+}
+
+void memsys_end_layer(memsys *m, uint32_t layer, uint64_t now_ns) {
+    for (int e = 0; e < MEMSYS_ENGINES; e++) {
+        uint32_t i = m->head[e][POLICY_PREFETCH];
+        while (i != NONE) {
+            uint32_t next = m->xf[i].next[e];
+            const memsys_xfer *x = &m->xf[i];
+            bool stale = x->layer == layer && x->seq < m->layer_seq && !xfer_started(x) &&
+                         m->used_mark[memsys_lep(m, x->layer, x->expert, x->prec)] != m->layer_mark;
+            if (stale) cancel(m, i, now_ns);
+            i = next;
+        }
+    }
+}
+
+uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer) {
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < m->n_xf; i++) {
+        const memsys_xfer *x = &m->xf[i];
+        if (!x->parts || !xfer_started(x)) continue;
+        if (m->cfg.per_layer && x->layer != layer) continue;
+        for (int part = 0; part < PART_COUNT; part++)
+            if ((x->parts & (1u << part)) && !(x->parts_done & (1u << part)))
+                bytes += m->cfg.part_bytes[x->prec][part];
+    }
+    return bytes;
+}
+
+uint64_t memsys_loading_seq(const memsys *m, size_t pi) { return m->xf[m->xfer_of[pi]].seq; }
+
+void memsys_finish(memsys *m) {
+    size_t lep_n = (size_t)m->L * m->E * m->P;
+    for (size_t lep = 0; lep < lep_n; lep++) {
+        if (!m->pf_unused[lep]) continue;
+        for (int part = 0; part < PART_COUNT; part++)
+            if (m->state[lep * PART_COUNT + part] == POLICY_RESIDENT)
+                m->n.wasted_bytes += m->cfg.part_bytes[lep % m->P][part];
+        m->pf_unused[lep] = 0;
+    }
+}
+
+uint64_t memsys_memory_bytes(const memsys *m) {
+    size_t lep = (size_t)m->L * m->E * m->P;
+    return lep * PART_COUNT * (sizeof *m->state + sizeof *m->xfer_of) +
+           lep * (3 + sizeof *m->used_mark) + (size_t)m->L * m->E +
+           (uint64_t)m->cap_xf * sizeof *m->xf + (uint64_t)m->cap_warm * 5;
+}
+
+/* ---- policy_mem_ops ---- */
+
+static policy_residency mem_state(const policy_mem *m, uint32_t layer, uint32_t expert,
+                                  moesim_precision p, expert_part part) {
+    MOESIM_ASSERT(layer < m->L && expert < m->E && (uint32_t)p < m->P && part < PART_COUNT);
+    return (policy_residency)m->state[memsys_lep(m, layer, expert, p) * PART_COUNT + part];
+}
+
+static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert,
+                                  moesim_precision p, uint32_t parts_mask, policy_class cls) {
+    MOESIM_ASSERT(layer < m->L && expert < m->E && (uint32_t)p < m->P);
+    MOESIM_ASSERT(parts_mask && parts_mask <= POLICY_PARTS_ALL && (unsigned)cls < MEMSYS_CLASSES);
+    size_t lep = memsys_lep(m, layer, expert, p);
+    uint32_t need = 0, promote[PART_COUNT], n_promote = 0;
+    uint64_t bytes = 0;
+    for (int part = 0; part < PART_COUNT; part++) {
+        if (!(parts_mask & (1u << part))) continue;
+        if (!m->cfg.part_bytes[p][part]) return POLICY_REFUSED; /* host does not store p */
+        size_t pi = lep * PART_COUNT + part;
+        if (m->state[pi] == POLICY_LOADING && m->xf[m->xfer_of[pi]].cls > cls)
+            promote[n_promote++] = m->xfer_of[pi];
+        if (m->state[pi] != POLICY_ABSENT) continue;
+        need |= 1u << part;
+        bytes += m->cfg.part_bytes[p][part];
+    }
+    if (need) {
+        if (*pool_of(m, layer) + bytes > m->cfg.pool_cap_bytes) return POLICY_REFUSED;
+        if (m->host.reserve && !m->host.reserve(m->host.ctx, layer, expert, p, need))
+            return POLICY_REFUSED;
+    }
+    bool promoted = false;
+    for (uint32_t k = 0; k < n_promote; k++)
+        if (m->xf[promote[k]].cls > cls) { /* parts of one transfer are listed once each */
+            xfer_promote(m, promote[k], (uint8_t)cls);
+            promoted = true;
+        }
+    if (!need) return promoted ? POLICY_PROMOTED : POLICY_ALREADY;
+    hbm_add(m, layer, p, bytes);
+    if (m->warmup) { /* initial placement: before the clock starts (model loading) */
+        for (int part = 0; part < PART_COUNT; part++)
+            if (need & (1u << part)) m->state[lep * PART_COUNT + part] = POLICY_RESIDENT;
+        m->n.warmup_bytes += bytes;
+        warm_note(m, lep, need, cls);
+        return POLICY_ISSUED;
+    }
+    uint32_t i = xfer_alloc(m);
+    memsys_xfer *x = &m->xf[i];
+    memset(x, 0, sizeof *x);
+    x->layer = layer;
+    x->expert = expert;
+    x->prec = (uint8_t)p;
+    x->parts = (uint8_t)need;
+    x->cls = x->issued_cls = (uint8_t)cls;
+    x->via_ssd = m->on_ssd[lep];
+    x->from_policy = true;
+    x->seq = m->xfer_seq++;
+    xfer_layout(m, x);
+    for (int part = 0; part < PART_COUNT; part++)
+        if (need & (1u << part)) {
+            m->state[lep * PART_COUNT + part] = POLICY_LOADING;
+            m->xfer_of[lep * PART_COUNT + part] = i;
+        }
+    if (cls == POLICY_PREFETCH) {
+        m->n.prefetches++;
+        m->pf_unused[lep] = 1;
+        size_t le = (size_t)layer * m->E + expert;
+        if (!m->pf_mark[le]) {
+            m->pf_mark[le] = 1;
+            m->pf_count[layer]++;
+        }
+    }
+    for (int e = MEMSYS_ENGINES - 1; e >= 0; e--) /* SSD first: its reads feed PCIe */
+        if (uses_engine(m, x, e)) queue_push(m, e, i);
+    for (int e = MEMSYS_ENGINES - 1; e >= 0; e--)
+        if (uses_engine(m, &m->xf[i], e)) notify_work(m, e);
+    return POLICY_ISSUED;
+}
+
+static policy_mem_result mem_evict(policy_mem *m, uint32_t layer, uint32_t expert,
+                                   moesim_precision p, uint32_t parts_mask) {
+    MOESIM_ASSERT(layer < m->L && expert < m->E && (uint32_t)p < m->P);
+    MOESIM_ASSERT(parts_mask && parts_mask <= POLICY_PARTS_ALL);
+    size_t lep = memsys_lep(m, layer, expert, p);
+    bool any = false;
+    for (int part = 0; part < PART_COUNT; part++) {
+        if (!(parts_mask & (1u << part))) continue;
+        uint8_t st = m->state[lep * PART_COUNT + part];
+        if (st == POLICY_ABSENT) continue;
+        if (m->pinned[lep]) return POLICY_REFUSED;
+        if (st == POLICY_LOADING && xfer_started(&m->xf[m->xfer_of[lep * PART_COUNT + part]]))
+            return POLICY_REFUSED;
+        any = true;
+    }
+    if (!any) return POLICY_ALREADY;
+    for (int part = 0; part < PART_COUNT; part++) {
+        size_t pi = lep * PART_COUNT + part;
+        if (!(parts_mask & (1u << part)) || m->state[pi] == POLICY_ABSENT) continue;
+        if (m->state[pi] == POLICY_LOADING) { /* cancel: the copy has not started */
+            uint32_t i = m->xfer_of[pi];
+            if (m->xf[i].issued_cls == POLICY_PREFETCH) m->n.cancelled++;
+            xfer_drop_parts(m, i, 1u << part);
+        } else if (m->pf_unused[lep]) {
+            m->n.wasted_bytes += m->cfg.part_bytes[p][part];
+        }
+        part_drop(m, layer, expert, p, part);
+    }
+    bool left = false;
+    for (int part = 0; part < PART_COUNT; part++)
+        left |= m->state[lep * PART_COUNT + part] != POLICY_ABSENT;
+    if (!left) m->pf_unused[lep] = 0;
+    return POLICY_ISSUED;
+}
+
+static uint64_t mem_free_bytes(const policy_mem *m, uint32_t layer) {
+    uint64_t used = m->pool_used[m->cfg.per_layer ? (layer < m->L ? layer : 0) : 0];
+    return m->cfg.pool_cap_bytes - used;
+}
+
+static uint64_t mem_used_bytes(const policy_mem *m, moesim_precision p) {
+    MOESIM_ASSERT((uint32_t)p < PREC_COUNT);
+    return m->prec_used[p];
+}
+
+static uint64_t mem_next_use(const policy_mem *cm, uint32_t layer, uint32_t expert) {
+    MOESIM_ASSERT(cm->future != NULL);
+    /* the future's cursors are a cache: logically const */
+    return sim_future_next_use((sim_future *)cm->future, layer, expert, cm->access_pos);
+}
+
+static uint32_t mem_future_active(const policy_mem *cm, uint32_t layer, uint16_t *ids,
+                                  uint32_t cap) {
+    MOESIM_ASSERT(cm->future != NULL && layer < cm->L);
+    uint64_t st = (int64_t)layer > cm->cur_layer ? cm->cur_step : cm->cur_step + 1;
+    return sim_future_active((sim_future *)cm->future, st, layer, ids, cap);
+}
+
+const policy_mem_ops memsys_ops = {
+    .state = mem_state,
+    .load = mem_load,
+    .evict = mem_evict,
+    .free_bytes = mem_free_bytes,
+    .used_bytes = mem_used_bytes,
+    .next_use = mem_next_use,
+    .future_active = mem_future_active,
+};
