@@ -1,16 +1,20 @@
-/* The body of the two importer harnesses (fuzz_import_jsonl.c, fuzz_import_csv.c), written
+/* The body of the importer harnesses (fuzz_import_jsonl.c, _csv.c, _npy.c, _npz.c), written
  * against the public import API (traces/convert.h: trace_import_file, what `moesim trace import`
  * calls). Each includes this file after defining FUZZ_IMPORT_FORMAT.
  *
  * Input layout: byte 0 picks the model and the import options (bits below), the rest is the log.
+ * For npy, the rest is two files: a 2-byte little-endian length n, n bytes of the ids .npy, and
+ * the weights .npy (no weights file when nothing follows: router logits, or --uniform-gates).
  * The models are real configs cut to a few layers (model_load_with_sets, as `--set` would), so a
  * whole token is a few records and the fuzzer reaches complete tokens, constant runs and phases:
  *   bit 0: Mixtral-8x7B cut to 2 layers (top-2 of 8, renormalized gates), or DeepSeek-V2-Lite cut
  *          to 3 layers, layer 0 dense (top-6 of 64, softmax over all);
  *   bit 1: --incomplete drop; bit 2: model layer numbering; bit 3: --renormalize;
- *   bit 4: drop constant runs; bit 5: --prefill-tokens 2; bit 6: constant runs from 2 tokens.
+ *   bit 4: drop constant runs; bit 5: --prefill-tokens 2; bit 6: constant runs from 2 tokens;
+ *   bit 7: --uniform-gates (npy and npz).
  * Must hold: one error line, or a trace that passes trace_check and survives export and import
- * back unchanged (convert.h promises import(export(t)) == t). No crash, leak, hang. */
+ * back unchanged (convert.h promises import(export(t)) == t; arrays are exported as JSONL). No
+ * crash, leak, hang. */
 #include <stdlib.h>
 
 #include "common/model.h"
@@ -18,6 +22,10 @@
 #include "fuzz_support.h"
 #include "traces/convert.h"
 #include "traces/trace.h"
+
+#define FUZZ_IMPORT_ARRAYS (FUZZ_IMPORT_FORMAT == TRACE_TEXT_NPY || FUZZ_IMPORT_FORMAT == TRACE_TEXT_NPZ)
+/* what the round trip exports: export writes text only */
+#define FUZZ_EXPORT_FORMAT (FUZZ_IMPORT_ARRAYS ? TRACE_TEXT_JSONL : FUZZ_IMPORT_FORMAT)
 
 static model_geometry fuzz_models[2];
 
@@ -54,6 +62,7 @@ static void options_from_byte(uint8_t b, trace_import_options *o) {
         o->prefill_tokens_set = true;
     }
     if (b & 64) o->constant_run_min = 2;
+    if (FUZZ_IMPORT_ARRAYS) o->uniform_gates = (b & 128) != 0;
 }
 
 /* Export `t` in the harness's format and import it back with the default options. */
@@ -64,13 +73,13 @@ static void check_round_trip(const trace *t, const model_geometry *m) {
     size_t len = 0;
     FILE *fp = open_memstream(&text, &len);
     MOESIM_ASSERT(fp);
-    MOESIM_ASSERT(trace_export_write(t, FUZZ_IMPORT_FORMAT, fp, false, "fuzz", &err) == MOESIM_OK);
+    MOESIM_ASSERT(trace_export_write(t, FUZZ_EXPORT_FORMAT, fp, false, "fuzz", &err) == MOESIM_OK);
     MOESIM_ASSERT(fclose(fp) == 0);
     const char *path = fuzz_scratch_file(1, text, len);
     free(text);
     trace_import_options o;
     trace_import_options_default(&o);
-    o.format = FUZZ_IMPORT_FORMAT;
+    o.format = FUZZ_EXPORT_FORMAT;
     trace *back = NULL;
     trace_import_report rep;
     moesim_status st = trace_import_file(path, m, &o, &back, &rep, &err);
@@ -91,7 +100,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     trace_import_options o;
     options_from_byte(data[0], &o);
     const model_geometry *m = &fuzz_models[data[0] & 1];
-    const char *path = fuzz_file_of(data + 1, size - 1);
+    const char *path;
+    if (FUZZ_IMPORT_FORMAT == TRACE_TEXT_NPY) { /* ids, then weights */
+        if (size < 3) return 0;
+        size_t n = (size_t)data[1] | (size_t)data[2] << 8;
+        if (n > size - 3) n = size - 3;
+        path = fuzz_file_of(data + 3, n);
+        if (size - 3 > n) o.weights_path = fuzz_scratch_file(1, data + 3 + n, size - 3 - n);
+    } else {
+        path = fuzz_file_of(data + 1, size - 1);
+    }
     trace *t = NULL;
     trace_import_report rep;
     moesim_error err = {0};

@@ -7,7 +7,7 @@ set -euo pipefail
 moesim=${1:?usage: make_seeds.sh MOESIM_BINARY OUT_ROOT}
 root=${2:?usage: make_seeds.sh MOESIM_BINARY OUT_ROOT}
 moesim=$(realpath "$moesim")
-for t in safetensors config experiment import_jsonl import_csv trace trace_h5; do
+for t in safetensors config experiment import_jsonl import_csv import_npy import_npz trace trace_h5; do
     rm -rf "${root:?}/$t"
     mkdir -p "$root/$t"
 done
@@ -146,6 +146,32 @@ seed 80 "$root/import_jsonl/constant-run-dropped" < <(for t in 0 1 2 3; do
         echo "{\"req_id\": \"r\\\"1\", \"token_idx\": $t, \"layer\": $l, \"topk_ids\": [4, 6], \"topk_weights\": [0.75, 0.25]}"
     done
 done)
+
+# Dense arrays and one-record-per-token logs: the repo's import fixtures, made by their own
+# generator (tests/fixtures/import/make_fixtures.py) for Mixtral cut to 2 layers.
+python3 - "$work/fixtures" tests/fixtures/import <<'PY'
+import os, sys
+os.makedirs(sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+import make_fixtures
+make_fixtures.L = 2
+os.chdir(sys.argv[1])
+make_fixtures.main()
+PY
+for f in "$work"/fixtures/*.npz; do
+    seed 0 "$root/import_npz/$(basename "$f" .npz)" < "$f"
+    seed 128 "$root/import_npz/$(basename "$f" .npz)-uniform-gates" < "$f"
+done
+for f in "$work"/fixtures/*.jsonl; do
+    seed 0 "$root/import_jsonl/$(basename "$f" .jsonl)" < "$f"
+done
+# npy: the ids' length (2 bytes, little-endian), the ids, the weights
+npy_pair() { # $1: option byte, $2: output, $3: ids .npy, $4: weights .npy or nothing
+    python3 -c 'import struct,sys; sys.stdout.buffer.write(struct.pack("<H", int(sys.argv[1])))' \
+        "$(stat -c %s "$3")" | cat - "$3" ${4:+"$4"} | seed "$1" "$2"
+}
+npy_pair 0 "$root/import_npy/ids-weights" "$work/fixtures/ids.npy" "$work/fixtures/weights.npy"
+npy_pair 128 "$root/import_npy/ids-uniform-gates" "$work/fixtures/ids.npy"
 
 # ---- trace_h5: edit programs for the structure-aware trace harness, one of each kind of edit
 # (encoding: fuzz_trace_h5.c, an op byte then its arguments); the empty program reads the

@@ -21,7 +21,7 @@ max_len() {
     case $1 in
         trace) echo 40000 ;;
         safetensors) echo 65536 ;;
-        import_jsonl | import_csv) echo 8192 ;;
+        import_jsonl | import_csv | import_npy | import_npz) echo 16384 ;;
         trace_h5) echo 512 ;; # edit programs: 16 edits at most
         *) echo 4096 ;;
     esac
