@@ -360,7 +360,7 @@ static int cmp_label_at(const void *x, const void *y) {
 
 /* The first value (in axis order) that repeats an earlier one, or a->n. Sorted, not compared
  * pairwise: a line of ranges holds hundreds of thousands of values (pairwise took seconds;
- * found by tests/fuzz/fuzz_experiment.c). */
+ * found while setting the hang limit of tests/fuzz/fuzz_experiment.c). */
 static size_t first_repeat(const axis *a) {
     label_at *sorted = moesim_xcalloc(a->n, sizeof *sorted);
     for (size_t i = 0; i < a->n; i++) sorted[i] = (label_at){a->labels[i], i};

@@ -176,9 +176,10 @@ Test(sweep, ranges_expand_inclusively_keeping_the_written_decimals) {
     sweep_experiment_destroy(e);
 }
 
-/* Found by tests/fuzz/fuzz_experiment.c: the values of an axis were checked for repeats pair by
- * pair (16 s of CPU for this range in a release build), and values and configurations grew one
- * element at a time (quadratic copying: minutes under ASan). Well under a second now. */
+/* Found while setting the hang limit of tests/fuzz/fuzz_experiment.c: the values of an axis
+ * were checked for repeats pair by pair (16 s of CPU for this range in a release build), and
+ * values and configurations grew one element at a time (quadratic copying: minutes under ASan).
+ * Well under a second now. */
 Test(sweep, a_range_of_the_largest_size_crossed_with_two_policies_loads_within_seconds,
      .timeout = 10) {
     sweep_experiment *e = load_text("largest-range.ini", "[fixed]\nmodel = m\nhw = h\ntrace = t\n"
