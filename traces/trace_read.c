@@ -421,7 +421,8 @@ static moesim_status check_skipped_filters(reader *r, const dataset_spec *spec, 
                 sized = false;
         }
         if (sized && stored < need)
-            return chunk_read_fail(r, spec, offset[0], "stored unfiltered but shorter than a chunk");
+            return chunk_read_fail(r, spec, offset[0],
+                                   "stored unfiltered but shorter than a chunk");
     }
     return MOESIM_OK;
 }

@@ -361,7 +361,8 @@ static const char *edited_file(const uint8_t *data, size_t size) {
     MOESIM_ASSERT(file >= 0);
     program g = {data, size};
     n_chunk_edits = 0;
-    for (int i = 0; i < MAX_EDITS && g.n; i++) edits[take_u8(&g) % MOESIM_ARRAY_LEN(edits)](file, &g);
+    for (int i = 0; i < MAX_EDITS && g.n; i++)
+        edits[take_u8(&g) % MOESIM_ARRAY_LEN(edits)](file, &g);
     for (int i = 0; i < n_chunk_edits; i++) apply_chunk_edit(file, &chunk_edits[i]);
     MOESIM_ASSERT(H5Fget_obj_count(file, H5F_OBJ_ALL) == 1); /* the edits closed what they opened */
     MOESIM_ASSERT(H5Fclose(file) >= 0);

@@ -23,7 +23,8 @@
 #include "traces/convert.h"
 #include "traces/trace.h"
 
-#define FUZZ_IMPORT_ARRAYS (FUZZ_IMPORT_FORMAT == TRACE_TEXT_NPY || FUZZ_IMPORT_FORMAT == TRACE_TEXT_NPZ)
+#define FUZZ_IMPORT_ARRAYS                                                                         \
+    (FUZZ_IMPORT_FORMAT == TRACE_TEXT_NPY || FUZZ_IMPORT_FORMAT == TRACE_TEXT_NPZ)
 /* what the round trip exports: export writes text only */
 #define FUZZ_EXPORT_FORMAT (FUZZ_IMPORT_ARRAYS ? TRACE_TEXT_JSONL : FUZZ_IMPORT_FORMAT)
 
@@ -43,7 +44,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         char path[4096];
         moesim_error err = {0};
         moesim_status st = moesim_config_path("models", pick[i].name, path, sizeof path, &err);
-        if (!st) st = model_load_with_sets(path, pick[i].sets, pick[i].n_sets, &fuzz_models[i], &err);
+        if (!st)
+            st = model_load_with_sets(path, pick[i].sets, pick[i].n_sets, &fuzz_models[i], &err);
         if (st) fprintf(stderr, "fuzz model %s: %s\n", pick[i].name, err.msg);
         MOESIM_ASSERT(st == MOESIM_OK);
     }
