@@ -57,11 +57,15 @@ bench: build
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
 
-# Fuzz the safetensors header parser with libFuzzer (clang, ASan + UBSan) for FUZZ_SECONDS.
+# Fuzz every parser of untrusted input (tests/fuzz/README.md) with libFuzzer (clang, ASan +
+# UBSan), FUZZ_SECONDS per harness, one after the other; FUZZ_TARGETS picks some (e.g. "config"),
+# FUZZ_RUNS=N stops a harness after N executions.
 FUZZ_SECONDS ?= 300
-fuzz: deps
+FUZZ_TARGETS ?=
+export FUZZ_RUNS
+fuzz:
+	bash scripts/install-deps.sh --fuzz
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMOESIM_FUZZ=ON -DMOESIM_CUDA=OFF
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_safetensors
-	bash tests/fuzz/make_seeds.sh build-fuzz/fuzz-corpus/safetensors
-	build-fuzz/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
-	    -print_final_stats=1 build-fuzz/fuzz-corpus/safetensors
+	cmake --build build-fuzz -j $(JOBS) --target moesim_fuzzers moesim
+	bash tests/fuzz/make_seeds.sh build-fuzz/moesim build-fuzz/fuzz-seeds
+	bash tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages moesim builds and runs with, when any is missing. Idempotent and
 # silent when everything is already there. The CUDA toolkit is not installed here: the CUDA code
-# is built when nvcc is on PATH and skipped otherwise.
+# is built when nvcc is on PATH and skipped otherwise. With --fuzz, also what `make fuzz` needs.
 set -euo pipefail
 
 packages=(
@@ -15,6 +15,9 @@ packages=(
     libcriterion-dev # tests
     gnuplot-nox      # figures
 )
+if [ "${1:-}" = "--fuzz" ]; then
+    packages+=(clang libclang-rt-dev) # libFuzzer and the sanitizer runtimes (tests/fuzz)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

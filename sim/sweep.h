@@ -18,7 +18,8 @@
  * Keys: policy, model, hw, trace (the run's inputs), or section.key (a `--set` setting, e.g.
  * memory.budget_gb, batch.size, dymoe.retention), or label.NAME: an annotation that becomes a
  * column and part of the hash but is not handed to the evaluator (e.g. a paper's cache size).
- * Values hold no ',' '"' '=' or control characters (they are CSV fields). Axes override
+ * Values hold no ',' '"' '=' or control characters (they are CSV fields) and do not start with
+ * ';' or '#' (the resolved copy writes "key = value", where those start a comment). Axes override
  * [fixed]; two axes setting one key is an error.
  *
  * Resolution: a configuration keeps the settings of its own policy's section and drops those of

@@ -39,6 +39,7 @@ typedef struct axis {
     bool bundle;
     int line;
     size_t n;       /* values (labels) */
+    size_t cap;     /* room in labels and origins */
     char **labels;  /* [n] simple axis: the values */
     char **origins; /* [n] "file:line" of each value */
     assign **sets;  /* bundle: [n][n_sets[i]] */
@@ -76,7 +77,7 @@ struct sweep_experiment {
     size_t *sorted; /* [n_columns] column indices in name order (for hashing) */
 
     sweep_point *points; /* [n_points] */
-    size_t n_points, cross_size, excluded, duplicates;
+    size_t n_points, points_cap, cross_size, excluded, duplicates;
     uint64_t *base_hash; /* [n_points] hash of the settings alone (before bind_inputs) */
     uint64_t *find_hash; /* [n_points] sorted hashes */
     size_t *find_index;  /* [n_points] point index of each */
@@ -117,9 +118,10 @@ static bool is_bundle_name(const char *k) {
     return true;
 }
 
-/* A value is a CSV field: no separators, quotes or control characters. */
+/* A value is a CSV field: no separators, quotes or control characters; and it does not start
+ * with ';' or '#', which the resolved copy's "key = value" would turn into a comment. */
 static bool value_ok(const char *v) {
-    if (!*v) return false;
+    if (!*v || *v == ';' || *v == '#') return false;
     for (const char *p = v; *p; p++)
         if (*p == ',' || *p == '"' || *p == '=' || (unsigned char)*p < 0x20 || *p == 0x7f)
             return false;
@@ -178,10 +180,14 @@ static bool parse_i64(const char *s, long long *out) {
     return true;
 }
 
-/* Appends one value to a simple axis. */
+/* Appends one value to an axis. The arrays double: a range holds up to SWEEP_MAX_RANGE values,
+ * and growing by one copied them quadratically (sanitizer builds took minutes). */
 static void axis_push(axis *a, const char *value, const char *origin) {
-    a->labels = moesim_xrealloc(a->labels, (a->n + 1) * sizeof *a->labels);
-    a->origins = moesim_xrealloc(a->origins, (a->n + 1) * sizeof *a->origins);
+    if (a->n == a->cap) {
+        a->cap = a->cap ? 2 * a->cap : 8;
+        a->labels = moesim_xrealloc(a->labels, a->cap * sizeof *a->labels);
+        a->origins = moesim_xrealloc(a->origins, a->cap * sizeof *a->origins);
+    }
     a->labels[a->n] = moesim_xstrdup(value);
     a->origins[a->n] = moesim_xstrdup(origin);
     a->n++;
@@ -279,7 +285,7 @@ static moesim_status check_value(parser *ps, const char *key, const char *value)
     if (value_ok(value)) return MOESIM_OK;
     return PFAIL(ps,
                  "%s:%d: %s = '%s': expected a non-empty value without ',', '\"', '=' or control "
-                 "characters (values are CSV fields)",
+                 "characters, not starting with ';' or '#' (values are CSV fields)",
                  ps->path, ps->line, key, value);
 }
 
@@ -341,6 +347,32 @@ static const axis *axis_named(const sweep_experiment *e, const char *name) {
     return NULL;
 }
 
+typedef struct label_at {
+    const char *label;
+    size_t index; /* in the axis */
+} label_at;
+
+static int cmp_label_at(const void *x, const void *y) {
+    const label_at *a = x, *b = y;
+    int c = strcmp(a->label, b->label);
+    return c ? c : (a->index > b->index) - (a->index < b->index);
+}
+
+/* The first value (in axis order) that repeats an earlier one, or a->n. Sorted, not compared
+ * pairwise: a line of ranges holds hundreds of thousands of values (pairwise took seconds;
+ * found while setting the hang limit of tests/fuzz/fuzz_experiment.c). */
+static size_t first_repeat(const axis *a) {
+    label_at *sorted = moesim_xcalloc(a->n, sizeof *sorted);
+    for (size_t i = 0; i < a->n; i++) sorted[i] = (label_at){a->labels[i], i};
+    qsort(sorted, a->n, sizeof *sorted, cmp_label_at);
+    size_t first = a->n;
+    for (size_t i = 1; i < a->n; i++)
+        if (!strcmp(sorted[i].label, sorted[i - 1].label) && sorted[i].index < first)
+            first = sorted[i].index;
+    free(sorted);
+    return first;
+}
+
 static moesim_status parse_axis(parser *ps, const char *key, char *value) {
     sweep_experiment *e = ps->e;
     moesim_status st = check_key(ps, "[axes]", key);
@@ -365,11 +397,10 @@ static moesim_status parse_axis(parser *ps, const char *key, char *value) {
     free(origin);
     if (st) return st;
     if (!a->n) return PFAIL(ps, "%s:%d: [axes] %s: no values", ps->path, ps->line, key);
-    for (size_t i = 0; i < a->n; i++)
-        for (size_t j = 0; j < i; j++)
-            if (!strcmp(a->labels[i], a->labels[j]))
-                return PFAIL(ps, "%s:%d: [axes] %s: value '%s' listed twice", ps->path, ps->line,
-                             key, a->labels[i]);
+    size_t twice = first_repeat(a);
+    if (twice < a->n)
+        return PFAIL(ps, "%s:%d: [axes] %s: value '%s' listed twice", ps->path, ps->line, key,
+                     a->labels[twice]);
     return MOESIM_OK;
 }
 
@@ -551,6 +582,11 @@ static moesim_status parse_file(parser *ps, FILE *fp) {
         char *key = trim(s), *value = trim(eq + 1);
         if (!*key) {
             st = PFAIL(ps, "%s:%d: expected a key before '='", ps->path, ps->line);
+            break;
+        }
+        if (*value == ';' || *value == '#') { /* "k =;x": a comment once written "k = ;x" */
+            st = PFAIL(ps, "%s:%d: %s: a value must not start with '%c'", ps->path, ps->line, key,
+                       *value);
             break;
         }
         switch (sec) {
@@ -830,7 +866,10 @@ static moesim_status resolve(sweep_experiment *e, moesim_error *err) {
             e->duplicates++;
             continue;
         }
-        e->points = moesim_xrealloc(e->points, (e->n_points + 1) * sizeof *e->points);
+        if (e->n_points == e->points_cap) { /* doubling: up to SWEEP_MAX_CROSS points */
+            e->points_cap = e->points_cap ? 2 * e->points_cap : 16;
+            e->points = moesim_xrealloc(e->points, e->points_cap * sizeof *e->points);
+        }
         sweep_point *p = &e->points[e->n_points];
         p->index = e->n_points;
         p->hash = h;

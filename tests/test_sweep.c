@@ -176,6 +176,23 @@ Test(sweep, ranges_expand_inclusively_keeping_the_written_decimals) {
     sweep_experiment_destroy(e);
 }
 
+/* Found while setting the hang limit of tests/fuzz/fuzz_experiment.c: the values of an axis
+ * were checked for repeats pair by pair (16 s of CPU for this range in a release build), and
+ * values and configurations grew one element at a time (quadratic copying: minutes under ASan).
+ * Well under a second now. */
+Test(sweep, a_range_of_the_largest_size_crossed_with_two_policies_loads_within_seconds,
+     .timeout = 10) {
+    sweep_experiment *e = load_text("largest-range.ini", "[fixed]\nmodel = m\nhw = h\ntrace = t\n"
+                                                         "[axes]\npolicy = lru, fifo\n"
+                                                         "batch.size = 1:100000:1\n");
+    cr_assert_eq(sweep_experiment_count(e), 200000);
+    const sweep_point *last = sweep_experiment_point(e, 199999);
+    cr_assert_str_eq(sweep_point_get(e, last, "policy"), "fifo");
+    cr_assert_str_eq(sweep_point_get(e, last, "batch.size"), "100000");
+    cr_assert_eq(sweep_experiment_find(e, last->hash), last);
+    sweep_experiment_destroy(e);
+}
+
 Test(sweep, ranges_at_the_ends_of_the_integers_and_in_exponent_notation_expand_exactly,
      .timeout = 20) {
     /* start = stop = LLONG_MAX: one value (a naive v += step loop overflows and never ends) */
@@ -265,6 +282,10 @@ static const bad_case bad_cases[] = {
     {"[fixed]\npolicy = lru\nmodel = m\nhw = h\n", "sets no 'trace'"},
     {"[fixed]\npolicy = lru\nmodel=m\nhw=h\ntrace=t\n[exclude]\npolicy=lru\n",
      "every configuration"},
+    /* found by fuzz_experiment: the resolved copy wrote these as "k = ;1", a comment */
+    {"[fixed]\nbatch.size =;1\n", "bad.ini:2: batch.size: a value must not start with ';'"},
+    {"[experiment]\nname =#x\n", "bad.ini:2: name: a value must not start with '#'"},
+    {"[axes]\nmemory.budget_gb = 16,;24\n", "not starting with ';' or '#'"},
     {"[nonsense]\n", "unknown section"},
     {"key = value\n", "[section] first"},
     {"[experiment]\nevaluator = trace-stats\n[fixed]\ntrace = t\nstats.capacity = 1\n"

@@ -368,6 +368,24 @@ static void c_corrupt_chunk(const char *p) {
     fclose(fp);
 }
 
+/* Stores bytes as chunk [0] of `name` with the filters in `mask` skipped (H5Dwrite_chunk). */
+static void write_chunk0(const char *p, const char *name, uint32_t mask, const void *bytes,
+                         size_t len) {
+    hid_t f = open_rw(p);
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    hsize_t offset[1] = {0};
+    cr_assert_geq(H5Dwrite_chunk(d, H5P_DEFAULT, mask, offset, len, bytes), 0);
+    H5Dclose(d);
+    H5Fclose(f);
+}
+static void c_unfiltered_chunk_too_short(const char *p) {
+    /* a chunk of 30 phases stored as 1 byte with shuffle and deflate skipped: HDF5 would read
+     * 29 bytes past it (fuzz_trace_h5) */
+    write_base(p);
+    uint8_t one = TRACE_PREFILL;
+    write_chunk0(p, "/tokens/phase", 3, &one, 1);
+}
+
 typedef struct corpus_case {
     const char *file;               /* name under the test tmp folder */
     void (*make)(const char *path); /* writes the malformed file */
@@ -440,6 +458,9 @@ static const corpus_case corpus[] = {
     {"corrupt-chunk.h5", c_corrupt_chunk,
      "/routing/gate_weights: cannot read its data (truncated or corrupt: chunk at [0]: deflate "
      "data do not inflate)"},
+    {"unfiltered-chunk-too-short.h5", c_unfiltered_chunk_too_short,
+     "/tokens/phase: cannot read its data (truncated or corrupt: chunk at [0]: stored unfiltered "
+     "but shorter than a chunk)"},
 };
 
 TestSuite(trace_corpus, .init = NULL);
@@ -505,6 +526,23 @@ Test(trace_corpus, a_missing_file_is_named_with_the_system_reason) {
     cr_assert_eq(rc, 2);
     cr_assert_str_eq(err,
                      "moesim: /nonexistent/trace.h5: cannot open: No such file or directory\n");
+}
+
+/* HDF5 stores a chunk without its optional filters when they fail (deflate of incompressible
+ * data): a whole chunk stored that way reads as the same trace. */
+Test(trace_corpus, a_whole_chunk_stored_with_deflate_skipped_reads_back) {
+    quiet_hdf5();
+    const char *path = test_tmp_path("deflate-skipped.h5");
+    write_base(path);
+    trace *base = make_base();
+    /* one-byte phases: shuffle leaves them as they are */
+    write_chunk0(path, "/tokens/phase", 2, base->phase, N);
+    trace *t = NULL;
+    moesim_error e = {0};
+    cr_assert_eq(trace_read(path, &t, &e), MOESIM_OK, "%s", e.msg);
+    cr_assert_arr_eq(t->phase, base->phase, N);
+    trace_destroy(t);
+    trace_destroy(base);
 }
 
 /* h5py and pandas write fixed-length byte strings (np.bytes_) and signed 64-bit integers:
