@@ -169,16 +169,20 @@ int cmd_sim(int argc, char **argv) {
     moesim_status st = cli_settings_load(settings, files, n_files, sets, n_sets, &err);
     free(sets);
     free(files);
-    trace *t = NULL;
+    trace_stream *ts = NULL;
     hw_profile hw;
     model_geometry model;
     quant_table quant;
     if (!st)
-        st = cli_sim_inputs_load(trace_path, hw_name, model_name, &t, &hw, &model, &quant, &err);
+        st = cli_sim_inputs_stream(trace_path, hw_name, model_name, &ts, &hw, &model, &quant, &err);
     sim_result r;
     if (!st) {
-        sim_inputs in = {
-            .trace = t, .model = &model, .hw = &hw, .quant = &quant, .timeline_path = timeline};
+        sim_inputs in = {.trace = trace_stream_tokens(ts),
+                         .stream = ts,
+                         .model = &model,
+                         .hw = &hw,
+                         .quant = &quant,
+                         .timeline_path = timeline};
         st = sim_run(&in, policy_name, settings, &r, &err);
     }
     if (!st && r.cost_extrapolated)
@@ -193,7 +197,7 @@ int cmd_sim(int argc, char **argv) {
     } else {
         print_text(&r, trace_path, hw.name);
     }
-    trace_destroy(t);
+    trace_stream_close(ts);
     config_destroy(settings);
     return rc;
 }

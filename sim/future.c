@@ -16,6 +16,19 @@ void sim_future_init(sim_future *f, const trace *tr, const sim_schedule *sch) {
     f->K = tr->meta.top_k;
 }
 
+void sim_future_set_rows(sim_future *f, sim_future_rows rows, void *ctx) {
+    f->rows = rows;
+    f->rows_ctx = ctx;
+}
+
+/* The routing of `token` at `layer`: [K]. */
+static const uint16_t *experts_of(const sim_future *f, uint64_t token, uint32_t layer) {
+    if (!f->rows) return trace_experts(f->tr, token, layer);
+    uint64_t local;
+    const trace *b = f->rows(f->rows_ctx, token, &local);
+    return trace_experts(b, local, layer);
+}
+
 void sim_future_free(sim_future *f) {
     free(f->use_pos32);
     free(f->use_pos64);
@@ -32,7 +45,7 @@ static void for_each_access(sim_future *f, void (*visit)(sim_future *, size_t, u
     for (uint64_t st = 0; st < s->n_steps; st++)
         for (uint32_t l = 0; l < f->L; l++)
             for (uint32_t i = 0; i < s->steps[st].n_tokens; i++) {
-                const uint16_t *ex = trace_experts(f->tr, s->tokens[s->steps[st].first + i], l);
+                const uint16_t *ex = experts_of(f, s->tokens[s->steps[st].first + i], l);
                 for (uint32_t k = 0; k < f->K; k++)
                     if (ex[k] != TRACE_NO_EXPERT) visit(f, (size_t)l * f->E + ex[k], ctx);
             }
@@ -94,7 +107,7 @@ uint32_t sim_future_active(sim_future *f, uint64_t step, uint32_t layer, uint16_
     uint16_t found[MODEL_MAX_EXPERTS];
     const sim_schedule_step *sd = &f->sch->steps[step];
     for (uint32_t i = 0; i < sd->n_tokens; i++) {
-        const uint16_t *ex = trace_experts(f->tr, f->sch->tokens[sd->first + i], layer);
+        const uint16_t *ex = experts_of(f, f->sch->tokens[sd->first + i], layer);
         for (uint32_t k = 0; k < f->K; k++) {
             if (ex[k] == TRACE_NO_EXPERT || f->stamp[ex[k]] == gen) continue;
             f->stamp[ex[k]] = gen;

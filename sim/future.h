@@ -12,8 +12,14 @@
 #include "sim/schedule.h"
 #include "traces/trace.h"
 
+/* Where a token's rows are: the block of the trace holding `token` and its index there
+ * (trace_stream_row's shape). The pointer is used before the next call. */
+typedef const trace *(*sim_future_rows)(void *ctx, uint64_t token, uint64_t *local);
+
 typedef struct sim_future {
     const trace *tr;          /* borrowed */
+    sim_future_rows rows;     /* NULL: tr holds every row */
+    void *rows_ctx;
     const sim_schedule *sch;  /* borrowed */
     uint32_t L, E, K;
     uint32_t *use_pos32; /* [accesses] positions grouped by (layer, expert), when they fit 32 bits */
@@ -28,6 +34,8 @@ typedef struct sim_future {
 /* Remembers the trace and schedule (borrowed for the future's lifetime); builds nothing yet. */
 void sim_future_init(sim_future *f, const trace *tr, const sim_schedule *sch);
 void sim_future_free(sim_future *f); /* accepts a zeroed struct */
+/* Reads routing rows through `rows` instead of the trace (a trace_stream's blocks). */
+void sim_future_set_rows(sim_future *f, sim_future_rows rows, void *ctx);
 
 /* Accesses (token, slot) between `pos` and the next access of (layer, expert) at or after it;
  * UINT64_MAX if never again. Positions must not go back between calls for one expert. */

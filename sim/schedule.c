@@ -122,6 +122,14 @@ static uint64_t mix64(uint64_t a, uint64_t b) {
 void sim_lookahead_emulate(const trace *t, uint32_t L, uint32_t E, uint32_t K, uint32_t D,
                            uint32_t kp, uint64_t seed, double accuracy, uint64_t token,
                            uint32_t layer, uint16_t *ids, float *scores) {
+    sim_lookahead_emulate_rows(trace_experts(t, token, 0), trace_gates(t, token, 0), L, E, K, D,
+                               kp, seed, accuracy, token, layer, ids, scores);
+}
+
+void sim_lookahead_emulate_rows(const uint16_t *experts, const float *gates, uint32_t L,
+                                uint32_t E, uint32_t K, uint32_t D, uint32_t kp, uint64_t seed,
+                                double accuracy, uint64_t token, uint32_t layer, uint16_t *ids,
+                                float *scores) {
     for (uint32_t d = 1; d <= D; d++) {
         uint16_t *row = ids + (size_t)(d - 1) * kp;  /* [kp] */
         float *srow = scores + (size_t)(d - 1) * kp; /* [kp] */
@@ -132,8 +140,8 @@ void sim_lookahead_emulate(const trace *t, uint32_t L, uint32_t E, uint32_t K, u
             }
             continue;
         }
-        const uint16_t *truth = trace_experts(t, token, layer + d);
-        const float *g = trace_gates(t, token, layer + d);
+        const uint16_t *truth = experts + (size_t)(layer + d) * K;
+        const float *g = gates + (size_t)(layer + d) * K;
         for (uint32_t j = 0; j < kp; j++) {
             uint64_t h = mix64(seed, ((token * L + layer) * 16 + d) * 256 + j);
             double u = (double)(h >> 11) * 0x1.0p-53;

@@ -56,5 +56,11 @@ void sim_schedule_free(sim_schedule *s);
 void sim_lookahead_emulate(const trace *t, uint32_t L, uint32_t E, uint32_t K, uint32_t D,
                            uint32_t kp, uint64_t seed, double accuracy, uint64_t token,
                            uint32_t layer, uint16_t *ids, float *scores);
+/* The same from the token's rows alone (`experts` and `gates` [L][K], borrowed), for hosts that
+ * hold a few blocks of the trace rather than the whole of it. */
+void sim_lookahead_emulate_rows(const uint16_t *experts, const float *gates, uint32_t L,
+                                uint32_t E, uint32_t K, uint32_t D, uint32_t kp, uint64_t seed,
+                                double accuracy, uint64_t token, uint32_t layer, uint16_t *ids,
+                                float *scores);
 
 #endif

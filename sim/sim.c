@@ -113,7 +113,8 @@ typedef struct sim_engine {
 
 struct sim_state {
     /* fixed */
-    const trace *tr;
+    const trace *tr;      /* with a stream: its skeleton (per-token arrays only) */
+    trace_stream *stream; /* NULL: tr holds the rows */
     const model_geometry *model;
     cost_model cost;
     sim_settings set;
@@ -161,6 +162,9 @@ struct sim_state {
     bool la_emulated;
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
 
+    /* recorded look-ahead: top-1 hits at distance 1, counted as the run gathers each row once */
+    uint64_t la_right, la_total;
+
     /* prefetch accounting (FIRM-MoE Eq. 7-8; the prefetched sets are memsys's pf_mark) */
     uint64_t pf_hit, pf_active, pf_issued_sets;
 
@@ -183,6 +187,17 @@ typedef struct sim_state sim_state;
 
 static size_t idx_lep(const sim_state *s, uint32_t l, uint32_t e, uint32_t p) {
     return ((size_t)l * s->E + e) * s->P + p;
+}
+
+/* The block holding token `tok`'s rows and its index there: the trace itself, or the stream's
+ * cached block (valid until the next lookup). */
+static const trace *row_of(void *ctx, uint64_t tok, uint64_t *local) {
+    sim_state *s = ctx;
+    if (!s->stream) {
+        *local = tok;
+        return s->tr;
+    }
+    return trace_stream_row(s->stream, tok, local);
 }
 
 /* ---- memory-system callbacks ---- */
@@ -381,21 +396,6 @@ static moesim_status check_geometry(const sim_inputs *in, moesim_error *err) {
     return MOESIM_OK;
 }
 
-/* Measured top-1 accuracy of the trace's look-ahead at distance 1. */
-static double recorded_predictor_accuracy(const trace *t) {
-    uint32_t L = t->meta.n_layers;
-    if (!t->meta.lookahead_depth || L < 2) return 0;
-    uint64_t right = 0, n = 0;
-    for (uint64_t i = 0; i < t->n_tokens; i++)
-        for (uint32_t l = 0; l + 1 < L; l++) {
-            uint16_t want = trace_experts(t, i, l + 1)[0];
-            if (want == TRACE_NO_EXPERT) continue;
-            right += t->lookahead_ids[trace_lookahead_index(t, i, l, 1)] == want;
-            n++;
-        }
-    return n ? (double)right / (double)n : 0;
-}
-
 /* ---- per-route work ---- */
 
 /* Gate/up and down op times of an expert at precision p for `tok` tokens (cached). */
@@ -565,26 +565,36 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
     }
 }
 
-/* Gathers the step's routing (and look-ahead) for `layer` into the r_* buffers. */
+/* Gathers the step's routing (and look-ahead) for `layer` into the r_* buffers; with recorded
+ * look-ahead, counts its top-1 hits at distance 1 (every (token, layer) is gathered once). */
 static void gather_route(sim_state *s, uint64_t step, uint32_t layer) {
     const sim_schedule_step *sd = &s->sch.steps[step];
-    const trace *t = s->tr;
     uint32_t K = s->K;
     size_t DK = (size_t)s->la_depth * s->la_k;
     for (uint32_t i = 0; i < sd->n_tokens; i++) {
         uint32_t tok = s->sch.tokens[sd->first + i];
-        memcpy(s->r_experts + (size_t)i * K, trace_experts(t, tok, layer), K * sizeof(uint16_t));
-        memcpy(s->r_gates + (size_t)i * K, trace_gates(t, tok, layer), K * sizeof(float));
-        if (s->r_importance) s->r_importance[i] = t->importance[(size_t)tok * s->L + layer];
+        uint64_t at;
+        const trace *t = row_of(s, tok, &at);
+        memcpy(s->r_experts + (size_t)i * K, trace_experts(t, at, layer), K * sizeof(uint16_t));
+        memcpy(s->r_gates + (size_t)i * K, trace_gates(t, at, layer), K * sizeof(float));
+        if (s->r_importance) s->r_importance[i] = t->importance[(size_t)at * s->L + layer];
         if (!DK) continue;
         if (s->la_emulated) {
-            sim_lookahead_emulate(s->tr, s->L, s->E, s->K, s->la_depth, s->la_k, s->set.seed,
-                                  s->set.predictor_accuracy, tok, layer, s->r_la_ids + i * DK,
-                                  s->r_la_scores + i * DK);
+            sim_lookahead_emulate_rows(trace_experts(t, at, 0), trace_gates(t, at, 0), s->L, s->E,
+                                       s->K, s->la_depth, s->la_k, s->set.seed,
+                                       s->set.predictor_accuracy, tok, layer,
+                                       s->r_la_ids + i * DK, s->r_la_scores + i * DK);
         } else {
-            size_t src = trace_lookahead_index(t, tok, layer, 1);
+            size_t src = trace_lookahead_index(t, at, layer, 1);
             memcpy(s->r_la_ids + i * DK, t->lookahead_ids + src, DK * sizeof(uint16_t));
             memcpy(s->r_la_scores + i * DK, t->lookahead_scores + src, DK * sizeof(float));
+            if (layer + 1 < s->L) {
+                uint16_t want = trace_experts(t, at, layer + 1)[0];
+                if (want != TRACE_NO_EXPERT) {
+                    s->la_right += t->lookahead_ids[src] == want;
+                    s->la_total++;
+                }
+            }
         }
     }
 }
@@ -679,7 +689,9 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->prefetch_wasted_bytes = s->ms.n.wasted_bytes;
     r->predictor_emulated = s->la_emulated;
     r->predictor_accuracy =
-        s->la_emulated ? s->set.predictor_accuracy : recorded_predictor_accuracy(t);
+        s->la_emulated ? s->set.predictor_accuracy
+        : s->la_total ? (double)s->la_right / (double)s->la_total
+                      : 0;
     r->accesses = s->tally.accesses;
     r->hits = s->tally.hits;
     r->skipped_accesses = s->tally.skipped;
@@ -732,6 +744,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
 
     const trace *t = in->trace;
     s->tr = t;
+    s->stream = in->stream;
     s->model = in->model;
     s->hooks = in->hooks;
     s->L = t->meta.n_layers;
@@ -811,6 +824,13 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     memsys_init(&s->ms, &mc, &mh);
     s->ms_live = true;
     sim_future_init(&s->future, t, &s->sch);
+    if (s->stream) {
+        sim_future_set_rows(&s->future, row_of, s);
+        /* a step visits the blocks of up to batch.size requests, or of one long prompt */
+        uint64_t bt = trace_stream_block_tokens(s->stream);
+        trace_stream_set_cache(s->stream,
+                               (uint32_t)(s->set.batch_size + s->sch.max_step_tokens / bt + 2));
+    }
     s->ms.future = &s->future;
 
     /* look-ahead */
@@ -825,7 +845,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     size_t MT = s->sch.max_step_tokens;
     s->r_experts = arena_calloc(&s->mem, MT * s->K, sizeof(uint16_t));
     s->r_gates = arena_calloc(&s->mem, MT * s->K, sizeof(float));
-    if (t->importance) s->r_importance = arena_calloc(&s->mem, MT, sizeof(float));
+    if (t->meta.has_importance) s->r_importance = arena_calloc(&s->mem, MT, sizeof(float));
     if (s->la_depth) {
         s->r_la_ids = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(uint16_t));
         s->r_la_scores = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(float));

@@ -68,6 +68,9 @@ typedef struct sim_hooks {
 /* What a run reads; all borrowed for the duration of sim_run. */
 typedef struct sim_inputs {
     const trace *trace;
+    trace_stream *stream; /* optional: the routing, importance and look-ahead rows are read from
+                             here block by block (memory does not grow with the trace), and
+                             `trace` is trace_stream_tokens(stream); NULL: `trace` holds them */
     const model_geometry *model; /* must match the trace's geometry (checked) */
     const hw_profile *hw;
     const quant_table *quant;

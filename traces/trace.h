@@ -129,6 +129,28 @@ const char *trace_phase_name(uint8_t phase);
 moesim_status trace_write(const trace *t, const char *path, moesim_error *err);
 moesim_status trace_read(const char *path, trace **out, moesim_error *err);
 
+/* Reading a trace without holding it whole, for runs whose memory must not grow with the trace
+ * (the simulator): open checks the file as trace_read does (every value too, reading the tokens
+ * block by block) but keeps only the per-token arrays (request ids, positions, phases, token ids:
+ * trace_stream_tokens, a trace whose routing, importance and look-ahead arrays are NULL); rows
+ * are then read in blocks of whole tokens on demand into a small LRU cache of blocks.
+ * Errors as trace_read's. The caller owns *out (trace_stream_close). */
+typedef struct trace_stream trace_stream;
+moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_error *err);
+void trace_stream_close(trace_stream *s); /* accepts NULL */
+/* The skeleton: meta, n_tokens, n_requests and the per-token arrays; borrowed from the stream. */
+const trace *trace_stream_tokens(const trace_stream *s);
+/* Blocks the cache holds (default 4; at least 1). A run that visits tokens of b blocks in turn
+ * (b requests in flight) wants b + 1, or every visit reads a block again. Drops cached blocks. */
+void trace_stream_set_cache(trace_stream *s, uint32_t n_blocks);
+uint64_t trace_stream_block_tokens(const trace_stream *s);
+uint64_t trace_stream_blocks_read(const trace_stream *s); /* block reads after open */
+/* The cached block holding `token` (read now when it is not cached) and the token's index in it
+ * (*local): trace_experts(block, *local, layer) etc. are that token's rows. Borrowed: valid
+ * until the next call. A read that fails after open succeeded (the file changed or the disk
+ * failed) prints one line naming the file and aborts. */
+const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local);
+
 /* Writing a trace without holding it whole: open with the counts (known up front, e.g. from a
  * request plan), append blocks of tokens in order (a block as for trace_checker; each is
  * checked before it is staged), then commit, which writes what is left, syncs and renames.

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/alloc.h"
 #include "common/check.h"
 #include "traces/h5_chunks.h"
 #include "traces/trace.h"
@@ -452,13 +453,27 @@ static moesim_status read_meta(reader *r, trace_meta *m, char **params_json) {
     return MOESIM_OK;
 }
 
-static moesim_status read_file(reader *r, trace **out) {
+/* A file whose datasets are open and checked (type, shape, storage), nothing read yet: what the
+ * whole-trace reader and the stream share. */
+typedef struct opened_trace {
+    trace_meta meta;
+    char *params_json; /* owned until handed to a trace */
+    dataset_spec specs[DS_COUNT];
+    hid_t ds[DS_COUNT]; /* H5I_INVALID_HID where absent */
+    bool have[DS_COUNT];
+    uint64_t n_tokens;
+} opened_trace;
+
+static void opened_close(opened_trace *o) {
+    for (int i = 0; i < DS_COUNT; i++) h5_close(&o->ds[i], H5Dclose);
+    free(o->params_json);
+    o->params_json = NULL;
+}
+
+static moesim_status open_trace(reader *r, opened_trace *o) {
     trace_meta m = {0};
-    char *params_json = NULL;
-    hid_t ds[DS_COUNT];
-    for (int i = 0; i < DS_COUNT; i++) ds[i] = H5I_INVALID_HID;
-    trace *t = NULL;
-    moesim_status st = read_meta(r, &m, &params_json);
+    for (int i = 0; i < DS_COUNT; i++) o->ds[i] = H5I_INVALID_HID;
+    moesim_status st = read_meta(r, &m, &o->params_json);
 
     /* the layer map must be known before trace_meta_check checks it */
     dataset_spec layers = {"/layers/model_layer", U32_SPEC, 1, "[L]", {m.n_layers}};
@@ -477,7 +492,7 @@ static moesim_status read_file(reader *r, trace **out) {
     }
 
     const hsize_t L = m.n_layers, k = m.top_k, D = m.lookahead_depth, Kp = m.lookahead_k;
-    dataset_spec specs[DS_COUNT] = {
+    const dataset_spec specs_init[DS_COUNT] = {
         [DS_REQUEST_ID] = {"/tokens/request_id", U32_SPEC, 1, "[N]", {0}},
         [DS_POSITION] = {"/tokens/position", U32_SPEC, 1, "[N]", {0}},
         [DS_PHASE] =
@@ -530,9 +545,12 @@ static moesim_status read_file(reader *r, trace **out) {
                             "[N][L][D][K']",
                             {0, L, D, Kp}},
     };
+    dataset_spec *specs = o->specs;
+    memcpy(specs, specs_init, sizeof specs_init);
     /* N comes from /tokens/request_id; every other dataset must agree */
     uint64_t n_tokens = 0;
-    bool have[DS_COUNT] = {false};
+    bool *have = o->have;
+    hid_t *ds = o->ds;
     for (int i = 0; i < DS_COUNT && !st; i++) {
         bool required = i != DS_TOKEN_ID && i != DS_IMPORTANCE;
         specs[i].dims[0] = n_tokens;
@@ -558,28 +576,36 @@ static moesim_status read_file(reader *r, trace **out) {
     m.has_importance = have[DS_IMPORTANCE];
     for (int i = 0; i < DS_COUNT && !st; i++)
         if (have[i]) st = check_storage(r, &specs[i], ds[i]);
+    o->meta = m;
+    o->n_tokens = n_tokens;
+    return st;
+}
+
+static moesim_status read_file(reader *r, trace **out) {
+    opened_trace o = {0};
+    trace *t = NULL;
+    moesim_status st = open_trace(r, &o);
     if (!st) {
-        t = trace_try_create(&m, n_tokens);
+        t = trace_try_create(&o.meta, o.n_tokens);
         if (!t)
             st = moesim_fail(r->err, MOESIM_ENOMEM,
                              "%s: cannot allocate %.1f MiB for %" PRIu64 " tokens", r->path,
-                             (double)trace_bytes_per_token(&m) * (double)n_tokens / 1048576.0,
-                             n_tokens);
+                             (double)trace_bytes_per_token(&o.meta) * (double)o.n_tokens / 1048576.0,
+                             o.n_tokens);
     }
     if (!st) {
         void *bufs[DS_COUNT] = {t->request_id, t->position,      t->phase,
                                 t->token_id,   t->expert_ids,    t->gate_weights,
                                 t->importance, t->lookahead_ids, t->lookahead_scores};
         for (int i = 0; i < DS_COUNT && !st; i++)
-            if (have[i]) st = read_dataset(r, &specs[i], ds[i], bufs[i]);
+            if (o.have[i]) st = read_dataset(r, &o.specs[i], o.ds[i], bufs[i]);
     }
-    for (int i = 0; i < DS_COUNT; i++) h5_close(&ds[i], H5Dclose);
     if (!st) {
-        t->params_json = params_json;
-        params_json = NULL;
+        t->params_json = o.params_json;
+        o.params_json = NULL;
         st = trace_finish(t, r->path, r->err);
     }
-    free(params_json);
+    opened_close(&o);
     if (st) {
         trace_destroy(t);
         return st;
@@ -588,8 +614,9 @@ static moesim_status read_file(reader *r, trace **out) {
     return MOESIM_OK;
 }
 
-moesim_status trace_read(const char *path, trace **out, moesim_error *err) {
-    *out = NULL;
+/* Opens `path` for reading into *r (r->file open on success): the plain-file checks, the HDF5
+ * signature, and HDF5's own truncation message made readable. */
+static moesim_status open_file(const char *path, hid_t fapl, reader *r, moesim_error *err) {
     h5_quiet();
     struct stat sb;
     if (stat(path, &sb) != 0)
@@ -598,16 +625,16 @@ moesim_status trace_read(const char *path, trace **out, moesim_error *err) {
         return moesim_fail(err, MOESIM_EINPUT, "%s: not a regular file", path);
     if (sb.st_size == 0)
         return moesim_fail(err, MOESIM_EINPUT, "%s: empty file (0 bytes), not an HDF5 trace", path);
-    reader r = {
+    *r = (reader){
         .path = path, .file = H5I_INVALID_HID, .file_bytes = (uint64_t)sb.st_size, .err = err};
     htri_t is = H5Fis_hdf5(path);
     if (is == 0)
         return moesim_fail(err, MOESIM_EINPUT, "%s: not an HDF5 file (no HDF5 signature)", path);
-    if (is < 0) return moesim_fail(err, MOESIM_EIO, "%s: cannot open (%s)", path, h5_reason(r.why));
-    r.file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (r.file < 0) {
+    if (is < 0) return moesim_fail(err, MOESIM_EIO, "%s: cannot open (%s)", path, h5_reason(r->why));
+    r->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (r->file < 0) {
         /* HDF5 says "truncated file: eof = 2000, sblock->base_addr = 0, stored_eof = 25206" */
-        const char *why = h5_reason(r.why), *stored = strstr(why, "stored_eof = ");
+        const char *why = h5_reason(r->why), *stored = strstr(why, "stored_eof = ");
         unsigned long long eof, stored_eof;
         if (!strncmp(why, "truncated file: eof = ", 22) && stored &&
             sscanf(why + 22, "%llu", &eof) == 1 && sscanf(stored + 13, "%llu", &stored_eof) == 1)
@@ -617,7 +644,15 @@ moesim_status trace_read(const char *path, trace **out, moesim_error *err) {
         return moesim_fail(err, MOESIM_EINPUT,
                            "%s: not a readable HDF5 file (truncated or corrupt: %s)", path, why);
     }
-    moesim_status st = read_file(&r, out);
+    return MOESIM_OK;
+}
+
+moesim_status trace_read(const char *path, trace **out, moesim_error *err) {
+    *out = NULL;
+    reader r;
+    moesim_status st = open_file(path, H5P_DEFAULT, &r, err);
+    if (st) return st;
+    st = read_file(&r, out);
     if (H5Fclose(r.file) < 0 && !st) {
         trace_destroy(*out);
         *out = NULL;
@@ -625,4 +660,212 @@ moesim_status trace_read(const char *path, trace **out, moesim_error *err) {
     }
     H5Eclear2(H5E_DEFAULT);
     return st;
+}
+
+/* ---- streaming ---------------------------------------------------------------------------
+ *
+ * A stream keeps the file open with every dataset checked, the per-token arrays in memory (the
+ * skeleton: 9 bytes a token, 13 with token ids) and a few blocks of whole tokens: an LRU cache of
+ * `n_slots` blocks of block_tokens tokens each. Blocks are read as hyperslabs through HDF5's
+ * chunk cache, sized to hold a few chunks per dataset so that a block straddling a chunk
+ * boundary does not inflate that chunk twice. Opening reads every block once, through
+ * trace_checker, so a stream holds only values trace_read would accept. */
+
+#define STREAM_BLOCK_BYTES   (1u << 20) /* about one chunk of our writer's layout */
+#define STREAM_CHUNK_CACHE   (4u << 20) /* HDF5 chunk cache per dataset: a few chunks */
+#define STREAM_DEFAULT_SLOTS 4u
+
+struct trace_stream {
+    char *path;
+    reader r;
+    opened_trace o;
+    trace *skeleton;   /* meta, counts, request_id, position, phase, token_id; no routing */
+    uint64_t block_tokens;
+    uint32_t n_slots;  /* blocks cached */
+    trace **slot;      /* [n_slots] block traces (n_tokens = tokens of that block) */
+    uint64_t *slot_of; /* [n_slots] block index held, or UINT64_MAX */
+    uint64_t *slot_at; /* [n_slots] last use (LRU clock) */
+    uint32_t mru;      /* slot of the last lookup */
+    uint64_t clock;
+    uint64_t blocks_read;
+};
+
+static moesim_status read_rows(reader *r, const dataset_spec *spec, hid_t d, uint64_t first,
+                               uint64_t n, void *buf) {
+    hsize_t start[4] = {first, 0, 0, 0}, count[4] = {n, 0, 0, 0};
+    for (int i = 1; i < spec->rank; i++) count[i] = spec->dims[i];
+    hid_t fs = H5Dget_space(d), ms = H5Screate_simple(spec->rank, count, NULL);
+    bool ok = fs >= 0 && ms >= 0 &&
+              H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+              H5Dread(d, spec->mtype, ms, fs, H5P_DEFAULT, buf) >= 0;
+    h5_close(&ms, H5Sclose);
+    h5_close(&fs, H5Sclose);
+    if (!ok)
+        return read_fail(r, spec->name, "cannot read tokens %" PRIu64 "..%" PRIu64
+                                        " (truncated or corrupt: %s)",
+                         first, first + n - 1, h5_reason(r->why));
+    return MOESIM_OK;
+}
+
+/* Reads tokens [first, first + n) of every dataset into `block` (sized for at least n). */
+static moesim_status read_block(trace_stream *s, uint64_t first, uint64_t n, trace *block) {
+    void *bufs[DS_COUNT] = {block->request_id, block->position,      block->phase,
+                            block->token_id,   block->expert_ids,    block->gate_weights,
+                            block->importance, block->lookahead_ids, block->lookahead_scores};
+    moesim_status st = MOESIM_OK;
+    for (int i = 0; i < DS_COUNT && !st; i++)
+        if (s->o.have[i]) st = read_rows(&s->r, &s->o.specs[i], s->o.ds[i], first, n, bufs[i]);
+    block->n_tokens = n;
+    return st;
+}
+
+static uint64_t block_len(const trace_stream *s, uint64_t b) {
+    uint64_t first = b * s->block_tokens, n = s->skeleton->n_tokens - first;
+    return n < s->block_tokens ? n : s->block_tokens;
+}
+
+/* The skeleton's arrays, and the validation pass: every block through trace_checker. */
+static moesim_status stream_load(trace_stream *s) {
+    const opened_trace *o = &s->o;
+    reader *r = &s->r;
+    uint64_t N = o->n_tokens;
+    trace *k = calloc(1, sizeof *k);
+    if (!k) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
+    s->skeleton = k;
+    k->meta = o->meta;
+    k->n_tokens = N;
+    k->request_id = malloc(N * sizeof *k->request_id);
+    k->position = malloc(N * sizeof *k->position);
+    k->phase = malloc(N);
+    if (o->have[DS_TOKEN_ID]) k->token_id = malloc(N * sizeof *k->token_id);
+    if (!k->request_id || !k->position || !k->phase || (o->have[DS_TOKEN_ID] && !k->token_id))
+        return moesim_fail(r->err, MOESIM_ENOMEM, "%s: cannot allocate the token arrays of %" PRIu64
+                                                  " tokens", r->path, N);
+    void *bufs[] = {k->request_id, k->position, k->phase, k->token_id};
+    moesim_status st = MOESIM_OK;
+    for (int i = DS_REQUEST_ID; i <= DS_TOKEN_ID && !st; i++)
+        if (o->have[i]) st = read_dataset(r, &o->specs[i], o->ds[i], bufs[i]);
+    if (st) return st;
+    uint32_t max_id = 0;
+    for (uint64_t i = 0; i < N; i++) max_id = k->request_id[i] > max_id ? k->request_id[i] : max_id;
+    k->n_requests = N ? (max_id < UINT32_MAX ? max_id + 1 : UINT32_MAX) : 0;
+    if ((st = trace_counts_check(N, k->n_requests, r->path, r->err))) return st;
+
+    trace *block = trace_try_create(&o->meta, s->block_tokens);
+    if (!block) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
+    trace_checker c;
+    trace_checker_init(&c, &k->meta, k->n_requests, r->path);
+    uint64_t n_blocks = (N + s->block_tokens - 1) / s->block_tokens;
+    for (uint64_t b = 0; b < n_blocks && !st; b++) {
+        st = read_block(s, b * s->block_tokens, block_len(s, b), block);
+        if (!st) st = trace_checker_block(&c, block, r->err);
+    }
+    if (!st) st = trace_checker_finish(&c, r->err);
+    trace_checker_free(&c);
+    trace_destroy(block);
+    return st;
+}
+
+moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_error *err) {
+    *out = NULL;
+    trace_stream *s = calloc(1, sizeof *s);
+    char *own = strdup(path);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (!s || !own || fapl < 0) {
+        free(s);
+        free(own);
+        h5_close(&fapl, H5Pclose);
+        return moesim_fail(err, MOESIM_ENOMEM, "%s: out of memory", path);
+    }
+    s->path = own;
+    for (int i = 0; i < DS_COUNT; i++) s->o.ds[i] = H5I_INVALID_HID;
+    H5Pset_cache(fapl, 0, 521, STREAM_CHUNK_CACHE, 1.0);
+    moesim_status st = open_file(own, fapl, &s->r, err);
+    h5_close(&fapl, H5Pclose);
+    if (!st) st = open_trace(&s->r, &s->o);
+    if (!st) {
+        uint64_t per_token = trace_bytes_per_token(&s->o.meta);
+        s->block_tokens = STREAM_BLOCK_BYTES / per_token ? STREAM_BLOCK_BYTES / per_token : 1;
+        st = stream_load(s);
+    }
+    if (!st) {
+        s->skeleton->params_json = s->o.params_json;
+        s->o.params_json = NULL;
+        trace_stream_set_cache(s, STREAM_DEFAULT_SLOTS);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    if (st) {
+        trace_stream_close(s);
+        return st;
+    }
+    *out = s;
+    return MOESIM_OK;
+}
+
+const trace *trace_stream_tokens(const trace_stream *s) { return s->skeleton; }
+
+uint64_t trace_stream_block_tokens(const trace_stream *s) { return s->block_tokens; }
+
+uint64_t trace_stream_blocks_read(const trace_stream *s) { return s->blocks_read; }
+
+void trace_stream_set_cache(trace_stream *s, uint32_t n_blocks) {
+    if (n_blocks < 1) n_blocks = 1;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        trace_destroy(s->slot[i]);
+    }
+    free(s->slot);
+    free(s->slot_of);
+    free(s->slot_at);
+    s->n_slots = n_blocks;
+    s->slot = moesim_xcalloc(n_blocks, sizeof *s->slot);
+    s->slot_of = moesim_xcalloc(n_blocks, sizeof *s->slot_of);
+    s->slot_at = moesim_xcalloc(n_blocks, sizeof *s->slot_at);
+    for (uint32_t i = 0; i < n_blocks; i++) s->slot_of[i] = UINT64_MAX;
+    s->mru = 0;
+}
+
+const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local) {
+    MOESIM_ASSERT(token < s->skeleton->n_tokens);
+    uint64_t b = token / s->block_tokens;
+    *local = token - b * s->block_tokens;
+    if (s->slot_of[s->mru] == b) return s->slot[s->mru];
+    uint32_t victim = 0;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        if (s->slot_of[i] == b) {
+            s->mru = i;
+            s->slot_at[i] = ++s->clock;
+            return s->slot[i];
+        }
+        if (s->slot_at[i] < s->slot_at[victim]) victim = i;
+    }
+    if (!s->slot[victim]) s->slot[victim] = trace_create(&s->o.meta, s->block_tokens);
+    moesim_error err = {0};
+    s->r.err = &err;
+    if (read_block(s, b * s->block_tokens, block_len(s, b), s->slot[victim])) {
+        /* every block was read once when the stream opened: the file changed since, or the
+         * disk failed; there is no trace left to run on */
+        fprintf(stderr, "moesim: %s\n", err.msg);
+        abort();
+    }
+    s->slot_of[victim] = b;
+    s->slot_at[victim] = ++s->clock;
+    s->mru = victim;
+    s->blocks_read++;
+    return s->slot[victim];
+}
+
+void trace_stream_close(trace_stream *s) {
+    if (!s) return;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        trace_destroy(s->slot[i]);
+    }
+    free(s->slot);
+    free(s->slot_of);
+    free(s->slot_at);
+    opened_close(&s->o);
+    trace_destroy(s->skeleton);
+    if (s->r.file >= 0 && s->r.path) H5Fclose(s->r.file);
+    H5Eclear2(H5E_DEFAULT);
+    free(s->path);
+    free(s);
 }
