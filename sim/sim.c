@@ -828,7 +828,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         sim_future_set_rows(&s->future, row_of, s);
         /* a step visits the blocks of up to batch.size requests, or of one long prompt */
         uint64_t bt = trace_stream_block_tokens(s->stream);
-        trace_stream_set_cache(s->stream,
+        trace_stream_set_cache(s->stream, 0,
                                (uint32_t)(s->set.batch_size + s->sch.max_step_tokens / bt + 2));
     }
     s->ms.future = &s->future;

@@ -13,6 +13,7 @@
 #include "sim/sim.h"
 #include "sim_fixtures.h"
 #include "traces/stats.h"
+#include "support/test_support.h"
 
 static quant_table quant;
 
@@ -962,4 +963,47 @@ Test(sim, recorded_lookahead_and_importance_reach_the_policy_and_accuracy_is_mea
     cr_assert_float_eq(r.predictor_accuracy, (double)right / (double)total, 1e-12);
     trace_destroy(t);
     trace_destroy(plain);
+}
+
+/* Every registered policy gives the same JSON from a trace streamed block by block (small
+ * blocks, so requests in flight straddle them) as from the trace in memory. */
+Test(sim, a_streamed_trace_gives_every_figure_the_trace_in_memory_gives) {
+    model_geometry m = fixture_model(4, 16, 2);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 6, 9, 23, 1.0, 11);
+    const char *path = test_tmp_path("sim-stream.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream *ts = NULL;
+    cr_assert_eq(trace_stream_open(path, &ts, &err), MOESIM_OK, "%s", err.msg);
+    char names[512];
+    snprintf(names, sizeof names, "%s", policy_names());
+    for (char *name = strtok(names, ", "); name; name = strtok(NULL, ", ")) {
+        for (int batch = 1; batch <= 3; batch += 2) {
+            char set_batch[32];
+            snprintf(set_batch, sizeof set_batch, "batch.size=%d", batch);
+            const char *sets[] = {set_batch, NULL};
+            sim_result a, b;
+            cr_assert_eq(run_sets(t, &m, &hw, name, NULL, sets, &a, &err), MOESIM_OK, "%s",
+                         err.msg);
+            trace_stream_set_cache(ts, 5, 1);
+            config *c = config_create();
+            cr_assert_eq(config_set(c, set_batch, &err), MOESIM_OK, "%s", err.msg);
+            sim_inputs in = {
+                .trace = trace_stream_tokens(ts), .stream = ts, .model = &m, .hw = &hw,
+                .quant = &quant};
+            cr_assert_eq(sim_run(&in, name, c, &b, &err), MOESIM_OK, "%s", err.msg);
+            config_destroy(c);
+            json_t *xa = sim_result_to_json(&a), *xb = sim_result_to_json(&b);
+            char *ja = json_dumps(xa, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+            char *jb = json_dumps(xb, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+            cr_assert_str_eq(ja, jb, "%s, batch %d", name, batch);
+            free(ja);
+            free(jb);
+            json_decref(xa);
+            json_decref(xb);
+        }
+    }
+    trace_stream_close(ts);
+    trace_destroy(t);
 }

@@ -664,3 +664,57 @@ Test(trace, params_json_beyond_one_mebibyte_is_refused_before_writing) {
     cr_assert_not(test_file_exists(path));
     trace_destroy(t);
 }
+
+/* ---- trace_stream ---- */
+
+Test(trace, a_stream_gives_every_row_trace_read_gives_in_any_order_of_visits) {
+    trace *t = make_trace(6, 32, 4, 3, 5, 5000, true);
+    const char *path = test_tmp_path("stream.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream *s = NULL;
+    cr_assert_eq(trace_stream_open(path, &s, &err), MOESIM_OK, "%s", err.msg);
+    const trace *k = trace_stream_tokens(s);
+    cr_assert_eq(k->n_tokens, t->n_tokens);
+    cr_assert_eq(k->n_requests, t->n_requests);
+    cr_assert_null(k->expert_ids);
+    cr_assert_eq(memcmp(k->request_id, t->request_id, t->n_tokens * sizeof *t->request_id), 0);
+    cr_assert_eq(memcmp(k->position, t->position, t->n_tokens * sizeof *t->position), 0);
+    cr_assert_eq(memcmp(k->phase, t->phase, t->n_tokens), 0);
+    cr_assert_str_eq(k->params_json, t->params_json);
+    /* blocks of 37 tokens, 2 cached; visits hop between two far-apart tokens */
+    trace_stream_set_cache(s, 37, 2);
+    size_t R = trace_route_values(&t->meta), A = trace_lookahead_values(&t->meta);
+    for (uint64_t j = 0; j < t->n_tokens; j++) {
+        uint64_t i = j % 2 ? t->n_tokens - 1 - j / 2 : j / 2, at;
+        const trace *b = trace_stream_row(s, i, &at);
+        cr_assert_eq(memcmp(trace_experts(b, at, 0), trace_experts(t, i, 0), R * 2), 0, "%lu",
+                     (unsigned long)i);
+        cr_assert_eq(memcmp(trace_gates(b, at, 0), trace_gates(t, i, 0), R * 4), 0);
+        cr_assert_eq(memcmp(b->importance + at * 6, t->importance + i * 6, 6 * 4), 0);
+        cr_assert_eq(memcmp(b->lookahead_ids + trace_lookahead_index(b, at, 0, 1),
+                            t->lookahead_ids + trace_lookahead_index(t, i, 0, 1), A * 2),
+                     0);
+        cr_assert_eq(memcmp(b->lookahead_scores + trace_lookahead_index(b, at, 0, 1),
+                            t->lookahead_scores + trace_lookahead_index(t, i, 0, 1), A * 4),
+                     0);
+    }
+    trace_stream_close(s);
+    trace_destroy(t);
+}
+
+Test(trace, a_stream_refuses_what_trace_read_refuses_with_the_same_line) {
+    const char *path = test_tmp_path("not-a-trace.h5");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("not hdf5\n", f);
+    fclose(f);
+    moesim_error e1 = {0}, e2 = {0};
+    trace *t = NULL;
+    trace_stream *s = NULL;
+    cr_assert_eq(trace_read(path, &t, &e1), MOESIM_EINPUT);
+    cr_assert_eq(trace_stream_open(path, &s, &e2), MOESIM_EINPUT);
+    cr_assert_null(s);
+    cr_assert_str_eq(e1.msg, e2.msg);
+    trace_stream_close(NULL);
+}

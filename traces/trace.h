@@ -140,9 +140,10 @@ moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_err
 void trace_stream_close(trace_stream *s); /* accepts NULL */
 /* The skeleton: meta, n_tokens, n_requests and the per-token arrays; borrowed from the stream. */
 const trace *trace_stream_tokens(const trace_stream *s);
-/* Blocks the cache holds (default 4; at least 1). A run that visits tokens of b blocks in turn
- * (b requests in flight) wants b + 1, or every visit reads a block again. Drops cached blocks. */
-void trace_stream_set_cache(trace_stream *s, uint32_t n_blocks);
+/* Blocks the cache holds (default 4; at least 1) and tokens per block (0: keep; default about
+ * 4 MiB of rows). A run that visits tokens of b blocks in turn (b requests in flight) wants
+ * b + 1, or every visit reads a block again. Drops cached blocks. */
+void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_blocks);
 uint64_t trace_stream_block_tokens(const trace_stream *s);
 uint64_t trace_stream_blocks_read(const trace_stream *s); /* block reads after open */
 /* The cached block holding `token` (read now when it is not cached) and the token's index in it

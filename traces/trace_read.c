@@ -794,7 +794,7 @@ moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_err
     if (!st) {
         s->skeleton->params_json = s->o.params_json;
         s->o.params_json = NULL;
-        trace_stream_set_cache(s, STREAM_DEFAULT_SLOTS);
+        trace_stream_set_cache(s, 0, STREAM_DEFAULT_SLOTS);
     }
     H5Eclear2(H5E_DEFAULT);
     if (st) {
@@ -811,7 +811,7 @@ uint64_t trace_stream_block_tokens(const trace_stream *s) { return s->block_toke
 
 uint64_t trace_stream_blocks_read(const trace_stream *s) { return s->blocks_read; }
 
-void trace_stream_set_cache(trace_stream *s, uint32_t n_blocks) {
+void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_blocks) {
     if (n_blocks < 1) n_blocks = 1;
     for (uint32_t i = 0; i < s->n_slots; i++) {
         trace_destroy(s->slot[i]);
@@ -819,6 +819,7 @@ void trace_stream_set_cache(trace_stream *s, uint32_t n_blocks) {
     free(s->slot);
     free(s->slot_of);
     free(s->slot_at);
+    if (block_tokens) s->block_tokens = block_tokens;
     s->n_slots = n_blocks;
     s->slot = moesim_xcalloc(n_blocks, sizeof *s->slot);
     s->slot_of = moesim_xcalloc(n_blocks, sizeof *s->slot_of);
