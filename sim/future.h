@@ -20,6 +20,13 @@ typedef struct sim_future {
     const trace *tr;          /* borrowed */
     sim_future_rows rows;     /* NULL: tr holds every row */
     void *rows_ctx;
+    /* without a schedule in memory (sch NULL): steps come from iterators over the requests */
+    const trace_request_index *rq; /* borrowed */
+    uint32_t batch, max_step_tokens;
+    sim_schedule_iter win;  /* the steps sim_future_active asks for, produced in order */
+    uint32_t *win_tokens;   /* [2][max_step_tokens] the last two steps produced */
+    uint32_t win_n[2];
+    uint64_t win_step[2];   /* step held in each half, or UINT64_MAX */
     const sim_schedule *sch;  /* borrowed */
     uint32_t L, E, K;
     uint32_t *use_pos32; /* [accesses] positions grouped by (layer, expert), when they fit 32 bits */
@@ -34,6 +41,12 @@ typedef struct sim_future {
 /* Remembers the trace and schedule (borrowed for the future's lifetime); builds nothing yet. */
 void sim_future_init(sim_future *f, const trace *tr, const sim_schedule *sch);
 void sim_future_free(sim_future *f); /* accepts a zeroed struct */
+/* The same for a host that holds neither the trace nor its schedule (a streamed trace): the
+ * schedule of `rq` at `batch` is replayed step by step (sim/schedule.h), rows come from `rows`.
+ * sim_future_active's steps must then not go back by more than one between calls. */
+void sim_future_init_requests(sim_future *f, const trace_meta *meta,
+                              const trace_request_index *rq, uint32_t batch,
+                              uint32_t max_step_tokens, sim_future_rows rows, void *ctx);
 /* Reads routing rows through `rows` instead of the trace (a trace_stream's blocks). */
 void sim_future_set_rows(sim_future *f, sim_future_rows rows, void *ctx);
 

@@ -139,9 +139,19 @@ struct sim_state {
     policy *pol;
     policy_mem_view view;
 
-    /* schedule (time-independent: which tokens run in which step, sim/schedule.h) */
-    sim_schedule sch;
-    uint64_t *step_start_ns, *step_end_ns; /* [sch.n_steps] */
+    /* schedule (time-independent: which tokens run in which step, sim/schedule.h), produced
+     * step by step: nothing per token or per step is kept */
+    trace_request_index rq_own; /* built from an in-memory trace */
+    const trace_request_index *rq;
+    sim_schedule_iter it;
+    uint64_t n_steps, kv_peak_bytes;
+    uint32_t max_step_tokens;
+    uint32_t *step_tok;     /* [max_step_tokens] the current step's tokens */
+    uint8_t *step_emit;     /* [max_step_tokens] the token emits an output */
+    uint32_t step_n;        /* tokens of the current step */
+    uint64_t *req_t_admit;  /* [n_requests] start of the step that admitted the request */
+    uint64_t *req_t_first;  /* [n_requests] end of its first step */
+    uint64_t *req_t_last;   /* [n_requests] end of its last step */
 
     /* per-route scratch: [max_step_tokens * K] etc. */
     uint16_t *r_experts;
@@ -302,14 +312,37 @@ static void stream_stall_until_next(sim_state *s, uint64_t *t, const char *name)
 
 /* ---- the schedule ---- */
 
-/* Builds the steps (sim/schedule.h: the same schedule the replay runs) and the per-step clocks
- * the run fills in. */
-static void schedule_build(sim_state *s) {
-    sim_schedule_build(&s->sch, s->tr, s->set.batch_size, model_kv_bytes_per_token(s->model),
-                       model_recurrent_state_bytes(s->model));
-    uint64_t n_steps = s->sch.n_steps;
-    s->step_start_ns = arena_calloc(&s->mem, n_steps ? n_steps : 1, sizeof(uint64_t));
-    s->step_end_ns = arena_calloc(&s->mem, n_steps ? n_steps : 1, sizeof(uint64_t));
+/* The schedule's size (sim/schedule.h: the same schedule the replay runs) from one pass over
+ * its steps: step count, largest step, KV peak; then the per-step and per-request arrays the
+ * run fills in. */
+static void schedule_plan(sim_state *s) {
+    if (s->stream) {
+        s->rq = trace_stream_requests(s->stream);
+    } else {
+        trace_request_index_build(&s->rq_own, s->tr);
+        s->rq = &s->rq_own;
+    }
+    sim_schedule_iter it;
+    sim_schedule_iter_init(&it, s->rq, s->set.batch_size, model_kv_bytes_per_token(s->model),
+                           model_recurrent_state_bytes(s->model));
+    sim_schedule_step sd;
+    uint64_t kv;
+    uint32_t max_tokens = 0;
+    while (sim_schedule_next(&it, &sd, &kv, NULL, NULL, NULL)) {
+        if (kv > s->kv_peak_bytes) s->kv_peak_bytes = kv;
+        if (sd.n_tokens > max_tokens) max_tokens = sd.n_tokens;
+    }
+    s->n_steps = it.step;
+    sim_schedule_iter_free(&it);
+    s->max_step_tokens = max_tokens ? max_tokens : 1;
+    size_t MT = s->max_step_tokens, R = s->rq->n_requests ? s->rq->n_requests : 1;
+    s->step_tok = arena_calloc(&s->mem, MT, sizeof *s->step_tok);
+    s->step_emit = arena_calloc(&s->mem, MT, sizeof *s->step_emit);
+    s->step_req = arena_calloc(&s->mem, MT, sizeof *s->step_req);
+    s->step_pos = arena_calloc(&s->mem, MT, sizeof *s->step_pos);
+    s->req_t_admit = arena_calloc(&s->mem, R, sizeof *s->req_t_admit);
+    s->req_t_first = arena_calloc(&s->mem, R, sizeof *s->req_t_first);
+    s->req_t_last = arena_calloc(&s->mem, R, sizeof *s->req_t_last);
 }
 
 /* ---- setup ---- */
@@ -486,7 +519,7 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
     };
     uint32_t n_active = sim_route_active_build(&rs, ex, gs, n * K);
     if (first_of_layer)
-        sim_route_prefetch_account(&rs, n_active, s->r_experts, s->sch.steps[step].n_tokens * K,
+        sim_route_prefetch_account(&rs, n_active, s->r_experts, s->step_n * K,
                                    s->ms.pf_mark + (size_t)layer * s->E, s->E,
                                    &s->ms.pf_count[layer], &s->pf_hit, &s->pf_active,
                                    &s->pf_issued_sets);
@@ -568,11 +601,11 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
 /* Gathers the step's routing (and look-ahead) for `layer` into the r_* buffers; with recorded
  * look-ahead, counts its top-1 hits at distance 1 (every (token, layer) is gathered once). */
 static void gather_route(sim_state *s, uint64_t step, uint32_t layer) {
-    const sim_schedule_step *sd = &s->sch.steps[step];
+    (void)step;
     uint32_t K = s->K;
     size_t DK = (size_t)s->la_depth * s->la_k;
-    for (uint32_t i = 0; i < sd->n_tokens; i++) {
-        uint32_t tok = s->sch.tokens[sd->first + i];
+    for (uint32_t i = 0; i < s->step_n; i++) {
+        uint32_t tok = s->step_tok[i];
         uint64_t at;
         const trace *t = row_of(s, tok, &at);
         memcpy(s->r_experts + (size_t)i * K, trace_experts(t, at, layer), K * sizeof(uint16_t));
@@ -602,7 +635,7 @@ static void gather_route(sim_state *s, uint64_t step, uint32_t layer) {
 /* Splits the step's tokens into sub-routes whose distinct experts fit one pool
  * (route_capacity), in token order, and runs them one after the other. */
 static void run_layer(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer) {
-    uint32_t n = s->sch.steps[step].n_tokens, K = s->K;
+    uint32_t n = s->step_n, K = s->K;
     gather_route(s, step, layer);
     memsys_begin_layer(&s->ms);
     uint32_t i0 = 0;
@@ -649,13 +682,13 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     double *tpot = moesim_xmalloc((R ? R : 1) * sizeof *tpot);
     size_t n_ttft = 0, n_tpot = 0;
     for (uint32_t q = 0; q < R; q++) {
-        uint64_t t0 = s->step_start_ns[s->sch.req_admit[q]];
-        uint64_t t1 = s->step_end_ns[s->sch.req_first[q]];
+        uint64_t t0 = s->req_t_admit[q];
+        uint64_t t1 = s->req_t_first[q];
         ttft[n_ttft++] = (double)(t1 - t0) / 1e6;
         double req_tpot = NAN;
-        if (s->sch.req_steps[q] > 1) {
-            uint64_t tl = s->step_end_ns[s->sch.req_last[q]];
-            req_tpot = (double)(tl - t1) / 1e6 / (double)(s->sch.req_steps[q] - 1);
+        if (s->it.req_steps[q] > 1) {
+            uint64_t tl = s->req_t_last[q];
+            req_tpot = (double)(tl - t1) / 1e6 / (double)(s->it.req_steps[q] - 1);
             tpot[n_tpot++] = req_tpot;
         }
         if (s->hooks && s->hooks->on_request_done)
@@ -697,10 +730,10 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->skipped_accesses = s->tally.skipped;
     r->expert_ops = s->expert_ops;
     r->warmup_h2d_bytes = s->ms.n.warmup_bytes;
-    r->steps = s->sch.n_steps;
+    r->steps = s->n_steps;
     r->sub_routes = s->sub_routes;
     r->expert_budget_bytes = s->expert_budget_bytes;
-    r->kv_peak_bytes = s->sch.kv_peak_bytes;
+    r->kv_peak_bytes = s->kv_peak_bytes;
     r->h2d_busy_ms = (double)s->eng[MEMSYS_H2D].busy_ns / 1e6;
     r->ssd_busy_ms = (double)s->eng[MEMSYS_SSD].busy_ns / 1e6;
     r->cost_extrapolated = s->cost_extrapolated;
@@ -769,21 +802,34 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
                           : 0;
 
     arena_init(&s->mem, 1u << 20);
-    schedule_build(s);
+    schedule_plan(s);
+    if (s->stream) {
+        /* a step visits the blocks of up to batch.size requests, or of one long prompt */
+        uint64_t bt = trace_stream_block_tokens(s->stream);
+        trace_stream_set_cache(s->stream, 0,
+                               (uint32_t)(s->set.batch_size + s->max_step_tokens / bt + 2));
+    }
 
     if (s->cost.has_table) { /* which measured curves this run's steps reach beyond */
         uint64_t max_attended = 1;
-        for (uint64_t st2 = 0; st2 < s->sch.n_steps; st2++) {
+        sim_schedule_iter it;
+        sim_schedule_iter_init(&it, s->rq, s->set.batch_size, 0, 0);
+        sim_schedule_step sd;
+        uint64_t kv;
+        while (sim_schedule_next(&it, &sd, &kv, s->step_tok, NULL, NULL)) {
             uint64_t a = 0;
-            for (uint32_t i = 0; i < s->sch.steps[st2].n_tokens; i++)
-                a += (uint64_t)t->position[s->sch.tokens[s->sch.steps[st2].first + i]] + 1;
+            for (uint32_t i = 0; i < sd.n_tokens; i++) {
+                uint64_t at;
+                a += (uint64_t)row_of(s, s->step_tok[i], &at)->position[at] + 1;
+            }
             if (a > max_attended) max_attended = a;
         }
+        sim_schedule_iter_free(&it);
         for (int op = 0; op < COST_OP_COUNT; op++)
             for (int p = 0; p < PREC_COUNT; p++) {
                 if (p != PREC_BF16 && op != COST_EXPERT_GATE_UP && op != COST_EXPERT_DOWN) continue;
                 double hi =
-                    op == COST_ATTENTION ? (double)max_attended : (double)s->sch.max_step_tokens;
+                    op == COST_ATTENTION ? (double)max_attended : (double)s->max_step_tokens;
                 s->cost_extrapolated +=
                     !cost_table_covers(&s->cost, (cost_op)op, (moesim_precision)p, 1, hi);
             }
@@ -799,8 +845,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
 
     /* HBM: non-expert weights, KV peak and activations first; experts get the rest */
     sim_budget bud;
-    if ((st = sim_budget_plan(in->model, in->quant, in->hw, &s->set, s->sch.max_step_tokens,
-                              s->sch.kv_peak_bytes, bwhere, cwhere, &bud, err)))
+    if ((st = sim_budget_plan(in->model, in->quant, in->hw, &s->set, s->max_step_tokens,
+                              s->kv_peak_bytes, bwhere, cwhere, &bud, err)))
         return st;
     s->budget_bytes = bud.budget_bytes;
     s->non_expert_bytes = bud.non_expert_bytes;
@@ -823,14 +869,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     memsys_host mh = {.ctx = s, .on_work = on_work, .on_hbm = on_hbm};
     memsys_init(&s->ms, &mc, &mh);
     s->ms_live = true;
-    sim_future_init(&s->future, t, &s->sch);
-    if (s->stream) {
-        sim_future_set_rows(&s->future, row_of, s);
-        /* a step visits the blocks of up to batch.size requests, or of one long prompt */
-        uint64_t bt = trace_stream_block_tokens(s->stream);
-        trace_stream_set_cache(s->stream, 0,
-                               (uint32_t)(s->set.batch_size + s->sch.max_step_tokens / bt + 2));
-    }
+    sim_future_init_requests(&s->future, &t->meta, s->rq, s->set.batch_size, s->max_step_tokens,
+                             row_of, s);
     s->ms.future = &s->future;
 
     /* look-ahead */
@@ -842,7 +882,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         s->la_k = s->la_depth ? s->K : 0;
         s->la_emulated = s->la_depth > 0;
     }
-    size_t MT = s->sch.max_step_tokens;
+    size_t MT = s->max_step_tokens;
     s->r_experts = arena_calloc(&s->mem, MT * s->K, sizeof(uint16_t));
     s->r_gates = arena_calloc(&s->mem, MT * s->K, sizeof(float));
     if (t->meta.has_importance) s->r_importance = arena_calloc(&s->mem, MT, sizeof(float));
@@ -906,7 +946,8 @@ static void sim_teardown(sim_state *s) {
     if (s->ms_live) memsys_free(&s->ms);
     sim_future_free(&s->future);
     sim_timeline_abort(&s->tl);
-    sim_schedule_free(&s->sch);
+    sim_schedule_iter_free(&s->it);
+    trace_request_index_free(&s->rq_own);
     arena_free(&s->mem);
 }
 
@@ -920,11 +961,18 @@ static void sim_loop(sim_state *s) {
     if (s->pm->warmup) s->pm->warmup(s->pol, 0);
     memsys_warmup_end(&s->ms);
     char name[64];
-    for (uint64_t st = 0; st < s->sch.n_steps; st++) {
-        const sim_schedule_step *sd = &s->sch.steps[st];
+    sim_schedule_iter_init(&s->it, s->rq, s->set.batch_size, model_kv_bytes_per_token(s->model),
+                           model_recurrent_state_bytes(s->model));
+    sim_schedule_step step;
+    const sim_schedule_step *sd = &step;
+    uint64_t step_kv;
+    for (uint64_t st = 0;
+         sim_schedule_next(&s->it, &step, &step_kv, s->step_tok, s->step_req, s->step_emit);
+         st++) {
+        s->step_n = sd->n_tokens;
         sim_advance_to(s, t);
-        s->step_start_ns[st] = t;
-        s->kv_bytes = s->sch.step_kv_bytes[st];
+        for (uint32_t a = 0; a < s->it.n_admitted; a++) s->req_t_admit[s->it.admitted[a]] = t;
+        s->kv_bytes = step_kv;
         hbm_note(s);
         policy_step ps = {.index = st,
                           .now_ns = t,
@@ -935,11 +983,10 @@ static void sim_loop(sim_state *s) {
         uint64_t attended = 0;
         uint32_t n_emit = 0;
         for (uint32_t i = 0; i < sd->n_tokens; i++) {
-            uint32_t tok = s->sch.tokens[sd->first + i];
-            s->step_req[i] = s->tr->request_id[tok];
-            s->step_pos[i] = s->tr->position[tok];
-            attended += (uint64_t)s->tr->position[tok] + 1;
-            n_emit += s->sch.emit[sd->first + i];
+            uint64_t at;
+            s->step_pos[i] = row_of(s, s->step_tok[i], &at)->position[at];
+            attended += (uint64_t)s->step_pos[i] + 1;
+            n_emit += s->step_emit[i];
         }
         s->ms.cur_step = st;
         s->ms.cur_layer = -1;
@@ -969,7 +1016,12 @@ static void sim_loop(sim_state *s) {
         stream_op(s, &t, cost_lm_head_ns(&s->cost, n_emit), "lm_head", "lm head");
         sim_advance_to(s, t);
         if (s->pm->end_step) s->pm->end_step(s->pol, &ps, t);
-        s->step_end_ns[st] = t;
+        for (uint32_t i = 0; i < sd->n_tokens; i++) { /* once per request: its last token */
+            if (!s->step_emit[i]) continue;
+            uint32_t r = s->step_req[i];
+            if (s->it.req_first[r] == st) s->req_t_first[r] = t;
+            s->req_t_last[r] = t;
+        }
     }
     s->makespan_ns = t;
     /* drain: copies still in flight (prefetches nobody used) complete; nothing may be left */
@@ -993,15 +1045,11 @@ moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *set
     sim_state *s = moesim_xcalloc(1, sizeof *s);
     moesim_status st = sim_setup(s, in, policy_name, settings, err);
     if (!st) {
-        s->step_req = moesim_xmalloc(s->sch.max_step_tokens * sizeof *s->step_req);
-        s->step_pos = moesim_xmalloc(s->sch.max_step_tokens * sizeof *s->step_pos);
         sim_loop(s);
         snprintf(out->policy, sizeof out->policy, "%s", s->pm->name);
         fill_result(s, out, s->makespan_ns);
         st = sim_timeline_close(&s->tl, err);
     }
-    free(s->step_req);
-    free(s->step_pos);
     sim_teardown(s);
     free(s);
     return st;

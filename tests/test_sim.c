@@ -965,14 +965,35 @@ Test(sim, recorded_lookahead_and_importance_reach_the_policy_and_accuracy_is_mea
     trace_destroy(plain);
 }
 
+/* Copies token `from` of `src` to token `to` of `dst` (same geometry, no look-ahead). */
+static void trace_copy_token(trace *dst, uint64_t to, const trace *src, uint64_t from) {
+    size_t R = trace_route_values(&src->meta);
+    dst->request_id[to] = src->request_id[from];
+    dst->position[to] = src->position[from];
+    dst->phase[to] = src->phase[from];
+    memcpy(dst->expert_ids + to * R, src->expert_ids + from * R, R * sizeof *dst->expert_ids);
+    memcpy(dst->gate_weights + to * R, src->gate_weights + from * R, R * sizeof *dst->gate_weights);
+    if (src->importance)
+        memcpy(dst->importance + to * src->meta.n_layers, src->importance + from * src->meta.n_layers,
+               src->meta.n_layers * sizeof *dst->importance);
+}
+
 /* Every registered policy gives the same JSON from a trace streamed block by block (small
  * blocks, so requests in flight straddle them) as from the trace in memory. */
 Test(sim, a_streamed_trace_gives_every_figure_the_trace_in_memory_gives) {
     model_geometry m = fixture_model(4, 16, 2);
     hw_profile hw = fixture_hw();
-    trace *t = fixture_trace(&m, 6, 9, 23, 1.0, 11);
-    const char *path = test_tmp_path("sim-stream.h5");
     moesim_error err = {0};
+    trace *contiguous = fixture_trace(&m, 6, 9, 23, 1.0, 11);
+    /* requests 2..5 interleave in the file, token by token (ids stay in first-appearance order) */
+    trace *t = trace_create(&contiguous->meta, contiguous->n_tokens);
+    uint64_t at = 0, per = 9 + 23;
+    for (uint64_t i = 0; i < 2 * per; i++) trace_copy_token(t, at++, contiguous, i);
+    for (uint64_t p = 0; p < per; p++)
+        for (uint64_t r = 2; r < 6; r++) trace_copy_token(t, at++, contiguous, r * per + p);
+    cr_assert_eq(trace_finish(t, "interleaved", &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(contiguous);
+    const char *path = test_tmp_path("sim-stream.h5");
     cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
     trace_stream *ts = NULL;
     cr_assert_eq(trace_stream_open(path, &ts, &err), MOESIM_OK, "%s", err.msg);

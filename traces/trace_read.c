@@ -664,8 +664,9 @@ moesim_status trace_read(const char *path, trace **out, moesim_error *err) {
 
 /* ---- streaming ---------------------------------------------------------------------------
  *
- * A stream keeps the file open with every dataset checked, the per-token arrays in memory (the
- * skeleton: 9 bytes a token, 13 with token ids) and a few blocks of whole tokens: an LRU cache of
+ * A stream keeps the file open with every dataset checked, each request's first token and counts
+ * (trace_request_index; per token only when requests interleave in the file) and a few blocks of
+ * whole tokens: an LRU cache of
  * `n_slots` blocks of block_tokens tokens each. Blocks are read as hyperslabs (HDF5 inflates the
  * chunks they overlap; blocks of a few chunks keep the chunks inflated twice, at block
  * boundaries, a minority). Opening reads every block once, through trace_checker, so a stream
@@ -682,7 +683,8 @@ struct trace_stream {
     char *path;
     reader r;
     opened_trace o;
-    trace *skeleton;   /* meta, counts, request_id, position, phase, token_id; no routing */
+    trace *skeleton;   /* meta and counts; no arrays */
+    trace_request_index requests;
     uint64_t block_tokens;
     uint32_t n_slots;  /* blocks cached */
     trace **slot;      /* [n_slots] block traces (n_tokens = tokens of that block) */
@@ -727,7 +729,63 @@ static uint64_t block_len(const trace_stream *s, uint64_t b) {
     return n < s->block_tokens ? n : s->block_tokens;
 }
 
-/* The skeleton's arrays, and the validation pass: every block through trace_checker. */
+/* ---- request index ---- */
+
+/* Adds tokens [first, first + n) of the trace (their request ids and phases) to an index whose
+ * arrays are sized for every request; false when a request's tokens are not contiguous. */
+static bool index_add(trace_request_index *ix, uint64_t first, uint64_t n, const uint32_t *rid,
+                      const uint8_t *phase) {
+    bool contiguous = true;
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t r = rid[i];
+        if (!ix->n_tokens[r])
+            ix->first[r] = first + i;
+        else if (ix->first[r] + ix->n_tokens[r] != first + i)
+            contiguous = false;
+        ix->n_tokens[r]++;
+        ix->n_prefill[r] += phase[i] == TRACE_PREFILL;
+    }
+    return contiguous;
+}
+
+static void index_alloc(trace_request_index *ix, uint32_t n_requests) {
+    memset(ix, 0, sizeof *ix);
+    ix->n_requests = n_requests;
+    size_t n = n_requests ? n_requests : 1;
+    ix->first = moesim_xcalloc(n, sizeof *ix->first);
+    ix->n_tokens = moesim_xcalloc(n, sizeof *ix->n_tokens);
+    ix->n_prefill = moesim_xcalloc(n, sizeof *ix->n_prefill);
+}
+
+/* Interleaved requests: each one's tokens listed, in trace order (rid: [N] request ids). */
+static void index_group(trace_request_index *ix, const uint32_t *rid, uint64_t N) {
+    ix->offset = moesim_xcalloc(ix->n_requests ? ix->n_requests : 1, sizeof *ix->offset);
+    ix->tokens = moesim_xmalloc((N ? N : 1) * sizeof *ix->tokens);
+    for (uint32_t r = 1; r < ix->n_requests; r++)
+        ix->offset[r] = ix->offset[r - 1] + ix->n_tokens[r - 1];
+    uint64_t *fill = moesim_xmalloc((ix->n_requests ? ix->n_requests : 1) * sizeof *fill);
+    memcpy(fill, ix->offset, ix->n_requests * sizeof *fill);
+    for (uint64_t i = 0; i < N; i++) ix->tokens[fill[rid[i]]++] = (uint32_t)i;
+    free(fill);
+}
+
+void trace_request_index_build(trace_request_index *ix, const trace *t) {
+    index_alloc(ix, t->n_requests);
+    if (!index_add(ix, 0, t->n_tokens, t->request_id, t->phase))
+        index_group(ix, t->request_id, t->n_tokens);
+}
+
+void trace_request_index_free(trace_request_index *ix) {
+    free(ix->first);
+    free(ix->n_tokens);
+    free(ix->n_prefill);
+    free(ix->tokens);
+    free(ix->offset);
+    memset(ix, 0, sizeof *ix);
+}
+
+/* The skeleton (meta and counts), the request index, and the validation pass: every block
+ * through trace_checker. */
 static moesim_status stream_load(trace_stream *s) {
     const opened_trace *o = &s->o;
     reader *r = &s->r;
@@ -737,35 +795,44 @@ static moesim_status stream_load(trace_stream *s) {
     s->skeleton = k;
     k->meta = o->meta;
     k->n_tokens = N;
-    k->request_id = malloc(N * sizeof *k->request_id);
-    k->position = malloc(N * sizeof *k->position);
-    k->phase = malloc(N);
-    if (o->have[DS_TOKEN_ID]) k->token_id = malloc(N * sizeof *k->token_id);
-    if (!k->request_id || !k->position || !k->phase || (o->have[DS_TOKEN_ID] && !k->token_id))
-        return moesim_fail(r->err, MOESIM_ENOMEM, "%s: cannot allocate the token arrays of %" PRIu64
-                                                  " tokens", r->path, N);
-    void *bufs[] = {k->request_id, k->position, k->phase, k->token_id};
-    moesim_status st = MOESIM_OK;
-    for (int i = DS_REQUEST_ID; i <= DS_TOKEN_ID && !st; i++)
-        if (o->have[i]) st = read_dataset(r, &o->specs[i], o->ds[i], bufs[i]);
-    if (st) return st;
-    uint32_t max_id = 0;
-    for (uint64_t i = 0; i < N; i++) max_id = k->request_id[i] > max_id ? k->request_id[i] : max_id;
-    k->n_requests = N ? (max_id < UINT32_MAX ? max_id + 1 : UINT32_MAX) : 0;
-    if ((st = trace_counts_check(N, k->n_requests, r->path, r->err))) return st;
-
     trace *block = trace_try_create(&o->meta, s->block_tokens);
     if (!block) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
-    trace_checker c;
-    trace_checker_init(&c, &k->meta, k->n_requests, r->path);
+    /* the request count first (the checker needs it), from the request ids alone */
     uint64_t n_blocks = (N + s->block_tokens - 1) / s->block_tokens;
+    uint32_t max_id = 0;
+    moesim_status st = MOESIM_OK;
     for (uint64_t b = 0; b < n_blocks && !st; b++) {
-        st = read_block(s, b * s->block_tokens, block_len(s, b), block);
-        if (!st) st = trace_checker_block(&c, block, r->err);
+        uint64_t n = block_len(s, b);
+        st = read_rows(r, &o->specs[DS_REQUEST_ID], o->ds[DS_REQUEST_ID], b * s->block_tokens, n,
+                       block->request_id);
+        for (uint64_t i = 0; i < n && !st; i++)
+            max_id = block->request_id[i] > max_id ? block->request_id[i] : max_id;
     }
-    if (!st) st = trace_checker_finish(&c, r->err);
-    trace_checker_free(&c);
+    k->n_requests = N ? (max_id < UINT32_MAX ? max_id + 1 : UINT32_MAX) : 0;
+    if (!st) st = trace_counts_check(N, k->n_requests, r->path, r->err);
+    bool contiguous = true;
+    if (!st) {
+        trace_checker c;
+        trace_checker_init(&c, &k->meta, k->n_requests, r->path);
+        index_alloc(&s->requests, k->n_requests);
+        for (uint64_t b = 0; b < n_blocks && !st; b++) {
+            st = read_block(s, b * s->block_tokens, block_len(s, b), block);
+            if (!st) st = trace_checker_block(&c, block, r->err);
+            if (!st)
+                contiguous &= index_add(&s->requests, b * s->block_tokens, block->n_tokens,
+                                        block->request_id, block->phase);
+        }
+        if (!st) st = trace_checker_finish(&c, r->err);
+        trace_checker_free(&c);
+    }
     trace_destroy(block);
+    if (!st && !contiguous) { /* requests interleave in the file: 8 bytes a token */
+        uint32_t *rid = malloc((N ? N : 1) * sizeof *rid);
+        if (!rid) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
+        st = read_dataset(r, &o->specs[DS_REQUEST_ID], o->ds[DS_REQUEST_ID], rid);
+        if (!st) index_group(&s->requests, rid, N);
+        free(rid);
+    }
     return st;
 }
 
@@ -806,6 +873,8 @@ moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_err
 }
 
 const trace *trace_stream_tokens(const trace_stream *s) { return s->skeleton; }
+
+const trace_request_index *trace_stream_requests(const trace_stream *s) { return &s->requests; }
 
 uint64_t trace_stream_block_tokens(const trace_stream *s) { return s->block_tokens; }
 
@@ -868,6 +937,7 @@ void trace_stream_close(trace_stream *s) {
     free(s->slot_at);
     opened_close(&s->o);
     trace_destroy(s->skeleton);
+    trace_request_index_free(&s->requests);
     if (s->r.file >= 0 && s->r.path) H5Fclose(s->r.file);
     H5Eclear2(H5E_DEFAULT);
     free(s->path);
