@@ -109,6 +109,11 @@ typedef struct sim_engine {
     uint8_t seg_cls;
     uint64_t busy_ns;
     int track;
+    /* where the last chunk ended: transfer (slot, issue sequence), byte offset, and
+     * cost_transfer_ns of that offset, so the next chunk of the same transfer does not
+     * recompute it (a chunk's time is the difference of two such values) */
+    uint32_t end_xfer;
+    uint64_t end_seq, end_offset, end_ns;
 } sim_engine;
 
 struct sim_state {
@@ -256,8 +261,14 @@ static void engine_kick(sim_state *s, int id) {
                      precision_name((moesim_precision)x->prec), cls_name[x->cls]);
         }
     }
-    uint64_t dur = cost_transfer_ns(c.offset + c.bytes, e->bytes_per_s) -
-                   cost_transfer_ns(c.offset, e->bytes_per_s);
+    uint64_t start_ns = e->end_xfer == c.xfer && e->end_seq == x->seq && e->end_offset == c.offset
+                            ? e->end_ns
+                            : cost_transfer_ns(c.offset, e->bytes_per_s);
+    e->end_xfer = c.xfer;
+    e->end_seq = x->seq;
+    e->end_offset = c.offset + c.bytes;
+    e->end_ns = cost_transfer_ns(e->end_offset, e->bytes_per_s);
+    uint64_t dur = e->end_ns - start_ns;
     if (c.first) dur += e->latency_ns;
     e->busy = true;
     e->chunk = c;
@@ -907,7 +918,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     d->bytes_per_s = in->hw->ssd_read_bytes_per_s;
     d->latency_ns = in->hw->ssd_latency_ns;
     d->track = SIM_TRACK_SSD;
-    for (int i = 0; i < MEMSYS_ENGINES; i++) s->eng[i].seg_xfer = NONE;
+    for (int i = 0; i < MEMSYS_ENGINES; i++) s->eng[i].seg_xfer = s->eng[i].end_xfer = NONE;
     sim_event_queue_init(&s->q, 64);
     s->queue_live = true;
     s->view = (policy_mem_view){.ops = &memsys_ops, .mem = &s->ms};
