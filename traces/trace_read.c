@@ -679,8 +679,20 @@ moesim_status trace_read(const char *path, trace **out, moesim_error *err) {
 #define STREAM_CHUNK_CACHE 0u
 #define STREAM_DEFAULT_SLOTS 4u
 
+/* One dataset's last inflated chunk, when the dataset is laid out as our writer lays it out
+ * (read_chunks' fast path, one chunk at a time): blocks then inflate with libdeflate rather than
+ * through HDF5's filters, and the chunk a block boundary cuts is inflated once. */
+typedef struct stream_chunk {
+    hsize_t rows;         /* rows per chunk; 0: read through H5Dread */
+    size_t row_bytes;
+    uint64_t held;        /* chunk index in buf, or UINT64_MAX */
+    unsigned char *buf;   /* [rows * row_bytes] */
+} stream_chunk;
+
 struct trace_stream {
     char *path;
+    stream_chunk chunk[DS_COUNT];
+    chunk_batch batch; /* one job at a time (inflated on this thread); sized for the largest */
     reader r;
     opened_trace o;
     trace *skeleton;   /* meta and counts; no arrays */
@@ -712,6 +724,48 @@ static moesim_status read_rows(reader *r, const dataset_spec *spec, hid_t d, uin
     return MOESIM_OK;
 }
 
+/* Rows [first, first + n) of dataset `i` into dst: from its chunks when they are ours (one
+ * inflated chunk kept), else through H5Dread. */
+static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64_t n, void *dst) {
+    stream_chunk *c = &s->chunk[i];
+    const dataset_spec *spec = &s->o.specs[i];
+    if (!c->rows) return read_rows(&s->r, spec, s->o.ds[i], first, n, dst);
+    const uint64_t N = s->o.n_tokens, chunk_bytes = c->rows * c->row_bytes;
+    for (uint64_t j = first / c->rows; j * c->rows < first + n; j++) {
+        if (c->held != j) {
+            hsize_t offset[4] = {j * c->rows, 0, 0, 0}, stored = 0;
+            uint32_t mask = 0;
+            chunk_job *job = &s->batch.jobs[0];
+            if (H5Dget_chunk_storage_size(s->o.ds[i], offset, &stored) < 0 || stored == 0 ||
+                stored > s->batch.packed_cap ||
+                H5Dread_chunk(s->o.ds[i], H5P_DEFAULT, offset, &mask, job->packed) < 0 || mask) {
+                H5Eclear2(H5E_DEFAULT);
+                c->rows = 0; /* not as our writer stores it after all: HDF5 reads it */
+                c->held = UINT64_MAX;
+                return read_rows(&s->r, spec, s->o.ds[i], first, n, dst);
+            }
+            uint64_t at = j * chunk_bytes, total = N * c->row_bytes;
+            job->packed_bytes = stored;
+            job->dst = c->buf;
+            job->chunk_bytes = chunk_bytes;
+            job->elem_size = spec->size;
+            job->raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
+            s->batch.n_jobs = 1;
+            chunk_batch_run(&s->batch);
+            if (!job->ok) {
+                c->held = UINT64_MAX;
+                return chunk_read_fail(&s->r, spec, offset[0], "deflate data do not inflate");
+            }
+            c->held = j;
+        }
+        uint64_t lo = j * c->rows > first ? j * c->rows : first;
+        uint64_t hi = (j + 1) * c->rows < first + n ? (j + 1) * c->rows : first + n;
+        memcpy((unsigned char *)dst + (lo - first) * c->row_bytes,
+               c->buf + (lo - j * c->rows) * c->row_bytes, (hi - lo) * c->row_bytes);
+    }
+    return MOESIM_OK;
+}
+
 /* Reads tokens [first, first + n) of every dataset into `block` (sized for at least n). */
 static moesim_status read_block(trace_stream *s, uint64_t first, uint64_t n, trace *block) {
     void *bufs[DS_COUNT] = {block->request_id, block->position,      block->phase,
@@ -719,7 +773,7 @@ static moesim_status read_block(trace_stream *s, uint64_t first, uint64_t n, tra
                             block->importance, block->lookahead_ids, block->lookahead_scores};
     moesim_status st = MOESIM_OK;
     for (int i = 0; i < DS_COUNT && !st; i++)
-        if (s->o.have[i]) st = read_rows(&s->r, &s->o.specs[i], s->o.ds[i], first, n, bufs[i]);
+        if (s->o.have[i]) st = read_ds_rows(s, i, first, n, bufs[i]);
     block->n_tokens = n;
     return st;
 }
@@ -803,8 +857,7 @@ static moesim_status stream_load(trace_stream *s) {
     moesim_status st = MOESIM_OK;
     for (uint64_t b = 0; b < n_blocks && !st; b++) {
         uint64_t n = block_len(s, b);
-        st = read_rows(r, &o->specs[DS_REQUEST_ID], o->ds[DS_REQUEST_ID], b * s->block_tokens, n,
-                       block->request_id);
+        st = read_ds_rows(s, DS_REQUEST_ID, b * s->block_tokens, n, block->request_id);
         for (uint64_t i = 0; i < n && !st; i++)
             max_id = block->request_id[i] > max_id ? block->request_id[i] : max_id;
     }
@@ -836,6 +889,30 @@ static moesim_status stream_load(trace_stream *s) {
     return st;
 }
 
+/* Which datasets are laid out as ours (their chunks then inflate here), and their buffers. */
+static moesim_status stream_chunks_init(trace_stream *s) {
+    size_t largest = 0;
+    for (int i = 0; i < DS_COUNT; i++) {
+        stream_chunk *c = &s->chunk[i];
+        c->held = UINT64_MAX;
+        if (!s->o.have[i]) continue;
+        const dataset_spec *spec = &s->o.specs[i];
+        c->row_bytes = spec->size;
+        for (int d = 1; d < spec->rank; d++) c->row_bytes *= spec->dims[d];
+        c->rows = own_chunk_rows(spec, s->o.ds[i]);
+        size_t bytes = c->rows * c->row_bytes;
+        if (c->rows > s->o.n_tokens || bytes > CHUNK_MAX_BYTES) c->rows = 0; /* as read_chunks */
+        if (!c->rows) continue;
+        c->buf = malloc(bytes);
+        if (!c->buf) return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory", s->r.path);
+        if (bytes > largest) largest = bytes;
+    }
+    if (largest && !chunk_batch_init(&s->batch, largest, false))
+        return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory for chunk buffers",
+                           s->r.path);
+    return MOESIM_OK;
+}
+
 moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_error *err) {
     *out = NULL;
     trace_stream *s = calloc(1, sizeof *s);
@@ -856,7 +933,8 @@ moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_err
     if (!st) {
         uint64_t per_token = trace_bytes_per_token(&s->o.meta);
         s->block_tokens = STREAM_BLOCK_BYTES / per_token ? STREAM_BLOCK_BYTES / per_token : 1;
-        st = stream_load(s);
+        st = stream_chunks_init(s);
+        if (!st) st = stream_load(s);
     }
     if (!st) {
         s->skeleton->params_json = s->o.params_json;
@@ -938,6 +1016,8 @@ void trace_stream_close(trace_stream *s) {
     opened_close(&s->o);
     trace_destroy(s->skeleton);
     trace_request_index_free(&s->requests);
+    for (int i = 0; i < DS_COUNT; i++) free(s->chunk[i].buf);
+    chunk_batch_free(&s->batch);
     if (s->r.file >= 0 && s->r.path) H5Fclose(s->r.file);
     H5Eclear2(H5E_DEFAULT);
     free(s->path);
