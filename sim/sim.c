@@ -611,8 +611,7 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
 
 /* Gathers the step's routing (and look-ahead) for `layer` into the r_* buffers; with recorded
  * look-ahead, counts its top-1 hits at distance 1 (every (token, layer) is gathered once). */
-static void gather_route(sim_state *s, uint64_t step, uint32_t layer) {
-    (void)step;
+static void gather_route(sim_state *s, uint32_t layer) {
     uint32_t K = s->K;
     size_t DK = (size_t)s->la_depth * s->la_k;
     for (uint32_t i = 0; i < s->step_n; i++) {
@@ -647,7 +646,7 @@ static void gather_route(sim_state *s, uint64_t step, uint32_t layer) {
  * (route_capacity), in token order, and runs them one after the other. */
 static void run_layer(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer) {
     uint32_t n = s->step_n, K = s->K;
-    gather_route(s, step, layer);
+    gather_route(s, layer);
     memsys_begin_layer(&s->ms);
     uint32_t i0 = 0;
     bool first = true;
