@@ -109,11 +109,14 @@ typedef struct sim_engine {
     uint8_t seg_cls;
     uint64_t busy_ns;
     int track;
-    /* where the last chunk ended: transfer (slot, issue sequence), byte offset, and
-     * cost_transfer_ns of that offset, so the next chunk of the same transfer does not
-     * recompute it (a chunk's time is the difference of two such values) */
+    /* A chunk's time is the difference of cost_transfer_ns at its two ends (a division each):
+     * ns_at_chunk holds it at whole chunks, and the engine remembers where its last chunk ended
+     * (transfer slot and issue sequence, byte offset, that offset in whole chunks or UINT64_MAX,
+     * its cost_transfer_ns), so a transfer's next chunk computes nothing. */
+    uint64_t *ns_at_chunk; /* [n_at_chunk] cost_transfer_ns(k * chunk bytes) */
+    uint64_t n_at_chunk;
     uint32_t end_xfer;
-    uint64_t end_seq, end_offset, end_ns;
+    uint64_t end_seq, end_offset, end_k, end_ns;
 } sim_engine;
 
 struct sim_state {
@@ -261,13 +264,25 @@ static void engine_kick(sim_state *s, int id) {
                      precision_name((moesim_precision)x->prec), cls_name[x->cls]);
         }
     }
-    uint64_t start_ns = e->end_xfer == c.xfer && e->end_seq == x->seq && e->end_offset == c.offset
-                            ? e->end_ns
-                            : cost_transfer_ns(c.offset, e->bytes_per_s);
+    const uint64_t chunk = s->ms.cfg.chunk_bytes;
+    uint64_t start_ns, start_k;
+    if (e->end_xfer == c.xfer && e->end_seq == x->seq && e->end_offset == c.offset) {
+        start_ns = e->end_ns;
+        start_k = e->end_k;
+    } else { /* a transfer starts or resumes */
+        start_ns = cost_transfer_ns(c.offset, e->bytes_per_s);
+        start_k = c.offset % chunk == 0 ? c.offset / chunk : UINT64_MAX;
+    }
     e->end_xfer = c.xfer;
     e->end_seq = x->seq;
     e->end_offset = c.offset + c.bytes;
-    e->end_ns = cost_transfer_ns(e->end_offset, e->bytes_per_s);
+    if (start_k != UINT64_MAX && c.bytes == chunk && start_k + 1 < e->n_at_chunk) {
+        e->end_k = start_k + 1;
+        e->end_ns = e->ns_at_chunk[e->end_k];
+    } else {
+        e->end_k = UINT64_MAX;
+        e->end_ns = cost_transfer_ns(e->end_offset, e->bytes_per_s);
+    }
     uint64_t dur = e->end_ns - start_ns;
     if (c.first) dur += e->latency_ns;
     e->busy = true;
@@ -917,7 +932,18 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     d->bytes_per_s = in->hw->ssd_read_bytes_per_s;
     d->latency_ns = in->hw->ssd_latency_ns;
     d->track = SIM_TRACK_SSD;
-    for (int i = 0; i < MEMSYS_ENGINES; i++) s->eng[i].seg_xfer = s->eng[i].end_xfer = NONE;
+    uint64_t widest = 0; /* the longest transfer: one expert at its widest stored precision */
+    for (uint32_t p = 0; p < PREC_COUNT; p++)
+        if (expert_bytes_at(s, p) > widest) widest = expert_bytes_at(s, p);
+    for (int i = 0; i < MEMSYS_ENGINES; i++) {
+        sim_engine *e = &s->eng[i];
+        e->seg_xfer = e->end_xfer = NONE;
+        if (!(e->bytes_per_s > 0)) continue; /* an engine the profile lacks copies nothing */
+        e->n_at_chunk = widest / mc.chunk_bytes + 2;
+        e->ns_at_chunk = arena_calloc(&s->mem, e->n_at_chunk, sizeof *e->ns_at_chunk);
+        for (uint64_t k = 0; k < e->n_at_chunk; k++)
+            e->ns_at_chunk[k] = cost_transfer_ns(k * mc.chunk_bytes, e->bytes_per_s);
+    }
     sim_event_queue_init(&s->q, 64);
     s->queue_live = true;
     s->view = (policy_mem_view){.ops = &memsys_ops, .mem = &s->ms};
