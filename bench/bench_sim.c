@@ -1,173 +1,122 @@
-/* Simulator throughput: routed (token, layer, expert) activations per second of sim_run on one
- * core, for `lru` (per-layer, bf16, the default budget) on a Qwen3-30B-A3B-shaped trace (48 MoE
- * layers, 128 experts, top-8) on the rtx3090-pcie4 profile, timeline off. Target: >= 2 M/s.
- * Also prints `ondemand` for contrast (every activation is a copy), and the memory the
- * simulator allocates per 10^6 tokens (its own state; the trace's arrays separately).
+/* Simulator throughput and memory: for each trace file given and each seed policy, one
+ * `sim_run` over a streamed trace (trace_stream: rows read block by block) in a child process,
+ * printing routed (token, layer, slot) activations per second of the child's CPU time (the
+ * machine is shared, so wall time would count other jobs), of the whole child ("all": opening
+ * the stream checks every value of the file) and of sim_run alone ("run"; it reads the rows it
+ * needs as it goes), and the child's peak RSS (whole
+ * process: libraries, the stream's blocks and per-token arrays, the simulator's state). Settings:
+ * the rtx3090-pcie4 profile, batch.size = 4, timeline off, everything else default.
  *
- * The trace: 16 requests of 32 prompt + 1000 decode tokens, run with batch.size = 4; routing
- * skewed (popularity ~ 1/rank^1.1, ranks shuffled per layer) with consecutive-token reuse (each
- * slot repeats the previous token's expert with probability 0.3), no look-ahead (so the
- * emulated predictor runs too). Usage: bench_sim [tokens_per_request]. */
+ * Traces come from `moesim trace synth -o` (bench/bench_sim.sh makes 10^4, 10^5 and 10^6-token
+ * Qwen3-30B-A3B ones). Targets (issue 20): lru >= 10 M activations/s, every seed policy >= 5 M/s,
+ * peak RSS within 10 % between 10^5 and 10^6 tokens.
+ * Usage: bench_sim TRACE.h5 [TRACE.h5 ...] [-p POLICY ...] */
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "common/alloc.h"
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
 #include "common/precision.h"
-#include "common/rng.h"
 #include "sim/sim.h"
 #include "traces/trace.h"
 
-#define BENCH_REQUESTS 16
-#define BENCH_PROMPT   32
-#define BENCH_REUSE_P  0.3
-#define BENCH_ZIPF     1.1
+#define BENCH_MAX_POLICIES 16
 
-/* CPU time of this process: the machine is shared, so wall time would count other jobs. */
+/* The seed policies (the four papers' and the baselines they compare with). */
+static const char *const seed_policies[] = {"lru",    "lfu",   "ondemand", "mixtral-offload",
+                                            "oracle", "dymoe", "dynaexq",  "firm-moe"};
+
 static double cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Requests one after the other; per layer a shuffled Zipf popularity; top-k distinct. */
-static trace *bench_trace(const model_geometry *m, uint32_t per_request) {
-    trace_meta meta;
-    memset(&meta, 0, sizeof meta);
-    trace_meta_from_model(&meta, m);
-    snprintf(meta.source, sizeof meta.source, "bench_sim");
-    uint64_t n = (uint64_t)BENCH_REQUESTS * per_request;
-    trace *t = trace_create(&meta, n);
-    uint32_t L = m->n_moe_layers, E = m->n_experts, K = m->top_k;
-    rng *r = rng_create(42);
-    double *cdf = moesim_xmalloc((size_t)L * E * sizeof *cdf);
-    uint16_t *perm = moesim_xmalloc((size_t)L * E * sizeof *perm);
-    for (uint32_t l = 0; l < L; l++) {
-        double acc = 0;
-        for (uint32_t e = 0; e < E; e++) {
-            acc += 1.0 / pow(e + 1.0, BENCH_ZIPF);
-            cdf[(size_t)l * E + e] = acc;
-            perm[(size_t)l * E + e] = (uint16_t)e;
-        }
-        for (uint32_t e = 0; e < E; e++) cdf[(size_t)l * E + e] /= acc;
-        for (uint32_t e = E - 1; e > 0; e--) {
-            uint32_t j = (uint32_t)rng_below(r, e + 1);
-            uint16_t tmp = perm[(size_t)l * E + e];
-            perm[(size_t)l * E + e] = perm[(size_t)l * E + j];
-            perm[(size_t)l * E + j] = tmp;
-        }
-    }
-    uint64_t i = 0;
-    for (uint32_t q = 0; q < BENCH_REQUESTS; q++)
-        for (uint32_t p = 0; p < per_request; p++, i++) {
-            t->request_id[i] = q;
-            t->position[i] = p;
-            t->phase[i] = p < BENCH_PROMPT ? TRACE_PREFILL : TRACE_DECODE;
-            for (uint32_t l = 0; l < L; l++) {
-                uint16_t *ex = t->expert_ids + trace_route_index(t, i, l);
-                float *g = t->gate_weights + trace_route_index(t, i, l);
-                const uint16_t *prev = p ? t->expert_ids + trace_route_index(t, i - 1, l) : NULL;
-                for (uint32_t k = 0; k < K; k++) {
-                    uint16_t pick;
-                    for (;;) {
-                        if (prev && rng_uniform(r) < BENCH_REUSE_P) {
-                            pick = prev[k];
-                        } else {
-                            double u = rng_uniform(r);
-                            uint32_t lo = 0, hi = E - 1;
-                            while (lo < hi) {
-                                uint32_t mid = (lo + hi) / 2;
-                                if (cdf[(size_t)l * E + mid] < u)
-                                    lo = mid + 1;
-                                else
-                                    hi = mid;
-                            }
-                            pick = perm[(size_t)l * E + lo];
-                        }
-                        bool dup = false;
-                        for (uint32_t j = 0; j < k; j++) dup |= ex[j] == pick;
-                        if (!dup) break;
-                    }
-                    ex[k] = pick;
-                    g[k] = 1.0f / (float)K;
-                }
-            }
-        }
-    rng_destroy(r);
-    free(cdf);
-    free(perm);
+/* In the child: open, run, write "activations cpu_s" to fd. Exit status 0 on success. */
+static int child_run(const char *path, const char *policy_name, int fd) {
     moesim_error err = {0};
-    if (trace_finish(t, "bench trace", &err)) {
-        fprintf(stderr, "bench_sim: %s\n", err.msg);
-        exit(1);
-    }
-    return t;
-}
-
-/* Runs `name` on t; returns the simulator's own allocation (bytes). */
-static uint64_t run(const char *name, const trace *t, const model_geometry *m, const hw_profile *hw,
-                    const quant_table *q, bool print) {
-    config *c = config_create();
-    moesim_error err = {0};
-    config_set(c, "batch.size=4", &err);
-    sim_inputs in = {.trace = t, .model = m, .hw = hw, .quant = q};
-    sim_result r;
-    double t0 = now_s(), c0 = cpu_s();
-    if (sim_run(&in, name, c, &r, &err)) {
-        fprintf(stderr, "bench_sim: %s\n", err.msg);
-        exit(1);
-    }
-    double dt = now_s() - t0, dc = cpu_s() - c0;
-    config_destroy(c);
-    double acts = (double)t->n_tokens * m->n_moe_layers * m->top_k;
-    if (print)
-        printf("%-9s %8" PRIu64 " tokens  %6.2f M activations/s of CPU time (%.2f s CPU, %.2f s "
-               "wall; hit rate %.1f%%, simulated %.1f tokens/s)\n",
-               name, t->n_tokens, acts / dc / 1e6, dc, dt, 100.0 * r.hit_rate, r.tokens_per_s);
-    return r.sim_memory_bytes;
-}
-
-int main(int argc, char **argv) {
-    uint32_t per_request = argc > 1 ? (uint32_t)strtoul(argv[1], NULL, 10) : 1032;
-    if (per_request <= BENCH_PROMPT) per_request = BENCH_PROMPT + 1;
-    model_geometry m;
+    double c0 = cpu_s();
+    trace_stream *ts = NULL;
     hw_profile hw;
+    model_geometry m;
     quant_table q;
-    moesim_error err = {0};
-    if (model_load_by_name("qwen3-30b-a3b", &m, &err) ||
-        hw_load_by_name("rtx3090-pcie4", &hw, &err) || quant_table_load_default(&q, &err)) {
+    if (trace_stream_open(path, &ts, &err) || hw_load_by_name("rtx3090-pcie4", &hw, &err) ||
+        model_load_by_name(trace_stream_tokens(ts)->meta.model, &m, &err) ||
+        quant_table_load_default(&q, &err)) {
         fprintf(stderr, "bench_sim: %s\n", err.msg);
         return 1;
     }
-    trace *t = bench_trace(&m, per_request);
-    printf("bench_sim: qwen3-30b-a3b shape, %u requests x %u tokens, batch 4, rtx3090-pcie4, "
-           "timeline off\n",
-           BENCH_REQUESTS, per_request);
-    uint64_t mem_full = run("lru", t, &m, &hw, &q, true);
-    run("ondemand", t, &m, &hw, &q, true);
-    /* memory: the fixed part (per (layer, expert, precision, part) state) and the per-token
-     * part (the schedule), from the slope between this trace and one of half the length */
-    trace *half =
-        bench_trace(&m, per_request / 2 > BENCH_PROMPT ? per_request / 2 : BENCH_PROMPT + 1);
-    uint64_t mem_half = run("lru", half, &m, &hw, &q, false);
-    double per_token = (double)(mem_full - mem_half) / (double)(t->n_tokens - half->n_tokens);
-    double fixed = (double)mem_full - per_token * (double)t->n_tokens;
-    printf("memory per 10^6 tokens: simulator %.1f MB (plus %.1f MB fixed); the trace's own "
-           "arrays %.1f MB\n",
-           per_token, fixed / 1e6, (double)trace_bytes_per_token(&t->meta));
-    trace_destroy(half);
-    trace_destroy(t);
+    const trace *t = trace_stream_tokens(ts);
+    config *c = config_create();
+    config_set(c, "batch.size=4", &err);
+    sim_inputs in = {.trace = t, .stream = ts, .model = &m, .hw = &hw, .quant = &q};
+    sim_result r;
+    double c1 = cpu_s();
+    if (sim_run(&in, policy_name, c, &r, &err)) {
+        fprintf(stderr, "bench_sim: %s: %s\n", policy_name, err.msg);
+        return 1;
+    }
+    double c2 = cpu_s();
+    double acts = (double)t->n_tokens * m.n_moe_layers * m.top_k;
+    dprintf(fd, "%.0f %.6f %.6f %" PRIu64 "\n", acts, c2 - c0, c2 - c1, t->n_tokens);
+    config_destroy(c);
+    trace_stream_close(ts);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *traces[64], *policies[BENCH_MAX_POLICIES];
+    size_t n_traces = 0, n_policies = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-p") && i + 1 < argc && n_policies < BENCH_MAX_POLICIES)
+            policies[n_policies++] = argv[++i];
+        else if (n_traces < 64)
+            traces[n_traces++] = argv[i];
+    }
+    if (!n_traces) { /* bench/run.sh calls every benchmark bare */
+        printf("bench_sim: no trace given (usage: bench_sim TRACE.h5 ... [-p POLICY ...]); "
+               "bench/bench_sim.sh synthesizes them and runs it\n");
+        return 0;
+    }
+    if (!n_policies)
+        for (size_t i = 0; i < sizeof seed_policies / sizeof *seed_policies; i++)
+            policies[n_policies++] = seed_policies[i];
+    printf("bench_sim: rtx3090-pcie4, batch 4, streamed traces, one process per run\n");
+    printf("%-10s %-16s %10s %14s %14s %10s\n", "tokens", "policy", "CPU s", "M act/s all",
+           "M act/s run", "peak MB");
+    for (size_t ti = 0; ti < n_traces; ti++)
+        for (size_t pi = 0; pi < n_policies; pi++) {
+            int fds[2];
+            if (pipe(fds)) return 1;
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid == 0) {
+                close(fds[0]);
+                _exit(child_run(traces[ti], policies[pi], fds[1]));
+            }
+            close(fds[1]);
+            char buf[128] = "";
+            ssize_t got = read(fds[0], buf, sizeof buf - 1);
+            close(fds[0]);
+            int status;
+            struct rusage ru;
+            if (wait4(pid, &status, 0, &ru) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) ||
+                got <= 0) {
+                printf("%-10s %-16s failed\n", "?", policies[pi]);
+                continue;
+            }
+            double acts, dc, dr;
+            uint64_t n;
+            if (sscanf(buf, "%lf %lf %lf %" SCNu64, &acts, &dc, &dr, &n) != 4) return 1;
+            printf("%-10" PRIu64 " %-16s %10.2f %14.2f %14.2f %10.1f\n", n, policies[pi], dc,
+                   acts / dc / 1e6, acts / dr / 1e6, (double)ru.ru_maxrss / 1024.0);
+        }
     return 0;
 }

@@ -95,3 +95,15 @@ moesim_status cli_sim_inputs_load(const char *trace_path, const char *hw_name,
     if (!st) st = quant_table_load_default(quant, err);
     return st;
 }
+
+moesim_status cli_sim_inputs_stream(const char *trace_path, const char *hw_name,
+                                    const char *model_name, trace_stream **ts, hw_profile *hw,
+                                    model_geometry *model, quant_table *quant, moesim_error *err) {
+    moesim_status st = trace_stream_open(trace_path, ts, err);
+    if (!st) st = hw_load_by_name(hw_name, hw, err);
+    if (!st)
+        st = model_load_by_name(model_name ? model_name : trace_stream_tokens(*ts)->meta.model,
+                                model, err);
+    if (!st) st = quant_table_load_default(quant, err);
+    return st;
+}

@@ -132,16 +132,17 @@ int cmd_sim(int argc, char **argv) {
     moesim_error err = {0};
     config *settings = config_create();
     moesim_status st = cli_sim_options_settings(&o, settings, &err);
-    trace *t = NULL;
+    trace_stream *ts = NULL;
     hw_profile hw;
     model_geometry model;
     quant_table quant;
     if (!st)
-        st =
-            cli_sim_inputs_load(o.trace_path, o.hw_name, model_name, &t, &hw, &model, &quant, &err);
+        st = cli_sim_inputs_stream(o.trace_path, o.hw_name, model_name, &ts, &hw, &model, &quant,
+                                   &err);
     sim_result r;
     if (!st) {
-        sim_inputs in = {.trace = t,
+        sim_inputs in = {.trace = trace_stream_tokens(ts),
+                         .stream = ts,
                          .model = &model,
                          .hw = &hw,
                          .quant = &quant,
@@ -162,7 +163,7 @@ int cmd_sim(int argc, char **argv) {
         print_text(&r, o.trace_path, hw.name);
     }
     cli_sim_options_free(&o);
-    trace_destroy(t);
+    trace_stream_close(ts);
     config_destroy(settings);
     return rc;
 }

@@ -54,7 +54,10 @@ void cost_model_init(cost_model *c, const hw_profile *hw, const model_geometry *
 static uint64_t ns_from_double(double t_ns) {
     if (!(t_ns < (double)COST_NS_MAX)) return COST_NS_MAX;
     if (t_ns <= 0) return 0;
-    return (uint64_t)ceil(t_ns);
+    /* ceil without libm's call (the copy engines ask twice per chunk): below COST_NS_MAX the
+     * cast is exact for whole values, so rounding up a fraction is the only step */
+    uint64_t whole = (uint64_t)t_ns;
+    return whole + ((double)whole < t_ns);
 }
 
 uint64_t cost_transfer_ns(uint64_t bytes, double bytes_per_s) {

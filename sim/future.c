@@ -1,11 +1,16 @@
 /* The trace's future for the oracle (sim/future.h). */
 #include "sim/future.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/check.h"
+
+#define SIM_FUTURE_READ 65536 /* next-use values read ahead at once (512 KiB) */
 
 void sim_future_init(sim_future *f, const trace *tr, const sim_schedule *sch) {
     memset(f, 0, sizeof *f);
@@ -16,7 +21,41 @@ void sim_future_init(sim_future *f, const trace *tr, const sim_schedule *sch) {
     f->K = tr->meta.top_k;
 }
 
+void sim_future_init_requests(sim_future *f, const trace_meta *meta,
+                              const trace_request_index *rq, uint32_t batch,
+                              uint32_t max_step_tokens, sim_future_rows rows, void *ctx) {
+    memset(f, 0, sizeof *f);
+    f->L = meta->n_layers;
+    f->E = meta->n_experts;
+    f->K = meta->top_k;
+    f->rq = rq;
+    f->batch = batch;
+    f->max_step_tokens = max_step_tokens;
+    sim_future_set_rows(f, rows, ctx);
+}
+
+void sim_future_set_rows(sim_future *f, sim_future_rows rows, void *ctx) {
+    f->rows = rows;
+    f->rows_ctx = ctx;
+}
+
+/* The routing of `token` at `layer`: [K]. */
+static const uint16_t *experts_of(const sim_future *f, uint64_t token, uint32_t layer) {
+    if (!f->rows) return trace_experts(f->tr, token, layer);
+    uint64_t local;
+    const trace *b = f->rows(f->rows_ctx, token, &local);
+    return trace_experts(b, local, layer);
+}
+
 void sim_future_free(sim_future *f) {
+    if (f->nxt) close(f->next_fd);
+    free(f->nxt);
+    sim_schedule_iter_free(&f->cons);
+    free(f->cons_tokens);
+    free(f->cons_le);
+    free(f->rd);
+    sim_schedule_iter_free(&f->win);
+    free(f->win_tokens);
     free(f->use_pos32);
     free(f->use_pos64);
     free(f->use_first);
@@ -25,17 +64,54 @@ void sim_future_free(sim_future *f) {
     memset(f, 0, sizeof *f);
 }
 
-/* Calls visit(f, le, ctx) for every access in execution order. */
+/* The accesses of one step's tokens, layer by layer, slot by slot. */
+static void visit_step(sim_future *f, const uint32_t *tokens, uint32_t n,
+                       void (*visit)(sim_future *, size_t, uint64_t *), uint64_t *ctx) {
+    for (uint32_t l = 0; l < f->L; l++)
+        for (uint32_t i = 0; i < n; i++) {
+            const uint16_t *ex = experts_of(f, tokens[i], l);
+            for (uint32_t k = 0; k < f->K; k++)
+                if (ex[k] != TRACE_NO_EXPERT) visit(f, (size_t)l * f->E + ex[k], ctx);
+        }
+}
+
+/* Calls visit(f, le, ctx) for every access in execution order (the schedule in memory). */
 static void for_each_access(sim_future *f, void (*visit)(sim_future *, size_t, uint64_t *),
                             uint64_t *ctx) {
     const sim_schedule *s = f->sch;
     for (uint64_t st = 0; st < s->n_steps; st++)
-        for (uint32_t l = 0; l < f->L; l++)
-            for (uint32_t i = 0; i < s->steps[st].n_tokens; i++) {
-                const uint16_t *ex = trace_experts(f->tr, s->tokens[s->steps[st].first + i], l);
-                for (uint32_t k = 0; k < f->K; k++)
-                    if (ex[k] != TRACE_NO_EXPERT) visit(f, (size_t)l * f->E + ex[k], ctx);
+        visit_step(f, s->tokens + s->steps[st].first, s->steps[st].n_tokens, visit, ctx);
+}
+
+/* Tokens of step `step` (*n of them), or NULL past the last step. */
+static const uint32_t *step_tokens(sim_future *f, uint64_t step, uint32_t *n) {
+    if (f->sch) {
+        if (step >= f->sch->n_steps) return NULL;
+        *n = f->sch->steps[step].n_tokens;
+        return f->sch->tokens + f->sch->steps[step].first;
+    }
+    if (!f->win_tokens) {
+        sim_schedule_iter_init(&f->win, f->rq, f->batch, 0, 0);
+        f->win_tokens = moesim_xmalloc(2 * (size_t)f->max_step_tokens * sizeof *f->win_tokens);
+        f->win_step[0] = f->win_step[1] = UINT64_MAX;
+    }
+    for (;;) {
+        for (int h = 0; h < 2; h++)
+            if (f->win_step[h] == step) {
+                *n = f->win_n[h];
+                return f->win_tokens + (size_t)h * f->max_step_tokens;
             }
+        /* steps are asked for in order, at most one back: produce the next into the older half */
+        MOESIM_ASSERT(f->win.step <= step);
+        int h = f->win.step % 2;
+        sim_schedule_step sd;
+        uint64_t kv;
+        if (!sim_schedule_next(&f->win, &sd, &kv, f->win_tokens + (size_t)h * f->max_step_tokens,
+                               NULL, NULL))
+            return NULL;
+        f->win_step[h] = f->win.step - 1;
+        f->win_n[h] = sd.n_tokens;
+    }
 }
 
 static void count_use(sim_future *f, size_t le, uint64_t *ctx) {
@@ -55,7 +131,7 @@ static void build(sim_future *f) {
     size_t LE = (size_t)f->L * f->E;
     f->use_first = moesim_xcalloc(LE + 1, sizeof *f->use_first);
     f->use_cur = moesim_xcalloc(LE ? LE : 1, sizeof *f->use_cur);
-    f->stamp = moesim_xcalloc(f->E ? f->E : 1, sizeof *f->stamp);
+    if (!f->stamp) f->stamp = moesim_xcalloc(f->E ? f->E : 1, sizeof *f->stamp);
     for_each_access(f, count_use, NULL);
     for (size_t i = 0; i < LE; i++) f->use_first[i + 1] += f->use_first[i];
     uint64_t total = f->use_first[LE];
@@ -74,8 +150,133 @@ static uint64_t use_pos_at(const sim_future *f, uint64_t i) {
     return f->use_pos32 ? f->use_pos32[i] : f->use_pos64[i];
 }
 
+/* ---- the next-use stream (no schedule in memory) ---- */
+
+/* A temporary file nobody else sees (unlinked at once). The oracle cannot run without it: a
+ * failure is fatal, with one line saying why. */
+static int temp_fd(void) {
+    const char *dir = getenv("TMPDIR");
+    if (!dir || !*dir) dir = "/tmp";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/moesim-future.XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        fprintf(stderr, "moesim: cannot create a temporary file in %s for the oracle's future: %s\n",
+                dir, strerror(errno));
+        abort();
+    }
+    unlink(path);
+    return fd;
+}
+
+static void file_io(bool write_it, int fd, void *buf, size_t bytes, uint64_t offset) {
+    char *p = buf;
+    while (bytes) {
+        ssize_t n = write_it ? pwrite(fd, p, bytes, (off_t)offset) : pread(fd, p, bytes, (off_t)offset);
+        if (n <= 0) {
+            fprintf(stderr, "moesim: the oracle's temporary future file: %s\n",
+                    n < 0 ? strerror(errno) : "short read");
+            abort();
+        }
+        p += n;
+        bytes -= (size_t)n;
+        offset += (uint64_t)n;
+    }
+}
+
+/* The (layer, expert) of each access of a step's tokens, in execution order; returns the count. */
+static uint64_t step_les(const sim_future *f, const uint32_t *tokens, uint32_t n, uint32_t *le) {
+    uint64_t c = 0;
+    for (uint32_t l = 0; l < f->L; l++)
+        for (uint32_t i = 0; i < n; i++) {
+            const uint16_t *ex = experts_of(f, tokens[i], l);
+            for (uint32_t k = 0; k < f->K; k++)
+                if (ex[k] != TRACE_NO_EXPERT) le[c++] = l * f->E + ex[k];
+        }
+    return c;
+}
+
+/* Forward: each step's tokens (then their count) to a scratch file, accesses counted. Backward:
+ * each access's next use (the last one seen, going back) written at its position. */
+static void build_stream(sim_future *f) {
+    size_t LE = (size_t)f->L * f->E, MT = f->max_step_tokens, MA = MT * f->L * f->K;
+    uint32_t *tokens = moesim_xmalloc(MT * sizeof *tokens);
+    uint32_t *le = moesim_xmalloc((MA ? MA : 1) * sizeof *le);
+    uint64_t *next = moesim_xmalloc((MA ? MA : 1) * sizeof *next);
+    int steps_fd = temp_fd();
+    sim_schedule_iter it;
+    sim_schedule_iter_init(&it, f->rq, f->batch, 0, 0);
+    sim_schedule_step sd;
+    uint64_t kv, off = 0, total = 0;
+    while (sim_schedule_next(&it, &sd, &kv, tokens, NULL, NULL)) {
+        total += step_les(f, tokens, sd.n_tokens, le);
+        file_io(true, steps_fd, tokens, sd.n_tokens * sizeof *tokens, off);
+        off += sd.n_tokens * sizeof *tokens;
+        file_io(true, steps_fd, &sd.n_tokens, sizeof sd.n_tokens, off);
+        off += sizeof sd.n_tokens;
+    }
+    sim_schedule_iter_free(&it);
+    f->n_access = total;
+    f->next_fd = temp_fd();
+    f->nxt = moesim_xmalloc((LE ? LE : 1) * sizeof *f->nxt);
+    for (size_t i = 0; i < LE; i++) f->nxt[i] = UINT64_MAX;
+    uint64_t end = total;
+    while (off > 0) {
+        uint32_t n;
+        off -= sizeof n;
+        file_io(false, steps_fd, &n, sizeof n, off);
+        off -= n * sizeof *tokens;
+        file_io(false, steps_fd, tokens, n * sizeof *tokens, off);
+        uint64_t c = step_les(f, tokens, n, le), first = end - c;
+        for (uint64_t q = c; q-- > 0;) {
+            next[q] = f->nxt[le[q]];
+            f->nxt[le[q]] = first + q;
+        }
+        if (c) file_io(true, f->next_fd, next, c * sizeof *next, first * sizeof *next);
+        end = first;
+    }
+    MOESIM_ASSERT(end == 0);
+    close(steps_fd);
+    free(tokens);
+    free(next);
+    f->cons_le = le;
+    f->cons_tokens = moesim_xmalloc(MT * sizeof *f->cons_tokens);
+    sim_schedule_iter_init(&f->cons, f->rq, f->batch, 0, 0);
+    f->rd = moesim_xmalloc(SIM_FUTURE_READ * sizeof *f->rd);
+    f->built = true; /* nxt now holds every expert's first use: nothing consumed yet */
+}
+
+/* Applies the next uses of accesses [consumed, pos): nxt[le] becomes le's first use >= pos. */
+static void consume_to(sim_future *f, uint64_t pos) {
+    while (f->consumed < pos) {
+        if (f->cons_at == f->cons_n) {
+            sim_schedule_step sd;
+            uint64_t kv;
+            bool more = sim_schedule_next(&f->cons, &sd, &kv, f->cons_tokens, NULL, NULL);
+            MOESIM_ASSERT(more);
+            f->cons_n = step_les(f, f->cons_tokens, sd.n_tokens, f->cons_le);
+            f->cons_at = 0;
+            continue;
+        }
+        uint64_t p = f->consumed++;
+        if (p >= f->rd_first + f->rd_n) {
+            uint64_t left = f->n_access - p;
+            f->rd_first = p;
+            f->rd_n = left < SIM_FUTURE_READ ? left : SIM_FUTURE_READ;
+            file_io(false, f->next_fd, f->rd, f->rd_n * sizeof *f->rd, p * sizeof *f->rd);
+        }
+        f->nxt[f->cons_le[f->cons_at++]] = f->rd[p - f->rd_first];
+    }
+}
+
 uint64_t sim_future_next_use(sim_future *f, uint32_t layer, uint32_t expert, uint64_t pos) {
     MOESIM_ASSERT(layer < f->L && expert < f->E);
+    if (!f->sch) {
+        if (!f->built) build_stream(f);
+        consume_to(f, pos);
+        uint64_t next = f->nxt[(size_t)layer * f->E + expert];
+        return next == UINT64_MAX ? UINT64_MAX : next - pos;
+    }
     if (!f->built) build(f);
     size_t le = (size_t)layer * f->E + expert;
     uint64_t end = f->use_first[le + 1];
@@ -87,14 +288,15 @@ uint64_t sim_future_next_use(sim_future *f, uint32_t layer, uint32_t expert, uin
 uint32_t sim_future_active(sim_future *f, uint64_t step, uint32_t layer, uint16_t *ids,
                            uint32_t cap) {
     MOESIM_ASSERT(layer < f->L);
-    if (step >= f->sch->n_steps) return 0;
-    if (!f->built) build(f);
+    uint32_t n_tok;
+    const uint32_t *tokens = step_tokens(f, step, &n_tok);
+    if (!tokens) return 0;
+    if (!f->stamp) f->stamp = moesim_xcalloc(f->E ? f->E : 1, sizeof *f->stamp);
     uint32_t gen = ++f->stamp_gen;
     uint32_t n = 0;
     uint16_t found[MODEL_MAX_EXPERTS];
-    const sim_schedule_step *sd = &f->sch->steps[step];
-    for (uint32_t i = 0; i < sd->n_tokens; i++) {
-        const uint16_t *ex = trace_experts(f->tr, f->sch->tokens[sd->first + i], layer);
+    for (uint32_t i = 0; i < n_tok; i++) {
+        const uint16_t *ex = experts_of(f, tokens[i], layer);
         for (uint32_t k = 0; k < f->K; k++) {
             if (ex[k] == TRACE_NO_EXPERT || f->stamp[ex[k]] == gen) continue;
             f->stamp[ex[k]] = gen;

@@ -3,7 +3,11 @@
  * on first use: for each (layer, expert), the global positions of its accesses in execution order
  * (steps in order, layers in order, tokens of the step in order, slots in order).
  *
- * Memory: 4 bytes per routed access (8 when the trace has 2^32 or more), plus [L*E+1] offsets. */
+ * Memory: with the trace's schedule in memory (sim_future_init: the replay), 4 bytes per routed
+ * access (8 when the trace has 2^32 or more), plus [L*E+1] offsets. Without it
+ * (sim_future_init_requests: the simulator), O(L*E + the largest step) in memory and 8 bytes per
+ * routed access plus 4 per token in an unlinked temporary file (TMPDIR or /tmp), built by one
+ * pass forward (the steps' tokens) and one backward (each access's next use). */
 #ifndef MOESIM_SIM_FUTURE_H
 #define MOESIM_SIM_FUTURE_H
 
@@ -12,8 +16,34 @@
 #include "sim/schedule.h"
 #include "traces/trace.h"
 
+/* Where a token's rows are: the block of the trace holding `token` and its index there
+ * (trace_stream_row's shape). The pointer is used before the next call. */
+typedef const trace *(*sim_future_rows)(void *ctx, uint64_t token, uint64_t *local);
+
 typedef struct sim_future {
     const trace *tr;          /* borrowed */
+    sim_future_rows rows;     /* NULL: tr holds every row */
+    void *rows_ctx;
+    /* without a schedule in memory (sch NULL): steps come from iterators over the requests */
+    const trace_request_index *rq; /* borrowed */
+    uint32_t batch, max_step_tokens;
+    sim_schedule_iter win;  /* the steps sim_future_active asks for, produced in order */
+    uint32_t *win_tokens;   /* [2][max_step_tokens] the last two steps produced */
+    uint32_t win_n[2];
+    uint64_t win_step[2];   /* step held in each half, or UINT64_MAX */
+    /* next-use stream (no schedule in memory): for every access in execution order, the position
+     * of the next access of the same (layer, expert), in an unlinked temporary file, read forward
+     * as the queries' position advances; nxt[le] is the next use of le not before `consumed` */
+    int next_fd;            /* open once nxt is built */
+    uint64_t n_access;      /* accesses of the whole run */
+    uint64_t *nxt;          /* [L*E] */
+    uint64_t consumed;      /* accesses consumed (their next uses applied to nxt) */
+    sim_schedule_iter cons; /* the steps being consumed */
+    uint32_t *cons_tokens;  /* [max_step_tokens] */
+    uint32_t *cons_le;      /* [max_step_tokens * L * K] le of the consumed step's accesses */
+    uint64_t cons_n, cons_at;
+    uint64_t *rd;           /* [SIM_FUTURE_READ] next-use values read ahead */
+    uint64_t rd_first, rd_n;
     const sim_schedule *sch;  /* borrowed */
     uint32_t L, E, K;
     uint32_t *use_pos32; /* [accesses] positions grouped by (layer, expert), when they fit 32 bits */
@@ -28,6 +58,14 @@ typedef struct sim_future {
 /* Remembers the trace and schedule (borrowed for the future's lifetime); builds nothing yet. */
 void sim_future_init(sim_future *f, const trace *tr, const sim_schedule *sch);
 void sim_future_free(sim_future *f); /* accepts a zeroed struct */
+/* The same for a host that holds neither the trace nor its schedule (a streamed trace): the
+ * schedule of `rq` at `batch` is replayed step by step (sim/schedule.h), rows come from `rows`.
+ * sim_future_active's steps must then not go back by more than one between calls. */
+void sim_future_init_requests(sim_future *f, const trace_meta *meta,
+                              const trace_request_index *rq, uint32_t batch,
+                              uint32_t max_step_tokens, sim_future_rows rows, void *ctx);
+/* Reads routing rows through `rows` instead of the trace (a trace_stream's blocks). */
+void sim_future_set_rows(sim_future *f, sim_future_rows rows, void *ctx);
 
 /* Accesses (token, slot) between `pos` and the next access of (layer, expert) at or after it;
  * UINT64_MAX if never again. Positions must not go back between calls for one expert. */

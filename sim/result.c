@@ -137,20 +137,18 @@ static sim_latency latency_of(double *v, size_t n) {
     return l;
 }
 
-void sim_result_set_latency(sim_result *r, const sim_schedule *sch, const uint64_t *step_start_ns,
-                            const uint64_t *step_end_ns, const sim_hooks *hooks) {
-    uint32_t R = sch->n_requests;
+void sim_result_set_request_latency(sim_result *r, uint32_t n_requests, const uint64_t *t_admit_ns,
+                                    const uint64_t *t_first_ns, const uint64_t *t_last_ns,
+                                    const uint32_t *steps, const sim_hooks *hooks) {
+    uint32_t R = n_requests;
     double *ttft = moesim_xmalloc((R ? R : 1) * sizeof *ttft);
     double *tpot = moesim_xmalloc((R ? R : 1) * sizeof *tpot);
     size_t n_ttft = 0, n_tpot = 0;
     for (uint32_t q = 0; q < R; q++) {
-        uint64_t t0 = step_start_ns[sch->req_admit[q]];
-        uint64_t t1 = step_end_ns[sch->req_first[q]];
-        ttft[n_ttft++] = (double)(t1 - t0) / 1e6;
+        ttft[n_ttft++] = (double)(t_first_ns[q] - t_admit_ns[q]) / 1e6;
         double req_tpot = NAN;
-        if (sch->req_steps[q] > 1) {
-            uint64_t tl = step_end_ns[sch->req_last[q]];
-            req_tpot = (double)(tl - t1) / 1e6 / (double)(sch->req_steps[q] - 1);
+        if (steps[q] > 1) {
+            req_tpot = (double)(t_last_ns[q] - t_first_ns[q]) / 1e6 / (double)(steps[q] - 1);
             tpot[n_tpot++] = req_tpot;
         }
         if (hooks && hooks->on_request_done)
@@ -160,4 +158,17 @@ void sim_result_set_latency(sim_result *r, const sim_schedule *sch, const uint64
     r->tpot = latency_of(tpot, n_tpot);
     free(ttft);
     free(tpot);
+}
+
+void sim_result_set_latency(sim_result *r, const sim_schedule *sch, const uint64_t *step_start_ns,
+                            const uint64_t *step_end_ns, const sim_hooks *hooks) {
+    uint32_t R = sch->n_requests;
+    uint64_t *t = moesim_xmalloc((R ? R : 1) * 3 * sizeof *t);
+    for (uint32_t q = 0; q < R; q++) {
+        t[q] = step_start_ns[sch->req_admit[q]];
+        t[R + q] = step_end_ns[sch->req_first[q]];
+        t[2 * R + q] = step_end_ns[sch->req_last[q]];
+    }
+    sim_result_set_request_latency(r, R, t, t + R, t + 2 * R, sch->req_steps, hooks);
+    free(t);
 }

@@ -13,93 +13,134 @@
 
 #define NONE UINT32_MAX
 
+void sim_schedule_iter_init(sim_schedule_iter *it, const trace_request_index *rq, uint32_t batch,
+                            uint64_t kv_bytes_per_token, uint64_t recurrent_bytes) {
+    MOESIM_ASSERT(batch >= 1);
+    memset(it, 0, sizeof *it);
+    it->rq = rq;
+    it->batch = batch;
+    it->kv_bytes_per_token = kv_bytes_per_token;
+    it->recurrent_bytes = recurrent_bytes;
+    size_t R = rq->n_requests ? rq->n_requests : 1;
+    it->slot_req = moesim_xmalloc(batch * sizeof *it->slot_req);
+    it->admitted = moesim_xmalloc(batch * sizeof *it->admitted);
+    for (uint32_t b = 0; b < batch; b++) it->slot_req[b] = NONE;
+    it->cursor = moesim_xcalloc(R, sizeof *it->cursor);
+    it->req_admit = moesim_xcalloc(R, sizeof *it->req_admit);
+    it->req_first = moesim_xcalloc(R, sizeof *it->req_first);
+    it->req_last = moesim_xcalloc(R, sizeof *it->req_last);
+    it->req_steps = moesim_xcalloc(R, sizeof *it->req_steps);
+}
+
+void sim_schedule_iter_free(sim_schedule_iter *it) {
+    free(it->slot_req);
+    free(it->admitted);
+    free(it->cursor);
+    free(it->req_admit);
+    free(it->req_first);
+    free(it->req_last);
+    free(it->req_steps);
+    memset(it, 0, sizeof *it);
+}
+
+bool sim_schedule_next(sim_schedule_iter *it, sim_schedule_step *sd, uint64_t *kv_bytes,
+                       uint32_t *tokens, uint32_t *requests, uint8_t *emit) {
+    const trace_request_index *rq = it->rq;
+    uint32_t R = rq->n_requests, batch = it->batch;
+    if (it->next_req >= R && !it->active) return false;
+    it->n_admitted = 0;
+    for (uint32_t b = 0; b < batch && it->next_req < R; b++)
+        if (it->slot_req[b] == NONE) {
+            uint32_t r = it->next_req++;
+            it->slot_req[b] = r;
+            it->req_admit[r] = (uint32_t)it->step;
+            it->req_first[r] = NONE;
+            it->admitted[it->n_admitted++] = r;
+            it->active++;
+        }
+    bool prefill = false;
+    for (uint32_t b = 0; b < batch; b++) {
+        uint32_t r = it->slot_req[b];
+        if (r != NONE && it->cursor[r] < rq->n_prefill[r]) prefill = true;
+    }
+    uint32_t n = 0;
+    uint64_t kv = 0;
+    for (uint32_t b = 0; b < batch; b++) {
+        uint32_t r = it->slot_req[b];
+        if (r == NONE) continue;
+        uint32_t stop = prefill ? rq->n_prefill[r] : it->cursor[r] + 1;
+        if (it->cursor[r] < stop) {
+            for (uint32_t c = it->cursor[r]; c < stop; c++, n++) {
+                if (tokens) tokens[n] = (uint32_t)trace_request_token(rq, r, c);
+                if (requests) requests[n] = r;
+                if (emit) emit[n] = 0;
+            }
+            if (emit) emit[n - 1] = 1; /* the last token of the request in the step emits */
+            it->cursor[r] = stop;
+            if (it->req_first[r] == NONE) it->req_first[r] = (uint32_t)it->step;
+            it->req_last[r] = (uint32_t)it->step;
+            it->req_steps[r]++;
+        }
+        kv += (uint64_t)it->cursor[r] * it->kv_bytes_per_token + it->recurrent_bytes;
+    }
+    MOESIM_ASSERT(n > 0);
+    sd->first = it->produced;
+    sd->n_tokens = n;
+    sd->is_prefill = prefill;
+    it->produced += n;
+    *kv_bytes = kv;
+    it->step++;
+    for (uint32_t b = 0; b < batch; b++) {
+        uint32_t r = it->slot_req[b];
+        if (r != NONE && it->cursor[r] == rq->n_tokens[r]) {
+            it->slot_req[b] = NONE;
+            it->active--;
+        }
+    }
+    return true;
+}
+
 void sim_schedule_build(sim_schedule *s, const trace *t, uint32_t batch,
                         uint64_t kv_bytes_per_token, uint64_t recurrent_bytes) {
-    MOESIM_ASSERT(batch >= 1);
     memset(s, 0, sizeof *s);
-    uint32_t R = t->n_requests;
     uint64_t N = t->n_tokens;
-    /* the tokens of each request in trace order: rtok[rfirst[r] .. rfirst[r + 1]) */
-    uint64_t *rfirst = moesim_xcalloc((size_t)R + 1, sizeof *rfirst);
-    for (uint64_t i = 0; i < N; i++) rfirst[t->request_id[i] + 1]++;
-    for (uint32_t r = 0; r < R; r++) rfirst[r + 1] += rfirst[r];
-    uint32_t *rtok = moesim_xmalloc((N ? N : 1) * sizeof *rtok);
-    uint64_t *fill = moesim_xmalloc(((size_t)R + 1) * sizeof *fill);
-    memcpy(fill, rfirst, ((size_t)R + 1) * sizeof *fill);
-    uint32_t *rprefill = moesim_xcalloc(R ? R : 1, sizeof *rprefill);
-    for (uint64_t i = 0; i < N; i++) {
-        uint32_t r = t->request_id[i];
-        rtok[fill[r]++] = (uint32_t)i;
-        if (t->phase[i] == TRACE_PREFILL) rprefill[r]++;
-    }
-    free(fill);
+    uint32_t R = t->n_requests;
+    trace_request_index rq;
+    trace_request_index_build(&rq, t);
+    sim_schedule_iter it;
+    sim_schedule_iter_init(&it, &rq, batch, kv_bytes_per_token, recurrent_bytes);
     s->n_requests = R;
     s->tokens = moesim_xcalloc(N ? N : 1, sizeof *s->tokens);
     s->emit = moesim_xcalloc(N ? N : 1, 1);
     s->steps = moesim_xcalloc(N ? N : 1, sizeof *s->steps);
     s->step_kv_bytes = moesim_xcalloc(N ? N : 1, sizeof *s->step_kv_bytes);
-    s->req_admit = moesim_xcalloc(R ? R : 1, sizeof(uint32_t));
-    s->req_first = moesim_xcalloc(R ? R : 1, sizeof(uint32_t));
-    s->req_last = moesim_xcalloc(R ? R : 1, sizeof(uint32_t));
-    s->req_steps = moesim_xcalloc(R ? R : 1, sizeof(uint32_t));
-    uint32_t *slot_req = moesim_xmalloc(batch * sizeof *slot_req); /* [batch] request or NONE */
-    uint64_t *cursor = moesim_xcalloc(R ? R : 1, sizeof *cursor);  /* [R] tokens run so far */
-    for (uint32_t b = 0; b < batch; b++) slot_req[b] = NONE;
-    uint32_t next_req = 0, active = 0, max_tokens = 0;
+    uint32_t max_tokens = 0;
     uint64_t out = 0, n_steps = 0, kv_peak = 0;
-    while (next_req < R || active) {
-        for (uint32_t b = 0; b < batch && next_req < R; b++)
-            if (slot_req[b] == NONE) {
-                slot_req[b] = next_req;
-                s->req_admit[next_req] = (uint32_t)n_steps;
-                s->req_first[next_req] = NONE;
-                next_req++;
-                active++;
-            }
-        bool prefill = false;
-        for (uint32_t b = 0; b < batch; b++)
-            if (slot_req[b] != NONE && cursor[slot_req[b]] < rprefill[slot_req[b]]) prefill = true;
-        sim_schedule_step *sd = &s->steps[n_steps];
-        sd->first = out;
-        sd->is_prefill = prefill;
-        uint64_t kv = 0;
-        for (uint32_t b = 0; b < batch; b++) {
-            uint32_t r = slot_req[b];
-            if (r == NONE) continue;
-            uint64_t stop = prefill ? rprefill[r] : cursor[r] + 1;
-            if (cursor[r] < stop) {
-                for (uint64_t c = cursor[r]; c < stop; c++) s->tokens[out++] = rtok[rfirst[r] + c];
-                s->emit[out - 1] = 1; /* the last token of the request in the step emits */
-                cursor[r] = stop;
-                if (s->req_first[r] == NONE) s->req_first[r] = (uint32_t)n_steps;
-                s->req_last[r] = (uint32_t)n_steps;
-                s->req_steps[r]++;
-            }
-            kv += cursor[r] * kv_bytes_per_token + recurrent_bytes;
-        }
-        sd->n_tokens = (uint32_t)(out - sd->first);
-        MOESIM_ASSERT(sd->n_tokens > 0);
-        if (sd->n_tokens > max_tokens) max_tokens = sd->n_tokens;
+    sim_schedule_step sd;
+    uint64_t kv;
+    while (sim_schedule_next(&it, &sd, &kv, s->tokens + out, NULL, s->emit + out)) {
+        s->steps[n_steps] = sd;
         s->step_kv_bytes[n_steps] = kv;
         if (kv > kv_peak) kv_peak = kv;
+        if (sd.n_tokens > max_tokens) max_tokens = sd.n_tokens;
+        out += sd.n_tokens;
         n_steps++;
-        for (uint32_t b = 0; b < batch; b++) {
-            uint32_t r = slot_req[b];
-            if (r != NONE && cursor[r] == rfirst[r + 1] - rfirst[r]) {
-                slot_req[b] = NONE;
-                active--;
-            }
-        }
     }
     MOESIM_ASSERT(out == N);
     s->n_steps = n_steps;
     s->max_step_tokens = max_tokens ? max_tokens : 1;
     s->kv_peak_bytes = kv_peak;
-    free(slot_req);
-    free(cursor);
-    free(rprefill);
-    free(rtok);
-    free(rfirst);
+    size_t RB = (R ? R : 1) * sizeof(uint32_t);
+    s->req_admit = moesim_xmalloc(RB);
+    s->req_first = moesim_xmalloc(RB);
+    s->req_last = moesim_xmalloc(RB);
+    s->req_steps = moesim_xmalloc(RB);
+    memcpy(s->req_admit, it.req_admit, RB);
+    memcpy(s->req_first, it.req_first, RB);
+    memcpy(s->req_last, it.req_last, RB);
+    memcpy(s->req_steps, it.req_steps, RB);
+    sim_schedule_iter_free(&it);
+    trace_request_index_free(&rq);
 }
 
 void sim_schedule_free(sim_schedule *s) {
@@ -122,6 +163,14 @@ static uint64_t mix64(uint64_t a, uint64_t b) {
 void sim_lookahead_emulate(const trace *t, uint32_t L, uint32_t E, uint32_t K, uint32_t D,
                            uint32_t kp, uint64_t seed, double accuracy, uint64_t token,
                            uint32_t layer, uint16_t *ids, float *scores) {
+    sim_lookahead_emulate_rows(trace_experts(t, token, 0), trace_gates(t, token, 0), L, E, K, D,
+                               kp, seed, accuracy, token, layer, ids, scores);
+}
+
+void sim_lookahead_emulate_rows(const uint16_t *experts, const float *gates, uint32_t L,
+                                uint32_t E, uint32_t K, uint32_t D, uint32_t kp, uint64_t seed,
+                                double accuracy, uint64_t token, uint32_t layer, uint16_t *ids,
+                                float *scores) {
     for (uint32_t d = 1; d <= D; d++) {
         uint16_t *row = ids + (size_t)(d - 1) * kp;  /* [kp] */
         float *srow = scores + (size_t)(d - 1) * kp; /* [kp] */
@@ -132,8 +181,8 @@ void sim_lookahead_emulate(const trace *t, uint32_t L, uint32_t E, uint32_t K, u
             }
             continue;
         }
-        const uint16_t *truth = trace_experts(t, token, layer + d);
-        const float *g = trace_gates(t, token, layer + d);
+        const uint16_t *truth = experts + (size_t)(layer + d) * K;
+        const float *g = gates + (size_t)(layer + d) * K;
         for (uint32_t j = 0; j < kp; j++) {
             uint64_t h = mix64(seed, ((token * L + layer) * 16 + d) * 256 + j);
             double u = (double)(h >> 11) * 0x1.0p-53;

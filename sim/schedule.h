@@ -45,6 +45,33 @@ void sim_schedule_build(sim_schedule *s, const trace *t, uint32_t batch,
 /* Frees the arrays of a schedule built by sim_schedule_build and zeroes it; NULL is fine. */
 void sim_schedule_free(sim_schedule *s);
 
+/* The schedule one step at a time, in memory that grows with the requests, not the tokens (a
+ * streamed trace's run): the same steps sim_schedule_build records, which it is built on.
+ * Per request it keeps the step it was admitted in, its first and last step and how many it took
+ * part in; `admitted`/`n_admitted` list the requests admitted by the last sim_schedule_next. */
+typedef struct sim_schedule_iter {
+    const trace_request_index *rq; /* borrowed */
+    uint32_t batch;
+    uint64_t kv_bytes_per_token, recurrent_bytes;
+    uint32_t *slot_req; /* [batch] request in each slot, or UINT32_MAX */
+    uint32_t *cursor;   /* [n_requests] tokens run so far */
+    uint32_t *req_admit, *req_first, *req_last, *req_steps; /* [n_requests] step indices */
+    uint32_t *admitted; /* [batch] */
+    uint32_t n_admitted;
+    uint32_t next_req, active;
+    uint64_t step;     /* steps produced */
+    uint64_t produced; /* tokens produced */
+} sim_schedule_iter;
+
+void sim_schedule_iter_init(sim_schedule_iter *it, const trace_request_index *rq, uint32_t batch,
+                            uint64_t kv_bytes_per_token, uint64_t recurrent_bytes);
+void sim_schedule_iter_free(sim_schedule_iter *it); /* accepts a zeroed struct */
+/* The next step: its token count and kind in *sd (sd->first: tokens produced before it), the KV
+ * bytes in use during it, and, where not NULL, its tokens, their requests and emit flags
+ * (each [the step's tokens]: the caller sizes them by the largest step). False after the last. */
+bool sim_schedule_next(sim_schedule_iter *it, sim_schedule_step *sd, uint64_t *kv_bytes,
+                       uint32_t *tokens, uint32_t *requests, uint8_t *emit);
+
 /* Emulated look-ahead of one token at one layer, so sim and replay hand the policy the same
  * predictions: distance d's (1..D) `kp` candidates are the true top-k of layer `layer + d`,
  * each kept with probability `accuracy` and otherwise replaced by another expert drawn
@@ -56,5 +83,11 @@ void sim_schedule_free(sim_schedule *s);
 void sim_lookahead_emulate(const trace *t, uint32_t L, uint32_t E, uint32_t K, uint32_t D,
                            uint32_t kp, uint64_t seed, double accuracy, uint64_t token,
                            uint32_t layer, uint16_t *ids, float *scores);
+/* The same from the token's rows alone (`experts` and `gates` [L][K], borrowed), for hosts that
+ * hold a few blocks of the trace rather than the whole of it. */
+void sim_lookahead_emulate_rows(const uint16_t *experts, const float *gates, uint32_t L,
+                                uint32_t E, uint32_t K, uint32_t D, uint32_t kp, uint64_t seed,
+                                double accuracy, uint64_t token, uint32_t layer, uint16_t *ids,
+                                float *scores);
 
 #endif

@@ -108,11 +108,20 @@ typedef struct sim_engine {
     uint8_t seg_cls;
     uint64_t busy_ns;
     int track;
+    /* A chunk's time is the difference of cost_transfer_ns at its two ends (a division each):
+     * ns_at_chunk holds it at whole chunks, and the engine remembers where its last chunk ended
+     * (transfer slot and issue sequence, byte offset, that offset in whole chunks or UINT64_MAX,
+     * its cost_transfer_ns), so a transfer's next chunk computes nothing. */
+    uint64_t *ns_at_chunk; /* [n_at_chunk] cost_transfer_ns(k * chunk bytes) */
+    uint64_t n_at_chunk;
+    uint32_t end_xfer;
+    uint64_t end_seq, end_offset, end_k, end_ns;
 } sim_engine;
 
 struct sim_state {
     /* fixed */
-    const trace *tr;
+    const trace *tr;      /* with a stream: its skeleton (per-token arrays only) */
+    trace_stream *stream; /* NULL: tr holds the rows */
     const model_geometry *model;
     cost_model cost;
     sim_settings set;
@@ -137,9 +146,19 @@ struct sim_state {
     policy *pol;
     policy_mem_view view;
 
-    /* schedule (time-independent: which tokens run in which step, sim/schedule.h) */
-    sim_schedule sch;
-    uint64_t *step_start_ns, *step_end_ns; /* [sch.n_steps] */
+    /* schedule (time-independent: which tokens run in which step, sim/schedule.h), produced
+     * step by step: nothing per token or per step is kept */
+    trace_request_index rq_own; /* built from an in-memory trace */
+    const trace_request_index *rq;
+    sim_schedule_iter it;
+    uint64_t n_steps, kv_peak_bytes;
+    uint32_t max_step_tokens;
+    uint32_t *step_tok;     /* [max_step_tokens] the current step's tokens */
+    uint8_t *step_emit;     /* [max_step_tokens] the token emits an output */
+    uint32_t step_n;        /* tokens of the current step */
+    uint64_t *req_t_admit;  /* [n_requests] start of the step that admitted the request */
+    uint64_t *req_t_first;  /* [n_requests] end of its first step */
+    uint64_t *req_t_last;   /* [n_requests] end of its last step */
 
     /* per-route scratch: [max_step_tokens * K] etc. */
     uint16_t *r_experts;
@@ -159,6 +178,9 @@ struct sim_state {
     uint32_t la_depth, la_k;
     bool la_emulated;
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
+
+    /* recorded look-ahead: top-1 hits at distance 1, counted as the run gathers each row once */
+    uint64_t la_right, la_total;
 
     /* prefetch accounting (FIRM-MoE Eq. 7-8; the prefetched sets are memsys's pf_mark) */
     uint64_t pf_hit, pf_active, pf_issued_sets;
@@ -182,6 +204,17 @@ typedef struct sim_state sim_state;
 
 static size_t idx_lep(const sim_state *s, uint32_t l, uint32_t e, uint32_t p) {
     return ((size_t)l * s->E + e) * s->P + p;
+}
+
+/* The block holding token `tok`'s rows and its index there: the trace itself, or the stream's
+ * cached block (valid until the next lookup). */
+static const trace *row_of(void *ctx, uint64_t tok, uint64_t *local) {
+    sim_state *s = ctx;
+    if (!s->stream) {
+        *local = tok;
+        return s->tr;
+    }
+    return trace_stream_row(s->stream, tok, local);
 }
 
 /* ---- memory-system callbacks ---- */
@@ -230,8 +263,26 @@ static void engine_kick(sim_state *s, int id) {
                      precision_name((moesim_precision)x->prec), cls_name[x->cls]);
         }
     }
-    uint64_t dur = cost_transfer_ns(c.offset + c.bytes, e->bytes_per_s) -
-                   cost_transfer_ns(c.offset, e->bytes_per_s);
+    const uint64_t chunk = s->ms.cfg.chunk_bytes;
+    uint64_t start_ns, start_k;
+    if (e->end_xfer == c.xfer && e->end_seq == x->seq && e->end_offset == c.offset) {
+        start_ns = e->end_ns;
+        start_k = e->end_k;
+    } else { /* a transfer starts or resumes */
+        start_ns = cost_transfer_ns(c.offset, e->bytes_per_s);
+        start_k = c.offset % chunk == 0 ? c.offset / chunk : UINT64_MAX;
+    }
+    e->end_xfer = c.xfer;
+    e->end_seq = x->seq;
+    e->end_offset = c.offset + c.bytes;
+    if (start_k != UINT64_MAX && c.bytes == chunk && start_k + 1 < e->n_at_chunk) {
+        e->end_k = start_k + 1;
+        e->end_ns = e->ns_at_chunk[e->end_k];
+    } else {
+        e->end_k = UINT64_MAX;
+        e->end_ns = cost_transfer_ns(e->end_offset, e->bytes_per_s);
+    }
+    uint64_t dur = e->end_ns - start_ns;
     if (c.first || e->latency_per_chunk) dur += e->latency_ns;
     e->busy = true;
     e->chunk = c;
@@ -286,14 +337,37 @@ static void stream_stall_until_next(sim_state *s, uint64_t *t, const char *name)
 
 /* ---- the schedule ---- */
 
-/* Builds the steps (sim/schedule.h: the same schedule the replay runs) and the per-step clocks
- * the run fills in. */
-static void schedule_build(sim_state *s) {
-    sim_schedule_build(&s->sch, s->tr, s->set.batch_size, model_kv_bytes_per_token(s->model),
-                       model_recurrent_state_bytes(s->model));
-    uint64_t n_steps = s->sch.n_steps;
-    s->step_start_ns = arena_calloc(&s->mem, n_steps ? n_steps : 1, sizeof(uint64_t));
-    s->step_end_ns = arena_calloc(&s->mem, n_steps ? n_steps : 1, sizeof(uint64_t));
+/* The schedule's size (sim/schedule.h: the same schedule the replay runs) from one pass over
+ * its steps: step count, largest step, KV peak; then the per-step and per-request arrays the
+ * run fills in. */
+static void schedule_plan(sim_state *s) {
+    if (s->stream) {
+        s->rq = trace_stream_requests(s->stream);
+    } else {
+        trace_request_index_build(&s->rq_own, s->tr);
+        s->rq = &s->rq_own;
+    }
+    sim_schedule_iter it;
+    sim_schedule_iter_init(&it, s->rq, s->set.batch_size, model_kv_bytes_per_token(s->model),
+                           model_recurrent_state_bytes(s->model));
+    sim_schedule_step sd;
+    uint64_t kv;
+    uint32_t max_tokens = 0;
+    while (sim_schedule_next(&it, &sd, &kv, NULL, NULL, NULL)) {
+        if (kv > s->kv_peak_bytes) s->kv_peak_bytes = kv;
+        if (sd.n_tokens > max_tokens) max_tokens = sd.n_tokens;
+    }
+    s->n_steps = it.step;
+    sim_schedule_iter_free(&it);
+    s->max_step_tokens = max_tokens ? max_tokens : 1;
+    size_t MT = s->max_step_tokens, R = s->rq->n_requests ? s->rq->n_requests : 1;
+    s->step_tok = arena_calloc(&s->mem, MT, sizeof *s->step_tok);
+    s->step_emit = arena_calloc(&s->mem, MT, sizeof *s->step_emit);
+    s->step_req = arena_calloc(&s->mem, MT, sizeof *s->step_req);
+    s->step_pos = arena_calloc(&s->mem, MT, sizeof *s->step_pos);
+    s->req_t_admit = arena_calloc(&s->mem, R, sizeof *s->req_t_admit);
+    s->req_t_first = arena_calloc(&s->mem, R, sizeof *s->req_t_first);
+    s->req_t_last = arena_calloc(&s->mem, R, sizeof *s->req_t_last);
 }
 
 /* ---- setup ---- */
@@ -329,21 +403,6 @@ static moesim_status check_geometry(const sim_inputs *in, moesim_error *err) {
         return moesim_fail(err, MOESIM_EINPUT, "trace has %" PRIu64 " tokens; at most %u",
                            in->trace->n_tokens, UINT32_MAX - 1);
     return MOESIM_OK;
-}
-
-/* Measured top-1 accuracy of the trace's look-ahead at distance 1. */
-static double recorded_predictor_accuracy(const trace *t) {
-    uint32_t L = t->meta.n_layers;
-    if (!t->meta.lookahead_depth || L < 2) return 0;
-    uint64_t right = 0, n = 0;
-    for (uint64_t i = 0; i < t->n_tokens; i++)
-        for (uint32_t l = 0; l + 1 < L; l++) {
-            uint16_t want = trace_experts(t, i, l + 1)[0];
-            if (want == TRACE_NO_EXPERT) continue;
-            right += t->lookahead_ids[trace_lookahead_index(t, i, l, 1)] == want;
-            n++;
-        }
-    return n ? (double)right / (double)n : 0;
 }
 
 /* ---- per-route work ---- */
@@ -436,7 +495,7 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
     };
     uint32_t n_active = sim_route_active_build(&rs, ex, gs, n * K);
     if (first_of_layer)
-        sim_route_prefetch_account(&rs, n_active, s->r_experts, s->sch.steps[step].n_tokens * K,
+        sim_route_prefetch_account(&rs, n_active, s->r_experts, s->step_n * K,
                                    s->ms.pf_mark + (size_t)layer * s->E, s->E,
                                    &s->ms.pf_count[layer], &s->pf_hit, &s->pf_active,
                                    &s->pf_issued_sets);
@@ -515,26 +574,35 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
     }
 }
 
-/* Gathers the step's routing (and look-ahead) for `layer` into the r_* buffers. */
-static void gather_route(sim_state *s, uint64_t step, uint32_t layer) {
-    const sim_schedule_step *sd = &s->sch.steps[step];
-    const trace *t = s->tr;
+/* Gathers the step's routing (and look-ahead) for `layer` into the r_* buffers; with recorded
+ * look-ahead, counts its top-1 hits at distance 1 (every (token, layer) is gathered once). */
+static void gather_route(sim_state *s, uint32_t layer) {
     uint32_t K = s->K;
     size_t DK = (size_t)s->la_depth * s->la_k;
-    for (uint32_t i = 0; i < sd->n_tokens; i++) {
-        uint32_t tok = s->sch.tokens[sd->first + i];
-        memcpy(s->r_experts + (size_t)i * K, trace_experts(t, tok, layer), K * sizeof(uint16_t));
-        memcpy(s->r_gates + (size_t)i * K, trace_gates(t, tok, layer), K * sizeof(float));
-        if (s->r_importance) s->r_importance[i] = t->importance[(size_t)tok * s->L + layer];
+    for (uint32_t i = 0; i < s->step_n; i++) {
+        uint32_t tok = s->step_tok[i];
+        uint64_t at;
+        const trace *t = row_of(s, tok, &at);
+        memcpy(s->r_experts + (size_t)i * K, trace_experts(t, at, layer), K * sizeof(uint16_t));
+        memcpy(s->r_gates + (size_t)i * K, trace_gates(t, at, layer), K * sizeof(float));
+        if (s->r_importance) s->r_importance[i] = t->importance[(size_t)at * s->L + layer];
         if (!DK) continue;
         if (s->la_emulated) {
-            sim_lookahead_emulate(s->tr, s->L, s->E, s->K, s->la_depth, s->la_k, s->set.seed,
-                                  s->set.predictor_accuracy, tok, layer, s->r_la_ids + i * DK,
-                                  s->r_la_scores + i * DK);
+            sim_lookahead_emulate_rows(trace_experts(t, at, 0), trace_gates(t, at, 0), s->L, s->E,
+                                       s->K, s->la_depth, s->la_k, s->set.seed,
+                                       s->set.predictor_accuracy, tok, layer,
+                                       s->r_la_ids + i * DK, s->r_la_scores + i * DK);
         } else {
-            size_t src = trace_lookahead_index(t, tok, layer, 1);
+            size_t src = trace_lookahead_index(t, at, layer, 1);
             memcpy(s->r_la_ids + i * DK, t->lookahead_ids + src, DK * sizeof(uint16_t));
             memcpy(s->r_la_scores + i * DK, t->lookahead_scores + src, DK * sizeof(float));
+            if (layer + 1 < s->L) {
+                uint16_t want = trace_experts(t, at, layer + 1)[0];
+                if (want != TRACE_NO_EXPERT) {
+                    s->la_right += t->lookahead_ids[src] == want;
+                    s->la_total++;
+                }
+            }
         }
     }
 }
@@ -542,8 +610,8 @@ static void gather_route(sim_state *s, uint64_t step, uint32_t layer) {
 /* Splits the step's tokens into sub-routes whose distinct experts fit one pool
  * (route_capacity), in token order, and runs them one after the other. */
 static void run_layer(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer) {
-    uint32_t n = s->sch.steps[step].n_tokens, K = s->K;
-    gather_route(s, step, layer);
+    uint32_t n = s->step_n, K = s->K;
+    gather_route(s, layer);
     memsys_begin_layer(&s->ms);
     uint32_t i0 = 0;
     bool first = true;
@@ -575,7 +643,8 @@ static void run_layer(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer) 
 static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     const trace *t = s->tr;
     uint32_t R = t->n_requests;
-    sim_result_set_latency(r, &s->sch, s->step_start_ns, s->step_end_ns, s->hooks);
+    sim_result_set_request_latency(r, R, s->req_t_admit, s->req_t_first, s->req_t_last,
+                                   s->it.req_steps, s->hooks);
     r->tokens = t->n_tokens;
     r->requests = R;
     r->makespan_ms = (double)makespan_ns / 1e6;
@@ -601,16 +670,18 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->prefetch_wasted_bytes = s->ms.n.wasted_bytes;
     r->predictor_emulated = s->la_emulated;
     r->predictor_accuracy =
-        s->la_emulated ? s->set.predictor_accuracy : recorded_predictor_accuracy(t);
+        s->la_emulated ? s->set.predictor_accuracy
+        : s->la_total ? (double)s->la_right / (double)s->la_total
+                      : 0;
     r->accesses = s->tally.accesses;
     r->hits = s->tally.hits;
     r->skipped_accesses = s->tally.skipped;
     r->expert_ops = s->expert_ops;
     r->warmup_h2d_bytes = s->ms.n.warmup_bytes;
-    r->steps = s->sch.n_steps;
+    r->steps = s->n_steps;
     r->sub_routes = s->sub_routes;
     r->expert_budget_bytes = s->expert_budget_bytes;
-    r->kv_peak_bytes = s->sch.kv_peak_bytes;
+    r->kv_peak_bytes = s->kv_peak_bytes;
     r->h2d_busy_ms = (double)s->eng[MEMSYS_H2D].busy_ns / 1e6;
     r->ssd_busy_ms = (double)s->eng[MEMSYS_SSD].busy_ns / 1e6;
     r->cost_extrapolated = s->cost_extrapolated;
@@ -654,6 +725,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
 
     const trace *t = in->trace;
     s->tr = t;
+    s->stream = in->stream;
     s->model = in->model;
     s->hooks = in->hooks;
     s->L = t->meta.n_layers;
@@ -679,21 +751,34 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
                           : 0;
 
     arena_init(&s->mem, 1u << 20);
-    schedule_build(s);
+    schedule_plan(s);
+    if (s->stream) {
+        /* a step visits the blocks of up to batch.size requests, or of one long prompt */
+        uint64_t bt = trace_stream_block_tokens(s->stream);
+        trace_stream_set_cache(s->stream, 0,
+                               (uint32_t)(s->set.batch_size + s->max_step_tokens / bt + 2));
+    }
 
     if (s->cost.has_table) { /* which measured curves this run's steps reach beyond */
         uint64_t max_attended = 1;
-        for (uint64_t st2 = 0; st2 < s->sch.n_steps; st2++) {
+        sim_schedule_iter it;
+        sim_schedule_iter_init(&it, s->rq, s->set.batch_size, 0, 0);
+        sim_schedule_step sd;
+        uint64_t kv;
+        while (sim_schedule_next(&it, &sd, &kv, s->step_tok, NULL, NULL)) {
             uint64_t a = 0;
-            for (uint32_t i = 0; i < s->sch.steps[st2].n_tokens; i++)
-                a += (uint64_t)t->position[s->sch.tokens[s->sch.steps[st2].first + i]] + 1;
+            for (uint32_t i = 0; i < sd.n_tokens; i++) {
+                uint64_t at;
+                a += (uint64_t)row_of(s, s->step_tok[i], &at)->position[at] + 1;
+            }
             if (a > max_attended) max_attended = a;
         }
+        sim_schedule_iter_free(&it);
         for (int op = 0; op < COST_OP_COUNT; op++)
             for (int p = 0; p < PREC_COUNT; p++) {
                 if (p != PREC_BF16 && op != COST_EXPERT_GATE_UP && op != COST_EXPERT_DOWN) continue;
                 double hi =
-                    op == COST_ATTENTION ? (double)max_attended : (double)s->sch.max_step_tokens;
+                    op == COST_ATTENTION ? (double)max_attended : (double)s->max_step_tokens;
                 s->cost_extrapolated +=
                     !cost_table_covers(&s->cost, (cost_op)op, (moesim_precision)p, 1, hi);
             }
@@ -709,8 +794,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
 
     /* HBM: non-expert weights, KV peak and activations first; experts get the rest */
     sim_budget bud;
-    if ((st = sim_budget_plan(in->model, in->quant, in->hw, &s->set, s->sch.max_step_tokens,
-                              s->sch.kv_peak_bytes, bwhere, cwhere, &bud, err)))
+    if ((st = sim_budget_plan(in->model, in->quant, in->hw, &s->set, s->max_step_tokens,
+                              s->kv_peak_bytes, bwhere, cwhere, &bud, err)))
         return st;
     s->budget_bytes = bud.budget_bytes;
     s->non_expert_bytes = bud.non_expert_bytes;
@@ -733,7 +818,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     memsys_host mh = {.ctx = s, .on_work = on_work, .on_hbm = on_hbm};
     memsys_init(&s->ms, &mc, &mh);
     s->ms_live = true;
-    sim_future_init(&s->future, t, &s->sch);
+    sim_future_init_requests(&s->future, &t->meta, s->rq, s->set.batch_size, s->max_step_tokens,
+                             row_of, s);
     s->ms.future = &s->future;
 
     /* look-ahead */
@@ -745,10 +831,10 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         s->la_k = s->la_depth ? s->K : 0;
         s->la_emulated = s->la_depth > 0;
     }
-    size_t MT = s->sch.max_step_tokens;
+    size_t MT = s->max_step_tokens;
     s->r_experts = arena_calloc(&s->mem, MT * s->K, sizeof(uint16_t));
     s->r_gates = arena_calloc(&s->mem, MT * s->K, sizeof(float));
-    if (t->importance) s->r_importance = arena_calloc(&s->mem, MT, sizeof(float));
+    if (t->meta.has_importance) s->r_importance = arena_calloc(&s->mem, MT, sizeof(float));
     if (s->la_depth) {
         s->r_la_ids = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(uint16_t));
         s->r_la_scores = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(float));
@@ -771,7 +857,18 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     d->bytes_per_s = in->hw->ssd_read_bytes_per_s;
     d->latency_ns = in->hw->ssd_latency_ns;
     d->track = SIM_TRACK_SSD;
-    for (int i = 0; i < MEMSYS_ENGINES; i++) s->eng[i].seg_xfer = NONE;
+    uint64_t widest = 0; /* the longest transfer: one expert at its widest stored precision */
+    for (uint32_t p = 0; p < PREC_COUNT; p++)
+        if (expert_bytes_at(s, p) > widest) widest = expert_bytes_at(s, p);
+    for (int i = 0; i < MEMSYS_ENGINES; i++) {
+        sim_engine *e = &s->eng[i];
+        e->seg_xfer = e->end_xfer = NONE;
+        if (!(e->bytes_per_s > 0)) continue; /* an engine the profile lacks copies nothing */
+        e->n_at_chunk = widest / mc.chunk_bytes + 2;
+        e->ns_at_chunk = arena_calloc(&s->mem, e->n_at_chunk, sizeof *e->ns_at_chunk);
+        for (uint64_t k = 0; k < e->n_at_chunk; k++)
+            e->ns_at_chunk[k] = cost_transfer_ns(k * mc.chunk_bytes, e->bytes_per_s);
+    }
     sim_event_queue_init(&s->q, 64);
     s->queue_live = true;
     s->view = (policy_mem_view){.ops = &memsys_ops, .mem = &s->ms};
@@ -812,7 +909,8 @@ static void sim_teardown(sim_state *s) {
     if (s->ms_live) memsys_free(&s->ms);
     sim_future_free(&s->future);
     sim_timeline_abort(&s->tl);
-    sim_schedule_free(&s->sch);
+    sim_schedule_iter_free(&s->it);
+    trace_request_index_free(&s->rq_own);
     arena_free(&s->mem);
 }
 
@@ -826,12 +924,19 @@ static void sim_loop(sim_state *s) {
     if (s->pm->warmup) s->pm->warmup(s->pol, 0);
     memsys_warmup_end(&s->ms);
     char name[64];
-    for (uint64_t st = 0; st < s->sch.n_steps; st++) {
-        const sim_schedule_step *sd = &s->sch.steps[st];
+    sim_schedule_iter_init(&s->it, s->rq, s->set.batch_size, model_kv_bytes_per_token(s->model),
+                           model_recurrent_state_bytes(s->model));
+    sim_schedule_step step;
+    const sim_schedule_step *sd = &step;
+    uint64_t step_kv;
+    for (uint64_t st = 0;
+         sim_schedule_next(&s->it, &step, &step_kv, s->step_tok, s->step_req, s->step_emit);
+         st++) {
+        s->step_n = sd->n_tokens;
         sim_timeline_step(&s->tl, st, t);
         sim_advance_to(s, t);
-        s->step_start_ns[st] = t;
-        s->kv_bytes = s->sch.step_kv_bytes[st];
+        for (uint32_t a = 0; a < s->it.n_admitted; a++) s->req_t_admit[s->it.admitted[a]] = t;
+        s->kv_bytes = step_kv;
         hbm_note(s);
         policy_step ps = {.index = st,
                           .now_ns = t,
@@ -842,11 +947,10 @@ static void sim_loop(sim_state *s) {
         uint64_t attended = 0;
         uint32_t n_emit = 0;
         for (uint32_t i = 0; i < sd->n_tokens; i++) {
-            uint32_t tok = s->sch.tokens[sd->first + i];
-            s->step_req[i] = s->tr->request_id[tok];
-            s->step_pos[i] = s->tr->position[tok];
-            attended += (uint64_t)s->tr->position[tok] + 1;
-            n_emit += s->sch.emit[sd->first + i];
+            uint64_t at;
+            s->step_pos[i] = row_of(s, s->step_tok[i], &at)->position[at];
+            attended += (uint64_t)s->step_pos[i] + 1;
+            n_emit += s->step_emit[i];
         }
         s->ms.cur_step = st;
         s->ms.cur_layer = -1;
@@ -876,7 +980,12 @@ static void sim_loop(sim_state *s) {
         stream_op(s, &t, cost_lm_head_ns(&s->cost, n_emit), "lm_head", "lm head");
         sim_advance_to(s, t);
         if (s->pm->end_step) s->pm->end_step(s->pol, &ps, t);
-        s->step_end_ns[st] = t;
+        for (uint32_t i = 0; i < sd->n_tokens; i++) { /* once per request: its last token */
+            if (!s->step_emit[i]) continue;
+            uint32_t r = s->step_req[i];
+            if (s->it.req_first[r] == st) s->req_t_first[r] = t;
+            s->req_t_last[r] = t;
+        }
     }
     s->makespan_ns = t;
     /* drain: copies still in flight (prefetches nobody used) complete; nothing may be left */
@@ -900,15 +1009,11 @@ moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *set
     sim_state *s = moesim_xcalloc(1, sizeof *s);
     moesim_status st = sim_setup(s, in, policy_name, settings, err);
     if (!st) {
-        s->step_req = moesim_xmalloc(s->sch.max_step_tokens * sizeof *s->step_req);
-        s->step_pos = moesim_xmalloc(s->sch.max_step_tokens * sizeof *s->step_pos);
         sim_loop(s);
         snprintf(out->policy, sizeof out->policy, "%s", s->pm->name);
         fill_result(s, out, s->makespan_ns);
         st = sim_timeline_close(&s->tl, err);
     }
-    free(s->step_req);
-    free(s->step_pos);
     sim_teardown(s);
     free(s);
     return st;

@@ -69,6 +69,9 @@ typedef struct sim_hooks {
 /* What a run reads; all borrowed for the duration of sim_run. */
 typedef struct sim_inputs {
     const trace *trace;
+    trace_stream *stream; /* optional: the routing, importance and look-ahead rows are read from
+                             here block by block (memory does not grow with the trace), and
+                             `trace` is trace_stream_tokens(stream); NULL: `trace` holds them */
     const model_geometry *model; /* must match the trace's geometry (checked) */
     const hw_profile *hw;
     const quant_table *quant;
@@ -140,6 +143,11 @@ struct sim_schedule;
 void sim_result_set_latency(sim_result *r, const struct sim_schedule *sch,
                             const uint64_t *step_start_ns, const uint64_t *step_end_ns,
                             const sim_hooks *hooks);
+/* The same from each request's times (ns): admitted (start of its admitting step), first (end of
+ * the step of its first token), last (end of its last step), and its step count; [n_requests]. */
+void sim_result_set_request_latency(sim_result *r, uint32_t n_requests, const uint64_t *t_admit_ns,
+                                    const uint64_t *t_first_ns, const uint64_t *t_last_ns,
+                                    const uint32_t *steps, const sim_hooks *hooks);
 
 /* The metrics as flat (name, value) pairs in a fixed order ("ttft_ms.p99", "hit_rate", ...):
  * the columns of a sweep CSV. Returns the count (at most cap). */

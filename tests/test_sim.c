@@ -13,6 +13,7 @@
 #include "sim/sim.h"
 #include "sim_fixtures.h"
 #include "traces/stats.h"
+#include "support/test_support.h"
 
 static quant_table quant;
 
@@ -1082,4 +1083,68 @@ Test(sim, recorded_lookahead_and_importance_reach_the_policy_and_accuracy_is_mea
     cr_assert_float_eq(r.predictor_accuracy, (double)right / (double)total, 1e-12);
     trace_destroy(t);
     trace_destroy(plain);
+}
+
+/* Copies token `from` of `src` to token `to` of `dst` (same geometry, no look-ahead). */
+static void trace_copy_token(trace *dst, uint64_t to, const trace *src, uint64_t from) {
+    size_t R = trace_route_values(&src->meta);
+    dst->request_id[to] = src->request_id[from];
+    dst->position[to] = src->position[from];
+    dst->phase[to] = src->phase[from];
+    memcpy(dst->expert_ids + to * R, src->expert_ids + from * R, R * sizeof *dst->expert_ids);
+    memcpy(dst->gate_weights + to * R, src->gate_weights + from * R, R * sizeof *dst->gate_weights);
+    if (src->importance)
+        memcpy(dst->importance + to * src->meta.n_layers, src->importance + from * src->meta.n_layers,
+               src->meta.n_layers * sizeof *dst->importance);
+}
+
+/* Every registered policy gives the same JSON from a trace streamed block by block (small
+ * blocks, so requests in flight straddle them) as from the trace in memory. */
+Test(sim, a_streamed_trace_gives_every_figure_the_trace_in_memory_gives) {
+    model_geometry m = fixture_model(4, 16, 2);
+    hw_profile hw = fixture_hw();
+    moesim_error err = {0};
+    trace *contiguous = fixture_trace(&m, 6, 9, 23, 1.0, 11);
+    /* requests 2..5 interleave in the file, token by token (ids stay in first-appearance order) */
+    trace *t = trace_create(&contiguous->meta, contiguous->n_tokens);
+    uint64_t at = 0, per = 9 + 23;
+    for (uint64_t i = 0; i < 2 * per; i++) trace_copy_token(t, at++, contiguous, i);
+    for (uint64_t p = 0; p < per; p++)
+        for (uint64_t r = 2; r < 6; r++) trace_copy_token(t, at++, contiguous, r * per + p);
+    cr_assert_eq(trace_finish(t, "interleaved", &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(contiguous);
+    const char *path = test_tmp_path("sim-stream.h5");
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream *ts = NULL;
+    cr_assert_eq(trace_stream_open(path, &ts, &err), MOESIM_OK, "%s", err.msg);
+    char names[512];
+    snprintf(names, sizeof names, "%s", policy_names());
+    for (char *name = strtok(names, ", "); name; name = strtok(NULL, ", ")) {
+        for (int batch = 1; batch <= 3; batch += 2) {
+            char set_batch[32];
+            snprintf(set_batch, sizeof set_batch, "batch.size=%d", batch);
+            const char *sets[] = {set_batch, NULL};
+            sim_result a, b;
+            cr_assert_eq(run_sets(t, &m, &hw, name, NULL, sets, &a, &err), MOESIM_OK, "%s",
+                         err.msg);
+            trace_stream_set_cache(ts, 5, 1);
+            config *c = config_create();
+            cr_assert_eq(config_set(c, set_batch, &err), MOESIM_OK, "%s", err.msg);
+            sim_inputs in = {
+                .trace = trace_stream_tokens(ts), .stream = ts, .model = &m, .hw = &hw,
+                .quant = &quant};
+            cr_assert_eq(sim_run(&in, name, c, &b, &err), MOESIM_OK, "%s", err.msg);
+            config_destroy(c);
+            json_t *xa = sim_result_to_json(&a), *xb = sim_result_to_json(&b);
+            char *ja = json_dumps(xa, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+            char *jb = json_dumps(xb, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+            cr_assert_str_eq(ja, jb, "%s, batch %d", name, batch);
+            free(ja);
+            free(jb);
+            json_decref(xa);
+            json_decref(xb);
+        }
+    }
+    trace_stream_close(ts);
+    trace_destroy(t);
 }

@@ -664,3 +664,73 @@ Test(trace, params_json_beyond_one_mebibyte_is_refused_before_writing) {
     cr_assert_not(test_file_exists(path));
     trace_destroy(t);
 }
+
+/* ---- trace_stream ---- */
+
+Test(trace, a_stream_gives_every_row_trace_read_gives_in_any_order_of_visits) {
+    trace *t = make_trace(6, 32, 4, 3, 5, 5000, true);
+    const char *path = test_tmp_path("stream.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream *s = NULL;
+    cr_assert_eq(trace_stream_open(path, &s, &err), MOESIM_OK, "%s", err.msg);
+    const trace *k = trace_stream_tokens(s);
+    cr_assert_eq(k->n_tokens, t->n_tokens);
+    cr_assert_eq(k->n_requests, t->n_requests);
+    cr_assert_null(k->expert_ids);
+    cr_assert_null(k->request_id);
+    cr_assert_str_eq(k->params_json, t->params_json);
+    /* requests 1 and 2 interleave: the index lists each one's tokens, as the trace's own does */
+    trace_request_index want;
+    trace_request_index_build(&want, t);
+    const trace_request_index *got = trace_stream_requests(s);
+    cr_assert_not_null(want.tokens);
+    cr_assert_eq(got->n_requests, want.n_requests);
+    for (uint32_t r = 0; r < want.n_requests; r++) {
+        cr_assert_eq(got->n_tokens[r], want.n_tokens[r]);
+        cr_assert_eq(got->n_prefill[r], want.n_prefill[r]);
+        for (uint32_t c = 0; c < want.n_tokens[r]; c++) {
+            uint64_t tok = trace_request_token(got, r, c);
+            cr_assert_eq(tok, trace_request_token(&want, r, c));
+            cr_assert_eq(t->request_id[tok], r);
+        }
+    }
+    trace_request_index_free(&want);
+    /* blocks of 37 tokens, 2 cached; visits hop between two far-apart tokens */
+    trace_stream_set_cache(s, 37, 2);
+    size_t R = trace_route_values(&t->meta), A = trace_lookahead_values(&t->meta);
+    for (uint64_t j = 0; j < t->n_tokens; j++) {
+        uint64_t i = j % 2 ? t->n_tokens - 1 - j / 2 : j / 2, at;
+        const trace *b = trace_stream_row(s, i, &at);
+        cr_assert_eq(memcmp(trace_experts(b, at, 0), trace_experts(t, i, 0), R * 2), 0, "%lu",
+                     (unsigned long)i);
+        cr_assert_eq(b->position[at], t->position[i]);
+        cr_assert_eq(b->request_id[at], t->request_id[i]);
+        cr_assert_eq(memcmp(trace_gates(b, at, 0), trace_gates(t, i, 0), R * 4), 0);
+        cr_assert_eq(memcmp(b->importance + at * 6, t->importance + i * 6, 6 * 4), 0);
+        cr_assert_eq(memcmp(b->lookahead_ids + trace_lookahead_index(b, at, 0, 1),
+                            t->lookahead_ids + trace_lookahead_index(t, i, 0, 1), A * 2),
+                     0);
+        cr_assert_eq(memcmp(b->lookahead_scores + trace_lookahead_index(b, at, 0, 1),
+                            t->lookahead_scores + trace_lookahead_index(t, i, 0, 1), A * 4),
+                     0);
+    }
+    trace_stream_close(s);
+    trace_destroy(t);
+}
+
+Test(trace, a_stream_refuses_what_trace_read_refuses_with_the_same_line) {
+    const char *path = test_tmp_path("not-a-trace.h5");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("not hdf5\n", f);
+    fclose(f);
+    moesim_error e1 = {0}, e2 = {0};
+    trace *t = NULL;
+    trace_stream *s = NULL;
+    cr_assert_eq(trace_read(path, &t, &e1), MOESIM_EINPUT);
+    cr_assert_eq(trace_stream_open(path, &s, &e2), MOESIM_EINPUT);
+    cr_assert_null(s);
+    cr_assert_str_eq(e1.msg, e2.msg);
+    trace_stream_close(NULL);
+}

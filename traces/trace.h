@@ -129,6 +129,52 @@ const char *trace_phase_name(uint8_t phase);
 moesim_status trace_write(const trace *t, const char *path, moesim_error *err);
 moesim_status trace_read(const char *path, trace **out, moesim_error *err);
 
+/* Each request's tokens, for hosts that schedule requests without per-token arrays (the
+ * simulator's step schedule, sim/schedule.h). Requests are usually stored one after the other,
+ * and then nothing per token is kept. */
+typedef struct trace_request_index {
+    uint32_t n_requests;
+    uint64_t *first;     /* [n_requests] the request's first token in the trace */
+    uint32_t *n_tokens;  /* [n_requests] */
+    uint32_t *n_prefill; /* [n_requests] its prefill tokens (they come first: trace_check) */
+    uint32_t *tokens;    /* NULL when every request's tokens are contiguous; else [n_tokens of
+                            the trace]: each request's tokens in trace order, from offset[r] */
+    uint64_t *offset;    /* [n_requests] into tokens (NULL with it) */
+} trace_request_index;
+/* Builds the index of a trace in memory (checked: trace_check). Caller-allocated; _free. */
+void trace_request_index_build(trace_request_index *ix, const trace *t);
+void trace_request_index_free(trace_request_index *ix); /* accepts a zeroed struct */
+/* Token c (0-based, < n_tokens[r]) of request r. */
+static inline uint64_t trace_request_token(const trace_request_index *ix, uint32_t r,
+                                           uint32_t c) {
+    return ix->tokens ? ix->tokens[ix->offset[r] + c] : ix->first[r] + c;
+}
+
+/* Reading a trace without holding it whole, for runs whose memory must not grow with the trace
+ * (the simulator): open checks the file as trace_read does (every value too, reading the tokens
+ * block by block) but keeps nothing per token: trace_stream_tokens is a trace of meta and counts
+ * whose arrays are all NULL, trace_stream_requests each request's tokens; rows (positions,
+ * routing, ...) are read in blocks of whole tokens on demand into a small LRU cache of blocks.
+ * Errors as trace_read's. The caller owns *out (trace_stream_close). */
+typedef struct trace_stream trace_stream;
+moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_error *err);
+void trace_stream_close(trace_stream *s); /* accepts NULL */
+/* The skeleton: meta, n_tokens, n_requests (its arrays are NULL); borrowed from the stream. */
+const trace *trace_stream_tokens(const trace_stream *s);
+/* Each request's tokens (per-token only when requests interleave in the file); borrowed. */
+const trace_request_index *trace_stream_requests(const trace_stream *s);
+/* Blocks the cache holds (default 4; at least 1) and tokens per block (0: keep; default about
+ * 4 MiB of rows). A run that visits tokens of b blocks in turn (b requests in flight) wants
+ * b + 1, or every visit reads a block again. Drops cached blocks. */
+void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_blocks);
+uint64_t trace_stream_block_tokens(const trace_stream *s);
+uint64_t trace_stream_blocks_read(const trace_stream *s); /* block reads after open */
+/* The cached block holding `token` (read now when it is not cached) and the token's index in it
+ * (*local): trace_experts(block, *local, layer) etc. are that token's rows. Borrowed: valid
+ * until the next call. A read that fails after open succeeded (the file changed or the disk
+ * failed) prints one line naming the file and aborts. */
+const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local);
+
 /* Writing a trace without holding it whole: open with the counts (known up front, e.g. from a
  * request plan), append blocks of tokens in order (a block as for trace_checker; each is
  * checked before it is staged), then commit, which writes what is left, syncs and renames.
