@@ -443,7 +443,7 @@ static void pct(FILE *f, double v) {
 static void write_report(FILE *f, const char *device, const char *profile, const char *trace_path,
                          const char *model, const validate_row *rows, size_t n,
                          const validate_summary *s) {
-    fprintf(f, "# moesim validate: simulator vs GPU replay\n\n");
+    fprintf(f, "# moesim validate: simulator vs replay\n\n");
     fprintf(f, "Device: %s (profile %s). Trace: %s (model %s).\n\n", device, profile, trace_path,
             model);
     fprintf(f, "| policy | configuration | TPOT sim ms | TPOT real ms | TPOT err | TTFT sim ms | "

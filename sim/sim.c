@@ -527,15 +527,7 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
     /* check the plan, pin what runs, count hits and gate mass */
     moesim_precision hi = s->pm->hi_precision ? s->pm->hi_precision(s->pol) : s->prec;
     uint8_t prim_bits = (uint8_t)s->cost.quant.fmt[hi].weight_bits;
-    for (uint32_t a = 0; a < n_active; a++) {
-        uint8_t pr = s->plan[a];
-        if (pr == POLICY_RUN_SKIP) continue;
-        MOESIM_ASSERT(pr < PREC_COUNT && s->part_bytes[pr][0]);
-        size_t lep = idx_lep(s, layer, s->active[a], pr);
-        for (int part = 0; part < PART_COUNT; part++)
-            MOESIM_ASSERT(s->ms.state[lep * PART_COUNT + part] != POLICY_ABSENT);
-        memsys_run(&s->ms, layer, s->active[a], (moesim_precision)pr);
-    }
+    memsys_run_plan(&s->ms, layer, s->active, s->plan, n_active);
     const size_t layer_parts = (size_t)layer * s->E * s->P * PART_COUNT;
     sim_route_tally_accesses(&rs, ex, gs, n * K, s->ms.state + layer_parts, s->P, &s->cost.quant,
                              prim_bits, &s->tally);
@@ -613,23 +605,11 @@ static void run_layer(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer) 
     uint32_t n = s->step_n, K = s->K;
     gather_route(s, layer);
     memsys_begin_layer(&s->ms);
+    sim_route_scratch rs = {.stamp = s->stamp, .stamp_gen = &s->stamp_gen};
     uint32_t i0 = 0;
     bool first = true;
     while (i0 < n) {
-        uint32_t gen = ++s->stamp_gen, distinct = 0, i1 = i0;
-        while (i1 < n) {
-            uint32_t add = 0;
-            const uint16_t *row = s->r_experts + (size_t)i1 * K;
-            for (uint32_t k = 0; k < K; k++)
-                if (row[k] != TRACE_NO_EXPERT && s->stamp[row[k]] != gen) add++;
-            if (i1 > i0 && distinct + add > s->route_capacity) break;
-            for (uint32_t k = 0; k < K; k++)
-                if (row[k] != TRACE_NO_EXPERT && s->stamp[row[k]] != gen) {
-                    s->stamp[row[k]] = gen;
-                    distinct++;
-                }
-            i1++;
-        }
+        uint32_t i1 = sim_route_split(&rs, s->r_experts, K, i0, n, s->route_capacity);
         run_route(s, t, step, layer, i0, i1, first, i1 == n);
         for (uint32_t i = i0 * K; i < i1 * K; i++)
             s->ms.access_pos += s->r_experts[i] != TRACE_NO_EXPERT;
