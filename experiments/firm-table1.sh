@@ -36,13 +36,11 @@ NR == 1 {
         grid[c, k, p] = tpot
         if (!((c, "best") in grid) || tpot < grid[c, "best"]) { grid[c, "best"] = tpot; best_k[c] = k; best_p[c] = p }
         # Eq. 7-8 over every MoL set: per predicted layer, n_unused = |S| (1 - utilization) and
-        # n_miss = |A| - |S n A| = |S| utilization (1 / accuracy - 1); the sets do not depend on
-        # the cache, the first cache of the file gives them
-        if (!((k, p) in unused)) {
-            s = rep["mol.mean_set_size"]; u = rep["mol.utilization"]; a = rep["mol.accuracy"]
-            unused[k, p] = s * (1 - u)
-            miss[k, p] = a > 0 ? s * u * (1 / a - 1) : 0
-        }
+        # n_miss = |A| - |S n A| = |S| utilization (1 / accuracy - 1); printed for the smallest
+        # cache (the sets follow the look-ahead of the trace, not the cache)
+        s = rep["mol.mean_set_size"]; u = rep["mol.utilization"]; a = rep["mol.accuracy"]
+        unused[c, k, p] = s * (1 - u)
+        miss[c, k, p] = a > 0 ? s * u * (1 / a - 1) : 0
     } else {
         t[c, row] = tpot
         if (row ~ /^All/) kp_all[c, row == "All" ? "" : row] = sprintf("(%d, %d) / (%d, %d) / (%d, %d)", rep["shallow.K"], rep["shallow.P"], rep["middle.K"], rep["middle.P"], rep["deep.K"], rep["deep.P"])
@@ -88,18 +86,19 @@ END {
             print line " |"
         }
     print ""
-    print "Eq. 11 terms per predicted layer of every fixed (K, P): n_unused (predicted, not used), n_miss (used, not predicted) and Eq. 11 at alpha = beta = 0.5 before its - n_hit credit (the unpredicted experts the cache held, which the sweep does not report):"
+    print "Eq. 11 terms per predicted layer of every fixed (K, P) at a cache of " c " experts: n_unused (predicted, not used), n_miss (used, not predicted) and Eq. 11 at alpha = beta = 0.5 before its - n_hit credit (the unpredicted experts the cache held, which the sweep does not report):"
     print ""
     print "| term | P" ks " |"; print rule "|"
+    c = caches[1]
     for (p = 1; p <= p_max; p++) {
         lu = "| n_unused | " p; lm = "| n_miss | " p
         for (k = 1; k <= k_max; k++) {
-            lu = lu (((k, p) in unused) ? sprintf(" | %.2f", unused[k, p]) : " | -")
-            lm = lm (((k, p) in miss) ? sprintf(" | %.2f", miss[k, p]) : " | -")
+            lu = lu (((c, k, p) in unused) ? sprintf(" | %.2f", unused[c, k, p]) : " | -")
+            lm = lm (((c, k, p) in miss) ? sprintf(" | %.2f", miss[c, k, p]) : " | -")
         }
         ls = "| (n_unused + n_miss) / 2 | " p
         for (k = 1; k <= k_max; k++)
-            ls = ls (((k, p) in miss) ? sprintf(" | %.2f", (unused[k, p] + miss[k, p]) / 2) : " | -")
+            ls = ls (((c, k, p) in miss) ? sprintf(" | %.2f", (unused[c, k, p] + miss[c, k, p]) / 2) : " | -")
         print lu " |"; print lm " |"; print ls " |"
     }
 }' "$csv" | tee "$out/firm-table1.md"
