@@ -86,10 +86,10 @@ END {
             print line " |"
         }
     print ""
+    c = caches[1]
     print "Eq. 11 terms per predicted layer of every fixed (K, P) at a cache of " c " experts: n_unused (predicted, not used), n_miss (used, not predicted) and Eq. 11 at alpha = beta = 0.5 before its - n_hit credit (the unpredicted experts the cache held, which the sweep does not report):"
     print ""
     print "| term | P" ks " |"; print rule "|"
-    c = caches[1]
     for (p = 1; p <= p_max; p++) {
         lu = "| n_unused | " p; lm = "| n_miss | " p
         for (k = 1; k <= k_max; k++) {
