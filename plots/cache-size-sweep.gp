@@ -69,6 +69,7 @@ unset logscale y
 set grid ytics
 set xrange [-0.6:2.6]
 set yrange [0:*]
+set offsets 0, 0, graph 0.2, 0  # room above the highest bar or point for the key
 set xtics ("BB/FIRM 128" 0, "BB/FIRM 768" 1, "FIRM 128/768" 2) font ",9"
 set xlabel ''
 set ylabel 'ratio of decode latencies (TPOT)'

@@ -85,8 +85,8 @@ summary() { # csv, label columns (comma-separated names)
     summary "$out/dymoe-ablation.csv" "ablation,memory.budget_gb"
     echo "-- DyMoE retention knob (Mixtral-8x7B, RTX 3090 PCIe Gen3; strategy, budget GB, r)"
     summary "$out/retention-sweep.csv" "strategy,memory.budget_gb,dymoe.retention"
-    echo "-- FIRM-MoE Fig. 4 cache sweep (RTX 3090 PCIe 4.0; policy, model, experts cached)"
-    summary "$out/cache-size-sweep.csv" "policy,model,label.cache_experts"
+    echo "-- FIRM-MoE Fig. 4 cache sweep (RTX 3090 PCIe 4.0; policy, model, experts cached, variant)"
+    summary "$out/cache-size-sweep.csv" "policy,model,label.cache_experts,variant"
 } | tee "$out/summary.txt"
 
 echo
