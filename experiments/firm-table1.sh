@@ -41,6 +41,7 @@ NR == 1 {
         s = rep["mol.mean_set_size"]; u = rep["mol.utilization"]; a = rep["mol.accuracy"]
         unused[c, k, p] = s * (1 - u)
         miss[c, k, p] = a > 0 ? s * u * (1 / a - 1) : 0
+        mol_u[c, k, p] = u; mol_a[c, k, p] = a; pf_u[c, k, p] = $col["prefetch.utilization"]
     } else {
         t[c, row] = tpot
         if (row ~ /^All/) kp_all[c, row == "All" ? "" : row] = sprintf("(%d, %d) / (%d, %d) / (%d, %d)", rep["shallow.K"], rep["shallow.P"], rep["middle.K"], rep["middle.P"], rep["deep.K"], rep["deep.P"])
@@ -100,5 +101,20 @@ END {
         for (k = 1; k <= k_max; k++)
             ls = ls (((c, k, p) in miss) ? sprintf(" | %.2f", (unused[c, k, p] + miss[c, k, p]) / 2) : " | -")
         print lu " |"; print lm " |"; print ls " |"
+    }
+    # Eq. 7-8 at the K = 3 of the Table 1 caption (when the grid has it): the MoL sets against the
+    # simulator, which counts only the experts a prefetch was issued for
+    if (k_max < 3) exit
+    print ""
+    print "Eq. 7-8 at K = 3 (the Table 1 caption): over every MoL set (mol.utilization, mol.accuracy) and over the issued prefetches (prefetch.utilization of the simulator) per cache:"
+    print ""
+    line = "| P | mol.utilization | mol.accuracy"; rule = "|---|---|---"
+    for (i = 1; i <= n_caches; i++) { line = line " | prefetch.utilization, " caches[i]; rule = rule "|---" }
+    print line " |"; print rule "|"
+    for (p = 1; p <= p_max; p++) {
+        if (!((c, 3, p) in mol_u)) continue
+        line = sprintf("| %d | %.3f | %.3f", p, mol_u[c, 3, p], mol_a[c, 3, p])
+        for (i = 1; i <= n_caches; i++) line = line sprintf(" | %.3f", pf_u[caches[i], 3, p])
+        print line " |"
     }
 }' "$csv" | tee "$out/firm-table1.md"
