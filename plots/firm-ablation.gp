@@ -45,7 +45,7 @@ set xlabel 'GPU expert cache (experts, all layers)'
 set key top right box opaque width 2 font ',10'
 offset(r) = (r - 3) * 0.16
 
-set title "decode latency (log scale: the paper's latencies are an order of magnitude above the simulated)"
+set title "decode latency (log scale)\n{/*0.8 the paper's latencies are an order of magnitude above the simulated ones}"
 set ylabel 'ms per output token (mean TPOT)'
 set logscale y
 set yrange [5:1000]
