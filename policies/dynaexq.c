@@ -37,6 +37,7 @@
 
 /* ---- knobs ---- */
 
+static const char *const select_choices[] = {"topn", "threshold", NULL};
 static const char *const hotness_choices[] = {"ema", "count", NULL};
 static const char *const unit_choices[] = {"steps", "ns", NULL};
 static const char *const hyst_choices[] = {"score", "rank", NULL};
@@ -61,6 +62,10 @@ static const config_field dynaexq_knob_fields[] = {
     K("warmup", CONFIG_U64, warmup, 0, 1e18, NULL, "16",
       "warm-up collecting hotness before the first top-n_hot selection (002 Sec. 3.5), in "
       "interval_unit"),
+    K("select", CONFIG_ENUM, select, 1, 0, select_choices, "topn",
+      "high-precision set: topn = 003 Sec. 3.5 (per-layer top-n_l at every schedule, with "
+      "hysteresis); threshold = 002 Algorithm 1 line 15 and Sec. 3.5 (tau_h = the n_l-th score "
+      "at the first schedule, then fixed; the top n_l with S >= tau_h; no hysteresis)"),
     K("hysteresis", CONFIG_F64, hysteresis, 0, 1e6, NULL, "0.25",
       "hysteresis margin (003 Sec. 3.5): score mode, in units of the uniform-routing score "
       "(1/E ema, k/E count); rank mode, the rank slack (an integer)"),
@@ -82,7 +87,7 @@ static const config_field dynaexq_knob_fields[] = {
 
 /* ---- state ---- */
 
-#define DX_REPORT_FIELDS 16
+#define DX_REPORT_FIELDS 17
 
 struct policy {
     policy_params params; /* copy; params.model borrowed */
@@ -100,6 +105,7 @@ struct policy {
     dx_hotness hot;
     dx_entry *entry;                /* [n_layers][n_experts] */
     bool *in_set;                   /* [n_layers][n_experts] the scheduler's target high set */
+    double *tau;                    /* [n_layers] 002's fixed tau_h (select = threshold) */
     uint32_t *promote_q, n_promote; /* [n_layers * n_experts] flat ids, hottest first */
     uint32_t *demote_q, n_demote;   /* coldest first */
     uint32_t *evict_q, n_evict;     /* entries whose eviction the mechanism refused */
@@ -241,6 +247,7 @@ static moesim_status dx_create(const policy_params *pp, const void *knobs_v, pol
     p->entry = moesim_xcalloc(n, sizeof *p->entry);
     for (size_t i = 0; i < n; i++) dx_entry_init(&p->entry[i], DX_NO_BLOCK);
     p->in_set = moesim_xcalloc(n, sizeof *p->in_set);
+    p->tau = moesim_xcalloc(L, sizeof *p->tau);
     p->promote_q = moesim_xcalloc(n, sizeof *p->promote_q);
     p->demote_q = moesim_xcalloc(n, sizeof *p->demote_q);
     p->evict_q = moesim_xcalloc(n, sizeof *p->evict_q);
@@ -262,6 +269,7 @@ static void dx_destroy(policy *p) {
     dx_hotness_free(&p->hot);
     free(p->entry);
     free(p->in_set);
+    free(p->tau);
     free(p->promote_q);
     free(p->demote_q);
     free(p->evict_q);
@@ -438,9 +446,17 @@ static void schedule(policy *p) {
     for (uint32_t l = 0; l < p->n_layers; l++) {
         const double *s = p->hot.score + flat(p, l, 0);
         bool *set = p->in_set + flat(p, l, 0);
-        p->set_changes += dx_select_layer(s, p->n_experts, p->cap[l],
-                                          (dx_hysteresis_mode)p->knobs.hysteresis_mode, margin,
-                                          slack, set, p->scratch);
+        if (p->knobs.select == DX_SELECT_THRESHOLD) {
+            /* 002 §3.5: the first selection after the warm-up fixes tau_h; it never moves */
+            if (p->schedules == 1) p->tau[l] = dx_threshold_of(s, p->n_experts, p->cap[l],
+                                                                p->scratch);
+            p->set_changes +=
+                dx_select_threshold(s, p->n_experts, p->cap[l], p->tau[l], set, p->scratch);
+        } else {
+            p->set_changes += dx_select_layer(s, p->n_experts, p->cap[l],
+                                              (dx_hysteresis_mode)p->knobs.hysteresis_mode,
+                                              margin, slack, set, p->scratch);
+        }
         /* 003 §3.5: promotion candidates H_target \ H_cur, demotion candidates H_cur \ H_target;
          * experts in a transition are left to finish and are reconsidered next interval. */
         for (uint32_t e = 0; e < p->n_experts; e++) {
@@ -545,6 +561,8 @@ static void dx_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
 
 static size_t dx_report(const policy *p, const char **names, double *values, size_t cap) {
     double mean_cap = (double)p->hi_slots / p->n_layers;
+    uint64_t members = 0;
+    for (size_t i = 0; i < (size_t)p->n_layers * p->n_experts; i++) members += p->in_set[i];
     const struct {
         const char *name;
         double value;
@@ -565,6 +583,7 @@ static size_t dx_report(const policy *p, const char **names, double *values, siz
         {"hi_gate_share", p->gate_all > 0 ? p->gate_hi / p->gate_all : 0.0},
         {"peak_hi_bytes", (double)p->peak_hi_bytes},
         {"selection_changes", (double)p->set_changes},
+        {"hi_set_per_layer", (double)members / p->n_layers},
     };
     size_t n = 0;
     for (; n < cap && n < DX_REPORT_FIELDS; n++) {

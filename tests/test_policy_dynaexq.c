@@ -199,6 +199,29 @@ Test(dynaexq_select, hysteresis_stops_a_flip_between_two_experts_of_nearly_equal
     cr_assert_eq(flips_between_equal_experts(0.25), 0);
 }
 
+Test(dynaexq_select, threshold_is_the_cap_th_score_and_infinite_for_no_slot) {
+    double score[] = {0.1, 0.0, 0.5, 0.3, 0.3, 0.0};
+    uint32_t scratch[12];
+    cr_assert_float_eq(dx_threshold_of(score, 6, 1, scratch), 0.5, EPS);
+    cr_assert_float_eq(dx_threshold_of(score, 6, 3, scratch), 0.3, EPS);
+    cr_assert_float_eq(dx_threshold_of(score, 6, 4, scratch), 0.1, EPS);
+    cr_assert(isinf(dx_threshold_of(score, 6, 0, scratch)));
+}
+
+Test(dynaexq_select, threshold_selection_takes_the_top_cap_at_or_above_tau_and_may_shrink) {
+    double score[] = {0.1, 0.0, 0.5, 0.3, 0.3, 0.0};
+    uint32_t scratch[12];
+    bool set[6] = {true, false, false, false, false, false};
+    cr_assert_eq(dx_select_threshold(score, 6, 3, 0.3, set, scratch), 4);
+    cr_assert(set[2] && set[3] && set[4] && !set[0] && !set[1] && !set[5]);
+    /* 002 keeps tau fixed: when the scores fall below it the set shrinks below its capacity */
+    cr_assert_eq(dx_select_threshold(score, 6, 3, 0.4, set, scratch), 2);
+    cr_assert(set[2] && !set[3] && !set[4]);
+    /* the capacity still caps it, and never-routed experts stay out at tau 0 */
+    cr_assert_eq(dx_select_threshold(score, 6, 6, 0.0, set, scratch), 3);
+    cr_assert(set[0] && set[2] && set[3] && set[4] && !set[1] && !set[5]);
+}
+
 Test(dynaexq_select, sort_is_descending_with_ties_by_id) {
     double score[] = {0.2, 0.5, 0.2, 0.9, 0.5, 0.0, 0.2};
     uint32_t ids[7], scratch[7];
@@ -1109,4 +1132,28 @@ Test(dynaexq_sim, the_same_inputs_give_the_same_figures) {
     cr_assert_arr_eq(a.policy_report_values, b.policy_report_values,
                      a.n_policy_report * sizeof *a.policy_report_values);
     trace_destroy(t);
+}
+
+/* 002 §3.5: tau_h is fixed at the first selection; when the traffic later spreads so that no
+ * expert is as hot as the warm-up's hottest, the threshold rule leaves the high set empty while
+ * 003's top-n_l keeps it full. Warm-up: expert 5 takes 0.7 of the gate for 2 steps (alpha 0.5:
+ * S = 0.525 = tau); then the top-1 rotates over 2, 3, 4 (steady S <= 0.4 < tau). */
+static double hi_set_after_spread(const char *select) {
+    rig r;
+    moesim_error err = {0};
+    const char *sets[] = {"dynaexq.max_inflight=1", "dynaexq.alpha=0.5", "dynaexq.warmup=2",
+                          "dynaexq.interval=2", select};
+    cr_assert_eq(rig_create(&r, ONE_SLOT_BUDGET, sets, 5, &err), MOESIM_OK, "%s", err.msg);
+    fm_complete(&r.mem, r.p, 0, 0);
+    for (int i = 0; i < 2; i++) rig_step(&r, 5, 1, 5);
+    for (int i = 0; i < 12; i++) rig_step(&r, (uint16_t)(2 + i % 3), 1, 5);
+    double members = rig_report(&r, "hi_set_per_layer");
+    rig_destroy(&r);
+    return members;
+}
+
+Test(dynaexq_policy, threshold_selection_keeps_tau_from_the_warm_up_and_lets_the_set_empty) {
+    cr_assert_float_eq(hi_set_after_spread("dynaexq.select=threshold"), 0.0, EPS);
+    double topn = hi_set_after_spread("dynaexq.select=topn");
+    cr_assert_float_eq(topn, 1.0, EPS, "%g", topn);
 }
