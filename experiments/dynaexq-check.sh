@@ -19,6 +19,7 @@ runs=(
     "dynaexq, budget 8 GB|dynaexq|--set memory.budget_gb=8"
     "dynaexq, dynaexq-revised.ini|dynaexq|--config configs/policies/dynaexq-revised.ini"
     "dynaexq, dynaexq-first.ini (002's fixed threshold)|dynaexq|--config configs/policies/dynaexq-first.ini"
+    "dynaexq, dynaexq.prefetch = true (002's cross-layer prefetch)|dynaexq|--set dynaexq.prefetch=true"
     "lru at int4 (every expert fits: static INT4 after a cold start)|lru|--set expert.precision=int4"
     "lru at bf16 (offloading)|lru|"
 )
@@ -39,6 +40,8 @@ if "hi_slots_per_layer" in rep:
     nl = "%.3f" % rep["hi_share_of_experts"]
     held = "%.2f" % (rep["hi_set_per_layer"] / slots) if slots else "-"
     promos = "%d" % rep["promotions"]
+    if rep["prefetch_moved"]:
+        promos += " (%d moved ahead)" % rep["prefetch_moved"]
 else:
     share, nl, held, promos = "(all %s)" % sys.argv[2], "", "", ""
 print("| %s | %s | %s | %s | %.2f / %.2f | %.1f | %s |" % (label, share, nl, held,

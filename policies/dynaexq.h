@@ -66,6 +66,8 @@ typedef struct dynaexq_knobs {
     uint32_t max_inflight; /* background transitions in flight at once (003 §3.4 backpressure) */
     bool keep_lo;          /* keep the LO version resident under a HI one (not the papers'
                               default, which reclaims it: 002 §3.3, 003 §3.1) */
+    bool prefetch;         /* 002 §3.3 cross-layer prefetch: queued promotions of the experts
+                              the look-ahead predicts for the next layer start first */
 } dynaexq_knobs;
 
 /* ---- hotness ---- */

@@ -443,6 +443,7 @@ typedef struct rig {
     policy_params params;
     policy *p;
     uint64_t step, now_ns;
+    uint16_t predict[2]; /* the look-ahead's top-2 for the next layer (POLICY_NO_EXPERT: none) */
 } rig;
 
 static moesim_status rig_create(rig *r, uint64_t budget, const char *const *sets, size_t n_sets,
@@ -462,6 +463,9 @@ static moesim_status rig_create(rig *r, uint64_t budget, const char *const *sets
     r->params.expert_budget_bytes = budget;
     r->params.precision = PREC_INT4;
     r->params.batch_size = 1;
+    r->params.lookahead_depth = 1;
+    r->params.lookahead_k = 2;
+    r->predict[0] = r->predict[1] = POLICY_NO_EXPERT;
     config *c = config_create();
     for (size_t i = 0; i < n_sets; i++) cr_assert_eq(config_set(c, sets[i], err), MOESIM_OK);
     dynaexq_knobs knobs;
@@ -505,7 +509,8 @@ static uint8_t rig_step(rig *r, uint16_t a, uint16_t b, uint16_t watch) {
                               .n_active = 2,
                               .active = active,
                               .active_tokens = atok,
-                              .active_gate = agate};
+                              .active_gate = agate,
+                              .lookahead_ids = r->predict};
         policy_plan plan = {run};
         policy_dynaexq.on_route(r->p, &route, &plan);
         for (int i = 0; i < 2; i++) {
@@ -1156,4 +1161,57 @@ Test(dynaexq_policy, threshold_selection_keeps_tau_from_the_warm_up_and_lets_the
     cr_assert_float_eq(hi_set_after_spread("dynaexq.select=threshold"), 0.0, EPS);
     double topn = hi_set_after_spread("dynaexq.select=topn");
     cr_assert_float_eq(topn, 1.0, EPS, "%g", topn);
+}
+
+/* 002 §3.3 cross-layer prefetch. Two HI slots per layer, one copy in flight: after the warm-up
+ * on (5, 1), promotions queue hottest first, layer 0's 5, layer 1's 5, layer 0's 1, layer 1's 1;
+ * layer 0's 5 starts. A route at layer 0 whose look-ahead predicts expert 1 for layer 1 moves
+ * layer 1's 1 to the head: it is the next copy to start, ahead of the hotter layer 1's 5. */
+static bool next_promotion_follows_the_prediction(const char *prefetch) {
+    rig r;
+    moesim_error err = {0};
+    const char *sets[] = {"dynaexq.max_inflight=1", "dynaexq.warmup=2", prefetch};
+    cr_assert_eq(rig_create(&r, 4 * S_HI + 12 * S_LO + S_LO, sets, 3, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_float_eq(rig_report(&r, "hi_slots_per_layer"), 2.0, EPS);
+    fm_complete(&r.mem, r.p, 0, 0);
+    for (int i = 0; i < 2; i++) rig_step(&r, 5, 1, 5);
+    cr_assert_eq(*fm_at(&r.mem, 0, 5, PREC_BF16, PART_DOWN), POLICY_LOADING);
+    r.predict[0] = 1;
+    rig_step(&r, 5, 1, 5);
+    fm_complete(&r.mem, r.p, 0, r.now_ns); /* layer 0's 5 lands: the next copy starts */
+    bool followed = *fm_at(&r.mem, 1, 1, PREC_BF16, PART_DOWN) == POLICY_LOADING;
+    bool hottest = *fm_at(&r.mem, 1, 5, PREC_BF16, PART_DOWN) == POLICY_LOADING;
+    cr_assert(followed != hottest, "one copy in flight");
+    rig_destroy(&r);
+    return followed;
+}
+
+Test(dynaexq_policy, prefetch_starts_the_promotion_the_look_ahead_predicts_first) {
+    cr_assert(next_promotion_follows_the_prediction("dynaexq.prefetch=true"));
+    cr_assert(!next_promotion_follows_the_prediction("dynaexq.prefetch=false"));
+}
+
+Test(dynaexq_policy, prefetch_without_look_ahead_is_refused_naming_the_knob) {
+    rig r;
+    memset(&r, 0, sizeof r);
+    dynaexq_knobs knobs;
+    memset(&knobs, 0, sizeof knobs);
+    knobs.prefetch = true;
+    knobs.hi = PREC_BF16;
+    knobs.lo = PREC_INT4;
+    knobs.max_inflight = 1;
+    for (int part = 0; part < PART_COUNT; part++) {
+        r.params.part_bytes[PREC_BF16][part] = S_HI / 3;
+        r.params.part_bytes[PREC_INT4][part] = S_LO / 3;
+    }
+    r.params.n_layers = FM_LAYERS;
+    r.params.n_experts = FM_EXPERTS;
+    r.params.top_k = 2;
+    r.params.expert_budget_bytes = 100000;
+    moesim_error err = {0};
+    policy_mem_view view = {&fm_ops, &r.mem};
+    cr_assert_eq(policy_dynaexq.create(&r.params, &knobs, view, &r.p, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "[dynaexq] prefetch") && strstr(err.msg, "sim.predictor_depth"),
+              "%s", err.msg);
 }
