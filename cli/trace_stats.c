@@ -1,6 +1,7 @@
-/* `moesim trace stats FILE [--json]`: skew, reuse, batch activation, look-ahead accuracy and
- * LRU/OPT hit-rate curves of a router trace (definitions: traces/STATS.md). The text form is a
- * summary for people; --json prints every figure (trace_stats_to_json). */
+/* `moesim trace stats FILE [--batch B] [--json]`: skew, reuse, batch activation, look-ahead
+ * accuracy and LRU/OPT hit-rate curves of a router trace (definitions: traces/STATS.md), and with
+ * --batch the curves under the simulator's batched steps (sim/batch_curves.h). The text form is
+ * a summary for people; --json prints every figure (trace_stats_to_json). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,11 +9,13 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/config.h"
+#include "sim/batch_curves.h"
 #include "traces/stats.h"
 #include "traces/trace.h"
 
 static const char stats_help[] =
-    "usage: moesim trace stats FILE [--json]\n"
+    "usage: moesim trace stats FILE [--batch B] [--json]\n"
     "\n"
     "Per layer and overall: tokens, activation counts per expert, skew (Gini, share of the top\n"
     "10% experts, max/mean), same-expert reuse between consecutive tokens of a request, LRU\n"
@@ -24,6 +27,8 @@ static const char stats_help[] =
     "Definitions: traces/STATS.md.\n"
     "\n"
     "options:\n"
+    "  --batch B  also the LRU / OPT curves when the simulator runs B requests together: each\n"
+    "             step's experts at a layer resident at once (capacities from the widest step)\n"
     "  --json     every figure as one JSON object (keys in traces/STATS.md)\n"
     "  -h, --help this text\n";
 
@@ -43,7 +48,18 @@ static void print_curves(const char *title, const double *lru, const double *opt
     printf("\n");
 }
 
-static void print_text(const char *path, const trace_stats *s) {
+static void print_batch_curves(const sim_batch_curves *b) {
+    char title[128];
+    snprintf(title, sizeof title,
+             "hit rate at batch %" PRIu32 " (%" PRIu64 " steps; capacity: LRU / OPT)", b->batch,
+             b->steps);
+    if (b->accesses == 0) printf("%s: no accesses\n", title);
+    else print_curves(title, b->lru, b->opt, b->from, b->n_experts);
+}
+
+/* `batched`: the --batch curves, or NULL. */
+static void print_text(const char *path, const trace_stats *s,
+                       const sim_batch_curves *batched) {
     printf("%s: %" PRIu64 " tokens (%" PRIu64 " prefill, %" PRIu64 " decode), %" PRIu32
            " requests, %" PRIu32 " MoE layers, %" PRIu32 " experts, top-%" PRIu32 "\n",
            path, s->tokens, s->prefill_tokens, s->decode_tokens, s->requests, s->layers,
@@ -76,6 +92,7 @@ static void print_text(const char *path, const trace_stats *s) {
         if (c == s->experts) break;
     }
     printf("\n");
+    if (batched) print_batch_curves(batched);
     printf("\n%5s %7s %7s %8s %8s %7s %7s %9s %9s\n", "layer", "gini", "top10%", "max/mean",
            "reuse-1", "reuse*", "dist", "LRU@2k", "OPT@2k");
     uint32_t cap = 2 * s->top_k < s->experts ? 2 * s->top_k : s->experts;
@@ -88,8 +105,24 @@ static void print_text(const char *path, const trace_stats *s) {
     }
 }
 
+static json_t *batch_curves_json(const sim_batch_curves *b) {
+    json_t *j = json_object(), *lru = json_object(), *opt = json_object();
+    json_object_set_new(j, "batch", json_integer(b->batch));
+    json_object_set_new(j, "steps", json_integer((json_int_t)b->steps));
+    json_object_set_new(j, "from", json_integer(b->from));
+    for (uint32_t c = b->from ? b->from : 1; b->accesses && c <= b->n_experts; c++) {
+        char key[16];
+        snprintf(key, sizeof key, "%" PRIu32, c);
+        json_object_set_new(lru, key, json_real(b->lru[c]));
+        json_object_set_new(opt, key, json_real(b->opt[c]));
+    }
+    json_object_set_new(j, "lru_hit_rate", lru);
+    json_object_set_new(j, "opt_hit_rate", opt);
+    return j;
+}
+
 int cmd_trace_stats(int argc, char **argv) {
-    const char *path = NULL;
+    const char *path = NULL, *batch_text = NULL;
     bool as_json = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -98,6 +131,10 @@ int cmd_trace_stats(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "--json"))
             as_json = true;
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            batch_text = argv[++i];
+        else if (!strcmp(argv[i], "--batch"))
+            return cli_usage_error("trace stats", "option '--batch' needs a value");
         else if (argv[i][0] == '-' && argv[i][1])
             return cli_usage_error("trace stats", "unknown option '%s'", argv[i]);
         else if (path)
@@ -107,12 +144,24 @@ int cmd_trace_stats(int argc, char **argv) {
             path = argv[i];
     }
     if (!path) return cli_usage_error("trace stats", "missing FILE");
+    uint64_t batch = 0;
+    if (batch_text && (!config_parse_u64(batch_text, &batch) || batch < 1 || batch > 65536))
+        return cli_usage_error("trace stats", "--batch: expected an integer in [1, 65536], got '%s'",
+                               batch_text);
     moesim_error err = {0};
     trace *t = NULL;
     if (trace_read(path, &t, &err)) return cli_fail(&err);
     trace_stats *s = trace_stats_compute(t);
-    if (as_json) cli_print_json(trace_stats_to_json(s));
-    else print_text(path, s);
+    sim_batch_curves b = {0};
+    if (batch) sim_batch_curves_compute(t, (uint32_t)batch, &b);
+    if (as_json) {
+        json_t *j = trace_stats_to_json(s);
+        if (batch) json_object_set_new(j, "batched", batch_curves_json(&b));
+        cli_print_json(j);
+    } else {
+        print_text(path, s, batch ? &b : NULL);
+    }
+    sim_batch_curves_free(&b);
     trace_stats_destroy(s);
     trace_destroy(t);
     return 0;

@@ -66,6 +66,8 @@ static const char validate_usage[] =
     "  --by COLUMN         winners' ranking column, lowest first (default tpot_ms.mean)\n"
     "  --set, --config     settings for every run (as `moesim sim`)\n"
     "  --seed N            synthetic weights' seed (default 1)\n"
+    "  --repeats N         replay each configuration N times and compare the run of median\n"
+    "                      makespan (default 1): run-to-run noise of a shared machine\n"
     "  --backend B         cuda (default: replay on the GPU) or cpu (replay on this machine's CPU\n"
     "                      and disk, experiments/validation/cpu/)\n"
     "  --check TPOT,MARGIN exit 1 unless the median |TPOT error| is at most TPOT (e.g. 0.25) and\n"
@@ -99,6 +101,7 @@ typedef struct vctx {
     char store_formats[128];
     bool cpu;             /* --backend cpu: replay_run_cpu */
     cpu_store *cpu_store; /* its expert file, lent to every run */
+    uint32_t repeats;     /* replays per configuration (--repeats): the median one is compared */
 } vctx;
 
 /* A fresh config: files, common sets, the run's own sets, and host precisions the GPU kernels
@@ -137,6 +140,54 @@ static moesim_status run_formats(const vctx *v, const run_spec *r, char *out, si
     return st;
 }
 
+static moesim_status replay_once(const vctx *v, const char *policy_name, config *c,
+                                 validate_record *rec, moesim_error *err) {
+    sim_hooks h = validate_record_hooks(rec);
+    replay_inputs in = {.trace = v->t,
+                        .model = &v->model,
+                        .hw = &v->hw,
+                        .quant = &v->quant,
+                        .hooks = &h,
+                        .weight_seed = v->seed,
+                        .store = v->store};
+    in.cpu_store = v->cpu_store;
+    return v->cpu ? replay_run_cpu(&in, policy_name, c, &rec->r, NULL, err)
+                  : replay_run(&in, policy_name, c, &rec->r, NULL, err);
+}
+
+/* The replay `v->repeats` times; `out` (initialized by the caller) gets the run whose makespan
+ * is the median (the lower one of an even count). A shared machine's disk and cores vary from
+ * run to run; the median run keeps per-request and per-layer figures of one real execution. */
+static moesim_status replay_median_run(const vctx *v, const char *policy_name, config *c,
+                                       validate_record *out, moesim_error *err) {
+    if (v->repeats == 1) return replay_once(v, policy_name, c, out, err);
+    validate_record *runs = moesim_xcalloc(v->repeats, sizeof *runs);
+    moesim_status st = MOESIM_OK;
+    uint32_t done = 0;
+    for (; done < v->repeats && !st; done++) {
+        validate_record_init(&runs[done], out->n_requests, out->n_layers);
+        st = replay_once(v, policy_name, c, &runs[done], err);
+    }
+    if (!st) {
+        /* the median by makespan: the run with as many faster runs as slower (ties by order) */
+        uint32_t median = 0;
+        for (uint32_t i = 0; i < done; i++) {
+            uint32_t below = 0;
+            for (uint32_t j = 0; j < done; j++) {
+                double a = runs[j].r.makespan_ms, b = runs[i].r.makespan_ms;
+                below += a < b || (a == b && j < i);
+            }
+            if (below == (done - 1) / 2) median = i;
+        }
+        validate_record tmp = *out;
+        *out = runs[median];
+        runs[median] = tmp;
+    }
+    for (uint32_t i = 0; i < done; i++) validate_record_free(&runs[i]);
+    free(runs);
+    return st;
+}
+
 /* Runs one configuration on both hosts. A configuration the simulator refuses (a policy that
  * cannot work in the budget, e.g. `static` when the experts do not fit) is reported as refused,
  * not an error: the validation set crosses every policy with every budget. */
@@ -169,19 +220,7 @@ static moesim_status run_pair(const vctx *v, const run_spec *r, validate_row *ro
             return MOESIM_OK;
         }
     }
-    if (!st) {
-        sim_hooks h = validate_record_hooks(&real_rec);
-        replay_inputs in = {.trace = v->t,
-                            .model = &v->model,
-                            .hw = &v->hw,
-                            .quant = &v->quant,
-                            .hooks = &h,
-                            .weight_seed = v->seed,
-                            .store = v->store};
-        in.cpu_store = v->cpu_store;
-        st = v->cpu ? replay_run_cpu(&in, r->policy, c2, &real_rec.r, NULL, err)
-                    : replay_run(&in, r->policy, c2, &real_rec.r, NULL, err);
-    }
+    if (!st) st = replay_median_run(v, r->policy, c2, &real_rec, err);
     if (!st) st = validate_compare(&sim_rec, &real_rec, r->label, row, err);
     if (st) moesim_error_prefix(err, "%s (%s)", r->policy, r->label);
     config_destroy(c1);
@@ -666,13 +705,15 @@ int cmd_validate(int argc, char **argv) {
         {"seed", required_argument, NULL, 'e'},       {"report", required_argument, NULL, 'r'},
         {"budgets", required_argument, NULL, 'B'},    {"merge", required_argument, NULL, 'G'},
         {"csv", required_argument, NULL, 'C'},        {"backend", required_argument, NULL, 'K'},
-        {"check", required_argument, NULL, 'k'},      {"help", no_argument, NULL, 'h'}};
+        {"check", required_argument, NULL, 'k'},      {"repeats", required_argument, NULL, 'R'},
+        {"help", no_argument, NULL, 'h'}};
     struct option opts[CLI_SIM_OPTIONS_MAX + MOESIM_ARRAY_LEN(own) + 1];
     cli_sim_options o;
     cli_sim_options_start(&o, CLI_SIM_RUN, own, MOESIM_ARRAY_LEN(own), opts);
     const char *backend = "cuda", *check = NULL;
     const char *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean", *top_text = NULL,
-               *seed_text = NULL, *report = NULL, *budgets = NULL, *csv = NULL;
+               *seed_text = NULL, *report = NULL, *budgets = NULL, *csv = NULL,
+               *repeats_text = NULL;
     const char **merges = NULL;
     size_t n_merges = 0;
     int c, rc = 0;
@@ -708,6 +749,9 @@ int cmd_validate(int argc, char **argv) {
         case 'e':
             seed_text = optarg;
             break;
+        case 'R':
+            repeats_text = optarg;
+            break;
         case 'r':
             report = optarg;
             break;
@@ -722,7 +766,7 @@ int cmd_validate(int argc, char **argv) {
             return cli_getopt_error("validate", c, argc, argv, opts);
         }
     }
-    uint64_t top = 5, seed = 1;
+    uint64_t top = 5, seed = 1, repeats = 1;
     if (n_merges) {
         bool alone = optind == argc && !o.policy_name && !experiment && !winners;
         cli_sim_options_free(&o);
@@ -742,6 +786,10 @@ int cmd_validate(int argc, char **argv) {
     if (!rc && top_text && (!config_parse_u64(top_text, &top) || top < 1 || top > MAX_RUNS))
         rc = cli_usage_error("validate", "--top: expected an integer in [1, %d], got '%s'",
                              MAX_RUNS, top_text);
+    if (!rc && repeats_text &&
+        (!config_parse_u64(repeats_text, &repeats) || repeats < 1 || repeats > 99))
+        rc = cli_usage_error("validate", "--repeats: expected an integer in [1, 99], got '%s'",
+                             repeats_text);
     if (!rc && seed_text && !config_parse_u64(seed_text, &seed))
         rc = cli_usage_error("validate", "--seed: expected a non-negative integer, got '%s'",
                              seed_text);
@@ -790,7 +838,8 @@ int cmd_validate(int argc, char **argv) {
               .sets = o.sets,
               .n_sets = o.n_sets,
               .seed = seed,
-              .cpu = !strcmp(backend, "cpu")};
+              .cpu = !strcmp(backend, "cpu"),
+              .repeats = (uint32_t)repeats};
     if (!st)
         st = cli_sim_inputs_load(trace_path, hw_name, model_name[0] ? model_name : NULL, &v.t,
                                  &v.hw, &v.model, &v.quant, &err);

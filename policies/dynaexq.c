@@ -37,6 +37,7 @@
 
 /* ---- knobs ---- */
 
+static const char *const select_choices[] = {"topn", "threshold", NULL};
 static const char *const hotness_choices[] = {"ema", "count", NULL};
 static const char *const unit_choices[] = {"steps", "ns", NULL};
 static const char *const hyst_choices[] = {"score", "rank", NULL};
@@ -61,6 +62,10 @@ static const config_field dynaexq_knob_fields[] = {
     K("warmup", CONFIG_U64, warmup, 0, 1e18, NULL, "16",
       "warm-up collecting hotness before the first top-n_hot selection (002 Sec. 3.5), in "
       "interval_unit"),
+    K("select", CONFIG_ENUM, select, 1, 0, select_choices, "topn",
+      "high-precision set: topn = 003 Sec. 3.5 (per-layer top-n_l at every schedule, with "
+      "hysteresis); threshold = 002 Algorithm 1 line 15 and Sec. 3.5 (tau_h = the n_l-th score "
+      "at the first schedule, then fixed; the top n_l with S >= tau_h; no hysteresis)"),
     K("hysteresis", CONFIG_F64, hysteresis, 0, 1e6, NULL, "0.25",
       "hysteresis margin (003 Sec. 3.5): score mode, in units of the uniform-routing score "
       "(1/E ema, k/E count); rank mode, the rank slack (an integer)"),
@@ -76,13 +81,17 @@ static const config_field dynaexq_knob_fields[] = {
     K("keep_lo", CONFIG_BOOL, keep_lo, 1, 0, NULL, "false",
       "keep the LO version resident under a HI one (papers: reclaimed after publish, 002 Sec. "
       "3.3 / 003 Sec. 3.1)"),
+    K("prefetch", CONFIG_BOOL, prefetch, 1, 0, NULL, "false",
+      "cross-layer prefetch (002 Sec. 3.3: \"prefetches experts predicted to become hot by "
+      "leveraging cross-layer activation correlations\"): queued promotions of the experts the "
+      "look-ahead predicts for layer l+1 go to the head of the migration queue; 003 has none"),
 };
 #undef K
 /* clang-format on */
 
 /* ---- state ---- */
 
-#define DX_REPORT_FIELDS 16
+#define DX_REPORT_FIELDS 18
 
 struct policy {
     policy_params params; /* copy; params.model borrowed */
@@ -100,6 +109,7 @@ struct policy {
     dx_hotness hot;
     dx_entry *entry;                /* [n_layers][n_experts] */
     bool *in_set;                   /* [n_layers][n_experts] the scheduler's target high set */
+    double *tau;                    /* [n_layers] 002's fixed tau_h (select = threshold) */
     uint32_t *promote_q, n_promote; /* [n_layers * n_experts] flat ids, hottest first */
     uint32_t *demote_q, n_demote;   /* coldest first */
     uint32_t *evict_q, n_evict;     /* entries whose eviction the mechanism refused */
@@ -108,6 +118,7 @@ struct policy {
     double *sort_key;               /* [n_layers * n_experts] */
     uint8_t *deferred;              /* [n_layers * n_experts] refused admission since queued */
     uint8_t *blocked;               /* [n_scopes][2] a pump found no room for this version */
+    uint8_t *predicted;             /* [n_experts] look-ahead flags of layer l+1 (prefetch) */
     uint32_t inflight;
     bool filled;  /* the LO versions were loaded */
     bool started; /* t0 recorded */
@@ -117,6 +128,7 @@ struct policy {
     uint64_t schedules, promotions, promotions_published, demotions, demotions_published;
     uint64_t evictions, evict_refused, mech_refused, stale_runs, peak_inflight, set_changes;
     uint64_t n_deferred;              /* transitions admission deferred (once per queuing) */
+    uint64_t prefetch_moved;          /* queued promotions moved ahead by a prediction */
     uint64_t hi_bytes, peak_hi_bytes; /* HI reservations over all scopes */
     double gate_hi, gate_all;
 };
@@ -182,6 +194,12 @@ static moesim_status dx_create(const policy_params *pp, const void *knobs_v, pol
                            "[0, %u], got %g",
                            pp->n_experts, k->hysteresis);
 
+    if (k->prefetch && pp->lookahead_depth == 0)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "[dynaexq] prefetch: needs look-ahead predictions (002 Sec. 3.3's "
+                           "cross-layer correlations) and the run has none; expected a trace "
+                           "with predictions, sim.predictor_depth >= 1, or dynaexq.prefetch=off");
+
     bool per_layer = pp->experts_per_layer > 0;
     uint32_t L = pp->n_layers, E = pp->n_experts, n_scopes = per_layer ? L : 1;
     uint64_t scope_experts = per_layer ? E : (uint64_t)L * E;
@@ -241,6 +259,8 @@ static moesim_status dx_create(const policy_params *pp, const void *knobs_v, pol
     p->entry = moesim_xcalloc(n, sizeof *p->entry);
     for (size_t i = 0; i < n; i++) dx_entry_init(&p->entry[i], DX_NO_BLOCK);
     p->in_set = moesim_xcalloc(n, sizeof *p->in_set);
+    p->predicted = moesim_xcalloc(E, sizeof *p->predicted);
+    p->tau = moesim_xcalloc(L, sizeof *p->tau);
     p->promote_q = moesim_xcalloc(n, sizeof *p->promote_q);
     p->demote_q = moesim_xcalloc(n, sizeof *p->demote_q);
     p->evict_q = moesim_xcalloc(n, sizeof *p->evict_q);
@@ -262,6 +282,8 @@ static void dx_destroy(policy *p) {
     dx_hotness_free(&p->hot);
     free(p->entry);
     free(p->in_set);
+    free(p->tau);
+    free(p->predicted);
     free(p->promote_q);
     free(p->demote_q);
     free(p->evict_q);
@@ -438,9 +460,17 @@ static void schedule(policy *p) {
     for (uint32_t l = 0; l < p->n_layers; l++) {
         const double *s = p->hot.score + flat(p, l, 0);
         bool *set = p->in_set + flat(p, l, 0);
-        p->set_changes += dx_select_layer(s, p->n_experts, p->cap[l],
-                                          (dx_hysteresis_mode)p->knobs.hysteresis_mode, margin,
-                                          slack, set, p->scratch);
+        if (p->knobs.select == DX_SELECT_THRESHOLD) {
+            /* 002 §3.5: the first selection after the warm-up fixes tau_h; it never moves */
+            if (p->schedules == 1) p->tau[l] = dx_threshold_of(s, p->n_experts, p->cap[l],
+                                                                p->scratch);
+            p->set_changes +=
+                dx_select_threshold(s, p->n_experts, p->cap[l], p->tau[l], set, p->scratch);
+        } else {
+            p->set_changes += dx_select_layer(s, p->n_experts, p->cap[l],
+                                              (dx_hysteresis_mode)p->knobs.hysteresis_mode,
+                                              margin, slack, set, p->scratch);
+        }
         /* 003 §3.5: promotion candidates H_target \ H_cur, demotion candidates H_cur \ H_target;
          * experts in a transition are left to finish and are reconsidered next interval. */
         for (uint32_t e = 0; e < p->n_experts; e++) {
@@ -478,6 +508,38 @@ static void dx_begin_step(policy *p, const policy_step *step) {
     pump(p);
 }
 
+/* 002 §3.3 cross-layer prefetch: of the promotions still queued, those of experts the
+ * look-ahead predicts for layer l+1 (distance 1, any of the step's tokens) move to the head of the
+ * queue, keeping their hotness order, and the pump starts what the migration stream admits. An
+ * expert outside the target set is never promoted by a prediction: the budget's set stays
+ * the scheduler's. */
+static void prefetch_predicted(policy *p, const policy_route *r) {
+    uint32_t next = r->layer + 1;
+    if (next >= p->n_layers || !r->lookahead_ids || p->n_promote == 0) return;
+    uint32_t D = p->params.lookahead_depth, K = p->params.lookahead_k;
+    uint8_t *predicted = p->predicted;
+    memset(predicted, 0, p->n_experts);
+    for (uint32_t t = 0; t < r->n_tokens; t++) {
+        const uint16_t *ids = r->lookahead_ids + (size_t)t * D * K; /* distance 1 */
+        for (uint32_t j = 0; j < K; j++)
+            if (ids[j] < p->n_experts) predicted[ids[j]] = 1;
+    }
+    /* stable partition: predicted ones of layer l+1 first */
+    uint32_t *rest = p->scratch;
+    uint32_t n_first = 0, n_rest = 0;
+    for (uint32_t i = 0; i < p->n_promote; i++) {
+        uint32_t id = p->promote_q[i];
+        if (id / p->n_experts == next && predicted[id % p->n_experts])
+            p->promote_q[n_first++] = id;
+        else
+            rest[n_rest++] = id;
+    }
+    if (n_first == 0) return;
+    memcpy(p->promote_q + n_first, rest, (size_t)n_rest * sizeof *rest);
+    p->prefetch_moved += n_first;
+    pump(p);
+}
+
 static void dx_on_route(policy *p, const policy_route *r, policy_plan *plan) {
     MOESIM_ASSERT(r->layer < p->n_layers);
     dx_hotness_observe(&p->hot, r->layer, r->n_tokens, r->n_active, r->active, r->active_tokens,
@@ -499,6 +561,7 @@ static void dx_on_route(policy *p, const policy_route *r, policy_plan *plan) {
         p->gate_all += g;
         if (v == DX_HI) p->gate_hi += g;
     }
+    if (p->knobs.prefetch) prefetch_predicted(p, r);
 }
 
 static void dx_on_transfer_done(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
@@ -545,6 +608,8 @@ static void dx_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
 
 static size_t dx_report(const policy *p, const char **names, double *values, size_t cap) {
     double mean_cap = (double)p->hi_slots / p->n_layers;
+    uint64_t members = 0;
+    for (size_t i = 0; i < (size_t)p->n_layers * p->n_experts; i++) members += p->in_set[i];
     const struct {
         const char *name;
         double value;
@@ -565,6 +630,8 @@ static size_t dx_report(const policy *p, const char **names, double *values, siz
         {"hi_gate_share", p->gate_all > 0 ? p->gate_hi / p->gate_all : 0.0},
         {"peak_hi_bytes", (double)p->peak_hi_bytes},
         {"selection_changes", (double)p->set_changes},
+        {"hi_set_per_layer", (double)members / p->n_layers},
+        {"prefetch_moved", (double)p->prefetch_moved},
     };
     size_t n = 0;
     for (; n < cap && n < DX_REPORT_FIELDS; n++) {

@@ -48,7 +48,13 @@ typedef enum dx_hysteresis_mode {
     DX_HYST_RANK,      /* rank slack: members stay while ranked < n_l + slack */
 } dx_hysteresis_mode;
 
+typedef enum dx_select_mode {
+    DX_SELECT_TOPN = 0,  /* 003 §3.5: per-layer top-n_l at every schedule, with hysteresis */
+    DX_SELECT_THRESHOLD, /* 002 Algorithm 1 line 15 + §3.5: tau_h fixed after the warm-up */
+} dx_select_mode;
+
 typedef struct dynaexq_knobs {
+    int select;        /* dx_select_mode */
     int hotness;       /* dx_hotness_mode */
     double alpha;      /* EMA factor (002 Eq. 2; 003 §3.5) */
     uint64_t interval; /* update period T (002 Algorithm 1 line 13; 003 §3.5), in interval_unit */
@@ -60,6 +66,8 @@ typedef struct dynaexq_knobs {
     uint32_t max_inflight; /* background transitions in flight at once (003 §3.4 backpressure) */
     bool keep_lo;          /* keep the LO version resident under a HI one (not the papers'
                               default, which reclaims it: 002 §3.3, 003 §3.1) */
+    bool prefetch;         /* 002 §3.3 cross-layer prefetch: queued promotions of the experts
+                              the look-ahead predicts for the next layer start first */
 } dynaexq_knobs;
 
 /* ---- hotness ---- */
@@ -113,6 +121,17 @@ static inline double dx_hotness_score(const dx_hotness *h, uint32_t layer, uint3
  * rank < cap). `scratch` holds 2*n entries. Returns how many memberships changed. */
 uint32_t dx_select_layer(const double *score, uint32_t n, uint32_t cap, dx_hysteresis_mode mode,
                          double margin, uint32_t rank_slack, bool *in_set, uint32_t *scratch);
+
+/* 002 §3.5: "tau_h = top(n_hot, S_i)": the `cap`-th highest score of the layer ([n] scores),
+ * +infinity when cap is 0. `scratch` holds 2*n entries. */
+double dx_threshold_of(const double *score, uint32_t n, uint32_t cap, uint32_t *scratch);
+
+/* 002 Algorithm 1 line 15: sets `in_set` ([n]) to the top-`cap` experts with score >= tau (and a
+ * positive score: an expert never routed to is not promoted). No hysteresis: in 002 the fixed
+ * threshold and the EMA are what keep the set stable. `scratch` holds 2*n entries. Returns how
+ * many memberships changed. */
+uint32_t dx_select_threshold(const double *score, uint32_t n, uint32_t cap, double tau,
+                             bool *in_set, uint32_t *scratch);
 
 /* Sorts ids [n] by score descending, ties by ascending id (deterministic). scratch: [n]. */
 void dx_sort_by_score(const double *score, uint32_t *ids, uint32_t n, uint32_t *scratch);

@@ -2,6 +2,7 @@
  * counters of 003 §3.5), per-layer top-n_l selection with hysteresis (003 §3.5), the
  * BudgetTracker (003 §3.3), fixed-size block pools (002 §3.4, 003 §3.3) and the Versioned Expert
  * Residency state machine (003 §3.2). Scores are unitless doubles; sizes are bytes. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,12 +135,38 @@ void dx_sort_by_score(const double *score, uint32_t *ids, uint32_t n, uint32_t *
     if (src != ids) memcpy(ids, src, (size_t)n * sizeof *ids);
 }
 
+/* The layer's experts by score, descending, in scratch[0, n) (scratch[n, 2n) is the sort's). */
+static uint32_t *order_by_score(const double *score, uint32_t n, uint32_t *scratch) {
+    for (uint32_t i = 0; i < n; i++) scratch[i] = i;
+    dx_sort_by_score(score, scratch, n, scratch + n);
+    return scratch;
+}
+
+double dx_threshold_of(const double *score, uint32_t n, uint32_t cap, uint32_t *scratch) {
+    MOESIM_ASSERT(cap <= n);
+    if (cap == 0) return INFINITY;
+    return score[order_by_score(score, n, scratch)[cap - 1]];
+}
+
+uint32_t dx_select_threshold(const double *score, uint32_t n, uint32_t cap, double tau,
+                             bool *in_set, uint32_t *scratch) {
+    MOESIM_ASSERT(cap <= n);
+    const uint32_t *order = order_by_score(score, n, scratch);
+    uint32_t taken = 0, changed = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        uint32_t e = order[r];
+        bool want = taken < cap && score[e] >= tau && score[e] > 0;
+        taken += want;
+        changed += want != in_set[e];
+        in_set[e] = want;
+    }
+    return changed;
+}
+
 uint32_t dx_select_layer(const double *score, uint32_t n, uint32_t cap, dx_hysteresis_mode mode,
                          double margin, uint32_t rank_slack, bool *in_set, uint32_t *scratch) {
     MOESIM_ASSERT(cap <= n);
-    uint32_t *order = scratch; /* [n] experts by score, descending */
-    for (uint32_t i = 0; i < n; i++) order[i] = i;
-    dx_sort_by_score(score, order, n, scratch + n);
+    const uint32_t *order = order_by_score(score, n, scratch);
 
     uint32_t members = 0, changed = 0;
     for (uint32_t i = 0; i < n; i++) members += in_set[i];

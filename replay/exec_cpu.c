@@ -627,9 +627,9 @@ static void cpu_result(cpu_run *r, sim_result *out, replay_checks *checks) {
     out->sub_routes = r->sub_routes;
     out->h2d_busy_ms = (double)r->cp.busy_ns / 1e6;
     if (r->pm->report) {
-        const char *names[16];
-        double values[16];
-        size_t n = r->pm->report(r->pol, names, values, 16);
+        const char *names[SIM_POLICY_REPORT_MAX];
+        double values[SIM_POLICY_REPORT_MAX];
+        size_t n = r->pm->report(r->pol, names, values, SIM_POLICY_REPORT_MAX);
         out->n_policy_report = n;
         for (size_t i = 0; i < n; i++) {
             snprintf(out->policy_report_names[i], sizeof out->policy_report_names[i], "%s",

@@ -1583,9 +1583,9 @@ static void rp_result(rp *s, const uint64_t *step_start, const uint64_t *step_en
     r->peak_hbm_bytes =
         s->bud.non_expert_bytes + s->bud.act_bytes + s->bud.kv_peak_bytes + s->experts_peak;
     if (s->pm->report) {
-        const char *names[16];
-        double values[16];
-        size_t n = s->pm->report(s->pol, names, values, 16);
+        const char *names[SIM_POLICY_REPORT_MAX];
+        double values[SIM_POLICY_REPORT_MAX];
+        size_t n = s->pm->report(s->pol, names, values, SIM_POLICY_REPORT_MAX);
         r->n_policy_report = n;
         for (size_t i = 0; i < n; i++) {
             snprintf(r->policy_report_names[i], sizeof r->policy_report_names[i], "%s", names[i]);

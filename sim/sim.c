@@ -668,10 +668,10 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->sim_memory_bytes =
         s->mem.used_bytes + memsys_memory_bytes(&s->ms) + s->q.cap * sizeof(sim_event);
     if (s->pm->report) {
-        const char *names[16];
-        double values[16];
-        size_t n = s->pm->report(s->pol, names, values, 16);
-        MOESIM_ASSERT(n <= 16);
+        const char *names[SIM_POLICY_REPORT_MAX];
+        double values[SIM_POLICY_REPORT_MAX];
+        size_t n = s->pm->report(s->pol, names, values, SIM_POLICY_REPORT_MAX);
+        MOESIM_ASSERT(n <= SIM_POLICY_REPORT_MAX);
         r->n_policy_report = n;
         for (size_t i = 0; i < n; i++) {
             snprintf(r->policy_report_names[i], sizeof r->policy_report_names[i], "%s", names[i]);

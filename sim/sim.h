@@ -87,6 +87,9 @@ typedef struct sim_latency {
 } sim_latency;
 
 /* Every figure a run reports (the JSON of `moesim sim --json` is this struct). */
+/* The most name/value pairs a policy's report (policy_methods.report) may give. */
+#define SIM_POLICY_REPORT_MAX 32
+
 typedef struct sim_result {
     char policy[32];
     uint64_t tokens; /* tokens of the trace that ran (prefill + decode) */
@@ -112,8 +115,8 @@ typedef struct sim_result {
     bool predictor_emulated;     /* look-ahead predictions emulated (trace had none) */
     double predictor_accuracy;   /* the emulated top-1 accuracy, or the trace's measured one */
     size_t n_policy_report;
-    char policy_report_names[16][48];
-    double policy_report_values[16];
+    char policy_report_names[SIM_POLICY_REPORT_MAX][48];
+    double policy_report_values[SIM_POLICY_REPORT_MAX];
     /* counts behind the figures above (sim/README.md defines each) */
     uint64_t accesses;               /* (token, slot) accesses that ran (not skipped) */
     uint64_t hits;                   /* of those, hits */

@@ -83,6 +83,12 @@ static const struct {
      "--prefill-tokens: expected a count >= 0, got ' 3'"},
     {{"trace", "import", "--model", "mixtral-8x7b", "--constant-run-min", "1e3", "x.jsonl"},
      "--constant-run-min: expected a count >= 2, got '1e3'"},
+    {{"trace", "stats", "x.h5", "--batch", "0"},
+     "--batch: expected an integer in [1, 65536], got '0'"},
+    {{"validate", "--policy", "lru", "--repeats", "0"},
+     "--repeats: expected an integer in [1, 99], got '0'"},
+    {{"validate", "--policy", "lru", "--repeats", "2x"},
+     "--repeats: expected an integer in [1, 99], got '2x'"},
 };
 
 Test(cli, a_bad_number_is_one_line_naming_the_option_and_exits_2) {

@@ -199,6 +199,29 @@ Test(dynaexq_select, hysteresis_stops_a_flip_between_two_experts_of_nearly_equal
     cr_assert_eq(flips_between_equal_experts(0.25), 0);
 }
 
+Test(dynaexq_select, threshold_is_the_cap_th_score_and_infinite_for_no_slot) {
+    double score[] = {0.1, 0.0, 0.5, 0.3, 0.3, 0.0};
+    uint32_t scratch[12];
+    cr_assert_float_eq(dx_threshold_of(score, 6, 1, scratch), 0.5, EPS);
+    cr_assert_float_eq(dx_threshold_of(score, 6, 3, scratch), 0.3, EPS);
+    cr_assert_float_eq(dx_threshold_of(score, 6, 4, scratch), 0.1, EPS);
+    cr_assert(isinf(dx_threshold_of(score, 6, 0, scratch)));
+}
+
+Test(dynaexq_select, threshold_selection_takes_the_top_cap_at_or_above_tau_and_may_shrink) {
+    double score[] = {0.1, 0.0, 0.5, 0.3, 0.3, 0.0};
+    uint32_t scratch[12];
+    bool set[6] = {true, false, false, false, false, false};
+    cr_assert_eq(dx_select_threshold(score, 6, 3, 0.3, set, scratch), 4);
+    cr_assert(set[2] && set[3] && set[4] && !set[0] && !set[1] && !set[5]);
+    /* 002 keeps tau fixed: when the scores fall below it the set shrinks below its capacity */
+    cr_assert_eq(dx_select_threshold(score, 6, 3, 0.4, set, scratch), 2);
+    cr_assert(set[2] && !set[3] && !set[4]);
+    /* the capacity still caps it, and never-routed experts stay out at tau 0 */
+    cr_assert_eq(dx_select_threshold(score, 6, 6, 0.0, set, scratch), 3);
+    cr_assert(set[0] && set[2] && set[3] && set[4] && !set[1] && !set[5]);
+}
+
 Test(dynaexq_select, sort_is_descending_with_ties_by_id) {
     double score[] = {0.2, 0.5, 0.2, 0.9, 0.5, 0.0, 0.2};
     uint32_t ids[7], scratch[7];
@@ -420,6 +443,7 @@ typedef struct rig {
     policy_params params;
     policy *p;
     uint64_t step, now_ns;
+    uint16_t predict[2]; /* the look-ahead's top-2 for the next layer (POLICY_NO_EXPERT: none) */
 } rig;
 
 static moesim_status rig_create(rig *r, uint64_t budget, const char *const *sets, size_t n_sets,
@@ -439,6 +463,9 @@ static moesim_status rig_create(rig *r, uint64_t budget, const char *const *sets
     r->params.expert_budget_bytes = budget;
     r->params.precision = PREC_INT4;
     r->params.batch_size = 1;
+    r->params.lookahead_depth = 1;
+    r->params.lookahead_k = 2;
+    r->predict[0] = r->predict[1] = POLICY_NO_EXPERT;
     config *c = config_create();
     for (size_t i = 0; i < n_sets; i++) cr_assert_eq(config_set(c, sets[i], err), MOESIM_OK);
     dynaexq_knobs knobs;
@@ -482,7 +509,8 @@ static uint8_t rig_step(rig *r, uint16_t a, uint16_t b, uint16_t watch) {
                               .n_active = 2,
                               .active = active,
                               .active_tokens = atok,
-                              .active_gate = agate};
+                              .active_gate = agate,
+                              .lookahead_ids = r->predict};
         policy_plan plan = {run};
         policy_dynaexq.on_route(r->p, &route, &plan);
         for (int i = 0; i < 2; i++) {
@@ -1109,4 +1137,81 @@ Test(dynaexq_sim, the_same_inputs_give_the_same_figures) {
     cr_assert_arr_eq(a.policy_report_values, b.policy_report_values,
                      a.n_policy_report * sizeof *a.policy_report_values);
     trace_destroy(t);
+}
+
+/* 002 §3.5: tau_h is fixed at the first selection; when the traffic later spreads so that no
+ * expert is as hot as the warm-up's hottest, the threshold rule leaves the high set empty while
+ * 003's top-n_l keeps it full. Warm-up: expert 5 takes 0.7 of the gate for 2 steps (alpha 0.5:
+ * S = 0.525 = tau); then the top-1 rotates over 2, 3, 4 (steady S <= 0.4 < tau). */
+static double hi_set_after_spread(const char *select) {
+    rig r;
+    moesim_error err = {0};
+    const char *sets[] = {"dynaexq.max_inflight=1", "dynaexq.alpha=0.5", "dynaexq.warmup=2",
+                          "dynaexq.interval=2", select};
+    cr_assert_eq(rig_create(&r, ONE_SLOT_BUDGET, sets, 5, &err), MOESIM_OK, "%s", err.msg);
+    fm_complete(&r.mem, r.p, 0, 0);
+    for (int i = 0; i < 2; i++) rig_step(&r, 5, 1, 5);
+    for (int i = 0; i < 12; i++) rig_step(&r, (uint16_t)(2 + i % 3), 1, 5);
+    double members = rig_report(&r, "hi_set_per_layer");
+    rig_destroy(&r);
+    return members;
+}
+
+Test(dynaexq_policy, threshold_selection_keeps_tau_from_the_warm_up_and_lets_the_set_empty) {
+    cr_assert_float_eq(hi_set_after_spread("dynaexq.select=threshold"), 0.0, EPS);
+    double topn = hi_set_after_spread("dynaexq.select=topn");
+    cr_assert_float_eq(topn, 1.0, EPS, "%g", topn);
+}
+
+/* 002 §3.3 cross-layer prefetch. Two HI slots per layer, one copy in flight: after the warm-up
+ * on (5, 1), promotions queue hottest first, layer 0's 5, layer 1's 5, layer 0's 1, layer 1's 1;
+ * layer 0's 5 starts. A route at layer 0 whose look-ahead predicts expert 1 for layer 1 moves
+ * layer 1's 1 to the head: it is the next copy to start, ahead of the hotter layer 1's 5. */
+static bool next_promotion_follows_the_prediction(const char *prefetch) {
+    rig r;
+    moesim_error err = {0};
+    const char *sets[] = {"dynaexq.max_inflight=1", "dynaexq.warmup=2", prefetch};
+    cr_assert_eq(rig_create(&r, 4 * S_HI + 12 * S_LO + S_LO, sets, 3, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_float_eq(rig_report(&r, "hi_slots_per_layer"), 2.0, EPS);
+    fm_complete(&r.mem, r.p, 0, 0);
+    for (int i = 0; i < 2; i++) rig_step(&r, 5, 1, 5);
+    cr_assert_eq(*fm_at(&r.mem, 0, 5, PREC_BF16, PART_DOWN), POLICY_LOADING);
+    r.predict[0] = 1;
+    rig_step(&r, 5, 1, 5);
+    fm_complete(&r.mem, r.p, 0, r.now_ns); /* layer 0's 5 lands: the next copy starts */
+    bool followed = *fm_at(&r.mem, 1, 1, PREC_BF16, PART_DOWN) == POLICY_LOADING;
+    bool hottest = *fm_at(&r.mem, 1, 5, PREC_BF16, PART_DOWN) == POLICY_LOADING;
+    cr_assert(followed != hottest, "one copy in flight");
+    rig_destroy(&r);
+    return followed;
+}
+
+Test(dynaexq_policy, prefetch_starts_the_promotion_the_look_ahead_predicts_first) {
+    cr_assert(next_promotion_follows_the_prediction("dynaexq.prefetch=true"));
+    cr_assert(!next_promotion_follows_the_prediction("dynaexq.prefetch=false"));
+}
+
+Test(dynaexq_policy, prefetch_without_look_ahead_is_refused_naming_the_knob) {
+    rig r;
+    memset(&r, 0, sizeof r);
+    dynaexq_knobs knobs;
+    memset(&knobs, 0, sizeof knobs);
+    knobs.prefetch = true;
+    knobs.hi = PREC_BF16;
+    knobs.lo = PREC_INT4;
+    knobs.max_inflight = 1;
+    for (int part = 0; part < PART_COUNT; part++) {
+        r.params.part_bytes[PREC_BF16][part] = S_HI / 3;
+        r.params.part_bytes[PREC_INT4][part] = S_LO / 3;
+    }
+    r.params.n_layers = FM_LAYERS;
+    r.params.n_experts = FM_EXPERTS;
+    r.params.top_k = 2;
+    r.params.expert_budget_bytes = 100000;
+    moesim_error err = {0};
+    policy_mem_view view = {&fm_ops, &r.mem};
+    cr_assert_eq(policy_dynaexq.create(&r.params, &knobs, view, &r.p, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "[dynaexq] prefetch") && strstr(err.msg, "sim.predictor_depth"),
+              "%s", err.msg);
 }

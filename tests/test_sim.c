@@ -9,6 +9,7 @@
 #include "common/config.h"
 #include "common/precision.h"
 #include "policies/policy.h"
+#include "sim/batch_curves.h"
 #include "sim/cost.h"
 #include "sim/sim.h"
 #include "sim_fixtures.h"
@@ -462,6 +463,38 @@ Test(sim, oracle_loads_equal_trace_stats_belady_misses_for_every_capacity) {
         trace_stats_destroy(ts);
         trace_destroy(t);
     }
+}
+
+Test(sim, batched_lru_and_oracle_equal_trace_stats_batch_curves_from_the_widest_step) {
+    /* batch 3, one-token prompts: each step runs up to 3 tokens per layer as one route; from the
+     * widest step's distinct experts up (no sub-routes), lru's hit rate is the LRU curve over the
+     * step routes and the oracle's loads are the pinned Belady misses (`trace stats --batch 3`) */
+    model_geometry m = fixture_model(3, 16, 2);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 6, 1, 40, 1.0, 7);
+    sim_batch_curves b;
+    sim_batch_curves_compute(t, 3, &b);
+    cr_assert(b.from > m.top_k && b.from <= 3 * m.top_k, "widest step %u", b.from);
+    for (uint32_t cap = b.from; cap <= m.n_experts; cap++) {
+        char set[64];
+        snprintf(set, sizeof set, "cache.experts_per_layer=%u", cap);
+        const char *sets[] = {set, "batch.size=3", NULL};
+        sim_result r;
+        moesim_error err = {0};
+        cr_assert_eq(run_sets(t, &m, &hw, "lru", NULL, sets, &r, &err), MOESIM_OK, "%s", err.msg);
+        cr_assert_eq(r.accesses, b.accesses);
+        cr_assert_float_eq(r.hit_rate, b.lru[cap], 1e-12, "capacity %u: sim %.6f, stats %.6f",
+                           cap, r.hit_rate, b.lru[cap]);
+        cr_assert_eq(run_sets(t, &m, &hw, "oracle", NULL, sets, &r, &err), MOESIM_OK, "%s",
+                     err.msg);
+        double misses = (1.0 - b.opt[cap]) * (double)b.accesses;
+        cr_assert_float_eq(report_value(&r, "loads"), misses, 1e-6,
+                           "capacity %u: oracle %.0f loads, pinned Belady %.0f misses", cap,
+                           report_value(&r, "loads"), misses);
+    }
+    cr_assert(isnan(b.lru[b.from - 1]));
+    sim_batch_curves_free(&b);
+    trace_destroy(t);
 }
 
 Test(sim, capacity_below_top_k_is_refused_with_a_message_naming_the_setting) {

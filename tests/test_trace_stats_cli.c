@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/rng.h"
+#include "sim/batch_curves.h"
 #include "support/test_support.h"
 #include "traces/stats.h"
 #include "traces/trace.h"
@@ -86,6 +87,48 @@ Test(trace_stats_cli, json_has_the_issue_keys_and_the_library_figures) {
                                  NULL),
                  0, "%s", errbuf);
     cr_assert(strstr(out, "96 tokens (24 prefill, 72 decode), 6 requests"), "%s", out);
+    trace_destroy(t);
+}
+
+Test(trace_stats_cli, batch_adds_the_simulator_step_curves_of_the_library) {
+    trace *t = make_trace();
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("stats-batch.h5"));
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    static char out[1 << 20], errbuf[4096];
+    cr_assert_eq(test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "stats", "--json",
+                                 "--batch", "2", path, NULL),
+                 0, "%s", errbuf);
+    json_error_t jerr;
+    json_t *j = json_loads(out, 0, &jerr);
+    cr_assert(j, "not JSON: %s", jerr.text);
+    json_t *b = json_object_get(j, "batched");
+    cr_assert(json_is_object(b), "no batched object");
+    sim_batch_curves want;
+    sim_batch_curves_compute(t, 2, &want);
+    cr_assert_eq(json_integer_value(json_object_get(b, "batch")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(b, "from")), want.from);
+    cr_assert_eq(json_integer_value(json_object_get(b, "steps")), (json_int_t)want.steps);
+    json_t *lru = json_object_get(b, "lru_hit_rate"), *opt = json_object_get(b, "opt_hit_rate");
+    for (uint32_t c = 1; c <= 8; c++) {
+        char key[8];
+        snprintf(key, sizeof key, "%u", c);
+        if (c < want.from) {
+            cr_assert_null(json_object_get(lru, key));
+            continue;
+        }
+        cr_assert_float_eq(json_number_value(json_object_get(lru, key)), want.lru[c], 1e-15);
+        cr_assert_float_eq(json_number_value(json_object_get(opt, key)), want.opt[c], 1e-15);
+    }
+    /* batches of 2 share the step's pool: OPT never below LRU, both reach 1 - cold at E */
+    cr_assert_geq(want.opt[want.from], want.lru[want.from]);
+    sim_batch_curves_free(&want);
+    json_decref(j);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "stats",
+                                 "--batch", "2", path, NULL),
+                 0, "%s", errbuf);
+    cr_assert(strstr(out, "hit rate at batch 2 ("), "%s", out);
     trace_destroy(t);
 }
 
