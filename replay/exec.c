@@ -307,12 +307,9 @@ static moesim_status run_steps(replay_exec *x, moesim_error *err) {
 
 /* ---- setup ---- */
 
-/* sim.host_precisions as memsys reads it (memsys_parse_host_precisions), limited to the formats
- * the replay's kernels have (bf16, int8, int4, int2): 'policy' and 'all' store those, a list
- * must name only those. */
-static moesim_status kernel_host_precisions(const char *text, moesim_precision primary,
-                                            bool stored[PREC_COUNT], bool *policy_only,
-                                            moesim_error *err) {
+moesim_status replay_exec_host_precisions(const char *text, moesim_precision primary,
+                                          bool stored[PREC_COUNT], bool *policy_only,
+                                          moesim_error *err) {
     bool kernel_has[PREC_COUNT] = {false};
     kernel_has[PREC_BF16] = kernel_has[PREC_INT8] = kernel_has[PREC_INT4] = true;
     kernel_has[PREC_INT2] = true;
@@ -484,8 +481,8 @@ static moesim_status exec_setup(replay_exec *x, const char *policy_name, config 
     if (x->be->check && (st = x->be->check(x, err))) return st;
     x->prec = (moesim_precision)x->set.precision;
     bool stored[PREC_COUNT];
-    if ((st = kernel_host_precisions(x->set.host_precisions, x->prec, stored, &x->policy_only,
-                                     err)))
+    if ((st = replay_exec_host_precisions(x->set.host_precisions, x->prec, stored,
+                                          &x->policy_only, err)))
         return st;
     for (int p = 0; p < PREC_COUNT; p++)
         for (int part = 0; part < PART_COUNT && stored[p]; part++)
@@ -524,6 +521,8 @@ static void exec_result(replay_exec *x, sim_result *r, replay_checks *ck) {
     r->peak_hbm_bytes =
         x->bud.non_expert_bytes + x->bud.act_bytes + x->bud.kv_peak_bytes + x->experts_peak;
     if (ck) {
+        ck->device_used_before = x->device_used_before;
+        ck->device_used_peak = x->device_used_peak;
         ck->device_alloc_bytes = x->device_alloc_bytes;
         ck->order_checked = x->order_checked;
         ck->order_violations = x->order_violations;

@@ -122,11 +122,13 @@ typedef struct replay_backend {
     void (*drain)(replay_exec *x);
     /* MOESIM_OK, or the copies' failure in one line. Optional. */
     moesim_status (*io_status)(replay_exec *x, moesim_error *err);
-    /* After the drain: sets x->h2d_busy_ns, ssd_busy_ns, h2d_copied_bytes, device_alloc_bytes. */
+    /* After the drain: sets x->h2d_busy_ns, ssd_busy_ns, h2d_copied_bytes, device_alloc_bytes
+     * (and device_used_peak: memory in use while the run holds everything). */
     void (*finish)(replay_exec *x);
 } replay_backend;
 
-extern const replay_backend replay_backend_cpu;
+extern const replay_backend replay_backend_cpu;  /* replay/exec_cpu.c */
+extern const replay_backend replay_backend_cuda; /* replay/run.cu, with MOESIM_CUDA */
 
 struct replay_exec {
     const replay_inputs *in;
@@ -184,6 +186,7 @@ struct replay_exec {
     uint64_t order_checked, order_violations;
     sim_route_tally tally;
     uint64_t h2d_busy_ns, ssd_busy_ns, h2d_copied_bytes, device_alloc_bytes; /* finish sets */
+    uint64_t device_used_before, device_used_peak; /* the backend's view of its device, or 0 */
     const sim_hooks *hooks;
     sim_timeline tl;
 };
@@ -193,6 +196,12 @@ moesim_status replay_exec_run(const replay_backend *be, const replay_inputs *in,
                               const char *policy_name, config *settings, sim_result *out,
                               replay_checks *checks, moesim_error *err);
 
+/* sim.host_precisions as memsys reads it (memsys_parse_host_precisions), limited to the formats
+ * the replay's kernels have (bf16, int8, int4, int2): 'policy' and 'all' store those, a list
+ * must name only those; `primary` (expert.precision) must be one. */
+moesim_status replay_exec_host_precisions(const char *text, moesim_precision primary,
+                                          bool stored[PREC_COUNT], bool *policy_only,
+                                          moesim_error *err);
 /* CLOCK_MONOTONIC, ns. */
 uint64_t replay_exec_clock_ns(void);
 /* The run's clock: ns since clock_start. */
