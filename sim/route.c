@@ -1,5 +1,5 @@
-/* One route's active set and the FIRM-MoE prefetch accounting, shared by the simulator and the
- * GPU replay (sim/route.h). Units: experts, tokens and slots are indices; gate mass is the sum of
+/* One route's active set, the FIRM-MoE prefetch accounting and the policy call with what follows
+ * it, shared by the simulator and the replay executor (sim/route.h). Units: experts, tokens and slots are indices; gate mass is the sum of
  * the routed gates. */
 #include "sim/route.h"
 
