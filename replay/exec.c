@@ -4,7 +4,6 @@
  * through the same modules, on a real clock. */
 #include "replay/exec.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +11,6 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
-#include "kernels/quant.h"
 #include "replay/weights.h"
 #include "sim/result.h"
 
@@ -159,17 +157,28 @@ static void run_route(replay_exec *x, uint64_t step, uint32_t layer, uint32_t i0
     compute_idle(x); /* the router's output is known: the host decides now */
     wait_room(x, layer, n_active);
     sim_route_host h = {
-        .pm = x->pm, .pol = x->pol, .ms = &x->ms, .quant = &x->quant, .precision = x->prec,
-        .now_ns = route_clock, .clock_ctx = x,
-        .experts = x->r_experts, .gates = x->r_gates, .importance = x->r_importance,
-        .la_ids = x->r_la_ids, .la_scores = x->r_la_scores,
-        .top_k = K, .la_depth = x->src.la_depth, .la_k = x->src.la_k,
-        .tally = &x->tally, .sub_routes = &x->sub_routes,
+        .pm = x->pm,
+        .pol = x->pol,
+        .ms = &x->ms,
+        .quant = &x->quant,
+        .precision = x->prec,
+        .now_ns = route_clock,
+        .clock_ctx = x,
+        .experts = x->r_experts,
+        .gates = x->r_gates,
+        .importance = x->r_importance,
+        .la_ids = x->r_la_ids,
+        .la_scores = x->r_la_scores,
+        .top_k = K,
+        .la_depth = x->src.la_depth,
+        .la_k = x->src.la_k,
+        .tally = &x->tally,
+        .sub_routes = &x->sub_routes,
     };
     sim_route_decide(&h, &rs, step, layer, i0, i1, n_active, last_of_layer);
     const size_t layer_parts = (size_t)layer * x->E * PREC_COUNT * PART_COUNT;
-    uint32_t n_run = sim_route_execution_order(&rs, n_active, x->ms.state + layer_parts,
-                                               PREC_COUNT, loading_seq, x, x->order, x->order_key);
+    uint32_t n_run = sim_route_execution_order(&rs, n_active, x->ms.state + layer_parts, PREC_COUNT,
+                                               loading_seq, x, x->order, x->order_key);
     replay_exec_unlock(x);
 
     const uint32_t masks[2][2] = {{POLICY_PARTS_ALL, 0},
@@ -400,9 +409,15 @@ static moesim_status make_policy(replay_exec *x, moesim_error *err) {
     const trace_meta *tm = &x->tr->meta;
     bool emulated = tm->lookahead_depth == 0;
     uint32_t D = emulated ? x->set.predictor_depth : tm->lookahead_depth;
-    x->src = (sim_route_source){x->tr, x->L, x->E, x->K, D,
+    x->src = (sim_route_source){x->tr,
+                                x->L,
+                                x->E,
+                                x->K,
+                                D,
                                 emulated ? (D ? x->K : 0) : tm->lookahead_k,
-                                emulated && D > 0, x->set.seed, x->set.predictor_accuracy};
+                                emulated && D > 0,
+                                x->set.seed,
+                                x->set.predictor_accuracy};
     policy_params params = {
         .model = x->m,
         .n_layers = x->L,
@@ -428,12 +443,12 @@ static moesim_status make_policy(replay_exec *x, moesim_error *err) {
     }
     memsys_attach_policy(&x->ms, x->pm, x->pol);
     /* routes are sized by the widest precision the policy loads */
-    x->route_expert_bytes = memsys_place_for_policy(&x->ms, x->pm, x->pol, x->prec,
-                                                    x->policy_only, x->be->placement_dram(x));
-    x->route_capacity = x->bud.per_layer ? x->bud.route_capacity
-                                         : sim_budget_route_capacity(x->bud.expert_budget_bytes,
-                                                                     x->route_expert_bytes, x->K,
-                                                                     x->E);
+    x->route_expert_bytes = memsys_place_for_policy(&x->ms, x->pm, x->pol, x->prec, x->policy_only,
+                                                    x->be->placement_dram(x));
+    x->route_capacity = x->bud.per_layer
+                            ? x->bud.route_capacity
+                            : sim_budget_route_capacity(x->bud.expert_budget_bytes,
+                                                        x->route_expert_bytes, x->K, x->E);
     return MOESIM_OK;
 }
 
@@ -481,20 +496,19 @@ static moesim_status exec_setup(replay_exec *x, const char *policy_name, config 
     if (x->be->check && (st = x->be->check(x, err))) return st;
     x->prec = (moesim_precision)x->set.precision;
     bool stored[PREC_COUNT];
-    if ((st = replay_exec_host_precisions(x->set.host_precisions, x->prec, stored,
-                                          &x->policy_only, err)))
+    if ((st = replay_exec_host_precisions(x->set.host_precisions, x->prec, stored, &x->policy_only,
+                                          err)))
         return st;
     for (int p = 0; p < PREC_COUNT; p++)
         for (int part = 0; part < PART_COUNT && stored[p]; part++)
-            x->part_bytes[p][part] = model_expert_part_bytes(x->m, in->quant, (expert_part)part,
-                                                             (moesim_precision)p);
+            x->part_bytes[p][part] =
+                model_expert_part_bytes(x->m, in->quant, (expert_part)part, (moesim_precision)p);
     sim_schedule_build(&x->sch, x->tr, x->set.batch_size, model_kv_bytes_per_token(x->m),
                        model_recurrent_state_bytes(x->m));
     if ((st = plan_budget(x, settings, err))) return st;
     if ((st = make_policy(x, err))) return st;
-    if (in->timeline_path &&
-        (st = sim_timeline_open_as(&x->tl, in->timeline_path, "moesim replay",
-                                   &in->timeline_window, err)))
+    if (in->timeline_path && (st = sim_timeline_open_as(&x->tl, in->timeline_path, "moesim replay",
+                                                        &in->timeline_window, err)))
         return st;
     alloc_scratch(x);
     return x->be->setup(x, err);
@@ -506,17 +520,27 @@ static void exec_result(replay_exec *x, sim_result *r, replay_checks *ck) {
     snprintf(r->policy, sizeof r->policy, "%s", x->pm->name);
     sim_result_set_latency(r, &x->sch, x->step_start, x->step_end, x->hooks);
     sim_result_fill(r, &(sim_result_totals){
-        .tokens = x->tr->n_tokens, .requests = x->sch.n_requests, .steps = x->sch.n_steps,
-        .makespan_ns = x->sch.n_steps ? x->step_end[x->sch.n_steps - 1] : 0,
-        .tally = &x->tally, .moved = &x->ms.n,
-        .pf_hit = x->pf_hit, .pf_active = x->pf_active, .pf_issued_sets = x->pf_issued_sets,
-        .expert_ops = x->expert_ops, .sub_routes = x->sub_routes, .stall_ns = x->stall_ns,
-        .h2d_busy_ns = x->h2d_busy_ns, .ssd_busy_ns = x->ssd_busy_ns,
-        .budget_bytes = x->bud.budget_bytes, .expert_budget_bytes = x->bud.expert_budget_bytes,
-        .kv_peak_bytes = x->bud.kv_peak_bytes,
-        .predictor_emulated = x->src.la_emulated,
-        .predictor_accuracy = x->src.la_emulated ? x->set.predictor_accuracy : 0,
-        .pm = x->pm, .pol = x->pol});
+                           .tokens = x->tr->n_tokens,
+                           .requests = x->sch.n_requests,
+                           .steps = x->sch.n_steps,
+                           .makespan_ns = x->sch.n_steps ? x->step_end[x->sch.n_steps - 1] : 0,
+                           .tally = &x->tally,
+                           .moved = &x->ms.n,
+                           .pf_hit = x->pf_hit,
+                           .pf_active = x->pf_active,
+                           .pf_issued_sets = x->pf_issued_sets,
+                           .expert_ops = x->expert_ops,
+                           .sub_routes = x->sub_routes,
+                           .stall_ns = x->stall_ns,
+                           .h2d_busy_ns = x->h2d_busy_ns,
+                           .ssd_busy_ns = x->ssd_busy_ns,
+                           .budget_bytes = x->bud.budget_bytes,
+                           .expert_budget_bytes = x->bud.expert_budget_bytes,
+                           .kv_peak_bytes = x->bud.kv_peak_bytes,
+                           .predictor_emulated = x->src.la_emulated,
+                           .predictor_accuracy = x->src.la_emulated ? x->set.predictor_accuracy : 0,
+                           .pm = x->pm,
+                           .pol = x->pol});
     /* as the simulator accounts it (its KV term follows the steps; this one is the reservation) */
     r->peak_hbm_bytes =
         x->bud.non_expert_bytes + x->bud.act_bytes + x->bud.kv_peak_bytes + x->experts_peak;
@@ -541,10 +565,10 @@ static void exec_teardown(replay_exec *x) {
     sim_future_free(&x->future);
     replay_pool_free(&x->pool);
     sim_schedule_free(&x->sch);
-    void *bufs[] = {x->r_experts, x->r_gates,     x->r_importance, x->r_la_ids,    x->r_la_scores,
-                    x->active,    x->active_tokens, x->active_gate, x->plan,        x->stamp,
-                    x->slot,      x->order,       x->order_key,    x->pinned_lep,  x->step_tokens,
-                    x->step_req,  x->step_pos,    x->step_start,   x->step_end,    x->layer_t0,
+    void *bufs[] = {x->r_experts, x->r_gates,       x->r_importance, x->r_la_ids,   x->r_la_scores,
+                    x->active,    x->active_tokens, x->active_gate,  x->plan,       x->stamp,
+                    x->slot,      x->order,         x->order_key,    x->pinned_lep, x->step_tokens,
+                    x->step_req,  x->step_pos,      x->step_start,   x->step_end,   x->layer_t0,
                     x->layer_t1};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
 }

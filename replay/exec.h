@@ -144,7 +144,7 @@ struct replay_exec {
     quant_table quant;
     uint64_t part_bytes[PREC_COUNT][PART_COUNT]; /* the simulator's bytes of a part (0: not
                                                     stored) */
-    bool policy_only; /* sim.host_precisions = policy */
+    bool policy_only;                            /* sim.host_precisions = policy */
 
     /* the memory system and the pools; lock guards both when the backend has a copy thread */
     pthread_mutex_t *lock;
@@ -164,14 +164,14 @@ struct replay_exec {
 
     /* routes (sim/route.h) */
     sim_route_source src;
-    uint16_t *r_experts, *r_la_ids, *active;         /* [T][K], [T][D][K'], [E] */
-    float *r_gates, *r_importance, *r_la_scores;     /* [T][K], [T], [T][D][K'] */
-    float *active_gate;                              /* [E] */
-    uint32_t *active_tokens, *stamp, *slot, *order;  /* [E] each */
+    uint16_t *r_experts, *r_la_ids, *active;        /* [T][K], [T][D][K'], [E] */
+    float *r_gates, *r_importance, *r_la_scores;    /* [T][K], [T], [T][D][K'] */
+    float *active_gate;                             /* [E] */
+    uint32_t *active_tokens, *stamp, *slot, *order; /* [E] each */
     uint32_t stamp_gen;
-    uint64_t *order_key; /* [E] */
-    uint8_t *plan;       /* [E] */
-    uint32_t *step_tokens, *step_req, *step_pos; /* [T] the step's trace tokens, requests, positions */
+    uint64_t *order_key;                         /* [E] */
+    uint8_t *plan;                               /* [E] */
+    uint32_t *step_tokens, *step_req, *step_pos; /* [T] the step's tokens, requests, positions */
     uint32_t *pinned_lep; /* [E] experts the last route runs, unpinned when the stream is idle */
     uint32_t n_pinned;
 

@@ -11,7 +11,6 @@
  * Activations and the KV buffer are synthetic (routing comes from the trace); expert weights are
  * the store's synthetic bytes, non-expert weights seeded random bf16. What is timed is shapes and
  * bytes. The copy thread shares the memory system under the executor's lock (x->lock). */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,8 +71,8 @@ static uint64_t cpu_placement_dram(const replay_exec *x) {
 static moesim_status check_formats(const replay_exec *x, const cpu_store *s, moesim_error *err) {
     for (int p = 0; p < PREC_COUNT; p++)
         for (int part = 0; part < PART_COUNT && s->stored[p]; part++) {
-            uint64_t acct = model_expert_part_bytes(x->m, &x->quant, (expert_part)part,
-                                                    (moesim_precision)p);
+            uint64_t acct =
+                model_expert_part_bytes(x->m, &x->quant, (expert_part)part, (moesim_precision)p);
             if (acct != s->part_bytes[p][part])
                 return moesim_fail(err, MOESIM_EINPUT,
                                    "%s: configs/quant.ini counts %" PRIu64 " bytes per expert "
@@ -94,8 +93,8 @@ static moesim_status cpu_setup(replay_exec *x, moesim_error *err) {
         in_file[p] = x->part_bytes[p][0] && !x->ms.on_ssd[memsys_lep(&x->ms, 0, 0, (uint32_t)p)];
     b->store = x->in->cpu_store;
     if (!b->store) {
-        if ((st = cpu_store_create(x->m, in_file, x->in->ssd_dir, x->in->weight_seed,
-                                   &b->own_store, err)))
+        if ((st = cpu_store_create(x->m, in_file, x->in->ssd_dir, x->in->weight_seed, &b->own_store,
+                                   err)))
             return st;
         b->store = b->own_store;
     }
@@ -210,8 +209,7 @@ static void cpu_expert_wait(replay_exec *x, uint32_t layer, uint32_t expert, moe
     b->landed_ns = REPLAY_NO_NEED;
     replay_exec_lock(x);
     if (!parts_resident(x, layer, expert, p, mask)) {
-        while (!parts_resident(x, layer, expert, p, mask) && !b->cp.failed)
-            cpu_copier_wait(&b->cp);
+        while (!parts_resident(x, layer, expert, p, mask) && !b->cp.failed) cpu_copier_wait(&b->cp);
         b->landed_ns = replay_exec_now(x);
     }
     cpu_copier_deliver(&b->cp);
@@ -237,12 +235,24 @@ static void cpu_op_end(replay_exec *x) {
 static void cpu_run(replay_exec *x, const replay_op *op) {
     cpu_compute *cc = &be_of(x)->cc;
     switch (op->kind) {
-    case REPLAY_OP_ATTENTION: cpu_compute_attention(cc, op->layer, x->step_pos, op->n_tokens); break;
-    case REPLAY_OP_DENSE: cpu_compute_dense(cc, op->layer, op->n_tokens); break;
-    case REPLAY_OP_ROUTER: cpu_compute_router(cc, op->layer, op->n_tokens); break;
-    case REPLAY_OP_SHARED: cpu_compute_shared(cc, op->layer, op->n_tokens); break;
-    case REPLAY_OP_COMBINE: cpu_compute_combine(cc, op->n_tokens); break;
-    case REPLAY_OP_LM_HEAD: cpu_compute_lm_head(cc, op->n_tokens); break;
+    case REPLAY_OP_ATTENTION:
+        cpu_compute_attention(cc, op->layer, x->step_pos, op->n_tokens);
+        break;
+    case REPLAY_OP_DENSE:
+        cpu_compute_dense(cc, op->layer, op->n_tokens);
+        break;
+    case REPLAY_OP_ROUTER:
+        cpu_compute_router(cc, op->layer, op->n_tokens);
+        break;
+    case REPLAY_OP_SHARED:
+        cpu_compute_shared(cc, op->layer, op->n_tokens);
+        break;
+    case REPLAY_OP_COMBINE:
+        cpu_compute_combine(cc, op->n_tokens);
+        break;
+    case REPLAY_OP_LM_HEAD:
+        cpu_compute_lm_head(cc, op->n_tokens);
+        break;
     }
 }
 
@@ -252,8 +262,8 @@ static void cpu_expert(replay_exec *x, uint32_t layer, uint32_t expert, moesim_p
     size_t base = memsys_lep(&x->ms, layer, expert, p) * PART_COUNT;
     const uint8_t *blk[PART_COUNT];
     for (int part = 0; part < PART_COUNT; part++)
-        blk[part] = (mask & (1u << part)) ? b->arena + replay_pool_offset(&x->pool, base + part)
-                                          : NULL;
+        blk[part] =
+            (mask & (1u << part)) ? b->arena + replay_pool_offset(&x->pool, base + part) : NULL;
     for (int op = 0; op < 2; op++) {
         uint32_t need = op == 0 ? 1u << PART_GATE | 1u << PART_UP : 1u << PART_DOWN;
         if (!(mask & need)) continue;

@@ -36,7 +36,8 @@ static uint64_t block_take(replay_pool *p, moesim_precision prec) {
 static void block_give(replay_pool *p, moesim_precision prec, uint64_t off) {
     if (p->n_free[prec] == p->cap_free[prec]) {
         p->cap_free[prec] = p->cap_free[prec] ? 2 * p->cap_free[prec] : 64;
-        p->free_off[prec] = moesim_xrealloc(p->free_off[prec], p->cap_free[prec] * sizeof(uint64_t));
+        p->free_off[prec] =
+            moesim_xrealloc(p->free_off[prec], p->cap_free[prec] * sizeof(uint64_t));
     }
     p->free_off[prec][p->n_free[prec]++] = off;
 }

@@ -266,7 +266,8 @@ static moesim_status store_for_settings(const model_geometry *m, const quant_tab
                                         const replay_weights *w, replay_store **out,
                                         moesim_error *err) {
     bool stored[PREC_COUNT], policy_only;
-    moesim_status st = replay_exec_host_precisions(host_precisions, primary, stored, &policy_only, err);
+    moesim_status st =
+        replay_exec_host_precisions(host_precisions, primary, stored, &policy_only, err);
     if (st) return st;
     memsys_config mc;
     memset(&mc, 0, sizeof mc);
@@ -616,7 +617,8 @@ static void retire(rp *s) {
         if (rc.slot >= 0) s->free_slots.push_back(rc.slot); /* its bytes left the bounce slot */
         size_t base = memsys_lep(&x->ms, rc.layer, rc.expert, rc.prec) * PART_COUNT;
         for (int part = 0; part < PART_COUNT; part++)
-            if (rc.ends & (1u << part)) s->ready[base + part] = NULL; /* landed: ops need not wait */
+            if (rc.ends & (1u << part)) /* landed: ops need not wait */
+                s->ready[base + part] = NULL;
         memsys_xfer fin;
         bool complete = memsys_chunk_done(&x->ms, &rc.c, &fin);
         h2d_kick(s);

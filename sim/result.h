@@ -17,9 +17,9 @@
 /* A run's totals, borrowed. */
 typedef struct sim_result_totals {
     uint64_t tokens, requests, steps;
-    uint64_t makespan_ns;                      /* end of the last step */
-    const sim_route_tally *tally;              /* accesses, hits, gate mass by precision class */
-    const memsys_counts *moved;                /* bytes moved and prefetch outcomes (memsys.n) */
+    uint64_t makespan_ns;                       /* end of the last step */
+    const sim_route_tally *tally;               /* accesses, hits, gate mass by precision class */
+    const memsys_counts *moved;                 /* bytes moved and prefetch outcomes (memsys.n) */
     uint64_t pf_hit, pf_active, pf_issued_sets; /* FIRM-MoE Eq. 7-8 (sim_route_prefetch_account) */
     uint64_t expert_ops, sub_routes;
     uint64_t stall_ns, h2d_busy_ns, ssd_busy_ns;

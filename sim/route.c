@@ -1,6 +1,6 @@
 /* One route's active set, the FIRM-MoE prefetch accounting and the policy call with what follows
- * it, shared by the simulator and the replay executor (sim/route.h). Units: experts, tokens and slots are indices; gate mass is the sum of
- * the routed gates. */
+ * it, shared by the simulator and the replay executor (sim/route.h). Units: experts, tokens and
+ * slots are indices; gate mass is the sum of the routed gates. */
 #include "sim/route.h"
 
 #include <stddef.h>

@@ -102,8 +102,7 @@ static replay_case make_case(void) {
 /* Runs `policy_name` through sim_run and the cpu replay with the same settings; false when the
  * simulator refuses the configuration (a policy may not work in it). */
 static bool run_both(const replay_case *rc, const char *policy_name, const char *extra,
-                     sim_result *sim, sim_result *real, replay_checks *ck,
-                     expert_starts *starts) {
+                     sim_result *sim, sim_result *real, replay_checks *ck, expert_starts *starts) {
     moesim_error err = {0};
     config *c = settings(extra);
     sim_inputs si = {.trace = rc->t, .model = &rc->m, .hw = &rc->hw, .quant = &quant};
@@ -111,8 +110,12 @@ static bool run_both(const replay_case *rc, const char *policy_name, const char 
     config_destroy(c);
     if (st) return false;
     sim_hooks hooks = {.ctx = starts, .on_expert_start = on_expert_start};
-    replay_inputs ri = {.trace = rc->t, .model = &rc->m, .hw = &rc->hw, .quant = &quant,
-                        .hooks = &hooks, .weight_seed = 5};
+    replay_inputs ri = {.trace = rc->t,
+                        .model = &rc->m,
+                        .hw = &rc->hw,
+                        .quant = &quant,
+                        .hooks = &hooks,
+                        .weight_seed = 5};
     c = settings(extra);
     st = replay_run_cpu(&ri, policy_name, c, real, ck, &err);
     config_destroy(c);
