@@ -21,7 +21,8 @@
  *
  * Threads: the executor's thread makes every policy call. A backend with a copy thread sets
  * x->lock (it guards the memory system); the executor holds it around every memsys and policy
- * call, and calls the backend's wait_copy and drain with it held, its other slots without.
+ * call. It calls the slots a route's planning needs (wait_compute, wait_copy, and op_begin /
+ * op_end of the "stall" op while waiting for room) and drain with it held, the others without.
  *
  * Time: ns of CLOCK_MONOTONIC since clock_start (replay_exec_now); the policy sees that clock.
  * Op times reach the executor through replay_exec_op_done, in the order the ops ran, within the
@@ -100,8 +101,8 @@ typedef struct replay_backend {
      * reported (replay_exec_op_done) and sets x->step_end[step] (and x->step_start[step] when
      * its own clock says better than the host's at step_begin). */
     void (*step_end)(replay_exec *x, uint64_t step);
-    /* Blocks until the compute stream is idle; NULL when ops run synchronously (an op done is
-     * an op returned). */
+    /* Blocks until the compute stream is idle (lock held); NULL when ops run synchronously (an
+     * op done is an op returned). */
     void (*wait_compute)(replay_exec *x);
     /* Blocks until the next copy chunk landed (lock held); false when copies failed. */
     bool (*wait_copy)(replay_exec *x);
