@@ -1,7 +1,10 @@
 /* The replay executor (replay/exec.h) on the backend every machine has (cpu), and the pool blocks
  * both backends share (replay/pool.h): the executor runs the simulator's schedule and routes
  * (same steps, sub-routes and accesses as sim_run on the same trace and settings), no expert op
- * starts before its parts landed, the budget holds, and the pools reuse blocks per precision. */
+ * starts before its parts landed, the budget holds, and the pools reuse blocks per precision.
+ * A backend that queues its ops, as the cuda one does, is stood in for by a deferred backend
+ * here: the executor's asynchronous path (wait for the stream before a route, unpin only then)
+ * runs on every machine. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,5 +171,194 @@ Test(replay_exec, cpu_backend_without_part_overlap_starts_an_expert_once_all_its
     cr_expect_eq(starts.ops, real.expert_ops);
     cr_expect_eq(starts.not_resident, 0);
     cr_expect_eq(ck.order_violations, 0);
+    trace_destroy(rc.t);
+}
+
+/* ---- the executor's asynchronous path, with a backend that queues its ops ---- */
+
+/* A stand-in for a backend whose ops run later than they are issued (the cuda one): ops queue
+ * until wait_compute or the step's end, copies complete a chunk at a time when the executor
+ * waits. When a queued expert op finally runs, its parts must be resident and its expert still
+ * pinned (an eviction may not have freed its blocks in between). */
+typedef struct deferred_op {
+    uint32_t layer, expert, mask;
+    moesim_precision p;
+} deferred_op;
+
+typedef struct deferred {
+    deferred_op queue[4096];
+    uint32_t n_queued;
+    uint64_t ran, not_resident, not_pinned, pinned_at_end;
+    uint64_t op_t0[8192];
+    const char *op_cat[8192];
+    int op_layer[8192];
+    uint32_t n_ops;
+} deferred;
+
+static deferred *dstate(const replay_exec *x) { return x->be_state; }
+
+/* Completes the next chunk of the host-to-device queue; false when none is queued. */
+static bool pump_one(replay_exec *x) {
+    memsys_chunk c;
+    if (!memsys_next_chunk(&x->ms, MEMSYS_H2D, &c)) return false;
+    memsys_xfer fin;
+    if (memsys_chunk_done(&x->ms, &c, &fin)) memsys_deliver(&x->ms, &fin, replay_exec_now(x));
+    return true;
+}
+
+static bool parts_landed(const replay_exec *x, uint32_t layer, uint32_t e, moesim_precision p,
+                         uint32_t mask) {
+    size_t base = memsys_lep(&x->ms, layer, e, p) * PART_COUNT;
+    for (int part = 0; part < PART_COUNT; part++)
+        if ((mask & (1u << part)) && x->ms.state[base + part] != POLICY_RESIDENT) return false;
+    return true;
+}
+
+/* Runs the queued expert ops, as a stream that waits for each op's copies. */
+static void deferred_wait_compute(replay_exec *x) {
+    deferred *d = dstate(x);
+    for (uint32_t i = 0; i < d->n_queued; i++) {
+        const deferred_op *o = &d->queue[i];
+        while (!parts_landed(x, o->layer, o->expert, o->p, o->mask) && pump_one(x)) {
+        }
+        d->not_resident += !parts_landed(x, o->layer, o->expert, o->p, o->mask);
+        d->not_pinned += !x->ms.pinned[memsys_lep(&x->ms, o->layer, o->expert, o->p)];
+        d->ran++;
+    }
+    d->n_queued = 0;
+}
+
+static moesim_status deferred_setup(replay_exec *x, moesim_error *err) {
+    (void)err;
+    x->be_state = calloc(1, sizeof(deferred));
+    uint64_t block[PREC_COUNT] = {0};
+    for (int p = 0; p < PREC_COUNT; p++)
+        for (int part = 0; part < PART_COUNT; part++)
+            if (x->part_bytes[p][part] > block[p]) block[p] = x->part_bytes[p][part];
+    replay_pool_init(&x->pool,
+                     x->bud.per_layer ? x->bud.pool_cap_bytes * x->L : x->bud.expert_budget_bytes,
+                     block, (size_t)x->L * x->E * PREC_COUNT * PART_COUNT);
+    return MOESIM_OK;
+}
+
+static void deferred_teardown(replay_exec *x) {
+    free(x->be_state);
+    x->be_state = NULL;
+}
+
+static uint64_t deferred_placement(const replay_exec *x) {
+    (void)x;
+    return UINT64_MAX;
+}
+
+static void deferred_kick(replay_exec *x, int engine) { (void)x, (void)engine; }
+static void deferred_nothing(replay_exec *x) { (void)x; }
+
+static void deferred_clock_start(replay_exec *x) { x->t0_ns = replay_exec_clock_ns(); }
+
+static void deferred_step_begin(replay_exec *x, uint64_t step) {
+    (void)step;
+    deferred_wait_compute(x);
+}
+
+static void deferred_step_end(replay_exec *x, uint64_t step) {
+    (void)step;
+    deferred *d = dstate(x);
+    uint64_t now = replay_exec_now(x);
+    for (uint32_t i = 0; i < d->n_ops; i++) {
+        replay_op_times t = {d->op_t0[i], now, REPLAY_NO_NEED, -1};
+        replay_exec_op_done(x, d->op_cat[i], "", d->op_layer[i], &t);
+    }
+    d->n_ops = 0;
+}
+
+static bool deferred_wait_copy(replay_exec *x) { return pump_one(x); }
+
+static void deferred_expert_wait(replay_exec *x, uint32_t layer, uint32_t e, moesim_precision p,
+                                 uint32_t mask) {
+    (void)x, (void)layer, (void)e, (void)p, (void)mask; /* queued copies order the op */
+}
+
+static void deferred_op_begin(replay_exec *x, const char *cat, const char *name, int layer) {
+    (void)name;
+    deferred *d = dstate(x);
+    cr_assert_lt(d->n_ops, 8192);
+    d->op_t0[d->n_ops] = replay_exec_now(x);
+    d->op_cat[d->n_ops] = cat;
+    d->op_layer[d->n_ops++] = layer;
+}
+
+static void deferred_run(replay_exec *x, const replay_op *op) { (void)x, (void)op; }
+
+static void deferred_expert(replay_exec *x, uint32_t layer, uint32_t e, moesim_precision p,
+                            uint32_t tokens, uint32_t mask) {
+    (void)tokens;
+    deferred *d = dstate(x);
+    cr_assert_lt(d->n_queued, 4096);
+    d->queue[d->n_queued++] = (deferred_op){layer, e, mask, p};
+}
+
+static void deferred_drain(replay_exec *x) {
+    while (pump_one(x)) {
+    }
+}
+
+static void deferred_finish(replay_exec *x) {
+    deferred *d = dstate(x);
+    for (size_t lep = 0; lep < (size_t)x->L * x->E * PREC_COUNT; lep++)
+        d->pinned_at_end += x->ms.pinned[lep] != 0;
+    *(deferred *)x->in->hooks->ctx = *d; /* what the test reads after the run */
+}
+
+static const replay_backend deferred_backend = {
+    .name = "deferred",
+    .placement_dram = deferred_placement,
+    .setup = deferred_setup,
+    .teardown = deferred_teardown,
+    .copy_kick = deferred_kick,
+    .warm_copy = deferred_nothing,
+    .clock_start = deferred_clock_start,
+    .step_begin = deferred_step_begin,
+    .step_end = deferred_step_end,
+    .wait_compute = deferred_wait_compute,
+    .wait_copy = deferred_wait_copy,
+    .expert_wait = deferred_expert_wait,
+    .op_begin = deferred_op_begin,
+    .run = deferred_run,
+    .op_end = deferred_nothing,
+    .expert = deferred_expert,
+    .drain = deferred_drain,
+    .finish = deferred_finish,
+};
+
+Test(replay_exec, a_backend_that_queues_ops_runs_each_expert_pinned_and_after_its_copy) {
+    replay_case rc = make_case();
+    const char *pols[] = {"lru", "lfu", "oracle", "dymoe", "mixtral-offload"};
+    for (size_t i = 0; i < sizeof pols / sizeof *pols; i++) {
+        moesim_error err = {0};
+        sim_result sim, real;
+        replay_checks ck;
+        config *c = settings(NULL);
+        sim_inputs si = {.trace = rc.t, .model = &rc.m, .hw = &rc.hw, .quant = &quant};
+        cr_assert_eq(sim_run(&si, pols[i], c, &sim, &err), MOESIM_OK, "%s", err.msg);
+        config_destroy(c);
+        deferred *seen = calloc(1, sizeof *seen);
+        sim_hooks hooks = {.ctx = seen};
+        replay_inputs ri = {
+            .trace = rc.t, .model = &rc.m, .hw = &rc.hw, .quant = &quant, .hooks = &hooks};
+        c = settings(NULL);
+        cr_assert_eq(replay_exec_run(&deferred_backend, &ri, pols[i], c, &real, &ck, &err),
+                     MOESIM_OK, "%s: %s", pols[i], err.msg);
+        config_destroy(c);
+        cr_expect_eq(real.steps, sim.steps, "%s", pols[i]);
+        cr_expect_eq(real.sub_routes, sim.sub_routes, "%s", pols[i]);
+        cr_expect_gt(real.h2d_bytes, 0, "%s", pols[i]);
+        /* part overlap: two ops per expert, every one run once the stream caught up */
+        cr_expect_eq(seen->ran, 2 * real.expert_ops, "%s", pols[i]);
+        cr_expect_eq(seen->not_resident, 0, "%s", pols[i]);
+        cr_expect_eq(seen->not_pinned, 0, "%s: an expert was unpinned before its ops ran", pols[i]);
+        cr_expect_eq(seen->pinned_at_end, 0, "%s: experts left pinned", pols[i]);
+        free(seen);
+    }
     trace_destroy(rc.t);
 }
