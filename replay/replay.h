@@ -8,11 +8,11 @@
  * function pointers, the backend, supplies what differs between machines: its host store and
  * arena, the copy engine that serves memsys's queues chunk by chunk, the ops and their clocks.
  *
- * - `cuda` (replay_run, replay/run.cu): expert weights in pinned host memory and an SSD-backed
- *   file read with O_DIRECT into pinned bounce slots, a demand and a background copy stream,
- *   CUDA kernels and cuBLAS on a compute stream, CUDA events around every copy and op; weights
- *   synthetic (seeded random bytes of the model's shapes) or a checkpoint's (replay/weights.h:
- *   `moesim replay --model DIR`).
+ * - `cuda` (replay_run, replay/run.cu; its store replay/store.cu): expert weights in pinned
+ *   host memory and an SSD-backed file read with O_DIRECT into pinned bounce slots, a demand
+ *   and a background copy stream, CUDA kernels and cuBLAS on a compute stream, CUDA events
+ *   around every copy and op; weights synthetic (seeded random bytes of the model's shapes) or
+ *   a checkpoint's (replay/weights.h: `moesim replay --model DIR`).
  * - `cpu` (replay_run_cpu, replay/exec_cpu.c): a DRAM arena as the "device", an O_DIRECT file of
  *   every expert read by a copy thread, the engine's CPU kernels; synthetic weights.
  *
