@@ -71,10 +71,7 @@ static void on_expert_start(void *ctx, policy_mem_view mem, uint32_t layer, uint
     expert_starts *c = ctx;
     c->ops++;
     c->masks_seen |= 1u << mask;
-    for (int part = 0; part < PART_COUNT; part++)
-        if ((mask & (1u << part)) &&
-            mem.ops->state(mem.mem, layer, expert, prec, (expert_part)part) != POLICY_RESIDENT)
-            c->not_resident++;
+    c->not_resident += fixture_parts_not_resident(mem, layer, expert, prec, mask);
 }
 
 /* The settings of a case: per-layer pools of 3 of 8 experts, so experts are loaded and evicted
