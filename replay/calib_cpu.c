@@ -20,6 +20,7 @@
 #include "replay/cpu_compute.h"
 #include "replay/cpu_copier.h"
 #include "replay/cpu_store.h"
+#include "replay/exec.h"
 #include "replay/replay.h"
 
 static double median(double *v, size_t n) {
@@ -48,13 +49,13 @@ static moesim_status time_disk(const cpu_store *s, uint32_t repeats, calib_resul
             lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
             uint64_t start = s->base[PREC_INT4] + (lcg >> 20) % n_blobs * blob;
             for (uint64_t j = 0; j < per_blob; j++) {
-                uint64_t t0 = cpu_clock_ns();
+                uint64_t t0 = replay_exec_clock_ns();
                 if (!cpu_store_read(s, start + j * n, n, buf, NULL)) {
                     free(buf);
                     free(t);
                     return moesim_fail(err, MOESIM_EIO, "%s: O_DIRECT read failed", s->path);
                 }
-                t[m++] = (double)(cpu_clock_ns() - t0);
+                t[m++] = (double)(replay_exec_clock_ns() - t0);
             }
         }
         double ns = median(t, m);
@@ -98,9 +99,9 @@ static double time_op(cpu_compute *cc, op_fn f, const void *ctx, uint32_t x, uin
                       double *t, const uint64_t *evict) {
     for (uint32_t r = 0; r < repeats; r++) {
         evict_caches(evict);
-        uint64_t t0 = cpu_clock_ns();
+        uint64_t t0 = replay_exec_clock_ns();
         f(cc, ctx, x);
-        t[r] = (double)(cpu_clock_ns() - t0);
+        t[r] = (double)(replay_exec_clock_ns() - t0);
     }
     return median(t, repeats);
 }
@@ -191,9 +192,9 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     memset(a, 1, n);
     memset(b, 2, n);
     for (uint32_t r = 0; r < repeats; r++) {
-        uint64_t t0 = cpu_clock_ns();
+        uint64_t t0 = replay_exec_clock_ns();
         memcpy(b, a, n);
-        t[r] = (double)(cpu_clock_ns() - t0);
+        t[r] = (double)(replay_exec_clock_ns() - t0);
     }
     out->hbm_gb_per_s = 2.0 * (double)n / median(t, repeats);
     free(a);

@@ -4,16 +4,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/alloc.h"
 #include "common/check.h"
-
-uint64_t cpu_clock_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "replay/exec.h"
 
 /* One piece of a chunk: `bytes` from file offset `off` into `dst`. */
 typedef struct segment {
@@ -70,12 +64,12 @@ static void *copier_main(void *arg) {
         uint32_t n = chunk_segments(c, &ch, seg);
         memsys_xfer x = c->ms->xf[ch.xfer];
         pthread_mutex_unlock(c->lock);
-        uint64_t t0 = cpu_clock_ns();
+        uint64_t t0 = replay_exec_clock_ns();
         bool ok = true;
         for (uint32_t i = 0; i < n && ok; i++)
             ok = cpu_store_read(c->store, seg[i].off, seg[i].bytes, seg[i].dst, c->bounce);
         int e = errno;
-        uint64_t t1 = cpu_clock_ns();
+        uint64_t t1 = replay_exec_clock_ns();
         pthread_mutex_lock(c->lock);
         if (!ok) { /* an I/O error mid-run: the executor reports it and stops */
             c->failed = true;

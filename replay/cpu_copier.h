@@ -1,4 +1,4 @@
-/* The CPU replay's copy engine (replay/exec_cpu.c): one thread that serves the memory system's
+/* The CPU replay's copy engine (replay/exec_cpu.c, the cpu backend of replay/exec.h): one thread that serves the memory system's
  * host->device queue (sim/memsys.h, MEMSYS_H2D) by reading each chunk from the expert file
  * (replay/cpu_store.h) into the DRAM pool blocks of its parts. It takes the next chunk at every
  * chunk boundary, so a demand load overtakes queued prefetches after at most one chunk, as the
@@ -51,9 +51,6 @@ typedef struct cpu_copier {
     bool record;
     uint64_t busy_ns, bytes;
 } cpu_copier;
-
-/* CLOCK_MONOTONIC now, ns. */
-uint64_t cpu_clock_ns(void);
 
 /* Starts the thread (caller-allocated struct; cpu_copier_stop joins and frees). `chunk_bytes`
  * sizes the bounce buffer. */

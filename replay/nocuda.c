@@ -1,6 +1,6 @@
 /* The replay entry points of a build without CUDA (MOESIM_CUDA off): every GPU command fails
- * with one line saying so, after its arguments were checked. With CUDA, replay/run.cu and
- * replay/calibrate.cu define them. */
+ * with one line saying so, after its arguments were checked. With CUDA, replay/run.cu,
+ * replay/store.cu and replay/calibrate.cu define them. */
 #include "replay/replay.h"
 
 #include "common/check.h"

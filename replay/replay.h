@@ -1,20 +1,27 @@
 /* Replay: the same policy objects as the simulator (policies/policy.h, looked up with
- * policy_lookup) driving a real GPU. The memory system of the policy API is the simulator's
- * (sim/memsys.h: residency, pools, copy classes, promotion, cancellation, host placement), driven
- * with real copies (replay/run.cu): device expert pools of fixed-size blocks per precision
- * carved from one allocation made before the clock starts (no cudaMalloc on the hot path),
- * expert weights in pinned host memory (and in an SSD-backed file, read with O_DIRECT into
- * pinned bounce slots, for experts host placement leaves on the SSD), a demand copy stream and a
- * background copy stream fed chunk by chunk with the chunks memsys hands out in its priority
- * classes (demand > prefetch > background), and CUDA events around every transfer and compute
- * step. Routing comes from the trace, so a run is step for step comparable with sim_run on the
- * same trace, settings and profile; the result is a sim_result (same JSON, same timeline schema).
- * Weights are synthetic (seeded random bytes of the model's shapes) or a checkpoint's
- * (replay/weights.h: `moesim replay --model DIR`).
+ * policy_lookup) driving real hardware. One executor in plain C (replay/exec.h, replay_exec_run)
+ * runs the simulator's schedule, routes and sub-routes, policy calls (sim/route.h), memory system
+ * (sim/memsys.h: residency, pools, copy classes, promotion, cancellation, host placement), expert
+ * pools of fixed-size blocks per precision carved from one arena made before the clock starts
+ * (replay/pool.h), the checks (no expert op before its copy landed, the budget never exceeded)
+ * and the result (sim/result.h, same JSON and timeline schema as sim_run). A small table of
+ * function pointers, the backend, supplies what differs between machines: its host store and
+ * arena, the copy engine that serves memsys's queues chunk by chunk, the ops and their clocks.
  *
- * Pure-C parts (always built, tested on the CPU): the schedule (replay/schedule.c), the memory
- * budget and its emulation of a smaller card (replay/budget.c), the checkpoint weights in the
- * kernels' formats (replay/weights.c), the calibration writers
+ * - `cuda` (replay_run, replay/run.cu; its store replay/store.cu): expert weights in pinned
+ *   host memory and an SSD-backed file read with O_DIRECT into pinned bounce slots, a demand
+ *   and a background copy stream, CUDA kernels and cuBLAS on a compute stream, CUDA events
+ *   around every copy and op; weights synthetic (seeded random bytes of the model's shapes) or
+ *   a checkpoint's (replay/weights.h: `moesim replay --model DIR`).
+ * - `cpu` (replay_run_cpu, replay/exec_cpu.c): a DRAM arena as the "device", an O_DIRECT file of
+ *   every expert read by a copy thread, the engine's CPU kernels; synthetic weights.
+ *
+ * Routing comes from the trace, so a run is step for step comparable with sim_run on the same
+ * trace, settings and profile.
+ *
+ * Pure-C parts (always built, tested on the CPU): the executor and the cpu backend, the schedule
+ * (replay/schedule.c), the memory budget and its emulation of a smaller card (replay/budget.c),
+ * the checkpoint weights in the kernels' formats (replay/weights.c), the calibration writers
  * (replay/calib_write.c) and the validation arithmetic (replay/report.c). The GPU parts are
  * compiled only with MOESIM_CUDA; without it replay_run and calib_run fail with "built without
  * CUDA".
@@ -156,7 +163,7 @@ typedef struct replay_checks {
 moesim_status replay_run(const replay_inputs *in, const char *policy_name, config *settings,
                          sim_result *out, replay_checks *checks, moesim_error *err);
 
-/* The same replay on the CPU (replay/exec_cpu.c), on any machine: the "device" is a DRAM arena
+/* The same replay on the CPU (the executor's cpu backend, replay/exec_cpu.c), on any machine: the "device" is a DRAM arena
  * of the expert budget in fixed blocks, the tier experts load from is a file on local disk read
  * with O_DIRECT by a copy thread in the memory system's class order, compute is the engine's CPU
  * kernels at the planned precision. Synthetic weights only (in->weights must be NULL). Compare

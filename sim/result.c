@@ -2,6 +2,7 @@
  * `moesim sim --json`. One table drives both, so they never disagree. Also the request latencies
  * every host (sim and replay) derives from its step clocks. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <gsl/gsl_sort.h>
@@ -9,8 +10,60 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "sim/result.h"
 #include "sim/schedule.h"
 #include "sim/sim.h"
+
+/* ---- a run's totals (sim/result.h) ---- */
+
+void sim_result_fill(sim_result *r, const sim_result_totals *t) {
+    const sim_route_tally *ta = t->tally;
+    r->tokens = t->tokens;
+    r->requests = t->requests;
+    r->makespan_ms = (double)t->makespan_ns / 1e6;
+    r->tokens_per_s = t->makespan_ns ? (double)t->tokens * 1e9 / (double)t->makespan_ns : 0;
+    r->hit_rate = ta->accesses ? (double)ta->hits / (double)ta->accesses : 0;
+    r->h2d_bytes = t->moved->h2d_bytes;
+    r->ssd_bytes = t->moved->ssd_bytes;
+    r->stall_ms = (double)t->stall_ns / 1e6;
+    r->budget_bytes = t->budget_bytes;
+    double mass = ta->gate_hi + ta->gate_lo + ta->gate_skip;
+    r->precision_mix_hi = mass > 0 ? ta->gate_hi / mass : 0;
+    r->precision_mix_lo = mass > 0 ? ta->gate_lo / mass : 0;
+    r->precision_mix_skip = mass > 0 ? ta->gate_skip / mass : 0;
+    r->bits_per_weight = sim_route_tally_bits_per_weight(ta);
+    r->prefetch_accuracy = t->pf_active ? (double)t->pf_hit / (double)t->pf_active : 0;
+    r->prefetch_utilization = t->pf_issued_sets ? (double)t->pf_hit / (double)t->pf_issued_sets : 0;
+    r->prefetches = t->moved->prefetches;
+    r->prefetch_late = t->moved->late;
+    r->prefetch_promoted = t->moved->promoted;
+    r->prefetch_cancelled = t->moved->cancelled;
+    r->prefetch_wasted_bytes = t->moved->wasted_bytes;
+    r->predictor_emulated = t->predictor_emulated;
+    r->predictor_accuracy = t->predictor_accuracy;
+    r->accesses = ta->accesses;
+    r->hits = ta->hits;
+    r->skipped_accesses = ta->skipped;
+    r->expert_ops = t->expert_ops;
+    r->warmup_h2d_bytes = t->moved->warmup_bytes;
+    r->steps = t->steps;
+    r->sub_routes = t->sub_routes;
+    r->expert_budget_bytes = t->expert_budget_bytes;
+    r->kv_peak_bytes = t->kv_peak_bytes;
+    r->h2d_busy_ms = (double)t->h2d_busy_ns / 1e6;
+    r->ssd_busy_ms = (double)t->ssd_busy_ns / 1e6;
+    if (t->pm->report) {
+        const char *names[SIM_POLICY_REPORT_MAX];
+        double values[SIM_POLICY_REPORT_MAX];
+        size_t n = t->pm->report(t->pol, names, values, SIM_POLICY_REPORT_MAX);
+        MOESIM_ASSERT(n <= SIM_POLICY_REPORT_MAX);
+        r->n_policy_report = n;
+        for (size_t i = 0; i < n; i++) {
+            snprintf(r->policy_report_names[i], sizeof r->policy_report_names[i], "%s", names[i]);
+            r->policy_report_values[i] = values[i];
+        }
+    }
+}
 
 /* ---- flat columns (sweep CSV), in a fixed order ---- */
 

@@ -1,6 +1,6 @@
-/* One route's active set and the FIRM-MoE prefetch accounting, shared by the simulator and the
- * GPU replay (sim/route.h). Units: experts, tokens and slots are indices; gate mass is the sum of
- * the routed gates. */
+/* One route's active set, the FIRM-MoE prefetch accounting and the policy call with what follows
+ * it, shared by the simulator and the replay executor (sim/route.h). Units: experts, tokens and
+ * slots are indices; gate mass is the sum of the routed gates. */
 #include "sim/route.h"
 
 #include <stddef.h>
@@ -180,4 +180,43 @@ uint32_t sim_route_split(const sim_route_scratch *rs, const uint16_t *experts, u
 double sim_route_tally_bits_per_weight(const sim_route_tally *t) {
     double mass = t->gate_hi + t->gate_lo + t->gate_skip;
     return mass > 0 ? t->gate_bits / mass : 0;
+}
+
+void sim_route_decide(const sim_route_host *h, const sim_route_scratch *rs, uint64_t step,
+                      uint32_t layer, uint32_t i0, uint32_t i1, uint32_t n_active,
+                      bool last_of_layer) {
+    const uint32_t K = h->top_k, n = i1 - i0;
+    const uint16_t *ex = h->experts + (size_t)i0 * K;
+    const float *gs = h->gates + (size_t)i0 * K;
+    size_t DK = (size_t)h->la_depth * h->la_k;
+    policy_route route = {
+        .layer = layer,
+        .now_ns = h->now_ns(h->clock_ctx),
+        .n_tokens = n,
+        .top_k = K,
+        .experts = ex,
+        .gates = gs,
+        .importance = h->importance ? h->importance + i0 : NULL,
+        .lookahead_ids = h->la_depth ? h->la_ids + i0 * DK : NULL,
+        .lookahead_scores = h->la_depth ? h->la_scores + i0 * DK : NULL,
+        .n_active = n_active,
+        .active = rs->active,
+        .active_tokens = rs->active_tokens,
+        .active_gate = rs->active_gate,
+    };
+    policy_plan plan = {.run = rs->plan};
+    memsys *ms = h->ms;
+    ms->cur_layer = layer;
+    ms->cur_step = step;
+    ++*h->sub_routes;
+    h->pm->on_route(h->pol, &route, &plan);
+
+    /* check the plan, pin what runs, count hits and gate mass */
+    moesim_precision hi = h->pm->hi_precision ? h->pm->hi_precision(h->pol) : h->precision;
+    uint8_t hi_bits = (uint8_t)h->quant->fmt[hi].weight_bits;
+    memsys_run_plan(ms, layer, rs->active, rs->plan, n_active);
+    const size_t layer_parts = (size_t)layer * ms->E * ms->P * PART_COUNT;
+    sim_route_tally_accesses(rs, ex, gs, n * K, ms->state + layer_parts, ms->P, h->quant, hi_bits,
+                             h->tally);
+    if (last_of_layer) memsys_end_layer(ms, layer, h->now_ns(h->clock_ctx));
 }

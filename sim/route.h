@@ -1,11 +1,14 @@
-/* The per-route bookkeeping that the simulator (sim/sim.c) and the GPU replay (replay/run.cu)
- * must agree on exactly, kept in one place so they cannot drift apart:
+/* The per-route bookkeeping that the simulator (sim/sim.c) and the replay executor
+ * (replay/exec.c) must agree on exactly, kept in one place so they cannot drift apart:
  *
  * - one (sub-)route's active set: the distinct experts its tokens route to, ascending, each with
  *   its token count and gate mass, and the plan reset to POLICY_RUN_SKIP before the policy fills
  *   it (policies/policy.h, policy_route);
  * - the prefetch accounting of FIRM-MoE Eq. 7-8: at the first sub-route of a layer, the
- *   prefetched set S of that layer against the activated set A of the whole step.
+ *   prefetched set S of that layer against the activated set A of the whole step;
+ * - the policy call itself and what follows it (sim_route_decide): the policy_route handed to
+ *   on_route, the plan committed to the memory system, the hits and gate mass tallied, the
+ *   layer's stale prefetches dropped after its last sub-route.
  *
  * Both work on route scratch arrays the host owns (sim_route_scratch borrows them). Units:
  * experts, tokens and slots are indices; gate mass is the sum of the routed gates. Invariants:
@@ -18,6 +21,8 @@
 #include <stdint.h>
 
 #include "common/precision.h"
+#include "policies/policy.h"
+#include "sim/memsys.h"
 #include "traces/trace.h"
 
 /* The host's route scratch, borrowed: every array is [E] (experts per layer). */
@@ -107,5 +112,34 @@ void sim_route_gather(const sim_route_source *src, const uint32_t *tokens, uint3
  * stamps. */
 uint32_t sim_route_split(const sim_route_scratch *rs, const uint16_t *experts, uint32_t K,
                          uint32_t i0, uint32_t n, uint32_t capacity);
+
+/* What sim_route_decide needs of its host, borrowed: the policy, the memory system, the step's
+ * routing at the layer being routed (sim_route_gather's buffers) and the totals it adds to. */
+typedef struct sim_route_host {
+    const policy_methods *pm;
+    policy *pol;
+    memsys *ms;
+    const quant_table *quant;
+    moesim_precision precision;          /* expert.precision: HI when the policy names none */
+    uint64_t (*now_ns)(const void *ctx); /* the host's clock (virtual, or measured) */
+    const void *clock_ctx;
+    const uint16_t *experts;   /* [n][K] the step's experts at the layer */
+    const float *gates;        /* [n][K] their gates */
+    const float *importance;   /* [n] or NULL */
+    const uint16_t *la_ids;    /* [n][la_depth][la_k] look-ahead, or NULL (la_depth 0) */
+    const float *la_scores;    /* [n][la_depth][la_k] */
+    uint32_t top_k, la_depth, la_k;
+    sim_route_tally *tally;    /* adds the route's accesses */
+    uint64_t *sub_routes;      /* counts the route */
+} sim_route_host;
+
+/* Hands tokens [i0, i1) of step `step`'s routing at `layer` (its active set of `n_active` experts
+ * built in rs by sim_route_active_build) to the policy's on_route at the host's now, then commits
+ * the plan (memsys_run_plan: pins what runs, promotes what it waits for), tallies its accesses at
+ * the policy's HI precision and, after the layer's last sub-route, drops the layer's stale
+ * prefetches (memsys_end_layer). The plan is left in rs->plan for the host to run. */
+void sim_route_decide(const sim_route_host *h, const sim_route_scratch *rs, uint64_t step,
+                      uint32_t layer, uint32_t i0, uint32_t i1, uint32_t n_active,
+                      bool last_of_layer);
 
 #endif

@@ -33,6 +33,7 @@
 #include "sim/event.h"
 #include "sim/future.h"
 #include "sim/memsys.h"
+#include "sim/result.h"
 #include "sim/route.h"
 #include "sim/schedule.h"
 #include "sim/sim.h"
@@ -478,6 +479,9 @@ static uint64_t loading_seq(const void *host, size_t part_index) {
     return memsys_loading_seq(&s->ms, layer_parts + part_index);
 }
 
+/* The simulator's clock as sim_route_decide reads it (ctx: the stream's time). */
+static uint64_t virtual_now(const void *t) { return *(const uint64_t *)t; }
+
 static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, uint32_t i0,
                       uint32_t i1, bool first_of_layer, bool last_of_layer) {
     const uint32_t K = s->K;
@@ -502,36 +506,16 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
 
     sim_advance_to(s, *t);
     stream_wait_room(s, t, layer, n_active);
-    policy_route route = {
-        .layer = layer,
-        .now_ns = *t,
-        .n_tokens = n,
-        .top_k = K,
-        .experts = ex,
-        .gates = gs,
-        .importance = s->r_importance ? s->r_importance + i0 : NULL,
-        .lookahead_ids = s->la_depth ? s->r_la_ids + (size_t)i0 * s->la_depth * s->la_k : NULL,
-        .lookahead_scores =
-            s->la_depth ? s->r_la_scores + (size_t)i0 * s->la_depth * s->la_k : NULL,
-        .n_active = n_active,
-        .active = s->active,
-        .active_tokens = s->active_tokens,
-        .active_gate = s->active_gate,
+    sim_route_host h = {
+        .pm = s->pm, .pol = s->pol, .ms = &s->ms, .quant = &s->cost.quant, .precision = s->prec,
+        .now_ns = virtual_now, .clock_ctx = t,
+        .experts = s->r_experts, .gates = s->r_gates, .importance = s->r_importance,
+        .la_ids = s->r_la_ids, .la_scores = s->r_la_scores,
+        .top_k = K, .la_depth = s->la_depth, .la_k = s->la_k,
+        .tally = &s->tally, .sub_routes = &s->sub_routes,
     };
-    policy_plan plan = {.run = s->plan};
-    s->ms.cur_layer = layer;
-    s->ms.cur_step = step;
-    s->sub_routes++;
-    s->pm->on_route(s->pol, &route, &plan);
-
-    /* check the plan, pin what runs, count hits and gate mass */
-    moesim_precision hi = s->pm->hi_precision ? s->pm->hi_precision(s->pol) : s->prec;
-    uint8_t prim_bits = (uint8_t)s->cost.quant.fmt[hi].weight_bits;
-    memsys_run_plan(&s->ms, layer, s->active, s->plan, n_active);
+    sim_route_decide(&h, &rs, step, layer, i0, i1, n_active, last_of_layer);
     const size_t layer_parts = (size_t)layer * s->E * s->P * PART_COUNT;
-    sim_route_tally_accesses(&rs, ex, gs, n * K, s->ms.state + layer_parts, s->P, &s->cost.quant,
-                             prim_bits, &s->tally);
-    if (last_of_layer) memsys_end_layer(&s->ms, layer, *t);
 
     /* execution order: resident experts first, then by the order their copies were issued */
     uint32_t n_run = sim_route_execution_order(&rs, n_active, s->ms.state + layer_parts, s->P,
@@ -625,59 +609,24 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     uint32_t R = t->n_requests;
     sim_result_set_request_latency(r, R, s->req_t_admit, s->req_t_first, s->req_t_last,
                                    s->it.req_steps, s->hooks);
-    r->tokens = t->n_tokens;
-    r->requests = R;
-    r->makespan_ms = (double)makespan_ns / 1e6;
-    r->tokens_per_s = makespan_ns ? (double)t->n_tokens * 1e9 / (double)makespan_ns : 0;
-    r->hit_rate = s->tally.accesses ? (double)s->tally.hits / (double)s->tally.accesses : 0;
-    r->h2d_bytes = s->ms.n.h2d_bytes;
+    sim_result_fill(r, &(sim_result_totals){
+        .tokens = t->n_tokens, .requests = R, .steps = s->n_steps, .makespan_ns = makespan_ns,
+        .tally = &s->tally, .moved = &s->ms.n,
+        .pf_hit = s->pf_hit, .pf_active = s->pf_active, .pf_issued_sets = s->pf_issued_sets,
+        .expert_ops = s->expert_ops, .sub_routes = s->sub_routes, .stall_ns = s->stall_ns,
+        .h2d_busy_ns = s->eng[MEMSYS_H2D].busy_ns, .ssd_busy_ns = s->eng[MEMSYS_SSD].busy_ns,
+        .budget_bytes = s->budget_bytes, .expert_budget_bytes = s->expert_budget_bytes,
+        .kv_peak_bytes = s->kv_peak_bytes,
+        .predictor_emulated = s->la_emulated,
+        .predictor_accuracy = s->la_emulated ? s->set.predictor_accuracy
+                              : s->la_total ? (double)s->la_right / (double)s->la_total
+                                            : 0,
+        .pm = s->pm, .pol = s->pol});
     r->d2h_bytes = 0;
-    r->ssd_bytes = s->ms.n.ssd_bytes;
-    r->stall_ms = (double)s->stall_ns / 1e6;
     r->peak_hbm_bytes = s->peak_hbm;
-    r->budget_bytes = s->budget_bytes;
-    double mass = s->tally.gate_hi + s->tally.gate_lo + s->tally.gate_skip;
-    r->precision_mix_hi = mass > 0 ? s->tally.gate_hi / mass : 0;
-    r->precision_mix_lo = mass > 0 ? s->tally.gate_lo / mass : 0;
-    r->precision_mix_skip = mass > 0 ? s->tally.gate_skip / mass : 0;
-    r->bits_per_weight = sim_route_tally_bits_per_weight(&s->tally);
-    r->prefetch_accuracy = s->pf_active ? (double)s->pf_hit / (double)s->pf_active : 0;
-    r->prefetch_utilization = s->pf_issued_sets ? (double)s->pf_hit / (double)s->pf_issued_sets : 0;
-    r->prefetches = s->ms.n.prefetches;
-    r->prefetch_late = s->ms.n.late;
-    r->prefetch_promoted = s->ms.n.promoted;
-    r->prefetch_cancelled = s->ms.n.cancelled;
-    r->prefetch_wasted_bytes = s->ms.n.wasted_bytes;
-    r->predictor_emulated = s->la_emulated;
-    r->predictor_accuracy =
-        s->la_emulated ? s->set.predictor_accuracy
-        : s->la_total ? (double)s->la_right / (double)s->la_total
-                      : 0;
-    r->accesses = s->tally.accesses;
-    r->hits = s->tally.hits;
-    r->skipped_accesses = s->tally.skipped;
-    r->expert_ops = s->expert_ops;
-    r->warmup_h2d_bytes = s->ms.n.warmup_bytes;
-    r->steps = s->n_steps;
-    r->sub_routes = s->sub_routes;
-    r->expert_budget_bytes = s->expert_budget_bytes;
-    r->kv_peak_bytes = s->kv_peak_bytes;
-    r->h2d_busy_ms = (double)s->eng[MEMSYS_H2D].busy_ns / 1e6;
-    r->ssd_busy_ms = (double)s->eng[MEMSYS_SSD].busy_ns / 1e6;
     r->cost_extrapolated = s->cost_extrapolated;
     r->sim_memory_bytes =
         s->mem.used_bytes + memsys_memory_bytes(&s->ms) + s->q.cap * sizeof(sim_event);
-    if (s->pm->report) {
-        const char *names[SIM_POLICY_REPORT_MAX];
-        double values[SIM_POLICY_REPORT_MAX];
-        size_t n = s->pm->report(s->pol, names, values, SIM_POLICY_REPORT_MAX);
-        MOESIM_ASSERT(n <= SIM_POLICY_REPORT_MAX);
-        r->n_policy_report = n;
-        for (size_t i = 0; i < n; i++) {
-            snprintf(r->policy_report_names[i], sizeof r->policy_report_names[i], "%s", names[i]);
-            r->policy_report_values[i] = values[i];
-        }
-    }
 }
 
 /* ---- the run ---- */

@@ -11,6 +11,7 @@
 #include "common/hash.h"
 #include "common/hw.h"
 #include "common/model.h"
+#include "policies/policy.h"
 #include "traces/trace.h"
 
 /* A small GQA MoE model: `layers` MoE layers of `experts` experts, top-k, hidden 1024, expert
@@ -62,6 +63,18 @@ static inline hw_profile fixture_hw(void) {
     h.ssd_latency_ns = 50000;
     h.gpu_direct_storage = false;
     return h;
+}
+
+/* Parts in `mask` of (layer, expert, prec) not resident in `mem`: what an expert op starting
+ * now would read before its copy landed (the on_expert_start checks of sim and replay tests). */
+static inline uint32_t fixture_parts_not_resident(policy_mem_view mem, uint32_t layer,
+                                                  uint32_t expert, moesim_precision prec,
+                                                  uint32_t mask) {
+    uint32_t n = 0;
+    for (int part = 0; part < PART_COUNT; part++)
+        n += (mask & (1u << part)) &&
+             mem.ops->state(mem.mem, layer, expert, prec, (expert_part)part) != POLICY_RESIDENT;
+    return n;
 }
 
 /* Deterministic uniform in [0, 1) from a counter. */

@@ -84,10 +84,7 @@ static void check_expert_start(void *ctx, policy_mem_view mem, uint32_t layer, u
     (void)t_ns;
     residency_check *c = ctx;
     c->ops++;
-    for (int part = 0; part < PART_COUNT; part++)
-        if ((parts_mask & (1u << part)) &&
-            mem.ops->state(mem.mem, layer, expert, prec, (expert_part)part) != POLICY_RESIDENT)
-            c->violations++;
+    c->violations += fixture_parts_not_resident(mem, layer, expert, prec, parts_mask);
 }
 
 /* Runs one case; returns the status (a policy may refuse a setting it cannot work in). */
