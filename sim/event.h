@@ -39,4 +39,10 @@ bool sim_event_peek(const sim_event_queue *q, sim_event *out);
 /* Removes and returns the earliest event; false when empty. Asserts time never goes back. */
 bool sim_event_pop(sim_event_queue *q, sim_event *out);
 
+/* Removes the pending event of (kind, arg), the first found: for an owner that keeps at most
+ * one such event and must move it (a copy engine whose chunk in flight is cut short; it pushes
+ * the corrected event next). A linear scan: the simulator's queue holds one event per engine.
+ * Returns false when there is none. */
+bool sim_event_cancel(sim_event_queue *q, uint32_t kind, uint32_t arg);
+
 #endif

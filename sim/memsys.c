@@ -299,7 +299,23 @@ static uint64_t servable(const memsys_xfer *x, int e) {
     return x->bytes - x->sent[e];
 }
 
-bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) {
+/* Where a span of PCIe chunks of x starting at its sent offset may end (memsys_next_span): at
+ * the end of the chunk in which the next of its parts lands, and before its last chunk. */
+static uint64_t span_end(const memsys *m, const memsys_xfer *x, uint64_t offset) {
+    const uint64_t chunk = m->cfg.chunk_bytes;
+    uint64_t lands = x->bytes;
+    for (int part = 0; part < PART_COUNT; part++) {
+        uint8_t bit = (uint8_t)(1u << part);
+        if ((x->parts & bit) && !(x->parts_done & bit) && x->part_end[part] < lands)
+            lands = x->part_end[part];
+    }
+    uint64_t last_start = offset + (x->bytes - offset - 1) / chunk * chunk;
+    uint64_t end = offset + (lands - offset + chunk - 1) / chunk * chunk;
+    return end < last_start ? end : last_start;
+}
+
+/* memsys_next_chunk, extended to a span of whole chunks when `span` allows it. */
+static bool next_chunk(memsys *m, int e, bool span, memsys_chunk *out) {
     bool staged = e == MEMSYS_SSD && !m->cfg.gpu_direct_storage;
     for (int c = 0; c < MEMSYS_CLASSES; c++)
         for (uint32_t i = m->head[e][c]; i != NONE; i = m->xf[i].next[e]) {
@@ -312,6 +328,10 @@ bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) {
                 if (m->bounce_used + n > m->cfg.bounce_bytes) return false;
                 m->bounce_used += n;
             }
+            if (span && e == MEMSYS_H2D && !x->via_ssd) {
+                uint64_t end = span_end(m, x, x->sent[e]);
+                if (end > x->sent[e] + n) n = end - x->sent[e];
+            }
             *out = (memsys_chunk){.xfer = i, .engine = e, .offset = x->sent[e], .bytes = n,
                                   .first = x->sent[e] == 0};
             x->sent[e] += n;
@@ -319,6 +339,17 @@ bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) {
             return true;
         }
     return false;
+}
+
+bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) { return next_chunk(m, e, false, out); }
+
+bool memsys_next_span(memsys *m, int e, memsys_chunk *out) { return next_chunk(m, e, true, out); }
+
+void memsys_span_trim(memsys *m, memsys_chunk *c, uint64_t bytes) {
+    memsys_xfer *x = &m->xf[c->xfer];
+    MOESIM_ASSERT(bytes > 0 && bytes <= c->bytes && x->sent[c->engine] == c->offset + c->bytes);
+    x->sent[c->engine] -= c->bytes - bytes;
+    c->bytes = bytes;
 }
 
 uint32_t memsys_chunk_pieces(const memsys *m, const memsys_chunk *c,

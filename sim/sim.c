@@ -99,8 +99,11 @@ typedef struct sim_engine {
     double bytes_per_s;
     uint64_t latency_ns;
     bool latency_per_chunk; /* every chunk pays latency_ns (hw h2d_latency_per_chunk) */
-    bool busy;             /* a chunk is in flight */
+    bool spans;            /* may serve spans of chunks (engine_may_span) */
+    bool busy;             /* a chunk (or span) is in flight */
     memsys_chunk chunk;    /* the chunk in flight */
+    uint64_t t_start_ns, t_end_ns; /* when it started and ends (its event's time) */
+    uint64_t start_xfer_ns;        /* engine_xfer_ns at its offset */
     uint64_t seg_start_ns; /* timeline: when the open segment's transfer started being served */
     uint32_t seg_xfer;     /* timeline: the open segment's transfer, or NONE */
     uint64_t seg_seq;      /* its issue sequence (transfer slots are reused) */
@@ -108,14 +111,9 @@ typedef struct sim_engine {
     uint8_t seg_cls;
     uint64_t busy_ns;
     int track;
-    /* A chunk's time is the difference of cost_transfer_ns at its two ends (a division each):
-     * ns_at_chunk holds it at whole chunks, and the engine remembers where its last chunk ended
-     * (transfer slot and issue sequence, byte offset, that offset in whole chunks or UINT64_MAX,
-     * its cost_transfer_ns), so a transfer's next chunk computes nothing. */
-    uint64_t *ns_at_chunk; /* [n_at_chunk] cost_transfer_ns(k * chunk bytes) */
+    uint64_t *ns_at_chunk; /* [n_at_chunk] cost_transfer_ns(k * chunk bytes): no division for
+                            * the whole chunks nearly every copy is cut into */
     uint64_t n_at_chunk;
-    uint32_t end_xfer;
-    uint64_t end_seq, end_offset, end_k, end_ns;
 } sim_engine;
 
 struct sim_state {
@@ -240,14 +238,44 @@ static void engine_close_segment(sim_state *s, sim_engine *e) {
     e->seg_xfer = NONE;
 }
 
-/* Serves the next chunk if the engine is idle and the memory system has one for it. A transfer
- * pays the engine's latency once, on its first chunk; a chunk of b bytes after d bytes takes
- * ceil((d+b)·1e9/bw) − ceil(d·1e9/bw) ns, so chunks add up to the transfer's exact time. */
+/* cost_transfer_ns of `offset` bytes on engine e. */
+static uint64_t engine_xfer_ns(const sim_state *s, const sim_engine *e, uint64_t offset) {
+    uint64_t chunk = s->ms.cfg.chunk_bytes;
+    if (offset % chunk == 0 && offset / chunk < e->n_at_chunk) return e->ns_at_chunk[offset / chunk];
+    return cost_transfer_ns(offset, e->bytes_per_s);
+}
+
+/* When the first `bytes` of the chunk in flight end. A chunk of b bytes after d bytes of its
+ * transfer takes ceil((d+b)·1e9/bw) − ceil(d·1e9/bw) ns, so chunks (and spans) add up to the
+ * transfer's exact time; the latency is paid once per transfer, on its first chunk, or by every
+ * chunk with latency_per_chunk. */
+static uint64_t engine_end_ns(const sim_state *s, const sim_engine *e, uint64_t bytes) {
+    uint64_t t = e->t_start_ns + engine_xfer_ns(s, e, e->chunk.offset + bytes) - e->start_xfer_ns;
+    if (e->latency_per_chunk) {
+        uint64_t chunk = s->ms.cfg.chunk_bytes;
+        t += (bytes + chunk - 1) / chunk * e->latency_ns;
+    } else if (e->chunk.first) {
+        t += e->latency_ns;
+    }
+    return t;
+}
+
+/* Whether engine `id` may serve a span of chunks as one event (memsys_next_span): only when no
+ * other event can fall on the span's inner boundaries, where chunk by chunk their order would
+ * depend on issue sequence: the SSD engine idle (it starts only through on_work, which cuts the
+ * span first). Not with a timeline, which draws the stream's stall chunk by chunk. */
+static bool engine_may_span(const sim_state *s, int id) {
+    return id == MEMSYS_H2D && s->eng[id].spans && !s->tl.on && !s->eng[MEMSYS_SSD].busy;
+}
+
+/* Serves the next chunk (or span) if the engine is idle and the memory system has one for it. */
 static void engine_kick(sim_state *s, int id) {
     sim_engine *e = &s->eng[id];
     if (e->busy) return;
     memsys_chunk c;
-    if (!memsys_next_chunk(&s->ms, id, &c)) {
+    bool any = engine_may_span(s, id) ? memsys_next_span(&s->ms, id, &c)
+                                      : memsys_next_chunk(&s->ms, id, &c);
+    if (!any) {
         engine_close_segment(s, e);
         return;
     }
@@ -263,40 +291,43 @@ static void engine_kick(sim_state *s, int id) {
                      precision_name((moesim_precision)x->prec), cls_name[x->cls]);
         }
     }
-    const uint64_t chunk = s->ms.cfg.chunk_bytes;
-    uint64_t start_ns, start_k;
-    if (e->end_xfer == c.xfer && e->end_seq == x->seq && e->end_offset == c.offset) {
-        start_ns = e->end_ns;
-        start_k = e->end_k;
-    } else { /* a transfer starts or resumes */
-        start_ns = cost_transfer_ns(c.offset, e->bytes_per_s);
-        start_k = c.offset % chunk == 0 ? c.offset / chunk : UINT64_MAX;
-    }
-    e->end_xfer = c.xfer;
-    e->end_seq = x->seq;
-    e->end_offset = c.offset + c.bytes;
-    if (start_k != UINT64_MAX && c.bytes == chunk && start_k + 1 < e->n_at_chunk) {
-        e->end_k = start_k + 1;
-        e->end_ns = e->ns_at_chunk[e->end_k];
-    } else {
-        e->end_k = UINT64_MAX;
-        e->end_ns = cost_transfer_ns(e->end_offset, e->bytes_per_s);
-    }
-    uint64_t dur = e->end_ns - start_ns;
-    if (c.first || e->latency_per_chunk) dur += e->latency_ns;
     e->busy = true;
     e->chunk = c;
-    e->busy_ns += dur;
-    sim_event_push(&s->q, s->now_ns + dur, EV_CHUNK, (uint32_t)id);
+    e->t_start_ns = s->now_ns;
+    e->start_xfer_ns = engine_xfer_ns(s, e, c.offset);
+    e->t_end_ns = engine_end_ns(s, e, c.bytes);
+    sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
 }
 
-static void on_work(void *ctx, int engine) { engine_kick(ctx, engine); }
+/* Cuts engine id's span back to the chunk in flight at now_ns, the first that ends after it
+ * (chunk by chunk, those ending at or before now_ns would have been delivered), so that new work
+ * competes for the engine at that chunk's end, as it would chunk by chunk. The moved event takes
+ * a new sequence number: no other event was pushed since the span started (engine_may_span). */
+static void engine_cut_span(sim_state *s, int id) {
+    sim_engine *e = &s->eng[id];
+    uint64_t chunk = s->ms.cfg.chunk_bytes, keep = chunk;
+    if (!e->busy || e->chunk.bytes <= chunk) return;
+    while (keep < e->chunk.bytes && engine_end_ns(s, e, keep) <= s->now_ns) keep += chunk;
+    if (keep == e->chunk.bytes) return;
+    memsys_span_trim(&s->ms, &e->chunk, keep);
+    e->t_end_ns = engine_end_ns(s, e, keep);
+    bool moved = sim_event_cancel(&s->q, EV_CHUNK, (uint32_t)id);
+    MOESIM_ASSERT(moved);
+    sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
+}
+
+static void on_work(void *ctx, int engine) {
+    sim_state *s = ctx;
+    for (int id = 0; id < MEMSYS_ENGINES; id++) engine_cut_span(s, id);
+    engine_kick(s, engine);
+}
 
 /* A chunk of engine `id` finished at s->now_ns. */
 static void engine_chunk_done(sim_state *s, int id) {
     sim_engine *e = &s->eng[id];
-    MOESIM_ASSERT(e->busy);
+    MOESIM_ASSERT(e->busy && e->t_end_ns == s->now_ns);
     e->busy = false;
+    e->busy_ns += e->t_end_ns - e->t_start_ns;
     memsys_xfer done;
     bool complete = memsys_chunk_done(&s->ms, &e->chunk, &done);
     if (complete) engine_close_segment(s, e);
@@ -842,8 +873,11 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         if (expert_bytes_at(s, p) > widest) widest = expert_bytes_at(s, p);
     for (int i = 0; i < MEMSYS_ENGINES; i++) {
         sim_engine *e = &s->eng[i];
-        e->seg_xfer = e->end_xfer = NONE;
+        e->seg_xfer = NONE;
         if (!(e->bytes_per_s > 0)) continue; /* an engine the profile lacks copies nothing */
+        /* a span is cut at the first chunk ending after the cut: that needs every chunk to take
+         * time (at least 1 ns: a chunk's exact time of 2 ns or more, whatever the rounding) */
+        e->spans = (double)mc.chunk_bytes * 1e9 / e->bytes_per_s >= 2;
         e->n_at_chunk = widest / mc.chunk_bytes + 2;
         e->ns_at_chunk = arena_calloc(&s->mem, e->n_at_chunk, sizeof *e->ns_at_chunk);
         for (uint64_t k = 0; k < e->n_at_chunk; k++)
