@@ -23,10 +23,12 @@
  *
  * Victims: the held expert with the largest key (expert_cache_key: primary, then secondary),
  * ties to the lower layer, then the lower expert id: deterministic. The key function is fixed at
- * init. Layer scope scans the layer's held list (at most its pool); global scope keeps every held
- * expert in an indexed max-heap of stored keys, so a victim costs O(log n) instead of a scan of
- * thousands; a key that changes must be re-stored with expert_cache_refresh (plan_route does it
- * for the recency and use counts it changes; expert_cache_halve rebuilds the heap). Pinned experts
+ * init and searches compare stored keys (the key function is called when an expert is held and
+ * when its key may have changed, not per candidate): a key that changes must be re-stored with
+ * expert_cache_refresh (plan_route does it for the recency and use counts it changes;
+ * expert_cache_halve re-stores every key). Layer scope scans the layer's held list (at most its
+ * pool); global scope keeps every held expert in an indexed max-heap of stored keys, so a victim
+ * costs O(log n) instead of a scan of thousands. Pinned experts
  * (every expert the current route needs, the candidates of a prefetch, and any expert whose
  * eviction the memory system refused during this route) are never chosen. Pins last until the
  * next expert_cache_begin_route.
@@ -86,8 +88,10 @@ struct expert_cache {
     expert_cache_key_fn key; /* victim order */
     const void *key_ctx;
 
-    /* global scope: max-heap (victim first) of held experts with their stored keys */
-    expert_cache_key *heap_key; /* [n_layers * n_experts] */
+    /* every held expert's key as of its latest store (hold, expert_cache_refresh, halve) */
+    expert_cache_key *stored_key; /* [n_layers][n_experts] */
+
+    /* global scope: max-heap (victim first) of held experts by stored key */
     uint32_t *heap_le;          /* [n_layers * n_experts] layer * E + expert */
     uint32_t *heap_pos;         /* [n_layers * n_experts] index in the heap, or UINT32_MAX */
     uint32_t *scratch;          /* [n_layers * n_experts] pinned entries set aside in a search */
@@ -118,7 +122,7 @@ void expert_cache_begin_route(expert_cache *c);
 void expert_cache_pin_active(expert_cache *c, const policy_route *r);
 /* Halves every use count (TinyLFU's reset); recency is kept. */
 void expert_cache_halve(expert_cache *c);
-/* Re-reads the key of a held expert (no-op when not held or in layer scope). */
+/* Re-stores the key of a held expert (no-op when not held). */
 void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert);
 
 void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert);
