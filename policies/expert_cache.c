@@ -120,6 +120,7 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
     c->key = key;
     c->key_ctx = key_ctx;
     c->stored_key = moesim_xcalloc(n, sizeof *c->stored_key);
+    c->active_slot = moesim_xcalloc(pp->n_experts, sizeof *c->active_slot);
     if (scope == EXPERT_CACHE_GLOBAL) {
         c->heap_le = moesim_xcalloc(n, sizeof *c->heap_le);
         c->heap_pos = moesim_xmalloc(n * sizeof *c->heap_pos);
@@ -137,6 +138,7 @@ void expert_cache_free(expert_cache *c) {
     free(c->uses);
     free(c->pin);
     free(c->stored_key);
+    free(c->active_slot);
     free(c->heap_le);
     free(c->heap_pos);
     free(c->scratch);
@@ -155,7 +157,10 @@ void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert) {
 void expert_cache_begin_route(expert_cache *c) { c->pin_epoch++; }
 
 void expert_cache_pin_active(expert_cache *c, const policy_route *r) {
-    for (uint32_t i = 0; i < r->n_active; i++) expert_cache_pin(c, r->layer, r->active[i]);
+    for (uint32_t i = 0; i < r->n_active; i++) {
+        expert_cache_pin(c, r->layer, r->active[i]);
+        c->active_slot[r->active[i]] = i;
+    }
 }
 
 bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert) {
@@ -187,17 +192,18 @@ bool expert_cache_layer_full(const expert_cache *c, uint32_t layer) {
 
 /* ---- the global-scope heap: entry i's parent is (i - 1) / 2; the root is the victim ---- */
 
-/* True when slot a (= layer * E + expert) is evicted before slot b: by stored key, then lower
- * layer, then lower expert, which is slot order. */
-static bool slot_before(const expert_cache *c, size_t a, size_t b) {
-    const expert_cache_key *ka = &c->stored_key[a], *kb = &c->stored_key[b];
-    if (ka->primary != kb->primary) return ka->primary > kb->primary;
-    if (ka->secondary != kb->secondary) return ka->secondary > kb->secondary;
-    return a < b;
+/* True when slot a (= layer * E + expert) with key ka is evicted before slot b with key kb: by
+ * key, then lower layer, then lower expert, which is slot order. Without branches: in a victim
+ * scan the outcome is data, and mispredicted jumps were most of the scan's time. */
+static bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b) {
+    return (ka.primary > kb.primary) |
+           ((ka.primary == kb.primary) &
+            ((ka.secondary > kb.secondary) | ((ka.secondary == kb.secondary) & (a < b))));
 }
 
 static bool heap_before(const expert_cache *c, uint32_t i, uint32_t j) {
-    return slot_before(c, c->heap_le[i], c->heap_le[j]);
+    uint32_t a = c->heap_le[i], b = c->heap_le[j];
+    return key_before(c->stored_key[a], a, c->stored_key[b], b);
 }
 
 static void heap_swap(expert_cache *c, uint32_t i, uint32_t j) {
@@ -286,14 +292,20 @@ static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
 /* The best unpinned victim held in layers [l0, l1). */
 static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, uint32_t *victim_layer,
                            uint32_t *victim_expert) {
+    /* the sentinel (key 0, slot SIZE_MAX) comes after every candidate; a pinned one is skipped by
+     * selection rather than by a jump, for the reason key_before gives */
     size_t best = SIZE_MAX;
+    expert_cache_key bk = {0, 0};
     for (uint32_t l = l0; l < l1; l++) {
         const size_t row = (size_t)l * c->n_experts;
         const uint16_t *ids = c->held_ids + row;
         for (uint32_t i = 0; i < c->n_held[l]; i++) {
             size_t s = row + ids[i];
-            if (c->pin[s] == c->pin_epoch) continue;
-            if (best == SIZE_MAX || slot_before(c, s, best)) best = s;
+            expert_cache_key k = c->stored_key[s];
+            bool take = (c->pin[s] != c->pin_epoch) & key_before(k, s, bk, best);
+            best = take ? s : best;
+            bk.primary = take ? k.primary : bk.primary;
+            bk.secondary = take ? k.secondary : bk.secondary;
         }
     }
     if (best == SIZE_MAX) return false;
@@ -408,19 +420,6 @@ expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, ui
     return k;
 }
 
-/* Index of `expert` in the route's ascending active list. */
-static uint32_t active_index(const policy_route *r, uint16_t expert) {
-    uint32_t lo = 0, hi = r->n_active;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (r->active[mid] < expert)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    MOESIM_ASSERT(lo < r->n_active && r->active[lo] == expert);
-    return lo;
-}
 
 uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan) {
     /* the route's experts run together: none is the victim of a load for the route */
@@ -431,7 +430,8 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
         uint16_t e = r->experts[i];
         if (e == POLICY_NO_EXPERT) continue;
         MOESIM_ASSERT(e < c->n_experts);
-        uint32_t a = active_index(r, e);
+        uint32_t a = c->active_slot[e];
+        MOESIM_ASSERT(a < r->n_active && r->active[a] == e);
         /* the first access of the route loads (its own key does not matter: it is pinned);
          * counting after the load lets a per-copy count start from this access */
         if (plan->run[a] == POLICY_RUN_SKIP &&

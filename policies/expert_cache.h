@@ -84,6 +84,8 @@ struct expert_cache {
                            since the expert's current copy was loaded (count_per_copy) */
     bool count_per_copy; /* a load restarts the expert's use count (set after init) */
     uint64_t *pin;      /* [n_layers][n_experts] == pin_epoch: pinned for this route */
+    uint32_t *active_slot; /* [n_experts] index in the pinned route's active list (valid for
+                              its active experts; a lookup, not a search, per access) */
     uint64_t tick, pin_epoch;
     expert_cache_key_fn key; /* victim order */
     const void *key_ctx;
@@ -118,7 +120,8 @@ uint64_t expert_cache_expert_bytes(const policy_params *pp, moesim_precision p);
 
 /* Starts a route: drops the previous route's pins. */
 void expert_cache_begin_route(expert_cache *c);
-/* Pins every active expert of the route (none of them is evicted while the route is planned). */
+/* Pins every active expert of the route (none of them is evicted while the route is planned)
+ * and maps each to its index in route->active for expert_cache_plan_route. */
 void expert_cache_pin_active(expert_cache *c, const policy_route *r);
 /* Halves every use count (TinyLFU's reset); recency is kept. */
 void expert_cache_halve(expert_cache *c);
