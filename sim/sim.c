@@ -111,9 +111,12 @@ typedef struct sim_engine {
     uint8_t seg_cls;
     uint64_t busy_ns;
     int track;
-    uint64_t *ns_at_chunk; /* [n_at_chunk] cost_transfer_ns(k * chunk bytes): no division for
-                            * the whole chunks nearly every copy is cut into */
+    /* [n_at_chunk] cost_transfer_ns(k << chunk_shift): no division for the whole chunks nearly
+     * every copy is cut into (NULL unless the chunk size is a power of two: the offset's chunk
+     * index is then a shift, where a division would cost more than the table saves) */
+    uint64_t *ns_at_chunk;
     uint64_t n_at_chunk;
+    unsigned chunk_shift;
 } sim_engine;
 
 struct sim_state {
@@ -239,9 +242,10 @@ static void engine_close_segment(sim_state *s, sim_engine *e) {
 }
 
 /* cost_transfer_ns of `offset` bytes on engine e. */
-static uint64_t engine_xfer_ns(const sim_state *s, const sim_engine *e, uint64_t offset) {
-    uint64_t chunk = s->ms.cfg.chunk_bytes;
-    if (offset % chunk == 0 && offset / chunk < e->n_at_chunk) return e->ns_at_chunk[offset / chunk];
+static uint64_t engine_xfer_ns(const sim_engine *e, uint64_t offset) {
+    uint64_t k = offset >> e->chunk_shift;
+    if (e->ns_at_chunk && k << e->chunk_shift == offset && k < e->n_at_chunk)
+        return e->ns_at_chunk[k];
     return cost_transfer_ns(offset, e->bytes_per_s);
 }
 
@@ -250,7 +254,7 @@ static uint64_t engine_xfer_ns(const sim_state *s, const sim_engine *e, uint64_t
  * transfer's exact time; the latency is paid once per transfer, on its first chunk, or by every
  * chunk with latency_per_chunk. */
 static uint64_t engine_end_ns(const sim_state *s, const sim_engine *e, uint64_t bytes) {
-    uint64_t t = e->t_start_ns + engine_xfer_ns(s, e, e->chunk.offset + bytes) - e->start_xfer_ns;
+    uint64_t t = e->t_start_ns + engine_xfer_ns(e, e->chunk.offset + bytes) - e->start_xfer_ns;
     if (e->latency_per_chunk) {
         uint64_t chunk = s->ms.cfg.chunk_bytes;
         t += (bytes + chunk - 1) / chunk * e->latency_ns;
@@ -294,7 +298,7 @@ static void engine_kick(sim_state *s, int id) {
     e->busy = true;
     e->chunk = c;
     e->t_start_ns = s->now_ns;
-    e->start_xfer_ns = engine_xfer_ns(s, e, c.offset);
+    e->start_xfer_ns = engine_xfer_ns(e, c.offset);
     e->t_end_ns = engine_end_ns(s, e, c.bytes);
     sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
 }
@@ -878,6 +882,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         /* a span is cut at the first chunk ending after the cut: that needs every chunk to take
          * time (at least 1 ns: a chunk's exact time of 2 ns or more, whatever the rounding) */
         e->spans = (double)mc.chunk_bytes * 1e9 / e->bytes_per_s >= 2;
+        if (mc.chunk_bytes & (mc.chunk_bytes - 1)) continue; /* not a power of two: no table */
+        e->chunk_shift = (unsigned)__builtin_ctzll(mc.chunk_bytes);
         e->n_at_chunk = widest / mc.chunk_bytes + 2;
         e->ns_at_chunk = arena_calloc(&s->mem, e->n_at_chunk, sizeof *e->ns_at_chunk);
         for (uint64_t k = 0; k < e->n_at_chunk; k++)
