@@ -601,4 +601,5 @@ const policy_methods policy_dynaexq = {
     .destroy = dx_destroy,
     .hi_precision = dynaexq_hi_precision,
     .load_precisions = dynaexq_load_precisions,
+    .ignores_lookahead = true,
 };

@@ -95,17 +95,26 @@ uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, 
     return n_out;
 }
 
-static bool ids_contain(const uint16_t *ids, uint32_t n, uint16_t e) {
+/* Sets the bit of every valid id of ids[n] in set (MODEL_MAX_EXPERTS bits, cleared before). */
+static void id_set_fill(uint64_t *set, const uint16_t *ids, uint32_t n) {
     for (uint32_t i = 0; i < n; i++)
-        if (ids[i] == e) return true;
-    return false;
+        if (ids[i] < MODEL_MAX_EXPERTS) set[ids[i] >> 6] |= 1ull << (ids[i] & 63);
+}
+
+static bool id_set_has(const uint64_t *set, uint16_t e) {
+    return e < MODEL_MAX_EXPERTS && (set[e >> 6] >> (e & 63) & 1);
 }
 
 void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *active,
                      uint32_t n_active, const bool *cached, firm_heop_counts *acc) {
-    for (uint32_t i = 0; i < n_pred; i++) acc->n_unused += !ids_contain(active, n_active, pred[i]);
+    /* membership through bit sets: once per route of every decode step, where scanning one list
+     * per element of the other was most of the policy's time */
+    uint64_t pred_set[MODEL_MAX_EXPERTS / 64] = {0}, active_set[MODEL_MAX_EXPERTS / 64] = {0};
+    id_set_fill(pred_set, pred, n_pred);
+    id_set_fill(active_set, active, n_active);
+    for (uint32_t i = 0; i < n_pred; i++) acc->n_unused += !id_set_has(active_set, pred[i]);
     for (uint32_t i = 0; i < n_active; i++) {
-        bool predicted = ids_contain(pred, n_pred, active[i]);
+        bool predicted = id_set_has(pred_set, active[i]);
         acc->n_miss += !predicted;
         acc->n_hit += cached[i] && !predicted;
     }

@@ -178,6 +178,7 @@ struct sim_state {
     uint64_t *order_key;
     uint32_t la_depth, la_k;
     bool la_emulated;
+    bool la_unread; /* emulated predictions the policy never reads: not built (r_la_* NULL) */
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
 
     /* recorded look-ahead: top-1 hits at distance 1, counted as the run gathers each row once */
@@ -545,9 +546,9 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
         .experts = ex,
         .gates = gs,
         .importance = s->r_importance ? s->r_importance + i0 : NULL,
-        .lookahead_ids = s->la_depth ? s->r_la_ids + (size_t)i0 * s->la_depth * s->la_k : NULL,
+        .lookahead_ids = s->r_la_ids ? s->r_la_ids + (size_t)i0 * s->la_depth * s->la_k : NULL,
         .lookahead_scores =
-            s->la_depth ? s->r_la_scores + (size_t)i0 * s->la_depth * s->la_k : NULL,
+            s->r_la_ids ? s->r_la_scores + (size_t)i0 * s->la_depth * s->la_k : NULL,
         .n_active = n_active,
         .active = s->active,
         .active_tokens = s->active_tokens,
@@ -605,7 +606,7 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
  * look-ahead, counts its top-1 hits at distance 1 (every (token, layer) is gathered once). */
 static void gather_route(sim_state *s, uint32_t layer) {
     uint32_t K = s->K;
-    size_t DK = (size_t)s->la_depth * s->la_k;
+    size_t DK = s->la_unread ? 0 : (size_t)s->la_depth * s->la_k;
     for (uint32_t i = 0; i < s->step_n; i++) {
         uint32_t tok = s->step_tok[i];
         uint64_t at;
@@ -845,12 +846,14 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         s->la_depth = s->set.predictor_depth;
         s->la_k = s->la_depth ? s->K : 0;
         s->la_emulated = s->la_depth > 0;
+        /* building them is a few % of a run of a policy that ignores them */
+        s->la_unread = s->la_emulated && s->pm->ignores_lookahead;
     }
     size_t MT = s->max_step_tokens;
     s->r_experts = arena_calloc(&s->mem, MT * s->K, sizeof(uint16_t));
     s->r_gates = arena_calloc(&s->mem, MT * s->K, sizeof(float));
     if (t->meta.has_importance) s->r_importance = arena_calloc(&s->mem, MT, sizeof(float));
-    if (s->la_depth) {
+    if (s->la_depth && !s->la_unread) {
         s->r_la_ids = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(uint16_t));
         s->r_la_scores = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(float));
     }
