@@ -52,29 +52,26 @@
 
 uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_prime, uint32_t K,
                           uint32_t n_experts, uint16_t *out) {
-    /* Rank every valid, first-occurring candidate among the others (k_prime is small: the
-     * trace's K', 16 by default): equal scores keep their recorded order. */
-    bool usable[MODEL_MAX_EXPERTS]; /* [k_prime] valid id, not a repeat of an earlier one */
+    /* A stable insertion sort of the valid, first-occurring candidates by descending score
+     * (equal scores keep their recorded order; k_prime is small: the trace's K'), then the
+     * first K. Ranking each candidate against all others instead was quadratic in compares
+     * whose outcome is data. */
+    uint16_t order[MODEL_MAX_EXPERTS]; /* [n] indices into ids, best first */
     MOESIM_ASSERT(k_prime <= MODEL_MAX_EXPERTS);
+    uint32_t n = 0;
     for (uint32_t i = 0; i < k_prime; i++) {
-        usable[i] = ids[i] < n_experts;
-        for (uint32_t j = 0; j < i && usable[i]; j++) usable[i] = ids[j] != ids[i];
-    }
-    uint32_t n_out = 0;
-    for (uint32_t i = 0; i < k_prime; i++) {
-        if (!usable[i]) continue;
-        uint32_t rank = 0;
-        for (uint32_t j = 0; j < k_prime; j++) {
-            if (j == i || !usable[j]) continue;
-            bool ahead =
-                scores ? (scores[j] > scores[i] || (scores[j] == scores[i] && j < i)) : j < i;
-            rank += ahead;
+        bool usable = ids[i] < n_experts;
+        for (uint32_t j = 0; j < i && usable; j++) usable = ids[j] != ids[i];
+        if (!usable) continue;
+        uint32_t at = n++;
+        while (at > 0 && scores && scores[i] > scores[order[at - 1]]) {
+            order[at] = order[at - 1];
+            at--;
         }
-        if (rank < K) {
-            out[rank] = ids[i];
-            n_out++;
-        }
+        order[at] = (uint16_t)i;
     }
+    uint32_t n_out = n < K ? n : K;
+    for (uint32_t r = 0; r < n_out; r++) out[r] = ids[order[r]];
     return n_out;
 }
 

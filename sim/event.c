@@ -41,12 +41,6 @@ void sim_event_push(sim_event_queue *q, uint64_t t_ns, uint32_t kind, uint32_t a
     q->heap[i] = e;
 }
 
-bool sim_event_peek(const sim_event_queue *q, sim_event *out) {
-    if (q->n == 0) return false;
-    *out = q->heap[0];
-    return true;
-}
-
 /* Restores the heap order around slot i after its event changed or moved in: up while it
  * precedes its parent, else down while a child precedes it. */
 static void heap_fix(sim_event_queue *q, size_t i) {

@@ -313,7 +313,8 @@ static void engine_cut_span(sim_state *s, int id) {
     uint64_t chunk = s->ms.cfg.chunk_bytes, keep = chunk;
     if (!e->busy || e->chunk.bytes <= chunk) return;
     while (keep < e->chunk.bytes && engine_end_ns(s, e, keep) <= s->now_ns) keep += chunk;
-    if (keep == e->chunk.bytes) return;
+    if (keep >= e->chunk.bytes) return; /* its last chunk is in flight (a demand copy's may be
+                                         * shorter than a chunk) */
     memsys_span_trim(&s->ms, &e->chunk, keep);
     e->t_end_ns = engine_end_ns(s, e, keep);
     bool moved = sim_event_cancel(&s->q, EV_CHUNK, (uint32_t)id);
@@ -471,17 +472,19 @@ static void stream_op(sim_state *s, uint64_t *t, uint64_t dur_ns, const char *ca
 /* Blocks the stream until every part in `mask` of (layer, expert, p) is resident. */
 static void stream_wait_parts(sim_state *s, uint64_t *t, uint32_t layer, uint32_t expert,
                               moesim_precision p, uint32_t mask) {
-    size_t base = idx_lep(s, layer, expert, p) * PART_COUNT;
+    const uint8_t *st = s->ms.state + idx_lep(s, layer, expert, p) * PART_COUNT; /* [PART_COUNT] */
     sim_advance_to(s, *t);
-    char name[64] = "";
+    char name[64];
+    name[0] = '\0';
     for (;;) {
-        bool ready = true;
+        /* the parts of `mask` not yet resident, as a mask (this test runs twice per expert op) */
+        uint32_t waiting = 0;
         for (int part = 0; part < PART_COUNT; part++)
-            if ((mask & (1u << part)) && s->ms.state[base + part] != POLICY_RESIDENT) {
-                MOESIM_ASSERT(s->ms.state[base + part] == POLICY_LOADING);
-                ready = false;
-            }
-        if (ready) break;
+            waiting |= (uint32_t)(st[part] != POLICY_RESIDENT) << part;
+        waiting &= mask;
+        if (!waiting) break;
+        for (int part = 0; part < PART_COUNT; part++)
+            MOESIM_ASSERT(!(waiting & (1u << part)) || st[part] == POLICY_LOADING);
         if (s->tl.on && !name[0]) snprintf(name, sizeof name, "stall L%u e%u", layer, expert);
         stream_stall_until_next(s, t, name);
     }

@@ -162,37 +162,74 @@ static void span_memsys(memsys *ms, bool expert1_on_ssd) {
     memsys_place(ms, order, 1, expert1_on_ssd ? 13 * mib / 2 : 64 * mib);
 }
 
-Test(sim_memsys, a_span_ends_where_the_next_part_lands_and_never_takes_the_last_chunk) {
+/* Serves expert 0's load of class `cls` in spans to the end, checking each span's bytes and the
+ * parts resident after it (want_resident[i]: mask of landed parts). */
+static void check_spans(policy_class cls, uint32_t n, const uint64_t *want_offset,
+                        const uint64_t *want_bytes, const uint32_t *want_resident) {
+    memsys ms;
+    span_memsys(&ms, false);
+    cr_assert_eq(memsys_ops.load(&ms, 0, 0, PREC_BF16, POLICY_PARTS_ALL, cls), POLICY_ISSUED);
+    for (uint32_t i = 0; i < n; i++) {
+        memsys_chunk c;
+        cr_assert(memsys_next_span(&ms, MEMSYS_H2D, &c), "span %u", i);
+        cr_expect_eq(c.offset, want_offset[i], "span %u at %llu", i, (unsigned long long)c.offset);
+        cr_expect_eq(c.bytes, want_bytes[i], "span %u of %llu bytes", i,
+                     (unsigned long long)c.bytes);
+        cr_expect_eq(c.first, i == 0);
+        memsys_xfer done;
+        cr_expect_eq(memsys_chunk_done(&ms, &c, &done), i == n - 1, "the last span completes it");
+        for (int part = 0; part < PART_COUNT; part++)
+            cr_expect_eq(memsys_ops.state(&ms, 0, 0, PREC_BF16, (expert_part)part),
+                         want_resident[i] & (1u << part) ? POLICY_RESIDENT : POLICY_LOADING,
+                         "span %u, part %d", i, part);
+    }
+    memsys_chunk c;
+    cr_expect_not(memsys_next_span(&ms, MEMSYS_H2D, &c));
+    memsys_free(&ms);
+}
+
+Test(sim_memsys, a_span_ends_where_the_next_part_lands_and_only_a_demand_copy_takes_its_last_chunk) {
+    const uint64_t mib = 1u << 20;
+    /* [0, 3): gate lands in chunk 3; [3, 5): up ends at 5; [5, 6.5): down, to the end */
+    const uint64_t demand_offset[] = {0, 3 * mib, 5 * mib};
+    const uint64_t demand_bytes[] = {3 * mib, 2 * mib, 3 * mib / 2};
+    const uint32_t demand_resident[] = {1, 3, 7};
+    check_spans(POLICY_DEMAND, 3, demand_offset, demand_bytes, demand_resident);
+    /* a prefetch could still be promoted while its last chunk waits: [5, 6), then [6, 6.5) */
+    const uint64_t prefetch_offset[] = {0, 3 * mib, 5 * mib, 6 * mib};
+    const uint64_t prefetch_bytes[] = {3 * mib, 2 * mib, mib, mib / 2};
+    const uint32_t prefetch_resident[] = {1, 3, 3, 7};
+    check_spans(POLICY_PREFETCH, 4, prefetch_offset, prefetch_bytes, prefetch_resident);
+}
+
+Test(sim_memsys, a_cut_demand_span_goes_back_to_its_queue_by_issue_order) {
+    /* demand copies of experts 0 then 1: expert 0's last span takes its last chunk (off the
+     * queue); cut back to its first chunk, it is queued again ahead of expert 1 */
     const uint64_t mib = 1u << 20;
     memsys ms;
     span_memsys(&ms, false);
     cr_assert_eq(memsys_ops.load(&ms, 0, 0, PREC_BF16, POLICY_PARTS_ALL, POLICY_DEMAND),
                  POLICY_ISSUED);
-    /* [0, 3): gate lands in chunk 3; [3, 5): up ends at 5; [5, 6): down's chunk before the last;
-     * [6, 6.5): the last chunk alone */
-    const uint64_t want_offset[] = {0, 3 * mib, 5 * mib, 6 * mib};
-    const uint64_t want_bytes[] = {3 * mib, 2 * mib, mib, mib / 2};
-    const policy_residency want_gate[] = {POLICY_RESIDENT, POLICY_RESIDENT, POLICY_RESIDENT,
-                                          POLICY_RESIDENT};
-    const policy_residency want_up[] = {POLICY_LOADING, POLICY_RESIDENT, POLICY_RESIDENT,
-                                        POLICY_RESIDENT};
-    const policy_residency want_down[] = {POLICY_LOADING, POLICY_LOADING, POLICY_LOADING,
-                                          POLICY_RESIDENT};
-    for (int i = 0; i < 4; i++) {
-        memsys_chunk c;
-        cr_assert(memsys_next_span(&ms, MEMSYS_H2D, &c), "span %d", i);
-        cr_expect_eq(c.offset, want_offset[i], "span %d at %llu", i, (unsigned long long)c.offset);
-        cr_expect_eq(c.bytes, want_bytes[i], "span %d of %llu bytes", i,
-                     (unsigned long long)c.bytes);
-        cr_expect_eq(c.first, i == 0);
-        memsys_xfer done;
-        cr_expect_eq(memsys_chunk_done(&ms, &c, &done), i == 3, "the last span completes it");
-        cr_expect_eq(memsys_ops.state(&ms, 0, 0, PREC_BF16, PART_GATE), want_gate[i]);
-        cr_expect_eq(memsys_ops.state(&ms, 0, 0, PREC_BF16, PART_UP), want_up[i]);
-        cr_expect_eq(memsys_ops.state(&ms, 0, 0, PREC_BF16, PART_DOWN), want_down[i]);
-    }
     memsys_chunk c;
-    cr_expect_not(memsys_next_span(&ms, MEMSYS_H2D, &c));
+    memsys_xfer done;
+    for (int i = 0; i < 2; i++) {
+        cr_assert(memsys_next_span(&ms, MEMSYS_H2D, &c));
+        memsys_chunk_done(&ms, &c, &done);
+    }
+    cr_assert(memsys_next_span(&ms, MEMSYS_H2D, &c));
+    cr_assert(c.offset == 5 * mib && c.bytes == 3 * mib / 2);
+    cr_assert_eq(memsys_ops.load(&ms, 0, 1, PREC_BF16, POLICY_PARTS_ALL, POLICY_DEMAND),
+                 POLICY_ISSUED);
+    memsys_span_trim(&ms, &c, mib);
+    cr_expect_not(memsys_chunk_done(&ms, &c, &done));
+    memsys_chunk r;
+    cr_assert(memsys_next_span(&ms, MEMSYS_H2D, &r));
+    cr_expect(r.xfer == c.xfer && r.offset == 6 * mib && r.bytes == mib / 2,
+              "expert 0's last chunk before expert 1: got transfer %u at %llu", r.xfer,
+              (unsigned long long)r.offset);
+    cr_expect(memsys_chunk_done(&ms, &r, &done));
+    cr_assert(memsys_next_span(&ms, MEMSYS_H2D, &r));
+    cr_expect(r.xfer != c.xfer && r.first);
     memsys_free(&ms);
 }
 
