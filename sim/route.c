@@ -100,15 +100,14 @@ void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *exper
             t->gate_hi += gates[i];
         else
             t->gate_lo += gates[i];
-        if (rs->stamp[e] == gen) { /* served by the same fetch as an earlier access */
-            t->hits++;
-            continue;
-        }
+        /* a hit: served by the same fetch as an earlier access of the route, or resident (a
+         * count, not a jump: which accesses repeat an expert is data) */
+        bool repeat = rs->stamp[e] == gen;
         rs->stamp[e] = gen;
         const uint8_t *st = layer_state + ((size_t)e * P + pr) * PART_COUNT;
         bool resident = true;
         for (int part = 0; part < PART_COUNT; part++) resident &= st[part] == POLICY_RESIDENT;
-        t->hits += resident;
+        t->hits += repeat | resident;
     }
 }
 
@@ -116,40 +115,43 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
                                    const uint8_t *layer_state, uint32_t P,
                                    uint64_t (*loading_seq)(const void *host, size_t part_index),
                                    const void *host, uint32_t *order, uint64_t *order_key) {
-    /* resident experts first, in active order (most of them: a pass, not an insertion each) */
-    uint32_t n_run = 0;
+    /* One pass puts the resident experts in order (active order) and lists the loading ones in
+     * order_key, both by conditional counts rather than jumps: which experts are still loading
+     * is data, and the jumps were mostly mispredicted. */
+    uint32_t n_resident = 0, n_loading = 0;
     for (uint32_t a = 0; a < n_active; a++) {
         uint8_t pr = rs->plan[a];
         if (pr == POLICY_RUN_SKIP) continue;
         const uint8_t *st = layer_state + ((size_t)rs->active[a] * P + pr) * PART_COUNT;
-        bool loading = false;
+        uint32_t loading = 0;
         for (int part = 0; part < PART_COUNT; part++) loading |= st[part] == POLICY_LOADING;
-        if (!loading) order[n_run++] = a;
+        order[n_resident] = a;
+        n_resident += !loading;
+        order_key[n_loading] = a;
+        n_loading += loading;
     }
-    /* then the loading ones by the issue sequence of their latest-issued part (distinct: one
-     * transfer carries one expert) */
-    uint32_t n_resident = n_run;
-    for (uint32_t a = 0; a < n_active; a++) {
-        uint8_t pr = rs->plan[a];
-        if (pr == POLICY_RUN_SKIP) continue;
-        size_t base = ((size_t)rs->active[a] * P + pr) * PART_COUNT;
+    /* Then the loading ones by the issue sequence of their latest-issued loading part (distinct:
+     * a transfer carries one expert), by insertion: the k-th is read from order_key[k] before
+     * the sorted keys (order_key[0, k]) can reach that slot. */
+    for (uint32_t k = 0; k < n_loading; k++) {
+        uint32_t a = (uint32_t)order_key[k];
+        size_t base = ((size_t)rs->active[a] * P + rs->plan[a]) * PART_COUNT;
         uint64_t key = 0;
         for (int part = 0; part < PART_COUNT; part++)
             if (layer_state[base + part] == POLICY_LOADING) {
-                uint64_t k = loading_seq(host, base + (size_t)part) + 1;
-                if (k > key) key = k;
+                uint64_t seq = loading_seq(host, base + (size_t)part) + 1;
+                if (seq > key) key = seq;
             }
-        if (!key) continue;
-        uint32_t j = n_run++;
-        while (j > n_resident && order_key[j - 1] > key) {
-            order[j] = order[j - 1];
+        uint32_t j = k;
+        while (j > 0 && order_key[j - 1] > key) {
+            order[n_resident + j] = order[n_resident + j - 1];
             order_key[j] = order_key[j - 1];
             j--;
         }
-        order[j] = a;
+        order[n_resident + j] = a;
         order_key[j] = key;
     }
-    return n_run;
+    return n_resident + n_loading;
 }
 
 void sim_route_gather(const sim_route_source *src, const uint32_t *tokens, uint32_t n,
