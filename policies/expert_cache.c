@@ -7,8 +7,8 @@
  * (expert_cache_refresh), so a search compares stored keys instead of calling the key function
  * per candidate. Global scope adds an indexed binary max-heap over every held expert (heap_le,
  * heap_pos as its inverse) whose root is the next victim; pinned roots are popped aside during a
- * search and pushed back with fresh keys. Recency ticks and use counts are per (layer, expert) and count
- * (token, slot) accesses. Pins are epoch stamps: a new route bumps the epoch instead of
+ * search and pushed back with fresh keys. Recency ticks and use counts are per (layer, expert) and
+ * count (token, slot) accesses. Pins are epoch stamps: a new route bumps the epoch instead of
  * clearing. No allocation after init. */
 #include "policies/expert_cache.h"
 
@@ -169,8 +169,8 @@ bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert)
 
 /* Stores the current key of held expert slot s. */
 static void store_key(expert_cache *c, size_t s) {
-    c->stored_key[s] = c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts),
-                              (uint32_t)(s % c->n_experts));
+    c->stored_key[s] =
+        c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
 }
 
 void expert_cache_halve(expert_cache *c) {
@@ -309,7 +309,8 @@ static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, uint
         }
     }
     if (best == SIZE_MAX) return false;
-    *victim_layer = (uint32_t)(best / c->n_experts), *victim_expert = (uint32_t)(best % c->n_experts);
+    *victim_layer = (uint32_t)(best / c->n_experts);
+    *victim_expert = (uint32_t)(best % c->n_experts);
     return true;
 }
 
@@ -419,7 +420,6 @@ expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, ui
     expert_cache_key k = {UINT64_MAX - c->uses[s], UINT64_MAX - c->last_use[s]};
     return k;
 }
-
 
 uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan) {
     /* the route's experts run together: none is the victim of a load for the route */

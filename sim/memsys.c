@@ -318,7 +318,7 @@ static uint64_t span_end(const memsys *m, const memsys_xfer *x, uint64_t offset)
     return end < limit ? end : limit;
 }
 
-/* memsys_next_chunk, extended to a span of whole chunks when `span` allows it. */
+/* memsys_next_chunk, extended to a span of chunks when `span` allows it. */
 static bool next_chunk(memsys *m, int e, bool span, memsys_chunk *out) {
     bool staged = e == MEMSYS_SSD && !m->cfg.gpu_direct_storage;
     for (int c = 0; c < MEMSYS_CLASSES; c++)

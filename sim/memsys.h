@@ -176,11 +176,11 @@ bool memsys_next_chunk(memsys *m, int engine, memsys_chunk *out);
  * transfer not staged through the SSD may come as a span of consecutive chunks, up to the chunk
  * where its next part lands (so every part lands at the end of a span, as chunk by chunk), and
  * not the transfer's last chunk unless it is a demand copy (so a copy that could still be
- * promoted stays queued, as chunk by chunk). Served chunk by chunk, the engine
- * would pick the same transfer at each boundary inside the span unless a request arrives; so the
- * host must, whenever an engine gets work (memsys_host.on_work) while a span is in flight, cut
- * the span back to the chunk in flight with memsys_span_trim. The host is also the one to know
- * whether other events could fall on the span's inner boundaries (then it asks chunk by chunk). */
+ * promoted stays queued, as chunk by chunk). Served chunk by chunk, the engine would pick the
+ * same transfer at each boundary inside the span unless a request arrives; so the host must,
+ * whenever an engine gets work (memsys_host.on_work) while a span is in flight, cut the span
+ * back to the chunk in flight with memsys_span_trim. The host is also the one to know whether
+ * other events could fall on the span's inner boundaries (then it asks chunk by chunk). */
 bool memsys_next_span(memsys *m, int engine, memsys_chunk *out);
 /* Cuts a span handed out by memsys_next_span back to its first `bytes` (a whole number of
  * chunks, at least one); the rest is servable again (queued by issue order if the span had taken

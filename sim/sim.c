@@ -99,8 +99,8 @@ typedef struct sim_engine {
     double bytes_per_s;
     uint64_t latency_ns;
     bool latency_per_chunk; /* every chunk pays latency_ns (hw h2d_latency_per_chunk) */
-    bool spans;            /* may serve spans of chunks (engine_may_span) */
-    bool busy;             /* a chunk (or span) is in flight */
+    bool spans;             /* may serve spans of chunks (engine_may_span) */
+    bool busy;              /* a chunk (or span) is in flight */
     memsys_chunk chunk;    /* the chunk in flight */
     uint64_t t_start_ns, t_end_ns; /* when it started and ends (its event's time) */
     uint64_t start_xfer_ns;        /* engine_xfer_ns at its offset */
@@ -313,8 +313,8 @@ static void engine_cut_span(sim_state *s, int id) {
     uint64_t chunk = s->ms.cfg.chunk_bytes, keep = chunk;
     if (!e->busy || e->chunk.bytes <= chunk) return;
     while (keep < e->chunk.bytes && engine_end_ns(s, e, keep) <= s->now_ns) keep += chunk;
-    if (keep >= e->chunk.bytes) return; /* its last chunk is in flight (a demand copy's may be
-                                         * shorter than a chunk) */
+    /* its last chunk is in flight (a demand copy's may be shorter than a chunk): nothing to cut */
+    if (keep >= e->chunk.bytes) return;
     memsys_span_trim(&s->ms, &e->chunk, keep);
     e->t_end_ns = engine_end_ns(s, e, keep);
     bool moved = sim_event_cancel(&s->q, EV_CHUNK, (uint32_t)id);

@@ -152,8 +152,11 @@ Test(sim_memsys, bits_per_weight_is_the_run_formats_weighted_by_gate_mass) {
  * DRAM (on_ssd: expert 1 on the SSD instead); no host callbacks. */
 static void span_memsys(memsys *ms, bool expert1_on_ssd) {
     const uint64_t mib = 1u << 20;
-    memsys_config cfg = {.n_layers = 1, .n_experts = 2, .pool_cap_bytes = 64 * mib,
-                         .chunk_bytes = mib, .bounce_bytes = 8 * mib};
+    memsys_config cfg = {.n_layers = 1,
+                         .n_experts = 2,
+                         .pool_cap_bytes = 64 * mib,
+                         .chunk_bytes = mib,
+                         .bounce_bytes = 8 * mib};
     const uint64_t parts[PART_COUNT] = {5 * mib / 2, 5 * mib / 2, 3 * mib / 2};
     memcpy(cfg.part_bytes[PREC_BF16], parts, sizeof parts);
     memsys_host host = {0};
@@ -188,7 +191,8 @@ static void check_spans(policy_class cls, uint32_t n, const uint64_t *want_offse
     memsys_free(&ms);
 }
 
-Test(sim_memsys, a_span_ends_where_the_next_part_lands_and_only_a_demand_copy_takes_its_last_chunk) {
+Test(sim_memsys,
+     a_span_ends_where_the_next_part_lands_and_only_a_demand_copy_takes_its_last_chunk) {
     const uint64_t mib = 1u << 20;
     /* [0, 3): gate lands in chunk 3; [3, 5): up ends at 5; [5, 6.5): down, to the end */
     const uint64_t demand_offset[] = {0, 3 * mib, 5 * mib};
