@@ -198,7 +198,7 @@ static moesim_status dx_create(const policy_params *pp, const void *knobs_v, pol
         return moesim_fail(err, MOESIM_EINPUT,
                            "[dynaexq] prefetch: needs look-ahead predictions (002 Sec. 3.3's "
                            "cross-layer correlations) and the run has none; expected a trace "
-                           "with predictions, sim.predictor_depth >= 1, or dynaexq.prefetch=off");
+                           "with predictions, predictor.depth >= 1, or dynaexq.prefetch=off");
 
     bool per_layer = pp->experts_per_layer > 0;
     uint32_t L = pp->n_layers, E = pp->n_experts, n_scopes = per_layer ? L : 1;
@@ -668,4 +668,5 @@ const policy_methods policy_dynaexq = {
     .destroy = dx_destroy,
     .hi_precision = dynaexq_hi_precision,
     .load_precisions = dynaexq_load_precisions,
+    /* not ignores_lookahead: the prefetch knob (002 §3.3) reads the predictions */
 };

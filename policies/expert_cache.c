@@ -2,11 +2,13 @@
  * model, the scope rules and the victim order).
  *
  * Layout: per layer, a compact list of held expert ids (held_ids, with held_pos as its inverse)
- * so a layer-scope victim search scans only what is held (at most the pool), never all E. Global
- * scope adds an indexed binary max-heap over every held expert (heap_le / heap_key, heap_pos as
- * its inverse) whose root is the next victim; pinned roots are popped aside during a search and
- * pushed back with fresh keys. Recency ticks and use counts are per (layer, expert) and count
- * (token, slot) accesses. Pins are epoch stamps: a new route bumps the epoch instead of
+ * so a layer-scope victim search scans only what is held (at most the pool), never all E. Every
+ * held expert's key is stored (stored_key) when it is held and whenever it may change
+ * (expert_cache_refresh), so a search compares stored keys instead of calling the key function
+ * per candidate. Global scope adds an indexed binary max-heap over every held expert (heap_le,
+ * heap_pos as its inverse) whose root is the next victim; pinned roots are popped aside during a
+ * search and pushed back with fresh keys. Recency ticks and use counts are per (layer, expert) and
+ * count (token, slot) accesses. Pins are epoch stamps: a new route bumps the epoch instead of
  * clearing. No allocation after init. */
 #include "policies/expert_cache.h"
 
@@ -117,8 +119,9 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
     c->pin_epoch = 1;
     c->key = key;
     c->key_ctx = key_ctx;
+    c->stored_key = moesim_xcalloc(n, sizeof *c->stored_key);
+    c->active_slot = moesim_xcalloc(pp->n_experts, sizeof *c->active_slot);
     if (scope == EXPERT_CACHE_GLOBAL) {
-        c->heap_key = moesim_xcalloc(n, sizeof *c->heap_key);
         c->heap_le = moesim_xcalloc(n, sizeof *c->heap_le);
         c->heap_pos = moesim_xmalloc(n * sizeof *c->heap_pos);
         for (size_t i = 0; i < n; i++) c->heap_pos[i] = NO_HEAP;
@@ -134,7 +137,8 @@ void expert_cache_free(expert_cache *c) {
     free(c->last_use);
     free(c->uses);
     free(c->pin);
-    free(c->heap_key);
+    free(c->stored_key);
+    free(c->active_slot);
     free(c->heap_le);
     free(c->heap_pos);
     free(c->scratch);
@@ -153,16 +157,28 @@ void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert) {
 void expert_cache_begin_route(expert_cache *c) { c->pin_epoch++; }
 
 void expert_cache_pin_active(expert_cache *c, const policy_route *r) {
-    for (uint32_t i = 0; i < r->n_active; i++) expert_cache_pin(c, r->layer, r->active[i]);
+    for (uint32_t i = 0; i < r->n_active; i++) {
+        expert_cache_pin(c, r->layer, r->active[i]);
+        c->active_slot[r->active[i]] = i;
+    }
 }
 
 bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert) {
     return c->pin[slot(c, layer, expert)] == c->pin_epoch;
 }
 
+/* Stores the current key of held expert slot s. */
+static void store_key(expert_cache *c, size_t s) {
+    c->stored_key[s] =
+        c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
+}
+
 void expert_cache_halve(expert_cache *c) {
     size_t n = (size_t)c->n_layers * c->n_experts;
     for (size_t i = 0; i < n; i++) c->uses[i] >>= 1;
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        for (uint32_t i = 0; i < c->n_held[l]; i++)
+            store_key(c, (size_t)l * c->n_experts + c->held_ids[(size_t)l * c->n_experts + i]);
     if (c->heap_pos) heap_rebuild(c);
 }
 
@@ -174,28 +190,26 @@ bool expert_cache_layer_full(const expert_cache *c, uint32_t layer) {
     return c->scope == EXPERT_CACHE_LAYER && c->n_held[layer] >= c->layer_capacity;
 }
 
-/* True when candidate (k, l, e) should be evicted before (bk, bl, be). */
-static bool key_before(expert_cache_key k, uint32_t l, uint32_t e, expert_cache_key bk, uint32_t bl,
-                       uint32_t be) {
-    if (k.primary != bk.primary) return k.primary > bk.primary;
-    if (k.secondary != bk.secondary) return k.secondary > bk.secondary;
-    if (l != bl) return l < bl;
-    return e < be;
-}
-
 /* ---- the global-scope heap: entry i's parent is (i - 1) / 2; the root is the victim ---- */
+
+/* True when slot a (= layer * E + expert) with key ka is evicted before slot b with key kb: by
+ * key, then lower layer, then lower expert, which is slot order. Without branches: in a victim
+ * scan the outcome is data, and mispredicted jumps were most of the scan's time. */
+static bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b) {
+    return (ka.primary > kb.primary) |
+           ((ka.primary == kb.primary) &
+            ((ka.secondary > kb.secondary) | ((ka.secondary == kb.secondary) & (a < b))));
+}
 
 static bool heap_before(const expert_cache *c, uint32_t i, uint32_t j) {
     uint32_t a = c->heap_le[i], b = c->heap_le[j];
-    return key_before(c->heap_key[i], a / c->n_experts, a % c->n_experts, c->heap_key[j],
-                      b / c->n_experts, b % c->n_experts);
+    return key_before(c->stored_key[a], a, c->stored_key[b], b);
 }
 
 static void heap_swap(expert_cache *c, uint32_t i, uint32_t j) {
-    expert_cache_key k = c->heap_key[i];
     uint32_t le = c->heap_le[i];
-    c->heap_key[i] = c->heap_key[j], c->heap_le[i] = c->heap_le[j];
-    c->heap_key[j] = k, c->heap_le[j] = le;
+    c->heap_le[i] = c->heap_le[j];
+    c->heap_le[j] = le;
     c->heap_pos[c->heap_le[i]] = i;
     c->heap_pos[c->heap_le[j]] = j;
 }
@@ -218,9 +232,8 @@ static void heap_down(expert_cache *c, uint32_t i) {
     }
 }
 
-static void heap_push(expert_cache *c, uint32_t le, expert_cache_key k) {
+static void heap_push(expert_cache *c, uint32_t le) {
     uint32_t i = c->n_heap++;
-    c->heap_key[i] = k;
     c->heap_le[i] = le;
     c->heap_pos[le] = i;
     heap_up(c, i);
@@ -231,7 +244,6 @@ static void heap_remove_at(expert_cache *c, uint32_t i) {
     c->heap_pos[c->heap_le[i]] = NO_HEAP;
     if (i == last) return;
     uint32_t le = c->heap_le[last];
-    c->heap_key[i] = c->heap_key[last];
     c->heap_le[i] = le;
     c->heap_pos[le] = i;
     heap_up(c, i);
@@ -239,20 +251,16 @@ static void heap_remove_at(expert_cache *c, uint32_t i) {
 }
 
 void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
-    if (!c->heap_pos) return;
     size_t le = slot(c, layer, expert);
-    uint32_t i = c->heap_pos[le];
-    if (i == NO_HEAP) return;
-    c->heap_key[i] = c->key(c, c->key_ctx, layer, expert);
-    heap_up(c, i);
+    if (c->held_pos[le] == NOT_HELD) return;
+    store_key(c, le);
+    if (!c->heap_pos) return;
+    heap_up(c, c->heap_pos[le]);
     heap_down(c, c->heap_pos[le]);
 }
 
+/* Restores the heap order after every stored key changed. */
 static void heap_rebuild(expert_cache *c) {
-    for (uint32_t i = 0; i < c->n_heap; i++) {
-        uint32_t le = c->heap_le[i];
-        c->heap_key[i] = c->key(c, c->key_ctx, le / c->n_experts, le % c->n_experts);
-    }
     for (uint32_t i = c->n_heap / 2; i-- > 0;) heap_down(c, i);
 }
 
@@ -264,7 +272,8 @@ static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
     c->held_pos[s] = (uint16_t)i;
     c->total_held++;
     if (c->count_per_copy) c->uses[s] = 0; /* a new copy: its count starts over */
-    if (c->heap_pos) heap_push(c, (uint32_t)s, c->key(c, c->key_ctx, layer, expert));
+    store_key(c, s);
+    if (c->heap_pos) heap_push(c, (uint32_t)s);
 }
 
 static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
@@ -283,23 +292,26 @@ static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
 /* The best unpinned victim held in layers [l0, l1). */
 static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, uint32_t *victim_layer,
                            uint32_t *victim_expert) {
-    bool found = false;
-    expert_cache_key best = {0, 0};
-    uint32_t bl = 0, be = 0;
+    /* the sentinel (key 0, slot SIZE_MAX) comes after every candidate; a pinned one is skipped by
+     * selection rather than by a jump, for the reason key_before gives */
+    size_t best = SIZE_MAX;
+    expert_cache_key bk = {0, 0};
     for (uint32_t l = l0; l < l1; l++) {
-        const uint16_t *ids = c->held_ids + (size_t)l * c->n_experts;
+        const size_t row = (size_t)l * c->n_experts;
+        const uint16_t *ids = c->held_ids + row;
         for (uint32_t i = 0; i < c->n_held[l]; i++) {
-            uint32_t e = ids[i];
-            if (c->pin[(size_t)l * c->n_experts + e] == c->pin_epoch) continue;
-            expert_cache_key k = c->key(c, c->key_ctx, l, e);
-            if (!found || key_before(k, l, e, best, bl, be)) {
-                found = true;
-                best = k, bl = l, be = e;
-            }
+            size_t s = row + ids[i];
+            expert_cache_key k = c->stored_key[s];
+            bool take = (c->pin[s] != c->pin_epoch) & key_before(k, s, bk, best);
+            best = take ? s : best;
+            bk.primary = take ? k.primary : bk.primary;
+            bk.secondary = take ? k.secondary : bk.secondary;
         }
     }
-    if (found) *victim_layer = bl, *victim_expert = be;
-    return found;
+    if (best == SIZE_MAX) return false;
+    *victim_layer = (uint32_t)(best / c->n_experts);
+    *victim_expert = (uint32_t)(best % c->n_experts);
+    return true;
 }
 
 /* The heap's best unpinned entry: pinned roots are set aside and put back. */
@@ -317,8 +329,8 @@ static bool heap_find_victim(expert_cache *c, uint32_t *victim_layer, uint32_t *
         heap_remove_at(c, 0);
     }
     for (uint32_t i = 0; i < n_aside; i++) {
-        uint32_t le = c->scratch[i];
-        heap_push(c, le, c->key(c, c->key_ctx, le / c->n_experts, le % c->n_experts));
+        store_key(c, c->scratch[i]);
+        heap_push(c, c->scratch[i]);
     }
     return found;
 }
@@ -409,20 +421,6 @@ expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, ui
     return k;
 }
 
-/* Index of `expert` in the route's ascending active list. */
-static uint32_t active_index(const policy_route *r, uint16_t expert) {
-    uint32_t lo = 0, hi = r->n_active;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (r->active[mid] < expert)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    MOESIM_ASSERT(lo < r->n_active && r->active[lo] == expert);
-    return lo;
-}
-
 uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan) {
     /* the route's experts run together: none is the victim of a load for the route */
     expert_cache_pin_active(c, r);
@@ -432,7 +430,8 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
         uint16_t e = r->experts[i];
         if (e == POLICY_NO_EXPERT) continue;
         MOESIM_ASSERT(e < c->n_experts);
-        uint32_t a = active_index(r, e);
+        uint32_t a = c->active_slot[e];
+        MOESIM_ASSERT(a < r->n_active && r->active[a] == e);
         /* the first access of the route loads (its own key does not matter: it is pinned);
          * counting after the load lets a per-copy count start from this access */
         if (plan->run[a] == POLICY_RUN_SKIP &&

@@ -23,10 +23,12 @@
  *
  * Victims: the held expert with the largest key (expert_cache_key: primary, then secondary),
  * ties to the lower layer, then the lower expert id: deterministic. The key function is fixed at
- * init. Layer scope scans the layer's held list (at most its pool); global scope keeps every held
- * expert in an indexed max-heap of stored keys, so a victim costs O(log n) instead of a scan of
- * thousands; a key that changes must be re-stored with expert_cache_refresh (plan_route does it
- * for the recency and use counts it changes; expert_cache_halve rebuilds the heap). Pinned experts
+ * init and searches compare stored keys (the key function is called when an expert is held and
+ * when its key may have changed, not per candidate): a key that changes must be re-stored with
+ * expert_cache_refresh (plan_route does it for the recency and use counts it changes;
+ * expert_cache_halve re-stores every key). Layer scope scans the layer's held list (at most its
+ * pool); global scope keeps every held expert in an indexed max-heap of stored keys, so a victim
+ * costs O(log n) instead of a scan of thousands. Pinned experts
  * (every expert the current route needs, the candidates of a prefetch, and any expert whose
  * eviction the memory system refused during this route) are never chosen. Pins last until the
  * next expert_cache_begin_route.
@@ -82,12 +84,16 @@ struct expert_cache {
                            since the expert's current copy was loaded (count_per_copy) */
     bool count_per_copy; /* a load restarts the expert's use count (set after init) */
     uint64_t *pin;      /* [n_layers][n_experts] == pin_epoch: pinned for this route */
+    uint32_t *active_slot; /* [n_experts] index in the pinned route's active list (valid for
+                              its active experts; a lookup, not a search, per access) */
     uint64_t tick, pin_epoch;
     expert_cache_key_fn key; /* victim order */
     const void *key_ctx;
 
-    /* global scope: max-heap (victim first) of held experts with their stored keys */
-    expert_cache_key *heap_key; /* [n_layers * n_experts] */
+    /* every held expert's key as of its latest store (hold, expert_cache_refresh, halve) */
+    expert_cache_key *stored_key; /* [n_layers][n_experts] */
+
+    /* global scope: max-heap (victim first) of held experts by stored key */
     uint32_t *heap_le;          /* [n_layers * n_experts] layer * E + expert */
     uint32_t *heap_pos;         /* [n_layers * n_experts] index in the heap, or UINT32_MAX */
     uint32_t *scratch;          /* [n_layers * n_experts] pinned entries set aside in a search */
@@ -114,11 +120,12 @@ uint64_t expert_cache_expert_bytes(const policy_params *pp, moesim_precision p);
 
 /* Starts a route: drops the previous route's pins. */
 void expert_cache_begin_route(expert_cache *c);
-/* Pins every active expert of the route (none of them is evicted while the route is planned). */
+/* Pins every active expert of the route (none of them is evicted while the route is planned)
+ * and maps each to its index in route->active for expert_cache_plan_route. */
 void expert_cache_pin_active(expert_cache *c, const policy_route *r);
 /* Halves every use count (TinyLFU's reset); recency is kept. */
 void expert_cache_halve(expert_cache *c);
-/* Re-reads the key of a held expert (no-op when not held or in layer scope). */
+/* Re-stores the key of a held expert (no-op when not held). */
 void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert);
 
 void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert);

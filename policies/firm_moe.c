@@ -52,29 +52,26 @@
 
 uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_prime, uint32_t K,
                           uint32_t n_experts, uint16_t *out) {
-    /* Rank every valid, first-occurring candidate among the others (k_prime is small: the
-     * trace's K', 16 by default): equal scores keep their recorded order. */
-    bool usable[MODEL_MAX_EXPERTS]; /* [k_prime] valid id, not a repeat of an earlier one */
+    /* A stable insertion sort of the valid, first-occurring candidates by descending score
+     * (equal scores keep their recorded order; k_prime is small: the trace's K'), then the
+     * first K. Ranking each candidate against all others instead was quadratic in compares
+     * whose outcome is data. */
+    uint16_t order[MODEL_MAX_EXPERTS]; /* [n] indices into ids, best first */
     MOESIM_ASSERT(k_prime <= MODEL_MAX_EXPERTS);
+    uint32_t n = 0;
     for (uint32_t i = 0; i < k_prime; i++) {
-        usable[i] = ids[i] < n_experts;
-        for (uint32_t j = 0; j < i && usable[i]; j++) usable[i] = ids[j] != ids[i];
-    }
-    uint32_t n_out = 0;
-    for (uint32_t i = 0; i < k_prime; i++) {
-        if (!usable[i]) continue;
-        uint32_t rank = 0;
-        for (uint32_t j = 0; j < k_prime; j++) {
-            if (j == i || !usable[j]) continue;
-            bool ahead =
-                scores ? (scores[j] > scores[i] || (scores[j] == scores[i] && j < i)) : j < i;
-            rank += ahead;
+        bool usable = ids[i] < n_experts;
+        for (uint32_t j = 0; j < i && usable; j++) usable = ids[j] != ids[i];
+        if (!usable) continue;
+        uint32_t at = n++;
+        while (at > 0 && scores && scores[i] > scores[order[at - 1]]) {
+            order[at] = order[at - 1];
+            at--;
         }
-        if (rank < K) {
-            out[rank] = ids[i];
-            n_out++;
-        }
+        order[at] = (uint16_t)i;
     }
+    uint32_t n_out = n < K ? n : K;
+    for (uint32_t r = 0; r < n_out; r++) out[r] = ids[order[r]];
     return n_out;
 }
 
@@ -95,17 +92,26 @@ uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, 
     return n_out;
 }
 
-static bool ids_contain(const uint16_t *ids, uint32_t n, uint16_t e) {
+/* Sets the bit of every valid id of ids[n] in set (MODEL_MAX_EXPERTS bits, cleared before). */
+static void id_set_fill(uint64_t *set, const uint16_t *ids, uint32_t n) {
     for (uint32_t i = 0; i < n; i++)
-        if (ids[i] == e) return true;
-    return false;
+        if (ids[i] < MODEL_MAX_EXPERTS) set[ids[i] >> 6] |= 1ull << (ids[i] & 63);
+}
+
+static bool id_set_has(const uint64_t *set, uint16_t e) {
+    return e < MODEL_MAX_EXPERTS && (set[e >> 6] >> (e & 63) & 1);
 }
 
 void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *active,
                      uint32_t n_active, const bool *cached, firm_heop_counts *acc) {
-    for (uint32_t i = 0; i < n_pred; i++) acc->n_unused += !ids_contain(active, n_active, pred[i]);
+    /* membership through bit sets: once per route of every decode step, where scanning one list
+     * per element of the other was most of the policy's time */
+    uint64_t pred_set[MODEL_MAX_EXPERTS / 64] = {0}, active_set[MODEL_MAX_EXPERTS / 64] = {0};
+    id_set_fill(pred_set, pred, n_pred);
+    id_set_fill(active_set, active, n_active);
+    for (uint32_t i = 0; i < n_pred; i++) acc->n_unused += !id_set_has(active_set, pred[i]);
     for (uint32_t i = 0; i < n_active; i++) {
-        bool predicted = ids_contain(pred, n_pred, active[i]);
+        bool predicted = id_set_has(pred_set, active[i]);
         acc->n_miss += !predicted;
         acc->n_hit += cached[i] && !predicted;
     }

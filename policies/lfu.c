@@ -130,4 +130,5 @@ const policy_methods policy_lfu = {
     .end_step = lfu_end_step,
     .report = lfu_report,
     .destroy = lfu_destroy,
+    .ignores_lookahead = true,
 };

@@ -203,4 +203,5 @@ const policy_methods policy_lru = {
     .create = lru_create,
     .on_route = lru_on_route,
     .destroy = lru_destroy,
+    .ignores_lookahead = true,
 };

@@ -146,6 +146,7 @@ static void prefetch_next_layer(policy *p, const policy_route *r) {
         if (res == POLICY_ISSUED) {
             /* a speculatively loaded expert enters the LRU as its newest entry */
             c->last_use[(size_t)next * c->n_experts + e] = ++c->tick;
+            expert_cache_refresh(c, next, e);
             p->prefetches++;
         } else if (res == POLICY_REFUSED) {
             p->prefetch_skipped++;

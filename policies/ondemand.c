@@ -61,4 +61,5 @@ const policy_methods policy_ondemand = {
     .create = ondemand_create,
     .on_route = ondemand_on_route,
     .destroy = ondemand_destroy,
+    .ignores_lookahead = true,
 };

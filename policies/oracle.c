@@ -171,4 +171,5 @@ const policy_methods policy_oracle = {
     .on_transfer_cancelled = oracle_on_cancelled,
     .report = oracle_report,
     .destroy = oracle_destroy,
+    .ignores_lookahead = true,
 };

@@ -231,6 +231,9 @@ typedef struct policy_methods {
      * count (1..PREC_COUNT, each once): what host placement keeps in DRAM, and what the host
      * sizes routes by (the widest). NULL: expert.precision alone. */
     uint32_t (*load_precisions)(const policy *p, moesim_precision order[PREC_COUNT]);
+    /* True when on_route never reads the look-ahead predictions: a host may then leave emulated
+     * ones unbuilt and pass NULL (false, the default: the host builds what params promise). */
+    bool ignores_lookahead;
 } policy_methods;
 
 /* ---- the registry ---- */

@@ -99,4 +99,5 @@ const policy_methods policy_static = {
     .on_route = static_on_route,
     .report = static_report,
     .destroy = static_destroy,
+    .ignores_lookahead = true,
 };

@@ -14,6 +14,7 @@ packages=(
     libjansson-dev   # JSON in and out
     libcriterion-dev # tests
     gnuplot-nox      # figures
+    valgrind         # bench/profile_sim.sh: the simulator's instruction profile (callgrind)
 )
 if [ "${1:-}" = "--fuzz" ]; then
     packages+=(clang libclang-rt-dev) # libFuzzer and the sanitizer runtimes (tests/fuzz)

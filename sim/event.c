@@ -41,10 +41,29 @@ void sim_event_push(sim_event_queue *q, uint64_t t_ns, uint32_t kind, uint32_t a
     q->heap[i] = e;
 }
 
-bool sim_event_peek(const sim_event_queue *q, sim_event *out) {
-    if (q->n == 0) return false;
-    *out = q->heap[0];
-    return true;
+/* Restores the heap order around slot i after its event changed or moved in: up while it
+ * precedes its parent, else down while a child precedes it. */
+static void heap_fix(sim_event_queue *q, size_t i) {
+    sim_event e = q->heap[i];
+    while (i > 0 && event_before(&e, &q->heap[(i - 1) / 2])) {
+        q->heap[i] = q->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        size_t child = 2 * i + 1;
+        if (child >= q->n) break;
+        if (child + 1 < q->n && event_before(&q->heap[child + 1], &q->heap[child])) child++;
+        if (!event_before(&q->heap[child], &e)) break;
+        q->heap[i] = q->heap[child];
+        i = child;
+    }
+    q->heap[i] = e;
+}
+
+/* Removes slot i: the last event takes its place. */
+static void heap_remove(sim_event_queue *q, size_t i) {
+    q->heap[i] = q->heap[--q->n];
+    if (i < q->n) heap_fix(q, i);
 }
 
 bool sim_event_pop(sim_event_queue *q, sim_event *out) {
@@ -52,16 +71,15 @@ bool sim_event_pop(sim_event_queue *q, sim_event *out) {
     *out = q->heap[0];
     MOESIM_ASSERT(out->t_ns >= q->last_t_ns);
     q->last_t_ns = out->t_ns;
-    sim_event last = q->heap[--q->n];
-    size_t i = 0;
-    for (;;) {
-        size_t child = 2 * i + 1;
-        if (child >= q->n) break;
-        if (child + 1 < q->n && event_before(&q->heap[child + 1], &q->heap[child])) child++;
-        if (!event_before(&q->heap[child], &last)) break;
-        q->heap[i] = q->heap[child];
-        i = child;
-    }
-    if (q->n > 0) q->heap[i] = last;
+    heap_remove(q, 0);
     return true;
+}
+
+bool sim_event_cancel(sim_event_queue *q, uint32_t kind, uint32_t arg) {
+    for (size_t i = 0; i < q->n; i++)
+        if (q->heap[i].kind == kind && q->heap[i].arg == arg) {
+            heap_remove(q, i);
+            return true;
+        }
+    return false;
 }

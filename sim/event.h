@@ -33,10 +33,21 @@ void sim_event_queue_free(sim_event_queue *q);
 /* Schedules an event; t_ns must not precede the last popped time (asserted). */
 void sim_event_push(sim_event_queue *q, uint64_t t_ns, uint32_t kind, uint32_t arg);
 
-/* The earliest event without removing it; false when empty. */
-bool sim_event_peek(const sim_event_queue *q, sim_event *out);
+/* The earliest event without removing it; false when empty. Inline: the simulator asks before
+ * every action that may touch the copy engines, and mostly nothing is due. */
+static inline bool sim_event_peek(const sim_event_queue *q, sim_event *out) {
+    if (q->n == 0) return false;
+    *out = q->heap[0];
+    return true;
+}
 
 /* Removes and returns the earliest event; false when empty. Asserts time never goes back. */
 bool sim_event_pop(sim_event_queue *q, sim_event *out);
+
+/* Removes the pending event of (kind, arg), the first found: for an owner that keeps at most
+ * one such event and must move it (a copy engine whose chunk in flight is cut short; it pushes
+ * the corrected event next). A linear scan: the simulator's queue holds one event per engine.
+ * Returns false when there is none. */
+bool sim_event_cancel(sim_event_queue *q, uint32_t kind, uint32_t arg);
 
 #endif

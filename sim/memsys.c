@@ -299,7 +299,27 @@ static uint64_t servable(const memsys_xfer *x, int e) {
     return x->bytes - x->sent[e];
 }
 
-bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) {
+/* Where a span of PCIe chunks of x starting at its sent offset may end (memsys_next_span): at
+ * the end of the chunk in which the next of its parts lands, and before its last chunk unless x
+ * is a demand copy. Handing out the last chunk takes x off its queue, which chunk by chunk
+ * happens only when that chunk starts; only a promotion could tell (it moves queued transfers
+ * and leaves others be), and nothing promotes a demand copy. */
+static uint64_t span_end(const memsys *m, const memsys_xfer *x, uint64_t offset) {
+    const uint64_t chunk = m->cfg.chunk_bytes;
+    uint64_t lands = x->bytes;
+    for (int part = 0; part < PART_COUNT; part++) {
+        uint8_t bit = (uint8_t)(1u << part);
+        if ((x->parts & bit) && !(x->parts_done & bit) && x->part_end[part] < lands)
+            lands = x->part_end[part];
+    }
+    uint64_t limit =
+        x->cls == POLICY_DEMAND ? x->bytes : offset + (x->bytes - offset - 1) / chunk * chunk;
+    uint64_t end = offset + (lands - offset + chunk - 1) / chunk * chunk;
+    return end < limit ? end : limit;
+}
+
+/* memsys_next_chunk, extended to a span of chunks when `span` allows it. */
+static bool next_chunk(memsys *m, int e, bool span, memsys_chunk *out) {
     bool staged = e == MEMSYS_SSD && !m->cfg.gpu_direct_storage;
     for (int c = 0; c < MEMSYS_CLASSES; c++)
         for (uint32_t i = m->head[e][c]; i != NONE; i = m->xf[i].next[e]) {
@@ -312,6 +332,10 @@ bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) {
                 if (m->bounce_used + n > m->cfg.bounce_bytes) return false;
                 m->bounce_used += n;
             }
+            if (span && e == MEMSYS_H2D && !x->via_ssd) {
+                uint64_t end = span_end(m, x, x->sent[e]);
+                if (end > x->sent[e] + n) n = end - x->sent[e];
+            }
             *out = (memsys_chunk){.xfer = i, .engine = e, .offset = x->sent[e], .bytes = n,
                                   .first = x->sent[e] == 0};
             x->sent[e] += n;
@@ -319,6 +343,19 @@ bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) {
             return true;
         }
     return false;
+}
+
+bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) { return next_chunk(m, e, false, out); }
+
+bool memsys_next_span(memsys *m, int e, memsys_chunk *out) { return next_chunk(m, e, true, out); }
+
+void memsys_span_trim(memsys *m, memsys_chunk *c, uint64_t bytes) {
+    memsys_xfer *x = &m->xf[c->xfer];
+    MOESIM_ASSERT(bytes > 0 && bytes < c->bytes && x->sent[c->engine] == c->offset + c->bytes);
+    x->sent[c->engine] -= c->bytes - bytes;
+    c->bytes = bytes;
+    /* a span that took the last chunk took x off its queue: back where issue order puts it */
+    if (!(x->queued & (1u << c->engine))) queue_insert_by_seq(m, c->engine, c->xfer);
 }
 
 uint32_t memsys_chunk_pieces(const memsys *m, const memsys_chunk *c,
@@ -355,10 +392,15 @@ bool memsys_chunk_done(memsys *m, const memsys_chunk *c, memsys_xfer *done) {
         m->bounce_used -= c->bytes;
         notify_work(m, MEMSYS_SSD);
     }
+    /* the carried parts not landed yet that this chunk completes (most chunks: none) */
+    uint32_t landing = 0;
+    for (int part = 0; part < PART_COUNT; part++)
+        landing |= (uint32_t)(x->part_end[part] <= x->done[e]) << part;
+    landing &= x->parts & ~(uint32_t)x->parts_done;
     size_t lep = memsys_lep(m, x->layer, x->expert, x->prec);
     for (int part = 0; part < PART_COUNT; part++) {
         uint8_t bit = (uint8_t)(1u << part);
-        if (!(x->parts & bit) || (x->parts_done & bit) || x->part_end[part] > x->done[e]) continue;
+        if (!(landing & bit)) continue;
         x->parts_done |= bit;
         size_t pi = lep * PART_COUNT + part;
         MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == c->xfer);

@@ -172,6 +172,20 @@ void memsys_attach_policy(memsys *m, const policy_methods *pm, policy *pol);
 
 /* Engine `engine`'s next chunk, if it has a servable one (marks it handed out). */
 bool memsys_next_chunk(memsys *m, int engine, memsys_chunk *out);
+/* memsys_next_chunk for a host that would rather not hear of every chunk: a PCIe copy of a
+ * transfer not staged through the SSD may come as a span of consecutive chunks, up to the chunk
+ * where its next part lands (so every part lands at the end of a span, as chunk by chunk), and
+ * not the transfer's last chunk unless it is a demand copy (so a copy that could still be
+ * promoted stays queued, as chunk by chunk). Served chunk by chunk, the engine would pick the
+ * same transfer at each boundary inside the span unless a request arrives; so the host must,
+ * whenever an engine gets work (memsys_host.on_work) while a span is in flight, cut the span
+ * back to the chunk in flight with memsys_span_trim. The host is also the one to know whether
+ * other events could fall on the span's inner boundaries (then it asks chunk by chunk). */
+bool memsys_next_span(memsys *m, int engine, memsys_chunk *out);
+/* Cuts a span handed out by memsys_next_span back to its first `bytes` (a whole number of
+ * chunks, at least one); the rest is servable again (queued by issue order if the span had taken
+ * the transfer off its queue). */
+void memsys_span_trim(memsys *m, memsys_chunk *c, uint64_t bytes);
 /* The parts a chunk's bytes belong to: piece i is bytes [part_offset, part_offset + bytes) of
  * part `part` of the chunk's transfer (in the stream's byte units, cfg.part_bytes), in stream
  * order. Returns the count (1..PART_COUNT). For hosts that copy real bytes part by part. */

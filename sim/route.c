@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/model.h"
 #include "policies/policy.h"
 #include "sim/schedule.h"
@@ -13,32 +14,30 @@
 
 uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *experts,
                                 const float *gates, uint32_t n_slots) {
-    /* distinct active experts, ascending */
-    uint32_t gen = ++*rs->stamp_gen;
-    uint32_t n_active = 0;
+    /* distinct active experts, ascending: a bitmap of expert ids read out word by word (sorting
+     * the list instead mispredicted most of its comparisons) */
+    uint64_t seen[MODEL_MAX_EXPERTS / 64] = {0};
+    uint32_t words = 0;
     for (uint32_t i = 0; i < n_slots; i++) {
         uint16_t e = experts[i];
         if (e == TRACE_NO_EXPERT) continue;
-        if (rs->stamp[e] != gen) {
+        MOESIM_ASSERT(e < MODEL_MAX_EXPERTS);
+        seen[e >> 6] |= 1ull << (e & 63);
+        if ((uint32_t)(e >> 6) >= words) words = (uint32_t)(e >> 6) + 1;
+    }
+    uint32_t gen = ++*rs->stamp_gen;
+    uint32_t n_active = 0;
+    for (uint32_t w = 0; w < words; w++)
+        for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
+            uint16_t e = (uint16_t)(w * 64 + (uint32_t)__builtin_ctzll(bits));
             rs->stamp[e] = gen;
-            rs->active[n_active++] = e;
+            rs->slot[e] = n_active;
+            rs->active[n_active] = e;
+            rs->active_tokens[n_active] = 0;
+            rs->active_gate[n_active] = 0;
+            rs->plan[n_active] = POLICY_RUN_SKIP;
+            n_active++;
         }
-    }
-    for (uint32_t i = 1; i < n_active; i++) {
-        uint16_t v = rs->active[i];
-        uint32_t j = i;
-        while (j > 0 && rs->active[j - 1] > v) {
-            rs->active[j] = rs->active[j - 1];
-            j--;
-        }
-        rs->active[j] = v;
-    }
-    for (uint32_t a = 0; a < n_active; a++) {
-        rs->slot[rs->active[a]] = a;
-        rs->active_tokens[a] = 0;
-        rs->active_gate[a] = 0;
-        rs->plan[a] = POLICY_RUN_SKIP;
-    }
     for (uint32_t i = 0; i < n_slots; i++) {
         if (experts[i] == TRACE_NO_EXPERT) continue;
         uint32_t a = rs->slot[experts[i]];
@@ -77,6 +76,14 @@ void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *exper
                               const float *gates, uint32_t n_slots, const uint8_t *layer_state,
                               uint32_t P, const quant_table *q, uint32_t hi_bits,
                               sim_route_tally *t) {
+    /* effective bits per weight of each format (scales and zero points included), once per
+     * route rather than a division per access */
+    double bits_of[PREC_COUNT];
+    for (int p = 0; p < PREC_COUNT; p++) {
+        const quant_format *f = &q->fmt[p];
+        bits_of[p] = f->weight_bits +
+                     (f->group_size ? (double)(f->scale_bits + f->zero_bits) / f->group_size : 0);
+    }
     uint32_t gen = ++*rs->stamp_gen;
     for (uint32_t i = 0; i < n_slots; i++) {
         uint16_t e = experts[i];
@@ -88,23 +95,19 @@ void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *exper
             continue;
         }
         t->accesses++;
-        const quant_format *f = &q->fmt[pr];
-        double bits = f->weight_bits +
-                      (f->group_size ? (double)(f->scale_bits + f->zero_bits) / f->group_size : 0);
-        t->gate_bits += gates[i] * bits;
+        t->gate_bits += gates[i] * bits_of[pr];
         if (q->fmt[pr].weight_bits >= hi_bits)
             t->gate_hi += gates[i];
         else
             t->gate_lo += gates[i];
-        if (rs->stamp[e] == gen) { /* served by the same fetch as an earlier access */
-            t->hits++;
-            continue;
-        }
+        /* a hit: served by the same fetch as an earlier access of the route, or resident (a
+         * count, not a jump: which accesses repeat an expert is data) */
+        bool repeat = rs->stamp[e] == gen;
         rs->stamp[e] = gen;
         const uint8_t *st = layer_state + ((size_t)e * P + pr) * PART_COUNT;
         bool resident = true;
         for (int part = 0; part < PART_COUNT; part++) resident &= st[part] == POLICY_RESIDENT;
-        t->hits += resident;
+        t->hits += repeat | resident;
     }
 }
 
@@ -112,27 +115,43 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
                                    const uint8_t *layer_state, uint32_t P,
                                    uint64_t (*loading_seq)(const void *host, size_t part_index),
                                    const void *host, uint32_t *order, uint64_t *order_key) {
-    uint32_t n_run = 0;
+    /* One pass puts the resident experts in order (active order) and lists the loading ones in
+     * order_key, both by conditional counts rather than jumps: which experts are still loading
+     * is data, and the jumps were mostly mispredicted. */
+    uint32_t n_resident = 0, n_loading = 0;
     for (uint32_t a = 0; a < n_active; a++) {
         uint8_t pr = rs->plan[a];
         if (pr == POLICY_RUN_SKIP) continue;
-        size_t base = ((size_t)rs->active[a] * P + pr) * PART_COUNT;
+        const uint8_t *st = layer_state + ((size_t)rs->active[a] * P + pr) * PART_COUNT;
+        uint32_t loading = 0;
+        for (int part = 0; part < PART_COUNT; part++) loading |= st[part] == POLICY_LOADING;
+        order[n_resident] = a;
+        n_resident += !loading;
+        order_key[n_loading] = a;
+        n_loading += loading;
+    }
+    /* Then the loading ones by the issue sequence of their latest-issued loading part (distinct:
+     * a transfer carries one expert), by insertion: the k-th is read from order_key[k] before
+     * the sorted keys (order_key[0, k]) can reach that slot. */
+    for (uint32_t k = 0; k < n_loading; k++) {
+        uint32_t a = (uint32_t)order_key[k];
+        size_t base = ((size_t)rs->active[a] * P + rs->plan[a]) * PART_COUNT;
         uint64_t key = 0;
         for (int part = 0; part < PART_COUNT; part++)
             if (layer_state[base + part] == POLICY_LOADING) {
-                uint64_t k = loading_seq(host, base + (size_t)part) + 1;
-                if (k > key) key = k;
+                uint64_t seq = loading_seq(host, base + (size_t)part) + 1;
+                if (seq > key) key = seq;
             }
-        uint32_t j = n_run++;
+        uint32_t j = k;
         while (j > 0 && order_key[j - 1] > key) {
-            order[j] = order[j - 1];
+            order[n_resident + j] = order[n_resident + j - 1];
             order_key[j] = order_key[j - 1];
             j--;
         }
-        order[j] = a;
+        order[n_resident + j] = a;
         order_key[j] = key;
     }
-    return n_run;
+    return n_resident + n_loading;
 }
 
 void sim_route_gather(const sim_route_source *src, const uint32_t *tokens, uint32_t n,
@@ -197,8 +216,9 @@ void sim_route_decide(const sim_route_host *h, const sim_route_scratch *rs, uint
         .experts = ex,
         .gates = gs,
         .importance = h->importance ? h->importance + i0 : NULL,
-        .lookahead_ids = h->la_depth ? h->la_ids + i0 * DK : NULL,
-        .lookahead_scores = h->la_depth ? h->la_scores + i0 * DK : NULL,
+        /* a policy that ignores look-ahead is handed none (policy_methods.ignores_lookahead) */
+        .lookahead_ids = h->la_ids ? h->la_ids + i0 * DK : NULL,
+        .lookahead_scores = h->la_ids ? h->la_scores + i0 * DK : NULL,
         .n_active = n_active,
         .active = rs->active,
         .active_tokens = rs->active_tokens,

@@ -100,8 +100,11 @@ typedef struct sim_engine {
     double bytes_per_s;
     uint64_t latency_ns;
     bool latency_per_chunk; /* every chunk pays latency_ns (hw h2d_latency_per_chunk) */
-    bool busy;             /* a chunk is in flight */
+    bool spans;             /* may serve spans of chunks (engine_may_span) */
+    bool busy;              /* a chunk (or span) is in flight */
     memsys_chunk chunk;    /* the chunk in flight */
+    uint64_t t_start_ns, t_end_ns; /* when it started and ends (its event's time) */
+    uint64_t start_xfer_ns;        /* engine_xfer_ns at its offset */
     uint64_t seg_start_ns; /* timeline: when the open segment's transfer started being served */
     uint32_t seg_xfer;     /* timeline: the open segment's transfer, or NONE */
     uint64_t seg_seq;      /* its issue sequence (transfer slots are reused) */
@@ -109,14 +112,12 @@ typedef struct sim_engine {
     uint8_t seg_cls;
     uint64_t busy_ns;
     int track;
-    /* A chunk's time is the difference of cost_transfer_ns at its two ends (a division each):
-     * ns_at_chunk holds it at whole chunks, and the engine remembers where its last chunk ended
-     * (transfer slot and issue sequence, byte offset, that offset in whole chunks or UINT64_MAX,
-     * its cost_transfer_ns), so a transfer's next chunk computes nothing. */
-    uint64_t *ns_at_chunk; /* [n_at_chunk] cost_transfer_ns(k * chunk bytes) */
+    /* [n_at_chunk] cost_transfer_ns(k << chunk_shift): no division for the whole chunks nearly
+     * every copy is cut into (NULL unless the chunk size is a power of two: the offset's chunk
+     * index is then a shift, where a division would cost more than the table saves) */
+    uint64_t *ns_at_chunk;
     uint64_t n_at_chunk;
-    uint32_t end_xfer;
-    uint64_t end_seq, end_offset, end_k, end_ns;
+    unsigned chunk_shift;
 } sim_engine;
 
 struct sim_state {
@@ -178,6 +179,7 @@ struct sim_state {
     uint64_t *order_key;
     uint32_t la_depth, la_k;
     bool la_emulated;
+    bool la_unread; /* emulated predictions the policy never reads: not built (r_la_* NULL) */
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
 
     /* recorded look-ahead: top-1 hits at distance 1, counted as the run gathers each row once */
@@ -241,14 +243,45 @@ static void engine_close_segment(sim_state *s, sim_engine *e) {
     e->seg_xfer = NONE;
 }
 
-/* Serves the next chunk if the engine is idle and the memory system has one for it. A transfer
- * pays the engine's latency once, on its first chunk; a chunk of b bytes after d bytes takes
- * ceil((d+b)·1e9/bw) − ceil(d·1e9/bw) ns, so chunks add up to the transfer's exact time. */
+/* cost_transfer_ns of `offset` bytes on engine e. */
+static uint64_t engine_xfer_ns(const sim_engine *e, uint64_t offset) {
+    uint64_t k = offset >> e->chunk_shift;
+    if (e->ns_at_chunk && k << e->chunk_shift == offset && k < e->n_at_chunk)
+        return e->ns_at_chunk[k];
+    return cost_transfer_ns(offset, e->bytes_per_s);
+}
+
+/* When the first `bytes` of the chunk in flight end. A chunk of b bytes after d bytes of its
+ * transfer takes ceil((d+b)·1e9/bw) − ceil(d·1e9/bw) ns, so chunks (and spans) add up to the
+ * transfer's exact time; the latency is paid once per transfer, on its first chunk, or by every
+ * chunk with latency_per_chunk. */
+static uint64_t engine_end_ns(const sim_state *s, const sim_engine *e, uint64_t bytes) {
+    uint64_t t = e->t_start_ns + engine_xfer_ns(e, e->chunk.offset + bytes) - e->start_xfer_ns;
+    if (e->latency_per_chunk) {
+        uint64_t chunk = s->ms.cfg.chunk_bytes;
+        t += (bytes + chunk - 1) / chunk * e->latency_ns;
+    } else if (e->chunk.first) {
+        t += e->latency_ns;
+    }
+    return t;
+}
+
+/* Whether engine `id` may serve a span of chunks as one event (memsys_next_span): only when no
+ * other event can fall on the span's inner boundaries, where chunk by chunk their order would
+ * depend on issue sequence: the SSD engine idle (it starts only through on_work, which cuts the
+ * span first). Not with a timeline, which draws the stream's stall chunk by chunk. */
+static bool engine_may_span(const sim_state *s, int id) {
+    return id == MEMSYS_H2D && s->eng[id].spans && !s->tl.on && !s->eng[MEMSYS_SSD].busy;
+}
+
+/* Serves the next chunk (or span) if the engine is idle and the memory system has one for it. */
 static void engine_kick(sim_state *s, int id) {
     sim_engine *e = &s->eng[id];
     if (e->busy) return;
     memsys_chunk c;
-    if (!memsys_next_chunk(&s->ms, id, &c)) {
+    bool any = engine_may_span(s, id) ? memsys_next_span(&s->ms, id, &c)
+                                      : memsys_next_chunk(&s->ms, id, &c);
+    if (!any) {
         engine_close_segment(s, e);
         return;
     }
@@ -264,40 +297,44 @@ static void engine_kick(sim_state *s, int id) {
                      precision_name((moesim_precision)x->prec), cls_name[x->cls]);
         }
     }
-    const uint64_t chunk = s->ms.cfg.chunk_bytes;
-    uint64_t start_ns, start_k;
-    if (e->end_xfer == c.xfer && e->end_seq == x->seq && e->end_offset == c.offset) {
-        start_ns = e->end_ns;
-        start_k = e->end_k;
-    } else { /* a transfer starts or resumes */
-        start_ns = cost_transfer_ns(c.offset, e->bytes_per_s);
-        start_k = c.offset % chunk == 0 ? c.offset / chunk : UINT64_MAX;
-    }
-    e->end_xfer = c.xfer;
-    e->end_seq = x->seq;
-    e->end_offset = c.offset + c.bytes;
-    if (start_k != UINT64_MAX && c.bytes == chunk && start_k + 1 < e->n_at_chunk) {
-        e->end_k = start_k + 1;
-        e->end_ns = e->ns_at_chunk[e->end_k];
-    } else {
-        e->end_k = UINT64_MAX;
-        e->end_ns = cost_transfer_ns(e->end_offset, e->bytes_per_s);
-    }
-    uint64_t dur = e->end_ns - start_ns;
-    if (c.first || e->latency_per_chunk) dur += e->latency_ns;
     e->busy = true;
     e->chunk = c;
-    e->busy_ns += dur;
-    sim_event_push(&s->q, s->now_ns + dur, EV_CHUNK, (uint32_t)id);
+    e->t_start_ns = s->now_ns;
+    e->start_xfer_ns = engine_xfer_ns(e, c.offset);
+    e->t_end_ns = engine_end_ns(s, e, c.bytes);
+    sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
 }
 
-static void on_work(void *ctx, int engine) { engine_kick(ctx, engine); }
+/* Cuts engine id's span back to the chunk in flight at now_ns, the first that ends after it
+ * (chunk by chunk, those ending at or before now_ns would have been delivered), so that new work
+ * competes for the engine at that chunk's end, as it would chunk by chunk. The moved event takes
+ * a new sequence number: no other event was pushed since the span started (engine_may_span). */
+static void engine_cut_span(sim_state *s, int id) {
+    sim_engine *e = &s->eng[id];
+    uint64_t chunk = s->ms.cfg.chunk_bytes, keep = chunk;
+    if (!e->busy || e->chunk.bytes <= chunk) return;
+    while (keep < e->chunk.bytes && engine_end_ns(s, e, keep) <= s->now_ns) keep += chunk;
+    /* its last chunk is in flight (a demand copy's may be shorter than a chunk): nothing to cut */
+    if (keep >= e->chunk.bytes) return;
+    memsys_span_trim(&s->ms, &e->chunk, keep);
+    e->t_end_ns = engine_end_ns(s, e, keep);
+    bool moved = sim_event_cancel(&s->q, EV_CHUNK, (uint32_t)id);
+    MOESIM_ASSERT(moved);
+    sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
+}
+
+static void on_work(void *ctx, int engine) {
+    sim_state *s = ctx;
+    for (int id = 0; id < MEMSYS_ENGINES; id++) engine_cut_span(s, id);
+    engine_kick(s, engine);
+}
 
 /* A chunk of engine `id` finished at s->now_ns. */
 static void engine_chunk_done(sim_state *s, int id) {
     sim_engine *e = &s->eng[id];
-    MOESIM_ASSERT(e->busy);
+    MOESIM_ASSERT(e->busy && e->t_end_ns == s->now_ns);
     e->busy = false;
+    e->busy_ns += e->t_end_ns - e->t_start_ns;
     memsys_xfer done;
     bool complete = memsys_chunk_done(&s->ms, &e->chunk, &done);
     if (complete) engine_close_segment(s, e);
@@ -436,17 +473,19 @@ static void stream_op(sim_state *s, uint64_t *t, uint64_t dur_ns, const char *ca
 /* Blocks the stream until every part in `mask` of (layer, expert, p) is resident. */
 static void stream_wait_parts(sim_state *s, uint64_t *t, uint32_t layer, uint32_t expert,
                               moesim_precision p, uint32_t mask) {
-    size_t base = idx_lep(s, layer, expert, p) * PART_COUNT;
+    const uint8_t *st = s->ms.state + idx_lep(s, layer, expert, p) * PART_COUNT; /* [PART_COUNT] */
     sim_advance_to(s, *t);
-    char name[64] = "";
+    char name[64];
+    name[0] = '\0';
     for (;;) {
-        bool ready = true;
+        /* the parts of `mask` not yet resident, as a mask (this test runs twice per expert op) */
+        uint32_t waiting = 0;
         for (int part = 0; part < PART_COUNT; part++)
-            if ((mask & (1u << part)) && s->ms.state[base + part] != POLICY_RESIDENT) {
-                MOESIM_ASSERT(s->ms.state[base + part] == POLICY_LOADING);
-                ready = false;
-            }
-        if (ready) break;
+            waiting |= (uint32_t)(st[part] != POLICY_RESIDENT) << part;
+        waiting &= mask;
+        if (!waiting) break;
+        for (int part = 0; part < PART_COUNT; part++)
+            MOESIM_ASSERT(!(waiting & (1u << part)) || st[part] == POLICY_LOADING);
         if (s->tl.on && !name[0]) snprintf(name, sizeof name, "stall L%u e%u", layer, expert);
         stream_stall_until_next(s, t, name);
     }
@@ -554,7 +593,7 @@ static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, 
  * look-ahead, counts its top-1 hits at distance 1 (every (token, layer) is gathered once). */
 static void gather_route(sim_state *s, uint32_t layer) {
     uint32_t K = s->K;
-    size_t DK = (size_t)s->la_depth * s->la_k;
+    size_t DK = s->la_unread ? 0 : (size_t)s->la_depth * s->la_k;
     for (uint32_t i = 0; i < s->step_n; i++) {
         uint32_t tok = s->step_tok[i];
         uint64_t at;
@@ -759,12 +798,14 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         s->la_depth = s->set.predictor_depth;
         s->la_k = s->la_depth ? s->K : 0;
         s->la_emulated = s->la_depth > 0;
+        /* building them is a few % of a run of a policy that ignores them */
+        s->la_unread = s->la_emulated && s->pm->ignores_lookahead;
     }
     size_t MT = s->max_step_tokens;
     s->r_experts = arena_calloc(&s->mem, MT * s->K, sizeof(uint16_t));
     s->r_gates = arena_calloc(&s->mem, MT * s->K, sizeof(float));
     if (t->meta.has_importance) s->r_importance = arena_calloc(&s->mem, MT, sizeof(float));
-    if (s->la_depth) {
+    if (s->la_depth && !s->la_unread) {
         s->r_la_ids = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(uint16_t));
         s->r_la_scores = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(float));
     }
@@ -791,8 +832,13 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         if (expert_bytes_at(s, p) > widest) widest = expert_bytes_at(s, p);
     for (int i = 0; i < MEMSYS_ENGINES; i++) {
         sim_engine *e = &s->eng[i];
-        e->seg_xfer = e->end_xfer = NONE;
+        e->seg_xfer = NONE;
         if (!(e->bytes_per_s > 0)) continue; /* an engine the profile lacks copies nothing */
+        /* a span is cut at the first chunk ending after the cut: that needs every chunk to take
+         * time (at least 1 ns: a chunk's exact time of 2 ns or more, whatever the rounding) */
+        e->spans = (double)mc.chunk_bytes * 1e9 / e->bytes_per_s >= 2;
+        if (mc.chunk_bytes & (mc.chunk_bytes - 1)) continue; /* not a power of two: no table */
+        e->chunk_shift = (unsigned)__builtin_ctzll(mc.chunk_bytes);
         e->n_at_chunk = widest / mc.chunk_bytes + 2;
         e->ns_at_chunk = arena_calloc(&s->mem, e->n_at_chunk, sizeof *e->ns_at_chunk);
         for (uint64_t k = 0; k < e->n_at_chunk; k++)

@@ -1121,6 +1121,35 @@ Test(dynaexq_sim, the_json_of_moesim_sim_reports_precision_mix_and_promotions) {
     cr_assert(strstr(errbuf, "alpha"), "%s", errbuf);
 }
 
+Test(dynaexq_sim, prefetch_reads_the_predictions_recorded_or_emulated) {
+    /* the synthesizer's recorded look-ahead, then a trace without it (the emulated predictor):
+     * either way the knob moves queued promotions, so the host must hand dynaexq predictions */
+    model_geometry m;
+    for (int recorded = 1; recorded >= 0; recorded--) {
+        trace *t = sim_trace(&m);
+        if (!recorded) {
+            synth_options o;
+            synth_options_default(&o, &m);
+            o.n_requests = 16;
+            o.prompt_len = (synth_range){64, 64};
+            o.gen_len = (synth_range){64, 64};
+            o.workload = SYNTH_CODE;
+            o.seed = 5;
+            o.lookahead_depth = 0;
+            trace_destroy(t);
+            moesim_error gerr = {0};
+            cr_assert_eq(synth_generate(&m, &o, &t, &gerr), MOESIM_OK, "%s", gerr.msg);
+        }
+        sim_result r;
+        moesim_error err = {0};
+        const char *sets[] = {"memory.budget_gb=6", "dynaexq.prefetch=true"};
+        cr_assert_eq(sim_dynaexq(t, &m, sets, 2, &r, &err), MOESIM_OK, "%s", err.msg);
+        cr_assert_eq(r.predictor_emulated, !recorded);
+        cr_assert_gt(sim_report(&r, "prefetch_moved"), 0, "recorded %d", recorded);
+        trace_destroy(t);
+    }
+}
+
 Test(dynaexq_sim, the_same_inputs_give_the_same_figures) {
     model_geometry m;
     trace *t = sim_trace(&m);
@@ -1212,6 +1241,6 @@ Test(dynaexq_policy, prefetch_without_look_ahead_is_refused_naming_the_knob) {
     moesim_error err = {0};
     policy_mem_view view = {&fm_ops, &r.mem};
     cr_assert_eq(policy_dynaexq.create(&r.params, &knobs, view, &r.p, &err), MOESIM_EINPUT);
-    cr_assert(strstr(err.msg, "[dynaexq] prefetch") && strstr(err.msg, "sim.predictor_depth"),
+    cr_assert(strstr(err.msg, "[dynaexq] prefetch") && strstr(err.msg, "predictor.depth >= 1"),
               "%s", err.msg);
 }

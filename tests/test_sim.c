@@ -696,6 +696,76 @@ Test(sim, emulated_predictor_has_the_stated_top1_accuracy_and_is_reported_as_emu
     trace_destroy(t);
 }
 
+/* on_route records whether it was handed look-ahead predictions */
+static uint32_t routes_with_lookahead, routes_without_lookahead;
+static void lookahead_seen_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    routes_with_lookahead += r->lookahead_ids != NULL;
+    routes_without_lookahead += r->lookahead_ids == NULL;
+    scripted_on_route(p, r, plan);
+}
+
+Test(sim, a_policy_that_ignores_lookahead_is_handed_no_emulated_predictions) {
+    model_geometry m = fixture_model(2, 4, 1);
+    hw_profile hw = fixture_hw();
+    trace *t = fixture_trace(&m, 2, 1, 4, 0.0, 3);
+    policy_methods reads = {.api_version = POLICY_API_VERSION,
+                            .name = "reads",
+                            .create = scripted_create,
+                            .on_route = lookahead_seen_on_route,
+                            .on_transfer_cancelled = prefetcher_on_cancelled,
+                            .destroy = scripted_destroy};
+    policy_methods ignores = reads;
+    ignores.ignores_lookahead = true;
+    const char *sets[] = {"predictor.depth=1", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    routes_with_lookahead = routes_without_lookahead = 0;
+    cr_assert_eq(run_sets(t, &m, &hw, "reads", &reads, sets, &r, &err), MOESIM_OK, "%s", err.msg);
+    cr_expect(routes_with_lookahead > 0 && routes_without_lookahead == 0);
+    cr_expect(r.predictor_emulated);
+    routes_with_lookahead = routes_without_lookahead = 0;
+    cr_assert_eq(run_sets(t, &m, &hw, "ignores", &ignores, sets, &r, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_expect(routes_without_lookahead > 0 && routes_with_lookahead == 0);
+    cr_expect(r.predictor_emulated, "the report still says what the run's predictor was");
+    trace_destroy(t);
+}
+
+Test(sim, every_policy_that_declares_it_ignores_lookahead_gives_the_same_figures_when_handed_it) {
+    /* the declaration is a promise: the same policy table with it withdrawn (predictions built
+     * and handed over) must give every figure unchanged */
+    model_geometry m;
+    hw_profile hw;
+    moesim_error err = {0};
+    cr_assert_eq(model_load_by_name("olmoe-1b-7b", &m, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(hw_load_by_name("rtx3090-pcie4", &hw, &err), MOESIM_OK, "%s", err.msg);
+    trace *t = fixture_trace(&m, 3, 8, 12, 0.0, 7);
+    size_t n_pol = 0, declared = 0;
+    const policy_methods *const *pols = policy_all(&n_pol);
+    const char *sets[] = {"batch.size=2", "predictor.depth=2", "cache.experts_per_layer=16", NULL};
+    for (size_t pi = 0; pi < n_pol; pi++) {
+        if (!pols[pi]->ignores_lookahead) continue;
+        policy_methods handed = *pols[pi];
+        handed.ignores_lookahead = false;
+        sim_result a, b;
+        if (run_sets(t, &m, &hw, pols[pi]->name, NULL, sets, &a, &err) != MOESIM_OK)
+            continue; /* a setup the policy refuses (static: pools too small; tested elsewhere) */
+        declared++;
+        cr_assert_eq(run_sets(t, &m, &hw, pols[pi]->name, &handed, sets, &b, &err), MOESIM_OK,
+                     "%s: %s", pols[pi]->name, err.msg);
+        const char *na[160], *nb[160];
+        double va[160], vb[160];
+        size_t n = sim_result_fields(&a, na, va, 160);
+        cr_assert_eq(sim_result_fields(&b, nb, vb, 160), n);
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(na[i], "sim_memory_bytes"))
+                cr_expect_eq(va[i], vb[i], "%s: %s is %.17g without predictions, %.17g with",
+                             pols[pi]->name, na[i], va[i], vb[i]);
+    }
+    cr_expect_geq(declared, 4, "lru, lfu, ondemand, oracle at least ran");
+    trace_destroy(t);
+}
+
 Test(sim, global_lru_hit_rate_equals_one_lru_stack_over_all_layers_in_execution_order) {
     model_geometry m = fixture_model(3, 16, 2);
     hw_profile hw = fixture_hw();

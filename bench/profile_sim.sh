@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The simulator's profile by instruction count: `valgrind --tool=callgrind` of `moesim sim` (the
+# whole process: the stream's check at open, the run and its block reads) on a synthesized
+# Qwen3-30B-A3B trace of TOKENS tokens (requests of 32 prompt + 968 decode tokens, no look-ahead:
+# the emulated predictor runs), rtx3090-pcie4, batch 4. Instruction counts do not depend on what
+# else the machine runs, so two binaries compare on a shared machine; they do not see cache
+# misses or mispredicted branches (`perf record -e cpu-clock` does). For each policy: its total
+# instructions, then the TOP functions by self count as markdown table rows (share, function).
+# The trace is made by the first binary; every binary runs the same file.
+# Usage: bench/profile_sim.sh TOKENS TOP "POLICY ..." MOESIM [MOESIM ...]
+set -euo pipefail
+tokens=${1:?usage: bench/profile_sim.sh TOKENS TOP "POLICY ..." MOESIM [MOESIM ...]}
+top=${2:?usage}
+policies=${3:?usage}
+shift 3
+[[ $# -ge 1 ]] || { echo "usage: bench/profile_sim.sh TOKENS TOP \"POLICY ...\" MOESIM ..." >&2; exit 2; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/moesim-profile.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+"$1" trace synth --model qwen3-30b-a3b --requests $((tokens / 1000)) --prompt-len 32 \
+    --gen-len 968 --lookahead 0 --seed 1 -q -o "$work/trace.h5"
+for pol in $policies; do
+    for bin in "$@"; do
+        valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" "$bin" sim \
+            --trace "$work/trace.h5" --hw rtx3090-pcie4 --policy "$pol" --set batch.size=4 \
+            --json > /dev/null 2> "$work/cg.err"
+        # "N (p%)  file:function [object]" lines after the totals; keep the function's name
+        callgrind_annotate "$work/cg.out" 2> /dev/null | awk -v pol="$pol" -v bin="$bin" -v top="$top" '
+            /PROGRAM TOTALS/ { total = $1; gsub(",", "", total)
+                               printf "%s, %s: %.2f G instructions\n", pol, bin, total / 1e9 }
+            total && /^ *[0-9,]+ +\([ 0-9.]+%\) +[^ ]+:[^ ]+ \[/ && shown < top {
+                share = $0; sub(/^ *[0-9,]+ +\( */, "", share); sub(/%\).*/, "", share)
+                name = $0; sub(/^ *[0-9,]+ +\([ 0-9.]+%\) +/, "", name); sub(/ \[.*/, "", name)
+                sub(/^.*:/, "", name)
+                printf "| %5.1f %% | %s |\n", share, name; shown++
+            }'
+    done
+done
