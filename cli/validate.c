@@ -479,6 +479,13 @@ static void pct(FILE *f, double v) {
         fprintf(f, " %+.2f %% |", 100.0 * v);
 }
 
+static void gbps(FILE *f, double v) {
+    if (isnan(v))
+        fputs(" n/a |", f);
+    else
+        fprintf(f, " %.3f |", v);
+}
+
 static void write_report(FILE *f, const char *device, const char *profile, const char *trace_path,
                          const char *model, const validate_row *rows, size_t n,
                          const validate_summary *s) {
@@ -487,8 +494,9 @@ static void write_report(FILE *f, const char *device, const char *profile, const
             model);
     fprintf(f, "| policy | configuration | TPOT sim ms | TPOT real ms | TPOT err | TTFT sim ms | "
                "TTFT real ms | TTFT err | total err | median req TPOT err | median req TTFT "
-               "err | median layer err | worst layer (err) | hit sim | hit real |\n");
-    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "err | median layer err | worst layer (err) | hit sim | hit real | link GB/s sim "
+               "| link GB/s real |\n");
+    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < n; i++) {
         const validate_row *r = &rows[i];
         if (r->refused) continue;
@@ -505,7 +513,10 @@ static void write_report(FILE *f, const char *device, const char *profile, const
             fprintf(f, " L%d (%.2f %%) |", r->layer_worst, 100.0 * r->layer_err_max);
         else
             fputs(" n/a |", f);
-        fprintf(f, " %.4f | %.4f |\n", r->sim_hit_rate, r->real_hit_rate);
+        fprintf(f, " %.4f | %.4f |", r->sim_hit_rate, r->real_hit_rate);
+        gbps(f, r->sim_link_gb_per_s);
+        gbps(f, r->real_link_gb_per_s);
+        fputc('\n', f);
     }
     for (size_t i = 0; i < n; i++)
         if (rows[i].refused)
@@ -563,6 +574,8 @@ static json_t *rows_json(const validate_row *rows, size_t n, const validate_summ
         json_object_set_new(o, "real_layer_ms", lr);
         json_object_set_new(o, "sim_hit_rate", NUM(r->sim_hit_rate));
         json_object_set_new(o, "real_hit_rate", NUM(r->real_hit_rate));
+        json_object_set_new(o, "sim_link_gb_per_s", NUM(r->sim_link_gb_per_s));
+        json_object_set_new(o, "real_link_gb_per_s", NUM(r->real_link_gb_per_s));
         json_array_append_new(a, o);
     }
     json_object_set_new(j, "rows", a);
@@ -674,6 +687,8 @@ static int merge_reports(const char **files, size_t n_files, const char *report,
             }
             r->sim_hit_rate = GET(sim_hit_rate);
             r->real_hit_rate = GET(real_hit_rate);
+            r->sim_link_gb_per_s = GET(sim_link_gb_per_s);
+            r->real_link_gb_per_s = GET(real_link_gb_per_s);
 #undef GET
         }
         json_decref(j);

@@ -245,6 +245,9 @@ typedef struct validate_row {
     float sim_layer_ms[MODEL_MAX_LAYERS], real_layer_ms[MODEL_MAX_LAYERS]; /* [n_layers] summed
                                                                               over steps */
     double sim_hit_rate, real_hit_rate;
+    /* GB/s of the host->device link while it copied (bytes / busy time; NaN: nothing copied):
+     * the profile's figure in the simulator, what the link delivered in the replay */
+    double sim_link_gb_per_s, real_link_gb_per_s;
     bool refused;   /* the simulator refused the configuration: left out of the summary */
     char note[160]; /* why */
 } validate_row;

@@ -77,6 +77,11 @@ static double median_abs_err(const double *sim, const double *real, size_t n) {
     return med;
 }
 
+/* Bytes over the host->device link per second of its busy time (ms -> GB/s: bytes / ms / 1e6). */
+static double link_gb_per_s(const sim_result *r) {
+    return r->h2d_busy_ms > 0 ? (double)r->h2d_bytes / r->h2d_busy_ms / 1e6 : NAN;
+}
+
 moesim_status validate_compare(const validate_record *sim, const validate_record *real,
                                const char *label, validate_row *out, moesim_error *err) {
     if (sim->n_requests != real->n_requests || sim->n_layers != real->n_layers)
@@ -115,6 +120,8 @@ moesim_status validate_compare(const validate_record *sim, const validate_record
     }
     out->sim_hit_rate = sim->r.hit_rate;
     out->real_hit_rate = real->r.hit_rate;
+    out->sim_link_gb_per_s = link_gb_per_s(&sim->r);
+    out->real_link_gb_per_s = link_gb_per_s(&real->r);
     return MOESIM_OK;
 }
 

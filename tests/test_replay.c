@@ -257,6 +257,13 @@ Test(replay, validation_errors_and_medians_are_relative_to_the_measurement) {
     cr_assert_float_eq(row.sim_layer_ms[1], 6, 1e-6);
     cr_assert_float_eq(row.real_layer_ms[0], 4, 1e-6);
     cr_assert_str_eq(row.policy, "lru");
+    /* nothing copied: no link rate */
+    cr_assert(isnan(row.sim_link_gb_per_s) && isnan(row.real_link_gb_per_s));
+    s.r.h2d_bytes = 3000000000ull, s.r.h2d_busy_ms = 3000; /* 1 GB/s */
+    r.r.h2d_bytes = 3000000000ull, r.r.h2d_busy_ms = 1500; /* 2 GB/s */
+    cr_assert_eq(validate_compare(&s, &r, "budget 16 GiB", &row, &err), MOESIM_OK);
+    cr_assert_float_eq(row.sim_link_gb_per_s, 1.0, 1e-12);
+    cr_assert_float_eq(row.real_link_gb_per_s, 2.0, 1e-12);
     validate_record other;
     validate_record_init(&other, 4, 2);
     cr_assert_eq(validate_compare(&s, &other, "x", &row, &err), MOESIM_EINPUT);
