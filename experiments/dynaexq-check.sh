@@ -23,8 +23,8 @@ runs=(
     "lru at int4 (every expert fits: static INT4 after a cold start)|lru|--set expert.precision=int4"
     "lru at bf16 (offloading)|lru|"
 )
-echo "| run (memory.budget_gb = 6 unless said) | HI share of gate mass | n_l / E | HI set / n_l at the end | TPOT mean / P99 ms | TTFT mean ms | promotions |"
-echo "|---|---|---|---|---|---|---|"
+echo "| run (memory.budget_gb = 6 unless said) | HI share of gate mass | n_l / E | HI set / n_l at the end | TPOT mean / P99 ms | TTFT mean ms | promotions | PCIe GB: migrations / all |"
+echo "|---|---|---|---|---|---|---|---|"
 for run in "${runs[@]}"; do
     IFS='|' read -r label policy args <<< "$run"
     # shellcheck disable=SC2086 # args is a list of words
@@ -44,8 +44,9 @@ if "hi_slots_per_layer" in rep:
         promos += " (%d moved ahead)" % rep["prefetch_moved"]
 else:
     share, nl, held, promos = "(all %s)" % sys.argv[2], "", "", ""
-print("| %s | %s | %s | %s | %.2f / %.2f | %.1f | %s |" % (label, share, nl, held,
-      j["tpot_ms"]["mean"], j["tpot_ms"]["p99"], j["ttft_ms"]["mean"], promos))
+print("| %s | %s | %s | %s | %.2f / %.2f | %.1f | %s | %.2f / %.2f |" % (label, share, nl, held,
+      j["tpot_ms"]["mean"], j["tpot_ms"]["p99"], j["ttft_ms"]["mean"], promos,
+      j["h2d_bytes_by_class"]["background"] / 1e9, j["h2d_bytes"] / 1e9))
 ' "$label" "$( [[ $args == *int4* ]] && echo int4 || echo bf16 )"
 done
 

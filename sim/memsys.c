@@ -337,7 +337,7 @@ static bool next_chunk(memsys *m, int e, bool span, memsys_chunk *out) {
                 if (end > x->sent[e] + n) n = end - x->sent[e];
             }
             *out = (memsys_chunk){.xfer = i, .engine = e, .offset = x->sent[e], .bytes = n,
-                                  .first = x->sent[e] == 0};
+                                  .first = x->sent[e] == 0, .cls = x->cls};
             x->sent[e] += n;
             if (x->sent[e] == x->bytes) queue_remove(m, e, i);
             return true;
@@ -379,9 +379,10 @@ bool memsys_chunk_done(memsys *m, const memsys_chunk *c, memsys_xfer *done) {
     int e = c->engine;
     MOESIM_ASSERT(x->parts && x->done[e] == c->offset && c->offset + c->bytes <= x->sent[e]);
     x->done[e] += c->bytes;
-    if (e == MEMSYS_H2D)
+    if (e == MEMSYS_H2D) {
         m->n.h2d_bytes += c->bytes;
-    else
+        m->n.h2d_class_bytes[c->cls] += c->bytes;
+    } else
         m->n.ssd_bytes += c->bytes;
     if (e != landing_engine(m, x)) { /* staged in the bounce buffer: PCIe may take it */
         notify_work(m, MEMSYS_H2D);

@@ -90,10 +90,14 @@ typedef struct memsys_chunk {
     int engine;
     uint64_t offset, bytes;
     bool first;
+    uint8_t cls; /* the transfer's class when the engine took the chunk (a later promotion does
+                    not move bytes already on the wire) */
 } memsys_chunk;
 
 typedef struct memsys_counts {
     uint64_t h2d_bytes, ssd_bytes, warmup_bytes; /* moved after t = 0; initial placement */
+    uint64_t h2d_class_bytes[MEMSYS_CLASSES]; /* h2d_bytes by the class each chunk was taken in
+                                                 (demand, prefetch, background = migrations) */
     uint64_t prefetches;   /* prefetch-class transfers issued */
     uint64_t promoted;     /* loads that moved a lower-class transfer up */
     uint64_t late;         /* routes that ran a prefetched expert whose copy had not landed */

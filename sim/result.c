@@ -39,6 +39,9 @@ void sim_result_fill(sim_result *r, const sim_result_totals *t) {
     r->prefetch_promoted = t->moved->promoted;
     r->prefetch_cancelled = t->moved->cancelled;
     r->prefetch_wasted_bytes = t->moved->wasted_bytes;
+    r->h2d_demand_bytes = t->moved->h2d_class_bytes[POLICY_DEMAND];
+    r->h2d_prefetch_bytes = t->moved->h2d_class_bytes[POLICY_PREFETCH];
+    r->h2d_background_bytes = t->moved->h2d_class_bytes[POLICY_BACKGROUND];
     r->predictor_emulated = t->predictor_emulated;
     r->predictor_accuracy = t->predictor_accuracy;
     r->accesses = ta->accesses;
@@ -85,6 +88,9 @@ size_t sim_result_fields(const sim_result *r, const char **names, double *values
         {"hit_rate", r->hit_rate},
         {"h2d_bytes", (double)r->h2d_bytes},
         {"d2h_bytes", (double)r->d2h_bytes},
+        {"h2d_bytes.demand", (double)r->h2d_demand_bytes},
+        {"h2d_bytes.prefetch", (double)r->h2d_prefetch_bytes},
+        {"h2d_bytes.background", (double)r->h2d_background_bytes},
         {"ssd_bytes", (double)r->ssd_bytes},
         {"stall_ms", r->stall_ms},
         {"h2d_busy_ms", r->h2d_busy_ms},
@@ -143,6 +149,12 @@ json_t *sim_result_to_json(const sim_result *r) {
     json_object_set_new(j, "hits", json_integer((json_int_t)r->hits));
     json_object_set_new(j, "h2d_bytes", json_integer((json_int_t)r->h2d_bytes));
     json_object_set_new(j, "d2h_bytes", json_integer((json_int_t)r->d2h_bytes));
+    json_t *by_class = json_object();
+    json_object_set_new(by_class, "demand", json_integer((json_int_t)r->h2d_demand_bytes));
+    json_object_set_new(by_class, "prefetch", json_integer((json_int_t)r->h2d_prefetch_bytes));
+    json_object_set_new(by_class, "background",
+                        json_integer((json_int_t)r->h2d_background_bytes));
+    json_object_set_new(j, "h2d_bytes_by_class", by_class);
     json_object_set_new(j, "ssd_bytes", json_integer((json_int_t)r->ssd_bytes));
     json_object_set_new(j, "warmup_h2d_bytes", json_integer((json_int_t)r->warmup_h2d_bytes));
     json_object_set_new(j, "stall_ms", num(r->stall_ms));

@@ -112,6 +112,9 @@ typedef struct sim_result {
     uint64_t prefetch_promoted;  /* loads that moved a lower-class copy up (sim/memsys.h) */
     uint64_t prefetch_cancelled; /* prefetches dropped before their copy started */
     uint64_t prefetch_wasted_bytes; /* prefetched bytes moved and never run */
+    /* h2d_bytes by copy class: demand loads, prefetches, background (DynaExq's migrations):
+     * what shares the link with the demand loads */
+    uint64_t h2d_demand_bytes, h2d_prefetch_bytes, h2d_background_bytes;
     bool predictor_emulated;     /* look-ahead predictions emulated (trace had none) */
     double predictor_accuracy;   /* the emulated top-1 accuracy, or the trace's measured one */
     size_t n_policy_report;

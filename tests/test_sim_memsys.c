@@ -91,6 +91,36 @@ Test(sim_memsys, no_policy_designed_never_to_skip_skips_at_any_budget_it_accepts
     cr_assert_gt(ran, 100, "the grid must run (ran %u)", ran);
 }
 
+/* The link's bytes by copy class add up to h2d_bytes; a policy without prefetch moves no
+ * prefetch bytes, a prefetcher moves some, and DynaExq's migrations are its background bytes. */
+Test(sim_memsys, link_bytes_by_class_add_up_and_show_who_used_the_link) {
+    static const struct {
+        const char *policy;
+        bool prefetch, background;
+    } cases[] = {{"lru", false, false}, {"mixtral-offload", true, false},
+                 {"dymoe", true, false}, {"dynaexq", false, true}};
+    hw_profile hw;
+    moesim_error err = {0};
+    cr_assert_eq(hw_load_by_name("a6000", &hw, &err), MOESIM_OK, "%s", err.msg);
+    model_geometry m;
+    cr_assert_eq(model_load_by_name("olmoe-1b-7b", &m, &err), MOESIM_OK, "%s", err.msg);
+    trace *t = small_trace(&m, 2, 3);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        bool dx = !strcmp(cases[i].policy, "dynaexq");
+        const char *sets[] = {"memory.budget_gb=6", dx ? "dynaexq.warmup=2" : "sim.seed=1",
+                              dx ? "dynaexq.interval=2" : "sim.seed=1", NULL};
+        sim_result r;
+        cr_assert_eq(run(t, &m, &hw, cases[i].policy, sets, &r, &err), MOESIM_OK, "%s", err.msg);
+        cr_assert_eq(r.h2d_demand_bytes + r.h2d_prefetch_bytes + r.h2d_background_bytes,
+                     r.h2d_bytes, "%s", cases[i].policy);
+        cr_assert_eq(r.h2d_prefetch_bytes > 0, cases[i].prefetch, "%s: %llu prefetch bytes",
+                     cases[i].policy, (unsigned long long)r.h2d_prefetch_bytes);
+        cr_assert_eq(r.h2d_background_bytes > 0, cases[i].background, "%s: %llu background bytes",
+                     cases[i].policy, (unsigned long long)r.h2d_background_bytes);
+    }
+    trace_destroy(t);
+}
+
 Test(sim_memsys, host_dram_holds_what_the_policy_runs_not_expert_precision) {
     /* Mixtral-8x7B on a 64 GiB host: bf16 experts (87 GB) do not fit DRAM, DyMoE's int4 and int2
      * copies do. DyMoE never runs expert.precision, so DRAM must hold its precisions and nothing
