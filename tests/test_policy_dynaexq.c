@@ -974,7 +974,9 @@ Test(dynaexq_behaviour, promotions_fall_when_the_hysteresis_grows) {
 
 /* OLMoE-1B-7B (16 layers, 64 experts, top-8) on the skewed `code` workload: 16 requests of 64
  * prompt + 64 decode tokens, batch 4, on an A6000 profile. */
-static trace *sim_trace(model_geometry *m) {
+/* The README's OLMoE trace; `lookahead` false: without recorded predictions (the simulator
+ * then emulates them). */
+static trace *sim_trace_with(model_geometry *m, bool lookahead) {
     *m = load_model("olmoe-1b-7b");
     synth_options o;
     synth_options_default(&o, m);
@@ -983,11 +985,14 @@ static trace *sim_trace(model_geometry *m) {
     o.gen_len = (synth_range){64, 64};
     o.workload = SYNTH_CODE;
     o.seed = 5;
+    if (!lookahead) o.lookahead_depth = 0;
     trace *t = NULL;
     moesim_error err = {0};
     cr_assert_eq(synth_generate(m, &o, &t, &err), MOESIM_OK, "%s", err.msg);
     return t;
 }
+
+static trace *sim_trace(model_geometry *m) { return sim_trace_with(m, true); }
 
 static moesim_status sim_dynaexq(const trace *t, const model_geometry *m, const char *const *sets,
                                  size_t n_sets, sim_result *res, moesim_error *err) {
@@ -1126,20 +1131,7 @@ Test(dynaexq_sim, prefetch_reads_the_predictions_recorded_or_emulated) {
      * either way the knob moves queued promotions, so the host must hand dynaexq predictions */
     model_geometry m;
     for (int recorded = 1; recorded >= 0; recorded--) {
-        trace *t = sim_trace(&m);
-        if (!recorded) {
-            synth_options o;
-            synth_options_default(&o, &m);
-            o.n_requests = 16;
-            o.prompt_len = (synth_range){64, 64};
-            o.gen_len = (synth_range){64, 64};
-            o.workload = SYNTH_CODE;
-            o.seed = 5;
-            o.lookahead_depth = 0;
-            trace_destroy(t);
-            moesim_error gerr = {0};
-            cr_assert_eq(synth_generate(&m, &o, &t, &gerr), MOESIM_OK, "%s", gerr.msg);
-        }
+        trace *t = sim_trace_with(&m, recorded);
         sim_result r;
         moesim_error err = {0};
         const char *sets[] = {"memory.budget_gb=6", "dynaexq.prefetch=true"};
