@@ -38,7 +38,7 @@ static void on_hbm(void *ctx, uint64_t experts_used) {
     MOESIM_ASSERT(experts_used <= x->bud.expert_budget_bytes);
     if (experts_used > x->experts_peak) x->experts_peak = experts_used;
     if (x->tl.on && x->clock_on && !x->lock)
-        sim_timeline_counter(&x->tl, "hbm", replay_exec_now(x), (double)experts_used);
+        sim_timeline_hbm(&x->tl, replay_exec_now(x), experts_used, x->ms.prec_used, &x->tl_hbm);
 }
 
 static bool on_reserve(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p,

@@ -190,6 +190,7 @@ struct replay_exec {
     uint64_t device_used_before, device_used_peak; /* the backend's view of its device, or 0 */
     const sim_hooks *hooks;
     sim_timeline tl;
+    sim_timeline_hbm_shown tl_hbm; /* what the per-precision HBM counters show */
 };
 
 /* Runs the trace under `policy_name` on backend `be` (replay_run, replay_run_cpu). */

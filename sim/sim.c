@@ -193,6 +193,7 @@ struct sim_state {
     uint64_t expert_ops, stall_ns, sub_routes;
     const sim_hooks *hooks;
     sim_timeline tl;
+    sim_timeline_hbm_shown tl_hbm; /* what the per-precision HBM counters show */
 
     /* lifetime */
     void *knobs;          /* the policy's knob struct (policy_read_knobs) */
@@ -231,7 +232,7 @@ static void hbm_note(sim_state *s) {
 static void on_hbm(void *ctx, uint64_t experts_used) {
     sim_state *s = ctx;
     hbm_note(s);
-    if (s->tl.on) sim_timeline_counter(&s->tl, "hbm", s->now_ns, (double)experts_used);
+    sim_timeline_hbm(&s->tl, s->now_ns, experts_used, s->ms.prec_used, &s->tl_hbm);
 }
 
 static const char *const cls_name[MEMSYS_CLASSES] = {"demand", "prefetch", "background"};

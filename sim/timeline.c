@@ -14,8 +14,12 @@
 #include "common/config.h"
 #include "sim/timeline_proto.h"
 
-static const char *const track_names[] = {NULL, "compute stream", "copy engine h2d (PCIe)",
-                                          "ssd read queue", "hbm"};
+/* [SIM_TRACK_HBM + SIM_TIMELINE_COUNTERS]: thread tracks, then the counters (precisions in
+ * moesim_precision order, checked at open) */
+static const char *const track_names[] = {NULL,       "compute stream", "copy engine h2d (PCIe)",
+                                          "ssd read queue", "hbm",      "hbm bf16",
+                                          "hbm fp8",    "hbm int8",     "hbm int4",
+                                          "hbm int3",   "hbm int2"};
 
 /* ---- window ---- */
 
@@ -54,7 +58,7 @@ moesim_status sim_timeline_window_parse(const char *text, sim_timeline_window *w
 
 static void window_start(sim_timeline *tl, const sim_timeline_window *window) {
     tl->window = window ? *window : (sim_timeline_window){0};
-    tl->held_name = NULL;
+    memset(tl->held, 0, sizeof tl->held);
     tl->latest_ns = 0;
     /* the whole run, a time window, and a step window from step 0 know where they start */
     tl->lo_known = tl->window.kind != SIM_TIMELINE_STEPS || tl->window.from == 0;
@@ -185,11 +189,17 @@ moesim_status sim_timeline_open_as(sim_timeline *tl, const char *path, const cha
     tl->sink = NULL;
     tl->proto = NULL;
     if (atomic_file_open(&tl->af, path, err)) return MOESIM_EIO;
+    MOESIM_ASSERT(sizeof track_names / sizeof *track_names ==
+                  SIM_TRACK_HBM + SIM_TIMELINE_COUNTERS);
+    for (int p = 0; p < PREC_COUNT; p++)
+        MOESIM_ASSERT(!strcmp(track_names[SIM_TRACK_HBM_PREC(p)] + 4,
+                              precision_name((moesim_precision)p)));
     tl->on = true;
     tl->format = sim_timeline_format_of(path);
     window_start(tl, window);
     if (tl->format == SIM_TIMELINE_PROTO) {
-        tl->proto = tl_proto_create(tl->af.fp, process, track_names, SIM_TRACK_HBM);
+        tl->proto = tl_proto_create(tl->af.fp, process, track_names, SIM_TRACK_HBM,
+                                    SIM_TIMELINE_COUNTERS);
     } else {
         tl->sink = sink_create(tl->af.fp, tl->format == SIM_TIMELINE_JSON_GZ);
         json_head(tl, process);
@@ -197,22 +207,24 @@ moesim_status sim_timeline_open_as(sim_timeline *tl, const char *path, const cha
     return MOESIM_OK;
 }
 
-static void emit_counter(sim_timeline *tl, const char *name, uint64_t t_ns, double value) {
+static void emit_counter(sim_timeline *tl, int track, uint64_t t_ns, double value) {
     if (tl->proto) {
-        tl_proto_counter(tl->proto, SIM_TRACK_HBM, t_ns, value);
+        tl_proto_counter(tl->proto, track, t_ns, value);
         return;
     }
     tl_printf(tl,
               ",\n{\"ph\":\"C\",\"pid\":1,\"name\":\"%s\",\"ts\":" US_FMT
               ",\"args\":{\"bytes\":%.0f}}",
-              name, US_ARGS(t_ns), value);
+              track_names[track], US_ARGS(t_ns), value);
 }
 
-/* The counter sample held back from before the window, at the window's start. */
+/* The counter samples held back from before the window, at the window's start. */
 static void release_held(sim_timeline *tl) {
-    if (!tl->held_name) return;
-    emit_counter(tl, tl->held_name, tl->lo_ns, tl->held_value);
-    tl->held_name = NULL;
+    for (int c = 0; c < SIM_TIMELINE_COUNTERS; c++) {
+        if (!tl->held[c]) continue;
+        emit_counter(tl, SIM_TRACK_HBM + c, tl->lo_ns, tl->held_value[c]);
+        tl->held[c] = false;
+    }
 }
 
 void sim_timeline_slice(sim_timeline *tl, int track, const char *cat, const char *name,
@@ -233,18 +245,35 @@ void sim_timeline_slice(sim_timeline *tl, int track, const char *cat, const char
               track, cat, name, US_ARGS(t0_ns), US_ARGS(t1_ns - t0_ns));
 }
 
-void sim_timeline_counter(sim_timeline *tl, const char *name, uint64_t t_ns, double value) {
+void sim_timeline_counter(sim_timeline *tl, int track, uint64_t t_ns, double value) {
     if (!tl->on) return;
+    MOESIM_ASSERT(track >= SIM_TRACK_HBM && track < SIM_TRACK_HBM + SIM_TIMELINE_COUNTERS);
+    int c = track - SIM_TRACK_HBM;
     if (t_ns > tl->latest_ns) tl->latest_ns = t_ns;
     if (!tl->lo_known || t_ns < tl->lo_ns) { /* before the window: the value it opens with */
-        tl->held_name = name;
-        tl->held_value = value;
+        tl->held[c] = true;
+        tl->held_value[c] = value;
         return;
     }
     if (tl->hi_known && t_ns >= tl->hi_ns) return;
     if (t_ns > tl->lo_ns) release_held(tl);
-    tl->held_name = NULL; /* a sample at the window's start replaces the held one */
-    emit_counter(tl, name, t_ns, value);
+    tl->held[c] = false; /* a sample at the window's start replaces the held one */
+    emit_counter(tl, track, t_ns, value);
+}
+
+void sim_timeline_hbm(sim_timeline *tl, uint64_t t_ns, uint64_t experts_used,
+                      const uint64_t prec_used[PREC_COUNT], sim_timeline_hbm_shown *shown) {
+    if (!tl->on) return;
+    sim_timeline_counter(tl, SIM_TRACK_HBM, t_ns, (double)experts_used);
+    for (int p = 0; p < PREC_COUNT; p++) {
+        bool started = shown->tracks & 1u << p;
+        if (started ? prec_used[p] == shown->bytes[p]
+                    : prec_used[p] == 0 || prec_used[p] == experts_used)
+            continue;
+        shown->tracks |= 1u << p;
+        shown->bytes[p] = prec_used[p];
+        sim_timeline_counter(tl, SIM_TRACK_HBM_PREC(p), t_ns, (double)prec_used[p]);
+    }
 }
 
 static void close_writers(sim_timeline *tl) {

@@ -12,7 +12,7 @@
 #include "common/check.h"
 #include "common/hash.h"
 
-#define TL_MAX_TRACKS  8            /* sequences 1..counter_track */
+#define TL_MAX_TRACKS  16           /* sequences 1..counter_track + n_counters - 1 */
 #define TL_BLOCK_BYTES (256u << 10) /* packets per compressed_packets (Perfetto: < 512 KB each) */
 
 enum { WIRE_VARINT = 0, WIRE_BYTES = 2 };
@@ -101,7 +101,9 @@ static void intern_free(intern_table *t) {
 
 struct tl_proto {
     FILE *f;
-    int counter_track;
+    const char *const *track_names;
+    int counter_track, n_counters;
+    uint32_t described; /* bit per track: its TrackDescriptor and sequence start are written */
     uint64_t last_ns[TL_MAX_TRACKS]; /* the incremental clock of each sequence */
     intern_table names, cats;
     pb block;                   /* Trace.packet fields gathered for the next compressed block */
@@ -183,7 +185,7 @@ static void sequence_start(tl_proto *p, int seq) {
     packet_done(p);
 }
 
-/* A TrackDescriptor packet: the process (track 0), a thread track, or the counter track. */
+/* A TrackDescriptor packet: the process (track 0), a thread track, or a counter track. */
 static void describe_track(tl_proto *p, int track, const char *name) {
     pb *desc = &p->event, *inner = &p->item;
     desc->n = 0;
@@ -193,7 +195,7 @@ static void describe_track(tl_proto *p, int track, const char *name) {
         pb_uint(inner, 1, 1);   /* ProcessDescriptor.pid */
         pb_str(inner, 6, name); /* ProcessDescriptor.process_name */
         pb_msg(desc, 3, inner); /* TrackDescriptor.process */
-    } else if (track == p->counter_track) {
+    } else if (track >= p->counter_track) {
         pb_uint(desc, 5, track_uuid(0));    /* TrackDescriptor.parent_uuid: the process */
         pb_str(desc, 2, name);              /* TrackDescriptor.name */
         pb_uint(inner, 3, UNIT_SIZE_BYTES); /* CounterDescriptor.unit */
@@ -209,17 +211,25 @@ static void describe_track(tl_proto *p, int track, const char *name) {
     packet_done(p);
 }
 
+/* The track's descriptor and the start of its sequence, once. */
+static void track_open(tl_proto *p, int track) {
+    if (p->described & 1u << track) return;
+    p->described |= 1u << track;
+    describe_track(p, track, p->track_names[track]);
+    sequence_start(p, track);
+}
+
 tl_proto *tl_proto_create(FILE *f, const char *process, const char *const *track_names,
-                          int counter_track) {
-    MOESIM_ASSERT(counter_track > 0 && counter_track < TL_MAX_TRACKS);
+                          int counter_track, int n_counters) {
+    MOESIM_ASSERT(counter_track > 0 && n_counters > 0 &&
+                  counter_track + n_counters <= TL_MAX_TRACKS);
     tl_proto *p = moesim_xcalloc(1, sizeof *p);
     p->f = f;
+    p->track_names = track_names;
     p->counter_track = counter_track;
+    p->n_counters = n_counters;
     describe_track(p, 0, process);
-    for (int t = 1; t <= counter_track; t++) {
-        describe_track(p, t, track_names[t]);
-        sequence_start(p, t);
-    }
+    for (int t = 1; t <= counter_track; t++) track_open(p, t);
     return p;
 }
 
@@ -260,7 +270,8 @@ void tl_proto_slice(tl_proto *p, int track, const char *cat, const char *name, u
 }
 
 void tl_proto_counter(tl_proto *p, int track, uint64_t t_ns, double value) {
-    MOESIM_ASSERT(track == p->counter_track);
+    MOESIM_ASSERT(track >= p->counter_track && track < p->counter_track + p->n_counters);
+    track_open(p, track);
     packet_start(p, track, t_ns);
     p->event.n = 0;
     pb_uint(&p->event, TL_PB_EVENT_TYPE, TL_PB_COUNTER);

@@ -18,13 +18,15 @@
 typedef struct tl_proto tl_proto;
 
 /* Starts a trace on `f` (borrowed): process `process`, thread tracks 1..counter_track-1 named
- * track_names[track], and track `counter_track` a counter in bytes named track_names[counter]. */
+ * track_names[track], and `n_counters` counter tracks in bytes from `counter_track` on, named
+ * track_names[track]. The first counter is described at once, the others when first sampled (so
+ * a counter never sampled adds no empty track). `track_names` must outlive the writer. */
 tl_proto *tl_proto_create(FILE *f, const char *process, const char *const *track_names,
-                          int counter_track);
+                          int counter_track, int n_counters);
 /* A slice [t0, t1) on thread track `track`. */
 void tl_proto_slice(tl_proto *p, int track, const char *cat, const char *name, uint64_t t0_ns,
                     uint64_t t1_ns);
-/* A sample of the counter track. */
+/* A sample of counter track `track`. */
 void tl_proto_counter(tl_proto *p, int track, uint64_t t_ns, double value);
 /* Writes what is still gathered; the file is then complete. */
 void tl_proto_finish(tl_proto *p);

@@ -16,7 +16,7 @@
 
 typedef struct event {
     char ph;         /* 'X' slice, 'C' counter sample */
-    int track;       /* SIM_TRACK_*; the counter's is SIM_TRACK_HBM */
+    int track;       /* SIM_TRACK_*; counters SIM_TRACK_HBM and SIM_TRACK_HBM_PREC(p) */
     const char *cat; /* slices */
     const char *name;
     uint64_t t0_ns, t1_ns; /* a sample's time is t0_ns */
@@ -58,7 +58,7 @@ static void write_script(const char *path, const sim_timeline_window *w) {
         if (e->ph == 'X')
             sim_timeline_slice(&tl, e->track, e->cat, e->name, e->t0_ns, e->t1_ns);
         else
-            sim_timeline_counter(&tl, e->name, e->t0_ns, e->value);
+            sim_timeline_counter(&tl, e->track, e->t0_ns, e->value);
     }
     cr_assert_eq(sim_timeline_close(&tl, &err), MOESIM_OK, "%s", err.msg);
 }
@@ -170,11 +170,11 @@ typedef struct decoded {
     size_t n;
     char names[MAX_IIDS][64], cats[MAX_IIDS][64]; /* by iid, per sequence in *_seen */
     uint32_t name_seen[MAX_IIDS], cat_seen[MAX_IIDS];
-    uint64_t last_ns[8], default_uuid[8];
-    bool clock_set[8];
-    int open_slice[8];     /* index into ev of the sequence's open slice, -1: none */
-    int tid_of_uuid[16];   /* thread tracks: their tid; the counter: SIM_TRACK_HBM */
-    char counter_name[32]; /* the counter track's name */
+    uint64_t last_ns[16], default_uuid[16];
+    bool clock_set[16];
+    int open_slice[16];    /* index into ev of the sequence's open slice, -1: none */
+    int tid_of_uuid[16];        /* thread tracks: their tid; counters: their SIM_TRACK_* */
+    char counter_name[16][32];  /* by uuid: a counter track's name */
     char process_name[32];
 } decoded;
 
@@ -211,11 +211,11 @@ static void decode_descriptor(decoded *d, rd r) {
         if (f == 4) { /* thread */
             while (rd_field(&sub, &g, &v, &s2))
                 if (g == 2) d->tid_of_uuid[uuid] = (int)v;
-        } else if (f == 8) { /* counter */
-            d->tid_of_uuid[uuid] = SIM_TRACK_HBM;
+        } else if (f == 8) { /* counter: the writer's uuid is 1 + its track */
+            d->tid_of_uuid[uuid] = (int)uuid - 1;
         } else if (f == 2) {
-            snprintf(d->counter_name, sizeof d->counter_name, "%.*s", (int)(sub.end - sub.p),
-                     sub.p);
+            snprintf(d->counter_name[uuid], sizeof d->counter_name[uuid], "%.*s",
+                     (int)(sub.end - sub.p), sub.p);
         } else if (f == 3) { /* process */
             while (rd_field(&sub, &g, &v, &s2))
                 if (g == 6)
@@ -267,7 +267,7 @@ static void decode_packet(decoded *d, rd r) {
         if (f == TL_PB_INTERNED_DATA) interned = sub;
         if (f == TL_PB_TRACK_EVENT) te = sub, has_event = true;
     }
-    cr_assert(seq >= 1 && seq < 8, "every event packet names its sequence");
+    cr_assert(seq >= 1 && seq < 16, "every event packet names its sequence");
     if (snapshot.p) {
         cr_assert_eq(flags, 1, "SEQ_INCREMENTAL_STATE_CLEARED");
         return decode_sequence_start(d, seq, snapshot, defaults);
@@ -310,7 +310,8 @@ static void decode_packet(decoded *d, rd r) {
         d->open_slice[seq] = (int)d->n;
     } else {
         cr_assert_eq(type, TL_PB_COUNTER);
-        *e = (event){'C', track, NULL, d->counter_name, ts, 0, (double)counter};
+        *e = (event){'C', track, NULL, d->counter_name[d->default_uuid[seq]], ts, 0,
+                     (double)counter};
     }
     d->n++;
 }
@@ -337,11 +338,11 @@ static void decode_file(decoded *d, const char *path) {
         }
     }
     free(file);
-    for (int s = 0; s < 8; s++) cr_assert_eq(d->open_slice[s], -1, "every slice ends");
+    for (int s = 0; s < 16; s++) cr_assert_eq(d->open_slice[s], -1, "every slice ends");
 }
 
 static void assert_same_events(const event *got, size_t n_got, const event *want, size_t n_want) {
-    cr_assert_eq(n_got, n_want);
+    cr_assert_eq(n_got, n_want, "%zu events, want %zu", n_got, n_want);
     for (size_t i = 0; i < n_want; i++) {
         const event *g = &got[i], *w = &want[i];
         cr_assert(g->ph == w->ph && g->track == w->track && !strcmp(g->name, w->name) &&
@@ -359,7 +360,7 @@ Test(timeline, pftrace_decodes_to_the_same_slices_and_counter_samples) {
     decoded *d = calloc(1, sizeof *d);
     decode_file(d, path);
     cr_assert_str_eq(d->process_name, "moesim sim");
-    cr_assert_str_eq(d->counter_name, "hbm");
+    cr_assert_str_eq(d->counter_name[1 + SIM_TRACK_HBM], "hbm");
     /* the decoder lists slices by their begin packets and samples in write order: the script's
      * order, per sequence (sequences interleave as written) */
     assert_same_events(d->ev, d->n, script, N_SCRIPT);
@@ -438,6 +439,71 @@ static const window_case window_cases[] = {
       {"L1 e2 x1", 5000, 0},
       {"hbm", 4800, 50}}},
 };
+
+/* Three HBM changes: int4 alone, then bf16 beside it, then int4 shrinks. */
+static void write_hbm_changes(const char *path, const sim_timeline_window *w) {
+    sim_timeline tl;
+    moesim_error err = {0};
+    cr_assert_eq(sim_timeline_open(&tl, path, w, &err), MOESIM_OK, "%s", err.msg);
+    sim_timeline_hbm_shown shown = {0};
+    uint64_t used[PREC_COUNT] = {0};
+    used[PREC_INT4] = 40; /* int4 alone: its counter would repeat "hbm", none is written */
+    sim_timeline_hbm(&tl, 0, 40, used, &shown);
+    used[PREC_INT4] = 100;
+    used[PREC_BF16] = 200; /* a second precision: both start */
+    sim_timeline_hbm(&tl, 1000, 300, used, &shown);
+    used[PREC_INT4] = 50;
+    sim_timeline_hbm(&tl, 2000, 250, used, &shown);
+    cr_assert_eq(sim_timeline_close(&tl, &err), MOESIM_OK, "%s", err.msg);
+}
+
+Test(timeline, per_precision_hbm_counters_start_with_a_second_precision_and_follow_moves) {
+    static const event want[] = {
+        {'C', SIM_TRACK_HBM, NULL, "hbm", 0, 0, 40},
+        {'C', SIM_TRACK_HBM, NULL, "hbm", 1000, 0, 300},
+        {'C', SIM_TRACK_HBM_PREC(PREC_BF16), NULL, "hbm bf16", 1000, 0, 200},
+        {'C', SIM_TRACK_HBM_PREC(PREC_INT4), NULL, "hbm int4", 1000, 0, 100},
+        {'C', SIM_TRACK_HBM, NULL, "hbm", 2000, 0, 250},
+        {'C', SIM_TRACK_HBM_PREC(PREC_INT4), NULL, "hbm int4", 2000, 0, 50},
+    };
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("hbm-prec.pftrace"));
+    write_hbm_changes(path, NULL);
+    decoded *d = calloc(1, sizeof *d);
+    decode_file(d, path);
+    assert_same_events(d->ev, d->n, want, sizeof want / sizeof *want);
+    /* a precision never held gets no track */
+    cr_assert_str_eq(d->counter_name[1 + SIM_TRACK_HBM_PREC(PREC_FP8)], "");
+    free(d);
+
+    snprintf(path, sizeof path, "%s", test_tmp_path("hbm-prec.json"));
+    write_hbm_changes(path, NULL);
+    size_t n;
+    char *json = test_read_file(path, &n);
+    cr_assert(strstr(json, "{\"ph\":\"C\",\"pid\":1,\"name\":\"hbm int4\",\"ts\":2.000,"
+                           "\"args\":{\"bytes\":50}}"),
+              "%s", json);
+    cr_assert_null(strstr(json, "hbm fp8"));
+    free(json);
+
+    /* a window from 1.5 us opens with every counter's value in force there */
+    sim_timeline_window w;
+    moesim_error err = {0};
+    cr_assert_eq(sim_timeline_window_parse("ms=0.0015:", &w, &err), MOESIM_OK, "%s", err.msg);
+    snprintf(path, sizeof path, "%s", test_tmp_path("hbm-prec-window.pftrace"));
+    write_hbm_changes(path, &w);
+    static const event opened[] = {
+        {'C', SIM_TRACK_HBM, NULL, "hbm", 1500, 0, 300},
+        {'C', SIM_TRACK_HBM_PREC(PREC_BF16), NULL, "hbm bf16", 1500, 0, 200},
+        {'C', SIM_TRACK_HBM_PREC(PREC_INT4), NULL, "hbm int4", 1500, 0, 100},
+        {'C', SIM_TRACK_HBM, NULL, "hbm", 2000, 0, 250},
+        {'C', SIM_TRACK_HBM_PREC(PREC_INT4), NULL, "hbm int4", 2000, 0, 50},
+    };
+    d = calloc(1, sizeof *d);
+    decode_file(d, path);
+    assert_same_events(d->ev, d->n, opened, sizeof opened / sizeof *opened);
+    free(d);
+}
 
 Test(timeline, a_window_keeps_what_overlaps_it_and_opens_with_the_counter_value) {
     for (size_t c = 0; c < sizeof window_cases / sizeof *window_cases; c++) {
