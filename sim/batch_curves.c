@@ -36,7 +36,8 @@ void sim_batch_curves_compute(const trace *t, uint32_t batch, sim_batch_curves *
     sim_schedule_build(&s, t, batch, 0, 0);
     uint16_t *seq = moesim_xcalloc((size_t)t->n_tokens * K + 1, sizeof *seq);
     uint32_t *len = moesim_xcalloc(s.n_steps + 1, sizeof *len);
-    uint64_t *layer_hits = moesim_xcalloc((size_t)E + 1, sizeof *layer_hits);
+    uint64_t *layer_lru = moesim_xcalloc((size_t)E + 1, sizeof *layer_lru);
+    uint64_t *layer_opt = moesim_xcalloc((size_t)E + 1, sizeof *layer_opt);
     uint64_t *lru = moesim_xcalloc((size_t)E + 1, sizeof *lru);
     uint64_t *opt = moesim_xcalloc((size_t)E + 1, sizeof *opt);
     *out = (sim_batch_curves){.batch = batch, .n_experts = E, .steps = s.n_steps};
@@ -45,10 +46,12 @@ void sim_batch_curves_compute(const trace *t, uint32_t batch, sim_batch_curves *
         size_t n_routes = layer_routes(t, &s, l, seq, len, &n);
         if (n == 0) continue;
         out->accesses += n;
-        uint32_t widest = trace_stats_route_hit_counts(seq, n, len, n_routes, E, layer_hits, NULL);
-        for (uint32_t c = 0; c <= E; c++) lru[c] += layer_hits[c];
-        (void)trace_stats_route_hit_counts(seq, n, len, n_routes, E, NULL, layer_hits);
-        for (uint32_t c = 0; c <= E; c++) opt[c] += layer_hits[c];
+        uint32_t widest =
+            trace_stats_route_hit_counts(seq, n, len, n_routes, E, layer_lru, layer_opt);
+        for (uint32_t c = 0; c <= E; c++) {
+            lru[c] += layer_lru[c];
+            opt[c] += layer_opt[c];
+        }
         if (widest > out->from) out->from = widest;
     }
     out->lru = moesim_xcalloc((size_t)E + 1, sizeof *out->lru);
@@ -60,7 +63,8 @@ void sim_batch_curves_compute(const trace *t, uint32_t batch, sim_batch_curves *
     }
     free(opt);
     free(lru);
-    free(layer_hits);
+    free(layer_opt);
+    free(layer_lru);
     free(len);
     free(seq);
     sim_schedule_free(&s);
