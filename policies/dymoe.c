@@ -9,7 +9,8 @@
  *      (4/2) or are skipped (4/0, lo = skip);
  *   3. the mixed-precision cache serves each request under its three rules, issuing demand
  *      loads for misses and evicting least-recently-used experts when the budget is full;
- *   4. the prefetcher loads the top-t predicted experts of layer l+1 at `hi` (Eq. 6-8).
+ *   4. the prefetcher loads the top-t predicted experts of layer l+1 at `hi` (Eq. 6-8); they
+ *      enter the LRU list at its least recent end and move up when used (prefetch_insert).
  *
  * Units: bytes (uint64_t), no time is used (the policy is driven by routing alone).
  * Invariants: an expert is held at one precision at most (rule 1). A LO copy whose eviction the
@@ -35,6 +36,7 @@ static const char *const dymoe_lo_choices[] = {"bf16", "fp8",  "int8", "int4",
                                                "int3", "int2", "skip", NULL};
 #define DYMOE_LO_SKIP 6
 static const char *const dymoe_rounding_choices[] = {"carry", "ceil", NULL};
+static const char *const dymoe_prefetch_insert_choices[] = {"cold", "hot", NULL};
 
 #define K(key, type, member, lo, hi, choices, def, help)                                           \
     {                                                                                              \
@@ -67,6 +69,9 @@ static const config_field dymoe_knob_fields[] = {
       "Eq. 2 k as a share of the step's tokens; 0.2 = H2O's budget (Zhang et al. 2023, cited)"),
     K("rounding", CONFIG_ENUM, rounding, 1, 0, dymoe_rounding_choices, "carry",
       "Eq. 5: carry (realized average = r, see README) or ceil (literal)"),
+    K("prefetch_insert", CONFIG_ENUM, prefetch_insert, 1, 0, dymoe_prefetch_insert_choices, "cold",
+      "Sec. 4.4.2's 'standard LRU' orders by last use; cold: a prefetched expert is least recent "
+      "until used; hot: a prefetch counts as a use (paper silent; see README)"),
 };
 #undef K
 
@@ -344,6 +349,19 @@ static bool dymoe_make_room(policy *p, uint32_t layer, uint64_t need) {
     return true;
 }
 
+/* Inserts a held, unlinked entry at the least-recently-used end of its pool's list. */
+static void dymoe_lru_insert_cold(policy *p, uint32_t idx) {
+    dymoe_entry *en = &p->entries[idx];
+    uint32_t pool = dymoe_pool_of(p, idx / p->params.n_experts);
+    en->next = DYMOE_NIL;
+    en->prev = p->lru_tail[pool];
+    if (en->prev != DYMOE_NIL)
+        p->entries[en->prev].next = idx;
+    else
+        p->lru_head[pool] = idx;
+    p->lru_tail[pool] = idx;
+}
+
 /* Takes an entry off the pending-eviction list: its stale LO copy is wanted again. */
 static void dymoe_unstale(policy *p, uint32_t idx) {
     for (uint32_t i = 0; i < p->n_pending; i++) {
@@ -374,7 +392,10 @@ static bool dymoe_fetch(policy *p, uint32_t layer, uint32_t expert, dymoe_tier t
                                            POLICY_PARTS_ALL, cls);
     if (r == POLICY_REFUSED) return false;
     p->entries[idx].tier = (uint8_t)tier;
-    dymoe_lru_touch(p, idx);
+    if (cls == POLICY_PREFETCH && p->knobs.prefetch_insert == DYMOE_PREFETCH_COLD)
+        dymoe_lru_insert_cold(p, idx);
+    else
+        dymoe_lru_touch(p, idx);
     if (cls == POLICY_PREFETCH && r == POLICY_ISSUED) p->stats.prefetches++;
     return true;
 }
@@ -631,7 +652,8 @@ static void dymoe_prefetch(policy *p, const policy_route *r) {
         dymoe_entry *en = &p->entries[idx];
         en->pin = p->stamp;
         if (en->tier == DYMOE_TIER_HI || en->tier == tier) {
-            dymoe_lru_touch(p, idx); /* already usable (rule 3 for a LO forecast) */
+            /* already usable (rule 3 for a LO forecast); a forecast is not a use */
+            if (p->knobs.prefetch_insert == DYMOE_PREFETCH_HOT) dymoe_lru_touch(p, idx);
             continue;
         }
         if (en->stale && tier == DYMOE_TIER_HI) continue; /* its LO copy still occupies the slot */

@@ -33,7 +33,15 @@ typedef struct dymoe_knobs {
     uint32_t heavy_hitter_k;     /* Eq. 2's k; 0: use heavy_hitter_share */
     double heavy_hitter_share;   /* k = ceil(share * tokens of the step) when heavy_hitter_k = 0 */
     int rounding;                /* dymoe_rounding: "carry" or "ceil" */
+    int prefetch_insert;         /* dymoe_prefetch_insert: "cold" or "hot" */
 } dymoe_knobs;
+
+/* Where a prefetched expert enters the LRU list of Sec. 4.4.2. */
+typedef enum dymoe_prefetch_insert {
+    DYMOE_PREFETCH_COLD = 0, /* least recent until first used: recency is the last use, and a
+                                prefetch is not a use, so a wrong guess is the next victim */
+    DYMOE_PREFETCH_HOT,      /* most recent, as if used when issued */
+} dymoe_prefetch_insert;
 
 /* How Eq. 5's t_l = ceil(r(l) * M) is turned into an integer count. */
 typedef enum dymoe_rounding {

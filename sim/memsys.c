@@ -642,12 +642,16 @@ static policy_mem_result mem_evict(policy_mem *m, uint32_t layer, uint32_t exper
         any = true;
     }
     if (!any) return POLICY_ALREADY;
+    uint32_t counted = NONE; /* a cancelled transfer counts once, however many parts it had */
     for (int part = 0; part < PART_COUNT; part++) {
         size_t pi = lep * PART_COUNT + part;
         if (!(parts_mask & (1u << part)) || m->state[pi] == POLICY_ABSENT) continue;
         if (m->state[pi] == POLICY_LOADING) { /* cancel: the copy has not started */
             uint32_t i = m->xfer_of[pi];
-            if (m->xf[i].issued_cls == POLICY_PREFETCH) m->n.cancelled++;
+            if (m->xf[i].issued_cls == POLICY_PREFETCH && i != counted) {
+                m->n.cancelled++;
+                counted = i;
+            }
             xfer_drop_parts(m, i, 1u << part);
         } else if (m->pf_unused[lep]) {
             m->n.wasted_bytes += m->cfg.part_bytes[p][part];

@@ -675,6 +675,49 @@ Test(dymoe_policy, prefetch_loads_the_predicted_next_layer_experts_at_hi) {
     run_end(&r);
 }
 
+/* Sec. 4.4.2's LRU orders by last use. Budget: two int4 experts. Layer 0 runs expert 0 and guesses
+ * expert 2 for layer 1, which runs expert 3: the wrong guess, never used, is the victim under
+ * `cold` (expert 0 stays for the next token), and expert 0 is under `hot`. */
+static void wrong_guess_case(const char *insert, bool guess_evicted) {
+    const char *const sets[] = {"dymoe.dyquant=off", "dymoe.prefetch_t=1", insert};
+    run r;
+    run_start(&r, 2, 4, 1, 24, 1, sets, 3);
+    run_begin(&r, 1, false);
+    r.experts[0] = 0, r.gates[0] = 1;
+    r.lookahead[0] = 2, r.lookahead_scores[0] = 1;
+    run_layer(&r, 0, 1, false, true);
+    cr_assert_eq(r.mem.loads[POLICY_PREFETCH], 1);
+    fake_complete(&r.mem);
+    r.experts[0] = 3;
+    run_layer(&r, 1, 1, false, false);
+    cr_assert_eq(r.mem.state[1][2][PREC_INT4] == POLICY_ABSENT, guess_evicted, "%s", insert);
+    cr_assert_eq(r.mem.state[0][0][PREC_INT4] == POLICY_ABSENT, !guess_evicted, "%s", insert);
+    run_end(&r);
+}
+
+Test(dymoe_cache, a_wrong_guess_is_the_next_victim_unless_prefetch_insert_is_hot) {
+    wrong_guess_case("dymoe.prefetch_insert=cold", true);
+    wrong_guess_case("dymoe.prefetch_insert=hot", false);
+}
+
+Test(dymoe_cache, a_cold_prefetch_is_not_a_victim_of_the_prefetch_after_it) {
+    /* budget: two int4 experts; layer 0 runs expert 0 and guesses experts 2 and 3 for layer 1:
+     * the second guess finds no room, as neither the first guess nor expert 0 may go for it */
+    static const char *const sets[] = {"dymoe.dyquant=off", "dymoe.prefetch_t=2"};
+    run r;
+    run_start(&r, 2, 4, 1, 24, 2, sets, 2);
+    run_begin(&r, 1, false);
+    r.experts[0] = 0, r.gates[0] = 1;
+    r.lookahead[0] = 2, r.lookahead[1] = 3;
+    r.lookahead_scores[0] = 0.6f, r.lookahead_scores[1] = 0.4f;
+    run_layer(&r, 0, 1, false, true);
+    cr_assert_eq(r.mem.loads[POLICY_PREFETCH], 1);
+    cr_assert_neq(r.mem.state[1][2][PREC_INT4], POLICY_ABSENT);
+    cr_assert_neq(r.mem.state[0][0][PREC_INT4], POLICY_ABSENT);
+    cr_assert_eq(r.mem.evictions, 0);
+    run_end(&r);
+}
+
 /* The realized share of critical experts over a long trace equals r = (1 + lambda) / 2. Routing:
  * M distinct experts per layer per step (E = 16), random gates (GSL RNG, fixed seed). The cache is
  * off so that no HI copy is reused for a LO request (rule 3): every plan entry then shows the

@@ -272,6 +272,33 @@ Test(sim, a_needed_prefetch_is_promoted_and_a_stale_one_is_cancelled_before_its_
     trace_destroy(t);
 }
 
+/* The scripted prefetches, then takes back the last one (experts 1 and 2: 2 has not started). */
+static void take_back_on_route(policy *p, const policy_route *r, policy_plan *plan) {
+    bool first = !p->done;
+    scripted_on_route(p, r, plan);
+    if (first)
+        cr_assert_eq(p->mem.ops->evict(p->mem.mem, r->layer, p->E - 1, PREC_BF16,
+                                       POLICY_PARTS_ALL),
+                     POLICY_ISSUED);
+}
+
+Test(sim, a_prefetch_the_policy_takes_back_before_its_copy_starts_is_one_cancellation) {
+    model_geometry m = fixture_model(1, 3, 1);
+    hw_profile hw = fixture_hw();
+    trace *t = trace_to_expert0(&m);
+    policy_methods takes_back = prefetcher_methods;
+    takes_back.on_route = take_back_on_route;
+    const char *sets[] = {"sim.chunk_kib=4096", NULL};
+    sim_result r;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "takes-back", &takes_back, sets, &r, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_expect_eq(r.prefetches, 2);
+    cr_expect_eq(r.prefetch_cancelled, 1, "one transfer of %d parts", PART_COUNT);
+    cr_expect_eq(r.h2d_bytes, 2 * model_expert_bytes(&m, &quant, PREC_BF16));
+    trace_destroy(t);
+}
+
 /* One on-demand expert that lives on the SSD (nothing fits DRAM), copied in chunks of `chunk_kib`
  * through a bounce buffer of `bounce_mib`: the makespan of the run. */
 static uint64_t ssd_run_makespan(const char *chunk_set, const char *bounce_set, sim_result *r) {
