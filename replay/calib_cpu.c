@@ -35,7 +35,7 @@ static moesim_status time_disk(const cpu_store *s, uint32_t repeats, calib_resul
                                moesim_error *err) {
     static const double sizes[] = {64 * 1024.0, 256 * 1024.0, 1048576.0, 4 * 1048576.0};
     uint64_t blob = s->stride[PREC_INT4], n_blobs = s->file_bytes / blob;
-    uint8_t *buf = moesim_xaligned(CPU_STORE_ALIGN, 4 * 1048576 + 2 * CPU_STORE_ALIGN);
+    uint8_t *buf = cpu_store_dma_alloc(4 * 1048576 + 2 * CPU_STORE_ALIGN);
     double xs[4], ys[4];
     uint64_t lcg = 12345;
     c->n_sizes = 0;

@@ -65,9 +65,12 @@ static void *copier_main(void *arg) {
         memsys_xfer x = c->ms->xf[ch.xfer];
         pthread_mutex_unlock(c->lock);
         uint64_t t0 = replay_exec_clock_ns();
-        bool ok = true;
-        for (uint32_t i = 0; i < n && ok; i++)
-            ok = cpu_store_read(c->store, seg[i].off, seg[i].bytes, seg[i].dst, c->bounce);
+        struct iovec iov[PART_COUNT];
+        for (uint32_t i = 0; i < n; i++) {
+            MOESIM_ASSERT(i == 0 || seg[i].off == seg[i - 1].off + seg[i - 1].bytes);
+            iov[i] = (struct iovec){seg[i].dst, seg[i].bytes};
+        }
+        bool ok = cpu_store_read_pieces(c->store, seg[0].off, iov, (int)n, c->bounce);
         int e = errno;
         uint64_t t1 = replay_exec_clock_ns();
         pthread_mutex_lock(c->lock);
@@ -107,7 +110,7 @@ void cpu_copier_start(cpu_copier *c, pthread_mutex_t *lock, memsys *ms, const cp
     c->block_ctx = block_ctx;
     c->t0_ns = t0_ns;
     c->record = rec;
-    c->bounce = moesim_xaligned(CPU_STORE_ALIGN, chunk_bytes + 2 * CPU_STORE_ALIGN);
+    c->bounce = cpu_store_dma_alloc(chunk_bytes + 2 * CPU_STORE_ALIGN);
     pthread_cond_init(&c->work, NULL);
     pthread_cond_init(&c->progress, NULL);
     MOESIM_ASSERT(pthread_create(&c->thread, NULL, copier_main, c) == 0);

@@ -108,8 +108,7 @@ static moesim_status cpu_setup(replay_exec *x, moesim_error *err) {
     /* the "device": the expert budget, carved into 4 KiB-aligned blocks per precision */
     b->arena_bytes = x->bud.per_layer ? x->bud.pool_cap_bytes * x->L : x->bud.expert_budget_bytes;
     b->arena_bytes = (b->arena_bytes + 4095) / 4096 * 4096;
-    b->arena = moesim_xaligned(4096, b->arena_bytes);
-    memset(b->arena, 0, b->arena_bytes); /* touch: page faults do not land in the timed run */
+    b->arena = cpu_store_dma_alloc(b->arena_bytes);
     uint64_t block_bytes[PREC_COUNT] = {0};
     for (int p = 0; p < PREC_COUNT; p++)
         for (int part = 0; part < PART_COUNT; part++)

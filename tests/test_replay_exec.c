@@ -6,12 +6,18 @@
  * here: the executor's asynchronous path (wait for the stream before a route, unpin only then)
  * runs on every machine. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
+#include "replay/cpu_store.h"
 #include "replay/exec.h"
 #include "replay/pool.h"
 #include "replay/replay.h"
@@ -56,6 +62,69 @@ Test(replay_exec, pool_reuses_freed_blocks_by_precision_and_refuses_what_no_bloc
     cr_assert(replay_pool_reserve(&p, 6, PREC_BF16, 1u << PART_DOWN));
     cr_assert_eq(replay_pool_offset(&p, 6 + PART_DOWN), 8192);
     replay_pool_free(&p);
+}
+
+/* ---- the host tier of the cpu backend ---- */
+
+Test(replay_exec, dma_buffers_are_huge_page_aligned_and_zeroed) {
+    uint8_t *p = cpu_store_dma_alloc(3 * 1048576 + 17);
+    cr_assert_eq((uintptr_t)p % (2u << 20), 0);
+    for (size_t i = 0; i < 4u << 20; i += 4096) cr_assert_eq(p[i], 0, "byte %zu", i);
+    free(p);
+}
+
+Test(replay_exec, the_expert_file_is_on_disk_and_out_of_the_page_cache_when_created) {
+    /* a dirty or cached copy would make the first O_DIRECT reads (calibration's) wait for
+     * writeback or differ from later ones */
+    model_geometry m = fixture_model(2, 4, 2);
+    bool stored[PREC_COUNT] = {[PREC_INT4] = true};
+    cpu_store *s = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(cpu_store_create(&m, stored, NULL, 3, &s, &err), MOESIM_OK, "%s", err.msg);
+    long page = sysconf(_SC_PAGESIZE);
+    size_t pages = (size_t)((s->file_bytes + (uint64_t)page - 1) / (uint64_t)page);
+    int fd = open(s->path, O_RDONLY);
+    cr_assert_geq(fd, 0);
+    void *map = mmap(NULL, s->file_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    cr_assert_neq(map, MAP_FAILED);
+    unsigned char *in_core = calloc(pages, 1);
+    cr_assert_eq(mincore(map, s->file_bytes, in_core), 0);
+    size_t cached = 0;
+    for (size_t i = 0; i < pages; i++) cached += in_core[i] & 1;
+    cr_expect_eq(cached, 0, "%zu of %zu pages of the expert file are in the page cache", cached,
+                 pages);
+    /* and what a direct read returns is the expert's blob */
+    uint64_t blob_bytes = s->part_bytes[PREC_INT4][0] + s->part_bytes[PREC_INT4][1] +
+                          s->part_bytes[PREC_INT4][2];
+    uint8_t *want = cpu_store_expert_blob(&m, PREC_INT4, 3);
+    uint8_t *got = cpu_store_dma_alloc(s->stride[PREC_INT4]);
+    cr_assert(cpu_store_read(s, cpu_store_part_offset(s, 1, 3, PREC_INT4, PART_GATE),
+                             s->stride[PREC_INT4], got, NULL));
+    cr_expect_eq(memcmp(got, want, blob_bytes), 0);
+    /* the same bytes when read as one request into two blocks (a chunk across a part boundary),
+     * and piece by piece when a piece is not aligned */
+    uint64_t gate = s->part_bytes[PREC_INT4][PART_GATE];
+    cr_assert_eq(gate % CPU_STORE_ALIGN, 0, "the fixture's parts are whole pages");
+    uint8_t *second = cpu_store_dma_alloc(s->stride[PREC_INT4]);
+    uint8_t *bounce = cpu_store_dma_alloc(s->stride[PREC_INT4] + 2 * CPU_STORE_ALIGN);
+    for (uint64_t first_len = gate; first_len >= gate - 100; first_len -= 100) {
+        memset(got, 0, s->stride[PREC_INT4]);
+        memset(second, 0, s->stride[PREC_INT4]);
+        struct iovec iov[2] = {{got, first_len}, {second, blob_bytes - first_len}};
+        cr_assert(cpu_store_read_pieces(s, cpu_store_part_offset(s, 1, 3, PREC_INT4, PART_GATE),
+                                        iov, 2, bounce));
+        cr_expect_eq(memcmp(got, want, first_len), 0, "first piece of %" PRIu64, first_len);
+        cr_expect_eq(memcmp(second, want + first_len, blob_bytes - first_len), 0,
+                     "second piece after %" PRIu64, first_len);
+    }
+    free(bounce);
+    free(second);
+    free(got);
+    free(want);
+    free(in_core);
+    munmap(map, s->file_bytes);
+    close(fd);
+    cpu_store_destroy(s);
 }
 
 /* ---- the executor on the cpu backend ---- */
