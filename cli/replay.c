@@ -53,7 +53,7 @@ static const char replay_usage[] =
     "                       system: read with O_DIRECT; default /var/tmp)\n"
     "  --json               every figure as one JSON object (`moesim sim --json` keys)\n";
 static const char replay_usage_tail[] =
-    "  --backend B          cuda (default: the GPU) or cpu (--synthetic-weights only)\n"
+    "  --backend B          cuda (default: the GPU) or cpu\n"
     "  -h, --help           this text\n";
 
 /* Loads what a replay with a checkpoint's weights reads, and checks the checkpoint against the
@@ -127,9 +127,6 @@ int cmd_replay(int argc, char **argv) {
     bool cpu = !strcmp(backend, "cpu");
     if (!cpu && strcmp(backend, "cuda"))
         rc = cli_usage_error("replay", "--backend: expected cuda or cpu, got '%s'", backend);
-    else if (cpu && model_dir)
-        rc = cli_usage_error("replay", "--backend cpu runs --synthetic-weights only (a "
-                                       "checkpoint's weights replay on the cuda backend)");
     else if (optind < argc)
         rc = cli_usage_error("replay", "unexpected argument '%s'", argv[optind]);
     else if (live)
@@ -171,7 +168,7 @@ int cmd_replay(int argc, char **argv) {
     if (!st && model_dir) {
         st = checkpoint_inputs_load(o.trace_path, o.hw_name, model_dir, &t, &hw, &model, &quant, &w,
                                     &err);
-        if (!st) st = replay_device_check(&err);
+        if (!st && !cpu) st = replay_device_check(&err);
     }
     sim_result r;
     if (!st) {

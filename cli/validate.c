@@ -870,7 +870,7 @@ int cmd_validate(int argc, char **argv) {
                              "validate --backend cpu: [sim] host_precisions must list the formats "
                              "of the shared expert file (e.g. int8,int4,int2), not 'policy'");
         if (!st && v.cpu)
-            st = cpu_store_create(&v.model, stored, NULL, v.seed, &v.cpu_store, &err);
+            st = cpu_store_create(&v.model, stored, NULL, v.seed, NULL, &v.cpu_store, &err);
         else if (!st)
             st = replay_store_create(&v.model, &v.quant, v.store_formats, primary, v.hw.dram_bytes,
                                      NULL, v.seed, &v.store, &err);

@@ -178,7 +178,7 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     bool stored[PREC_COUNT] = {false};
     stored[PREC_INT4] = true;
     cpu_store *s = NULL;
-    moesim_status st = cpu_store_create(m, stored, dir, 1, &s, err);
+    moesim_status st = cpu_store_create(m, stored, dir, 1, NULL, &s, err);
     if (!st) st = time_disk(s, repeats, out, err);
     cpu_store_destroy(s);
     if (st) {
@@ -202,7 +202,7 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
 
     uint32_t max_ctx = opt->quick ? 256 : 2048;
     cpu_compute cc;
-    cpu_compute_init(&cc, m, max_ctx, 1);
+    cpu_compute_init(&cc, m, max_ctx, 1, NULL);
     uint32_t moe_layer = 0, dense_layer = UINT32_MAX;
     while (moe_layer < m->n_layers && !m->is_moe_layer[moe_layer]) moe_layer++;
     for (uint32_t l = 0; l < m->n_layers; l++)

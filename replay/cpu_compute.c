@@ -26,7 +26,32 @@ static void matvec(float *y, moesim_precision p, const void *w, const float *x, 
         kern_matvec_quant_cpu(y, p, w, x, rows, cols);
 }
 
-void cpu_compute_init(cpu_compute *c, const model_geometry *m, uint32_t max_ctx, uint64_t seed) {
+/* Layer `ml`'s matrices of kind k: the checkpoint's when there is one, else seeded random. */
+static uint16_t *layer_weights(const replay_weights *w, replay_nonexpert k, uint32_t ml,
+                               uint64_t n, uint64_t seed) {
+    if (!w) return random_bf16(n, seed);
+    uint16_t *buf = moesim_xmalloc(n * sizeof *buf);
+    replay_weights_nonexpert(w, k, ml, buf);
+    return buf;
+}
+
+/* Layer `ml`'s q|k|v and o projections; the checkpoint keeps them as one buffer, q|k|v rows then
+ * o (replay/weights.h), the kernels read them as two. */
+static void attention_weights(cpu_compute *c, const replay_weights *w, uint32_t ml, uint64_t seed) {
+    uint64_t qkv = (c->q_dim + 2 * c->kv_dim) * c->m->hidden, o = c->q_dim * c->m->hidden;
+    if (!w) {
+        c->w_qkv[ml] = random_bf16(qkv, seed);
+        c->w_o[ml] = random_bf16(o, seed + 1);
+        return;
+    }
+    uint16_t *both = layer_weights(w, REPLAY_NX_ATTENTION, ml, qkv + o, 0);
+    c->w_o[ml] = moesim_xmalloc(o * sizeof *both);
+    memcpy(c->w_o[ml], both + qkv, o * sizeof *both);
+    c->w_qkv[ml] = moesim_xrealloc(both, qkv * sizeof *both);
+}
+
+void cpu_compute_init(cpu_compute *c, const model_geometry *m, uint32_t max_ctx, uint64_t seed,
+                      const replay_weights *w) {
     memset(c, 0, sizeof *c);
     c->m = m;
     c->max_ctx = max_ctx ? max_ctx : 1;
@@ -41,16 +66,17 @@ void cpu_compute_init(cpu_compute *c, const model_geometry *m, uint32_t max_ctx,
     c->w_dense = moesim_xcalloc(NL, sizeof *c->w_dense);
     uint64_t S = (uint64_t)m->shared_inter * m->n_shared_experts;
     for (uint32_t l = 0; l < NL; l++) {
-        c->w_qkv[l] = random_bf16((c->q_dim + 2 * c->kv_dim) * H, seed + 7ull * l);
-        c->w_o[l] = random_bf16(c->q_dim * H, seed + 7ull * l + 1);
+        attention_weights(c, w, l, seed + 7ull * l);
         if (!m->is_moe_layer[l]) {
-            c->w_dense[l] = random_bf16(3ull * m->dense_inter * H, seed + 7ull * l + 2);
+            c->w_dense[l] = layer_weights(w, REPLAY_NX_DENSE, l, 3ull * m->dense_inter * H,
+                                          seed + 7ull * l + 2);
             continue;
         }
-        c->w_router[l] = random_bf16((uint64_t)m->n_experts * H, seed + 7ull * l + 3);
-        if (S) c->w_shared[l] = random_bf16(3 * S * H, seed + 7ull * l + 4);
+        c->w_router[l] = layer_weights(w, REPLAY_NX_ROUTER, l, (uint64_t)m->n_experts * H,
+                                       seed + 7ull * l + 3);
+        if (S) c->w_shared[l] = layer_weights(w, REPLAY_NX_SHARED, l, 3 * S * H, seed + 7ull * l + 4);
     }
-    c->w_lm = random_bf16((uint64_t)m->vocab * H, seed + 7ull * NL);
+    c->w_lm = layer_weights(w, REPLAY_NX_LM_HEAD, 0, (uint64_t)m->vocab * H, seed + 7ull * NL);
     uint64_t wide = H;
     if (m->expert_inter > wide) wide = m->expert_inter;
     if (m->dense_inter > wide) wide = m->dense_inter;

@@ -1,9 +1,9 @@
 /* The compute of the CPU replay (replay/exec_cpu.c) and of its calibration (replay/calib_cpu.c),
  * one function per op of sim/COST.md so what calibration times is exactly what the replay runs:
  * single-threaded fp32 activations over bf16 weights (the engine's CPU kernels), experts at their
- * planned precision from pool blocks. Weights are seeded random bf16, each layer its own (matvecs
- * stream from DRAM as a real model's do); activations and the KV buffer are synthetic: what is
- * timed is shapes and bytes. */
+ * planned precision from pool blocks. Weights are a checkpoint's (`moesim replay --model DIR`) or
+ * seeded random bf16, each layer its own (matvecs stream from DRAM as a real model's do);
+ * activations and the KV buffer are synthetic: what is timed is shapes and bytes. */
 #ifndef MOESIM_REPLAY_CPU_COMPUTE_H
 #define MOESIM_REPLAY_CPU_COMPUTE_H
 
@@ -11,6 +11,7 @@
 
 #include "common/model.h"
 #include "common/precision.h"
+#include "replay/weights.h"
 
 typedef struct cpu_compute {
     const model_geometry *m;          /* borrowed */
@@ -24,8 +25,10 @@ typedef struct cpu_compute {
 } cpu_compute;
 
 /* Allocates the weights and buffers of `m` for contexts up to `max_ctx` (caller-allocated
- * struct; cpu_compute_free). */
-void cpu_compute_init(cpu_compute *c, const model_geometry *m, uint32_t max_ctx, uint64_t seed);
+ * struct; cpu_compute_free): the non-expert matrices of checkpoint `w`, or with w = NULL seeded
+ * random ones. */
+void cpu_compute_init(cpu_compute *c, const model_geometry *m, uint32_t max_ctx, uint64_t seed,
+                      const replay_weights *w);
 void cpu_compute_free(cpu_compute *c); /* accepts a zeroed struct */
 
 /* Model layer `ml` (0..n_layers-1) for tokens at `positions` ([n]): attention is its projections

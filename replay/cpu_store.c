@@ -57,9 +57,27 @@ uint8_t *cpu_store_expert_blob(const model_geometry *m, moesim_precision p, uint
     return blob;
 }
 
-/* Every expert of a precision is the same blob: timing depends on bytes, not values, and making
- * fresh weights for every expert would dominate a validation run. */
-static moesim_status write_file(cpu_store *s, uint64_t seed, moesim_error *err) {
+/* Writes `bytes` at `off` whole; a failure names the file. */
+static moesim_status write_all(const cpu_store *s, int fd, const uint8_t *buf, uint64_t bytes,
+                               uint64_t off, moesim_error *err) {
+    for (uint64_t done = 0; done < bytes;) {
+        ssize_t w = pwrite(fd, buf + done, bytes - done, (off_t)(off + done));
+        if (w <= 0)
+            return moesim_fail(err, MOESIM_EIO, "%s: writing the expert file: %s", s->path,
+                               w < 0 ? strerror(errno) : "short write (disk full?)");
+        done += (uint64_t)w;
+    }
+    return MOESIM_OK;
+}
+
+/* Experts converted from a checkpoint per write: enough to spread the conversion over the CPUs. */
+#define CPU_STORE_BATCH 64
+
+/* Synthetic: every expert of a precision is the same blob (timing depends on bytes, not values,
+ * and fresh weights for every expert would dominate a validation run). From a checkpoint: each
+ * expert its own, CPU_STORE_BATCH at a time. */
+static moesim_status write_file(cpu_store *s, uint64_t seed, const replay_weights *w,
+                                moesim_error *err) {
     int fd = open(s->path, O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (fd < 0)
         return moesim_fail(err, MOESIM_EIO, "%s: cannot create the CPU replay's expert file: %s",
@@ -68,23 +86,20 @@ static moesim_status write_file(cpu_store *s, uint64_t seed, moesim_error *err) 
     size_t LE = (size_t)s->m.n_moe_layers * s->m.n_experts;
     for (int p = 0; p < PREC_COUNT && !st; p++) {
         if (!s->stored[p]) continue;
-        uint8_t *blob = cpu_store_expert_blob(&s->m, (moesim_precision)p, seed);
-        uint8_t *padded = moesim_xcalloc(1, s->stride[p]);
-        memcpy(padded, blob, s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2]);
-        for (size_t le = 0; le < LE && !st; le++) {
-            uint64_t off = s->base[p] + le * s->stride[p];
-            for (uint64_t done = 0; done < s->stride[p];) {
-                ssize_t w = pwrite(fd, padded + done, s->stride[p] - done, (off_t)(off + done));
-                if (w <= 0) {
-                    st = moesim_fail(err, MOESIM_EIO, "%s: writing the expert file: %s", s->path,
-                                     w < 0 ? strerror(errno) : "short write (disk full?)");
-                    break;
-                }
-                done += (uint64_t)w;
-            }
+        uint64_t stride = s->stride[p];
+        size_t batch = w ? CPU_STORE_BATCH : 1;
+        uint8_t *buf = moesim_xcalloc(batch, stride);
+        if (!w) {
+            uint8_t *blob = cpu_store_expert_blob(&s->m, (moesim_precision)p, seed);
+            memcpy(buf, blob, s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2]);
+            free(blob);
         }
-        free(blob);
-        free(padded);
+        for (size_t le = 0; le < LE && !st; le += batch) {
+            size_t n = LE - le < batch ? LE - le : batch;
+            if (w) replay_weights_experts(w, (moesim_precision)p, le, n, buf, stride);
+            st = write_all(s, fd, buf, n * stride, s->base[p] + le * stride, err);
+        }
+        free(buf);
     }
     /* on disk before the first timed read: an O_DIRECT read of a range still dirty in the page
      * cache waits for its writeback, which made calibration (run right after the file is written)
@@ -99,8 +114,8 @@ static moesim_status write_file(cpu_store *s, uint64_t seed, moesim_error *err) 
 }
 
 moesim_status cpu_store_create(const model_geometry *m, const bool stored[PREC_COUNT],
-                               const char *dir, uint64_t seed, cpu_store **out,
-                               moesim_error *err) {
+                               const char *dir, uint64_t seed, const replay_weights *w,
+                               cpu_store **out, moesim_error *err) {
     *out = NULL;
     cpu_store *s = moesim_xcalloc(1, sizeof *s);
     s->fd = -1;
@@ -147,7 +162,7 @@ moesim_status cpu_store_create(const model_geometry *m, const bool stored[PREC_C
     }
     close(tmp);
     unlink(s->path); /* write_file creates it again, O_EXCL */
-    moesim_status st = write_file(s, seed, err);
+    moesim_status st = write_file(s, seed, w, err);
     if (st == MOESIM_OK) {
         s->fd = open(s->path, O_RDONLY | O_DIRECT);
         if (s->fd < 0)

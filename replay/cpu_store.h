@@ -2,8 +2,8 @@
  * precisions in one file on local disk, read with O_DIRECT (no page cache) chunk by chunk into the
  * DRAM pool that stands in for HBM. Layout: for each stored precision, the experts in (layer,
  * expert) order, each a blob [gate | up | down] in the kernels' formats (replay_part_bytes), each
- * blob starting on a CPU_STORE_ALIGN boundary. Weights are synthetic: a seeded random tile
- * repeated (timing depends on bytes and shapes, not values).
+ * blob starting on a CPU_STORE_ALIGN boundary. Weights are a checkpoint's, or synthetic: one
+ * seeded random blob repeated (timing depends on bytes and shapes, not values).
  *
  * Units: bytes. Invariants: blob offsets are CPU_STORE_ALIGN-aligned; the file is removed when
  * the store is destroyed. */
@@ -17,6 +17,7 @@
 #include "common/model.h"
 #include "common/precision.h"
 #include "common/status.h"
+#include "replay/weights.h"
 
 #define CPU_STORE_ALIGN 4096u /* O_DIRECT: offsets, sizes and buffers aligned to this */
 
@@ -32,13 +33,15 @@ typedef struct cpu_store {
 } cpu_store;
 
 /* Writes the store of `m` at the precisions `stored` into a new file under `dir` (NULL:
- * /var/tmp) and opens it for O_DIRECT reads. Fails (MOESIM_EINPUT) when a width is not a multiple
+ * /var/tmp) and opens it for O_DIRECT reads. The experts are checkpoint `w`'s, converted as the
+ * cuda backend converts them (replay_weights_experts), or with w = NULL one synthetic blob per
+ * precision (seed `seed`). Fails (MOESIM_EINPUT) when a width is not a multiple
  * of the quantization group of a stored integer format, MOESIM_EIO when the file cannot be written
  * or opened with O_DIRECT (the message names the path and errno). Caller owns *out;
  * cpu_store_destroy. */
 moesim_status cpu_store_create(const model_geometry *m, const bool stored[PREC_COUNT],
-                               const char *dir, uint64_t seed, cpu_store **out,
-                               moesim_error *err);
+                               const char *dir, uint64_t seed, const replay_weights *w,
+                               cpu_store **out, moesim_error *err);
 void cpu_store_destroy(cpu_store *s); /* accepts NULL; removes the file */
 
 /* One expert's blob [gate | up | down] at precision p in the kernels' formats, from seeded

@@ -8,8 +8,9 @@
  * returns. Compare with sim_run under a CPU profile (configs/hw/README.md, "CPU kind": the [pcie]
  * link is the disk).
  *
- * Activations and the KV buffer are synthetic (routing comes from the trace); expert weights are
- * the store's synthetic bytes, non-expert weights seeded random bf16. What is timed is shapes and
+ * Activations and the KV buffer are synthetic (routing comes from the trace); the weights are a
+ * checkpoint's (`--model DIR`, converted as the cuda backend converts them) or synthetic (the
+ * store's seeded blobs, non-expert weights seeded random bf16). What is timed is shapes and
  * bytes. The copy thread shares the memory system under the executor's lock (x->lock). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -52,14 +53,6 @@ static uint8_t *part_block(void *ctx, uint32_t layer, uint32_t expert, moesim_pr
 
 /* ---- setup ---- */
 
-static moesim_status cpu_check(replay_exec *x, moesim_error *err) {
-    if (x->in->weights)
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "replay --backend cpu runs synthetic weights only (--model is the "
-                           "cuda backend's)");
-    return MOESIM_OK;
-}
-
 /* Every expert lives in the file tier: nothing is "on the SSD" of the simulator's model. */
 static uint64_t cpu_placement_dram(const replay_exec *x) {
     (void)x;
@@ -93,8 +86,8 @@ static moesim_status cpu_setup(replay_exec *x, moesim_error *err) {
         in_file[p] = x->part_bytes[p][0] && !x->ms.on_ssd[memsys_lep(&x->ms, 0, 0, (uint32_t)p)];
     b->store = x->in->cpu_store;
     if (!b->store) {
-        if ((st = cpu_store_create(x->m, in_file, x->in->ssd_dir, x->in->weight_seed, &b->own_store,
-                                   err)))
+        if ((st = cpu_store_create(x->m, in_file, x->in->ssd_dir, x->in->weight_seed,
+                                   x->in->weights, &b->own_store, err)))
             return st;
         b->store = b->own_store;
     }
@@ -120,7 +113,7 @@ static moesim_status cpu_setup(replay_exec *x, moesim_error *err) {
     uint32_t max_ctx = 1;
     for (uint64_t i = 0; i < x->tr->n_tokens; i++)
         if (x->tr->position[i] + 1 > max_ctx) max_ctx = x->tr->position[i] + 1;
-    cpu_compute_init(&b->cc, x->m, max_ctx, x->in->weight_seed);
+    cpu_compute_init(&b->cc, x->m, max_ctx, x->in->weight_seed, x->in->weights);
     pthread_mutex_init(&b->lock, NULL);
     b->lock_live = true;
     x->lock = &b->lock;
@@ -315,7 +308,7 @@ static void cpu_finish(replay_exec *x) {
 
 const replay_backend replay_backend_cpu = {
     .name = "cpu",
-    .check = cpu_check,
+    .check = NULL,
     .placement_dram = cpu_placement_dram,
     .setup = cpu_setup,
     .teardown = cpu_teardown,

@@ -80,7 +80,7 @@ Test(replay_exec, the_expert_file_is_on_disk_and_out_of_the_page_cache_when_crea
     bool stored[PREC_COUNT] = {[PREC_INT4] = true};
     cpu_store *s = NULL;
     moesim_error err = {0};
-    cr_assert_eq(cpu_store_create(&m, stored, NULL, 3, &s, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(cpu_store_create(&m, stored, NULL, 3, NULL, &s, &err), MOESIM_OK, "%s", err.msg);
     long page = sysconf(_SC_PAGESIZE);
     size_t pages = (size_t)((s->file_bytes + (uint64_t)page - 1) / (uint64_t)page);
     int fd = open(s->path, O_RDONLY);

@@ -1,8 +1,10 @@
-/* `moesim replay --model DIR` on the CPU (replay/weights.h): the experts replay stores are the
- * engine's own bytes at every precision (the engine's quantization of the same checkpoint), the
- * non-expert buffers hold the checkpoint's matrices in replay's layout (fp32 checkpoints and
- * dense layers included), a trace is checked against the checkpoint field by field, and the
- * command refuses bad usage and mismatched geometry with one line, exit 2, before the GPU. */
+/* `moesim replay --model DIR` (replay/weights.h): the experts replay stores are the engine's own
+ * bytes at every precision (the engine's quantization of the same checkpoint), the non-expert
+ * buffers hold the checkpoint's matrices in replay's layout (fp32 checkpoints and dense layers
+ * included), a trace is checked against the checkpoint field by field, and the command refuses
+ * bad usage and mismatched geometry with one line, exit 2, before the GPU. The cpu backend runs
+ * a checkpoint: its expert file and its CPU compute hold the checkpoint's bytes, and every policy
+ * replays a trace recorded from it. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +14,12 @@
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
 #include "engine/safetensors.h"
+#include "common/config.h"
+#include "common/hw.h"
 #include "kernels/quant.h"
+#include "policies/policy.h"
+#include "replay/cpu_compute.h"
+#include "replay/cpu_store.h"
 #include "replay/replay.h"
 #include "replay/weights.h"
 #include "support/test_support.h"
@@ -522,4 +529,113 @@ Test(replay_model, a_matching_checkpoint_passes_every_check_and_then_needs_the_g
                              "lru", "--json", NULL);
     cr_assert_eq(rc, 2, "%s", errbuf);
     cr_assert(lines(errbuf) == 1 && strstr(errbuf, want), "%s", errbuf);
+}
+
+/* ---- the cpu backend with a checkpoint ---- */
+
+Test(replay_model, the_cpu_backends_expert_file_and_compute_hold_the_checkpoints_bytes) {
+    replay_weights *w = weights_open(golden("qwen2_moe"));
+    model_geometry g;
+    replay_weights_geometry(w, "t", &g);
+    bool stored[PREC_COUNT] = {[PREC_BF16] = true, [PREC_INT4] = true};
+    cpu_store *s = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(cpu_store_create(&g, stored, NULL, 1, w, &s, &err), MOESIM_OK, "%s", err.msg);
+    for (int pi = 0; pi < PREC_COUNT; pi++) {
+        if (!stored[pi]) continue;
+        moesim_precision p = (moesim_precision)pi;
+        uint64_t blob_bytes = 0;
+        for (int part = 0; part < PART_COUNT; part++)
+            blob_bytes += replay_part_bytes(&g, p, (expert_part)part);
+        uint8_t *want = moesim_xmalloc(blob_bytes);
+        uint8_t *got = cpu_store_dma_alloc(s->stride[p]);
+        for (uint32_t ml = 0; ml < g.n_moe_layers; ml++)
+            for (uint32_t x = 0; x < g.n_experts; x++) {
+                replay_weights_expert(w, ml, x, p, want);
+                cr_assert(cpu_store_read(s, cpu_store_part_offset(s, ml, x, p, PART_GATE),
+                                         s->stride[p], got, NULL));
+                cr_assert(!memcmp(got, want, blob_bytes), "MoE layer %u expert %u %s differs", ml,
+                          x, precision_name(p));
+            }
+        free(got);
+        free(want);
+    }
+    cpu_store_destroy(s);
+
+    cpu_compute cc;
+    cpu_compute_init(&cc, &g, 4, 1, w);
+    uint64_t H = g.hidden, qkv = (cc.q_dim + 2 * cc.kv_dim) * H;
+    for (uint32_t l = 0; l < g.n_layers; l++) {
+        uint16_t *att = moesim_xmalloc(replay_nonexpert_elems(&g, REPLAY_NX_ATTENTION) * 2);
+        replay_weights_nonexpert(w, REPLAY_NX_ATTENTION, l, att);
+        cr_assert(!memcmp(cc.w_qkv[l], att, qkv * 2), "layer %u q|k|v", l);
+        cr_assert(!memcmp(cc.w_o[l], att + qkv, cc.q_dim * H * 2), "layer %u o", l);
+        free(att);
+        if (!g.is_moe_layer[l]) continue;
+        uint16_t *router = moesim_xmalloc(replay_nonexpert_elems(&g, REPLAY_NX_ROUTER) * 2);
+        replay_weights_nonexpert(w, REPLAY_NX_ROUTER, l, router);
+        cr_assert(!memcmp(cc.w_router[l], router, (uint64_t)g.n_experts * H * 2), "layer %u", l);
+        free(router);
+        uint64_t shared = replay_nonexpert_elems(&g, REPLAY_NX_SHARED);
+        cr_assert_gt(shared, 0, "qwen2_moe has a shared expert");
+        uint16_t *sh = moesim_xmalloc(shared * 2);
+        replay_weights_nonexpert(w, REPLAY_NX_SHARED, l, sh);
+        cr_assert(!memcmp(cc.w_shared[l], sh, shared * 2), "layer %u shared expert", l);
+        free(sh);
+    }
+    uint16_t *lm = moesim_xmalloc(replay_nonexpert_elems(&g, REPLAY_NX_LM_HEAD) * 2);
+    replay_weights_nonexpert(w, REPLAY_NX_LM_HEAD, 0, lm);
+    cr_assert(!memcmp(cc.w_lm, lm, (uint64_t)g.vocab * H * 2));
+    free(lm);
+    cpu_compute_free(&cc);
+    replay_weights_close(w);
+}
+
+Test(replay_model, every_policy_replays_a_checkpoint_on_the_cpu_backend, .timeout = 300) {
+    const char *tp = record("qwen3_moe", "tiny-qwen3");
+    trace *t = read_trace(tp);
+    replay_weights *w = weights_open(golden("qwen3_moe"));
+    model_geometry g;
+    replay_weights_geometry(w, t->meta.model, &g);
+    hw_profile hw;
+    quant_table quant;
+    moesim_error err = {0};
+    cr_assert_eq(hw_load_by_name("cpu-host", &hw, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(quant_table_load_default(&quant, &err), MOESIM_OK, "%s", err.msg);
+    replay_inputs in = {.trace = t, .model = &g, .hw = &hw, .quant = &quant, .weights = w};
+    /* every expert fits a 1 MB budget (every policy must run); three of eight experts per layer
+     * (loads and evictions all run long; static, dynaexq and firm-moe refuse it) */
+    const char *budgets[] = {"memory.budget_gb=0.001", "cache.experts_per_layer=3"};
+    const size_t must_run[] = {0, 6}; /* 0: all of them */
+    size_t n_pol;
+    const policy_methods *const *all = policy_all(&n_pol);
+    for (size_t b = 0; b < 2; b++) {
+        size_t ran = 0;
+        for (size_t i = 0; i < n_pol; i++) {
+            config *c = config_create();
+            cr_assert_eq(config_set(c, budgets[b], &err), MOESIM_OK, "%s", err.msg);
+            cr_assert_eq(config_set(c, "expert.precision=int4", &err), MOESIM_OK, "%s", err.msg);
+            sim_result r;
+            replay_checks ck;
+            moesim_status st = replay_run_cpu(&in, all[i]->name, c, &r, &ck, &err);
+            config_destroy(c);
+            if (must_run[b] && st == MOESIM_EINPUT && strstr(err.msg, all[i]->name)) continue;
+            cr_assert_eq(st, MOESIM_OK, "%s, %s: %s", all[i]->name, budgets[b], err.msg);
+            cr_expect_gt(ck.order_checked, 0, "%s, %s", all[i]->name, budgets[b]);
+            cr_expect_eq(ck.order_violations, 0, "%s, %s", all[i]->name, budgets[b]);
+            cr_expect_leq(r.peak_hbm_bytes, r.budget_bytes, "%s, %s", all[i]->name, budgets[b]);
+            cr_expect_eq(r.tokens, t->n_tokens, "%s, %s", all[i]->name, budgets[b]);
+            ran++;
+        }
+        cr_assert_geq(ran, must_run[b] ? must_run[b] : n_pol, "%s: %zu policies ran", budgets[b],
+                      ran);
+    }
+    /* and the command: one line of figures, "checkpoint weights" */
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "replay", "--backend", "cpu",
+                             "--model", golden("qwen3_moe"), "--trace", tp, "--hw", "cpu-host",
+                             "--policy", "lru", "--set", "cache.experts_per_layer=3", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    cr_assert(strstr(out, "(replay, checkpoint weights), policy lru"), "%s", out);
+    replay_weights_close(w);
+    trace_destroy(t);
 }
