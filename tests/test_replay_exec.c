@@ -5,8 +5,11 @@
  * A backend that queues its ops, as the cuda one does, is stood in for by a deferred backend
  * here: the executor's asynchronous path (wait for the stream before a route, unpin only then)
  * runs on every machine. */
+#define _GNU_SOURCE /* pthread_getaffinity_np */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -221,6 +224,20 @@ Test(replay_exec, cpu_backend_runs_the_simulators_routes_and_no_expert_before_it
         cr_expect_gt(real.tpot.mean_ms, 0, "%s", name);
     }
     cr_assert_geq(ran, 6, "only %u policies ran", ran);
+    trace_destroy(rc.t);
+}
+
+Test(replay_exec, cpu_backend_gives_the_calling_thread_its_cpus_back, .timeout = 120) {
+    /* the backend pins its compute and copy threads to two CPUs for the run (exec_cpu.c) */
+    cpu_set_t before, after;
+    cr_assert_eq(pthread_getaffinity_np(pthread_self(), sizeof before, &before), 0);
+    replay_case rc = make_case();
+    sim_result sim, real;
+    replay_checks ck;
+    expert_starts starts = {0};
+    cr_assert(run_both(&rc, "lru", NULL, &sim, &real, &ck, &starts));
+    cr_assert_eq(pthread_getaffinity_np(pthread_self(), sizeof after, &after), 0);
+    cr_expect(CPU_EQUAL(&before, &after));
     trace_destroy(rc.t);
 }
 
