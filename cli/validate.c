@@ -486,6 +486,24 @@ static void gbps(FILE *f, double v) {
         fprintf(f, " %.3f |", v);
 }
 
+/* Which pairs the replay orders differently, with how far apart the simulator put them: a pair
+ * the simulator separates by less than the replay's run-to-run spread can go either way. */
+static void write_discordant(FILE *f, const validate_row *rows, size_t n,
+                             const validate_summary *s) {
+    size_t n_pairs = validate_discordant_pairs(rows, n, NULL, 0);
+    if (!n_pairs) return;
+    size_t (*pairs)[2] = moesim_xmalloc(n_pairs * sizeof *pairs);
+    validate_discordant_pairs(rows, n, pairs, n_pairs);
+    fprintf(f, "Ordered differently (simulated TPOTs apart by; largest %.2f %%):", 100 * s->discordant_gap_max);
+    for (size_t k = 0; k < n_pairs; k++) {
+        const validate_row *a = &rows[pairs[k][0]], *b = &rows[pairs[k][1]];
+        fprintf(f, "%s %s vs %s at %s (%.2f %%)", k ? ";" : "", a->policy, b->policy, a->label,
+                100 * validate_sim_gap(a, b));
+    }
+    fputs(".\n", f);
+    free(pairs);
+}
+
 static void write_report(FILE *f, const char *device, const char *profile, const char *trace_path,
                          const char *model, const validate_row *rows, size_t n,
                          const validate_summary *s) {
@@ -532,6 +550,7 @@ static void write_report(FILE *f, const char *device, const char *profile, const
     fprintf(f, "Policy order by TPOT: %llu of %llu pairs agree (%s). Targets %s.\n",
             (unsigned long long)s->concordant, (unsigned long long)s->pairs,
             s->same_order ? "same order" : "order differs", s->meets_targets ? "met" : "not met");
+    write_discordant(f, rows, n, s);
 }
 
 static json_t *rows_json(const validate_row *rows, size_t n, const validate_summary *s,
@@ -586,6 +605,7 @@ static json_t *rows_json(const validate_row *rows, size_t n, const validate_summ
     json_object_set_new(sj, "pairs", json_integer((json_int_t)s->pairs));
     json_object_set_new(sj, "concordant", json_integer((json_int_t)s->concordant));
     json_object_set_new(sj, "same_order", json_boolean(s->same_order));
+    json_object_set_new(sj, "discordant_sim_gap_max", json_real(s->discordant_gap_max));
     json_object_set_new(sj, "meets_targets", json_boolean(s->meets_targets));
 #undef NUM
     json_object_set_new(j, "summary", sj);

@@ -263,10 +263,19 @@ typedef struct validate_summary {
     /* policy order by TPOT, per group: pairs ranked the same way in sim and replay */
     uint64_t pairs, concordant;
     bool same_order;    /* every group's order agrees (ties: equal in both or neither) */
+    double discordant_gap_max; /* the largest relative gap of simulated TPOTs among the pairs
+                                  ordered differently (0: none), as validate_sim_gap */
     bool meets_targets; /* TPOT <= 5 %, TTFT <= 10 %, same order (issue 9) */
 } validate_summary;
 
 void validate_summarize(const validate_row *rows, size_t n, validate_summary *out);
+
+/* The relative gap of two simulated TPOTs: larger / smaller - 1 (0 for a tie). */
+double validate_sim_gap(const validate_row *a, const validate_row *b);
+
+/* The pairs of rows (indexes into rows, i < j) that one group ranks differently in the simulator
+ * and the replay, in row order; writes at most `cap` and returns how many there are. */
+size_t validate_discordant_pairs(const validate_row *rows, size_t n, size_t (*out)[2], size_t cap);
 
 /* The order test a noisy machine cannot break by chance: every pair of rows in one group whose
  * simulated TPOTs differ by more than `margin` (relative, e.g. 0.3) is ordered alike by the

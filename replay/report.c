@@ -127,6 +127,32 @@ moesim_status validate_compare(const validate_record *sim, const validate_record
 
 static int sign3(double a, double b) { return (a > b) - (a < b); }
 
+/* Two compared rows of one group (ranked against each other). */
+static bool same_group(const validate_row *a, const validate_row *b) {
+    return !a->refused && !b->refused && !strcmp(a->group, b->group);
+}
+
+/* Ranked the same way by the simulator and the replay (a tie only by a tie). */
+static bool ordered_alike(const validate_row *a, const validate_row *b) {
+    return sign3(a->sim_tpot_ms, b->sim_tpot_ms) == sign3(a->real_tpot_ms, b->real_tpot_ms);
+}
+
+double validate_sim_gap(const validate_row *a, const validate_row *b) {
+    double lo = fmin(a->sim_tpot_ms, b->sim_tpot_ms), hi = fmax(a->sim_tpot_ms, b->sim_tpot_ms);
+    return lo > 0 ? hi / lo - 1 : 0;
+}
+
+size_t validate_discordant_pairs(const validate_row *rows, size_t n, size_t (*out)[2], size_t cap) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++) {
+            if (!same_group(&rows[i], &rows[j]) || ordered_alike(&rows[i], &rows[j])) continue;
+            if (k < cap) out[k][0] = i, out[k][1] = j;
+            k++;
+        }
+    return k;
+}
+
 void validate_summarize(const validate_row *rows, size_t n, validate_summary *out) {
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < n; i++) out->n_rows += !rows[i].refused;
@@ -149,11 +175,14 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
     /* pairs of policies within a group: concordant when sim and replay order them alike */
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++) {
-            if (rows[i].refused || rows[j].refused || strcmp(rows[i].group, rows[j].group))
-                continue;
+            if (!same_group(&rows[i], &rows[j])) continue;
             out->pairs++;
-            out->concordant += sign3(rows[i].sim_tpot_ms, rows[j].sim_tpot_ms) ==
-                               sign3(rows[i].real_tpot_ms, rows[j].real_tpot_ms);
+            if (ordered_alike(&rows[i], &rows[j])) {
+                out->concordant++;
+            } else {
+                double gap = validate_sim_gap(&rows[i], &rows[j]);
+                if (gap > out->discordant_gap_max) out->discordant_gap_max = gap;
+            }
         }
     out->same_order = out->concordant == out->pairs;
     out->meets_targets = out->n_rows > 0 && out->tpot_abs_err_median <= TPOT_TARGET &&
@@ -166,12 +195,10 @@ bool validate_order_beyond(const validate_row *rows, size_t n, double margin, ui
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++) {
             const validate_row *a = &rows[i], *b = &rows[j];
-            if (a->refused || b->refused || strcmp(a->group, b->group)) continue;
-            double lo = fmin(a->sim_tpot_ms, b->sim_tpot_ms), hi = fmax(a->sim_tpot_ms, b->sim_tpot_ms);
-            if (!(lo > 0) || hi / lo - 1 <= margin) continue; /* too close for noise to keep */
+            if (!same_group(a, b) || !(fmin(a->sim_tpot_ms, b->sim_tpot_ms) > 0)) continue;
+            if (validate_sim_gap(a, b) <= margin) continue; /* too close for noise to keep */
             ++*pairs;
-            *concordant += sign3(a->sim_tpot_ms, b->sim_tpot_ms) ==
-                           sign3(a->real_tpot_ms, b->real_tpot_ms);
+            *concordant += ordered_alike(a, b);
         }
     return *concordant == *pairs;
 }

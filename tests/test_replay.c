@@ -318,11 +318,19 @@ Test(replay, summary_checks_the_targets_and_the_policy_order_per_group) {
     cr_assert_float_eq(s.tpot_abs_err_median, 0.025, 1e-12); /* {0, .02, .03, .04} */
     cr_assert_float_eq(s.ttft_abs_err_median, 0.065, 1e-12);
     cr_assert(s.meets_targets);
+    cr_assert_eq(s.discordant_gap_max, 0);
+    cr_assert_eq(validate_discordant_pairs(rows, 4, NULL, 0), 0);
     rows[1].real_tpot_ms = 11; /* replay now ranks oracle behind lru */
     validate_summarize(rows, 4, &s);
     cr_assert_eq(s.concordant, 2);
     cr_assert(!s.same_order);
     cr_assert(!s.meets_targets);
+    /* which pair, and how far apart the simulator put it */
+    size_t pairs[2][2];
+    cr_assert_eq(validate_discordant_pairs(rows, 4, pairs, 2), 1);
+    cr_assert(pairs[0][0] == 0 && pairs[0][1] == 1);
+    cr_assert_float_eq(s.discordant_gap_max, validate_sim_gap(&rows[0], &rows[1]), 1e-15);
+    cr_assert_float_eq(validate_sim_gap(&rows[0], &rows[1]), rows[0].sim_tpot_ms / 5 - 1, 1e-15);
     rows[1].real_tpot_ms = 5.1;
     rows[0].tpot_err = rows[1].tpot_err = -0.2; /* median |TPOT err| 0.11 > 5 % */
     validate_summarize(rows, 4, &s);
