@@ -304,20 +304,29 @@ static void dymoe_lru_unlink(policy *p, uint32_t idx) {
     en->prev = en->next = DYMOE_NIL;
 }
 
-/* Moves (or inserts) the entry to the most-recently-used end of its pool's list. */
-static void dymoe_lru_touch(policy *p, uint32_t idx) {
+/* Moves (or inserts) the entry to one end of its pool's list: the most recently used (hot) or
+ * the least (a prefetch not yet used, under prefetch_insert = cold). */
+static void dymoe_lru_place(policy *p, uint32_t idx, bool hot) {
     dymoe_entry *en = &p->entries[idx];
     uint32_t pool = dymoe_pool_of(p, idx / p->params.n_experts);
     bool linked = en->prev != DYMOE_NIL || p->lru_head[pool] == idx;
     if (linked) dymoe_lru_unlink(p, idx);
-    en->prev = DYMOE_NIL;
-    en->next = p->lru_head[pool];
-    if (en->next != DYMOE_NIL)
-        p->entries[en->next].prev = idx;
+    uint32_t *end = hot ? &p->lru_head[pool] : &p->lru_tail[pool];
+    uint32_t *other_end = hot ? &p->lru_tail[pool] : &p->lru_head[pool];
+    uint32_t neighbour = *end;
+    en->prev = hot ? DYMOE_NIL : neighbour;
+    en->next = hot ? neighbour : DYMOE_NIL;
+    if (neighbour == DYMOE_NIL)
+        *other_end = idx;
+    else if (hot)
+        p->entries[neighbour].prev = idx;
     else
-        p->lru_tail[pool] = idx;
-    p->lru_head[pool] = idx;
+        p->entries[neighbour].next = idx;
+    *end = idx;
 }
+
+/* Moves (or inserts) the entry to the most-recently-used end of its pool's list. */
+static void dymoe_lru_touch(policy *p, uint32_t idx) { dymoe_lru_place(p, idx, true); }
 
 /* Evicts whatever the entry holds; false when the memory system refused. */
 static bool dymoe_evict_entry(policy *p, uint32_t idx) {
@@ -347,19 +356,6 @@ static bool dymoe_make_room(policy *p, uint32_t layer, uint64_t need) {
         (void)dymoe_evict_entry(p, victim);
     }
     return true;
-}
-
-/* Inserts a held, unlinked entry at the least-recently-used end of its pool's list. */
-static void dymoe_lru_insert_cold(policy *p, uint32_t idx) {
-    dymoe_entry *en = &p->entries[idx];
-    uint32_t pool = dymoe_pool_of(p, idx / p->params.n_experts);
-    en->next = DYMOE_NIL;
-    en->prev = p->lru_tail[pool];
-    if (en->prev != DYMOE_NIL)
-        p->entries[en->prev].next = idx;
-    else
-        p->lru_head[pool] = idx;
-    p->lru_tail[pool] = idx;
 }
 
 /* Takes an entry off the pending-eviction list: its stale LO copy is wanted again. */
@@ -392,10 +388,8 @@ static bool dymoe_fetch(policy *p, uint32_t layer, uint32_t expert, dymoe_tier t
                                            POLICY_PARTS_ALL, cls);
     if (r == POLICY_REFUSED) return false;
     p->entries[idx].tier = (uint8_t)tier;
-    if (cls == POLICY_PREFETCH && p->knobs.prefetch_insert == DYMOE_PREFETCH_COLD)
-        dymoe_lru_insert_cold(p, idx);
-    else
-        dymoe_lru_touch(p, idx);
+    dymoe_lru_place(p, idx,
+                    cls != POLICY_PREFETCH || p->knobs.prefetch_insert == DYMOE_PREFETCH_HOT);
     if (cls == POLICY_PREFETCH && r == POLICY_ISSUED) p->stats.prefetches++;
     return true;
 }
