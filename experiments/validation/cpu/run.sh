@@ -23,7 +23,7 @@ if [ "$out" != results/validate-cpu ]; then # the experiment, pointing at OUT_DI
 fi
 "$moesim" trace synth --model "$geometry" --requests 2 --prompt-len 16 --gen-len "$gen" \
     --lookahead 0 --seed 1 -q -o "$out/cpu-moe-small.h5"
-"$moesim" calibrate --backend cpu --base cpu-host --model "$geometry" --repeats 9 \
+"$moesim" calibrate --backend cpu --base cpu-host --model "$geometry" --repeats 20 \
     -o "$out/cpu-measured.ini" --table "$out/cpu-measured-cost.txt" >&2
 "$moesim" validate --backend cpu --experiment "$experiment" --report "$out/report.md" \
     --csv "$out/report.csv" "$@"
