@@ -4,14 +4,15 @@
  * random offsets, one at a time as the copy thread reads them; bandwidth at each size and the
  * latency as the intercept of time vs size (least squares). Compute: every op of sim/COST.md
  * timed with replay/cpu_compute.c at the points the model's runs use; DRAM bandwidth by memcpy;
- * the bf16 matvec rate as the compute peak actually reached. Mean of `repeats` per point (see
- * time_op). */
+ * the bf16 matvec rate as the compute peak actually reached. Median of `repeats` per point, the
+ * ops' in rounds (time_plan); the disk's reads the mean (time_disk). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <gsl/gsl_fit.h>
+#include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
 
 #include "common/alloc.h"
@@ -22,6 +23,11 @@
 #include "replay/cpu_store.h"
 #include "replay/exec.h"
 #include "replay/replay.h"
+
+static double median(double *v, size_t n) {
+    gsl_sort(v, 1, n);
+    return gsl_stats_median_from_sorted_data(v, 1, n);
+}
 
 /* Bytes read per chunk size timed: enough chunks that their mean is the disk's sustained rate. */
 #define CALIB_DISK_BYTES (64ull << 20)
@@ -83,7 +89,8 @@ static moesim_status time_disk(const cpu_store *s, uint32_t repeats, calib_resul
     /* each chunk is one request (cpu-host: latency_per_chunk), so the link is the fit itself:
      * the intercept per request, the slope's bandwidth per byte */
     c->h2d_latency_us = c->d2h_latency_us = c0 > 0 ? c0 / 1e3 : 0;
-    c->h2d_peak_gb_per_s = c->d2h_peak_gb_per_s = c1 > 0 ? 1.0 / c1 : c->h2d_gb_per_s[c->n_sizes - 1];
+    c->h2d_peak_gb_per_s = c->d2h_peak_gb_per_s =
+        c1 > 0 ? 1.0 / c1 : c->h2d_gb_per_s[c->n_sizes - 1];
     return MOESIM_OK;
 }
 
@@ -100,22 +107,7 @@ static void evict_caches(const uint64_t *buf) {
     evict_sink = s;
 }
 
-/* The mean time of one call of an op on cold caches, ns: the mean, not the median, because a
- * run's compute is the sum of its ops, so the tail of slow calls (this project's VM has a long
- * one: bf16 gate+up of cpu-moe-small in a replay, median 360 us, mean 390 us) is part of what
- * the simulator must charge (as time_disk does for reads). */
 typedef void (*op_fn)(cpu_compute *cc, void *ctx, uint32_t x); /* ctx: the op's, may move on */
-
-static double time_op(cpu_compute *cc, op_fn f, void *ctx, uint32_t x, uint32_t repeats,
-                      double *t, const uint64_t *evict) {
-    for (uint32_t r = 0; r < repeats; r++) {
-        evict_caches(evict);
-        uint64_t t0 = replay_exec_clock_ns();
-        f(cc, ctx, x);
-        t[r] = (double)(replay_exec_clock_ns() - t0);
-    }
-    return gsl_stats_mean(t, 1, repeats);
-}
 
 /* The replay runs each expert on weights just read from disk, a different expert almost every
  * time. A sweep through other memory does not make one expert's weights cold again: a last-level
@@ -128,7 +120,7 @@ static double time_op(cpu_compute *cc, op_fn f, void *ctx, uint32_t x, uint32_t 
 
 typedef struct expert_ctx {
     moesim_precision p;
-    const uint8_t *copies; /* [n_copies][3 * part_bytes]: gate | up | down in the kernels' format,
+    uint8_t *copies; /* [n_copies][3 * part_bytes]: gate | up | down in the kernels' format,
                               in huge pages as the replay's arena */
     uint32_t n_copies;
     uint32_t next; /* the copy the next call uses */
@@ -190,21 +182,49 @@ static void op_lm_head(cpu_compute *cc, void *ctx, uint32_t x) {
     cpu_compute_lm_head(cc, x);
 }
 
-typedef struct timing {
-    cpu_compute *cc;
-    uint32_t repeats;
-    double *t;              /* [repeats] scratch */
-    const uint64_t *evict;  /* [EVICT_BYTES / 8] */
-} timing;
+/* One point of a cost curve: an op at one x, on its context; its time goes to *t_ns. */
+typedef struct timed_point {
+    op_fn f;
+    void *ctx;
+    uint32_t x;
+    double *t_ns;
+} timed_point;
 
-static void curve(calib_results *c, cost_op op, moesim_precision p, const timing *tm, op_fn f,
-                  void *ctx, const uint32_t *xs, uint32_t n) {
+typedef struct timing_plan {
+    timed_point pt[COST_OP_COUNT * PREC_COUNT * COST_TABLE_MAX_POINTS];
+    uint32_t n;
+} timing_plan;
+
+static void plan_curve(timing_plan *pl, calib_results *c, cost_op op, moesim_precision p, op_fn f,
+                       void *ctx, const uint32_t *xs, uint32_t n) {
     cost_curve *cv = &c->curve[op][p];
     cv->n = n;
     for (uint32_t i = 0; i < n; i++) {
         cv->x[i] = xs[i];
-        cv->t_ns[i] = time_op(tm->cc, f, ctx, xs[i], tm->repeats, tm->t, tm->evict);
+        cv->t_ns[i] = 0;
+        pl->pt[pl->n++] = (timed_point){f, ctx, xs[i], &cv->t_ns[i]};
     }
+}
+
+/* Each point's median time of one call on cold caches, ns. In rounds, every point once before any
+ * a second time: this VM has slow spells lasting seconds, and timing a point's repeats back to
+ * back put a spell on whichever points it met; in rounds a spell falls on all points alike. The
+ * median, not the mean: the VM also stalls a call now and then by milliseconds, and with a few
+ * repeats one such stall moved a point's mean by up to 2x (bf16 gate+up of cpu-moe-small: 597 us
+ * in one calibration, 1003 us in the next) while the replays between them ran it in 577 us. */
+static void time_plan(const timing_plan *pl, cpu_compute *cc, uint32_t repeats,
+                      const uint64_t *evict) {
+    double *t = moesim_xcalloc((size_t)pl->n * repeats, sizeof *t); /* [point][repeat] */
+    for (uint32_t r = 0; r < repeats; r++)
+        for (uint32_t k = 0; k < pl->n; k++) {
+            const timed_point *tp = &pl->pt[k];
+            evict_caches(evict);
+            uint64_t t0 = replay_exec_clock_ns();
+            tp->f(cc, tp->ctx, tp->x);
+            t[(size_t)k * repeats + r] = (double)(replay_exec_clock_ns() - t0);
+        }
+    for (uint32_t k = 0; k < pl->n; k++) *pl->pt[k].t_ns = median(t + (size_t)k * repeats, repeats);
+    free(t);
 }
 
 moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_results *out,
@@ -238,7 +258,7 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
         memcpy(b, a, n);
         t[r] = (double)(replay_exec_clock_ns() - t0);
     }
-    out->hbm_gb_per_s = 2.0 * (double)n / gsl_stats_mean(t, 1, repeats);
+    out->hbm_gb_per_s = 2.0 * (double)n / median(t, repeats);
     free(a);
     free(b);
 
@@ -254,18 +274,18 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     static const uint32_t tok_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     static const uint32_t ctx_full[] = {1, 8, 32, 128, 512, 1024, 2048};
     uint32_t n_tok = opt->quick ? 5 : 9, n_ctx = opt->quick ? 5 : 7;
-    uint64_t *evict = moesim_xcalloc(EVICT_BYTES / sizeof(uint64_t), sizeof(uint64_t));
-    timing tm = {&cc, repeats, t, evict};
-    curve(out, COST_ATTENTION, PREC_BF16, &tm, op_attention, NULL, ctx_full, n_ctx);
-    curve(out, COST_ATTENTION_PROJ, PREC_BF16, &tm, op_attention_proj, &all, tok_full, n_tok);
-    curve(out, COST_ROUTER, PREC_BF16, &tm, op_router, &moe, tok_full, n_tok);
+    timing_plan *plan = moesim_xcalloc(1, sizeof *plan);
+    plan_curve(plan, out, COST_ATTENTION, PREC_BF16, op_attention, NULL, ctx_full, n_ctx);
+    plan_curve(plan, out, COST_ATTENTION_PROJ, PREC_BF16, op_attention_proj, &all, tok_full, n_tok);
+    plan_curve(plan, out, COST_ROUTER, PREC_BF16, op_router, &moe, tok_full, n_tok);
     if (m->n_shared_experts)
-        curve(out, COST_SHARED, PREC_BF16, &tm, op_shared, &moe, tok_full, n_tok);
+        plan_curve(plan, out, COST_SHARED, PREC_BF16, op_shared, &moe, tok_full, n_tok);
     if (dense.n)
-        curve(out, COST_DENSE_FFN, PREC_BF16, &tm, op_dense, &dense, tok_full, n_tok);
-    curve(out, COST_COMBINE, PREC_BF16, &tm, op_combine, NULL, tok_full, n_tok);
-    curve(out, COST_LM_HEAD, PREC_BF16, &tm, op_lm_head, NULL, tok_full, n_tok);
+        plan_curve(plan, out, COST_DENSE_FFN, PREC_BF16, op_dense, &dense, tok_full, n_tok);
+    plan_curve(plan, out, COST_COMBINE, PREC_BF16, op_combine, NULL, tok_full, n_tok);
+    plan_curve(plan, out, COST_LM_HEAD, PREC_BF16, op_lm_head, NULL, tok_full, n_tok);
     static const moesim_precision precs[] = {PREC_BF16, PREC_INT8, PREC_INT4, PREC_INT2};
+    expert_ctx experts[sizeof precs / sizeof *precs] = {0};
     for (size_t i = 0; i < sizeof precs / sizeof *precs; i++) {
         moesim_precision p = precs[i];
         if (p != PREC_BF16 && (m->hidden % QUANT_GROUP || m->expert_inter % QUANT_GROUP)) continue;
@@ -276,17 +296,20 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
         uint8_t *copies = cpu_store_dma_alloc((uint64_t)n_copies * 3 * part);
         for (uint32_t k = 0; k < n_copies; k++) memcpy(copies + k * 3 * part, blob, 3 * part);
         free(blob);
-        expert_ctx e = {p, copies, n_copies, 0, part};
-        curve(out, COST_EXPERT_GATE_UP, p, &tm, op_gate_up, &e, tok_full, n_tok);
-        curve(out, COST_EXPERT_DOWN, p, &tm, op_down, &e, tok_full, n_tok);
-        free(copies);
+        experts[i] = (expert_ctx){p, copies, n_copies, 0, part};
+        plan_curve(plan, out, COST_EXPERT_GATE_UP, p, op_gate_up, &experts[i], tok_full, n_tok);
+        plan_curve(plan, out, COST_EXPERT_DOWN, p, op_down, &experts[i], tok_full, n_tok);
     }
+    uint64_t *evict = moesim_xcalloc(EVICT_BYTES / sizeof(uint64_t), sizeof(uint64_t));
+    time_plan(plan, &cc, repeats, evict);
+    free(evict);
+    free(plan);
+    for (size_t i = 0; i < sizeof precs / sizeof *precs; i++) free(experts[i].copies);
     /* the compute peak this code reaches: a bf16 matvec's flops (the LM head at one token) */
     double lm_ns = out->curve[COST_LM_HEAD][PREC_BF16].t_ns[0];
     out->bf16_tflops = lm_ns > 0 ? 2.0 * m->vocab * m->hidden / lm_ns / 1e3 : 0;
     out->kernel_launch_us = 0; /* ops are function calls on this thread */
     cpu_compute_free(&cc);
-    free(evict);
     free(t);
     return MOESIM_OK;
 }

@@ -31,13 +31,12 @@ moesim_status calib_write_profile(const calib_results *c, const hw_profile *base
     const char *gemm_how = cpu ? "bf16 matvec of the CPU replay" : "best cuBLAS bf16 GEMM";
     const char *launch_how = cpu ? "ops are function calls" : "empty kernels back to back";
     const char *link_how = cpu ? "O_DIRECT reads of the expert file" : "pinned";
-    const char *kept = cpu ? "mean" : "median";
     fprintf(f,
-            "; %s: measured by `moesim calibrate` on %s (%s of %u repetitions per point).\n"
+            "; %s: measured by `moesim calibrate` on %s (median of %u repetitions per point).\n"
             "; Units: GiB, GB/s (1e9 bytes/s), TFLOPS/TOPS (1e12/s), microseconds.\n"
             "; Figures calibrate cannot measure are copied from profile %s with their source\n"
             "; there (configs/hw/%s.ini).\n\n",
-            name, c->gpu, kept, c->repeats, b, b);
+            name, c->gpu, c->repeats, b, b);
     fprintf(f, "[profile]\nname = %s\n\n[gpu]\nname = %s\n", name, c->gpu);
     fprintf(f, "hbm_gib = %.6g ; derived: %s\n",
             cpu ? base->hbm_bytes / GIB : (double)c->hbm_bytes / GIB, mem_how);
@@ -96,8 +95,8 @@ moesim_status calib_write_table(const calib_results *c, const char *model_name, 
     if (atomic_file_open(&af, path, err)) return MOESIM_EIO;
     FILE *f = af.fp;
     fprintf(f, "# moesim cost table v1\n");
-    fprintf(f, "# measured by moesim calibrate on %s for model %s (%s of %u repetitions)\n",
-            c->gpu, model_name, strcmp(c->backend, "cpu") ? "median" : "mean", c->repeats);
+    fprintf(f, "# measured by moesim calibrate on %s for model %s (median of %u repetitions)\n",
+            c->gpu, model_name, c->repeats);
     fprintf(f, "# op             precision  x      time_us\n");
     for (int op = 0; op < COST_OP_COUNT; op++)
         for (int p = 0; p < PREC_COUNT; p++) {

@@ -194,7 +194,7 @@ typedef struct calib_results {
 /* Options of a calibration run. */
 typedef struct calib_options {
     const model_geometry *model; /* expert and attention shapes to time */
-    uint32_t repeats;            /* timed repetitions per point (cuda: median kept, cpu: mean) */
+    uint32_t repeats;            /* timed repetitions per point (median kept) */
     bool quick;                  /* fewer points (a smoke run) */
 } calib_options;
 
