@@ -206,15 +206,19 @@ static void plan_curve(timing_plan *pl, calib_results *c, cost_op op, moesim_pre
     }
 }
 
-/* Each point's median time of one call on cold caches, ns. In rounds, every point once before any
- * a second time: this VM has slow spells lasting seconds, and timing a point's repeats back to
- * back put a spell on whichever points it met; in rounds a spell falls on all points alike. The
- * median, not the mean: the VM also stalls a call now and then by milliseconds, and with a few
- * repeats one such stall moved a point's mean by up to 2x (bf16 gate+up of cpu-moe-small: 597 us
- * in one calibration, 1003 us in the next) while the replays between them ran it in 577 us. */
+/* Each point's time of one call on cold caches, ns: its median times the VM's stall overhead.
+ * In rounds, every point once before any a second time: this VM has slow spells lasting seconds,
+ * and timing a point's repeats back to back put a spell on whichever points it met; in rounds a
+ * spell falls on all points alike. The VM also stalls a call now and then by milliseconds. A
+ * run's compute is the sum of its ops, so the stalls count, but a point's own mean is no measure
+ * of them: with a few repeats one stall moved a point's mean by up to 2x (bf16 gate+up of
+ * cpu-moe-small: 597 us in one calibration, 1003 us in the next, 577 us in the replays between).
+ * Stalls come from the host, not from the op, so they are pooled over every call of the
+ * calibration: the overhead is the time of all calls over what their medians account for. */
 static void time_plan(const timing_plan *pl, cpu_compute *cc, uint32_t repeats,
-                      const uint64_t *evict) {
+                      const uint64_t *evict, double *stall_overhead) {
     double *t = moesim_xcalloc((size_t)pl->n * repeats, sizeof *t); /* [point][repeat] */
+    double all_ns = 0, typical_ns = 0;
     for (uint32_t r = 0; r < repeats; r++)
         for (uint32_t k = 0; k < pl->n; k++) {
             const timed_point *tp = &pl->pt[k];
@@ -222,8 +226,14 @@ static void time_plan(const timing_plan *pl, cpu_compute *cc, uint32_t repeats,
             uint64_t t0 = replay_exec_clock_ns();
             tp->f(cc, tp->ctx, tp->x);
             t[(size_t)k * repeats + r] = (double)(replay_exec_clock_ns() - t0);
+            all_ns += t[(size_t)k * repeats + r];
         }
-    for (uint32_t k = 0; k < pl->n; k++) *pl->pt[k].t_ns = median(t + (size_t)k * repeats, repeats);
+    for (uint32_t k = 0; k < pl->n; k++) {
+        *pl->pt[k].t_ns = median(t + (size_t)k * repeats, repeats);
+        typical_ns += *pl->pt[k].t_ns * repeats;
+    }
+    *stall_overhead = typical_ns > 0 ? all_ns / typical_ns : 1;
+    for (uint32_t k = 0; k < pl->n; k++) *pl->pt[k].t_ns *= *stall_overhead;
     free(t);
 }
 
@@ -301,7 +311,7 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
         plan_curve(plan, out, COST_EXPERT_DOWN, p, op_down, &experts[i], tok_full, n_tok);
     }
     uint64_t *evict = moesim_xcalloc(EVICT_BYTES / sizeof(uint64_t), sizeof(uint64_t));
-    time_plan(plan, &cc, repeats, evict);
+    time_plan(plan, &cc, repeats, evict, &out->stall_overhead);
     free(evict);
     free(plan);
     for (size_t i = 0; i < sizeof precs / sizeof *precs; i++) free(experts[i].copies);

@@ -52,8 +52,7 @@ moesim_status calib_write_profile(const calib_results *c, const hw_profile *base
             "compute_efficiency = %.6g ; derived: measured by moesim calibrate, %s %.6g TFLOPS "
             "of the %.6g peak\n",
             clamp01(c->bf16_tflops / bf16_peak), gemm_how, c->bf16_tflops, bf16_peak);
-    fprintf(f,
-            "kernel_launch_us = %.6g ; derived: measured by moesim calibrate (%s)\n\n",
+    fprintf(f, "kernel_launch_us = %.6g ; derived: measured by moesim calibrate (%s)\n\n",
             c->kernel_launch_us, launch_how);
     fprintf(f, "[pcie]\n");
     fprintf(f,
@@ -97,6 +96,9 @@ moesim_status calib_write_table(const calib_results *c, const char *model_name, 
     fprintf(f, "# moesim cost table v1\n");
     fprintf(f, "# measured by moesim calibrate on %s for model %s (median of %u repetitions)\n",
             c->gpu, model_name, c->repeats);
+    if (c->stall_overhead > 0)
+        fprintf(f, "# times the stall overhead of the machine, %.4f (replay/calib_cpu.c)\n",
+                c->stall_overhead);
     fprintf(f, "# op             precision  x      time_us\n");
     for (int op = 0; op < COST_OP_COUNT; op++)
         for (int p = 0; p < PREC_COUNT; p++) {

@@ -131,15 +131,15 @@ typedef struct replay_inputs {
     const quant_table *quant;
     const char *timeline_path;           /* a timeline (sim/timeline.h: schema, formats) or NULL */
     sim_timeline_window timeline_window; /* the part of the run it keeps; zeroed: all */
-    const sim_hooks *hooks;        /* on_expert_start when an expert's kernel is enqueued (after
-                                      its copies' events), on_request_done, on_layer_done */
-    const replay_weights *weights; /* a checkpoint's weights (`model` must be its geometry,
-                                      replay_weights_geometry), or NULL: synthetic weights */
-    uint64_t weight_seed;          /* synthetic weights: same seed, same bytes */
-    const replay_store *store;     /* borrowed host store, or NULL: the run makes its own from
-                                      its placement (also when the store's placement: formats,
-                                      experts in DRAM, or weights differ from the run's) */
-    const char *ssd_dir;           /* the run's own SSD store (NULL: /var/tmp) */
+    const sim_hooks *hooks;            /* on_expert_start when an expert's kernel is enqueued (after
+                                          its copies' events), on_request_done, on_layer_done */
+    const replay_weights *weights;     /* a checkpoint's weights (`model` must be its geometry,
+                                          replay_weights_geometry), or NULL: synthetic weights */
+    uint64_t weight_seed;              /* synthetic weights: same seed, same bytes */
+    const replay_store *store;         /* borrowed host store, or NULL: the run makes its own from
+                                          its placement (also when the store's placement: formats,
+                                          experts in DRAM, or weights differ from the run's) */
+    const char *ssd_dir;               /* the run's own SSD store (NULL: /var/tmp) */
     const struct cpu_store *cpu_store; /* replay_run_cpu: a borrowed expert file, or NULL: the
                                           run writes its own under ssd_dir */
 } replay_inputs;
@@ -163,11 +163,11 @@ typedef struct replay_checks {
 moesim_status replay_run(const replay_inputs *in, const char *policy_name, config *settings,
                          sim_result *out, replay_checks *checks, moesim_error *err);
 
-/* The same replay on the CPU (the executor's cpu backend, replay/exec_cpu.c), on any machine: the "device" is a DRAM arena
- * of the expert budget in fixed blocks, the tier experts load from is a file on local disk read
- * with O_DIRECT by a copy thread in the memory system's class order, compute is the engine's CPU
- * kernels at the planned precision. Synthetic weights only (in->weights must be NULL). Compare
- * with sim_run under a CPU profile (configs/hw/README.md, "CPU kind"). */
+/* The same replay on the CPU (the executor's cpu backend, replay/exec_cpu.c), on any machine: the
+ * "device" is a DRAM arena of the expert budget in fixed blocks, the tier experts load from is a
+ * file on local disk read with O_DIRECT by a copy thread in the memory system's class order,
+ * compute is the engine's CPU kernels at the planned precision. Synthetic weights only (in->weights
+ * must be NULL). Compare with sim_run under a CPU profile (configs/hw/README.md, "CPU kind"). */
 moesim_status replay_run_cpu(const replay_inputs *in, const char *policy_name, config *settings,
                              sim_result *out, replay_checks *checks, moesim_error *err);
 
@@ -189,6 +189,7 @@ typedef struct calib_results {
     double kernel_launch_us; /* empty-kernel launch, back to back */
     cost_curve curve[COST_OP_COUNT][PREC_COUNT]; /* measured op times (t_ns), x per sim/COST.md */
     uint32_t repeats;
+    double stall_overhead; /* cpu: all calls' time over their medians' (>= 1), in every t_ns */
 } calib_results;
 
 /* Options of a calibration run. */
@@ -266,10 +267,10 @@ typedef struct validate_summary {
     /* policy order by TPOT, per group: of the pairs the simulator orders (`pairs`), those the
      * replay ranks the same way; pairs the simulator ties are counted apart and not ranked */
     uint64_t pairs, concordant, sim_ties;
-    bool same_order;    /* every pair the simulator orders is ordered alike */
+    bool same_order;           /* every pair the simulator orders is ordered alike */
     double discordant_gap_max; /* the largest relative gap of simulated TPOTs among the pairs
                                   ordered differently (0: none), as validate_sim_gap */
-    bool meets_targets; /* TPOT <= 5 %, TTFT <= 10 %, same order (issue 9) */
+    bool meets_targets;        /* TPOT <= 5 %, TTFT <= 10 %, same order (issue 9) */
 } validate_summary;
 
 void validate_summarize(const validate_row *rows, size_t n, validate_summary *out);
