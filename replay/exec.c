@@ -44,7 +44,7 @@ static void on_hbm(void *ctx, uint64_t experts_used) {
 static bool on_reserve(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p,
                        uint32_t parts) {
     replay_exec *x = ctx;
-    return replay_pool_reserve(&x->pool, memsys_lep(&x->ms, layer, expert, p) * PART_COUNT, p,
+    return block_pool_reserve(&x->pool, memsys_lep(&x->ms, layer, expert, p) * PART_COUNT, p,
                                parts);
 }
 
@@ -54,7 +54,7 @@ static bool on_reserve(void *ctx, uint32_t layer, uint32_t expert, moesim_precis
 static void on_release(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p, int part) {
     replay_exec *x = ctx;
     size_t pi = memsys_lep(&x->ms, layer, expert, p) * PART_COUNT + (size_t)part;
-    replay_pool_release(&x->pool, pi, p);
+    block_pool_release(&x->pool, pi, p);
     if (x->be->part_released) x->be->part_released(x, pi);
 }
 
@@ -563,7 +563,7 @@ static void exec_teardown(replay_exec *x) {
     sim_timeline_abort(&x->tl);
     if (x->ms_live) memsys_free(&x->ms);
     sim_future_free(&x->future);
-    replay_pool_free(&x->pool);
+    block_pool_free(&x->pool);
     sim_schedule_free(&x->sch);
     void *bufs[] = {x->r_experts, x->r_gates,       x->r_importance, x->r_la_ids,   x->r_la_scores,
                     x->active,    x->active_tokens, x->active_gate,  x->plan,       x->stamp,

@@ -5,7 +5,7 @@
  * The executor owns everything the simulator also does, through the simulator's own modules: the
  * schedule (sim/schedule.h), routes and sub-routes (sim/route.h, the policy call included:
  * sim_route_decide), the memory system with its copy classes, chunking, promotion and host
- * placement (sim/memsys.h), the budget (sim/budget.h), the expert pools (replay/pool.h), the
+ * placement (sim/memsys.h), the budget (sim/budget.h), the expert pools (sim/block_pool.h), the
  * waits the simulator's compute stream makes (for room before a route, for a part's copy before
  * an op), the replay's checks (no expert op before its copy landed, the expert budget never
  * exceeded), and the result and timeline (sim/result.h, sim/timeline.h). So a run is step for
@@ -35,8 +35,8 @@
 #include <stdint.h>
 
 #include "policies/policy.h"
-#include "replay/pool.h"
 #include "replay/replay.h"
+#include "sim/block_pool.h"
 #include "sim/budget.h"
 #include "sim/future.h"
 #include "sim/memsys.h"
@@ -80,7 +80,7 @@ typedef struct replay_backend {
     /* DRAM bytes host placement may use (memsys_place_for_policy): what does not fit lives on
      * the SSD tier. */
     uint64_t (*placement_dram)(const replay_exec *x);
-    /* After placement: the host store, the arena (replay_pool_init on x->pool), weights,
+    /* After placement: the host store, the arena (block_pool_init on x->pool), weights,
      * streams, the copy thread (and x->lock). */
     moesim_status (*setup)(replay_exec *x, moesim_error *err);
     /* Frees what setup made, also after a failed setup; x->be_state may be NULL. */
@@ -152,7 +152,7 @@ struct replay_exec {
     memsys ms;
     bool ms_live;
     sim_future future;
-    replay_pool pool;
+    block_pool pool;
     uint32_t route_capacity;     /* max distinct experts of one (sub-)route */
     uint64_t route_expert_bytes; /* one expert at the widest precision the policy loads */
     uint64_t experts_peak;       /* bytes of expert weights in the pools, at most */

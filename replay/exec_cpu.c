@@ -1,7 +1,7 @@
 /* The `cpu` backend of the replay executor (replay/exec.h; replay_run_cpu): a real execution of
  * the simulator's run on any machine. The "device" is a DRAM arena of the run's expert budget
- * carved into 4 KiB-aligned blocks per precision (replay/pool.h); the tier experts load from is a
- * file on local disk read with O_DIRECT (replay/cpu_store.h) by a copy thread
+ * carved into 4 KiB-aligned blocks per precision (sim/block_pool.h); the tier experts load from is
+ * a file on local disk read with O_DIRECT (replay/cpu_store.h) by a copy thread
  * (replay/cpu_copier.h) that serves the memory system's queue chunk by chunk in class order;
  * compute runs on the executor's thread with the engine's CPU kernels at the planned precision
  * (replay/cpu_compute.h), so an op is timed by the host clock as it runs and is done when it
@@ -35,7 +35,7 @@ typedef struct cpu_backend {
     cpu_store *own_store;
     uint8_t *arena; /* [arena_bytes] the pools' blocks */
     uint64_t arena_bytes;
-    cpu_compute cc; /* weights, activations and the ops */
+    cpu_compute cc;        /* weights, activations and the ops */
     cpu_set_t caller_cpus; /* the calling thread's CPUs before setup, restored at teardown */
     bool pinned;
 
@@ -53,7 +53,7 @@ static uint8_t *part_block(void *ctx, uint32_t layer, uint32_t expert, moesim_pr
                            int part) {
     replay_exec *x = ctx;
     size_t pi = memsys_lep(&x->ms, layer, expert, p) * PART_COUNT + (size_t)part;
-    return be_of(x)->arena + replay_pool_offset(&x->pool, pi);
+    return be_of(x)->arena + block_pool_offset(&x->pool, pi);
 }
 
 /* ---- setup ---- */
@@ -127,16 +127,16 @@ static moesim_status cpu_setup(replay_exec *x, moesim_error *err) {
     if ((st = check_formats(x, b->store, err))) return st;
 
     /* the "device": the expert budget, carved into 4 KiB-aligned blocks per precision */
-    b->arena_bytes = x->bud.per_layer ? x->bud.pool_cap_bytes * x->L : x->bud.expert_budget_bytes;
-    b->arena_bytes = (b->arena_bytes + 4095) / 4096 * 4096;
+    b->arena_bytes = block_pool_arena_bytes(x->bud.per_layer, x->bud.pool_cap_bytes, x->L,
+                                            x->bud.expert_budget_bytes);
     b->arena = cpu_store_dma_alloc(b->arena_bytes);
-    uint64_t block_bytes[PREC_COUNT] = {0};
+    uint64_t held_bytes[PREC_COUNT][PART_COUNT] = {{0}}, block_bytes[PREC_COUNT];
     for (int p = 0; p < PREC_COUNT; p++)
-        for (int part = 0; part < PART_COUNT; part++)
-            if (b->store->stored[p] && b->store->part_bytes[p][part] > block_bytes[p])
-                block_bytes[p] = (b->store->part_bytes[p][part] + 4095) / 4096 * 4096;
-    replay_pool_init(&x->pool, b->arena_bytes, block_bytes,
-                     (size_t)x->L * x->E * PREC_COUNT * PART_COUNT);
+        if (b->store->stored[p])
+            memcpy(held_bytes[p], b->store->part_bytes[p], sizeof held_bytes[p]);
+    block_pool_block_bytes(held_bytes, block_bytes);
+    block_pool_init(&x->pool, b->arena_bytes, block_bytes,
+                    (size_t)x->L * x->E * PREC_COUNT * PART_COUNT);
 
     uint32_t max_ctx = 1;
     for (uint64_t i = 0; i < x->tr->n_tokens; i++)
@@ -155,7 +155,8 @@ static void cpu_teardown(replay_exec *x) {
     cpu_backend *b = be_of(x);
     if (!b) return;
     if (b->lock_live) cpu_copier_stop(&b->cp);
-    if (b->pinned) (void)pthread_setaffinity_np(pthread_self(), sizeof b->caller_cpus, &b->caller_cpus);
+    if (b->pinned)
+        (void)pthread_setaffinity_np(pthread_self(), sizeof b->caller_cpus, &b->caller_cpus);
     cpu_store_destroy(b->own_store);
     free(b->arena);
     cpu_compute_free(&b->cc);
@@ -181,7 +182,7 @@ static void cpu_warm_copy(replay_exec *x) {
                     cpu_store_part_offset(b->store, le / x->E, le % x->E, (moesim_precision)p,
                                           (expert_part)part),
                     b->store->part_bytes[p][part],
-                    b->arena + replay_pool_offset(&x->pool, (size_t)lep * PART_COUNT + part),
+                    b->arena + block_pool_offset(&x->pool, (size_t)lep * PART_COUNT + part),
                     b->cp.bounce));
     }
 }
@@ -285,7 +286,7 @@ static void cpu_expert(replay_exec *x, uint32_t layer, uint32_t expert, moesim_p
     const uint8_t *blk[PART_COUNT];
     for (int part = 0; part < PART_COUNT; part++)
         blk[part] =
-            (mask & (1u << part)) ? b->arena + replay_pool_offset(&x->pool, base + part) : NULL;
+            (mask & (1u << part)) ? b->arena + block_pool_offset(&x->pool, base + part) : NULL;
     for (int op = 0; op < 2; op++) {
         uint32_t need = op == 0 ? 1u << PART_GATE | 1u << PART_UP : 1u << PART_DOWN;
         if (!(mask & need)) continue;

@@ -3,7 +3,7 @@
  * runs the simulator's schedule, routes and sub-routes, policy calls (sim/route.h), memory system
  * (sim/memsys.h: residency, pools, copy classes, promotion, cancellation, host placement), expert
  * pools of fixed-size blocks per precision carved from one arena made before the clock starts
- * (replay/pool.h), the checks (no expert op before its copy landed, the budget never exceeded)
+ * (sim/block_pool.h), the checks (no expert op before its copy landed, the budget never exceeded)
  * and the result (sim/result.h, same JSON and timeline schema as sim_run). A small table of
  * function pointers, the backend, supplies what differs between machines: its host store and
  * arena, the copy engine that serves memsys's queues chunk by chunk, the ops and their clocks.

@@ -5,7 +5,7 @@
  * Device memory, allocated once before the clock starts (no cudaMalloc on the hot path): the
  * non-expert weights of every layer (bf16: the checkpoint's, replay/weights.h, or random),
  * activations and a KV buffer, and one arena of the expert budget that the executor's pools
- * (replay/pool.h) carve into fixed-size blocks per precision (one block holds one part: gate, up
+ * (sim/block_pool.h) carve into fixed-size blocks per precision (one block holds one part: gate, up
  * or down, in the kernels' block format). Host: the store of experts placed by memsys_place, in
  * pinned memory (cudaHostAlloc) and an SSD file: the checkpoint's in the kernels' formats, or
  * random bytes from a seeded xorshift stream.
@@ -178,7 +178,7 @@ static uint64_t ev_ns(rp *s, cudaEvent_t e) {
 static uint64_t run_ns(const rp *s) { return replay_exec_now(s->x); }
 
 static uint8_t *block_ptr(const rp *s, size_t part_index) {
-    return s->arena + replay_pool_offset(&s->x->pool, part_index);
+    return s->arena + block_pool_offset(&s->x->pool, part_index);
 }
 
 /* A part left HBM: no copy will mark it landed any more. */
@@ -713,12 +713,7 @@ static moesim_status cuda_setup(replay_exec *x, moesim_error *err) {
             s->dev_part_bytes[p][part] =
                 s->store->held[p] ? s->store->dev_part_bytes[p][part] : 0;
     uint64_t block_bytes[PREC_COUNT];
-    for (int p = 0; p < PREC_COUNT; p++) {
-        uint64_t b = 0;
-        for (int part = 0; part < PART_COUNT; part++)
-            if (s->dev_part_bytes[p][part] > b) b = s->dev_part_bytes[p][part];
-        block_bytes[p] = (b + 255) / 256 * 256;
-    }
+    block_pool_block_bytes(s->dev_part_bytes, block_bytes);
     /* device: emulate the card, then allocate everything once */
     uint64_t H = m->hidden;
     s->q_dim = m->n_heads && m->head_dim ? (uint64_t)m->n_heads * m->head_dim : H;
@@ -741,9 +736,11 @@ static moesim_status cuda_setup(replay_exec *x, moesim_error *err) {
     for (uint64_t i = 0; i < x->tr->n_tokens; i++)
         if (x->tr->position[i] + 1 > max_ctx) max_ctx = x->tr->position[i] + 1;
     s->max_ctx = max_ctx;
+    uint64_t arena_bytes = block_pool_arena_bytes(x->bud.per_layer, x->bud.pool_cap_bytes, x->L,
+                                                  x->bud.expert_budget_bytes);
     /* every device allocation of the run, summed before any is made */
     const uint64_t sizes[] = {
-        x->bud.expert_budget_bytes,                /* expert arena */
+        arena_bytes,                               /* expert arena */
         attn_w * m->n_layers,                      /* attention weights */
         router_w * m->n_moe_layers,                /* routers */
         shared_w * m->n_moe_layers,                /* shared experts */
@@ -765,9 +762,9 @@ static moesim_status cuda_setup(replay_exec *x, moesim_error *err) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_demand, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->s_bg, cudaStreamNonBlocking));
     if ((st = cublas_lazy_handle_init(&s->blas, s->s_comp, err))) return st;
-    s->arena = (uint8_t *)dev_alloc(s, x->bud.expert_budget_bytes);
+    s->arena = (uint8_t *)dev_alloc(s, arena_bytes);
     size_t LEP = (size_t)x->L * x->E * PREC_COUNT;
-    replay_pool_init(&x->pool, x->bud.expert_budget_bytes, block_bytes, LEP * PART_COUNT);
+    block_pool_init(&x->pool, arena_bytes, block_bytes, LEP * PART_COUNT);
     s->w_attn = (uint16_t **)moesim_xcalloc(m->n_layers, sizeof *s->w_attn);
     s->w_router = (uint16_t **)moesim_xcalloc(m->n_layers, sizeof *s->w_router);
     s->w_shared = (uint16_t **)moesim_xcalloc(m->n_layers, sizeof *s->w_shared);

@@ -28,6 +28,7 @@
 #include "common/arena.h"
 #include "common/check.h"
 #include "policies/policy.h"
+#include "sim/block_pool.h"
 #include "sim/budget.h"
 #include "sim/cost.h"
 #include "sim/event.h"
@@ -77,6 +78,10 @@ static const config_field sim_fields[] = {
     SF("sim", "bounce_mib", CONFIG_U64, bounce_mib, 1, 1u << 20, "64",
        "DRAM staging buffer for SSD reads, MiB, taken from the profile's dram_gib (assumption: 64 "
        "chunks of the default 1 MiB keep the SSD and PCIe copies pipelined; no engine standard)"),
+    {"sim", "block_pools", CONFIG_BOOL, offsetof(sim_settings, block_pools), 0, false, 1, 0, NULL,
+     "false",
+     "place loads in fixed-size blocks per precision, as the replay's pools do (a freed block "
+     "serves its own precision only: sim/block_pool.h); false: the byte budget alone"},
     {"sim", "cost_table", CONFIG_STR, offsetof(sim_settings, cost_table),
      sizeof(((sim_settings *)0)->cost_table), false, 1, 0, NULL, NULL,
      "measured cost table (sim/COST.md); empty: roofline"},
@@ -137,6 +142,7 @@ struct sim_state {
     arena mem;
 
     memsys ms; /* residency, pools, copy queues (sim/memsys.h) */
+    block_pool blocks; /* sim.block_pools: the pools' fixed-size blocks per precision */
     sim_future future;
     sim_engine eng[MEMSYS_ENGINES];
     sim_event_queue q;
@@ -233,6 +239,21 @@ static void on_hbm(void *ctx, uint64_t experts_used) {
     sim_state *s = ctx;
     hbm_note(s);
     sim_timeline_hbm(&s->tl, s->now_ns, experts_used, s->ms.prec_used, &s->tl_hbm);
+}
+
+/* sim.block_pools: a load is placed only where the replay could place it, in a block of its
+ * precision (sim/block_pool.h; the byte budget alone admits loads no block can hold). */
+static bool on_reserve(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p,
+                       uint32_t parts) {
+    sim_state *s = ctx;
+    return block_pool_reserve(&s->blocks, memsys_lep(&s->ms, layer, expert, p) * PART_COUNT, p,
+                              parts);
+}
+
+static void on_release(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p, int part) {
+    sim_state *s = ctx;
+    size_t pi = memsys_lep(&s->ms, layer, expert, p) * PART_COUNT + (size_t)part;
+    block_pool_release(&s->blocks, pi, p);
 }
 
 static const char *const cls_name[MEMSYS_CLASSES] = {"demand", "prefetch", "background"};
@@ -785,6 +806,16 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     };
     memcpy(mc.part_bytes, s->part_bytes, sizeof mc.part_bytes);
     memsys_host mh = {.ctx = s, .on_work = on_work, .on_hbm = on_hbm};
+    if (s->set.block_pools) {
+        mh.reserve = on_reserve;
+        mh.release = on_release;
+        uint64_t block_bytes[PREC_COUNT];
+        block_pool_block_bytes(s->part_bytes, block_bytes);
+        block_pool_init(&s->blocks,
+                        block_pool_arena_bytes(bud.per_layer, bud.pool_cap_bytes, s->L,
+                                               bud.expert_budget_bytes),
+                        block_bytes, (size_t)s->L * s->E * PREC_COUNT * PART_COUNT);
+    }
     memsys_init(&s->ms, &mc, &mh);
     s->ms_live = true;
     sim_future_init_requests(&s->future, &t->meta, s->rq, s->set.batch_size, s->max_step_tokens,
@@ -883,6 +914,7 @@ static void sim_teardown(sim_state *s) {
     free(s->knobs);
     if (s->queue_live) sim_event_queue_free(&s->q);
     if (s->ms_live) memsys_free(&s->ms);
+    block_pool_free(&s->blocks);
     sim_future_free(&s->future);
     sim_timeline_abort(&s->tl);
     sim_schedule_iter_free(&s->it);

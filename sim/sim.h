@@ -11,7 +11,7 @@
  *   [batch]  size               requests in flight together
  *   [predictor] accuracy, depth top-1 accuracy and distance of the emulated look-ahead
  *                               predictor (used only when the trace has no predictions)
- *   [sim] chunk_kib, part_overlap, seed, host_precisions, bounce_mib, cost_table
+ *   [sim] chunk_kib, part_overlap, seed, host_precisions, bounce_mib, block_pools, cost_table
  *                               simulator knobs (sim/README.md; `moesim sim --help`)
  *   [<policy name>] ...         the policy's knobs (policies/policy.h)
  * Every key is checked: an unknown key or section is an error naming where it came from. */
@@ -47,6 +47,7 @@ typedef struct sim_settings {
     uint64_t seed;              /* sim.seed */
     char host_precisions[128];  /* sim.host_precisions */
     uint64_t bounce_mib;        /* sim.bounce_mib */
+    bool block_pools;           /* sim.block_pools */
     char cost_table[512];       /* sim.cost_table */
 } sim_settings;
 

@@ -1017,6 +1017,37 @@ static double sim_report(const sim_result *r, const char *name) {
     return 0;
 }
 
+/* sim.block_pools: as in the replay, an evicted LO copy's blocks serve LO versions only, so a
+ * promotion the byte budget admits can find no HI block; the policy counts the refusal and runs
+ * those experts at LO. The byte budget alone never refuses. */
+Test(dynaexq_sim, block_pools_refuse_promotions_the_byte_budget_admits) {
+    model_geometry m;
+    trace *t = sim_trace(&m);
+    static const char *const budgets[] = {"memory.budget_gb=5", "memory.budget_gb=6",
+                                          "memory.budget_gb=8"};
+    uint32_t refused_somewhere = 0;
+    for (size_t i = 0; i < sizeof budgets / sizeof *budgets; i++) {
+        sim_result bytes, blocks;
+        moesim_error err = {0};
+        const char *sets[] = {budgets[i], "sim.block_pools=true"};
+        cr_assert_eq(sim_dynaexq(t, &m, sets, 1, &bytes, &err), MOESIM_OK, "%s", err.msg);
+        cr_assert_eq(sim_dynaexq(t, &m, sets, 2, &blocks, &err), MOESIM_OK, "%s", err.msg);
+        cr_log_info("%s: promotions %.0f bytes, %.0f blocks (%.0f refused)", budgets[i],
+                    sim_report(&bytes, "promotions"), sim_report(&blocks, "promotions"),
+                    sim_report(&blocks, "mechanism_refused"));
+        cr_assert_eq(sim_report(&bytes, "mechanism_refused"), 0);
+        cr_assert_leq(sim_report(&blocks, "promotions"), sim_report(&bytes, "promotions"));
+        cr_assert_leq(blocks.precision_mix_hi, bytes.precision_mix_hi + 1e-12);
+        cr_assert_leq(blocks.peak_hbm_bytes, blocks.budget_bytes);
+        if (sim_report(&blocks, "mechanism_refused") > 0) {
+            refused_somewhere++;
+            cr_assert_lt(blocks.precision_mix_hi, bytes.precision_mix_hi, "%s", budgets[i]);
+        }
+    }
+    cr_assert_gt(refused_somewhere, 0, "no budget of the grid fragments the pools");
+    trace_destroy(t);
+}
+
 Test(dynaexq_sim, hi_share_of_gate_mass_exceeds_n_hot_over_e_and_the_forward_pass_never_waits) {
     model_geometry m;
     trace *t = sim_trace(&m);

@@ -1,5 +1,5 @@
 /* The replay executor (replay/exec.h) on the backend every machine has (cpu), and the pool blocks
- * both backends share (replay/pool.h): the executor runs the simulator's schedule and routes
+ * both backends share (sim/block_pool.h): the executor runs the simulator's schedule and routes
  * (same steps, sub-routes and accesses as sim_run on the same trace and settings), no expert op
  * starts before its parts landed, the budget holds, and the pools reuse blocks per precision.
  * A backend that queues its ops, as the cuda one does, is stood in for by a deferred backend
@@ -22,8 +22,8 @@
 #include "common/model.h"
 #include "replay/cpu_store.h"
 #include "replay/exec.h"
-#include "replay/pool.h"
 #include "replay/replay.h"
+#include "sim/block_pool.h"
 #include "sim/sim.h"
 #include "sim_fixtures.h"
 
@@ -42,29 +42,29 @@ Test(replay_exec, pool_reuses_freed_blocks_by_precision_and_refuses_what_no_bloc
     uint64_t block[PREC_COUNT] = {0};
     block[PREC_BF16] = 8192;
     block[PREC_INT4] = 4096;
-    replay_pool p;
-    replay_pool_init(&p, 16384, block, 12);
+    block_pool p;
+    block_pool_init(&p, 16384, block, 12);
     /* gate and up at int4, down at bf16: the arena is cut in order and full */
-    cr_assert(replay_pool_reserve(&p, 0, PREC_INT4, 1u << PART_GATE | 1u << PART_UP));
-    cr_assert_eq(replay_pool_offset(&p, 0 + PART_GATE), 0);
-    cr_assert_eq(replay_pool_offset(&p, 0 + PART_UP), 4096);
-    cr_assert(replay_pool_reserve(&p, 3, PREC_BF16, 1u << PART_DOWN));
-    cr_assert_eq(replay_pool_offset(&p, 3 + PART_DOWN), 8192);
+    cr_assert(block_pool_reserve(&p, 0, PREC_INT4, 1u << PART_GATE | 1u << PART_UP));
+    cr_assert_eq(block_pool_offset(&p, 0 + PART_GATE), 0);
+    cr_assert_eq(block_pool_offset(&p, 0 + PART_UP), 4096);
+    cr_assert(block_pool_reserve(&p, 3, PREC_BF16, 1u << PART_DOWN));
+    cr_assert_eq(block_pool_offset(&p, 3 + PART_DOWN), 8192);
     /* three more int4 parts: none fits, and none is taken */
-    cr_assert_not(replay_pool_reserve(&p, 6, PREC_INT4, POLICY_PARTS_ALL));
+    cr_assert_not(block_pool_reserve(&p, 6, PREC_INT4, POLICY_PARTS_ALL));
     cr_assert_eq(p.refusals, 1);
-    cr_assert_eq(p.part_off[6 + PART_GATE], REPLAY_POOL_NONE);
+    cr_assert_eq(p.part_off[6 + PART_GATE], BLOCK_POOL_NONE);
     /* a freed int4 block serves the next int4 part */
-    replay_pool_release(&p, 0 + PART_GATE, PREC_INT4);
-    cr_assert(replay_pool_reserve(&p, 9, PREC_INT4, 1u << PART_GATE));
-    cr_assert_eq(replay_pool_offset(&p, 9 + PART_GATE), 0);
+    block_pool_release(&p, 0 + PART_GATE, PREC_INT4);
+    cr_assert(block_pool_reserve(&p, 9, PREC_INT4, 1u << PART_GATE));
+    cr_assert_eq(block_pool_offset(&p, 9 + PART_GATE), 0);
     /* a freed bf16 block does not serve an int4 part: blocks are carved per precision */
-    replay_pool_release(&p, 3 + PART_DOWN, PREC_BF16);
-    cr_assert_not(replay_pool_reserve(&p, 6, PREC_INT4, 1u << PART_DOWN));
+    block_pool_release(&p, 3 + PART_DOWN, PREC_BF16);
+    cr_assert_not(block_pool_reserve(&p, 6, PREC_INT4, 1u << PART_DOWN));
     cr_assert_eq(p.refusals, 2);
-    cr_assert(replay_pool_reserve(&p, 6, PREC_BF16, 1u << PART_DOWN));
-    cr_assert_eq(replay_pool_offset(&p, 6 + PART_DOWN), 8192);
-    replay_pool_free(&p);
+    cr_assert(block_pool_reserve(&p, 6, PREC_BF16, 1u << PART_DOWN));
+    cr_assert_eq(block_pool_offset(&p, 6 + PART_DOWN), 8192);
+    block_pool_free(&p);
 }
 
 /* ---- the host tier of the cpu backend ---- */
@@ -318,7 +318,7 @@ static moesim_status deferred_setup(replay_exec *x, moesim_error *err) {
     for (int p = 0; p < PREC_COUNT; p++)
         for (int part = 0; part < PART_COUNT; part++)
             if (x->part_bytes[p][part] > block[p]) block[p] = x->part_bytes[p][part];
-    replay_pool_init(&x->pool,
+    block_pool_init(&x->pool,
                      x->bud.per_layer ? x->bud.pool_cap_bytes * x->L : x->bud.expert_budget_bytes,
                      block, (size_t)x->L * x->E * PREC_COUNT * PART_COUNT);
     return MOESIM_OK;
