@@ -121,7 +121,7 @@ typedef void (*op_fn)(cpu_compute *cc, void *ctx, uint32_t x); /* ctx: the op's,
 typedef struct expert_ctx {
     moesim_precision p;
     uint8_t *copies; /* [n_copies][3 * part_bytes]: gate | up | down in the kernels' format,
-                              in huge pages as the replay's arena */
+                        in huge pages as the replay's arena */
     uint32_t n_copies;
     uint32_t next; /* the copy the next call uses */
     uint64_t part_bytes;

@@ -44,8 +44,7 @@ static void on_hbm(void *ctx, uint64_t experts_used) {
 static bool on_reserve(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p,
                        uint32_t parts) {
     replay_exec *x = ctx;
-    return block_pool_reserve(&x->pool, memsys_lep(&x->ms, layer, expert, p) * PART_COUNT, p,
-                               parts);
+    return block_pool_reserve_expert(&x->pool, &x->ms, layer, expert, p, parts);
 }
 
 /* A part left the pool (evicted, or its not-started copy cancelled): no op reads its block any
@@ -53,8 +52,7 @@ static bool on_reserve(void *ctx, uint32_t layer, uint32_t expert, moesim_precis
  * started copy cannot be evicted). */
 static void on_release(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p, int part) {
     replay_exec *x = ctx;
-    size_t pi = memsys_lep(&x->ms, layer, expert, p) * PART_COUNT + (size_t)part;
-    block_pool_release(&x->pool, pi, p);
+    size_t pi = block_pool_release_part(&x->pool, &x->ms, layer, expert, p, part);
     if (x->be->part_released) x->be->part_released(x, pi);
 }
 

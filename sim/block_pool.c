@@ -77,6 +77,18 @@ bool block_pool_reserve(block_pool *p, size_t part_base, moesim_precision prec, 
     return true;
 }
 
+bool block_pool_reserve_expert(block_pool *p, const memsys *ms, uint32_t layer, uint32_t expert,
+                               moesim_precision prec, uint32_t parts) {
+    return block_pool_reserve(p, memsys_lep(ms, layer, expert, prec) * PART_COUNT, prec, parts);
+}
+
+size_t block_pool_release_part(block_pool *p, const memsys *ms, uint32_t layer, uint32_t expert,
+                               moesim_precision prec, int part) {
+    size_t pi = memsys_lep(ms, layer, expert, prec) * PART_COUNT + (size_t)part;
+    block_pool_release(p, pi, prec);
+    return pi;
+}
+
 void block_pool_release(block_pool *p, size_t part_index, moesim_precision prec) {
     MOESIM_ASSERT(p->part_off[part_index] != BLOCK_POOL_NONE);
     block_give(p, prec, p->part_off[part_index]);

@@ -18,6 +18,7 @@
 
 #include "common/model.h"
 #include "common/precision.h"
+#include "sim/memsys.h"
 
 #define BLOCK_POOL_NONE UINT64_MAX
 /* Blocks start at multiples of this: the CPU backend's O_DIRECT alignment, a multiple of the
@@ -54,6 +55,13 @@ uint64_t block_pool_arena_bytes(bool per_layer, uint64_t pool_cap_bytes, uint32_
 bool block_pool_reserve(block_pool *p, size_t part_base, moesim_precision prec, uint32_t parts);
 /* Part `part_index` at precision `prec` left the pool: its block is free. */
 void block_pool_release(block_pool *p, size_t part_index, moesim_precision prec);
+
+/* The memory system's reserve / release (memsys_host) on `p`: expert (layer, expert) of `ms` at
+ * precision `prec`. The release returns the part's index. */
+bool block_pool_reserve_expert(block_pool *p, const memsys *ms, uint32_t layer, uint32_t expert,
+                               moesim_precision prec, uint32_t parts);
+size_t block_pool_release_part(block_pool *p, const memsys *ms, uint32_t layer, uint32_t expert,
+                               moesim_precision prec, int part);
 
 /* Offset of part `part_index`'s block in the arena (it must hold one). */
 static inline uint64_t block_pool_offset(const block_pool *p, size_t part_index) {

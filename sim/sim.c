@@ -246,14 +246,12 @@ static void on_hbm(void *ctx, uint64_t experts_used) {
 static bool on_reserve(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p,
                        uint32_t parts) {
     sim_state *s = ctx;
-    return block_pool_reserve(&s->blocks, memsys_lep(&s->ms, layer, expert, p) * PART_COUNT, p,
-                              parts);
+    return block_pool_reserve_expert(&s->blocks, &s->ms, layer, expert, p, parts);
 }
 
 static void on_release(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p, int part) {
     sim_state *s = ctx;
-    size_t pi = memsys_lep(&s->ms, layer, expert, p) * PART_COUNT + (size_t)part;
-    block_pool_release(&s->blocks, pi, p);
+    block_pool_release_part(&s->blocks, &s->ms, layer, expert, p, part);
 }
 
 static const char *const cls_name[MEMSYS_CLASSES] = {"demand", "prefetch", "background"};
