@@ -535,6 +535,7 @@ static void exec_result(replay_exec *x, sim_result *r, replay_checks *ck) {
                            .budget_bytes = x->bud.budget_bytes,
                            .expert_budget_bytes = x->bud.expert_budget_bytes,
                            .kv_peak_bytes = x->bud.kv_peak_bytes,
+                           .placement_refusals = x->pool.refusals,
                            .predictor_emulated = x->src.la_emulated,
                            .predictor_accuracy = x->src.la_emulated ? x->set.predictor_accuracy : 0,
                            .pm = x->pm,
@@ -548,7 +549,6 @@ static void exec_result(replay_exec *x, sim_result *r, replay_checks *ck) {
         ck->device_alloc_bytes = x->device_alloc_bytes;
         ck->order_checked = x->order_checked;
         ck->order_violations = x->order_violations;
-        ck->physical_refusals = x->pool.refusals;
         ck->h2d_gb_per_s =
             x->h2d_busy_ns ? (double)x->h2d_copied_bytes / (double)x->h2d_busy_ns : 0;
     }

@@ -149,7 +149,6 @@ typedef struct replay_checks {
     uint64_t device_used_before, device_used_peak; /* cudaMemGetInfo: total - free */
     uint64_t device_alloc_bytes;                   /* replay's own allocations */
     uint64_t order_checked, order_violations;      /* expert starts checked against copy ends */
-    uint64_t physical_refusals; /* loads the byte budget admitted but no block was free */
     double h2d_gb_per_s;        /* bytes copied (kernel formats) / busy time of the copy
                                    streams */
 } replay_checks;

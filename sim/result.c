@@ -53,6 +53,7 @@ void sim_result_fill(sim_result *r, const sim_result_totals *t) {
     r->sub_routes = t->sub_routes;
     r->expert_budget_bytes = t->expert_budget_bytes;
     r->kv_peak_bytes = t->kv_peak_bytes;
+    r->placement_refusals = t->placement_refusals;
     r->h2d_busy_ms = (double)t->h2d_busy_ns / 1e6;
     r->ssd_busy_ms = (double)t->ssd_busy_ns / 1e6;
     if (t->pm->report) {
@@ -164,6 +165,8 @@ json_t *sim_result_to_json(const sim_result *r) {
     json_object_set_new(j, "budget_bytes", json_integer((json_int_t)r->budget_bytes));
     json_object_set_new(j, "expert_budget_bytes", json_integer((json_int_t)r->expert_budget_bytes));
     json_object_set_new(j, "kv_peak_bytes", json_integer((json_int_t)r->kv_peak_bytes));
+    json_object_set_new(j, "placement_refusals",
+                        json_integer((json_int_t)r->placement_refusals));
     json_t *mix = json_object();
     json_object_set_new(mix, "hi", num(r->precision_mix_hi));
     json_object_set_new(mix, "lo", num(r->precision_mix_lo));

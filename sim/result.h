@@ -24,6 +24,7 @@ typedef struct sim_result_totals {
     uint64_t expert_ops, sub_routes;
     uint64_t stall_ns, h2d_busy_ns, ssd_busy_ns;
     uint64_t budget_bytes, expert_budget_bytes, kv_peak_bytes;
+    uint64_t placement_refusals; /* block_pool.refusals: 0 where no block pool placed loads */
     bool predictor_emulated;
     double predictor_accuracy;
     const policy_methods *pm; /* its report (NULL slot: none) */

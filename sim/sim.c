@@ -675,7 +675,7 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
         .expert_ops = s->expert_ops, .sub_routes = s->sub_routes, .stall_ns = s->stall_ns,
         .h2d_busy_ns = s->eng[MEMSYS_H2D].busy_ns, .ssd_busy_ns = s->eng[MEMSYS_SSD].busy_ns,
         .budget_bytes = s->budget_bytes, .expert_budget_bytes = s->expert_budget_bytes,
-        .kv_peak_bytes = s->kv_peak_bytes,
+        .kv_peak_bytes = s->kv_peak_bytes, .placement_refusals = s->blocks.refusals,
         .predictor_emulated = s->la_emulated,
         .predictor_accuracy = s->la_emulated ? s->set.predictor_accuracy
                               : s->la_total ? (double)s->la_right / (double)s->la_total

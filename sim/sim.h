@@ -130,6 +130,8 @@ typedef struct sim_result {
     uint64_t warmup_h2d_bytes;       /* initial placement by the policy's warmup (before t = 0) */
     uint64_t expert_budget_bytes;    /* what the expert pools got */
     uint64_t kv_peak_bytes;          /* KV cache reserved (its peak over the run) */
+    uint64_t placement_refusals; /* loads the byte budget admitted but no free block of their
+                                    precision could hold (the replay; sim.block_pools) */
     double h2d_busy_ms, ssd_busy_ms; /* copy engine busy time */
     uint64_t sim_memory_bytes; /* the simulator's own allocations for the run (not the trace) */
     uint32_t cost_extrapolated; /* (op, precision) curves of the measured cost table used outside

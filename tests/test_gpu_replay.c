@@ -176,7 +176,7 @@ Test(gpu_replay, prefetches_and_ssd_chunks_land_before_their_experts_run) {
                  (unsigned long)ck.order_violations, (unsigned long)ck.order_checked);
     cr_assert_eq(r.skipped_accesses, 0, "firm-moe never skips; %lu skipped",
                  (unsigned long)r.skipped_accesses);
-    cr_assert_eq(ck.physical_refusals, 0); /* one precision: its blocks hold the pool */
+    cr_assert_eq(r.placement_refusals, 0); /* one precision: its blocks hold the pool */
 }
 
 /* A trace the engine records from the checkpoint in `dir` (two requests, 4 decode steps). */

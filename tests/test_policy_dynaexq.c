@@ -1036,6 +1036,9 @@ Test(dynaexq_sim, block_pools_refuse_promotions_the_byte_budget_admits) {
                     sim_report(&bytes, "promotions"), sim_report(&blocks, "promotions"),
                     sim_report(&blocks, "mechanism_refused"));
         cr_assert_eq(sim_report(&bytes, "mechanism_refused"), 0);
+        cr_assert_eq(bytes.placement_refusals, 0);
+        /* every promotion the policy saw refused is one the blocks refused */
+        cr_assert_geq((double)blocks.placement_refusals, sim_report(&blocks, "mechanism_refused"));
         cr_assert_leq(sim_report(&blocks, "promotions"), sim_report(&bytes, "promotions"));
         cr_assert_leq(blocks.precision_mix_hi, bytes.precision_mix_hi + 1e-12);
         cr_assert_leq(blocks.peak_hbm_bytes, blocks.budget_bytes);
