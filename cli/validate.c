@@ -68,7 +68,9 @@ static const char validate_usage[] =
     "  --seed N            synthetic weights' seed (default 1)\n"
     "  --repeats N         N rounds of replays, every configuration once per round (a slow\n"
     "                      drift of a shared machine falls on all alike); each is compared by\n"
-    "                      its run of median makespan, with its TPOT range (default 1)\n"
+    "                      its run of median makespan, with its TPOT range (default 1); with 6\n"
+    "                      or more, a pair of policies is ranked only where its rounds agree\n"
+    "                      (sign test, p < 0.05; replay/README.md)\n"
     "  --backend B         cuda (default: replay on the GPU) or cpu (replay on this machine's CPU\n"
     "                      and disk, experiments/validation/cpu/)\n"
     "  --check TPOT,MARGIN exit 1 unless the median |TPOT error| is at most TPOT (e.g. 0.25) and\n"
@@ -225,9 +227,11 @@ static moesim_status compare_runs(const config_runs *cr, const run_spec *r, vali
         if (below == (n - 1) / 2) median = i;
     }
     moesim_status st = validate_compare(&cr->sim, &cr->real[median], r->label, row, err);
+    MOESIM_ASSERT(n <= VALIDATE_MAX_ROUNDS); /* --repeats is checked against it */
     for (uint32_t i = 0; i < n && !st; i++) {
         row->real_tpot_lo_ms = fmin(row->real_tpot_lo_ms, cr->real[i].r.tpot.mean_ms);
         row->real_tpot_hi_ms = fmax(row->real_tpot_hi_ms, cr->real[i].r.tpot.mean_ms);
+        row->real_tpot_round_ms[row->n_rounds++] = cr->real[i].r.tpot.mean_ms; /* round i */
     }
     if (st) moesim_error_prefix(err, "%s (%s)", r->policy, r->label);
     return st;
@@ -531,9 +535,21 @@ static bool ranges_overlap(const validate_row *a, const validate_row *b) {
            fmin(a->real_tpot_hi_ms, b->real_tpot_hi_ms);
 }
 
-/* Which pairs the replay orders differently, with how far apart the simulator put them and
- * whether their replays' TPOT ranges overlap (a pair closer than the run-to-run spread can go
- * either way); then the pairs the simulator ties, which are not ranked. */
+/* How the replay's rounds split a pair ("lfu faster in 5 of 9 rounds, not ordered"), or without
+ * rounds whether the replays' TPOT ranges overlap (a pair closer than the run-to-run spread can
+ * go either way). */
+static void write_replay_split(FILE *f, const validate_row *a, const validate_row *b) {
+    uint32_t rounds, faster = validate_rounds_faster(a, b, &rounds);
+    if (a->n_rounds >= VALIDATE_MIN_ROUNDS && b->n_rounds >= VALIDATE_MIN_ROUNDS)
+        fprintf(f, ", %s faster in %u of %u rounds%s", a->policy, faster, rounds,
+                validate_replay_order(a, b) ? "" : ": not ordered by the replay");
+    else if (ranges_overlap(a, b))
+        fputs(", replay ranges overlap", f);
+}
+
+/* Which pairs the replay's medians order differently, with how far apart the simulator put them
+ * and how the replay's rounds split them; then the pairs the simulator ties, which are not
+ * ranked. */
 static void write_pairs(FILE *f, const validate_row *rows, size_t n, const validate_summary *s) {
     size_t n_disc = validate_discordant_pairs(rows, n, NULL, 0);
     size_t n_tied = validate_sim_tied_pairs(rows, n, NULL, 0);
@@ -546,9 +562,10 @@ static void write_pairs(FILE *f, const validate_row *rows, size_t n, const valid
                 100 * s->discordant_gap_max);
     for (size_t k = 0; k < n_disc; k++) {
         const validate_row *a = &rows[pairs[k][0]], *b = &rows[pairs[k][1]];
-        fprintf(f, "%s %s vs %s at %s (%.2f %%%s)", k ? ";" : "", a->policy, b->policy, a->label,
-                100 * validate_sim_gap(a, b),
-                ranges_overlap(a, b) ? ", replay ranges overlap" : "");
+        fprintf(f, "%s %s vs %s at %s (%.2f %%", k ? ";" : "", a->policy, b->policy, a->label,
+                100 * validate_sim_gap(a, b));
+        write_replay_split(f, a, b);
+        fputc(')', f);
     }
     if (n_disc) fputs(".\n", f);
     validate_sim_tied_pairs(rows, n, pairs, cap);
@@ -608,10 +625,12 @@ static void write_report(FILE *f, const char *device, const char *profile, const
             100 * s->tpot_abs_err_median, 100 * s->ttft_abs_err_median,
             100 * s->total_abs_err_median);
     fprintf(f, "Policy order by TPOT: %llu of %llu pairs agree (%s; %llu tied in the simulator, "
-               "not ranked). Targets %s.\n",
+               "not ranked); of the %llu pairs the replay orders (at least %d rounds: the sign "
+               "test over rounds, p < 0.05; fewer: every pair), %llu agree. Targets %s.\n",
             (unsigned long long)s->concordant, (unsigned long long)s->pairs,
             s->same_order ? "same order" : "order differs", (unsigned long long)s->sim_ties,
-            s->meets_targets ? "met" : "not met");
+            (unsigned long long)s->replay_ordered, VALIDATE_MIN_ROUNDS,
+            (unsigned long long)s->replay_ordered_concordant, s->meets_targets ? "met" : "not met");
     write_pairs(f, rows, n, s);
 }
 
@@ -638,6 +657,10 @@ static json_t *rows_json(const validate_row *rows, size_t n, const validate_summ
         json_object_set_new(o, "real_tpot_ms", NUM(r->real_tpot_ms));
         json_object_set_new(o, "real_tpot_lo_ms", NUM(r->real_tpot_lo_ms));
         json_object_set_new(o, "real_tpot_hi_ms", NUM(r->real_tpot_hi_ms));
+        json_t *rounds = json_array();
+        for (uint32_t k = 0; k < r->n_rounds; k++)
+            json_array_append_new(rounds, NUM(r->real_tpot_round_ms[k]));
+        json_object_set_new(o, "real_tpot_rounds_ms", rounds);
         json_object_set_new(o, "tpot_err", NUM(r->tpot_err));
         json_object_set_new(o, "sim_ttft_ms", NUM(r->sim_ttft_ms));
         json_object_set_new(o, "real_ttft_ms", NUM(r->real_ttft_ms));
@@ -670,6 +693,9 @@ static json_t *rows_json(const validate_row *rows, size_t n, const validate_summ
     json_object_set_new(sj, "concordant", json_integer((json_int_t)s->concordant));
     json_object_set_new(sj, "sim_ties", json_integer((json_int_t)s->sim_ties));
     json_object_set_new(sj, "same_order", json_boolean(s->same_order));
+    json_object_set_new(sj, "replay_ordered", json_integer((json_int_t)s->replay_ordered));
+    json_object_set_new(sj, "replay_ordered_concordant",
+                        json_integer((json_int_t)s->replay_ordered_concordant));
     json_object_set_new(sj, "discordant_sim_gap_max", json_real(s->discordant_gap_max));
     json_object_set_new(sj, "meets_targets", json_boolean(s->meets_targets));
 #undef NUM
@@ -751,6 +777,14 @@ static int merge_reports(const char **files, size_t n_files, const char *report,
             r->real_tpot_ms = GET(real_tpot_ms);
             r->real_tpot_lo_ms = GET(real_tpot_lo_ms); /* NAN from an older JSON */
             r->real_tpot_hi_ms = GET(real_tpot_hi_ms);
+            json_t *rounds = json_object_get(o, "real_tpot_rounds_ms"); /* absent: older JSON */
+            if (json_is_array(rounds) && json_array_size(rounds) <= VALIDATE_MAX_ROUNDS) {
+                r->n_rounds = (uint32_t)json_array_size(rounds);
+                for (uint32_t k = 0; k < r->n_rounds; k++) {
+                    json_t *x = json_array_get(rounds, k);
+                    r->real_tpot_round_ms[k] = json_is_number(x) ? json_number_value(x) : NAN;
+                }
+            }
             r->tpot_err = GET(tpot_err);
             r->sim_ttft_ms = GET(sim_ttft_ms);
             r->real_ttft_ms = GET(real_ttft_ms);
@@ -890,9 +924,9 @@ int cmd_validate(int argc, char **argv) {
         rc = cli_usage_error("validate", "--top: expected an integer in [1, %d], got '%s'",
                              MAX_RUNS, top_text);
     if (!rc && repeats_text &&
-        (!config_parse_u64(repeats_text, &repeats) || repeats < 1 || repeats > 99))
-        rc = cli_usage_error("validate", "--repeats: expected an integer in [1, 99], got '%s'",
-                             repeats_text);
+        (!config_parse_u64(repeats_text, &repeats) || repeats < 1 || repeats > VALIDATE_MAX_ROUNDS))
+        rc = cli_usage_error("validate", "--repeats: expected an integer in [1, %d], got '%s'",
+                             VALIDATE_MAX_ROUNDS, repeats_text);
     if (!rc && seed_text && !config_parse_u64(seed_text, &seed))
         rc = cli_usage_error("validate", "--seed: expected a non-negative integer, got '%s'",
                              seed_text);

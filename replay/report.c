@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <gsl/gsl_cdf.h>
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
 
@@ -145,6 +146,30 @@ static bool ordered_alike(const validate_row *a, const validate_row *b) {
     return sign3(a->sim_tpot_ms, b->sim_tpot_ms) == sign3(a->real_tpot_ms, b->real_tpot_ms);
 }
 
+uint32_t validate_rounds_faster(const validate_row *a, const validate_row *b, uint32_t *rounds) {
+    uint32_t n = a->n_rounds < b->n_rounds ? a->n_rounds : b->n_rounds, faster = 0;
+    *rounds = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        double x = a->real_tpot_round_ms[k], y = b->real_tpot_round_ms[k];
+        if (x == y) continue;
+        ++*rounds;
+        faster += x < y;
+    }
+    return faster;
+}
+
+int validate_replay_order(const validate_row *a, const validate_row *b) {
+    if (a->n_rounds < VALIDATE_MIN_ROUNDS || b->n_rounds < VALIDATE_MIN_ROUNDS)
+        return sign3(a->real_tpot_ms, b->real_tpot_ms);
+    uint32_t rounds, faster = validate_rounds_faster(a, b, &rounds);
+    if (!rounds) return 0;
+    uint32_t most = faster > rounds - faster ? faster : rounds - faster;
+    /* P(X >= most) for X ~ Binomial(rounds, 1/2), both tails */
+    double p = 2 * gsl_cdf_binomial_Q(most - 1, 0.5, rounds);
+    if (p >= 0.05) return 0;
+    return faster > rounds - faster ? -1 : 1;
+}
+
 double validate_sim_gap(const validate_row *a, const validate_row *b) {
     double lo = fmin(a->sim_tpot_ms, b->sim_tpot_ms), hi = fmax(a->sim_tpot_ms, b->sim_tpot_ms);
     return lo > 0 ? hi / lo - 1 : 0;
@@ -202,6 +227,12 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
                 continue;
             }
             out->pairs++;
+            int measured = validate_replay_order(&rows[i], &rows[j]);
+            if (measured) {
+                out->replay_ordered++;
+                out->replay_ordered_concordant +=
+                    measured == sign3(rows[i].sim_tpot_ms, rows[j].sim_tpot_ms);
+            }
             if (ordered_alike(&rows[i], &rows[j])) {
                 out->concordant++;
             } else {
@@ -211,7 +242,8 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
         }
     out->same_order = out->concordant == out->pairs;
     out->meets_targets = out->n_rows > 0 && out->tpot_abs_err_median <= TPOT_TARGET &&
-                         out->ttft_abs_err_median <= TTFT_TARGET && out->same_order;
+                         out->ttft_abs_err_median <= TTFT_TARGET &&
+                         out->replay_ordered_concordant == out->replay_ordered;
 }
 
 bool validate_order_beyond(const validate_row *rows, size_t n, double margin, uint64_t *pairs,

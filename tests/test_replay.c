@@ -381,6 +381,66 @@ Test(replay, a_pair_the_simulator_ties_is_not_ranked_whatever_the_replay_measure
     cr_assert_eq(validate_discordant_pairs(rows, 3, NULL, 0), 1);
 }
 
+/* Rounds of TPOTs: the configuration's own, a + k * step for round k. */
+static void set_rounds(validate_row *r, uint32_t n, const double *tpot) {
+    r->n_rounds = n;
+    for (uint32_t k = 0; k < n; k++) r->real_tpot_round_ms[k] = tpot[k];
+}
+
+Test(replay, the_replay_orders_a_pair_only_where_its_rounds_agree_by_the_sign_test) {
+    /* lfu vs firm-moe at 1.6 GiB in the CPU report's rounds: 5 of 9 one way, no measured order */
+    static const double lfu[] = {11.78, 11.03, 12.19, 11.96, 10.93, 12.52, 11.92, 11.69, 11.50};
+    static const double firm[] = {11.33, 11.14, 11.77, 12.12, 11.96, 13.62, 12.00, 11.31, 10.70};
+    static const double ondemand[] = {66.8, 67.1, 65.9, 70.2, 66.0, 66.4, 75.5, 66.1, 66.7};
+    validate_row rows[] = {
+        {.policy = "lfu", .group = "1.6", .sim_tpot_ms = 11.69, .real_tpot_ms = 11.69},
+        {.policy = "firm-moe", .group = "1.6", .sim_tpot_ms = 11.52, .real_tpot_ms = 11.77},
+        {.policy = "ondemand", .group = "1.6", .sim_tpot_ms = 66.5, .real_tpot_ms = 66.7},
+    };
+    set_rounds(&rows[0], 9, lfu);
+    set_rounds(&rows[1], 9, firm);
+    set_rounds(&rows[2], 9, ondemand);
+    uint32_t rounds;
+    cr_assert_eq(validate_rounds_faster(&rows[0], &rows[1], &rounds), 5);
+    cr_assert_eq(rounds, 9);
+    cr_assert_eq(validate_replay_order(&rows[0], &rows[1]), 0);
+    cr_assert_eq(validate_replay_order(&rows[0], &rows[2]), -1); /* 9 of 9 */
+    cr_assert_eq(validate_replay_order(&rows[2], &rows[1]), 1);
+    validate_summary s;
+    validate_summarize(rows, 3, &s);
+    cr_assert_eq(s.pairs, 3);
+    cr_assert_eq(s.concordant, 2); /* the medians put lfu ahead, the simulator firm-moe */
+    cr_assert(!s.same_order);
+    cr_assert_eq(s.replay_ordered, 2);
+    cr_assert_eq(s.replay_ordered_concordant, 2);
+    cr_assert(s.meets_targets);
+    /* 8 of 9 rounds is an order (p = 0.039), and the simulator must then agree with it */
+    double lfu8[9];
+    for (int k = 0; k < 9; k++) lfu8[k] = k == 3 ? 11.0 : firm[k] + 0.3;
+    set_rounds(&rows[0], 9, lfu8);
+    cr_assert_eq(validate_replay_order(&rows[0], &rows[1]), 1);
+    validate_summarize(rows, 3, &s);
+    cr_assert_eq(s.replay_ordered, 3);
+    cr_assert_eq(s.replay_ordered_concordant, 3); /* the simulator has lfu slower too */
+    rows[0].sim_tpot_ms = 11.4;
+    validate_summarize(rows, 3, &s);
+    cr_assert_eq(s.replay_ordered_concordant, 2);
+    cr_assert(!s.meets_targets);
+    /* 7 of 8 rounds (one tie left out) is not: p = 0.070 */
+    lfu8[0] = firm[0];
+    set_rounds(&rows[0], 9, lfu8);
+    cr_assert_eq(validate_rounds_faster(&rows[0], &rows[1], &rounds), 1);
+    cr_assert_eq(rounds, 8);
+    cr_assert_eq(validate_replay_order(&rows[0], &rows[1]), 0);
+    /* too few rounds for the test: the compared replays decide, as with one replay */
+    rows[0].n_rounds = rows[1].n_rounds = VALIDATE_MIN_ROUNDS - 1;
+    rows[0].real_tpot_ms = 11.7;
+    rows[1].real_tpot_ms = 11.8;
+    cr_assert_eq(validate_replay_order(&rows[0], &rows[1]), -1);
+    validate_summarize(rows, 3, &s);
+    cr_assert_eq(s.replay_ordered, 3);
+}
+
 Test(replay, record_hooks_collect_the_simulators_per_request_and_per_layer_times) {
     model_geometry m = fixture_model(3, 16, 2);
     hw_profile hw = fixture_hw();
@@ -697,6 +757,45 @@ Test(replay, merge_summarizes_several_json_outputs_without_a_gpu) {
     rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", c, NULL);
     cr_assert_eq(rc, 2);
     cr_assert_eq(lines(errbuf), 1, "%s", errbuf);
+}
+
+Test(replay, merge_keeps_the_rounds_and_ranks_only_what_they_order) {
+    char a[4096], rep[4096];
+    snprintf(a, sizeof a, "%s", test_tmp_path("merge-rounds.json"));
+    snprintf(rep, sizeof rep, "%s", test_tmp_path("merge-rounds.md"));
+    /* the medians order lfu ahead of firm-moe, the simulator the other way; the rounds split 5-4 */
+    test_write_file(a, "{\"device\": \"CPU\", \"profile\": \"cpu-measured\", \"trace\": \"t.h5\", "
+                       "\"model\": \"cpu-moe-small\", \"rows\": ["
+                       "{\"policy\": \"lfu\", \"configuration\": \"budget 1.6 GiB\", "
+                       "\"sim_tpot_ms\": 11.69, \"real_tpot_ms\": 11.69, \"tpot_err\": 0, "
+                       "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5, \"ttft_err\": 0, \"total_err\": 0, "
+                       "\"real_tpot_rounds_ms\": [11.78, 11.03, 12.19, 11.96, 10.93, 12.52, 11.92, "
+                       "11.69, 11.50]},"
+                       "{\"policy\": \"firm-moe\", \"configuration\": \"budget 1.6 GiB\", "
+                       "\"sim_tpot_ms\": 11.52, \"real_tpot_ms\": 11.77, \"tpot_err\": -0.02, "
+                       "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5, \"ttft_err\": 0, \"total_err\": 0, "
+                       "\"real_tpot_rounds_ms\": [11.33, 11.14, 11.77, 12.12, 11.96, 13.62, 12.00, "
+                       "11.31, 10.70]}]}");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                             "--json", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert(j, "%s", je.text);
+    json_t *s = json_object_get(j, "summary");
+    cr_assert_eq(json_integer_value(json_object_get(s, "pairs")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(s, "concordant")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(s, "replay_ordered")), 0);
+    cr_assert(json_is_true(json_object_get(s, "meets_targets")));
+    json_t *row = json_array_get(json_object_get(j, "rows"), 1);
+    cr_assert_eq(json_array_size(json_object_get(row, "real_tpot_rounds_ms")), 9);
+    json_decref(j);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                         "--report", rep, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    char *text = test_read_file(rep, NULL);
+    cr_assert(strstr(text, "lfu faster in 5 of 9 rounds: not ordered by the replay"), "%s", text);
+    free(text);
 }
 
 Test(replay, experiment_file_errors_name_the_file_and_the_field) {

@@ -7,7 +7,7 @@
 # Defaults: build/moesim, results/validate-cpu, experiments/validation/cpu/validate-cpu.ini, 64
 # generated tokens per request. The experiment names its trace, profile and cost table under
 # results/validate-cpu/; with another OUT_DIR they are made there and the experiment is read with
-# those paths replaced. Writes OUT_DIR/report.md, report.csv and validate.json.
+# those paths replaced. Writes OUT_DIR/report.md and report.csv.
 set -euo pipefail
 moesim=${1:-build/moesim}
 out=${2:-results/validate-cpu}
