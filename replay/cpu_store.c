@@ -24,8 +24,7 @@ static uint64_t align_up(uint64_t v) {
 
 void cpu_store_destroy(cpu_store *s) {
     if (!s) return;
-    if (s->fd >= 0) close(s->fd);
-    if (s->path[0]) unlink(s->path);
+    if (s->fd >= 0) close(s->fd); /* the last reference to the (unlinked) file */
     free(s);
 }
 
@@ -82,6 +81,19 @@ static moesim_status write_file(cpu_store *s, uint64_t seed, const replay_weight
     if (fd < 0)
         return moesim_fail(err, MOESIM_EIO, "%s: cannot create the CPU replay's expert file: %s",
                            s->path, strerror(errno));
+    /* the read descriptor first, so a file system without O_DIRECT fails before GBs are written */
+    s->fd = open(s->path, O_RDONLY | O_DIRECT);
+    int direct_errno = errno;
+    /* nameless from here: the file goes with the process however it ends (a replay killed
+     * mid-run used to leave its 2.3 GB in /var/tmp) */
+    unlink(s->path);
+    if (s->fd < 0) {
+        close(fd);
+        return moesim_fail(err, MOESIM_EIO,
+                           "%s: cannot open with O_DIRECT (the CPU replay reads past the page "
+                           "cache; choose a directory on a local disk with --ssd-dir): %s",
+                           s->path, strerror(direct_errno));
+    }
     moesim_status st = MOESIM_OK;
     size_t LE = (size_t)s->m.n_moe_layers * s->m.n_experts;
     for (int p = 0; p < PREC_COUNT && !st; p++) {
@@ -163,14 +175,6 @@ moesim_status cpu_store_create(const model_geometry *m, const bool stored[PREC_C
     close(tmp);
     unlink(s->path); /* write_file creates it again, O_EXCL */
     moesim_status st = write_file(s, seed, w, err);
-    if (st == MOESIM_OK) {
-        s->fd = open(s->path, O_RDONLY | O_DIRECT);
-        if (s->fd < 0)
-            st = moesim_fail(err, MOESIM_EIO,
-                             "%s: cannot open with O_DIRECT (the CPU replay reads past the page "
-                             "cache; choose a directory on a local disk with --ssd-dir): %s",
-                             s->path, strerror(errno));
-    }
     if (st != MOESIM_OK) {
         cpu_store_destroy(s);
         return st;

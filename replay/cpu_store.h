@@ -28,8 +28,8 @@ typedef struct cpu_store {
     uint64_t stride[PREC_COUNT];                 /* blob bytes rounded up to CPU_STORE_ALIGN */
     uint64_t base[PREC_COUNT];                   /* file offset of precision p's first blob */
     uint64_t file_bytes;
-    int fd; /* O_DIRECT read descriptor */
-    char path[600];
+    int fd;          /* O_DIRECT read descriptor: the file's only reference */
+    char path[600]; /* where it was made (for messages); unlinked once both descriptors were open */
 } cpu_store;
 
 /* Writes the store of `m` at the precisions `stored` into a new file under `dir` (NULL:
@@ -42,7 +42,7 @@ typedef struct cpu_store {
 moesim_status cpu_store_create(const model_geometry *m, const bool stored[PREC_COUNT],
                                const char *dir, uint64_t seed, const replay_weights *w,
                                cpu_store **out, moesim_error *err);
-void cpu_store_destroy(cpu_store *s); /* accepts NULL; removes the file */
+void cpu_store_destroy(cpu_store *s); /* accepts NULL; the file goes with its descriptor */
 
 /* One expert's blob [gate | up | down] at precision p in the kernels' formats, from seeded
  * random weights quantized as the engine quantizes (normal floats: no denormal or NaN that would
