@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -73,6 +74,13 @@ static moesim_status checkpoint_inputs_load(const char *trace_path, const char *
     return st;
 }
 
+/* `moesim sim --model` takes a geometry file; a user carrying it over to replay gets a hint, not
+ * "FILE/config.json: Not a directory". */
+static bool is_regular_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 int cmd_replay(int argc, char **argv) {
     static const struct option own[] = {{"synthetic-weights", no_argument, NULL, 'S'},
                                         {"model", required_argument, NULL, 'M'},
@@ -138,6 +146,12 @@ int cmd_replay(int argc, char **argv) {
     else if (!model_dir && !synthetic)
         rc = cli_usage_error("replay", "a weight source is required: --model DIR or "
                                        "--synthetic-weights");
+    else if (model_dir && is_regular_file(model_dir))
+        rc = cli_usage_error("replay",
+                             "--model: expected a checkpoint directory (config.json, "
+                             "*.safetensors), got the file '%s' (a geometry file goes with "
+                             "--synthetic-weights --model-geometry)",
+                             model_dir);
     else if (model_dir && (geometry || seed_text))
         rc = cli_usage_error("replay",
                              "%s applies to --synthetic-weights only (with --model the "

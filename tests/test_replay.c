@@ -671,6 +671,13 @@ Test(replay, bad_arguments_exit_2_with_one_line) {
         cr_assert_eq(rc, 2, "case %zu: rc %d: %s", i, rc, errbuf);
         cr_assert_eq(lines(errbuf), 1, "case %zu: %s", i, errbuf);
     }
+    /* sim's --model is a geometry file, replay's a checkpoint directory: the line says so */
+    const char *geometry = test_tmp_path("geometry.ini");
+    test_write_file(geometry, "[model]\nname = x\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "replay", "--model", geometry,
+                             "--trace", "t.h5", "--hw", "h100-sxm", "--policy", "lru", NULL);
+    cr_assert_eq(rc, 2, "%s", errbuf);
+    cr_assert(lines(errbuf) == 1 && strstr(errbuf, "--model-geometry"), "%s", errbuf);
 }
 
 Test(replay, without_a_gpu_every_gpu_command_exits_2_with_one_line) {
