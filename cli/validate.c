@@ -624,9 +624,10 @@ static void write_report(FILE *f, const char *device, const char *profile, const
             "(target <= 10 %%), median |total error| %.2f %%.\n",
             100 * s->tpot_abs_err_median, 100 * s->ttft_abs_err_median,
             100 * s->total_abs_err_median);
-    fprintf(f, "Policy order by TPOT: %llu of %llu pairs agree (%s; %llu tied in the simulator, "
-               "not ranked); of the %llu pairs the replay orders (at least %d rounds: the sign "
-               "test over rounds, p < 0.05; fewer: every pair), %llu agree. Targets %s.\n",
+    fprintf(f,
+            "Policy order by TPOT: %llu of %llu pairs agree (%s; %llu tied in the simulator, "
+            "not ranked); of the %llu pairs the replay orders (at least %d rounds: the sign "
+            "test over rounds, p < 0.05; fewer: every pair), %llu agree. Targets %s.\n",
             (unsigned long long)s->concordant, (unsigned long long)s->pairs,
             s->same_order ? "same order" : "order differs", (unsigned long long)s->sim_ties,
             (unsigned long long)s->replay_ordered, VALIDATE_MIN_ROUNDS,

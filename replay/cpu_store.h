@@ -28,7 +28,7 @@ typedef struct cpu_store {
     uint64_t stride[PREC_COUNT];                 /* blob bytes rounded up to CPU_STORE_ALIGN */
     uint64_t base[PREC_COUNT];                   /* file offset of precision p's first blob */
     uint64_t file_bytes;
-    int fd;          /* O_DIRECT read descriptor: the file's only reference */
+    int fd;         /* O_DIRECT read descriptor: the file's only reference */
     char path[600]; /* where it was made (for messages); unlinked once both descriptors were open */
 } cpu_store;
 

@@ -291,8 +291,8 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
 
 /* The replay's order of a pair: -1 when a runs faster than b, +1 slower, 0 when the replay does
  * not order them. With at least VALIDATE_MIN_ROUNDS rounds each, the rounds paired by index
- * decide: a sign test, two-sided p < 0.05 (8 of 9 rounds alike, 9 of 10), rounds with equal TPOTs
- * left out. Otherwise the compared replays' TPOTs (real_tpot_ms) decide, 0 only for equal ones. */
+ * decide: a sign test, two-sided p < 0.05 (8 of 9 rounds alike, 9 of 10), rounds with equal or
+ * unknown TPOTs left out. Otherwise the compared replays' TPOTs (real_tpot_ms) decide, 0 only for equal ones. */
 int validate_replay_order(const validate_row *a, const validate_row *b);
 /* How many paired rounds a runs faster than b, and the rounds compared (0: no rounds). */
 uint32_t validate_rounds_faster(const validate_row *a, const validate_row *b, uint32_t *rounds);

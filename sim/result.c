@@ -165,8 +165,7 @@ json_t *sim_result_to_json(const sim_result *r) {
     json_object_set_new(j, "budget_bytes", json_integer((json_int_t)r->budget_bytes));
     json_object_set_new(j, "expert_budget_bytes", json_integer((json_int_t)r->expert_budget_bytes));
     json_object_set_new(j, "kv_peak_bytes", json_integer((json_int_t)r->kv_peak_bytes));
-    json_object_set_new(j, "placement_refusals",
-                        json_integer((json_int_t)r->placement_refusals));
+    json_object_set_new(j, "placement_refusals", json_integer((json_int_t)r->placement_refusals));
     json_t *mix = json_object();
     json_object_set_new(mix, "hi", num(r->precision_mix_hi));
     json_object_set_new(mix, "lo", num(r->precision_mix_lo));
