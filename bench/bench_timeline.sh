@@ -16,7 +16,7 @@ trap 'rm -rf "$work"' EXIT
 run=(--hw a6000 --policy lru --set memory.budget_gb=24)
 
 # The protobuf's compressed_packets blocks inflated: "<bytes> <slices>" (a slice is a
-# TrackEvent of type SLICE_BEGIN; field numbers: sim/timeline_proto.h).
+# TrackEvent of type SLICE_BEGIN; field numbers: core/timeline_proto.h).
 inflated() {
     python3 - "$1" <<'PY'
 import sys, zlib

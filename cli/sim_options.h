@@ -21,7 +21,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
-#include "sim/timeline.h"
+#include "core/timeline.h"
 
 /* Which shared options a command takes (bit set). */
 enum cli_sim_option_group {

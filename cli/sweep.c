@@ -1,5 +1,5 @@
 /* `moesim sweep EXPERIMENT.ini [-o CSV] [-j N] [--shard i/n] [--dry-run]` runs an experiment's
- * configurations (sim/sweep.h), resuming a results file; `moesim sweep merge` joins shard files.
+ * configurations (sweep/sweep.h), resuming a results file; `moesim sweep merge` joins shard files.
  * Traces the experiment names but that do not exist yet, or were made from another recipe (the
  * recipe is stamped in <trace>.recipe), are made first from its [traces] recipes with
  * `moesim trace synth` (a child process of this same binary). */
@@ -19,14 +19,14 @@
 #include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/config.h"
-#include "sim/sweep.h"
+#include "sweep/sweep.h"
 
 static const char sweep_help[] =
     "usage: moesim sweep EXPERIMENT.ini [-o results/NAME.csv] [-j N] [--shard i/n] [--dry-run]\n"
     "       moesim sweep merge [-o OUT.csv] [--experiment EXPERIMENT.ini] SHARD.csv...\n"
     "\n"
     "Runs every configuration of an experiment (the cross product of its axes minus its\n"
-    "exclusions; format in sim/sweep.h and experiments/README.md) and appends one CSV row per\n"
+    "exclusions; format in sweep/sweep.h and experiments/README.md) and appends one CSV row per\n"
     "configuration: its hash, seed, status, every resolved setting and every metric of\n"
     "`moesim sim --json`. Rows already in the results file are skipped, so a killed sweep\n"
     "resumes where it stopped. The resolved experiment goes next to the results\n"

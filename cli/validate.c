@@ -36,7 +36,7 @@
 #include "policies/policy.h"
 #include "replay/cpu_store.h"
 #include "replay/replay.h"
-#include "sim/memsys.h"
+#include "core/memsys.h"
 #include "traces/trace.h"
 
 static const char validate_usage[] =

@@ -131,7 +131,7 @@ static void prefetch_next_layer(policy *p, const policy_route *r) {
     uint32_t n = gather_candidates(p, r);
     /* room for the guesses: the whole pool, even when it holds only top_k experts (the paper's
      * 12 GB setting, Sec. 4: 2 experts per layer). A wrong guess not yet copied is cancelled
-     * when the next layer runs without it (sim/memsys.h); one whose copy has started makes the
+     * when the next layer runs without it (core/memsys.h); one whose copy has started makes the
      * host wait for it to land before the next route, as an engine waits for its DMA. */
     uint32_t room = p->cache.layer_capacity;
     if (n > room) {

@@ -31,7 +31,7 @@
  * mechanism also never runs an expert before every part it needs at the planned precision is
  * resident: compute waits for the copy (part by part: gate and up first, then down).
  *
- * Copy classes, promotion and cancellation (sim/memsys.h): demand > prefetch > background. A load
+ * Copy classes, promotion and cancellation (core/memsys.h): demand > prefetch > background. A load
  * of parts that are loading in a lower class moves their copy up to the caller's class at once and
  * returns POLICY_PROMOTED (the policy learns its prefetch was late). A prefetch targets the next
  * route of its layer after it was issued; if that layer is routed in a step that does not run it

@@ -1,4 +1,4 @@
-/* The memory budget of a replay: the simulator's split of the card (sim/budget.h: non-expert
+/* The memory budget of a replay: the simulator's split of the card (core/budget.h: non-expert
  * weights, KV peak and activations first, experts get the rest), and the checks that let a
  * larger GPU emulate a 12/16/24 GiB card in software. */
 #include <inttypes.h>

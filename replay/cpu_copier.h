@@ -1,5 +1,5 @@
 /* The CPU replay's copy engine (replay/exec_cpu.c, the cpu backend of replay/exec.h): one thread that serves the memory system's
- * host->device queue (sim/memsys.h, MEMSYS_H2D) by reading each chunk from the expert file
+ * host->device queue (core/memsys.h, MEMSYS_H2D) by reading each chunk from the expert file
  * (replay/cpu_store.h) into the DRAM pool blocks of its parts. It takes the next chunk at every
  * chunk boundary, so a demand load overtakes queued prefetches after at most one chunk, as the
  * simulator's engine does.
@@ -16,8 +16,8 @@
 #include <stdint.h>
 
 #include "replay/cpu_store.h"
-#include "sim/memsys.h"
-#include "sim/timeline.h"
+#include "core/memsys.h"
+#include "core/timeline.h"
 
 /* Where part `part` of (layer, expert, p) lands: its pool block (set when the load was issued). */
 typedef uint8_t *(*cpu_copier_block_fn)(void *ctx, uint32_t layer, uint32_t expert,

@@ -12,7 +12,7 @@
 #include "common/alloc.h"
 #include "common/check.h"
 #include "replay/weights.h"
-#include "sim/result.h"
+#include "core/result_fill.h"
 
 uint64_t replay_exec_clock_ns(void) {
     struct timespec ts;

@@ -3,12 +3,12 @@
  * the manner of ggml's backend interface.
  *
  * The executor owns everything the simulator also does, through the simulator's own modules: the
- * schedule (sim/schedule.h), routes and sub-routes (sim/route.h, the policy call included:
+ * schedule (core/schedule.h), routes and sub-routes (core/route.h, the policy call included:
  * sim_route_decide), the memory system with its copy classes, chunking, promotion and host
- * placement (sim/memsys.h), the budget (sim/budget.h), the expert pools (sim/block_pool.h), the
+ * placement (core/memsys.h), the budget (core/budget.h), the expert pools (core/block_pool.h), the
  * waits the simulator's compute stream makes (for room before a route, for a part's copy before
  * an op), the replay's checks (no expert op before its copy landed, the expert budget never
- * exceeded), and the result and timeline (sim/result.h, sim/timeline.h). So a run is step for
+ * exceeded), and the result and timeline (core/result.h, core/timeline.h). So a run is step for
  * step comparable with sim_run on the same trace, settings and profile.
  *
  * A backend (replay_backend, a static const table over the opaque x->be_state) supplies the
@@ -36,13 +36,13 @@
 
 #include "policies/policy.h"
 #include "replay/replay.h"
-#include "sim/block_pool.h"
-#include "sim/budget.h"
-#include "sim/future.h"
-#include "sim/memsys.h"
-#include "sim/route.h"
-#include "sim/schedule.h"
-#include "sim/timeline.h"
+#include "core/block_pool.h"
+#include "core/budget.h"
+#include "core/future.h"
+#include "core/memsys.h"
+#include "core/route.h"
+#include "core/schedule.h"
+#include "core/timeline.h"
 
 /* The compute ops of a step beside the experts' (sim/COST.md). */
 typedef enum replay_op_kind {
@@ -163,7 +163,7 @@ struct replay_exec {
     void *knobs;
     policy_params params;
 
-    /* routes (sim/route.h) */
+    /* routes (core/route.h) */
     sim_route_source src;
     uint16_t *r_experts, *r_la_ids, *active;        /* [T][K], [T][D][K'], [E] */
     float *r_gates, *r_importance, *r_la_scores;    /* [T][K], [T], [T][D][K'] */

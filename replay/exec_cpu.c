@@ -1,6 +1,6 @@
 /* The `cpu` backend of the replay executor (replay/exec.h; replay_run_cpu): a real execution of
  * the simulator's run on any machine. The "device" is a DRAM arena of the run's expert budget
- * carved into 4 KiB-aligned blocks per precision (sim/block_pool.h); the tier experts load from is
+ * carved into 4 KiB-aligned blocks per precision (core/block_pool.h); the tier experts load from is
  * a file on local disk read with O_DIRECT (replay/cpu_store.h) by a copy thread
  * (replay/cpu_copier.h) that serves the memory system's queue chunk by chunk in class order;
  * compute runs on the executor's thread with the engine's CPU kernels at the planned precision

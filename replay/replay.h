@@ -1,10 +1,10 @@
 /* Replay: the same policy objects as the simulator (policies/policy.h, looked up with
  * policy_lookup) driving real hardware. One executor in plain C (replay/exec.h, replay_exec_run)
- * runs the simulator's schedule, routes and sub-routes, policy calls (sim/route.h), memory system
- * (sim/memsys.h: residency, pools, copy classes, promotion, cancellation, host placement), expert
+ * runs the simulator's schedule, routes and sub-routes, policy calls (core/route.h), memory system
+ * (core/memsys.h: residency, pools, copy classes, promotion, cancellation, host placement), expert
  * pools of fixed-size blocks per precision carved from one arena made before the clock starts
- * (sim/block_pool.h), the checks (no expert op before its copy landed, the budget never exceeded)
- * and the result (sim/result.h, same JSON and timeline schema as sim_run). A small table of
+ * (core/block_pool.h), the checks (no expert op before its copy landed, the budget never exceeded)
+ * and the result (core/result.h, same JSON and timeline schema as sim_run). A small table of
  * function pointers, the backend, supplies what differs between machines: its host store and
  * arena, the copy engine that serves memsys's queues chunk by chunk, the ops and their clocks.
  *
@@ -39,9 +39,9 @@
 #include "common/precision.h"
 #include "common/status.h"
 #include "replay/weights.h"
-#include "sim/budget.h"
+#include "core/budget.h"
 #include "sim/cost.h"
-#include "sim/schedule.h"
+#include "core/schedule.h"
 #include "sim/sim.h"
 #include "traces/trace.h"
 
@@ -55,7 +55,7 @@ moesim_status replay_device_check(moesim_error *err);
 
 /* ---- schedule (time-independent, identical to the simulator's: sim/README.md "Steps") ---- */
 
-/* The replay runs the simulator's schedule (sim/schedule.h); these names are its own. */
+/* The replay runs the simulator's schedule (core/schedule.h); these names are its own. */
 typedef sim_schedule_step replay_step;
 typedef sim_schedule replay_schedule;
 
@@ -69,7 +69,7 @@ void replay_schedule_free(replay_schedule *s);
 
 /* ---- memory budget (the simulator's arithmetic, sim/README.md "HBM accounting") ---- */
 
-typedef sim_budget replay_budget; /* sim/budget.h */
+typedef sim_budget replay_budget; /* core/budget.h */
 
 /* Splits the card's memory as sim_run does: sim_budget_plan (same figures, same error messages
  * naming the setting's origin `budget_where` / `cache_where`). */
@@ -95,7 +95,7 @@ uint64_t replay_pool_blocks(uint64_t pool_bytes, uint64_t part_bytes, uint64_t n
 
 /* The host store: every expert of the model at the formats host placement orders, random bytes
  * from `seed`, one blob [gate | up | down] per (layer, expert), placed by the simulator's rule
- * (memsys_place_order and memsys_place, sim/memsys.h) for a policy that loads `primary`
+ * (memsys_place_order and memsys_place, core/memsys.h) for a policy that loads `primary`
  * (expert.precision) alone: with `host_precisions` "policy", `primary` only; with "all" (the
  * kernels' bf16, int8, int4, int2) or a comma list, `primary` first, then the other stored
  * formats, smaller first; layer by layer, expert by expert, in pinned DRAM while `dram_bytes`
@@ -129,7 +129,7 @@ typedef struct replay_inputs {
     const model_geometry *model; /* must match the trace's geometry */
     const hw_profile *hw;        /* the calibrated profile: DRAM size, default budget */
     const quant_table *quant;
-    const char *timeline_path;           /* a timeline (sim/timeline.h: schema, formats) or NULL */
+    const char *timeline_path;           /* a timeline (core/timeline.h: schema, formats) or NULL */
     sim_timeline_window timeline_window; /* the part of the run it keeps; zeroed: all */
     const sim_hooks *hooks;            /* on_expert_start when an expert's kernel is enqueued (after
                                           its copies' events), on_request_done, on_layer_done */

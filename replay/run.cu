@@ -5,7 +5,7 @@
  * Device memory, allocated once before the clock starts (no cudaMalloc on the hot path): the
  * non-expert weights of every layer (bf16: the checkpoint's, replay/weights.h, or random),
  * activations and a KV buffer, and one arena of the expert budget that the executor's pools
- * (sim/block_pool.h) carve into fixed-size blocks per precision (one block holds one part: gate, up
+ * (core/block_pool.h) carve into fixed-size blocks per precision (one block holds one part: gate, up
  * or down, in the kernels' block format). Host: the store of experts placed by memsys_place, in
  * pinned memory (cudaHostAlloc) and an SSD file: the checkpoint's in the kernels' formats, or
  * random bytes from a seeded xorshift stream.
@@ -44,10 +44,10 @@ extern "C" {
 #include "kernels/quant.h"
 #include "replay/exec.h"
 #include "replay/replay.h"
-#include "sim/future.h"
-#include "sim/memsys.h"
-#include "sim/route.h"
-#include "sim/timeline.h"
+#include "core/future.h"
+#include "core/memsys.h"
+#include "core/route.h"
+#include "core/timeline.h"
 }
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernels_cuda.h"

@@ -1,4 +1,4 @@
-/* The step schedule of a replay: the simulator's (sim/schedule.h, sim/README.md "Steps, batch
+/* The step schedule of a replay: the simulator's (core/schedule.h, sim/README.md "Steps, batch
  * and requests"), built with the model's KV bytes per token and recurrent-state bytes. Time does
  * not enter, so replay and sim run the same steps. */
 #include "replay/replay.h"

@@ -19,7 +19,7 @@ extern "C" {
 #include "kernels/quant.h"
 #include "replay/exec.h"
 #include "replay/replay.h"
-#include "sim/memsys.h"
+#include "core/memsys.h"
 }
 #include "replay/store.cuh"
 

@@ -2,7 +2,7 @@
  * copy engines read from. Experts are blobs [gate | up | down] in the kernels' formats, one per
  * (MoE layer, expert) and held precision; a blob is either in pinned DRAM (host_off) or in the
  * precision's SSD file (ssd_off, SSD_ALIGN-aligned slots). Units: bytes. C++ (CUDA) only;
- * include after replay/replay.h and sim/memsys.h. */
+ * include after replay/replay.h and core/memsys.h. */
 #ifndef MOESIM_REPLAY_STORE_CUH
 #define MOESIM_REPLAY_STORE_CUH
 

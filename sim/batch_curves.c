@@ -6,7 +6,7 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
-#include "sim/schedule.h"
+#include "core/schedule.h"
 #include "traces/stats.h"
 
 /* Layer `l`'s access sequence in execution order, cut into the schedule's step routes (steps

@@ -1,6 +1,6 @@
 /* Hit-rate curves of per-layer expert caches under the simulator's batched steps: what
  * `moesim trace stats --batch B` prints. A step of the simulator's schedule at batch B
- * (sim/schedule.h: up to B requests in flight, a step is the admitted requests' pending prompt
+ * (core/schedule.h: up to B requests in flight, a step is the admitted requests' pending prompt
  * tokens or one decode token of each) runs each layer as one route whose experts are resident
  * together (policies/policy.h), so the curves are trace_stats_route_hit_counts over the step
  * routes of every layer: LRU, and Belady's OPT that never evicts an expert of the route it

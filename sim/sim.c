@@ -28,76 +28,22 @@
 #include "common/arena.h"
 #include "common/check.h"
 #include "policies/policy.h"
-#include "sim/block_pool.h"
-#include "sim/budget.h"
+#include "core/block_pool.h"
+#include "core/budget.h"
 #include "sim/cost.h"
 #include "sim/event.h"
-#include "sim/future.h"
-#include "sim/memsys.h"
-#include "sim/result.h"
-#include "sim/route.h"
-#include "sim/schedule.h"
+#include "core/future.h"
+#include "core/memsys.h"
+#include "core/result_fill.h"
+#include "core/route.h"
+#include "core/schedule.h"
 #include "sim/sim.h"
 #include "sim/sim_internal.h"
 
 #define NONE             UINT32_MAX
 #define SIM_ECOST_TOKENS 64 /* expert op times cached for 1..63 tokens */
 
-/* ---- settings ---- */
-
-static const char *const precision_choices[] = {"bf16", "fp8",  "int8", "int4",
-                                                "int3", "int2", NULL};
-
-
-#define SF(sec, k, t, m, mn, mx, d, h)                                                             \
-    { sec, k, t, offsetof(sim_settings, m), 0, false, mn, mx, NULL, d, h }
-static const config_field sim_fields[] = {
-    SF("memory", "budget_gb", CONFIG_F64, budget_gb, 0, 1e6, "0",
-       "HBM the run may use, GiB; 0: the hardware profile's memory"),
-    SF("cache", "experts_per_layer", CONFIG_U32, experts_per_layer, 0, MODEL_MAX_EXPERTS, "0",
-       "per-layer expert pool in experts at expert.precision; 0: one pool from the budget"),
-    {"expert", "precision", CONFIG_ENUM, offsetof(sim_settings, precision), 0, false, 1, 0,
-     precision_choices, "bf16", "precision single-precision policies run experts at"},
-    SF("batch", "size", CONFIG_U32, batch_size, 1, 65536, "1",
-       "requests in flight together (each decode step advances each by one token)"),
-    SF("predictor", "accuracy", CONFIG_F64, predictor_accuracy, 0, 1, "0.9",
-       "top-1 accuracy of the emulated look-ahead predictor (traces without predictions); 0.9: "
-       "HOBBIT §3.3 measures ~96% next layer, ~90% 2-3 layers ahead"),
-    SF("predictor", "depth", CONFIG_U32, predictor_depth, 0, TRACE_MAX_LOOKAHEAD_DEPTH, "1",
-       "look-ahead distance D of the emulated predictor"),
-    SF("sim", "chunk_kib", CONFIG_U64, chunk_kib, 4, 1u << 20, "1024",
-       "copy chunk size, KiB: a demand load overtakes queued prefetches at chunk boundaries (1 "
-       "MiB: assumption, a few % of one PCIe copy's latency at 24 GB/s)"),
-    {"sim", "part_overlap", CONFIG_BOOL, offsetof(sim_settings, part_overlap), 0, false, 1, 0, NULL,
-     "true", "start an expert's gate/up compute before its down matrix arrives"},
-    SF("sim", "seed", CONFIG_U64, seed, 1, 0, "1", "seed of the emulated predictor and policies"),
-    {"sim", "host_precisions", CONFIG_STR, offsetof(sim_settings, host_precisions),
-     sizeof(((sim_settings *)0)->host_precisions), false, 1, 0, NULL, "policy",
-     "precisions host DRAM holds experts at: 'policy' (those the policy declares it loads), "
-     "'all', or a comma list; what DRAM cannot hold lives on the SSD"},
-    SF("sim", "bounce_mib", CONFIG_U64, bounce_mib, 1, 1u << 20, "64",
-       "DRAM staging buffer for SSD reads, MiB, taken from the profile's dram_gib (assumption: 64 "
-       "chunks of the default 1 MiB keep the SSD and PCIe copies pipelined; no engine standard)"),
-    {"sim", "block_pools", CONFIG_BOOL, offsetof(sim_settings, block_pools), 0, false, 1, 0, NULL,
-     "false",
-     "place loads in fixed-size blocks per precision, as the replay's pools do (a freed block "
-     "serves its own precision only: sim/block_pool.h); false: the byte budget alone"},
-    {"sim", "cost_table", CONFIG_STR, offsetof(sim_settings, cost_table),
-     sizeof(((sim_settings *)0)->cost_table), false, 1, 0, NULL, NULL,
-     "measured cost table (sim/COST.md); empty: roofline"},
-};
-#undef SF
-
-const config_field *sim_settings_fields(size_t *n) {
-    *n = MOESIM_ARRAY_LEN(sim_fields);
-    return sim_fields;
-}
-
-moesim_status sim_settings_read(config *c, sim_settings *out, moesim_error *err) {
-    return config_read_fields(c, sim_fields, MOESIM_ARRAY_LEN(sim_fields), out, err);
-}
-
-/* ---- copy engines (the clock of sim/memsys.h's queues) ---- */
+/* ---- copy engines (the clock of core/memsys.h's queues) ---- */
 
 enum { EV_CHUNK = 1 };
 
@@ -141,7 +87,7 @@ struct sim_state {
     uint64_t route_expert_bytes; /* one expert at the widest precision the policy loads */
     arena mem;
 
-    memsys ms; /* residency, pools, copy queues (sim/memsys.h) */
+    memsys ms; /* residency, pools, copy queues (core/memsys.h) */
     block_pool blocks; /* sim.block_pools: the pools' fixed-size blocks per precision */
     sim_future future;
     sim_engine eng[MEMSYS_ENGINES];
@@ -154,7 +100,7 @@ struct sim_state {
     policy *pol;
     policy_mem_view view;
 
-    /* schedule (time-independent: which tokens run in which step, sim/schedule.h), produced
+    /* schedule (time-independent: which tokens run in which step, core/schedule.h), produced
      * step by step: nothing per token or per step is kept */
     trace_request_index rq_own; /* built from an in-memory trace */
     const trace_request_index *rq;
@@ -242,7 +188,7 @@ static void on_hbm(void *ctx, uint64_t experts_used) {
 }
 
 /* sim.block_pools: a load is placed only where the replay could place it, in a block of its
- * precision (sim/block_pool.h; the byte budget alone admits loads no block can hold). */
+ * precision (core/block_pool.h; the byte budget alone admits loads no block can hold). */
 static bool on_reserve(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p,
                        uint32_t parts) {
     sim_state *s = ctx;
@@ -395,7 +341,7 @@ static void stream_stall_until_next(sim_state *s, uint64_t *t, const char *name)
 
 /* ---- the schedule ---- */
 
-/* The schedule's size (sim/schedule.h: the same schedule the replay runs) from one pass over
+/* The schedule's size (core/schedule.h: the same schedule the replay runs) from one pass over
  * its steps: step count, largest step, KV peak; then the per-step and per-request arrays the
  * run fills in. */
 static void schedule_plan(sim_state *s) {
@@ -701,7 +647,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     if (s->pm->api_version != POLICY_API_VERSION)
         return moesim_fail(err, MOESIM_EINPUT, "policy '%s' has API version %d, expected %d",
                            policy_name, s->pm->api_version, POLICY_API_VERSION);
-    if ((st = config_read_fields(settings, sim_fields, MOESIM_ARRAY_LEN(sim_fields), &s->set, err)))
+    if ((st = sim_settings_read(settings, &s->set, err)))
         return st;
     void *knobs = NULL;
     if ((st = policy_read_knobs(s->pm, settings, &knobs, err))) return st;

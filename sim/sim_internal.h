@@ -1,5 +1,5 @@
 /* Internal state of one simulator run (sim/sim.c), shared with the timeline writer
- * (sim/timeline.c) and the result formatting (sim/result.c). Not part of the public API.
+ * (core/timeline.c) and the result formatting (core/result.c). Not part of the public API.
  *
  * Units: every time is integer ns since the run started; sizes are bytes.
  * Index conventions (shape comments below use them):
@@ -14,6 +14,6 @@
 #include <stdio.h>
 
 
-#include "sim/timeline.h"
+#include "core/timeline.h"
 
 #endif

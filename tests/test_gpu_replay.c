@@ -6,7 +6,7 @@
  *   - back-to-back copies reach >= 90 % of the calibrated pinned host-to-device bandwidth;
  *   - lru gives the simulator's hit count on the same trace (its decisions do not depend on
  *     time, so both hosts must see the same accesses and hits);
- *   - a prefetching policy on sim/memsys.h's SSD path (chunks split across parts, tails, bounce
+ *   - a prefetching policy on core/memsys.h's SSD path (chunks split across parts, tails, bounce
  *     slots, promotions across the two copy streams) runs no expert before its copy ended and
  *     never skips.
  * And with a checkpoint's weights (`--model`, replay/weights.h): the golden qwen2_moe routed by

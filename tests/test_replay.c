@@ -2,7 +2,7 @@
  * the simulator's figures, the card emulation refuses what does not fit, the calibration writers
  * produce files hw_load and cost_table_load accept with the measured values, the validation
  * arithmetic (errors, medians, policy order), the memory system as the replay's copy engines
- * drive it (sim/memsys.h: chunk pieces, SSD chunks staged one for one, the bounce slots' bound),
+ * drive it (core/memsys.h: chunk pieces, SSD chunks staged one for one, the bounce slots' bound),
  * and the replay / calibrate / validate commands: bad arguments and a machine without a GPU (or
  * a build without CUDA) exit 2 with one line. */
 #include <criterion/criterion.h>
@@ -16,7 +16,7 @@
 #include "common/precision.h"
 #include "replay/replay.h"
 #include "sim/cost.h"
-#include "sim/memsys.h"
+#include "core/memsys.h"
 #include "sim/sim.h"
 #include "sim_fixtures.h"
 #include "support/test_support.h"

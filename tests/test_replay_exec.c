@@ -1,5 +1,5 @@
 /* The replay executor (replay/exec.h) on the backend every machine has (cpu), and the pool blocks
- * both backends share (sim/block_pool.h): the executor runs the simulator's schedule and routes
+ * both backends share (core/block_pool.h): the executor runs the simulator's schedule and routes
  * (same steps, sub-routes and accesses as sim_run on the same trace and settings), no expert op
  * starts before its parts landed, the budget holds, and the pools reuse blocks per precision.
  * A backend that queues its ops, as the cuda one does, is stood in for by a deferred backend
@@ -23,7 +23,7 @@
 #include "replay/cpu_store.h"
 #include "replay/exec.h"
 #include "replay/replay.h"
-#include "sim/block_pool.h"
+#include "core/block_pool.h"
 #include "sim/sim.h"
 #include "sim_fixtures.h"
 

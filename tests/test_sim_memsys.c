@@ -1,4 +1,4 @@
-/* The memory system's guarantees across policies and real model geometries (sim/memsys.h):
+/* The memory system's guarantees across policies and real model geometries (core/memsys.h):
  * a policy whose design never skips never skips at any budget its setup accepts (pools account
  * for copies in flight), and host placement follows the precisions the policy loads, so a setting
  * the policy does not read never changes its result; spans of chunks (memsys_next_span) stop where
@@ -11,7 +11,7 @@
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
-#include "sim/memsys.h"
+#include "core/memsys.h"
 #include "sim/sim.h"
 #include "support/test_support.h"
 #include "traces/synth.h"

@@ -1,4 +1,4 @@
-/* Sweeps (sim/sweep.h): experiment files (cross product, ranges, bundles, exclusions, the drop
+/* Sweeps (sweep/sweep.h): experiment files (cross product, ranges, bundles, exclusions, the drop
  * of other policies' knobs, errors), stable configuration hashes, and `moesim sweep` end to end
  * over real traces: a sweep killed with SIGKILL at random points and resumed gives the rows of
  * an uninterrupted run; shards merged give the unsharded file; merge refuses duplicates and
@@ -16,7 +16,7 @@
 #include "common/model.h"
 #include "common/progress.h"
 #include "common/rng.h"
-#include "sim/sweep.h"
+#include "sweep/sweep.h"
 #include "support/test_support.h"
 #include "traces/stats.h"
 #include "traces/trace.h"

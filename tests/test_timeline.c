@@ -1,4 +1,4 @@
-/* The timeline writer (sim/timeline.h) on a small scripted run: the Chrome JSON it has always
+/* The timeline writer (core/timeline.h) on a small scripted run: the Chrome JSON it has always
  * written, the same bytes gzip'd, the Perfetto protobuf decoded here field by field back to the
  * same slices and counter samples, and the step and time windows. */
 #include <criterion/criterion.h>
@@ -10,8 +10,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "sim/timeline.h"
-#include "sim/timeline_proto.h"
+#include "core/timeline.h"
+#include "core/timeline_proto.h"
 #include "support/test_support.h"
 
 typedef struct event {

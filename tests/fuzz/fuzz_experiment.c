@@ -1,4 +1,4 @@
-/* libFuzzer harness for the experiment-file loader (sim/sweep_experiment.c): any byte string is
+/* libFuzzer harness for the experiment-file loader (sweep/sweep_experiment.c): any byte string is
  * an experiment file; sweep_experiment_load must either return one error line, or an experiment
  * whose every configuration is found by its own hash and whose resolved copy
  * (sweep_experiment_write_resolved) loads back to the same configurations and hashes, as
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "fuzz_support.h"
-#include "sim/sweep.h"
+#include "sweep/sweep.h"
 
 static void check_resolved_copy(const sweep_experiment *e) {
     moesim_error err = {0};

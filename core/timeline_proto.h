@@ -1,4 +1,4 @@
-/* Perfetto's protobuf trace format for sim/timeline.c, encoded here (the wire format is small:
+/* Perfetto's protobuf trace format for core/timeline.c, encoded here (the wire format is small:
  * varints and length-delimited fields). Every track is its own packet sequence, so each has its
  * own default track (TrackEventDefaults) and its own incremental clock: a packet's timestamp is
  * the ns since the previous packet on its track, a byte or two. Names and categories are
@@ -9,8 +9,8 @@
  * Field numbers: protos/perfetto/trace/trace_packet.proto, track_event/track_event.proto,
  * track_event/track_descriptor.proto, clock_snapshot.proto, trace_packet_defaults.proto,
  * interned_data/interned_data.proto in the Perfetto repository. */
-#ifndef MOESIM_SIM_TIMELINE_PROTO_H
-#define MOESIM_SIM_TIMELINE_PROTO_H
+#ifndef MOESIM_CORE_TIMELINE_PROTO_H
+#define MOESIM_CORE_TIMELINE_PROTO_H
 
 #include <stdint.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  *
  * Formats, chosen by the file's name (sim/README.md, "Timelines", has their sizes):
  *   *.pftrace, *.perfetto-trace  Perfetto's protobuf trace (TrackEvent, interned names, times as
- *                                deltas, packets deflated in blocks: sim/timeline_proto.c)
+ *                                deltas, packets deflated in blocks: core/timeline_proto.c)
  *   *.json.gz                    the JSON below, gzip'd (one gzip member)
  *   anything else                Chrome trace-event JSON: "X" slices and "C" counter samples,
  *                                timestamps in microseconds with three decimals (ns, exact)
@@ -14,8 +14,8 @@
  * slices are kept whole, and each counter's value when the window opens is repeated at its
  * start so the curve has no hole. Without a window the output does not depend on the window
  * code: the JSON is byte for byte what it was before windows existed. */
-#ifndef MOESIM_SIM_TIMELINE_H
-#define MOESIM_SIM_TIMELINE_H
+#ifndef MOESIM_CORE_TIMELINE_H
+#define MOESIM_CORE_TIMELINE_H
 
 #include <stdbool.h>
 #include <stdint.h>

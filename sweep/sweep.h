@@ -45,8 +45,8 @@
  * status is "ok" or the run's one-line error (metrics NaN). Rows are appended by one writer,
  * each with a single write() and fdatasync, so a killed sweep leaves complete rows plus at most one
  * torn last line (no newline), which the next run truncates before it appends. */
-#ifndef MOESIM_SIM_SWEEP_H
-#define MOESIM_SIM_SWEEP_H
+#ifndef MOESIM_SWEEP_SWEEP_H
+#define MOESIM_SWEEP_SWEEP_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* The step schedule and the emulated look-ahead shared by the simulator and the GPU replay
- * (sim/schedule.h). Time does not enter either, so both hosts run the same steps and hand the
+ * (core/schedule.h). Time does not enter either, so both hosts run the same steps and hand the
  * policy the same predictions. Units: bytes for KV; steps and tokens are indices. */
-#include "sim/schedule.h"
+#include "core/schedule.h"
 
 #include <stdlib.h>
 #include <string.h>

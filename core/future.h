@@ -8,12 +8,12 @@
  * (sim_future_init_requests: the simulator), O(L*E + the largest step) in memory and 8 bytes per
  * routed access plus 4 per token in an unlinked temporary file (TMPDIR or /tmp), built by one
  * pass forward (the steps' tokens) and one backward (each access's next use). */
-#ifndef MOESIM_SIM_FUTURE_H
-#define MOESIM_SIM_FUTURE_H
+#ifndef MOESIM_CORE_FUTURE_H
+#define MOESIM_CORE_FUTURE_H
 
 #include <stdint.h>
 
-#include "sim/schedule.h"
+#include "core/schedule.h"
 #include "traces/trace.h"
 
 /* Where a token's rows are: the block of the trace holding `token` and its index there
@@ -59,7 +59,7 @@ typedef struct sim_future {
 void sim_future_init(sim_future *f, const trace *tr, const sim_schedule *sch);
 void sim_future_free(sim_future *f); /* accepts a zeroed struct */
 /* The same for a host that holds neither the trace nor its schedule (a streamed trace): the
- * schedule of `rq` at `batch` is replayed step by step (sim/schedule.h), rows come from `rows`.
+ * schedule of `rq` at `batch` is replayed step by step (core/schedule.h), rows come from `rows`.
  * sim_future_active's steps must then not go back by more than one between calls. */
 void sim_future_init_requests(sim_future *f, const trace_meta *meta,
                               const trace_request_index *rq, uint32_t batch,

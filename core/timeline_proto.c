@@ -1,6 +1,6 @@
 /* The Perfetto protobuf timeline writer; see timeline_proto.h for the layout. Encoding only:
  * nested messages are built inside out in scratch buffers that live as long as the writer. */
-#include "sim/timeline_proto.h"
+#include "core/timeline_proto.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -1,5 +1,5 @@
-/* The trace's future for the oracle (sim/future.h). */
-#include "sim/future.h"
+/* The trace's future for the oracle (core/future.h). */
+#include "core/future.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,18 +1,18 @@
-/* Filling a sim_result (sim/sim.h) from a run's totals: the figures the simulator (sim/sim.c) and
- * the replay executor (replay/exec.c) count the same way, so the two fill them from one place.
- * What differs between hosts (latencies from their clocks, peak memory, the simulator's own cost
- * and memory figures, the replay's checks) each host sets around this call. Units: ns in, ms out
- * (as sim_result's fields), bytes. */
-#ifndef MOESIM_SIM_RESULT_H
-#define MOESIM_SIM_RESULT_H
+/* Filling a sim_result (core/result.h) from a run's totals: the figures the simulator
+ * (sim/sim.c) and the replay executor (replay/exec.c) count the same way, so the two fill them
+ * from one place. What differs between hosts (latencies from their clocks, peak memory, the
+ * simulator's own cost and memory figures, the replay's checks) each host sets around this call.
+ * Units: ns in, ms out (as sim_result's fields), bytes. */
+#ifndef MOESIM_CORE_RESULT_FILL_H
+#define MOESIM_CORE_RESULT_FILL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/memsys.h"
+#include "core/result.h"
+#include "core/route.h"
 #include "policies/policy.h"
-#include "sim/memsys.h"
-#include "sim/route.h"
-#include "sim/sim.h"
 
 /* A run's totals, borrowed. */
 typedef struct sim_result_totals {

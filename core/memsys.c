@@ -1,5 +1,5 @@
-/* The memory system shared by the simulator and the replay (sim/memsys.h describes the model). */
-#include "sim/memsys.h"
+/* The memory system shared by the simulator and the replay (core/memsys.h describes the model). */
+#include "core/memsys.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,15 +14,15 @@
  * experts, tokens and slots are indices; gate mass is the sum of the routed gates. Invariants:
  * `active` is strictly ascending; `slot[active[a]] == a`; on return every expert of `active` (and
  * only those) carries the host's current stamp generation. */
-#ifndef MOESIM_SIM_ROUTE_H
-#define MOESIM_SIM_ROUTE_H
+#ifndef MOESIM_CORE_ROUTE_H
+#define MOESIM_CORE_ROUTE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "common/precision.h"
 #include "policies/policy.h"
-#include "sim/memsys.h"
+#include "core/memsys.h"
 #include "traces/trace.h"
 
 /* The host's route scratch, borrowed: every array is [E] (experts per layer). */
@@ -90,7 +90,7 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
                                    const void *host, uint32_t *order, uint64_t *order_key);
 
 /* Where a host's routes come from: the trace, and its look-ahead or the emulated predictor
- * (sim/schedule.h, sim_lookahead_emulate). */
+ * (core/schedule.h, sim_lookahead_emulate). */
 typedef struct sim_route_source {
     const trace *tr;
     uint32_t L, E, K;         /* the trace's MoE layers, experts, top-k */

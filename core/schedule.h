@@ -7,8 +7,8 @@
  *
  * Units: bytes for KV; steps and tokens are indices. Invariants (asserted): every trace token
  * runs in exactly one step; every step runs at least one token. */
-#ifndef MOESIM_SIM_SCHEDULE_H
-#define MOESIM_SIM_SCHEDULE_H
+#ifndef MOESIM_CORE_SCHEDULE_H
+#define MOESIM_CORE_SCHEDULE_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
-/* Fixed-size blocks per precision carved from one arena (sim/block_pool.h). */
-#include "sim/block_pool.h"
+/* Fixed-size blocks per precision carved from one arena (core/block_pool.h). */
+#include "core/block_pool.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,8 +10,8 @@
 
 #include "common/alloc.h"
 #include "common/config.h"
-#include "sim/sweep.h"
-#include "sim/sweep_internal.h"
+#include "sweep/sweep.h"
+#include "sweep/sweep_internal.h"
 #include "traces/stats.h"
 #include "traces/trace.h"
 

@@ -8,8 +8,8 @@
 
 #include "common/alloc.h"
 #include "common/atomic_file.h"
-#include "sim/sweep.h"
-#include "sim/sweep_internal.h"
+#include "sweep/sweep.h"
+#include "sweep/sweep_internal.h"
 
 typedef struct merged_row {
     uint64_t hash;

@@ -1,7 +1,7 @@
 /* One route's active set, the FIRM-MoE prefetch accounting and the policy call with what follows
- * it, shared by the simulator and the replay executor (sim/route.h). Units: experts, tokens and
+ * it, shared by the simulator and the replay executor (core/route.h). Units: experts, tokens and
  * slots are indices; gate mass is the sum of the routed gates. */
-#include "sim/route.h"
+#include "core/route.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -9,7 +9,7 @@
 #include "common/check.h"
 #include "common/model.h"
 #include "policies/policy.h"
-#include "sim/schedule.h"
+#include "core/schedule.h"
 #include "traces/trace.h"
 
 uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *experts,

@@ -2,15 +2,15 @@
  * expert budget (in a replay made by the backend before the clock starts: device memory, or DRAM
  * for the CPU backend), carved into fixed-size
  * blocks per precision, one block per expert part (gate, up or down) in the kernels' format. The
- * memory system's reserve / release (sim/memsys.h, memsys_host) take and give back blocks: a
+ * memory system's reserve / release (core/memsys.h, memsys_host) take and give back blocks: a
  * freed block is reused by its precision only (LIFO), a new one is cut from the arena's top. So a
  * load the byte budget admits can find no block of its size in a multi-precision run: it is
  * refused and counted (`refusals`), as no real engine could place it either.
  *
  * Units: bytes, offsets from the arena's base. Part indices are memsys's
  * (memsys_lep * PART_COUNT + part). */
-#ifndef MOESIM_SIM_BLOCK_POOL_H
-#define MOESIM_SIM_BLOCK_POOL_H
+#ifndef MOESIM_CORE_BLOCK_POOL_H
+#define MOESIM_CORE_BLOCK_POOL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,7 +18,7 @@
 
 #include "common/model.h"
 #include "common/precision.h"
-#include "sim/memsys.h"
+#include "core/memsys.h"
 
 #define BLOCK_POOL_NONE UINT64_MAX
 /* Blocks start at multiples of this: the CPU backend's O_DIRECT alignment, a multiple of the

@@ -12,7 +12,7 @@
  *     its configuration ran, so a configuration is either complete in the file or absent.
  * Rows land in completion order (the only difference between a resumed and an uninterrupted
  * sweep, and between -j 1 and -j N). */
-#include "sim/sweep.h"
+#include "sweep/sweep.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +30,7 @@
 #include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/progress.h"
-#include "sim/sweep_internal.h"
+#include "sweep/sweep_internal.h"
 
 /* ---- rows and headers ------------------------------------------------------------------- */
 

@@ -1,6 +1,6 @@
-/* The HBM split of a run, shared by the simulator and the GPU replay (sim/budget.h). Units:
+/* The HBM split of a run, shared by the simulator and the GPU replay (core/budget.h). Units:
  * bytes; GiB = 2^30 bytes in messages. */
-#include "sim/budget.h"
+#include "core/budget.h"
 
 #include <inttypes.h>
 

@@ -3,7 +3,7 @@
  *
  * Enumeration order: axes in file order, the first axis varying slowest (nested loops), so the
  * configuration list, and each configuration's index, depend only on the file. */
-#include "sim/sweep.h"
+#include "sweep/sweep.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -1088,7 +1088,7 @@ moesim_status sweep_experiment_write_resolved(const sweep_experiment *e, const c
         "; resolved by moesim %s from %s: %zu configurations (cross product %zu, %zu "
         "excluded, %zu duplicates)\n"
         "; every configuration runs with sim.seed = [experiment] seed unless it sets sim.seed (the "
-        "seed column); config_hash: sim/sweep.h\n",
+        "seed column); config_hash: sweep/sweep.h\n",
         MOESIM_VERSION, source ? source : e->path, e->n_points, e->cross_size, e->excluded,
         e->duplicates);
     fprintf(f, "[experiment]\nname = %s\n", e->name);

@@ -15,8 +15,8 @@
 #include "common/model.h"
 #include "common/precision.h"
 #include "sim/sim.h"
-#include "sim/sweep.h"
-#include "sim/sweep_internal.h"
+#include "sweep/sweep.h"
+#include "sweep/sweep_internal.h"
 #include "traces/trace.h"
 
 #define SIM_MAX_METRICS 64

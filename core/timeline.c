@@ -1,7 +1,7 @@
 /* The timeline writer (timeline.h): the window, the choice of format, and the Chrome trace-event
  * JSON, plain or gzip'd; the protobuf format is timeline_proto.c. JSON timestamps are microseconds
  * with three decimals (ns resolution), so the file is exact and deterministic. */
-#include "sim/timeline.h"
+#include "core/timeline.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/config.h"
-#include "sim/timeline_proto.h"
+#include "core/timeline_proto.h"
 
 /* [SIM_TRACK_HBM + SIM_TIMELINE_COUNTERS]: thread tracks, then the counters (precisions in
  * moesim_precision order, checked at open) */

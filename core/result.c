@@ -10,11 +10,11 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
-#include "sim/result.h"
-#include "sim/schedule.h"
-#include "sim/sim.h"
+#include "core/result_fill.h"
+#include "core/schedule.h"
+#include "core/result_fill.h"
 
-/* ---- a run's totals (sim/result.h) ---- */
+/* ---- a run's totals (core/result.h) ---- */
 
 void sim_result_fill(sim_result *r, const sim_result_totals *t) {
     const sim_route_tally *ta = t->tally;

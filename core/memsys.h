@@ -28,14 +28,14 @@
  * Invariants (asserted): pool use never exceeds its capacity; a part is LOADING exactly while a
  * live transfer carries it; chunks of one transfer complete in the order they were handed out on
  * each engine. */
-#ifndef MOESIM_SIM_MEMSYS_H
-#define MOESIM_SIM_MEMSYS_H
+#ifndef MOESIM_CORE_MEMSYS_H
+#define MOESIM_CORE_MEMSYS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "policies/policy.h"
-#include "sim/future.h"
+#include "core/future.h"
 
 #define MEMSYS_NONE    UINT32_MAX
 #define MEMSYS_CLASSES 3
@@ -118,7 +118,7 @@ struct policy_mem {
     uint8_t *pf_unused;  /* [L*E*P] prefetched and not run since */
     uint32_t *used_mark; /* [L*E*P] == layer_mark: run by the current layer's routes */
     uint8_t *pf_mark;    /* [L*E] prefetched since the layer last ran: FIRM-MoE Eq. 7-8's S */
-    uint32_t *pf_count;  /* [L] experts marked in pf_mark (sim/route.h consumes both) */
+    uint32_t *pf_count;  /* [L] experts marked in pf_mark (core/route.h consumes both) */
     uint64_t *pool_used; /* [L] or [1] bytes resident or loading */
     uint64_t prec_used[PREC_COUNT];
     uint64_t experts_used, bounce_used;

@@ -6,8 +6,8 @@
  *
  * Units: bytes; GiB = 2^30 bytes in messages. Invariants: on success non_expert_bytes +
  * act_bytes + kv_peak_bytes + expert_budget_bytes == budget_bytes, and route_capacity >= top_k. */
-#ifndef MOESIM_SIM_BUDGET_H
-#define MOESIM_SIM_BUDGET_H
+#ifndef MOESIM_CORE_BUDGET_H
+#define MOESIM_CORE_BUDGET_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -16,7 +16,7 @@
 #include "common/model.h"
 #include "common/precision.h"
 #include "common/status.h"
-#include "sim/sim.h"
+#include "core/settings.h"
 
 typedef struct sim_budget {
     uint64_t budget_bytes;     /* the emulated card: memory.budget_gb, or the profile's HBM */

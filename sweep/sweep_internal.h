@@ -1,13 +1,13 @@
-/* Pieces shared by the sweep's files (sim/sweep_*.c): the results file as read back, and the
- * evaluators' constructors. Not for use outside sim/sweep*. */
-#ifndef MOESIM_SIM_SWEEP_INTERNAL_H
-#define MOESIM_SIM_SWEEP_INTERNAL_H
+/* Pieces shared by the sweep's files (sweep/sweep_*.c): the results file as read back, and the
+ * evaluators' constructors. Not for use outside sweep/sweep*. */
+#ifndef MOESIM_SWEEP_SWEEP_INTERNAL_H
+#define MOESIM_SWEEP_SWEEP_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sim/sweep.h"
+#include "sweep/sweep.h"
 
 typedef struct sweep_row {
     uint64_t hash;
