@@ -130,7 +130,7 @@ moesim_status trace_write(const trace *t, const char *path, moesim_error *err);
 moesim_status trace_read(const char *path, trace **out, moesim_error *err);
 
 /* Each request's tokens, for hosts that schedule requests without per-token arrays (the
- * simulator's step schedule, sim/schedule.h). Requests are usually stored one after the other,
+ * simulator's step schedule, core/schedule.h). Requests are usually stored one after the other,
  * and then nothing per token is kept. */
 typedef struct trace_request_index {
     uint32_t n_requests;
