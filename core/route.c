@@ -154,29 +154,6 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
     return n_resident + n_loading;
 }
 
-void sim_route_gather(const sim_route_source *src, const uint32_t *tokens, uint32_t n,
-                      uint32_t layer, uint16_t *experts, float *gates, float *importance,
-                      uint16_t *la_ids, float *la_scores) {
-    const trace *t = src->tr;
-    uint32_t K = src->K;
-    size_t DK = (size_t)src->la_depth * src->la_k;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t tok = tokens[i];
-        memcpy(experts + (size_t)i * K, trace_experts(t, tok, layer), K * sizeof(uint16_t));
-        memcpy(gates + (size_t)i * K, trace_gates(t, tok, layer), K * sizeof(float));
-        if (importance) importance[i] = t->importance[(size_t)tok * src->L + layer];
-        if (!DK) continue;
-        if (src->la_emulated) {
-            sim_lookahead_emulate(t, src->L, src->E, K, src->la_depth, src->la_k, src->seed,
-                                  src->accuracy, tok, layer, la_ids + i * DK, la_scores + i * DK);
-        } else {
-            size_t from = trace_lookahead_index(t, tok, layer, 1);
-            memcpy(la_ids + i * DK, t->lookahead_ids + from, DK * sizeof(uint16_t));
-            memcpy(la_scores + i * DK, t->lookahead_scores + from, DK * sizeof(float));
-        }
-    }
-}
-
 uint32_t sim_route_split(const sim_route_scratch *rs, const uint16_t *experts, uint32_t K,
                          uint32_t i0, uint32_t n, uint32_t capacity) {
     uint32_t gen = ++*rs->stamp_gen, distinct = 0, i1 = i0;

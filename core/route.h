@@ -89,24 +89,6 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
                                    uint64_t (*loading_seq)(const void *host, size_t part_index),
                                    const void *host, uint32_t *order, uint64_t *order_key);
 
-/* Where a host's routes come from: the trace, and its look-ahead or the emulated predictor
- * (core/schedule.h, sim_lookahead_emulate). */
-typedef struct sim_route_source {
-    const trace *tr;
-    uint32_t L, E, K;         /* the trace's MoE layers, experts, top-k */
-    uint32_t la_depth, la_k;  /* D and K' handed to the policy (0: none) */
-    bool la_emulated;         /* emulate (the trace has none) */
-    uint64_t seed;            /* of the emulated predictor */
-    double accuracy;          /* of the emulated predictor */
-} sim_route_source;
-
-/* Gathers the routing of `tokens` ([n], trace token indices in step order) at `layer` into the
- * host's buffers: experts and gates [n][K], importance [n] (NULL: not wanted), look-ahead ids and
- * scores [n][D][K'] (NULL when la_depth is 0). */
-void sim_route_gather(const sim_route_source *src, const uint32_t *tokens, uint32_t n,
-                      uint32_t layer, uint16_t *experts, float *gates, float *importance,
-                      uint16_t *la_ids, float *la_scores);
-
 /* The end of the next sub-route: tokens [i0, i1) of the step's `experts` ([n][K]) in order, as
  * many as keep the distinct experts within `capacity` (at least one token). Uses the scratch's
  * stamps. */

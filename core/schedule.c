@@ -160,13 +160,6 @@ static uint64_t mix64(uint64_t a, uint64_t b) {
     return hash_splitmix64(a ^ hash_splitmix64(b + 0x9e3779b97f4a7c15ull));
 }
 
-void sim_lookahead_emulate(const trace *t, uint32_t L, uint32_t E, uint32_t K, uint32_t D,
-                           uint32_t kp, uint64_t seed, double accuracy, uint64_t token,
-                           uint32_t layer, uint16_t *ids, float *scores) {
-    sim_lookahead_emulate_rows(trace_experts(t, token, 0), trace_gates(t, token, 0), L, E, K, D,
-                               kp, seed, accuracy, token, layer, ids, scores);
-}
-
 void sim_lookahead_emulate_rows(const uint16_t *experts, const float *gates, uint32_t L,
                                 uint32_t E, uint32_t K, uint32_t D, uint32_t kp, uint64_t seed,
                                 double accuracy, uint64_t token, uint32_t layer, uint16_t *ids,

@@ -78,13 +78,9 @@ bool sim_schedule_next(sim_schedule_iter *it, sim_schedule_step *sd, uint64_t *k
  * uniformly (not the true one, not already listed); scores are the true gates (0 beyond k).
  * Past the last layer the row is POLICY_NO_EXPERT with score 0. A counter-based hash of
  * (seed, token, layer, d, slot) makes it independent of batching and run order.
- * `L`, `E`, `K`: the trace's layers, experts per layer and top-k. Writes the caller's
- * ids and scores, both [D][kp]; borrows `t`. */
-void sim_lookahead_emulate(const trace *t, uint32_t L, uint32_t E, uint32_t K, uint32_t D,
-                           uint32_t kp, uint64_t seed, double accuracy, uint64_t token,
-                           uint32_t layer, uint16_t *ids, float *scores);
-/* The same from the token's rows alone (`experts` and `gates` [L][K], borrowed), for hosts that
- * hold a few blocks of the trace rather than the whole of it. */
+ * `L`, `E`, `K`: the trace's layers, experts per layer and top-k; `experts` and `gates` are the
+ * token's rows [L][K] (borrowed: a host may hold a few blocks of the trace, not all of it).
+ * Writes the caller's ids and scores, both [D][kp]. */
 void sim_lookahead_emulate_rows(const uint16_t *experts, const float *gates, uint32_t L,
                                 uint32_t E, uint32_t K, uint32_t D, uint32_t kp, uint64_t seed,
                                 double accuracy, uint64_t token, uint32_t layer, uint16_t *ids,

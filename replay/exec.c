@@ -22,8 +22,6 @@ uint64_t replay_exec_clock_ns(void) {
 
 uint64_t replay_exec_now(const replay_exec *x) { return replay_exec_clock_ns() - x->t0_ns; }
 
-static uint64_t route_clock(const void *x) { return replay_exec_now(x); }
-
 /* ---- the memory system's host (memsys_host) ---- */
 
 static void on_work(void *ctx, int engine) {
@@ -87,229 +85,119 @@ void replay_exec_op_done(replay_exec *x, const char *cat, const char *name, int 
     x->ops_in_step++;
 }
 
-static void run_op(replay_exec *x, replay_op_kind kind, uint32_t ml, const sim_schedule_step *sd,
-                   uint32_t n, const char *cat, const char *name, int moe_layer) {
-    replay_op op = {kind, ml, sd, n};
-    x->be->op_begin(x, cat, name, moe_layer);
-    x->be->run(x, &op);
-    x->be->op_end(x);
+/* ---- the replay as a host of the run loop (core/run_loop.h) ---- */
+
+static uint64_t host_now(void *h) { return replay_exec_now(h); }
+
+static void host_lock(void *h) { replay_exec_lock(h); }
+
+static void host_unlock(void *h) { replay_exec_unlock(h); }
+
+static void host_warm_copy(void *h) {
+    replay_exec *x = h;
+    x->be->warm_copy(x);
 }
 
-/* ---- the run ---- */
-
-/* The last route's experts have run once the stream is idle: unpins them (an op enqueued is not
- * an op done, so a backend that queues ops unpins here, not after each op). */
-static void compute_idle(replay_exec *x) {
-    if (!x->be->wait_compute) return;
-    x->be->wait_compute(x);
-    for (uint32_t i = 0; i < x->n_pinned; i++) {
-        uint32_t lep = x->pinned_lep[i], p = lep % PREC_COUNT, le = lep / PREC_COUNT;
-        memsys_unpin(&x->ms, le / x->E, le % x->E, (moesim_precision)p);
-    }
-    x->n_pinned = 0;
+static void host_clock_start(void *h) {
+    replay_exec *x = h;
+    x->be->clock_start(x);
+    x->clock_on = true;
 }
 
-/* Before a route is planned, its pool must have room for the route's experts once everything
- * the policy may evict is evicted: copies already started cannot be (even those of the route's
- * own experts, which may be at another precision than planned), so the stream waits for them to
- * land, as the simulator's does (stream_wait_room): an op of category "stall". Lock held. */
-static void wait_room(replay_exec *x, uint32_t layer, uint32_t n_active) {
-    uint64_t cap = x->bud.pool_cap_bytes;
-    uint64_t need = (uint64_t)n_active * x->route_expert_bytes;
-    if (need > cap) need = cap;
-    if (x->ms.pool_used[x->ms.cfg.per_layer ? layer : 0] + need <= cap) return;
-    if (memsys_unevictable_bytes(&x->ms, layer) + need <= cap) return;
-    x->be->op_begin(x, "stall", "stall: room", (int)layer);
-    while (memsys_unevictable_bytes(&x->ms, layer) + need > cap && x->be->wait_copy(x)) {
-    }
-    x->be->op_end(x);
-}
-
-/* Issue sequence of the copy loading part `part_index` of the layer being routed (the callback
- * of sim_route_execution_order). */
-static uint64_t loading_seq(const void *host, size_t part_index) {
-    const replay_exec *x = host;
-    size_t layer_parts = (size_t)x->ms.cur_layer * x->E * PREC_COUNT * PART_COUNT;
-    return memsys_loading_seq(&x->ms, layer_parts + part_index);
-}
-
-static sim_route_scratch route_scratch(replay_exec *x) {
-    return (sim_route_scratch){x->stamp,         &x->stamp_gen,  x->active, x->slot,
-                               x->active_tokens, x->active_gate, x->plan};
-}
-
-/* One (sub-)route, as sim.c's run_route: plan, hits, gate mass, then the experts in order. */
-static void run_route(replay_exec *x, uint64_t step, uint32_t layer, uint32_t i0, uint32_t i1,
-                      bool first_of_layer, bool last_of_layer) {
-    const uint32_t K = x->K;
-    uint32_t n = i1 - i0;
-    sim_route_scratch rs = route_scratch(x);
-    replay_exec_lock(x);
-    uint32_t n_active = sim_route_active_build(&rs, x->r_experts + (size_t)i0 * K,
-                                               x->r_gates + (size_t)i0 * K, n * K);
-    if (first_of_layer)
-        sim_route_prefetch_account(&rs, n_active, x->r_experts, x->sch.steps[step].n_tokens * K,
-                                   x->ms.pf_mark + (size_t)layer * x->E, x->E,
-                                   &x->ms.pf_count[layer], &x->pf_hit, &x->pf_active,
-                                   &x->pf_issued_sets);
-    compute_idle(x); /* the router's output is known: the host decides now */
-    wait_room(x, layer, n_active);
-    sim_route_host h = {
-        .pm = x->pm,
-        .pol = x->pol,
-        .ms = &x->ms,
-        .quant = &x->quant,
-        .precision = x->prec,
-        .now_ns = route_clock,
-        .clock_ctx = x,
-        .experts = x->r_experts,
-        .gates = x->r_gates,
-        .importance = x->r_importance,
-        .la_ids = x->r_la_ids,
-        .la_scores = x->r_la_scores,
-        .top_k = K,
-        .la_depth = x->src.la_depth,
-        .la_k = x->src.la_k,
-        .tally = &x->tally,
-        .sub_routes = &x->sub_routes,
-    };
-    sim_route_decide(&h, &rs, step, layer, i0, i1, n_active, last_of_layer);
-    const size_t layer_parts = (size_t)layer * x->E * PREC_COUNT * PART_COUNT;
-    uint32_t n_run = sim_route_execution_order(&rs, n_active, x->ms.state + layer_parts, PREC_COUNT,
-                                               loading_seq, x, x->order, x->order_key);
-    replay_exec_unlock(x);
-
-    const uint32_t masks[2][2] = {{POLICY_PARTS_ALL, 0},
-                                  {1u << PART_GATE | 1u << PART_UP, 1u << PART_DOWN}};
-    for (uint32_t r = 0; r < n_run; r++) {
-        uint32_t a = x->order[r];
-        uint16_t e = x->active[a];
-        moesim_precision p = (moesim_precision)x->plan[a];
-        uint32_t tok = x->active_tokens[a];
-        for (int i = 0; i < 2 && masks[x->set.part_overlap][i]; i++) {
-            uint32_t mask = masks[x->set.part_overlap][i];
-            x->be->expert_wait(x, layer, e, p, mask);
-            if (x->hooks && x->hooks->on_expert_start)
-                x->hooks->on_expert_start(x->hooks->ctx, (policy_mem_view){&memsys_ops, &x->ms},
-                                          layer, e, p, mask, replay_exec_now(x));
-            x->be->expert(x, layer, e, p, tok, mask);
-        }
-        x->expert_ops++;
-        replay_exec_lock(x);
-        if (x->be->wait_compute) /* pinned until the stream is idle (compute_idle) */
-            x->pinned_lep[x->n_pinned++] = (uint32_t)memsys_lep(&x->ms, layer, e, p);
-        else
-            memsys_unpin(&x->ms, layer, e, p);
-        replay_exec_unlock(x);
-    }
-}
-
-/* sim.c's run_layer: sub-routes whose distinct experts fit one pool, in token order. */
-static void run_layer(replay_exec *x, uint64_t step, uint32_t layer) {
-    uint32_t n = x->sch.steps[step].n_tokens, K = x->K;
-    sim_route_gather(&x->src, x->step_tokens, n, layer, x->r_experts, x->r_gates, x->r_importance,
-                     x->r_la_ids, x->r_la_scores);
-    sim_route_scratch rs = route_scratch(x);
-    replay_exec_lock(x);
-    memsys_begin_layer(&x->ms);
-    replay_exec_unlock(x);
-    for (uint32_t i0 = 0; i0 < n;) {
-        uint32_t i1 = sim_route_split(&rs, x->r_experts, K, i0, n, x->route_capacity);
-        run_route(x, step, layer, i0, i1, i0 == 0, i1 == n);
-        for (uint32_t i = i0 * K; i < i1 * K; i++)
-            x->ms.access_pos += x->r_experts[i] != TRACE_NO_EXPERT;
-        i0 = i1;
-    }
-}
-
-static void run_step(replay_exec *x, uint64_t st) {
-    const model_geometry *m = x->m;
-    const sim_schedule_step *sd = &x->sch.steps[st];
-    uint32_t n = sd->n_tokens, n_emit = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t tok = x->sch.tokens[sd->first + i];
-        x->step_tokens[i] = tok;
-        x->step_req[i] = x->tr->request_id[tok];
-        x->step_pos[i] = x->tr->position[tok];
-        n_emit += x->sch.emit[sd->first + i];
-    }
-    x->be->step_begin(x, st);
+static void host_step_begin(void *h, const run_step_info *si) {
+    replay_exec *x = h;
+    x->be->step_begin(x, si->index);
     x->ops_in_step = 0;
     x->last_op_end = 0;
     uint64_t now = replay_exec_now(x);
-    x->step_start[st] = now;
-    sim_timeline_step(&x->tl, st, now); /* the stream is idle: host and stream clocks agree */
-    policy_step ps = {st, now, n, sd->is_prefill, x->step_req, x->step_pos};
-    replay_exec_lock(x);
-    x->ms.cur_step = st;
-    x->ms.cur_layer = -1;
-    if (x->pm->begin_step) x->pm->begin_step(x->pol, &ps);
-    replay_exec_unlock(x);
+    x->step_start[si->index] = now;
+    sim_timeline_step(&x->tl, si->index, now); /* the stream is idle: host and stream agree */
+}
 
-    bool has_shared = replay_nonexpert_elems(m, REPLAY_NX_SHARED) > 0;
-    bool has_dense = replay_nonexpert_elems(m, REPLAY_NX_DENSE) > 0;
-    char name[64] = "";
-    uint32_t moe = 0;
-    for (uint32_t ml = 0; ml < m->n_layers; ml++) {
-        if (x->tl.on) snprintf(name, sizeof name, "L%u attention", ml);
-        run_op(x, REPLAY_OP_ATTENTION, ml, sd, n, "attention", name, -1);
-        if (!m->is_moe_layer[ml]) {
-            if (!has_dense) continue;
-            if (x->tl.on) snprintf(name, sizeof name, "L%u dense ffn", ml);
-            run_op(x, REPLAY_OP_DENSE, ml, sd, n, "ffn", name, -1);
-            continue;
-        }
-        if (x->tl.on) snprintf(name, sizeof name, "L%u router", moe);
-        run_op(x, REPLAY_OP_ROUTER, ml, sd, n, "router", name, (int)moe);
-        run_layer(x, st, moe);
-        if (has_shared) {
-            if (x->tl.on) snprintf(name, sizeof name, "L%u shared", moe);
-            run_op(x, REPLAY_OP_SHARED, ml, sd, n, "shared", name, -1);
-        }
-        if (x->tl.on) snprintf(name, sizeof name, "L%u combine", moe);
-        run_op(x, REPLAY_OP_COMBINE, ml, sd, n, "combine", name, -1);
-        moe++;
-    }
-    run_op(x, REPLAY_OP_LM_HEAD, 0, sd, n_emit, "lm_head", "lm head", -1);
-    replay_exec_lock(x);
-    compute_idle(x);
-    replay_exec_unlock(x);
-    x->step_end[st] = replay_exec_now(x);
-    x->be->step_end(x, st);
+/* A backend that queues ops waits until they ran; one that runs them as they come has nothing
+ * to wait for. */
+static void host_sync(void *h) {
+    replay_exec *x = h;
+    if (x->be->wait_compute) x->be->wait_compute(x);
+}
+
+static bool host_wait_copy(void *h, const char *why) {
+    (void)why;
+    replay_exec *x = h;
+    return x->be->wait_copy(x);
+}
+
+static void host_stall_begin(void *h, const char *name, int moe_layer) {
+    replay_exec *x = h;
+    x->be->op_begin(x, "stall", name, moe_layer);
+}
+
+static void host_stall_end(void *h) {
+    replay_exec *x = h;
+    x->be->op_end(x);
+}
+
+/* An op of a kind the model has (no shared experts, no dense layers: nothing to run). */
+static void host_op(void *h, const run_op *op) {
+    replay_exec *x = h;
+    if (op->kind == RUN_OP_SHARED && !x->has_shared) return;
+    if (op->kind == RUN_OP_DENSE && !x->has_dense) return;
+    x->be->op_begin(x, op->cat, op->name, op->moe_layer);
+    x->be->run(x, op);
+    x->be->op_end(x);
+}
+
+static void host_expert_wait(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
+                             uint32_t mask) {
+    replay_exec *x = h;
+    x->be->expert_wait(x, layer, expert, p, mask);
+}
+
+static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
+                        uint32_t tokens, uint32_t mask) {
+    replay_exec *x = h;
+    x->be->expert(x, layer, expert, p, tokens, mask);
+}
+
+/* The step's ops have run or are enqueued: their times, then each MoE layer's span. */
+static void host_step_end(void *h, const run_step_info *si) {
+    replay_exec *x = h;
+    x->step_end[si->index] = replay_exec_now(x);
+    x->be->step_end(x, si->index);
     for (uint32_t l = 0; l < x->L; l++) {
         if (x->layer_t0[l] != UINT64_MAX && x->hooks && x->hooks->on_layer_done)
-            x->hooks->on_layer_done(x->hooks->ctx, st, l, x->layer_t0[l], x->layer_t1[l]);
+            x->hooks->on_layer_done(x->hooks->ctx, si->index, l, x->layer_t0[l], x->layer_t1[l]);
         x->layer_t0[l] = UINT64_MAX;
         x->layer_t1[l] = 0;
     }
-    replay_exec_lock(x);
-    if (x->pm->end_step) x->pm->end_step(x->pol, &ps, replay_exec_now(x));
-    replay_exec_unlock(x);
 }
 
-static moesim_status run_steps(replay_exec *x, moesim_error *err) {
-    moesim_status st = MOESIM_OK;
-    replay_exec_lock(x);
-    memsys_warmup_begin(&x->ms);
-    if (x->pm->warmup) x->pm->warmup(x->pol, 0);
-    replay_exec_unlock(x);
-    x->be->warm_copy(x); /* initial placement (model loading) is read before the clock starts */
-    replay_exec_lock(x);
-    memsys_warmup_end(&x->ms);
-    x->be->clock_start(x);
-    x->clock_on = true;
-    replay_exec_unlock(x);
-    for (uint64_t s = 0; s < x->sch.n_steps && !st; s++) {
-        run_step(x, s);
-        if (x->be->io_status) st = x->be->io_status(x, err);
-    }
-    /* drain: copies still queued or in flight (prefetches nobody used) complete */
-    replay_exec_lock(x);
+static moesim_status host_io_status(void *h, moesim_error *err) {
+    replay_exec *x = h;
+    return x->be->io_status ? x->be->io_status(x, err) : MOESIM_OK;
+}
+
+static void host_drain(void *h) {
+    replay_exec *x = h;
     x->be->drain(x);
-    memsys_finish(&x->ms);
-    replay_exec_unlock(x);
-    if (!st && x->be->io_status) st = x->be->io_status(x, err);
-    return st;
+}
+
+/* Two tables: a backend whose ops return once enqueued keeps a route's experts pinned until the
+ * stream caught up. */
+#define REPLAY_HOST_SLOTS                                                                          \
+    .now_ns = host_now, .lock = host_lock, .unlock = host_unlock, .warm_copy = host_warm_copy,     \
+    .clock_start = host_clock_start, .step_begin = host_step_begin, .sync = host_sync,             \
+    .wait_copy = host_wait_copy, .stall_begin = host_stall_begin, .stall_end = host_stall_end,     \
+    .op = host_op, .expert_wait = host_expert_wait, .expert = host_expert,                         \
+    .step_end = host_step_end, .io_status = host_io_status, .drain = host_drain
+static const run_host_ops replay_host = {REPLAY_HOST_SLOTS, .queues_ops = false};
+static const run_host_ops replay_host_queued = {REPLAY_HOST_SLOTS, .queues_ops = true};
+#undef REPLAY_HOST_SLOTS
+
+/* Token `tok`'s rows: the replay holds the whole trace. */
+static const trace *row_of(void *ctx, uint64_t tok, uint64_t *local) {
+    *local = tok;
+    return ((const replay_exec *)ctx)->tr;
 }
 
 /* ---- setup ---- */
@@ -406,16 +294,9 @@ static moesim_status make_policy(replay_exec *x, moesim_error *err) {
     x->ms.future = &x->future;
     const trace_meta *tm = &x->tr->meta;
     bool emulated = tm->lookahead_depth == 0;
-    uint32_t D = emulated ? x->set.predictor_depth : tm->lookahead_depth;
-    x->src = (sim_route_source){x->tr,
-                                x->L,
-                                x->E,
-                                x->K,
-                                D,
-                                emulated ? (D ? x->K : 0) : tm->lookahead_k,
-                                emulated && D > 0,
-                                x->set.seed,
-                                x->set.predictor_accuracy};
+    x->la_depth = emulated ? x->set.predictor_depth : tm->lookahead_depth;
+    x->la_k = emulated ? (x->la_depth ? x->K : 0) : tm->lookahead_k;
+    x->la_emulated = emulated && x->la_depth > 0;
     policy_params params = {
         .model = x->m,
         .n_layers = x->L,
@@ -426,9 +307,9 @@ static moesim_status make_policy(replay_exec *x, moesim_error *err) {
         .experts_per_layer = x->bud.per_layer ? x->set.experts_per_layer : 0,
         .precision = x->prec,
         .batch_size = x->set.batch_size,
-        .lookahead_depth = x->src.la_depth,
-        .lookahead_k = x->src.la_k,
-        .lookahead_emulated = x->src.la_emulated,
+        .lookahead_depth = x->la_depth,
+        .lookahead_k = x->la_k,
+        .lookahead_emulated = x->la_emulated,
         .seed = x->set.seed,
     };
     memcpy(params.part_bytes, x->part_bytes, sizeof params.part_bytes);
@@ -450,32 +331,45 @@ static moesim_status make_policy(replay_exec *x, moesim_error *err) {
     return MOESIM_OK;
 }
 
-static void alloc_scratch(replay_exec *x) {
-    size_t MT = x->sch.max_step_tokens, DK = (size_t)x->src.la_depth * x->src.la_k, E = x->E;
-    x->r_experts = moesim_xcalloc(MT * x->K, sizeof(uint16_t));
-    x->r_gates = moesim_xcalloc(MT * x->K, sizeof(float));
-    if (x->tr->importance) x->r_importance = moesim_xcalloc(MT, sizeof(float));
-    if (DK) {
-        x->r_la_ids = moesim_xcalloc(MT * DK, sizeof(uint16_t));
-        x->r_la_scores = moesim_xcalloc(MT * DK, sizeof(float));
-    }
-    x->active = moesim_xcalloc(E, sizeof(uint16_t));
-    x->active_tokens = moesim_xcalloc(E, sizeof(uint32_t));
-    x->active_gate = moesim_xcalloc(E, sizeof(float));
-    x->plan = moesim_xcalloc(E, 1);
-    x->stamp = moesim_xcalloc(E, sizeof(uint32_t));
-    x->slot = moesim_xcalloc(E, sizeof(uint32_t));
-    x->order = moesim_xcalloc(E, sizeof(uint32_t));
-    x->order_key = moesim_xcalloc(E, sizeof(uint64_t));
-    x->pinned_lep = moesim_xcalloc(E, sizeof(uint32_t));
-    x->step_tokens = moesim_xcalloc(MT, sizeof(uint32_t));
-    x->step_req = moesim_xcalloc(MT, sizeof(uint32_t));
-    x->step_pos = moesim_xcalloc(MT, sizeof(uint32_t));
+/* The run loop over the executor (the loop's buffers come from x->mem), and the per-step and
+ * per-layer clocks the executor keeps. */
+static void make_loop(replay_exec *x) {
+    arena_init(&x->mem, 1u << 20);
+    run_loop_init(&x->loop, &(run_loop_config){
+                                .ops = x->be->wait_compute ? &replay_host_queued : &replay_host,
+                                .host = x,
+                                .pm = x->pm,
+                                .pol = x->pol,
+                                .ms = &x->ms,
+                                .quant = &x->quant,
+                                .precision = x->prec,
+                                .model = x->m,
+                                .hooks = x->hooks,
+                                .meta = &x->tr->meta,
+                                .rq = &x->rq,
+                                .row_of = row_of,
+                                .row_ctx = x,
+                                .batch_size = x->set.batch_size,
+                                .max_step_tokens = x->sch.max_step_tokens,
+                                .la_depth = x->la_depth,
+                                .la_k = x->la_k,
+                                .la_emulated = x->la_emulated,
+                                .la_accuracy = x->set.predictor_accuracy,
+                                .seed = x->set.seed,
+                                .part_overlap = x->set.part_overlap,
+                                .timeline = x->tl.on,
+                                .mem = &x->mem,
+                            });
+    x->loop.pool_cap_bytes = x->bud.pool_cap_bytes;
+    x->loop.route_capacity = x->route_capacity;
+    x->loop.route_expert_bytes = x->route_expert_bytes;
     x->step_start = moesim_xcalloc(x->sch.n_steps, sizeof(uint64_t));
     x->step_end = moesim_xcalloc(x->sch.n_steps, sizeof(uint64_t));
     x->layer_t0 = moesim_xcalloc(x->L, sizeof(uint64_t));
     x->layer_t1 = moesim_xcalloc(x->L, sizeof(uint64_t));
     for (uint32_t l = 0; l < x->L; l++) x->layer_t0[l] = UINT64_MAX;
+    x->has_shared = replay_nonexpert_elems(x->m, REPLAY_NX_SHARED) > 0;
+    x->has_dense = replay_nonexpert_elems(x->m, REPLAY_NX_DENSE) > 0;
 }
 
 static moesim_status exec_setup(replay_exec *x, const char *policy_name, config *settings,
@@ -503,12 +397,13 @@ static moesim_status exec_setup(replay_exec *x, const char *policy_name, config 
                 model_expert_part_bytes(x->m, in->quant, (expert_part)part, (moesim_precision)p);
     sim_schedule_build(&x->sch, x->tr, x->set.batch_size, model_kv_bytes_per_token(x->m),
                        model_recurrent_state_bytes(x->m));
+    trace_request_index_build(&x->rq, x->tr);
     if ((st = plan_budget(x, settings, err))) return st;
     if ((st = make_policy(x, err))) return st;
     if (in->timeline_path && (st = sim_timeline_open_as(&x->tl, in->timeline_path, "moesim replay",
                                                         &in->timeline_window, err)))
         return st;
-    alloc_scratch(x);
+    make_loop(x);
     return x->be->setup(x, err);
 }
 
@@ -522,13 +417,13 @@ static void exec_result(replay_exec *x, sim_result *r, replay_checks *ck) {
                            .requests = x->sch.n_requests,
                            .steps = x->sch.n_steps,
                            .makespan_ns = x->sch.n_steps ? x->step_end[x->sch.n_steps - 1] : 0,
-                           .tally = &x->tally,
+                           .tally = &x->loop.tally,
                            .moved = &x->ms.n,
-                           .pf_hit = x->pf_hit,
-                           .pf_active = x->pf_active,
-                           .pf_issued_sets = x->pf_issued_sets,
-                           .expert_ops = x->expert_ops,
-                           .sub_routes = x->sub_routes,
+                           .pf_hit = x->loop.pf_hit,
+                           .pf_active = x->loop.pf_active,
+                           .pf_issued_sets = x->loop.pf_issued_sets,
+                           .expert_ops = x->loop.expert_ops,
+                           .sub_routes = x->loop.sub_routes,
                            .stall_ns = x->stall_ns,
                            .h2d_busy_ns = x->h2d_busy_ns,
                            .ssd_busy_ns = x->ssd_busy_ns,
@@ -536,8 +431,8 @@ static void exec_result(replay_exec *x, sim_result *r, replay_checks *ck) {
                            .expert_budget_bytes = x->bud.expert_budget_bytes,
                            .kv_peak_bytes = x->bud.kv_peak_bytes,
                            .placement_refusals = x->pool.refusals,
-                           .predictor_emulated = x->src.la_emulated,
-                           .predictor_accuracy = x->src.la_emulated ? x->set.predictor_accuracy : 0,
+                           .predictor_emulated = x->la_emulated,
+                           .predictor_accuracy = run_loop_predictor_accuracy(&x->loop),
                            .pm = x->pm,
                            .pol = x->pol});
     /* as the simulator accounts it (its KV term follows the steps; this one is the reservation) */
@@ -563,11 +458,10 @@ static void exec_teardown(replay_exec *x) {
     sim_future_free(&x->future);
     block_pool_free(&x->pool);
     sim_schedule_free(&x->sch);
-    void *bufs[] = {x->r_experts, x->r_gates,       x->r_importance, x->r_la_ids,   x->r_la_scores,
-                    x->active,    x->active_tokens, x->active_gate,  x->plan,       x->stamp,
-                    x->slot,      x->order,         x->order_key,    x->pinned_lep, x->step_tokens,
-                    x->step_req,  x->step_pos,      x->step_start,   x->step_end,   x->layer_t0,
-                    x->layer_t1};
+    run_loop_free(&x->loop);
+    trace_request_index_free(&x->rq);
+    arena_free(&x->mem);
+    void *bufs[] = {x->step_start, x->step_end, x->layer_t0, x->layer_t1};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
 }
 
@@ -581,7 +475,7 @@ moesim_status replay_exec_run(const replay_backend *be, const replay_inputs *in,
     x->in = in;
     x->be = be;
     moesim_status st = exec_setup(x, policy_name, settings, err);
-    if (!st) st = run_steps(x, err);
+    if (!st) st = run_loop_run(&x->loop, err);
     if (!st) {
         x->be->finish(x);
         exec_result(x, out, checks);

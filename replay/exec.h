@@ -1,15 +1,16 @@
-/* The replay executor (replay/exec.c): one run loop in plain C that plays a trace on real
- * hardware under a policy, and the backend table that supplies what differs between machines, in
- * the manner of ggml's backend interface.
+/* The replay executor (replay/exec.c): the real-time host of the one run loop
+ * (core/run_loop.h), and the backend table that supplies what differs between machines, in the
+ * manner of ggml's backend interface.
  *
- * The executor owns everything the simulator also does, through the simulator's own modules: the
- * schedule (core/schedule.h), routes and sub-routes (core/route.h, the policy call included:
- * sim_route_decide), the memory system with its copy classes, chunking, promotion and host
- * placement (core/memsys.h), the budget (core/budget.h), the expert pools (core/block_pool.h), the
- * waits the simulator's compute stream makes (for room before a route, for a part's copy before
- * an op), the replay's checks (no expert op before its copy landed, the expert budget never
- * exceeded), and the result and timeline (core/result.h, core/timeline.h). So a run is step for
- * step comparable with sim_run on the same trace, settings and profile.
+ * The loop itself — steps, layers, routes and sub-routes, the waits for room and for a part's
+ * copy, the order of ops, the policy calls — is the simulator's, line for line, since both drive
+ * core/run_loop.c. The executor adds what a real run needs around it: setup through the same
+ * modules (the schedule core/schedule.h, the budget core/budget.h, the memory system with its
+ * copy classes, chunking, promotion and host placement core/memsys.h, the expert pools
+ * core/block_pool.h), the real clock, the timing of every op, the replay's checks (no expert op
+ * before its copy landed, the expert budget never exceeded), and the result and timeline
+ * (core/result.h, core/timeline.h). So a run is step for step comparable with sim_run on the
+ * same trace, settings and profile.
  *
  * A backend (replay_backend, a static const table over the opaque x->be_state) supplies the
  * physical side: its host store and arena, the copy engine that serves memsys's queues chunk by
@@ -20,9 +21,9 @@
  * the end of each step).
  *
  * Threads: the executor's thread makes every policy call. A backend with a copy thread sets
- * x->lock (it guards the memory system); the executor holds it around every memsys and policy
- * call. It calls the slots a route's planning needs (wait_compute, wait_copy, and op_begin /
- * op_end of the "stall" op while waiting for room) and drain with it held, the others without.
+ * x->lock (it guards the memory system); the loop holds it around every memsys and policy call.
+ * The slots a route's planning needs (wait_compute, wait_copy, and op_begin / op_end of the
+ * "stall" op while waiting for room) and drain are called with it held, the others without.
  *
  * Time: ns of CLOCK_MONOTONIC since clock_start (replay_exec_now); the policy sees that clock.
  * Op times reach the executor through replay_exec_op_done, in the order the ops ran, within the
@@ -41,25 +42,9 @@
 #include "core/future.h"
 #include "core/memsys.h"
 #include "core/route.h"
+#include "core/run_loop.h"
 #include "core/schedule.h"
 #include "core/timeline.h"
-
-/* The compute ops of a step beside the experts' (sim/COST.md). */
-typedef enum replay_op_kind {
-    REPLAY_OP_ATTENTION, /* q/k/v and o projections, attention over each token's context */
-    REPLAY_OP_DENSE,     /* a dense layer's FFN */
-    REPLAY_OP_ROUTER,
-    REPLAY_OP_SHARED, /* a MoE layer's shared experts */
-    REPLAY_OP_COMBINE,
-    REPLAY_OP_LM_HEAD, /* for the step's tokens that emit */
-} replay_op_kind;
-
-typedef struct replay_op {
-    replay_op_kind kind;
-    uint32_t layer;                /* model layer (0..n_layers-1); unused by the LM head */
-    const sim_schedule_step *step; /* the step it belongs to */
-    uint32_t n_tokens;             /* the step's tokens; the LM head: those that emit */
-} replay_op;
 
 /* One op's times as the backend measured them (ns, replay_exec_now's clock). */
 typedef struct replay_op_times {
@@ -112,7 +97,7 @@ typedef struct replay_backend {
 
     /* A timed op of the compute stream: begin, run, end. */
     void (*op_begin)(replay_exec *x, const char *cat, const char *name, int moe_layer);
-    void (*run)(replay_exec *x, const replay_op *op);
+    void (*run)(replay_exec *x, const run_op *op);
     void (*op_end)(replay_exec *x);
     /* The expert's gate+up (mask has PART_GATE) and down (PART_DOWN) ops at precision p for
      * `tokens` tokens from its pool blocks, each timed and reported with the copy it waited for. */
@@ -163,18 +148,13 @@ struct replay_exec {
     void *knobs;
     policy_params params;
 
-    /* routes (core/route.h) */
-    sim_route_source src;
-    uint16_t *r_experts, *r_la_ids, *active;        /* [T][K], [T][D][K'], [E] */
-    float *r_gates, *r_importance, *r_la_scores;    /* [T][K], [T], [T][D][K'] */
-    float *active_gate;                             /* [E] */
-    uint32_t *active_tokens, *stamp, *slot, *order; /* [E] each */
-    uint32_t stamp_gen;
-    uint64_t *order_key;                         /* [E] */
-    uint8_t *plan;                               /* [E] */
-    uint32_t *step_tokens, *step_req, *step_pos; /* [T] the step's tokens, requests, positions */
-    uint32_t *pinned_lep; /* [E] experts the last route runs, unpinned when the stream is idle */
-    uint32_t n_pinned;
+    /* the run loop (core/run_loop.h): routes, steps, their waits; its buffers in `mem` */
+    run_loop loop;
+    arena mem;
+    trace_request_index rq;     /* the trace's requests, for the loop's schedule */
+    uint32_t la_depth, la_k;    /* look-ahead handed to the policy */
+    bool la_emulated;           /* emulated from the routing (the trace has none) */
+    bool has_shared, has_dense; /* the model has shared experts / dense layers to run */
 
     /* clock and measures */
     uint64_t t0_ns;
@@ -183,9 +163,8 @@ struct replay_exec {
     uint64_t *layer_t0, *layer_t1;   /* [L] the step's first and last op of each MoE layer */
     uint64_t last_op_end;            /* of the step's ops reported so far */
     uint32_t ops_in_step;
-    uint64_t stall_ns, expert_ops, sub_routes, pf_hit, pf_active, pf_issued_sets;
+    uint64_t stall_ns;
     uint64_t order_checked, order_violations;
-    sim_route_tally tally;
     uint64_t h2d_busy_ns, ssd_busy_ns, h2d_copied_bytes, device_alloc_bytes; /* finish sets */
     uint64_t device_used_before, device_used_peak; /* the backend's view of its device, or 0 */
     const sim_hooks *hooks;

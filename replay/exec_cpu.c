@@ -255,25 +255,25 @@ static void cpu_op_end(replay_exec *x) {
     replay_exec_op_done(x, b->op_cat, b->op_name, b->op_layer, &t);
 }
 
-static void cpu_run(replay_exec *x, const replay_op *op) {
+static void cpu_run(replay_exec *x, const run_op *op) {
     cpu_compute *cc = &be_of(x)->cc;
     switch (op->kind) {
-    case REPLAY_OP_ATTENTION:
-        cpu_compute_attention(cc, op->layer, x->step_pos, op->n_tokens);
+    case RUN_OP_ATTENTION:
+        cpu_compute_attention(cc, op->layer, x->loop.step_pos, op->n_tokens);
         break;
-    case REPLAY_OP_DENSE:
+    case RUN_OP_DENSE:
         cpu_compute_dense(cc, op->layer, op->n_tokens);
         break;
-    case REPLAY_OP_ROUTER:
+    case RUN_OP_ROUTER:
         cpu_compute_router(cc, op->layer, op->n_tokens);
         break;
-    case REPLAY_OP_SHARED:
+    case RUN_OP_SHARED:
         cpu_compute_shared(cc, op->layer, op->n_tokens);
         break;
-    case REPLAY_OP_COMBINE:
+    case RUN_OP_COMBINE:
         cpu_compute_combine(cc, op->n_tokens);
         break;
-    case REPLAY_OP_LM_HEAD:
+    case RUN_OP_LM_HEAD:
         cpu_compute_lm_head(cc, op->n_tokens);
         break;
     }

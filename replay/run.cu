@@ -463,23 +463,23 @@ static void run_ffn(rp *s, const uint16_t *w, uint64_t inter, uint32_t n) {
     gemm(s, s->y, PREC_BF16, w + 2 * inter * H, s->h1, H, inter, n);
 }
 
-static void cuda_run(replay_exec *x, const replay_op *op) {
+static void cuda_run(replay_exec *x, const run_op *op) {
     rp *s = be_of(x);
     const model_geometry *m = x->m;
     uint32_t ml = op->layer, n = op->n_tokens;
     switch (op->kind) {
-    case REPLAY_OP_ATTENTION: run_attention(s, op->step, ml); break;
-    case REPLAY_OP_DENSE: run_ffn(s, s->w_dense[ml], m->dense_inter, n); break;
-    case REPLAY_OP_ROUTER:
+    case RUN_OP_ATTENTION: run_attention(s, op->step, ml); break;
+    case RUN_OP_DENSE: run_ffn(s, s->w_dense[ml], m->dense_inter, n); break;
+    case RUN_OP_ROUTER:
         gemm(s, s->y, PREC_BF16, s->w_router[ml], s->x_act, m->n_experts, m->hidden, n);
         break;
-    case REPLAY_OP_SHARED:
+    case RUN_OP_SHARED:
         run_ffn(s, s->w_shared[ml], (uint64_t)m->shared_inter * m->n_shared_experts, n);
         break;
-    case REPLAY_OP_COMBINE:
+    case RUN_OP_COMBINE:
         replay_combine(s->y, s->ys, s->gates_dev, n, m->top_k, m->hidden, s->s_comp);
         break;
-    case REPLAY_OP_LM_HEAD:
+    case RUN_OP_LM_HEAD:
         if (n) gemm(s, s->logits, PREC_BF16, s->w_lm, s->x_act, m->vocab, m->hidden, n);
         break;
     }

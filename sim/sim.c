@@ -36,6 +36,7 @@
 #include "core/memsys.h"
 #include "core/result_fill.h"
 #include "core/route.h"
+#include "core/run_loop.h"
 #include "core/schedule.h"
 #include "sim/sim.h"
 #include "sim/sim_internal.h"
@@ -101,48 +102,24 @@ struct sim_state {
     policy_mem_view view;
 
     /* schedule (time-independent: which tokens run in which step, core/schedule.h), produced
-     * step by step: nothing per token or per step is kept */
+     * step by step by the run loop: nothing per token or per step is kept */
     trace_request_index rq_own; /* built from an in-memory trace */
     const trace_request_index *rq;
-    sim_schedule_iter it;
     uint64_t n_steps, kv_peak_bytes;
     uint32_t max_step_tokens;
-    uint32_t *step_tok;     /* [max_step_tokens] the current step's tokens */
-    uint8_t *step_emit;     /* [max_step_tokens] the token emits an output */
-    uint32_t step_n;        /* tokens of the current step */
     uint64_t *req_t_admit;  /* [n_requests] start of the step that admitted the request */
     uint64_t *req_t_first;  /* [n_requests] end of its first step */
     uint64_t *req_t_last;   /* [n_requests] end of its last step */
 
-    /* per-route scratch: [max_step_tokens * K] etc. */
-    uint16_t *r_experts;
-    float *r_gates;
-    float *r_importance;
-    uint16_t *r_la_ids;
-    float *r_la_scores;
-    uint16_t *active;
-    uint32_t *active_tokens;
-    float *active_gate;
-    uint8_t *plan;
-    uint32_t *stamp; /* [E] */
-    uint32_t *slot;  /* [E] index in the active list */
-    uint32_t stamp_gen;
-    uint32_t *order; /* [E] execution order of the planned experts */
-    uint64_t *order_key;
-    uint32_t la_depth, la_k;
-    bool la_emulated;
-    bool la_unread; /* emulated predictions the policy never reads: not built (r_la_* NULL) */
+    /* the run loop (core/run_loop.h) and the compute stream's clock */
+    run_loop loop;
+    uint64_t t_ns;       /* the compute stream: when its last op ends */
+    uint64_t attn_ns;    /* the current step's attention op, per layer */
+    uint64_t layer_t0_ns; /* the MoE layer being run: when its router started */
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
 
-    /* recorded look-ahead: top-1 hits at distance 1, counted as the run gathers each row once */
-    uint64_t la_right, la_total;
-
-    /* prefetch accounting (FIRM-MoE Eq. 7-8; the prefetched sets are memsys's pf_mark) */
-    uint64_t pf_hit, pf_active, pf_issued_sets;
-
     /* metrics */
-    sim_route_tally tally; /* accesses, hits, skips and gate mass by precision class */
-    uint64_t expert_ops, stall_ns, sub_routes;
+    uint64_t stall_ns;
     const sim_hooks *hooks;
     sim_timeline tl;
     sim_timeline_hbm_shown tl_hbm; /* what the per-precision HBM counters show */
@@ -151,7 +128,6 @@ struct sim_state {
     void *knobs;          /* the policy's knob struct (policy_read_knobs) */
     policy_params params; /* borrowed by the policy for the run */
     bool queue_live, ms_live;
-    uint32_t *step_req, *step_pos; /* [max_step_tokens] of the current step */
     uint32_t cost_extrapolated;
     uint64_t makespan_ns;
 };
@@ -330,15 +306,6 @@ static uint64_t sim_deliver_next(sim_state *s) {
     return ev.t_ns;
 }
 
-/* The compute stream waits from *t until the next copy event: the wait is stall time. */
-static void stream_stall_until_next(sim_state *s, uint64_t *t, const char *name) {
-    uint64_t te = sim_deliver_next(s);
-    if (te <= *t) return;
-    s->stall_ns += te - *t;
-    if (s->tl.on) sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, "stall", name, *t, te);
-    *t = te;
-}
-
 /* ---- the schedule ---- */
 
 /* The schedule's size (core/schedule.h: the same schedule the replay runs) from one pass over
@@ -364,11 +331,7 @@ static void schedule_plan(sim_state *s) {
     s->n_steps = it.step;
     sim_schedule_iter_free(&it);
     s->max_step_tokens = max_tokens ? max_tokens : 1;
-    size_t MT = s->max_step_tokens, R = s->rq->n_requests ? s->rq->n_requests : 1;
-    s->step_tok = arena_calloc(&s->mem, MT, sizeof *s->step_tok);
-    s->step_emit = arena_calloc(&s->mem, MT, sizeof *s->step_emit);
-    s->step_req = arena_calloc(&s->mem, MT, sizeof *s->step_req);
-    s->step_pos = arena_calloc(&s->mem, MT, sizeof *s->step_pos);
+    size_t R = s->rq->n_requests ? s->rq->n_requests : 1;
     s->req_t_admit = arena_calloc(&s->mem, R, sizeof *s->req_t_admit);
     s->req_t_first = arena_calloc(&s->mem, R, sizeof *s->req_t_first);
     s->req_t_last = arena_calloc(&s->mem, R, sizeof *s->req_t_last);
@@ -409,7 +372,7 @@ static moesim_status check_geometry(const sim_inputs *in, moesim_error *err) {
     return MOESIM_OK;
 }
 
-/* ---- per-route work ---- */
+/* ---- the simulator as a host of the run loop (core/run_loop.h) ---- */
 
 /* Gate/up and down op times of an expert at precision p for `tok` tokens (cached). */
 static void expert_cost(sim_state *s, moesim_precision p, uint32_t tok, uint64_t *gu,
@@ -428,19 +391,70 @@ static void expert_cost(sim_state *s, moesim_precision p, uint32_t tok, uint64_t
     *dn = cost_expert_down_ns(&s->cost, p, tok);
 }
 
-/* Runs one op of `dur_ns` on the compute stream at *t. */
-static void stream_op(sim_state *s, uint64_t *t, uint64_t dur_ns, const char *cat,
-                      const char *name) {
+/* Runs one op of `dur_ns` on the compute stream at its clock. */
+static void stream_op(sim_state *s, uint64_t dur_ns, const char *cat, const char *name) {
     if (s->tl.on && dur_ns)
-        sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, cat, name, *t, *t + dur_ns);
-    *t += dur_ns;
+        sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, cat, name, s->t_ns, s->t_ns + dur_ns);
+    s->t_ns += dur_ns;
 }
 
-/* Blocks the stream until every part in `mask` of (layer, expert, p) is resident. */
-static void stream_wait_parts(sim_state *s, uint64_t *t, uint32_t layer, uint32_t expert,
-                              moesim_precision p, uint32_t mask) {
+static uint64_t host_now(void *h) { return ((const sim_state *)h)->t_ns; }
+
+static void host_step_begin(void *h, const run_step_info *si) {
+    sim_state *s = h;
+    sim_timeline_step(&s->tl, si->index, s->t_ns);
+    sim_advance_to(s, s->t_ns);
+    for (uint32_t a = 0; a < si->n_admitted; a++) s->req_t_admit[si->admitted[a]] = s->t_ns;
+    s->kv_bytes = si->kv_bytes;
+    hbm_note(s);
+    s->attn_ns = cost_attention_ns(&s->cost, si->sd->n_tokens, si->attended);
+}
+
+/* Copies that landed by the stream's clock are delivered before the host decides. */
+static void host_sync(void *h) {
+    sim_state *s = h;
+    sim_advance_to(s, s->t_ns);
+}
+
+/* The stream waits until the next copy event: the wait is stall time. */
+static bool host_wait_copy(void *h, const char *why) {
+    sim_state *s = h;
+    uint64_t te = sim_deliver_next(s);
+    if (te <= s->t_ns) return true;
+    s->stall_ns += te - s->t_ns;
+    if (s->tl.on) sim_timeline_slice(&s->tl, SIM_TRACK_COMPUTE, "stall", why, s->t_ns, te);
+    s->t_ns = te;
+    return true;
+}
+
+static void host_stall_end(void *h) {
+    sim_state *s = h;
+    s->now_ns = s->t_ns;
+}
+
+static void host_op(void *h, const run_op *op) {
+    sim_state *s = h;
+    uint64_t dur = 0;
+    switch (op->kind) {
+    case RUN_OP_ATTENTION: dur = s->attn_ns; break;
+    case RUN_OP_DENSE: dur = cost_dense_ffn_ns(&s->cost, op->n_tokens); break;
+    case RUN_OP_ROUTER:
+        s->layer_t0_ns = s->t_ns;
+        dur = cost_router_ns(&s->cost, op->n_tokens);
+        break;
+    case RUN_OP_SHARED: dur = cost_shared_ns(&s->cost, op->n_tokens); break;
+    case RUN_OP_COMBINE: dur = cost_combine_ns(&s->cost, op->n_tokens); break;
+    case RUN_OP_LM_HEAD: dur = cost_lm_head_ns(&s->cost, op->n_tokens); break;
+    }
+    stream_op(s, dur, op->cat, op->name);
+}
+
+/* The stream blocks until every part in `mask` of (layer, expert, p) is resident. */
+static void host_expert_wait(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
+                             uint32_t mask) {
+    sim_state *s = h;
     const uint8_t *st = s->ms.state + idx_lep(s, layer, expert, p) * PART_COUNT; /* [PART_COUNT] */
-    sim_advance_to(s, *t);
+    sim_advance_to(s, s->t_ns);
     char name[64];
     name[0] = '\0';
     for (;;) {
@@ -453,159 +467,77 @@ static void stream_wait_parts(sim_state *s, uint64_t *t, uint32_t layer, uint32_
         for (int part = 0; part < PART_COUNT; part++)
             MOESIM_ASSERT(!(waiting & (1u << part)) || st[part] == POLICY_LOADING);
         if (s->tl.on && !name[0]) snprintf(name, sizeof name, "stall L%u e%u", layer, expert);
-        stream_stall_until_next(s, t, name);
+        host_wait_copy(s, name);
     }
-    s->now_ns = *t;
-    if (s->hooks && s->hooks->on_expert_start)
-        s->hooks->on_expert_start(s->hooks->ctx, s->view, layer, expert, p, mask, *t);
+    s->now_ns = s->t_ns;
 }
 
-/* Before a route is planned, its pool must have room for the route's experts once everything
- * the policy may evict is evicted: copies already started for other experts cannot be, so the
- * stream waits for them to land (what an engine does when a DMA it cannot recall holds the
- * room). Without this wait a demand load would be refused and become a skip. */
-static void stream_wait_room(sim_state *s, uint64_t *t, uint32_t layer, uint32_t n_active) {
-    uint64_t cap = s->pool_cap;
-    uint64_t need = (uint64_t)n_active * s->route_expert_bytes;
-    if (need > cap) need = cap;
-    uint64_t used = s->ms.pool_used[s->ms.cfg.per_layer ? layer : 0];
-    if (used + need <= cap) return; /* nothing in flight can be in the way */
-    while (memsys_unevictable_bytes(&s->ms, layer) + need > cap)
-        stream_stall_until_next(s, t, "stall: room");
-    s->now_ns = *t;
-}
-
-/* One (sub-)route: tokens [i0, i1) of the step (their routing already gathered in r_*). */
-/* Issue sequence of the copy loading part `part_index` of the current layer (the callback of
- * sim_route_execution_order; the layer is the one being routed). */
-static uint64_t loading_seq(const void *host, size_t part_index) {
-    const sim_state *s = host;
-    size_t layer_parts = (size_t)s->ms.cur_layer * s->E * s->P * PART_COUNT;
-    return memsys_loading_seq(&s->ms, layer_parts + part_index);
-}
-
-/* The simulator's clock as sim_route_decide reads it (ctx: the stream's time). */
-static uint64_t virtual_now(const void *t) { return *(const uint64_t *)t; }
-
-static void run_route(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer, uint32_t i0,
-                      uint32_t i1, bool first_of_layer, bool last_of_layer) {
-    const uint32_t K = s->K;
-    uint32_t n = i1 - i0;
-    const uint16_t *ex = s->r_experts + (size_t)i0 * K;
-    const float *gs = s->r_gates + (size_t)i0 * K;
-    sim_route_scratch rs = {
-        .stamp = s->stamp,
-        .stamp_gen = &s->stamp_gen,
-        .active = s->active,
-        .slot = s->slot,
-        .active_tokens = s->active_tokens,
-        .active_gate = s->active_gate,
-        .plan = s->plan,
-    };
-    uint32_t n_active = sim_route_active_build(&rs, ex, gs, n * K);
-    if (first_of_layer)
-        sim_route_prefetch_account(&rs, n_active, s->r_experts, s->step_n * K,
-                                   s->ms.pf_mark + (size_t)layer * s->E, s->E,
-                                   &s->ms.pf_count[layer], &s->pf_hit, &s->pf_active,
-                                   &s->pf_issued_sets);
-
-    sim_advance_to(s, *t);
-    stream_wait_room(s, t, layer, n_active);
-    sim_route_host h = {
-        .pm = s->pm, .pol = s->pol, .ms = &s->ms, .quant = &s->cost.quant, .precision = s->prec,
-        .now_ns = virtual_now, .clock_ctx = t,
-        .experts = s->r_experts, .gates = s->r_gates, .importance = s->r_importance,
-        .la_ids = s->r_la_ids, .la_scores = s->r_la_scores,
-        .top_k = K, .la_depth = s->la_depth, .la_k = s->la_k,
-        .tally = &s->tally, .sub_routes = &s->sub_routes,
-    };
-    sim_route_decide(&h, &rs, step, layer, i0, i1, n_active, last_of_layer);
-    const size_t layer_parts = (size_t)layer * s->E * s->P * PART_COUNT;
-
-    /* execution order: resident experts first, then by the order their copies were issued */
-    uint32_t n_run = sim_route_execution_order(&rs, n_active, s->ms.state + layer_parts, s->P,
-                                               loading_seq, s, s->order, s->order_key);
-    char name[80];
-    for (uint32_t r = 0; r < n_run; r++) {
-        uint32_t a = s->order[r];
-        uint16_t e = s->active[a];
-        moesim_precision pr = (moesim_precision)s->plan[a];
-        uint32_t tok = s->active_tokens[a];
-        uint64_t gu, dn;
-        expert_cost(s, pr, tok, &gu, &dn);
-        if (s->set.part_overlap) {
-            stream_wait_parts(s, t, layer, e, pr, 1u << PART_GATE | 1u << PART_UP);
-            if (s->tl.on)
-                snprintf(name, sizeof name, "L%u e%u gate_up %s x%u", layer, e, precision_name(pr),
-                         tok);
-            stream_op(s, t, gu, "expert", name);
-            stream_wait_parts(s, t, layer, e, pr, 1u << PART_DOWN);
-            if (s->tl.on)
-                snprintf(name, sizeof name, "L%u e%u down %s x%u", layer, e, precision_name(pr),
-                         tok);
-            stream_op(s, t, dn, "expert", name);
-        } else {
-            stream_wait_parts(s, t, layer, e, pr, POLICY_PARTS_ALL);
-            if (s->tl.on)
-                snprintf(name, sizeof name, "L%u e%u %s x%u", layer, e, precision_name(pr), tok);
-            stream_op(s, t, gu + dn, "expert", name);
-        }
-        s->expert_ops++;
-        memsys_unpin(&s->ms, layer, e, pr);
+static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
+                        uint32_t tokens, uint32_t mask) {
+    sim_state *s = h;
+    uint64_t gu, dn;
+    expert_cost(s, p, tokens, &gu, &dn);
+    char name[80] = "";
+    if (mask == POLICY_PARTS_ALL) {
+        if (s->tl.on)
+            snprintf(name, sizeof name, "L%u e%u %s x%u", layer, expert, precision_name(p),
+                     tokens);
+        stream_op(s, gu + dn, "expert", name);
+    } else {
+        bool down = mask == 1u << PART_DOWN;
+        if (s->tl.on)
+            snprintf(name, sizeof name, "L%u e%u %s %s x%u", layer, expert,
+                     down ? "down" : "gate_up", precision_name(p), tokens);
+        stream_op(s, down ? dn : gu, "expert", name);
     }
 }
 
-/* Gathers the step's routing (and look-ahead) for `layer` into the r_* buffers; with recorded
- * look-ahead, counts its top-1 hits at distance 1 (every (token, layer) is gathered once). */
-static void gather_route(sim_state *s, uint32_t layer) {
-    uint32_t K = s->K;
-    size_t DK = s->la_unread ? 0 : (size_t)s->la_depth * s->la_k;
-    for (uint32_t i = 0; i < s->step_n; i++) {
-        uint32_t tok = s->step_tok[i];
-        uint64_t at;
-        const trace *t = row_of(s, tok, &at);
-        memcpy(s->r_experts + (size_t)i * K, trace_experts(t, at, layer), K * sizeof(uint16_t));
-        memcpy(s->r_gates + (size_t)i * K, trace_gates(t, at, layer), K * sizeof(float));
-        if (s->r_importance) s->r_importance[i] = t->importance[(size_t)at * s->L + layer];
-        if (!DK) continue;
-        if (s->la_emulated) {
-            sim_lookahead_emulate_rows(trace_experts(t, at, 0), trace_gates(t, at, 0), s->L, s->E,
-                                       s->K, s->la_depth, s->la_k, s->set.seed,
-                                       s->set.predictor_accuracy, tok, layer,
-                                       s->r_la_ids + i * DK, s->r_la_scores + i * DK);
-        } else {
-            size_t src = trace_lookahead_index(t, at, layer, 1);
-            memcpy(s->r_la_ids + i * DK, t->lookahead_ids + src, DK * sizeof(uint16_t));
-            memcpy(s->r_la_scores + i * DK, t->lookahead_scores + src, DK * sizeof(float));
-            if (layer + 1 < s->L) {
-                uint16_t want = trace_experts(t, at, layer + 1)[0];
-                if (want != TRACE_NO_EXPERT) {
-                    s->la_right += t->lookahead_ids[src] == want;
-                    s->la_total++;
-                }
-            }
-        }
+static void host_layer_end(void *h, uint64_t step, uint32_t layer) {
+    sim_state *s = h;
+    if (s->hooks && s->hooks->on_layer_done)
+        s->hooks->on_layer_done(s->hooks->ctx, step, layer, s->layer_t0_ns, s->t_ns);
+}
+
+/* The step's requests that emitted: the first and last step ends of each. */
+static void host_step_end(void *h, const run_step_info *si) {
+    sim_state *s = h;
+    const run_loop *rl = &s->loop;
+    for (uint32_t i = 0; i < si->sd->n_tokens; i++) { /* once per request: its last token */
+        if (!rl->step_emit[i]) continue;
+        uint32_t r = rl->step_req[i];
+        if (rl->it.req_first[r] == si->index) s->req_t_first[r] = s->t_ns;
+        s->req_t_last[r] = s->t_ns;
     }
 }
 
-/* Splits the step's tokens into sub-routes whose distinct experts fit one pool
- * (route_capacity), in token order, and runs them one after the other. */
-static void run_layer(sim_state *s, uint64_t *t, uint64_t step, uint32_t layer) {
-    uint32_t n = s->step_n, K = s->K;
-    gather_route(s, layer);
-    memsys_begin_layer(&s->ms);
-    sim_route_scratch rs = {.stamp = s->stamp, .stamp_gen = &s->stamp_gen};
-    uint32_t i0 = 0;
-    bool first = true;
-    while (i0 < n) {
-        uint32_t i1 = sim_route_split(&rs, s->r_experts, K, i0, n, s->route_capacity);
-        run_route(s, t, step, layer, i0, i1, first, i1 == n);
-        for (uint32_t i = i0 * K; i < i1 * K; i++)
-            s->ms.access_pos += s->r_experts[i] != TRACE_NO_EXPERT;
-        first = false;
-        i0 = i1;
+/* Copies still in flight (prefetches nobody used) complete; nothing may be left. */
+static void host_drain(void *h) {
+    sim_state *s = h;
+    sim_event ev;
+    while (sim_event_pop(&s->q, &ev)) {
+        s->now_ns = ev.t_ns;
+        engine_chunk_done(s, (int)ev.arg);
+    }
+    MOESIM_ASSERT(s->q.n == 0);
+    for (int i = 0; i < MEMSYS_ENGINES; i++) {
+        MOESIM_ASSERT(!s->eng[i].busy);
+        for (int c = 0; c < MEMSYS_CLASSES; c++) MOESIM_ASSERT(s->ms.head[i][c] == NONE);
     }
 }
+
+static const run_host_ops sim_host = {
+    .now_ns = host_now,
+    .step_begin = host_step_begin,
+    .sync = host_sync,
+    .wait_copy = host_wait_copy,
+    .stall_end = host_stall_end,
+    .op = host_op,
+    .expert_wait = host_expert_wait,
+    .expert = host_expert,
+    .layer_end = host_layer_end,
+    .step_end = host_step_end,
+    .drain = host_drain,
+};
 
 /* ---- metrics ---- */
 
@@ -613,19 +545,18 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     const trace *t = s->tr;
     uint32_t R = t->n_requests;
     sim_result_set_request_latency(r, R, s->req_t_admit, s->req_t_first, s->req_t_last,
-                                   s->it.req_steps, s->hooks);
+                                   s->loop.it.req_steps, s->hooks);
     sim_result_fill(r, &(sim_result_totals){
         .tokens = t->n_tokens, .requests = R, .steps = s->n_steps, .makespan_ns = makespan_ns,
-        .tally = &s->tally, .moved = &s->ms.n,
-        .pf_hit = s->pf_hit, .pf_active = s->pf_active, .pf_issued_sets = s->pf_issued_sets,
-        .expert_ops = s->expert_ops, .sub_routes = s->sub_routes, .stall_ns = s->stall_ns,
+        .tally = &s->loop.tally, .moved = &s->ms.n,
+        .pf_hit = s->loop.pf_hit, .pf_active = s->loop.pf_active,
+        .pf_issued_sets = s->loop.pf_issued_sets, .expert_ops = s->loop.expert_ops,
+        .sub_routes = s->loop.sub_routes, .stall_ns = s->stall_ns,
         .h2d_busy_ns = s->eng[MEMSYS_H2D].busy_ns, .ssd_busy_ns = s->eng[MEMSYS_SSD].busy_ns,
         .budget_bytes = s->budget_bytes, .expert_budget_bytes = s->expert_budget_bytes,
         .kv_peak_bytes = s->kv_peak_bytes, .placement_refusals = s->blocks.refusals,
-        .predictor_emulated = s->la_emulated,
-        .predictor_accuracy = s->la_emulated ? s->set.predictor_accuracy
-                              : s->la_total ? (double)s->la_right / (double)s->la_total
-                                            : 0,
+        .predictor_emulated = s->loop.c.la_emulated,
+        .predictor_accuracy = run_loop_predictor_accuracy(&s->loop),
         .pm = s->pm, .pol = s->pol});
     r->d2h_bytes = 0;
     r->peak_hbm_bytes = s->peak_hbm;
@@ -699,11 +630,12 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         sim_schedule_iter_init(&it, s->rq, s->set.batch_size, 0, 0);
         sim_schedule_step sd;
         uint64_t kv;
-        while (sim_schedule_next(&it, &sd, &kv, s->step_tok, NULL, NULL)) {
+        uint32_t *tokens = arena_calloc(&s->mem, s->max_step_tokens, sizeof *tokens);
+        while (sim_schedule_next(&it, &sd, &kv, tokens, NULL, NULL)) {
             uint64_t a = 0;
             for (uint32_t i = 0; i < sd.n_tokens; i++) {
                 uint64_t at;
-                a += (uint64_t)row_of(s, s->step_tok[i], &at)->position[at] + 1;
+                a += (uint64_t)row_of(s, tokens[i], &at)->position[at] + 1;
             }
             if (a > max_attended) max_attended = a;
         }
@@ -766,33 +698,15 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
                              row_of, s);
     s->ms.future = &s->future;
 
-    /* look-ahead */
-    if (t->meta.lookahead_depth) {
-        s->la_depth = t->meta.lookahead_depth;
-        s->la_k = t->meta.lookahead_k;
-    } else {
-        s->la_depth = s->set.predictor_depth;
-        s->la_k = s->la_depth ? s->K : 0;
-        s->la_emulated = s->la_depth > 0;
-        /* building them is a few % of a run of a policy that ignores them */
-        s->la_unread = s->la_emulated && s->pm->ignores_lookahead;
+    /* look-ahead: recorded, or emulated from the routing (never built for a policy that
+     * ignores it: a few % of such a run) */
+    uint32_t la_depth = t->meta.lookahead_depth, la_k = t->meta.lookahead_k;
+    bool la_emulated = false;
+    if (!la_depth) {
+        la_depth = s->set.predictor_depth;
+        la_k = la_depth ? s->K : 0;
+        la_emulated = la_depth > 0;
     }
-    size_t MT = s->max_step_tokens;
-    s->r_experts = arena_calloc(&s->mem, MT * s->K, sizeof(uint16_t));
-    s->r_gates = arena_calloc(&s->mem, MT * s->K, sizeof(float));
-    if (t->meta.has_importance) s->r_importance = arena_calloc(&s->mem, MT, sizeof(float));
-    if (s->la_depth && !s->la_unread) {
-        s->r_la_ids = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(uint16_t));
-        s->r_la_scores = arena_calloc(&s->mem, MT * s->la_depth * s->la_k, sizeof(float));
-    }
-    s->active = arena_calloc(&s->mem, s->E, sizeof(uint16_t));
-    s->active_tokens = arena_calloc(&s->mem, s->E, sizeof(uint32_t));
-    s->active_gate = arena_calloc(&s->mem, s->E, sizeof(float));
-    s->plan = arena_calloc(&s->mem, s->E, 1);
-    s->stamp = arena_calloc(&s->mem, s->E, sizeof(uint32_t));
-    s->slot = arena_calloc(&s->mem, s->E, sizeof(uint32_t));
-    s->order = arena_calloc(&s->mem, s->E, sizeof(uint32_t));
-    s->order_key = arena_calloc(&s->mem, s->E, sizeof(uint64_t));
 
     /* engines */
     sim_engine *h = &s->eng[MEMSYS_H2D], *d = &s->eng[MEMSYS_SSD];
@@ -837,9 +751,9 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         .experts_per_layer = bud.per_layer ? s->set.experts_per_layer : 0,
         .precision = s->prec,
         .batch_size = s->set.batch_size,
-        .lookahead_depth = s->la_depth,
-        .lookahead_k = s->la_k,
-        .lookahead_emulated = s->la_emulated,
+        .lookahead_depth = la_depth,
+        .lookahead_k = la_k,
+        .lookahead_emulated = la_emulated,
         .seed = s->set.seed,
     };
     memcpy(params.part_bytes, s->part_bytes, sizeof params.part_bytes);
@@ -850,6 +764,36 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     }
     memsys_attach_policy(&s->ms, s->pm, s->pol);
     place_experts(s, policy_only);
+
+    run_loop_init(&s->loop, &(run_loop_config){
+                                .ops = &sim_host,
+                                .host = s,
+                                .pm = s->pm,
+                                .pol = s->pol,
+                                .ms = &s->ms,
+                                .quant = &s->cost.quant,
+                                .precision = s->prec,
+                                .model = in->model,
+                                .hooks = in->hooks,
+                                .meta = &t->meta,
+                                .rq = s->rq,
+                                .row_of = row_of,
+                                .row_ctx = s,
+                                .batch_size = s->set.batch_size,
+                                .max_step_tokens = s->max_step_tokens,
+                                .la_depth = la_depth,
+                                .la_k = la_k,
+                                .la_emulated = la_emulated,
+                                .la_unread = la_emulated && s->pm->ignores_lookahead,
+                                .la_accuracy = s->set.predictor_accuracy,
+                                .seed = s->set.seed,
+                                .part_overlap = s->set.part_overlap,
+                                .timeline = s->tl.on,
+                                .mem = &s->mem,
+                            });
+    s->loop.pool_cap_bytes = s->pool_cap;
+    s->loop.route_capacity = s->route_capacity;
+    s->loop.route_expert_bytes = s->route_expert_bytes;
     return MOESIM_OK;
 }
 
@@ -861,97 +805,19 @@ static void sim_teardown(sim_state *s) {
     block_pool_free(&s->blocks);
     sim_future_free(&s->future);
     sim_timeline_abort(&s->tl);
-    sim_schedule_iter_free(&s->it);
+    run_loop_free(&s->loop);
     trace_request_index_free(&s->rq_own);
     arena_free(&s->mem);
 }
 
 static void sim_loop(sim_state *s) {
-    uint64_t t = 0;
-    const model_geometry *m = s->model;
     s->kv_bytes = 0;
     hbm_note(s);
     s->now_ns = 0;
-    memsys_warmup_begin(&s->ms);
-    if (s->pm->warmup) s->pm->warmup(s->pol, 0);
-    memsys_warmup_end(&s->ms);
-    char name[64];
-    sim_schedule_iter_init(&s->it, s->rq, s->set.batch_size, model_kv_bytes_per_token(s->model),
-                           model_recurrent_state_bytes(s->model));
-    sim_schedule_step step;
-    const sim_schedule_step *sd = &step;
-    uint64_t step_kv;
-    for (uint64_t st = 0;
-         sim_schedule_next(&s->it, &step, &step_kv, s->step_tok, s->step_req, s->step_emit);
-         st++) {
-        s->step_n = sd->n_tokens;
-        sim_timeline_step(&s->tl, st, t);
-        sim_advance_to(s, t);
-        for (uint32_t a = 0; a < s->it.n_admitted; a++) s->req_t_admit[s->it.admitted[a]] = t;
-        s->kv_bytes = step_kv;
-        hbm_note(s);
-        policy_step ps = {.index = st,
-                          .now_ns = t,
-                          .n_tokens = sd->n_tokens,
-                          .is_prefill = sd->is_prefill,
-                          .request = s->step_req,
-                          .position = s->step_pos};
-        uint64_t attended = 0;
-        uint32_t n_emit = 0;
-        for (uint32_t i = 0; i < sd->n_tokens; i++) {
-            uint64_t at;
-            s->step_pos[i] = row_of(s, s->step_tok[i], &at)->position[at];
-            attended += (uint64_t)s->step_pos[i] + 1;
-            n_emit += s->step_emit[i];
-        }
-        s->ms.cur_step = st;
-        s->ms.cur_layer = -1;
-        if (s->pm->begin_step) s->pm->begin_step(s->pol, &ps);
-        uint64_t attn_ns = cost_attention_ns(&s->cost, sd->n_tokens, attended);
-        uint32_t moe = 0;
-        for (uint32_t ml = 0; ml < m->n_layers; ml++) {
-            if (s->tl.on) snprintf(name, sizeof name, "L%u attention", ml);
-            stream_op(s, &t, attn_ns, "attention", name);
-            if (!m->is_moe_layer[ml]) {
-                if (s->tl.on) snprintf(name, sizeof name, "L%u dense ffn", ml);
-                stream_op(s, &t, cost_dense_ffn_ns(&s->cost, sd->n_tokens), "ffn", name);
-                continue;
-            }
-            if (s->tl.on) snprintf(name, sizeof name, "L%u router", moe);
-            uint64_t layer_t0 = t;
-            stream_op(s, &t, cost_router_ns(&s->cost, sd->n_tokens), "router", name);
-            run_layer(s, &t, st, moe);
-            if (s->hooks && s->hooks->on_layer_done)
-                s->hooks->on_layer_done(s->hooks->ctx, st, moe, layer_t0, t);
-            if (s->tl.on) snprintf(name, sizeof name, "L%u shared", moe);
-            stream_op(s, &t, cost_shared_ns(&s->cost, sd->n_tokens), "shared", name);
-            if (s->tl.on) snprintf(name, sizeof name, "L%u combine", moe);
-            stream_op(s, &t, cost_combine_ns(&s->cost, sd->n_tokens), "combine", name);
-            moe++;
-        }
-        stream_op(s, &t, cost_lm_head_ns(&s->cost, n_emit), "lm_head", "lm head");
-        sim_advance_to(s, t);
-        if (s->pm->end_step) s->pm->end_step(s->pol, &ps, t);
-        for (uint32_t i = 0; i < sd->n_tokens; i++) { /* once per request: its last token */
-            if (!s->step_emit[i]) continue;
-            uint32_t r = s->step_req[i];
-            if (s->it.req_first[r] == st) s->req_t_first[r] = t;
-            s->req_t_last[r] = t;
-        }
-    }
-    s->makespan_ns = t;
-    /* drain: copies still in flight (prefetches nobody used) complete; nothing may be left */
-    sim_event ev;
-    while (sim_event_pop(&s->q, &ev)) {
-        s->now_ns = ev.t_ns;
-        engine_chunk_done(s, (int)ev.arg);
-    }
-    MOESIM_ASSERT(s->q.n == 0);
-    for (int i = 0; i < MEMSYS_ENGINES; i++) {
-        MOESIM_ASSERT(!s->eng[i].busy);
-        for (int c = 0; c < MEMSYS_CLASSES; c++) MOESIM_ASSERT(s->ms.head[i][c] == NONE);
-    }
-    memsys_finish(&s->ms);
+    s->t_ns = 0;
+    moesim_status st = run_loop_run(&s->loop, NULL);
+    MOESIM_ASSERT(!st); /* the simulator's copies cannot fail */
+    s->makespan_ns = s->t_ns;
 }
 
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,

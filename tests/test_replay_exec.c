@@ -375,7 +375,7 @@ static void deferred_op_begin(replay_exec *x, const char *cat, const char *name,
     d->op_layer[d->n_ops++] = layer;
 }
 
-static void deferred_run(replay_exec *x, const replay_op *op) { (void)x, (void)op; }
+static void deferred_run(replay_exec *x, const run_op *op) { (void)x, (void)op; }
 
 static void deferred_expert(replay_exec *x, uint32_t layer, uint32_t e, moesim_precision p,
                             uint32_t tokens, uint32_t mask) {
