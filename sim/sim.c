@@ -1,18 +1,13 @@
 /* The discrete-event simulator of a GPU serving an MoE model whose experts do not all fit
- * (sim/README.md describes the model, its units and what it leaves out).
+ * (sim/README.md describes the model, its units and what it leaves out): the virtual-time host
+ * of the one run loop (core/run_loop.h).
  *
- * Resources: one in-order compute stream; a host->device copy engine (PCIe) and an SSD read
- * queue, each serving transfers in chunks with three priority classes (demand > prefetch >
- * background): at every chunk boundary the engine serves the head of the highest non-empty
- * class, so a demand load overtakes queued or running prefetches after at most one chunk. A
- * transfer pays its engine's latency once, when its first chunk starts; its parts (gate, up,
- * down, in that order in the byte stream) become resident as their last byte lands.
- *
- * The run loop: the compute stream is the driving process; it advances its own clock op by op
- * (attention, router, experts part by part, shared experts, combine, LM head) and, before any
- * action that can touch the copy engines or the policy, delivers every queued event (chunk
- * completions) up to its clock, in (time, seq) order. An expert op whose parts are not resident
- * blocks the stream: events are delivered until they are, and the wait is stall time.
+ * Resources: one in-order compute stream, whose clock the host advances op by op by the cost
+ * model's times (sim/cost.h); the copy engines (sim/copy_engine.c), whose chunk completions are
+ * events. Before any action that can touch the copy engines or the policy, the host delivers
+ * every queued event up to the stream's clock, in (time, seq) order (run_host_ops.sync). An
+ * expert op whose parts are not resident blocks the stream: events are delivered until they
+ * are, and the wait is stall time.
  * Invariants (asserted): event time never goes back; no event is left at the end; an expert op
  * starts only when every part it needs is resident at its planned precision; HBM use never
  * exceeds the budget. */
@@ -41,102 +36,6 @@
 #include "sim/sim.h"
 #include "sim/sim_internal.h"
 
-#define NONE             UINT32_MAX
-#define SIM_ECOST_TOKENS 64 /* expert op times cached for 1..63 tokens */
-
-/* ---- copy engines (the clock of core/memsys.h's queues) ---- */
-
-enum { EV_CHUNK = 1 };
-
-typedef struct sim_engine {
-    double bytes_per_s;
-    uint64_t latency_ns;
-    bool latency_per_chunk; /* every chunk pays latency_ns (hw h2d_latency_per_chunk) */
-    bool spans;             /* may serve spans of chunks (engine_may_span) */
-    bool busy;              /* a chunk (or span) is in flight */
-    memsys_chunk chunk;    /* the chunk in flight */
-    uint64_t t_start_ns, t_end_ns; /* when it started and ends (its event's time) */
-    uint64_t start_xfer_ns;        /* engine_xfer_ns at its offset */
-    uint64_t seg_start_ns; /* timeline: when the open segment's transfer started being served */
-    uint32_t seg_xfer;     /* timeline: the open segment's transfer, or NONE */
-    uint64_t seg_seq;      /* its issue sequence (transfer slots are reused) */
-    char seg_name[96];
-    uint8_t seg_cls;
-    uint64_t busy_ns;
-    int track;
-    /* [n_at_chunk] cost_transfer_ns(k << chunk_shift): no division for the whole chunks nearly
-     * every copy is cut into (NULL unless the chunk size is a power of two: the offset's chunk
-     * index is then a shift, where a division would cost more than the table saves) */
-    uint64_t *ns_at_chunk;
-    uint64_t n_at_chunk;
-    unsigned chunk_shift;
-} sim_engine;
-
-struct sim_state {
-    /* fixed */
-    const trace *tr;      /* with a stream: its skeleton (per-token arrays only) */
-    trace_stream *stream; /* NULL: tr holds the rows */
-    const model_geometry *model;
-    cost_model cost;
-    sim_settings set;
-    uint32_t L, E, K, P;
-    moesim_precision prec;
-    uint64_t part_bytes[PREC_COUNT][PART_COUNT];
-    uint64_t non_expert_bytes, act_bytes, budget_bytes, expert_budget_bytes;
-    uint64_t pool_cap;
-    uint32_t route_capacity;  /* max distinct experts of one (sub-)route */
-    uint64_t route_expert_bytes; /* one expert at the widest precision the policy loads */
-    arena mem;
-
-    memsys ms; /* residency, pools, copy queues (core/memsys.h) */
-    block_pool blocks; /* sim.block_pools: the pools' fixed-size blocks per precision */
-    sim_future future;
-    sim_engine eng[MEMSYS_ENGINES];
-    sim_event_queue q;
-    uint64_t now_ns; /* time of the event being delivered, or the stream clock */
-    uint64_t kv_bytes, peak_hbm;
-
-    /* policy */
-    const policy_methods *pm;
-    policy *pol;
-    policy_mem_view view;
-
-    /* schedule (time-independent: which tokens run in which step, core/schedule.h), produced
-     * step by step by the run loop: nothing per token or per step is kept */
-    trace_request_index rq_own; /* built from an in-memory trace */
-    const trace_request_index *rq;
-    uint64_t n_steps, kv_peak_bytes;
-    uint32_t max_step_tokens;
-    uint64_t *req_t_admit;  /* [n_requests] start of the step that admitted the request */
-    uint64_t *req_t_first;  /* [n_requests] end of its first step */
-    uint64_t *req_t_last;   /* [n_requests] end of its last step */
-
-    /* the run loop (core/run_loop.h) and the compute stream's clock */
-    run_loop loop;
-    uint64_t t_ns;       /* the compute stream: when its last op ends */
-    uint64_t attn_ns;    /* the current step's attention op, per layer */
-    uint64_t layer_t0_ns; /* the MoE layer being run: when its router started */
-    uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
-
-    /* metrics */
-    uint64_t stall_ns;
-    const sim_hooks *hooks;
-    sim_timeline tl;
-    sim_timeline_hbm_shown tl_hbm; /* what the per-precision HBM counters show */
-
-    /* lifetime */
-    void *knobs;          /* the policy's knob struct (policy_read_knobs) */
-    policy_params params; /* borrowed by the policy for the run */
-    bool queue_live, ms_live;
-    uint32_t cost_extrapolated;
-    uint64_t makespan_ns;
-};
-
-typedef struct sim_state sim_state;
-
-static size_t idx_lep(const sim_state *s, uint32_t l, uint32_t e, uint32_t p) {
-    return ((size_t)l * s->E + e) * s->P + p;
-}
 
 /* The block holding token `tok`'s rows and its index there: the trace itself, or the stream's
  * cached block (valid until the next lookup). */
@@ -147,163 +46,6 @@ static const trace *row_of(void *ctx, uint64_t tok, uint64_t *local) {
         return s->tr;
     }
     return trace_stream_row(s->stream, tok, local);
-}
-
-/* ---- memory-system callbacks ---- */
-
-static void hbm_note(sim_state *s) {
-    uint64_t used = s->non_expert_bytes + s->act_bytes + s->kv_bytes + s->ms.experts_used;
-    MOESIM_ASSERT(used <= s->budget_bytes);
-    if (used > s->peak_hbm) s->peak_hbm = used;
-}
-
-static void on_hbm(void *ctx, uint64_t experts_used) {
-    sim_state *s = ctx;
-    hbm_note(s);
-    sim_timeline_hbm(&s->tl, s->now_ns, experts_used, s->ms.prec_used, &s->tl_hbm);
-}
-
-/* sim.block_pools: a load is placed only where the replay could place it, in a block of its
- * precision (core/block_pool.h; the byte budget alone admits loads no block can hold). */
-static bool on_reserve(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p,
-                       uint32_t parts) {
-    sim_state *s = ctx;
-    return block_pool_reserve_expert(&s->blocks, &s->ms, layer, expert, p, parts);
-}
-
-static void on_release(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p, int part) {
-    sim_state *s = ctx;
-    block_pool_release_part(&s->blocks, &s->ms, layer, expert, p, part);
-}
-
-static const char *const cls_name[MEMSYS_CLASSES] = {"demand", "prefetch", "background"};
-
-static void engine_close_segment(sim_state *s, sim_engine *e) {
-    if (!s->tl.on || e->seg_xfer == NONE) return;
-    sim_timeline_slice(&s->tl, e->track, cls_name[e->seg_cls], e->seg_name, e->seg_start_ns,
-                       s->now_ns);
-    e->seg_xfer = NONE;
-}
-
-/* cost_transfer_ns of `offset` bytes on engine e. */
-static uint64_t engine_xfer_ns(const sim_engine *e, uint64_t offset) {
-    uint64_t k = offset >> e->chunk_shift;
-    if (e->ns_at_chunk && k << e->chunk_shift == offset && k < e->n_at_chunk)
-        return e->ns_at_chunk[k];
-    return cost_transfer_ns(offset, e->bytes_per_s);
-}
-
-/* When the first `bytes` of the chunk in flight end. A chunk of b bytes after d bytes of its
- * transfer takes ceil((d+b)·1e9/bw) − ceil(d·1e9/bw) ns, so chunks (and spans) add up to the
- * transfer's exact time; the latency is paid once per transfer, on its first chunk, or by every
- * chunk with latency_per_chunk. */
-static uint64_t engine_end_ns(const sim_state *s, const sim_engine *e, uint64_t bytes) {
-    uint64_t t = e->t_start_ns + engine_xfer_ns(e, e->chunk.offset + bytes) - e->start_xfer_ns;
-    if (e->latency_per_chunk) {
-        uint64_t chunk = s->ms.cfg.chunk_bytes;
-        t += (bytes + chunk - 1) / chunk * e->latency_ns;
-    } else if (e->chunk.first) {
-        t += e->latency_ns;
-    }
-    return t;
-}
-
-/* Whether engine `id` may serve a span of chunks as one event (memsys_next_span): only when no
- * other event can fall on the span's inner boundaries, where chunk by chunk their order would
- * depend on issue sequence: the SSD engine idle (it starts only through on_work, which cuts the
- * span first). Not with a timeline, which draws the stream's stall chunk by chunk. */
-static bool engine_may_span(const sim_state *s, int id) {
-    return id == MEMSYS_H2D && s->eng[id].spans && !s->tl.on && !s->eng[MEMSYS_SSD].busy;
-}
-
-/* Serves the next chunk (or span) if the engine is idle and the memory system has one for it. */
-static void engine_kick(sim_state *s, int id) {
-    sim_engine *e = &s->eng[id];
-    if (e->busy) return;
-    memsys_chunk c;
-    bool any = engine_may_span(s, id) ? memsys_next_span(&s->ms, id, &c)
-                                      : memsys_next_chunk(&s->ms, id, &c);
-    if (!any) {
-        engine_close_segment(s, e);
-        return;
-    }
-    const memsys_xfer *x = &s->ms.xf[c.xfer];
-    if (e->seg_xfer != c.xfer || e->seg_seq != x->seq) {
-        engine_close_segment(s, e);
-        if (s->tl.on) {
-            e->seg_xfer = c.xfer;
-            e->seg_seq = x->seq;
-            e->seg_cls = x->cls;
-            e->seg_start_ns = s->now_ns;
-            snprintf(e->seg_name, sizeof e->seg_name, "L%u e%u %s %s", x->layer, x->expert,
-                     precision_name((moesim_precision)x->prec), cls_name[x->cls]);
-        }
-    }
-    e->busy = true;
-    e->chunk = c;
-    e->t_start_ns = s->now_ns;
-    e->start_xfer_ns = engine_xfer_ns(e, c.offset);
-    e->t_end_ns = engine_end_ns(s, e, c.bytes);
-    sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
-}
-
-/* Cuts engine id's span back to the chunk in flight at now_ns, the first that ends after it
- * (chunk by chunk, those ending at or before now_ns would have been delivered), so that new work
- * competes for the engine at that chunk's end, as it would chunk by chunk. The moved event takes
- * a new sequence number: no other event was pushed since the span started (engine_may_span). */
-static void engine_cut_span(sim_state *s, int id) {
-    sim_engine *e = &s->eng[id];
-    uint64_t chunk = s->ms.cfg.chunk_bytes, keep = chunk;
-    if (!e->busy || e->chunk.bytes <= chunk) return;
-    while (keep < e->chunk.bytes && engine_end_ns(s, e, keep) <= s->now_ns) keep += chunk;
-    /* its last chunk is in flight (a demand copy's may be shorter than a chunk): nothing to cut */
-    if (keep >= e->chunk.bytes) return;
-    memsys_span_trim(&s->ms, &e->chunk, keep);
-    e->t_end_ns = engine_end_ns(s, e, keep);
-    bool moved = sim_event_cancel(&s->q, EV_CHUNK, (uint32_t)id);
-    MOESIM_ASSERT(moved);
-    sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
-}
-
-static void on_work(void *ctx, int engine) {
-    sim_state *s = ctx;
-    for (int id = 0; id < MEMSYS_ENGINES; id++) engine_cut_span(s, id);
-    engine_kick(s, engine);
-}
-
-/* A chunk of engine `id` finished at s->now_ns. */
-static void engine_chunk_done(sim_state *s, int id) {
-    sim_engine *e = &s->eng[id];
-    MOESIM_ASSERT(e->busy && e->t_end_ns == s->now_ns);
-    e->busy = false;
-    e->busy_ns += e->t_end_ns - e->t_start_ns;
-    memsys_xfer done;
-    bool complete = memsys_chunk_done(&s->ms, &e->chunk, &done);
-    if (complete) engine_close_segment(s, e);
-    engine_kick(s, id);
-    if (complete) memsys_deliver(&s->ms, &done, s->now_ns);
-}
-
-/* Delivers every event at or before t_ns, in (time, seq) order. */
-static void sim_advance_to(sim_state *s, uint64_t t_ns) {
-    sim_event ev;
-    while (sim_event_peek(&s->q, &ev) && ev.t_ns <= t_ns) {
-        sim_event_pop(&s->q, &ev);
-        s->now_ns = ev.t_ns;
-        MOESIM_ASSERT(ev.kind == EV_CHUNK && ev.arg < MEMSYS_ENGINES);
-        engine_chunk_done(s, (int)ev.arg);
-    }
-    s->now_ns = t_ns;
-}
-
-/* Delivers the next event (the stream is blocked); returns its time. */
-static uint64_t sim_deliver_next(sim_state *s) {
-    sim_event ev;
-    bool any = sim_event_pop(&s->q, &ev);
-    MOESIM_ASSERT(any); /* a part is LOADING, so its transfer has an event coming */
-    s->now_ns = ev.t_ns;
-    engine_chunk_done(s, (int)ev.arg);
-    return ev.t_ns;
 }
 
 /* ---- the schedule ---- */
@@ -338,10 +80,6 @@ static void schedule_plan(sim_state *s) {
 }
 
 /* ---- setup ---- */
-
-static uint64_t expert_bytes_at(const sim_state *s, uint32_t p) {
-    return s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2];
-}
 
 /* Host placement (memsys_place_for_policy); routes are sized by the widest precision the policy
  * loads. */
@@ -406,7 +144,7 @@ static void host_step_begin(void *h, const run_step_info *si) {
     sim_advance_to(s, s->t_ns);
     for (uint32_t a = 0; a < si->n_admitted; a++) s->req_t_admit[si->admitted[a]] = s->t_ns;
     s->kv_bytes = si->kv_bytes;
-    hbm_note(s);
+    sim_hbm_note(s);
     s->attn_ns = cost_attention_ns(&s->cost, si->sd->n_tokens, si->attended);
 }
 
@@ -510,20 +248,7 @@ static void host_step_end(void *h, const run_step_info *si) {
     }
 }
 
-/* Copies still in flight (prefetches nobody used) complete; nothing may be left. */
-static void host_drain(void *h) {
-    sim_state *s = h;
-    sim_event ev;
-    while (sim_event_pop(&s->q, &ev)) {
-        s->now_ns = ev.t_ns;
-        engine_chunk_done(s, (int)ev.arg);
-    }
-    MOESIM_ASSERT(s->q.n == 0);
-    for (int i = 0; i < MEMSYS_ENGINES; i++) {
-        MOESIM_ASSERT(!s->eng[i].busy);
-        for (int c = 0; c < MEMSYS_CLASSES; c++) MOESIM_ASSERT(s->ms.head[i][c] == NONE);
-    }
-}
+static void host_drain(void *h) { sim_drain(h); }
 
 static const run_host_ops sim_host = {
     .now_ns = host_now,
@@ -669,7 +394,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     s->expert_budget_bytes = bud.expert_budget_bytes;
     s->pool_cap = bud.pool_cap_bytes;
     s->route_capacity = bud.route_capacity;
-    s->route_expert_bytes = expert_bytes_at(s, s->prec);
+    s->route_expert_bytes = sim_expert_bytes_at(s, s->prec);
 
     memsys_config mc = {
         .n_layers = s->L,
@@ -681,10 +406,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         .gpu_direct_storage = in->hw->gpu_direct_storage,
     };
     memcpy(mc.part_bytes, s->part_bytes, sizeof mc.part_bytes);
-    memsys_host mh = {.ctx = s, .on_work = on_work, .on_hbm = on_hbm};
+    memsys_host mh = sim_memsys_host(s, s->set.block_pools);
     if (s->set.block_pools) {
-        mh.reserve = on_reserve;
-        mh.release = on_release;
         uint64_t block_bytes[PREC_COUNT];
         block_pool_block_bytes(s->part_bytes, block_bytes);
         block_pool_init(&s->blocks,
@@ -708,32 +431,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         la_emulated = la_depth > 0;
     }
 
-    /* engines */
-    sim_engine *h = &s->eng[MEMSYS_H2D], *d = &s->eng[MEMSYS_SSD];
-    h->bytes_per_s = in->hw->h2d_bytes_per_s;
-    h->latency_ns = in->hw->h2d_latency_ns;
-    h->latency_per_chunk = in->hw->h2d_latency_per_chunk;
-    h->track = SIM_TRACK_H2D;
-    d->bytes_per_s = in->hw->ssd_read_bytes_per_s;
-    d->latency_ns = in->hw->ssd_latency_ns;
-    d->track = SIM_TRACK_SSD;
-    uint64_t widest = 0; /* the longest transfer: one expert at its widest stored precision */
-    for (uint32_t p = 0; p < PREC_COUNT; p++)
-        if (expert_bytes_at(s, p) > widest) widest = expert_bytes_at(s, p);
-    for (int i = 0; i < MEMSYS_ENGINES; i++) {
-        sim_engine *e = &s->eng[i];
-        e->seg_xfer = NONE;
-        if (!(e->bytes_per_s > 0)) continue; /* an engine the profile lacks copies nothing */
-        /* a span is cut at the first chunk ending after the cut: that needs every chunk to take
-         * time (at least 1 ns: a chunk's exact time of 2 ns or more, whatever the rounding) */
-        e->spans = (double)mc.chunk_bytes * 1e9 / e->bytes_per_s >= 2;
-        if (mc.chunk_bytes & (mc.chunk_bytes - 1)) continue; /* not a power of two: no table */
-        e->chunk_shift = (unsigned)__builtin_ctzll(mc.chunk_bytes);
-        e->n_at_chunk = widest / mc.chunk_bytes + 2;
-        e->ns_at_chunk = arena_calloc(&s->mem, e->n_at_chunk, sizeof *e->ns_at_chunk);
-        for (uint64_t k = 0; k < e->n_at_chunk; k++)
-            e->ns_at_chunk[k] = cost_transfer_ns(k * mc.chunk_bytes, e->bytes_per_s);
-    }
+    sim_engines_init(s, in->hw, mc.chunk_bytes);
     sim_event_queue_init(&s->q, 64);
     s->queue_live = true;
     s->view = (policy_mem_view){.ops = &memsys_ops, .mem = &s->ms};
@@ -812,7 +510,7 @@ static void sim_teardown(sim_state *s) {
 
 static void sim_loop(sim_state *s) {
     s->kv_bytes = 0;
-    hbm_note(s);
+    sim_hbm_note(s);
     s->now_ns = 0;
     s->t_ns = 0;
     moesim_status st = run_loop_run(&s->loop, NULL);
