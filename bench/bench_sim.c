@@ -8,7 +8,7 @@
  * the rtx3090-pcie4 profile, batch.size = 4, timeline off, everything else default.
  *
  * Traces come from `moesim trace synth -o` (bench/bench_sim.sh makes 10^4, 10^5 and 10^6-token
- * Qwen3-30B-A3B ones). Targets (issue 20): lru >= 10 M activations/s, every seed policy >= 5 M/s,
+ * Qwen3-30B-A3B ones). Targets: lru >= 10 M activations/s, every seed policy >= 5 M/s,
  * peak RSS within 10 % between 10^5 and 10^6 tokens.
  * Usage: bench_sim TRACE.h5 [TRACE.h5 ...] [-p POLICY ...] */
 #include <inttypes.h>

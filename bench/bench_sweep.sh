@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sweep throughput: 1,000 configurations (2 models x 5 policies x 25 per-layer cache sizes x 4
 # batch sizes) over two synthesized 2,000-token traces (8 requests x 250 tokens), run by
-# `moesim sweep -j 2` from an empty results file. Target (issue 6): under 2 minutes on 2 cores.
+# `moesim sweep -j 2` from an empty results file. Target: under 2 minutes on 2 cores.
 # Prints configurations, wall time, rate, and the failure count (expected 0).
 # Usage: bench/bench_sweep.sh [BUILD_DIR] [JOBS]
 set -euo pipefail

@@ -283,7 +283,7 @@ typedef struct validate_summary {
     uint64_t replay_ordered, replay_ordered_concordant;
     double discordant_gap_max; /* the largest relative gap of simulated TPOTs among the pairs
                                   ordered differently (0: none), as validate_sim_gap */
-    /* TPOT <= 5 %, TTFT <= 10 %, every pair the replay orders ordered alike (issue 9) */
+    /* TPOT <= 5 %, TTFT <= 10 %, every pair the replay orders ordered alike */
     bool meets_targets;
 } validate_summary;
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 9 on the GPU machine, one stage per device-tool call (each under its 10-minute limit):
+# The simulator validated against the GPU replay, one stage per call of the lent GPU machine
+# (each under its 10-minute limit):
 #
 #   scripts/gpu-validate.sh calibrate      build (scripts/gpu-deps.sh build), then moesim
 #                                          calibrate: experiments/validation/$PROFILE.ini and
