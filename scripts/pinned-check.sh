@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `trace stats` beside the simulator on a Mixtral-8x7B-shaped trace the size of the real routing
-# vLLM Mixtral-8x7B log (2 requests of a 1-token prompt and 168 decode tokens: 338 tokens, 21,632
+# `trace stats` beside the simulator on a Mixtral-8x7B-shaped trace the size of a real vLLM
+# Mixtral-8x7B routing log (2 requests of a 1-token prompt and 168 decode tokens: 338 tokens, 21,632
 # accesses), synthesized with the family's calibrated defaults (traces/SYNTH.md): per capacity C
 # (per-layer pools of C experts, batch 1), the LRU hit rate under the simulator's rule from
 # `trace stats` and from `moesim sim --policy lru`, Belady's hit rate and misses under the same
