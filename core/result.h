@@ -23,8 +23,7 @@ typedef struct sim_hooks {
     void (*on_request_done)(void *ctx, uint32_t request, double ttft_ms, double tpot_ms);
     /* MoE layer `layer` of step `step` ran on the compute stream from t0_ns to t1_ns (router
      * to the end of its experts): the per-layer comparison of `moesim validate`. */
-    void (*on_layer_done)(void *ctx, uint64_t step, uint32_t layer, uint64_t t0_ns,
-                          uint64_t t1_ns);
+    void (*on_layer_done)(void *ctx, uint64_t step, uint32_t layer, uint64_t t0_ns, uint64_t t1_ns);
 } sim_hooks;
 
 typedef struct sim_latency {
@@ -49,7 +48,7 @@ typedef struct sim_result {
     uint64_t peak_hbm_bytes; /* all of it: non-expert, KV, activations, experts */
     uint64_t budget_bytes;
     double precision_mix_hi, precision_mix_lo, precision_mix_skip; /* shares of gate mass */
-    double bits_per_weight; /* gate-mass-weighted effective bits per weight run (skips: 0) */
+    double bits_per_weight;      /* gate-mass-weighted effective bits per weight run (skips: 0) */
     double prefetch_accuracy;    /* FIRM-MoE Eq. 7: |S ∩ A| / |A| */
     double prefetch_utilization; /* FIRM-MoE Eq. 8: |S ∩ A| / |S| */
     uint64_t prefetches;         /* prefetch-class loads issued */
@@ -60,8 +59,8 @@ typedef struct sim_result {
     /* h2d_bytes by copy class: demand loads, prefetches, background (DynaExq's migrations):
      * what shares the link with the demand loads */
     uint64_t h2d_demand_bytes, h2d_prefetch_bytes, h2d_background_bytes;
-    bool predictor_emulated;     /* look-ahead predictions emulated (trace had none) */
-    double predictor_accuracy;   /* the emulated top-1 accuracy, or the trace's measured one */
+    bool predictor_emulated;   /* look-ahead predictions emulated (trace had none) */
+    double predictor_accuracy; /* the emulated top-1 accuracy, or the trace's measured one */
     size_t n_policy_report;
     char policy_report_names[SIM_POLICY_REPORT_MAX][48];
     double policy_report_values[SIM_POLICY_REPORT_MAX];
@@ -74,10 +73,10 @@ typedef struct sim_result {
     uint64_t warmup_h2d_bytes;       /* initial placement by the policy's warmup (before t = 0) */
     uint64_t expert_budget_bytes;    /* what the expert pools got */
     uint64_t kv_peak_bytes;          /* KV cache reserved (its peak over the run) */
-    uint64_t placement_refusals; /* loads the byte budget admitted but no free block of their
-                                    precision could hold (the replay; sim.block_pools) */
+    uint64_t placement_refusals;     /* loads the byte budget admitted but no free block of their
+                                        precision could hold (the replay; sim.block_pools) */
     double h2d_busy_ms, ssd_busy_ms; /* copy engine busy time */
-    uint64_t sim_memory_bytes; /* the simulator's own allocations for the run (not the trace) */
+    uint64_t sim_memory_bytes;  /* the simulator's own allocations for the run (not the trace) */
     uint32_t cost_extrapolated; /* (op, precision) curves of the measured cost table used outside
                                    their measured range (sim/COST.md) */
 } sim_result;
@@ -102,6 +101,5 @@ size_t sim_result_fields(const sim_result *r, const char **names, double *values
 
 /* The JSON of `moesim sim --json` (keys nested as sim/README.md lists them). New reference. */
 json_t *sim_result_to_json(const sim_result *r);
-
 
 #endif

@@ -151,15 +151,8 @@ static void run_expert(run_loop *rl, uint32_t layer, uint16_t e, moesim_precisio
     static const uint32_t masks[2][2] = {{POLICY_PARTS_ALL, 0},
                                          {1u << PART_GATE | 1u << PART_UP, 1u << PART_DOWN}};
     const run_host_ops *ops = rl->c.ops;
-    const sim_hooks *hooks = rl->c.hooks;
     const uint32_t *m = masks[rl->c.part_overlap];
-    for (int i = 0; i < 2 && m[i]; i++) {
-        ops->expert_wait(rl->c.host, layer, e, p, m[i]);
-        if (hooks && hooks->on_expert_start)
-            hooks->on_expert_start(hooks->ctx, (policy_mem_view){&memsys_ops, rl->c.ms}, layer, e,
-                                   p, m[i], ops->now_ns(rl->c.host));
-        ops->expert(rl->c.host, layer, e, p, tokens, m[i]);
-    }
+    for (int i = 0; i < 2 && m[i]; i++) ops->expert(rl->c.host, layer, e, p, tokens, m[i]);
     rl->expert_ops++;
     rl_lock(rl);
     if (ops->queues_ops) /* pinned until the stream caught up (catch_up) */
@@ -182,9 +175,8 @@ static void run_route(run_loop *rl, uint64_t step, uint32_t layer, uint32_t i0, 
                                                rl->r_gates + (size_t)i0 * K, (i1 - i0) * K);
     if (first_of_layer)
         sim_route_prefetch_account(&rs, n_active, rl->r_experts, rl->step_n * K,
-                                   ms->pf_mark + (size_t)layer * rl->E, rl->E,
-                                   &ms->pf_count[layer], &rl->pf_hit, &rl->pf_active,
-                                   &rl->pf_issued_sets);
+                                   ms->pf_mark + (size_t)layer * rl->E, rl->E, &ms->pf_count[layer],
+                                   &rl->pf_hit, &rl->pf_active, &rl->pf_issued_sets);
     catch_up(rl); /* the router's output is known: the host decides now */
     wait_room(rl, layer, n_active);
     sim_route_host h = {
@@ -238,7 +230,7 @@ static void run_layer(run_loop *rl, uint64_t step, uint32_t layer) {
 /* ---- steps ---- */
 
 static void issue_op(run_loop *rl, run_op *op, run_op_kind kind, uint32_t layer, int moe_layer,
-                   uint32_t n_tokens, const char *cat, const char *name) {
+                     uint32_t n_tokens, const char *cat, const char *name) {
     op->kind = kind;
     op->layer = layer;
     op->moe_layer = moe_layer;

@@ -55,8 +55,8 @@ typedef enum run_op_kind {
 
 typedef struct run_op {
     run_op_kind kind;
-    uint32_t layer;                /* model layer (0..n_layers-1); unused by the LM head */
-    int moe_layer;                 /* its MoE layer (router, the layer's timings), or -1 */
+    uint32_t layer; /* model layer (0..n_layers-1); unused by the LM head */
+    int moe_layer;  /* its MoE layer (router, the layer's timings), or -1 */
     uint64_t step_index;
     const sim_schedule_step *step; /* the step it belongs to (first, n_tokens, is_prefill) */
     uint32_t n_tokens;             /* the step's tokens; the LM head: those that emit */
@@ -100,12 +100,12 @@ typedef struct run_host_ops {
     void (*stall_end)(void *host);
     /* A compute op (lock not held). */
     void (*op)(void *host, const run_op *op);
-    /* Blocks until an op on the parts in `mask` of (layer, expert, p) can be issued, then runs
-     * the expert's op on those parts for `tokens` tokens (lock not held). */
-    void (*expert_wait)(void *host, uint32_t layer, uint32_t expert, moesim_precision p,
-                        uint32_t mask);
-    void (*expert)(void *host, uint32_t layer, uint32_t expert, moesim_precision p,
-                   uint32_t tokens, uint32_t mask);
+    /* The expert's op on the parts in `mask` of (layer, expert, p) for `tokens` tokens: blocks
+     * until it can be issued (its parts' copies landed, or are ordered before it), calls
+     * run_loop_expert_start, then runs or enqueues it (lock not held). One slot for the wait
+     * and the op: the simulator makes two million of these calls a second. */
+    void (*expert)(void *host, uint32_t layer, uint32_t expert, moesim_precision p, uint32_t tokens,
+                   uint32_t mask);
     /* Optional: MoE layer `layer`'s experts ran (before its shared experts and combine). */
     void (*layer_end)(void *host, uint64_t step, uint32_t layer);
     /* The step's ops ran or are enqueued and the stream caught up (lock not held). */
@@ -143,12 +143,12 @@ typedef struct run_loop_config {
     /* look-ahead handed to the policy: recorded in the trace, or emulated from its routing */
     uint32_t la_depth, la_k;
     bool la_emulated;
-    bool la_unread; /* emulated and never read by the policy: not built */
+    bool la_unread;     /* emulated and never read by the policy: not built */
     double la_accuracy; /* of the emulated predictor */
     uint64_t seed;
-    bool part_overlap;  /* sim.part_overlap: gate/up before the down matrix arrives */
-    bool timeline;      /* build op names */
-    arena *mem;         /* the loop's buffers come from here */
+    bool part_overlap; /* sim.part_overlap: gate/up before the down matrix arrives */
+    bool timeline;     /* build op names */
+    arena *mem;        /* the loop's buffers come from here */
 } run_loop_config;
 
 typedef struct run_loop {
@@ -164,11 +164,11 @@ typedef struct run_loop {
     uint8_t *step_emit;                       /* [T] */
     uint32_t step_n;
     /* the step's routing at the layer being run (core/route.h) */
-    uint16_t *r_experts;   /* [T][K] */
-    float *r_gates;        /* [T][K] */
-    float *r_importance;   /* [T], or NULL (the trace has none) */
-    uint16_t *r_la_ids;    /* [T][D][K'], or NULL */
-    float *r_la_scores;    /* [T][D][K'] */
+    uint16_t *r_experts; /* [T][K] */
+    float *r_gates;      /* [T][K] */
+    float *r_importance; /* [T], or NULL (the trace has none) */
+    uint16_t *r_la_ids;  /* [T][D][K'], or NULL */
+    float *r_la_scores;  /* [T][D][K'] */
     /* route scratch: [E] each */
     uint16_t *active;
     uint32_t *active_tokens, *stamp, *slot, *order;
@@ -183,7 +183,7 @@ typedef struct run_loop {
     sim_route_tally tally;
     uint64_t expert_ops, sub_routes;
     uint64_t pf_hit, pf_active, pf_issued_sets; /* FIRM-MoE Eq. 7-8 */
-    uint64_t la_right, la_total; /* recorded look-ahead: top-1 hits at distance 1 */
+    uint64_t la_right, la_total;                /* recorded look-ahead: top-1 hits at distance 1 */
 
     /* the schedule, produced step by step (nothing per step is kept) */
     sim_schedule_iter it;
@@ -197,6 +197,16 @@ void run_loop_init(run_loop *rl, const run_loop_config *c);
 moesim_status run_loop_run(run_loop *rl, moesim_error *err);
 /* Frees the schedule iterator (buffers belong to the arena). Accepts a zeroed struct. */
 void run_loop_free(run_loop *rl);
+
+/* An expert op may start now (`now_ns`, the host's clock): the hosts' one observation point
+ * (sim_hooks.on_expert_start), where every part it needs must be resident. */
+static inline void run_loop_expert_start(const run_loop *rl, uint32_t layer, uint32_t expert,
+                                         moesim_precision p, uint32_t mask, uint64_t now_ns) {
+    const sim_hooks *h = rl->c.hooks;
+    if (h && h->on_expert_start)
+        h->on_expert_start(h->ctx, (policy_mem_view){&memsys_ops, rl->c.ms}, layer, expert, p, mask,
+                           now_ns);
+}
 
 /* The predictor accuracy a result reports: the emulated one, or the recorded look-ahead's
  * measured top-1 accuracy at distance 1. */

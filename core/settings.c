@@ -8,10 +8,8 @@
 #include "common/model.h"
 #include "traces/trace.h"
 
-
 static const char *const precision_choices[] = {"bf16", "fp8",  "int8", "int4",
                                                 "int3", "int2", NULL};
-
 
 #define SF(sec, k, t, m, mn, mx, d, h)                                                             \
     { sec, k, t, offsetof(sim_settings, m), 0, false, mn, mx, NULL, d, h }

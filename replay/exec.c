@@ -11,8 +11,8 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
-#include "replay/weights.h"
 #include "core/result_fill.h"
+#include "replay/weights.h"
 
 uint64_t replay_exec_clock_ns(void) {
     struct timespec ts;
@@ -147,15 +147,11 @@ static void host_op(void *h, const run_op *op) {
     x->be->op_end(x);
 }
 
-static void host_expert_wait(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
-                             uint32_t mask) {
-    replay_exec *x = h;
-    x->be->expert_wait(x, layer, expert, p, mask);
-}
-
 static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
                         uint32_t tokens, uint32_t mask) {
     replay_exec *x = h;
+    x->be->expert_wait(x, layer, expert, p, mask);
+    run_loop_expert_start(&x->loop, layer, expert, p, mask, replay_exec_now(x));
     x->be->expert(x, layer, expert, p, tokens, mask);
 }
 
@@ -188,8 +184,8 @@ static void host_drain(void *h) {
     .now_ns = host_now, .lock = host_lock, .unlock = host_unlock, .warm_copy = host_warm_copy,     \
     .clock_start = host_clock_start, .step_begin = host_step_begin, .sync = host_sync,             \
     .wait_copy = host_wait_copy, .stall_begin = host_stall_begin, .stall_end = host_stall_end,     \
-    .op = host_op, .expert_wait = host_expert_wait, .expert = host_expert,                         \
-    .step_end = host_step_end, .io_status = host_io_status, .drain = host_drain
+    .op = host_op, .expert = host_expert, .step_end = host_step_end, .io_status = host_io_status,  \
+    .drain = host_drain
 static const run_host_ops replay_host = {REPLAY_HOST_SLOTS, .queues_ops = false};
 static const run_host_ops replay_host_queued = {REPLAY_HOST_SLOTS, .queues_ops = true};
 #undef REPLAY_HOST_SLOTS
@@ -412,29 +408,29 @@ static moesim_status exec_setup(replay_exec *x, const char *policy_name, config 
 static void exec_result(replay_exec *x, sim_result *r, replay_checks *ck) {
     snprintf(r->policy, sizeof r->policy, "%s", x->pm->name);
     sim_result_set_latency(r, &x->sch, x->step_start, x->step_end, x->hooks);
-    sim_result_fill(r, &(sim_result_totals){
-                           .tokens = x->tr->n_tokens,
-                           .requests = x->sch.n_requests,
-                           .steps = x->sch.n_steps,
-                           .makespan_ns = x->sch.n_steps ? x->step_end[x->sch.n_steps - 1] : 0,
-                           .tally = &x->loop.tally,
-                           .moved = &x->ms.n,
-                           .pf_hit = x->loop.pf_hit,
-                           .pf_active = x->loop.pf_active,
-                           .pf_issued_sets = x->loop.pf_issued_sets,
-                           .expert_ops = x->loop.expert_ops,
-                           .sub_routes = x->loop.sub_routes,
-                           .stall_ns = x->stall_ns,
-                           .h2d_busy_ns = x->h2d_busy_ns,
-                           .ssd_busy_ns = x->ssd_busy_ns,
-                           .budget_bytes = x->bud.budget_bytes,
-                           .expert_budget_bytes = x->bud.expert_budget_bytes,
-                           .kv_peak_bytes = x->bud.kv_peak_bytes,
-                           .placement_refusals = x->pool.refusals,
-                           .predictor_emulated = x->la_emulated,
-                           .predictor_accuracy = run_loop_predictor_accuracy(&x->loop),
-                           .pm = x->pm,
-                           .pol = x->pol});
+    sim_result_fill(
+        r, &(sim_result_totals){.tokens = x->tr->n_tokens,
+                                .requests = x->sch.n_requests,
+                                .steps = x->sch.n_steps,
+                                .makespan_ns = x->sch.n_steps ? x->step_end[x->sch.n_steps - 1] : 0,
+                                .tally = &x->loop.tally,
+                                .moved = &x->ms.n,
+                                .pf_hit = x->loop.pf_hit,
+                                .pf_active = x->loop.pf_active,
+                                .pf_issued_sets = x->loop.pf_issued_sets,
+                                .expert_ops = x->loop.expert_ops,
+                                .sub_routes = x->loop.sub_routes,
+                                .stall_ns = x->stall_ns,
+                                .h2d_busy_ns = x->h2d_busy_ns,
+                                .ssd_busy_ns = x->ssd_busy_ns,
+                                .budget_bytes = x->bud.budget_bytes,
+                                .expert_budget_bytes = x->bud.expert_budget_bytes,
+                                .kv_peak_bytes = x->bud.kv_peak_bytes,
+                                .placement_refusals = x->pool.refusals,
+                                .predictor_emulated = x->la_emulated,
+                                .predictor_accuracy = run_loop_predictor_accuracy(&x->loop),
+                                .pm = x->pm,
+                                .pol = x->pol});
     /* as the simulator accounts it (its KV term follows the steps; this one is the reservation) */
     r->peak_hbm_bytes =
         x->bud.non_expert_bytes + x->bud.act_bytes + x->bud.kv_peak_bytes + x->experts_peak;

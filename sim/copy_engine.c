@@ -147,7 +147,7 @@ static void engine_chunk_done(sim_state *s, int id) {
 }
 
 /* Delivers every event at or before t_ns, in (time, seq) order. */
-void sim_advance_to(sim_state *s, uint64_t t_ns) {
+void sim_deliver_until(sim_state *s, uint64_t t_ns) {
     sim_event ev;
     while (sim_event_peek(&s->q, &ev) && ev.t_ns <= t_ns) {
         sim_event_pop(&s->q, &ev);

@@ -18,24 +18,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #include "common/alloc.h"
 #include "common/arena.h"
 #include "common/check.h"
-#include "policies/policy.h"
 #include "core/block_pool.h"
 #include "core/budget.h"
-#include "sim/cost.h"
-#include "sim/event.h"
 #include "core/future.h"
 #include "core/memsys.h"
 #include "core/result_fill.h"
 #include "core/route.h"
 #include "core/run_loop.h"
 #include "core/schedule.h"
+#include "policies/policy.h"
+#include "sim/cost.h"
+#include "sim/event.h"
 #include "sim/sim.h"
 #include "sim/sim_internal.h"
-
 
 /* The block holding token `tok`'s rows and its index there: the trace itself, or the stream's
  * cached block (valid until the next lookup). */
@@ -89,8 +87,8 @@ static void place_experts(sim_state *s, bool policy_only) {
     uint64_t widest = memsys_place_for_policy(&s->ms, s->pm, s->pol, s->prec, policy_only,
                                               dram > bounce ? dram - bounce : 0);
     s->route_expert_bytes = widest;
-    if (!s->ms.cfg.per_layer) s->route_capacity = sim_budget_route_capacity(s->expert_budget_bytes,
-                                                                            widest, s->K, s->E);
+    if (!s->ms.cfg.per_layer)
+        s->route_capacity = sim_budget_route_capacity(s->expert_budget_bytes, widest, s->K, s->E);
 }
 
 static moesim_status check_geometry(const sim_inputs *in, moesim_error *err) {
@@ -174,60 +172,67 @@ static void host_op(void *h, const run_op *op) {
     sim_state *s = h;
     uint64_t dur = 0;
     switch (op->kind) {
-    case RUN_OP_ATTENTION: dur = s->attn_ns; break;
-    case RUN_OP_DENSE: dur = cost_dense_ffn_ns(&s->cost, op->n_tokens); break;
+    case RUN_OP_ATTENTION:
+        dur = s->attn_ns;
+        break;
+    case RUN_OP_DENSE:
+        dur = cost_dense_ffn_ns(&s->cost, op->n_tokens);
+        break;
     case RUN_OP_ROUTER:
         s->layer_t0_ns = s->t_ns;
         dur = cost_router_ns(&s->cost, op->n_tokens);
         break;
-    case RUN_OP_SHARED: dur = cost_shared_ns(&s->cost, op->n_tokens); break;
-    case RUN_OP_COMBINE: dur = cost_combine_ns(&s->cost, op->n_tokens); break;
-    case RUN_OP_LM_HEAD: dur = cost_lm_head_ns(&s->cost, op->n_tokens); break;
+    case RUN_OP_SHARED:
+        dur = cost_shared_ns(&s->cost, op->n_tokens);
+        break;
+    case RUN_OP_COMBINE:
+        dur = cost_combine_ns(&s->cost, op->n_tokens);
+        break;
+    case RUN_OP_LM_HEAD:
+        dur = cost_lm_head_ns(&s->cost, op->n_tokens);
+        break;
     }
     stream_op(s, dur, op->cat, op->name);
 }
 
-/* The stream blocks until every part in `mask` of (layer, expert, p) is resident. */
-static void host_expert_wait(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
-                             uint32_t mask) {
-    sim_state *s = h;
-    const uint8_t *st = s->ms.state + idx_lep(s, layer, expert, p) * PART_COUNT; /* [PART_COUNT] */
-    sim_advance_to(s, s->t_ns);
-    char name[64];
-    name[0] = '\0';
-    for (;;) {
-        /* the parts of `mask` not yet resident, as a mask (this test runs twice per expert op) */
-        uint32_t waiting = 0;
-        for (int part = 0; part < PART_COUNT; part++)
-            waiting |= (uint32_t)(st[part] != POLICY_RESIDENT) << part;
-        waiting &= mask;
-        if (!waiting) break;
-        for (int part = 0; part < PART_COUNT; part++)
-            MOESIM_ASSERT(!(waiting & (1u << part)) || st[part] == POLICY_LOADING);
-        if (s->tl.on && !name[0]) snprintf(name, sizeof name, "stall L%u e%u", layer, expert);
-        host_wait_copy(s, name);
-    }
-    s->now_ns = s->t_ns;
-}
-
+/* The stream blocks until every part in `mask` of (layer, expert, p) is resident, then runs
+ * the op for its cost model time. */
 static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
                         uint32_t tokens, uint32_t mask) {
     sim_state *s = h;
+    const uint8_t *st = s->ms.state + idx_lep(s, layer, expert, p) * PART_COUNT; /* [PART_COUNT] */
+    sim_advance_to(s, s->t_ns);
+    for (;;) {
+        /* the parts of `mask` not yet resident (this test runs twice per expert op) */
+        uint32_t waiting = ((uint32_t)(st[PART_GATE] != POLICY_RESIDENT) << PART_GATE |
+                            (uint32_t)(st[PART_UP] != POLICY_RESIDENT) << PART_UP |
+                            (uint32_t)(st[PART_DOWN] != POLICY_RESIDENT) << PART_DOWN) &
+                           mask;
+        if (!waiting) break;
+        for (int part = 0; part < PART_COUNT; part++)
+            MOESIM_ASSERT(!(waiting & (1u << part)) || st[part] == POLICY_LOADING);
+        char name[64] = "";
+        if (s->tl.on) snprintf(name, sizeof name, "stall L%u e%u", layer, expert);
+        host_wait_copy(s, name);
+    }
+    s->now_ns = s->t_ns;
+    run_loop_expert_start(&s->loop, layer, expert, p, mask, s->t_ns);
+
     uint64_t gu, dn;
     expert_cost(s, p, tokens, &gu, &dn);
-    char name[80] = "";
-    if (mask == POLICY_PARTS_ALL) {
-        if (s->tl.on)
-            snprintf(name, sizeof name, "L%u e%u %s x%u", layer, expert, precision_name(p),
-                     tokens);
-        stream_op(s, gu + dn, "expert", name);
-    } else {
-        bool down = mask == 1u << PART_DOWN;
-        if (s->tl.on)
-            snprintf(name, sizeof name, "L%u e%u %s %s x%u", layer, expert,
-                     down ? "down" : "gate_up", precision_name(p), tokens);
-        stream_op(s, down ? dn : gu, "expert", name);
+    bool whole = mask == POLICY_PARTS_ALL, down = mask == 1u << PART_DOWN;
+    uint64_t dur = whole ? gu + dn : down ? dn : gu;
+    if (!s->tl.on) {
+        s->t_ns += dur;
+        return;
     }
+    char name[80];
+    if (whole)
+        snprintf(name, sizeof name, "L%u e%u %s x%u", layer, expert, precision_name(p), tokens);
+    else
+        snprintf(name, sizeof name, "L%u e%u %s %s x%u", layer, expert, down ? "down" : "gate_up",
+                 precision_name(p), tokens);
+    stream_op(s, dur, "expert", name);
 }
 
 static void host_layer_end(void *h, uint64_t step, uint32_t layer) {
@@ -257,7 +262,6 @@ static const run_host_ops sim_host = {
     .wait_copy = host_wait_copy,
     .stall_end = host_stall_end,
     .op = host_op,
-    .expert_wait = host_expert_wait,
     .expert = host_expert,
     .layer_end = host_layer_end,
     .step_end = host_step_end,
@@ -271,18 +275,29 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     uint32_t R = t->n_requests;
     sim_result_set_request_latency(r, R, s->req_t_admit, s->req_t_first, s->req_t_last,
                                    s->loop.it.req_steps, s->hooks);
-    sim_result_fill(r, &(sim_result_totals){
-        .tokens = t->n_tokens, .requests = R, .steps = s->n_steps, .makespan_ns = makespan_ns,
-        .tally = &s->loop.tally, .moved = &s->ms.n,
-        .pf_hit = s->loop.pf_hit, .pf_active = s->loop.pf_active,
-        .pf_issued_sets = s->loop.pf_issued_sets, .expert_ops = s->loop.expert_ops,
-        .sub_routes = s->loop.sub_routes, .stall_ns = s->stall_ns,
-        .h2d_busy_ns = s->eng[MEMSYS_H2D].busy_ns, .ssd_busy_ns = s->eng[MEMSYS_SSD].busy_ns,
-        .budget_bytes = s->budget_bytes, .expert_budget_bytes = s->expert_budget_bytes,
-        .kv_peak_bytes = s->kv_peak_bytes, .placement_refusals = s->blocks.refusals,
-        .predictor_emulated = s->loop.c.la_emulated,
-        .predictor_accuracy = run_loop_predictor_accuracy(&s->loop),
-        .pm = s->pm, .pol = s->pol});
+    sim_result_fill(
+        r, &(sim_result_totals){.tokens = t->n_tokens,
+                                .requests = R,
+                                .steps = s->n_steps,
+                                .makespan_ns = makespan_ns,
+                                .tally = &s->loop.tally,
+                                .moved = &s->ms.n,
+                                .pf_hit = s->loop.pf_hit,
+                                .pf_active = s->loop.pf_active,
+                                .pf_issued_sets = s->loop.pf_issued_sets,
+                                .expert_ops = s->loop.expert_ops,
+                                .sub_routes = s->loop.sub_routes,
+                                .stall_ns = s->stall_ns,
+                                .h2d_busy_ns = s->eng[MEMSYS_H2D].busy_ns,
+                                .ssd_busy_ns = s->eng[MEMSYS_SSD].busy_ns,
+                                .budget_bytes = s->budget_bytes,
+                                .expert_budget_bytes = s->expert_budget_bytes,
+                                .kv_peak_bytes = s->kv_peak_bytes,
+                                .placement_refusals = s->blocks.refusals,
+                                .predictor_emulated = s->loop.c.la_emulated,
+                                .predictor_accuracy = run_loop_predictor_accuracy(&s->loop),
+                                .pm = s->pm,
+                                .pol = s->pol});
     r->d2h_bytes = 0;
     r->peak_hbm_bytes = s->peak_hbm;
     r->cost_extrapolated = s->cost_extrapolated;
@@ -303,8 +318,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     if (s->pm->api_version != POLICY_API_VERSION)
         return moesim_fail(err, MOESIM_EINPUT, "policy '%s' has API version %d, expected %d",
                            policy_name, s->pm->api_version, POLICY_API_VERSION);
-    if ((st = sim_settings_read(settings, &s->set, err)))
-        return st;
+    if ((st = sim_settings_read(settings, &s->set, err))) return st;
     void *knobs = NULL;
     if ((st = policy_read_knobs(s->pm, settings, &knobs, err))) return st;
     if ((st = config_check_unused(settings, err))) {

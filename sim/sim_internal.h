@@ -33,10 +33,10 @@ enum { EV_CHUNK = 1 };
 typedef struct sim_engine {
     double bytes_per_s;
     uint64_t latency_ns;
-    bool latency_per_chunk; /* every chunk pays latency_ns (hw h2d_latency_per_chunk) */
-    bool spans;             /* may serve spans of chunks (engine_may_span) */
-    bool busy;              /* a chunk (or span) is in flight */
-    memsys_chunk chunk;    /* the chunk in flight */
+    bool latency_per_chunk;        /* every chunk pays latency_ns (hw h2d_latency_per_chunk) */
+    bool spans;                    /* may serve spans of chunks (engine_may_span) */
+    bool busy;                     /* a chunk (or span) is in flight */
+    memsys_chunk chunk;            /* the chunk in flight */
     uint64_t t_start_ns, t_end_ns; /* when it started and ends (its event's time) */
     uint64_t start_xfer_ns;        /* engine_xfer_ns at its offset */
     uint64_t seg_start_ns; /* timeline: when the open segment's transfer started being served */
@@ -66,11 +66,11 @@ struct sim_state {
     uint64_t part_bytes[PREC_COUNT][PART_COUNT];
     uint64_t non_expert_bytes, act_bytes, budget_bytes, expert_budget_bytes;
     uint64_t pool_cap;
-    uint32_t route_capacity;  /* max distinct experts of one (sub-)route */
+    uint32_t route_capacity;     /* max distinct experts of one (sub-)route */
     uint64_t route_expert_bytes; /* one expert at the widest precision the policy loads */
     arena mem;
 
-    memsys ms; /* residency, pools, copy queues (core/memsys.h) */
+    memsys ms;         /* residency, pools, copy queues (core/memsys.h) */
     block_pool blocks; /* sim.block_pools: the pools' fixed-size blocks per precision */
     sim_future future;
     sim_engine eng[MEMSYS_ENGINES];
@@ -89,14 +89,14 @@ struct sim_state {
     const trace_request_index *rq;
     uint64_t n_steps, kv_peak_bytes;
     uint32_t max_step_tokens;
-    uint64_t *req_t_admit;  /* [n_requests] start of the step that admitted the request */
-    uint64_t *req_t_first;  /* [n_requests] end of its first step */
-    uint64_t *req_t_last;   /* [n_requests] end of its last step */
+    uint64_t *req_t_admit; /* [n_requests] start of the step that admitted the request */
+    uint64_t *req_t_first; /* [n_requests] end of its first step */
+    uint64_t *req_t_last;  /* [n_requests] end of its last step */
 
     /* the run loop (core/run_loop.h) and the compute stream's clock */
     run_loop loop;
-    uint64_t t_ns;       /* the compute stream: when its last op ends */
-    uint64_t attn_ns;    /* the current step's attention op, per layer */
+    uint64_t t_ns;        /* the compute stream: when its last op ends */
+    uint64_t attn_ns;     /* the current step's attention op, per layer */
     uint64_t layer_t0_ns; /* the MoE layer being run: when its router started */
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
 
@@ -133,7 +133,14 @@ void sim_engines_init(sim_state *s, const hw_profile *hw, uint64_t chunk_bytes);
 /* Checks that the run's HBM use is within the budget and records its peak. */
 void sim_hbm_note(sim_state *s);
 /* Delivers every event at or before t_ns, in (time, seq) order. */
-void sim_advance_to(sim_state *s, uint64_t t_ns);
+void sim_deliver_until(sim_state *s, uint64_t t_ns);
+/* The same, inline where nothing is due: the stream asks before every expert op. */
+static inline void sim_advance_to(sim_state *s, uint64_t t_ns) {
+    if (s->q.n && s->q.heap[0].t_ns <= t_ns)
+        sim_deliver_until(s, t_ns);
+    else
+        s->now_ns = t_ns;
+}
 /* Delivers the next event (the stream is blocked); returns its time. */
 uint64_t sim_deliver_next(sim_state *s);
 /* Every copy still queued or in flight completes; nothing may be left. */
