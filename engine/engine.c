@@ -181,13 +181,16 @@ static moesim_status parse_config(engine *e, const char *path, moesim_error *err
         goto done;
     c->rms_eps = (float)eps;
     if ((st = cfg_check_refusals(cfg, c->model_type, path, err))) goto done;
-    /* RoPE: top-level rope_theta (released checkpoints) or rope_parameters (transformers 5) */
-    const json_t *rp = json_object_get(cfg, "rope_parameters");
-    if (json_is_object(rp) && (st = cfg_f64(rp, "rope_theta", false, 0, &theta, path, err)))
-        goto done;
-    if (theta == 0 && (st = cfg_f64(cfg, "rope_theta", false, e->arch->default_rope_theta, &theta,
-                                        path, err)))
-        goto done;
+    /* RoPE theta as transformers' convert_rope_params_to_dict takes it: the RoPE dict's
+     * (rope_scaling when set, else rope_parameters), else the top-level rope_theta, else the class
+     * default */
+    const json_t *rope = cfg_rope_dict(cfg);
+    if (rope && json_object_get(rope, "rope_theta") &&
+        !json_is_null(json_object_get(rope, "rope_theta")))
+        st = cfg_f64(rope, "rope_theta", true, 0, &theta, path, err);
+    else
+        st = cfg_f64(cfg, "rope_theta", false, e->arch->default_rope_theta, &theta, path, err);
+    if (st) goto done;
     c->rope_theta = theta;
     if ((st = check_range(path, "num_hidden_layers", c->n_layers, 1, MODEL_MAX_LAYERS, err)) ||
         (st = check_range(path, "hidden_size", c->hidden, 1, MAX_HIDDEN, err)) ||
@@ -323,6 +326,17 @@ static moesim_status find_tensor(engine *e, const char *dir, tensor_kind kind, u
         return moesim_fail(err, MOESIM_EINPUT, "%s: tensor '%s' missing from the checkpoint", dir,
                            name);
     return MOESIM_OK;
+}
+
+/* Whether the checkpoint holds the tensor of `kind` (layer 0, expert 0). */
+static moesim_status has_tensor(engine *e, const char *dir, tensor_kind kind, bool *out,
+                                moesim_error *err) {
+    char name[SAFETENSORS_MAX_NAME];
+    e->arch->tensor_name(name, sizeof name, kind, 0, 0);
+    st_file *f;
+    moesim_status st = shard_for(e, dir, name, &f, err);
+    *out = !st && f && st_file_find(f, name);
+    return st;
 }
 
 static float to_f32(const st_tensor *t, uint64_t i) {
@@ -464,6 +478,11 @@ static moesim_status load_weights(engine *e, const char *dir, moesim_error *err)
     if ((st = load_mat(e, dir, T_EMBED, 0, 0, c->vocab, H, &e->embed, err)) ||
         (st = load_vec(e, dir, T_FINAL_NORM, 0, H, &e->final_norm, err)))
         return st;
+    /* transformers ties the head to the embedding only when the checkpoint has no lm_head.weight:
+     * a stored head is loaded and used even under tie_word_embeddings */
+    bool stored_head;
+    if ((st = has_tensor(e, dir, T_LM_HEAD, &stored_head, err))) return st;
+    e->cfg.tie_embeddings = e->cfg.tie_embeddings && !stored_head;
     if (c->tie_embeddings) e->lm_head = e->embed;
     else if ((st = load_mat(e, dir, T_LM_HEAD, 0, 0, c->vocab, H, &e->lm_head, err))) return st;
     e->layers = own(e, moesim_xcalloc(c->n_layers, sizeof *e->layers));
@@ -562,7 +581,7 @@ static moesim_status cuda_attach(engine *e, uint32_t pool_experts, moesim_error 
                    .dense_inter = c->n_moe_layers < c->n_layers ? c->dense_inter : 0,
                    .n_moe_layers = c->n_moe_layers, .norm_topk_prob = c->norm_topk_prob,
                    .qk_norm_per_head = c->qk_norm_per_head, .qk_norm_full = c->qk_norm_full,
-                   .rms_eps = c->rms_eps, .clip_qkv = c->clip_qkv, .rope_theta = c->rope_theta,
+                   .rms_eps = c->rms_eps, .clip_qkv = c->clip_qkv, .clip_qkv_on = c->clip_qkv_on, .rope_theta = c->rope_theta,
                    .moe_index = c->moe_index,
                    .precision_mask = e->precision_mask, .layers = layers,
                    .final_norm = e->final_norm, .lm_head = ecu_of(&e->lm_head),
@@ -975,7 +994,7 @@ moesim_status engine_seq_forward(engine *e, engine_seq *s, int32_t token,
             e->be->rmsnorm(e->q, e->q, L->q_norm, qd, c->rms_eps);
             e->be->rmsnorm(e->k, e->k, L->k_norm, kvd, c->rms_eps);
         }
-        if (c->clip_qkv > 0) {
+        if (c->clip_qkv_on) {
             float cl = c->clip_qkv;
             for (uint32_t i = 0; i < qd; i++) e->q[i] = fminf(fmaxf(e->q[i], -cl), cl);
             for (uint32_t i = 0; i < kvd; i++) {

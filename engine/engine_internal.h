@@ -74,7 +74,8 @@ moesim_status cfg_window(const json_t *cfg, const char *key, uint32_t absent, bo
 typedef struct cfg_refusal {
     const char *model_type;           /* NULL: every architecture */
     const char *key;
-    bool (*accepts)(const json_t *v); /* v: the key's value, NULL when absent */
+    /* v: the key's value, NULL when absent; cfg: the whole config (keys read together) */
+    bool (*accepts)(const json_t *v, const json_t *cfg);
     const char *supported;            /* what the engine runs, for the message */
 } cfg_refusal;
 /* The table (engine/README.md lists the same rows). */
@@ -83,6 +84,14 @@ const cfg_refusal *cfg_refusals(size_t *n);
  * `what`, the key, its value and what is supported. */
 moesim_status cfg_check_refusals(const json_t *cfg, const char *model_type, const char *what,
                                  moesim_error *err);
+/* The expert count under `key` or its alias (num_experts, num_local_experts: transformers'
+ * attribute_map reads them as one); both set to different values is refused. */
+moesim_status cfg_n_experts(const json_t *cfg, const char *key, uint32_t *out, const char *what,
+                            moesim_error *err);
+/* The RoPE dict transformers reads (convert_rope_params_to_dict): rope_scaling when set (not null,
+ * absent or {}), else rope_parameters; NULL when that is not an object. Its rope_theta, else the
+ * top-level rope_theta, else the config class's default, is the theta. */
+const json_t *cfg_rope_dict(const json_t *cfg);
 /* Qwen-style layer selection: MoE where not in mlp_only_layers and (l+1) % decoder_sparse_step
  * == 0. */
 moesim_status cfg_qwen_moe_layers(const json_t *cfg, engine_config *c, const char *what,

@@ -677,7 +677,7 @@ void engine_cuda_forward(engine_cuda *g, engine_cuda_seq *s, const float *x, uin
             kern_rmsnorm_cuda(g->q, g->q, L.q_norm, qd, c.rms_eps, st);
             kern_rmsnorm_cuda(k, k, L.k_norm, kvd, c.rms_eps, st);
         }
-        if (c.clip_qkv > 0) {
+        if (c.clip_qkv_on) {
             clamp_kernel<<<ew_blocks(qd), EW_THREADS, 0, st>>>(g->q, qd, c.clip_qkv);
             CUDA_LAUNCH_CHECK();
             clamp_kernel<<<ew_blocks(kvd), EW_THREADS, 0, st>>>(k, kvd, c.clip_qkv);

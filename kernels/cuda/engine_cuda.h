@@ -57,7 +57,8 @@ typedef struct ecu_model {
     uint32_t n_layers, hidden, vocab, n_heads, n_kv_heads, head_dim;
     uint32_t n_experts, top_k, expert_inter, shared_inter, dense_inter, n_moe_layers;
     bool norm_topk_prob, qk_norm_per_head, qk_norm_full;
-    float rms_eps, clip_qkv;
+    float rms_eps, clip_qkv; /* q, k, v clamped to [-clip_qkv, clip_qkv] when clip_qkv_on */
+    bool clip_qkv_on;
     double rope_theta;
     const uint32_t *moe_index; /* [n_layers] model layer -> MoE layer index */
     uint32_t precision_mask;   /* bit (1u << p) for each held precision */
