@@ -183,7 +183,7 @@ static bool unscaled_rope_parameters(const json_t *v, const json_t *cfg) {
 
 /* Keys that the reference (transformers' modeling code of the model_type) reads and that change
  * what it computes at inference, at values the engine does not implement. engine/README.md lists
- * the same rows; every key the reference reads is either implemented (arch_*.c, engine.c), here,
+ * the same rows; every key the reference reads is either implemented (arch_*.c, config_load.c), here,
  * or has no effect on inference (README). */
 static const cfg_refusal refusals[] = {
     {NULL, "quantization_config", absent_or_null,

@@ -6,7 +6,7 @@
  * step.
  *
  * Supported model_type values: qwen3_moe, qwen2_moe, olmoe, mixtral (engine/arch_*.c, one file
- * each, sharing the forward pass of engine.c). Every layer: RMSNorm -> attention (GQA, RoPE,
+ * each, sharing the forward pass of forward.c). Every layer: RMSNorm -> attention (GQA, RoPE,
  * optional QK-norm, q/k/v and o biases, a sliding window per layer, KV cache) -> residual ->
  * RMSNorm (the router input) -> MoE block (router softmax, top-k, optional renormalization, SwiGLU
  * experts, optional sigmoid-gated shared expert) or dense SwiGLU MLP -> residual; then the final
