@@ -1,8 +1,9 @@
 /* Engine internals shared by its files (engine.c: load and accessors; config_load.c: config.json;
  * checkpoint.c: the tensors; forward.c: the forward pass; precmap.c; the architecture files
  * arch_*.c and the backends backend_*.c): the engine and sequence structs, the per-architecture
- * table, the backend table (ggml-backend style: a struct of function pointers, NULL = not
- * provided) and the thread pool. Not part of the public interface (engine.h, weights.h). */
+ * table, the config.json readers and the backend table (ggml-backend style: a struct of function
+ * pointers, NULL = not provided). Not part of the public interface (engine.h, weights.h,
+ * thread_pool.h). */
 #ifndef MOESIM_ENGINE_INTERNAL_H
 #define MOESIM_ENGINE_INTERNAL_H
 
