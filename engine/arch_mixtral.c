@@ -9,7 +9,7 @@ static moesim_status parse(const json_t *cfg, engine_config *c, const char *what
                            moesim_error *err) {
     moesim_status st;
     uint32_t window;
-    if ((st = cfg_u32(cfg, "num_local_experts", true, 0, &c->n_experts, what, err)) ||
+    if ((st = cfg_n_experts(cfg, "num_local_experts", &c->n_experts, what, err)) ||
         (st = cfg_u32(cfg, "num_experts_per_tok", true, 0, &c->top_k, what, err)) ||
         (st = cfg_u32(cfg, "intermediate_size", true, 0, &c->expert_inter, what, err)) ||
         (st = cfg_window(cfg, "sliding_window", 0, true, &window, what, err)))

@@ -1,5 +1,5 @@
 /* OLMoE (model_type "olmoe"): QK-norm over the whole q and k projections (q_norm: [hidden],
- * k_norm: [n_kv_heads * head_dim]) before RoPE, optional clip_qkv clamp, every layer MoE,
+ * k_norm: [n_kv_heads * head_dim]) before RoPE, a clip_qkv clamp unless null, every layer MoE,
  * gate weights not renormalized unless norm_topk_prob; attention_bias puts a bias on q, k, v and
  * o_proj; full attention (a sliding_window key is refused, config_json.c). */
 #include <stdio.h>
@@ -10,16 +10,20 @@ static moesim_status parse(const json_t *cfg, engine_config *c, const char *what
                            moesim_error *err) {
     moesim_status st;
     double clip;
-    if ((st = cfg_u32(cfg, "num_experts", true, 0, &c->n_experts, what, err)) ||
+    if ((st = cfg_n_experts(cfg, "num_experts", &c->n_experts, what, err)) ||
         (st = cfg_u32(cfg, "num_experts_per_tok", true, 0, &c->top_k, what, err)) ||
         (st = cfg_u32(cfg, "intermediate_size", true, 0, &c->expert_inter, what, err)) ||
         (st = cfg_bool(cfg, "norm_topk_prob", false, &c->norm_topk_prob, what, err)) ||
         (st = cfg_bool(cfg, "attention_bias", false, &c->qkv_bias, what, err)) ||
-        (st = cfg_f64(cfg, "clip_qkv", false, 0, &clip, what, err)))
+        (st = cfg_f64(cfg, "clip_qkv", false, -1, &clip, what, err)))
         return st;
     c->o_bias = c->qkv_bias;
-    if (clip < 0) return moesim_fail(err, MOESIM_EINPUT, "%s: clip_qkv: expected >= 0", what);
-    c->clip_qkv = (float)clip;
+    /* the reference clamps whenever clip_qkv is not None: 0 clamps q, k and v to 0 */
+    c->clip_qkv_on = json_is_number(json_object_get(cfg, "clip_qkv"));
+    if (c->clip_qkv_on && clip < 0)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: clip_qkv: expected null or a number >= 0",
+                           what);
+    c->clip_qkv = c->clip_qkv_on ? (float)clip : 0;
     c->qk_norm_full = true;
     for (uint32_t l = 0; l < c->n_layers; l++) c->is_moe[l] = true;
     return MOESIM_OK;

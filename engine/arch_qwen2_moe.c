@@ -54,7 +54,7 @@ static moesim_status parse_windows(const json_t *cfg, engine_config *c, const ch
 static moesim_status parse(const json_t *cfg, engine_config *c, const char *what,
                            moesim_error *err) {
     moesim_status st;
-    if ((st = cfg_u32(cfg, "num_experts", true, 0, &c->n_experts, what, err)) ||
+    if ((st = cfg_n_experts(cfg, "num_experts", &c->n_experts, what, err)) ||
         (st = cfg_u32(cfg, "num_experts_per_tok", true, 0, &c->top_k, what, err)) ||
         (st = cfg_u32(cfg, "moe_intermediate_size", true, 0, &c->expert_inter, what, err)) ||
         /* 5632 when absent, as Qwen2MoeConfig has it */

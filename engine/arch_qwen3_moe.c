@@ -10,11 +10,9 @@
 static moesim_status parse(const json_t *cfg, engine_config *c, const char *what,
                            moesim_error *err) {
     moesim_status st;
-    /* released checkpoints say num_experts; transformers 5 writes num_local_experts */
-    const char *n_key = json_object_get(cfg, "num_experts") ? "num_experts" : "num_local_experts";
     bool sliding;
     uint32_t window = 0;
-    if ((st = cfg_u32(cfg, n_key, true, 0, &c->n_experts, what, err)) ||
+    if ((st = cfg_n_experts(cfg, "num_experts", &c->n_experts, what, err)) ||
         (st = cfg_u32(cfg, "num_experts_per_tok", true, 0, &c->top_k, what, err)) ||
         (st = cfg_u32(cfg, "moe_intermediate_size", true, 0, &c->expert_inter, what, err)) ||
         (st = cfg_bool(cfg, "norm_topk_prob", false, &c->norm_topk_prob, what, err)) ||

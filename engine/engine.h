@@ -6,7 +6,7 @@
  * step.
  *
  * Supported model_type values: qwen3_moe, qwen2_moe, olmoe, mixtral (engine/arch_*.c, one file
- * each, sharing the forward pass of engine.c). Every layer: RMSNorm -> attention (GQA, RoPE,
+ * each, sharing the forward pass of forward.c). Every layer: RMSNorm -> attention (GQA, RoPE,
  * optional QK-norm, q/k/v and o biases, a sliding window per layer, KV cache) -> residual ->
  * RMSNorm (the router input) -> MoE block (router softmax, top-k, optional renormalization, SwiGLU
  * experts, optional sigmoid-gated shared expert) or dense SwiGLU MLP -> residual; then the final
@@ -50,10 +50,12 @@ typedef struct engine_config {
     bool norm_topk_prob; /* renormalize the chosen gate weights to sum 1 */
     bool qk_norm_per_head; /* Qwen3: RMSNorm over head_dim of each head */
     bool qk_norm_full;     /* OLMoE: RMSNorm over the whole q / k projection */
-    bool tie_embeddings;
+    bool tie_embeddings; /* the LM head is the embedding: tie_word_embeddings and no lm_head.weight
+                            in the checkpoint (transformers does not tie when both exist) */
     float rms_eps;
     double rope_theta;
-    float clip_qkv; /* 0: none */
+    bool clip_qkv_on; /* q, k, v clamped to [-clip_qkv, clip_qkv] (0 included) */
+    float clip_qkv;
     bool qkv_bias;  /* q_proj, k_proj, v_proj carry a bias */
     bool o_bias;    /* o_proj carries a bias */
     /* per layer: attention sees the last attn_window positions (its own included); 0: all */

@@ -1,7 +1,9 @@
-/* Engine internals shared by engine.c, the architecture files (arch_*.c), the checkpoint reader
- * and the backends: weight matrices in their stored formats, the per-architecture table, the
- * backend table (ggml-backend style: a struct of function pointers, NULL = not supported) and the
- * thread pool. Not part of the public interface (engine.h). */
+/* Engine internals shared by its files (engine.c: load and accessors; config_load.c: config.json;
+ * checkpoint.c: the tensors; forward.c: the forward pass; precmap.c; the architecture files
+ * arch_*.c and the backends backend_*.c): the engine and sequence structs, the per-architecture
+ * table, the config.json readers and the backend table (ggml-backend style: a struct of function
+ * pointers, NULL = not provided). Not part of the public interface (engine.h, weights.h,
+ * thread_pool.h). */
 #ifndef MOESIM_ENGINE_INTERNAL_H
 #define MOESIM_ENGINE_INTERNAL_H
 
@@ -11,25 +13,8 @@
 
 #include "engine/engine.h"
 #include "engine/safetensors.h"
-
-/* A weight matrix [rows][cols] (a vector when rows == 1) in one stored format. */
-typedef enum mat_kind { MAT_F32 = 0, MAT_BF16, MAT_Q8, MAT_Q4, MAT_Q2 } mat_kind;
-typedef struct engine_mat {
-    mat_kind kind;
-    const void *data; /* borrowed from the mapping (bf16) or owned by the engine */
-    uint32_t rows, cols;
-} engine_mat;
-
-/* Tensors an architecture names; the forward pass asks for them by kind. */
-typedef enum tensor_kind {
-    T_EMBED, T_FINAL_NORM, T_LM_HEAD,
-    T_ATTN_NORM, T_FFN_NORM, T_Q, T_K, T_V, T_O, T_Q_BIAS, T_K_BIAS, T_V_BIAS, T_O_BIAS, T_Q_NORM,
-    T_K_NORM,
-    T_ROUTER, T_EXP_GATE, T_EXP_UP, T_EXP_DOWN,
-    T_SHARED_GATE, T_SHARED_UP, T_SHARED_DOWN, T_SHARED_EXPERT_GATE,
-    T_DENSE_GATE, T_DENSE_UP, T_DENSE_DOWN,
-    T_KIND_COUNT
-} tensor_kind;
+#include "engine/thread_pool.h"
+#include "engine/weights.h"
 
 typedef struct engine_arch {
     const char *model_type;
@@ -43,18 +28,6 @@ typedef struct engine_arch {
     /* Writes the checkpoint name of a tensor (layer and expert where they apply). */
     void (*tensor_name)(char *buf, size_t len, tensor_kind kind, uint32_t layer, uint32_t expert);
 } engine_arch;
-
-/* The loaded matrix of `kind` at model layer `layer` (`expert` and precision `p` for the routed
- * experts' kinds; ignored otherwise; `layer` ignored for T_EMBED and T_LM_HEAD, which is the
- * embedding when tied), or NULL where there is none: a router, expert or shared expert of a
- * dense layer, a dense FFN of an MoE layer, an expert precision not held, and the vector kinds
- * (norms, biases, the shared expert's gate). Borrowed from the engine (replay reads the
- * checkpoint's weights through it). */
-const engine_mat *engine_weight(const engine *e, tensor_kind kind, uint32_t layer, uint32_t expert,
-                                moesim_precision p);
-
-/* Row r of a stored fp32 or bf16 matrix widened to fp32 (what the quantizer reads). out: [cols] */
-void engine_mat_row_f32(const engine_mat *m, uint32_t r, float *out);
 
 extern const engine_arch engine_arch_qwen3_moe, engine_arch_qwen2_moe, engine_arch_olmoe,
     engine_arch_mixtral;
@@ -74,7 +47,8 @@ moesim_status cfg_window(const json_t *cfg, const char *key, uint32_t absent, bo
 typedef struct cfg_refusal {
     const char *model_type;           /* NULL: every architecture */
     const char *key;
-    bool (*accepts)(const json_t *v); /* v: the key's value, NULL when absent */
+    /* v: the key's value, NULL when absent; cfg: the whole config (keys read together) */
+    bool (*accepts)(const json_t *v, const json_t *cfg);
     const char *supported;            /* what the engine runs, for the message */
 } cfg_refusal;
 /* The table (engine/README.md lists the same rows). */
@@ -83,22 +57,24 @@ const cfg_refusal *cfg_refusals(size_t *n);
  * `what`, the key, its value and what is supported. */
 moesim_status cfg_check_refusals(const json_t *cfg, const char *model_type, const char *what,
                                  moesim_error *err);
+/* The expert count under `key` or its alias (num_experts, num_local_experts: transformers'
+ * attribute_map reads them as one); both set to different values is refused. */
+moesim_status cfg_n_experts(const json_t *cfg, const char *key, uint32_t *out, const char *what,
+                            moesim_error *err);
+/* The RoPE dict transformers reads (convert_rope_params_to_dict): rope_scaling when set (not null,
+ * absent or {}), else rope_parameters; NULL when that is not an object. Its rope_theta, else the
+ * top-level rope_theta, else the config class's default, is the theta. */
+const json_t *cfg_rope_dict(const json_t *cfg);
 /* Qwen-style layer selection: MoE where not in mlp_only_layers and (l+1) % decoder_sparse_step
  * == 0. */
 moesim_status cfg_qwen_moe_layers(const json_t *cfg, engine_config *c, const char *what,
                                   moesim_error *err);
 
-/* A fixed pool of worker threads running parallel-for loops; deterministic by construction
- * (callers give each index its own output). */
-typedef struct thread_pool thread_pool;
-thread_pool *thread_pool_create(uint32_t n_threads);
-void thread_pool_destroy(thread_pool *p);
-uint32_t thread_pool_size(const thread_pool *p);
-/* Calls fn(ctx, begin, end) over [0, n) split into contiguous chunks, one per thread. */
-void thread_pool_run(thread_pool *p, size_t n, void (*fn)(void *ctx, size_t begin, size_t end),
-                     void *ctx);
-
-/* The ops a backend provides to the forward pass. */
+/* A backend: either op by op (matvec ... topk: forward.c's pass calls them, the whole-forward
+ * hooks NULL) or a whole forward pass (the ops NULL): attach prepares the loaded weights (e.g.
+ * copies them to a device) and sets e->be_state, detach frees it; seq_attach and seq_detach do
+ * the same for a sequence's s->be_seq; forward runs one token whose embedding row is e->x at
+ * position s->len, writing what engine_seq_forward promises (logits, info, s->importance). */
 typedef struct engine_backend {
     const char *name;
     void (*matvec)(thread_pool *pool, float *y, const engine_mat *w, const float *x);
@@ -109,8 +85,84 @@ typedef struct engine_backend {
     void (*swiglu)(float *h, const float *gate, const float *up, size_t n);
     void (*softmax)(float *x, size_t n);
     void (*topk)(const float *x, size_t n, size_t k, uint32_t *ids, float *vals);
+
+    moesim_status (*attach)(engine *e, const engine_options *opt, moesim_error *err);
+    void (*detach)(engine *e);
+    void (*seq_attach)(const engine *e, engine_seq *s);
+    void (*seq_detach)(engine_seq *s);
+    void (*forward)(engine *e, engine_seq *s, const engine_precmap *pmap, float *logits,
+                    engine_token_info *info);
+    void (*pool_stats)(const engine *e, engine_pool_stats *out); /* NULL: no pool (all zero) */
 } engine_backend;
 
 extern const engine_backend engine_backend_cpu;
+/* The CUDA forward pass (backend_cuda.c over kernels/cuda/engine_cuda.cu); NULL in a build
+ * without CUDA. */
+extern const engine_backend *const engine_backend_cuda;
+
+/* ---- the loaded model (engine.c, config_load.c, checkpoint.c, forward.c) ---- */
+
+#define ENGINE_MAX_SHARDS 256
+
+typedef struct expert_w {
+    engine_mat m[PREC_COUNT][PART_COUNT]; /* filled for bf16 and each held integer format */
+} expert_w;
+
+typedef struct layer_w {
+    float *attn_norm, *ffn_norm;     /* [hidden] */
+    float *q_bias, *k_bias, *v_bias; /* [q_dim], [kv_dim], [kv_dim] or NULL */
+    float *o_bias;                   /* [hidden] or NULL */
+    float *q_norm, *k_norm;          /* [head_dim] (per head) or [q_dim]/[kv_dim] (full) */
+    engine_mat wq, wk, wv, wo;       /* [q_dim][hidden] ... [hidden][q_dim] */
+    engine_mat router;               /* [n_experts][hidden] (MoE layers) */
+    expert_w *experts;               /* [n_experts] (MoE layers) */
+    engine_mat shared[PART_COUNT];   /* shared expert, when shared_inter > 0 */
+    float *shared_gate;              /* [hidden] or NULL */
+    engine_mat dense[PART_COUNT];    /* dense MLP (non-MoE layers) */
+} layer_w;
+
+struct engine {
+    engine_config cfg;
+    const engine_arch *arch;
+    const engine_backend *be;
+    void *be_state; /* a whole-forward backend's (attach) */
+    thread_pool *pool;
+    uint32_t precision_mask;
+    st_file *shards[ENGINE_MAX_SHARDS];
+    char shard_names[ENGINE_MAX_SHARDS][256]; /* file names of index shards */
+    uint32_t n_shards;
+    json_t *weight_map; /* index.json's weight_map, or NULL for a single file */
+    void **owned;       /* buffers to free */
+    size_t n_owned, cap_owned;
+    engine_mat embed, lm_head;
+    float *final_norm;
+    layer_w *layers; /* [n_layers] */
+    /* scratch for one forward */
+    float *x, *h, *tmp, *y, *eo, *q, *k, *v, *att; /* [hidden] x5, [q_dim], [kv_dim] x2, [q_dim] */
+    float *ff_gate, *ff_up;                         /* [max inter] */
+    float *router_logits, *router_probs;            /* [n_experts] */
+    uint32_t *la_ids;                               /* [n_experts] */
+    float *la_vals;                                 /* [n_experts] */
+};
+
+struct engine_seq {
+    const engine_backend *be;
+    void *be_seq; /* a whole-forward backend's (seq_attach) */
+    uint32_t max_ctx, len;
+    uint32_t n_layers, kv_dim, n_moe, n_heads;
+    float *k, *v;      /* [n_layers][max_ctx][kv_dim] */
+    float *importance; /* [n_moe][max_ctx] */
+    float *probs;      /* [n_heads][max_ctx] scratch */
+};
+
+/* Records p (malloc'd) to be freed with the engine; returns p. */
+void *engine_own(engine *e, void *p);
+/* A whole small file (config.json, the shard index), NUL-terminated; caller frees *out. */
+moesim_status engine_read_small_file(const char *path, char **out, size_t *len, moesim_error *err);
+/* Reads and checks config.json at `path` into e->cfg and e->arch (config_load.c). */
+moesim_status engine_config_load(engine *e, const char *path, moesim_error *err);
+/* Opens the checkpoint's safetensors file or shard index, then loads and checks every tensor the
+ * configuration needs, quantizing the experts to each held precision (checkpoint.c). */
+moesim_status engine_checkpoint_load(engine *e, const char *dir, moesim_error *err);
 
 #endif

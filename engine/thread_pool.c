@@ -1,11 +1,12 @@
 /* A small pthread pool for parallel-for loops: thread i of n always gets the i-th contiguous
  * chunk, the caller's thread takes chunk 0 and waits for the others. One job at a time. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "common/alloc.h"
 #include "common/check.h"
-#include "engine/engine_internal.h"
+#include "engine/thread_pool.h"
 
 struct thread_pool {
     uint32_t n; /* threads including the caller */

@@ -16,7 +16,8 @@
 #include "common/check.h"
 #include "common/paths.h"
 #include "engine/engine.h"
-#include "engine/engine_internal.h"
+#include "engine/thread_pool.h"
+#include "engine/weights.h"
 #include "kernels/quant.h"
 
 struct replay_weights {

@@ -225,6 +225,20 @@ Test(engine, an_unknown_backend_is_refused_naming_the_backends_of_the_build) {
     cr_assert(strstr(engine_backends(), "cpu"));
 }
 
+Test(engine, the_cuda_backend_of_a_build_without_cuda_is_refused_in_one_line) {
+    if (strstr(engine_backends(), "cuda")) cr_skip_test("this build has CUDA");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/golden/mixtral", MOESIM_SOURCE_DIR);
+    engine_options opt = {.backend = "cuda"};
+    engine *e = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(engine_load(dir, &opt, &e, &err), MOESIM_EINPUT);
+    cr_assert_null(e);
+    cr_assert(strstr(err.msg, "backend 'cuda': built without CUDA (configure with "
+                              "-DMOESIM_CUDA=ON"), "%s", err.msg);
+    cr_assert_null(strchr(err.msg, '\n'), "%s", err.msg);
+}
+
 Test(engine, the_cpu_backend_is_the_default_and_reports_no_pool) {
     engine *e = load("olmoe", 1, 0);
     cr_assert_str_eq(engine_backend_name(e), "cpu");

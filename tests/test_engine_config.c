@@ -5,6 +5,7 @@
  * in a scratch checkpoint that links the fixture's weights. */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/engine_internal.h"
+#include "engine/safetensors.h"
 #include "support/test_support.h"
 
 TestSuite(engine_config);
@@ -30,11 +32,12 @@ static void link_into(const char *dir, const char *fixture, const char *file) {
     cr_assert_eq(symlink(src, dst), 0, "symlink %s", dst);
 }
 
-/* A checkpoint directory (a static buffer) holding `fixture`'s config.json with `edits` applied
- * and links to its weights and golden outputs. */
-static const char *checkpoint_with(const char *fixture, const key_edit *edits, size_t n_edits) {
+/* A checkpoint directory `name` (a static buffer) holding `fixture`'s config.json with `edits`
+ * applied and links to its weights and golden outputs. */
+static const char *checkpoint_named(const char *name, const char *fixture, const key_edit *edits,
+                                    size_t n_edits) {
     static char dir[2048];
-    snprintf(dir, sizeof dir, "%s", test_tmp_path(fixture));
+    snprintf(dir, sizeof dir, "%s", test_tmp_path(name));
     mkdir(dir, 0755);
     char path[2100];
     snprintf(path, sizeof path, "%s/tests/fixtures/golden/%s/config.json", MOESIM_SOURCE_DIR,
@@ -57,6 +60,10 @@ static const char *checkpoint_with(const char *fixture, const key_edit *edits, s
     link_into(dir, fixture, "model.safetensors");
     link_into(dir, fixture, "golden.safetensors");
     return dir;
+}
+
+static const char *checkpoint_with(const char *fixture, const key_edit *edits, size_t n_edits) {
+    return checkpoint_named(fixture, fixture, edits, n_edits);
 }
 
 static const char *checkpoint_with_key(const char *fixture, const char *key, const char *json) {
@@ -115,14 +122,15 @@ Test(engine_config, quantization_config_is_refused_whatever_the_method) {
 Test(engine_config, an_activation_other_than_silu_is_refused) {
     assert_record_refuses(checkpoint_with_key("mixtral", "hidden_act", "\"gelu\""),
                           "config.json: hidden_act: \"gelu\" is not implemented by the engine "
-                          "(supported: \"silu\")");
+                          "(supported: \"silu\" or \"swish\")");
 }
 
 Test(engine_config, scaled_rope_in_rope_scaling_is_refused) {
     assert_record_refuses(
         checkpoint_with_key("olmoe", "rope_scaling", "{\"type\": \"yarn\", \"factor\": 4.0}"),
         "config.json: rope_scaling: {\"type\":\"yarn\",\"factor\":4.0} is not implemented by the "
-        "engine (supported: null or rope_type \"default\": scaled RoPE is not implemented)");
+        "engine (supported: null, {} or rope_type (or type) \"default\": scaled RoPE is not "
+        "implemented)");
 }
 
 Test(engine_config, scaled_rope_in_rope_parameters_is_refused) {
@@ -130,8 +138,8 @@ Test(engine_config, scaled_rope_in_rope_parameters_is_refused) {
         checkpoint_with_key("qwen2_moe", "rope_parameters",
                             "{\"rope_type\": \"linear\", \"factor\": 2.0, \"rope_theta\": 1e6}"),
         "config.json: rope_parameters: {\"rope_type\":\"linear\",\"factor\":2.0,"
-        "\"rope_theta\":1000000.0} is not implemented by the engine (supported: rope_type "
-        "\"default\"");
+        "\"rope_theta\":1000000.0} is not implemented by the engine (supported: rope_type (or "
+        "type) \"default\"");
 }
 
 Test(engine_config, an_olmoe_sliding_window_is_refused) {
@@ -311,4 +319,200 @@ Test(engine_config, num_key_value_heads_left_out_is_the_reference_default_not_th
     assert_load_refused(checkpoint_with_key("olmoe", "num_key_value_heads", NULL),
                         "tensor 'model.layers.0.self_attn.k_proj.weight': shape [32, 64], "
                         "expected [64, 64]");
+}
+
+/* ---- config patterns whose meaning is transformers' reading, not their names ---- */
+
+/* Every prompt of dir's golden.safetensors run on `e`: routing equal to transformers', logits
+ * within test_engine_golden.c's tolerances (2e-5 + 1e-5 relative). */
+static void assert_matches_golden(engine *e, const char *dir) {
+    char gpath[2100];
+    snprintf(gpath, sizeof gpath, "%s/golden.safetensors", dir);
+    moesim_error err = {0};
+    st_file *g;
+    cr_assert_eq(st_file_open(gpath, &g, &err), MOESIM_OK, "%s", err.msg);
+    const engine_config *c = engine_config_of(e);
+    uint32_t LK = c->n_moe_layers * c->top_k, V = c->vocab;
+    float *logits = malloc(V * sizeof *logits), gates[64 * 8];
+    uint16_t ids[64 * 8];
+    engine_token_info info = {.expert_ids = ids, .gate_weights = gates};
+    int p = 0;
+    for (;; p++) {
+        char name[64];
+        snprintf(name, sizeof name, "prompt%d.ids", p);
+        const st_tensor *idt = st_file_find(g, name);
+        if (!idt) break;
+        const float *tok = idt->data;
+        snprintf(name, sizeof name, "prompt%d.logits", p);
+        const float *want = st_file_find(g, name)->data;
+        snprintf(name, sizeof name, "prompt%d.topk_ids", p);
+        const float *want_ids = st_file_find(g, name)->data;
+        engine_seq *s = engine_seq_create(e, (uint32_t)idt->n_elems);
+        for (uint64_t t = 0; t < idt->n_elems; t++) {
+            cr_assert_eq(engine_seq_forward(e, s, (int32_t)tok[t], NULL, logits, &info, &err),
+                         MOESIM_OK, "%s", err.msg);
+            for (uint32_t i = 0; i < LK; i++)
+                cr_assert_eq(ids[i], (uint16_t)want_ids[t * LK + i], "prompt %d token %llu", p,
+                             (unsigned long long)t);
+            for (uint32_t v = 0; v < V; v++)
+                cr_assert(fabsf(logits[v] - want[t * V + v]) <=
+                              2e-5f + 1e-5f * fabsf(want[t * V + v]),
+                          "prompt %d token %llu logit %u: %.7g vs transformers %.7g", p,
+                          (unsigned long long)t, v, logits[v], want[t * V + v]);
+        }
+        engine_seq_destroy(s);
+    }
+    cr_assert_geq(p, 1, "%s holds no prompt", gpath);
+    free(logits);
+    st_file_close(g);
+}
+
+static void assert_loads_as_golden(const char *dir) {
+    engine *e = load_ok(dir);
+    assert_matches_golden(e, dir);
+    engine_destroy(e);
+}
+
+Test(engine_config, a_stored_lm_head_is_used_even_under_tie_word_embeddings) {
+    /* transformers does not tie when the checkpoint holds lm_head.weight: the fixture's head
+     * differs from its embedding, and its golden logits are those of the stored head */
+    const char *dir = checkpoint_with_key("mixtral", "tie_word_embeddings", "true");
+    engine *e = load_ok(dir);
+    cr_assert_not(engine_config_of(e)->tie_embeddings);
+    cr_assert_neq(engine_weight(e, T_LM_HEAD, 0, 0, PREC_BF16)->data,
+                  engine_weight(e, T_EMBED, 0, 0, PREC_BF16)->data);
+    assert_matches_golden(e, dir);
+    engine_destroy(e);
+}
+
+/* The fixture's checkpoint as an index whose weight_map lists every tensor but `drop`. */
+static const char *checkpoint_without_tensor(const char *fixture, const char *drop,
+                                             const key_edit *edits, size_t n_edits) {
+    const char *dir = checkpoint_named("no_tensor", fixture, edits, n_edits);
+    char path[2100];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    moesim_error err = {0};
+    st_file *f;
+    cr_assert_eq(st_file_open(path, &f, &err), MOESIM_OK, "%s", err.msg);
+    json_t *map = json_object();
+    for (size_t i = 0; i < st_file_count(f); i++)
+        if (strcmp(st_file_tensor(f, i)->name, drop))
+            json_object_set_new(map, st_file_tensor(f, i)->name, json_string("model.safetensors"));
+    st_file_close(f);
+    json_t *idx = json_pack("{s:o}", "weight_map", map);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    cr_assert_eq(json_dump_file(idx, path, 0), 0);
+    json_decref(idx);
+    return dir;
+}
+
+Test(engine_config, tie_word_embeddings_without_a_stored_head_runs_the_embedding_as_the_head) {
+    key_edit tie[] = {{"tie_word_embeddings", "true"}};
+    engine *e = load_ok(checkpoint_without_tensor("mixtral", "lm_head.weight", tie, 1));
+    cr_assert(engine_config_of(e)->tie_embeddings);
+    cr_assert_eq(engine_weight(e, T_LM_HEAD, 0, 0, PREC_BF16)->data,
+                 engine_weight(e, T_EMBED, 0, 0, PREC_BF16)->data);
+    engine_destroy(e);
+    key_edit untied[] = {{"tie_word_embeddings", "false"}};
+    assert_load_refused(checkpoint_without_tensor("mixtral", "lm_head.weight", untied, 1),
+                        "tensor 'lm_head.weight' missing");
+}
+
+Test(engine_config, a_scaled_rope_named_under_the_legacy_key_type_is_refused) {
+    assert_record_refuses(
+        checkpoint_with_key("mixtral", "rope_parameters",
+                            "{\"type\": \"linear\", \"factor\": 2.0, \"rope_theta\": 10000.0}"),
+        "config.json: rope_parameters: {\"type\":\"linear\",\"factor\":2.0,\"rope_theta\":10000.0} "
+        "is not implemented by the engine (supported: rope_type (or type) \"default\"");
+    assert_record_refuses(
+        checkpoint_with_key("olmoe", "rope_scaling", "{\"type\": \"dynamic\", \"factor\": 2.0}"),
+        "config.json: rope_scaling: {\"type\":\"dynamic\",\"factor\":2.0} is not implemented");
+    /* RoPE per layer type (a dict of dicts) is not one the engine runs either */
+    assert_record_refuses(
+        checkpoint_with_key("qwen2_moe", "rope_parameters",
+                            "{\"full_attention\": {\"rope_type\": \"default\"}}"),
+        "config.json: rope_parameters: {\"full_attention\":{\"rope_type\":\"default\"}} is not "
+        "implemented");
+    /* "default" under either key, and rope_type before type as standardize_rope_params reads
+     * them, are unscaled: the golden outputs hold */
+    assert_loads_as_golden(checkpoint_with_key("mixtral", "rope_parameters",
+                                               "{\"type\": \"default\", \"rope_theta\": 1e6}"));
+    assert_loads_as_golden(checkpoint_with_key(
+        "mixtral", "rope_parameters",
+        "{\"rope_type\": \"default\", \"type\": \"linear\", \"rope_theta\": 1e6}"));
+}
+
+static void assert_theta(const char *dir, double want) {
+    engine *e = load_ok(dir);
+    cr_assert_eq(engine_config_of(e)->rope_theta, want, "rope_theta %g, expected %g",
+                 engine_config_of(e)->rope_theta, want);
+    engine_destroy(e);
+}
+
+Test(engine_config, rope_scaling_beside_rope_parameters_replaces_it_as_in_transformers) {
+    /* convert_rope_params_to_dict: rope_parameters = rope_scaling or rope_parameters; its
+     * rope_theta, else the top-level rope_theta, else the class default (fixture: 1e6 in
+     * rope_parameters) */
+    key_edit own[] = {{"rope_scaling", "{\"rope_type\": \"default\", \"rope_theta\": 5e5}"}};
+    assert_theta(checkpoint_with("qwen3_moe", own, 1), 5e5);
+    key_edit top[] = {{"rope_scaling", "{\"type\": \"default\"}"}, {"rope_theta", "3e5"}};
+    assert_theta(checkpoint_with("qwen3_moe", top, 2), 3e5);
+    key_edit none[] = {{"rope_scaling", "{\"rope_type\": \"default\"}"}};
+    assert_theta(checkpoint_with("qwen3_moe", none, 1), 1e4); /* Qwen3MoeConfig.default_theta */
+    key_edit empty[] = {{"rope_scaling", "{}"}, {"rope_theta", "3e5"}};
+    assert_theta(checkpoint_with("qwen3_moe", empty, 2), 1e6); /* {} is false: not read */
+    /* rope_parameters is not read at all beside rope_scaling, so its scaling does not matter */
+    key_edit unread[] = {{"rope_scaling", "{\"rope_type\": \"default\", \"rope_theta\": 1e6}"},
+                         {"rope_parameters", "{\"rope_type\": \"linear\", \"factor\": 4.0}"}};
+    assert_loads_as_golden(checkpoint_with("qwen3_moe", unread, 2));
+}
+
+/* Importance of position 0 at MoE layer 0 after `n` tokens of the golden prompt 0. */
+static float importance_after(const char *dir, uint32_t n) {
+    engine *e = load_ok(dir);
+    engine_seq *s = engine_seq_create(e, n);
+    moesim_error err = {0};
+    for (uint32_t t = 0; t < n; t++)
+        cr_assert_eq(engine_seq_forward(e, s, (int32_t)(t + 1), NULL, NULL, NULL, &err), MOESIM_OK,
+                     "%s", err.msg);
+    float imp = engine_seq_importance(s, 0, 0);
+    engine_seq_destroy(s);
+    engine_destroy(e);
+    return imp;
+}
+
+Test(engine_config, olmoe_clip_qkv_zero_clamps_q_k_v_to_zero_as_transformers_does) {
+    /* transformers clamps whenever clip_qkv is not None: at 0 every score is 0, so every query
+     * spreads its attention evenly and position 0 receives 1/1 + 1/2 + ... + 1/n */
+    uint32_t n = 6;
+    float harmonic = 0;
+    for (uint32_t t = 1; t <= n; t++) harmonic += 1.0f / (float)t;
+    float clipped = importance_after(checkpoint_with_key("olmoe", "clip_qkv", "0.0"), n);
+    cr_assert(fabsf(clipped - harmonic) < 1e-5f, "importance %.7g, expected %.7g", clipped,
+              harmonic);
+    float unclipped = importance_after(checkpoint_with_key("olmoe", "clip_qkv", "null"), n);
+    cr_assert(fabsf(unclipped - harmonic) > 1e-3f, "unclipped importance %.7g", unclipped);
+    assert_load_refused(checkpoint_with_key("olmoe", "clip_qkv", "-1"),
+                        "config.json: clip_qkv: expected null or a number >= 0");
+}
+
+Test(engine_config, swish_is_silu_as_in_transformers_act2fn) {
+    assert_loads_as_golden(checkpoint_with_key("mixtral", "hidden_act", "\"swish\""));
+    assert_loads_as_golden(checkpoint_with_key("olmoe", "hidden_act", "\"silu\""));
+}
+
+Test(engine_config, num_experts_and_num_local_experts_are_one_key_as_in_transformers) {
+    static const char *const fixtures[] = {"mixtral", "olmoe", "qwen2_moe", "qwen3_moe"};
+    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
+        key_edit local[] = {{"num_experts", NULL}, {"num_local_experts", "8"}};
+        assert_loads_as_golden(checkpoint_with(fixtures[i], local, 2));
+        key_edit plain[] = {{"num_local_experts", NULL}, {"num_experts", "8"}};
+        assert_loads_as_golden(checkpoint_with(fixtures[i], plain, 2));
+    }
+    key_edit differ[] = {{"num_local_experts", "8"}, {"num_experts", "4"}};
+    assert_load_refused(checkpoint_with("mixtral", differ, 2),
+                        "config.json: num_experts 4 and num_local_experts 8: expected one value");
+    key_edit neither[] = {{"num_local_experts", NULL}, {"num_experts", NULL}};
+    assert_load_refused(checkpoint_with("mixtral", neither, 2),
+                        "config.json: num_local_experts: missing");
 }

@@ -1,6 +1,6 @@
 /* The engine's CUDA forward pass and expert pool; design in engine_cuda.h.
  *
- * One token at a time, as engine.c's engine_seq_forward: the host drives the layers and, at each
+ * One token at a time, as engine/forward.c's engine_seq_forward: the host drives the layers and, at each
  * MoE layer, reads the router's top-k back (one stream synchronization per MoE layer), starts
  * the copies of missing experts on the copy stream, then queues every chosen expert's SwiGLU
  * FFN on the compute stream behind its block's "ready" event. The KV cache is written in place
@@ -23,7 +23,7 @@ constexpr size_t POOL_ALIGN_BYTES = 256; /* device block stride: cudaMalloc's al
 constexpr int EW_THREADS = 256;          /* elementwise kernels */
 
 /* Kernels of the forward pass that are not model ops (kernels.h has no CPU twin for them; the
- * CPU forward does them inline in engine.c, in the same fp32 arithmetic). */
+ * CPU forward does them inline in engine/forward.c, in the same fp32 arithmetic). */
 
 __global__ void add_kernel(float *x, const float *y, size_t n) { /* x += y */
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -40,7 +40,7 @@ __global__ void clamp_kernel(float *x, size_t n, float c) {
     if (i < n) x[i] = fminf(fmaxf(x[i], -c), c);
 }
 
-/* y += sigmoid(dot(gate, h)) * eo, the dot in double as engine.c computes it. One block. */
+/* y += sigmoid(dot(gate, h)) * eo, the dot in double as forward.c computes it. One block. */
 __global__ void shared_gate_kernel(float *y, const float *gate, const float *h, const float *eo,
                                    size_t n) {
     __shared__ double part[EW_THREADS / 32];
@@ -59,7 +59,7 @@ __global__ void shared_gate_kernel(float *y, const float *gate, const float *h, 
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) y[i] += g * eo[i];
 }
 
-/* imp[t] += mean over heads of probs[h][t], t < n_ctx (engine.c's DyMoE importance update). */
+/* imp[t] += mean over heads of probs[h][t], t < n_ctx (forward.c's DyMoE importance update). */
 __global__ void importance_kernel(float *imp, const float *probs, unsigned n_heads, size_t n_ctx) {
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n_ctx) return;
@@ -345,7 +345,7 @@ void moe_block(engine_cuda *g, uint32_t l, uint32_t m, const uint8_t *prec, ecu_
         vals[i] = g->h_vals[i];
         CUDA_REQUIRE(ids[i] < E);
     }
-    if (c.norm_topk_prob) { /* as engine.c: float sum in rank order */
+    if (c.norm_topk_prob) { /* as forward.c: float sum in rank order */
         float sum = 0;
         for (uint32_t i = 0; i < K; i++) sum += vals[i];
         for (uint32_t i = 0; i < K; i++) vals[i] /= sum;
@@ -677,7 +677,7 @@ void engine_cuda_forward(engine_cuda *g, engine_cuda_seq *s, const float *x, uin
             kern_rmsnorm_cuda(g->q, g->q, L.q_norm, qd, c.rms_eps, st);
             kern_rmsnorm_cuda(k, k, L.k_norm, kvd, c.rms_eps, st);
         }
-        if (c.clip_qkv > 0) {
+        if (c.clip_qkv_on) {
             clamp_kernel<<<ew_blocks(qd), EW_THREADS, 0, st>>>(g->q, qd, c.clip_qkv);
             CUDA_LAUNCH_CHECK();
             clamp_kernel<<<ew_blocks(kvd), EW_THREADS, 0, st>>>(k, kvd, c.clip_qkv);

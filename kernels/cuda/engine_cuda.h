@@ -1,7 +1,8 @@
 /* The CUDA forward pass of the engine, behind a plain C interface (no CUDA types) so that
- * engine/engine.c can select it with engine_options.backend = "cuda" while every CUDA line stays
- * under kernels/cuda (STYLE habit 1). engine.c describes its loaded weights (host pointers) with
- * the structs below; this module copies what it needs and owns the device side.
+ * the engine's "cuda" backend (engine/backend_cuda.c, selected with engine_options.backend =
+ * "cuda") can drive it while every CUDA line stays under kernels/cuda (STYLE habit 1). The backend
+ * describes the engine's loaded weights (host pointers) with the structs below; this module
+ * copies what it needs and owns the device side.
  *
  * Memory: non-expert weights (attention, norms, router, shared expert, dense MLPs, LM head) are
  * resident on the device. Routed experts live in pinned host memory (cudaHostAlloc), one blob
@@ -24,7 +25,7 @@
 extern "C" {
 #endif
 
-/* Storage kind of a matrix; same values as engine_internal.h's mat_kind. */
+/* Storage kind of a matrix; same values as engine/weights.h's mat_kind. */
 enum { ECU_F32 = 0, ECU_BF16, ECU_Q8, ECU_Q4, ECU_Q2 };
 
 /* A host matrix [rows][cols] (a vector when rows == 1), borrowed for the duration of create. */
@@ -57,7 +58,8 @@ typedef struct ecu_model {
     uint32_t n_layers, hidden, vocab, n_heads, n_kv_heads, head_dim;
     uint32_t n_experts, top_k, expert_inter, shared_inter, dense_inter, n_moe_layers;
     bool norm_topk_prob, qk_norm_per_head, qk_norm_full;
-    float rms_eps, clip_qkv;
+    float rms_eps, clip_qkv; /* q, k, v clamped to [-clip_qkv, clip_qkv] when clip_qkv_on */
+    bool clip_qkv_on;
     double rope_theta;
     const uint32_t *moe_index; /* [n_layers] model layer -> MoE layer index */
     uint32_t precision_mask;   /* bit (1u << p) for each held precision */
