@@ -1,5 +1,6 @@
-/* The `cuda` backend of the replay executor (replay/exec.h; replay_run): the executor's run
- * loop, memory system, pools and checks driven by real copies and kernels on a GPU. What lives
+/* The `cuda` backend of the replay executor (replay/exec.h; replay_run): the run loop, memory
+ * system, pools and checks driven by real copies and kernels on a GPU. Its copy engines are in
+ * replay/run_copy.cu, the state both files share in replay/run_internal.cuh. What lives
  * here is only what CUDA hardware has:
  *
  * Device memory, allocated once before the clock starts (no cudaMalloc on the hot path): the
@@ -23,42 +24,7 @@
  * before every on_route, as an offloading engine waits for the router's output, and unpins the
  * route's experts only then. Op and copy times come from CUDA events (ns from the run's first
  * event, which the host clock starts with), resolved when the step ends. */
-#include <cuda_runtime.h>
-#include <pthread.h>
-#include <errno.h>
-#include <inttypes.h>
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#include <deque>
-#include <vector>
-
-/* The project's C headers spell two C11 keywords that C++ writes differently. */
-#define _Noreturn [[noreturn]]
-#define _Static_assert static_assert
-extern "C" {
-#include "common/alloc.h"
-#include "common/check.h"
-#include "kernels/quant.h"
-#include "replay/exec.h"
-#include "replay/replay.h"
-#include "core/future.h"
-#include "core/memsys.h"
-#include "core/route.h"
-#include "core/timeline.h"
-}
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/kernels_cuda.h"
-#include "replay/gemm.cuh"
-#include "replay/store.cuh"
-
-#define NONE          UINT32_MAX
-#define COPY_WINDOW   2 /* chunks in flight: one running, one queued behind it */
-#define GIB           1073741824.0
-#define RESERVE_BYTES (512ull << 20) /* CUDA context and cuBLAS workspace headroom */
-#define ATTN_Q_CHUNK  64 /* prefill queries per attention launch (bounds the probability buffer) */
+#include "replay/run_internal.cuh"
 
 extern "C" bool replay_built_with_cuda(void) { return true; }
 
@@ -71,335 +37,6 @@ extern "C" moesim_status replay_device_check(moesim_error *err) {
                            e != cudaSuccess ? cudaGetErrorString(e) : "none found");
     }
     return MOESIM_OK;
-}
-
-/* ---- the backend's state ---- */
-
-/* A chunk of the H2D engine in flight: its part copies, between two events. */
-typedef struct rp_chunk {
-    memsys_chunk c;
-    cudaEvent_t ev0, ev1;
-    int32_t slot;       /* bounce slot its bytes came from (an SSD read), or -1 */
-    uint8_t ends;       /* parts whose last bytes it carries */
-    uint64_t dev_bytes; /* bytes copied (kernel format) */
-    uint32_t layer, expert;
-    uint8_t prec, cls; /* for the timeline */
-} rp_chunk;
-
-/* An SSD chunk read into a bounce slot, waiting for the H2D engine: where each of its pieces
- * (memsys_chunk_pieces) landed. */
-typedef struct rp_staged {
-    uint64_t offset, bytes;
-    int32_t slot;
-    const uint8_t *src[PART_COUNT];
-} rp_staged;
-
-/* What the cuda backend adds to the executor's state (x->be_state). */
-struct cuda_backend {
-    replay_exec *x;
-    uint64_t dev_part_bytes[PREC_COUNT][PART_COUNT]; /* kernel format bytes (the blocks) */
-
-    /* device arena: the pools' blocks (x->pool hands out offsets in it) */
-    uint8_t *arena;
-    cudaEvent_t *ready; /* [L*E*P*3] event after the part's last chunk, or NULL: landed */
-
-    /* host store: borrowed from the inputs, or the run's own */
-    const replay_store *store;
-    replay_store *own_store;
-    uint8_t *bounce;     /* [n_slots][slot_bytes] pinned: SSD chunks staged for the H2D engine */
-    uint64_t slot_bytes; /* one chunk's pieces, each with its O_DIRECT alignment */
-    std::vector<int32_t> free_slots;
-    std::vector<std::deque<rp_staged>> staged; /* [transfer] SSD chunks not yet copied on */
-    uint64_t ssd_busy_ns;
-    bool ssd_running; /* the SSD engine's loop is on the stack */
-
-    /* H2D engine */
-    std::deque<rp_chunk> inflight;     /* submission order */
-    std::vector<rp_chunk> done_chunks; /* retired, not yet accounted (busy time, timeline) */
-    std::vector<cudaEvent_t> cev_all, cev_free; /* chunk events: reused once accounted */
-    std::vector<cudaEvent_t> xfer_last;  /* [transfer] event of its last chunk in flight */
-    std::vector<cudaStream_t> xfer_stream; /* [transfer] the stream that chunk went on */
-    uint64_t h2d_busy_ns, copy_last_end_ns, h2d_dev_bytes;
-    cudaStream_t s_demand, s_bg, s_comp;
-
-    /* compute */
-    cublas_lazy_handle blas; /* on s_comp */
-    uint16_t **w_attn;       /* [n_layers] q|k|v|o bf16 */
-    uint16_t **w_router, **w_shared, **w_dense, *w_lm; /* [n_layers] each, NULL where none */
-    float *x_act, *y, *h1, *h2, *kv, *attn_out, *probs, *logits, *gates_dev;
-    uint16_t *ys; /* [T][top_k][hidden] bf16 expert outputs the combine reads */
-    uint32_t max_ctx;
-    uint16_t *x_bf16;
-    uint64_t q_dim, kv_dim, device_alloc;
-    struct op_rec {
-        cudaEvent_t ev0, ev1;
-        char name[64];
-        const char *cat;
-        int layer;        /* MoE layer for on_layer_done bookkeeping, -1 otherwise */
-        cudaEvent_t need; /* copy end this op waited for, or NULL */
-    };
-    std::vector<op_rec> ops;
-    std::vector<cudaEvent_t> ev_pool;
-    size_t ev_used;
-    cudaEvent_t ev_start, ev_step; /* the run's first event; the current step's first */
-};
-typedef struct cuda_backend rp;
-
-static rp *be_of(const replay_exec *x) { return (rp *)x->be_state; }
-
-static cudaEvent_t ev_get(rp *s) {
-    if (s->ev_used == s->ev_pool.size()) {
-        cudaEvent_t e;
-        CUDA_CHECK(cudaEventCreate(&e));
-        s->ev_pool.push_back(e);
-    }
-    return s->ev_pool[s->ev_used++];
-}
-
-/* Chunk events live until the chunk retired and its times were read (chunks_account). */
-static cudaEvent_t cev_get(rp *s) {
-    if (!s->cev_free.empty()) {
-        cudaEvent_t e = s->cev_free.back();
-        s->cev_free.pop_back();
-        return e;
-    }
-    cudaEvent_t e;
-    CUDA_CHECK(cudaEventCreate(&e));
-    s->cev_all.push_back(e);
-    return e;
-}
-
-static uint64_t ev_ns(rp *s, cudaEvent_t e) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, s->ev_start, e));
-    return ms <= 0 ? 0 : (uint64_t)llround((double)ms * 1e6);
-}
-
-static uint64_t run_ns(const rp *s) { return replay_exec_now(s->x); }
-
-static uint8_t *block_ptr(const rp *s, size_t part_index) {
-    return s->arena + block_pool_offset(&s->x->pool, part_index);
-}
-
-/* A part left HBM: no copy will mark it landed any more. */
-static void cuda_part_released(replay_exec *x, size_t part_index) {
-    be_of(x)->ready[part_index] = NULL;
-}
-
-/* ---- copies ---- */
-
-/* Byte `acct` of part `part` at precision p (the memory system's units) in the kernel format:
- * chunks split parts in proportion, so a part's chunks cover its kernel bytes exactly. */
-static uint64_t dev_offset(const rp *s, uint32_t p, int part, uint64_t acct) {
-    return (uint64_t)((unsigned __int128)acct * s->dev_part_bytes[p][part] /
-                      s->x->part_bytes[p][part]);
-}
-
-static uint64_t part_blob_offset(const rp *s, uint32_t p, int part) {
-    uint64_t o = 0;
-    for (int q = 0; q < part; q++) o += s->dev_part_bytes[p][q];
-    return o;
-}
-
-/* Reads kernel bytes [lo, lo + n) of (layer, expert, p)'s blob from the SSD file into the bounce
- * slot `slot` after its first *used bytes (O_DIRECT: the aligned range covering them); returns
- * where byte lo landed and adds the bytes the read took to *used. An I/O error mid-run cannot be
- * recovered: reported, aborted. */
-static const uint8_t *ssd_pread(rp *s, uint32_t p, size_t le, uint64_t lo, uint64_t n,
-                                int32_t slot, uint64_t *used) {
-    const replay_store *st = s->store;
-    uint64_t a = lo / SSD_ALIGN * SSD_ALIGN, b = (lo + n + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN;
-    MOESIM_ASSERT(b <= st->ssd_stride[p] && *used + (b - a) <= s->slot_bytes);
-    uint8_t *dst = s->bounce + (uint64_t)slot * s->slot_bytes + *used;
-    for (uint64_t o = a; o < b;) {
-        ssize_t r = pread(st->ssd_fd[p], dst + (o - a), b - o, (off_t)(st->ssd_off[p][le] + o));
-        if (r <= 0) cuda_check_fail("pread", strerror(r < 0 ? errno : EIO), __FILE__, __LINE__);
-        o += (uint64_t)r;
-    }
-    *used += b - a;
-    return dst + (lo - a);
-}
-
-/* The SSD engine: reads every chunk memsys hands it, synchronously on the host thread, into a
- * bounce slot, then reports it done so the H2D engine can copy it on (memsys stops handing out
- * chunks while its bounce buffer is full). */
-static void ssd_kick(rp *s) {
-    if (s->ssd_running) return; /* the loop below takes the new work */
-    s->ssd_running = true;
-    replay_exec *x = s->x;
-    memsys_chunk c;
-    while (memsys_next_chunk(&x->ms, MEMSYS_SSD, &c)) {
-        const memsys_xfer *xf = &x->ms.xf[c.xfer];
-        MOESIM_ASSERT(!s->free_slots.empty()); /* sized from the bounce buffer (bounce_alloc) */
-        rp_staged sg = {c.offset, c.bytes, s->free_slots.back(), {NULL, NULL, NULL}};
-        s->free_slots.pop_back();
-        memsys_piece pc[PART_COUNT];
-        uint32_t n = memsys_chunk_pieces(&x->ms, &c, pc);
-        size_t le = (size_t)xf->layer * x->E + xf->expert;
-        uint64_t used = 0, t0 = replay_exec_clock_ns();
-        for (uint32_t i = 0; i < n; i++) {
-            uint64_t a = dev_offset(s, xf->prec, pc[i].part, pc[i].part_offset);
-            uint64_t b = dev_offset(s, xf->prec, pc[i].part, pc[i].part_offset + pc[i].bytes);
-            sg.src[i] = ssd_pread(s, xf->prec, le, part_blob_offset(s, xf->prec, pc[i].part) + a,
-                                  b - a, sg.slot, &used);
-        }
-        uint64_t t1 = replay_exec_clock_ns();
-        s->ssd_busy_ns += t1 - t0;
-        if (x->tl.on) {
-            char name[64];
-            snprintf(name, sizeof name, "L%u e%u %s ssd", xf->layer, xf->expert,
-                     precision_name((moesim_precision)xf->prec));
-            sim_timeline_slice(&x->tl, SIM_TRACK_SSD, "ssd", name, t0 - x->t0_ns, t1 - x->t0_ns);
-        }
-        if (s->staged.size() <= c.xfer) s->staged.resize(c.xfer + 1);
-        s->staged[c.xfer].push_back(sg);
-        memsys_xfer fin;
-        bool landed = memsys_chunk_done(&x->ms, &c, &fin); /* staged: the H2D engine goes on */
-        MOESIM_ASSERT(!landed);
-    }
-    s->ssd_running = false;
-}
-
-/* The H2D engine: keeps COPY_WINDOW chunks in flight, each the chunk memsys hands out next (so a
- * demand load overtakes queued prefetches at the next chunk boundary), one cudaMemcpyAsync per
- * part it spans, from the pinned store or the bounce slot its SSD read filled. */
-static void h2d_kick(rp *s) {
-    replay_exec *x = s->x;
-    memsys_chunk c;
-    while (s->inflight.size() < COPY_WINDOW && memsys_next_chunk(&x->ms, MEMSYS_H2D, &c)) {
-        const memsys_xfer *xf = &x->ms.xf[c.xfer];
-        uint32_t p = xf->prec;
-        memsys_piece pc[PART_COUNT];
-        uint32_t n = memsys_chunk_pieces(&x->ms, &c, pc);
-        rp_chunk rc = {c,  cev_get(s), cev_get(s), -1,      0,
-                       0,  xf->layer,  xf->expert, xf->prec, xf->cls};
-        const uint8_t *src[PART_COUNT];
-        size_t le = (size_t)xf->layer * x->E + xf->expert;
-        if (xf->via_ssd) { /* the SSD chunk of the same bytes (chunks of both engines align) */
-            MOESIM_ASSERT(s->staged.size() > c.xfer && !s->staged[c.xfer].empty());
-            rp_staged sg = s->staged[c.xfer].front();
-            s->staged[c.xfer].pop_front();
-            MOESIM_ASSERT(sg.offset == c.offset && sg.bytes == c.bytes);
-            rc.slot = sg.slot;
-            memcpy(src, sg.src, sizeof src);
-        } else {
-            MOESIM_ASSERT(s->store->host_off[p][le] != UINT64_MAX);
-            for (uint32_t i = 0; i < n; i++)
-                src[i] = s->store->host[p] + s->store->host_off[p][le] +
-                         part_blob_offset(s, p, pc[i].part) +
-                         dev_offset(s, p, pc[i].part, pc[i].part_offset);
-        }
-        cudaStream_t st = xf->cls == POLICY_DEMAND ? s->s_demand : s->s_bg;
-        if (s->xfer_last.size() <= c.xfer) {
-            s->xfer_last.resize(c.xfer + 1, NULL);
-            s->xfer_stream.resize(c.xfer + 1, NULL);
-        }
-        if (c.first) s->xfer_last[c.xfer] = NULL;
-        /* promoted mid-copy: its earlier chunks went on the other stream; a part's last event
-         * must mean the whole part landed */
-        if (s->xfer_last[c.xfer] && s->xfer_stream[c.xfer] != st)
-            CUDA_CHECK(cudaStreamWaitEvent(st, s->xfer_last[c.xfer], 0));
-        CUDA_CHECK(cudaEventRecord(rc.ev0, st));
-        size_t base = memsys_lep(&x->ms, xf->layer, xf->expert, p) * PART_COUNT;
-        for (uint32_t i = 0; i < n; i++) {
-            int part = pc[i].part;
-            uint64_t a = dev_offset(s, p, part, pc[i].part_offset);
-            uint64_t b = dev_offset(s, p, part, pc[i].part_offset + pc[i].bytes);
-            CUDA_CHECK(cudaMemcpyAsync(block_ptr(s, base + part) + a, src[i], b - a,
-                                       cudaMemcpyHostToDevice, st));
-            rc.dev_bytes += b - a;
-            if (pc[i].part_offset + pc[i].bytes == x->part_bytes[p][part])
-                rc.ends |= (uint8_t)(1u << part);
-        }
-        CUDA_CHECK(cudaEventRecord(rc.ev1, st));
-        for (int part = 0; part < PART_COUNT; part++)
-            if (rc.ends & (1u << part)) s->ready[base + part] = rc.ev1;
-        s->xfer_last[c.xfer] = rc.ev1;
-        s->xfer_stream[c.xfer] = st;
-        s->h2d_dev_bytes += rc.dev_bytes;
-        s->inflight.push_back(rc);
-    }
-}
-
-static void cuda_copy_kick(replay_exec *x, int engine) {
-    if (engine == MEMSYS_SSD)
-        ssd_kick(be_of(x));
-    else
-        h2d_kick(be_of(x));
-}
-
-/* Retires finished chunks in submission order: memsys makes their parts resident and the policy
- * hears of completed loads (memsys_deliver, after the engine restarted). Never called from inside
- * a policy callback (on_route may be issuing loads). */
-static void retire(rp *s) {
-    replay_exec *x = s->x;
-    while (!s->inflight.empty()) {
-        cudaError_t e = cudaEventQuery(s->inflight.front().ev1);
-        if (e == cudaErrorNotReady) break;
-        CUDA_CHECK(e);
-        rp_chunk rc = s->inflight.front();
-        s->inflight.pop_front();
-        s->done_chunks.push_back(rc);
-        if (s->xfer_last[rc.c.xfer] == rc.ev1) s->xfer_last[rc.c.xfer] = NULL;
-        if (rc.slot >= 0) s->free_slots.push_back(rc.slot); /* its bytes left the bounce slot */
-        size_t base = memsys_lep(&x->ms, rc.layer, rc.expert, rc.prec) * PART_COUNT;
-        for (int part = 0; part < PART_COUNT; part++)
-            if (rc.ends & (1u << part)) /* landed: ops need not wait */
-                s->ready[base + part] = NULL;
-        memsys_xfer fin;
-        bool complete = memsys_chunk_done(&x->ms, &rc.c, &fin);
-        h2d_kick(s);
-        if (complete) memsys_deliver(&x->ms, &fin, run_ns(s));
-    }
-}
-
-static void pump(rp *s) {
-    retire(s);
-    h2d_kick(s);
-    ssd_kick(s);
-}
-
-/* Blocks until the oldest chunk in flight has landed, then retires what has. */
-static void wait_next_chunk(rp *s) {
-    if (s->inflight.empty()) pump(s);
-    MOESIM_ASSERT(!s->inflight.empty()); /* the caller waits for a copy that has started */
-    CUDA_CHECK(cudaEventSynchronize(s->inflight.front().ev1));
-    pump(s);
-}
-
-static bool cuda_wait_copy(replay_exec *x) {
-    wait_next_chunk(be_of(x));
-    return true;
-}
-
-/* Waits until every part in mask has all its chunks submitted (its ready event exists): the
- * compute stream then waits for their events itself. */
-static void cuda_expert_wait(replay_exec *x, uint32_t layer, uint32_t e, moesim_precision p,
-                             uint32_t mask) {
-    rp *s = be_of(x);
-    size_t base = memsys_lep(&x->ms, layer, e, p) * PART_COUNT;
-    for (;;) {
-        bool ok = true;
-        for (int part = 0; part < PART_COUNT; part++)
-            if (mask & (1u << part) && x->ms.state[base + part] == POLICY_LOADING &&
-                !s->ready[base + part])
-                ok = false;
-        if (ok) return;
-        pump(s);
-    }
-}
-
-/* Waits until the compute stream is idle, feeding copies meanwhile. */
-static void cuda_wait_compute(replay_exec *x) {
-    rp *s = be_of(x);
-    cudaEvent_t e = ev_get(s);
-    CUDA_CHECK(cudaEventRecord(e, s->s_comp));
-    for (;;) {
-        pump(s);
-        cudaError_t r = cudaEventQuery(e);
-        if (r == cudaSuccess) break;
-        if (r != cudaErrorNotReady) CUDA_CHECK(r);
-    }
 }
 
 /* ---- compute ---- */
@@ -841,7 +478,7 @@ static void cuda_warm_copy(replay_exec *x) {
         for (int part = 0; part < PART_COUNT; part++) {
             if (!(x->ms.warm_parts[i] & (1u << part))) continue;
             uint8_t *dst = block_ptr(s, (size_t)lep * PART_COUNT + part);
-            uint64_t off = part_blob_offset(s, p, part), n = s->dev_part_bytes[p][part];
+            uint64_t off = cuda_part_blob_offset(s, p, part), n = s->dev_part_bytes[p][part];
             if (st->host_off[p][le] != UINT64_MAX) {
                 CUDA_CHECK(cudaMemcpy(dst, st->host[p] + st->host_off[p][le] + off, n,
                                       cudaMemcpyHostToDevice));
@@ -850,7 +487,7 @@ static void cuda_warm_copy(replay_exec *x) {
             uint64_t piece = s->slot_bytes - 2 * SSD_ALIGN; /* what one slot reads at a time */
             for (uint64_t o = 0; o < n; o += piece) {
                 uint64_t len = n - o < piece ? n - o : piece, used = 0;
-                const uint8_t *src = ssd_pread(s, p, le, off + o, len, 0, &used);
+                const uint8_t *src = cuda_ssd_pread(s, p, le, off + o, len, 0, &used);
                 CUDA_CHECK(cudaMemcpy(dst + o, src, len, cudaMemcpyHostToDevice));
             }
         }
@@ -868,8 +505,8 @@ static void cuda_clock_start(replay_exec *x) {
 
 static void cuda_drain(replay_exec *x) {
     rp *s = be_of(x);
-    pump(s);
-    while (!s->inflight.empty()) wait_next_chunk(s);
+    cuda_pump(s);
+    while (!s->inflight.empty()) cuda_wait_next_chunk(s);
     for (int e = 0; e < MEMSYS_ENGINES; e++)
         for (int c = 0; c < MEMSYS_CLASSES; c++) MOESIM_ASSERT(x->ms.head[e][c] == NONE);
     CUDA_CHECK(cudaDeviceSynchronize());
