@@ -1,5 +1,5 @@
 /* dynaexq: DynaExq, "Dynamic Expert Quantization for Scalable Mixture-of-Experts Inference"
- * (Chu et al.; seeds/002 first version, seeds/003 revised). Expert precision is a runtime
+ * (Chu et al.; [DynaExq-v1] first version, [DynaExq-v2] revised). Expert precision is a runtime
  * resource: every expert keeps a usable low-precision (LO) version, and a per-layer set of hot
  * experts runs at high precision (HI) within a fixed HBM budget.
  *

@@ -1,4 +1,4 @@
-/* DynaExq (Chu et al.; seeds 002 = first version, 003 = revised version): the pure pieces of the
+/* DynaExq (Chu et al.; [DynaExq-v1] first version, [DynaExq-v2] revised): the pure pieces of the
  * policy, exposed for unit tests. policies/dynaexq.c wires them to the policy API.
  *
  *   dx_hotness   per-(layer, expert) hotness: the EMA of router probabilities with passive decay
