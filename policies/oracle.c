@@ -166,8 +166,8 @@ static void oracle_destroy(policy *p) {
 const policy_methods policy_oracle = {
     .api_version = POLICY_API_VERSION,
     .name = "oracle",
-    .summary = "Belady's optimal replacement with perfect prefetch of the next layer (upper "
-               "bound)",
+    .summary = "Belady's replacement with perfect prefetch of the next layer (a reference; the "
+               "bound on loads is belady_min_loads)",
     .create = oracle_create,
     .warmup = oracle_warmup,
     .on_route = oracle_on_route,

@@ -154,7 +154,7 @@ Test(sim_invariants, every_policy_stays_in_budget_runs_only_resident_experts_and
     free(ran);
 }
 
-Test(sim_invariants, oracle_hit_rate_bounds_every_other_policy) {
+Test(sim_invariants, oracle_hit_rate_is_at_least_every_other_policys_on_these_short_prompt_cases) {
     cr_assert(policy_lookup("oracle"), "no policy named 'oracle' is registered");
     size_t n_pol;
     const policy_methods *const *all = policy_all(&n_pol);
