@@ -521,9 +521,15 @@ uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer) {
         const memsys_xfer *x = &m->xf[i];
         if (!x->parts || !xfer_started(x)) continue;
         if (m->cfg.per_layer && x->layer != layer) continue;
-        for (int part = 0; part < PART_COUNT; part++)
-            if ((x->parts & (1u << part)) && !(x->parts_done & (1u << part)))
+        /* the landed parts still held count too: evicting the expert is refused until the
+         * rest lands (a policy may evict a landed part alone; then its room is free) */
+        size_t lep = memsys_lep(m, x->layer, x->expert, x->prec);
+        for (int part = 0; part < PART_COUNT; part++) {
+            uint32_t bit = 1u << part;
+            bool landed = x->parts_done & bit;
+            if ((x->parts & bit) && (!landed || m->state[lep * PART_COUNT + part] != POLICY_ABSENT))
                 bytes += m->cfg.part_bytes[x->prec][part];
+        }
     }
     return bytes;
 }

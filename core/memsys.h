@@ -229,7 +229,8 @@ void memsys_end_layer(memsys *m, uint32_t layer, uint64_t now_ns);
 
 /* Bytes of `layer`'s pool (the one pool when shared) held by copies already started: they cannot
  * be evicted until they land, even those of the route's own experts (a copy at another precision
- * than the policy will plan holds room too). */
+ * than the policy will plan holds room too). A started copy's parts that have landed count while
+ * held: an eviction of the whole expert is refused until its last part lands. */
 uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer);
 
 /* Issue sequence of the transfer loading part index `pi` (a LOADING part). */

@@ -15,11 +15,11 @@ mkdir -p "$out/traces"
 # label | policy | --set / --config arguments
 runs=(
     "dynaexq, budget 5 GB|dynaexq|--set memory.budget_gb=5"
-    "dynaexq (defaults: 003's top-n_l)|dynaexq|"
+    "dynaexq (defaults: [DynaExq-v2]'s top-n_l)|dynaexq|"
     "dynaexq, budget 8 GB|dynaexq|--set memory.budget_gb=8"
     "dynaexq, dynaexq-revised.ini|dynaexq|--config configs/policies/dynaexq-revised.ini"
-    "dynaexq, dynaexq-first.ini (002's fixed threshold)|dynaexq|--config configs/policies/dynaexq-first.ini"
-    "dynaexq, dynaexq.prefetch = true (002's cross-layer prefetch)|dynaexq|--set dynaexq.prefetch=true"
+    "dynaexq, dynaexq-first.ini ([DynaExq-v1]'s fixed threshold)|dynaexq|--config configs/policies/dynaexq-first.ini"
+    "dynaexq, dynaexq.prefetch = true ([DynaExq-v1]'s cross-layer prefetch)|dynaexq|--set dynaexq.prefetch=true"
     "lru at int4 (every expert fits: static INT4 after a cold start)|lru|--set expert.precision=int4"
     "lru at bf16 (offloading)|lru|"
 )
@@ -50,7 +50,7 @@ print("| %s | %s | %s | %s | %.2f / %.2f | %.1f | %s | %.2f / %.2f |" % (label, 
 ' "$label" "$( [[ $args == *int4* ]] && echo int4 || echo bf16 )"
 done
 
-# The hysteresis margin against churn (003 §3.5), at a short interval so the set is challenged often.
+# The hysteresis margin against churn ([DynaExq-v2] §3.5), at a short interval so the set is challenged often.
 echo
 echo "With \`dynaexq.interval = 4\` (budget 6 GB), the promotions and the HI share as the margin grows:"
 echo

@@ -44,7 +44,7 @@ print sprintf("1 %g", bb[2] / fm[2])
 print sprintf("2 %g", fm[1] / fm[2])
 unset print
 
-set multiplot layout 1, 3 title "Decode latency vs GPU expert cache size, every policy (FIRM-MoE Fig. 4 setting), simulated: RTX 3090 over PCIe 4.0, batch 1\n{/*0.8 cache = one HBM pool of N bf16 experts (over all layers); oracle = Belady eviction + perfect next-layer prefetch: the bound of the bf16 policies. dymoe (int4/int2) and dynaexq (bf16/int4)}\n{/*0.8 store quantized experts, so more fit in the same bytes and they can go below it; a missing point: the policy refuses that cache (too small for its working set)}"
+set multiplot layout 1, 3 title "Decode latency vs GPU expert cache size, every policy (FIRM-MoE Fig. 4 setting), simulated: RTX 3090 over PCIe 4.0, batch 1\n{/*0.8 cache = one HBM pool of N bf16 experts (over all layers); oracle = Belady eviction + perfect next-layer prefetch, a reference line (not a bound with prompt steps). dymoe (int4/int2) and dynaexq (bf16/int4)}\n{/*0.8 store quantized experts, so more fit in the same bytes and they can go below it; a missing point: the policy refuses that cache (too small for its working set)}"
 set grid
 set logscale y
 set xlabel 'GPU expert cache (experts, all layers)'
@@ -53,7 +53,7 @@ set xtics (128, 256, 512, 768, 896)
 set xrange [64:960]
 set key bottom left box opaque font ",9"
 titles = "Qwen1.5-MoE-A2.7B OLMoE-1B-7B"
-last(p) = p == words(policies)   # the oracle: the bound, drawn dashed and thicker
+last(p) = p == words(policies)   # the oracle: the reference, drawn dashed and thicker
 width(p) = last(p) ? 3 : 2
 dash(p) = last(p) ? 2 : 1
 do for [m=1:2] {

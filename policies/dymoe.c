@@ -1,5 +1,5 @@
 /* DyMoE: importance-aware mixed precision, depth-aware retention, look-ahead prefetch and a
- * mixed-precision LRU expert cache (../shared/seeds/001_3676d9889d66c89a.txt, Sec. 4; the
+ * mixed-precision LRU expert cache ([DyMoE] Huang et al., Sec. 4; the
  * mapping paper -> code -> knobs is in policies/README.md, section dymoe).
  *
  * Per MoE layer l of a step (on_route), with the M experts the step activates in that layer:
@@ -9,8 +9,12 @@
  *      (4/2) or are skipped (4/0, lo = skip);
  *   3. the mixed-precision cache serves each request under its three rules, issuing demand
  *      loads for misses and evicting least-recently-used experts when the budget is full;
- *   4. the prefetcher loads the top-t predicted experts of layer l+1 at `hi` (Eq. 6-8); they
- *      enter the LRU list at its least recent end and move up when used (prefetch_insert).
+ *   4. the prefetcher loads the predicted experts of layer l+1 (Eq. 6-8), each at the precision
+ *      its forecast importance gives it: the first t_{l+1} (Eq. 5 for layer l+1) at `hi`, the
+ *      rest of Eq. 7's prefill set at `lo` (none with 4/0); in decode t is t_{l+1} itself
+ *      (prefetch_t_rule = critical), or the model's top_k with the sub-critical ones at `lo`
+ *      (top_k). They enter the LRU list at its least recent end and move up when used
+ *      (prefetch_insert).
  *
  * Units: bytes (uint64_t), no time is used (the policy is driven by routing alone).
  * Invariants: an expert is held at one precision at most (rule 1). A LO copy whose eviction the
@@ -37,6 +41,7 @@ static const char *const dymoe_lo_choices[] = {"bf16", "fp8",  "int8", "int4",
 #define DYMOE_LO_SKIP 6
 static const char *const dymoe_rounding_choices[] = {"carry", "ceil", NULL};
 static const char *const dymoe_prefetch_insert_choices[] = {"cold", "hot", NULL};
+static const char *const dymoe_prefetch_t_rule_choices[] = {"critical", "top_k", NULL};
 
 #define K(key, type, member, lo, hi, choices, def, help)                                           \
     {                                                                                              \
@@ -60,7 +65,11 @@ static const config_field dymoe_knob_fields[] = {
     K("prefetch", CONFIG_BOOL, prefetch, 1, 0, NULL, "true",
       "look-ahead prefetcher (Sec. 4.4.1, Eq. 6-8; Table 3 rows 3, 5, 6)"),
     K("prefetch_t", CONFIG_U32, prefetch_t, 0, 1024, NULL, "0",
-      "Eq. 8 decode top-t; 0: the model's top_k (paper gives no value)"),
+      "Eq. 8 decode top-t; 0: as prefetch_t_rule says (the paper gives no value)"),
+    K("prefetch_t_rule", CONFIG_ENUM, prefetch_t_rule, 1, 0, dymoe_prefetch_t_rule_choices,
+      "critical",
+      "Eq. 8's t when prefetch_t = 0: critical = Eq. 5's t_{l+1} (Sec. 4.4.1 prefetches "
+      "'critical experts'); top_k = the model's top_k, sub-critical ones at lo (see README)"),
     K("prefetch_t_prefill", CONFIG_U32, prefetch_t_prefill, 0, 1024, NULL, "0",
       "Eq. 7 prefill top-t; 0: every expert some token's top-k predicts (paper gives no value)"),
     K("heavy_hitter_k", CONFIG_U32, heavy_hitter_k, 0, 1u << 30, NULL, "0",
@@ -626,6 +635,10 @@ static void dymoe_prefetch(policy *p, const policy_route *r) {
         k_use = t;
         cap = t;
     }
+    /* Eq. 8's t by default is Eq. 5's critical count of layer l+1 (below): the prefetcher
+     * exists "to mask the latency of loading critical experts" (Sec. 4.4.1) */
+    bool t_critical = !p->is_prefill && !p->knobs.prefetch_t &&
+                      p->knobs.prefetch_t_rule == DYMOE_PREFETCH_T_CRITICAL;
     if (t > E) t = E;
     uint32_t n = dymoe_prefetch_select(r->n_tokens, p->params.lookahead_depth,
                                        p->params.lookahead_k, k_use, r->lookahead_ids,
@@ -637,6 +650,7 @@ static void dymoe_prefetch(policy *p, const policy_route *r) {
         double carry = p->carry[next];
         n_hi = dymoe_critical_count(r_next, n, (dymoe_rounding)p->knobs.rounding, &carry);
     }
+    if (t_critical && n_hi < cap) cap = n_hi;
     if (n > cap) n = cap;
     for (uint32_t j = 0; j < n; j++) {
         dymoe_tier tier = j < n_hi ? DYMOE_TIER_HI : DYMOE_TIER_LO;

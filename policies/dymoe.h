@@ -1,5 +1,5 @@
 /* DyMoE (Huang et al., "DyMoE: Dynamic Expert Orchestration with Mixed-Precision Quantization for
- * Efficient MoE Inference on Edge", ../shared/seeds/001_3676d9889d66c89a.txt): the pure pieces of
+ * Efficient MoE Inference on Edge", [DyMoE]): the pure pieces of
  * the policy, exposed for unit tests. The policy table itself is `policy_dymoe` (dymoe.c).
  *
  *   importance      prefill: heavy-hitter token load (Eq. 1-2); decode: gate score (Eq. 3)
@@ -28,7 +28,8 @@ typedef struct dymoe_knobs {
     bool dyquant;                /* off: every activated expert runs at hi (Table 3 rows 1-3) */
     bool cache;                  /* off: load on demand, nothing kept across layers (row 1) */
     bool prefetch;               /* look-ahead prefetcher (Sec. 4.4.1) */
-    uint32_t prefetch_t;         /* Eq. 8's t (decode); 0: the model's top_k */
+    uint32_t prefetch_t;         /* Eq. 8's t (decode); 0: by prefetch_t_rule */
+    int prefetch_t_rule;         /* dymoe_prefetch_t_rule: "critical" or "top_k" */
     uint32_t prefetch_t_prefill; /* Eq. 7's t (prefill); 0: every predicted expert */
     uint32_t heavy_hitter_k;     /* Eq. 2's k; 0: use heavy_hitter_share */
     double heavy_hitter_share;   /* k = ceil(share * tokens of the step) when heavy_hitter_k = 0 */
@@ -42,6 +43,13 @@ typedef enum dymoe_prefetch_insert {
                                 prefetch is not a use, so a wrong guess is the next victim */
     DYMOE_PREFETCH_HOT,      /* most recent, as if used when issued */
 } dymoe_prefetch_insert;
+
+/* Eq. 8's decode t when prefetch_t = 0. */
+typedef enum dymoe_prefetch_t_rule {
+    DYMOE_PREFETCH_T_CRITICAL = 0, /* Eq. 5's critical count t_{l+1} over the predicted experts:
+                                      the critical experts of layer l+1, at hi */
+    DYMOE_PREFETCH_T_TOP_K,        /* the model's top_k, the sub-critical ones at lo */
+} dymoe_prefetch_t_rule;
 
 /* How Eq. 5's t_l = ceil(r(l) * M) is turned into an integer count. */
 typedef enum dymoe_rounding {

@@ -1,5 +1,5 @@
 /* dynaexq: DynaExq, "Dynamic Expert Quantization for Scalable Mixture-of-Experts Inference"
- * (Chu et al.; seeds/002 first version, seeds/003 revised). Expert precision is a runtime
+ * (Chu et al.; [DynaExq-v1] first version, [DynaExq-v2] revised). Expert precision is a runtime
  * resource: every expert keeps a usable low-precision (LO) version, and a per-layer set of hot
  * experts runs at high precision (HI) within a fixed HBM budget.
  *
@@ -27,6 +27,7 @@
  * (the last term is 002 §3.4's "small transient buffer": an expert holds both versions while its
  * transition is in flight), or n_hi * S_hi + N * S_lo <= M with keep_lo; split evenly over the
  * layers (remainder to the first layers). All sizes in bytes, times in ns. */
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +66,12 @@ static const config_field dynaexq_knob_fields[] = {
     K("select", CONFIG_ENUM, select, 1, 0, select_choices, "topn",
       "high-precision set: topn = 003 Sec. 3.5 (per-layer top-n_l at every schedule, with "
       "hysteresis); threshold = 002 Algorithm 1 line 15 and Sec. 3.5 (tau_h = the n_l-th score "
-      "at the first schedule, then fixed; the top n_l with S >= tau_h; no hysteresis)"),
+      "once the EMA has warmed up (tau_after), then fixed; the top n_l with S >= tau_h; no "
+      "hysteresis)"),
+    K("tau_after", CONFIG_U64, tau_after, 0, 1e18, NULL, "0",
+      "select = threshold: EMA updates (steps with hotness = ema, intervals with count) before "
+      "tau_h is fixed, 002 Sec. 3.5's warm-up of the hotness scores; 0: the EMA horizon "
+      "1/(1-alpha); tau_h is then bias-corrected to the steady scale (see README)"),
     K("hysteresis", CONFIG_F64, hysteresis, 0, 1e6, NULL, "0.25",
       "hysteresis margin (003 Sec. 3.5): score mode, in units of the uniform-routing score "
       "(1/E ema, k/E count); rank mode, the rank slack (an integer)"),
@@ -91,7 +97,7 @@ static const config_field dynaexq_knob_fields[] = {
 
 /* ---- state ---- */
 
-#define DX_REPORT_FIELDS 18
+#define DX_REPORT_FIELDS 19
 
 struct policy {
     policy_params params; /* copy; params.model borrowed */
@@ -110,6 +116,8 @@ struct policy {
     dx_entry *entry;                /* [n_layers][n_experts] */
     bool *in_set;                   /* [n_layers][n_experts] the scheduler's target high set */
     double *tau;                    /* [n_layers] 002's fixed tau_h (select = threshold) */
+    bool tau_fixed;                 /* tau has been fixed (select = threshold) */
+    uint64_t tau_fixed_step;        /* steps done when it was */
     uint32_t *promote_q, n_promote; /* [n_layers * n_experts] flat ids, hottest first */
     uint32_t *demote_q, n_demote;   /* coldest first */
     uint32_t *evict_q, n_evict;     /* entries whose eviction the mechanism refused */
@@ -456,16 +464,25 @@ static void schedule(policy *p) {
     p->schedules++;
     double margin = p->knobs.hysteresis * dx_hotness_uniform_score(&p->hot);
     uint32_t slack = p->knobs.hysteresis_mode == DX_HYST_RANK ? (uint32_t)p->knobs.hysteresis : 0;
+    /* select = threshold: an EMA from zero holds 1 - alpha^u of its steady value after u updates
+     * (15 % after 16 steps at alpha 0.99): tau_h is fixed after tau_after updates (default the
+     * horizon 1/(1 - alpha)) and divided by that share, so it is on the steady scale */
+    uint64_t updates = p->knobs.hotness == DX_HOTNESS_COUNT ? p->schedules : p->steps_done;
+    uint64_t after =
+        p->knobs.tau_after ? p->knobs.tau_after : (uint64_t)ceil(1.0 / (1.0 - p->knobs.alpha));
+    bool fix_tau = p->knobs.select == DX_SELECT_THRESHOLD && !p->tau_fixed && updates >= after;
+    double tau_debias = 1.0 - pow(p->knobs.alpha, (double)updates);
     p->n_promote = p->n_demote = 0;
     for (uint32_t l = 0; l < p->n_layers; l++) {
         const double *s = p->hot.score + flat(p, l, 0);
         bool *set = p->in_set + flat(p, l, 0);
         if (p->knobs.select == DX_SELECT_THRESHOLD) {
-            /* 002 §3.5: the first selection after the warm-up fixes tau_h; it never moves */
-            if (p->schedules == 1) p->tau[l] = dx_threshold_of(s, p->n_experts, p->cap[l],
-                                                                p->scratch);
-            p->set_changes +=
-                dx_select_threshold(s, p->n_experts, p->cap[l], p->tau[l], set, p->scratch);
+            /* 002 §3.5: tau_h = top(n_hot, S) once the warm-up has collected the scores, then
+             * fixed; until then the set is the top n_l (the warm-up's initialization) */
+            if (fix_tau)
+                p->tau[l] = dx_threshold_of(s, p->n_experts, p->cap[l], p->scratch) / tau_debias;
+            double tau = p->tau_fixed || fix_tau ? p->tau[l] : -INFINITY;
+            p->set_changes += dx_select_threshold(s, p->n_experts, p->cap[l], tau, set, p->scratch);
         } else {
             p->set_changes += dx_select_layer(s, p->n_experts, p->cap[l],
                                               (dx_hysteresis_mode)p->knobs.hysteresis_mode,
@@ -483,6 +500,7 @@ static void schedule(policy *p) {
                 p->demote_q[p->n_demote++] = id;
         }
     }
+    if (fix_tau) p->tau_fixed = true, p->tau_fixed_step = p->steps_done;
     sort_ids_by_key(p, p->promote_q, p->n_promote, false); /* hottest first */
     sort_ids_by_key(p, p->demote_q, p->n_demote, true);    /* coldest first */
 }
@@ -632,6 +650,7 @@ static size_t dx_report(const policy *p, const char **names, double *values, siz
         {"selection_changes", (double)p->set_changes},
         {"hi_set_per_layer", (double)members / p->n_layers},
         {"prefetch_moved", (double)p->prefetch_moved},
+        {"tau_fixed_at_step", p->tau_fixed ? (double)p->tau_fixed_step : -1.0},
     };
     size_t n = 0;
     for (; n < cap && n < DX_REPORT_FIELDS; n++) {

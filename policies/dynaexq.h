@@ -1,4 +1,4 @@
-/* DynaExq (Chu et al.; seeds 002 = first version, 003 = revised version): the pure pieces of the
+/* DynaExq (Chu et al.; [DynaExq-v1] first version, [DynaExq-v2] revised): the pure pieces of the
  * policy, exposed for unit tests. policies/dynaexq.c wires them to the policy API.
  *
  *   dx_hotness   per-(layer, expert) hotness: the EMA of router probabilities with passive decay
@@ -50,7 +50,7 @@ typedef enum dx_hysteresis_mode {
 
 typedef enum dx_select_mode {
     DX_SELECT_TOPN = 0,  /* 003 §3.5: per-layer top-n_l at every schedule, with hysteresis */
-    DX_SELECT_THRESHOLD, /* 002 Algorithm 1 line 15 + §3.5: tau_h fixed after the warm-up */
+    DX_SELECT_THRESHOLD, /* 002 Algorithm 1 line 15 + §3.5: tau_h fixed once the EMA warmed up */
 } dx_select_mode;
 
 typedef struct dynaexq_knobs {
@@ -60,6 +60,7 @@ typedef struct dynaexq_knobs {
     uint64_t interval; /* update period T (002 Algorithm 1 line 13; 003 §3.5), in interval_unit */
     int interval_unit; /* dx_interval_unit */
     uint64_t warmup;   /* warm-up before the first selection (002 §3.5), in interval_unit */
+    uint64_t tau_after; /* select = threshold: EMA updates before tau_h is fixed; 0: 1/(1-alpha) */
     double hysteresis; /* margin (score mode) or rank slack (rank mode), 003 §3.5 */
     int hysteresis_mode;   /* dx_hysteresis_mode */
     int hi, lo;            /* moesim_precision of the two versions (003 §3: b_hi, b_lo) */

@@ -1,4 +1,4 @@
-/* FIRM-MoE (seed paper 004): fine-grained sub-expert offloading with Meeting-of-Layers
+/* [FIRM-MoE]: fine-grained sub-expert offloading with Meeting-of-Layers
  * prediction and HEOP's resource-adaptive (K, P) search. policies/README.md ("firm-moe") maps
  * every piece of the paper to this file and its knobs.
  *
@@ -41,9 +41,10 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/model.h"
 #include "common/rng.h"
 
-#define FIRM_REPORT_MAX 16
+#define FIRM_REPORT_MAX 17
 #define FIRM_NAME_LEN   48
 #define FIRM_RNG_STREAM 0x4649524dull /* "FIRM": HEOP's initial directions */
 #define FIRM_P_LIMIT    64            /* most layers one meeting can gather */
@@ -155,8 +156,14 @@ void firm_heop_group_record(firm_heop_group *g, double loss) {
     size_t cell = (size_t)(g->K - 1) * g->P_max + (g->P - 1);
     g->cost_sum[cell] += loss; /* the (K, P)'s historical cost, for line 28 */
     g->cost_n[cell]++;
-    g->window_sum += loss; /* line 10 */
+    g->history_sum += loss; /* line 10: H_g <- H_g u {L_T^g} */
+    g->history_n++;
+    g->window_sum += loss;
     g->window_n++;
+}
+
+uint32_t firm_prefetch_parts_for_model(uint64_t total_params) {
+    return total_params < FIRM_LARGE_MODEL_PARAMS ? 1 : 2;
 }
 
 /* Moves coordinate `dim` by `delta`; false when it would leave [1, max]. */
@@ -186,7 +193,10 @@ static void heop_reverse(firm_heop_group *g) {
 
 bool firm_heop_group_update(firm_heop_group *g, uint64_t step, uint64_t patience) {
     if (g->window_n == 0) return false;
-    double avg = g->window_sum / (double)g->window_n; /* line 14 */
+    /* line 14: avg(H_g) over every loss so far; the window alternative (knob) averages the
+     * losses since the last move, the configuration just tried alone */
+    double avg = g->history_average ? g->history_sum / (double)g->history_n
+                                    : g->window_sum / (double)g->window_n;
     g->window_sum = 0;
     g->window_n = 0;
     if (!g->has_best || avg < g->best_window) {
@@ -267,6 +277,7 @@ struct policy {
     uint32_t L, E, D, Kp; /* MoE layers, experts per layer, look-ahead depth and width (K') */
     uint32_t K0, P0;      /* resolved starting (K, P) */
     uint32_t K_max, P_max;
+    uint32_t n;           /* prefetch granularity in force (the knob, or by model size) */
     uint32_t prefix_mask; /* the first n parts: gate, gate|up or gate|up|down */
     uint64_t part_bytes[PART_COUNT];
 
@@ -598,6 +609,7 @@ static size_t firm_report(const policy *p, const char **names, double *values, s
         p->mol_predicted ? (double)p->mol_both / (double)p->mol_predicted : 0.0,
         (double)p->parts_prefetched,
         (double)p->prefetch_dropped,
+        (double)p->n,
     };
     for (size_t i = 0; i < MOESIM_ARRAY_LEN(extra) && n < FIRM_REPORT_MAX; i++) v[n++] = extra[i];
     MOESIM_ASSERT(n == p->n_names);
@@ -660,8 +672,9 @@ static void firm_names_fill(policy *p) {
         snprintf(p->names[n++], FIRM_NAME_LEN, "%s.P", group);
     }
     static const char *const extra[] = {
-        "heop.done",    "heop.profiled_steps", "mol.mean_set_size", "mol.empty_share",
-        "mol.accuracy", "mol.utilization",     "prefetch.parts",    "prefetch.dropped"};
+        "heop.done",       "heop.profiled_steps", "mol.mean_set_size",
+        "mol.empty_share", "mol.accuracy",        "mol.utilization",
+        "prefetch.parts",  "prefetch.dropped",    "prefetch.n"};
     for (size_t i = 0; i < MOESIM_ARRAY_LEN(extra) && n < FIRM_REPORT_MAX; i++)
         snprintf(p->names[n++], FIRM_NAME_LEN, "%s", extra[i]);
     p->n_names = n;
@@ -679,6 +692,10 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
                                "at that precision",
                                precision_name(prec));
     uint32_t L = params->n_layers, E = params->n_experts;
+    if (k->n == 0 && !params->model)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "firm-moe.n = 0 (by model size, Table 2) needs the model's geometry; "
+                           "set firm-moe.n to 1, 2 or 3");
     if (params->lookahead_depth == 0 || params->lookahead_k == 0)
         return moesim_fail(err, MOESIM_EINPUT,
                            "firm-moe.P: Meeting-of-Layers needs look-ahead predictions at "
@@ -742,7 +759,8 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     p->P0 = P0;
     p->K_max = K_max;
     p->P_max = p->D < FIRM_P_LIMIT ? p->D : FIRM_P_LIMIT;
-    p->prefix_mask = (1u << k->n) - 1u; /* gate, then up, then down: Eq. 3's order */
+    p->n = k->n ? k->n : firm_prefetch_parts_for_model(model_total_params(params->model));
+    p->prefix_mask = (1u << p->n) - 1u; /* gate, then up, then down: Eq. 3's order */
     for (uint32_t part = 0; part < PART_COUNT; part++)
         p->part_bytes[part] = params->part_bytes[prec][part];
 
@@ -776,6 +794,7 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
         int delta = rng_below(r, 2) ? 1 : -1;
         firm_heop_group_init(&p->grp[g], K0, P0, p->K_max, p->P_max, dim, delta,
                              p->knobs.heop_search == 1);
+        p->grp[g].history_average = p->knobs.heop_average == 0;
     }
     rng_destroy(r);
     firm_names_fill(p);
@@ -785,6 +804,7 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
 
 static const char *const firm_heop_search_names[] = {"paper", "incumbent", NULL};
 static const char *const firm_split_names[] = {"paper", "equal", NULL};
+static const char *const firm_heop_average_names[] = {"history", "window", NULL};
 /* clang-format off */
 #define KNOB(key, type, member, lo, hi, def, help) \
     {"firm-moe", key, type, offsetof(firm_knobs, member), 0, false, lo, hi, NULL, def, help}
@@ -797,9 +817,10 @@ static const config_field firm_knob_fields[] = {
     KNOB("P", CONFIG_U32, P, 1, FIRM_P_LIMIT, "3",
          "previous layers meeting in the intersection of Eq. 6 (Table 1: P = 3; 1 = previous "
          "layer only); HEOP's starting P"),
-    KNOB("n", CONFIG_U32, n, 1, 3, "1",
-         "prefetch granularity: first n of gate, up, down (Table 1 +FG and Table 2: n = 1; "
-         "3 = whole expert)"),
+    KNOB("n", CONFIG_U32, n, 0, 3, "0",
+         "prefetch granularity: first n of gate, up, down (Table 1 +FG: n = 1; 3 = whole "
+         "expert); 0 = by model size as Table 2: n = 1 below 10 B parameters (OLMoE-1B-7B), "
+         "n = 2 from 10 B (Qwen1.5-MoE-A2.7B, DeepSeek-MoE-16B)"),
     KNOB("alpha", CONFIG_F64, alpha, 0, 1e9, "0.5",
          "Eq. 11 weight of n_unused (HEOP Results: alpha = 0.5)"),
     KNOB("beta", CONFIG_F64, beta, 0, 1e9, "0.5",
@@ -825,6 +846,10 @@ static const config_field firm_knob_fields[] = {
               "depth groups: paper = Figure 6's (OLMoE's first five layers shallow, last four "
               "deep, the rest middle; scaled to other depths, 3 groups); equal = near-equal "
               "groups"),
+    KNOB_ENUM("heop_average", heop_average, firm_heop_average_names, "history",
+              "Algorithm 1 line 14's average: history = avg(H_g), every loss since profiling "
+              "began, as written; window = the losses since the last move (the text's 'recent "
+              "cost trends'), which judges each configuration by its own steps"),
     KNOB("profile_steps", CONFIG_U32, profile_steps, 1, 100000000, "200",
          "decode steps of HEOP's profiling phase before (K, P) is fixed (Algorithm 1 line 26; "
          "length not given in the paper)"),

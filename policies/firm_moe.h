@@ -1,4 +1,4 @@
-/* FIRM-MoE (seed paper 004, "FIRM-MoE: Fine-Grained Expert Decomposition for Resource-Adaptive
+/* FIRM-MoE ([FIRM-MoE], "FIRM-MoE: Fine-Grained Expert Decomposition for Resource-Adaptive
  * MoE Inference"): the policy table and the pure pieces it is built from, exposed so that tests
  * can check each one alone.
  *
@@ -23,7 +23,8 @@
 typedef struct firm_knobs {
     uint32_t K;             /* Eq. 5: candidates per participating layer; 0 = the model's top-k */
     uint32_t P;             /* Eq. 6: previous layers that take part in predicting a layer */
-    uint32_t n;             /* prefetch granularity: first n of (gate, up, down); 3 = whole */
+    uint32_t n;             /* prefetch granularity: first n of (gate, up, down); 3 = whole;
+                               0: by model size (firm_prefetch_parts_for_model) */
     double alpha;           /* Eq. 11 weight of n_unused */
     double beta;            /* Eq. 11 weight of (n_miss - n_hit) */
     uint32_t n_update;      /* Algorithm 1 line 12: steps between moves */
@@ -34,7 +35,15 @@ typedef struct firm_knobs {
     bool prefetch;          /* off: the sub-expert LRU alone, no MoL prediction or prefetch */
     int heop_search;        /* 0 paper (Algorithm 1), 1 incumbent */
     int split;              /* 0 paper (Figure 6), 1 equal */
+    int heop_average;       /* 0 history (Algorithm 1 line 14: avg(H_g)), 1 window */
 } firm_knobs;
+
+/* [FIRM-MoE] Table 2 and its text: "n = 1 for smaller models, and n = 2 for larger models"
+ * (OLMoE-1B-7B, 7 B parameters as the paper lists it: n = 1; Qwen1.5-MoE-A2.7B, 14 B, and
+ * DeepSeek-MoE-16B, 16 B: n = 2). The cut-off, between 7 and 14 B: FIRM_LARGE_MODEL_PARAMS total
+ * parameters (model_total_params). */
+#define FIRM_LARGE_MODEL_PARAMS 10000000000ull
+uint32_t firm_prefetch_parts_for_model(uint64_t total_params);
 
 /* The policy registered as "firm-moe". */
 extern const policy_methods policy_firm_moe;
@@ -87,8 +96,12 @@ typedef struct firm_heop_group {
     double best_window;         /* lowest window average seen (the "improvement" reference) */
     uint32_t best_K, best_P;    /* the incumbent: configuration of best_window */
     uint64_t last_improve_step; /* step of the last improvement (or of the last reversal) */
-    double window_sum;          /* H_g: losses recorded since the last move */
+    double window_sum;          /* losses recorded since the last move */
     uint64_t window_n;
+    bool history_average; /* line 14 averages H_g (every loss since the start), not the
+                             window (set after init; knob heop_average) */
+    double history_sum;   /* H_g: every loss recorded */
+    uint64_t history_n;
     double *cost_sum; /* [K_max][P_max] all losses recorded under each (K, P) */
     uint64_t *cost_n; /* [K_max][P_max] steps recorded under each (K, P) */
     uint64_t moves;   /* moves made (for reports and tests) */
@@ -103,7 +116,9 @@ void firm_heop_group_free(firm_heop_group *g); /* accepts a zeroed group */
 /* Algorithm 1 line 10: H_g <- H_g u {L_T^g} for the configuration in force. */
 void firm_heop_group_record(firm_heop_group *g, double loss);
 
-/* Algorithm 1 lines 14-23, at decode step `step` (a multiple of N_update): averages the window;
+/* Algorithm 1 lines 14-23, at decode step `step` (a multiple of N_update): averages H_g, every
+ * loss recorded so far (line 14 as written; with history_average unset, the window since the
+ * last move);
  * after `patience` steps without a new lowest window average reverses delta and switches the
  * dimension between K and P (line 16 and the text), moving on from the current configuration;
  * then moves one coordinate by delta (a move off the box counts as a reversal). With

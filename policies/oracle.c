@@ -1,5 +1,6 @@
-/* `oracle`: the upper bound every figure can show. Belady's optimal replacement (Belady 1966, "A
- * study of replacement algorithms for a virtual-storage computer", IBM Systems Journal 5(2): evict
+/* `oracle`: Belady's replacement rule with perfect prefetch, the reference line of the figures
+ * (Belady 1966, "A study of replacement algorithms for a virtual-storage computer", IBM Systems
+ * Journal 5(2): evict
  * the page whose next use lies furthest in the future) applied to experts at one precision
  * (expert.precision), plus perfect prefetch of the next layer. It reads the future through the
  * memory system's oracle-only calls: next_use (accesses until an expert is routed again) and
@@ -13,7 +14,9 @@
  * soonest, so the cache starts as Belady's would after the first accesses. Scope: one pool over
  * all layers when cache.experts_per_layer = 0 (a single cache is what Belady's bound is about,
  * and it is at least as good as any split into per-layer pools), per-layer pools when
- * cache.experts_per_layer is set (the memory system enforces them). No knobs. */
+ * cache.experts_per_layer is set (the memory system enforces them). With multi-token routes pinned
+ * whole it bounds neither hits nor loads (policies/README.md, "oracle"); the lower bound on loads
+ * is belady_min_loads (policies/belady.h). No knobs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -163,8 +166,8 @@ static void oracle_destroy(policy *p) {
 const policy_methods policy_oracle = {
     .api_version = POLICY_API_VERSION,
     .name = "oracle",
-    .summary = "Belady's optimal replacement with perfect prefetch of the next layer (upper "
-               "bound)",
+    .summary = "Belady's replacement with perfect prefetch of the next layer (a reference; the "
+               "bound on loads is belady_min_loads)",
     .create = oracle_create,
     .warmup = oracle_warmup,
     .on_route = oracle_on_route,

@@ -59,16 +59,45 @@ for name in "${experiments[@]}"; do
         { cat "$out/$name.plot.log" >&2; exit 1; }
 done
 
-# The summary: one line per configuration, the columns found by name in each CSV header.
+# The summary: one line per configuration, the columns found by name in each CSV header. The
+# label is the named columns plus every other setting column (those between "status" and
+# "tokens") that differs between rows the named columns alone would label alike, so no two lines
+# carry the same label (the file is read twice: first to find those columns).
 summary() { # csv, label columns (comma-separated names)
     awk -F, -v want="$2" '
-        NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; n = split(want, w, ","); next }
-        {
-            label = ""
+        FNR == 1 {
+            n = split(want, w, ",")
+            for (i = 1; i <= NF; i++) col[$i] = i
+            if (NR == FNR) {
+                in_settings = 0
+                for (i = 1; i <= NF; i++) {
+                    if ($i == "tokens") in_settings = 0
+                    if (in_settings) setting[i] = 1
+                    if ($i == "status") in_settings = 1
+                }
+                for (j = 1; j <= n; j++) if (w[j] in col) delete setting[col[w[j]]]
+            }
+            next
+        }
+        function base_label(   j, v, l) {
+            l = ""
             for (j = 1; j <= n; j++) {
                 v = (w[j] in col) ? $(col[w[j]]) : ""
-                if (v != "") label = label (label == "" ? "" : " ") v
+                if (v != "") l = l (l == "" ? "" : " ") v
             }
+            return l
+        }
+        NR == FNR {
+            b = base_label()
+            for (i in setting) {
+                if ((i, b) in first && first[i, b] != $i) extra[i] = 1
+                else first[i, b] = $i
+            }
+            next
+        }
+        {
+            label = base_label()
+            for (i = 1; i <= NF; i++) if (i in extra) label = label " " $i
             if ($(col["status"]) != "ok") {
                 printf "%-44s %s\n", label, substr($(col["status"]), 1, 70)
                 next
@@ -77,7 +106,7 @@ summary() { # csv, label columns (comma-separated names)
                 $(col["ttft_ms.mean"]), $(col["tpot_ms.mean"]), 100 * $(col["hit_rate"]), \
                 100 * $(col["precision_mix.hi"]), 100 * $(col["precision_mix.lo"]), \
                 100 * $(col["precision_mix.skip"])
-        }' "$1" | sort
+        }' "$1" "$1" | sort
 }
 {
     printf '\n%-44s %10s %10s %8s %14s\n' "policy x setting" "TTFT ms" "TPOT ms" "hit %" "hi/lo/skip %"

@@ -646,6 +646,33 @@ Test(dymoe_policy, prefetch_forecasts_the_precision_of_each_predicted_expert) {
     run_end(&r);
 }
 
+/* Two layers, lambda 0.5, ceil: r(1) = 0.5, so of the two predicted experts of layer 1 one is
+ * forecast critical (Eq. 5: ceil(0.5 * 2) = 1). */
+static void decode_prefetch_case(const char *rule, uint64_t hi_loads, uint64_t lo_loads) {
+    const char *const sets[] = {"dymoe.lambda=0.5", "dymoe.rounding=ceil", rule};
+    const uint16_t pred[2] = {6, 3};
+    const float ps[2] = {0.6f, 0.4f};
+    run r;
+    run_start(&r, 2, 8, 2, 1000, 2, sets, 3);
+    run_begin(&r, 1, false);
+    route2(&r, 0, 0.5f, 1, 0.5f);
+    memcpy(r.lookahead, pred, sizeof pred);
+    memcpy(r.lookahead_scores, ps, sizeof ps);
+    run_layer(&r, 0, 1, false, true);
+    cr_assert_eq(r.mem.loads[POLICY_PREFETCH], hi_loads + lo_loads, "%s", rule);
+    cr_assert_eq(r.mem.state[1][6][PREC_INT4], POLICY_LOADING, "%s", rule);
+    cr_assert_eq(r.mem.state[1][3][PREC_INT2] == POLICY_LOADING, lo_loads == 1, "%s", rule);
+    cr_assert_eq(r.mem.state[1][3][PREC_INT4], POLICY_ABSENT, "%s", rule);
+    run_end(&r);
+}
+
+Test(dymoe_policy, decode_prefetches_eq5_critical_count_by_default_and_top_k_with_the_knob) {
+    /* default: t = t_{l+1}, the critical expert alone, at hi */
+    decode_prefetch_case("dymoe.prefetch_t_rule=critical", 1, 0);
+    /* top_k: both predicted experts, the sub-critical one at lo */
+    decode_prefetch_case("dymoe.prefetch_t_rule=top_k", 1, 1);
+}
+
 Test(dymoe_policy, prefetch_loads_the_predicted_next_layer_experts_at_hi) {
     static const char *const sets[] = {"dymoe.lambda=0.5", "dymoe.prefetch_t=2"};
     run r;
@@ -982,8 +1009,10 @@ Test(dymoe_behaviour, precision_mix_is_measured_against_the_policys_hi_not_exper
         sim_inputs in = {.trace = sc.tr, .model = &sc.model, .hw = &sc.hw, .quant = &sc.quant};
         sim_result res;
         cr_assert_eq(sim_run(&in, "dymoe", c, &res, &err), MOESIM_OK, "%s", err.msg);
-        if (i == 0) cr_expect_float_eq(res.precision_mix_hi, 1.0, 1e-12);
-        else cr_expect(res.precision_mix_lo > 0.2, "lo share %g", res.precision_mix_lo);
+        if (i == 0)
+            cr_expect_float_eq(res.precision_mix_hi, 1.0, 1e-12);
+        else
+            cr_expect(res.precision_mix_lo > 0.2, "lo share %g", res.precision_mix_lo);
         config_destroy(c);
     }
     trace_destroy(sc.tr);

@@ -1194,10 +1194,12 @@ Test(dynaexq_sim, the_same_inputs_give_the_same_figures) {
     trace_destroy(t);
 }
 
-/* 002 §3.5: tau_h is fixed at the first selection; when the traffic later spreads so that no
- * expert is as hot as the warm-up's hottest, the threshold rule leaves the high set empty while
+/* 002 §3.5: tau_h is fixed once the EMA has warmed up (alpha 0.5: after 2 steps, the first
+ * selection); when the traffic later spreads so that no expert is as hot as the warm-up's
+ * hottest, the threshold rule leaves the high set empty while
  * 003's top-n_l keeps it full. Warm-up: expert 5 takes 0.7 of the gate for 2 steps (alpha 0.5:
- * S = 0.525 = tau); then the top-1 rotates over 2, 3, 4 (steady S <= 0.4 < tau). */
+ * S = 0.525, tau = 0.525 / (1 - 0.5^2) = 0.7); then the top-1 rotates over 2, 3, 4 (steady S <= 0.4
+ * < tau). */
 static double hi_set_after_spread(const char *select) {
     rig r;
     moesim_error err = {0};
@@ -1216,6 +1218,43 @@ Test(dynaexq_policy, threshold_selection_keeps_tau_from_the_warm_up_and_lets_the
     cr_assert_float_eq(hi_set_after_spread("dynaexq.select=threshold"), 0.0, EPS);
     double topn = hi_set_after_spread("dynaexq.select=topn");
     cr_assert_float_eq(topn, 1.0, EPS, "%g", topn);
+}
+
+/* The same drift at the defaults (alpha 0.99, warm-up and interval 16 steps), one HI slot:
+ * expert 5 takes 0.7 of the gate and expert 1 0.3 for 120 steps, then the 0.7 rotates over 2, 3
+ * and 4 for 300 steps (steady hotness 0.3 for expert 1, about 0.23 for each of 2, 3, 4). tau_h
+ * is fixed at the first schedule after the EMA's horizon of 100 steps (step 112), bias-corrected
+ * to 0.7; the n_l-th score at the first schedule is 0.7 * (1 - 0.99^16) = 0.10, below every later
+ * score, so a tau taken from it uncorrected never binds. Returns the members after the last
+ * schedule. */
+static double hi_set_after_drift(const char *select, const char *tau_after, double *fixed_at) {
+    rig r;
+    moesim_error err = {0};
+    const char *sets[] = {"dynaexq.max_inflight=1", select, tau_after};
+    cr_assert_eq(rig_create(&r, ONE_SLOT_BUDGET, sets, 3, &err), MOESIM_OK, "%s", err.msg);
+    fm_complete(&r.mem, r.p, 0, 0);
+    for (int i = 0; i < 120; i++) rig_step(&r, 5, 1, 5);
+    for (int i = 0; i < 300; i++) rig_step(&r, (uint16_t)(2 + i % 3), 1, 5);
+    double members = rig_report(&r, "hi_set_per_layer");
+    *fixed_at = rig_report(&r, "tau_fixed_at_step");
+    rig_destroy(&r);
+    return members;
+}
+
+Test(dynaexq_policy, threshold_fixed_after_the_ema_warms_up_empties_the_set_when_hotness_drifts) {
+    double at;
+    cr_assert_float_eq(hi_set_after_drift("dynaexq.select=threshold", "dynaexq.tau_after=0", &at),
+                       0.0, EPS);
+    cr_assert_float_eq(at, 112.0, EPS, "tau fixed at step %g", at);
+    /* top-n_l keeps the set full through the drift */
+    cr_assert_float_eq(hi_set_after_drift("dynaexq.select=topn", "dynaexq.tau_after=0", &at), 1.0,
+                       EPS);
+    cr_assert_float_eq(at, -1.0, EPS, "no tau in top-n mode");
+    /* fixed at the first schedule, while the EMA holds 15 % of its steady value, tau is divided
+     * by that share: it still binds (uncorrected, 0.10, it would not) */
+    cr_assert_float_eq(hi_set_after_drift("dynaexq.select=threshold", "dynaexq.tau_after=16", &at),
+                       0.0, EPS);
+    cr_assert_float_eq(at, 16.0, EPS);
 }
 
 /* 002 §3.3 cross-layer prefetch. Two HI slots per layer, one copy in flight: after the warm-up

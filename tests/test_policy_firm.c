@@ -279,6 +279,49 @@ Test(firm_heop, algorithm_1_reverses_and_switches_dimension_from_the_configurati
     firm_heop_group_free(&g);
 }
 
+/* Windows of 10 steps at one configuration each, losses 1.0, 0.5, 0.55: the third window is no
+ * improvement on its own (0.55 > 0.5) but lowers the average of the whole history H_g (20.5 / 30
+ * = 0.683 < 15 / 20 = 0.75), the improvement Algorithm 1 line 14 measures. */
+static void heop_three_windows(firm_heop_group *g) {
+    static const double window_loss[3] = {1.0, 0.5, 0.55};
+    for (int w = 0; w < 3; w++) {
+        for (int i = 0; i < 10; i++) firm_heop_group_record(g, window_loss[w]);
+        firm_heop_group_update(g, (uint64_t)(w + 1) * 10, 1000);
+    }
+}
+
+Test(firm_heop, line_14_averages_the_whole_history_unless_the_window_knob_is_set) {
+    firm_heop_group g;
+    firm_heop_group_init(&g, 2, 1, 8, 3, FIRM_DIM_K, +1, false);
+    g.history_average = true;
+    heop_three_windows(&g);
+    /* K 2 -> 3 -> 4 -> 5; the third window ran at K = 4 and improved the history average */
+    cr_assert_eq(g.best_K, 4);
+    cr_assert_float_eq(g.best_window, 20.5 / 30.0, 1e-12, "%g", g.best_window);
+    firm_heop_group_free(&g);
+    firm_heop_group_init(&g, 2, 1, 8, 3, FIRM_DIM_K, +1, false);
+    heop_three_windows(&g);
+    cr_assert_eq(g.best_K, 3, "window: the second window (K = 3) stays the best");
+    cr_assert_float_eq(g.best_window, 0.5, 1e-12);
+    firm_heop_group_free(&g);
+}
+
+Test(firm_heop, prefetch_granularity_by_model_size_follows_table_2) {
+    /* Table 2: OLMoE-1B-7B n = 1; Qwen1.5-MoE-A2.7B and DeepSeek-MoE-16B n = 2 */
+    static const struct {
+        const char *model;
+        uint32_t n;
+    } want[] = {
+        {"olmoe-1b-7b", 1}, {"qwen1.5-moe-a2.7b", 2}, {"deepseek-v2-lite", 2}, {"mixtral-8x7b", 2}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        model_geometry m;
+        moesim_error err = {0};
+        cr_assert_eq(model_load_by_name(want[i].model, &m, &err), MOESIM_OK, "%s", err.msg);
+        cr_assert_eq(firm_prefetch_parts_for_model(model_total_params(&m)), want[i].n, "%s",
+                     want[i].model);
+    }
+}
+
 Test(firm_heop, layers_split_into_shallow_middle_and_deep_groups) {
     /* 16 layers (OLMoE) in 3 groups: 0-5, 6-10, 11-15 */
     for (uint32_t l = 0; l < 16; l++) {
@@ -772,7 +815,8 @@ Test(firm_policy, knob_table_reads_section_firm_moe_with_the_paper_defaults) {
                  MOESIM_OK, "%s", err.msg);
     cr_assert_eq(k.K, 3);
     cr_assert_eq(k.P, 3);
-    cr_assert_eq(k.n, 1);
+    cr_assert_eq(k.n, 0, "by model size (Table 2)");
+    cr_assert_eq(k.heop_average, 0, "Algorithm 1 line 14's avg(H_g)");
     cr_assert_float_eq(k.alpha, 0.5, 1e-12);
     cr_assert_float_eq(k.beta, 0.5, 1e-12);
     cr_assert_eq(k.n_update, 10);
@@ -783,7 +827,7 @@ Test(firm_policy, knob_table_reads_section_firm_moe_with_the_paper_defaults) {
     cr_assert_eq(config_set(c, "firm-moe.n=4", &err), MOESIM_OK);
     cr_assert_eq(config_read_fields(c, policy_firm_moe.knobs, policy_firm_moe.n_knobs, &k, &err),
                  MOESIM_EINPUT);
-    cr_assert(strstr(err.msg, "[firm-moe] n: expected an integer in [1, 3]"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "[firm-moe] n: expected an integer in [0, 3]"), "%s", err.msg);
     config_destroy(c);
 }
 
