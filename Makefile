@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 # CI sets MOESIM_WERROR=ON so warnings fail the build.
 MOESIM_WERROR ?= OFF
 
-.PHONY: all deps configure build test test-asan demo figures bench fuzz clean docs
+.PHONY: all deps configure build test test-all test-asan demo figures bench fuzz clean docs
 
 all: build
 
@@ -22,8 +22,13 @@ configure: $(BUILD)/CMakeCache.txt
 build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The whole CPU suite; GPU tests (label gpu) report themselves skipped without a GPU.
+# The fast CPU suite, to run before every commit: all but the slow fits (label slow) and the
+# timing checks (label timing). GPU tests (label gpu) report themselves skipped without a GPU.
 test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -LE 'slow|timing'
+
+# The whole CPU suite, slow and timing checks included (CI runs it); they start first (COST).
+test-all: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # Same suite under AddressSanitizer + UndefinedBehaviorSanitizer (CUDA off: host code only), but

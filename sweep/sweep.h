@@ -15,6 +15,9 @@
  *                                      term of a line is dropped (NAME=label matches bundles)
  *   [traces]      path = ARGS          how to make a trace that is missing:
  *                                      `moesim trace synth ARGS -o path` (run by `moesim sweep`)
+ *   [validate]    what only `moesim validate --experiment` reads (a sweep ignores it; the
+ *                 options of the same names win): repeats (rounds of replays), tpot_error_max
+ *                 and order_margin (together: its --check TPOT,MARGIN)
  * Keys: policy, model, hw, trace (the run's inputs), or section.key (a `--set` setting, e.g.
  * memory.budget_gb, batch.size, dymoe.retention), or label.NAME: an annotation that becomes a
  * column and part of the hash but is not handed to the evaluator (e.g. a paper's cache size).
@@ -104,6 +107,15 @@ int sweep_experiment_column_index(const sweep_experiment *e, const char *name);
 bool sweep_experiment_column_is_setting(const sweep_experiment *e, size_t i);
 /* Value of column `name` in point p, or NULL. */
 const char *sweep_point_get(const sweep_experiment *e, const sweep_point *p, const char *name);
+
+/* Axes in file order: the key of a simple axis or the NAME of a bundle (its column). */
+size_t sweep_experiment_n_axes(const sweep_experiment *e);
+const char *sweep_experiment_axis_name(const sweep_experiment *e, size_t i);
+
+/* A [validate] value (checked when the file was read), or NULL; *origin "file:line" (may be
+ * NULL). */
+const char *sweep_experiment_validate_get(const sweep_experiment *e, const char *key,
+                                          const char **origin);
 
 /* [traces] recipes: path and the arguments of `moesim trace synth` that make it. */
 size_t sweep_experiment_n_traces(const sweep_experiment *e);

@@ -14,9 +14,9 @@
 #include "common/hw.h"
 #include "common/model.h"
 #include "common/precision.h"
+#include "core/memsys.h"
 #include "replay/replay.h"
 #include "sim/cost.h"
-#include "core/memsys.h"
 #include "sim/sim.h"
 #include "sim_fixtures.h"
 #include "support/test_support.h"
@@ -478,7 +478,10 @@ typedef struct engine_double {
     memsys ms;
     memsys_chunk inflight[2];
     uint32_t n_inflight;
-    struct { uint32_t xfer; uint64_t offset, bytes; } staged[ED_STAGED_MAX];
+    struct {
+        uint32_t xfer;
+        uint64_t offset, bytes;
+    } staged[ED_STAGED_MAX];
     uint32_t n_staged, staged_peak;
     uint64_t next_part_byte[MEMSYS_ENGINES][1024][PART_COUNT]; /* [engine][transfer][part] the
                                                                   next byte expected */
@@ -582,8 +585,11 @@ Test(replay, ssd_chunks_are_copied_on_one_for_one_and_fit_the_bounce_slots) {
      * loads of every class and part mask, promotions (a route running a queued copy) and
      * cancellations (evicting a queued copy) in a random order */
     const uint64_t chunk = 1u << 20, bounce = 6u << 20;
-    memsys_config cfg = {.n_layers = 2, .n_experts = 8, .per_layer = false,
-                         .pool_cap_bytes = 400u << 20, .chunk_bytes = chunk,
+    memsys_config cfg = {.n_layers = 2,
+                         .n_experts = 8,
+                         .per_layer = false,
+                         .pool_cap_bytes = 400u << 20,
+                         .chunk_bytes = chunk,
                          .bounce_bytes = bounce};
     const uint64_t bf16[PART_COUNT] = {3 * chunk + 40960, 3 * chunk + 40960, 3 * chunk + 12288};
     const uint64_t int4[PART_COUNT] = {chunk - 8192, chunk - 8192, chunk + 300000};
@@ -771,18 +777,19 @@ Test(replay, merge_keeps_the_rounds_and_ranks_only_what_they_order) {
     snprintf(a, sizeof a, "%s", test_tmp_path("merge-rounds.json"));
     snprintf(rep, sizeof rep, "%s", test_tmp_path("merge-rounds.md"));
     /* the medians order lfu ahead of firm-moe, the simulator the other way; the rounds split 5-4 */
-    test_write_file(a, "{\"device\": \"CPU\", \"profile\": \"cpu-measured\", \"trace\": \"t.h5\", "
-                       "\"model\": \"cpu-moe-small\", \"rows\": ["
-                       "{\"policy\": \"lfu\", \"configuration\": \"budget 1.6 GiB\", "
-                       "\"sim_tpot_ms\": 11.69, \"real_tpot_ms\": 11.69, \"tpot_err\": 0, "
-                       "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5, \"ttft_err\": 0, \"total_err\": 0, "
-                       "\"real_tpot_rounds_ms\": [11.78, 11.03, 12.19, 11.96, 10.93, 12.52, 11.92, "
-                       "11.69, 11.50]},"
-                       "{\"policy\": \"firm-moe\", \"configuration\": \"budget 1.6 GiB\", "
-                       "\"sim_tpot_ms\": 11.52, \"real_tpot_ms\": 11.77, \"tpot_err\": -0.02, "
-                       "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5, \"ttft_err\": 0, \"total_err\": 0, "
-                       "\"real_tpot_rounds_ms\": [11.33, 11.14, 11.77, 12.12, 11.96, 13.62, 12.00, "
-                       "11.31, 10.70]}]}");
+    test_write_file(a,
+                    "{\"device\": \"CPU\", \"profile\": \"cpu-measured\", \"trace\": \"t.h5\", "
+                    "\"model\": \"cpu-moe-small\", \"rows\": ["
+                    "{\"policy\": \"lfu\", \"configuration\": \"budget 1.6 GiB\", "
+                    "\"sim_tpot_ms\": 11.69, \"real_tpot_ms\": 11.69, \"tpot_err\": 0, "
+                    "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5, \"ttft_err\": 0, \"total_err\": 0, "
+                    "\"real_tpot_rounds_ms\": [11.78, 11.03, 12.19, 11.96, 10.93, 12.52, 11.92, "
+                    "11.69, 11.50]},"
+                    "{\"policy\": \"firm-moe\", \"configuration\": \"budget 1.6 GiB\", "
+                    "\"sim_tpot_ms\": 11.52, \"real_tpot_ms\": 11.77, \"tpot_err\": -0.02, "
+                    "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5, \"ttft_err\": 0, \"total_err\": 0, "
+                    "\"real_tpot_rounds_ms\": [11.33, 11.14, 11.77, 12.12, 11.96, 13.62, 12.00, "
+                    "11.31, 10.70]}]}");
     int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
                              "--json", NULL);
     cr_assert_eq(rc, 0, "%s", errbuf);
@@ -808,24 +815,58 @@ Test(replay, merge_keeps_the_rounds_and_ranks_only_what_they_order) {
 Test(replay, experiment_file_errors_name_the_file_and_the_field) {
     char ini[4096];
     snprintf(ini, sizeof ini, "%s", test_tmp_path("exp.ini"));
-    test_write_file(ini, "[validate]\npolicies = lru, nosuch\nbudgets_gb = 12\n");
+    static const char inputs[] = "[fixed]\ntrace = t.h5\nhw = h100-sxm\nmodel = olmoe-1b-7b\n";
+    char text[1024];
+    snprintf(text, sizeof text, "%s[axes]\npolicy = lru, nosuch\nmemory.budget_gb = 12\n", inputs);
+    test_write_file(ini, text);
     int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment",
-                             ini, "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+                             ini, NULL);
     cr_assert_eq(rc, 2);
-    cr_assert(strstr(errbuf, "nosuch") && strstr(errbuf, "exp.ini") && lines(errbuf) == 1, "%s",
+    cr_assert(strstr(errbuf, "nosuch") && strstr(errbuf, "exp.ini:6") && lines(errbuf) == 1, "%s",
               errbuf);
-    test_write_file(ini, "[validate]\npolicies = lru\nbudgets_gb = 12, big\n");
+    snprintf(text, sizeof text, "%s[axes]\npolicy = lru\nmemory.budget_gb = 12, big\n", inputs);
+    test_write_file(ini, text);
     rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment", ini,
-                         "--trace", "t.h5", "--hw", "h100-sxm", NULL);
+                         NULL);
     cr_assert_eq(rc, 2);
-    cr_assert(strstr(errbuf, "budgets_gb") && lines(errbuf) == 1, "%s", errbuf);
-    /* the committed validation set parses: it fails only on its missing trace (not made here) */
-    char exp[4096];
-    snprintf(exp, sizeof exp, "%s/experiments/validation/validate.ini", MOESIM_SOURCE_DIR);
-    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment", exp,
-                         "--trace", "/nonexistent/validate.h5", NULL);
+    cr_assert(strstr(errbuf, "exp.ini:7") && strstr(errbuf, "memory.budget_gb") &&
+                  strstr(errbuf, "'big'") && lines(errbuf) == 1,
+              "%s", errbuf);
+    /* validate loads one trace: an axis over traces is refused */
+    test_write_file(ini, "[fixed]\nhw = h100-sxm\nmodel = olmoe-1b-7b\npolicy = lru\n"
+                         "[axes]\ntrace = a.h5, b.h5\n");
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment", ini,
+                         NULL);
     cr_assert_eq(rc, 2);
-    cr_assert(strstr(errbuf, "/nonexistent/validate.h5") && lines(errbuf) == 1, "%s", errbuf);
+    cr_assert(strstr(errbuf, "trace: expected one value") && lines(errbuf) == 1, "%s", errbuf);
+    /* [validate] keys are checked where the file is read */
+    snprintf(text, sizeof text, "%s[axes]\npolicy = lru\n[validate]\nrepeats = 0\n", inputs);
+    test_write_file(ini, text);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment", ini,
+                         NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "exp.ini:8: [validate] repeats") && lines(errbuf) == 1, "%s", errbuf);
+    /* --budgets selects budgets the experiment has */
+    snprintf(text, sizeof text, "%s[axes]\npolicy = lru\nmemory.budget_gb = 12, 16\n", inputs);
+    test_write_file(ini, text);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment", ini,
+                         "--budgets", "16, 20", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "--budgets") && strstr(errbuf, "= 20") && lines(errbuf) == 1, "%s",
+              errbuf);
+    /* the committed validation sets parse: they fail only on their missing trace (not made here) */
+    static const char *const sets[] = {"experiments/validation/validate.ini",
+                                       "experiments/validation/cpu/validate-cpu.ini",
+                                       "tests/fixtures/cpu-validate/small.ini"};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        char exp[4096];
+        snprintf(exp, sizeof exp, "%s/%s", MOESIM_SOURCE_DIR, sets[i]);
+        rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--experiment",
+                             exp, "--trace", "/nonexistent/validate.h5", NULL);
+        cr_assert_eq(rc, 2, "%s", sets[i]);
+        cr_assert(strstr(errbuf, "/nonexistent/validate.h5") && lines(errbuf) == 1, "%s: %s",
+                  sets[i], errbuf);
+    }
 }
 
 Test(replay, winners_csv_errors_name_the_file_and_what_was_expected) {

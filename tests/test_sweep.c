@@ -16,8 +16,9 @@
 #include "common/model.h"
 #include "common/progress.h"
 #include "common/rng.h"
-#include "sweep/sweep.h"
 #include "support/test_support.h"
+#include "sweep/sweep.h"
+#include "sweep/validate.h"
 #include "traces/stats.h"
 #include "traces/trace.h"
 
@@ -468,7 +469,8 @@ Test(sweep, the_resolved_copy_loads_to_the_same_configurations) {
                        "[axes]\npolicy = lru, dymoe\ndymoe.retention = 0.5:0.7:0.1\n"
                        "[axis v]\nlo = batch.size=1\nhi = batch.size=8\n"
                        "[exclude]\npolicy=dymoe, v=hi\n"
-                       "[traces]\nt = --model m --seed 3\n";
+                       "[traces]\nt = --model m --seed 3\n"
+                       "[validate]\nrepeats = 3\n";
     sweep_experiment *a = load_text("rt.ini", text);
     char side[4096];
     snprintf(side, sizeof side, "%s", test_tmp_path("rt.experiment.ini"));
@@ -483,6 +485,7 @@ Test(sweep, the_resolved_copy_loads_to_the_same_configurations) {
         cr_assert_eq(sweep_experiment_point(a, i)->hash, sweep_experiment_point(b, i)->hash);
     cr_assert_eq(sweep_experiment_n_traces(b), 1);
     sweep_experiment_destroy(a);
+    cr_assert_str_eq(sweep_experiment_validate_get(b, "repeats", NULL), "3");
     sweep_experiment_destroy(b);
 }
 
@@ -531,6 +534,53 @@ static int run_quiet(const char *a1, const char *a2, const char *a3, const char 
                      const char *a6, const char *a7) {
     static char out[1 << 16], errb[1 << 14];
     return test_run_moesim(out, sizeof out, errb, sizeof errb, a1, a2, a3, a4, a5, a6, a7, NULL);
+}
+
+Test(sweep, validate_runs_an_experiments_configurations_in_order_labelled_by_their_axes) {
+    const char *path = test_tmp_path("validate-plan.ini");
+    test_write_file(path, "[fixed]\nmodel = m\nhw = h.ini\ntrace = t.h5\nbatch.size = 1\n"
+                          "dymoe.retention = 0.8\n"
+                          "[axes]\nmemory.budget_gb = 12, 16\npolicy = lru, dymoe\n"
+                          "[validate]\nrepeats = 4\ntpot_error_max = 0.25\norder_margin = 0.3\n");
+    validate_plan plan;
+    moesim_error err = {0};
+    cr_assert_eq(sweep_validate_plan_experiment(path, NULL, &plan, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(plan.n, 4);
+    cr_assert_str_eq(plan.trace, "t.h5");
+    cr_assert_str_eq(plan.hw, "h.ini");
+    cr_assert_str_eq(plan.model, "m");
+    cr_assert(plan.repeats == 4 && plan.check && plan.check_tpot == 0.25 &&
+              plan.check_margin == 0.3);
+    /* the first axis varies slowest: budget-major, as the report groups them */
+    static const char *const policies[] = {"lru", "dymoe", "lru", "dymoe"};
+    static const char *const labels[] = {"budget 12 GiB", "budget 12 GiB", "budget 16 GiB",
+                                         "budget 16 GiB"};
+    for (size_t i = 0; i < 4; i++) {
+        cr_assert_str_eq(plan.specs[i].policy, policies[i]);
+        cr_assert_str_eq(plan.specs[i].label, labels[i]);
+    }
+    /* settings only (not the run's inputs); a policy's knobs only for that policy */
+    cr_assert_eq(plan.specs[0].n_sets, 2);
+    cr_assert_eq(plan.specs[1].n_sets, 3);
+    bool has_knob = false, has_budget = false;
+    for (size_t k = 0; k < plan.specs[1].n_sets; k++) {
+        has_knob |= !strcmp(plan.specs[1].sets[k], "dymoe.retention=0.8");
+        has_budget |= !strcmp(plan.specs[1].sets[k], "memory.budget_gb=12");
+    }
+    cr_assert(has_knob && has_budget);
+    sweep_validate_plan_free(&plan);
+    /* --budgets keeps those budgets' configurations */
+    cr_assert_eq(sweep_validate_plan_experiment(path, "16", &plan, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(plan.n, 2);
+    cr_assert_str_eq(plan.specs[0].label, "budget 16 GiB");
+    sweep_validate_plan_free(&plan);
+    /* the check takes both of its keys */
+    test_write_file(path, "[fixed]\nmodel = m\nhw = h\ntrace = t\npolicy = lru\n"
+                          "[validate]\norder_margin = 0.3\n");
+    cr_assert_eq(sweep_validate_plan_experiment(path, NULL, &plan, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "tpot_error_max"), "%s", err.msg);
+    cr_assert_eq(load_error("[validate]\nrounds = 3\n", &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "bad.ini:2: [validate] rounds: unknown key"), "%s", err.msg);
 }
 
 Test(sweep, a_sweep_killed_at_random_points_resumes_to_the_rows_of_an_uninterrupted_run) {

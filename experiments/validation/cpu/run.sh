@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU validation of the simulator (issue 18): synthesizes the trace, calibrates this machine
+# The CPU validation of the simulator: synthesizes the trace, calibrates this machine
 # (`moesim calibrate --backend cpu`), then runs every configuration of an experiment through the
 # simulator and the CPU replay and writes the report.
 #
