@@ -72,5 +72,5 @@ fuzz:
 	bash scripts/install-deps.sh --fuzz
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DMOESIM_FUZZ=ON -DMOESIM_CUDA=OFF
 	cmake --build build-fuzz -j $(JOBS) --target moesim_fuzzers moesim
-	bash tests/fuzz/make_seeds.sh build-fuzz/moesim build-fuzz/fuzz-seeds
+	bash tests/fuzz/make_seeds.sh build-fuzz/moesim build-fuzz/fuzz-corpus
 	bash tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)

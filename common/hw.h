@@ -1,5 +1,5 @@
 /* A hardware profile: GPU, host link, DRAM and SSD figures from configs/hw/<name>.ini, each
- * citing its source (../shared/CALIBRATION.md). Units are in the names. */
+ * citing its source (docs/CALIBRATION.md). Units are in the names. */
 #ifndef MOESIM_COMMON_HW_H
 #define MOESIM_COMMON_HW_H
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FIRM-MoE Table 1, HEOP against the best fixed (K, P) of the same run (issue 17): sweeps
+# FIRM-MoE Table 1, HEOP against the best fixed (K, P) of the same run: sweeps
 # experiments/firm-ablation.ini (the five Table 1 rows and a grid of fixed (K, P) with n = 1, no
 # HEOP) and prints, per cache size, each row's mean TPOT, the (K, P) HEOP fixed per depth group,
 # the best fixed (K, P) and how far All is from it; then the grid's TPOT and the two measurable

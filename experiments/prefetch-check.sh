@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Prefetch check (issue 16): sweeps experiments/prefetch-check.ini and prints, per model,
+# Prefetch check: sweeps experiments/prefetch-check.ini and prints, per model,
 # prefetching pair and predictor accuracy, TPOT without and with prefetch, the change, and what
 # the prefetches did (issued, late, cancelled, wasted bytes, PCIe link occupancy), then every case
 # that misses the bar: prefetch slower than the same policy without it by more than 1 % at
-# accuracy 1.0 or 2 % at 0.96 (issue 16). With --check it exits 1 when a case misses the bar.
+# accuracy 1.0 or 2 % at 0.96 (sim/README.md says why). With --check it exits 1 when a case misses the bar.
 #
 #   experiments/prefetch-check.sh [--check] [MOESIM] [OUT_DIR] [EXPERIMENT]
 # MOESIM defaults to build/moesim, OUT_DIR to results, EXPERIMENT to the file above (a test runs a

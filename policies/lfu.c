@@ -13,8 +13,8 @@
  *     the expert was resident; counts persist across evictions;
  *   - per_copy ("In-Cache-LFU"): the accesses since the expert's current copy was loaded; a
  *     reload starts from the access that caused it (count 1). A cache that keeps no state for
- *     experts it does not hold counts this way (issue 17 reports it is the rule of the peer
- *     simulator robinber/moe-sim).
+ *     experts it does not hold counts this way (the rule of the peer simulator robinber/moe-sim,
+ *     whose curves ours were checked against).
  * Counts do not age by default; with
  * lfu.halve_every_steps = N every count is halved after each N steps (TinyLFU's reset,
  * Einziger, Friedman & Manes 2017, "TinyLFU: A Highly Efficient Cache Admission Policy", ACM TOS

@@ -26,7 +26,8 @@
 #include "sim_fixtures.h"
 #include "support/gpu_test.h"
 
-/* issue 9: copy throughput back to back >= 90 % of the calibrated pinned H2D bandwidth */
+/* copy throughput back to back >= 90 % of the calibrated pinned H2D bandwidth: the replay's
+ * copies must run at the link's rate for its timings to validate the simulator's */
 #define COPY_SHARE_MIN 0.90
 
 static model_geometry model;

@@ -4,7 +4,7 @@
 #   run.sh BUILD_DIR SECONDS [TARGET...]     (default: every build/fuzz/fuzz_* binary)
 # With FUZZ_RUNS=N in the environment a harness also stops after N executions.
 # Each harness grows its corpus in BUILD_DIR/fuzz-corpus/TARGET from the seeds of
-# BUILD_DIR/fuzz-seeds/TARGET (make_seeds.sh); crashes, leaks, timeouts and out-of-memory inputs
+# BUILD_DIR/fuzz-corpus/TARGET (make_seeds.sh); crashes, leaks, timeouts and out-of-memory inputs
 # land in BUILD_DIR/fuzz-findings/ and make the script exit 1. Logs: BUILD_DIR/fuzz-logs/.
 set -uo pipefail
 build=${1:?usage: run.sh BUILD_DIR SECONDS [TARGET...]}
@@ -51,7 +51,7 @@ for t in "${targets[@]}"; do
     "$bin" -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout="$(hang_seconds "$t")" \
         -rss_limit_mb=2048 \
         ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -print_final_stats=1 -artifact_prefix="$build/fuzz-findings/$t-" \
-        "$corpus" "$build/fuzz-seeds/$t" > "$log" 2>&1
+        "$corpus" "$build/fuzz-corpus/$t" > "$log" 2>&1
     rc=$?
     elapsed=$(($(date +%s) - start))
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
