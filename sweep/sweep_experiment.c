@@ -92,10 +92,12 @@ static char *trim(char *s) {
     return s;
 }
 
+/* policy_lib (a policy plug-in, policies/plugin.h) is a run key too, but a column only in the
+ * experiments that set it: the CSV of every other experiment keeps its columns. */
 static bool is_run_key(const char *k) {
     for (int i = 0; i < N_RUN_KEYS; i++)
         if (!strcmp(k, run_keys[i])) return true;
-    return false;
+    return !strcmp(k, "policy_lib");
 }
 
 static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_' || c == '-'; }
@@ -275,10 +277,11 @@ typedef struct parser {
 
 static moesim_status check_key(parser *ps, const char *where, const char *key) {
     if (is_run_key(key) || is_setting_key(key)) return MOESIM_OK;
-    return PFAIL(ps,
-                 "%s:%d: %s '%s': expected policy, model, hw, trace or a setting section.key "
-                 "(e.g. memory.budget_gb)",
-                 ps->path, ps->line, where, key);
+    return PFAIL(
+        ps,
+        "%s:%d: %s '%s': expected policy, policy_lib, model, hw, trace or a setting section.key "
+        "(e.g. memory.budget_gb)",
+        ps->path, ps->line, where, key);
 }
 
 static moesim_status check_value(parser *ps, const char *key, const char *value) {
@@ -1236,7 +1239,7 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
         for (size_t i = 0; i < e->n_points; i++) e->base_hash[i] = e->points[i].hash;
     }
     bool is_sim = !strcmp(e->evaluator, "sim");
-    input_cache traces = {0}, models = {0}, hws = {0};
+    input_cache traces = {0}, models = {0}, hws = {0}, libs = {0};
     moesim_status st = MOESIM_OK;
     for (size_t i = 0; i < e->n_points && !st; i++) {
         sweep_point *p = &e->points[i];
@@ -1252,6 +1255,20 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
                 uint64_t content;
                 v = fold_u64(v, file_content_hash(path, &content) ? content : 0);
                 input_cache_add(&traces, path, v);
+            } else {
+                v = *id;
+            }
+            h = fold_u64(h, v);
+        }
+        const char *lib = sweep_point_get(e, p, "policy_lib");
+        if (lib) { /* a rebuilt plug-in gives new hashes: its rows run again */
+            const uint64_t *id = input_cache_find(&libs, lib);
+            uint64_t v = 0;
+            if (!id) {
+                uint64_t content;
+                v = fold_u64(hash_fnv1a64_str("policy_lib", MOESIM_FNV1A64_INIT),
+                             file_content_hash(lib, &content) ? content : 0);
+                input_cache_add(&libs, lib, v);
             } else {
                 v = *id;
             }
@@ -1286,6 +1303,7 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
     input_cache_free(&traces);
     input_cache_free(&models);
     input_cache_free(&hws);
+    input_cache_free(&libs);
     if (st) return st;
     build_find_index(e);
     return MOESIM_OK;
