@@ -7,7 +7,9 @@
  * names: a model, hw profile or quant table by name (looked up in the config dir,
  * $MOESIM_CONFIG_DIR or the build's configs/) or by path (a name with '/' or ending in ".ini").
  *
- * Thread safety: calls share no state; several may run at once on different inputs.
+ * Threads: the calls keep no state between them, but every call that reads a trace uses HDF5,
+ * whose usual (Debian) build is not thread-safe: make them from one thread at a time
+ * (moesim_sweep runs its own worker threads safely: it reads the traces before they start).
  * ABI: the soname is libmoesim.so.MOESIM_ABI_VERSION; a change to these declarations that
  * breaks old callers bumps it. */
 #ifndef MOESIM_H
