@@ -108,3 +108,23 @@ def test_errors_carry_the_cli_message(trace, work):
         moesim.sim(trace, hw=HW, policy="no-such-policy")
     with pytest.raises(moesim.MoesimError):
         moesim.stats(bad)
+
+
+def test_config_path_resolves_names_as_the_cli_does(work):
+    path = moesim.config_path("models", "olmoe-1b-7b")
+    assert path.endswith("models/olmoe-1b-7b.ini") and os.path.exists(path)
+    assert moesim.config_path("hw", path.replace("models/olmoe-1b-7b", "hw/" + HW)).endswith(
+        f"hw/{HW}.ini")
+    with pytest.raises(moesim.MoesimError, match="nope") as e:
+        moesim.config_path("models", "nope")
+    assert e.value.status == 1
+
+
+def test_a_corrupt_trace_is_refused_with_the_cli_message(work):
+    bad = work / "corrupt.h5"
+    bad.write_bytes(b"not an HDF5 file")
+    p = cli("trace", "info", bad, check=False)
+    assert p.returncode == 2
+    with pytest.raises(moesim.MoesimError) as e:
+        moesim.Trace(bad)
+    assert p.stderr.strip() == f"moesim: {e.value}"
