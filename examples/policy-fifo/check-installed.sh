@@ -12,7 +12,8 @@ export PKG_CONFIG_PATH=$work/prefix/lib/pkgconfig
 cp "$here/fifo.c" "$here/Makefile" "$here/CMakeLists.txt" "$work/"
 make -s -C "$work" >"$work/make.log" 2>&1 || { cat "$work/make.log" >&2; exit 1; }
 cmake -S "$work" -B "$work/cmake-build" >"$work/cmake.log" 2>&1 &&
-    cmake --build "$work/cmake-build" >>"$work/cmake.log" 2>&1 || { cat "$work/cmake.log" >&2; exit 1; }
+    cmake --build "$work/cmake-build" >>"$work/cmake.log" 2>&1 ||
+    { cat "$work/cmake.log" >&2; exit 1; }
 "$moesim" trace synth --model olmoe-1b-7b --requests 1 --prompt-len 4 --gen-len 8 -o "$work/t.h5" \
     >/dev/null
 for so in "$work/policy-fifo.so" "$work/cmake-build/policy-fifo.so"; do
