@@ -45,6 +45,7 @@ static const char replay_usage[] =
     "  --trace FILE         router trace (HDF5)\n"
     "  --hw NAME            hardware profile (the one `moesim calibrate` wrote)\n"
     "  --policy NAME        policy (`moesim sim --list-policies`)\n"
+    "  --policy-lib FILE.so a policy plug-in (policies/WRITING.md); --policy defaults to it\n"
     "  --model-geometry N   model geometry with --synthetic-weights (default: the trace's\n"
     "                       model; with --model the checkpoint is the geometry)\n"
     "  --set S.K=V          a setting or policy knob (repeatable)\n"
@@ -92,7 +93,8 @@ int cmd_replay(int argc, char **argv) {
                                         {"help", no_argument, NULL, 'h'}};
     struct option opts[CLI_SIM_OPTIONS_MAX + MOESIM_ARRAY_LEN(own) + 1];
     cli_sim_options o;
-    cli_sim_options_start(&o, CLI_SIM_RUN | CLI_SIM_TIMELINE, own, MOESIM_ARRAY_LEN(own), opts);
+    cli_sim_options_start(&o, CLI_SIM_RUN | CLI_SIM_TIMELINE | CLI_SIM_PLUGIN, own,
+                          MOESIM_ARRAY_LEN(own), opts);
     const char *geometry = NULL, *seed_text = NULL, *ssd_dir = NULL, *model_dir = NULL,
                *backend = "cuda";
     bool synthetic = false, live = false;
@@ -194,7 +196,8 @@ int cmd_replay(int argc, char **argv) {
                             .timeline_window = o.timeline_window,
                             .weights = w,
                             .weight_seed = seed,
-                            .ssd_dir = ssd_dir};
+                            .ssd_dir = ssd_dir,
+                            .policy = cli_sim_options_policy(&o)};
         st = cpu ? replay_run_cpu(&in, o.policy_name, settings, &r, NULL, &err)
                  : replay_run(&in, o.policy_name, settings, &r, NULL, &err);
     }

@@ -22,7 +22,7 @@
 static const char sim_usage[] =
     "usage: moesim sim --trace T.h5 --hw NAME --policy NAME [--model NAME] [--set key=value ...]\n"
     "                  [--config FILE ...] [--json] [--timeline FILE [--timeline-window W]]\n"
-    "       moesim sim --list-policies\n"
+    "       moesim sim --list-policies [--policy-lib FILE.so]\n"
     "\n"
     "Simulates serving the trace's requests on the GPU of hardware profile NAME\n"
     "(configs/hw/NAME.ini or a path) while POLICY decides which experts are resident in HBM,\n"
@@ -37,7 +37,8 @@ static const char sim_usage[] =
     "  --set S.K=V        a setting or policy knob (repeatable), e.g. --set lru.scope=global\n"
     "  --config FILE      an INI file of settings and knobs, e.g. a policy preset (repeatable;\n"
     "                     later files and --set entries override earlier ones)\n"
-    "  --json             every figure as one JSON object (keys: sim/README.md)\n";
+    "  --json             every figure as one JSON object (keys: sim/README.md)\n"
+    "  --policy-lib FILE.so  a policy plug-in (policies/WRITING.md); --policy defaults to it\n";
 static const char sim_usage_tail[] =
     "  --list-policies    the registered policies and their knobs\n"
     "  -h, --help         this text\n"
@@ -60,15 +61,6 @@ static void print_help(void) {
     size_t n;
     const config_field *f = sim_settings_fields(&n);
     print_fields(f, n);
-}
-
-static void list_policies(void) {
-    size_t n;
-    const policy_methods *const *all = policy_all(&n);
-    for (size_t i = 0; i < n; i++) {
-        printf("%-16s %s\n", all[i]->name, all[i]->summary);
-        print_fields(all[i]->knobs, all[i]->n_knobs);
-    }
 }
 
 static void print_text(const sim_result *r, const char *trace_path, const char *hw) {
@@ -99,8 +91,10 @@ int cmd_sim(int argc, char **argv) {
                                         {"help", no_argument, NULL, 'h'}};
     struct option opts[CLI_SIM_OPTIONS_MAX + MOESIM_ARRAY_LEN(own) + 1];
     cli_sim_options o;
-    cli_sim_options_start(&o, CLI_SIM_RUN | CLI_SIM_TIMELINE, own, MOESIM_ARRAY_LEN(own), opts);
+    cli_sim_options_start(&o, CLI_SIM_RUN | CLI_SIM_TIMELINE | CLI_SIM_PLUGIN, own,
+                          MOESIM_ARRAY_LEN(own), opts);
     const char *model_name = NULL;
+    bool list = false;
     int c, rc = 0;
     while ((c = cli_sim_options_next(&o, argc, argv, opts)) != -1) {
         switch (c) {
@@ -108,9 +102,8 @@ int cmd_sim(int argc, char **argv) {
             model_name = optarg;
             break;
         case 'L':
-            list_policies();
-            cli_sim_options_free(&o);
-            return 0;
+            list = true;
+            break;
         case 'h':
             print_help();
             cli_sim_options_free(&o);
@@ -123,7 +116,12 @@ int cmd_sim(int argc, char **argv) {
     if (optind < argc)
         rc = cli_usage_error("sim", "unexpected argument '%s'", argv[optind]);
     else
-        rc = cli_sim_options_check("sim", &o, true);
+        rc = cli_sim_options_check("sim", &o, !list);
+    if (!rc && list) {
+        cli_sim_options_list_policies(&o, stdout);
+        cli_sim_options_free(&o);
+        return 0;
+    }
     if (rc) {
         cli_sim_options_free(&o);
         return rc;
@@ -147,7 +145,8 @@ int cmd_sim(int argc, char **argv) {
                          .hw = &hw,
                          .quant = &quant,
                          .timeline_path = o.timeline_path,
-                         .timeline_window = o.timeline_window};
+                         .timeline_window = o.timeline_window,
+                         .policy = cli_sim_options_policy(&o)};
         st = sim_run(&in, o.policy_name, settings, &r, &err);
     }
     if (!st && r.cost_extrapolated)

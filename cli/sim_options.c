@@ -1,6 +1,7 @@
 /* The shared options of `moesim sim`, `replay` and `validate`; see sim_options.h. */
 #include "cli/sim_options.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,7 @@ enum { /* getopt codes of the shared options: above every character */
        OPT_JSON,
        OPT_TIMELINE,
        OPT_TIMELINE_WINDOW,
+       OPT_POLICY_LIB,
 };
 
 static const struct option run_rows[] = {
@@ -28,7 +30,12 @@ static const struct option timeline_rows[] = {
     {"timeline", required_argument, NULL, OPT_TIMELINE},
     {"timeline-window", required_argument, NULL, OPT_TIMELINE_WINDOW},
 };
-_Static_assert(MOESIM_ARRAY_LEN(run_rows) + MOESIM_ARRAY_LEN(timeline_rows) == CLI_SIM_OPTIONS_MAX,
+static const struct option plugin_rows[] = {
+    {"policy-lib", required_argument, NULL, OPT_POLICY_LIB},
+};
+_Static_assert(MOESIM_ARRAY_LEN(run_rows) + MOESIM_ARRAY_LEN(timeline_rows) +
+                       MOESIM_ARRAY_LEN(plugin_rows) ==
+                   CLI_SIM_OPTIONS_MAX,
                "CLI_SIM_OPTIONS_MAX counts every shared row");
 
 void cli_sim_options_start(cli_sim_options *o, unsigned groups, const struct option *own,
@@ -39,6 +46,8 @@ void cli_sim_options_start(cli_sim_options *o, unsigned groups, const struct opt
         for (size_t i = 0; i < MOESIM_ARRAY_LEN(run_rows); i++) opts[n++] = run_rows[i];
     if (groups & CLI_SIM_TIMELINE)
         for (size_t i = 0; i < MOESIM_ARRAY_LEN(timeline_rows); i++) opts[n++] = timeline_rows[i];
+    if (groups & CLI_SIM_PLUGIN)
+        for (size_t i = 0; i < MOESIM_ARRAY_LEN(plugin_rows); i++) opts[n++] = plugin_rows[i];
     for (size_t i = 0; i < n_own; i++) opts[n++] = own[i];
     opts[n] = (struct option){NULL, 0, NULL, 0};
     optind = 1;
@@ -72,6 +81,9 @@ static bool take(cli_sim_options *o, int c, const char *arg) {
     case OPT_TIMELINE_WINDOW:
         o->timeline_window_text = arg;
         return true;
+    case OPT_POLICY_LIB:
+        o->policy_lib = arg;
+        return true;
     default:
         return false;
     }
@@ -84,10 +96,25 @@ int cli_sim_options_next(cli_sim_options *o, int argc, char **argv, const struct
     return c;
 }
 
+/* Loads --policy-lib once; 0 or the exit status after one line. */
+static int load_plugin(const char *cmd, cli_sim_options *o) {
+    if (!o->policy_lib || o->plugin) return 0;
+    moesim_error err = {0};
+    if (policy_plugin_open(o->policy_lib, &o->plugin, &err)) return cli_fail(&err);
+    const char *name = policy_plugin_methods(o->plugin)->name;
+    if (!o->policy_name) o->policy_name = name;
+    if (strcmp(o->policy_name, name))
+        return cli_usage_error(cmd, "--policy %s: the plug-in %s provides policy '%s'",
+                               o->policy_name, o->policy_lib, name);
+    return 0;
+}
+
 int cli_sim_options_check(const char *cmd, cli_sim_options *o, bool require_run) {
+    int rc = load_plugin(cmd, o);
+    if (rc) return rc;
     if (require_run && (!o->trace_path || !o->hw_name || !o->policy_name))
         return cli_usage_error(cmd, "--trace, --hw and --policy are required");
-    if (o->policy_name && !policy_lookup(o->policy_name))
+    if (o->policy_name && !o->plugin && !policy_lookup(o->policy_name))
         return cli_usage_error(cmd, "unknown policy '%s' (known: %s)", o->policy_name,
                                policy_names());
     if (o->timeline_window_text) {
@@ -133,7 +160,35 @@ void cli_sim_options_timeline_help(FILE *out, int column) {
     }
 }
 
+const policy_methods *cli_sim_options_policy(const cli_sim_options *o) {
+    return o->plugin ? policy_plugin_methods(o->plugin) : NULL;
+}
+
+static void print_fields(FILE *out, const config_field *f, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.%s", f[i].section, f[i].key);
+        fprintf(out, "  %-26s %s (default %s)\n", key, f[i].help,
+                f[i].def && f[i].def[0] ? f[i].def : "none");
+    }
+}
+
+void cli_sim_options_list_policies(const cli_sim_options *o, FILE *out) {
+    size_t n;
+    const policy_methods *const *all = policy_all(&n);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(out, "%-16s %s\n", all[i]->name, all[i]->summary);
+        print_fields(out, all[i]->knobs, all[i]->n_knobs);
+    }
+    const policy_methods *pm = cli_sim_options_policy(o);
+    if (!pm) return;
+    fprintf(out, "%-16s %s (plug-in %s)\n", pm->name, pm->summary, o->policy_lib);
+    print_fields(out, pm->knobs, pm->n_knobs);
+}
+
 void cli_sim_options_free(cli_sim_options *o) {
+    policy_plugin_close(o->plugin);
+    o->plugin = NULL;
     free(o->sets);
     free(o->files);
     o->sets = o->files = NULL;

@@ -236,6 +236,17 @@ typedef struct policy_methods {
     bool ignores_lookahead;
 } policy_methods;
 
+/* ---- plug-ins ---- */
+
+/* A policy built outside moesim (policies/WRITING.md, examples/policy-fifo/) is a shared object
+ * that exports its table under this symbol; the host loads it with --policy-lib FILE.so (sim,
+ * replay), `policy_lib = FILE.so` (experiment files) or libmoesim, refuses it in one line when
+ * its api_version differs from POLICY_API_VERSION, and then drives it like a built-in one.
+ * In the plug-in:  POLICY_PLUGIN_EXPORT const policy_methods moesim_policy = {...};
+ * A plug-in calls nothing of moesim: it uses the types and macros of this header only. */
+#define POLICY_PLUGIN_SYMBOL "moesim_policy"
+#define POLICY_PLUGIN_EXPORT __attribute__((visibility("default")))
+
 /* ---- the registry ---- */
 
 /* The policy registered under `name`, or NULL. */

@@ -240,7 +240,7 @@ static moesim_status check_inputs(const replay_inputs *in, moesim_error *err) {
 static moesim_status read_settings(replay_exec *x, const char *policy_name, config *settings,
                                    moesim_error *err) {
     moesim_status st;
-    x->pm = policy_lookup(policy_name);
+    x->pm = x->in->policy ? x->in->policy : policy_lookup(policy_name);
     if (!x->pm)
         return moesim_fail(err, MOESIM_EINPUT, "unknown policy '%s' (known: %s)", policy_name,
                            policy_names());

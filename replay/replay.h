@@ -142,6 +142,8 @@ typedef struct replay_inputs {
     const char *ssd_dir;               /* the run's own SSD store (NULL: /var/tmp) */
     const struct cpu_store *cpu_store; /* replay_run_cpu: a borrowed expert file, or NULL: the
                                           run writes its own under ssd_dir */
+    const policy_methods *policy;      /* optional: run this table (a plug-in) instead of looking
+                                          the name up; NULL: the registry */
 } replay_inputs;
 
 /* What a replay measured beyond sim_result (checks of the GPU tests). */

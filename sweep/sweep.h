@@ -18,7 +18,9 @@
  *   [validate]    what only `moesim validate --experiment` reads (a sweep ignores it; the
  *                 options of the same names win): repeats (rounds of replays), tpot_error_max
  *                 and order_margin (together: its --check TPOT,MARGIN)
- * Keys: policy, model, hw, trace (the run's inputs), or section.key (a `--set` setting, e.g.
+ * Keys: policy, model, hw, trace (the run's inputs), policy_lib (a policy plug-in FILE.so,
+ * policies/WRITING.md: configurations whose policy is the plug-in's run it, the others the
+ * built-in of their name; a column only where set), or section.key (a `--set` setting, e.g.
  * memory.budget_gb, batch.size, dymoe.retention), or label.NAME: an annotation that becomes a
  * column and part of the hash but is not handed to the evaluator (e.g. a paper's cache size).
  * Values hold no ',' '"' '=' or control characters (they are CSV fields) and do not start with
@@ -34,7 +36,8 @@
  * set, in column-name order: independent of file order, of where a setting came from (fixed,
  * axis, bundle) and of the other configurations. sweep_experiment_bind_inputs then folds in what
  * the names resolve to, so a row is keyed by the resolved configuration: the trace's [traces]
- * recipe and the FNV-1a of its file's bytes (0 while the file is absent), and for the sim
+ * recipe and the FNV-1a of its file's bytes (0 while the file is absent), the FNV-1a of the
+ * policy_lib file's bytes (a rebuilt plug-in gives new hashes), and for the sim
  * evaluator the (section, key, value) settings of the model and hw files in name order (not
  * their file names, comments or layout). Editing a recipe, replacing a trace or changing a
  * model's or a profile's values gives new hashes: the old rows stay in the file, unmatched.

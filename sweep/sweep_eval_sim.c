@@ -14,6 +14,7 @@
 #include "common/hw.h"
 #include "common/model.h"
 #include "common/precision.h"
+#include "policies/plugin.h"
 #include "sim/sim.h"
 #include "sweep/sweep.h"
 #include "sweep/sweep_internal.h"
@@ -44,6 +45,8 @@ typedef struct sim_ctx {
     size_t n_hws;
     named_trace *traces; /* [n_traces] */
     size_t n_traces;
+    policy_plugin **plugins; /* [n_plugins] the policy_lib files, each loaded once */
+    size_t n_plugins;
     size_t n_metrics; /* the fixed fields of sim_result_fields */
     const char *metric_names[SIM_MAX_METRICS];
 } sim_ctx;
@@ -57,9 +60,11 @@ static void sim_ctx_destroy(void *ctx) {
         free(c->traces[i].path);
         trace_destroy(c->traces[i].t);
     }
+    for (size_t i = 0; i < c->n_plugins; i++) policy_plugin_close(c->plugins[i]);
     free(c->models);
     free(c->hws);
     free(c->traces);
+    free(c->plugins);
     free(c);
 }
 
@@ -81,7 +86,23 @@ static const trace *find_trace(const sim_ctx *c, const char *path) {
     return NULL;
 }
 
-/* Loads every model, hw profile and trace the configurations name (each once). */
+static const policy_plugin *find_plugin(const sim_ctx *c, const char *path) {
+    for (size_t i = 0; path && i < c->n_plugins; i++)
+        if (!strcmp(policy_plugin_path(c->plugins[i]), path)) return c->plugins[i];
+    return NULL;
+}
+
+/* The table a configuration runs: its policy_lib's when the plug-in provides its policy, else
+ * NULL (the registry's policy of that name: a built-in beside a plug-in in one experiment). */
+static const policy_methods *point_policy(const sim_ctx *c, const sweep_experiment *e,
+                                          const sweep_point *p) {
+    const policy_plugin *pl = find_plugin(c, sweep_point_get(e, p, "policy_lib"));
+    if (!pl) return NULL;
+    const policy_methods *pm = policy_plugin_methods(pl);
+    return strcmp(pm->name, sweep_point_get(e, p, "policy")) ? NULL : pm;
+}
+
+/* Loads every model, hw profile, trace and policy plug-in the configurations name (each once). */
 static moesim_status load_inputs(sim_ctx *c, const sweep_experiment *e, moesim_error *err) {
     for (size_t i = 0; i < sweep_experiment_count(e); i++) {
         const sweep_point *p = sweep_experiment_point(e, i);
@@ -105,6 +126,18 @@ static moesim_status load_inputs(sim_ctx *c, const sweep_experiment *e, moesim_e
             h->name = moesim_xstrdup(hw);
             c->n_hws++;
         }
+        const char *lib = sweep_point_get(e, p, "policy_lib");
+        if (lib && !find_plugin(c, lib)) {
+            policy_plugin *pl = NULL;
+            st = policy_plugin_open(lib, &pl, err);
+            if (st) {
+                int col = sweep_experiment_column_index(e, "policy_lib");
+                moesim_error_prefix(err, "%s: policy_lib", p->origins[col]);
+                return st;
+            }
+            c->plugins = moesim_xrealloc(c->plugins, (c->n_plugins + 1) * sizeof *c->plugins);
+            c->plugins[c->n_plugins++] = pl;
+        }
         if (!find_trace(c, path)) {
             trace *t = NULL;
             st = trace_read(path, &t, err);
@@ -123,7 +156,8 @@ static moesim_status sim_eval_run(void *ctx, const sweep_experiment *e, const sw
                      .model = find_model(c, sweep_point_get(e, p, "model")),
                      .hw = find_hw(c, sweep_point_get(e, p, "hw")),
                      .quant = &c->quant,
-                     .timeline_path = NULL};
+                     .timeline_path = NULL,
+                     .policy = point_policy(c, e, p)};
     MOESIM_ASSERT(in.trace && in.model && in.hw); /* load_inputs loaded every one */
     config *settings = config_create();
     char seed[32];

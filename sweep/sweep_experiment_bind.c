@@ -115,7 +115,7 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
         for (size_t i = 0; i < e->n_points; i++) e->base_hash[i] = e->points[i].hash;
     }
     bool is_sim = !strcmp(e->evaluator, "sim");
-    input_cache traces = {0}, models = {0}, hws = {0};
+    input_cache traces = {0}, models = {0}, hws = {0}, libs = {0};
     moesim_status st = MOESIM_OK;
     for (size_t i = 0; i < e->n_points && !st; i++) {
         sweep_point *p = &e->points[i];
@@ -131,6 +131,20 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
                 uint64_t content;
                 v = fold_u64(v, file_content_hash(path, &content) ? content : 0);
                 input_cache_add(&traces, path, v);
+            } else {
+                v = *id;
+            }
+            h = fold_u64(h, v);
+        }
+        const char *lib = sweep_point_get(e, p, "policy_lib");
+        if (lib) { /* a rebuilt plug-in gives new hashes: its rows run again */
+            const uint64_t *id = input_cache_find(&libs, lib);
+            uint64_t v = 0;
+            if (!id) {
+                uint64_t content;
+                v = fold_u64(hash_fnv1a64_str("policy_lib", MOESIM_FNV1A64_INIT),
+                             file_content_hash(lib, &content) ? content : 0);
+                input_cache_add(&libs, lib, v);
             } else {
                 v = *id;
             }
@@ -165,6 +179,7 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
     input_cache_free(&traces);
     input_cache_free(&models);
     input_cache_free(&hws);
+    input_cache_free(&libs);
     if (st) return st;
     sweep_experiment_index(e);
     return MOESIM_OK;

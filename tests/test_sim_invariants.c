@@ -1,15 +1,17 @@
-/* Invariants every registered policy keeps under the simulator, table-driven over policy_all()
- * and random traces: peak HBM never exceeds the budget; every expert op starts with all its
- * parts resident at the precision it runs at; the same inputs and seed give identical JSON; and
- * on these short-prompt cases `oracle`'s hit rate is at least that of every other policy that runs
- * every expert at expert.precision. That is an observation on these cases, not a theorem: on
- * longer prompt steps lfu beats it (tests/test_policy_oracle.c, the documented counter-example;
- * the bound that holds is on loads, policies/belady.h). */
+/* Invariants every registered policy and the template plug-in (examples/policy-fifo, loaded as
+ * a plug-in: policies/WRITING.md) keep under the simulator, table-driven over random traces: peak
+ * HBM never exceeds the budget; every expert op starts with all its parts resident at the
+ * precision it runs at; the same inputs and seed give identical JSON; and on these short-prompt
+ * cases `oracle`'s hit rate is at least that of every other policy that runs every expert at
+ * expert.precision. That is an observation on these cases, not a theorem: on longer prompt steps
+ * lfu beats it (tests/test_policy_oracle.c, the documented counter-example; the bound that holds
+ * is on loads, policies/belady.h). */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/config.h"
+#include "policies/plugin.h"
 #include "policies/policy.h"
 #include "sim/sim.h"
 #include "sim_fixtures.h"
@@ -89,25 +91,43 @@ static void check_expert_start(void *ctx, policy_mem_view mem, uint32_t layer, u
     c->violations += fixture_parts_not_resident(mem, layer, expert, prec, parts_mask);
 }
 
+/* The policies under test: every registered one, then the template plug-in (built beside this
+ * test: MOESIM_TEST_POLICY_PLUGIN is its path). Caller frees the array and closes *plugin. */
+static const policy_methods **policies_under_test(size_t *n, policy_plugin **plugin) {
+    size_t n_reg;
+    const policy_methods *const *all = policy_all(&n_reg);
+    const policy_methods **list = calloc(n_reg + 1, sizeof *list);
+    cr_assert(list);
+    memcpy(list, all, n_reg * sizeof *list);
+    moesim_error err = {0};
+    cr_assert_eq(policy_plugin_open(MOESIM_TEST_POLICY_PLUGIN, plugin, &err), MOESIM_OK, "%s",
+                 err.msg);
+    list[n_reg] = policy_plugin_methods(*plugin);
+    *n = n_reg + 1;
+    return list;
+}
+
 /* Runs one case; returns the status (a policy may refuse a setting it cannot work in). */
 static moesim_status run_case(const sim_case *sc, const trace *t, const model_geometry *m,
-                              const char *policy_name, sim_result *r, residency_check *rc,
+                              const policy_methods *pm, sim_result *r, residency_check *rc,
                               moesim_error *err) {
     hw_profile hw = fixture_hw();
     config *c = config_create();
     for (const char *const *s = sc->sets; *s; s++)
         cr_assert_eq(config_set(c, *s, err), MOESIM_OK, "%s", err->msg);
     sim_hooks hooks = {.ctx = rc, .on_expert_start = check_expert_start};
-    sim_inputs in = {.trace = t, .model = m, .hw = &hw, .quant = &quant, .hooks = &hooks};
-    moesim_status st = sim_run(&in, policy_name, c, r, err);
+    sim_inputs in = {
+        .trace = t, .model = m, .hw = &hw, .quant = &quant, .hooks = &hooks, .policy = pm};
+    moesim_status st = sim_run(&in, pm->name, c, r, err);
     config_destroy(c);
     return st;
 }
 
 Test(sim_invariants, every_policy_stays_in_budget_runs_only_resident_experts_and_is_deterministic) {
     size_t n_pol;
-    const policy_methods *const *all = policy_all(&n_pol);
-    cr_assert_geq(n_pol, 2);
+    policy_plugin *plugin = NULL;
+    const policy_methods **all = policies_under_test(&n_pol, &plugin);
+    cr_assert_geq(n_pol, 3);
     uint32_t *ran = calloc(n_pol, sizeof *ran);
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const sim_case *sc = &cases[ci];
@@ -119,13 +139,13 @@ Test(sim_invariants, every_policy_stays_in_budget_runs_only_resident_experts_and
             sim_result r1, r2;
             residency_check rc1 = {0}, rc2 = {0};
             moesim_error err = {0};
-            moesim_status st = run_case(sc, t, &m, name, &r1, &rc1, &err);
+            moesim_status st = run_case(sc, t, &m, all[pi], &r1, &rc1, &err);
             if (st) {
                 /* refusing a setting is allowed, with a message; the two baselines never do */
                 cr_assert_eq(st, MOESIM_EINPUT, "%s / %s: %s", sc->what, name, err.msg);
                 cr_assert(err.msg[0]);
-                cr_assert(strcmp(name, "ondemand") && strcmp(name, "lru"), "%s / %s: %s", sc->what,
-                          name, err.msg);
+                cr_assert(strcmp(name, "ondemand") && strcmp(name, "lru") && strcmp(name, "fifo"),
+                          "%s / %s: %s", sc->what, name, err.msg);
                 continue;
             }
             cr_assert_leq(r1.peak_hbm_bytes, r1.budget_bytes, "%s / %s", sc->what, name);
@@ -135,7 +155,7 @@ Test(sim_invariants, every_policy_stays_in_budget_runs_only_resident_experts_and
             cr_assert_eq(r1.tokens, t->n_tokens);
             double mix = r1.precision_mix_hi + r1.precision_mix_lo + r1.precision_mix_skip;
             cr_assert_float_eq(mix, 1.0, 1e-9, "%s / %s", sc->what, name);
-            cr_assert_eq(run_case(sc, t, &m, name, &r2, &rc2, &err), MOESIM_OK, "%s", err.msg);
+            cr_assert_eq(run_case(sc, t, &m, all[pi], &r2, &rc2, &err), MOESIM_OK, "%s", err.msg);
             json_t *o1 = sim_result_to_json(&r1), *o2 = sim_result_to_json(&r2);
             char *j1 = json_dumps(o1, JSON_COMPACT | JSON_REAL_PRECISION(17));
             char *j2 = json_dumps(o2, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -152,13 +172,17 @@ Test(sim_invariants, every_policy_stays_in_budget_runs_only_resident_experts_and
         cr_assert_gt(ran[pi], 0, "policy %s refused every case: add a case it can run",
                      all[pi]->name);
     free(ran);
+    free(all);
+    policy_plugin_close(plugin);
 }
 
 Test(sim_invariants, oracle_hit_rate_is_at_least_every_other_policys_on_these_short_prompt_cases) {
-    cr_assert(policy_lookup("oracle"), "no policy named 'oracle' is registered");
+    const policy_methods *oracle = policy_lookup("oracle");
+    cr_assert(oracle, "no policy named 'oracle' is registered");
     size_t n_pol;
-    const policy_methods *const *all = policy_all(&n_pol);
-    static const char *const bounded[] = {"lru", "lfu", "mixtral-offload", "ondemand"};
+    policy_plugin *plugin = NULL;
+    const policy_methods **all = policies_under_test(&n_pol, &plugin);
+    static const char *const bounded[] = {"lru", "lfu", "mixtral-offload", "ondemand", "fifo"};
     const size_t n_bounded = sizeof bounded / sizeof *bounded;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const sim_case *sc = &cases[ci];
@@ -167,13 +191,13 @@ Test(sim_invariants, oracle_hit_rate_is_at_least_every_other_policys_on_these_sh
         sim_result ro;
         residency_check rc = {0};
         moesim_error err = {0};
-        cr_assert_eq(run_case(sc, t, &m, "oracle", &ro, &rc, &err), MOESIM_OK, "%s: %s", sc->what,
+        cr_assert_eq(run_case(sc, t, &m, oracle, &ro, &rc, &err), MOESIM_OK, "%s: %s", sc->what,
                      err.msg);
         size_t compared = 0;
         unsigned seen = 0;
         for (size_t pi = 0; pi < n_pol; pi++) {
             sim_result r;
-            if (run_case(sc, t, &m, all[pi]->name, &r, &rc, &err)) continue;
+            if (run_case(sc, t, &m, all[pi], &r, &rc, &err)) continue;
             /* Belady's bound holds among caches of one precision: a policy that runs some
              * experts narrower (more of them fit) or skips some is not bounded by it */
             if (r.precision_mix_hi < 1.0) continue;
@@ -190,4 +214,6 @@ Test(sim_invariants, oracle_hit_rate_is_at_least_every_other_policys_on_these_sh
         cr_assert_geq(compared, n_bounded, "%s: %zu policies compared", sc->what, compared);
         trace_destroy(t);
     }
+    free(all);
+    policy_plugin_close(plugin);
 }
