@@ -8,11 +8,21 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/paths.h"
 
 static void print_commands(FILE *out, const char *group, const cli_command *cmds, size_t n) {
     fprintf(out, "usage: %s <command> [options]\n\ncommands:\n", group);
     for (size_t i = 0; i < n; i++) fprintf(out, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
     fprintf(out, "\n'%s <command> --help' describes each command.\n", group);
+    if (!strcmp(group, "moesim"))
+        fputs("\noptions (any command):\n"
+              "  --data-dir DIR  search DIR first for configs/, plots/, experiments/\n"
+              "                  (repeatable; then $MOESIM_DATA_PATH, colon-separated; then\n"
+              "                  ../share/moesim beside the executable; then the source tree\n"
+              "                  of a build that runs from its build folder)\n"
+              "  --version       the version and the commit this build was made from\n"
+              "  -h, --help      this text\n",
+              out);
 }
 
 int cli_dispatch(const char *group, const cli_command *cmds, size_t n_cmds, int argc, char **argv) {
@@ -81,7 +91,11 @@ void cli_collect(const char ***list, size_t *n, const char *item) {
 moesim_status cli_settings_load(config *settings, const char *const *files, size_t n_files,
                                 const char *const *sets, size_t n_sets, moesim_error *err) {
     moesim_status st = MOESIM_OK;
-    for (size_t i = 0; i < n_files && !st; i++) st = config_load_file(settings, files[i], err);
+    for (size_t i = 0; i < n_files && !st; i++) {
+        char path[4096]; /* a policy preset by name (configs/policies/NAME.ini), or a path */
+        st = moesim_config_path("policies", files[i], path, sizeof path, err);
+        if (!st) st = config_load_file(settings, path, err);
+    }
     for (size_t i = 0; i < n_sets && !st; i++) st = config_set(settings, sets[i], err);
     return st;
 }

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/config.h"
+#include "common/paths.h"
 #include "sim/sweep.h"
 
 static const char sweep_help[] =
@@ -65,30 +65,9 @@ static bool parse_shard(const char *s, uint32_t *i, uint32_t *n) {
     return true;
 }
 
-/* mkdir -p of the folder holding `path`. */
-static moesim_status make_parent_dirs(const char *path, moesim_error *err) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: path too long", path);
-    char *slash = strrchr(buf, '/');
-    if (!slash || slash == buf) return MOESIM_OK;
-    *slash = '\0';
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return moesim_fail(err, MOESIM_EIO, "%s: cannot create folder: %s", buf,
-                               strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return moesim_fail(err, MOESIM_EIO, "%s: cannot create folder: %s", buf, strerror(errno));
-    return MOESIM_OK;
-}
-
 /* Runs `moesim trace synth ARGS -o path` (this binary) for a missing trace. */
 static moesim_status synth_trace(const char *path, const char *args, moesim_error *err) {
-    moesim_status st = make_parent_dirs(path, err);
+    moesim_status st = moesim_path_make_parents(path, err);
     if (st) return st;
     char *copy = moesim_xstrdup(args);
     char *argv[SWEEP_MAX_RECIPE_ARGS + 6]; /* moesim trace synth ARGS -o path NULL */
@@ -245,7 +224,7 @@ static int cmd_sweep_merge(int argc, char **argv) {
             return cli_usage_error("sweep merge", "output %s is also an input", out);
         }
     sweep_merge_report rep;
-    moesim_status st = make_parent_dirs(out, &err);
+    moesim_status st = moesim_path_make_parents(out, &err);
     if (!st) st = sweep_merge(inputs, n_inputs, out, e, &rep, &err);
     if (!st && e) {
         char out_side[PATH_MAX];
@@ -358,7 +337,7 @@ int cmd_sweep(int argc, char **argv) {
     if (!st) st = sweep_experiment_bind_inputs(e, &err);
     sweep_evaluator ev = {0};
     if (!st) st = sweep_evaluator_create(e, &ev, &err);
-    if (!st) st = make_parent_dirs(out, &err);
+    if (!st) st = moesim_path_make_parents(out, &err);
     sweep_summary sum = {0};
     if (!st) st = sweep_run(e, &ev, &opt, &sum, &err);
     sweep_evaluator_destroy(&ev);

@@ -110,6 +110,14 @@ size_t sweep_experiment_n_traces(const sweep_experiment *e);
 void sweep_experiment_trace_at(const sweep_experiment *e, size_t i, const char **path,
                                const char **synth_args);
 
+/* The file a configuration's `key` (trace, model or hw) = `value` names. A relative path resolves
+ * against the experiment's inputs folder ([experiment] inputs: the file's own folder unless it
+ * says `cwd`, the working directory, or names another folder), except a trace with a [traces]
+ * recipe: the sweep makes it, so it is an output and, like the results file, is relative to the
+ * working directory. Names (no '/', no ".ini") are returned unchanged for the data search path. */
+void sweep_experiment_input_path(const sweep_experiment *e, const char *key, const char *value,
+                                 char *out, size_t out_len);
+
 /* Writes the resolved experiment (same format, axes expanded, a comment with the counts and the
  * seed rule) atomically to `path`; loading it gives the same configurations and hashes. */
 moesim_status sweep_experiment_write_resolved(const sweep_experiment *e, const char *source,

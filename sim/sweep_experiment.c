@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,7 @@ typedef struct exclusion {
 
 struct sweep_experiment {
     char *path;
+    char *inputs_dir; /* the folder relative input paths resolve against (sweep.h) */
     char *name, *paper, *evaluator;
     uint64_t seed;
     assign *fixed;
@@ -311,9 +313,24 @@ static moesim_status parse_experiment_key(parser *ps, const char *key, const cha
                          ps->path, ps->line, value);
         free(e->evaluator);
         e->evaluator = moesim_xstrdup(value);
+    } else if (!strcmp(key, "inputs")) {
+        char dir[PATH_MAX], abs[PATH_MAX];
+        if (!strcmp(value, "cwd")) {
+            snprintf(dir, sizeof dir, ".");
+        } else {
+            char file_dir[PATH_MAX];
+            moesim_path_dirname(ps->path, file_dir, sizeof file_dir);
+            moesim_path_join(file_dir, value, dir, sizeof dir);
+        }
+        if (!realpath(dir, abs))
+            return PFAIL(ps, "%s:%d: [experiment] inputs: %s: expected cwd or a folder: %s",
+                         ps->path, ps->line, value, strerror(errno));
+        free(e->inputs_dir);
+        e->inputs_dir = moesim_xstrdup(abs);
     } else {
         return PFAIL(ps,
-                     "%s:%d: [experiment] %s: unknown key (known: name, paper, seed, evaluator)",
+                     "%s:%d: [experiment] %s: unknown key (known: name, paper, seed, evaluator, "
+                     "inputs)",
                      ps->path, ps->line, key);
     }
     return MOESIM_OK;
@@ -938,6 +955,11 @@ moesim_status sweep_experiment_load(const char *path, sweep_experiment **out, mo
     parser ps = {.e = e, .path = path, .err = err};
     moesim_status st = parse_file(&ps, fp);
     fclose(fp);
+    if (!st && !e->inputs_dir) {
+        char dir[PATH_MAX];
+        moesim_path_dirname(path, dir, sizeof dir);
+        e->inputs_dir = moesim_xstrdup(dir);
+    }
     if (!st && !e->name) {
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;
@@ -1013,6 +1035,7 @@ void sweep_experiment_destroy(sweep_experiment *e) {
     free(e->name);
     free(e->paper);
     free(e->evaluator);
+    free(e->inputs_dir);
     free(e->path);
     free(e);
 }
@@ -1094,6 +1117,8 @@ moesim_status sweep_experiment_write_resolved(const sweep_experiment *e, const c
     fprintf(f, "[experiment]\nname = %s\n", e->name);
     if (e->paper[0]) fprintf(f, "paper = %s\n", e->paper);
     fprintf(f, "seed = %" PRIu64 "\nevaluator = %s\n", e->seed, e->evaluator);
+    char inputs[PATH_MAX]; /* absolute: the copy lives in another folder than the file */
+    if (realpath(e->inputs_dir, inputs) && value_ok(inputs)) fprintf(f, "inputs = %s\n", inputs);
     if (e->n_fixed) fprintf(f, "\n[fixed]\n");
     for (size_t i = 0; i < e->n_fixed; i++)
         fprintf(f, "%s = %s\n", e->fixed[i].key, e->fixed[i].value);
@@ -1224,6 +1249,21 @@ static const char *recipe_of(const sweep_experiment *e, const char *trace_path) 
     return NULL;
 }
 
+void sweep_experiment_input_path(const sweep_experiment *e, const char *key, const char *value,
+                                 char *out, size_t out_len) {
+    size_t n = strlen(value);
+    bool relative = value[0] != '/', file_relative = false;
+    if (!strcmp(key, "trace"))
+        file_relative = relative && !recipe_of(e, value); /* a made trace is an output */
+    else if (!strcmp(key, "model") || !strcmp(key, "hw"))
+        file_relative =
+            relative && (strchr(value, '/') || (n > 4 && !strcmp(value + n - 4, ".ini")));
+    if (file_relative)
+        moesim_path_join(e->inputs_dir, value, out, out_len);
+    else
+        snprintf(out, out_len, "%s", value);
+}
+
 static uint64_t fold_u64(uint64_t h, uint64_t v) {
     unsigned char b[8];
     for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i)); /* little-endian */
@@ -1250,7 +1290,9 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
                 const char *recipe = recipe_of(e, path);
                 v = hash_fnv1a64_str(recipe ? recipe : "", MOESIM_FNV1A64_INIT);
                 uint64_t content;
-                v = fold_u64(v, file_content_hash(path, &content) ? content : 0);
+                char file[PATH_MAX];
+                sweep_experiment_input_path(e, "trace", path, file, sizeof file);
+                v = fold_u64(v, file_content_hash(file, &content) ? content : 0);
                 input_cache_add(&traces, path, v);
             } else {
                 v = *id;
@@ -1266,7 +1308,9 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
             const uint64_t *id = input_cache_find(caches[k], name);
             uint64_t v = 0;
             if (!id) {
-                st = config_values_hash(kinds[k], name, &v, err);
+                char file[PATH_MAX];
+                sweep_experiment_input_path(e, keys[k], name, file, sizeof file);
+                st = config_values_hash(kinds[k], file, &v, err);
                 if (st && err) {
                     int col = column_find(e, keys[k]);
                     char msg[MOESIM_ERROR_MAX];

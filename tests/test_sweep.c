@@ -363,7 +363,7 @@ Test(sweep, bound_hashes_follow_the_content_of_the_trace_recipe_model_and_hw_not
     snprintf(model, sizeof model, "%s", test_tmp_path("bind-model.ini"));
     snprintf(hw, sizeof hw, "%s", test_tmp_path("bind-hw.ini"));
     snprintf(trace_path, sizeof trace_path, "%s", test_tmp_path("bind-trace.h5"));
-    const char *configs = getenv("MOESIM_CONFIG_DIR");
+    const char *configs = MOESIM_SOURCE_DIR "/configs";
     char src[4096];
     snprintf(src, sizeof src, "%s/models/olmoe-1b-7b.ini", configs);
     copy_file(src, model);
@@ -700,8 +700,7 @@ Test(sweep, shards_merged_equal_the_unsharded_run) {
 /* Runs experiments/slurm/sweep.sbatch with the Slurm variables of `env` and MOESIM=echo: the
  * command it would exec lands in out. Returns the script's exit status. */
 static int run_sbatch(const char *env, const char *args, char *out, size_t out_len) {
-    const char *configs = getenv("MOESIM_CONFIG_DIR"); /* <source>/configs */
-    cr_assert(configs, "MOESIM_CONFIG_DIR not set");
+    const char *configs = MOESIM_SOURCE_DIR "/configs";
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "env -u MOESIM_SHARDS SLURM_CPUS_PER_TASK=2 MOESIM=echo %s bash "
@@ -883,7 +882,31 @@ Test(sweep, plot_renders_png_and_svg_and_refuses_missing_results) {
     cr_assert_eq(
         test_run_moesim(so, sizeof so, se, sizeof se, "plot", "no-such-figure", "--csv", out, NULL),
         2);
-    cr_assert(strstr(se, "no such plot script"), "%s", se);
+    cr_assert(strstr(se, "plot script plots/no-such-figure.gp not found (looked in "), "%s", se);
+}
+
+Test(sweep, plot_makes_the_output_folder_it_is_given) {
+    char tpath[4096], exp[4096], out[4096], dir[4096];
+    snprintf(tpath, sizeof tpath, "%s", test_tmp_path("plot-o.h5"));
+    snprintf(exp, sizeof exp, "%s", test_tmp_path("plot-o.ini"));
+    snprintf(out, sizeof out, "%s", test_tmp_path("plot-o.csv"));
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("plot-o-figs/a/b"));
+    write_model_trace("olmoe-1b-7b", tpath, 4, 16, 16, 9);
+    char text[8192];
+    snprintf(text, sizeof text,
+             "[experiment]\nevaluator = trace-stats\n[axis model_name]\n"
+             "OLMoE-1B-7B = model=olmoe-1b-7b, trace=%s\n"
+             "[axes]\nstats.capacity_share = 0.5, 1.0\n",
+             tpath);
+    test_write_file(exp, text);
+    cr_assert_eq(run_quiet("sweep", exp, "-o", out, NULL, NULL, NULL), 0);
+    static char so[1 << 16], se[1 << 14];
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "plot", "hit-rate-curves", "--csv",
+                                 out, "-o", dir, NULL),
+                 0, "%s", se);
+    char png[4200];
+    snprintf(png, sizeof png, "%s/hit-rate-curves.png", dir);
+    cr_assert(test_file_exists(png), "%s not made", png);
 }
 
 Test(sweep, rows_of_an_edited_experiment_are_kept_and_reported) {
@@ -909,4 +932,29 @@ Test(sweep, rows_of_an_edited_experiment_are_kept_and_reported) {
     cr_assert(strstr(so, "1 already done, 1 run"), "%s", so);
     cr_assert(strstr(se, "1 rows are not configurations"), "%s", se);
     cr_assert_eq(count_lines(out), 1 + 3);
+}
+
+Test(sweep, relative_inputs_resolve_against_the_experiment_files_folder_or_the_working_one) {
+    char dir[4096], tpath[4200], exp[4200], out[4200];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("relative-inputs"));
+    mkdir(dir, 0755);
+    snprintf(tpath, sizeof tpath, "%s/t.h5", dir);
+    snprintf(exp, sizeof exp, "%s/e.ini", dir);
+    snprintf(out, sizeof out, "%s/e.csv", dir);
+    write_model_trace("olmoe-1b-7b", tpath, 2, 8, 8, 3);
+    /* the test runs moesim in the build folder: t.h5 is only beside the experiment */
+    test_write_file(exp, "[experiment]\nevaluator = trace-stats\n[fixed]\ntrace = t.h5\n"
+                         "[axes]\nstats.capacity_share = 0.5, 1.0\n");
+    static char so[1 << 16], se[1 << 14];
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", exp, "-o", out, "-q", NULL),
+                 0, "%s", se);
+    char *csv = read_file(out);
+    cr_assert(strstr(csv, ",ok,"), "%s", csv);
+    free(csv);
+    /* inputs = cwd: the same name now means the working directory's t.h5, which is not there */
+    test_write_file(exp, "[experiment]\nevaluator = trace-stats\ninputs = cwd\n[fixed]\n"
+                         "trace = t.h5\n[axes]\nstats.capacity_share = 0.5, 1.0\n");
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", exp, "-o", out, "-q", NULL),
+                 2);
+    cr_assert(strstr(se, "t.h5: cannot open"), "%s", se);
 }
