@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/provenance.h"
 #include "cli/sim_options.h"
 #include "common/check.h"
 #include "common/config.h"
@@ -201,7 +202,13 @@ int cmd_replay(int argc, char **argv) {
     if (st) {
         rc = cli_fail(&err);
     } else if (o.json) {
-        cli_print_json(sim_result_to_json(&r));
+        json_t *inputs = cli_inputs_json(o.trace_path, model_dir ? NULL : model.name, o.hw_name,
+                                         o.policy_name, settings);
+        if (model_dir) /* a checkpoint: its folder and the hash of its config.json */
+            json_object_set_new(inputs, "checkpoint", json_string(model_dir));
+        json_object_set_new(inputs, "backend", json_string(cpu ? "cpu" : "cuda"));
+        json_object_set_new(inputs, "weight_seed", json_integer((json_int_t)seed));
+        cli_print_json(cli_json_with_provenance(sim_result_to_json(&r), inputs));
     } else {
         printf("%s on %s (replay, %s weights), policy %s: %.3f ms, TTFT mean %.3f ms, TPOT mean "
                "%.3f ms, hit rate %.2f%%, stall %.3f ms, h2d %.3f GB\n",

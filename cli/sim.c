@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/provenance.h"
 #include "cli/sim_options.h"
 #include "common/check.h"
 #include "common/config.h"
@@ -158,7 +159,9 @@ int cmd_sim(int argc, char **argv) {
     if (st) {
         rc = cli_fail(&err);
     } else if (o.json) {
-        cli_print_json(sim_result_to_json(&r));
+        const char *named = model_name ? model_name : trace_stream_tokens(ts)->meta.model;
+        json_t *inputs = cli_inputs_json(o.trace_path, named, o.hw_name, o.policy_name, settings);
+        cli_print_json(cli_json_with_provenance(sim_result_to_json(&r), inputs));
     } else {
         print_text(&r, o.trace_path, hw.name);
     }

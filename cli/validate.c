@@ -26,6 +26,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/provenance.h"
 #include "cli/sim_options.h"
 #include "common/alloc.h"
 #include "common/atomic_file.h"
@@ -830,7 +831,14 @@ static int merge_reports(const char **files, size_t n_files, const char *report,
             write_report(stdout, device, profile, trace_path, model, rows, n, &s);
         }
         if (!st && csv) st = write_csv(csv, rows, n, &err);
-        if (!st && json) cli_print_json(rows_json(rows, n, &s, device, profile, trace_path, model));
+        if (!st && json) {
+            json_t *inputs = json_object(), *merged = json_array(); /* the --json files merged */
+            for (size_t f = 0; f < n_files; f++)
+                json_array_append_new(merged, cli_file_json(files[f]));
+            json_object_set_new(inputs, "merged", merged);
+            cli_print_json(cli_json_with_provenance(
+                rows_json(rows, n, &s, device, profile, trace_path, model), inputs));
+        }
     }
     free(rows);
     return st ? cli_fail(&err) : 0;
@@ -1015,9 +1023,19 @@ int cmd_validate(int argc, char **argv) {
             write_report(stdout, v.hw.gpu, v.hw.name, trace_path, v.model.name, rows, n_specs, &s);
         }
         if (!st && csv) st = write_csv(csv, rows, n_specs, &err);
-        if (!st && o.json)
-            cli_print_json(
-                rows_json(rows, n_specs, &s, v.hw.gpu, v.hw.name, trace_path, v.model.name));
+        if (!st && o.json) {
+            json_t *inputs = json_object(); /* what the rows were made from */
+            json_object_set_new(inputs, "trace", cli_file_json(trace_path));
+            json_object_set_new(inputs, "model", cli_config_json("models", v.model.name));
+            json_object_set_new(inputs, "hw", cli_config_json("hw", v.hw.name));
+            json_object_set_new(inputs, "experiment",
+                                experiment ? cli_file_json(experiment) : json_null());
+            json_object_set_new(inputs, "backend", json_string(v.cpu ? "cpu" : "cuda"));
+            json_object_set_new(inputs, "seed", json_integer((json_int_t)v.seed));
+            cli_print_json(cli_json_with_provenance(
+                rows_json(rows, n_specs, &s, v.hw.gpu, v.hw.name, trace_path, v.model.name),
+                inputs));
+        }
         uint64_t pairs, alike;
         bool order = validate_order_beyond(rows, n_specs, check_margin, &pairs, &alike);
         if (!st && check) {

@@ -20,6 +20,8 @@
 #include "common/config.h"
 #include "common/hash.h"
 #include "common/paths.h"
+#include "policies/policy.h"
+#include "sim/sim.h"
 
 #define SWEEP_HASH_TAG     "moesim-sweep-1"
 #define SWEEP_MAX_CROSS    1000000u /* configurations before exclusions: beyond is a typo */
@@ -720,14 +722,14 @@ static bool excluded_by(const sweep_experiment *e, const char *const *vals) {
 static void drop_other_policies(const sweep_experiment *e, const char **vals, const char **origins,
                                 char *const *policy_names, size_t n_policy_names) {
     int pc = column_find(e, "policy");
-    const char *policy = vals[pc];
+    const char *own = vals[pc];
     for (size_t c = 0; c < e->n_columns; c++) {
         if (!e->is_setting[c] || !vals[c]) continue;
         const char *dot = strchr(e->columns[c], '.');
         size_t len = (size_t)(dot - e->columns[c]);
         for (size_t p = 0; p < n_policy_names; p++)
             if (strlen(policy_names[p]) == len && !strncmp(policy_names[p], e->columns[c], len) &&
-                !(policy && !strcmp(policy, policy_names[p]))) {
+                !(own && !strcmp(own, policy_names[p]))) {
                 vals[c] = NULL;
                 origins[c] = NULL;
                 break;
@@ -1270,6 +1272,22 @@ static uint64_t fold_u64(uint64_t h, uint64_t v) {
     return hash_fnv1a64(b, sizeof b, h);
 }
 
+/* The code version a configuration's figures come from (sweep.h, "Hash"). */
+static void code_version(const sweep_experiment *e, const sweep_point *p, char *out, size_t len) {
+    if (strcmp(e->evaluator, "sim")) {
+        snprintf(out, len, "stats%d", SWEEP_STATS_CODE_VERSION);
+        return;
+    }
+    const char *name = sweep_point_get(e, p, "policy");
+    const policy_methods *pm = name ? policy_lookup(name) : NULL;
+    snprintf(out, len, "sim%d-%s%" PRIu32, SIM_CODE_VERSION, pm ? pm->name : "none",
+             pm ? pm->version : 0);
+}
+
+uint64_t sweep_point_hash_with_code(const sweep_point *p, const char *code) {
+    return fold_u64(p->inputs_hash, hash_fnv1a64_str(code, MOESIM_FNV1A64_INIT));
+}
+
 moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *err) {
     if (!e->base_hash) {
         e->base_hash = moesim_xcalloc(e->n_points + 1, sizeof *e->base_hash);
@@ -1325,7 +1343,9 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
             }
             h = fold_u64(h, v);
         }
-        p->hash = h;
+        p->inputs_hash = h;
+        code_version(e, p, p->code, sizeof p->code);
+        p->hash = sweep_point_hash_with_code(p, p->code);
     }
     input_cache_free(&traces);
     input_cache_free(&models);
