@@ -50,7 +50,8 @@
 /* True when this binary holds the CUDA replay (MOESIM_CUDA was on). */
 bool replay_built_with_cuda(void);
 /* MOESIM_OK when a CUDA device can be used; else one line: "built without CUDA (...)" or
- * "no CUDA device (...)". Every GPU command checks this before touching its inputs' outputs. */
+ * "no CUDA GPU or driver on this machine (...)". Every GPU command checks this before touching
+ * its inputs' outputs. */
 moesim_status replay_device_check(moesim_error *err);
 
 /* ---- schedule (time-independent, identical to the simulator's: sim/README.md "Steps") ---- */
