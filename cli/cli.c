@@ -3,11 +3,11 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/paths.h"
@@ -83,7 +83,39 @@ void cli_print_json(json_t *j) {
     json_decref(j);
 }
 
-bool cli_progress_allowed(bool quiet) { return !quiet && isatty(STDERR_FILENO); }
+bool cli_progress_allowed(bool quiet) { return !quiet; }
+
+const char *cli_format_ms(double ms, char *buf, size_t len) {
+    if (!isfinite(ms))
+        snprintf(buf, len, "%g ms", ms);
+    else if (fabs(ms) < 1.0)
+        snprintf(buf, len, "%.3f ms", ms);
+    else if (fabs(ms) < 10.0)
+        snprintf(buf, len, "%.2f ms", ms);
+    else if (fabs(ms) < 1000.0)
+        snprintf(buf, len, "%.1f ms", ms);
+    else
+        snprintf(buf, len, "%.1f s", ms / 1000.0);
+    return buf;
+}
+
+static void step_progress_layer_done(void *ctx, uint64_t step, uint32_t layer, uint64_t t0_ns,
+                                     uint64_t t1_ns) {
+    (void)layer, (void)t0_ns, (void)t1_ns;
+    cli_step_progress *p = ctx;
+    if (step + 1 <= p->steps) return; /* once per step, not per layer */
+    p->steps = step + 1;
+    progress_update(&p->bar, p->steps);
+}
+
+const sim_hooks *cli_step_progress_begin(cli_step_progress *p, const char *label, bool quiet) {
+    memset(p, 0, sizeof *p);
+    progress_begin(&p->bar, label, 0, cli_progress_allowed(quiet));
+    p->hooks = (sim_hooks){.ctx = p, .on_layer_done = step_progress_layer_done};
+    return &p->hooks;
+}
+
+void cli_step_progress_end(cli_step_progress *p) { progress_end(&p->bar); }
 
 void cli_collect(const char ***list, size_t *n, const char *item) {
     *list = moesim_xrealloc(*list, (*n + 1) * sizeof **list);

@@ -11,7 +11,9 @@
 #include "common/hw.h"
 #include "common/model.h"
 #include "common/precision.h"
+#include "common/progress.h"
 #include "common/status.h"
+#include "sim/sim.h"
 #include "traces/trace.h"
 
 typedef int (*cli_command_fn)(int argc, char **argv); /* argv[0] is the command's name */
@@ -43,7 +45,23 @@ int cli_getopt_error(const char *cmd, int c, int argc, char **argv, const struct
  * results round-trip) and releases it. */
 void cli_print_json(json_t *j);
 
-/* True when stderr is a terminal and --quiet was not given: progress bars may draw. */
+/* A duration for people: "0.412 ms", "7.37 ms", "48.0 ms", "2408.8 s" (ms below a second, else
+ * seconds); returns buf. */
+const char *cli_format_ms(double ms, char *buf, size_t len);
+
+/* Progress of a simulation or replay in batch steps run (the total is not known beforehand),
+ * fed by the run's on_layer_done hook. */
+typedef struct cli_step_progress {
+    progress bar;
+    uint64_t steps;
+    sim_hooks hooks;
+} cli_step_progress;
+/* Starts it (nothing shows with quiet) and returns the hooks to hand to the run. */
+const sim_hooks *cli_step_progress_begin(cli_step_progress *p, const char *label, bool quiet);
+void cli_step_progress_end(cli_step_progress *p);
+
+/* True when --quiet was not given: progress may show (common/progress.h: a bar on a terminal,
+ * a plain line every few seconds elsewhere). */
 bool cli_progress_allowed(bool quiet);
 
 /* Parses "--set section.key=value" style option arguments into a growing array (caller frees

@@ -196,8 +196,11 @@ int cmd_replay(int argc, char **argv) {
                             .weights = w,
                             .weight_seed = seed,
                             .ssd_dir = ssd_dir};
+        cli_step_progress prog;
+        in.hooks = cli_step_progress_begin(&prog, "replay steps", o.quiet);
         st = cpu ? replay_run_cpu(&in, o.policy_name, settings, &r, NULL, &err)
                  : replay_run(&in, o.policy_name, settings, &r, NULL, &err);
+        cli_step_progress_end(&prog);
     }
     if (st) {
         rc = cli_fail(&err);
@@ -210,11 +213,14 @@ int cmd_replay(int argc, char **argv) {
         json_object_set_new(inputs, "weight_seed", json_integer((json_int_t)seed));
         cli_print_json(cli_json_with_provenance(sim_result_to_json(&r), inputs));
     } else {
-        printf("%s on %s (replay, %s weights), policy %s: %.3f ms, TTFT mean %.3f ms, TPOT mean "
-               "%.3f ms, hit rate %.2f%%, stall %.3f ms, h2d %.3f GB\n",
+        char f1[32], f2[32], f3[32], f4[32];
+        printf("%s on %s (replay, %s weights), policy %s: %s, TTFT mean %s, TPOT mean %s, hit "
+               "rate %.2f%%, stall %s, h2d %.3f GB\n",
                o.trace_path, cpu ? "the CPU" : hw.gpu, model_dir ? "checkpoint" : "synthetic",
-               r.policy, r.makespan_ms, r.ttft.mean_ms, r.tpot.mean_ms, 100.0 * r.hit_rate,
-               r.stall_ms, r.h2d_bytes / 1e9);
+               r.policy, cli_format_ms(r.makespan_ms, f1, sizeof f1),
+               cli_format_ms(r.ttft.mean_ms, f2, sizeof f2),
+               cli_format_ms(r.tpot.mean_ms, f3, sizeof f3), 100.0 * r.hit_rate,
+               cli_format_ms(r.stall_ms, f4, sizeof f4), r.h2d_bytes / 1e9);
     }
     cli_sim_options_free(&o);
     replay_weights_close(w);

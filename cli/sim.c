@@ -73,14 +73,17 @@ static void list_policies(void) {
 }
 
 static void print_text(const sim_result *r, const char *trace_path, const char *hw) {
-    printf("%s on %s, policy %s: %" PRIu64 " tokens of %" PRIu64 " requests in %.3f ms "
+    char a[32], b[32], c[32], d[32];
+    printf("%s on %s, policy %s: %" PRIu64 " tokens of %" PRIu64 " requests in %s "
            "(%.1f tokens/s)\n",
-           trace_path, hw, r->policy, r->tokens, r->requests, r->makespan_ms, r->tokens_per_s);
-    printf("TTFT ms mean %.3f p50 %.3f p99 %.3f; TPOT ms mean %.3f p50 %.3f p99 %.3f\n",
-           r->ttft.mean_ms, r->ttft.p50_ms, r->ttft.p99_ms, r->tpot.mean_ms, r->tpot.p50_ms,
-           r->tpot.p99_ms);
-    printf("hit rate %.2f%%, stall %.3f ms, h2d %.3f GB, ssd %.3f GB\n", 100.0 * r->hit_rate,
-           r->stall_ms, r->h2d_bytes / 1e9, r->ssd_bytes / 1e9);
+           trace_path, hw, r->policy, r->tokens, r->requests,
+           cli_format_ms(r->makespan_ms, a, sizeof a), r->tokens_per_s);
+    printf("TTFT mean %s p50 %s p99 %s; ", cli_format_ms(r->ttft.mean_ms, a, sizeof a),
+           cli_format_ms(r->ttft.p50_ms, b, sizeof b), cli_format_ms(r->ttft.p99_ms, c, sizeof c));
+    printf("TPOT mean %s p50 %s p99 %s\n", cli_format_ms(r->tpot.mean_ms, a, sizeof a),
+           cli_format_ms(r->tpot.p50_ms, b, sizeof b), cli_format_ms(r->tpot.p99_ms, c, sizeof c));
+    printf("hit rate %.2f%%, stall %s, h2d %.3f GB, ssd %.3f GB\n", 100.0 * r->hit_rate,
+           cli_format_ms(r->stall_ms, d, sizeof d), r->h2d_bytes / 1e9, r->ssd_bytes / 1e9);
     printf("HBM peak %.3f GiB of %.3f GiB budget (experts %.3f GiB)\n",
            r->peak_hbm_bytes / 1073741824.0, r->budget_bytes / 1073741824.0,
            r->expert_budget_bytes / 1073741824.0);
@@ -149,7 +152,10 @@ int cmd_sim(int argc, char **argv) {
                          .quant = &quant,
                          .timeline_path = o.timeline_path,
                          .timeline_window = o.timeline_window};
+        cli_step_progress prog;
+        in.hooks = cli_step_progress_begin(&prog, "sim steps", o.quiet);
         st = sim_run(&in, o.policy_name, settings, &r, &err);
+        cli_step_progress_end(&prog);
     }
     if (!st && r.cost_extrapolated)
         fprintf(stderr,

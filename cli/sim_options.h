@@ -1,7 +1,7 @@
 /* The options of the commands that run a simulation (`moesim sim`, `replay`, `validate`): one
  * getopt table, one parser and one set of checks for --trace, --hw, --policy, --set, --config,
- * --json, --timeline and --timeline-window, so that every command spells, stores and refuses them
- * alike. A command puts its own options beside them:
+ * --json, -q, --timeline and --timeline-window, so that every command spells, stores and refuses
+ * them alike. A command puts its own options beside them:
  *
  *     struct option opts[CLI_SIM_OPTIONS_MAX + MOESIM_ARRAY_LEN(own) + 1];
  *     cli_sim_options o;
@@ -25,11 +25,11 @@
 
 /* Which shared options a command takes (bit set). */
 enum cli_sim_option_group {
-    CLI_SIM_RUN = 1u,      /* --trace --hw --policy --set --config --json */
+    CLI_SIM_RUN = 1u,      /* --trace --hw --policy --set --config --json -q/--quiet */
     CLI_SIM_TIMELINE = 2u, /* --timeline --timeline-window */
 };
 
-#define CLI_SIM_OPTIONS_MAX 8 /* rows the shared options add to a getopt table */
+#define CLI_SIM_OPTIONS_MAX 9 /* rows the shared options add to a getopt table */
 
 typedef struct cli_sim_options {
     const char *trace_path, *hw_name, *policy_name; /* borrowed from argv; NULL: not given */
@@ -38,6 +38,7 @@ typedef struct cli_sim_options {
     const char **files; /* [n_files] --config files, in order */
     size_t n_files;
     bool json;
+    bool quiet;                       /* -q: no progress */
     const char *timeline_path;        /* NULL: no timeline */
     const char *timeline_window_text; /* as typed; parsed by cli_sim_options_check */
     sim_timeline_window timeline_window;
