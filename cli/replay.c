@@ -53,7 +53,8 @@ static const char replay_usage[] =
     "  --seed N             seed of the synthetic weights (default 1; --synthetic-weights)\n"
     "  --ssd-dir DIR        where experts beyond the profile's DRAM are stored (a disk file\n"
     "                       system: read with O_DIRECT; default /var/tmp)\n"
-    "  --json               every figure as one JSON object (`moesim sim --json` keys)\n";
+    "  --json               every figure as one JSON object (`moesim sim --json` keys)\n"
+    "  -q, --quiet          no progress (a bar on a terminal, else a line every 10 s)\n";
 static const char replay_usage_tail[] =
     "  --backend B          cuda (default: the GPU) or cpu\n"
     "  -h, --help           this text\n";

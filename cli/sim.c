@@ -22,7 +22,7 @@
 
 static const char sim_usage[] =
     "usage: moesim sim --trace T.h5 --hw NAME --policy NAME [--model NAME] [--set key=value ...]\n"
-    "                  [--config FILE ...] [--json] [--timeline FILE [--timeline-window W]]\n"
+    "                  [--config FILE ...] [--json] [--timeline FILE [--timeline-window W]] [-q]\n"
     "       moesim sim --list-policies\n"
     "\n"
     "Simulates serving the trace's requests on the GPU of hardware profile NAME\n"
@@ -34,11 +34,14 @@ static const char sim_usage[] =
     "  --trace FILE       router trace (HDF5, traces/FORMAT.md)\n"
     "  --hw NAME          hardware profile\n"
     "  --policy NAME      policy (--list-policies shows them)\n"
-    "  --model NAME       model geometry (default: the trace's model)\n"
+    "  --model NAME       model geometry (default: the trace's model, else the config it stores)\n"
     "  --set S.K=V        a setting or policy knob (repeatable), e.g. --set lru.scope=global\n"
-    "  --config FILE      an INI file of settings and knobs, e.g. a policy preset (repeatable;\n"
+    "  --config FILE      an INI file of settings and knobs, or a policy preset by name\n"
+    "                     (configs/policies/NAME.ini on the data search path; repeatable:\n"
     "                     later files and --set entries override earlier ones)\n"
-    "  --json             every figure as one JSON object (keys: sim/README.md)\n";
+    "  --json             every figure as one JSON object (keys: sim/README.md), with the run's\n"
+    "                     inputs and the build that made it\n"
+    "  -q, --quiet        no progress (a bar on a terminal, else a line every 10 s)\n";
 static const char sim_usage_tail[] =
     "  --list-policies    the registered policies and their knobs\n"
     "  -h, --help         this text\n"
