@@ -1007,7 +1007,7 @@ int cmd_validate(int argc, char **argv) {
                                      NULL, v.seed, &v.store, &err);
     }
     validate_row *rows = moesim_xcalloc(n_specs ? n_specs : 1, sizeof *rows);
-    if (!st) st = run_all(&v, specs, n_specs, rows, o.json, &err);
+    if (!st) st = run_all(&v, specs, n_specs, rows, o.json || o.quiet, &err);
     if (!st) {
         validate_summary s;
         validate_summarize(rows, n_specs, &s);
