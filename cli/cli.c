@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/check.h"
 #include "common/paths.h"
 
 static void print_commands(FILE *out, const char *group, const cli_command *cmds, size_t n) {
@@ -166,6 +167,21 @@ moesim_status cli_trace_model_text(const trace *t, const char *model_name, char 
     buf[n] = '\0';
     *text = buf;
     return MOESIM_OK;
+}
+
+void cli_trace_store_model_config(trace *t, const char *text) {
+    json_t *params = t->params_json ? json_loads(t->params_json, 0, NULL) : NULL;
+    if (!json_is_object(params)) {
+        json_decref(params);
+        params = json_object();
+    }
+    json_object_set_new(params, "model_config", json_string(text));
+    char *s = json_dumps(params, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(params);
+    MOESIM_ASSERT(s);
+    free(t->params_json);
+    t->params_json = moesim_xstrdup(s); /* trace_destroy frees with free(): not jansson's */
+    free(s);
 }
 
 moesim_status cli_trace_model_load(const trace *t, const char *trace_path, const char *model_name,

@@ -83,6 +83,9 @@ moesim_status cli_settings_load(config *settings, const char *const *files, size
 moesim_status cli_trace_model_text(const trace *t, const char *model_name, char **text,
                                    moesim_error *err);
 
+/* Adds `text` to t->params_json as "model_config" (traces/FORMAT.md): the trace carries it. */
+void cli_trace_store_model_config(trace *t, const char *text);
+
 /* The geometry of trace t's model: `model_name` when given (name or path); else the model the
  * trace names, looked up by name, and, where no folder of the search path has it, the config the
  * trace stores (params_json "model_config": traces/FORMAT.md). */

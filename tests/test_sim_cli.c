@@ -281,8 +281,21 @@ Test(sim_cli,
                              ini, "--requests", "2", "--prompt-len", "8", "--gen-len", "4", "-o",
                              own, "-q", NULL);
     cr_assert_eq(rc, 0, "%s", errbuf);
+    /* the same model for an imported log: export the trace, import it back with the file */
+    char csv[4096], imported[4096];
+    snprintf(csv, sizeof csv, "%s", test_tmp_path("own-moe.csv"));
+    snprintf(imported, sizeof imported, "%s", test_tmp_path("own-moe-imported.h5"));
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "export", "--format",
+                         "csv", own, "-o", csv, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "import", "--format",
+                         "csv", "--model", ini, csv, "-o", imported, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
     cr_assert_eq(remove(ini), 0);
     rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", own, "--hw",
+                         "rtx3090-pcie4", "--policy", "lru", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", imported, "--hw",
                          "rtx3090-pcie4", "--policy", "lru", NULL);
     cr_assert_eq(rc, 0, "%s", errbuf);
     /* a trace naming a model nobody has, without its config: the flags that would resolve it */
