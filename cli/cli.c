@@ -135,8 +135,7 @@ moesim_status cli_settings_load(config *settings, const char *const *files, size
     return st;
 }
 
-/* The config text trace t stores (params_json "model_config"), copied, or NULL. */
-static char *stored_model_config(const trace *t) {
+char *cli_trace_stored_model_config(const trace *t) {
     json_t *params = t->params_json ? json_loads(t->params_json, 0, NULL) : NULL;
     const char *text = json_string_value(json_object_get(params, "model_config"));
     char *copy = text ? moesim_xstrdup(text) : NULL;
@@ -149,7 +148,7 @@ moesim_status cli_trace_model_text(const trace *t, const char *model_name, char 
     const char *name = model_name ? model_name : t->meta.model;
     char path[4096];
     moesim_status st = moesim_config_path("models", name, path, sizeof path, err);
-    if (st && !model_name && (*text = stored_model_config(t))) return MOESIM_OK;
+    if (st && !model_name && (*text = cli_trace_stored_model_config(t))) return MOESIM_OK;
     if (st) return st;
     FILE *fp = fopen(path, "rb");
     if (!fp) return moesim_fail(err, MOESIM_EIO, "%s: cannot open: %s", path, strerror(errno));
@@ -191,7 +190,7 @@ moesim_status cli_trace_model_load(const trace *t, const char *trace_path, const
     char path[4096]; /* a name the search path knows wins (errors in that file are reported) */
     if (!moesim_config_path("models", t->meta.model, path, sizeof path, &by_name))
         return model_load(path, model, err);
-    char *text = stored_model_config(t);
+    char *text = cli_trace_stored_model_config(t);
     if (!text) {
         *err = by_name;
         moesim_error_prefix(err,

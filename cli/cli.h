@@ -83,6 +83,10 @@ moesim_status cli_settings_load(config *settings, const char *const *files, size
 moesim_status cli_trace_model_text(const trace *t, const char *model_name, char **text,
                                    moesim_error *err);
 
+/* The model config text trace t stores (params_json "model_config"), a copy the caller frees, or
+ * NULL. */
+char *cli_trace_stored_model_config(const trace *t);
+
 /* Adds `text` to t->params_json as "model_config" (traces/FORMAT.md): the trace carries it. */
 void cli_trace_store_model_config(trace *t, const char *text);
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "common/hash.h"
 #include "common/paths.h"
 #include "common/version.h"
@@ -66,11 +67,25 @@ static void put_fields(json_t *out, config *settings, const config_field *f, siz
     }
 }
 
-json_t *cli_inputs_json(const char *trace_path, const char *model_name, const char *hw_name,
-                        const char *policy_name, config *settings) {
+json_t *cli_inputs_json(const trace *t, const char *trace_path, const char *model_name,
+                        const char *hw_name, const char *policy_name, config *settings) {
     json_t *j = json_object();
     json_object_set_new(j, "trace", cli_file_json(trace_path));
-    if (model_name) json_object_set_new(j, "model", cli_config_json("models", model_name));
+    if (model_name) {
+        json_t *model = cli_config_json("models", model_name);
+        char *text = json_is_null(json_object_get(model, "path")) && t
+                         ? cli_trace_stored_model_config(t)
+                         : NULL;
+        if (text) { /* the geometry came from the config the trace stores */
+            char hex[17];
+            snprintf(hex, sizeof hex, "%016" PRIx64,
+                     hash_fnv1a64(text, strlen(text), MOESIM_FNV1A64_INIT));
+            json_object_set_new(model, "stored_in_trace", json_true());
+            json_object_set_new(model, "fnv1a64", json_string(hex));
+            free(text);
+        }
+        json_object_set_new(j, "model", model);
+    }
     if (hw_name) json_object_set_new(j, "hw", cli_config_json("hw", hw_name));
     if (policy_name) json_object_set_new(j, "policy", json_string(policy_name));
     json_t *s = json_object();

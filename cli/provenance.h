@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "common/config.h"
+#include "traces/trace.h"
 
 /* {"version": "0.1.0", "git": "<git describe of the build>"}. New reference. */
 json_t *cli_moesim_json(void);
@@ -20,12 +21,13 @@ json_t *cli_file_json(const char *path);
  * path resolves it; path and hash null when it does not resolve (a checkpoint folder). */
 json_t *cli_config_json(const char *kind, const char *name);
 
-/* The `inputs` of a run: trace (path and hash), model and hw (cli_config_json), policy, and
+/* The `inputs` of a run: trace (path and hash), model and hw (cli_config_json; a model no data
+ * folder has but trace t stores: "stored_in_trace" and the hash of that text), policy, and
  * "settings": every setting the simulator reads and every knob of the policy, "section.key" ->
  * value as resolved (given by --config or --set, else the default), and "seed" (sim.seed).
- * `settings` is what the run read; model_name NULL: the trace's. New reference. */
-json_t *cli_inputs_json(const char *trace_path, const char *model_name, const char *hw_name,
-                        const char *policy_name, config *settings);
+ * `settings` is what the run read. New reference. */
+json_t *cli_inputs_json(const trace *t, const char *trace_path, const char *model_name,
+                        const char *hw_name, const char *policy_name, config *settings);
 
 /* Adds "inputs" and "moesim" to `result` (a command's JSON object) and returns it. */
 json_t *cli_json_with_provenance(json_t *result, json_t *inputs);

@@ -206,7 +206,7 @@ int cmd_replay(int argc, char **argv) {
     if (st) {
         rc = cli_fail(&err);
     } else if (o.json) {
-        json_t *inputs = cli_inputs_json(o.trace_path, model_dir ? NULL : model.name, o.hw_name,
+        json_t *inputs = cli_inputs_json(t, o.trace_path, model_dir ? NULL : model.name, o.hw_name,
                                          o.policy_name, settings);
         if (model_dir) /* a checkpoint: its folder and the hash of its config.json */
             json_object_set_new(inputs, "checkpoint", json_string(model_dir));

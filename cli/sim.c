@@ -169,7 +169,8 @@ int cmd_sim(int argc, char **argv) {
         rc = cli_fail(&err);
     } else if (o.json) {
         const char *named = model_name ? model_name : trace_stream_tokens(ts)->meta.model;
-        json_t *inputs = cli_inputs_json(o.trace_path, named, o.hw_name, o.policy_name, settings);
+        json_t *inputs = cli_inputs_json(trace_stream_tokens(ts), o.trace_path, named, o.hw_name,
+                                         o.policy_name, settings);
         cli_print_json(cli_json_with_provenance(sim_result_to_json(&r), inputs));
     } else {
         print_text(&r, o.trace_path, hw.name);
