@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 # CI sets MOESIM_WERROR=ON so warnings fail the build.
 MOESIM_WERROR ?= OFF
 
-.PHONY: all deps configure build test test-all test-asan demo figures bench fuzz clean docs
+.PHONY: all deps configure build install test test-all test-asan demo figures bench fuzz clean docs
 
 all: build
 
@@ -21,6 +21,13 @@ configure: $(BUILD)/CMakeCache.txt
 
 build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
+
+# The program, its data, docs, man page and bash completion under PREFIX (CMake's install rules;
+# the installed tree needs neither the source nor the build tree). DESTDIR works as usual.
+PREFIX ?= /usr/local
+install: deps configure
+	cmake --build $(BUILD) -j $(JOBS) --target moesim moesim_man
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The fast CPU suite, to run before every commit: all but the slow fits (label slow) and the
 # timing checks (label timing). GPU tests (label gpu) report themselves skipped without a GPU.
@@ -41,9 +48,16 @@ test-asan: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	    ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE 'timing|slow'
 
-# The main job end to end: traces, simulations, figures in results/demo/.
-demo: build
-	bash scripts/demo.sh $(BUILD)/moesim results/demo
+# The main job end to end: traces, simulations, figures in results/demo/. Builds only the program
+# (no tests, benchmarks or CUDA kernels): in $(BUILD) when it is configured already (with
+# whatever it was configured with), else in $(DEMO_BUILD) without CUDA (DEMO_CUDA=ON to ask).
+DEMO_CUDA ?= OFF
+DEMO_BUILD ?= $(if $(wildcard $(BUILD)/CMakeCache.txt),$(BUILD),build-demo)
+demo: deps
+	@[ -f $(DEMO_BUILD)/CMakeCache.txt ] || cmake -S . -B $(DEMO_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DMOESIM_CUDA=$(DEMO_CUDA) -DMOESIM_WERROR=$(MOESIM_WERROR) $(CMAKE_ARGS)
+	cmake --build $(DEMO_BUILD) -j $(JOBS) --target moesim
+	bash scripts/demo.sh $(DEMO_BUILD)/moesim results/demo
 
 # The paper figures: every experiments/*.ini swept into results/ (resumable), then plots/NAME.gp.
 figures: build
@@ -60,7 +74,7 @@ bench: build
 	bash bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-demo
 
 # Fuzz every parser of untrusted input (tests/fuzz/README.md) with libFuzzer (clang, ASan +
 # UBSan), FUZZ_SECONDS per harness, one after the other; FUZZ_TARGETS picks some (e.g. "config"),

@@ -37,21 +37,19 @@ static const char calibrate_usage[] =
     "  --quick         fewer points (a smoke run)\n"
     "  --backend B     cuda (default: the GPU) or cpu (this machine's CPU and disk)\n"
     "  --ssd-dir DIR   with --backend cpu: where the timed expert file goes (default /var/tmp)\n"
+    "  --quiet         no progress (--backend cpu: a bar on a terminal, else a line every 10 s)\n"
     "  -h, --help      this text\n";
 
 int cmd_calibrate(int argc, char **argv) {
-    static const struct option opts[] = {{"table", required_argument, NULL, 'T'},
-                                         {"base", required_argument, NULL, 'b'},
-                                         {"model", required_argument, NULL, 'm'},
-                                         {"repeats", required_argument, NULL, 'r'},
-                                         {"quick", no_argument, NULL, 'q'},
-                                         {"backend", required_argument, NULL, 'B'},
-                                         {"ssd-dir", required_argument, NULL, 'D'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"table", required_argument, NULL, 'T'},   {"base", required_argument, NULL, 'b'},
+        {"model", required_argument, NULL, 'm'},   {"repeats", required_argument, NULL, 'r'},
+        {"quick", no_argument, NULL, 'q'},         {"backend", required_argument, NULL, 'B'},
+        {"ssd-dir", required_argument, NULL, 'D'}, {"quiet", no_argument, NULL, 'Q'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     const char *out_path = NULL, *table = NULL, *base_name = NULL, *model_name = NULL,
                *repeats_text = NULL, *backend = "cuda", *ssd_dir = NULL;
-    bool quick = false;
+    bool quick = false, quiet = false;
     int c;
     optind = 1;
     opterr = 0; /* one line: ours, naming the option */
@@ -77,6 +75,9 @@ int cmd_calibrate(int argc, char **argv) {
             break;
         case 'B':
             backend = optarg;
+            break;
+        case 'Q':
+            quiet = true;
             break;
         case 'D':
             ssd_dir = optarg;
@@ -116,10 +117,14 @@ int cmd_calibrate(int argc, char **argv) {
     if (hw_load_by_name(base_name, &base, &err) || model_load_by_name(model_name, &model, &err))
         return cli_fail(&err);
     if (!cpu && replay_device_check(&err)) return cli_fail(&err);
-    calib_options opt = {.model = &model, .repeats = (uint32_t)repeats, .quick = quick};
+    progress bar; /* the CPU calibration's phases (the GPU's runs unobserved) */
+    progress_begin(&bar, "calibrate", CALIB_CPU_PHASES, cpu && cli_progress_allowed(quiet));
+    calib_options opt = {
+        .model = &model, .repeats = (uint32_t)repeats, .quick = quick, .bar = cpu ? &bar : NULL};
     calib_results *res = moesim_xcalloc(1, sizeof *res); /* large: the cost curves */
-    if ((cpu ? calib_run_cpu(&opt, ssd_dir, res, &err) : calib_run(&opt, res, &err)) ||
-        calib_write_table(res, model.name, table, &err) ||
+    moesim_status st = cpu ? calib_run_cpu(&opt, ssd_dir, res, &err) : calib_run(&opt, res, &err);
+    progress_end(&bar);
+    if (st || calib_write_table(res, model.name, table, &err) ||
         calib_write_profile(res, &base, name, out_path, &err)) {
         free(res);
         return cli_fail(&err);

@@ -11,7 +11,9 @@
 #include "common/hw.h"
 #include "common/model.h"
 #include "common/precision.h"
+#include "common/progress.h"
 #include "common/status.h"
+#include "sim/sim.h"
 #include "traces/trace.h"
 
 typedef int (*cli_command_fn)(int argc, char **argv); /* argv[0] is the command's name */
@@ -43,7 +45,23 @@ int cli_getopt_error(const char *cmd, int c, int argc, char **argv, const struct
  * results round-trip) and releases it. */
 void cli_print_json(json_t *j);
 
-/* True when stderr is a terminal and --quiet was not given: progress bars may draw. */
+/* A duration for people: "0.412 ms", "7.37 ms", "48.0 ms", "2408.8 s" (ms below a second, else
+ * seconds); returns buf. */
+const char *cli_format_ms(double ms, char *buf, size_t len);
+
+/* Progress of a simulation or replay in batch steps run (the total is not known beforehand),
+ * fed by the run's on_layer_done hook. */
+typedef struct cli_step_progress {
+    progress bar;
+    uint64_t steps;
+    sim_hooks hooks;
+} cli_step_progress;
+/* Starts it (nothing shows with quiet) and returns the hooks to hand to the run. */
+const sim_hooks *cli_step_progress_begin(cli_step_progress *p, const char *label, bool quiet);
+void cli_step_progress_end(cli_step_progress *p);
+
+/* True when --quiet was not given: progress may show (common/progress.h: a bar on a terminal,
+ * a plain line every few seconds elsewhere). */
 bool cli_progress_allowed(bool quiet);
 
 /* Parses "--set section.key=value" style option arguments into a growing array (caller frees
@@ -59,6 +77,25 @@ moesim_status cli_settings_load(config *settings, const char *const *files, size
  * `trace_path`, hardware profile `hw_name`, the model `model_name` (NULL: the trace's model) and
  * the default quant table. Stops at the first failure; *t (NULL if the trace did not load) is
  * the caller's to trace_destroy, also on failure. */
+/* The text of the model config a new trace stores to carry its geometry, into *text (caller
+ * frees): the file of `model_name` (a name or a path, as the data search path resolves it) when
+ * given, else that of the model trace t names, else the config t itself stores. */
+moesim_status cli_trace_model_text(const trace *t, const char *model_name, char **text,
+                                   moesim_error *err);
+
+/* The model config text trace t stores (params_json "model_config"), a copy the caller frees, or
+ * NULL. */
+char *cli_trace_stored_model_config(const trace *t);
+
+/* Adds `text` to t->params_json as "model_config" (traces/FORMAT.md): the trace carries it. */
+void cli_trace_store_model_config(trace *t, const char *text);
+
+/* The geometry of trace t's model: `model_name` when given (name or path); else the model the
+ * trace names, looked up by name, and, where no folder of the search path has it, the config the
+ * trace stores (params_json "model_config": traces/FORMAT.md). */
+moesim_status cli_trace_model_load(const trace *t, const char *trace_path, const char *model_name,
+                                   model_geometry *model, moesim_error *err);
+
 moesim_status cli_sim_inputs_load(const char *trace_path, const char *hw_name,
                                   const char *model_name, trace **t, hw_profile *hw,
                                   model_geometry *model, quant_table *quant, moesim_error *err);

@@ -1,11 +1,15 @@
 /* moesim: record MoE router traces, simulate expert offloading policies on them, replay the
  * winners on a real GPU. This file only dispatches to the commands (one file each). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/alloc.h"
 #include "common/check.h"
+#include "common/paths.h"
+#include "common/version.h"
 
 static const cli_command commands[] = {
     {"trace", cmd_trace, "inspect, validate, import, export and summarize router traces"},
@@ -19,9 +23,56 @@ static const cli_command commands[] = {
     {"validate", cmd_validate, "compare the simulator with the GPU replay on the same runs"},
 };
 
+/* Takes every `--data-dir DIR` (or `--data-dir=DIR`) out of argv, wherever it stands, and puts
+ * them in front of $MOESIM_DATA_PATH (common/paths.h), so every command accepts it and the
+ * commands a sweep starts inherit it. Returns the new argc, or -1 when the last has no value. */
+static int take_data_dirs(int argc, char **argv) {
+    char *path = NULL;
+    size_t len = 0;
+    int kept = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *dir = NULL;
+        if (!strcmp(argv[i], "--")) { /* the rest are operands */
+            while (i < argc) argv[kept++] = argv[i++];
+            break;
+        }
+        if (!strncmp(argv[i], "--data-dir=", 11)) {
+            dir = argv[i] + 11;
+        } else if (!strcmp(argv[i], "--data-dir")) {
+            if (i + 1 >= argc) {
+                free(path);
+                return -1;
+            }
+            dir = argv[++i];
+        } else {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        path = moesim_xrealloc(path, len + strlen(dir) + 2);
+        len += (size_t)sprintf(path + len, "%s%s", len ? ":" : "", dir);
+    }
+    argv[kept] = NULL;
+    if (path) {
+        const char *env = getenv("MOESIM_DATA_PATH");
+        if (env && *env) {
+            path = moesim_xrealloc(path, len + strlen(env) + 2);
+            sprintf(path + len, ":%s", env);
+        }
+        setenv("MOESIM_DATA_PATH", path, 1);
+        free(path);
+    }
+    return kept;
+}
+
 int main(int argc, char **argv) {
+    argc = take_data_dirs(argc, argv);
+    if (argc < 0) {
+        fprintf(stderr, "moesim: option '--data-dir' needs a value (a folder laid out like "
+                        "share/moesim: configs/, plots/, experiments/)\n");
+        return MOESIM_EXIT_INPUT;
+    }
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
-        printf("moesim %s\n", MOESIM_VERSION);
+        printf("moesim %s (%s)\n", moesim_version_release(), moesim_version_describe());
         return 0;
     }
     return cli_dispatch("moesim", commands, MOESIM_ARRAY_LEN(commands), argc, argv);

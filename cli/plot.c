@@ -20,8 +20,9 @@ static const char plot_help[] =
     "usage: moesim plot NAME [--csv results/NAME.csv] [-o DIR]\n"
     "\n"
     "Runs gnuplot on plots/NAME.gp over the results of `moesim sweep experiments/NAME.ini` and\n"
-    "writes DIR/NAME.png and DIR/NAME.svg (DIR: the CSV's folder). The scripts label axes with\n"
-    "units and name the paper setting each figure reproduces; `make figures` renders them all.\n"
+    "writes DIR/NAME.png and DIR/NAME.svg (DIR: the CSV's folder; made when missing). The script\n"
+    "is found on the data search path (see `moesim --help`). The scripts label axes with units\n"
+    "and name the paper setting each figure reproduces; `make figures` renders them all.\n"
     "\n"
     "options:\n"
     "  --csv FILE   results file (default results/NAME.csv)\n"
@@ -110,15 +111,10 @@ int cmd_plot(int argc, char **argv) {
     for (const char *p = name; *p; p++)
         if (*p == '/' || *p == '\'')
             return cli_usage_error("plot", "NAME '%s': expected a script name, not a path", name);
-    char script[PATH_MAX];
-    snprintf(script, sizeof script, "plots/%s.gp", name);
-    if (access(script, R_OK) != 0)
-        snprintf(script, sizeof script, "%s/plots/%s.gp", MOESIM_SOURCE_DIR, name);
+    char script[PATH_MAX], rel[PATH_MAX];
+    snprintf(rel, sizeof rel, "plots/%s.gp", name);
     moesim_error err = {0};
-    if (access(script, R_OK) != 0) {
-        moesim_fail(&err, MOESIM_EINPUT, "plots/%s.gp: no such plot script", name);
-        return cli_fail(&err);
-    }
+    if (moesim_data_find(rel, "plot script", script, sizeof script, &err)) return cli_fail(&err);
     char csv_buf[PATH_MAX];
     if (!csv) {
         snprintf(csv_buf, sizeof csv_buf, "results/%s.csv", name);
@@ -147,7 +143,8 @@ int cmd_plot(int argc, char **argv) {
         char out[PATH_MAX];
         snprintf(out, sizeof out, "%s/%s.%s", dir, name, formats[f].ext);
         atomic_file af;
-        if (atomic_file_begin_path(&af, out, &err)) return cli_fail(&err);
+        if (moesim_path_make_parents(out, &err) || atomic_file_begin_path(&af, out, &err))
+            return cli_fail(&err);
         int exec_errno;
         int rc = run_gnuplot(script, csv, paper, formats[f].terminal, af.tmp_path, &exec_errno);
         if (rc != 0) {

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/provenance.h"
 #include "cli/sim_options.h"
 #include "common/check.h"
 #include "common/config.h"
@@ -53,7 +54,8 @@ static const char replay_usage[] =
     "  --seed N             seed of the synthetic weights (default 1; --synthetic-weights)\n"
     "  --ssd-dir DIR        where experts beyond the profile's DRAM are stored (a disk file\n"
     "                       system: read with O_DIRECT; default /var/tmp)\n"
-    "  --json               every figure as one JSON object (`moesim sim --json` keys)\n";
+    "  --json               every figure as one JSON object (`moesim sim --json` keys)\n"
+    "  -q, --quiet          no progress (a bar on a terminal, else a line every 10 s)\n";
 static const char replay_usage_tail[] =
     "  --backend B          cuda (default: the GPU) or cpu\n"
     "  -h, --help           this text\n";
@@ -198,19 +200,31 @@ int cmd_replay(int argc, char **argv) {
                             .weight_seed = seed,
                             .ssd_dir = ssd_dir,
                             .policy = cli_sim_options_policy(&o)};
+        cli_step_progress prog;
+        in.hooks = cli_step_progress_begin(&prog, "replay steps", o.quiet);
         st = cpu ? replay_run_cpu(&in, o.policy_name, settings, &r, NULL, &err)
                  : replay_run(&in, o.policy_name, settings, &r, NULL, &err);
+        cli_step_progress_end(&prog);
     }
     if (st) {
         rc = cli_fail(&err);
     } else if (o.json) {
-        cli_print_json(sim_result_to_json(&r));
+        json_t *inputs = cli_inputs_json(t, o.trace_path, model_dir ? NULL : model.name, o.hw_name,
+                                         o.policy_name, settings);
+        if (model_dir) /* a checkpoint: its folder and the hash of its config.json */
+            json_object_set_new(inputs, "checkpoint", json_string(model_dir));
+        json_object_set_new(inputs, "backend", json_string(cpu ? "cpu" : "cuda"));
+        json_object_set_new(inputs, "weight_seed", json_integer((json_int_t)seed));
+        cli_print_json(cli_json_with_provenance(sim_result_to_json(&r), inputs));
     } else {
-        printf("%s on %s (replay, %s weights), policy %s: %.3f ms, TTFT mean %.3f ms, TPOT mean "
-               "%.3f ms, hit rate %.2f%%, stall %.3f ms, h2d %.3f GB\n",
+        char f1[32], f2[32], f3[32], f4[32];
+        printf("%s on %s (replay, %s weights), policy %s: %s, TTFT mean %s, TPOT mean %s, hit "
+               "rate %.2f%%, stall %s, h2d %.3f GB\n",
                o.trace_path, cpu ? "the CPU" : hw.gpu, model_dir ? "checkpoint" : "synthetic",
-               r.policy, r.makespan_ms, r.ttft.mean_ms, r.tpot.mean_ms, 100.0 * r.hit_rate,
-               r.stall_ms, r.h2d_bytes / 1e9);
+               r.policy, cli_format_ms(r.makespan_ms, f1, sizeof f1),
+               cli_format_ms(r.ttft.mean_ms, f2, sizeof f2),
+               cli_format_ms(r.tpot.mean_ms, f3, sizeof f3), 100.0 * r.hit_rate,
+               cli_format_ms(r.stall_ms, f4, sizeof f4), r.h2d_bytes / 1e9);
     }
     cli_sim_options_free(&o);
     replay_weights_close(w);

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/provenance.h"
 #include "cli/sim_options.h"
 #include "common/check.h"
 #include "common/config.h"
@@ -21,7 +22,7 @@
 
 static const char sim_usage[] =
     "usage: moesim sim --trace T.h5 --hw NAME --policy NAME [--model NAME] [--set key=value ...]\n"
-    "                  [--config FILE ...] [--json] [--timeline FILE [--timeline-window W]]\n"
+    "                  [--config FILE ...] [--json] [--timeline FILE [--timeline-window W]] [-q]\n"
     "       moesim sim --list-policies [--policy-lib FILE.so]\n"
     "\n"
     "Simulates serving the trace's requests on the GPU of hardware profile NAME\n"
@@ -33,12 +34,15 @@ static const char sim_usage[] =
     "  --trace FILE       router trace (HDF5, traces/FORMAT.md)\n"
     "  --hw NAME          hardware profile\n"
     "  --policy NAME      policy (--list-policies shows them)\n"
-    "  --model NAME       model geometry (default: the trace's model)\n"
+    "  --model NAME       model geometry (default: the trace's model, else the config it stores)\n"
     "  --set S.K=V        a setting or policy knob (repeatable), e.g. --set lru.scope=global\n"
-    "  --config FILE      an INI file of settings and knobs, e.g. a policy preset (repeatable;\n"
+    "  --config FILE      an INI file of settings and knobs, or a policy preset by name\n"
+    "                     (configs/policies/NAME.ini on the data search path; repeatable:\n"
     "                     later files and --set entries override earlier ones)\n"
-    "  --json             every figure as one JSON object (keys: sim/README.md)\n"
-    "  --policy-lib FILE.so  a policy plug-in (policies/WRITING.md); --policy defaults to it\n";
+    "  --json             every figure as one JSON object (keys: sim/README.md), with the run's\n"
+    "                     inputs and the build that made it\n"
+    "  --policy-lib FILE.so  a policy plug-in (policies/WRITING.md); --policy defaults to it\n"
+    "  -q, --quiet        no progress (a bar on a terminal, else a line every 10 s)\n";
 static const char sim_usage_tail[] =
     "  --list-policies    the registered policies and their knobs\n"
     "  -h, --help         this text\n"
@@ -64,14 +68,17 @@ static void print_help(void) {
 }
 
 static void print_text(const sim_result *r, const char *trace_path, const char *hw) {
-    printf("%s on %s, policy %s: %" PRIu64 " tokens of %" PRIu64 " requests in %.3f ms "
+    char a[32], b[32], c[32], d[32];
+    printf("%s on %s, policy %s: %" PRIu64 " tokens of %" PRIu64 " requests in %s "
            "(%.1f tokens/s)\n",
-           trace_path, hw, r->policy, r->tokens, r->requests, r->makespan_ms, r->tokens_per_s);
-    printf("TTFT ms mean %.3f p50 %.3f p99 %.3f; TPOT ms mean %.3f p50 %.3f p99 %.3f\n",
-           r->ttft.mean_ms, r->ttft.p50_ms, r->ttft.p99_ms, r->tpot.mean_ms, r->tpot.p50_ms,
-           r->tpot.p99_ms);
-    printf("hit rate %.2f%%, stall %.3f ms, h2d %.3f GB, ssd %.3f GB\n", 100.0 * r->hit_rate,
-           r->stall_ms, r->h2d_bytes / 1e9, r->ssd_bytes / 1e9);
+           trace_path, hw, r->policy, r->tokens, r->requests,
+           cli_format_ms(r->makespan_ms, a, sizeof a), r->tokens_per_s);
+    printf("TTFT mean %s p50 %s p99 %s; ", cli_format_ms(r->ttft.mean_ms, a, sizeof a),
+           cli_format_ms(r->ttft.p50_ms, b, sizeof b), cli_format_ms(r->ttft.p99_ms, c, sizeof c));
+    printf("TPOT mean %s p50 %s p99 %s\n", cli_format_ms(r->tpot.mean_ms, a, sizeof a),
+           cli_format_ms(r->tpot.p50_ms, b, sizeof b), cli_format_ms(r->tpot.p99_ms, c, sizeof c));
+    printf("hit rate %.2f%%, stall %s, h2d %.3f GB, ssd %.3f GB\n", 100.0 * r->hit_rate,
+           cli_format_ms(r->stall_ms, d, sizeof d), r->h2d_bytes / 1e9, r->ssd_bytes / 1e9);
     printf("HBM peak %.3f GiB of %.3f GiB budget (experts %.3f GiB)\n",
            r->peak_hbm_bytes / 1073741824.0, r->budget_bytes / 1073741824.0,
            r->expert_budget_bytes / 1073741824.0);
@@ -147,7 +154,10 @@ int cmd_sim(int argc, char **argv) {
                          .timeline_path = o.timeline_path,
                          .timeline_window = o.timeline_window,
                          .policy = cli_sim_options_policy(&o)};
+        cli_step_progress prog;
+        in.hooks = cli_step_progress_begin(&prog, "sim steps", o.quiet);
         st = sim_run(&in, o.policy_name, settings, &r, &err);
+        cli_step_progress_end(&prog);
     }
     if (!st && r.cost_extrapolated)
         fprintf(stderr,
@@ -157,7 +167,10 @@ int cmd_sim(int argc, char **argv) {
     if (st) {
         rc = cli_fail(&err);
     } else if (o.json) {
-        cli_print_json(sim_result_to_json(&r));
+        const char *named = model_name ? model_name : trace_stream_tokens(ts)->meta.model;
+        json_t *inputs = cli_inputs_json(trace_stream_tokens(ts), o.trace_path, named, o.hw_name,
+                                         o.policy_name, settings);
+        cli_print_json(cli_json_with_provenance(sim_result_to_json(&r), inputs));
     } else {
         print_text(&r, o.trace_path, hw.name);
     }

@@ -19,12 +19,14 @@ enum { /* getopt codes of the shared options: above every character */
        OPT_TIMELINE,
        OPT_TIMELINE_WINDOW,
        OPT_POLICY_LIB,
+       OPT_QUIET,
 };
 
 static const struct option run_rows[] = {
     {"trace", required_argument, NULL, OPT_TRACE},   {"hw", required_argument, NULL, OPT_HW},
     {"policy", required_argument, NULL, OPT_POLICY}, {"set", required_argument, NULL, OPT_SET},
     {"config", required_argument, NULL, OPT_CONFIG}, {"json", no_argument, NULL, OPT_JSON},
+    {"quiet", no_argument, NULL, OPT_QUIET},
 };
 static const struct option timeline_rows[] = {
     {"timeline", required_argument, NULL, OPT_TIMELINE},
@@ -75,6 +77,10 @@ static bool take(cli_sim_options *o, int c, const char *arg) {
     case OPT_JSON:
         o->json = true;
         return true;
+    case 'q': /* -q: only with the run group, the one that has --quiet */
+    case OPT_QUIET:
+        o->quiet = true;
+        return true;
     case OPT_TIMELINE:
         o->timeline_path = arg;
         return true;
@@ -91,7 +97,7 @@ static bool take(cli_sim_options *o, int c, const char *arg) {
 
 int cli_sim_options_next(cli_sim_options *o, int argc, char **argv, const struct option *opts) {
     int c;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1 && take(o, c, optarg)) {
+    while ((c = getopt_long(argc, argv, ":hq", opts, NULL)) != -1 && take(o, c, optarg)) {
     }
     return c;
 }

@@ -1,7 +1,7 @@
 /* The options of the commands that run a simulation (`moesim sim`, `replay`, `validate`): one
  * getopt table, one parser and one set of checks for --trace, --hw, --policy, --set, --config,
- * --json, --timeline, --timeline-window and --policy-lib, so that every command spells, stores and
- * refuses them alike. A command puts its own options beside them:
+ * --json, -q, --timeline, --timeline-window and --policy-lib, so that every command spells,
+ * stores and refuses them alike. A command puts its own options beside them:
  *
  *     struct option opts[CLI_SIM_OPTIONS_MAX + MOESIM_ARRAY_LEN(own) + 1];
  *     cli_sim_options o;
@@ -26,12 +26,12 @@
 
 /* Which shared options a command takes (bit set). */
 enum cli_sim_option_group {
-    CLI_SIM_RUN = 1u,      /* --trace --hw --policy --set --config --json */
+    CLI_SIM_RUN = 1u,      /* --trace --hw --policy --set --config --json -q/--quiet */
     CLI_SIM_TIMELINE = 2u, /* --timeline --timeline-window */
     CLI_SIM_PLUGIN = 4u,   /* --policy-lib */
 };
 
-#define CLI_SIM_OPTIONS_MAX 9 /* rows the shared options add to a getopt table */
+#define CLI_SIM_OPTIONS_MAX 10 /* rows the shared options add to a getopt table */
 
 typedef struct cli_sim_options {
     const char *trace_path, *hw_name, *policy_name; /* borrowed from argv; NULL: not given */
@@ -40,6 +40,7 @@ typedef struct cli_sim_options {
     const char **files; /* [n_files] --config files, in order */
     size_t n_files;
     bool json;
+    bool quiet;                       /* -q: no progress */
     const char *timeline_path;        /* NULL: no timeline */
     const char *timeline_window_text; /* as typed; parsed by cli_sim_options_check */
     sim_timeline_window timeline_window;

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,20 +18,25 @@
 #include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/config.h"
+#include "common/paths.h"
 #include "sweep/sweep.h"
 
 static const char sweep_help[] =
     "usage: moesim sweep EXPERIMENT.ini [-o results/NAME.csv] [-j N] [--shard i/n] [--dry-run]\n"
+    "                    [--reuse-stale] [-q]\n"
     "       moesim sweep merge [-o OUT.csv] [--experiment EXPERIMENT.ini] SHARD.csv...\n"
     "\n"
     "Runs every configuration of an experiment (the cross product of its axes minus its\n"
     "exclusions; format in sweep/sweep.h and experiments/README.md) and appends one CSV row per\n"
-    "configuration: its hash, seed, status, every resolved setting and every metric of\n"
-    "`moesim sim --json`. Rows already in the results file are skipped, so a killed sweep\n"
-    "resumes where it stopped. The resolved experiment goes next to the results\n"
+    "configuration: its hash, seed, status, the code version in the hash and the commit of the\n"
+    "build, every resolved setting and every metric of `moesim sim --json` (the same names).\n"
+    "Rows already in the results file are skipped, so a killed sweep resumes where it stopped;\n"
+    "rows an older simulator or policy version made are rerun. The resolved experiment goes next "
+    "to the results\n"
     "(NAME.experiment.ini). Traces named in the experiment's [traces] section are synthesized\n"
     "first when missing or made from another recipe (stamped in TRACE.recipe). A row is keyed\n"
     "by the resolved configuration: trace bytes and model/hw values, not just their names.\n"
+    "Relative input paths resolve against the experiment file's folder (experiments/README.md).\n"
     "\n"
     "options:\n"
     "  -o FILE        results file (default results/NAME.csv, or results/NAME.shard-I-of-N.csv)\n"
@@ -40,6 +44,7 @@ static const char sweep_help[] =
     "  --shard i/n    run only configurations whose index is i modulo n (0 <= i < n), for\n"
     "                 Slurm job arrays or GNU parallel over ssh; join with `moesim sweep merge`\n"
     "  --dry-run      list the configurations this run would do, run and write nothing\n"
+    "  --reuse-stale  keep rows an older simulator or policy version made as done\n"
     "  -q, --quiet    no progress bar\n"
     "  -h, --help     this text\n"
     "\n"
@@ -65,30 +70,9 @@ static bool parse_shard(const char *s, uint32_t *i, uint32_t *n) {
     return true;
 }
 
-/* mkdir -p of the folder holding `path`. */
-static moesim_status make_parent_dirs(const char *path, moesim_error *err) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: path too long", path);
-    char *slash = strrchr(buf, '/');
-    if (!slash || slash == buf) return MOESIM_OK;
-    *slash = '\0';
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return moesim_fail(err, MOESIM_EIO, "%s: cannot create folder: %s", buf,
-                               strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return moesim_fail(err, MOESIM_EIO, "%s: cannot create folder: %s", buf, strerror(errno));
-    return MOESIM_OK;
-}
-
 /* Runs `moesim trace synth ARGS -o path` (this binary) for a missing trace. */
 static moesim_status synth_trace(const char *path, const char *args, moesim_error *err) {
-    moesim_status st = make_parent_dirs(path, err);
+    moesim_status st = moesim_path_make_parents(path, err);
     if (st) return st;
     char *copy = moesim_xstrdup(args);
     char *argv[SWEEP_MAX_RECIPE_ARGS + 6]; /* moesim trace synth ARGS -o path NULL */
@@ -245,7 +229,7 @@ static int cmd_sweep_merge(int argc, char **argv) {
             return cli_usage_error("sweep merge", "output %s is also an input", out);
         }
     sweep_merge_report rep;
-    moesim_status st = make_parent_dirs(out, &err);
+    moesim_status st = moesim_path_make_parents(out, &err);
     if (!st) st = sweep_merge(inputs, n_inputs, out, e, &rep, &err);
     if (!st && e) {
         char out_side[PATH_MAX];
@@ -278,7 +262,7 @@ int cmd_sweep(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "merge")) return cmd_sweep_merge(argc - 1, argv + 1);
     const char *exp_path = NULL, *out = NULL;
     uint32_t shard_i = 0, shard_n = 1;
-    bool dry = false, quiet = false, sharded = false;
+    bool dry = false, quiet = false, sharded = false, reuse_stale = false;
     long jobs = sysconf(_SC_NPROCESSORS_ONLN);
     if (jobs < 1) jobs = 1;
     for (int i = 1; i < argc; i++) {
@@ -306,6 +290,8 @@ int cmd_sweep(int argc, char **argv) {
             dry = true;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet"))
             quiet = true;
+        else if (!strcmp(a, "--reuse-stale"))
+            reuse_stale = true;
         else if (a[0] == '-' && a[1])
             return cli_usage_error("sweep", "unknown option '%s'", a);
         else if (exp_path)
@@ -332,6 +318,7 @@ int cmd_sweep(int argc, char **argv) {
                          .shard_index = shard_i,
                          .shard_count = shard_n,
                          .progress = cli_progress_allowed(quiet),
+                         .reuse_stale = reuse_stale,
                          .source = exp_path};
     moesim_status st = MOESIM_OK;
     if (dry) {
@@ -358,7 +345,7 @@ int cmd_sweep(int argc, char **argv) {
     if (!st) st = sweep_experiment_bind_inputs(e, &err);
     sweep_evaluator ev = {0};
     if (!st) st = sweep_evaluator_create(e, &ev, &err);
-    if (!st) st = make_parent_dirs(out, &err);
+    if (!st) st = moesim_path_make_parents(out, &err);
     sweep_summary sum = {0};
     if (!st) st = sweep_run(e, &ev, &opt, &sum, &err);
     sweep_evaluator_destroy(&ev);
@@ -371,6 +358,14 @@ int cmd_sweep(int argc, char **argv) {
                 "sweep: %s: %zu rows are not configurations of this experiment (edited since?); "
                 "they stay in the file and in its figures\n",
                 out, sum.foreign);
+    if (sum.stale)
+        fprintf(stderr,
+                "sweep: %s: %zu rows were made by an older simulator or policy version (the code "
+                "column); %s\n",
+                out, sum.stale,
+                reuse_stale ? "kept as done (--reuse-stale)"
+                            : "their configurations rerun; the old rows stay in the file "
+                              "(--reuse-stale keeps them as done)");
     if (sum.truncated_tail)
         fprintf(stderr, "sweep: %s: removed a torn last row left by an interrupted run\n", out);
     printf("%s: %zu configurations in shard %" PRIu32 "/%" PRIu32 ", %zu already done, %zu run "

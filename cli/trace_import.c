@@ -247,6 +247,14 @@ int cmd_trace_import(int argc, char **argv) {
     trace *t = NULL;
     trace_import_report rep;
     if (trace_import_file(in, &m, &o, &t, &rep, &err)) return cli_fail(&err);
+    char *model_text =
+        NULL; /* the trace carries the model config: later commands need no --model */
+    if (cli_trace_model_text(t, model_name, &model_text, &err)) {
+        trace_destroy(t);
+        return cli_fail(&err);
+    }
+    cli_trace_store_model_config(t, model_text);
+    free(model_text);
     if (trace_write(t, out, &err)) {
         trace_destroy(t);
         return cli_fail(&err);

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/provenance.h"
 #include "common/config.h"
 #include "sim/batch_curves.h"
 #include "traces/stats.h"
@@ -157,7 +158,10 @@ int cmd_trace_stats(int argc, char **argv) {
     if (as_json) {
         json_t *j = trace_stats_to_json(s);
         if (batch) json_object_set_new(j, "batched", batch_curves_json(&b));
-        cli_print_json(j);
+        json_t *inputs = json_object();
+        json_object_set_new(inputs, "trace", cli_file_json(path));
+        json_object_set_new(inputs, "batch", batch ? json_integer((json_int_t)batch) : json_null());
+        cli_print_json(cli_json_with_provenance(j, inputs));
     } else {
         print_text(path, s, batch ? &b : NULL);
     }

@@ -268,6 +268,7 @@ int cmd_trace_synth(int argc, char **argv) {
     synth_options o;
     synth_fit_result *fit = NULL;
     float *table = NULL; /* a popularity table from --knobs */
+    char *model_text = NULL;
     uint32_t interleave = 1;
     uint64_t v;
 #define BAD(...)                                                                                   \
@@ -282,13 +283,8 @@ int cmd_trace_synth(int argc, char **argv) {
     } while (0)
     if (fit_path && trace_read(fit_path, &real, &err)) FAIL();
     if (model_name ? model_load_by_name(model_name, &m, &err)
-                   : model_load_by_name(real->meta.model, &m, &err)) {
-        if (!model_name)
-            moesim_error_prefix(&err, "%s names model '%s'; pass --model NAME or FILE.ini "
-                                      "(`moesim record --model-ini` writes one)",
-                                fit_path, real->meta.model);
+                   : cli_trace_model_load(real, fit_path, NULL, &m, &err))
         FAIL();
-    }
     synth_options_default(&o, &m);
     if (fit_path) {
         fit = moesim_xcalloc(1, sizeof *fit);
@@ -347,6 +343,9 @@ int cmd_trace_synth(int argc, char **argv) {
         if (save_path && synth_knobs_save(save_path, fit, &m, fit_path, &err)) FAIL();
     }
     if (!out_path && !report) goto done;
+    /* the trace carries the model config it was made with: later commands need no --model */
+    if (cli_trace_model_text(real, model_name, &model_text, &err)) FAIL();
+    o.model_config = model_text;
     if (!report && interleave == 1) { /* streamed: memory bounded by one request */
         if (synth_write(&m, &o, out_path, &err)) FAIL();
         goto done;
@@ -366,6 +365,7 @@ done:
     synth_fit_result_free(fit);
     free(fit);
     free(table);
+    free(model_text);
     free(sets);
     return rc;
 }

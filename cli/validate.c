@@ -17,6 +17,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/provenance.h"
 #include "cli/sim_options.h"
 #include "common/alloc.h"
 #include "common/atomic_file.h"
@@ -71,9 +72,10 @@ static const char validate_usage[] =
     "  -h, --help          this text\n";
 
 /* The report (Markdown to `report`, else to stdout unless --json), the CSV and the JSON. */
+/* The report, CSV and JSON; `inputs` (owned) is what the rows were made from, in the JSON. */
 static moesim_status write_outputs(const validate_meta *meta, const validate_row *rows, size_t n,
                                    const validate_summary *s, const char *report, const char *csv,
-                                   bool json, moesim_error *err) {
+                                   bool json, json_t *inputs, moesim_error *err) {
     moesim_status st = MOESIM_OK;
     if (report) {
         atomic_file af;
@@ -86,7 +88,10 @@ static moesim_status write_outputs(const validate_meta *meta, const validate_row
         validate_report_write_md(stdout, meta, rows, n, s);
     }
     if (!st && csv) st = validate_report_write_csv(csv, rows, n, err);
-    if (!st && json) cli_print_json(validate_report_json(meta, rows, n, s));
+    if (!st && json)
+        cli_print_json(cli_json_with_provenance(validate_report_json(meta, rows, n, s), inputs));
+    else
+        json_decref(inputs);
     return st;
 }
 
@@ -102,7 +107,10 @@ static int merge_reports(const char **files, size_t n_files, const char *report,
     if (!st) {
         validate_summary s;
         validate_summarize(rows, n, &s);
-        st = write_outputs(&meta, rows, n, &s, report, csv, json, &err);
+        json_t *inputs = json_object(), *merged = json_array(); /* the --json files merged */
+        for (size_t f = 0; f < n_files; f++) json_array_append_new(merged, cli_file_json(files[f]));
+        json_object_set_new(inputs, "merged", merged);
+        st = write_outputs(&meta, rows, n, &s, report, csv, json, inputs, &err);
     }
     free(rows);
     return st ? cli_fail(&err) : 0;
@@ -260,14 +268,22 @@ int cmd_validate(int argc, char **argv) {
                             .seed = seed,
                             .cpu = !strcmp(backend, "cpu"),
                             .repeats = (uint32_t)repeats,
-                            .quiet = o.json};
+                            .quiet = o.json || o.quiet};
     validate_row *rows = moesim_xcalloc(plan.n ? plan.n : 1, sizeof *rows);
     validate_meta meta;
     if (!st) st = sweep_validate_run(&setup, &plan, rows, &meta, &err);
     validate_summary s;
     if (!st) {
         validate_summarize(rows, plan.n, &s);
-        st = write_outputs(&meta, rows, plan.n, &s, report, csv, o.json, &err);
+        json_t *inputs = json_object(); /* what the rows were made from */
+        json_object_set_new(inputs, "trace", cli_file_json(trace_path));
+        json_object_set_new(inputs, "model", cli_config_json("models", meta.model));
+        json_object_set_new(inputs, "hw", cli_config_json("hw", hw_name));
+        json_object_set_new(inputs, "experiment",
+                            experiment ? cli_file_json(experiment) : json_null());
+        json_object_set_new(inputs, "backend", json_string(backend));
+        json_object_set_new(inputs, "seed", json_integer((json_int_t)seed));
+        st = write_outputs(&meta, rows, plan.n, &s, report, csv, o.json, inputs, &err);
     }
     if (!st && checking) {
         uint64_t pairs, alike;

@@ -141,10 +141,24 @@ static int on_entry(void *user, const char *section, const char *name, const cha
     return 1;
 }
 
+static moesim_status load_stream(config *c, const char *path, FILE *fp, moesim_error *err);
+
 moesim_status config_load_file(config *c, const char *path, moesim_error *err) {
-    file_reader r = {.fp = fopen(path, "r")};
-    if (!r.fp)
+    FILE *fp = fopen(path, "r");
+    if (!fp)
         return moesim_fail(err, MOESIM_EIO, "%s: cannot open config: %s", path, strerror(errno));
+    return load_stream(c, path, fp, err);
+}
+
+moesim_status config_load_text(config *c, const char *origin, const char *text, moesim_error *err) {
+    FILE *fp = fmemopen((void *)text, strlen(text), "r");
+    if (!fp) return moesim_fail(err, MOESIM_ENOMEM, "%s: cannot read config text", origin);
+    return load_stream(c, origin, fp, err);
+}
+
+/* Reads an INI stream whose entries are named after `path` in messages; closes fp. */
+static moesim_status load_stream(config *c, const char *path, FILE *fp, moesim_error *err) {
+    file_reader r = {.fp = fp};
     free(c->last_file);
     c->last_file = moesim_xstrdup(path);
     load_state st = {.c = c, .reader = &r, .path = path, .first_entry = c->n, .err = err};

@@ -48,6 +48,9 @@ void config_destroy(config *c); /* accepts NULL */
 /* Adds every entry of an INI file (later files override earlier entries with the same
  * section and key). Duplicate keys within one file and malformed lines are errors. */
 moesim_status config_load_file(config *c, const char *path, moesim_error *err);
+/* The same for INI text held in memory (a model config stored in a trace); messages name it
+ * `origin` as they would a file. */
+moesim_status config_load_text(config *c, const char *origin, const char *text, moesim_error *err);
 
 /* Applies "section.key=value" (the form of --set) with origin "--set". */
 moesim_status config_set(config *c, const char *assignment, moesim_error *err);

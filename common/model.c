@@ -279,6 +279,16 @@ moesim_status model_load_with_sets(const char *path, const char *const *sets, si
     return st;
 }
 
+moesim_status model_load_text(const char *origin, const char *text, model_geometry *out,
+                              moesim_error *err) {
+    config *c = config_create();
+    moesim_status st = config_load_text(c, origin, text, err);
+    if (!st) st = model_read_config(c, out, err);
+    if (!st) st = config_check_unused(c, err);
+    config_destroy(c);
+    return st;
+}
+
 moesim_status model_load(const char *path, model_geometry *out, moesim_error *err) {
     return model_load_with_sets(path, NULL, 0, out, err);
 }

@@ -77,6 +77,10 @@ moesim_status model_load_with_sets(const char *path, const char *const *sets, si
 moesim_status model_read_config(config *c, model_geometry *out, moesim_error *err);
 /* Resolves a name through moesim_config_path("models", ...) and loads it. */
 moesim_status model_load_by_name(const char *name, model_geometry *out, moesim_error *err);
+/* A model config held as INI text (what a trace stores, traces/FORMAT.md), named `origin` in
+ * messages. */
+moesim_status model_load_text(const char *origin, const char *text, model_geometry *out,
+                              moesim_error *err);
 
 /* Writes `m` as a model file that model_load reads back to the same geometry (crash-safe: the
  * file appears whole or not at all). `origin` goes into the header comment (what it came from,

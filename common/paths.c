@@ -1,63 +1,179 @@
-/* Config lookup by name; see paths.h. */
+/* The data search path and config lookup by name; see paths.h. */
 #include "common/paths.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-const char *moesim_config_dir(void) {
-    const char *env = getenv("MOESIM_CONFIG_DIR");
-    return env && *env ? env : MOESIM_SOURCE_DIR "/configs";
+#include "common/alloc.h"
+#include "common/check.h"
+
+typedef struct dir_list {
+    char **dirs;
+    size_t n;
+} dir_list;
+
+static dir_list data_path; /* the whole search path, composed once */
+static pthread_once_t data_path_once = PTHREAD_ONCE_INIT;
+
+static void dir_list_add(dir_list *l, const char *dir, size_t len) {
+    if (!len) return;
+    for (size_t i = 0; i < l->n; i++)
+        if (strlen(l->dirs[i]) == len && !strncmp(l->dirs[i], dir, len)) return;
+    l->dirs = moesim_xrealloc(l->dirs, (l->n + 1) * sizeof *l->dirs);
+    char *copy = moesim_xmalloc(len + 1);
+    memcpy(copy, dir, len);
+    copy[len] = '\0';
+    l->dirs[l->n++] = copy;
+}
+
+static bool is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Whether `dir` is `root` or a folder below it (both canonical). */
+static bool is_below(const char *dir, const char *root) {
+    size_t n = strlen(root);
+    return !strncmp(dir, root, n) && (dir[n] == '\0' || dir[n] == '/');
+}
+
+static void data_path_compose(void) {
+    const char *env = getenv("MOESIM_DATA_PATH");
+    for (const char *p = env ? env : ""; *p;) {
+        size_t len = strcspn(p, ":");
+        dir_list_add(&data_path, p, len);
+        p += len + (p[len] == ':');
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return; /* no executable to stand beside: the user's folders only */
+    exe[n] = '\0';
+    char bin_dir[PATH_MAX], share[PATH_MAX];
+    moesim_path_dirname(exe, bin_dir, sizeof bin_dir);
+    snprintf(share, sizeof share, "%s/../share/moesim", bin_dir);
+    char canon[PATH_MAX];
+    if (is_dir(share) && realpath(share, canon)) dir_list_add(&data_path, canon, strlen(canon));
+    /* an uninstalled build: the executable runs from (a folder below) its build tree */
+    char build[PATH_MAX];
+    if (realpath(MOESIM_BINARY_DIR, build) && is_below(bin_dir, build))
+        dir_list_add(&data_path, MOESIM_SOURCE_DIR, strlen(MOESIM_SOURCE_DIR));
+}
+
+size_t moesim_data_path_count(void) {
+    pthread_once(&data_path_once, data_path_compose);
+    return data_path.n;
+}
+
+const char *moesim_data_path_at(size_t i) {
+    MOESIM_ASSERT(i < moesim_data_path_count());
+    return data_path.dirs[i];
+}
+
+void moesim_data_path_describe(const char *sub, char *out, size_t out_len) {
+    size_t n = moesim_data_path_count(), used = 0;
+    out[0] = '\0';
+    if (!n) {
+        snprintf(out, out_len, "no folder: set MOESIM_DATA_PATH or --data-dir");
+        return;
+    }
+    for (size_t i = 0; i < n && used < out_len; i++)
+        used += (size_t)snprintf(out + used, out_len - used, "%s%s%s%s", i ? ", " : "",
+                                 moesim_data_path_at(i), *sub ? "/" : "", sub);
+}
+
+static bool is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* The first folder's DIR/rel that is a file, into out; false when none is. */
+static bool data_search(const char *rel, char *out, size_t out_len) {
+    for (size_t i = 0; i < moesim_data_path_count(); i++) {
+        int n = snprintf(out, out_len, "%s/%s", moesim_data_path_at(i), rel);
+        if (n > 0 && (size_t)n < out_len && is_file(out)) return true;
+    }
+    return false;
+}
+
+moesim_status moesim_data_find(const char *rel, const char *what, char *out, size_t out_len,
+                               moesim_error *err) {
+    if (data_search(rel, out, out_len)) return MOESIM_OK;
+    char where[2048];
+    moesim_data_path_describe("", where, sizeof where);
+    return moesim_fail(err, MOESIM_EINPUT,
+                       "%s %s not found (looked in %s; add a folder with --data-dir or "
+                       "MOESIM_DATA_PATH)",
+                       what, rel, where);
 }
 
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-void moesim_config_names(const char *kind, char *out, size_t out_len) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/%s", moesim_config_dir(), kind);
-    out[0] = '\0';
+/* Adds the stems of DIR's *.ini files to names (each once). */
+static void names_collect(const char *dir, dir_list *names) {
     DIR *d = opendir(dir);
     if (!d) return;
-    char *names[256];
-    size_t n = 0;
     struct dirent *de;
-    while ((de = readdir(d)) && n < 256) {
+    while ((de = readdir(d)) && names->n < 512) {
         size_t len = strlen(de->d_name);
-        if (len > 4 && !strcmp(de->d_name + len - 4, ".ini")) {
-            names[n] = strdup(de->d_name);
-            if (names[n]) names[n++][len - 4] = '\0';
-        }
+        if (len > 4 && !strcmp(de->d_name + len - 4, ".ini"))
+            dir_list_add(names, de->d_name, len - 4);
     }
     closedir(d);
-    qsort(names, n, sizeof *names, cmp_str);
-    size_t used = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (used < out_len)
-            used += (size_t)snprintf(out + used, out_len - used, "%s%s", i ? ", " : "", names[i]);
-        free(names[i]);
+}
+
+void moesim_config_names(const char *kind, char *out, size_t out_len) {
+    dir_list names = {0};
+    for (size_t i = 0; i < moesim_data_path_count(); i++) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s/configs/%s", moesim_data_path_at(i), kind);
+        names_collect(dir, &names);
     }
+    qsort(names.dirs, names.n, sizeof *names.dirs, cmp_str);
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < names.n; i++) {
+        if (used < out_len)
+            used +=
+                (size_t)snprintf(out + used, out_len - used, "%s%s", i ? ", " : "", names.dirs[i]);
+        free(names.dirs[i]);
+    }
+    free(names.dirs);
 }
 
 moesim_status moesim_config_path(const char *kind, const char *name, char *out, size_t out_len,
                                  moesim_error *err) {
     size_t len = strlen(name);
-    bool is_path = strchr(name, '/') || (len > 4 && !strcmp(name + len - 4, ".ini"));
-    int n = is_path ? snprintf(out, out_len, "%s", name)
-                    : snprintf(out, out_len, "%s/%s/%s.ini", moesim_config_dir(), kind, name);
-    if (n < 0 || (size_t)n >= out_len)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: name too long", name);
-    struct stat sb;
-    if (stat(out, &sb) == 0 && S_ISREG(sb.st_mode)) return MOESIM_OK;
-    if (is_path) return moesim_fail(err, MOESIM_EIO, "%s: no such config file", name);
-    char known[1024];
+    if (strchr(name, '/') || (len > 4 && !strcmp(name + len - 4, ".ini"))) {
+        int n = snprintf(out, out_len, "%s", name);
+        if (n < 0 || (size_t)n >= out_len)
+            return moesim_fail(err, MOESIM_EINPUT, "%s: path too long", name);
+        if (is_file(out)) return MOESIM_OK;
+        return moesim_fail(err, MOESIM_EIO, "%s: no such config file", name);
+    }
+    char rel[PATH_MAX];
+    snprintf(rel, sizeof rel, "configs/%s/%s.ini", kind, name);
+    if (data_search(rel, out, out_len)) return MOESIM_OK;
+    char known[1024], sub[64], where[2048];
     moesim_config_names(kind, known, sizeof known);
-    return moesim_fail(err, MOESIM_EINPUT, "unknown %s name '%s' (known: %s)", kind, name,
-                       known[0] ? known : "none");
+    snprintf(sub, sizeof sub, "configs/%s", kind);
+    moesim_data_path_describe(sub, where, sizeof where);
+    const char *noun = !strcmp(kind, "models")     ? "model"
+                       : !strcmp(kind, "policies") ? "policy preset"
+                                                   : kind;
+    return moesim_fail(err, MOESIM_EINPUT,
+                       "unknown %s name '%s' (looked in %s; known: %s; give a path, or add a "
+                       "folder holding configs/%s/%s.ini with --data-dir or MOESIM_DATA_PATH)",
+                       noun, name, where, known[0] ? known : "none", kind, name);
 }
 
 void moesim_path_dirname(const char *path, char *out, size_t out_len) {
@@ -70,4 +186,31 @@ void moesim_path_dirname(const char *path, char *out, size_t out_len) {
     }
     while (n > 1 && path[n - 1] == '/') n--; /* slashes before it */
     snprintf(out, out_len, "%.*s", (int)n, path);
+}
+
+void moesim_path_join(const char *base, const char *rel, char *out, size_t out_len) {
+    if (rel[0] == '/' || !strcmp(base, "."))
+        snprintf(out, out_len, "%s", rel);
+    else
+        snprintf(out, out_len, "%s%s%s", base, base[strlen(base) - 1] == '/' ? "" : "/", rel);
+}
+
+moesim_status moesim_path_make_parents(const char *path, moesim_error *err) {
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: path too long", path);
+    char *slash = strrchr(buf, '/');
+    if (!slash || slash == buf) return MOESIM_OK;
+    *slash = '\0';
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return moesim_fail(err, MOESIM_EIO, "%s: cannot create folder: %s", buf,
+                               strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return moesim_fail(err, MOESIM_EIO, "%s: cannot create folder: %s", buf, strerror(errno));
+    return MOESIM_OK;
 }

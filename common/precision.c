@@ -128,10 +128,9 @@ moesim_status quant_table_load(const char *path, quant_table *out, moesim_error 
 
 moesim_status quant_table_load_default(quant_table *out, moesim_error *err) {
     char path[4096];
-    int n = snprintf(path, sizeof path, "%s/quant.ini", moesim_config_dir());
-    if (n < 0 || (size_t)n >= sizeof path)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: config dir path too long", moesim_config_dir());
-    return quant_table_load(path, out, err);
+    moesim_status st =
+        moesim_data_find("configs/quant.ini", "quantization table", path, sizeof path, err);
+    return st ? st : quant_table_load(path, out, err);
 }
 
 /* ---- sizes ------------------------------------------------------------------------------ */

@@ -1,13 +1,19 @@
-/* A progress bar on stderr for long work (done/total, rate, ETA). It draws only when stderr is a
- * terminal and the caller allows it, so pipes, CI logs and tests stay quiet. */
+/* Progress of long work on stderr (done/total, rate, ETA), when the caller allows it (not -q):
+ * on a terminal a bar redrawn in place; otherwise (a pipe, a Slurm or CI log) a plain line every
+ * PROGRESS_LINE_S seconds and a last one at the end, so work shorter than that prints nothing. A
+ * total of 0 means unknown: the count and the rate, no bar or ETA. */
 #ifndef MOESIM_COMMON_PROGRESS_H
 #define MOESIM_COMMON_PROGRESS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#define PROGRESS_LINE_S 10.0
+
 typedef struct progress {
     bool enabled;
+    bool tty;        /* a bar redrawn in place, else plain lines */
+    bool line_shown; /* a plain line was printed: the end prints the last one */
     char label[32];
     uint64_t total, done;
     double t_start_s, t_drawn_s; /* monotonic seconds */

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <gsl/gsl_sort.h>
 #include <gsl/gsl_statistics_double.h>
@@ -69,53 +70,76 @@ void sim_result_fill(sim_result *r, const sim_result_totals *t) {
     }
 }
 
-/* ---- flat columns (sweep CSV), in a fixed order ---- */
+/* ---- the metric table: the sweep CSV's columns and the JSON's keys ---- */
+
+/* Every metric of a run, in output order. A dotted name is a nested JSON object ("ttft_ms.p99" is
+ * ttft_ms: {p99}); `integer` ones are counts, written as JSON integers. */
+typedef struct sim_metric {
+    const char *name;
+    double value;
+    bool integer;
+} sim_metric;
+
+#define SIM_N_METRICS 44
+
+static void sim_result_metrics(const sim_result *r, sim_metric out[SIM_N_METRICS]) {
+    const sim_metric m[] = {
+        {"tokens", (double)r->tokens, true},
+        {"requests", (double)r->requests, true},
+        {"ttft_ms.mean", r->ttft.mean_ms, false},
+        {"ttft_ms.p50", r->ttft.p50_ms, false},
+        {"ttft_ms.p99", r->ttft.p99_ms, false},
+        {"tpot_ms.mean", r->tpot.mean_ms, false},
+        {"tpot_ms.p50", r->tpot.p50_ms, false},
+        {"tpot_ms.p99", r->tpot.p99_ms, false},
+        {"tokens_per_s", r->tokens_per_s, false},
+        {"makespan_ms", r->makespan_ms, false},
+        {"hit_rate", r->hit_rate, false},
+        {"accesses", (double)r->accesses, true},
+        {"hits", (double)r->hits, true},
+        {"h2d_bytes", (double)r->h2d_bytes, true},
+        {"d2h_bytes", (double)r->d2h_bytes, true},
+        {"h2d_bytes_by_class.demand", (double)r->h2d_demand_bytes, true},
+        {"h2d_bytes_by_class.prefetch", (double)r->h2d_prefetch_bytes, true},
+        {"h2d_bytes_by_class.background", (double)r->h2d_background_bytes, true},
+        {"ssd_bytes", (double)r->ssd_bytes, true},
+        {"warmup_h2d_bytes", (double)r->warmup_h2d_bytes, true},
+        {"stall_ms", r->stall_ms, false},
+        {"h2d_busy_ms", r->h2d_busy_ms, false},
+        {"ssd_busy_ms", r->ssd_busy_ms, false},
+        {"peak_hbm_bytes", (double)r->peak_hbm_bytes, true},
+        {"budget_bytes", (double)r->budget_bytes, true},
+        {"expert_budget_bytes", (double)r->expert_budget_bytes, true},
+        {"kv_peak_bytes", (double)r->kv_peak_bytes, true},
+        {"placement_refusals", (double)r->placement_refusals, true},
+        {"precision_mix.hi", r->precision_mix_hi, false},
+        {"precision_mix.lo", r->precision_mix_lo, false},
+        {"precision_mix.skip", r->precision_mix_skip, false},
+        {"bits_per_weight", r->bits_per_weight, false},
+        {"prefetch.accuracy", r->prefetch_accuracy, false},
+        {"prefetch.utilization", r->prefetch_utilization, false},
+        {"prefetch.issued", (double)r->prefetches, true},
+        {"prefetch.late", (double)r->prefetch_late, true},
+        {"prefetch.promoted", (double)r->prefetch_promoted, true},
+        {"prefetch.cancelled", (double)r->prefetch_cancelled, true},
+        {"prefetch.wasted_bytes", (double)r->prefetch_wasted_bytes, true},
+        {"predictor_emulated", r->predictor_emulated ? 1.0 : 0.0, true},
+        {"predictor_accuracy", r->predictor_accuracy, false},
+        {"steps", (double)r->steps, true},
+        {"expert_ops", (double)r->expert_ops, true},
+        {"cost_extrapolated", (double)r->cost_extrapolated, true},
+    };
+    _Static_assert(MOESIM_ARRAY_LEN(m) == SIM_N_METRICS, "SIM_N_METRICS");
+    memcpy(out, m, sizeof m);
+}
 
 size_t sim_result_fields(const sim_result *r, const char **names, double *values, size_t cap) {
-    const struct {
-        const char *name;
-        double value;
-    } cols[] = {
-        {"tokens", (double)r->tokens},
-        {"requests", (double)r->requests},
-        {"ttft_ms.mean", r->ttft.mean_ms},
-        {"ttft_ms.p50", r->ttft.p50_ms},
-        {"ttft_ms.p99", r->ttft.p99_ms},
-        {"tpot_ms.mean", r->tpot.mean_ms},
-        {"tpot_ms.p50", r->tpot.p50_ms},
-        {"tpot_ms.p99", r->tpot.p99_ms},
-        {"tokens_per_s", r->tokens_per_s},
-        {"makespan_ms", r->makespan_ms},
-        {"hit_rate", r->hit_rate},
-        {"h2d_bytes", (double)r->h2d_bytes},
-        {"d2h_bytes", (double)r->d2h_bytes},
-        {"h2d_bytes.demand", (double)r->h2d_demand_bytes},
-        {"h2d_bytes.prefetch", (double)r->h2d_prefetch_bytes},
-        {"h2d_bytes.background", (double)r->h2d_background_bytes},
-        {"ssd_bytes", (double)r->ssd_bytes},
-        {"stall_ms", r->stall_ms},
-        {"h2d_busy_ms", r->h2d_busy_ms},
-        {"ssd_busy_ms", r->ssd_busy_ms},
-        {"peak_hbm_bytes", (double)r->peak_hbm_bytes},
-        {"budget_bytes", (double)r->budget_bytes},
-        {"precision_mix.hi", r->precision_mix_hi},
-        {"precision_mix.lo", r->precision_mix_lo},
-        {"precision_mix.skip", r->precision_mix_skip},
-        {"bits_per_weight", r->bits_per_weight},
-        {"prefetch.accuracy", r->prefetch_accuracy},
-        {"prefetch.utilization", r->prefetch_utilization},
-        {"prefetch.issued", (double)r->prefetches},
-        {"prefetch.late", (double)r->prefetch_late},
-        {"prefetch.promoted", (double)r->prefetch_promoted},
-        {"prefetch.cancelled", (double)r->prefetch_cancelled},
-        {"prefetch.wasted_bytes", (double)r->prefetch_wasted_bytes},
-        {"predictor.emulated", r->predictor_emulated ? 1.0 : 0.0},
-        {"predictor.accuracy", r->predictor_accuracy},
-    };
+    sim_metric m[SIM_N_METRICS];
+    sim_result_metrics(r, m);
     size_t n = 0;
-    for (size_t i = 0; i < MOESIM_ARRAY_LEN(cols) && n < cap; i++, n++) {
-        names[n] = cols[i].name;
-        values[n] = cols[i].value;
+    for (size_t i = 0; i < SIM_N_METRICS && n < cap; i++, n++) {
+        names[n] = m[i].name;
+        values[n] = m[i].value;
     }
     for (size_t i = 0; i < r->n_policy_report && n < cap; i++, n++) {
         names[n] = r->policy_report_names[i];
@@ -126,67 +150,31 @@ size_t sim_result_fields(const sim_result *r, const char **names, double *values
 
 /* ---- JSON ---- */
 
-static json_t *latency_json(const sim_latency *l) {
-    json_t *j = json_object();
-    json_object_set_new(j, "mean", json_real(l->mean_ms));
-    json_object_set_new(j, "p50", json_real(l->p50_ms));
-    json_object_set_new(j, "p99", json_real(l->p99_ms));
-    return j;
-}
-
 static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
 json_t *sim_result_to_json(const sim_result *r) {
     json_t *j = json_object();
     json_object_set_new(j, "policy", json_string(r->policy));
-    json_object_set_new(j, "tokens", json_integer((json_int_t)r->tokens));
-    json_object_set_new(j, "requests", json_integer((json_int_t)r->requests));
-    json_object_set_new(j, "ttft_ms", latency_json(&r->ttft));
-    json_object_set_new(j, "tpot_ms", latency_json(&r->tpot));
-    json_object_set_new(j, "tokens_per_s", num(r->tokens_per_s));
-    json_object_set_new(j, "makespan_ms", num(r->makespan_ms));
-    json_object_set_new(j, "hit_rate", num(r->hit_rate));
-    json_object_set_new(j, "accesses", json_integer((json_int_t)r->accesses));
-    json_object_set_new(j, "hits", json_integer((json_int_t)r->hits));
-    json_object_set_new(j, "h2d_bytes", json_integer((json_int_t)r->h2d_bytes));
-    json_object_set_new(j, "d2h_bytes", json_integer((json_int_t)r->d2h_bytes));
-    json_t *by_class = json_object();
-    json_object_set_new(by_class, "demand", json_integer((json_int_t)r->h2d_demand_bytes));
-    json_object_set_new(by_class, "prefetch", json_integer((json_int_t)r->h2d_prefetch_bytes));
-    json_object_set_new(by_class, "background",
-                        json_integer((json_int_t)r->h2d_background_bytes));
-    json_object_set_new(j, "h2d_bytes_by_class", by_class);
-    json_object_set_new(j, "ssd_bytes", json_integer((json_int_t)r->ssd_bytes));
-    json_object_set_new(j, "warmup_h2d_bytes", json_integer((json_int_t)r->warmup_h2d_bytes));
-    json_object_set_new(j, "stall_ms", num(r->stall_ms));
-    json_object_set_new(j, "h2d_busy_ms", num(r->h2d_busy_ms));
-    json_object_set_new(j, "ssd_busy_ms", num(r->ssd_busy_ms));
-    json_object_set_new(j, "peak_hbm_bytes", json_integer((json_int_t)r->peak_hbm_bytes));
-    json_object_set_new(j, "budget_bytes", json_integer((json_int_t)r->budget_bytes));
-    json_object_set_new(j, "expert_budget_bytes", json_integer((json_int_t)r->expert_budget_bytes));
-    json_object_set_new(j, "kv_peak_bytes", json_integer((json_int_t)r->kv_peak_bytes));
-    json_object_set_new(j, "placement_refusals", json_integer((json_int_t)r->placement_refusals));
-    json_t *mix = json_object();
-    json_object_set_new(mix, "hi", num(r->precision_mix_hi));
-    json_object_set_new(mix, "lo", num(r->precision_mix_lo));
-    json_object_set_new(mix, "skip", num(r->precision_mix_skip));
-    json_object_set_new(j, "precision_mix", mix);
-    json_object_set_new(j, "bits_per_weight", num(r->bits_per_weight));
-    json_t *pf = json_object();
-    json_object_set_new(pf, "accuracy", num(r->prefetch_accuracy));
-    json_object_set_new(pf, "utilization", num(r->prefetch_utilization));
-    json_object_set_new(pf, "issued", json_integer((json_int_t)r->prefetches));
-    json_object_set_new(pf, "late", json_integer((json_int_t)r->prefetch_late));
-    json_object_set_new(pf, "promoted", json_integer((json_int_t)r->prefetch_promoted));
-    json_object_set_new(pf, "cancelled", json_integer((json_int_t)r->prefetch_cancelled));
-    json_object_set_new(pf, "wasted_bytes", json_integer((json_int_t)r->prefetch_wasted_bytes));
-    json_object_set_new(j, "prefetch", pf);
+    sim_metric m[SIM_N_METRICS];
+    sim_result_metrics(r, m);
+    for (size_t i = 0; i < SIM_N_METRICS; i++) {
+        json_t *v = m[i].integer ? json_integer((json_int_t)m[i].value) : num(m[i].value);
+        const char *dot = strchr(m[i].name, '.');
+        if (!dot) {
+            json_object_set_new(j, m[i].name, v);
+            continue;
+        }
+        char group[64];
+        snprintf(group, sizeof group, "%.*s", (int)(dot - m[i].name), m[i].name);
+        json_t *obj = json_object_get(j, group);
+        if (!obj) {
+            obj = json_object();
+            json_object_set_new(j, group, obj);
+        }
+        json_object_set_new(obj, dot + 1, v);
+    }
     json_object_set_new(j, "predictor",
                         json_string(r->predictor_emulated ? "emulated" : "recorded"));
-    json_object_set_new(j, "predictor_accuracy", num(r->predictor_accuracy));
-    json_object_set_new(j, "steps", json_integer((json_int_t)r->steps));
-    json_object_set_new(j, "expert_ops", json_integer((json_int_t)r->expert_ops));
-    json_object_set_new(j, "cost_extrapolated", json_integer(r->cost_extrapolated));
     json_t *rep = json_object();
     for (size_t i = 0; i < r->n_policy_report; i++)
         json_object_set_new(rep, r->policy_report_names[i], num(r->policy_report_values[i]));

@@ -118,8 +118,9 @@ int moesim_config_load(const char *kind, const char *name, char **path, char **e
         if (name)
             snprintf(resolved, sizeof resolved, "%s", name);
         else
-            snprintf(resolved, sizeof resolved, "%s/quant.ini", moesim_config_dir());
-        st = quant_table_load(resolved, &q, &err);
+            st = moesim_data_find("configs/quant.ini", "quantization table", resolved,
+                                  sizeof resolved, &err);
+        if (!st) st = quant_table_load(resolved, &q, &err);
     } else if (!name) {
         st = moesim_fail(&err, MOESIM_EINPUT, "%s: expected a name or a path", kind);
     } else {

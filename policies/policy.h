@@ -191,6 +191,10 @@ typedef struct policy_methods {
     int api_version;    /* POLICY_API_VERSION */
     const char *name;   /* registry name: "lru", "dymoe", ... */
     const char *summary;/* one line for listings */
+    /* Bumped whenever the policy's decisions change for the same inputs: part of a sweep's
+     * configuration hash, so `moesim sweep` reruns the rows an older version made (sim/sweep.h).
+     * 0 (left out) until a policy first changes. */
+    uint32_t version;
     /* Knobs, read from the config section named like the policy ("--set lru.scope=global").
      * Each field's help names its source (paper, equation) and default. */
     const config_field *knobs;

@@ -247,6 +247,11 @@ static void apply_stall_overhead(calib_results *c, double all_ns, double typical
 moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_results *out,
                             moesim_error *err) {
     const model_geometry *m = opt->model;
+    uint64_t phase = 0;
+#define PHASE_DONE()                                                                               \
+    do {                                                                                           \
+        if (opt->bar) progress_update(opt->bar, ++phase);                                          \
+    } while (0)
     memset(out, 0, sizeof *out);
     snprintf(out->gpu, sizeof out->gpu, "CPU (%ld cores online)", sysconf(_SC_NPROCESSORS_ONLN));
     snprintf(out->backend, sizeof out->backend, "cpu");
@@ -264,6 +269,7 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
         free(t);
         return st;
     }
+    PHASE_DONE();
 
     /* DRAM: memcpy of 64 MiB, read + write bytes */
     uint64_t n = 64ull << 20;
@@ -278,6 +284,7 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     out->hbm_gb_per_s = 2.0 * (double)n / median(t, repeats);
     free(a);
     free(b);
+    PHASE_DONE();
 
     uint32_t max_ctx = opt->quick ? 256 : 2048;
     cpu_compute cc;
@@ -304,12 +311,14 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     plan_curve(plan, out, COST_COMBINE, PREC_BF16, op_combine, NULL, tok_full, n_tok);
     plan_curve(plan, out, COST_LM_HEAD, PREC_BF16, op_lm_head, NULL, tok_full, n_tok);
     time_plan(plan, &cc, repeats, evict, &all_ns, &typical_ns);
+    PHASE_DONE();
     /* expert ops one precision at a time, 512 MiB of copies: with all four precisions' copies at
      * once (2 GiB) one calibration timed int4 gate+up at 918 us against 616-680 us in every other
      * (cause not found; the ops of one precision still share their rounds) */
     static const moesim_precision precs[] = {PREC_BF16, PREC_INT8, PREC_INT4, PREC_INT2};
     for (size_t i = 0; i < sizeof precs / sizeof *precs; i++) {
         moesim_precision p = precs[i];
+        PHASE_DONE(); /* counted at the start: a precision the shapes skip is done too */
         if (p != PREC_BF16 && (m->hidden % QUANT_GROUP || m->expert_inter % QUANT_GROUP)) continue;
         uint64_t part = replay_part_bytes(m, p, PART_GATE);
         MOESIM_ASSERT(part == replay_part_bytes(m, p, PART_DOWN));
@@ -335,4 +344,5 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     cpu_compute_free(&cc);
     free(t);
     return MOESIM_OK;
+#undef PHASE_DONE
 }

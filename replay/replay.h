@@ -37,6 +37,7 @@
 #include "common/hw.h"
 #include "common/model.h"
 #include "common/precision.h"
+#include "common/progress.h"
 #include "common/status.h"
 #include "replay/weights.h"
 #include "core/budget.h"
@@ -50,7 +51,8 @@
 /* True when this binary holds the CUDA replay (MOESIM_CUDA was on). */
 bool replay_built_with_cuda(void);
 /* MOESIM_OK when a CUDA device can be used; else one line: "built without CUDA (...)" or
- * "no CUDA device (...)". Every GPU command checks this before touching its inputs' outputs. */
+ * "no CUDA GPU or driver on this machine (...)". Every GPU command checks this before touching
+ * its inputs' outputs. */
 moesim_status replay_device_check(moesim_error *err);
 
 /* ---- schedule (time-independent, identical to the simulator's: sim/README.md "Steps") ---- */
@@ -198,7 +200,10 @@ typedef struct calib_options {
     const model_geometry *model; /* expert and attention shapes to time */
     uint32_t repeats;            /* timed repetitions per point (median kept) */
     bool quick;                  /* fewer points (a smoke run) */
+    progress *bar;               /* advanced once per phase (CALIB_CPU_PHASES); NULL: none */
 } calib_options;
+
+#define CALIB_CPU_PHASES 7 /* disk, DRAM, the non-expert ops, the experts at 4 precisions */
 
 /* Runs the microbenchmarks on device 0. */
 moesim_status calib_run(const calib_options *opt, calib_results *out, moesim_error *err);

@@ -33,8 +33,12 @@ extern "C" moesim_status replay_device_check(moesim_error *err) {
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n < 1) {
         cudaGetLastError();
-        return moesim_fail(err, MOESIM_EINPUT, "no CUDA device (%s)",
-                           e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        /* without a driver the static runtime says "driver version is insufficient": name
+         * both possibilities, and the way to run without a GPU */
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "no CUDA GPU or driver on this machine (%s); --backend cpu runs "
+                           "without one",
+                           e != cudaSuccess ? cudaGetErrorString(e) : "no device found");
     }
     return MOESIM_OK;
 }

@@ -3,8 +3,7 @@
 # for real:
 #   1. quality of quantized experts: a real MoE forward pass (CPU engine) on the committed golden
 #      checkpoints of the four architectures, KL divergence against bf16;
-#   2. router traces synthesized with `moesim trace synth` (calibrated generator);
-#   3. small versions of experiments 1-3 (DyMoE Table 3 ablation, DyMoE retention knob, FIRM-MoE
+#   2. small versions of experiments 1-3 (DyMoE Table 3 ablation, DyMoE retention knob, FIRM-MoE
 #      Fig. 4 cache sweep over every policy) with `moesim sweep` on all cores, their figures with
 #      `moesim plot`, and a summary table: policy x setting -> TTFT, TPOT, hit rate, precision mix.
 # Under a minute on 2 cores once built. Outputs in results/demo/ (a rerun reuses finished rows).
@@ -12,7 +11,7 @@ set -euo pipefail
 moesim=${1:-build/moesim}
 out=${2:-results/demo}
 fixtures=tests/fixtures/golden
-mkdir -p "$out" "$out/traces"
+mkdir -p "$out"
 "$moesim" --version
 t_start=$(date +%s)
 
@@ -34,26 +33,11 @@ for arch in mixtral olmoe qwen2_moe qwen3_moe; do
 done | tee "$out/quantization-kl.txt"
 
 echo
-echo "== 2. router traces (moesim trace synth, calibrated per model family)"
-synth() { # path, then the synth arguments
-    local path=$1
-    shift
-    if [ -f "$path" ]; then echo "$path (exists)"; return; fi
-    "$moesim" trace synth "$@" -o "$path"
-    echo "$path"
-}
-synth "$out/traces/mixtral-8x7b-r4-p64-g32.h5" --model mixtral-8x7b --requests 4 \
-    --prompt-len 64 --gen-len 32 --seed 1
-synth "$out/traces/qwen1.5-moe-a2.7b-r4-p50-g75.h5" --model qwen1.5-moe-a2.7b --requests 4 \
-    --prompt-len 50 --gen-len 75 --seed 1
-synth "$out/traces/olmoe-1b-7b-r4-p50-g75.h5" --model olmoe-1b-7b --requests 4 \
-    --prompt-len 50 --gen-len 75 --seed 1
-
-echo
-echo "== 3. sweeps (small versions of experiments 1-3) and their figures"
+echo "== 2. router traces and sweeps (small versions of experiments 1-3), their figures"
 experiments=(dymoe-ablation retention-sweep cache-size-sweep)
 for name in "${experiments[@]}"; do
-    # results/demo/ stands in for results/: the experiment files name their traces there
+    # results/demo/ stands in for results/: the experiment files make their traces there on first
+    # use (their [traces] recipes: `moesim trace synth`, calibrated per model family)
     "$moesim" sweep "experiments/demo/$name.ini" -o "$out/$name.csv" -q
     "$moesim" plot "$name" --csv "$out/$name.csv" -o "$out" 2> "$out/$name.plot.log" >/dev/null ||
         { cat "$out/$name.plot.log" >&2; exit 1; }

@@ -26,7 +26,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="$root/experiments/validation"
 profile="${PROFILE:-h100-measured}"
 bin="$root/build-gpu/moesim"
-export MOESIM_CONFIG_DIR="$root/configs"
+export MOESIM_DATA_PATH="$root" # the configs beside this script, wherever the binary is
 
 keep() { # copy outputs to $OUT so the device tool brings them back
     if [ -n "${OUT:-}" ]; then

@@ -35,6 +35,10 @@
 
 
 /* What a run reads; all borrowed for the duration of sim_run. */
+/* Bumped whenever the simulator's figures change for the same inputs (a cost, an event order, a
+ * metric's definition): part of a sweep's configuration hash, so older rows are rerun. */
+#define SIM_CODE_VERSION 1
+
 typedef struct sim_inputs {
     const trace *trace;
     trace_stream *stream; /* optional: the routing, importance and look-ahead rows are read from

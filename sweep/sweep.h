@@ -41,14 +41,19 @@
  * evaluator the (section, key, value) settings of the model and hw files in name order (not
  * their file names, comments or layout). Editing a recipe, replacing a trace or changing a
  * model's or a profile's values gives new hashes: the old rows stay in the file, unmatched.
+ * Last it folds in the code version (the point's `code`, its own column): the simulator's
+ * SIM_CODE_VERSION and the policy's policy_methods.version for the sim evaluator,
+ * SWEEP_STATS_CODE_VERSION for trace-stats. A row an older version made is stale: rerun, unless
+ * the run keeps stale rows on purpose (sweep_options.reuse_stale, `sweep --reuse-stale`).
  *
  * Seed: every configuration runs with sim.seed = the [experiment] seed (common random numbers:
  * configurations differ only by their settings) unless it sets sim.seed itself (an axis
  * sim.seed = 1:5:1 gives replicates); the row's seed column records it.
  *
  * Results file: a header line, then one line per finished configuration:
- *   config_hash,seed,status,<columns>,<metrics>[,policy_report]
- * status is "ok" or the run's one-line error (metrics NaN). Rows are appended by one writer,
+ *   config_hash,seed,status,code,moesim,<columns>,<metrics>[,policy_report]
+ * status is "ok" or the run's one-line error (metrics NaN); code is the code version in the hash,
+ * moesim the `git describe` of the build that made the row. Rows are appended by one writer,
  * each with a single write() and fdatasync, so a killed sweep leaves complete rows plus at most one
  * torn last line (no newline), which the next run truncates before it appends. */
 #ifndef MOESIM_SWEEP_SWEEP_H
@@ -63,6 +68,8 @@
 #define SWEEP_HASH_COLUMN     "config_hash"
 #define SWEEP_MAX_COLUMNS     256
 #define SWEEP_MAX_RECIPE_ARGS 64 /* arguments of one [traces] recipe (space-separated) */
+/* Bumped whenever the trace-stats evaluator's figures change for the same trace. */
+#define SWEEP_STATS_CODE_VERSION 1
 
 typedef struct sweep_experiment sweep_experiment;
 
@@ -70,6 +77,8 @@ typedef struct sweep_experiment sweep_experiment;
 typedef struct sweep_point {
     size_t index;         /* position in the experiment's configuration list */
     uint64_t hash;        /* of the resolved configuration (see above) */
+    uint64_t inputs_hash; /* the same before the code version was folded in */
+    char code[64];        /* the code version folded in ("sim1-lru0"): see Hash above */
     uint64_t seed;        /* sim.seed of the configuration, else the experiment seed */
     const char **values;  /* [n_columns] value of each column, NULL where not set */
     const char **origins; /* [n_columns] "file:line" where each value was set, NULL if unset */
@@ -99,6 +108,8 @@ const sweep_point *sweep_experiment_point(const sweep_experiment *e, size_t i);
 moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *err);
 /* The configuration with `hash`, or NULL. */
 const sweep_point *sweep_experiment_find(const sweep_experiment *e, uint64_t hash);
+/* p's hash had its figures come from code version `code` (a stale row's code column). */
+uint64_t sweep_point_hash_with_code(const sweep_point *p, const char *code);
 
 /* Columns: bundle axis names, then policy, model, hw, trace, then settings in order of first
  * appearance in the file. Settings are named "section.key". */
@@ -124,6 +135,14 @@ const char *sweep_experiment_validate_get(const sweep_experiment *e, const char 
 size_t sweep_experiment_n_traces(const sweep_experiment *e);
 void sweep_experiment_trace_at(const sweep_experiment *e, size_t i, const char **path,
                                const char **synth_args);
+
+/* The file a configuration's `key` (trace, model or hw) = `value` names. A relative path resolves
+ * against the experiment's inputs folder ([experiment] inputs: the file's own folder unless it
+ * says `cwd`, the working directory, or names another folder), except a trace with a [traces]
+ * recipe: the sweep makes it, so it is an output and, like the results file, is relative to the
+ * working directory. Names (no '/', no ".ini") are returned unchanged for the data search path. */
+void sweep_experiment_input_path(const sweep_experiment *e, const char *key, const char *value,
+                                 char *out, size_t out_len);
 
 /* Writes the resolved experiment (same format, axes expanded, a comment with the counts and the
  * seed rule) atomically to `path`; loading it gives the same configurations and hashes. */
@@ -165,6 +184,7 @@ typedef struct sweep_options {
     uint32_t shard_index; /* this shard, 0 <= shard_index < shard_count */
     uint32_t shard_count; /* 1: no sharding; configuration i belongs to shard i % count */
     bool progress;        /* draw a progress bar on stderr */
+    bool reuse_stale;     /* keep rows an older simulator or policy version made as done */
     const char *source;   /* the experiment file, named in the resolved copy */
 } sweep_options;
 
@@ -175,6 +195,7 @@ typedef struct sweep_summary {
     size_t failed;       /* rows whose status is an error (this run) */
     bool truncated_tail; /* a torn last line was removed */
     size_t foreign;      /* rows of the file that are no configuration of the experiment */
+    size_t stale;        /* rows of an older code version (rerun; kept as done with reuse_stale) */
     char first_failure[MOESIM_ERROR_MAX];
     double elapsed_s;
 } sweep_summary;

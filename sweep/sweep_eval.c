@@ -4,6 +4,7 @@
  * trace_stats_compute (traces/STATS.md) — the curves of `moesim trace stats`, one row per
  * (trace, capacity). Every trace is read and summarized once, before any configuration runs. */
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +110,9 @@ moesim_status sweep_eval_stats_create(const sweep_experiment *e, sweep_evaluator
         for (size_t j = 0; j < c->n && !seen; j++) seen = !strcmp(c->paths[j], path);
         if (seen) continue;
         trace *t = NULL;
-        moesim_status st = trace_read(path, &t, err);
+        char file[PATH_MAX];
+        sweep_experiment_input_path(e, "trace", path, file, sizeof file);
+        moesim_status st = trace_read(file, &t, err);
         if (st) {
             stats_destroy(c);
             out->ctx = NULL;

@@ -4,6 +4,7 @@
  * read-only by the worker threads; each run gets its own config of the row's settings, with
  * origins naming the experiment line that set them. */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,7 +114,9 @@ static moesim_status load_inputs(sim_ctx *c, const sweep_experiment *e, moesim_e
         if (!find_model(c, model)) {
             c->models = moesim_xrealloc(c->models, (c->n_models + 1) * sizeof *c->models);
             named_model *m = &c->models[c->n_models];
-            st = model_load_by_name(model, &m->geometry, err);
+            char file[PATH_MAX];
+            sweep_experiment_input_path(e, "model", model, file, sizeof file);
+            st = model_load_by_name(file, &m->geometry, err);
             if (st) return st;
             m->name = moesim_xstrdup(model);
             c->n_models++;
@@ -121,7 +124,9 @@ static moesim_status load_inputs(sim_ctx *c, const sweep_experiment *e, moesim_e
         if (!find_hw(c, hw)) {
             c->hws = moesim_xrealloc(c->hws, (c->n_hws + 1) * sizeof *c->hws);
             named_hw *h = &c->hws[c->n_hws];
-            st = hw_load_by_name(hw, &h->profile, err);
+            char file[PATH_MAX];
+            sweep_experiment_input_path(e, "hw", hw, file, sizeof file);
+            st = hw_load_by_name(file, &h->profile, err);
             if (st) return st;
             h->name = moesim_xstrdup(hw);
             c->n_hws++;
@@ -140,7 +145,9 @@ static moesim_status load_inputs(sim_ctx *c, const sweep_experiment *e, moesim_e
         }
         if (!find_trace(c, path)) {
             trace *t = NULL;
-            st = trace_read(path, &t, err);
+            char file[PATH_MAX];
+            sweep_experiment_input_path(e, "trace", path, file, sizeof file);
+            st = trace_read(file, &t, err);
             if (st) return st;
             c->traces = moesim_xrealloc(c->traces, (c->n_traces + 1) * sizeof *c->traces);
             c->traces[c->n_traces++] = (named_trace){moesim_xstrdup(path), t};

@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "common/check.h"
 #include "common/config.h"
 #include "common/hash.h"
+#include "common/paths.h"
 #include "sweep/sweep_experiment_internal.h"
 
 #define SWEEP_HASH_TAG  "moesim-sweep-1"
@@ -128,14 +130,14 @@ static bool excluded_by(const sweep_experiment *e, const char *const *vals) {
 static void drop_other_policies(const sweep_experiment *e, const char **vals, const char **origins,
                                 char *const *policy_names, size_t n_policy_names) {
     int pc = column_find(e, "policy");
-    const char *policy = vals[pc];
+    const char *own = vals[pc];
     for (size_t c = 0; c < e->n_columns; c++) {
         if (!e->is_setting[c] || !vals[c]) continue;
         const char *dot = strchr(e->columns[c], '.');
         size_t len = (size_t)(dot - e->columns[c]);
         for (size_t p = 0; p < n_policy_names; p++)
             if (strlen(policy_names[p]) == len && !strncmp(policy_names[p], e->columns[c], len) &&
-                !(policy && !strcmp(policy, policy_names[p]))) {
+                !(own && !strcmp(own, policy_names[p]))) {
                 vals[c] = NULL;
                 origins[c] = NULL;
                 break;
@@ -362,6 +364,11 @@ moesim_status sweep_experiment_load(const char *path, sweep_experiment **out, mo
     e->paper = moesim_xstrdup("");
     moesim_status st = sweep_experiment_parse(e, path, fp, err);
     fclose(fp);
+    if (!st && !e->inputs_dir) {
+        char dir[PATH_MAX];
+        moesim_path_dirname(path, dir, sizeof dir);
+        e->inputs_dir = moesim_xstrdup(dir);
+    }
     if (!st && !e->name) {
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;
@@ -443,6 +450,7 @@ void sweep_experiment_destroy(sweep_experiment *e) {
     free(e->name);
     free(e->paper);
     free(e->evaluator);
+    free(e->inputs_dir);
     free(e->path);
     free(e);
 }
@@ -541,6 +549,9 @@ moesim_status sweep_experiment_write_resolved(const sweep_experiment *e, const c
     fprintf(f, "[experiment]\nname = %s\n", e->name);
     if (e->paper[0]) fprintf(f, "paper = %s\n", e->paper);
     fprintf(f, "seed = %" PRIu64 "\nevaluator = %s\n", e->seed, e->evaluator);
+    char inputs[PATH_MAX]; /* absolute: the copy lives in another folder than the file */
+    if (realpath(e->inputs_dir, inputs) && sweep_value_ok(inputs))
+        fprintf(f, "inputs = %s\n", inputs);
     if (e->n_fixed) fprintf(f, "\n[fixed]\n");
     for (size_t i = 0; i < e->n_fixed; i++)
         fprintf(f, "%s = %s\n", e->fixed[i].key, e->fixed[i].value);

@@ -1,5 +1,7 @@
 /* Binding an experiment's configurations to the content of their inputs (sweep.h, "Hash"): the
  * trace's recipe and bytes, the model's and hw profile's resolved settings. */
+#include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +10,8 @@
 #include "common/config.h"
 #include "common/hash.h"
 #include "common/paths.h"
+#include "policies/policy.h"
+#include "sim/sim.h"
 #include "sweep/sweep.h"
 #include "sweep/sweep_experiment_internal.h"
 
@@ -103,10 +107,41 @@ static const char *recipe_of(const sweep_experiment *e, const char *trace_path) 
     return NULL;
 }
 
+void sweep_experiment_input_path(const sweep_experiment *e, const char *key, const char *value,
+                                 char *out, size_t out_len) {
+    size_t n = strlen(value);
+    bool relative = value[0] != '/', file_relative = false;
+    if (!strcmp(key, "trace"))
+        file_relative = relative && !recipe_of(e, value); /* a made trace is an output */
+    else if (!strcmp(key, "model") || !strcmp(key, "hw"))
+        file_relative =
+            relative && (strchr(value, '/') || (n > 4 && !strcmp(value + n - 4, ".ini")));
+    if (file_relative)
+        moesim_path_join(e->inputs_dir, value, out, out_len);
+    else
+        snprintf(out, out_len, "%s", value);
+}
+
 static uint64_t fold_u64(uint64_t h, uint64_t v) {
     unsigned char b[8];
     for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i)); /* little-endian */
     return hash_fnv1a64(b, sizeof b, h);
+}
+
+/* The code version a configuration's figures come from (sweep.h, "Hash"). */
+static void code_version(const sweep_experiment *e, const sweep_point *p, char *out, size_t len) {
+    if (strcmp(e->evaluator, "sim")) {
+        snprintf(out, len, "stats%d", SWEEP_STATS_CODE_VERSION);
+        return;
+    }
+    const char *name = sweep_point_get(e, p, "policy");
+    const policy_methods *pm = name ? policy_lookup(name) : NULL;
+    snprintf(out, len, "sim%d-%s%" PRIu32, SIM_CODE_VERSION, pm ? pm->name : "none",
+             pm ? pm->version : 0);
+}
+
+uint64_t sweep_point_hash_with_code(const sweep_point *p, const char *code) {
+    return fold_u64(p->inputs_hash, hash_fnv1a64_str(code, MOESIM_FNV1A64_INIT));
 }
 
 moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *err) {
@@ -129,7 +164,9 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
                 const char *recipe = recipe_of(e, path);
                 v = hash_fnv1a64_str(recipe ? recipe : "", MOESIM_FNV1A64_INIT);
                 uint64_t content;
-                v = fold_u64(v, file_content_hash(path, &content) ? content : 0);
+                char file[PATH_MAX];
+                sweep_experiment_input_path(e, "trace", path, file, sizeof file);
+                v = fold_u64(v, file_content_hash(file, &content) ? content : 0);
                 input_cache_add(&traces, path, v);
             } else {
                 v = *id;
@@ -159,7 +196,9 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
             const uint64_t *id = input_cache_find(caches[k], name);
             uint64_t v = 0;
             if (!id) {
-                st = config_values_hash(kinds[k], name, &v, err);
+                char file[PATH_MAX];
+                sweep_experiment_input_path(e, keys[k], name, file, sizeof file);
+                st = config_values_hash(kinds[k], file, &v, err);
                 if (st && err) {
                     int col = sweep_experiment_column_index(e, keys[k]);
                     char msg[MOESIM_ERROR_MAX];
@@ -174,7 +213,9 @@ moesim_status sweep_experiment_bind_inputs(sweep_experiment *e, moesim_error *er
             }
             h = fold_u64(h, v);
         }
-        p->hash = h;
+        p->inputs_hash = h;
+        code_version(e, p, p->code, sizeof p->code);
+        p->hash = sweep_point_hash_with_code(p, p->code);
     }
     input_cache_free(&traces);
     input_cache_free(&models);

@@ -46,6 +46,7 @@ typedef struct exclusion {
 
 struct sweep_experiment {
     char *path;
+    char *inputs_dir; /* the folder relative input paths resolve against (sweep.h) */
     char *name, *paper, *evaluator;
     uint64_t seed;
     assign *fixed;
@@ -72,6 +73,9 @@ struct sweep_experiment {
 };
 
 /* A run key (policy, model, hw, trace)? */
+/* A value is a CSV field: no separators, quotes or control characters; and it does not start
+ * with ';' or '#', which the resolved copy's "key = value" would turn into a comment. */
+bool sweep_value_ok(const char *v);
 bool sweep_key_is_run(const char *k);
 /* section.key with identifier characters (the key part may hold further dots)? */
 bool sweep_key_is_setting(const char *k);

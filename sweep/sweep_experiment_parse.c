@@ -11,6 +11,7 @@
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/config.h"
+#include "common/paths.h"
 #include "sweep/sweep.h"
 #include "sweep/sweep_experiment_internal.h"
 
@@ -58,7 +59,7 @@ static bool is_bundle_name(const char *k) {
 
 /* A value is a CSV field: no separators, quotes or control characters; and it does not start
  * with ';' or '#', which the resolved copy's "key = value" would turn into a comment. */
-static bool value_ok(const char *v) {
+bool sweep_value_ok(const char *v) {
     if (!*v || *v == ';' || *v == '#') return false;
     for (const char *p = v; *p; p++)
         if (*p == ',' || *p == '"' || *p == '=' || (unsigned char)*p < 0x20 || *p == 0x7f)
@@ -205,7 +206,7 @@ static moesim_status check_key(parser *ps, const char *where, const char *key) {
 }
 
 static moesim_status check_value(parser *ps, const char *key, const char *value) {
-    if (value_ok(value)) return MOESIM_OK;
+    if (sweep_value_ok(value)) return MOESIM_OK;
     return PFAIL(ps,
                  "%s:%d: %s = '%s': expected a non-empty value without ',', '\"', '=' or control "
                  "characters, not starting with ';' or '#' (values are CSV fields)",
@@ -234,9 +235,24 @@ static moesim_status parse_experiment_key(parser *ps, const char *key, const cha
                          ps->path, ps->line, value);
         free(e->evaluator);
         e->evaluator = moesim_xstrdup(value);
+    } else if (!strcmp(key, "inputs")) {
+        char dir[PATH_MAX], abs[PATH_MAX];
+        if (!strcmp(value, "cwd")) {
+            snprintf(dir, sizeof dir, ".");
+        } else {
+            char file_dir[PATH_MAX];
+            moesim_path_dirname(ps->path, file_dir, sizeof file_dir);
+            moesim_path_join(file_dir, value, dir, sizeof dir);
+        }
+        if (!realpath(dir, abs))
+            return PFAIL(ps, "%s:%d: [experiment] inputs: %s: expected cwd or a folder: %s",
+                         ps->path, ps->line, value, strerror(errno));
+        free(e->inputs_dir);
+        e->inputs_dir = moesim_xstrdup(abs);
     } else {
         return PFAIL(ps,
-                     "%s:%d: [experiment] %s: unknown key (known: name, paper, seed, evaluator)",
+                     "%s:%d: [experiment] %s: unknown key (known: name, paper, seed, evaluator, "
+                     "inputs)",
                      ps->path, ps->line, key);
     }
     return MOESIM_OK;

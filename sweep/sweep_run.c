@@ -30,6 +30,7 @@
 #include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/progress.h"
+#include "common/version.h"
 #include "sweep/sweep_internal.h"
 
 /* ---- rows and headers ------------------------------------------------------------------- */
@@ -46,7 +47,7 @@ char *sweep_header_line(const sweep_experiment *e, const sweep_evaluator *ev) {
         memcpy(s + len, a_, n_ + 1);                                                               \
         len += n_;                                                                                 \
     } while (0)
-    APPEND(SWEEP_HASH_COLUMN ",seed,status");
+    APPEND(SWEEP_HASH_COLUMN ",seed,status,code,moesim");
     for (size_t c = 0; c < sweep_experiment_n_columns(e); c++) {
         APPEND(",");
         APPEND(sweep_experiment_column(e, c));
@@ -93,7 +94,8 @@ static char *format_row(const sweep_experiment *e, const sweep_evaluator *ev, co
             s = moesim_xrealloc(s, cap *= 2);                                                      \
         }                                                                                          \
     } while (0)
-    APPENDF("%016" PRIx64 ",%" PRIu64 ",%s", p->hash, p->seed, status);
+    APPENDF("%016" PRIx64 ",%" PRIu64 ",%s,%s,%s", p->hash, p->seed, status, p->code,
+            moesim_version_describe());
     for (size_t c = 0; c < sweep_experiment_n_columns(e); c++)
         APPENDF(",%s", p->values[c] ? p->values[c] : "");
     for (size_t m = 0; m < ev->n_metrics; m++) {
@@ -214,10 +216,31 @@ void sweep_results_free(sweep_results *r) {
 
 /* ---- planning ---------------------------------------------------------------------------- */
 
+/* The configuration a stale row (made by another code version: its 4th field) belongs to, or
+ * NULL: its hash recomputed with that version for each configuration. */
+static const sweep_point *find_stale(const sweep_experiment *e, const char *line, size_t len,
+                                     uint64_t hash) {
+    const char *f = line;
+    for (int comma = 0; comma < 3 && f; comma++) {
+        f = memchr(f, ',', len - (size_t)(f - line));
+        if (f) f++;
+    }
+    if (!f) return NULL;
+    const char *end = memchr(f, ',', len - (size_t)(f - line));
+    char code[64];
+    if (!end || (size_t)(end - f) >= sizeof code) return NULL;
+    snprintf(code, sizeof code, "%.*s", (int)(end - f), f);
+    for (size_t i = 0; i < sweep_experiment_count(e); i++) {
+        const sweep_point *p = sweep_experiment_point(e, i);
+        if (strcmp(code, p->code) && sweep_point_hash_with_code(p, code) == hash) return p;
+    }
+    return NULL;
+}
+
 static moesim_status load_done(const sweep_experiment *e, const sweep_evaluator *ev,
-                               const char *path, bool *done, sweep_results *res, bool *exists,
-                               size_t *foreign, moesim_error *err) {
-    *foreign = 0;
+                               const char *path, bool reuse_stale, bool *done, sweep_results *res,
+                               bool *exists, size_t *foreign, size_t *stale, moesim_error *err) {
+    *foreign = *stale = 0;
     struct stat sb;
     *exists = stat(path, &sb) == 0 && sb.st_size > 0;
     memset(res, 0, sizeof *res);
@@ -231,8 +254,14 @@ static moesim_status load_done(const sweep_experiment *e, const sweep_evaluator 
     size_t *line_of = moesim_xcalloc(n + 1, sizeof *line_of); /* [n] row line of each point */
     for (size_t i = 0; i < res->n_rows; i++) {
         const sweep_point *p = sweep_experiment_find(e, res->rows[i].hash);
-        if (!p) { /* a row of an edited experiment: kept, counted, not ours */
-            (*foreign)++;
+        if (!p) {
+            const sweep_point *q = find_stale(e, res->text + res->rows[i].offset,
+                                              res->rows[i].len - 1, res->rows[i].hash);
+            if (q)
+                (*stale)++; /* an older simulator or policy made it: rerun unless kept */
+            else
+                (*foreign)++; /* a row of an edited experiment: kept, counted, not ours */
+            if (q && reuse_stale) done[q->index] = true;
             continue;
         }
         if (line_of[p->index]) { /* a resumed file never repeats a hash */
@@ -269,8 +298,9 @@ moesim_status sweep_plan(const sweep_experiment *e, const sweep_evaluator *ev,
     bool *done = moesim_xcalloc(n + 1, sizeof *done);
     sweep_results res;
     bool exists;
-    size_t foreign;
-    st = load_done(e, ev, opt->csv_path, done, &res, &exists, &foreign, err);
+    size_t foreign, stale;
+    st = load_done(e, ev, opt->csv_path, opt->reuse_stale, done, &res, &exists, &foreign, &stale,
+                   err);
     sweep_results_free(&res);
     if (st) {
         free(done);
@@ -400,7 +430,8 @@ moesim_status sweep_run(const sweep_experiment *e, const sweep_evaluator *ev,
     bool *done = moesim_xcalloc(n + 1, sizeof *done);
     sweep_results res;
     bool exists;
-    st = load_done(e, ev, opt->csv_path, done, &res, &exists, &out->foreign, err);
+    st = load_done(e, ev, opt->csv_path, opt->reuse_stale, done, &res, &exists, &out->foreign,
+                   &out->stale, err);
     char *header = sweep_header_line(e, ev);
     if (!st) st = prepare_file(opt->csv_path, header, exists, &res, &out->truncated_tail, err);
     free(header);

@@ -532,7 +532,7 @@ Test(model_config, an_unknown_model_name_lists_the_known_ones) {
     model_geometry m;
     moesim_error err = {0};
     cr_assert_eq(model_load_by_name("mixtral-8x22b", &m, &err), MOESIM_EINPUT);
-    cr_assert(strstr(err.msg, "unknown models name 'mixtral-8x22b'"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "unknown model name 'mixtral-8x22b'"), "%s", err.msg);
     cr_assert(strstr(err.msg, "deepseek-v2-lite"), "%s", err.msg);
 }
 
@@ -597,7 +597,7 @@ Test(model_config, read_config_shares_a_config_with_other_sections) {
 
 Test(model_config, bad_quant_tables_fail_naming_file_line_and_key) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/quant.ini", moesim_config_dir());
+    snprintf(path, sizeof path, "%s/quant.ini", MOESIM_SOURCE_DIR "/configs");
     char *orig = read_text(path);
     /* table of (section, key line prefix within the section, replacement, message) */
     static const struct {
@@ -674,7 +674,7 @@ Test(model_config, a_quant_table_without_a_precision_fails_naming_its_section) {
 
 Test(model_config, set_overrides_a_quant_format) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/quant.ini", moesim_config_dir());
+    snprintf(path, sizeof path, "%s/quant.ini", MOESIM_SOURCE_DIR "/configs");
     const char *sets[] = {"int4.group_size=128"};
     quant_table q;
     moesim_error err = {0};
@@ -685,7 +685,7 @@ Test(model_config, set_overrides_a_quant_format) {
 
 Test(model_config, group_size_zero_means_one_scale_per_row) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/quant.ini", moesim_config_dir());
+    snprintf(path, sizeof path, "%s/quant.ini", MOESIM_SOURCE_DIR "/configs");
     const char *sets[] = {"int8.group_size=0", "int8.zero_bits=0"};
     quant_table q;
     moesim_error err = {0};

@@ -900,8 +900,7 @@ Test(dymoe_knobs, table3_presets_are_knob_settings_alone) {
         {"dymoe-5-cache-dyquant-4-2-prefetch.ini", true, true, true, "int2"},
         {"dymoe-6-cache-dyquant-4-0-prefetch.ini", true, true, true, "skip"},
     };
-    const char *dir = getenv("MOESIM_CONFIG_DIR");
-    cr_assert_not_null(dir, "MOESIM_CONFIG_DIR is set by ctest");
+    const char *dir = MOESIM_SOURCE_DIR "/configs";
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/policies/%s", dir, cases[i].file);
@@ -1076,8 +1075,7 @@ Test(dymoe_behaviour, table3_rows_keep_the_papers_order_at_24_gb) {
                 {"dymoe-4-cache-dyquant-4-2.ini", true},
                 {"dymoe-5-cache-dyquant-4-2-prefetch.ini", false},
                 {"dymoe-6-cache-dyquant-4-0-prefetch.ini", true}};
-    const char *dir = getenv("MOESIM_CONFIG_DIR");
-    cr_assert_not_null(dir);
+    const char *dir = MOESIM_SOURCE_DIR "/configs";
     double prev_tpot = INFINITY, prev_ttft = INFINITY;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char path[1024];

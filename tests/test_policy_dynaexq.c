@@ -1128,7 +1128,7 @@ Test(dynaexq_sim, the_json_of_moesim_sim_reports_precision_mix_and_promotions) {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
         char preset[4096] = "";
         if (presets[i])
-            snprintf(preset, sizeof preset, "%s/%s", getenv("MOESIM_CONFIG_DIR"), presets[i]);
+            snprintf(preset, sizeof preset, "%s/%s", MOESIM_SOURCE_DIR "/configs", presets[i]);
         int rc = presets[i]
                      ? test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace",
                                        path, "--hw", "a6000", "--policy", "dynaexq", "--set",

@@ -846,8 +846,7 @@ static const preset_case presets[] = {
 };
 
 Test(firm_policy, table_1_rows_load_from_their_presets_as_knobs) {
-    const char *dir = getenv("MOESIM_CONFIG_DIR");
-    cr_assert(dir, "MOESIM_CONFIG_DIR is set by tests/CMakeLists.txt");
+    const char *dir = MOESIM_SOURCE_DIR "/configs";
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/policies/%s", dir, presets[i].file);
@@ -1023,8 +1022,7 @@ Test(firm_behaviour, moesim_sim_json_reports_prefetch_figures_and_the_chosen_K_P
                              "qwen1.5-moe-a2.7b", "--requests", "2", "--prompt-len", "16",
                              "--gen-len", "64", "-o", trace_path, NULL);
     cr_assert_eq(rc, 0, "%s", errbuf);
-    const char *dir = getenv("MOESIM_CONFIG_DIR");
-    cr_assert(dir);
+    const char *dir = MOESIM_SOURCE_DIR "/configs";
     char preset[1024];
     snprintf(preset, sizeof preset, "%s/policies/firm-moe-all.ini", dir);
     rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", trace_path,

@@ -689,7 +689,7 @@ Test(replay, bad_arguments_exit_2_with_one_line) {
 Test(replay, without_a_gpu_every_gpu_command_exits_2_with_one_line) {
     moesim_error err = {0};
     if (replay_device_check(&err) == MOESIM_OK) cr_skip_test("a CUDA device is present");
-    const char *want = replay_built_with_cuda() ? "no CUDA device" : "built without CUDA";
+    const char *want = replay_built_with_cuda() ? "no CUDA GPU or driver" : "built without CUDA";
     cr_assert(strstr(err.msg, want), "%s", err.msg);
     model_geometry m;
     cr_assert_eq(model_load_by_name("olmoe-1b-7b", &m, &err), MOESIM_OK, "%s", err.msg);

@@ -522,7 +522,7 @@ Test(replay_model, a_mismatched_checkpoint_is_one_line_naming_the_file_and_field
 Test(replay_model, a_matching_checkpoint_passes_every_check_and_then_needs_the_gpu) {
     moesim_error err = {0};
     if (replay_device_check(&err) == MOESIM_OK) cr_skip_test("a CUDA device is present");
-    const char *want = replay_built_with_cuda() ? "no CUDA device" : "built without CUDA";
+    const char *want = replay_built_with_cuda() ? "no CUDA GPU or driver" : "built without CUDA";
     const char *tp = record("qwen2_moe", "tiny-qwen2");
     int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "replay", "--model",
                              golden("qwen2_moe"), "--trace", tp, "--hw", "h100-sxm", "--policy",

@@ -232,3 +232,85 @@ Test(sim_cli, timeline_formats_and_windows_hold_the_same_run) {
     free(other);
     free(whole);
 }
+
+Test(sim_cli, json_records_its_inputs_and_the_build_that_made_it) {
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", trace_path,
+                             "--hw", "rtx3090-pcie4", "--policy", "lru", "--set",
+                             "memory.budget_gb=4", "--json", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j);
+    json_t *in = json_object_get(j, "inputs");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(in, "trace"), "path")),
+                     trace_path);
+    const char *h = json_string_value(json_object_get(json_object_get(in, "trace"), "fnv1a64"));
+    cr_assert(h && strlen(h) == 16, "trace hash: %s", h ? h : "null");
+    json_t *model = json_object_get(in, "model"), *hw = json_object_get(in, "hw");
+    cr_assert_str_eq(json_string_value(json_object_get(model, "name")), "olmoe-1b-7b");
+    cr_assert(strstr(json_string_value(json_object_get(model, "path")), "olmoe-1b-7b.ini"));
+    cr_assert_str_eq(json_string_value(json_object_get(hw, "name")), "rtx3090-pcie4");
+    cr_assert(json_is_string(json_object_get(hw, "fnv1a64")));
+    cr_assert_str_eq(json_string_value(json_object_get(in, "policy")), "lru");
+    cr_assert_eq(json_integer_value(json_object_get(in, "seed")), 1);
+    json_t *s = json_object_get(in, "settings");
+    cr_assert_str_eq(json_string_value(json_object_get(s, "memory.budget_gb")), "4");
+    cr_assert_str_eq(json_string_value(json_object_get(s, "lru.scope")), "layer", "the default");
+    cr_assert_str_eq(json_string_value(json_object_get(s, "batch.size")), "1");
+    json_t *v = json_object_get(j, "moesim");
+    cr_assert(json_string_value(json_object_get(v, "version")));
+    cr_assert(json_string_value(json_object_get(v, "git")));
+    json_decref(j);
+}
+
+Test(sim_cli,
+     a_trace_made_from_a_model_file_needs_no_model_flag_and_one_without_says_what_to_pass) {
+    /* a model of the user's own, by path: the trace stores it, the file can go */
+    char ini[4096], own[4096], lost[4096], src[4096];
+    snprintf(ini, sizeof ini, "%s", test_tmp_path("own-moe.ini"));
+    snprintf(own, sizeof own, "%s", test_tmp_path("own-moe.h5"));
+    snprintf(lost, sizeof lost, "%s", test_tmp_path("nowhere-moe.h5"));
+    snprintf(src, sizeof src, "%s/configs/models/olmoe-1b-7b.ini", MOESIM_SOURCE_DIR);
+    FILE *in = fopen(src, "r"), *o = fopen(ini, "w");
+    cr_assert(in && o);
+    char line[512];
+    while (fgets(line, sizeof line, in))
+        fputs(strncmp(line, "name = ", 7) ? line : "name = own-moe\n", o);
+    fclose(in);
+    fclose(o);
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "synth", "--model",
+                             ini, "--requests", "2", "--prompt-len", "8", "--gen-len", "4", "-o",
+                             own, "-q", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    /* the same model for an imported log: export the trace, import it back with the file */
+    char csv[4096], imported[4096];
+    snprintf(csv, sizeof csv, "%s", test_tmp_path("own-moe.csv"));
+    snprintf(imported, sizeof imported, "%s", test_tmp_path("own-moe-imported.h5"));
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "export", "--format",
+                         "csv", own, "-o", csv, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "import", "--format",
+                         "csv", "--model", ini, csv, "-o", imported, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    cr_assert_eq(remove(ini), 0);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", own, "--hw",
+                         "rtx3090-pcie4", "--policy", "lru", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", imported, "--hw",
+                         "rtx3090-pcie4", "--policy", "lru", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    /* a trace naming a model nobody has, without its config: the flags that would resolve it */
+    model_geometry m;
+    moesim_error err = {0};
+    cr_assert_eq(model_load_by_name("olmoe-1b-7b", &m, &err), MOESIM_OK, "%s", err.msg);
+    trace *t = fixture_trace(&m, 2, 4, 4, 1.0, 3);
+    snprintf(t->meta.model, sizeof t->meta.model, "nowhere-moe");
+    cr_assert_eq(trace_write(t, lost, &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", lost, "--hw",
+                         "rtx3090-pcie4", "--policy", "lru", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "names model 'nowhere-moe' and stores no model config; pass --model"),
+              "%s", errbuf);
+    cr_assert(strstr(errbuf, "--data-dir or MOESIM_DATA_PATH") || strstr(errbuf, "looked in"), "%s",
+              errbuf);
+}

@@ -4,6 +4,8 @@
  * an uninterrupted run; shards merged give the unsharded file; merge refuses duplicates and
  * reports gaps. */
 #include <criterion/criterion.h>
+#include <inttypes.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 #include "common/rng.h"
 #include "support/test_support.h"
 #include "sweep/sweep.h"
+#include "sweep/sweep_internal.h"
 #include "sweep/validate.h"
 #include "traces/stats.h"
 #include "traces/trace.h"
@@ -364,7 +367,7 @@ Test(sweep, bound_hashes_follow_the_content_of_the_trace_recipe_model_and_hw_not
     snprintf(model, sizeof model, "%s", test_tmp_path("bind-model.ini"));
     snprintf(hw, sizeof hw, "%s", test_tmp_path("bind-hw.ini"));
     snprintf(trace_path, sizeof trace_path, "%s", test_tmp_path("bind-trace.h5"));
-    const char *configs = getenv("MOESIM_CONFIG_DIR");
+    const char *configs = MOESIM_SOURCE_DIR "/configs";
     char src[4096];
     snprintf(src, sizeof src, "%s/models/olmoe-1b-7b.ini", configs);
     copy_file(src, model);
@@ -750,8 +753,7 @@ Test(sweep, shards_merged_equal_the_unsharded_run) {
 /* Runs experiments/slurm/sweep.sbatch with the Slurm variables of `env` and MOESIM=echo: the
  * command it would exec lands in out. Returns the script's exit status. */
 static int run_sbatch(const char *env, const char *args, char *out, size_t out_len) {
-    const char *configs = getenv("MOESIM_CONFIG_DIR"); /* <source>/configs */
-    cr_assert(configs, "MOESIM_CONFIG_DIR not set");
+    const char *configs = MOESIM_SOURCE_DIR "/configs";
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "env -u MOESIM_SHARDS SLURM_CPUS_PER_TASK=2 MOESIM=echo %s bash "
@@ -876,10 +878,10 @@ Test(sweep, the_trace_stats_evaluator_gives_the_hit_rates_of_trace_stats) {
     static const int caps[] = {16, 32, 64};
     char *line = strchr(csv, '\n') + 1;
     for (int i = 0; i < 3; i++, line = strchr(line, '\n') + 1) {
-        /* hash,seed,status,policy,model,hw,trace,share, then experts,top_k,capacity,... */
+        /* hash,seed,status,code,moesim,policy,model,hw,trace,share, then experts,top_k,... */
         double f[6];
         const char *p = line;
-        for (int c = 0; c < 8; c++) p = strchr(p, ',') + 1;
+        for (int c = 0; c < 10; c++) p = strchr(p, ',') + 1;
         cr_assert_eq(sscanf(p, "%lf,%lf,%lf,%lf,%lf,%lf", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5]),
                      6, "%s", line);
         cr_assert_eq((int)f[2], caps[i]);
@@ -933,7 +935,31 @@ Test(sweep, plot_renders_png_and_svg_and_refuses_missing_results) {
     cr_assert_eq(
         test_run_moesim(so, sizeof so, se, sizeof se, "plot", "no-such-figure", "--csv", out, NULL),
         2);
-    cr_assert(strstr(se, "no such plot script"), "%s", se);
+    cr_assert(strstr(se, "plot script plots/no-such-figure.gp not found (looked in "), "%s", se);
+}
+
+Test(sweep, plot_makes_the_output_folder_it_is_given) {
+    char tpath[4096], exp[4096], out[4096], dir[4096];
+    snprintf(tpath, sizeof tpath, "%s", test_tmp_path("plot-o.h5"));
+    snprintf(exp, sizeof exp, "%s", test_tmp_path("plot-o.ini"));
+    snprintf(out, sizeof out, "%s", test_tmp_path("plot-o.csv"));
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("plot-o-figs/a/b"));
+    write_model_trace("olmoe-1b-7b", tpath, 4, 16, 16, 9);
+    char text[8192];
+    snprintf(text, sizeof text,
+             "[experiment]\nevaluator = trace-stats\n[axis model_name]\n"
+             "OLMoE-1B-7B = model=olmoe-1b-7b, trace=%s\n"
+             "[axes]\nstats.capacity_share = 0.5, 1.0\n",
+             tpath);
+    test_write_file(exp, text);
+    cr_assert_eq(run_quiet("sweep", exp, "-o", out, NULL, NULL, NULL), 0);
+    static char so[1 << 16], se[1 << 14];
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "plot", "hit-rate-curves", "--csv",
+                                 out, "-o", dir, NULL),
+                 0, "%s", se);
+    char png[4200];
+    snprintf(png, sizeof png, "%s/hit-rate-curves.png", dir);
+    cr_assert(test_file_exists(png), "%s not made", png);
 }
 
 Test(sweep, rows_of_an_edited_experiment_are_kept_and_reported) {
@@ -959,4 +985,137 @@ Test(sweep, rows_of_an_edited_experiment_are_kept_and_reported) {
     cr_assert(strstr(so, "1 already done, 1 run"), "%s", so);
     cr_assert(strstr(se, "1 rows are not configurations"), "%s", se);
     cr_assert_eq(count_lines(out), 1 + 3);
+}
+
+Test(sweep, relative_inputs_resolve_against_the_experiment_files_folder_or_the_working_one) {
+    char dir[4096], tpath[4200], exp[4200], out[4200];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("relative-inputs"));
+    mkdir(dir, 0755);
+    snprintf(tpath, sizeof tpath, "%s/t.h5", dir);
+    snprintf(exp, sizeof exp, "%s/e.ini", dir);
+    snprintf(out, sizeof out, "%s/e.csv", dir);
+    write_model_trace("olmoe-1b-7b", tpath, 2, 8, 8, 3);
+    /* the test runs moesim in the build folder: t.h5 is only beside the experiment */
+    test_write_file(exp, "[experiment]\nevaluator = trace-stats\n[fixed]\ntrace = t.h5\n"
+                         "[axes]\nstats.capacity_share = 0.5, 1.0\n");
+    static char so[1 << 16], se[1 << 14];
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", exp, "-o", out, "-q", NULL),
+                 0, "%s", se);
+    char *csv = read_file(out);
+    cr_assert(strstr(csv, ",ok,"), "%s", csv);
+    free(csv);
+    /* inputs = cwd: the same name now means the working directory's t.h5, which is not there */
+    test_write_file(exp, "[experiment]\nevaluator = trace-stats\ninputs = cwd\n[fixed]\n"
+                         "trace = t.h5\n[axes]\nstats.capacity_share = 0.5, 1.0\n");
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", exp, "-o", out, "-q", NULL),
+                 2);
+    cr_assert(strstr(se, "t.h5: cannot open"), "%s", se);
+}
+
+/* Adds the dotted names of the numbers under `j` (prefix "a.b") to names, comma-joined. */
+static void json_metric_names(json_t *j, const char *prefix, char *names, size_t cap) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(j, key, v) {
+        char name[256];
+        snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "." : "", key);
+        if (json_is_object(v))
+            json_metric_names(v, name, names, cap);
+        else if (json_is_number(v) || json_is_null(v))
+            snprintf(names + strlen(names), cap - strlen(names), "%s%s", *names ? "," : "", name);
+    }
+}
+
+Test(sweep, the_csv_has_a_column_for_every_metric_of_sim_json_under_the_same_name) {
+    char tpath[4096], exp[4096], out[4096];
+    snprintf(tpath, sizeof tpath, "%s", test_tmp_path("metrics.h5"));
+    snprintf(exp, sizeof exp, "%s", test_tmp_path("metrics.ini"));
+    snprintf(out, sizeof out, "%s", test_tmp_path("metrics.csv"));
+    remove(out);
+    write_model_trace("olmoe-1b-7b", tpath, 2, 8, 8, 5);
+    char text[8192];
+    snprintf(text, sizeof text,
+             "[fixed]\npolicy = lru\nmodel = olmoe-1b-7b\nhw = rtx3090-pcie4\ntrace = %s\n", tpath);
+    test_write_file(exp, text);
+    cr_assert_eq(run_quiet("sweep", exp, "-o", out, "-q", NULL, NULL), 0);
+    static char so[1 << 17], se[1 << 14];
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sim", "--trace", tpath, "--hw",
+                                 "rtx3090-pcie4", "--policy", "lru", "--json", NULL),
+                 0, "%s", se);
+    json_error_t je;
+    json_t *j = json_loads(so, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    /* the metrics: every number of the JSON but the run's inputs and the policy's own report */
+    json_object_del(j, "inputs");
+    json_object_del(j, "moesim");
+    json_object_del(j, "policy_report");
+    static char from_json[8192];
+    from_json[0] = '\0';
+    json_metric_names(j, "", from_json, sizeof from_json);
+    json_decref(j);
+    /* the CSV's: the columns between the configuration's (…,trace) and policy_report */
+    char *csv = read_file(out);
+    *strchr(csv, '\n') = '\0';
+    char *from = strstr(csv, ",trace,"), *to = strstr(csv, ",policy_report");
+    cr_assert(from && to && to > from, "%s", csv);
+    *to = '\0';
+    cr_assert_str_eq(from + strlen(",trace,"), from_json);
+    cr_assert(strstr(csv, "status,code,moesim,"), "no code and version columns: %s", csv);
+    free(csv);
+}
+
+Test(sweep, a_row_of_another_policy_or_simulator_version_reruns_unless_kept_on_purpose) {
+    cli_fixture f;
+    make_fixture(&f, "stale");
+    const char *out = csv_path("stale", "out");
+    remove(out);
+    cr_assert_eq(run_quiet("sweep", f.exp, "-o", out, "-q", NULL, NULL), 0);
+    /* rewrite every row as an older lru made it: its code column and its hash under that code */
+    sweep_experiment *e = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(sweep_experiment_load(f.exp, &e, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(sweep_experiment_bind_inputs(e, &err), MOESIM_OK, "%s", err.msg);
+    char *csv = read_file(out);
+    FILE *w = fopen(out, "w");
+    cr_assert(w);
+    char *save = NULL;
+    size_t rows = 0;
+    for (char *line = strtok_r(csv, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        uint64_t h;
+        if (!sweep_parse_hash(line, 16, &h)) { /* the header */
+            fprintf(w, "%s\n", line);
+            continue;
+        }
+        const sweep_point *p = sweep_experiment_find(e, h);
+        cr_assert_not_null(p);
+        char old[64];
+        snprintf(old, sizeof old, "%s", p->code);
+        char *v = strstr(old, "lru0");
+        if (v) snprintf(v, sizeof old - (size_t)(v - old), "lru-older");
+        /* hash,seed,status,code,moesim,...: commas before seed, status, code and moesim */
+        char *c1 = line + 16, *c2 = strchr(c1 + 1, ','), *c3 = strchr(c2 + 1, ','),
+             *c4 = strchr(c3 + 1, ',');
+        fprintf(w, "%016" PRIx64 "%.*s,%s%s\n", sweep_point_hash_with_code(p, old), (int)(c3 - c1),
+                c1, old, c4);
+        rows += v != NULL;
+    }
+    fclose(w);
+    free(csv);
+    sweep_experiment_destroy(e);
+    cr_assert_eq(rows, f.n_configs / 2, "the lru half of the configurations");
+    static char so[1 << 16], se[1 << 14];
+    /* kept on purpose: nothing runs */
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", f.exp, "-o", out,
+                                 "--reuse-stale", "-q", NULL),
+                 0, "%s", se);
+    cr_assert(strstr(so, ", 0 run in"), "%s", so);
+    cr_assert(strstr(se, "kept as done (--reuse-stale)"), "%s", se);
+    /* by default: the lru configurations run again, the old rows stay */
+    cr_assert_eq(
+        test_run_moesim(so, sizeof so, se, sizeof se, "sweep", f.exp, "-o", out, "-q", NULL), 0,
+        "%s", se);
+    char want[64];
+    snprintf(want, sizeof want, ", %zu run in", rows);
+    cr_assert(strstr(so, want), "expected '%s' in: %s", want, so);
+    cr_assert(strstr(se, "older simulator or policy version"), "%s", se);
 }

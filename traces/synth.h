@@ -115,6 +115,9 @@ typedef struct synth_options {
     synth_knobs knobs;
     bool show_progress;       /* draw a progress bar on stderr when it is a terminal */
     char family_defaults[32]; /* the family whose defaults `knobs` started from (for params) */
+    /* the text of the model config file, stored in params_json ("model_config") so the trace
+     * carries its geometry (traces/FORMAT.md); NULL: not stored. Not owned. */
+    const char *model_config;
     /* a fitted popularity table (`trace synth --fit`): [topics][SYNTH_TABLE_PHASES][L][E]
      * each topic's expert probabilities per phase (prefill, decode) and layer (each row sums to
      * 1), used instead of the random log-normal

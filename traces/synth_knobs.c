@@ -334,6 +334,7 @@ char *synth_params_json(const synth_options *o, const model_geometry *m) {
     json_t *j = json_object();
     json_object_set_new(j, "generator", json_string("moesim trace synth"));
     json_object_set_new(j, "model", json_string(m->name));
+    if (o->model_config) json_object_set_new(j, "model_config", json_string(o->model_config));
     json_object_set_new(j, "family_defaults", json_string(o->family_defaults));
     json_object_set_new(j, "requests", json_integer(o->n_requests));
     json_object_set_new(j, "prompt_len", json_range(o->prompt_len));
