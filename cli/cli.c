@@ -135,20 +135,12 @@ moesim_status cli_settings_load(config *settings, const char *const *files, size
     return st;
 }
 
-char *cli_trace_stored_model_config(const trace *t) {
-    json_t *params = t->params_json ? json_loads(t->params_json, 0, NULL) : NULL;
-    const char *text = json_string_value(json_object_get(params, "model_config"));
-    char *copy = text ? moesim_xstrdup(text) : NULL;
-    json_decref(params);
-    return copy;
-}
-
 moesim_status cli_trace_model_text(const trace *t, const char *model_name, char **text,
                                    moesim_error *err) {
     const char *name = model_name ? model_name : t->meta.model;
     char path[4096];
     moesim_status st = moesim_config_path("models", name, path, sizeof path, err);
-    if (st && !model_name && (*text = cli_trace_stored_model_config(t))) return MOESIM_OK;
+    if (st && !model_name && (*text = trace_stored_model_config(t))) return MOESIM_OK;
     if (st) return st;
     FILE *fp = fopen(path, "rb");
     if (!fp) return moesim_fail(err, MOESIM_EIO, "%s: cannot open: %s", path, strerror(errno));
@@ -183,35 +175,12 @@ void cli_trace_store_model_config(trace *t, const char *text) {
     free(s);
 }
 
-moesim_status cli_trace_model_load(const trace *t, const char *trace_path, const char *model_name,
-                                   model_geometry *model, moesim_error *err) {
-    if (model_name) return model_load_by_name(model_name, model, err);
-    moesim_error by_name = {0};
-    char path[4096]; /* a name the search path knows wins (errors in that file are reported) */
-    if (!moesim_config_path("models", t->meta.model, path, sizeof path, &by_name))
-        return model_load(path, model, err);
-    char *text = cli_trace_stored_model_config(t);
-    if (!text) {
-        *err = by_name;
-        moesim_error_prefix(err,
-                            "%s names model '%s' and stores no model config; pass --model "
-                            "NAME or FILE.ini",
-                            trace_path, t->meta.model);
-        return err->status;
-    }
-    char origin[4200];
-    snprintf(origin, sizeof origin, "%s: the model config it stores", trace_path);
-    moesim_status st = model_load_text(origin, text, model, err);
-    free(text);
-    return st;
-}
-
 moesim_status cli_sim_inputs_load(const char *trace_path, const char *hw_name,
                                   const char *model_name, trace **t, hw_profile *hw,
                                   model_geometry *model, quant_table *quant, moesim_error *err) {
     moesim_status st = trace_read(trace_path, t, err);
     if (!st) st = hw_load_by_name(hw_name, hw, err);
-    if (!st) st = cli_trace_model_load(*t, trace_path, model_name, model, err);
+    if (!st) st = trace_model_load(*t, trace_path, model_name, model, err);
     if (!st) st = quant_table_load_default(quant, err);
     return st;
 }
@@ -222,7 +191,7 @@ moesim_status cli_sim_inputs_stream(const char *trace_path, const char *hw_name,
     moesim_status st = trace_stream_open(trace_path, ts, err);
     if (!st) st = hw_load_by_name(hw_name, hw, err);
     if (!st)
-        st = cli_trace_model_load(trace_stream_tokens(*ts), trace_path, model_name, model, err);
+        st = trace_model_load(trace_stream_tokens(*ts), trace_path, model_name, model, err);
     if (!st) st = quant_table_load_default(quant, err);
     return st;
 }

@@ -73,29 +73,20 @@ void cli_collect(const char ***list, size_t *n, const char *item);
 moesim_status cli_settings_load(config *settings, const char *const *files, size_t n_files,
                                 const char *const *sets, size_t n_sets, moesim_error *err);
 
-/* Loads what a sim or replay run reads, in the order their errors are reported: the trace at
- * `trace_path`, hardware profile `hw_name`, the model `model_name` (NULL: the trace's model) and
- * the default quant table. Stops at the first failure; *t (NULL if the trace did not load) is
- * the caller's to trace_destroy, also on failure. */
 /* The text of the model config a new trace stores to carry its geometry, into *text (caller
  * frees): the file of `model_name` (a name or a path, as the data search path resolves it) when
  * given, else that of the model trace t names, else the config t itself stores. */
 moesim_status cli_trace_model_text(const trace *t, const char *model_name, char **text,
                                    moesim_error *err);
 
-/* The model config text trace t stores (params_json "model_config"), a copy the caller frees, or
- * NULL. */
-char *cli_trace_stored_model_config(const trace *t);
 
 /* Adds `text` to t->params_json as "model_config" (traces/FORMAT.md): the trace carries it. */
 void cli_trace_store_model_config(trace *t, const char *text);
 
-/* The geometry of trace t's model: `model_name` when given (name or path); else the model the
- * trace names, looked up by name, and, where no folder of the search path has it, the config the
- * trace stores (params_json "model_config": traces/FORMAT.md). */
-moesim_status cli_trace_model_load(const trace *t, const char *trace_path, const char *model_name,
-                                   model_geometry *model, moesim_error *err);
-
+/* Loads what a sim or replay run reads, in the order their errors are reported: the trace at
+ * `trace_path`, hardware profile `hw_name`, the model `model_name` (NULL: the trace's model) and
+ * the default quant table. Stops at the first failure; *t (NULL if the trace did not load) is
+ * the caller's to trace_destroy, also on failure. */
 moesim_status cli_sim_inputs_load(const char *trace_path, const char *hw_name,
                                   const char *model_name, trace **t, hw_profile *hw,
                                   model_geometry *model, quant_table *quant, moesim_error *err);

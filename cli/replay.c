@@ -9,12 +9,12 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "cli/provenance.h"
 #include "cli/sim_options.h"
 #include "common/check.h"
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
+#include "core/provenance.h"
 #include "policies/policy.h"
 #include "replay/replay.h"
 #include "traces/trace.h"
@@ -56,9 +56,8 @@ static const char replay_usage[] =
     "                       system: read with O_DIRECT; default /var/tmp)\n"
     "  --json               every figure as one JSON object (`moesim sim --json` keys)\n"
     "  -q, --quiet          no progress (a bar on a terminal, else a line every 10 s)\n";
-static const char replay_usage_tail[] =
-    "  --backend B          cuda (default: the GPU) or cpu\n"
-    "  -h, --help           this text\n";
+static const char replay_usage_tail[] = "  --backend B          cuda (default: the GPU) or cpu\n"
+                                        "  -h, --help           this text\n";
 
 /* Loads what a replay with a checkpoint's weights reads, and checks the checkpoint against the
  * trace, all before any GPU work: the trace, the hardware profile, the quant table, the
@@ -209,13 +208,13 @@ int cmd_replay(int argc, char **argv) {
     if (st) {
         rc = cli_fail(&err);
     } else if (o.json) {
-        json_t *inputs = cli_inputs_json(t, o.trace_path, model_dir ? NULL : model.name, o.hw_name,
-                                         o.policy_name, settings);
+        json_t *inputs = provenance_inputs_json(t, o.trace_path, model_dir ? NULL : model.name,
+                                                o.hw_name, o.policy_name, settings);
         if (model_dir) /* a checkpoint: its folder and the hash of its config.json */
             json_object_set_new(inputs, "checkpoint", json_string(model_dir));
         json_object_set_new(inputs, "backend", json_string(cpu ? "cpu" : "cuda"));
         json_object_set_new(inputs, "weight_seed", json_integer((json_int_t)seed));
-        cli_print_json(cli_json_with_provenance(sim_result_to_json(&r), inputs));
+        cli_print_json(provenance_attach(sim_result_to_json(&r), inputs));
     } else {
         char f1[32], f2[32], f3[32], f4[32];
         printf("%s on %s (replay, %s weights), policy %s: %s, TTFT mean %s, TPOT mean %s, hit "

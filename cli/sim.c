@@ -9,13 +9,13 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "cli/provenance.h"
 #include "cli/sim_options.h"
 #include "common/check.h"
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
 #include "common/precision.h"
+#include "core/provenance.h"
 #include "policies/policy.h"
 #include "sim/sim.h"
 #include "traces/trace.h"
@@ -168,9 +168,9 @@ int cmd_sim(int argc, char **argv) {
         rc = cli_fail(&err);
     } else if (o.json) {
         const char *named = model_name ? model_name : trace_stream_tokens(ts)->meta.model;
-        json_t *inputs = cli_inputs_json(trace_stream_tokens(ts), o.trace_path, named, o.hw_name,
-                                         o.policy_name, settings);
-        cli_print_json(cli_json_with_provenance(sim_result_to_json(&r), inputs));
+        json_t *inputs = provenance_inputs_json(trace_stream_tokens(ts), o.trace_path, named,
+                                                o.hw_name, o.policy_name, settings);
+        cli_print_json(provenance_attach(sim_result_to_json(&r), inputs));
     } else {
         print_text(&r, o.trace_path, hw.name);
     }

@@ -9,8 +9,8 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "cli/provenance.h"
 #include "common/config.h"
+#include "core/provenance.h"
 #include "sim/batch_curves.h"
 #include "traces/stats.h"
 #include "traces/trace.h"
@@ -34,8 +34,10 @@ static const char stats_help[] =
     "  -h, --help this text\n";
 
 static void print_share(double v) {
-    if (isnan(v)) printf("  %7s", "absent");
-    else printf("  %6.1f%%", 100.0 * v);
+    if (isnan(v))
+        printf("  %7s", "absent");
+    else
+        printf("  %6.1f%%", 100.0 * v);
 }
 
 /* One line of a curve pair at capacities from, 2 from, 4 from, ... and E. */
@@ -54,17 +56,18 @@ static void print_batch_curves(const sim_batch_curves *b) {
     snprintf(title, sizeof title,
              "hit rate at batch %" PRIu32 " (%" PRIu64 " steps; capacity: LRU / OPT)", b->batch,
              b->steps);
-    if (b->accesses == 0) printf("%s: no accesses\n", title);
-    else print_curves(title, b->lru, b->opt, b->from, b->n_experts);
+    if (b->accesses == 0)
+        printf("%s: no accesses\n", title);
+    else
+        print_curves(title, b->lru, b->opt, b->from, b->n_experts);
 }
 
 /* `batched`: the --batch curves, or NULL. */
-static void print_text(const char *path, const trace_stats *s,
-                       const sim_batch_curves *batched) {
+static void print_text(const char *path, const trace_stats *s, const sim_batch_curves *batched) {
     printf("%s: %" PRIu64 " tokens (%" PRIu64 " prefill, %" PRIu64 " decode), %" PRIu32
            " requests, %" PRIu32 " MoE layers, %" PRIu32 " experts, top-%" PRIu32 "\n",
-           path, s->tokens, s->prefill_tokens, s->decode_tokens, s->requests, s->layers,
-           s->experts, s->top_k);
+           path, s->tokens, s->prefill_tokens, s->decode_tokens, s->requests, s->layers, s->experts,
+           s->top_k);
     printf("skew (mean over layers): gini %.3f, top-10%% share %.1f%%, max/mean %.2f, "
            "min/mean %.2f\n",
            s->gini, 100.0 * s->top10_share, s->max_over_mean, s->min_over_mean);
@@ -147,8 +150,8 @@ int cmd_trace_stats(int argc, char **argv) {
     if (!path) return cli_usage_error("trace stats", "missing FILE");
     uint64_t batch = 0;
     if (batch_text && (!config_parse_u64(batch_text, &batch) || batch < 1 || batch > 65536))
-        return cli_usage_error("trace stats", "--batch: expected an integer in [1, 65536], got '%s'",
-                               batch_text);
+        return cli_usage_error("trace stats",
+                               "--batch: expected an integer in [1, 65536], got '%s'", batch_text);
     moesim_error err = {0};
     trace *t = NULL;
     if (trace_read(path, &t, &err)) return cli_fail(&err);
@@ -159,9 +162,9 @@ int cmd_trace_stats(int argc, char **argv) {
         json_t *j = trace_stats_to_json(s);
         if (batch) json_object_set_new(j, "batched", batch_curves_json(&b));
         json_t *inputs = json_object();
-        json_object_set_new(inputs, "trace", cli_file_json(path));
+        json_object_set_new(inputs, "trace", provenance_file_json(path));
         json_object_set_new(inputs, "batch", batch ? json_integer((json_int_t)batch) : json_null());
-        cli_print_json(cli_json_with_provenance(j, inputs));
+        cli_print_json(provenance_attach(j, inputs));
     } else {
         print_text(path, s, batch ? &b : NULL);
     }

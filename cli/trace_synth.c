@@ -283,7 +283,7 @@ int cmd_trace_synth(int argc, char **argv) {
     } while (0)
     if (fit_path && trace_read(fit_path, &real, &err)) FAIL();
     if (model_name ? model_load_by_name(model_name, &m, &err)
-                   : cli_trace_model_load(real, fit_path, NULL, &m, &err))
+                   : trace_model_load(real, fit_path, NULL, &m, &err))
         FAIL();
     synth_options_default(&o, &m);
     if (fit_path) {

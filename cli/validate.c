@@ -17,12 +17,12 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "cli/provenance.h"
 #include "cli/sim_options.h"
 #include "common/alloc.h"
 #include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/config.h"
+#include "core/provenance.h"
 #include "replay/replay.h"
 #include "replay/report_files.h"
 #include "sweep/validate.h"
@@ -89,7 +89,7 @@ static moesim_status write_outputs(const validate_meta *meta, const validate_row
     }
     if (!st && csv) st = validate_report_write_csv(csv, rows, n, err);
     if (!st && json)
-        cli_print_json(cli_json_with_provenance(validate_report_json(meta, rows, n, s), inputs));
+        cli_print_json(provenance_attach(validate_report_json(meta, rows, n, s), inputs));
     else
         json_decref(inputs);
     return st;
@@ -108,7 +108,8 @@ static int merge_reports(const char **files, size_t n_files, const char *report,
         validate_summary s;
         validate_summarize(rows, n, &s);
         json_t *inputs = json_object(), *merged = json_array(); /* the --json files merged */
-        for (size_t f = 0; f < n_files; f++) json_array_append_new(merged, cli_file_json(files[f]));
+        for (size_t f = 0; f < n_files; f++)
+            json_array_append_new(merged, provenance_file_json(files[f]));
         json_object_set_new(inputs, "merged", merged);
         st = write_outputs(&meta, rows, n, &s, report, csv, json, inputs, &err);
     }
@@ -276,11 +277,11 @@ int cmd_validate(int argc, char **argv) {
     if (!st) {
         validate_summarize(rows, plan.n, &s);
         json_t *inputs = json_object(); /* what the rows were made from */
-        json_object_set_new(inputs, "trace", cli_file_json(trace_path));
-        json_object_set_new(inputs, "model", cli_config_json("models", meta.model));
-        json_object_set_new(inputs, "hw", cli_config_json("hw", hw_name));
+        json_object_set_new(inputs, "trace", provenance_file_json(trace_path));
+        json_object_set_new(inputs, "model", provenance_config_json("models", meta.model));
+        json_object_set_new(inputs, "hw", provenance_config_json("hw", hw_name));
         json_object_set_new(inputs, "experiment",
-                            experiment ? cli_file_json(experiment) : json_null());
+                            experiment ? provenance_file_json(experiment) : json_null());
         json_object_set_new(inputs, "backend", json_string(backend));
         json_object_set_new(inputs, "seed", json_integer((json_int_t)seed));
         st = write_outputs(&meta, rows, plan.n, &s, report, csv, o.json, inputs, &err);

@@ -15,6 +15,7 @@
 #include "common/paths.h"
 #include "common/precision.h"
 #include "common/status.h"
+#include "core/provenance.h"
 #include "policies/plugin.h"
 #include "policies/policy.h"
 #include "sim/sim.h"
@@ -98,7 +99,10 @@ int moesim_trace_stats(const char *path, char **json, char **error) {
                             : moesim_fail(&err, MOESIM_EINPUT, "trace: expected a path");
     if (!st) {
         trace_stats *s = trace_stats_compute(t);
-        st = lib_dump(trace_stats_to_json(s), json, &err);
+        json_t *inputs = json_object(); /* as `moesim trace stats --json` */
+        json_object_set_new(inputs, "trace", provenance_file_json(path));
+        json_object_set_new(inputs, "batch", json_null());
+        st = lib_dump(provenance_attach(trace_stats_to_json(s), inputs), json, &err);
         trace_stats_destroy(s);
     }
     trace_destroy(t);
@@ -160,9 +164,7 @@ int moesim_sim(const char *trace_path, const char *hw_name, const char *policy_n
     quant_table quant;
     if (!st) st = trace_stream_open(trace_path, &ts, &err);
     if (!st) st = hw_load_by_name(hw_name, &hw, &err);
-    if (!st)
-        st = model_load_by_name(model_name ? model_name : trace_stream_tokens(ts)->meta.model,
-                                &model, &err);
+    if (!st) st = trace_model_load(trace_stream_tokens(ts), trace_path, model_name, &model, &err);
     if (!st) st = quant_table_load_default(&quant, &err);
     if (!st) {
         sim_inputs in = {.trace = trace_stream_tokens(ts),
@@ -173,7 +175,11 @@ int moesim_sim(const char *trace_path, const char *hw_name, const char *policy_n
                          .policy = pm};
         sim_result r;
         st = sim_run(&in, policy_name, c, &r, &err);
-        if (!st) st = lib_dump(sim_result_to_json(&r), json, &err);
+        const char *named = model_name ? model_name : trace_stream_tokens(ts)->meta.model;
+        json_t *inputs = st ? NULL
+                            : provenance_inputs_json(trace_stream_tokens(ts), trace_path, named,
+                                                     hw_name, policy_name, c);
+        if (!st) st = lib_dump(provenance_attach(sim_result_to_json(&r), inputs), json, &err);
     }
     trace_stream_close(ts);
     config_destroy(c);

@@ -16,8 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/paths.h"
 
 /* ---- sizes ------------------------------------------------------------------------------- */
 
@@ -514,5 +517,36 @@ moesim_status trace_check(const trace *t, const char *what, moesim_error *err) {
     st = trace_checker_block(&c, t, err);
     if (!st) st = trace_checker_finish(&c, err);
     trace_checker_free(&c);
+    return st;
+}
+
+char *trace_stored_model_config(const trace *t) {
+    json_t *params = t->params_json ? json_loads(t->params_json, 0, NULL) : NULL;
+    const char *text = json_string_value(json_object_get(params, "model_config"));
+    char *copy = text ? moesim_xstrdup(text) : NULL;
+    json_decref(params);
+    return copy;
+}
+
+moesim_status trace_model_load(const trace *t, const char *trace_path, const char *model_name,
+                               model_geometry *model, moesim_error *err) {
+    if (model_name) return model_load_by_name(model_name, model, err);
+    moesim_error by_name = {0};
+    char path[4096]; /* a name the search path knows wins (errors in that file are reported) */
+    if (!moesim_config_path("models", t->meta.model, path, sizeof path, &by_name))
+        return model_load(path, model, err);
+    char *text = trace_stored_model_config(t);
+    if (!text) {
+        *err = by_name;
+        moesim_error_prefix(err,
+                            "%s names model '%s' and stores no model config; pass --model "
+                            "NAME or FILE.ini",
+                            trace_path, t->meta.model);
+        return err->status;
+    }
+    char origin[4200];
+    snprintf(origin, sizeof origin, "%s: the model config it stores", trace_path);
+    moesim_status st = model_load_text(origin, text, model, err);
+    free(text);
     return st;
 }

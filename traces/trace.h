@@ -210,4 +210,14 @@ static inline size_t trace_lookahead_index(const trace *t, uint64_t token, uint3
  * from a model config. */
 void trace_meta_from_model(trace_meta *meta, const model_geometry *m);
 
+/* The model config (INI text) a trace made from a config file stores in its params_json
+ * ("model_config"), so later commands need no --model; NULL when it stores none. Caller frees. */
+char *trace_stored_model_config(const trace *t);
+
+/* The geometry of trace t's model: `model_name` when given (name or path); else the model the
+ * trace names, looked up by name along the data search path, and, where no folder has it, the
+ * config the trace stores (trace_stored_model_config). Errors name `trace_path`. */
+moesim_status trace_model_load(const trace *t, const char *trace_path, const char *model_name,
+                               model_geometry *model, moesim_error *err);
+
 #endif

@@ -1,19 +1,18 @@
 /* The `inputs` and `moesim` objects of every --json; see provenance.h. */
-#include "cli/provenance.h"
+#include "core/provenance.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
 #include "common/hash.h"
 #include "common/paths.h"
 #include "common/version.h"
+#include "core/settings.h"
 #include "policies/policy.h"
-#include "sim/sim.h"
 
-json_t *cli_moesim_json(void) {
+json_t *provenance_moesim_json(void) {
     json_t *j = json_object();
     json_object_set_new(j, "version", json_string(moesim_version_release()));
     json_object_set_new(j, "git", json_string(moesim_version_describe()));
@@ -36,14 +35,14 @@ static json_t *file_hash_json(const char *path) {
     return json_string(hex);
 }
 
-json_t *cli_file_json(const char *path) {
+json_t *provenance_file_json(const char *path) {
     json_t *j = json_object();
     json_object_set_new(j, "path", json_string(path));
     json_object_set_new(j, "fnv1a64", file_hash_json(path));
     return j;
 }
 
-json_t *cli_config_json(const char *kind, const char *name) {
+json_t *provenance_config_json(const char *kind, const char *name) {
     json_t *j = json_object();
     json_object_set_new(j, "name", json_string(name));
     char path[4096];
@@ -67,15 +66,14 @@ static void put_fields(json_t *out, config *settings, const config_field *f, siz
     }
 }
 
-json_t *cli_inputs_json(const trace *t, const char *trace_path, const char *model_name,
-                        const char *hw_name, const char *policy_name, config *settings) {
+json_t *provenance_inputs_json(const trace *t, const char *trace_path, const char *model_name,
+                               const char *hw_name, const char *policy_name, config *settings) {
     json_t *j = json_object();
-    json_object_set_new(j, "trace", cli_file_json(trace_path));
+    json_object_set_new(j, "trace", provenance_file_json(trace_path));
     if (model_name) {
-        json_t *model = cli_config_json("models", model_name);
-        char *text = json_is_null(json_object_get(model, "path")) && t
-                         ? cli_trace_stored_model_config(t)
-                         : NULL;
+        json_t *model = provenance_config_json("models", model_name);
+        char *text =
+            json_is_null(json_object_get(model, "path")) && t ? trace_stored_model_config(t) : NULL;
         if (text) { /* the geometry came from the config the trace stores */
             char hex[17];
             snprintf(hex, sizeof hex, "%016" PRIx64,
@@ -86,7 +84,7 @@ json_t *cli_inputs_json(const trace *t, const char *trace_path, const char *mode
         }
         json_object_set_new(j, "model", model);
     }
-    if (hw_name) json_object_set_new(j, "hw", cli_config_json("hw", hw_name));
+    if (hw_name) json_object_set_new(j, "hw", provenance_config_json("hw", hw_name));
     if (policy_name) json_object_set_new(j, "policy", json_string(policy_name));
     json_t *s = json_object();
     size_t n;
@@ -104,8 +102,8 @@ json_t *cli_inputs_json(const trace *t, const char *trace_path, const char *mode
     return j;
 }
 
-json_t *cli_json_with_provenance(json_t *result, json_t *inputs) {
+json_t *provenance_attach(json_t *result, json_t *inputs) {
     json_object_set_new(result, "inputs", inputs);
-    json_object_set_new(result, "moesim", cli_moesim_json());
+    json_object_set_new(result, "moesim", provenance_moesim_json());
     return result;
 }
