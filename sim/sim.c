@@ -185,7 +185,8 @@ struct sim_state {
     uint64_t *order_key;
     uint32_t la_depth, la_k;
     bool la_emulated;
-    bool la_unread; /* emulated predictions the policy never reads: not built (r_la_* NULL) */
+    bool la_unread; /* predictions the policy never reads: emulated ones not built, recorded ones
+                       not read (the stream skips them); r_la_* NULL */
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
 
     /* recorded look-ahead: top-1 hits at distance 1, counted as the run gathers each row once */
@@ -824,6 +825,11 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     if (t->meta.lookahead_depth) {
         s->la_depth = t->meta.lookahead_depth;
         s->la_k = t->meta.lookahead_k;
+        if (s->stream && !trace_stream_rows_meta(s->stream)->lookahead_depth) {
+            MOESIM_ASSERT(s->pm->ignores_lookahead); /* sim_stream_options skips only then */
+            s->la_unread = true;
+            trace_stream_lookahead_first_hits(s->stream, &s->la_right, &s->la_total);
+        }
     } else {
         s->la_depth = s->set.predictor_depth;
         s->la_k = s->la_depth ? s->K : 0;
@@ -1006,6 +1012,11 @@ static void sim_loop(sim_state *s) {
         for (int c = 0; c < MEMSYS_CLASSES; c++) MOESIM_ASSERT(s->ms.head[i][c] == NONE);
     }
     memsys_finish(&s->ms);
+}
+
+trace_stream_options sim_stream_options(const char *policy_name) {
+    const policy_methods *pm = policy_lookup(policy_name);
+    return (trace_stream_options){.skip_lookahead = pm && pm->ignores_lookahead};
 }
 
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,
