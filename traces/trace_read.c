@@ -358,7 +358,7 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
  * checksum) must hold a whole chunk. HDF5 does not check this and reads past the stored bytes
  * (found by tests/fuzz/fuzz_trace_h5.c). One index lookup per chunk of the grid: H5Dread
  * visits every chunk of the grid as well. */
-static moesim_status check_skipped_filters(reader *r, const dataset_spec *spec, hid_t d) {
+moesim_status trace_read_skipped_filters_check(reader *r, const dataset_spec *spec, hid_t d) {
     hid_t dcpl = H5Dget_create_plist(d);
     hsize_t chunk[H5S_MAX_RANK];
     int n_filters = dcpl < 0 ? 0 : H5Pget_nfilters(dcpl);
@@ -417,7 +417,7 @@ moesim_status trace_read_dataset(reader *r, const dataset_spec *spec, hid_t d, v
         moesim_status st = read_chunks(r, spec, d, buf, rows, &fallback);
         if (st || !fallback) return st;
     }
-    moesim_status st = check_skipped_filters(r, spec, d);
+    moesim_status st = trace_read_skipped_filters_check(r, spec, d);
     if (st) return st;
     if (H5Dread(d, spec->mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
         return trace_read_fail(r, spec->name, "cannot read its data (truncated or corrupt: %s)",

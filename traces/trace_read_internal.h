@@ -66,6 +66,9 @@ moesim_status trace_read_chunk_fail(reader *r, const dataset_spec *spec, uint64_
                                     const char *what);
 /* Rows per chunk when `d` is laid out as our writer lays datasets out, else 0. */
 hsize_t trace_read_chunk_rows(const dataset_spec *spec, hid_t d);
+/* Before H5Dread of dataset `d`: fails for a chunk stored with a size-preserving filter skipped
+ * but shorter than the chunk (HDF5 would read past it). */
+moesim_status trace_read_skipped_filters_check(reader *r, const dataset_spec *spec, hid_t d);
 /* The whole dataset into buf (sized for its shape). */
 moesim_status trace_read_dataset(reader *r, const dataset_spec *spec, hid_t d, void *buf);
 /* Opens `path` into *r (r->file open on success): plain-file checks, HDF5 signature, truncation. */

@@ -282,6 +282,9 @@ static moesim_status stream_chunks_init(trace_stream *s) {
         const dataset_spec *spec = &s->o.specs[i];
         c->row_bytes = spec->size;
         for (int d = 1; d < spec->rank; d++) c->row_bytes *= spec->dims[d];
+        /* a dataset (or a chunk of it) HDF5 reads: checked as trace_read checks it */
+        moesim_status st = trace_read_skipped_filters_check(&s->r, spec, s->o.ds[i]);
+        if (st) return st;
         c->rows = trace_read_chunk_rows(spec, s->o.ds[i]);
         size_t bytes = c->rows * c->row_bytes;
         if (c->rows > s->o.n_tokens || bytes > CHUNK_MAX_BYTES) c->rows = 0; /* as read_chunks */
