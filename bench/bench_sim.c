@@ -8,7 +8,7 @@
  * the rtx3090-pcie4 profile, batch.size = 4, timeline off, everything else default.
  *
  * Traces come from `moesim trace synth -o` (bench/bench_sim.sh makes 10^4, 10^5 and 10^6-token
- * Qwen3-30B-A3B ones). Targets (issue 20): lru >= 10 M activations/s, every seed policy >= 5 M/s,
+ * Qwen3-30B-A3B ones). Targets: lru >= 10 M activations/s, every seed policy >= 5 M/s,
  * peak RSS within 10 % between 10^5 and 10^6 tokens.
  * Usage: bench_sim TRACE.h5 [TRACE.h5 ...] [-p POLICY ...] */
 #include <inttypes.h>
@@ -48,7 +48,8 @@ static int child_run(const char *path, const char *policy_name, int fd) {
     model_geometry m;
     quant_table q;
     trace_stream_options rows = sim_stream_options(policy_name); /* as moesim sim opens it */
-    if (trace_stream_open_with(path, &rows, &ts, &err) || hw_load_by_name("rtx3090-pcie4", &hw, &err) ||
+    if (trace_stream_open_with(path, &rows, &ts, &err) ||
+        hw_load_by_name("rtx3090-pcie4", &hw, &err) ||
         model_load_by_name(trace_stream_tokens(ts)->meta.model, &m, &err) ||
         quant_table_load_default(&q, &err)) {
         fprintf(stderr, "bench_sim: %s\n", err.msg);
