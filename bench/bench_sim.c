@@ -47,7 +47,9 @@ static int child_run(const char *path, const char *policy_name, int fd) {
     hw_profile hw;
     model_geometry m;
     quant_table q;
-    if (trace_stream_open(path, &ts, &err) || hw_load_by_name("rtx3090-pcie4", &hw, &err) ||
+    trace_stream_options rows = sim_stream_options(policy_name); /* as moesim sim opens it */
+    if (trace_stream_open_with(path, &rows, &ts, &err) ||
+        hw_load_by_name("rtx3090-pcie4", &hw, &err) ||
         model_load_by_name(trace_stream_tokens(ts)->meta.model, &m, &err) ||
         quant_table_load_default(&q, &err)) {
         fprintf(stderr, "bench_sim: %s\n", err.msg);

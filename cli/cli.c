@@ -185,10 +185,11 @@ moesim_status cli_sim_inputs_load(const char *trace_path, const char *hw_name,
     return st;
 }
 
-moesim_status cli_sim_inputs_stream(const char *trace_path, const char *hw_name,
-                                    const char *model_name, trace_stream **ts, hw_profile *hw,
-                                    model_geometry *model, quant_table *quant, moesim_error *err) {
-    moesim_status st = trace_stream_open(trace_path, ts, err);
+moesim_status cli_sim_inputs_stream(const char *trace_path, const trace_stream_options *opt,
+                                    const char *hw_name, const char *model_name, trace_stream **ts,
+                                    hw_profile *hw, model_geometry *model, quant_table *quant,
+                                    moesim_error *err) {
+    moesim_status st = trace_stream_open_with(trace_path, opt, ts, err);
     if (!st) st = hw_load_by_name(hw_name, hw, err);
     if (!st)
         st = trace_model_load(trace_stream_tokens(*ts), trace_path, model_name, model, err);

@@ -90,10 +90,11 @@ void cli_trace_store_model_config(trace *t, const char *text);
 moesim_status cli_sim_inputs_load(const char *trace_path, const char *hw_name,
                                   const char *model_name, trace **t, hw_profile *hw,
                                   model_geometry *model, quant_table *quant, moesim_error *err);
-/* The same with the trace opened as a stream (trace_stream_open: `moesim sim`'s memory does not
- * grow with the trace); *ts is the caller's to trace_stream_close, also on failure. */
-moesim_status cli_sim_inputs_stream(const char *trace_path, const char *hw_name,
-                                    const char *model_name, trace_stream **ts, hw_profile *hw,
-                                    model_geometry *model, quant_table *quant, moesim_error *err);
+/* The same with the trace opened as a stream (trace_stream_open_with `opt`: `moesim sim`'s memory
+ * does not grow with the trace); *ts is the caller's to trace_stream_close, also on failure. */
+moesim_status cli_sim_inputs_stream(const char *trace_path, const trace_stream_options *opt,
+                                    const char *hw_name, const char *model_name, trace_stream **ts,
+                                    hw_profile *hw, model_geometry *model, quant_table *quant,
+                                    moesim_error *err);
 
 #endif

@@ -141,9 +141,10 @@ int cmd_sim(int argc, char **argv) {
     hw_profile hw;
     model_geometry model;
     quant_table quant;
+    trace_stream_options rows = sim_stream_options(o.policy_name);
     if (!st)
-        st = cli_sim_inputs_stream(o.trace_path, o.hw_name, model_name, &ts, &hw, &model, &quant,
-                                   &err);
+        st = cli_sim_inputs_stream(o.trace_path, &rows, o.hw_name, model_name, &ts, &hw, &model,
+                                   &quant, &err);
     sim_result r;
     if (!st) {
         sim_inputs in = {.trace = trace_stream_tokens(ts),

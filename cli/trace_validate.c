@@ -1,6 +1,7 @@
 /* `moesim trace validate FILE [--json]`: reads a trace and checks every attribute, dataset
- * type and shape, and value (the checks of trace_read). Prints "FILE: ok (N tokens, R
- * requests)", or the one-line error on stderr with exit status 2. */
+ * type and shape, and value (the checks of trace_read), block by block (trace_stream_open: the
+ * memory does not grow with the trace). Prints "FILE: ok (N tokens, R requests)", or the
+ * one-line error on stderr with exit status 2. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,8 +45,9 @@ int cmd_trace_validate(int argc, char **argv) {
     }
     if (!path) return cli_usage_error("trace validate", "missing FILE");
     moesim_error err = {0};
-    trace *t = NULL;
-    if (trace_read(path, &t, &err)) return cli_fail(&err);
+    trace_stream *ts = NULL;
+    if (trace_stream_open(path, &ts, &err)) return cli_fail(&err);
+    const trace *t = trace_stream_tokens(ts);
     if (as_json) {
         json_t *j = json_object();
         json_object_set_new(j, "file", json_string(path));
@@ -57,6 +59,6 @@ int cmd_trace_validate(int argc, char **argv) {
         printf("%s: ok (%" PRIu64 " tokens, %" PRIu32 " requests)\n", path, t->n_tokens,
                t->n_requests);
     }
-    trace_destroy(t);
+    trace_stream_close(ts);
     return 0;
 }

@@ -143,7 +143,8 @@ typedef struct run_loop_config {
     /* look-ahead handed to the policy: recorded in the trace, or emulated from its routing */
     uint32_t la_depth, la_k;
     bool la_emulated;
-    bool la_unread;     /* emulated and never read by the policy: not built */
+    bool la_unread;     /* never read by the policy: emulated rows not built, recorded ones
+                           not read (the stream skipped them) */
     double la_accuracy; /* of the emulated predictor */
     uint64_t seed;
     bool part_overlap; /* sim.part_overlap: gate/up before the down matrix arrives */

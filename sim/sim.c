@@ -438,7 +438,13 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     /* look-ahead: recorded, or emulated from the routing (never built for a policy that
      * ignores it: a few % of such a run) */
     uint32_t la_depth = t->meta.lookahead_depth, la_k = t->meta.lookahead_k;
-    bool la_emulated = false;
+    bool la_emulated = false, la_skipped = false;
+    uint64_t la_right = 0, la_total = 0; /* the skipped rows' top-1 hits, counted at open */
+    if (la_depth && s->stream && !trace_stream_rows_meta(s->stream)->lookahead_depth) {
+        MOESIM_ASSERT(s->pm->ignores_lookahead); /* sim_stream_options skips only then */
+        la_skipped = true;
+        trace_stream_lookahead_first_hits(s->stream, &la_right, &la_total);
+    }
     if (!la_depth) {
         la_depth = s->set.predictor_depth;
         la_k = la_depth ? s->K : 0;
@@ -496,13 +502,15 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
                                 .la_depth = la_depth,
                                 .la_k = la_k,
                                 .la_emulated = la_emulated,
-                                .la_unread = la_emulated && s->pm->ignores_lookahead,
+                                .la_unread = la_skipped || (la_emulated && s->pm->ignores_lookahead),
                                 .la_accuracy = s->set.predictor_accuracy,
                                 .seed = s->set.seed,
                                 .part_overlap = s->set.part_overlap,
                                 .timeline = s->tl.on,
                                 .mem = &s->mem,
                             });
+    s->loop.la_right = la_right;
+    s->loop.la_total = la_total;
     s->loop.pool_cap_bytes = s->pool_cap;
     s->loop.route_capacity = s->route_capacity;
     s->loop.route_expert_bytes = s->route_expert_bytes;
@@ -530,6 +538,11 @@ static void sim_loop(sim_state *s) {
     moesim_status st = run_loop_run(&s->loop, NULL);
     MOESIM_ASSERT(!st); /* the simulator's copies cannot fail */
     s->makespan_ns = s->t_ns;
+}
+
+trace_stream_options sim_stream_options(const char *policy_name) {
+    const policy_methods *pm = policy_lookup(policy_name);
+    return (trace_stream_options){.skip_lookahead = pm && pm->ignores_lookahead};
 }
 
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,

@@ -43,7 +43,8 @@ typedef struct sim_inputs {
     const trace *trace;
     trace_stream *stream; /* optional: the routing, importance and look-ahead rows are read from
                              here block by block (memory does not grow with the trace), and
-                             `trace` is trace_stream_tokens(stream); NULL: `trace` holds them */
+                             `trace` is trace_stream_tokens(stream); NULL: `trace` holds them.
+                             Opened with sim_stream_options(policy) or reading every row */
     const model_geometry *model; /* must match the trace's geometry (checked) */
     const hw_profile *hw;
     const quant_table *quant;
@@ -59,6 +60,10 @@ typedef struct sim_inputs {
  * known ones), a policy that cannot work in the budget, or a trace/model mismatch. */
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,
                       sim_result *out, moesim_error *err);
+/* The rows a run of `policy_name` reads, for opening its stream (sim_inputs.stream): look-ahead
+ * rows are skipped for a policy that ignores them (policy_methods.ignores_lookahead). An unknown
+ * name asks for every row (sim_run then reports it). */
+trace_stream_options sim_stream_options(const char *policy_name);
 
 
 #endif

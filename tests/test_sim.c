@@ -1228,6 +1228,83 @@ static void trace_copy_token(trace *dst, uint64_t to, const trace *src, uint64_t
                src->meta.n_layers * sizeof *dst->importance);
 }
 
+/* `src` with recorded look-ahead predictions (depth 3, 3 candidates): the next layers' experts,
+ * every fourth first candidate wrong. */
+static trace *with_lookahead(const trace *src) {
+    trace_meta meta = src->meta;
+    meta.lookahead_depth = 3;
+    meta.lookahead_k = 3;
+    trace *t = trace_create(&meta, src->n_tokens);
+    const uint32_t L = meta.n_layers, E = meta.n_experts, K = meta.top_k;
+    for (uint64_t i = 0; i < src->n_tokens; i++) {
+        trace_copy_token(t, i, src, i);
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t d = 1; d <= 3; d++)
+                for (uint32_t c = 0; c < 3; c++) {
+                    size_t x = trace_lookahead_index(t, i, l, d) + c;
+                    uint16_t e = l + d < L ? trace_experts(src, i, l + d)[c % K] : TRACE_NO_EXPERT;
+                    if (e != TRACE_NO_EXPERT && c == 0 && (i + l) % 4 == 0)
+                        e = (uint16_t)((e + 1) % E);
+                    t->lookahead_ids[x] = e;
+                    t->lookahead_scores[x] = e == TRACE_NO_EXPERT ? 0.0f : 1.0f / (float)(c + 1);
+                }
+    }
+    moesim_error err = {0};
+    cr_assert_eq(trace_finish(t, "with look-ahead", &err), MOESIM_OK, "%s", err.msg);
+    return t;
+}
+
+/* A stream opened with the rows a policy reads (sim_stream_options: no look-ahead rows for one
+ * that ignores them) gives every figure the trace in memory gives, the recorded predictor's
+ * accuracy included; only such policies skip the rows. */
+Test(sim, a_stream_without_the_rows_a_policy_ignores_gives_every_figure_the_trace_gives) {
+    model_geometry m = fixture_model(4, 16, 2);
+    hw_profile hw = fixture_hw();
+    moesim_error err = {0};
+    trace *plain = fixture_trace(&m, 3, 7, 15, 1.0, 5);
+    trace *t = with_lookahead(plain);
+    trace_destroy(plain);
+    const char *path = test_tmp_path("sim-stream-skip.h5");
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    size_t n_pol;
+    const policy_methods *const *pols = policy_all(&n_pol);
+    size_t skipped = 0;
+    for (size_t pi = 0; pi < n_pol; pi++) {
+        const char *name = pols[pi]->name;
+        trace_stream_options rows = sim_stream_options(name);
+        cr_assert_eq(rows.skip_lookahead, pols[pi]->ignores_lookahead, "%s", name);
+        skipped += rows.skip_lookahead;
+        trace_stream *ts = NULL;
+        cr_assert_eq(trace_stream_open_with(path, &rows, &ts, &err), MOESIM_OK, "%s", err.msg);
+        const char *sets[] = {"batch.size=2", NULL};
+        sim_result a, b;
+        cr_assert_eq(run_sets(t, &m, &hw, name, NULL, sets, &a, &err), MOESIM_OK, "%s", err.msg);
+        config *c = config_create();
+        cr_assert_eq(config_set(c, sets[0], &err), MOESIM_OK, "%s", err.msg);
+        sim_inputs in = {.trace = trace_stream_tokens(ts),
+                         .stream = ts,
+                         .model = &m,
+                         .hw = &hw,
+                         .quant = &quant};
+        cr_assert_eq(sim_run(&in, name, c, &b, &err), MOESIM_OK, "%s", err.msg);
+        config_destroy(c);
+        cr_assert_gt(a.predictor_accuracy, 0.5, "%s", name);
+        cr_assert_lt(a.predictor_accuracy, 0.9, "%s", name);
+        json_t *xa = sim_result_to_json(&a), *xb = sim_result_to_json(&b);
+        char *ja = json_dumps(xa, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+        char *jb = json_dumps(xb, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+        cr_assert_str_eq(ja, jb, "%s", name);
+        free(ja);
+        free(jb);
+        json_decref(xa);
+        json_decref(xb);
+        trace_stream_close(ts);
+    }
+    cr_assert_gt(skipped, 0);
+    cr_assert_lt(skipped, n_pol);
+    trace_destroy(t);
+}
+
 /* Every registered policy gives the same JSON from a trace streamed block by block (small
  * blocks, so requests in flight straddle them) as from the trace in memory. */
 Test(sim, a_streamed_trace_gives_every_figure_the_trace_in_memory_gives) {

@@ -734,3 +734,88 @@ Test(trace, a_stream_refuses_what_trace_read_refuses_with_the_same_line) {
     cr_assert_str_eq(e1.msg, e2.msg);
     trace_stream_close(NULL);
 }
+
+/* Sets value `at` (a flat index) of float dataset `name` in the file at `path` to NaN. */
+static void poke_nan(const char *path, const char *name, hsize_t rank, hsize_t at) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert_geq(f, 0);
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT), fs = H5Dget_space(d);
+    hsize_t dims[4], start[4] = {0}, one[4] = {1, 1, 1, 1};
+    cr_assert_eq(H5Sget_simple_extent_dims(fs, dims, NULL), (int)rank);
+    for (hsize_t i = rank; i-- > 0;) {
+        start[i] = at % dims[i];
+        at /= dims[i];
+    }
+    hid_t ms = H5Screate_simple(1, one, NULL);
+    float nan = NAN;
+    cr_assert_geq(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, one, NULL), 0);
+    cr_assert_geq(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, &nan), 0);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    H5Dclose(d);
+    H5Fclose(f);
+}
+
+Test(trace, a_stream_that_skips_lookahead_carries_none_and_counts_its_first_candidate_hits) {
+    trace *t = make_trace(6, 32, 4, 3, 5, 700, true);
+    const uint32_t L = t->meta.n_layers;
+    uint64_t right = 0, total = 0;
+    for (uint64_t i = 0; i < t->n_tokens; i++) {
+        for (uint32_t l = 0; l + 1 < L; l++) { /* every third prediction right */
+            uint16_t *pred = t->lookahead_ids + trace_lookahead_index(t, i, l, 1);
+            if ((i + l) % 3 == 0) pred[0] = trace_experts(t, i, l + 1)[0];
+            right += pred[0] == trace_experts(t, i, l + 1)[0];
+            total++;
+        }
+    }
+    cr_assert_gt(right, 0);
+    const char *path = test_tmp_path("stream-skip.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream *s = NULL;
+    trace_stream_options skip = {.skip_lookahead = true};
+    cr_assert_eq(trace_stream_open_with(path, &skip, &s, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(trace_stream_tokens(s)->meta.lookahead_depth, 3); /* the file's */
+    cr_assert_eq(trace_stream_rows_meta(s)->lookahead_depth, 0);
+    uint64_t got_right, got_total;
+    trace_stream_lookahead_first_hits(s, &got_right, &got_total);
+    cr_assert_eq(got_right, right);
+    cr_assert_eq(got_total, total);
+    trace_stream_set_cache(s, 64, 2);
+    size_t R = trace_route_values(&t->meta);
+    for (uint64_t i = 0; i < t->n_tokens; i++) {
+        uint64_t at;
+        const trace *b = trace_stream_row(s, i, &at);
+        cr_assert_null(b->lookahead_ids);
+        cr_assert_null(b->lookahead_scores);
+        cr_assert_eq(memcmp(trace_experts(b, at, 0), trace_experts(t, i, 0), R * 2), 0);
+        cr_assert_eq(memcmp(trace_gates(b, at, 0), trace_gates(t, i, 0), R * 4), 0);
+        cr_assert_eq(memcmp(b->importance + at * L, t->importance + i * L, L * 4), 0);
+    }
+    trace_stream_close(s);
+    /* a stream reading every row counts nothing (the simulator counts from the rows) */
+    cr_assert_eq(trace_stream_open(path, &s, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream_lookahead_first_hits(s, &got_right, &got_total);
+    cr_assert_eq(got_total, 0);
+    trace_stream_close(s);
+    trace_destroy(t);
+}
+
+Test(trace, a_bad_lookahead_score_fails_a_stream_that_reads_it_and_not_one_that_skips_it) {
+    trace *t = make_trace(4, 16, 2, 2, 3, 40, false);
+    const char *path = test_tmp_path("stream-skip-nan.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    poke_nan(path, "/lookahead/scores", 4, 17 * 4 * 2 * 3 + 1);
+    trace_stream *s = NULL;
+    cr_assert_eq(trace_stream_open(path, &s, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "look"), "%s", err.msg);
+    trace_stream_options skip = {.skip_lookahead = true};
+    cr_assert_eq(trace_stream_open_with(path, &skip, &s, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream_close(s);
+    /* trace validate (whole-trace reading) still checks every value */
+    trace *back = NULL;
+    cr_assert_eq(trace_read(path, &back, &err), MOESIM_EINPUT);
+    cr_assert_null(back);
+    trace_destroy(t);
+}

@@ -158,6 +158,24 @@ static inline uint64_t trace_request_token(const trace_request_index *ix, uint32
  * Errors as trace_read's. The caller owns *out (trace_stream_close). */
 typedef struct trace_stream trace_stream;
 moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_error *err);
+/* Rows a run never reads, so that they cost it nothing: they are neither read nor checked (the
+ * rest is checked as trace_read does; `moesim trace validate` checks every value). */
+typedef struct trace_stream_options {
+    /* No look-ahead rows: blocks carry none (their meta says lookahead_depth 0; the skeleton
+     * keeps the file's). Only the predictions' ids are read, once at open, for
+     * trace_stream_lookahead_first_hits; their scores are never read. */
+    bool skip_lookahead;
+} trace_stream_options;
+/* trace_stream_open with options; NULL: every row is read. */
+moesim_status trace_stream_open_with(const char *path, const trace_stream_options *opt,
+                                     trace_stream **out, moesim_error *err);
+/* The geometry of the blocks trace_stream_row returns (which rows they carry). */
+const trace_meta *trace_stream_rows_meta(const trace_stream *s);
+/* With skip_lookahead on a trace with look-ahead: of the (token, layer < L - 1) pairs whose next
+ * layer is recorded, how many have a distance-1 prediction whose first candidate is that layer's
+ * first stored expert (*right) of how many (*total): what the simulator reports as the recorded
+ * predictor's accuracy. Both 0 otherwise. */
+void trace_stream_lookahead_first_hits(const trace_stream *s, uint64_t *right, uint64_t *total);
 void trace_stream_close(trace_stream *s); /* accepts NULL */
 /* The skeleton: meta, n_tokens, n_requests (its arrays are NULL); borrowed from the stream. */
 const trace *trace_stream_tokens(const trace_stream *s);

@@ -7,7 +7,8 @@
  * type and shape, then storage sizes against the shape and the file size (so a corrupt header
  * cannot ask for a giant allocation), then the data, then every value (trace_finish ->
  * trace_check). Datasets laid out as our writer lays them out are inflated in parallel
- * (traces/h5_chunks.h); others go through H5Dread. */
+ * (traces/h5_chunks.h); others go through H5Dread. The streaming reader (trace_stream.c) shares
+ * the opening steps (trace_read_internal.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
@@ -22,20 +23,9 @@
 #include "common/check.h"
 #include "traces/h5_chunks.h"
 #include "traces/trace.h"
+#include "traces/trace_read_internal.h"
 
-/* ---- reading ----------------------------------------------------------------------------- */
-
-typedef struct reader {
-    const char *path;
-    hid_t file;
-    uint64_t file_bytes;
-    char why[160];
-    moesim_error *err;
-} reader;
-
-static moesim_status read_fail(reader *r, const char *object, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static moesim_status read_fail(reader *r, const char *object, const char *fmt, ...) {
+moesim_status trace_read_fail(reader *r, const char *object, const char *fmt, ...) {
     char what[384];
     va_list ap;
     va_start(ap, fmt);
@@ -87,24 +77,26 @@ static moesim_status read_attr_str(reader *r, const char *name, char *buf, size_
     buf[0] = '\0';
     hid_t a = open_attr(r, name, &present);
     if (present_out) *present_out = present;
-    if (!present) return required ? read_fail(r, name, "required attribute missing") : MOESIM_OK;
-    if (a < 0) return read_fail(r, name, "cannot read (corrupt: %s)", h5_reason(r->why));
+    if (!present)
+        return required ? trace_read_fail(r, name, "required attribute missing") : MOESIM_OK;
+    if (a < 0) return trace_read_fail(r, name, "cannot read (corrupt: %s)", h5_reason(r->why));
     hid_t ftype = H5Aget_type(a);
     moesim_status st = MOESIM_OK;
     if (ftype < 0 || H5Tget_class(ftype) != H5T_STRING || !attr_is_single(a)) {
         char desc[48] = "unreadable";
         if (ftype >= 0) describe_type(ftype, desc, sizeof desc);
-        st = read_fail(r, name, "expected a string attribute, got %s%s", desc,
-                       !attr_is_single(a) ? " array" : "");
+        st = trace_read_fail(r, name, "expected a string attribute, got %s%s", desc,
+                             !attr_is_single(a) ? " array" : "");
     } else if (H5Tis_variable_str(ftype) > 0) {
         hid_t mtype = H5Tcopy(H5T_C_S1);
         H5Tset_size(mtype, H5T_VARIABLE);
         H5Tset_cset(mtype, H5Tget_cset(ftype));
         char *s = NULL;
         if (H5Aread(a, mtype, &s) < 0 || !s) {
-            st = read_fail(r, name, "cannot read (%s)", h5_reason(r->why));
+            st = trace_read_fail(r, name, "cannot read (%s)", h5_reason(r->why));
         } else if (strlen(s) >= cap) {
-            st = read_fail(r, name, "expected at most %zu characters, got %zu", cap - 1, strlen(s));
+            st = trace_read_fail(r, name, "expected at most %zu characters, got %zu", cap - 1,
+                                 strlen(s));
         } else {
             memcpy(buf, s, strlen(s) + 1);
         }
@@ -113,14 +105,14 @@ static moesim_status read_attr_str(reader *r, const char *name, char *buf, size_
     } else {
         size_t n = H5Tget_size(ftype);
         if (n >= cap) {
-            st = read_fail(r, name, "expected at most %zu characters, got a %zu-byte string",
-                           cap - 1, n);
+            st = trace_read_fail(r, name, "expected at most %zu characters, got a %zu-byte string",
+                                 cap - 1, n);
         } else {
             hid_t mtype = H5Tcopy(ftype);
             H5Tset_strpad(mtype, H5T_STR_NULLTERM);
             H5Tset_size(mtype, n + 1);
             if (H5Aread(a, mtype, buf) < 0)
-                st = read_fail(r, name, "cannot read (%s)", h5_reason(r->why));
+                st = trace_read_fail(r, name, "cannot read (%s)", h5_reason(r->why));
             buf[n] = '\0';
             h5_close(&mtype, H5Tclose);
         }
@@ -136,29 +128,30 @@ static moesim_status read_attr_uint(reader *r, const char *name, uint64_t max, b
     bool present;
     *out = 0;
     hid_t a = open_attr(r, name, &present);
-    if (!present) return required ? read_fail(r, name, "required attribute missing") : MOESIM_OK;
-    if (a < 0) return read_fail(r, name, "cannot read (corrupt: %s)", h5_reason(r->why));
+    if (!present)
+        return required ? trace_read_fail(r, name, "required attribute missing") : MOESIM_OK;
+    if (a < 0) return trace_read_fail(r, name, "cannot read (corrupt: %s)", h5_reason(r->why));
     hid_t ftype = H5Aget_type(a);
     moesim_status st = MOESIM_OK;
     if (ftype < 0 || H5Tget_class(ftype) != H5T_INTEGER || !attr_is_single(a)) {
         char desc[48] = "unreadable";
         if (ftype >= 0) describe_type(ftype, desc, sizeof desc);
-        st = read_fail(r, name, "expected one unsigned integer, got %s%s", desc,
-                       !attr_is_single(a) ? " array" : "");
+        st = trace_read_fail(r, name, "expected one unsigned integer, got %s%s", desc,
+                             !attr_is_single(a) ? " array" : "");
     } else if (H5Tget_sign(ftype) == H5T_SGN_NONE) {
         uint64_t v;
         if (H5Aread(a, H5T_NATIVE_UINT64, &v) < 0)
-            st = read_fail(r, name, "cannot read (%s)", h5_reason(r->why));
+            st = trace_read_fail(r, name, "cannot read (%s)", h5_reason(r->why));
         else if (v > max)
-            st = read_fail(r, name, "expected 0..%" PRIu64 ", got %" PRIu64, max, v);
+            st = trace_read_fail(r, name, "expected 0..%" PRIu64 ", got %" PRIu64, max, v);
         else
             *out = v;
     } else {
         int64_t v;
         if (H5Aread(a, H5T_NATIVE_INT64, &v) < 0)
-            st = read_fail(r, name, "cannot read (%s)", h5_reason(r->why));
+            st = trace_read_fail(r, name, "cannot read (%s)", h5_reason(r->why));
         else if (v < 0 || (uint64_t)v > max)
-            st = read_fail(r, name, "expected 0..%" PRIu64 ", got %" PRId64, max, v);
+            st = trace_read_fail(r, name, "expected 0..%" PRIu64 ", got %" PRId64, max, v);
         else
             *out = (uint64_t)v;
     }
@@ -173,19 +166,6 @@ static moesim_status read_attr_u32(reader *r, const char *name, uint32_t *out) {
     *out = (uint32_t)v;
     return st;
 }
-
-/* What a dataset must be: HDF5 type class, size and signedness, and shape. */
-typedef struct dataset_spec {
-    const char *name;
-    H5T_class_t cls;
-    size_t size;
-    bool is_signed;
-    const char *type_name; /* "uint16" */
-    hid_t mtype;           /* native memory type */
-    int rank;
-    const char *shape_name; /* "[N][L][k]" */
-    hsize_t dims[4];        /* dims[0] == 0: N is taken from this dataset (the first one) */
-} dataset_spec;
 
 static void format_dims(char *buf, size_t cap, int rank, const hsize_t *dims) {
     size_t at = 0;
@@ -217,27 +197,29 @@ static moesim_status open_dataset(reader *r, const dataset_spec *spec, bool *pre
     *out = H5I_INVALID_HID;
     *present = false;
     int ex = link_state(r->file, spec->name);
-    if (ex < 0) return read_fail(r, spec->name, "cannot open (corrupt: %s)", h5_reason(r->why));
+    if (ex < 0)
+        return trace_read_fail(r, spec->name, "cannot open (corrupt: %s)", h5_reason(r->why));
     if (ex == 0) return MOESIM_OK;
     H5O_info_t info;
     if (H5Oget_info_by_name(r->file, spec->name, &info, H5P_DEFAULT) < 0)
-        return read_fail(r, spec->name, "cannot open (%s)", h5_reason(r->why));
+        return trace_read_fail(r, spec->name, "cannot open (%s)", h5_reason(r->why));
     if (info.type != H5O_TYPE_DATASET)
-        return read_fail(r, spec->name, "expected a dataset, got a %s",
-                         info.type == H5O_TYPE_GROUP ? "group" : "named type");
+        return trace_read_fail(r, spec->name, "expected a dataset, got a %s",
+                               info.type == H5O_TYPE_GROUP ? "group" : "named type");
     *present = true;
     hid_t d = H5Dopen2(r->file, spec->name, H5P_DEFAULT);
-    if (d < 0) return read_fail(r, spec->name, "cannot open (%s)", h5_reason(r->why));
+    if (d < 0) return trace_read_fail(r, spec->name, "cannot open (%s)", h5_reason(r->why));
     hid_t type = H5Dget_type(d), space = H5Dget_space(d);
     moesim_status st = MOESIM_OK;
     if (type < 0 || space < 0) {
-        st = read_fail(r, spec->name, "cannot read its type or shape (%s)", h5_reason(r->why));
+        st =
+            trace_read_fail(r, spec->name, "cannot read its type or shape (%s)", h5_reason(r->why));
     } else if (H5Tget_class(type) != spec->cls || H5Tget_size(type) != spec->size ||
                (spec->cls == H5T_INTEGER &&
                 (H5Tget_sign(type) != H5T_SGN_NONE) != spec->is_signed)) {
         char got[48];
         describe_type(type, got, sizeof got);
-        st = read_fail(r, spec->name, "expected dtype %s, got %s", spec->type_name, got);
+        st = trace_read_fail(r, spec->name, "expected dtype %s, got %s", spec->type_name, got);
     } else {
         hsize_t dims[H5S_MAX_RANK];
         int rank = H5Sget_simple_extent_ndims(space);
@@ -250,8 +232,8 @@ static moesim_status open_dataset(reader *r, const dataset_spec *spec, bool *pre
             if (!n_out) format_dims(want, sizeof want, spec->rank, spec->dims);
             if (rank >= 0 && rank <= H5S_MAX_RANK) format_dims(got, sizeof got, rank, dims);
             if (rank == 0) snprintf(got, sizeof got, "a scalar");
-            st = read_fail(r, spec->name, "expected shape %s%s%s, got %s", spec->shape_name,
-                           want[0] ? " = " : "", want, got);
+            st = trace_read_fail(r, spec->name, "expected shape %s%s%s, got %s", spec->shape_name,
+                                 want[0] ? " = " : "", want, got);
         }
     }
     h5_close(&type, H5Tclose);
@@ -272,20 +254,20 @@ static moesim_status check_storage(reader *r, const dataset_spec *spec, hid_t d)
     hsize_t stored = H5Dget_storage_size(d);
     H5Eclear2(H5E_DEFAULT);
     if (stored > r->file_bytes)
-        return read_fail(r, spec->name,
-                         "claims %llu bytes of storage in a %" PRIu64 "-byte file (corrupt)",
-                         (unsigned long long)stored, r->file_bytes);
+        return trace_read_fail(r, spec->name,
+                               "claims %llu bytes of storage in a %" PRIu64 "-byte file (corrupt)",
+                               (unsigned long long)stored, r->file_bytes);
     if ((uint64_t)stored * DEFLATE_MAX_RATIO < raw)
-        return read_fail(r, spec->name,
-                         "%llu bytes stored cannot hold its %" PRIu64
-                         " bytes of data (truncated or not written)",
-                         (unsigned long long)stored, raw);
+        return trace_read_fail(r, spec->name,
+                               "%llu bytes stored cannot hold its %" PRIu64
+                               " bytes of data (truncated or not written)",
+                               (unsigned long long)stored, raw);
     return MOESIM_OK;
 }
 
 /* Rows per chunk when `d` is laid out as this writer lays datasets out (chunks of whole rows
  * along dimension 0, filters exactly shuffle then deflate, file type = memory type), else 0. */
-static hsize_t own_chunk_rows(const dataset_spec *spec, hid_t d) {
+hsize_t trace_read_chunk_rows(const dataset_spec *spec, hid_t d) {
     hsize_t rows = 0, chunk[H5S_MAX_RANK];
     hid_t dcpl = H5Dget_create_plist(d), type = H5Dget_type(d);
     bool ok = dcpl >= 0 && type >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
@@ -305,11 +287,11 @@ static hsize_t own_chunk_rows(const dataset_spec *spec, hid_t d) {
     return rows;
 }
 
-static moesim_status chunk_read_fail(reader *r, const dataset_spec *spec, uint64_t row,
-                                     const char *what) {
-    return read_fail(r, spec->name,
-                     "cannot read its data (truncated or corrupt: chunk at [%" PRIu64 "]: %s)", row,
-                     what);
+moesim_status trace_read_chunk_fail(reader *r, const dataset_spec *spec, uint64_t row,
+                                    const char *what) {
+    return trace_read_fail(
+        r, spec->name, "cannot read its data (truncated or corrupt: chunk at [%" PRIu64 "]: %s)",
+        row, what);
 }
 
 /* Reads a dataset laid out by our writer: raw chunks on this thread, inflate in parallel.
@@ -344,11 +326,11 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
                 stored > b.packed_cap) {
                 /* unallocated chunks read as fill values: leave them to H5Dread */
                 *fallback = stored == 0;
-                if (!*fallback) st = chunk_read_fail(r, spec, offset[0], "bad chunk size");
+                if (!*fallback) st = trace_read_chunk_fail(r, spec, offset[0], "bad chunk size");
                 break;
             }
             if (H5Dread_chunk(d, H5P_DEFAULT, offset, &mask, b.jobs[j].packed) < 0) {
-                st = chunk_read_fail(r, spec, offset[0], h5_reason(r->why));
+                st = trace_read_chunk_fail(r, spec, offset[0], h5_reason(r->why));
                 break;
             }
             if (mask != 0) *fallback = true; /* a filter was skipped for this chunk */
@@ -363,8 +345,8 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
         chunk_batch_run(&b);
         for (size_t j = 0; j < b.n_jobs && !st; j++)
             if (!b.jobs[j].ok)
-                st = chunk_read_fail(r, spec, (first + j) * chunk_rows,
-                                     "deflate data do not inflate");
+                st = trace_read_chunk_fail(r, spec, (first + j) * chunk_rows,
+                                           "deflate data do not inflate");
     }
     H5Eclear2(H5E_DEFAULT);
     chunk_batch_free(&b);
@@ -376,7 +358,7 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
  * checksum) must hold a whole chunk. HDF5 does not check this and reads past the stored bytes
  * (found by tests/fuzz/fuzz_trace_h5.c). One index lookup per chunk of the grid: H5Dread
  * visits every chunk of the grid as well. */
-static moesim_status check_skipped_filters(reader *r, const dataset_spec *spec, hid_t d) {
+moesim_status trace_read_skipped_filters_check(reader *r, const dataset_spec *spec, hid_t d) {
     hid_t dcpl = H5Dget_create_plist(d);
     hsize_t chunk[H5S_MAX_RANK];
     int n_filters = dcpl < 0 ? 0 : H5Pget_nfilters(dcpl);
@@ -409,7 +391,7 @@ static moesim_status check_skipped_filters(reader *r, const dataset_spec *spec, 
         hsize_t stored = 0;
         if (H5Dget_chunk_info_by_coord(d, offset, &mask, &addr, &stored) < 0) {
             H5Eclear2(H5E_DEFAULT);
-            return chunk_read_fail(r, spec, offset[0], "unreadable chunk index");
+            return trace_read_chunk_fail(r, spec, offset[0], "unreadable chunk index");
         }
         if (!mask || addr == HADDR_UNDEF) continue;
         uint64_t need = chunk_bytes;
@@ -422,39 +404,26 @@ static moesim_status check_skipped_filters(reader *r, const dataset_spec *spec, 
                 sized = false;
         }
         if (sized && stored < need)
-            return chunk_read_fail(r, spec, offset[0],
-                                   "stored unfiltered but shorter than a chunk");
+            return trace_read_chunk_fail(r, spec, offset[0],
+                                         "stored unfiltered but shorter than a chunk");
     }
     return MOESIM_OK;
 }
 
-static moesim_status read_dataset(reader *r, const dataset_spec *spec, hid_t d, void *buf) {
-    hsize_t rows = own_chunk_rows(spec, d);
+moesim_status trace_read_dataset(reader *r, const dataset_spec *spec, hid_t d, void *buf) {
+    hsize_t rows = trace_read_chunk_rows(spec, d);
     if (rows) {
         bool fallback;
         moesim_status st = read_chunks(r, spec, d, buf, rows, &fallback);
         if (st || !fallback) return st;
     }
-    moesim_status st = check_skipped_filters(r, spec, d);
+    moesim_status st = trace_read_skipped_filters_check(r, spec, d);
     if (st) return st;
     if (H5Dread(d, spec->mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
-        return read_fail(r, spec->name, "cannot read its data (truncated or corrupt: %s)",
-                         h5_reason(r->why));
+        return trace_read_fail(r, spec->name, "cannot read its data (truncated or corrupt: %s)",
+                               h5_reason(r->why));
     return MOESIM_OK;
 }
-
-enum {
-    DS_REQUEST_ID,
-    DS_POSITION,
-    DS_PHASE,
-    DS_TOKEN_ID,
-    DS_EXPERT_IDS,
-    DS_GATE_WEIGHTS,
-    DS_IMPORTANCE,
-    DS_LOOK_IDS,
-    DS_LOOK_SCORES,
-    DS_COUNT
-};
 
 #define U32_SPEC H5T_INTEGER, 4, false, "uint32", H5T_NATIVE_UINT32
 static moesim_status read_meta(reader *r, trace_meta *m, char **params_json) {
@@ -462,16 +431,17 @@ static moesim_status read_meta(reader *r, trace_meta *m, char **params_json) {
     char format[64], norm[16];
     if ((st = read_attr_str(r, "format", format, sizeof format, true, NULL))) return st;
     if (strcmp(format, TRACE_FORMAT_NAME) != 0)
-        return read_fail(r, "format", "expected \"%s\", got \"%s\" (not a moesim trace)",
-                         TRACE_FORMAT_NAME, format);
+        return trace_read_fail(r, "format", "expected \"%s\", got \"%s\" (not a moesim trace)",
+                               TRACE_FORMAT_NAME, format);
     uint64_t version;
     if ((st = read_attr_uint(r, "format_version", UINT32_MAX, true, &version))) return st;
     if (version > TRACE_FORMAT_VERSION)
-        return read_fail(r, "format_version",
-                         "version %" PRIu64 " is newer than this moesim reads (%u): upgrade moesim",
-                         version, TRACE_FORMAT_VERSION);
+        return trace_read_fail(r, "format_version",
+                               "version %" PRIu64
+                               " is newer than this moesim reads (%u): upgrade moesim",
+                               version, TRACE_FORMAT_VERSION);
     if (version < 1)
-        return read_fail(r, "format_version", "expected 1..%u, got 0", TRACE_FORMAT_VERSION);
+        return trace_read_fail(r, "format_version", "expected 1..%u, got 0", TRACE_FORMAT_VERSION);
     if ((st = read_attr_str(r, "model", m->model, sizeof m->model, true, NULL))) return st;
     if ((st = read_attr_str(r, "source", m->source, sizeof m->source, true, NULL))) return st;
     if ((st =
@@ -491,7 +461,8 @@ static moesim_status read_meta(reader *r, trace_meta *m, char **params_json) {
     else if (!strcmp(norm, "all"))
         m->gate_norm = GATE_SOFTMAX_ALL;
     else
-        return read_fail(r, "gate_normalization", "expected \"topk\" or \"all\", got \"%s\"", norm);
+        return trace_read_fail(r, "gate_normalization", "expected \"topk\" or \"all\", got \"%s\"",
+                               norm);
     /* params_json: any length, so read through a growing buffer */
     bool present;
     hid_t a = open_attr(r, "params_json", &present);
@@ -512,24 +483,13 @@ static moesim_status read_meta(reader *r, trace_meta *m, char **params_json) {
     return MOESIM_OK;
 }
 
-/* A file whose datasets are open and checked (type, shape, storage), nothing read yet: what the
- * whole-trace reader and the stream share. */
-typedef struct opened_trace {
-    trace_meta meta;
-    char *params_json; /* owned until handed to a trace */
-    dataset_spec specs[DS_COUNT];
-    hid_t ds[DS_COUNT]; /* H5I_INVALID_HID where absent */
-    bool have[DS_COUNT];
-    uint64_t n_tokens;
-} opened_trace;
-
-static void opened_close(opened_trace *o) {
+void trace_read_datasets_close(opened_trace *o) {
     for (int i = 0; i < DS_COUNT; i++) h5_close(&o->ds[i], H5Dclose);
     free(o->params_json);
     o->params_json = NULL;
 }
 
-static moesim_status open_trace(reader *r, opened_trace *o) {
+moesim_status trace_read_datasets_open(reader *r, opened_trace *o) {
     trace_meta m = {0};
     for (int i = 0; i < DS_COUNT; i++) o->ds[i] = H5I_INVALID_HID;
     moesim_status st = read_meta(r, &m, &o->params_json);
@@ -539,11 +499,12 @@ static moesim_status open_trace(reader *r, opened_trace *o) {
     hid_t ld = H5I_INVALID_HID;
     bool present = false;
     if (!st && (m.n_layers < 1 || m.n_layers > MODEL_MAX_LAYERS))
-        st = read_fail(r, "n_layers", "expected 1..%d, got %" PRIu32, MODEL_MAX_LAYERS, m.n_layers);
+        st = trace_read_fail(r, "n_layers", "expected 1..%d, got %" PRIu32, MODEL_MAX_LAYERS,
+                             m.n_layers);
     if (!st) st = open_dataset(r, &layers, &present, &ld, NULL);
-    if (!st && !present) st = read_fail(r, layers.name, "required dataset missing");
+    if (!st && !present) st = trace_read_fail(r, layers.name, "required dataset missing");
     if (!st) st = check_storage(r, &layers, ld);
-    if (!st) st = read_dataset(r, &layers, ld, m.model_layer);
+    if (!st) st = trace_read_dataset(r, &layers, ld, m.model_layer);
     h5_close(&ld, H5Dclose);
     if (!st) {
         /* attribute names in messages: the meta check speaks of fields, which are the names */
@@ -616,20 +577,21 @@ static moesim_status open_trace(reader *r, opened_trace *o) {
         if ((i == DS_LOOK_IDS || i == DS_LOOK_SCORES) && D == 0) {
             int ex = link_state(r->file, specs[i].name);
             if (ex < 0)
-                st = read_fail(r, specs[i].name, "cannot open (corrupt: %s)", h5_reason(r->why));
+                st = trace_read_fail(r, specs[i].name, "cannot open (corrupt: %s)",
+                                     h5_reason(r->why));
             else if (ex > 0)
-                st = read_fail(r, specs[i].name, "present but lookahead_depth is 0");
+                st = trace_read_fail(r, specs[i].name, "present but lookahead_depth is 0");
             continue;
         }
         st = open_dataset(r, &specs[i], &have[i], &ds[i], i == DS_REQUEST_ID ? &n_tokens : NULL);
         if (i == DS_REQUEST_ID) specs[i].dims[0] = n_tokens;
         if (!st && !have[i] && required)
-            st = read_fail(r, specs[i].name,
-                           (i == DS_LOOK_IDS || i == DS_LOOK_SCORES)
-                               ? "required dataset missing (lookahead_depth > 0)"
-                               : "required dataset missing");
+            st = trace_read_fail(r, specs[i].name,
+                                 (i == DS_LOOK_IDS || i == DS_LOOK_SCORES)
+                                     ? "required dataset missing (lookahead_depth > 0)"
+                                     : "required dataset missing");
         if (!st && i == DS_REQUEST_ID && n_tokens == 0)
-            st = read_fail(r, specs[i].name, "the trace holds no tokens");
+            st = trace_read_fail(r, specs[i].name, "the trace holds no tokens");
     }
     m.has_token_ids = have[DS_TOKEN_ID];
     m.has_importance = have[DS_IMPORTANCE];
@@ -643,28 +605,28 @@ static moesim_status open_trace(reader *r, opened_trace *o) {
 static moesim_status read_file(reader *r, trace **out) {
     opened_trace o = {0};
     trace *t = NULL;
-    moesim_status st = open_trace(r, &o);
+    moesim_status st = trace_read_datasets_open(r, &o);
     if (!st) {
         t = trace_try_create(&o.meta, o.n_tokens);
         if (!t)
-            st = moesim_fail(r->err, MOESIM_ENOMEM,
-                             "%s: cannot allocate %.1f MiB for %" PRIu64 " tokens", r->path,
-                             (double)trace_bytes_per_token(&o.meta) * (double)o.n_tokens / 1048576.0,
-                             o.n_tokens);
+            st = moesim_fail(
+                r->err, MOESIM_ENOMEM, "%s: cannot allocate %.1f MiB for %" PRIu64 " tokens",
+                r->path, (double)trace_bytes_per_token(&o.meta) * (double)o.n_tokens / 1048576.0,
+                o.n_tokens);
     }
     if (!st) {
         void *bufs[DS_COUNT] = {t->request_id, t->position,      t->phase,
                                 t->token_id,   t->expert_ids,    t->gate_weights,
                                 t->importance, t->lookahead_ids, t->lookahead_scores};
         for (int i = 0; i < DS_COUNT && !st; i++)
-            if (o.have[i]) st = read_dataset(r, &o.specs[i], o.ds[i], bufs[i]);
+            if (o.have[i]) st = trace_read_dataset(r, &o.specs[i], o.ds[i], bufs[i]);
     }
     if (!st) {
         t->params_json = o.params_json;
         o.params_json = NULL;
         st = trace_finish(t, r->path, r->err);
     }
-    opened_close(&o);
+    trace_read_datasets_close(&o);
     if (st) {
         trace_destroy(t);
         return st;
@@ -675,7 +637,7 @@ static moesim_status read_file(reader *r, trace **out) {
 
 /* Opens `path` for reading into *r (r->file open on success): the plain-file checks, the HDF5
  * signature, and HDF5's own truncation message made readable. */
-static moesim_status open_file(const char *path, hid_t fapl, reader *r, moesim_error *err) {
+moesim_status trace_read_file_open(const char *path, hid_t fapl, reader *r, moesim_error *err) {
     h5_quiet();
     struct stat sb;
     if (stat(path, &sb) != 0)
@@ -689,7 +651,8 @@ static moesim_status open_file(const char *path, hid_t fapl, reader *r, moesim_e
     htri_t is = H5Fis_hdf5(path);
     if (is == 0)
         return moesim_fail(err, MOESIM_EINPUT, "%s: not an HDF5 file (no HDF5 signature)", path);
-    if (is < 0) return moesim_fail(err, MOESIM_EIO, "%s: cannot open (%s)", path, h5_reason(r->why));
+    if (is < 0)
+        return moesim_fail(err, MOESIM_EIO, "%s: cannot open (%s)", path, h5_reason(r->why));
     r->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (r->file < 0) {
         /* HDF5 says "truncated file: eof = 2000, sblock->base_addr = 0, stored_eof = 25206" */
@@ -709,7 +672,7 @@ static moesim_status open_file(const char *path, hid_t fapl, reader *r, moesim_e
 moesim_status trace_read(const char *path, trace **out, moesim_error *err) {
     *out = NULL;
     reader r;
-    moesim_status st = open_file(path, H5P_DEFAULT, &r, err);
+    moesim_status st = trace_read_file_open(path, H5P_DEFAULT, &r, err);
     if (st) return st;
     st = read_file(&r, out);
     if (H5Fclose(r.file) < 0 && !st) {
@@ -719,366 +682,4 @@ moesim_status trace_read(const char *path, trace **out, moesim_error *err) {
     }
     H5Eclear2(H5E_DEFAULT);
     return st;
-}
-
-/* ---- streaming ---------------------------------------------------------------------------
- *
- * A stream keeps the file open with every dataset checked, each request's first token and counts
- * (trace_request_index; per token only when requests interleave in the file) and a few blocks of
- * whole tokens: an LRU cache of
- * `n_slots` blocks of block_tokens tokens each. Blocks are read as hyperslabs (HDF5 inflates the
- * chunks they overlap; blocks of a few chunks keep the chunks inflated twice, at block
- * boundaries, a minority). Opening reads every block once, through trace_checker, so a stream
- * holds only values trace_read would accept. */
-
-#define STREAM_BLOCK_BYTES   (4u << 20) /* a few chunks of our writer's layout */
-/* HDF5's chunk cache per dataset: none. With one (2-4 MiB), reading blocks of the requests in
- * flight in turn made the process grow by ~1.4 KB per token of the trace (measured on a
- * Qwen3-30B trace of 10^5 tokens: 170 MB instead of 47), which is what the stream is for. */
-#define STREAM_CHUNK_CACHE 0u
-#define STREAM_DEFAULT_SLOTS 4u
-
-/* One dataset's last inflated chunk, when the dataset is laid out as our writer lays it out
- * (read_chunks' fast path, one chunk at a time): blocks then inflate with libdeflate rather than
- * through HDF5's filters, and the chunk a block boundary cuts is inflated once. */
-typedef struct stream_chunk {
-    hsize_t rows;         /* rows per chunk; 0: read through H5Dread */
-    size_t row_bytes;
-    uint64_t held;        /* chunk index in buf, or UINT64_MAX */
-    unsigned char *buf;   /* [rows * row_bytes] */
-} stream_chunk;
-
-struct trace_stream {
-    char *path;
-    stream_chunk chunk[DS_COUNT];
-    chunk_batch batch; /* one job at a time (inflated on this thread); sized for the largest */
-    reader r;
-    opened_trace o;
-    trace *skeleton;   /* meta and counts; no arrays */
-    trace_request_index requests;
-    uint64_t block_tokens;
-    uint32_t n_slots;  /* blocks cached */
-    trace **slot;      /* [n_slots] block traces (n_tokens = tokens of that block) */
-    uint64_t *slot_of; /* [n_slots] block index held, or UINT64_MAX */
-    uint64_t *slot_at; /* [n_slots] last use (LRU clock) */
-    uint32_t mru;      /* slot of the last lookup */
-    uint64_t clock;
-    uint64_t blocks_read;
-};
-
-static moesim_status read_rows(reader *r, const dataset_spec *spec, hid_t d, uint64_t first,
-                               uint64_t n, void *buf) {
-    hsize_t start[4] = {first, 0, 0, 0}, count[4] = {n, 0, 0, 0};
-    for (int i = 1; i < spec->rank; i++) count[i] = spec->dims[i];
-    hid_t fs = H5Dget_space(d), ms = H5Screate_simple(spec->rank, count, NULL);
-    bool ok = fs >= 0 && ms >= 0 &&
-              H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
-              H5Dread(d, spec->mtype, ms, fs, H5P_DEFAULT, buf) >= 0;
-    h5_close(&ms, H5Sclose);
-    h5_close(&fs, H5Sclose);
-    if (!ok)
-        return read_fail(r, spec->name, "cannot read tokens %" PRIu64 "..%" PRIu64
-                                        " (truncated or corrupt: %s)",
-                         first, first + n - 1, h5_reason(r->why));
-    return MOESIM_OK;
-}
-
-/* Rows [first, first + n) of dataset `i` into dst: from its chunks when they are ours (one
- * inflated chunk kept), else through H5Dread. */
-static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64_t n, void *dst) {
-    stream_chunk *c = &s->chunk[i];
-    const dataset_spec *spec = &s->o.specs[i];
-    if (!c->rows) return read_rows(&s->r, spec, s->o.ds[i], first, n, dst);
-    const uint64_t N = s->o.n_tokens, chunk_bytes = c->rows * c->row_bytes;
-    for (uint64_t j = first / c->rows; j * c->rows < first + n; j++) {
-        if (c->held != j) {
-            hsize_t offset[4] = {j * c->rows, 0, 0, 0}, stored = 0;
-            uint32_t mask = 0;
-            chunk_job *job = &s->batch.jobs[0];
-            if (H5Dget_chunk_storage_size(s->o.ds[i], offset, &stored) < 0 || stored == 0 ||
-                stored > s->batch.packed_cap ||
-                H5Dread_chunk(s->o.ds[i], H5P_DEFAULT, offset, &mask, job->packed) < 0 || mask) {
-                H5Eclear2(H5E_DEFAULT);
-                c->rows = 0; /* not as our writer stores it after all: HDF5 reads it */
-                c->held = UINT64_MAX;
-                return read_rows(&s->r, spec, s->o.ds[i], first, n, dst);
-            }
-            uint64_t at = j * chunk_bytes, total = N * c->row_bytes;
-            job->packed_bytes = stored;
-            job->dst = c->buf;
-            job->chunk_bytes = chunk_bytes;
-            job->elem_size = spec->size;
-            job->raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
-            s->batch.n_jobs = 1;
-            chunk_batch_run(&s->batch);
-            if (!job->ok) {
-                c->held = UINT64_MAX;
-                return chunk_read_fail(&s->r, spec, offset[0], "deflate data do not inflate");
-            }
-            c->held = j;
-        }
-        uint64_t lo = j * c->rows > first ? j * c->rows : first;
-        uint64_t hi = (j + 1) * c->rows < first + n ? (j + 1) * c->rows : first + n;
-        memcpy((unsigned char *)dst + (lo - first) * c->row_bytes,
-               c->buf + (lo - j * c->rows) * c->row_bytes, (hi - lo) * c->row_bytes);
-    }
-    return MOESIM_OK;
-}
-
-/* Reads tokens [first, first + n) of every dataset into `block` (sized for at least n). */
-static moesim_status read_block(trace_stream *s, uint64_t first, uint64_t n, trace *block) {
-    void *bufs[DS_COUNT] = {block->request_id, block->position,      block->phase,
-                            block->token_id,   block->expert_ids,    block->gate_weights,
-                            block->importance, block->lookahead_ids, block->lookahead_scores};
-    moesim_status st = MOESIM_OK;
-    for (int i = 0; i < DS_COUNT && !st; i++)
-        if (s->o.have[i]) st = read_ds_rows(s, i, first, n, bufs[i]);
-    block->n_tokens = n;
-    return st;
-}
-
-static uint64_t block_len(const trace_stream *s, uint64_t b) {
-    uint64_t first = b * s->block_tokens, n = s->skeleton->n_tokens - first;
-    return n < s->block_tokens ? n : s->block_tokens;
-}
-
-/* ---- request index ---- */
-
-/* Adds tokens [first, first + n) of the trace (their request ids and phases) to an index whose
- * arrays are sized for every request; false when a request's tokens are not contiguous. */
-static bool index_add(trace_request_index *ix, uint64_t first, uint64_t n, const uint32_t *rid,
-                      const uint8_t *phase) {
-    bool contiguous = true;
-    for (uint64_t i = 0; i < n; i++) {
-        uint32_t r = rid[i];
-        if (!ix->n_tokens[r])
-            ix->first[r] = first + i;
-        else if (ix->first[r] + ix->n_tokens[r] != first + i)
-            contiguous = false;
-        ix->n_tokens[r]++;
-        ix->n_prefill[r] += phase[i] == TRACE_PREFILL;
-    }
-    return contiguous;
-}
-
-static void index_alloc(trace_request_index *ix, uint32_t n_requests) {
-    memset(ix, 0, sizeof *ix);
-    ix->n_requests = n_requests;
-    size_t n = n_requests ? n_requests : 1;
-    ix->first = moesim_xcalloc(n, sizeof *ix->first);
-    ix->n_tokens = moesim_xcalloc(n, sizeof *ix->n_tokens);
-    ix->n_prefill = moesim_xcalloc(n, sizeof *ix->n_prefill);
-}
-
-/* Interleaved requests: each one's tokens listed, in trace order (rid: [N] request ids). */
-static void index_group(trace_request_index *ix, const uint32_t *rid, uint64_t N) {
-    ix->offset = moesim_xcalloc(ix->n_requests ? ix->n_requests : 1, sizeof *ix->offset);
-    ix->tokens = moesim_xmalloc((N ? N : 1) * sizeof *ix->tokens);
-    for (uint32_t r = 1; r < ix->n_requests; r++)
-        ix->offset[r] = ix->offset[r - 1] + ix->n_tokens[r - 1];
-    uint64_t *fill = moesim_xmalloc((ix->n_requests ? ix->n_requests : 1) * sizeof *fill);
-    memcpy(fill, ix->offset, ix->n_requests * sizeof *fill);
-    for (uint64_t i = 0; i < N; i++) ix->tokens[fill[rid[i]]++] = (uint32_t)i;
-    free(fill);
-}
-
-void trace_request_index_build(trace_request_index *ix, const trace *t) {
-    index_alloc(ix, t->n_requests);
-    if (!index_add(ix, 0, t->n_tokens, t->request_id, t->phase))
-        index_group(ix, t->request_id, t->n_tokens);
-}
-
-void trace_request_index_free(trace_request_index *ix) {
-    free(ix->first);
-    free(ix->n_tokens);
-    free(ix->n_prefill);
-    free(ix->tokens);
-    free(ix->offset);
-    memset(ix, 0, sizeof *ix);
-}
-
-/* The skeleton (meta and counts), the request index, and the validation pass: every block
- * through trace_checker. */
-static moesim_status stream_load(trace_stream *s) {
-    const opened_trace *o = &s->o;
-    reader *r = &s->r;
-    uint64_t N = o->n_tokens;
-    trace *k = calloc(1, sizeof *k);
-    if (!k) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
-    s->skeleton = k;
-    k->meta = o->meta;
-    k->n_tokens = N;
-    trace *block = trace_try_create(&o->meta, s->block_tokens);
-    if (!block) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
-    /* the request count first (the checker needs it), from the request ids alone */
-    uint64_t n_blocks = (N + s->block_tokens - 1) / s->block_tokens;
-    uint32_t max_id = 0;
-    moesim_status st = MOESIM_OK;
-    for (uint64_t b = 0; b < n_blocks && !st; b++) {
-        uint64_t n = block_len(s, b);
-        st = read_ds_rows(s, DS_REQUEST_ID, b * s->block_tokens, n, block->request_id);
-        for (uint64_t i = 0; i < n && !st; i++)
-            max_id = block->request_id[i] > max_id ? block->request_id[i] : max_id;
-    }
-    k->n_requests = N ? (max_id < UINT32_MAX ? max_id + 1 : UINT32_MAX) : 0;
-    if (!st) st = trace_counts_check(N, k->n_requests, r->path, r->err);
-    bool contiguous = true;
-    if (!st) {
-        trace_checker c;
-        trace_checker_init(&c, &k->meta, k->n_requests, r->path);
-        index_alloc(&s->requests, k->n_requests);
-        for (uint64_t b = 0; b < n_blocks && !st; b++) {
-            st = read_block(s, b * s->block_tokens, block_len(s, b), block);
-            if (!st) st = trace_checker_block(&c, block, r->err);
-            if (!st)
-                contiguous &= index_add(&s->requests, b * s->block_tokens, block->n_tokens,
-                                        block->request_id, block->phase);
-        }
-        if (!st) st = trace_checker_finish(&c, r->err);
-        trace_checker_free(&c);
-    }
-    trace_destroy(block);
-    if (!st && !contiguous) { /* requests interleave in the file: 8 bytes a token */
-        uint32_t *rid = malloc((N ? N : 1) * sizeof *rid);
-        if (!rid) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
-        st = read_dataset(r, &o->specs[DS_REQUEST_ID], o->ds[DS_REQUEST_ID], rid);
-        if (!st) index_group(&s->requests, rid, N);
-        free(rid);
-    }
-    return st;
-}
-
-/* Which datasets are laid out as ours (their chunks then inflate here), and their buffers. */
-static moesim_status stream_chunks_init(trace_stream *s) {
-    size_t largest = 0;
-    for (int i = 0; i < DS_COUNT; i++) {
-        stream_chunk *c = &s->chunk[i];
-        c->held = UINT64_MAX;
-        if (!s->o.have[i]) continue;
-        const dataset_spec *spec = &s->o.specs[i];
-        c->row_bytes = spec->size;
-        for (int d = 1; d < spec->rank; d++) c->row_bytes *= spec->dims[d];
-        c->rows = own_chunk_rows(spec, s->o.ds[i]);
-        size_t bytes = c->rows * c->row_bytes;
-        if (c->rows > s->o.n_tokens || bytes > CHUNK_MAX_BYTES) c->rows = 0; /* as read_chunks */
-        if (!c->rows) continue;
-        c->buf = malloc(bytes);
-        if (!c->buf) return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory", s->r.path);
-        if (bytes > largest) largest = bytes;
-    }
-    if (largest && !chunk_batch_init(&s->batch, largest, false))
-        return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory for chunk buffers",
-                           s->r.path);
-    return MOESIM_OK;
-}
-
-moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_error *err) {
-    *out = NULL;
-    trace_stream *s = calloc(1, sizeof *s);
-    char *own = strdup(path);
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (!s || !own || fapl < 0) {
-        free(s);
-        free(own);
-        h5_close(&fapl, H5Pclose);
-        return moesim_fail(err, MOESIM_ENOMEM, "%s: out of memory", path);
-    }
-    s->path = own;
-    for (int i = 0; i < DS_COUNT; i++) s->o.ds[i] = H5I_INVALID_HID;
-    H5Pset_cache(fapl, 0, 521, STREAM_CHUNK_CACHE, 1.0);
-    moesim_status st = open_file(own, fapl, &s->r, err);
-    h5_close(&fapl, H5Pclose);
-    if (!st) st = open_trace(&s->r, &s->o);
-    if (!st) {
-        uint64_t per_token = trace_bytes_per_token(&s->o.meta);
-        s->block_tokens = STREAM_BLOCK_BYTES / per_token ? STREAM_BLOCK_BYTES / per_token : 1;
-        st = stream_chunks_init(s);
-        if (!st) st = stream_load(s);
-    }
-    if (!st) {
-        s->skeleton->params_json = s->o.params_json;
-        s->o.params_json = NULL;
-        trace_stream_set_cache(s, 0, STREAM_DEFAULT_SLOTS);
-    }
-    H5Eclear2(H5E_DEFAULT);
-    if (st) {
-        trace_stream_close(s);
-        return st;
-    }
-    *out = s;
-    return MOESIM_OK;
-}
-
-const trace *trace_stream_tokens(const trace_stream *s) { return s->skeleton; }
-
-const trace_request_index *trace_stream_requests(const trace_stream *s) { return &s->requests; }
-
-uint64_t trace_stream_block_tokens(const trace_stream *s) { return s->block_tokens; }
-
-uint64_t trace_stream_blocks_read(const trace_stream *s) { return s->blocks_read; }
-
-void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_blocks) {
-    if (n_blocks < 1) n_blocks = 1;
-    for (uint32_t i = 0; i < s->n_slots; i++) {
-        trace_destroy(s->slot[i]);
-    }
-    free(s->slot);
-    free(s->slot_of);
-    free(s->slot_at);
-    if (block_tokens) s->block_tokens = block_tokens;
-    s->n_slots = n_blocks;
-    s->slot = moesim_xcalloc(n_blocks, sizeof *s->slot);
-    s->slot_of = moesim_xcalloc(n_blocks, sizeof *s->slot_of);
-    s->slot_at = moesim_xcalloc(n_blocks, sizeof *s->slot_at);
-    for (uint32_t i = 0; i < n_blocks; i++) s->slot_of[i] = UINT64_MAX;
-    s->mru = 0;
-}
-
-const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local) {
-    MOESIM_ASSERT(token < s->skeleton->n_tokens);
-    uint64_t b = token / s->block_tokens;
-    *local = token - b * s->block_tokens;
-    if (s->slot_of[s->mru] == b) return s->slot[s->mru];
-    uint32_t victim = 0;
-    for (uint32_t i = 0; i < s->n_slots; i++) {
-        if (s->slot_of[i] == b) {
-            s->mru = i;
-            s->slot_at[i] = ++s->clock;
-            return s->slot[i];
-        }
-        if (s->slot_at[i] < s->slot_at[victim]) victim = i;
-    }
-    if (!s->slot[victim]) s->slot[victim] = trace_create(&s->o.meta, s->block_tokens);
-    moesim_error err = {0};
-    s->r.err = &err;
-    if (read_block(s, b * s->block_tokens, block_len(s, b), s->slot[victim])) {
-        /* every block was read once when the stream opened: the file changed since, or the
-         * disk failed; there is no trace left to run on */
-        fprintf(stderr, "moesim: %s\n", err.msg);
-        abort();
-    }
-    s->slot_of[victim] = b;
-    s->slot_at[victim] = ++s->clock;
-    s->mru = victim;
-    s->blocks_read++;
-    return s->slot[victim];
-}
-
-void trace_stream_close(trace_stream *s) {
-    if (!s) return;
-    for (uint32_t i = 0; i < s->n_slots; i++) {
-        trace_destroy(s->slot[i]);
-    }
-    free(s->slot);
-    free(s->slot_of);
-    free(s->slot_at);
-    opened_close(&s->o);
-    trace_destroy(s->skeleton);
-    trace_request_index_free(&s->requests);
-    for (int i = 0; i < DS_COUNT; i++) free(s->chunk[i].buf);
-    chunk_batch_free(&s->batch);
-    if (s->r.file >= 0 && s->r.path) H5Fclose(s->r.file);
-    H5Eclear2(H5E_DEFAULT);
-    free(s->path);
-    free(s);
 }

@@ -1,0 +1,428 @@
+/* Reading a trace without holding it whole (trace_stream, traces/trace.h), and each request's
+ * tokens (trace_request_index). The file is opened and checked as trace_read does it
+ * (trace_read_internal.h); rows are then read block by block. */
+#include <hdf5.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/check.h"
+#include "traces/h5_chunks.h"
+#include "traces/trace.h"
+#include "traces/trace_read_internal.h"
+
+/* ---- streaming ---------------------------------------------------------------------------
+ *
+ * A stream keeps the file open with every dataset checked, each request's first token and counts
+ * (trace_request_index; per token only when requests interleave in the file) and a few blocks of
+ * whole tokens: an LRU cache of
+ * `n_slots` blocks of block_tokens tokens each. Blocks are read as hyperslabs (HDF5 inflates the
+ * chunks they overlap; blocks of a few chunks keep the chunks inflated twice, at block
+ * boundaries, a minority). Opening reads every block once, through trace_checker, so a stream
+ * holds only values trace_read would accept. */
+
+#define STREAM_BLOCK_BYTES (4u << 20) /* a few chunks of our writer's layout */
+/* HDF5's chunk cache per dataset: none. With one (2-4 MiB), reading blocks of the requests in
+ * flight in turn made the process grow by ~1.4 KB per token of the trace (measured on a
+ * Qwen3-30B trace of 10^5 tokens: 170 MB instead of 47), which is what the stream is for. */
+#define STREAM_CHUNK_CACHE   0u
+#define STREAM_DEFAULT_SLOTS 4u
+
+/* One dataset's last inflated chunk, when the dataset is laid out as our writer lays it out
+ * (read_chunks' fast path, one chunk at a time): blocks then inflate with libdeflate rather than
+ * through HDF5's filters, and the chunk a block boundary cuts is inflated once. */
+typedef struct stream_chunk {
+    hsize_t rows; /* rows per chunk; 0: read through H5Dread */
+    size_t row_bytes;
+    uint64_t held;      /* chunk index in buf, or UINT64_MAX */
+    unsigned char *buf; /* [rows * row_bytes] */
+} stream_chunk;
+
+struct trace_stream {
+    char *path;
+    stream_chunk chunk[DS_COUNT];
+    chunk_batch batch; /* one job at a time (inflated on this thread); sized for the largest */
+    reader r;
+    opened_trace o;
+    trace *skeleton;             /* meta and counts; no arrays */
+    trace_meta rows_meta;        /* the blocks' geometry: the file's, less the rows skipped */
+    bool skip[DS_COUNT];         /* datasets the blocks leave out (trace_stream_options) */
+    uint64_t la_right, la_total; /* trace_stream_lookahead_first_hits */
+    trace_request_index requests;
+    uint64_t block_tokens;
+    uint32_t n_slots;  /* blocks cached */
+    trace **slot;      /* [n_slots] block traces (n_tokens = tokens of that block) */
+    uint64_t *slot_of; /* [n_slots] block index held, or UINT64_MAX */
+    uint64_t *slot_at; /* [n_slots] last use (LRU clock) */
+    uint32_t mru;      /* slot of the last lookup */
+    uint64_t clock;
+    uint64_t blocks_read;
+};
+
+static moesim_status read_rows(reader *r, const dataset_spec *spec, hid_t d, uint64_t first,
+                               uint64_t n, void *buf) {
+    hsize_t start[4] = {first, 0, 0, 0}, count[4] = {n, 0, 0, 0};
+    for (int i = 1; i < spec->rank; i++) count[i] = spec->dims[i];
+    hid_t fs = H5Dget_space(d), ms = H5Screate_simple(spec->rank, count, NULL);
+    bool ok = fs >= 0 && ms >= 0 &&
+              H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+              H5Dread(d, spec->mtype, ms, fs, H5P_DEFAULT, buf) >= 0;
+    h5_close(&ms, H5Sclose);
+    h5_close(&fs, H5Sclose);
+    if (!ok)
+        return trace_read_fail(
+            r, spec->name, "cannot read tokens %" PRIu64 "..%" PRIu64 " (truncated or corrupt: %s)",
+            first, first + n - 1, h5_reason(r->why));
+    return MOESIM_OK;
+}
+
+/* Rows [first, first + n) of dataset `i` into dst: from its chunks when they are ours (one
+ * inflated chunk kept), else through H5Dread. */
+static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64_t n, void *dst) {
+    stream_chunk *c = &s->chunk[i];
+    const dataset_spec *spec = &s->o.specs[i];
+    if (!c->rows) return read_rows(&s->r, spec, s->o.ds[i], first, n, dst);
+    const uint64_t N = s->o.n_tokens, chunk_bytes = c->rows * c->row_bytes;
+    for (uint64_t j = first / c->rows; j * c->rows < first + n; j++) {
+        if (c->held != j) {
+            hsize_t offset[4] = {j * c->rows, 0, 0, 0}, stored = 0;
+            uint32_t mask = 0;
+            chunk_job *job = &s->batch.jobs[0];
+            if (H5Dget_chunk_storage_size(s->o.ds[i], offset, &stored) < 0 || stored == 0 ||
+                stored > s->batch.packed_cap ||
+                H5Dread_chunk(s->o.ds[i], H5P_DEFAULT, offset, &mask, job->packed) < 0 || mask) {
+                H5Eclear2(H5E_DEFAULT);
+                c->rows = 0; /* not as our writer stores it after all: HDF5 reads it */
+                c->held = UINT64_MAX;
+                return read_rows(&s->r, spec, s->o.ds[i], first, n, dst);
+            }
+            uint64_t at = j * chunk_bytes, total = N * c->row_bytes;
+            job->packed_bytes = stored;
+            job->dst = c->buf;
+            job->chunk_bytes = chunk_bytes;
+            job->elem_size = spec->size;
+            job->raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
+            s->batch.n_jobs = 1;
+            chunk_batch_run(&s->batch);
+            if (!job->ok) {
+                c->held = UINT64_MAX;
+                return trace_read_chunk_fail(&s->r, spec, offset[0], "deflate data do not inflate");
+            }
+            c->held = j;
+        }
+        uint64_t lo = j * c->rows > first ? j * c->rows : first;
+        uint64_t hi = (j + 1) * c->rows < first + n ? (j + 1) * c->rows : first + n;
+        memcpy((unsigned char *)dst + (lo - first) * c->row_bytes,
+               c->buf + (lo - j * c->rows) * c->row_bytes, (hi - lo) * c->row_bytes);
+    }
+    return MOESIM_OK;
+}
+
+/* Reads tokens [first, first + n) of every dataset into `block` (sized for at least n). */
+static moesim_status read_block(trace_stream *s, uint64_t first, uint64_t n, trace *block) {
+    void *bufs[DS_COUNT] = {block->request_id, block->position,      block->phase,
+                            block->token_id,   block->expert_ids,    block->gate_weights,
+                            block->importance, block->lookahead_ids, block->lookahead_scores};
+    moesim_status st = MOESIM_OK;
+    for (int i = 0; i < DS_COUNT && !st; i++)
+        if (s->o.have[i] && !s->skip[i]) st = read_ds_rows(s, i, first, n, bufs[i]);
+    block->n_tokens = n;
+    return st;
+}
+
+static uint64_t block_len(const trace_stream *s, uint64_t b) {
+    uint64_t first = b * s->block_tokens, n = s->skeleton->n_tokens - first;
+    return n < s->block_tokens ? n : s->block_tokens;
+}
+
+/* ---- request index ---- */
+
+/* Adds tokens [first, first + n) of the trace (their request ids and phases) to an index whose
+ * arrays are sized for every request; false when a request's tokens are not contiguous. */
+static bool index_add(trace_request_index *ix, uint64_t first, uint64_t n, const uint32_t *rid,
+                      const uint8_t *phase) {
+    bool contiguous = true;
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t r = rid[i];
+        if (!ix->n_tokens[r])
+            ix->first[r] = first + i;
+        else if (ix->first[r] + ix->n_tokens[r] != first + i)
+            contiguous = false;
+        ix->n_tokens[r]++;
+        ix->n_prefill[r] += phase[i] == TRACE_PREFILL;
+    }
+    return contiguous;
+}
+
+static void index_alloc(trace_request_index *ix, uint32_t n_requests) {
+    memset(ix, 0, sizeof *ix);
+    ix->n_requests = n_requests;
+    size_t n = n_requests ? n_requests : 1;
+    ix->first = moesim_xcalloc(n, sizeof *ix->first);
+    ix->n_tokens = moesim_xcalloc(n, sizeof *ix->n_tokens);
+    ix->n_prefill = moesim_xcalloc(n, sizeof *ix->n_prefill);
+}
+
+/* Interleaved requests: each one's tokens listed, in trace order (rid: [N] request ids). */
+static void index_group(trace_request_index *ix, const uint32_t *rid, uint64_t N) {
+    ix->offset = moesim_xcalloc(ix->n_requests ? ix->n_requests : 1, sizeof *ix->offset);
+    ix->tokens = moesim_xmalloc((N ? N : 1) * sizeof *ix->tokens);
+    for (uint32_t r = 1; r < ix->n_requests; r++)
+        ix->offset[r] = ix->offset[r - 1] + ix->n_tokens[r - 1];
+    uint64_t *fill = moesim_xmalloc((ix->n_requests ? ix->n_requests : 1) * sizeof *fill);
+    memcpy(fill, ix->offset, ix->n_requests * sizeof *fill);
+    for (uint64_t i = 0; i < N; i++) ix->tokens[fill[rid[i]]++] = (uint32_t)i;
+    free(fill);
+}
+
+void trace_request_index_build(trace_request_index *ix, const trace *t) {
+    index_alloc(ix, t->n_requests);
+    if (!index_add(ix, 0, t->n_tokens, t->request_id, t->phase))
+        index_group(ix, t->request_id, t->n_tokens);
+}
+
+void trace_request_index_free(trace_request_index *ix) {
+    free(ix->first);
+    free(ix->n_tokens);
+    free(ix->n_prefill);
+    free(ix->tokens);
+    free(ix->offset);
+    memset(ix, 0, sizeof *ix);
+}
+
+/* Adds a block's first-candidate hits (trace_stream_lookahead_first_hits) from its look-ahead
+ * ids `la` [n_tokens][L][D][K'] (as the simulator counts them from the rows it gathers). */
+static void count_first_hits(trace_stream *s, const trace *block, const uint16_t *la) {
+    const trace_meta *m = &s->o.meta;
+    const size_t per_layer = (size_t)m->lookahead_depth * m->lookahead_k;
+    for (uint64_t i = 0; i < block->n_tokens; i++)
+        for (uint32_t l = 0; l + 1 < m->n_layers; l++) {
+            uint16_t want = trace_experts(block, i, l + 1)[0];
+            if (want == TRACE_NO_EXPERT) continue;
+            s->la_right += la[(i * m->n_layers + l) * per_layer] == want;
+            s->la_total++;
+        }
+}
+
+/* The skeleton (meta and counts), the request index, and the validation pass: every block
+ * through trace_checker (the rows skipped left out). */
+static moesim_status stream_load(trace_stream *s) {
+    const opened_trace *o = &s->o;
+    reader *r = &s->r;
+    uint64_t N = o->n_tokens;
+    trace *k = calloc(1, sizeof *k);
+    if (!k) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
+    s->skeleton = k;
+    k->meta = o->meta;
+    k->n_tokens = N;
+    trace *block = trace_try_create(&s->rows_meta, s->block_tokens);
+    if (!block) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
+    /* skipped look-ahead: its ids alone, for the first-candidate hits */
+    const bool count_la = s->skip[DS_LOOK_IDS] && o->have[DS_LOOK_IDS];
+    uint16_t *la_ids = NULL;
+    if (count_la) {
+        la_ids = malloc(s->block_tokens * trace_lookahead_values(&o->meta) * sizeof *la_ids);
+        if (!la_ids) {
+            trace_destroy(block);
+            return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
+        }
+    }
+    /* the request count first (the checker needs it), from the request ids alone */
+    uint64_t n_blocks = (N + s->block_tokens - 1) / s->block_tokens;
+    uint32_t max_id = 0;
+    moesim_status st = MOESIM_OK;
+    for (uint64_t b = 0; b < n_blocks && !st; b++) {
+        uint64_t n = block_len(s, b);
+        st = read_ds_rows(s, DS_REQUEST_ID, b * s->block_tokens, n, block->request_id);
+        for (uint64_t i = 0; i < n && !st; i++)
+            max_id = block->request_id[i] > max_id ? block->request_id[i] : max_id;
+    }
+    k->n_requests = N ? (max_id < UINT32_MAX ? max_id + 1 : UINT32_MAX) : 0;
+    if (!st) st = trace_counts_check(N, k->n_requests, r->path, r->err);
+    bool contiguous = true;
+    if (!st) {
+        trace_checker c;
+        trace_checker_init(&c, &s->rows_meta, k->n_requests, r->path);
+        index_alloc(&s->requests, k->n_requests);
+        for (uint64_t b = 0; b < n_blocks && !st; b++) {
+            st = read_block(s, b * s->block_tokens, block_len(s, b), block);
+            if (!st) st = trace_checker_block(&c, block, r->err);
+            if (!st && count_la) {
+                st = read_ds_rows(s, DS_LOOK_IDS, b * s->block_tokens, block->n_tokens, la_ids);
+                if (!st) count_first_hits(s, block, la_ids);
+            }
+            if (!st)
+                contiguous &= index_add(&s->requests, b * s->block_tokens, block->n_tokens,
+                                        block->request_id, block->phase);
+        }
+        if (!st) st = trace_checker_finish(&c, r->err);
+        trace_checker_free(&c);
+    }
+    trace_destroy(block);
+    free(la_ids);
+    if (!st && !contiguous) { /* requests interleave in the file: 8 bytes a token */
+        uint32_t *rid = malloc((N ? N : 1) * sizeof *rid);
+        if (!rid) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
+        st = trace_read_dataset(r, &o->specs[DS_REQUEST_ID], o->ds[DS_REQUEST_ID], rid);
+        if (!st) index_group(&s->requests, rid, N);
+        free(rid);
+    }
+    return st;
+}
+
+/* Which datasets are laid out as ours (their chunks then inflate here), and their buffers. */
+static moesim_status stream_chunks_init(trace_stream *s) {
+    size_t largest = 0;
+    for (int i = 0; i < DS_COUNT; i++) {
+        stream_chunk *c = &s->chunk[i];
+        c->held = UINT64_MAX;
+        if (!s->o.have[i] || (s->skip[i] && i != DS_LOOK_IDS)) continue;
+        const dataset_spec *spec = &s->o.specs[i];
+        c->row_bytes = spec->size;
+        for (int d = 1; d < spec->rank; d++) c->row_bytes *= spec->dims[d];
+        /* a dataset (or a chunk of it) HDF5 reads: checked as trace_read checks it */
+        moesim_status st = trace_read_skipped_filters_check(&s->r, spec, s->o.ds[i]);
+        if (st) return st;
+        c->rows = trace_read_chunk_rows(spec, s->o.ds[i]);
+        size_t bytes = c->rows * c->row_bytes;
+        if (c->rows > s->o.n_tokens || bytes > CHUNK_MAX_BYTES) c->rows = 0; /* as read_chunks */
+        if (!c->rows) continue;
+        c->buf = malloc(bytes);
+        if (!c->buf) return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory", s->r.path);
+        if (bytes > largest) largest = bytes;
+    }
+    if (largest && !chunk_batch_init(&s->batch, largest, false))
+        return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory for chunk buffers",
+                           s->r.path);
+    return MOESIM_OK;
+}
+
+moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_error *err) {
+    return trace_stream_open_with(path, NULL, out, err);
+}
+
+moesim_status trace_stream_open_with(const char *path, const trace_stream_options *opt,
+                                     trace_stream **out, moesim_error *err) {
+    *out = NULL;
+    trace_stream *s = calloc(1, sizeof *s);
+    char *own = strdup(path);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (!s || !own || fapl < 0) {
+        free(s);
+        free(own);
+        h5_close(&fapl, H5Pclose);
+        return moesim_fail(err, MOESIM_ENOMEM, "%s: out of memory", path);
+    }
+    s->path = own;
+    for (int i = 0; i < DS_COUNT; i++) s->o.ds[i] = H5I_INVALID_HID;
+    H5Pset_cache(fapl, 0, 521, STREAM_CHUNK_CACHE, 1.0);
+    moesim_status st = trace_read_file_open(own, fapl, &s->r, err);
+    h5_close(&fapl, H5Pclose);
+    if (!st) st = trace_read_datasets_open(&s->r, &s->o);
+    if (!st) {
+        s->rows_meta = s->o.meta;
+        if (opt && opt->skip_lookahead) {
+            s->skip[DS_LOOK_IDS] = s->skip[DS_LOOK_SCORES] = true;
+            s->rows_meta.lookahead_depth = s->rows_meta.lookahead_k = 0;
+        }
+        uint64_t per_token = trace_bytes_per_token(&s->rows_meta);
+        s->block_tokens = STREAM_BLOCK_BYTES / per_token ? STREAM_BLOCK_BYTES / per_token : 1;
+        st = stream_chunks_init(s);
+        if (!st) st = stream_load(s);
+    }
+    if (!st) {
+        s->skeleton->params_json = s->o.params_json;
+        s->o.params_json = NULL;
+        trace_stream_set_cache(s, 0, STREAM_DEFAULT_SLOTS);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    if (st) {
+        trace_stream_close(s);
+        return st;
+    }
+    *out = s;
+    return MOESIM_OK;
+}
+
+const trace *trace_stream_tokens(const trace_stream *s) { return s->skeleton; }
+
+const trace_meta *trace_stream_rows_meta(const trace_stream *s) { return &s->rows_meta; }
+
+void trace_stream_lookahead_first_hits(const trace_stream *s, uint64_t *right, uint64_t *total) {
+    *right = s->la_right;
+    *total = s->la_total;
+}
+
+const trace_request_index *trace_stream_requests(const trace_stream *s) { return &s->requests; }
+
+uint64_t trace_stream_block_tokens(const trace_stream *s) { return s->block_tokens; }
+
+uint64_t trace_stream_blocks_read(const trace_stream *s) { return s->blocks_read; }
+
+void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_blocks) {
+    if (n_blocks < 1) n_blocks = 1;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        trace_destroy(s->slot[i]);
+    }
+    free(s->slot);
+    free(s->slot_of);
+    free(s->slot_at);
+    if (block_tokens) s->block_tokens = block_tokens;
+    s->n_slots = n_blocks;
+    s->slot = moesim_xcalloc(n_blocks, sizeof *s->slot);
+    s->slot_of = moesim_xcalloc(n_blocks, sizeof *s->slot_of);
+    s->slot_at = moesim_xcalloc(n_blocks, sizeof *s->slot_at);
+    for (uint32_t i = 0; i < n_blocks; i++) s->slot_of[i] = UINT64_MAX;
+    s->mru = 0;
+}
+
+const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local) {
+    MOESIM_ASSERT(token < s->skeleton->n_tokens);
+    uint64_t b = token / s->block_tokens;
+    *local = token - b * s->block_tokens;
+    if (s->slot_of[s->mru] == b) return s->slot[s->mru];
+    uint32_t victim = 0;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        if (s->slot_of[i] == b) {
+            s->mru = i;
+            s->slot_at[i] = ++s->clock;
+            return s->slot[i];
+        }
+        if (s->slot_at[i] < s->slot_at[victim]) victim = i;
+    }
+    if (!s->slot[victim]) s->slot[victim] = trace_create(&s->rows_meta, s->block_tokens);
+    moesim_error err = {0};
+    s->r.err = &err;
+    if (read_block(s, b * s->block_tokens, block_len(s, b), s->slot[victim])) {
+        /* every block was read once when the stream opened: the file changed since, or the
+         * disk failed; there is no trace left to run on */
+        fprintf(stderr, "moesim: %s\n", err.msg);
+        abort();
+    }
+    s->slot_of[victim] = b;
+    s->slot_at[victim] = ++s->clock;
+    s->mru = victim;
+    s->blocks_read++;
+    return s->slot[victim];
+}
+
+void trace_stream_close(trace_stream *s) {
+    if (!s) return;
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        trace_destroy(s->slot[i]);
+    }
+    free(s->slot);
+    free(s->slot_of);
+    free(s->slot_at);
+    trace_read_datasets_close(&s->o);
+    trace_destroy(s->skeleton);
+    trace_request_index_free(&s->requests);
+    for (int i = 0; i < DS_COUNT; i++) free(s->chunk[i].buf);
+    chunk_batch_free(&s->batch);
+    if (s->r.file >= 0 && s->r.path) H5Fclose(s->r.file);
+    H5Eclear2(H5E_DEFAULT);
+    free(s->path);
+    free(s);
+}
