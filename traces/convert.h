@@ -72,6 +72,8 @@ typedef enum trace_scores_kind {
 /* Default: a run of at least this many consecutive tokens with identical routing in every
  * layer (ids and gates bit for bit) is reported as a constant run (warm-up noise). */
 #define TRACE_IMPORT_CONSTANT_RUN_MIN 16
+/* The phase source of a log that carries no phase and no prompt lengths: every token decode. */
+#define TRACE_IMPORT_PHASE_DEFAULT "default (all decode)"
 /* The report lists at most this many constant runs (all are counted). */
 #define TRACE_IMPORT_RUNS_LISTED 32
 
@@ -154,7 +156,9 @@ typedef struct trace_import_report {
     uint64_t requests_kept, tokens_kept, records_kept;
     uint64_t rows_unrecorded_kept; /* TRACE_NO_EXPERT rows in the output */
     uint64_t prefill_tokens, decode_tokens;
-    const char *phase_source; /* "records", "--prefill-tokens" or "default (all decode)" */
+    /* "records", "prompt_len of the records", "prompt_lens", "--prompt-lens", "--all-prefill",
+     * "--prefill-tokens" or TRACE_IMPORT_PHASE_DEFAULT */
+    const char *phase_source;
     uint32_t files;           /* input files read (per-layer files: one per layer) */
     /* layers whose routing (ids and gates of every token) equals an earlier layer's: the pairs
      * (earlier, later) in MoE layer numbers, at most TRACE_IMPORT_RUNS_LISTED listed */
@@ -173,6 +177,12 @@ void trace_import_options_default(trace_import_options *o);
 moesim_status trace_import_file(const char *path, const model_geometry *m,
                                 const trace_import_options *o, trace **out,
                                 trace_import_report *rep, moesim_error *err);
+/* The same for several inputs: per-layer dense score files (CSV or 2-D .npy), one MoE layer each
+ * (trace_import_options.layer_from says where its number comes from). One path of another format
+ * reads as trace_import_file. */
+moesim_status trace_import_files(const char *const *paths, uint32_t n_paths,
+                                 const model_geometry *m, const trace_import_options *o,
+                                 trace **out, trace_import_report *rep, moesim_error *err);
 
 /* The report as JSON (keys in traces/FORMAT.md). New reference. */
 json_t *trace_import_report_to_json(const trace_import_report *rep);

@@ -376,41 +376,19 @@ static void block_key(const array_set *a, uint64_t q, request_key *k) {
     }
 }
 
-/* One token's routing from its router logits [L][E]: per layer the k largest logits (highest
- * first, ties to the lower expert id, like a stable descending sort) and their gates by the
- * model's rule, computed in double: softmax over the k chosen logits (GATE_SOFTMAX_TOPK), or
- * over all E with the top-k kept (GATE_SOFTMAX_ALL). */
+/* One token's routing from its dense scores [L][E] (router logits by default, --scores says
+ * otherwise): per layer the top-k and the gates by import_scores_topk. */
 static moesim_status route_from_logits(importer *x, const npy_array *src, const float *logits,
                                        int64_t *ids, float *gates) {
-    const uint32_t E = x->E, k = x->k;
+    uint64_t row[TRACE_MAX_TOP_K];
+    char where[600];
     for (uint32_t l = 0; l < x->L; l++) {
-        const float *z = logits + (size_t)l * E;
-        float zmax = -INFINITY;
-        for (uint32_t e = 0; e < E; e++) {
-            if (!isfinite(z[e]))
-                return moesim_fail(x->err, MOESIM_EINPUT,
-                                   "%s: [%" PRIu64 "][%" PRIu32 "][%" PRIu32
-                                   "]: router logit is not finite",
-                                   src->s.name, x->arr_token, l, e);
-            if (z[e] > zmax) zmax = z[e];
-        }
-        int64_t *id = ids + (size_t)l * k;
-        for (uint32_t j = 0; j < k; j++) { /* selection: k <= 64 passes over E <= 1024 */
-            int64_t best = -1;
-            for (uint32_t e = 0; e < E; e++) {
-                bool taken = false;
-                for (uint32_t a = 0; a < j && !taken; a++) taken = id[a] == e;
-                if (!taken && (best < 0 || z[e] > z[best])) best = e;
-            }
-            id[j] = best;
-        }
-        double sum = 0;
-        if (x->m->gate_norm == GATE_SOFTMAX_TOPK)
-            for (uint32_t j = 0; j < k; j++) sum += exp((double)z[id[j]] - zmax);
-        else
-            for (uint32_t e = 0; e < E; e++) sum += exp((double)z[e] - zmax);
-        for (uint32_t j = 0; j < k; j++)
-            gates[(size_t)l * k + j] = (float)(exp((double)z[id[j]] - zmax) / sum);
+        snprintf(where, sizeof where, "%s: [%" PRIu64 "][%" PRIu32 "]", src->s.name, x->arr_token,
+                 l);
+        moesim_status st =
+            import_scores_topk(x, logits + (size_t)l * x->E, where, row, gates + (size_t)l * x->k);
+        if (st) return st;
+        for (uint32_t j = 0; j < x->k; j++) ids[(size_t)l * x->k + j] = (int64_t)row[j];
     }
     return MOESIM_OK;
 }
@@ -431,9 +409,7 @@ moesim_status import_arrays(importer *x) {
     x->prompt_source = a.prompt_lens ? "prompt_lens" : "prompt_tokens of --requests";
     x->rep->gates_source = a.has_gates     ? "weights"
                            : !a.has_logits ? "uniform 1/k (--uniform-gates)"
-                           : x->m->gate_norm == GATE_SOFTMAX_TOPK
-                               ? "router logits: softmax over the top-k"
-                               : "router logits: softmax over all experts, top-k kept";
+                           : import_scores_source(x);
     const uint64_t T = a.has_logits ? a.logits.shape[0] : a.ids.shape[0];
     const uint64_t row = (uint64_t)x->L * x->k, logit_row = (uint64_t)x->L * x->E;
     import_record *r = moesim_xcalloc(1, sizeof *r);
