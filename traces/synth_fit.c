@@ -28,11 +28,12 @@
 #include "common/check.h"
 #include "common/config.h"
 #include "traces/stats.h"
+#include "traces/synth_moments.h"
 
-#define FIT_SEED      1  /* seed of every simulation: the fit is a function of the trace */
-#define FIT_SWEEPS    6  /* sweeps over the routing knobs */
-#define FIT_BISECT    10 /* halvings per knob per sweep (range / 1024) */
-#define FIT_BISECT_H  7  /* halvings per history knob while choosing reuse_history_tokens */
+#define FIT_SEED      1          /* seed of every simulation: the fit is a function of the trace */
+#define FIT_SWEEPS    6          /* sweeps over the routing knobs */
+#define FIT_BISECT    10         /* halvings per knob per sweep (range / 1024) */
+#define FIT_BISECT_H  7          /* halvings per history knob while choosing reuse_history_tokens */
 #define FIT_MAX_CELLS (1u << 22) /* token x layer records per simulation at most */
 #define N_DEPTH       3          /* profile points: first, mid, last */
 #define PL_MAX_SHARE  (1 - 1e-6) /* an expert in every row of a topic: a finite weight */
@@ -47,7 +48,8 @@ uint32_t synth_fit_detect_interleave(const trace *t) {
     const uint32_t R = t->n_requests;
     uint64_t *left = moesim_xcalloc(R, sizeof *left); /* decode tokens not yet seen */
     bool *begun = moesim_xcalloc(R, sizeof *begun);
-    for (uint64_t i = 0; i < t->n_tokens; i++) left[t->request_id[i]] += t->phase[i] == TRACE_DECODE;
+    for (uint64_t i = 0; i < t->n_tokens; i++)
+        left[t->request_id[i]] += t->phase[i] == TRACE_DECODE;
     uint32_t open = 0, most = 1;
     for (uint64_t i = 0; i < t->n_tokens; i++) {
         const uint32_t r = t->request_id[i];
@@ -126,188 +128,6 @@ moesim_status synth_generate_interleaved(const model_geometry *m, const synth_op
     return MOESIM_OK;
 }
 
-/* ---- moments that trace_stats does not compute ---- */
-
-typedef struct fit_moments {
-    double repeat_share; /* decode tokens routed exactly as their predecessor at every layer */
-    /* [phase][L] mean share of a row's experts that its predecessor's row (same request) has,
-     * by the row's phase (prefill, decode); NaN where no pair */
-    double shared[2][MODEL_MAX_LAYERS];
-    double request_gini; /* mean over (request, layer) of the gini of the request's own counts */
-    double gate_top1;    /* mean largest gate of a row */
-    double gate_sum;     /* mean sum of a row's gates */
-    double imp_sink;     /* mean (importance of position 0 - 1) / (n - 1): the sink share */
-    double imp_sigma;    /* std of log(importance / harmonic tail) over positions >= 1 */
-    double imp_rho;      /* correlation of that between adjacent layers */
-} fit_moments;
-
-static int cmp_u32(const void *a, const void *b) {
-    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Gini of counts x[0..E) (sorted in place), as STATS.md defines it; NaN when all zero. */
-static double gini_of(uint32_t *x, uint32_t E) {
-    qsort(x, E, sizeof *x, cmp_u32);
-    double num = 0, sum = 0;
-    for (uint32_t i = 0; i < E; i++) num += (double)(i + 1) * x[i], sum += x[i];
-    return sum > 0 ? 2 * num / (E * sum) - (E + 1.0) / E : NAN;
-}
-
-static bool row_recorded(const uint16_t *ids) { return ids[0] != TRACE_NO_EXPERT; }
-
-static double request_gini(const trace *t) {
-    const uint32_t E = t->meta.n_experts, L = t->meta.n_layers, k = t->meta.top_k;
-    const uint32_t R = t->n_requests;
-    uint32_t *count = moesim_xcalloc((size_t)R * E, sizeof *count); /* [R][E] */
-    uint32_t *rows = moesim_xcalloc(R, sizeof *rows);
-    double sum = 0;
-    uint64_t n = 0;
-    for (uint32_t l = 0; l < L; l++) {
-        memset(count, 0, (size_t)R * E * sizeof *count);
-        memset(rows, 0, R * sizeof *rows);
-        for (uint64_t i = 0; i < t->n_tokens; i++) {
-            const uint16_t *ids = trace_experts(t, i, l);
-            if (!row_recorded(ids)) continue;
-            rows[t->request_id[i]]++;
-            for (uint32_t j = 0; j < k; j++) count[(size_t)t->request_id[i] * E + ids[j]]++;
-        }
-        for (uint32_t r = 0; r < R; r++)
-            if (rows[r] >= 2) sum += gini_of(count + (size_t)r * E, E), n++;
-    }
-    free(rows);
-    free(count);
-    return n ? sum / (double)n : NAN;
-}
-
-/* Share of decode tokens (with a predecessor in their request, all rows recorded) whose experts
- * are their predecessor's, in the same order, at every layer. */
-static double repeat_share(const trace *t) {
-    const uint32_t L = t->meta.n_layers, k = t->meta.top_k;
-    uint64_t *prev = moesim_xcalloc(t->n_requests, sizeof *prev); /* last token + 1; 0: none */
-    uint64_t pairs = 0, same = 0;
-    for (uint64_t i = 0; i < t->n_tokens; i++) {
-        const uint32_t r = t->request_id[i];
-        const uint64_t p = prev[r];
-        prev[r] = i + 1;
-        if (!p || t->phase[i] != TRACE_DECODE) continue;
-        bool recorded = true, identical = true;
-        for (uint32_t l = 0; l < L; l++) {
-            const uint16_t *a = trace_experts(t, i, l), *b = trace_experts(t, p - 1, l);
-            recorded = recorded && row_recorded(a) && row_recorded(b);
-            identical = identical && !memcmp(a, b, k * sizeof *a);
-        }
-        pairs += recorded;
-        same += recorded && identical;
-    }
-    free(prev);
-    return pairs ? (double)same / (double)pairs : NAN;
-}
-
-/* Per phase and layer, the mean share of a row's experts found in its predecessor's row (the
- * request's previous token, both recorded): the LRU hit rate at capacity k of the request
- * alone. */
-static void shared_with_predecessor(const trace *t, double (*shared)[MODEL_MAX_LAYERS]) {
-    const uint32_t L = t->meta.n_layers, k = t->meta.top_k, R = t->n_requests;
-    uint64_t *prev = moesim_xcalloc(R, sizeof *prev);               /* last token + 1; 0: none */
-    uint64_t *pairs = moesim_xcalloc(2 * (size_t)L, sizeof *pairs); /* [phase][L] */
-    uint64_t *hits = moesim_xcalloc(2 * (size_t)L, sizeof *hits);   /* [phase][L] */
-    for (uint64_t i = 0; i < t->n_tokens; i++) {
-        const uint32_t r = t->request_id[i];
-        const uint64_t p = prev[r];
-        prev[r] = i + 1;
-        if (!p) continue;
-        const size_t at = (size_t)(t->phase[i] == TRACE_DECODE) * L;
-        for (uint32_t l = 0; l < L; l++) {
-            const uint16_t *a = trace_experts(t, i, l), *b = trace_experts(t, p - 1, l);
-            if (!row_recorded(a) || !row_recorded(b)) continue;
-            pairs[at + l]++;
-            for (uint32_t x = 0; x < k; x++)
-                for (uint32_t y = 0; y < k; y++) hits[at + l] += a[x] == b[y];
-        }
-    }
-    for (size_t i = 0; i < 2 * (size_t)L; i++)
-        shared[i / L][i % L] = pairs[i] ? (double)hits[i] / ((double)pairs[i] * k) : NAN;
-    free(hits);
-    free(pairs);
-    free(prev);
-}
-
-static void gate_moments(const trace *t, fit_moments *mo) {
-    const uint32_t L = t->meta.n_layers, k = t->meta.top_k;
-    double top = 0, sum = 0;
-    uint64_t n = 0;
-    for (uint64_t i = 0; i < t->n_tokens; i++)
-        for (uint32_t l = 0; l < L; l++) {
-            if (!row_recorded(trace_experts(t, i, l))) continue;
-            const float *g = trace_gates(t, i, l);
-            double mx = g[0], s = 0;
-            for (uint32_t j = 0; j < k; j++) mx = g[j] > mx ? g[j] : mx, s += g[j];
-            top += mx, sum += s, n++;
-        }
-    mo->gate_top1 = n ? top / (double)n : NAN;
-    mo->gate_sum = n ? sum / (double)n : NAN;
-}
-
-/* The importance moments (traces/SYNTH.md, item 5): with equal saliences and no sink, position
- * p of an n-token request receives sum_{q=p}^{n-1} 1/(q+1) = harm[n] - harm[p]; the log of the
- * importance over that spreads with the salience (sigma) and correlates across layers (rho). */
-static void importance_moments(const trace *t, fit_moments *mo) {
-    mo->imp_sink = mo->imp_sigma = mo->imp_rho = NAN;
-    if (!t->importance) return;
-    const uint32_t L = t->meta.n_layers, R = t->n_requests;
-    uint32_t *len = moesim_xcalloc(R, sizeof *len);
-    uint32_t longest = 0;
-    for (uint64_t i = 0; i < t->n_tokens; i++) {
-        uint32_t *n = &len[t->request_id[i]];
-        *n = t->position[i] + 1 > *n ? t->position[i] + 1 : *n;
-        longest = *n > longest ? *n : longest;
-    }
-    double *harm = moesim_xcalloc((size_t)longest + 1, sizeof *harm); /* harm[n] = sum 1/q */
-    for (uint32_t q = 1; q <= longest; q++) harm[q] = harm[q - 1] + 1.0 / q;
-    double sink = 0, s1 = 0, s2 = 0, sxy = 0, sx = 0, sy = 0, sxx = 0, syy = 0;
-    uint64_t n_sink = 0, n_x = 0, n_xy = 0;
-    for (uint64_t i = 0; i < t->n_tokens; i++) {
-        const uint32_t n = len[t->request_id[i]], p = t->position[i];
-        if (n < 2) continue;
-        const float *imp = t->importance + i * L;
-        if (p == 0) {
-            for (uint32_t l = 0; l < L; l++) sink += (imp[l] - 1.0) / (n - 1.0), n_sink++;
-            continue;
-        }
-        const double ref = log(harm[n] - harm[p]);
-        for (uint32_t l = 0; l < L; l++) {
-            if (!(imp[l] > 0)) continue;
-            const double x = log(imp[l]) - ref;
-            s1 += x, s2 += x * x, n_x++;
-            if (l + 1 < L && imp[l + 1] > 0) {
-                const double y = log(imp[l + 1]) - ref;
-                sx += x, sy += y, sxx += x * x, syy += y * y, sxy += x * y, n_xy++;
-            }
-        }
-    }
-    if (n_sink) mo->imp_sink = sink / (double)n_sink;
-    if (n_x > 1) {
-        const double mean = s1 / (double)n_x, var = s2 / (double)n_x - mean * mean;
-        mo->imp_sigma = var > 0 ? sqrt(var) : 0;
-    }
-    if (n_xy > 1) {
-        const double N = (double)n_xy, cov = sxy / N - (sx / N) * (sy / N);
-        const double vx = sxx / N - (sx / N) * (sx / N), vy = syy / N - (sy / N) * (sy / N);
-        mo->imp_rho = vx > 0 && vy > 0 ? cov / sqrt(vx * vy) : NAN;
-    }
-    free(harm);
-    free(len);
-}
-
-static void moments_compute(const trace *t, fit_moments *mo) {
-    mo->request_gini = request_gini(t);
-    mo->repeat_share = repeat_share(t);
-    shared_with_predecessor(t, mo->shared);
-    gate_moments(t, mo);
-    importance_moments(t, mo);
-}
-
 /* ---- the statistics knobs are fitted to ---- */
 
 typedef enum fit_stat {
@@ -339,16 +159,20 @@ static double hat_weight(uint32_t l, uint32_t L, int g) {
 static double layer_value(const trace_stats *s, uint32_t l, fit_stat st) {
     const layer_stats *ls = &s->per_layer[l];
     switch (st) {
-    case STAT_GINI: return ls->accesses ? ls->gini : NAN;
-    case STAT_REUSE_TOP1: return ls->reuse_pairs ? ls->reuse_top1 : NAN;
-    case STAT_REUSE_ANY: return ls->reuse_pairs ? ls->reuse_any : NAN;
+    case STAT_GINI:
+        return ls->accesses ? ls->gini : NAN;
+    case STAT_REUSE_TOP1:
+        return ls->reuse_pairs ? ls->reuse_top1 : NAN;
+    case STAT_REUSE_ANY:
+        return ls->reuse_pairs ? ls->reuse_any : NAN;
     case STAT_LRU: {
         if (!ls->accesses || s->experts <= s->top_k) return NAN;
         double sum = 0;
         for (uint32_t c = s->top_k; c < s->experts; c++) sum += ls->lru_hit_rate[c];
         return sum / (s->experts - s->top_k);
     }
-    default: MOESIM_UNREACHABLE();
+    default:
+        MOESIM_UNREACHABLE();
     }
 }
 
@@ -356,13 +180,20 @@ static double layer_value(const trace_stats *s, uint32_t l, fit_stat st) {
 static double stat_value(const trace_stats *s, const fit_moments *mo, const bool *batches,
                          fit_stat st, int g) {
     switch (st) {
-    case STAT_REQUEST_GINI: return mo->request_gini;
-    case STAT_REPEAT: return mo->repeat_share;
-    case STAT_GATE_TOP1: return mo->gate_top1;
-    case STAT_GATE_SUM: return mo->gate_sum;
-    case STAT_IMP_SINK: return mo->imp_sink;
-    case STAT_IMP_SIGMA: return mo->imp_sigma;
-    case STAT_IMP_RHO: return mo->imp_rho;
+    case STAT_REQUEST_GINI:
+        return mo->request_gini;
+    case STAT_REPEAT:
+        return mo->repeat_share;
+    case STAT_GATE_TOP1:
+        return mo->gate_top1;
+    case STAT_GATE_SUM:
+        return mo->gate_sum;
+    case STAT_IMP_SINK:
+        return mo->imp_sink;
+    case STAT_IMP_SIGMA:
+        return mo->imp_sigma;
+    case STAT_IMP_RHO:
+        return mo->imp_rho;
     case STAT_ACTIVE: {
         double sum = 0;
         int n = 0;
@@ -370,7 +201,8 @@ static double stat_value(const trace_stats *s, const fit_moments *mo, const bool
             if (batches[b] && !isnan(s->active_share[b])) sum += s->active_share[b], n++;
         return n ? sum / n : NAN;
     }
-    default: break;
+    default:
+        break;
     }
     double sum = 0, w = 0;
     for (uint32_t l = 0; l < s->layers; l++) {
@@ -387,7 +219,7 @@ static double stat_value(const trace_stats *s, const fit_moments *mo, const bool
 
 typedef struct fit_ctx {
     const model_geometry *m;
-    synth_options o;  /* the knobs being fitted; the simulation's shape */
+    synth_options o; /* the knobs being fitted; the simulation's shape */
     uint32_t interleave;
     bool batches[STATS_N_BATCH]; /* batch sizes the real trace has */
     const trace_stats *real;
@@ -397,10 +229,10 @@ typedef struct fit_ctx {
     uint32_t simulations;
     double window; /* share of a knob's range bisect searches, centred on its value (1: all) */
     /* the fitted popularity table: real counts per (topic, layer, expert), smoothed */
-    uint32_t T;        /* topics: min(real requests, 64), each a run of consecutive requests */
-    double *counts;    /* [T][P][L][E] activations in the topic's requests, per phase */
-    double *overall;   /* [L][E] the layer's share of each expert over the whole trace */
-    float *table;      /* [T][P][L][E] what the simulation draws from (c->o.popularity) */
+    uint32_t T;      /* topics: min(real requests, 64), each a run of consecutive requests */
+    double *counts;  /* [T][P][L][E] activations in the topic's requests, per phase */
+    double *overall; /* [L][E] the layer's share of each expert over the whole trace */
+    float *table;    /* [T][P][L][E] what the simulation draws from (c->o.popularity) */
 } fit_ctx;
 
 /* Plackett-Luce weight under which an expert is among the k drawn with probability pi (its
@@ -464,7 +296,7 @@ static void table_init(fit_ctx *c, const trace *real) {
         const uint32_t ph = real->phase[i] == TRACE_DECODE;
         for (uint32_t l = 0; l < L; l++) {
             const uint16_t *ids = trace_experts(real, i, l);
-            if (!row_recorded(ids)) continue;
+            if (!fit_row_recorded(ids)) continue;
             for (uint32_t j = 0; j < k; j++) {
                 c->counts[(((size_t)t * P + ph) * L + l) * E + ids[j]]++;
                 c->overall[(size_t)l * E + ids[j]]++;
@@ -501,7 +333,7 @@ static void simulate(fit_ctx *c) {
     MOESIM_ASSERT(synth_generate_interleaved(c->m, &c->o, c->interleave, &t, &err) == MOESIM_OK);
     trace_stats_destroy(c->sim);
     c->sim = trace_stats_compute(t);
-    moments_compute(t, &c->sim_mo);
+    fit_moments_compute(t, &c->sim_mo);
     trace_destroy(t);
     c->simulations++;
 }
@@ -822,7 +654,7 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
         return moesim_fail(err, MOESIM_EINPUT, "%s: no recorded routing row to fit to", what);
     }
     c.real = rs;
-    moments_compute(real, &c.real_mo);
+    fit_moments_compute(real, &c.real_mo);
     for (int b = 0; b < STATS_N_BATCH; b++) c.batches[b] = !isnan(rs->active_share[b]);
     table_init(&c, real);
 
@@ -867,273 +699,4 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
 
 void synth_fit_result_free(synth_fit_result *f) {
     if (f) free(f->popularity);
-}
-
-/* ---- knob files ---- */
-
-#define TABLE_PER_LINE 8 /* probabilities per line: lines stay within the INI reader's 200 */
-static const char *const table_phase_names[SYNTH_TABLE_PHASES] = {"prefill", "decode"};
-
-moesim_status synth_knobs_save(const char *path, const synth_fit_result *f,
-                               const model_geometry *m, const char *real_path, moesim_error *err) {
-    atomic_file af;
-    if (atomic_file_open(&af, path, err)) return err ? err->status : MOESIM_EIO;
-    FILE *fp = af.fp;
-    fprintf(fp,
-            "; synthesizer knobs fitted to %s by `moesim trace synth --fit` (traces/SYNTH.md,\n"
-            "; \"Fitting to a trace\"): each value cites the statistic of that trace it was fitted\n"
-            "; to (real / the fit's simulation). Load with `moesim trace synth --knobs FILE`.\n"
-            "[synth]\n"
-            "model = %s\n"
-            "interleave = %u ; decode batch of %s's execution order\n",
-            real_path, m->name, f->interleave, real_path);
-    for (size_t i = 0; i < synth_knob_count; i++) {
-        const synth_knob_info *ki = &synth_knob_table[i];
-        const double v = *(const double *)((const char *)&f->options.knobs + ki->offset);
-        fprintf(fp, "%s = %.17g ;", ki->name, v);
-        const synth_fit_entry *e = NULL;
-        for (size_t j = 0; j < f->n_entries; j++)
-            if (!strcmp(f->entries[j].knob, ki->name)) e = &f->entries[j];
-        if (e && e->fitted)
-            fprintf(fp, " fitted to %s: %.4f / %.4f\n", e->statistic, e->real, e->achieved);
-        else
-            fprintf(fp, " default of the %s family (%s)\n", f->options.family_defaults,
-                    e ? "the trace does not carry its statistic" : "not fitted");
-    }
-    const uint32_t T = (uint32_t)f->options.knobs.topics, L = m->n_moe_layers, E = m->n_experts;
-    if (f->options.popularity) {
-        fprintf(fp,
-                "\n; the fitted popularity: [topic t][phase][layer l] each expert's probability,\n"
-                "; experts e.. on the line tT.PHASE.lL.eE (topic t = a run of the real\n"
-                "; requests; PHASE = prefill or decode)\n"
-                "[popularity]\n");
-        for (uint32_t t = 0; t < T; t++)
-            for (uint32_t ph = 0; ph < SYNTH_TABLE_PHASES; ph++)
-                for (uint32_t l = 0; l < L; l++)
-                    for (uint32_t e = 0; e < E; e += TABLE_PER_LINE) {
-                        fprintf(fp, "t%u.%s.l%u.e%u =", t, table_phase_names[ph], l, e);
-                        const float *row = f->options.popularity +
-                                           (((size_t)t * SYNTH_TABLE_PHASES + ph) * L + l) * E;
-                        for (uint32_t j = e; j < E && j < e + TABLE_PER_LINE; j++)
-                            fprintf(fp, " %.9g", row[j]);
-                        fputc('\n', fp);
-                    }
-    }
-    if (ferror(fp)) {
-        atomic_file_abort(&af);
-        return moesim_fail(err, MOESIM_EIO, "%s: write failed", path);
-    }
-    return atomic_file_commit(&af, err);
-}
-
-/* One [popularity] line "tT.PHASE.lL.eE = p p ...": into table [T][SYNTH_TABLE_PHASES][L][E];
- * `filled` counts cells. */
-static moesim_status table_line(const char *origin, const char *key, const char *value,
-                                float *table, uint32_t T, uint32_t L, uint32_t E, uint8_t *filled,
-                                moesim_error *err) {
-    unsigned t, l, e, ph = SYNTH_TABLE_PHASES;
-    char phase[16];
-    int used = 0;
-    const bool parsed = sscanf(key, "t%u.%15[a-z].l%u.e%u%n", &t, phase, &l, &e, &used) == 4;
-    for (unsigned i = 0; parsed && i < SYNTH_TABLE_PHASES; i++)
-        if (!strcmp(phase, table_phase_names[i])) ph = i;
-    if (!parsed || key[used] || t >= T || ph >= SYNTH_TABLE_PHASES || l >= L || e >= E)
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "%s: [popularity] %s: expected tT.prefill.lL.eE or tT.decode.lL.eE "
-                           "with T < %u topics, L < %u layers, E < %u experts",
-                           origin, key, T, L, E);
-    const char *p = value;
-    for (uint32_t j = e; *p; j++) {
-        char *end;
-        const double x = strtod(p, &end);
-        if (end == p || j >= E || !(x >= 0 && x <= 1))
-            return moesim_fail(err, MOESIM_EINPUT,
-                               "%s: [popularity] %s: expected probabilities in [0, 1] for experts "
-                               "%u..%u, got '%s'",
-                               origin, key, e, E - 1, value);
-        const size_t at = (((size_t)t * SYNTH_TABLE_PHASES + ph) * L + l) * E + j;
-        table[at] = (float)x;
-        filled[at] = 1;
-        for (p = end; *p == ' ' || *p == '\t'; p++) {}
-    }
-    return MOESIM_OK;
-}
-
-moesim_status synth_knobs_load(const char *path, const model_geometry *m, synth_options *o,
-                               float **table, uint32_t *interleave, moesim_error *err) {
-    config *c = config_create();
-    moesim_status st = config_load_file(c, path, err);
-    /* [synth] first: the table's size depends on its topics */
-    for (size_t i = 0; !st && i < config_size(c); i++) {
-        const char *section, *key, *value;
-        config_entry_at(c, i, &section, &key, &value);
-        char origin[512];
-        config_origin(c, section, key, origin, sizeof origin);
-        double x;
-        uint64_t u;
-        if (!strcmp(section, "popularity")) continue;
-        if (strcmp(section, "synth"))
-            st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s: [%s]: unknown section (expected [synth] or [popularity])",
-                             origin, section);
-        else if (!strcmp(key, "model"))
-            continue; /* which model it was fitted for: informative */
-        else if (!strcmp(key, "interleave")) {
-            if (!config_parse_u64(value, &u) || u < 1 || u > UINT32_MAX)
-                st = moesim_fail(err, MOESIM_EINPUT,
-                                 "%s: [synth] interleave: expected a whole number >= 1, got '%s'",
-                                 origin, value);
-            else
-                *interleave = (uint32_t)u;
-        } else if (!config_parse_f64(value, &x))
-            st = moesim_fail(err, MOESIM_EINPUT, "%s: [synth] %s: expected a number, got '%s'",
-                             origin, key, value);
-        else if (synth_knob_set(&o->knobs, key, x, err))
-            moesim_error_prefix(err, "%s", origin), st = MOESIM_EINPUT;
-    }
-    const uint32_t T = (uint32_t)o->knobs.topics, L = m->n_moe_layers, E = m->n_experts;
-    const size_t cells = (size_t)T * SYNTH_TABLE_PHASES * L * E;
-    float *t = NULL;
-    uint8_t *filled = NULL;
-    if (!st && config_has_section(c, "popularity")) {
-        t = moesim_xcalloc(cells, sizeof *t);
-        filled = moesim_xcalloc(cells, 1);
-    }
-    for (size_t i = 0; !st && t && i < config_size(c); i++) {
-        const char *section, *key, *value;
-        config_entry_at(c, i, &section, &key, &value);
-        if (strcmp(section, "popularity")) continue;
-        char origin[512];
-        config_origin(c, section, key, origin, sizeof origin);
-        st = table_line(origin, key, value, t, T, L, E, filled, err);
-    }
-    for (size_t row = 0; !st && t && row < cells / E; row++) {
-        double sum = 0;
-        bool whole = true;
-        for (uint32_t e = 0; e < E; e++) sum += t[row * E + e], whole = whole && filled[row * E + e];
-        if (!whole || !(sum > 0.999 && sum < 1.001))
-            st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s: [popularity] t%zu.%s.l%zu: expected %u probabilities summing to "
-                             "1 (model %s: %u layers, %u experts; %g topics)",
-                             path, row / L / SYNTH_TABLE_PHASES,
-                             table_phase_names[row / L % SYNTH_TABLE_PHASES], row % L, E, m->name,
-                             L, E, o->knobs.topics);
-    }
-    free(filled);
-    config_destroy(c);
-    if (st) {
-        free(t);
-        return st;
-    }
-    if (t) {
-        free(*table);
-        *table = t;
-        o->popularity = t;
-        o->popularity_topics = T;
-    }
-    return MOESIM_OK;
-}
-
-/* ---- real against synthetic ---- */
-
-#define MATCH_TOLERANCE 0.02 /* issue 22: hit rates, gini, reuse: 0.02; active share: 2 points */
-
-static size_t put_row(synth_fit_row *rows, size_t n, size_t cap, const char *statistic,
-                      const char *knob, double real, double synthetic, double tolerance) {
-    if (n < cap) {
-        synth_fit_row *r = &rows[n];
-        snprintf(r->statistic, sizeof r->statistic, "%s", statistic);
-        snprintf(r->knob, sizeof r->knob, "%s", knob);
-        r->real = real, r->synthetic = synthetic, r->tolerance = tolerance;
-    }
-    return n + 1;
-}
-
-/* The worst gap between two traces' per-layer hit-rate curves, capacities k..E, all layers. */
-static double worst_layer_gap(const trace_stats *a, const trace_stats *b, bool opt) {
-    double worst = 0;
-    for (uint32_t l = 0; l < a->layers; l++) {
-        const layer_stats *x = &a->per_layer[l], *y = &b->per_layer[l];
-        if (!x->accesses || !y->accesses) continue;
-        for (uint32_t c = a->top_k; c <= a->experts; c++) {
-            const double d = opt ? fabs(x->opt_hit_rate[c] - y->opt_hit_rate[c])
-                                 : fabs(x->lru_hit_rate[c] - y->lru_hit_rate[c]);
-            worst = d > worst ? d : worst;
-        }
-    }
-    return worst;
-}
-
-/* Mean of x[0..L) over the layers where it is not NaN; NaN when none. */
-static double layer_mean(const double *x, uint32_t L) {
-    double sum = 0;
-    uint32_t n = 0;
-    for (uint32_t l = 0; l < L; l++)
-        if (!isnan(x[l])) sum += x[l], n++;
-    return n ? sum / n : NAN;
-}
-
-size_t synth_fit_compare(const trace *real, const trace *synthetic, synth_fit_row *rows,
-                         size_t cap) {
-    trace_stats *r = trace_stats_compute(real), *s = trace_stats_compute(synthetic);
-    MOESIM_ASSERT(r->experts == s->experts && r->top_k == s->top_k && r->layers == s->layers);
-    fit_moments rm, sm;
-    moments_compute(real, &rm);
-    moments_compute(synthetic, &sm);
-    size_t n = 0;
-    char what[48];
-    n = put_row(rows, n, cap, "gini (mean over layers)", "popularity table", r->gini, s->gini,
-                MATCH_TOLERANCE);
-    n = put_row(rows, n, cap, "top-10% share", "popularity table", r->top10_share,
-                s->top10_share, 0);
-    n = put_row(rows, n, cap, "gini of a request's own counts", "popularity_smoothing",
-                rm.request_gini, sm.request_gini, 0);
-    n = put_row(rows, n, cap, "decode tokens routed as before", "repeat_decode_token",
-                rm.repeat_share, sm.repeat_share, 0);
-    n = put_row(rows, n, cap, "shared with previous, prefill", "reuse_row_prefill_*",
-                layer_mean(rm.shared[0], r->layers), layer_mean(sm.shared[0], s->layers), 0);
-    n = put_row(rows, n, cap, "shared with previous, decode", "reuse_row_decode_*",
-                layer_mean(rm.shared[1], r->layers), layer_mean(sm.shared[1], s->layers), 0);
-    n = put_row(rows, n, cap, "reuse top-1", "reuse_top1_*", r->reuse_top1, s->reuse_top1, 0);
-    n = put_row(rows, n, cap, "reuse any", "reuse_other_*", r->reuse_any, s->reuse_any,
-                MATCH_TOLERANCE);
-    for (uint32_t c = r->top_k; c <= r->experts; c++) {
-        snprintf(what, sizeof what, "LRU hit rate, %u experts", c);
-        n = put_row(rows, n, cap, what, "reuse_history_*", r->lru_hit_rate[c], s->lru_hit_rate[c],
-                    MATCH_TOLERANCE);
-    }
-    for (uint32_t c = r->top_k; c <= r->experts; c++) {
-        snprintf(what, sizeof what, "OPT hit rate, %u experts", c);
-        n = put_row(rows, n, cap, what, "", r->opt_hit_rate[c], s->opt_hit_rate[c],
-                    MATCH_TOLERANCE);
-    }
-    n = put_row(rows, n, cap, "LRU per layer: worst gap", "", 0, worst_layer_gap(r, s, false), 0);
-    n = put_row(rows, n, cap, "OPT per layer: worst gap", "", 0, worst_layer_gap(r, s, true), 0);
-    for (int b = 1; b < STATS_N_BATCH; b++) {
-        if (isnan(r->active_share[b])) continue;
-        snprintf(what, sizeof what, "active share, B = %u", trace_stats_batch_sizes[b]);
-        n = put_row(rows, n, cap, what, "topic_persistence", r->active_share[b],
-                    s->active_share[b], MATCH_TOLERANCE);
-    }
-    for (uint32_t d = 0; d < r->lookahead_depth; d++) {
-        const bool has = d < s->lookahead_depth;
-        snprintf(what, sizeof what, "look-ahead top-1, d = %u", d + 1);
-        n = put_row(rows, n, cap, what, "lookahead_top1_*", r->lookahead_top1[d],
-                    has ? s->lookahead_top1[d] : NAN, 0);
-        snprintf(what, sizeof what, "look-ahead recall@k, d = %u", d + 1);
-        n = put_row(rows, n, cap, what, "lookahead_recall_*", r->lookahead_recall[d],
-                    has ? s->lookahead_recall[d] : NAN, 0);
-    }
-    n = put_row(rows, n, cap, "mean largest gate", "gate_logit_scale", rm.gate_top1, sm.gate_top1,
-                0);
-    n = put_row(rows, n, cap, "mean gate sum", "gate_tail_gap", rm.gate_sum, sm.gate_sum, 0);
-    n = put_row(rows, n, cap, "importance: sink share", "importance_sink_share", rm.imp_sink,
-                sm.imp_sink, 0);
-    n = put_row(rows, n, cap, "importance: log spread", "importance_salience_sigma",
-                rm.imp_sigma, sm.imp_sigma, 0);
-    n = put_row(rows, n, cap, "importance: layer correlation", "importance_layer_correlation",
-                rm.imp_rho, sm.imp_rho, 0);
-    trace_stats_destroy(s);
-    trace_stats_destroy(r);
-    return n;
 }
