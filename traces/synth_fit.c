@@ -30,13 +30,14 @@
 #include "traces/stats.h"
 #include "traces/synth_moments.h"
 
-#define FIT_SEED      1          /* seed of every simulation: the fit is a function of the trace */
-#define FIT_SWEEPS    6          /* sweeps over the routing knobs */
-#define FIT_BISECT    10         /* halvings per knob per sweep (range / 1024) */
-#define FIT_BISECT_H  7          /* halvings per history knob while choosing reuse_history_tokens */
-#define FIT_MAX_CELLS (1u << 22) /* token x layer records per simulation at most */
-#define N_DEPTH       3          /* profile points: first, mid, last */
-#define PL_MAX_SHARE  (1 - 1e-6) /* an expert in every row of a topic: a finite weight */
+#define FIT_SEED       1  /* seed of every simulation: the fit is a function of the trace */
+#define FIT_SWEEPS     6  /* sweeps over the routing knobs */
+#define FIT_BISECT     10 /* halvings per knob per sweep (range / 1024) */
+#define FIT_BISECT_H   6  /* halvings per history knob while choosing reuse_history_tokens */
+#define FIT_MAX_CELLS  (1u << 22) /* token x layer records per simulation at most */
+#define FIT_SIM_TOKENS 8192       /* tokens a simulation needs at least (fewer copies above) */
+#define N_DEPTH        3          /* profile points: first, mid, last */
+#define PL_MAX_SHARE   (1 - 1e-6) /* an expert in every row of a topic: a finite weight */
 
 static const char *const depth_names[N_DEPTH] = {"first", "mid", "last"};
 /* reuse_history_tokens tried (the second sweep keeps the one closest on the hit-rate curves) */
@@ -156,29 +157,31 @@ static double hat_weight(uint32_t l, uint32_t L, int g) {
     return 1 - fabs(1 - 2 * x);
 }
 
-static double layer_value(const trace_stats *s, uint32_t l, fit_stat st) {
-    const layer_stats *ls = &s->per_layer[l];
+/* A per-layer statistic at layer l; NaN where the layer has none. */
+static double layer_value(const fit_layer_stats *ls, const fit_moments *mo, uint32_t l,
+                          fit_stat st) {
     switch (st) {
     case STAT_GINI:
-        return ls->accesses ? ls->gini : NAN;
+        return ls->gini[l];
     case STAT_REUSE_TOP1:
-        return ls->reuse_pairs ? ls->reuse_top1 : NAN;
+        return ls->reuse_top1[l];
     case STAT_REUSE_ANY:
-        return ls->reuse_pairs ? ls->reuse_any : NAN;
-    case STAT_LRU: {
-        if (!ls->accesses || s->experts <= s->top_k) return NAN;
-        double sum = 0;
-        for (uint32_t c = s->top_k; c < s->experts; c++) sum += ls->lru_hit_rate[c];
-        return sum / (s->experts - s->top_k);
-    }
+        return ls->reuse_any[l];
+    case STAT_LRU:
+        return ls->lru_mean[l];
+    case STAT_SHARED_PREFILL:
+        return mo->shared[0][l];
+    case STAT_SHARED_DECODE:
+        return mo->shared[1][l];
     default:
         MOESIM_UNREACHABLE();
     }
 }
 
-/* The statistic (depth point g for per-layer ones) of a trace; NaN where it has none. */
-static double stat_value(const trace_stats *s, const fit_moments *mo, const bool *batches,
-                         fit_stat st, int g) {
+/* The statistic (depth point g for per-layer ones) of a trace; NaN where it has none. `s` (the
+ * full statistics) is read for the active share only. */
+static double stat_value(const trace_stats *s, const fit_layer_stats *ls, const fit_moments *mo,
+                         uint32_t L, const bool *batches, fit_stat st, int g) {
     switch (st) {
     case STAT_REQUEST_GINI:
         return mo->request_gini;
@@ -197,6 +200,7 @@ static double stat_value(const trace_stats *s, const fit_moments *mo, const bool
     case STAT_ACTIVE: {
         double sum = 0;
         int n = 0;
+        MOESIM_ASSERT(s);
         for (int b = 1; b < STATS_N_BATCH; b++)
             if (batches[b] && !isnan(s->active_share[b])) sum += s->active_share[b], n++;
         return n ? sum / n : NAN;
@@ -205,11 +209,9 @@ static double stat_value(const trace_stats *s, const fit_moments *mo, const bool
         break;
     }
     double sum = 0, w = 0;
-    for (uint32_t l = 0; l < s->layers; l++) {
-        const double x = st == STAT_SHARED_PREFILL  ? mo->shared[0][l]
-                         : st == STAT_SHARED_DECODE ? mo->shared[1][l]
-                                                    : layer_value(s, l, st);
-        const double h = hat_weight(l, s->layers, g);
+    for (uint32_t l = 0; l < L; l++) {
+        const double x = layer_value(ls, mo, l, st);
+        const double h = hat_weight(l, L, g);
         if (h > 0 && !isnan(x)) sum += h * x, w += h;
     }
     return w > 0 ? sum / w : NAN;
@@ -222,10 +224,16 @@ typedef struct fit_ctx {
     synth_options o; /* the knobs being fitted; the simulation's shape */
     uint32_t interleave;
     bool batches[STATS_N_BATCH]; /* batch sizes the real trace has */
+    uint32_t L;
     const trace_stats *real;
+    fit_layer_stats real_ls;
     fit_moments real_mo;
-    trace_stats *sim; /* the last simulation's statistics */
+    trace_stats *sim;       /* the last full simulation's statistics (NULL: none yet) */
+    fit_layer_stats sim_ls; /* the last simulation's per-layer statistics */
     fit_moments sim_mo;
+    /* per-layer knobs: [SYNTH_LAYER_KNOBS][L] (c->o.layer_knobs), and the sharpness [L] */
+    double *layer_knobs;
+    double sharpness[MODEL_MAX_LAYERS];
     uint32_t simulations;
     double window; /* share of a knob's range bisect searches, centred on its value (1: all) */
     /* the fitted popularity table: real counts per (topic, layer, expert), smoothed */
@@ -257,9 +265,7 @@ static void table_build(fit_ctx *c) {
     double *w = moesim_xcalloc(E, sizeof *w);
     for (uint32_t ph = 0; ph < P; ph++)
         for (uint32_t l = 0; l < L; l++) {
-            const double g =
-                synth_depth_profile(kn->popularity_sharpness_first, kn->popularity_sharpness_mid,
-                                    kn->popularity_sharpness_last, l, L);
+            const double g = c->sharpness[l];
             double mean = 0;
             for (uint32_t t = 0; t < T; t++)
                 for (uint32_t e = 0; e < E; e++)
@@ -325,26 +331,36 @@ static void table_init(fit_ctx *c, const trace *real) {
     table_build(c);
 }
 
-static void simulate(fit_ctx *c) {
+/* One simulation with the current knobs: its per-layer statistics and routing moments always;
+ * `full` adds trace_stats (OPT curves, active share) and every moment (gates, importance). */
+static void simulate(fit_ctx *c, bool full) {
     table_build(c); /* popularity_smoothing may have changed */
     trace *t = NULL;
     moesim_error err = {0};
     /* the options were checked once; every knob stays inside its range */
     MOESIM_ASSERT(synth_generate_interleaved(c->m, &c->o, c->interleave, &t, &err) == MOESIM_OK);
-    trace_stats_destroy(c->sim);
-    c->sim = trace_stats_compute(t);
-    fit_moments_compute(t, &c->sim_mo);
+    fit_layer_stats_compute(t, &c->sim_ls);
+    if (full) {
+        trace_stats_destroy(c->sim);
+        c->sim = trace_stats_compute(t);
+        fit_moments_compute(t, &c->sim_mo);
+    } else {
+        fit_moments_compute_routing(t, &c->sim_mo);
+    }
     trace_destroy(t);
     c->simulations++;
 }
 
+/* Which statistics need the full simulation. */
+static bool stat_needs_full(fit_stat st) { return st == STAT_ACTIVE || st >= STAT_GATE_TOP1; }
+
 static double sim_value(fit_ctx *c, fit_stat st, int g) {
-    simulate(c);
-    return stat_value(c->sim, &c->sim_mo, c->batches, st, g);
+    simulate(c, stat_needs_full(st));
+    return stat_value(c->sim, &c->sim_ls, &c->sim_mo, c->L, c->batches, st, g);
 }
 
 static double real_value(const fit_ctx *c, fit_stat st, int g) {
-    return stat_value(c->real, &c->real_mo, c->batches, st, g);
+    return stat_value(c->real, &c->real_ls, &c->real_mo, c->L, c->batches, st, g);
 }
 
 /* Bisects *knob in [lo, hi] until the simulated statistic (increasing in the knob, or
@@ -370,17 +386,94 @@ static bool bisect(fit_ctx *c, double *knob, double lo, double hi, bool increasi
     return true;
 }
 
-/* How far the simulation is from the real trace on what the history knobs trade against each
- * other: the worst gap of the LRU and OPT curves (capacities k..E) and of reuse any. */
+/* Bisects every layer's value v[l] of a per-layer knob at once, each on its own layer's
+ * statistic: layers route independently of each other, so one simulation per halving moves
+ * every layer toward its own target (a depth profile of three points could not follow layers
+ * that differ: the Mixtral log's reuse any runs from 0.41 to 0.77 between neighbours). Layers
+ * without the statistic keep their value. */
+static void bisect_layers2(fit_ctx *c, double *v0, fit_stat st0, double *v1, fit_stat st1,
+                           double lo, double hi, int halvings);
+
+static void bisect_layers(fit_ctx *c, double *v, double lo, double hi, bool increasing, fit_stat st,
+                          int halvings) {
+    MOESIM_ASSERT(increasing); /* every per-layer knob raises its statistic */
+    bisect_layers2(c, v, st, NULL, st, lo, hi, halvings);
+}
+
+/* The same for two knobs at once, each on its own statistic (v1 NULL: one), where neither
+ * moves the other's: the prompt and decode row copies. */
+static void bisect_layers2(fit_ctx *c, double *v0, fit_stat st0, double *v1, fit_stat st1,
+                           double lo, double hi, int halvings) {
+    const uint32_t L = c->L;
+    double *v[2] = {v0, v1};
+    const fit_stat st[2] = {st0, st1};
+    double a[2][MODEL_MAX_LAYERS], b[2][MODEL_MAX_LAYERS], target[2][MODEL_MAX_LAYERS];
+    const double half = 0.5 * c->window * (hi - lo);
+    bool any = false;
+    for (int q = 0; q < 2; q++)
+        for (uint32_t l = 0; l < L; l++) {
+            target[q][l] = v[q] ? layer_value(&c->real_ls, &c->real_mo, l, st[q]) : NAN;
+            if (isnan(target[q][l])) continue;
+            a[q][l] = v[q][l] - half > lo ? v[q][l] - half : lo;
+            b[q][l] = v[q][l] + half < hi ? v[q][l] + half : hi;
+            any = true;
+        }
+    if (!any) return;
+    for (int i = 0; i < halvings; i++) {
+        for (int q = 0; q < 2; q++)
+            for (uint32_t l = 0; l < L; l++)
+                if (!isnan(target[q][l])) v[q][l] = 0.5 * (a[q][l] + b[q][l]);
+        simulate(c, false);
+        for (int q = 0; q < 2; q++)
+            for (uint32_t l = 0; l < L; l++) {
+                const double x = layer_value(&c->sim_ls, &c->sim_mo, l, st[q]);
+                if (isnan(target[q][l]) || isnan(x)) continue;
+                if (x < target[q][l])
+                    a[q][l] = v[q][l];
+                else
+                    b[q][l] = v[q][l];
+            }
+    }
+    for (int q = 0; q < 2; q++)
+        for (uint32_t l = 0; l < L; l++)
+            if (!isnan(target[q][l])) v[q][l] = 0.5 * (a[q][l] + b[q][l]);
+}
+
+/* How far the simulation (a full one) is from the real trace on what the history knobs trade
+ * against each other: the worst gap of the per-layer LRU and OPT curves (capacities k..E) and
+ * of reuse any. */
 static double locality_gap(const fit_ctx *c) {
     double worst = fabs(c->sim->reuse_any - c->real->reuse_any);
+    for (uint32_t l = 0; l < c->L; l++) {
+        const layer_stats *x = &c->sim->per_layer[l], *y = &c->real->per_layer[l];
+        if (!x->accesses || !y->accesses) continue;
+        for (uint32_t cap = c->real->top_k; cap <= c->real->experts; cap++) {
+            const double lru = fabs(x->lru_hit_rate[cap] - y->lru_hit_rate[cap]);
+            const double opt = fabs(x->opt_hit_rate[cap] - y->opt_hit_rate[cap]);
+            worst = lru > worst ? lru : worst;
+            worst = opt > worst ? opt : worst;
+        }
+    }
+    return worst;
+}
+
+/* The same at one layer: its LRU and OPT curves (k..E) and its reuse any. */
+static double layer_locality_gap(const fit_ctx *c, uint32_t l) {
+    const layer_stats *x = &c->sim->per_layer[l], *y = &c->real->per_layer[l];
+    if (!x->accesses || !y->accesses) return NAN;
+    double worst = x->reuse_pairs && y->reuse_pairs ? fabs(x->reuse_any - y->reuse_any) : 0;
     for (uint32_t cap = c->real->top_k; cap <= c->real->experts; cap++) {
-        const double lru = fabs(c->sim->lru_hit_rate[cap] - c->real->lru_hit_rate[cap]);
-        const double opt = fabs(c->sim->opt_hit_rate[cap] - c->real->opt_hit_rate[cap]);
+        const double lru = fabs(x->lru_hit_rate[cap] - y->lru_hit_rate[cap]);
+        const double opt = fabs(x->opt_hit_rate[cap] - y->opt_hit_rate[cap]);
         worst = lru > worst ? lru : worst;
         worst = opt > worst ? opt : worst;
     }
     return worst;
+}
+
+/* Knob `k`'s per-layer values [L]. */
+static double *layer_knob(fit_ctx *c, synth_layer_knob k) {
+    return c->layer_knobs + (size_t)k * c->L;
 }
 
 static double *depth_knob(synth_knobs *k, const char *base, int g) {
@@ -393,26 +486,19 @@ static double *depth_knob(synth_knobs *k, const char *base, int g) {
 }
 
 static void fit_history(fit_ctx *c, int halvings) {
-    for (int g = 0; g < N_DEPTH; g++)
-        bisect(c, depth_knob(&c->o.knobs, "reuse_history", g), 0, 1, true, STAT_LRU, g, halvings);
+    bisect_layers(c, layer_knob(c, SYNTH_LK_REUSE_HISTORY), 0, 1, true, STAT_LRU, halvings);
 }
 
 static void fit_reuse_other(fit_ctx *c, int halvings) {
-    for (int g = 0; g < N_DEPTH; g++)
-        bisect(c, depth_knob(&c->o.knobs, "reuse_other", g), -1, 1, true, STAT_REUSE_ANY, g,
-               halvings);
+    bisect_layers(c, layer_knob(c, SYNTH_LK_REUSE_OTHER), -1, 1, true, STAT_REUSE_ANY, halvings);
 }
 
-/* Whole-row copies per phase and depth: to the share of a row's experts its predecessor has,
- * which they raise more than the slot copies (fitted to reuse top-1 and reuse any, both
- * phases together) do. */
+/* Whole-row copies per phase: to the share of a row's experts its predecessor has, which they
+ * raise more than the slot copies (fitted to reuse top-1 and reuse any, both phases together)
+ * do. */
 static void fit_reuse_row(fit_ctx *c, int halvings) {
-    for (int g = 0; g < N_DEPTH; g++) {
-        bisect(c, depth_knob(&c->o.knobs, "reuse_row_prefill", g), 0, 1, true, STAT_SHARED_PREFILL,
-               g, halvings);
-        bisect(c, depth_knob(&c->o.knobs, "reuse_row_decode", g), 0, 1, true, STAT_SHARED_DECODE, g,
-               halvings);
-    }
+    bisect_layers2(c, layer_knob(c, SYNTH_LK_ROW_PREFILL), STAT_SHARED_PREFILL,
+                   layer_knob(c, SYNTH_LK_ROW_DECODE), STAT_SHARED_DECODE, 0, 1, halvings);
 }
 
 /* Whether each topic of the table is one real request: then the requests, taking the topics in
@@ -426,34 +512,51 @@ static bool one_request_a_topic(const fit_ctx *c) { return c->T == c->real->requ
  * keeps the one whose LRU curve is closest to the real one. */
 static void routing_sweep(fit_ctx *c, bool choose_history) {
     synth_knobs *k = &c->o.knobs;
-    bisect(c, &k->repeat_decode_token, 0, 1, true, STAT_REPEAT, 0, FIT_BISECT);
-    for (int g = 0; g < N_DEPTH; g++)
-        bisect(c, depth_knob(k, "popularity_sharpness", g), 0.1, 8, true, STAT_GINI, g,
-               FIT_BISECT + 2);
+    if (real_value(c, STAT_REPEAT, 0) == 0)
+        k->repeat_decode_token = 0; /* no repeats: exact at 0, no search */
+    else
+        bisect(c, &k->repeat_decode_token, 0, 1, true, STAT_REPEAT, 0, FIT_BISECT);
+    bisect_layers(c, c->sharpness, 0.1, 8, true, STAT_GINI, FIT_BISECT + 2);
     bisect(c, &k->popularity_smoothing, 0, 64, false, STAT_REQUEST_GINI, 0, FIT_BISECT + 2);
     if (!one_request_a_topic(c))
         bisect(c, &k->topic_persistence, 0, 1, false, STAT_ACTIVE, 0, FIT_BISECT);
-    for (int g = 0; g < N_DEPTH; g++)
-        bisect(c, depth_knob(k, "reuse_top1", g), 0, 1, true, STAT_REUSE_TOP1, g, FIT_BISECT);
+    /* below 0: repulsion from the previous token's top-1 (anti-locality) */
+    bisect_layers(c, layer_knob(c, SYNTH_LK_REUSE_TOP1), -1, 1, true, STAT_REUSE_TOP1, FIT_BISECT);
     fit_reuse_other(c, FIT_BISECT);
     fit_reuse_row(c, FIT_BISECT);
     if (choose_history && !isnan(real_value(c, STAT_LRU, 1))) {
         /* copies from far back raise the hit rates of large caches, from near back those of
-         * small ones and reuse between consecutive tokens: the length decides the balance */
-        const synth_knobs start = *k;
-        synth_knobs best = start;
-        double best_gap = INFINITY;
+         * small ones and reuse between consecutive tokens: the reach decides the balance, per
+         * layer (layers route independently: each keeps the reach, and the knobs fitted with
+         * it, whose curves came closest to its own) */
+        const uint32_t L = c->L;
+        const size_t n_lk = (size_t)SYNTH_LAYER_KNOBS * L;
+        double *start = moesim_xmalloc(n_lk * sizeof *start);
+        double *best = moesim_xmalloc(n_lk * sizeof *best);
+        double best_gap[MODEL_MAX_LAYERS];
+        memcpy(start, c->layer_knobs, n_lk * sizeof *start);
+        memcpy(best, start, n_lk * sizeof *best);
+        for (uint32_t l = 0; l < L; l++) best_gap[l] = INFINITY;
+        k->reuse_history_tokens = history_lengths[MOESIM_ARRAY_LEN(history_lengths) - 1];
         for (size_t i = 0; i < MOESIM_ARRAY_LEN(history_lengths); i++) {
-            *k = start;
-            k->reuse_history_tokens = history_lengths[i];
+            memcpy(c->layer_knobs, start, n_lk * sizeof *start);
+            double *reach = layer_knob(c, SYNTH_LK_HISTORY_TOKENS);
+            for (uint32_t l = 0; l < L; l++) reach[l] = history_lengths[i];
             fit_history(c, FIT_BISECT_H);
             fit_reuse_other(c, FIT_BISECT_H);
             fit_reuse_row(c, FIT_BISECT_H);
-            simulate(c);
-            const double gap = locality_gap(c);
-            if (gap < best_gap) best_gap = gap, best = *k;
+            simulate(c, true);
+            for (uint32_t l = 0; l < L; l++) {
+                const double gap = layer_locality_gap(c, l);
+                if (!(gap < best_gap[l])) continue;
+                best_gap[l] = gap;
+                for (int kk = 0; kk < SYNTH_LAYER_KNOBS; kk++)
+                    best[(size_t)kk * L + l] = c->layer_knobs[(size_t)kk * L + l];
+            }
         }
-        *k = best;
+        memcpy(c->layer_knobs, best, n_lk * sizeof *best);
+        free(best);
+        free(start);
     }
     fit_history(c, FIT_BISECT);
 }
@@ -512,6 +615,25 @@ static void fit_lookahead(synth_knobs *k, const trace_stats *s, bool *fitted_top
 
 /* ---- the fit ---- */
 
+/* The depth-profile knobs set to the fitted per-layer values at the first, middle and last
+ * layer: what the printout lists (the per-layer values are what generates). */
+static void profiles_from_layers(fit_ctx *c) {
+    static const char *const bases[SYNTH_LAYER_KNOBS + 1] = {
+        "reuse_top1",       "reuse_other", "reuse_history",       "reuse_row_prefill",
+        "reuse_row_decode", NULL,          "popularity_sharpness"};
+    const uint32_t at[N_DEPTH] = {0, (c->L - 1) / 2, c->L - 1};
+    double reach = 1;
+    for (uint32_t l = 0; l < c->L; l++)
+        if (layer_knob(c, SYNTH_LK_HISTORY_TOKENS)[l] > reach)
+            reach = layer_knob(c, SYNTH_LK_HISTORY_TOKENS)[l];
+    c->o.knobs.reuse_history_tokens = reach; /* the ring that the farthest reach needs */
+    for (int k = 0; k <= SYNTH_LAYER_KNOBS; k++)
+        for (int g = 0; g < N_DEPTH && k != SYNTH_LK_HISTORY_TOKENS; g++)
+            *depth_knob(&c->o.knobs, bases[k], g) = k < SYNTH_LAYER_KNOBS
+                                                        ? layer_knob(c, (synth_layer_knob)k)[at[g]]
+                                                        : c->sharpness[at[g]];
+}
+
 static void add_entry(synth_fit_result *f, const synth_knobs *k, const char *knob,
                       const char *statistic, double real, double achieved, bool fitted) {
     MOESIM_ASSERT(f->n_entries < SYNTH_FIT_MAX_ENTRIES);
@@ -530,7 +652,7 @@ static void add_entry(synth_fit_result *f, const synth_knobs *k, const char *kno
 static void add_stat_entry(synth_fit_result *f, const fit_ctx *c, const char *knob,
                            const char *statistic, fit_stat st, int g) {
     add_entry(f, &c->o.knobs, knob, statistic, real_value(c, st, g),
-              stat_value(c->sim, &c->sim_mo, c->batches, st, g), true);
+              stat_value(c->sim, &c->sim_ls, &c->sim_mo, c->L, c->batches, st, g), true);
 }
 
 static void record_entries(synth_fit_result *f, const fit_ctx *c, const bool *la_top1,
@@ -640,7 +762,8 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
                            what, trace_gate_norm_name(tm->gate_norm), m->name,
                            trace_gate_norm_name(m->gate_norm));
     memset(out, 0, sizeof *out);
-    fit_ctx c = {.m = m, .interleave = synth_fit_detect_interleave(real), .window = 1};
+    fit_ctx c = {
+        .m = m, .interleave = synth_fit_detect_interleave(real), .window = 1, .L = m->n_moe_layers};
     synth_options_default(&c.o, m);
     shape_of(real, &c.o);
     out->options = c.o; /* the shape to generate, before the simulation's scale */
@@ -655,6 +778,18 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
     }
     c.real = rs;
     fit_moments_compute(real, &c.real_mo);
+    fit_layer_stats_compute(real, &c.real_ls);
+    /* per-layer knobs start at the family's profiles */
+    c.layer_knobs = moesim_xmalloc((size_t)SYNTH_LAYER_KNOBS * c.L * sizeof *c.layer_knobs);
+    for (int k = 0; k < SYNTH_LAYER_KNOBS; k++)
+        for (uint32_t l = 0; l < c.L; l++)
+            c.layer_knobs[(size_t)k * c.L + l] =
+                synth_layer_knob_value(&c.o, (synth_layer_knob)k, l, c.L);
+    for (uint32_t l = 0; l < c.L; l++)
+        c.sharpness[l] = synth_depth_profile(c.o.knobs.popularity_sharpness_first,
+                                             c.o.knobs.popularity_sharpness_mid,
+                                             c.o.knobs.popularity_sharpness_last, l, c.L);
+    c.o.layer_knobs = c.layer_knobs;
     for (int b = 0; b < STATS_N_BATCH; b++) c.batches[b] = !isnan(rs->active_share[b]);
     table_init(&c, real);
 
@@ -662,6 +797,9 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
     const uint64_t cells = real->n_tokens * (uint64_t)tm->n_layers;
     uint64_t scale = SYNTH_FIT_SCALE;
     while (scale > 1 && cells * scale > FIT_MAX_CELLS) scale--;
+    /* a long trace needs fewer copies for the same noise: FIT_SIM_TOKENS tokens are enough
+     * (per-layer shares to about 0.005); the time of a fit follows the simulation's size */
+    while (scale > 1 && real->n_tokens * (scale - 1) >= FIT_SIM_TOKENS) scale--;
     c.o.n_requests = (uint32_t)(real->n_requests * scale);
     const uint32_t depth = c.o.lookahead_depth;
     c.o.lookahead_depth = 0; /* routing and importance do not depend on it */
@@ -682,12 +820,14 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
     uint32_t at_top1 = 3, at_recall = 1; /* distances of the decays (0-based) */
     if (depth) fit_lookahead(&c.o.knobs, rs, la_top1, la_recall, &at_top1, &at_recall);
     c.o.lookahead_depth = depth;
-    simulate(&c); /* the final knobs, for every entry's achieved value */
+    profiles_from_layers(&c);
+    simulate(&c, true); /* the final knobs, for every entry's achieved value */
     record_entries(out, &c, la_top1, la_recall, at_top1, at_recall);
 
     out->options.knobs = c.o.knobs;
     out->options.popularity = out->popularity = c.table;
     out->options.popularity_topics = c.T;
+    out->options.layer_knobs = out->layer_knobs = c.layer_knobs;
     out->interleave = c.interleave;
     out->simulations = c.simulations;
     free(c.overall);
@@ -698,5 +838,6 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
 }
 
 void synth_fit_result_free(synth_fit_result *f) {
+    if (f) free(f->layer_knobs);
     if (f) free(f->popularity);
 }

@@ -51,6 +51,7 @@ typedef struct synth_fit_result {
     synth_fit_entry entries[SYNTH_FIT_MAX_ENTRIES];
     uint32_t simulations; /* traces the fit generated */
     float *popularity;    /* [topics][L][E] the fitted table options.popularity points to; owned */
+    double *layer_knobs;  /* [SYNTH_LAYER_KNOBS][L] what options.layer_knobs points to; owned */
 } synth_fit_result;
 
 void synth_fit_result_free(synth_fit_result *f); /* the table; accepts NULL */

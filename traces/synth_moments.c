@@ -16,7 +16,16 @@ static int cmp_u32(const void *a, const void *b) {
 
 /* Gini of counts x[0..E) (sorted in place), as STATS.md defines it; NaN when all zero. */
 double fit_gini_of(uint32_t *x, uint32_t E) {
-    qsort(x, E, sizeof *x, cmp_u32);
+    if (E <= 64) { /* insertion sort: a fit sorts hundreds of thousands of short rows */
+        for (uint32_t i = 1; i < E; i++) {
+            const uint32_t v = x[i];
+            uint32_t j = i;
+            for (; j > 0 && x[j - 1] > v; j--) x[j] = x[j - 1];
+            x[j] = v;
+        }
+    } else {
+        qsort(x, E, sizeof *x, cmp_u32);
+    }
     double num = 0, sum = 0;
     for (uint32_t i = 0; i < E; i++) num += (double)(i + 1) * x[i], sum += x[i];
     return sum > 0 ? 2 * num / (E * sum) - (E + 1.0) / E : NAN;
@@ -166,10 +175,118 @@ static void importance_moments(const trace *t, fit_moments *mo) {
     free(len);
 }
 
-void fit_moments_compute(const trace *t, fit_moments *mo) {
+void fit_moments_compute_routing(const trace *t, fit_moments *mo) {
     mo->request_gini = request_gini(t);
     mo->repeat_share = repeat_share(t);
     shared_with_predecessor(t, mo->shared);
+}
+
+void fit_moments_compute(const trace *t, fit_moments *mo) {
+    fit_moments_compute_routing(t, mo);
     gate_moments(t, mo);
     importance_moments(t, mo);
+}
+
+/* ---- per-layer statistics, the fast way ---- */
+
+/* The row's top-1 (largest gate, the first on ties), as STATS.md defines it. */
+static uint16_t row_top1(const uint16_t *ids, const float *gates, uint32_t k) {
+    uint32_t best = 0;
+    for (uint32_t j = 1; j < k; j++)
+        if (gates[j] > gates[best]) best = j;
+    return ids[best];
+}
+
+/* Set bits of x (SWAR: inline where the target has no popcount instruction by default). */
+static inline uint32_t bit_count(uint64_t x) {
+    x -= (x >> 1) & 0x5555555555555555ull;
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (uint32_t)((x * 0x0101010101010101ull) >> 56);
+}
+
+void fit_layer_stats_compute(const trace *t, fit_layer_stats *ls) {
+    const uint32_t L = t->meta.n_layers, E = t->meta.n_experts, k = t->meta.top_k;
+    const uint32_t R = t->n_requests;
+    uint64_t *prev = moesim_xmalloc(R * sizeof *prev); /* [R] the request's previous token */
+    for (uint32_t r = 0; r < R; r++) prev[r] = UINT64_MAX;
+    uint32_t *count = moesim_xcalloc((size_t)L * E, sizeof *count); /* [L][E] */
+    /* LRU depth by bit masks: since[l][e] holds the experts of layer l used since e was (W
+     * words of 64), so e's depth is 1 + its popcount; a route ORs its experts into every mask
+     * at once, E * W word operations per row whatever the depths */
+    const uint32_t W = (E + 63) / 64;
+    uint64_t *since = moesim_xcalloc((size_t)L * E * W, sizeof *since);   /* [L][E][W] */
+    uint8_t *seen = moesim_xcalloc((size_t)L * E, 1);                     /* [L][E] used yet */
+    uint64_t *depth = moesim_xcalloc((size_t)L * (E + 2), sizeof *depth); /* [L][E + 2] */
+    uint64_t *pairs = moesim_xcalloc(L, sizeof *pairs), *same = moesim_xcalloc(L, sizeof *same),
+             *any = moesim_xcalloc(L, sizeof *any), *acc = moesim_xcalloc(L, sizeof *acc);
+    uint64_t route[16]; /* W <= 16: E <= 1024 */
+    for (uint64_t i = 0; i < t->n_tokens; i++) {
+        const uint32_t r = t->request_id[i];
+        for (uint32_t l = 0; l < L; l++) {
+            const uint16_t *ids = trace_experts(t, i, l);
+            if (!fit_row_recorded(ids)) continue;
+            uint64_t *sl = since + (size_t)l * E * W;
+            uint8_t *sn = seen + (size_t)l * E;
+            memset(route, 0, W * sizeof *route);
+            for (uint32_t j = 0; j < k; j++) { /* depth before the route (STATS.md); 0: cold */
+                const uint16_t e = ids[j];
+                uint32_t d = 0;
+                if (sn[e]) {
+                    d = 1;
+                    for (uint32_t w = 0; w < W; w++) d += bit_count(sl[(size_t)e * W + w]);
+                }
+                depth[(size_t)l * (E + 2) + d]++;
+                count[(size_t)l * E + e]++;
+                route[e / 64] |= 1ull << (e % 64);
+            }
+            if (W == 1) {
+                const uint64_t m = route[0];
+                for (uint32_t e = 0; e < E; e++) sl[e] |= m;
+            } else {
+                for (uint32_t e = 0; e < E; e++)
+                    for (uint32_t w = 0; w < W; w++) sl[(size_t)e * W + w] |= route[w];
+            }
+            for (uint32_t j = k; j-- > 0;) { /* e_j: the route's later experts are newer */
+                const uint16_t e = ids[j];
+                memset(sl + (size_t)e * W, 0, W * sizeof *sl);
+                for (uint32_t a = j + 1; a < k; a++)
+                    sl[(size_t)e * W + ids[a] / 64] |= 1ull << (ids[a] % 64);
+                sn[e] = 1;
+            }
+            acc[l] += k;
+            if (prev[r] == UINT64_MAX) continue;
+            const uint16_t *p = trace_experts(t, prev[r], l);
+            if (!fit_row_recorded(p)) continue;
+            pairs[l]++;
+            same[l] += row_top1(ids, trace_gates(t, i, l), k) ==
+                       row_top1(p, trace_gates(t, prev[r], l), k);
+            bool hit = false;
+            for (uint32_t a = 0; a < k && !hit; a++)
+                for (uint32_t b = 0; b < k && !hit; b++) hit = ids[a] == p[b];
+            any[l] += hit;
+        }
+        prev[r] = i;
+    }
+    for (uint32_t l = 0; l < L; l++) {
+        ls->gini[l] = acc[l] ? fit_gini_of(count + (size_t)l * E, E) : NAN;
+        ls->reuse_top1[l] = pairs[l] ? (double)same[l] / pairs[l] : NAN;
+        ls->reuse_any[l] = pairs[l] ? (double)any[l] / pairs[l] : NAN;
+        double sum = 0, hits = 0;
+        const uint64_t *h = depth + (size_t)l * (E + 2);
+        for (uint32_t c = 1; c < E; c++) {
+            hits += (double)h[c];
+            if (c >= k) sum += hits / (double)acc[l];
+        }
+        ls->lru_mean[l] = acc[l] && E > k ? sum / (E - k) : NAN;
+    }
+    free(acc);
+    free(any);
+    free(same);
+    free(pairs);
+    free(depth);
+    free(seen);
+    free(since);
+    free(count);
+    free(prev);
 }

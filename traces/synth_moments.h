@@ -28,6 +28,21 @@ static inline bool fit_row_recorded(const uint16_t *ids) { return ids[0] != TRAC
 /* Gini of counts x[0..E) (sorted in place), as STATS.md defines it; NaN when all zero. */
 double fit_gini_of(uint32_t *x, uint32_t E);
 
+/* Per-layer statistics the fit bisects on, as traces/STATS.md defines them and trace_stats
+ * computes them (tests/test_synth_fit.c checks they agree), in a fraction of its time: no OPT
+ * curve, no batch or look-ahead figures. NaN where a layer has nothing to measure. */
+typedef struct fit_layer_stats {
+    double gini[MODEL_MAX_LAYERS];
+    double reuse_top1[MODEL_MAX_LAYERS], reuse_any[MODEL_MAX_LAYERS];
+    double lru_mean[MODEL_MAX_LAYERS]; /* mean LRU hit rate over capacities k..E-1 */
+} fit_layer_stats;
+
+void fit_layer_stats_compute(const trace *t, fit_layer_stats *ls);
+
+/* The moments of routing only (request gini, repeats, shared with the predecessor): the gate
+ * and importance moments are left as they were. */
+void fit_moments_compute_routing(const trace *t, fit_moments *mo);
+
 /* Every moment of `t`. */
 void fit_moments_compute(const trace *t, fit_moments *mo);
 
