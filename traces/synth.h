@@ -122,7 +122,8 @@ typedef struct synth_options {
     const float *popularity;
     uint32_t popularity_topics; /* the table's topics: knobs.topics must equal it */
     /* fitted per-layer values of the locality knobs (`trace synth --fit`): [SYNTH_LAYER_KNOBS]
-     * [L], each replacing its depth profile at that layer; NULL: the profiles. Not owned. */
+     * [L], each replacing its depth profile at that layer (NaN: the profile's); NULL: the
+     * profiles. Not owned. */
     const double *layer_knobs;
 } synth_options;
 
@@ -141,7 +142,10 @@ typedef enum synth_layer_knob {
  * "reuse_history_tokens". */
 extern const char *const synth_layer_knob_names[SYNTH_LAYER_KNOBS];
 
-/* Knob `k` at MoE layer l of L: o->layer_knobs' value, else its depth profile. */
+/* The per-layer knob that knob `knob` (a --set name) is a profile point of, or -1. */
+int synth_layer_knob_of(const char *knob);
+
+/* Knob `k` at MoE layer l of L: o->layer_knobs' value (NaN: none), else its depth profile. */
 double synth_layer_knob_value(const synth_options *o, synth_layer_knob k, uint32_t l, uint32_t L);
 
 /* One knob of synth_knobs: its name (the --set key), where it lives, its valid range and what

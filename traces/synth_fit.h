@@ -95,14 +95,17 @@ size_t synth_fit_compare(const trace *real, const trace *synthetic, synth_fit_ro
                          size_t cap);
 
 /* Writes the fitted knobs as an INI file ([synth]: model, interleave and every knob, each with
- * the statistic it was fitted to in its comment), crash-safely. */
+ * the statistic it was fitted to in its comment; [layers]: the per-layer knobs; [popularity]:
+ * the table), crash-safely. */
 moesim_status synth_knobs_save(const char *path, const synth_fit_result *f,
                                const model_geometry *m, const char *real_path, moesim_error *err);
 /* Loads such a file (or any [synth] section of knob = value lines) over o->knobs, for model
  * `m`; `interleave` gets the file's value when it has one. A [popularity] table (sized by the
  * file's topics and m's layers and experts) replaces *table (freed; caller frees the new one)
- * and o->popularity points to it. Errors name the file, line and key. */
+ * and o->popularity points to it; a [layers] table (every per-layer knob at every MoE layer)
+ * likewise replaces *layer_table and o->layer_knobs. Errors name the file, line and key. */
 moesim_status synth_knobs_load(const char *path, const model_geometry *m, synth_options *o,
-                               float **table, uint32_t *interleave, moesim_error *err);
+                               float **table, double **layer_table, uint32_t *interleave,
+                               moesim_error *err);
 
 #endif

@@ -100,12 +100,26 @@ const synth_knob_info synth_knob_table[] = {
 };
 const size_t synth_knob_count = MOESIM_ARRAY_LEN(synth_knob_table);
 
+int synth_layer_knob_of(const char *knob) {
+    for (int k = 0; k < SYNTH_LAYER_KNOBS; k++) {
+        const size_t n = strlen(synth_layer_knob_names[k]);
+        if (strncmp(knob, synth_layer_knob_names[k], n)) continue;
+        if (k == SYNTH_LK_HISTORY_TOKENS
+                ? !knob[n]
+                : !strcmp(knob + n, "_first") || !strcmp(knob + n, "_mid") ||
+                      !strcmp(knob + n, "_last"))
+            return k;
+    }
+    return -1;
+}
+
 const char *const synth_layer_knob_names[SYNTH_LAYER_KNOBS] = {
     "reuse_top1",        "reuse_other",      "reuse_history",
     "reuse_row_prefill", "reuse_row_decode", "reuse_history_tokens"};
 
 double synth_layer_knob_value(const synth_options *o, synth_layer_knob k, uint32_t l, uint32_t L) {
-    if (o->layer_knobs) return o->layer_knobs[(size_t)k * L + l];
+    if (o->layer_knobs && !isnan(o->layer_knobs[(size_t)k * L + l]))
+        return o->layer_knobs[(size_t)k * L + l];
     const synth_knobs *kn = &o->knobs;
     switch (k) {
     case SYNTH_LK_REUSE_TOP1:
@@ -393,9 +407,10 @@ char *synth_params_json(const synth_options *o, const model_geometry *m) {
         json_t *lk = json_object();
         for (int k = 0; k < SYNTH_LAYER_KNOBS; k++) {
             json_t *a = json_array();
-            for (uint32_t l = 0; l < m->n_moe_layers; l++)
-                json_array_append_new(a,
-                                      json_real(o->layer_knobs[(size_t)k * m->n_moe_layers + l]));
+            for (uint32_t l = 0; l < m->n_moe_layers; l++) {
+                const double v = o->layer_knobs[(size_t)k * m->n_moe_layers + l];
+                json_array_append_new(a, isnan(v) ? json_null() : json_real(v)); /* NaN: profile */
+            }
             json_object_set_new(lk, synth_layer_knob_names[k], a);
         }
         json_object_set_new(j, "layer_knobs", lk);

@@ -45,6 +45,17 @@ moesim_status synth_knobs_save(const char *path, const synth_fit_result *f, cons
                     e ? "the trace does not carry its statistic" : "not fitted");
     }
     const uint32_t T = (uint32_t)f->options.knobs.topics, L = m->n_moe_layers, E = m->n_experts;
+    if (f->options.layer_knobs) {
+        fprintf(fp,
+                "\n; the fitted per-layer values of the locality knobs (KNOB.lL = value at MoE\n"
+                "; layer L): they replace the depth profiles *_first/_mid/_last above, which\n"
+                "; list their values at the first, middle and last layer\n"
+                "[layers]\n");
+        for (int k = 0; k < SYNTH_LAYER_KNOBS; k++)
+            for (uint32_t l = 0; l < L; l++)
+                fprintf(fp, "%s.l%u = %.17g\n", synth_layer_knob_names[k], l,
+                        f->options.layer_knobs[(size_t)k * L + l]);
+    }
     if (f->options.popularity) {
         fprintf(fp,
                 "\n; the fitted popularity: [topic t][phase][layer l] each expert's probability,\n"
@@ -104,8 +115,43 @@ static moesim_status table_line(const char *origin, const char *key, const char 
     return MOESIM_OK;
 }
 
+/* One [layers] line "KNOB.lL = value" into layers [SYNTH_LAYER_KNOBS][L]. */
+static moesim_status layer_line(const char *origin, const char *key, const char *value,
+                                double *layers, uint32_t L, uint8_t *filled, moesim_error *err) {
+    const char *dot = strrchr(key, '.');
+    unsigned l = 0;
+    int used = 0;
+    int k = -1;
+    for (int i = 0; dot && i < SYNTH_LAYER_KNOBS; i++)
+        if (strlen(synth_layer_knob_names[i]) == (size_t)(dot - key) &&
+            !strncmp(key, synth_layer_knob_names[i], (size_t)(dot - key)))
+            k = i;
+    if (k < 0 || sscanf(dot + 1, "l%u%n", &l, &used) != 1 || dot[1 + used] || l >= L)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: [layers] %s: expected KNOB.lL with KNOB one of reuse_top1, "
+                           "reuse_other, reuse_history, reuse_row_prefill, reuse_row_decode, "
+                           "reuse_history_tokens and L < %u MoE layers",
+                           origin, key, L);
+    /* the range of the knob's profile points (or of reuse_history_tokens) */
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", synth_layer_knob_names[k],
+             k == SYNTH_LK_HISTORY_TOKENS ? "" : "_first");
+    double x, lo = 0, hi = 0;
+    for (size_t i = 0; i < synth_knob_count; i++)
+        if (!strcmp(synth_knob_table[i].name, name))
+            lo = synth_knob_table[i].min, hi = synth_knob_table[i].max;
+    if (!config_parse_f64(value, &x) || !(x >= lo && x <= hi))
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: [layers] %s: expected a number in [%g, %g], got '%s'", origin, key,
+                           lo, hi, value);
+    layers[(size_t)k * L + l] = x;
+    filled[(size_t)k * L + l] = 1;
+    return MOESIM_OK;
+}
+
 moesim_status synth_knobs_load(const char *path, const model_geometry *m, synth_options *o,
-                               float **table, uint32_t *interleave, moesim_error *err) {
+                               float **table, double **layer_table, uint32_t *interleave,
+                               moesim_error *err) {
     config *c = config_create();
     moesim_status st = config_load_file(c, path, err);
     /* [synth] first: the table's size depends on its topics */
@@ -116,11 +162,12 @@ moesim_status synth_knobs_load(const char *path, const model_geometry *m, synth_
         config_origin(c, section, key, origin, sizeof origin);
         double x;
         uint64_t u;
-        if (!strcmp(section, "popularity")) continue;
+        if (!strcmp(section, "popularity") || !strcmp(section, "layers")) continue;
         if (strcmp(section, "synth"))
             st = moesim_fail(err, MOESIM_EINPUT,
-                             "%s: [%s]: unknown section (expected [synth] or [popularity])", origin,
-                             section);
+                             "%s: [%s]: unknown section (expected [synth], [layers] or "
+                             "[popularity])",
+                             origin, section);
         else if (!strcmp(key, "model"))
             continue; /* which model it was fitted for: informative */
         else if (!strcmp(key, "interleave")) {
@@ -166,10 +213,37 @@ moesim_status synth_knobs_load(const char *path, const model_geometry *m, synth_
                              L, E, o->knobs.topics);
     }
     free(filled);
+    double *lt = NULL; /* [layers] */
+    if (!st && config_has_section(c, "layers")) {
+        const size_t n = (size_t)SYNTH_LAYER_KNOBS * L;
+        lt = moesim_xmalloc(n * sizeof *lt);
+        uint8_t *got = moesim_xcalloc(n, 1);
+        for (size_t i = 0; !st && i < config_size(c); i++) {
+            const char *section, *key, *value;
+            config_entry_at(c, i, &section, &key, &value);
+            if (strcmp(section, "layers")) continue;
+            char origin[512];
+            config_origin(c, section, key, origin, sizeof origin);
+            st = layer_line(origin, key, value, lt, L, got, err);
+        }
+        for (size_t i = 0; !st && i < n; i++)
+            if (!got[i])
+                st = moesim_fail(err, MOESIM_EINPUT,
+                                 "%s: [layers] %s.l%zu: missing (model %s: every knob at each of "
+                                 "its %u MoE layers)",
+                                 path, synth_layer_knob_names[i / L], i % L, m->name, L);
+        free(got);
+    }
     config_destroy(c);
     if (st) {
+        free(lt);
         free(t);
         return st;
+    }
+    if (lt) {
+        free(*layer_table);
+        *layer_table = lt;
+        o->layer_knobs = lt;
     }
     if (t) {
         free(*table);
