@@ -6,12 +6,12 @@
 #     layers, 8 experts, top-2, random weights), 8 prompts of 16 tokens + 40 greedy decode tokens,
 #     run one request at a time (batch 1) and in batches of 4 (decode interleaved);
 #   - the stand-in for a serving log (we have no real vLLM log in the repo): 2 Mixtral-8x7B
-#     requests of 24 + 169 tokens (338 decode tokens, as the log of issue 22), made by
+#     requests of 24 + 169 tokens (338 decode tokens, as a real Mixtral serving log), made by
 #     `trace synth` with stronger reuse than the published defaults and locality reaching back
 #     several tokens (its gini, reuse and LRU curve near that log's: SYNTH.md), exported as
 #     JSONL and read back with `trace import`.
 # Prints markdown (traces/SYNTH.md's generated block, `make docs`): one row per trace (worst gaps;
-# the criterion of issue 22 is 0.02 everywhere), then the stand-in's criterion rows side by side;
+# the match criterion is 0.02 everywhere), then the stand-in's criterion rows side by side;
 # each trace's whole report stays in DIR/*.txt. Usage: scripts/synth-fit-figures.sh [moesim] [dir]
 set -euo pipefail
 moesim=${1:-build/moesim}

@@ -1,6 +1,6 @@
 /* The router-trace synthesizer: full-size traces for any model of configs/models whose routing
  * statistics (traces/STATS.md) match what has been measured on real models
- * (../shared/CALIBRATION.md). traces/SYNTH.md states the generative model, every knob, the
+ * (traces/SYNTH.md cites each). traces/SYNTH.md states the generative model, every knob, the
  * defaults per model family with their sources, and the tolerances the tests assert.
  *
  * The model, per MoE layer l and token (all randomness from common/rng.h streams of one seed):

@@ -11,7 +11,7 @@
 #include "traces/synth_fit.h"
 #include "traces/synth_moments.h"
 
-#define MATCH_TOLERANCE 0.02 /* issue 22: hit rates, gini, reuse: 0.02; active share: 2 points */
+#define MATCH_TOLERANCE 0.02 /* hit rates, gini, reuse: 0.02; active share: 2 points */
 
 static size_t put_row(synth_fit_row *rows, size_t n, size_t cap, const char *statistic,
                       const char *knob, double real, double synthetic, double tolerance) {

@@ -35,7 +35,8 @@
 #define FIT_BISECT     10 /* halvings per knob per sweep (range / 1024) */
 #define FIT_BISECT_H   6  /* halvings per history knob while choosing reuse_history_tokens */
 #define FIT_MAX_CELLS  (1u << 22) /* token x layer records per simulation at most */
-#define FIT_SIM_TOKENS 8192       /* tokens a simulation needs at least (fewer copies above) */
+#define FIT_SIM_CELLS  (1u << 16) /* records a simulation needs at least (fewer copies above) */
+#define FIT_SIM_TOKENS 8192       /* and tokens */
 #define N_DEPTH        3          /* profile points: first, mid, last */
 #define PL_MAX_SHARE   (1 - 1e-6) /* an expert in every row of a topic: a finite weight */
 
@@ -331,9 +332,10 @@ static void table_init(fit_ctx *c, const trace *real) {
     table_build(c);
 }
 
-/* One simulation with the current knobs: its per-layer statistics and routing moments always;
- * `full` adds trace_stats (OPT curves, active share) and every moment (gates, importance). */
-static void simulate(fit_ctx *c, bool full) {
+/* One simulation with the current knobs: its per-layer statistics, and the routing moments
+ * `which` (FIT_MOMENT_*); `full` adds trace_stats (OPT curves, active share) and every moment
+ * (gates, importance). */
+static void simulate(fit_ctx *c, bool full, unsigned which) {
     table_build(c); /* popularity_smoothing may have changed */
     trace *t = NULL;
     moesim_error err = {0};
@@ -345,17 +347,25 @@ static void simulate(fit_ctx *c, bool full) {
         c->sim = trace_stats_compute(t);
         fit_moments_compute(t, &c->sim_mo);
     } else {
-        fit_moments_compute_routing(t, &c->sim_mo);
+        fit_moments_compute_some(t, &c->sim_mo, which);
     }
     trace_destroy(t);
     c->simulations++;
+}
+
+/* The routing moments statistic `st` reads. */
+static unsigned moments_of(fit_stat st) {
+    return st == STAT_REQUEST_GINI                                 ? FIT_MOMENT_REQUEST_GINI
+           : st == STAT_REPEAT                                     ? FIT_MOMENT_REPEAT
+           : st == STAT_SHARED_PREFILL || st == STAT_SHARED_DECODE ? FIT_MOMENT_SHARED
+                                                                   : 0;
 }
 
 /* Which statistics need the full simulation. */
 static bool stat_needs_full(fit_stat st) { return st == STAT_ACTIVE || st >= STAT_GATE_TOP1; }
 
 static double sim_value(fit_ctx *c, fit_stat st, int g) {
-    simulate(c, stat_needs_full(st));
+    simulate(c, stat_needs_full(st), moments_of(st));
     return stat_value(c->sim, &c->sim_ls, &c->sim_mo, c->L, c->batches, st, g);
 }
 
@@ -423,7 +433,7 @@ static void bisect_layers2(fit_ctx *c, double *v0, fit_stat st0, double *v1, fit
         for (int q = 0; q < 2; q++)
             for (uint32_t l = 0; l < L; l++)
                 if (!isnan(target[q][l])) v[q][l] = 0.5 * (a[q][l] + b[q][l]);
-        simulate(c, false);
+        simulate(c, false, moments_of(st[0]) | moments_of(st[1]));
         for (int q = 0; q < 2; q++)
             for (uint32_t l = 0; l < L; l++) {
                 const double x = layer_value(&c->sim_ls, &c->sim_mo, l, st[q]);
@@ -545,7 +555,7 @@ static void routing_sweep(fit_ctx *c, bool choose_history) {
             fit_history(c, FIT_BISECT_H);
             fit_reuse_other(c, FIT_BISECT_H);
             fit_reuse_row(c, FIT_BISECT_H);
-            simulate(c, true);
+            simulate(c, true, 0);
             for (uint32_t l = 0; l < L; l++) {
                 const double gap = layer_locality_gap(c, l);
                 if (!(gap < best_gap[l])) continue;
@@ -797,9 +807,12 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
     const uint64_t cells = real->n_tokens * (uint64_t)tm->n_layers;
     uint64_t scale = SYNTH_FIT_SCALE;
     while (scale > 1 && cells * scale > FIT_MAX_CELLS) scale--;
-    /* a long trace needs fewer copies for the same noise: FIT_SIM_TOKENS tokens are enough
-     * (per-layer shares to about 0.005); the time of a fit follows the simulation's size */
-    while (scale > 1 && real->n_tokens * (scale - 1) >= FIT_SIM_TOKENS) scale--;
+    /* a long trace needs fewer copies for the same noise: FIT_SIM_CELLS records and
+     * FIT_SIM_TOKENS tokens (a layer's shares to about 0.005) are enough; the time of a fit
+     * follows the simulation's size */
+    while (scale > 1 && cells * (scale - 1) >= FIT_SIM_CELLS &&
+           real->n_tokens * (scale - 1) >= FIT_SIM_TOKENS)
+        scale--;
     c.o.n_requests = (uint32_t)(real->n_requests * scale);
     const uint32_t depth = c.o.lookahead_depth;
     c.o.lookahead_depth = 0; /* routing and importance do not depend on it */
@@ -821,7 +834,7 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
     if (depth) fit_lookahead(&c.o.knobs, rs, la_top1, la_recall, &at_top1, &at_recall);
     c.o.lookahead_depth = depth;
     profiles_from_layers(&c);
-    simulate(&c, true); /* the final knobs, for every entry's achieved value */
+    simulate(&c, true, 0); /* the final knobs, for every entry's achieved value */
     record_entries(out, &c, la_top1, la_recall, at_top1, at_recall);
 
     out->options.knobs = c.o.knobs;

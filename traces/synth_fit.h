@@ -84,7 +84,7 @@ typedef struct synth_fit_row {
     char knob[40];     /* the knob fitted to it (or that drives it); "" when none */
     double real;       /* NaN: absent there */
     double synthetic;  /* NaN: absent there */
-    double tolerance;  /* what issue 22 accepts as a match (absolute); 0: informative */
+    double tolerance;  /* what counts as a match (absolute); 0: informative */
 } synth_fit_row;
 
 /* The rows comparing `real` with `synthetic` (same geometry): skew, reuse, the LRU and OPT hit

@@ -1,6 +1,6 @@
 /* The synthesizer's knobs: the table of names and ranges, defaults per model family (each value
  * and its source in traces/SYNTH.md), option checks, params_json, and the published targets that
- * `moesim trace synth --report` and the tests compare against (../shared/CALIBRATION.md).
+ * `moesim trace synth --report` and the tests compare against (traces/SYNTH.md cites each source).
  *
  * Units: probabilities and shares in [0, 1]; log-popularity and logits in nats. */
 #include <jansson.h>
@@ -445,7 +445,7 @@ static const batch_table decode_tables[] = {
     {"qwen3-next-80b-a3b", {0.019, 0.037, 0.067, 0.149, 0.254, 0.392}},
     {"deepseek-v2-lite", {0.090, 0.149, 0.232, 0.359, 0.517, 0.676}},
 };
-#define SYNTH_BATCH_TOLERANCE     0.05 /* ±5 points at every B (issue 4, SYNTH.md) */
+#define SYNTH_BATCH_TOLERANCE     0.05 /* ±5 points at every B (SYNTH.md) */
 #define SYNTH_LOOKAHEAD_TOLERANCE 0.02 /* "~96 %", "~90 %": two points either side */
 
 static const char batch_names[STATS_N_BATCH][32] = {"active share B=1",  "active share B=2",

@@ -175,14 +175,15 @@ static void importance_moments(const trace *t, fit_moments *mo) {
     free(len);
 }
 
-void fit_moments_compute_routing(const trace *t, fit_moments *mo) {
-    mo->request_gini = request_gini(t);
-    mo->repeat_share = repeat_share(t);
-    shared_with_predecessor(t, mo->shared);
+void fit_moments_compute_some(const trace *t, fit_moments *mo, unsigned which) {
+    if (which & FIT_MOMENT_REQUEST_GINI) mo->request_gini = request_gini(t);
+    if (which & FIT_MOMENT_REPEAT) mo->repeat_share = repeat_share(t);
+    if (which & FIT_MOMENT_SHARED) shared_with_predecessor(t, mo->shared);
 }
 
 void fit_moments_compute(const trace *t, fit_moments *mo) {
-    fit_moments_compute_routing(t, mo);
+    fit_moments_compute_some(t, mo,
+                             FIT_MOMENT_REQUEST_GINI | FIT_MOMENT_REPEAT | FIT_MOMENT_SHARED);
     gate_moments(t, mo);
     importance_moments(t, mo);
 }

@@ -39,9 +39,12 @@ typedef struct fit_layer_stats {
 
 void fit_layer_stats_compute(const trace *t, fit_layer_stats *ls);
 
-/* The moments of routing only (request gini, repeats, shared with the predecessor): the gate
- * and importance moments are left as they were. */
-void fit_moments_compute_routing(const trace *t, fit_moments *mo);
+/* Some moments of routing only (the others are left as they were): a bisection computes what
+ * its statistic needs. */
+#define FIT_MOMENT_REQUEST_GINI 1u
+#define FIT_MOMENT_REPEAT       2u
+#define FIT_MOMENT_SHARED       4u
+void fit_moments_compute_some(const trace *t, fit_moments *mo, unsigned which);
 
 /* Every moment of `t`. */
 void fit_moments_compute(const trace *t, fit_moments *mo);
