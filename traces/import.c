@@ -313,7 +313,7 @@ moesim_status trace_import_files(const char *const *paths, uint32_t n_paths,
     if (dense) {
         st = import_dense(&x);
     } else if (text) {
-        uint64_t bytes = 0;
+        uint64_t bytes = 0; /* checked above: for the progress bar */
         check_input_file(paths[0], trace_text_format_name(o->format), &bytes, err);
         FILE *fp = fopen(paths[0], "rb");
         if (!fp)

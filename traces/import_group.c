@@ -230,14 +230,17 @@ static moesim_status row_layer(importer *x, const import_record *r, uint32_t row
         if (layer >= x->L)
             return import_fail(x, field,
                                "layer %" PRIu64 " >= %" PRIu32 " MoE layers of %s (--layers moe "
-                               "counts MoE layers from 0)",
+                               "counts MoE layers from 0; --layer-base N for a log counting "
+                               "from N)",
                                layer, x->L, model);
         *l = (uint32_t)layer;
         return MOESIM_OK;
     }
     if (layer >= x->m->n_layers)
-        return import_fail(x, field, "layer %" PRIu64 " >= %" PRIu32 " layers of %s", layer,
-                           x->m->n_layers, model);
+        return import_fail(x, field,
+                           "layer %" PRIu64 " >= %" PRIu32 " layers of %s (--layer-base N for a "
+                           "log counting from N)",
+                           layer, x->m->n_layers, model);
     if (x->moe_index[layer] < 0)
         return import_fail(x, field,
                            "layer %" PRIu64 " of %s is a dense layer, not an MoE layer "

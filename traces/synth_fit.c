@@ -402,18 +402,24 @@ static bool bisect(fit_ctx *c, double *knob, double lo, double hi, bool increasi
  * that differ: the Mixtral log's reuse any runs from 0.41 to 0.77 between neighbours). Layers
  * without the statistic keep their value. */
 static void bisect_layers2(fit_ctx *c, double *v0, fit_stat st0, double *v1, fit_stat st1,
-                           double lo, double hi, int halvings);
+                           const bool *only, double lo, double hi, int halvings);
 
 static void bisect_layers(fit_ctx *c, double *v, double lo, double hi, bool increasing, fit_stat st,
                           int halvings) {
     MOESIM_ASSERT(increasing); /* every per-layer knob raises its statistic */
-    bisect_layers2(c, v, st, NULL, st, lo, hi, halvings);
+    bisect_layers2(c, v, st, NULL, st, NULL, lo, hi, halvings);
+}
+
+/* The same for the layers `only` marks; the others keep their values. */
+static void bisect_layers_only(fit_ctx *c, double *v, const bool *only, double lo, double hi,
+                               fit_stat st, int halvings) {
+    bisect_layers2(c, v, st, NULL, st, only, lo, hi, halvings);
 }
 
 /* The same for two knobs at once, each on its own statistic (v1 NULL: one), where neither
  * moves the other's: the prompt and decode row copies. */
 static void bisect_layers2(fit_ctx *c, double *v0, fit_stat st0, double *v1, fit_stat st1,
-                           double lo, double hi, int halvings) {
+                           const bool *only, double lo, double hi, int halvings) {
     const uint32_t L = c->L;
     double *v[2] = {v0, v1};
     const fit_stat st[2] = {st0, st1};
@@ -422,7 +428,8 @@ static void bisect_layers2(fit_ctx *c, double *v0, fit_stat st0, double *v1, fit
     bool any = false;
     for (int q = 0; q < 2; q++)
         for (uint32_t l = 0; l < L; l++) {
-            target[q][l] = v[q] ? layer_value(&c->real_ls, &c->real_mo, l, st[q]) : NAN;
+            target[q][l] =
+                v[q] && (!only || only[l]) ? layer_value(&c->real_ls, &c->real_mo, l, st[q]) : NAN;
             if (isnan(target[q][l])) continue;
             a[q][l] = v[q][l] - half > lo ? v[q][l] - half : lo;
             b[q][l] = v[q][l] + half < hi ? v[q][l] + half : hi;
@@ -499,6 +506,18 @@ static void fit_history(fit_ctx *c, int halvings) {
     bisect_layers(c, layer_knob(c, SYNTH_LK_REUSE_HISTORY), 0, 1, true, STAT_LRU, halvings);
 }
 
+/* Top-1 copies in [0, 1]; a layer whose real reuse top-1 is below what drawing alone gives
+ * (its copies went to 0) then gets the repulsion, [-1, 0]: anti-locality. Two stages rather
+ * than one search of [-1, 1], so that traces with locality are fitted as before. */
+static void fit_reuse_top1(fit_ctx *c) {
+    double *v = layer_knob(c, SYNTH_LK_REUSE_TOP1);
+    bool local[MODEL_MAX_LAYERS], below[MODEL_MAX_LAYERS], any = false;
+    for (uint32_t l = 0; l < c->L; l++) local[l] = v[l] >= 0;
+    bisect_layers_only(c, v, local, 0, 1, STAT_REUSE_TOP1, FIT_BISECT);
+    for (uint32_t l = 0; l < c->L; l++) any |= below[l] = v[l] < ldexp(1.0, -FIT_BISECT);
+    if (any) bisect_layers_only(c, v, below, -1, 0, STAT_REUSE_TOP1, FIT_BISECT);
+}
+
 static void fit_reuse_other(fit_ctx *c, int halvings) {
     bisect_layers(c, layer_knob(c, SYNTH_LK_REUSE_OTHER), -1, 1, true, STAT_REUSE_ANY, halvings);
 }
@@ -508,7 +527,7 @@ static void fit_reuse_other(fit_ctx *c, int halvings) {
  * do. */
 static void fit_reuse_row(fit_ctx *c, int halvings) {
     bisect_layers2(c, layer_knob(c, SYNTH_LK_ROW_PREFILL), STAT_SHARED_PREFILL,
-                   layer_knob(c, SYNTH_LK_ROW_DECODE), STAT_SHARED_DECODE, 0, 1, halvings);
+                   layer_knob(c, SYNTH_LK_ROW_DECODE), STAT_SHARED_DECODE, NULL, 0, 1, halvings);
 }
 
 /* Whether each topic of the table is one real request: then the requests, taking the topics in
@@ -530,8 +549,7 @@ static void routing_sweep(fit_ctx *c, bool choose_history) {
     bisect(c, &k->popularity_smoothing, 0, 64, false, STAT_REQUEST_GINI, 0, FIT_BISECT + 2);
     if (!one_request_a_topic(c))
         bisect(c, &k->topic_persistence, 0, 1, false, STAT_ACTIVE, 0, FIT_BISECT);
-    /* below 0: repulsion from the previous token's top-1 (anti-locality) */
-    bisect_layers(c, layer_knob(c, SYNTH_LK_REUSE_TOP1), -1, 1, true, STAT_REUSE_TOP1, FIT_BISECT);
+    fit_reuse_top1(c);
     fit_reuse_other(c, FIT_BISECT);
     fit_reuse_row(c, FIT_BISECT);
     if (choose_history && !isnan(real_value(c, STAT_LRU, 1))) {
