@@ -159,7 +159,7 @@ typedef struct trace_import_report {
     /* "records", "prompt_len of the records", "prompt_lens", "--prompt-lens", "--all-prefill",
      * "--prefill-tokens" or TRACE_IMPORT_PHASE_DEFAULT */
     const char *phase_source;
-    uint32_t files;           /* input files read (per-layer files: one per layer) */
+    uint32_t files; /* input files read (per-layer files: one per layer) */
     /* layers whose routing (ids and gates of every token) equals an earlier layer's: the pairs
      * (earlier, later) in MoE layer numbers, at most TRACE_IMPORT_RUNS_LISTED listed */
     uint32_t identical_layers, identical_listed;

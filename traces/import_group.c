@@ -511,8 +511,8 @@ static moesim_status decide_phases(importer *x, const uint64_t *order) {
             }
             phase = by_len;
         } else if (phase == PHASE_UNSAID) {
-            phase = o->all_prefill || x->tok_pos[t] < o->prefill_tokens ? TRACE_PREFILL
-                                                                        : TRACE_DECODE;
+            phase =
+                o->all_prefill || x->tok_pos[t] < o->prefill_tokens ? TRACE_PREFILL : TRACE_DECODE;
         }
         x->tok_phase[t] = phase;
         uint32_t qi = x->tok_request[t];

@@ -67,8 +67,8 @@ typedef struct import_request {
 } import_request;
 
 typedef struct importer {
-    const char *path;                /* the file being read (for messages) */
-    const char *const *paths;        /* [n_paths] every input, in command-line order */
+    const char *path;         /* the file being read (for messages) */
+    const char *const *paths; /* [n_paths] every input, in command-line order */
     uint32_t n_paths;
     const model_geometry *m;
     const trace_import_options *o;

@@ -173,10 +173,10 @@ static moesim_status read_int_vector(const char *path, const zip_member *z, int6
             char sh[64];
             npy_shape_text(&a, sh, sizeof sh);
             st = byte_stream_fail(&a.s, err, "shape %s of %s: expected a 1-D integer array", sh,
-                             a.kind == 'f' ? "floats" : "integers");
+                                  a.kind == 'f' ? "floats" : "integers");
         } else if (a.count > (1u << 28)) {
             st = byte_stream_fail(&a.s, err, "%" PRIu64 " entries: at most %u requests", a.count,
-                             1u << 28);
+                                  1u << 28);
         } else {
             *n = a.count;
             *out = moesim_xmalloc((a.count ? a.count : 1) * sizeof **out);
@@ -186,7 +186,7 @@ static moesim_status read_int_vector(const char *path, const zip_member *z, int6
             free(scratch);
             if (!st && neg != UINT64_MAX)
                 st = byte_stream_fail(&a.s, err, "[%" PRIu64 "]: %" PRId64 " is negative", neg,
-                                 (*out)[neg]);
+                                      (*out)[neg]);
         }
     }
     npy_close(&a);
@@ -309,9 +309,9 @@ static moesim_status check_arrays(importer *x, const array_set *a) {
         if (ids->ndim != 3 || ids->shape[1] != x->L || ids->shape[2] != x->E || !ids->shape[0]) {
             npy_shape_text(ids, sh, sizeof sh);
             return byte_stream_fail(&ids->s, x->err,
-                               "shape %s: expected [tokens >= 1][%" PRIu32 " MoE layers][%" PRIu32
-                               " experts] (%s)",
-                               sh, x->L, x->E, x->m->name);
+                                    "shape %s: expected [tokens >= 1][%" PRIu32
+                                    " MoE layers][%" PRIu32 " experts] (%s)",
+                                    sh, x->L, x->E, x->m->name);
         }
     } else {
         if (ids->kind == 'f')
@@ -319,9 +319,9 @@ static moesim_status check_arrays(importer *x, const array_set *a) {
         if (ids->ndim != 3 || ids->shape[1] != x->L || ids->shape[2] != x->k || !ids->shape[0]) {
             npy_shape_text(ids, sh, sizeof sh);
             return byte_stream_fail(&ids->s, x->err,
-                               "shape %s: expected [tokens >= 1][%" PRIu32
-                               " MoE layers][top_k = %" PRIu32 "] (%s)",
-                               sh, x->L, x->k, x->m->name);
+                                    "shape %s: expected [tokens >= 1][%" PRIu32
+                                    " MoE layers][top_k = %" PRIu32 "] (%s)",
+                                    sh, x->L, x->k, x->m->name);
         }
     }
     if (a->has_gates && g->kind != 'f')
@@ -330,17 +330,19 @@ static moesim_status check_arrays(importer *x, const array_set *a) {
         npy_shape_text(g, sh, sizeof sh);
         char want[96];
         npy_shape_text(ids, want, sizeof want);
-        return byte_stream_fail(&g->s, x->err, "shape %s: expected %s like the expert ids", sh, want);
+        return byte_stream_fail(&g->s, x->err, "shape %s: expected %s like the expert ids", sh,
+                                want);
     }
     uint64_t T = ids->shape[0];
     if (ids->shape[0] > UINT32_MAX - 1)
-        return byte_stream_fail(&ids->s, x->err, "%" PRIu64 " tokens: at most %u", T, UINT32_MAX - 1);
+        return byte_stream_fail(&ids->s, x->err, "%" PRIu64 " tokens: at most %u", T,
+                                UINT32_MAX - 1);
     if (a->has_request_id) {
         const npy_array *r = &a->request_id;
         if (r->ndim != 1 || r->shape[0] != T || r->kind == 'f') {
             npy_shape_text(r, sh, sizeof sh);
-            return byte_stream_fail(&r->s, x->err,
-                               "shape %s: expected [%" PRIu64 "] integers (one per token)", sh, T);
+            return byte_stream_fail(
+                &r->s, x->err, "shape %s: expected [%" PRIu64 "] integers (one per token)", sh, T);
         }
     }
     const int64_t *lens = a->seq_lens;
@@ -409,7 +411,7 @@ moesim_status import_arrays(importer *x) {
     x->prompt_source = a.prompt_lens ? "prompt_lens" : "prompt_tokens of --requests";
     x->rep->gates_source = a.has_gates     ? "weights"
                            : !a.has_logits ? "uniform 1/k (--uniform-gates)"
-                           : import_scores_source(x);
+                                           : import_scores_source(x);
     const uint64_t T = a.has_logits ? a.logits.shape[0] : a.ids.shape[0];
     const uint64_t row = (uint64_t)x->L * x->k, logit_row = (uint64_t)x->L * x->E;
     import_record *r = moesim_xcalloc(1, sizeof *r);
@@ -509,4 +511,3 @@ moesim_status import_arrays(importer *x) {
     array_set_free(&a);
     return st;
 }
-
