@@ -15,8 +15,9 @@
  * Everything is deterministic: the same trace gives the same knobs, bit for bit.
  *
  * Also here: the execution order of batched runs (a trace's requests interleaved in decode
- * batches, as the engine and serving logs record them), and knob files (`--save-knobs`,
- * `--knobs`). */
+ * batches, as the engine and serving logs record them; traces/synth_order.c), knob files
+ * (`--save-knobs`, `--knobs`; traces/synth_knobs_file.c) and the real-vs-synthetic comparison
+ * (traces/synth_compare.c). */
 #ifndef MOESIM_TRACES_SYNTH_FIT_H
 #define MOESIM_TRACES_SYNTH_FIT_H
 
