@@ -17,7 +17,7 @@ static const cli_command commands[] = {
     {"eval", cmd_eval, "perplexity and KL vs bf16 under an expert precision or precision map"},
     {"sim", cmd_sim, "simulate a trace under an expert offloading policy on a hardware profile"},
     {"sweep", cmd_sweep, "run an experiment's configurations into a resumable CSV; merge shards"},
-    {"plot", cmd_plot, "render plots/NAME.gp over a sweep's CSV into PNG and SVG"},
+    {"plot", cmd_plot, "render plots/NAME.gp, or any CSV's --x/--y columns, as PNG and SVG"},
     {"replay", cmd_replay, "replay a trace under a policy on the GPU (real copies and kernels)"},
     {"calibrate", cmd_calibrate, "measure the GPU: hardware profile and cost table for the sim"},
     {"validate", cmd_validate, "compare the simulator with the GPU replay on the same runs"},

@@ -1,4 +1,5 @@
-/* `moesim plot NAME [--csv FILE] [-o DIR]`: renders plots/NAME.gp over a sweep's results CSV
+/* `moesim plot NAME [--csv FILE] [-o DIR]` (the generic `moesim plot CSV --x --y` is
+ * cli/plot_csv.c): renders plots/NAME.gp over a sweep's results CSV
  * into DIR/NAME.png and DIR/NAME.svg with gnuplot. The script reads the CSV path from the
  * gnuplot variable `csv` and leaves the terminal to this command, so one script gives both
  * formats. Each image is written to a temporary name and renamed when gnuplot succeeded. */
@@ -13,11 +14,19 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/plot.h"
 #include "common/atomic_file.h"
 #include "common/paths.h"
 
 static const char plot_help[] =
     "usage: moesim plot NAME [--csv results/NAME.csv] [-o DIR]\n"
+    "       moesim plot CSV --x COL --y COL [--series COL] [--panel COL] [--logx] [--logy]\n"
+    "                   -o FILE.png|FILE.svg\n"
+    "\n"
+    "The second form draws any sweep result (any CSV with a header): y against x, one line per\n"
+    "value of --series, one panel per value of --panel, axes labelled from the column names\n"
+    "with their units (tpot_ms.mean: 'tpot (ms), mean'). Rows with an empty or nan y are\n"
+    "left out and counted.\n"
     "\n"
     "Runs gnuplot on plots/NAME.gp over the results of `moesim sweep experiments/NAME.ini` and\n"
     "writes DIR/NAME.png and DIR/NAME.svg (DIR: the CSV's folder; made when missing). The script\n"
@@ -29,25 +38,20 @@ static const char plot_help[] =
     "  -o DIR       folder for the images (default: the CSV's folder)\n"
     "  -h, --help   this text\n";
 
-/* Terminal settings of each format: size in pixels (png) or points (svg). */
-static const struct plot_format {
-    const char *ext;
-    const char *terminal;
-} formats[] = {
+const plot_format plot_formats[] = {
     {"png", "pngcairo enhanced size 1400,900 font 'Sans,12'"},
     {"svg", "svg enhanced size 1400,900 font 'Sans,12' background rgb 'white'"},
 };
+const size_t plot_format_count = sizeof plot_formats / sizeof *plot_formats;
 
 static bool quote_safe(const char *s) { return !strchr(s, '\'') && !strchr(s, '\\'); }
 
-/* Runs gnuplot on `script` writing `out_path`: its exit status, or -1 with *exec_errno set when
- * it could not be started (then nothing was printed: the caller says it in one line). */
-static int run_gnuplot(const char *script, const char *csv, const char *paper,
-                       const char *terminal, const char *out_path, int *exec_errno) {
+int plot_gnuplot_run(const char *script, const char *csv, const char *paper, const char *terminal,
+                     const char *out_path, int *exec_errno) {
     *exec_errno = 0;
     char setup[4 * PATH_MAX];
-    snprintf(setup, sizeof setup, "csv='%s'; paper='%s'; set terminal %s; set output '%s'", csv,
-             paper, terminal, out_path);
+    snprintf(setup, sizeof setup, "csv='%s'; paper='%s'; set terminal %s; set output '%s'",
+             csv ? csv : "", paper ? paper : "", terminal, out_path);
     fflush(stdout);
     fflush(stderr);
     int fds[2]; /* close-on-exec: the child writes errno into it only when exec fails */
@@ -86,7 +90,22 @@ static int run_gnuplot(const char *script, const char *csv, const char *paper,
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* The generic form: an argument ending in .csv that is not --csv's value, or --x / --y. */
+static bool plot_is_generic(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--x") || !strcmp(argv[i], "--y")) return true;
+        if (!strcmp(argv[i], "--csv") || !strcmp(argv[i], "-o")) {
+            i++;
+            continue;
+        }
+        size_t n = strlen(argv[i]);
+        if (n > 4 && !strcmp(argv[i] + n - 4, ".csv")) return true;
+    }
+    return false;
+}
+
 int cmd_plot(int argc, char **argv) {
+    if (plot_is_generic(argc, argv)) return cmd_plot_csv(argc, argv);
     const char *name = NULL, *csv = NULL, *dir = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -139,14 +158,15 @@ int cmd_plot(int argc, char **argv) {
     if (access(paper, R_OK) != 0) paper[0] = '\0';
     if (!quote_safe(csv) || !quote_safe(dir) || !quote_safe(script) || !quote_safe(paper))
         return cli_usage_error("plot", "paths with quotes or backslashes are not supported");
-    for (size_t f = 0; f < sizeof formats / sizeof *formats; f++) {
+    for (size_t f = 0; f < plot_format_count; f++) {
         char out[PATH_MAX];
-        snprintf(out, sizeof out, "%s/%s.%s", dir, name, formats[f].ext);
+        snprintf(out, sizeof out, "%s/%s.%s", dir, name, plot_formats[f].ext);
         atomic_file af;
         if (moesim_path_make_parents(out, &err) || atomic_file_begin_path(&af, out, &err))
             return cli_fail(&err);
         int exec_errno;
-        int rc = run_gnuplot(script, csv, paper, formats[f].terminal, af.tmp_path, &exec_errno);
+        int rc = plot_gnuplot_run(script, csv, paper, plot_formats[f].terminal, af.tmp_path,
+                                  &exec_errno);
         if (rc != 0) {
             atomic_file_abort(&af);
             if (exec_errno) {

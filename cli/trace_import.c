@@ -17,7 +17,7 @@
 #include "traces/trace.h"
 
 static const char import_help[] =
-    "usage: moesim trace import [--format jsonl|csv|npy|npz] --model NAME IN -o OUT.h5 "
+    "usage: moesim trace import [--format jsonl|csv|npy|npz] --model NAME IN... -o OUT.h5 "
     "[options]\n"
     "\n"
     "Converts routing logs into a router trace (traces/FORMAT.md, \"Import and export\").\n"
@@ -33,6 +33,9 @@ static const char import_help[] =
     "dataset, or req_id) are numbered by first appearance, each request's tokens run in\n"
     "token_idx order, and a second record for one (request, token_idx, layer) is an error.\n"
     "npy / npz: dense arrays [tokens][layers][top_k] of ids and weights (np.save, np.savez).\n"
+    "Per-layer dense scores: several CSVs with columns expert_0 .. expert_<E-1> (and\n"
+    "optionally token_id, request_id, layer_id) or .npy arrays [tokens][E], one MoE layer\n"
+    "each, reduced to the top-k by score (ties to the lower expert id).\n"
     "Prints what it read, kept, dropped and why.\n"
     "\n"
     "options:\n"
@@ -52,6 +55,20 @@ static const char import_help[] =
     "  --requests FILE.csv     npy/npz: request boundaries, CSV 'request,tokens' or\n"
     "                          'request,tokens,prompt_tokens', one row per request in array\n"
     "                          order (default: the npz's columns, else one request)\n"
+    "  --scores logits|probs|weights   what dense scores and router_logits hold (default\n"
+    "                          logits: top-k by logit, gates by the model's gate rule; probs:\n"
+    "                          softmax over all experts, renormalized over the top-k for gate\n"
+    "                          rule topk; weights: the gates themselves, zeros elsewhere);\n"
+    "                          probabilities or weights given as logits are refused\n"
+    "  --force-scores          read scores as logits even when they look like probabilities\n"
+    "  --layer-from-name RE    per-layer files: the layer is group 1 of the extended regular\n"
+    "                          expression RE in the file name, e.g. 'layer([0-9]+)'\n"
+    "  --layer-from-order      per-layer files: the layer is the file's place in the list\n"
+    "                          (default: the layer_id / layer column)\n"
+    "  --layer-base N          layers in the log count from N (Megatron: 1); every file's\n"
+    "                          layer is checked before any row is read\n"
+    "  --tokens-per-request N  dense files without a request column: request = token / N,\n"
+    "                          position = token %% N (default: one request)\n"
     "  --schema auto|problem|request   JSONL shape (default auto)\n"
     "  --incomplete keep|drop  a token missing some layers is kept with those rows\n"
     "                          unrecorded (default keep) or dropped\n"
@@ -59,6 +76,9 @@ static const char import_help[] =
     "                          model's layer index (dense layers are then errors)\n"
     "  --prefill-tokens N      phase when the records carry none: token_idx < N is prefill,\n"
     "                          the rest decode (default 0: every token decode)\n"
+    "  --all-prefill           every token without a phase is prefill (a teacher-forced log)\n"
+    "  --prompt-lens N[,N...]  prompt tokens of every request (one value) or of each request\n"
+    "                          in order of appearance: token_idx < N is prefill\n"
     "  --constant-run-min N    report runs of >= N consecutive tokens with identical routing\n"
     "                          in every layer (warm-up noise; default 16, N >= 2)\n"
     "  --drop-constant-runs    leave the tokens of those runs out (default: keep, report)\n"
@@ -71,6 +91,8 @@ static const char import_help[] =
     "\n"
     "exit status: 0 on success, 2 on bad input (one line on stderr: file:line: field: problem).\n";
 
+#define IMPORT_MAX_INPUTS 1024
+
 /* A count option: config_parse_u64's decimal, at most UINT32_MAX. */
 static bool parse_u32(const char *s, uint32_t *out) {
     uint64_t v;
@@ -79,9 +101,29 @@ static bool parse_u32(const char *s, uint32_t *out) {
     return true;
 }
 
+/* "N" or "N,N,...": at most cap counts into out; false on anything else. */
+static bool parse_u32_list(const char *s, uint32_t *out, uint32_t cap, uint32_t *n) {
+    *n = 0;
+    char buf[32];
+    for (const char *p = s;;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == 0 || len >= sizeof buf || *n == cap) return false;
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+        if (!parse_u32(buf, &out[(*n)++])) return false;
+        if (!c) return true;
+        p = c + 1;
+    }
+}
+
 static void print_report(const char *in, const char *out, const trace_import_report *r,
                          const trace_import_options *o) {
-    if (r->requests_source)
+    if (r->files > 1)
+        printf("read        %" PRIu32 " files (%s, first %s): %" PRIu64 " lines, %" PRIu64
+               " records, %" PRIu64 " requests, %" PRIu64 " tokens\n",
+               r->files, r->schema, in, r->lines, r->records, r->requests_read, r->tokens_read);
+    else if (r->requests_source)
         printf("read        %s: %" PRIu64 " tokens of arrays, %" PRIu64 " records (%s), %" PRIu64
                " requests from %s\n",
                in, r->lines, r->records, r->schema, r->requests_read, r->requests_source);
@@ -126,6 +168,14 @@ static void print_report(const char *in, const char *out, const trace_import_rep
            r->tokens_dropped_incomplete, r->tokens_dropped_constant);
     printf("phase       %" PRIu64 " prefill, %" PRIu64 " decode tokens; from %s\n",
            r->prefill_tokens, r->decode_tokens, r->phase_source);
+    if (!strcmp(r->phase_source, TRACE_IMPORT_PHASE_DEFAULT))
+        printf("            the log gives no phase and no prompt lengths: every token counted as "
+               "decode; --all-prefill for a teacher-forced (prefill) log, --prompt-lens "
+               "N[,N...] or --prefill-tokens N for prompts\n");
+    for (uint32_t i = 0; i < r->identical_listed; i++)
+        printf("warning     MoE layers %" PRIu32 " and %" PRIu32 " have identical routing in every "
+               "token (a layer copied in the log?)\n",
+               r->identical[i][0], r->identical[i][1]);
     printf("kept        %" PRIu64 " requests, %" PRIu64 " tokens, %" PRIu64 " records, %" PRIu64
            " unrecorded rows\n",
            r->requests_kept, r->tokens_kept, r->records_kept, r->rows_unrecorded_kept);
@@ -133,6 +183,8 @@ static void print_report(const char *in, const char *out, const trace_import_rep
 }
 
 int cmd_trace_import(int argc, char **argv) {
+    const char *inputs[IMPORT_MAX_INPUTS];
+    uint32_t n_inputs = 0, prompt_lens[IMPORT_MAX_INPUTS];
     const char *in = NULL, *out = NULL, *model_name = NULL;
     bool as_json = false, quiet = false;
     trace_import_options o;
@@ -148,7 +200,10 @@ int cmd_trace_import(int argc, char **argv) {
                            !strcmp(a, "--output") || !strcmp(a, "--schema") ||
                            !strcmp(a, "--incomplete") || !strcmp(a, "--layers") ||
                            !strcmp(a, "--prefill-tokens") || !strcmp(a, "--constant-run-min") ||
-                           !strcmp(a, "--weights") || !strcmp(a, "--requests");
+                           !strcmp(a, "--weights") || !strcmp(a, "--requests") ||
+                           !strcmp(a, "--scores") || !strcmp(a, "--layer-from-name") ||
+                           !strcmp(a, "--layer-base") || !strcmp(a, "--tokens-per-request") ||
+                           !strcmp(a, "--prompt-lens");
         if (takes_value && !v)
             return cli_usage_error("trace import", "option '%s' needs a value", a);
         if (!strcmp(a, "--format")) {
@@ -163,6 +218,40 @@ int cmd_trace_import(int argc, char **argv) {
             else
                 return cli_usage_error("trace import",
                                        "--format: expected jsonl, csv, npy or npz, got '%s'", v);
+        } else if (!strcmp(a, "--scores")) {
+            if (!strcmp(v, "logits"))
+                o.scores = TRACE_SCORES_LOGITS;
+            else if (!strcmp(v, "probs"))
+                o.scores = TRACE_SCORES_PROBS;
+            else if (!strcmp(v, "weights"))
+                o.scores = TRACE_SCORES_WEIGHTS;
+            else
+                return cli_usage_error("trace import",
+                                       "--scores: expected logits, probs or weights, got '%s'", v);
+        } else if (!strcmp(a, "--force-scores")) {
+            o.force_scores = true;
+        } else if (!strcmp(a, "--layer-from-name")) {
+            o.layer_from = TRACE_LAYER_FROM_NAME;
+            o.layer_name_pattern = v;
+        } else if (!strcmp(a, "--layer-from-order")) {
+            o.layer_from = TRACE_LAYER_FROM_ORDER;
+        } else if (!strcmp(a, "--layer-base")) {
+            if (!parse_u32(v, &o.layer_base))
+                return cli_usage_error("trace import",
+                                       "--layer-base: expected a layer number >= 0, got '%s'", v);
+        } else if (!strcmp(a, "--tokens-per-request")) {
+            if (!parse_u32(v, &o.tokens_per_request) || !o.tokens_per_request)
+                return cli_usage_error("trace import",
+                                       "--tokens-per-request: expected a count >= 1, got '%s'", v);
+        } else if (!strcmp(a, "--all-prefill")) {
+            o.all_prefill = true;
+        } else if (!strcmp(a, "--prompt-lens")) {
+            if (!parse_u32_list(v, prompt_lens, IMPORT_MAX_INPUTS, &o.n_prompt_lens))
+                return cli_usage_error("trace import",
+                                       "--prompt-lens: expected counts N or N,N,... (at most %d), "
+                                       "got '%s'",
+                                       IMPORT_MAX_INPUTS, v);
+            o.prompt_lens = prompt_lens;
         } else if (!strcmp(a, "--weights")) {
             o.weights_path = v;
         } else if (!strcmp(a, "--requests")) {
@@ -218,11 +307,11 @@ int cmd_trace_import(int argc, char **argv) {
             quiet = true;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error("trace import", "unknown option '%s'", a);
-        } else if (in) {
-            return cli_usage_error("trace import", "one input file expected, got '%s' and '%s'", in,
-                                   a);
+        } else if (n_inputs == IMPORT_MAX_INPUTS) {
+            return cli_usage_error("trace import", "at most %d input files", IMPORT_MAX_INPUTS);
         } else {
-            in = a;
+            inputs[n_inputs++] = a;
+            if (!in) in = a;
         }
         if (takes_value) i++;
     }
@@ -239,6 +328,14 @@ int cmd_trace_import(int argc, char **argv) {
     if (o.uniform_gates && !arrays)
         return cli_usage_error("trace import",
                                "--uniform-gates applies to --format npy and npz only");
+    int phase_options = o.all_prefill + (o.n_prompt_lens > 0) + o.prefill_tokens_set;
+    if (phase_options > 1)
+        return cli_usage_error("trace import",
+                               "--all-prefill, --prompt-lens and --prefill-tokens: give one");
+    if (n_inputs > 1 && o.format != TRACE_TEXT_CSV && o.format != TRACE_TEXT_NPY)
+        return cli_usage_error("trace import",
+                               "several input files are per-layer dense scores: --format csv or "
+                               "npy");
     o.progress = cli_progress_allowed(quiet);
 
     moesim_error err = {0};
@@ -246,9 +343,8 @@ int cmd_trace_import(int argc, char **argv) {
     if (model_load_by_name(model_name, &m, &err)) return cli_fail(&err);
     trace *t = NULL;
     trace_import_report rep;
-    if (trace_import_file(in, &m, &o, &t, &rep, &err)) return cli_fail(&err);
-    char *model_text =
-        NULL; /* the trace carries the model config: later commands need no --model */
+    if (trace_import_files(inputs, n_inputs, &m, &o, &t, &rep, &err)) return cli_fail(&err);
+    char *model_text = NULL; /* the trace carries its model config: no --model later */
     if (cli_trace_model_text(t, model_name, &model_text, &err)) {
         trace_destroy(t);
         return cli_fail(&err);

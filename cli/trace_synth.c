@@ -192,7 +192,9 @@ static void print_fit_report(const trace *real, const trace *t, const synth_opti
         print_number(r->synthetic);
         print_number(gap);
         printf(" %8s  %s\n",
-               r->tolerance == 0 || isnan(gap) ? "-" : gap <= r->tolerance ? "ok" : "OFF",
+               r->tolerance == 0 || isnan(gap) ? "-"
+               : gap <= r->tolerance           ? "ok"
+                                               : "OFF",
                r->knob);
     }
     free(rows);
@@ -267,7 +269,8 @@ int cmd_trace_synth(int argc, char **argv) {
     model_geometry m;
     synth_options o;
     synth_fit_result *fit = NULL;
-    float *table = NULL; /* a popularity table from --knobs */
+    float *table = NULL;        /* a popularity table from --knobs */
+    double *layer_table = NULL; /* per-layer knobs from --knobs, or a copy --set changed */
     char *model_text = NULL;
     uint32_t interleave = 1;
     uint64_t v;
@@ -292,7 +295,8 @@ int cmd_trace_synth(int argc, char **argv) {
         o = fit->options;
         interleave = fit->interleave;
     }
-    if (knobs_path && synth_knobs_load(knobs_path, &m, &o, &table, &interleave, &err)) FAIL();
+    if (knobs_path && synth_knobs_load(knobs_path, &m, &o, &table, &layer_table, &interleave, &err))
+        FAIL();
     if (requests) {
         if (!parse_u64(requests, UINT32_MAX, &v) || v == 0)
             BAD("--requests: expected a whole number >= 1, got '%s'", requests);
@@ -335,6 +339,20 @@ int cmd_trace_synth(int argc, char **argv) {
         if (!config_parse_f64(eq + 1, &x))
             BAD("--set %s: expected a number, got '%s'", name, eq + 1);
         if (synth_knob_set(&o.knobs, name, x, &err)) FAIL();
+        const int layer_kn = synth_layer_knob_of(name);
+        if (layer_kn >= 0 &&
+            o.layer_knobs) { /* the profile set replaces the fitted layers' values */
+            const size_t n = (size_t)SYNTH_LAYER_KNOBS * m.n_moe_layers;
+            if (o.layer_knobs != layer_table) {
+                double *copy = moesim_xmalloc(n * sizeof *copy);
+                memcpy(copy, o.layer_knobs, n * sizeof *copy);
+                free(layer_table);
+                layer_table = copy;
+                o.layer_knobs = copy;
+            }
+            for (uint32_t l = 0; l < m.n_moe_layers; l++)
+                layer_table[(size_t)layer_kn * m.n_moe_layers + l] = NAN;
+        }
     }
     o.show_progress = cli_progress_allowed(quiet);
     if (synth_options_check(&o, &m, &err)) FAIL();
@@ -366,6 +384,7 @@ done:
     free(fit);
     free(table);
     free(model_text);
+    free(layer_table);
     free(sets);
     return rc;
 }

@@ -8,8 +8,8 @@
 #   - the stand-in for a serving log (we have no real vLLM log in the repo): 2 Mixtral-8x7B
 #     requests of 24 + 169 tokens (338 decode tokens, as a real vLLM Mixtral-8x7B routing log of
 #     two HumanEval problems), made by `trace synth` with stronger reuse than the published
-#     defaults and locality reaching back several tokens (its gini, reuse and LRU curve near that log's: SYNTH.md), exported as
-#     JSONL and read back with `trace import`.
+#     defaults and locality reaching back several tokens (its gini, reuse and LRU curve near that
+#     log's: SYNTH.md), exported as JSONL and read back with `trace import`.
 # Prints markdown (traces/SYNTH.md's generated block, `make docs`): one row per trace (worst gaps;
 # the fit's criterion is 0.02 everywhere), then the stand-in's criterion rows side by side;
 # each trace's whole report stays in DIR/*.txt. Usage: scripts/synth-fit-figures.sh [moesim] [dir]

@@ -52,11 +52,28 @@ typedef enum trace_layer_numbering {
     TRACE_LAYERS_MODEL,   /* "layer" is the model's layer index; dense layers are errors */
 } trace_layer_numbering;
 
+/* Where the layer of a per-layer file's rows comes from (dense score files). */
+typedef enum trace_layer_source {
+    TRACE_LAYER_FROM_COLUMN = 0, /* a "layer" / "layer_id" column of each row */
+    TRACE_LAYER_FROM_NAME,       /* the file name: first group of layer_name_pattern */
+    TRACE_LAYER_FROM_ORDER,      /* the files' order on the command line: 0, 1, ... */
+} trace_layer_source;
+
+/* What dense scores and router outputs hold (traces/FORMAT.md, "Dense scores"). */
+typedef enum trace_scores_kind {
+    TRACE_SCORES_LOGITS = 0, /* router logits: top-k by logit, gates by the model's gate rule */
+    TRACE_SCORES_PROBS,      /* softmax over all experts: gates kept (all) or renormalized over
+                                the top-k (topk) */
+    TRACE_SCORES_WEIGHTS,    /* the gate weights themselves, zeros for unpicked experts */
+} trace_scores_kind;
+
 /* Gate sums may differ from the rule's value by this much (logs print rounded gates). */
 #define TRACE_IMPORT_GATE_SUM_TOLERANCE 0.01
 /* Default: a run of at least this many consecutive tokens with identical routing in every
  * layer (ids and gates bit for bit) is reported as a constant run (warm-up noise). */
 #define TRACE_IMPORT_CONSTANT_RUN_MIN 16
+/* The phase source of a log that carries no phase and no prompt lengths: every token decode. */
+#define TRACE_IMPORT_PHASE_DEFAULT "default (all decode)"
 /* The report lists at most this many constant runs (all are counted). */
 #define TRACE_IMPORT_RUNS_LISTED 32
 
@@ -82,6 +99,26 @@ typedef struct trace_import_options {
     /* NPY/NPZ logs of expert ids without weights (SGLang's routed_experts, Megatron's routing
      * indices): every chosen expert gets gate 1/k, and the report says so. */
     bool uniform_gates;
+    /* Dense scores (CSV expert_0..expert_<E-1>, .npy [tokens][E] per layer, router_logits)
+     * hold this; a row given as logits that looks like probabilities or gate weights is refused
+     * unless force_scores. */
+    trace_scores_kind scores;
+    bool force_scores;
+    /* Per-layer files (several inputs): where each file's layer comes from; layer_name_pattern
+     * is a POSIX extended regular expression whose first group is the layer number. */
+    trace_layer_source layer_from;
+    const char *layer_name_pattern;
+    /* Layers as written count from this number (Megatron's 1-based layers: 1); subtracted
+     * before --layers maps them. */
+    uint32_t layer_base;
+    /* Dense files without a request column: request = token / N, position = token % N (0: one
+     * request, position = token). */
+    uint32_t tokens_per_request;
+    /* Phase when the log says nothing: every token prefill (a teacher-forced log), or the
+     * prompt length of every request (n == 1) or of each request in order. */
+    bool all_prefill;
+    const uint32_t *prompt_lens; /* [n_prompt_lens] */
+    uint32_t n_prompt_lens;
 } trace_import_options;
 
 /* One constant run, numbered as in the input (request by its name in the file). */
@@ -119,7 +156,14 @@ typedef struct trace_import_report {
     uint64_t requests_kept, tokens_kept, records_kept;
     uint64_t rows_unrecorded_kept; /* TRACE_NO_EXPERT rows in the output */
     uint64_t prefill_tokens, decode_tokens;
-    const char *phase_source; /* "records", "--prefill-tokens" or "default (all decode)" */
+    /* "records", "prompt_len of the records", "prompt_lens", "--prompt-lens", "--all-prefill",
+     * "--prefill-tokens" or TRACE_IMPORT_PHASE_DEFAULT */
+    const char *phase_source;
+    uint32_t files; /* input files read (per-layer files: one per layer) */
+    /* layers whose routing (ids and gates of every token) equals an earlier layer's: the pairs
+     * (earlier, later) in MoE layer numbers, at most TRACE_IMPORT_RUNS_LISTED listed */
+    uint32_t identical_layers, identical_listed;
+    uint32_t identical[TRACE_IMPORT_RUNS_LISTED][2];
 } trace_import_report;
 
 /* The documented defaults (JSONL, auto shape, keep incomplete tokens, MoE layer numbering, all
@@ -133,6 +177,12 @@ void trace_import_options_default(trace_import_options *o);
 moesim_status trace_import_file(const char *path, const model_geometry *m,
                                 const trace_import_options *o, trace **out,
                                 trace_import_report *rep, moesim_error *err);
+/* The same for several inputs: per-layer dense score files (CSV or 2-D .npy), one MoE layer each
+ * (trace_import_options.layer_from says where its number comes from). One path of another format
+ * reads as trace_import_file. */
+moesim_status trace_import_files(const char *const *paths, uint32_t n_paths,
+                                 const model_geometry *m, const trace_import_options *o,
+                                 trace **out, trace_import_report *rep, moesim_error *err);
 
 /* The report as JSON (keys in traces/FORMAT.md). New reference. */
 json_t *trace_import_report_to_json(const trace_import_report *rep);

@@ -19,6 +19,7 @@
 #include "common/check.h"
 #include "common/progress.h"
 #include "traces/import_internal.h"
+#include "traces/npy.h"
 
 #define READ_CHUNK_BYTES (4u << 20)
 
@@ -28,6 +29,7 @@ const import_fields import_fields_request = {"req_id",   "token_idx",    "layer"
                                              "topk_ids", "topk_weights", "phase"};
 const import_fields import_fields_csv = {"request_id", "position", "layer",
                                          "expert",     "gate",     "phase"};
+const import_fields import_fields_dense = {"request", "token", "layer", "expert", "gate", "phase"};
 
 moesim_status import_fail(importer *x, const char *field, const char *fmt, ...) {
     char msg[MOESIM_ERROR_MAX];
@@ -212,11 +214,42 @@ static moesim_status check_input_file(const char *path, const char *what, uint64
     return MOESIM_OK;
 }
 
+/* Whether the first line of the CSV at `path` is a dense score header (false when unreadable:
+ * the text reader then names the problem). */
+static bool csv_file_is_dense(const importer *x, const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return false;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, fp);
+    bool dense = n > 0 && import_csv_is_dense(x, line, line + n - (line[n - 1] == '\n'));
+    free(line);
+    fclose(fp);
+    return dense;
+}
+
+/* Whether the .npy at `path` is 2-D (one layer's scores [tokens][E]). */
+static bool npy_file_is_2d(const char *path) {
+    npy_array a;
+    moesim_error scratch = {0};
+    bool two = !byte_stream_open_file(&a.s, path, &scratch) && !npy_header_read(&a, &scratch) &&
+               a.ndim == 2;
+    npy_close(&a);
+    return two;
+}
+
 moesim_status trace_import_file(const char *path, const model_geometry *m,
                                 const trace_import_options *o, trace **out,
                                 trace_import_report *rep, moesim_error *err) {
+    return trace_import_files(&path, 1, m, o, out, rep, err);
+}
+
+moesim_status trace_import_files(const char *const *paths, uint32_t n_paths,
+                                 const model_geometry *m, const trace_import_options *o,
+                                 trace **out, trace_import_report *rep, moesim_error *err) {
     *out = NULL;
     memset(rep, 0, sizeof *rep);
+    MOESIM_ASSERT(n_paths >= 1);
     MOESIM_ASSERT(o->constant_run_min >= 2);
     MOESIM_ASSERT((size_t)o->format < MOESIM_ARRAY_LEN(import_formats));
     MOESIM_ASSERT(m->n_moe_layers >= 1 && m->top_k >= 1 && m->top_k <= TRACE_MAX_TOP_K);
@@ -225,7 +258,9 @@ moesim_status trace_import_file(const char *path, const model_geometry *m,
                            "%s: --renormalize: gates of %s are a softmax over all experts; their "
                            "top-k sum has no fixed value to rescale to",
                            m->name, m->name);
-    importer x = {.path = path,
+    importer x = {.path = paths[0],
+                  .paths = paths,
+                  .n_paths = n_paths,
                   .m = m,
                   .o = o,
                   .rep = rep,
@@ -241,9 +276,30 @@ moesim_status trace_import_file(const char *path, const model_geometry *m,
     for (uint32_t l = 0, j = 0; l < MODEL_MAX_LAYERS; l++)
         x.moe_index[l] = l < m->n_layers && m->is_moe_layer[l] ? (int32_t)j++ : -1;
     bool text = import_formats[o->format].record != NULL;
-    if (o->format == TRACE_TEXT_CSV) {
+    for (uint32_t f = 0; f < n_paths; f++) {
+        uint64_t bytes = 0;
+        moesim_status st =
+            check_input_file(paths[f], trace_text_format_name(o->format), &bytes, err);
+        if (st) return st;
+    }
+    /* per-layer dense scores: several files, a layer source, or a dense header / 2-D array */
+    bool dense = (o->format == TRACE_TEXT_CSV && csv_file_is_dense(&x, paths[0])) ||
+                 (o->format == TRACE_TEXT_NPY && npy_file_is_2d(paths[0]));
+    if (!dense && (n_paths > 1 || o->layer_from != TRACE_LAYER_FROM_COLUMN))
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: %s: %s, expected per-layer dense scores (CSV columns expert_0 .. "
+                           "expert_%" PRIu32 ", or .npy [tokens][%" PRIu32 "])",
+                           paths[0], n_paths > 1 ? "several input files" : "a layer source",
+                           o->format == TRACE_TEXT_CSV   ? "not a dense score header"
+                           : o->format == TRACE_TEXT_NPY ? "not a 2-D array"
+                                                         : "a format of one file",
+                           x.E - 1, x.E);
+    if (!dense && o->format == TRACE_TEXT_CSV) {
         x.f = &import_fields_csv;
         rep->schema = "csv";
+    } else if (dense) {
+        x.f = &import_fields_dense;
+        rep->schema = o->format == TRACE_TEXT_CSV ? "dense csv" : "dense npy";
     } else if (text) {
         x.schema = o->schema;
         x.f = o->schema == TRACE_SCHEMA_PROBLEM ? &import_fields_problem : &import_fields_request;
@@ -253,17 +309,22 @@ moesim_status trace_import_file(const char *path, const model_geometry *m,
         rep->schema = trace_text_format_name(o->format);
     }
 
-    uint64_t bytes = 0;
-    moesim_status st = check_input_file(path, trace_text_format_name(o->format), &bytes, err);
-    if (st) return st;
-    if (text) {
-        FILE *fp = fopen(path, "rb");
-        if (!fp) return moesim_fail(err, MOESIM_EIO, "%s: cannot open: %s", path, strerror(errno));
+    moesim_status st = MOESIM_OK;
+    if (dense) {
+        st = import_dense(&x);
+    } else if (text) {
+        uint64_t bytes = 0; /* checked above: for the progress bar */
+        check_input_file(paths[0], trace_text_format_name(o->format), &bytes, err);
+        FILE *fp = fopen(paths[0], "rb");
+        if (!fp)
+            return moesim_fail(err, MOESIM_EIO, "%s: cannot open: %s", paths[0], strerror(errno));
         x.first_line_of = text_first_line_of;
         st = import_lines(&x, fp, bytes);
         fclose(fp);
+        rep->files = 1;
     } else {
         st = import_arrays(&x);
+        rep->files = 1;
     }
     if (!st) st = import_finish(&x, out);
     import_group_free(&x);
@@ -320,6 +381,16 @@ json_t *trace_import_report_to_json(const trace_import_report *rep) {
     U64("prefill_tokens", rep->prefill_tokens);
     U64("decode_tokens", rep->decode_tokens);
     json_object_set_new(j, "phase_source", json_string(rep->phase_source ? rep->phase_source : ""));
+    U64("files", rep->files);
+    U64("identical_layers", rep->identical_layers);
+    json_t *twins = json_array();
+    for (uint32_t i = 0; i < rep->identical_listed; i++) {
+        json_t *pair = json_array();
+        json_array_append_new(pair, json_integer(rep->identical[i][0]));
+        json_array_append_new(pair, json_integer(rep->identical[i][1]));
+        json_array_append_new(twins, pair);
+    }
+    json_object_set_new(j, "identical_layer_pairs", twins);
 #undef U64
     return j;
 }

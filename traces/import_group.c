@@ -26,6 +26,7 @@
 #include "common/check.h"
 #include "common/hash.h"
 #include "traces/import_internal.h"
+#include "traces/layer_twins.h"
 
 #define PHASE_UNSAID 0xFF
 
@@ -221,18 +222,25 @@ static moesim_status row_layer(importer *x, const import_record *r, uint32_t row
     }
     uint64_t layer = r->layer;
     const char *field = x->f->layer;
+    if (layer < x->o->layer_base)
+        return import_fail(x, field, "layer %" PRIu64 " < --layer-base %" PRIu32, layer,
+                           x->o->layer_base);
+    layer -= x->o->layer_base;
     if (x->o->layers == TRACE_LAYERS_MOE) {
         if (layer >= x->L)
             return import_fail(x, field,
                                "layer %" PRIu64 " >= %" PRIu32 " MoE layers of %s (--layers moe "
-                               "counts MoE layers from 0)",
+                               "counts MoE layers from 0; --layer-base N for a log counting "
+                               "from N)",
                                layer, x->L, model);
         *l = (uint32_t)layer;
         return MOESIM_OK;
     }
     if (layer >= x->m->n_layers)
-        return import_fail(x, field, "layer %" PRIu64 " >= %" PRIu32 " layers of %s", layer,
-                           x->m->n_layers, model);
+        return import_fail(x, field,
+                           "layer %" PRIu64 " >= %" PRIu32 " layers of %s (--layer-base N for a "
+                           "log counting from N)",
+                           layer, x->m->n_layers, model);
     if (x->moe_index[layer] < 0)
         return import_fail(x, field,
                            "layer %" PRIu64 " of %s is a dense layer, not an MoE layer "
@@ -503,7 +511,8 @@ static moesim_status decide_phases(importer *x, const uint64_t *order) {
             }
             phase = by_len;
         } else if (phase == PHASE_UNSAID) {
-            phase = x->tok_pos[t] < o->prefill_tokens ? TRACE_PREFILL : TRACE_DECODE;
+            phase =
+                o->all_prefill || x->tok_pos[t] < o->prefill_tokens ? TRACE_PREFILL : TRACE_DECODE;
         }
         x->tok_phase[t] = phase;
         uint32_t qi = x->tok_request[t];
@@ -557,7 +566,36 @@ static const char *phase_source(const importer *x) {
     bool by_len = false;
     for (uint32_t q = 0; q < x->n_reqs && !by_len; q++) by_len = x->reqs[q].prompt_len >= 0;
     if (by_len) return x->prompt_source;
-    return x->o->prefill_tokens_set ? "--prefill-tokens" : "default (all decode)";
+    if (x->o->all_prefill) return "--all-prefill";
+    return x->o->prefill_tokens_set ? "--prefill-tokens" : TRACE_IMPORT_PHASE_DEFAULT;
+}
+
+/* --prompt-lens: one length for every request, or one per request in order of appearance. */
+static moesim_status apply_prompt_lens(importer *x) {
+    const trace_import_options *o = x->o;
+    if (!o->n_prompt_lens) return MOESIM_OK;
+    if (x->has_phase == 1 || x->has_prompt_len == 1)
+        return moesim_fail(x->err, MOESIM_EINPUT,
+                           "%s: --prompt-lens: the log gives its %s already (two sources for one "
+                           "fact)",
+                           x->path, x->has_phase == 1 ? "phases" : "prompt lengths");
+    for (uint32_t q = 0; q < x->n_reqs; q++)
+        if (x->reqs[q].prompt_len >= 0)
+            return moesim_fail(x->err, MOESIM_EINPUT,
+                               "%s: --prompt-lens: request '%s' has its prompt length from %s "
+                               "already (two sources for one fact)",
+                               x->path, x->reqs[q].name, x->prompt_source);
+    if (o->n_prompt_lens != 1 && o->n_prompt_lens != x->n_reqs)
+        return moesim_fail(x->err, MOESIM_EINPUT,
+                           "--prompt-lens: %" PRIu32 " lengths for the %" PRIu32
+                           " requests of %s (give one for all, or one per request)",
+                           o->n_prompt_lens, x->n_reqs, x->path);
+    for (uint32_t q = 0; q < x->n_reqs; q++) {
+        x->reqs[q].prompt_len = o->prompt_lens[o->n_prompt_lens == 1 ? 0 : q];
+        x->reqs[q].prompt_line = 0;
+    }
+    x->prompt_source = "--prompt-lens";
+    return MOESIM_OK;
 }
 
 moesim_status import_finish(importer *x, trace **out) {
@@ -568,9 +606,11 @@ moesim_status import_finish(importer *x, trace **out) {
                            x->path, rep->lines);
     rep->requests_read = x->n_reqs;
     rep->tokens_read = x->n_tokens;
+    moesim_status st = apply_prompt_lens(x);
+    if (st) return st;
     rep->phase_source = phase_source(x);
     uint64_t *order = execution_order(x); /* [n_tokens] */
-    moesim_status st = decide_phases(x, order);
+    st = decide_phases(x, order);
     if (st) {
         free(order);
         return st;
@@ -669,6 +709,8 @@ moesim_status import_finish(importer *x, trace **out) {
         trace_destroy(t);
         return st;
     }
+    rep->identical_layers =
+        trace_layer_twins_find(t, rep->identical, TRACE_IMPORT_RUNS_LISTED, &rep->identical_listed);
     *out = t;
     return MOESIM_OK;
 }

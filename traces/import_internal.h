@@ -67,7 +67,9 @@ typedef struct import_request {
 } import_request;
 
 typedef struct importer {
-    const char *path;
+    const char *path;         /* the file being read (for messages) */
+    const char *const *paths; /* [n_paths] every input, in command-line order */
+    uint32_t n_paths;
     const model_geometry *m;
     const trace_import_options *o;
     trace_import_report *rep;
@@ -114,7 +116,8 @@ typedef struct importer {
     uint32_t last_req;  /* cache: the previous record's request (UINT32_MAX: none) */
 } importer;
 
-extern const import_fields import_fields_problem, import_fields_request, import_fields_csv;
+extern const import_fields import_fields_problem, import_fields_request, import_fields_csv,
+    import_fields_dense;
 
 /* "path:line: field: problem" (or "path: field[token][layer]: problem" for arrays). */
 moesim_status import_fail(importer *x, const char *field, const char *fmt, ...)
@@ -142,5 +145,21 @@ moesim_status import_parse_csv_row(importer *x, const char *line, const char *en
 
 /* import_npy.c: reads the arrays of an .npy pair or an .npz file and places every row. */
 moesim_status import_arrays(importer *x);
+
+/* import_dense.c: whether the CSV header line [line, end) is a dense score file (expert_<i>
+ * columns for every expert, no gate_<j>) rather than export's CSV. */
+bool import_csv_is_dense(const importer *x, const char *line, const char *end);
+/* import_dense.c: reads every input as a per-layer file of dense scores (CSV or 2-D .npy,
+ * traces/FORMAT.md "Dense scores"): each file's layer from a column, its name or its order,
+ * checked for the whole set before any row is read; each row reduced to the top-k. */
+moesim_status import_dense(importer *x);
+/* import_dense.c: one layer's dense scores z[E] -> the top-k ids (highest score first, ties to
+ * the lower id) and gates, by what --scores says the scores are and the model's gate rule.
+ * Refuses a row given as logits that looks like probabilities or gate weights (unless
+ * --force-scores). Messages read "<where>: ...". */
+moesim_status import_scores_topk(importer *x, const float *z, const char *where, uint64_t *ids,
+                                 float *gates);
+/* The report's "gates" line for dense scores: what they are and the gate rule applied. */
+const char *import_scores_source(const importer *x);
 
 #endif

@@ -96,11 +96,13 @@ typedef struct synth_tables {
     uint16_t *pop_order; /* [L][W][E] experts by decreasing workload popularity */
     float *gate_pool;    /* [SYNTH_GATE_POOL][k] descending gate rows */
     uint32_t *reuse_top1, *avoid_other; /* [L] thresholds */
-    uint32_t *history;                  /* [L] threshold of a history copy; all 0: off */
-    uint32_t H;                         /* tokens of history (reuse_history_tokens) */
-    uint32_t repeat;                    /* threshold of repeat_decode_token; 0: off */
-    uint32_t *row_copy; /* [2][L] thresholds of reuse_row_prefill, reuse_row_decode; 0: off */
-    bool any_history;                   /* some layer copies from its history */
+    uint32_t *avoid_top1;     /* [L] threshold of redrawing prev's top-1 (reuse_top1 < 0) */
+    uint32_t *history;        /* [L] threshold of a history copy; all 0: off */
+    uint32_t H;               /* tokens of history (reuse_history_tokens) */
+    uint32_t *history_tokens; /* [L] tokens a layer's history copies reach, <= H */
+    uint32_t repeat;          /* threshold of repeat_decode_token; 0: off */
+    uint32_t *row_copy;       /* [2][L] thresholds of reuse_row_prefill, reuse_row_decode; 0: off */
+    bool any_history;         /* some layer copies from its history */
     uint32_t *copy_cdf; /* [L][k] P(copied slots <= c), copied slots ~ Binomial(k - 1, reuse) */
     bool *copies;       /* [L] reuse_other > 0 at this layer */
 } synth_tables;
@@ -341,8 +343,10 @@ static void tables_build(synth_tables *tb, const model_geometry *m, const synth_
     tb->copy_cdf = moesim_xcalloc((size_t)L * m->top_k, sizeof *tb->copy_cdf);
     tb->copies = moesim_xcalloc(L, sizeof *tb->copies);
     tb->avoid_other = moesim_xcalloc(L, sizeof *tb->avoid_other);
+    tb->avoid_top1 = moesim_xcalloc(L, sizeof *tb->avoid_top1);
     tb->history = moesim_xcalloc(L, sizeof *tb->history);
     tb->H = (uint32_t)kn->reuse_history_tokens;
+    tb->history_tokens = moesim_xcalloc(L, sizeof *tb->history_tokens);
     tb->repeat = prob_threshold(kn->repeat_decode_token);
     tb->row_copy = moesim_xcalloc(2 * (size_t)L, sizeof *tb->row_copy);
 
@@ -384,23 +388,21 @@ static void tables_build(synth_tables *tb, const model_geometry *m, const synth_
                 alias_build(w, E, tb->cells + at, scaled, small, large);
             }
         }
-        tb->reuse_top1[l] = prob_threshold(synth_depth_profile(
-            kn->reuse_top1_first, kn->reuse_top1_mid, kn->reuse_top1_last, l, L));
-        const double other = synth_depth_profile(kn->reuse_other_first, kn->reuse_other_mid,
-                                                 kn->reuse_other_last, l, L);
+        const double top1 = synth_layer_knob_value(o, SYNTH_LK_REUSE_TOP1, l, L);
+        tb->reuse_top1[l] = prob_threshold(top1);
+        tb->avoid_top1[l] = prob_threshold(-top1); /* < 0: repulsion from prev's top-1 */
+        const double other = synth_layer_knob_value(o, SYNTH_LK_REUSE_OTHER, l, L);
         /* > 0: slots that copy a predecessor's expert; < 0: redraw a predecessor's expert */
         binomial_cdf_thresholds(m->top_k - 1, other > 0 ? other : 0,
                                 tb->copy_cdf + (size_t)l * m->top_k);
         tb->copies[l] = other > 0;
         tb->avoid_other[l] = prob_threshold(-other);
-        tb->history[l] = prob_threshold(synth_depth_profile(
-            kn->reuse_history_first, kn->reuse_history_mid, kn->reuse_history_last, l, L));
+        tb->history[l] = prob_threshold(synth_layer_knob_value(o, SYNTH_LK_REUSE_HISTORY, l, L));
         tb->any_history |= tb->history[l] != 0;
-        tb->row_copy[l] = prob_threshold(synth_depth_profile(kn->reuse_row_prefill_first,
-                                                             kn->reuse_row_prefill_mid,
-                                                             kn->reuse_row_prefill_last, l, L));
-        tb->row_copy[L + l] = prob_threshold(synth_depth_profile(
-            kn->reuse_row_decode_first, kn->reuse_row_decode_mid, kn->reuse_row_decode_last, l, L));
+        const double reach = synth_layer_knob_value(o, SYNTH_LK_HISTORY_TOKENS, l, L);
+        tb->history_tokens[l] = reach < 1 ? 1 : reach > tb->H ? tb->H : (uint32_t)lround(reach);
+        tb->row_copy[l] = prob_threshold(synth_layer_knob_value(o, SYNTH_LK_ROW_PREFILL, l, L));
+        tb->row_copy[L + l] = prob_threshold(synth_layer_knob_value(o, SYNTH_LK_ROW_DECODE, l, L));
     }
     gate_pool_build(tb->gate_pool, m->top_k, E, m->gate_norm, kn->gate_logit_scale,
                     kn->gate_tail_gap, g);
@@ -423,6 +425,8 @@ static void tables_free(synth_tables *tb) {
     free(tb->copy_cdf);
     free(tb->copies);
     free(tb->avoid_other);
+    free(tb->avoid_top1);
+    free(tb->history_tokens);
     free(tb->history);
     free(tb->row_copy);
 }
@@ -513,7 +517,8 @@ typedef struct route_history {
 static inline uint16_t history_pick(const synth_tables *tb, uint32_t l, const route_history *h,
                                     const route_work *rw, rng_block *g) {
     if (h->n < 2 || rng_block_u32(g) >= tb->history[l]) return TRACE_NO_EXPERT;
-    const uint32_t k = tb->k, avail = h->n - 1 < tb->H ? h->n - 1 : tb->H;
+    const uint32_t k = tb->k, reach = tb->history_tokens[l];
+    const uint32_t avail = h->n - 1 < reach ? h->n - 1 : reach;
     const uint32_t at = (uint32_t)(((uint64_t)rng_block_u32(g) * (avail * k)) >> 32);
     const uint32_t back = 2 + at / k; /* tokens back: 2..avail + 1 */
     const uint16_t e = h->rows[(size_t)((h->n - back) % (tb->H + 1)) * k + at % k];
@@ -539,10 +544,17 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
     uint16_t e;
     /* one 32-bit draw: the high 22 bits decide the top-1 copy, the low 10 pick the gate row */
     const uint32_t u = rng_block_u32(g);
-    if (prev && (u >> SYNTH_GATE_POOL_BITS) < (tb->reuse_top1[l] >> SYNTH_GATE_POOL_BITS))
+    if (prev && (u >> SYNTH_GATE_POOL_BITS) < (tb->reuse_top1[l] >> SYNTH_GATE_POOL_BITS)) {
         e = prev[0];
-    else if (!hist || (e = history_pick(tb, l, hist, rw, g)) == TRACE_NO_EXPERT)
+    } else if (!hist || (e = history_pick(tb, l, hist, rw, g)) == TRACE_NO_EXPERT) {
         e = route_draw(tb, l, cells, pop, prev, rw, g);
+        /* repulsion: a drawn top-1 equal to prev's is redrawn with probability avoid_top1
+         * (consecutive tokens agreeing less than the popularity draw makes them) */
+        for (uint32_t tries = 0; prev && e == prev[0] && tb->avoid_top1[l] &&
+                                 tries < SYNTH_DRAW_CAP && rng_block_u32(g) < tb->avoid_top1[l];
+             tries++)
+            e = route_draw(tb, l, cells, pop, prev, rw, g);
+    }
     row[0] = e;
     rw->mark[e] = rw->stamp;
     uint32_t n = 1;
@@ -902,8 +914,7 @@ static void run_tokens(synth_run *s, trace *win, uint32_t r, uint32_t i0, uint32
                 memcpy(win->expert_ids + row, win->expert_ids + from, tb->k * sizeof(uint16_t));
                 memcpy(win->gate_weights + row, win->gate_weights + from, tb->k * sizeof(float));
             } else {
-                route_row(tb, l, tb->cells + tab,
-                          tb->pop_order + ((size_t)l * W + p->workload) * E,
+                route_row(tb, l, tb->cells + tab, tb->pop_order + ((size_t)l * W + p->workload) * E,
                           i ? win->expert_ids + trace_route_index(win, prev, l) : NULL,
                           tb->history[l] ? &hist : NULL, win->expert_ids + row,
                           win->gate_weights + row, &s->rw, s->g_route);

@@ -1,6 +1,6 @@
 /* The router-trace synthesizer: full-size traces for any model of configs/models whose routing
  * statistics (traces/STATS.md) match what has been measured on real models
- * (../shared/CALIBRATION.md). traces/SYNTH.md states the generative model, every knob, the
+ * (traces/SYNTH.md cites each). traces/SYNTH.md states the generative model, every knob, the
  * defaults per model family with their sources, and the tolerances the tests assert.
  *
  * The model, per MoE layer l and token (all randomness from common/rng.h streams of one seed):
@@ -41,8 +41,8 @@ typedef enum synth_workload {
     SYNTH_CODE,
     SYNTH_MIX, /* each topic session draws text, math or code */
 } synth_workload;
-#define SYNTH_N_WORKLOADS 3  /* text, math, code (mix draws among them) */
-#define SYNTH_MAX_HISTORY 64 /* most tokens reuse_history_tokens may reach back */
+#define SYNTH_N_WORKLOADS  3  /* text, math, code (mix draws among them) */
+#define SYNTH_MAX_HISTORY  64 /* most tokens reuse_history_tokens may reach back */
 #define SYNTH_TABLE_PHASES 2  /* a fitted popularity table has rows for prefill, then decode */
 
 /* A length fixed (min == max) or drawn uniformly from [min, max], in tokens. */
@@ -124,7 +124,32 @@ typedef struct synth_options {
      * popularity and topic offsets; NULL: the random model. Not owned. */
     const float *popularity;
     uint32_t popularity_topics; /* the table's topics: knobs.topics must equal it */
+    /* fitted per-layer values of the locality knobs (`trace synth --fit`): [SYNTH_LAYER_KNOBS]
+     * [L], each replacing its depth profile at that layer (NaN: the profile's); NULL: the
+     * profiles. Not owned. */
+    const double *layer_knobs;
 } synth_options;
+
+/* The locality knobs a fit sets per layer (each also a depth profile <name>_first/_mid/_last). */
+typedef enum synth_layer_knob {
+    SYNTH_LK_REUSE_TOP1 = 0,
+    SYNTH_LK_REUSE_OTHER,
+    SYNTH_LK_REUSE_HISTORY,
+    SYNTH_LK_ROW_PREFILL,
+    SYNTH_LK_ROW_DECODE,
+    SYNTH_LK_HISTORY_TOKENS, /* tokens back that history copies reach, <= reuse_history_tokens */
+    SYNTH_LAYER_KNOBS,
+} synth_layer_knob;
+
+/* "reuse_top1", "reuse_other", "reuse_history", "reuse_row_prefill", "reuse_row_decode",
+ * "reuse_history_tokens". */
+extern const char *const synth_layer_knob_names[SYNTH_LAYER_KNOBS];
+
+/* The per-layer knob that knob `knob` (a --set name) is a profile point of, or -1. */
+int synth_layer_knob_of(const char *knob);
+
+/* Knob `k` at MoE layer l of L: o->layer_knobs' value (NaN: none), else its depth profile. */
+double synth_layer_knob_value(const synth_options *o, synth_layer_knob k, uint32_t l, uint32_t L);
 
 /* One knob of synth_knobs: its name (the --set key), where it lives, its valid range and what
  * it controls. The table drives option parsing, params_json and the docs. */

@@ -15,8 +15,9 @@
  * Everything is deterministic: the same trace gives the same knobs, bit for bit.
  *
  * Also here: the execution order of batched runs (a trace's requests interleaved in decode
- * batches, as the engine and serving logs record them), and knob files (`--save-knobs`,
- * `--knobs`). */
+ * batches, as the engine and serving logs record them; traces/synth_order.c), knob files
+ * (`--save-knobs`, `--knobs`; traces/synth_knobs_file.c) and the real-vs-synthetic comparison
+ * (traces/synth_compare.c). */
 #ifndef MOESIM_TRACES_SYNTH_FIT_H
 #define MOESIM_TRACES_SYNTH_FIT_H
 
@@ -51,6 +52,7 @@ typedef struct synth_fit_result {
     synth_fit_entry entries[SYNTH_FIT_MAX_ENTRIES];
     uint32_t simulations; /* traces the fit generated */
     float *popularity;    /* [topics][L][E] the fitted table options.popularity points to; owned */
+    double *layer_knobs;  /* [SYNTH_LAYER_KNOBS][L] what options.layer_knobs points to; owned */
 } synth_fit_result;
 
 void synth_fit_result_free(synth_fit_result *f); /* the table; accepts NULL */
@@ -83,7 +85,7 @@ typedef struct synth_fit_row {
     char knob[40];     /* the knob fitted to it (or that drives it); "" when none */
     double real;       /* NaN: absent there */
     double synthetic;  /* NaN: absent there */
-    double tolerance;  /* what issue 22 accepts as a match (absolute); 0: informative */
+    double tolerance;  /* what counts as a match (absolute); 0: informative */
 } synth_fit_row;
 
 /* The rows comparing `real` with `synthetic` (same geometry): skew, reuse, the LRU and OPT hit
@@ -94,14 +96,17 @@ size_t synth_fit_compare(const trace *real, const trace *synthetic, synth_fit_ro
                          size_t cap);
 
 /* Writes the fitted knobs as an INI file ([synth]: model, interleave and every knob, each with
- * the statistic it was fitted to in its comment), crash-safely. */
+ * the statistic it was fitted to in its comment; [layers]: the per-layer knobs; [popularity]:
+ * the table), crash-safely. */
 moesim_status synth_knobs_save(const char *path, const synth_fit_result *f,
                                const model_geometry *m, const char *real_path, moesim_error *err);
 /* Loads such a file (or any [synth] section of knob = value lines) over o->knobs, for model
  * `m`; `interleave` gets the file's value when it has one. A [popularity] table (sized by the
  * file's topics and m's layers and experts) replaces *table (freed; caller frees the new one)
- * and o->popularity points to it. Errors name the file, line and key. */
+ * and o->popularity points to it; a [layers] table (every per-layer knob at every MoE layer)
+ * likewise replaces *layer_table and o->layer_knobs. Errors name the file, line and key. */
 moesim_status synth_knobs_load(const char *path, const model_geometry *m, synth_options *o,
-                               float **table, uint32_t *interleave, moesim_error *err);
+                               float **table, double **layer_table, uint32_t *interleave,
+                               moesim_error *err);
 
 #endif

@@ -1,6 +1,6 @@
 /* The synthesizer's knobs: the table of names and ranges, defaults per model family (each value
  * and its source in traces/SYNTH.md), option checks, params_json, and the published targets that
- * `moesim trace synth --report` and the tests compare against (../shared/CALIBRATION.md).
+ * `moesim trace synth --report` and the tests compare against (traces/SYNTH.md cites each source).
  *
  * Units: probabilities and shares in [0, 1]; log-popularity and logits in nats. */
 #include <jansson.h>
@@ -45,9 +45,15 @@ const synth_knob_info synth_knob_table[] = {
     KNOB_EXTENSION(
         popularity_sharpness_last, 0.1, 8, 1,
         "fitted popularity table: exponent on its probabilities (1: as counted), last layer"),
-    KNOB(reuse_top1_first, 0, 1, "probability a token copies its predecessor's top-1, first layer"),
-    KNOB(reuse_top1_mid, 0, 1, "probability a token copies its predecessor's top-1, middle layer"),
-    KNOB(reuse_top1_last, 0, 1, "probability a token copies its predecessor's top-1, last layer"),
+    KNOB(reuse_top1_first, -1, 1,
+         "P(a token copies its predecessor's top-1); < 0: P(a drawn top-1 equal to it is redrawn), "
+         "first layer"),
+    KNOB(reuse_top1_mid, -1, 1,
+         "P(a token copies its predecessor's top-1); < 0: P(a drawn top-1 equal to it is redrawn), "
+         "middle layer"),
+    KNOB(reuse_top1_last, -1, 1,
+         "P(a token copies its predecessor's top-1); < 0: P(a drawn top-1 equal to it is redrawn), "
+         "last layer"),
     KNOB(reuse_other_first, -1, 1,
          "P(each other slot copies a predecessor's expert); < 0: P(it redraws one), first layer"),
     KNOB(reuse_other_mid, -1, 1,
@@ -93,6 +99,50 @@ const synth_knob_info synth_knob_table[] = {
     KNOB(importance_layer_correlation, 0, 1, "correlation of a token's salience across layers"),
 };
 const size_t synth_knob_count = MOESIM_ARRAY_LEN(synth_knob_table);
+
+int synth_layer_knob_of(const char *knob) {
+    for (int k = 0; k < SYNTH_LAYER_KNOBS; k++) {
+        const size_t n = strlen(synth_layer_knob_names[k]);
+        if (strncmp(knob, synth_layer_knob_names[k], n)) continue;
+        if (k == SYNTH_LK_HISTORY_TOKENS
+                ? !knob[n]
+                : !strcmp(knob + n, "_first") || !strcmp(knob + n, "_mid") ||
+                      !strcmp(knob + n, "_last"))
+            return k;
+    }
+    return -1;
+}
+
+const char *const synth_layer_knob_names[SYNTH_LAYER_KNOBS] = {
+    "reuse_top1",        "reuse_other",      "reuse_history",
+    "reuse_row_prefill", "reuse_row_decode", "reuse_history_tokens"};
+
+double synth_layer_knob_value(const synth_options *o, synth_layer_knob k, uint32_t l, uint32_t L) {
+    if (o->layer_knobs && !isnan(o->layer_knobs[(size_t)k * L + l]))
+        return o->layer_knobs[(size_t)k * L + l];
+    const synth_knobs *kn = &o->knobs;
+    switch (k) {
+    case SYNTH_LK_REUSE_TOP1:
+        return synth_depth_profile(kn->reuse_top1_first, kn->reuse_top1_mid, kn->reuse_top1_last, l,
+                                   L);
+    case SYNTH_LK_REUSE_OTHER:
+        return synth_depth_profile(kn->reuse_other_first, kn->reuse_other_mid, kn->reuse_other_last,
+                                   l, L);
+    case SYNTH_LK_REUSE_HISTORY:
+        return synth_depth_profile(kn->reuse_history_first, kn->reuse_history_mid,
+                                   kn->reuse_history_last, l, L);
+    case SYNTH_LK_ROW_PREFILL:
+        return synth_depth_profile(kn->reuse_row_prefill_first, kn->reuse_row_prefill_mid,
+                                   kn->reuse_row_prefill_last, l, L);
+    case SYNTH_LK_ROW_DECODE:
+        return synth_depth_profile(kn->reuse_row_decode_first, kn->reuse_row_decode_mid,
+                                   kn->reuse_row_decode_last, l, L);
+    case SYNTH_LK_HISTORY_TOKENS:
+        return kn->reuse_history_tokens;
+    default:
+        MOESIM_UNREACHABLE();
+    }
+}
 
 static double *knob_ptr(synth_knobs *k, const synth_knob_info *ki) {
     return (double *)((char *)k + ki->offset);
@@ -304,7 +354,8 @@ moesim_status synth_options_check(const synth_options *o, const model_geometry *
     if (o->knobs.topic_cycle != floor(o->knobs.topic_cycle))
         return moesim_fail(err, MOESIM_EINPUT, "synth knob topic_cycle: expected 0 or 1");
     if (o->knobs.reuse_history_tokens != floor(o->knobs.reuse_history_tokens))
-        return moesim_fail(err, MOESIM_EINPUT, "synth knob reuse_history_tokens: expected an integer");
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "synth knob reuse_history_tokens: expected an integer");
     return MOESIM_OK;
 }
 
@@ -353,6 +404,18 @@ char *synth_params_json(const synth_options *o, const model_geometry *m) {
         json_object_set_new(knobs, ki->name, json_real(v));
     }
     json_object_set_new(j, "knobs", knobs);
+    if (o->layer_knobs) { /* fitted per-layer values replace the profiles: all of them here */
+        json_t *lk = json_object();
+        for (int k = 0; k < SYNTH_LAYER_KNOBS; k++) {
+            json_t *a = json_array();
+            for (uint32_t l = 0; l < m->n_moe_layers; l++) {
+                const double v = o->layer_knobs[(size_t)k * m->n_moe_layers + l];
+                json_array_append_new(a, isnan(v) ? json_null() : json_real(v)); /* NaN: profile */
+            }
+            json_object_set_new(lk, synth_layer_knob_names[k], a);
+        }
+        json_object_set_new(j, "layer_knobs", lk);
+    }
     if (o->popularity) { /* the table itself is in the knob file; its fingerprint here */
         const size_t n =
             (size_t)o->knobs.topics * SYNTH_TABLE_PHASES * m->n_moe_layers * m->n_experts;
@@ -383,7 +446,7 @@ static const batch_table decode_tables[] = {
     {"qwen3-next-80b-a3b", {0.019, 0.037, 0.067, 0.149, 0.254, 0.392}},
     {"deepseek-v2-lite", {0.090, 0.149, 0.232, 0.359, 0.517, 0.676}},
 };
-#define SYNTH_BATCH_TOLERANCE     0.05 /* ±5 points at every B (issue 4, SYNTH.md) */
+#define SYNTH_BATCH_TOLERANCE     0.05 /* ±5 points at every B (SYNTH.md) */
 #define SYNTH_LOOKAHEAD_TOLERANCE 0.02 /* "~96 %", "~90 %": two points either side */
 
 static const char batch_names[STATS_N_BATCH][32] = {"active share B=1",  "active share B=2",

@@ -1,0 +1,18 @@
+/* Layers with identical routing: a log that copies one layer's routing into another (a
+ * copy-paste in a per-layer dump) imports without error, and every statistic of the copy is
+ * the original's. `trace import` and `trace stats` warn about such pairs. */
+#ifndef MOESIM_TRACES_LAYER_TWINS_H
+#define MOESIM_TRACES_LAYER_TWINS_H
+
+#include <stdint.h>
+
+#include "traces/trace.h"
+
+/* The MoE layers of `t` whose expert ids and gate weights equal, token for token and bit for
+ * bit, those of an earlier layer (each counted once, paired with the first layer it copies).
+ * The first `cap` pairs (earlier, later) go to pairs[], their count to *listed; returns how
+ * many layers are copies. A trace with one token or one layer has none. */
+uint32_t trace_layer_twins_find(const trace *t, uint32_t (*pairs)[2], uint32_t cap,
+                                uint32_t *listed);
+
+#endif
