@@ -16,7 +16,6 @@
 #include "traces/stats.h"
 #include "traces/trace.h"
 
-#define STATS_TWINS_LISTED 32 /* identical-layer pairs listed (all are counted) */
 
 static const char stats_help[] =
     "usage: moesim trace stats FILE [--batch B] [--json]\n"
@@ -161,22 +160,18 @@ int cmd_trace_stats(int argc, char **argv) {
     trace_stats *s = trace_stats_compute(t);
     sim_batch_curves b = {0};
     if (batch) sim_batch_curves_compute(t, (uint32_t)batch, &b);
-    uint32_t twins[STATS_TWINS_LISTED][2], listed = 0;
-    uint32_t copies = trace_layer_twins_find(t, twins, STATS_TWINS_LISTED, &listed);
     if (as_json) {
         json_t *j = trace_stats_to_json(s);
         if (batch) json_object_set_new(j, "batched", batch_curves_json(&b));
-        json_t *pairs = json_array();
-        for (uint32_t i = 0; i < listed; i++)
-            json_array_append_new(pairs, json_pack("[ii]", twins[i][0], twins[i][1]));
-        json_object_set_new(j, "identical_layers", json_integer(copies));
-        json_object_set_new(j, "identical_layer_pairs", pairs);
+        trace_layer_twins_add_json(t, j);
         json_t *inputs = json_object();
         json_object_set_new(inputs, "trace", provenance_file_json(path));
         json_object_set_new(inputs, "batch", batch ? json_integer((json_int_t)batch) : json_null());
         cli_print_json(provenance_attach(j, inputs));
     } else {
         print_text(path, s, batch ? &b : NULL);
+        uint32_t twins[TRACE_LAYER_TWINS_LISTED][2], listed = 0;
+        trace_layer_twins_find(t, twins, TRACE_LAYER_TWINS_LISTED, &listed);
         for (uint32_t i = 0; i < listed; i++)
             printf("warning: MoE layers %" PRIu32 " and %" PRIu32 " have identical routing in "
                    "every token (a layer copied in the log?): their figures are one layer's\n",

@@ -20,6 +20,7 @@
 #include "policies/policy.h"
 #include "sim/sim.h"
 #include "sweep/sweep.h"
+#include "traces/layer_twins.h"
 #include "traces/stats.h"
 #include "traces/trace.h"
 
@@ -102,7 +103,9 @@ int moesim_trace_stats(const char *path, char **json, char **error) {
         json_t *inputs = json_object(); /* as `moesim trace stats --json` */
         json_object_set_new(inputs, "trace", provenance_file_json(path));
         json_object_set_new(inputs, "batch", json_null());
-        st = lib_dump(provenance_attach(trace_stats_to_json(s), inputs), json, &err);
+        json_t *j = trace_stats_to_json(s);
+        trace_layer_twins_add_json(t, j);
+        st = lib_dump(provenance_attach(j, inputs), json, &err);
         trace_stats_destroy(s);
     }
     trace_destroy(t);

@@ -53,3 +53,13 @@ uint32_t trace_layer_twins_find(const trace *t, uint32_t (*pairs)[2], uint32_t c
     free(h);
     return copies;
 }
+
+void trace_layer_twins_add_json(const trace *t, json_t *j) {
+    uint32_t twins[TRACE_LAYER_TWINS_LISTED][2], listed = 0;
+    uint32_t copies = trace_layer_twins_find(t, twins, TRACE_LAYER_TWINS_LISTED, &listed);
+    json_t *pairs = json_array();
+    for (uint32_t i = 0; i < listed; i++)
+        json_array_append_new(pairs, json_pack("[ii]", twins[i][0], twins[i][1]));
+    json_object_set_new(j, "identical_layers", json_integer(copies));
+    json_object_set_new(j, "identical_layer_pairs", pairs);
+}

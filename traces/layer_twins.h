@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "traces/trace.h"
 
 /* The MoE layers of `t` whose expert ids and gate weights equal, token for token and bit for
@@ -14,5 +16,13 @@
  * many layers are copies. A trace with one token or one layer has none. */
 uint32_t trace_layer_twins_find(const trace *t, uint32_t (*pairs)[2], uint32_t cap,
                                 uint32_t *listed);
+
+/* The maximum of pairs `trace stats` lists (all are counted). */
+#define TRACE_LAYER_TWINS_LISTED 32
+
+/* Adds "identical_layers" (the count) and "identical_layer_pairs" (the first
+ * TRACE_LAYER_TWINS_LISTED pairs) of `t` to the JSON object `j`, as `trace stats --json` and
+ * libmoesim report them. */
+void trace_layer_twins_add_json(const trace *t, json_t *j);
 
 #endif
