@@ -5,28 +5,27 @@
  *
  * The loop, step by step (policy.h callbacks):
  *   warmup: the LO version of every expert is loaded (layer order); create checked it fits.
- *   begin_step: window boundary (003 §3.1 "visible at the next iteration"): completed copies are
- *     published, the old versions evicted, the queues pumped.
- *   on_route: hotness observation (accumulated over the step's sub-routes); the plan is the
- *     published version of each activated expert, never a version in flight, so the forward pass
- *     never waits for a promotion (002 §3.3, 003 §3.2).
- *   on_transfer_done: a background copy finished: the version is marked complete and the next
- *     queued transition starts (the migration stream stays busy up to max_inflight).
- *   end_step: hotness update (002 Eq. 2 / Algorithm 1, after each forward pass); at every
- *     interval (steps or ns) after the warm-up (002 §3.5): per-layer top-n_l selection with
- *     hysteresis (003 §3.5), promotion and demotion queues rebuilt, pump.
+ *   begin_step: window boundary ([DynaExq-v2] §3.1 "visible at the next iteration"): completed
+ * copies are published, the old versions evicted, the queues pumped. on_route: hotness observation
+ * (accumulated over the step's sub-routes); the plan is the published version of each activated
+ * expert, never a version in flight, so the forward pass never waits for a promotion ([DynaExq-v1]
+ * §3.3, [DynaExq-v2] §3.2). on_transfer_done: a background copy finished: the version is marked
+ * complete and the next queued transition starts (the migration stream stays busy up to
+ * max_inflight). end_step: hotness update ([DynaExq-v1] Eq. 2 / Algorithm 1, after each forward
+ * pass); at every interval (steps or ns) after the warm-up ([DynaExq-v1] §3.5): per-layer top-n_l
+ * selection with hysteresis ([DynaExq-v2] §3.5), promotion and demotion queues rebuilt, pump.
  *
- * Memory (003 §3.3): a BudgetTracker per pool scope (one for all layers, or one per layer when
- * cache.experts_per_layer fixes per-layer pools) with M = the expert budget and
- * M_hi = n_hi * S_hi; pool_hi and pool_lo hand out fixed-size blocks (one expert version each).
- * Every background load is admitted by try_reserve first, then by the mechanism (policy_mem
- * load may still refuse); a refused promotion stays queued (backpressure). Demotions are pumped
- * before promotions and evictions before both, so a tight budget frees capacity first
- * (003 §3.4). Resource-aware initialization (002 §3.5): the largest n_hi with
+ * Memory ([DynaExq-v2] §3.3): a BudgetTracker per pool scope (one for all layers, or one per layer
+ * when cache.experts_per_layer fixes per-layer pools) with M = the expert budget and M_hi = n_hi *
+ * S_hi; pool_hi and pool_lo hand out fixed-size blocks (one expert version each). Every background
+ * load is admitted by try_reserve first, then by the mechanism (policy_mem load may still refuse);
+ * a refused promotion stays queued (backpressure). Demotions are pumped before promotions and
+ * evictions before both, so a tight budget frees capacity first
+ * ([DynaExq-v2] §3.4). Resource-aware initialization ([DynaExq-v1] §3.5): the largest n_hi with
  *     n_hi * S_hi + (N - n_hi) * S_lo + max_inflight * S_lo <= M
- * (the last term is 002 §3.4's "small transient buffer": an expert holds both versions while its
- * transition is in flight), or n_hi * S_hi + N * S_lo <= M with keep_lo; split evenly over the
- * layers (remainder to the first layers). All sizes in bytes, times in ns. */
+ * (the last term is [DynaExq-v1] §3.4's "small transient buffer": an expert holds both versions
+ * while its transition is in flight), or n_hi * S_hi + N * S_lo <= M with keep_lo; split evenly
+ * over the layers (remainder to the first layers). All sizes in bytes, times in ns. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -50,47 +49,59 @@ static const char *const prec_choices[] = {"bf16", "fp8", "int8", "int4", "int3"
     {"dynaexq", key, type, offsetof(dynaexq_knobs, member), 0, false, lo, hi, choices, def, help}
 static const config_field dynaexq_knob_fields[] = {
     K("hotness", CONFIG_ENUM, hotness, 1, 0, hotness_choices, "ema",
-      "hotness estimator: ema = 002 Eq. 2 / Algorithm 1 (router probabilities, per step, passive "
-      "decay); count = 003 Sec. 3.5 (selection counters per interval, EMA at interval end)"),
+      "hotness estimator: ema = [DynaExq-v1] Eq. 2 / Algorithm 1 (router probabilities, per step, "
+      "passive "
+      "decay); count = [DynaExq-v2] Sec. 3.5 (selection counters per interval, EMA at interval "
+      "end)"),
     K("alpha", CONFIG_F64, alpha, 0, 0.9999, NULL, "0.99",
-      "EMA factor alpha of S = alpha*S + (1-alpha)*g (002 Eq. 2, 003 Sec. 3.5); per step (ema) "
+      "EMA factor alpha of S = alpha*S + (1-alpha)*g ([DynaExq-v1] Eq. 2, [DynaExq-v2] Sec. 3.5); "
+      "per step (ema) "
       "or per interval (count); papers give no value"),
     K("interval", CONFIG_U64, interval, 1, 1e18, NULL, "16",
-      "update period T of the precision schedule (002 Algorithm 1 line 13; 003 Sec. 3.5 uses "
+      "update period T of the precision schedule ([DynaExq-v1] Algorithm 1 line 13; [DynaExq-v2] "
+      "Sec. 3.5 uses "
       "time), in interval_unit"),
     K("interval_unit", CONFIG_ENUM, interval_unit, 1, 0, unit_choices, "steps",
-      "unit of interval and warmup: steps (002 Algorithm 1) or ns of host time (003 Sec. 3.5)"),
+      "unit of interval and warmup: steps ([DynaExq-v1] Algorithm 1) or ns of host time "
+      "([DynaExq-v2] Sec. 3.5)"),
     K("warmup", CONFIG_U64, warmup, 0, 1e18, NULL, "16",
-      "warm-up collecting hotness before the first top-n_hot selection (002 Sec. 3.5), in "
+      "warm-up collecting hotness before the first top-n_hot selection ([DynaExq-v1] Sec. 3.5), in "
       "interval_unit"),
     K("select", CONFIG_ENUM, select, 1, 0, select_choices, "topn",
-      "high-precision set: topn = 003 Sec. 3.5 (per-layer top-n_l at every schedule, with "
-      "hysteresis); threshold = 002 Algorithm 1 line 15 and Sec. 3.5 (tau_h = the n_l-th score "
+      "high-precision set: topn = [DynaExq-v2] Sec. 3.5 (per-layer top-n_l at every schedule, with "
+      "hysteresis); threshold = [DynaExq-v1] Algorithm 1 line 15 and Sec. 3.5 (tau_h = the n_l-th "
+      "score "
       "once the EMA has warmed up (tau_after), then fixed; the top n_l with S >= tau_h; no "
       "hysteresis)"),
     K("tau_after", CONFIG_U64, tau_after, 0, 1e18, NULL, "0",
       "select = threshold: EMA updates (steps with hotness = ema, intervals with count) before "
-      "tau_h is fixed, 002 Sec. 3.5's warm-up of the hotness scores; 0: the EMA horizon "
+      "tau_h is fixed, [DynaExq-v1] Sec. 3.5's warm-up of the hotness scores; 0: the EMA horizon "
       "1/(1-alpha); tau_h is then bias-corrected to the steady scale (see README)"),
     K("hysteresis", CONFIG_F64, hysteresis, 0, 1e6, NULL, "0.25",
-      "hysteresis margin (003 Sec. 3.5): score mode, in units of the uniform-routing score "
+      "hysteresis margin ([DynaExq-v2] Sec. 3.5): score mode, in units of the uniform-routing "
+      "score "
       "(1/E ema, k/E count); rank mode, the rank slack (an integer)"),
     K("hysteresis_mode", CONFIG_ENUM, hysteresis_mode, 1, 0, hyst_choices, "score",
-      "score: additive margin on hotness; rank: rank slack (003 Sec. 3.5)"),
+      "score: additive margin on hotness; rank: rank slack ([DynaExq-v2] Sec. 3.5)"),
     K("hi", CONFIG_ENUM, hi, 1, 0, prec_choices, "bf16",
-      "precision of hot experts (003 Sec. 5.1: FP16 usually, INT4 for Qwen3-80B)"),
+      "precision of hot experts ([DynaExq-v2] Sec. 5.1: FP16 usually, INT4 for Qwen3-80B)"),
     K("lo", CONFIG_ENUM, lo, 1, 0, prec_choices, "int4",
-      "precision of the always-usable fallback (003 Sec. 5.1: INT4, or INT2 for Qwen3-80B)"),
+      "precision of the always-usable fallback ([DynaExq-v2] Sec. 5.1: INT4, or INT2 for "
+      "Qwen3-80B)"),
     K("max_inflight", CONFIG_U32, max_inflight, 1, 4096, NULL, "4",
-      "background transitions in flight at once: migration-stream backpressure (003 Sec. 3.4) "
-      "and the transient buffer of 002 Sec. 3.4"),
+      "background transitions in flight at once: migration-stream backpressure ([DynaExq-v2] Sec. "
+      "3.4) "
+      "and the transient buffer of [DynaExq-v1] Sec. 3.4"),
     K("keep_lo", CONFIG_BOOL, keep_lo, 1, 0, NULL, "false",
-      "keep the LO version resident under a HI one (papers: reclaimed after publish, 002 Sec. "
-      "3.3 / 003 Sec. 3.1)"),
+      "keep the LO version resident under a HI one (papers: reclaimed after publish, [DynaExq-v1] "
+      "Sec. "
+      "3.3 / [DynaExq-v2] Sec. 3.1)"),
     K("prefetch", CONFIG_BOOL, prefetch, 1, 0, NULL, "false",
-      "cross-layer prefetch (002 Sec. 3.3: \"prefetches experts predicted to become hot by "
+      "cross-layer prefetch ([DynaExq-v1] Sec. 3.3: \"prefetches experts predicted to become hot "
+      "by "
       "leveraging cross-layer activation correlations\"): queued promotions of the experts the "
-      "look-ahead predicts for layer l+1 go to the head of the migration queue; 003 has none"),
+      "look-ahead predicts for layer l+1 go to the head of the migration queue; [DynaExq-v2] has "
+      "none"),
 };
 #undef K
 /* clang-format on */
@@ -115,7 +126,7 @@ struct policy {
     dx_hotness hot;
     dx_entry *entry;                /* [n_layers][n_experts] */
     bool *in_set;                   /* [n_layers][n_experts] the scheduler's target high set */
-    double *tau;                    /* [n_layers] 002's fixed tau_h (select = threshold) */
+    double *tau;                    /* [n_layers] [DynaExq-v1]'s fixed tau_h (select = threshold) */
     bool tau_fixed;                 /* tau has been fixed (select = threshold) */
     uint64_t tau_fixed_step;        /* steps done when it was */
     uint32_t *promote_q, n_promote; /* [n_layers * n_experts] flat ids, hottest first */
@@ -156,7 +167,7 @@ static uint64_t version_bytes(const policy_params *pp, moesim_precision prec) {
     return s;
 }
 
-/* The largest n_hi for a scope of `n` experts and `budget` bytes (002 §3.5). */
+/* The largest n_hi for a scope of `n` experts and `budget` bytes ([DynaExq-v1] §3.5). */
 static uint64_t hot_capacity(uint64_t n, uint64_t budget, uint64_t s_hi, uint64_t s_lo,
                              uint64_t transient, bool keep_lo) {
     uint64_t lo_all = n * s_lo;
@@ -203,10 +214,11 @@ static moesim_status dx_create(const policy_params *pp, const void *knobs_v, pol
                            pp->n_experts, k->hysteresis);
 
     if (k->prefetch && pp->lookahead_depth == 0)
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "[dynaexq] prefetch: needs look-ahead predictions (002 Sec. 3.3's "
-                           "cross-layer correlations) and the run has none; expected a trace "
-                           "with predictions, predictor.depth >= 1, or dynaexq.prefetch=off");
+        return moesim_fail(
+            err, MOESIM_EINPUT,
+            "[dynaexq] prefetch: needs look-ahead predictions ([DynaExq-v1] Sec. 3.3's "
+            "cross-layer correlations) and the run has none; expected a trace "
+            "with predictions, predictor.depth >= 1, or dynaexq.prefetch=off");
 
     bool per_layer = pp->experts_per_layer > 0;
     uint32_t L = pp->n_layers, E = pp->n_experts, n_scopes = per_layer ? L : 1;
@@ -218,7 +230,7 @@ static moesim_status dx_create(const policy_params *pp, const void *knobs_v, pol
         scope_budget = (uint64_t)pp->experts_per_layer * s_pool;
     }
     /* Versioned Expert Residency needs a usable version of every expert at all times: the LO
-     * version of every expert must fit (003 §3: "a low-precision fallback"). */
+     * version of every expert must fit ([DynaExq-v2] §3: "a low-precision fallback"). */
     if (scope_experts * s_lo > scope_budget)
         return moesim_fail(
             err, MOESIM_EINPUT,
@@ -346,7 +358,8 @@ static bool try_evict(policy *p, uint32_t l, uint32_t e) {
 /* Starts a background copy of version v of (l, e) after admission; false when refused. */
 static bool start_copy(policy *p, uint32_t l, uint32_t e, dx_version v) {
     dx_budget *b = &p->budget[scope_of(p, l)];
-    if (!dx_budget_try_reserve(b, v, p->size_bytes[v])) return false; /* 003 §3.3 try_reserve */
+    if (!dx_budget_try_reserve(b, v, p->size_bytes[v]))
+        return false; /* [DynaExq-v2] §3.3 try_reserve */
     uint32_t block = dx_pool_alloc(pool_of(p, l, v));
     MOESIM_ASSERT(block != DX_NO_BLOCK); /* pools are sized like the tracker's caps */
     policy_mem_result r =
@@ -393,9 +406,9 @@ static bool admit(policy *p, uint32_t id, dx_version v) {
     return false;
 }
 
-/* The transition pipeline (003 §3.4): evictions first, then demotions (they free high-precision
- * capacity), then promotions, up to max_inflight copies on the migration stream. Entries the
- * budget does not admit stay queued in order (backpressure). */
+/* The transition pipeline ([DynaExq-v2] §3.4): evictions first, then demotions (they free
+ * high-precision capacity), then promotions, up to max_inflight copies on the migration stream.
+ * Entries the budget does not admit stay queued in order (backpressure). */
 static void pump(policy *p) {
     memset(p->blocked, 0, (size_t)p->n_scopes * 2);
     uint32_t kept = 0;
@@ -448,7 +461,7 @@ static void publish_ready(policy *p) {
     p->n_publish = 0;
 }
 
-/* ---- scheduling (002 Algorithm 1 PRECISIONSCHEDULE; 003 §3.5) ---- */
+/* ---- scheduling ([DynaExq-v1] Algorithm 1 PRECISIONSCHEDULE; [DynaExq-v2] §3.5) ---- */
 
 static void sort_ids_by_key(policy *p, uint32_t *ids, uint32_t n, bool ascending) {
     /* keys are hotness scores; ascending order sorts the negated keys */
@@ -477,19 +490,20 @@ static void schedule(policy *p) {
         const double *s = p->hot.score + flat(p, l, 0);
         bool *set = p->in_set + flat(p, l, 0);
         if (p->knobs.select == DX_SELECT_THRESHOLD) {
-            /* 002 §3.5: tau_h = top(n_hot, S) once the warm-up has collected the scores, then
-             * fixed; until then the set is the top n_l (the warm-up's initialization) */
+            /* [DynaExq-v1] §3.5: tau_h = top(n_hot, S) once the warm-up has collected the scores,
+             * then fixed; until then the set is the top n_l (the warm-up's initialization) */
             if (fix_tau)
                 p->tau[l] = dx_threshold_of(s, p->n_experts, p->cap[l], p->scratch) / tau_debias;
             double tau = p->tau_fixed || fix_tau ? p->tau[l] : -INFINITY;
             p->set_changes += dx_select_threshold(s, p->n_experts, p->cap[l], tau, set, p->scratch);
         } else {
             p->set_changes += dx_select_layer(s, p->n_experts, p->cap[l],
-                                              (dx_hysteresis_mode)p->knobs.hysteresis_mode,
-                                              margin, slack, set, p->scratch);
+                                              (dx_hysteresis_mode)p->knobs.hysteresis_mode, margin,
+                                              slack, set, p->scratch);
         }
-        /* 003 §3.5: promotion candidates H_target \ H_cur, demotion candidates H_cur \ H_target;
-         * experts in a transition are left to finish and are reconsidered next interval. */
+        /* [DynaExq-v2] §3.5: promotion candidates H_target \ H_cur, demotion candidates H_cur
+         * \ H_target; experts in a transition are left to finish and are reconsidered next
+         * interval. */
         for (uint32_t e = 0; e < p->n_experts; e++) {
             const dx_entry *en = &p->entry[flat(p, l, e)];
             uint32_t id = (uint32_t)flat(p, l, e);
@@ -526,7 +540,7 @@ static void dx_begin_step(policy *p, const policy_step *step) {
     pump(p);
 }
 
-/* 002 §3.3 cross-layer prefetch: of the promotions still queued, those of experts the
+/* [DynaExq-v1] §3.3 cross-layer prefetch: of the promotions still queued, those of experts the
  * look-ahead predicts for layer l+1 (distance 1, any of the step's tokens) move to the head of the
  * queue, keeping their hotness order, and the pump starts what the migration stream admits. An
  * expert outside the target set is never promoted by a prediction: the budget's set stays
@@ -566,8 +580,9 @@ static void dx_on_route(policy *p, const policy_route *r, policy_plan *plan) {
         uint32_t e = r->active[i];
         MOESIM_ASSERT(e < p->n_experts);
         const dx_entry *en = &p->entry[flat(p, r->layer, e)];
-        /* 003 §3.2: the stable handle resolves to the published version, which is complete (or,
-         * for the initial fill only, already queued); a promotion in flight is never waited for */
+        /* [DynaExq-v2] §3.2: the stable handle resolves to the published version, which is complete
+         * (or, for the initial fill only, already queued); a promotion in flight is never waited
+         * for */
         dx_version v = (dx_version)en->published;
         MOESIM_ASSERT(dx_entry_holds(en, v));
         for (int part = 0; part < PART_COUNT; part++)
@@ -603,7 +618,8 @@ static void dx_on_transfer_done(policy *p, uint32_t layer, uint32_t expert, moes
 
 static void dx_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
     (void)step;
-    dx_hotness_end_step(&p->hot); /* the forward pass is over: 002 Algorithm 1 UPDATEHOTNESS */
+    dx_hotness_end_step(
+        &p->hot); /* the forward pass is over: [DynaExq-v1] Algorithm 1 UPDATEHOTNESS */
     p->steps_done++;
     bool due;
     if (p->knobs.interval_unit == DX_UNIT_STEPS) {
@@ -614,8 +630,9 @@ static void dx_end_step(policy *p, const policy_step *step, uint64_t now_ns) {
                       : now_ns - p->t0_ns >= p->knobs.warmup;
     }
     if (due) {
-        /* 002 §3.5: the warm-up's scores initialize the high set (top-n_hot, no member to beat);
-         * afterwards 002 Algorithm 1 line 13 / 003 §3.5: once per interval */
+        /* [DynaExq-v1] §3.5: the warm-up's scores initialize the high set (top-n_hot, no member to
+         * beat); afterwards [DynaExq-v1] Algorithm 1 line 13 / [DynaExq-v2] §3.5: once per interval
+         */
         p->warm = true;
         p->last_sched_step = p->steps_done;
         p->last_sched_ns = now_ns;
@@ -687,5 +704,5 @@ const policy_methods policy_dynaexq = {
     .destroy = dx_destroy,
     .hi_precision = dynaexq_hi_precision,
     .load_precisions = dynaexq_load_precisions,
-    /* not ignores_lookahead: the prefetch knob (002 §3.3) reads the predictions */
+    /* not ignores_lookahead: the prefetch knob ([DynaExq-v1] §3.3) reads the predictions */
 };

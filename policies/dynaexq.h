@@ -2,19 +2,21 @@
  * policy, exposed for unit tests. policies/dynaexq.c wires them to the policy API.
  *
  *   dx_hotness   per-(layer, expert) hotness: the EMA of router probabilities with passive decay
- *                of inactive experts (002 Eq. 2, Algorithm 1 lines 4-11), or the revised
- *                per-interval selection counters folded into an EMA (003 §3.5 "Hotness
+ *                of inactive experts ([DynaExq-v1] Eq. 2, Algorithm 1 lines 4-11), or the revised
+ *                per-interval selection counters folded into an EMA ([DynaExq-v2] §3.5 "Hotness
  *                Estimation"). Scores are plain doubles, no units; both modes keep them in [0, 1].
  *   dx_select    the budget-feasible per-layer high-precision set: top-n_l by hotness
- *                (003 §3.5 "Budget-feasible Selection", 002 Algorithm 1 lines 14-15) with the
- *                hysteresis margin (003 §3.5 "Hysteresis for Stability"), as a score margin or a
- *                rank slack.
- *   dx_budget    the BudgetTracker (003 §3.3): try_reserve / release against the expert budget
- *                M and the high-precision upper bound M_hi. Invariant: used_hi <= hi_cap and
- *                used_hi + used_lo <= total, always (bytes).
- *   dx_pool      a pool of fixed-size blocks with a constant-time free list (002 §3.4, 003 §3.3
- *                "Partitioned pools", "Fixed-granularity allocation"): pool_hi and pool_lo.
- *   dx_entry     one expert's Versioned Expert Residency entry (003 §3.2): the state machine
+ *                ([DynaExq-v2] §3.5 "Budget-feasible Selection", [DynaExq-v1] Algorithm 1 lines
+ *                14-15) with the hysteresis margin ([DynaExq-v2] §3.5 "Hysteresis for
+ *                Stability"), as a score margin or a rank slack.
+ *   dx_budget    the BudgetTracker ([DynaExq-v2] §3.3): try_reserve / release against the expert
+ *                budget M and the high-precision upper bound M_hi. Invariant: used_hi <= hi_cap
+ *                and used_hi + used_lo <= total, always (bytes).
+ *   dx_pool      a pool of fixed-size blocks with a constant-time free list ([DynaExq-v1] §3.4,
+ *                [DynaExq-v2] §3.3 "Partitioned pools", "Fixed-granularity allocation"): pool_hi
+ *                and pool_lo.
+ *   dx_entry     one expert's Versioned Expert Residency entry ([DynaExq-v2] §3.2): the state
+ *                machine
  *                Resident-Lo -> Promoting -> (publish) -> Evicting -> Resident-Hi and
  *                Resident-Hi -> Demoting -> (publish) -> Evicting -> Resident-Lo. Invariant: the
  *                published version (what the stable handle resolves to) is always one whose
@@ -37,8 +39,8 @@ extern const policy_methods policy_dynaexq;
 /* ---- knobs (section [dynaexq]; each field's help in dynaexq.c cites its paper source) ---- */
 
 typedef enum dx_hotness_mode {
-    DX_HOTNESS_EMA = 0, /* 002 Eq. 2: per step, S = alpha*S + (1-alpha)*g, passive decay */
-    DX_HOTNESS_COUNT,   /* 003 §3.5: selection counters per interval, EMA at interval end */
+    DX_HOTNESS_EMA = 0, /* [DynaExq-v1] Eq. 2: per step, S = alpha*S + (1-alpha)*g, decay */
+    DX_HOTNESS_COUNT,   /* [DynaExq-v2] §3.5: selection counters per interval, EMA at its end */
 } dx_hotness_mode;
 
 typedef enum dx_interval_unit { DX_UNIT_STEPS = 0, DX_UNIT_NS } dx_interval_unit;
@@ -49,26 +51,27 @@ typedef enum dx_hysteresis_mode {
 } dx_hysteresis_mode;
 
 typedef enum dx_select_mode {
-    DX_SELECT_TOPN = 0,  /* 003 §3.5: per-layer top-n_l at every schedule, with hysteresis */
-    DX_SELECT_THRESHOLD, /* 002 Algorithm 1 line 15 + §3.5: tau_h fixed once the EMA warmed up */
+    DX_SELECT_TOPN = 0,  /* [DynaExq-v2] §3.5: per-layer top-n_l every schedule, hysteresis */
+    DX_SELECT_THRESHOLD, /* [DynaExq-v1] Alg. 1 line 15 + §3.5: tau_h fixed once the EMA warmed */
 } dx_select_mode;
 
 typedef struct dynaexq_knobs {
     int select;        /* dx_select_mode */
     int hotness;       /* dx_hotness_mode */
-    double alpha;      /* EMA factor (002 Eq. 2; 003 §3.5) */
-    uint64_t interval; /* update period T (002 Algorithm 1 line 13; 003 §3.5), in interval_unit */
+    double alpha;      /* EMA factor ([DynaExq-v1] Eq. 2; [DynaExq-v2] §3.5) */
+    uint64_t interval; /* update period T ([DynaExq-v1] Alg. 1 line 13; [DynaExq-v2] §3.5), in
+                          interval_unit */
     int interval_unit; /* dx_interval_unit */
-    uint64_t warmup;   /* warm-up before the first selection (002 §3.5), in interval_unit */
+    uint64_t warmup;   /* warm-up before the first selection ([DynaExq-v1] §3.5), interval_unit */
     uint64_t tau_after; /* select = threshold: EMA updates before tau_h is fixed; 0: 1/(1-alpha) */
-    double hysteresis; /* margin (score mode) or rank slack (rank mode), 003 §3.5 */
+    double hysteresis; /* margin (score mode) or rank slack (rank mode), [DynaExq-v2] §3.5 */
     int hysteresis_mode;   /* dx_hysteresis_mode */
-    int hi, lo;            /* moesim_precision of the two versions (003 §3: b_hi, b_lo) */
-    uint32_t max_inflight; /* background transitions in flight at once (003 §3.4 backpressure) */
+    int hi, lo;            /* moesim_precision of the two versions ([DynaExq-v2] §3: b_hi, b_lo) */
+    uint32_t max_inflight; /* background transitions in flight ([DynaExq-v2] §3.4 backpressure) */
     bool keep_lo;          /* keep the LO version resident under a HI one (not the papers'
-                              default, which reclaims it: 002 §3.3, 003 §3.1) */
-    bool prefetch;         /* 002 §3.3 cross-layer prefetch: queued promotions of the experts
-                              the look-ahead predicts for the next layer start first */
+                              default, which reclaims it: [DynaExq-v1] §3.3, [DynaExq-v2] §3.1) */
+    bool prefetch;         /* [DynaExq-v1] §3.3 cross-layer prefetch: queued promotions of the
+                              experts the look-ahead predicts for the next layer start first */
 } dynaexq_knobs;
 
 /* ---- hotness ---- */
@@ -123,13 +126,13 @@ static inline double dx_hotness_score(const dx_hotness *h, uint32_t layer, uint3
 uint32_t dx_select_layer(const double *score, uint32_t n, uint32_t cap, dx_hysteresis_mode mode,
                          double margin, uint32_t rank_slack, bool *in_set, uint32_t *scratch);
 
-/* 002 §3.5: "tau_h = top(n_hot, S_i)": the `cap`-th highest score of the layer ([n] scores),
- * +infinity when cap is 0. `scratch` holds 2*n entries. */
+/* [DynaExq-v1] §3.5: "tau_h = top(n_hot, S_i)": the `cap`-th highest score of the layer ([n]
+ * scores), +infinity when cap is 0. `scratch` holds 2*n entries. */
 double dx_threshold_of(const double *score, uint32_t n, uint32_t cap, uint32_t *scratch);
 
-/* 002 Algorithm 1 line 15: sets `in_set` ([n]) to the top-`cap` experts with score >= tau (and a
- * positive score: an expert never routed to is not promoted). No hysteresis: in 002 the fixed
- * threshold and the EMA are what keep the set stable. `scratch` holds 2*n entries. Returns how
+/* [DynaExq-v1] Algorithm 1 line 15: sets `in_set` ([n]) to the top-`cap` experts with score >=
+ * tau (and a positive score: an expert never routed to is not promoted). No hysteresis: in
+ * [DynaExq-v1] the fixed threshold and the EMA are what keep the set stable. `scratch` holds 2*n entries. Returns how
  * many memberships changed. */
 uint32_t dx_select_threshold(const double *score, uint32_t n, uint32_t cap, double tau,
                              bool *in_set, uint32_t *scratch);
@@ -167,7 +170,7 @@ typedef struct dx_pool {
     uint8_t *used;       /* [n_blocks] */
 } dx_pool;
 
-/* Allocates the index (no device memory: this is the CPU-side index of 002 §3.4). */
+/* Allocates the index (no device memory: this is the CPU-side index of [DynaExq-v1] §3.4). */
 void dx_pool_init(dx_pool *p, uint32_t n_blocks, uint64_t block_bytes);
 void dx_pool_free_all(dx_pool *p); /* releases the index */
 /* A free block in O(1) (lowest ids first on a fresh pool), or DX_NO_BLOCK when full. */
@@ -204,8 +207,8 @@ void dx_entry_start_promote(dx_entry *e, uint32_t hi_block);
 void dx_entry_start_demote(dx_entry *e, uint32_t lo_block);
 /* The copy started by the transition completed: the new version may be published. */
 void dx_entry_copy_done(dx_entry *e);
-/* Publication at a window boundary (003 §3.1, §3.4): the handle switches to the copied version.
- * The old version then goes to Evicting, except a LO version under `keep_lo` (-> Resident-Hi).
+/* Publication at a window boundary ([DynaExq-v2] §3.1, §3.4): the handle switches to the copied
+ * version. The old version then goes to Evicting, except a LO version under `keep_lo` (-> Resident-Hi).
  * Returns the version to reclaim, or -1 when none. */
 int dx_entry_publish(dx_entry *e, bool keep_lo);
 /* The old version's storage was reclaimed: Evicting -> Resident-Hi / Resident-Lo. Returns the

@@ -1,7 +1,8 @@
-/* DynaExq's pure pieces (see policies/dynaexq.h): hotness (002 Eq. 2 / Algorithm 1 and the revised
- * counters of 003 §3.5), per-layer top-n_l selection with hysteresis (003 §3.5), the
- * BudgetTracker (003 §3.3), fixed-size block pools (002 §3.4, 003 §3.3) and the Versioned Expert
- * Residency state machine (003 §3.2). Scores are unitless doubles; sizes are bytes. */
+/* DynaExq's pure pieces (see policies/dynaexq.h): hotness ([DynaExq-v1] Eq. 2 / Algorithm 1 and the
+ * revised counters of [DynaExq-v2] §3.5), per-layer top-n_l selection with hysteresis ([DynaExq-v2]
+ * §3.5), the BudgetTracker ([DynaExq-v2] §3.3), fixed-size block pools ([DynaExq-v1] §3.4,
+ * [DynaExq-v2] §3.3) and the Versioned Expert Residency state machine ([DynaExq-v2] §3.2). Scores
+ * are unitless doubles; sizes are bytes. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +46,8 @@ void dx_hotness_observe(dx_hotness *h, uint32_t layer, uint32_t n_tokens, uint32
     MOESIM_ASSERT(layer < h->n_layers);
     size_t base = (size_t)layer * h->n_experts;
     if (h->mode == DX_HOTNESS_COUNT) {
-        /* 003 §3.5: "a counter that accumulates the number of times [the expert] is selected by
-         * the router during the current update interval" */
+        /* [DynaExq-v2] §3.5: "a counter that accumulates the number of times [the expert] is
+         * selected by the router during the current update interval" */
         for (uint32_t i = 0; i < n_active; i++) {
             MOESIM_ASSERT(active[i] < h->n_experts);
             h->count[base + active[i]] += active_tokens[i];
@@ -54,8 +55,8 @@ void dx_hotness_observe(dx_hotness *h, uint32_t layer, uint32_t n_tokens, uint32
         h->tokens[layer] += n_tokens;
         return;
     }
-    /* 002 §3.2: "After each forward pass, DynaExq records the selected experts and accumulates
-     * gating probabilities" (applied in dx_hotness_end_step) */
+    /* [DynaExq-v1] §3.2: "After each forward pass, DynaExq records the selected experts and
+     * accumulates gating probabilities" (applied in dx_hotness_end_step) */
     for (uint32_t i = 0; i < n_active; i++) {
         MOESIM_ASSERT(active[i] < h->n_experts);
         h->step_gate[base + active[i]] += active_gate[i];
@@ -69,8 +70,8 @@ void dx_hotness_end_step(dx_hotness *h) {
     for (uint32_t l = 0; l < h->n_layers; l++) {
         double *s = h->score + (size_t)l * h->n_experts;
         double *g = h->step_gate + (size_t)l * h->n_experts;
-        /* 002 Algorithm 1, UPDATEHOTNESS: one forward pass is one step t; g_i(x_t) is the router
-         * probability of expert i averaged over the step's tokens (gate mass / tokens), so a
+        /* [DynaExq-v1] Algorithm 1, UPDATEHOTNESS: one forward pass is one step t; g_i(x_t) is the
+         * router probability of expert i averaged over the step's tokens (gate mass / tokens), so a
          * score stays in [0, 1] whatever the batch size or prompt length. */
         double inv = h->step_tokens[l] ? 1.0 / (double)h->step_tokens[l] : 0.0;
         for (uint32_t e = 0; e < h->n_experts; e++) {
@@ -90,10 +91,10 @@ void dx_hotness_close_interval(dx_hotness *h) {
     for (uint32_t l = 0; l < h->n_layers; l++) {
         double *s = h->score + (size_t)l * h->n_experts;
         uint64_t *c = h->count + (size_t)l * h->n_experts;
-        /* 003 §3.5: "At the end of each update interval, the runtime updates a smoothed hotness
-         * score using an exponential moving average ... The counters are then reset". The count
-         * enters as the share of the interval's tokens that selected the expert (in [0, 1]) so
-         * the score-margin hysteresis has the same unit in both modes; an interval without
+        /* [DynaExq-v2] §3.5: "At the end of each update interval, the runtime updates a smoothed
+         * hotness score using an exponential moving average ... The counters are then reset". The
+         * count enters as the share of the interval's tokens that selected the expert (in [0, 1])
+         * so the score-margin hysteresis has the same unit in both modes; an interval without
          * tokens decays every score. */
         double inv = h->tokens[l] ? 1.0 / (double)h->tokens[l] : 0.0;
         for (uint32_t e = 0; e < h->n_experts; e++) {
@@ -180,9 +181,9 @@ uint32_t dx_select_layer(const double *score, uint32_t n, uint32_t cap, dx_hyste
     }
 
     if (mode == DX_HYST_RANK) {
-        /* 003 §3.5: "a rank slack that requires an expert to enter a slightly wider candidate
-         * set": a member stays while it ranks within cap + slack; a challenger must rank within
-         * the plain top-cap (and have been routed to at all) to take a free slot. */
+        /* [DynaExq-v2] §3.5: "a rank slack that requires an expert to enter a slightly wider
+         * candidate set": a member stays while it ranks within cap + slack; a challenger must rank
+         * within the plain top-cap (and have been routed to at all) to take a free slot. */
         for (uint32_t r = 0; r < n; r++) {
             uint32_t e = order[r];
             if (in_set[e] && (r >= (uint64_t)cap + rank_slack || score[e] <= 0)) {
@@ -202,8 +203,8 @@ uint32_t dx_select_layer(const double *score, uint32_t n, uint32_t cap, dx_hyste
         return changed;
     }
 
-    /* Score margin. Free slots are filled by the hottest non-members (002 Algorithm 1 line 15:
-     * top-K experts with S_i >= tau, tau > 0: an expert never routed to is not promoted). */
+    /* Score margin. Free slots are filled by the hottest non-members ([DynaExq-v1] Algorithm 1 line
+     * 15: top-K experts with S_i >= tau, tau > 0: an expert never routed to is not promoted). */
     uint32_t r = 0;
     while (members < cap && r < n) {
         uint32_t e = order[r++];
@@ -213,8 +214,8 @@ uint32_t dx_select_layer(const double *score, uint32_t n, uint32_t cap, dx_hyste
             changed++;
         }
     }
-    /* 003 §3.5: "an expert is promoted into the high-precision set only if its hotness exceeds
-     * that of the lowest-ranked expert in the current high-precision set by a margin.
+    /* [DynaExq-v2] §3.5: "an expert is promoted into the high-precision set only if its hotness
+     * exceeds that of the lowest-ranked expert in the current high-precision set by a margin.
      * Symmetrically, an expert is evicted only if its hotness falls below the highest-ranked
      * expert outside the current set by the same margin." Walk challengers from the top and
      * members from the bottom; swap while the margin is exceeded. */
@@ -315,7 +316,8 @@ void dx_entry_init(dx_entry *e, uint32_t lo_block) {
 void dx_entry_start_promote(dx_entry *e, uint32_t hi_block) {
     MOESIM_ASSERT(e->state == DX_RESIDENT_LO && e->published == DX_LO);
     MOESIM_ASSERT(e->block[DX_HI] == DX_NO_BLOCK && hi_block != DX_NO_BLOCK);
-    e->state = DX_PROMOTING; /* 003 §3.2: "the handle continues to point to [the LO version]" */
+    e->state =
+        DX_PROMOTING; /* [DynaExq-v2] §3.2: "the handle continues to point to [the LO version]" */
     e->block[DX_HI] = hi_block;
     e->copied = 0;
     e->landed = 0;
@@ -338,7 +340,7 @@ void dx_entry_copy_done(dx_entry *e) {
 
 int dx_entry_publish(dx_entry *e, bool keep_lo) {
     MOESIM_ASSERT((e->state == DX_PROMOTING || e->state == DX_DEMOTING) && e->copied);
-    /* 003 §3.2: "After the transfer completes, VER atomically publishes the new version by
+    /* [DynaExq-v2] §3.2: "After the transfer completes, VER atomically publishes the new version by
      * updating the handle's active pointer"; then the old version is reclaimed (Evicting). */
     dx_version now = e->state == DX_PROMOTING ? DX_HI : DX_LO;
     e->published = (uint8_t)now;

@@ -214,7 +214,8 @@ Test(dynaexq_select, threshold_selection_takes_the_top_cap_at_or_above_tau_and_m
     bool set[6] = {true, false, false, false, false, false};
     cr_assert_eq(dx_select_threshold(score, 6, 3, 0.3, set, scratch), 4);
     cr_assert(set[2] && set[3] && set[4] && !set[0] && !set[1] && !set[5]);
-    /* 002 keeps tau fixed: when the scores fall below it the set shrinks below its capacity */
+    /* [DynaExq-v1] keeps tau fixed: when the scores fall below it the set shrinks below its
+     * capacity */
     cr_assert_eq(dx_select_threshold(score, 6, 3, 0.4, set, scratch), 2);
     cr_assert(set[2] && !set[3] && !set[4]);
     /* the capacity still caps it, and never-routed experts stay out at tau 0 */
@@ -1194,12 +1195,12 @@ Test(dynaexq_sim, the_same_inputs_give_the_same_figures) {
     trace_destroy(t);
 }
 
-/* 002 §3.5: tau_h is fixed once the EMA has warmed up (alpha 0.5: after 2 steps, the first
+/* [DynaExq-v1] §3.5: tau_h is fixed once the EMA has warmed up (alpha 0.5: after 2 steps, the first
  * selection); when the traffic later spreads so that no expert is as hot as the warm-up's
  * hottest, the threshold rule leaves the high set empty while
- * 003's top-n_l keeps it full. Warm-up: expert 5 takes 0.7 of the gate for 2 steps (alpha 0.5:
- * S = 0.525, tau = 0.525 / (1 - 0.5^2) = 0.7); then the top-1 rotates over 2, 3, 4 (steady S <= 0.4
- * < tau). */
+ * [DynaExq-v2]'s top-n_l keeps it full. Warm-up: expert 5 takes 0.7 of the gate for 2 steps (alpha
+ * 0.5: S = 0.525, tau = 0.525 / (1 - 0.5^2) = 0.7); then the top-1 rotates over 2, 3, 4 (steady S
+ * <= 0.4 < tau). */
 static double hi_set_after_spread(const char *select) {
     rig r;
     moesim_error err = {0};
@@ -1257,10 +1258,10 @@ Test(dynaexq_policy, threshold_fixed_after_the_ema_warms_up_empties_the_set_when
     cr_assert_float_eq(at, 16.0, EPS);
 }
 
-/* 002 §3.3 cross-layer prefetch. Two HI slots per layer, one copy in flight: after the warm-up
- * on (5, 1), promotions queue hottest first, layer 0's 5, layer 1's 5, layer 0's 1, layer 1's 1;
- * layer 0's 5 starts. A route at layer 0 whose look-ahead predicts expert 1 for layer 1 moves
- * layer 1's 1 to the head: it is the next copy to start, ahead of the hotter layer 1's 5. */
+/* [DynaExq-v1] §3.3 cross-layer prefetch. Two HI slots per layer, one copy in flight: after the
+ * warm-up on (5, 1), promotions queue hottest first, layer 0's 5, layer 1's 5, layer 0's 1, layer
+ * 1's 1; layer 0's 5 starts. A route at layer 0 whose look-ahead predicts expert 1 for layer 1
+ * moves layer 1's 1 to the head: it is the next copy to start, ahead of the hotter layer 1's 5. */
 static bool next_promotion_follows_the_prediction(const char *prefetch) {
     rig r;
     moesim_error err = {0};

@@ -2,7 +2,7 @@
  * of configs/models, determinism, the trace contract (phases, gate normalization, importance,
  * look-ahead padding), and the calibration targets of traces/SYNTH.md measured with the real
  * statistics code (traces/stats.h). The published figures below are copied from
- * ../shared/CALIBRATION.md; the tolerances are the ones SYNTH.md states. */
+ * docs/CALIBRATION.md; the tolerances are the ones SYNTH.md states. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /* `moesim trace stats` end to end: a trace written to disk, the command's JSON has the keys
- * issue 3 names and the same figures as the library; bad command lines exit 2. */
+ * traces/STATS.md names and the same figures as the library; bad command lines exit 2. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <string.h>
