@@ -40,6 +40,7 @@
 #include "common/check.h"
 #include "common/progress.h"
 #include "common/rng.h"
+#include "traces/synth_draw.h"
 
 #define SYNTH_GATE_POOL_BITS     10 /* precomputed gate-weight rows per run: 1024 (L1/L2) */
 #define SYNTH_GATE_POOL          (1u << SYNTH_GATE_POOL_BITS)
@@ -57,13 +58,6 @@
 #define STREAM_IMPORTANCE  3
 #define STREAM_LOOKAHEAD   4
 
-/* P(x) as a threshold on a uniform 32-bit draw: draw < threshold happens with probability x. */
-static uint32_t prob_threshold(double x) {
-    if (x <= 0) return 0;
-    if (x >= 1) return UINT32_MAX;
-    return (uint32_t)(x * 4294967296.0);
-}
-
 /* Linear interpolation of a depth profile: first at layer 0, mid at (L-1)/2, last at L-1. */
 double synth_depth_profile(double first, double mid, double last, uint32_t l, uint32_t n_layers) {
     if (n_layers <= 1) return mid;
@@ -72,22 +66,7 @@ double synth_depth_profile(double first, double mid, double last, uint32_t l, ui
     return mid + (last - mid) * ((x - 0.5) / 0.5);
 }
 
-/* ---- alias tables ---- */
-
-/* One column of an alias table: keep the column with probability thresh / 2^32, else alias. */
-/* One column of an alias table in 32 bits: the high 22 bits are the threshold (keep the
- * column with probability thresh / 2^22), the low 10 the alias (E <= MODEL_MAX_EXPERTS = 1024).
- * 4-byte cells keep a request's L tables (L * E * 4 bytes: 24 KiB for Qwen3-30B) in L1. */
-typedef uint32_t alias_cell;
-#define ALIAS_BITS 10
-#define ALIAS_MASK ((1u << ALIAS_BITS) - 1)
-_Static_assert(MODEL_MAX_EXPERTS <= (1u << ALIAS_BITS), "alias ids fit the cell");
-
-/* A cell keeping column j with probability p, else giving `alias`. */
-static alias_cell alias_cell_make(double p, uint32_t alias) {
-    uint32_t t = p >= 1 ? (1u << 22) - 1 : p <= 0 ? 0 : (uint32_t)(p * 4194304.0);
-    return (t << ALIAS_BITS) | alias;
-}
+/* ---- tables ---- */
 
 typedef struct synth_tables {
     uint32_t E, L, k, W, T;
@@ -106,146 +85,6 @@ typedef struct synth_tables {
     uint32_t *copy_cdf; /* [L][k] P(copied slots <= c), copied slots ~ Binomial(k - 1, reuse) */
     bool *copies;       /* [L] reuse_other > 0 at this layer */
 } synth_tables;
-
-/* Vose's alias method over weights w[0..n) (> 0): column j keeps j with the probability in
- * cell[j] (see alias_cell), else gives its alias. `scaled`, `small`, `large` are scratch [n]. */
-static void alias_build(const double *w, uint32_t n, alias_cell *cell, double *scaled,
-                        uint32_t *small, uint32_t *large) {
-    double total = 0;
-    for (uint32_t e = 0; e < n; e++) total += w[e];
-    MOESIM_ASSERT(total > 0 && isfinite(total));
-    uint32_t ns = 0, nl = 0;
-    for (uint32_t e = 0; e < n; e++) {
-        scaled[e] = w[e] * n / total;
-        if (scaled[e] < 1.0)
-            small[ns++] = e;
-        else
-            large[nl++] = e;
-    }
-    while (ns && nl) {
-        uint32_t s = small[--ns], g = large[nl - 1];
-        cell[s] = alias_cell_make(scaled[s], g);
-        scaled[g] -= 1.0 - scaled[s];
-        if (scaled[g] < 1.0) {
-            nl--;
-            small[ns++] = g;
-        }
-    }
-    while (nl) { /* numerically ~1: keep the column itself */
-        uint32_t g = large[--nl];
-        cell[g] = alias_cell_make(1, g); /* alias = itself: always kept */
-    }
-    while (ns) {
-        uint32_t s = small[--ns];
-        cell[s] = alias_cell_make(1, s);
-    }
-}
-
-/* ---- 32-bit draws in blocks ----
- * The hot paths take their uniform 32-bit numbers from a block refilled with the next numbers
- * of the generator: the same numbers in the same order as calling gsl_rng_get each time (so
- * determinism is untouched), without an indirect call in the middle of dependent work. For
- * GSL's mt19937 (common/rng.h's generator) a refill runs MT19937 itself in place on GSL's state
- * (gsl/rng/mt.c: the 624 words, then the index of the next one) and tempers the rest of the
- * state's words, all 624 after a regeneration, in loops the compiler vectorizes: ~0.7 ns a number
- * instead of ~6.4 through gsl_rng_get. rng_block_init checks on copies of the generator that
- * this gives gsl_rng_get's numbers and final state, else every refill calls gsl_rng_get. */
-#define MT_N            624  /* MT19937 state words */
-#define MT_M            397  /* MT19937 middle word offset */
-#define SYNTH_RNG_BLOCK MT_N /* numbers per refill: one MT19937 state */
-
-typedef struct mt_state { /* GSL's mt19937 state, gsl/rng/mt.c */
-    unsigned long mt[MT_N];
-    int mti; /* next word to temper; MT_N: regenerate first */
-} mt_state;
-
-typedef struct rng_block {
-    gsl_rng *g;
-    bool direct; /* g is GSL's mt19937 and mt_next reproduces it */
-    uint32_t at; /* next unread value; SYNTH_RNG_BLOCK: empty */
-    uint32_t v[SYNTH_RNG_BLOCK];
-} rng_block;
-
-/* One MT19937 recurrence step: the new word from words i, i + 1 and the one M ahead. */
-static inline unsigned long mt_twist(unsigned long wi, unsigned long wi1, unsigned long wm) {
-    const unsigned long y = (wi & 0x80000000UL) | (wi1 & 0x7fffffffUL);
-    return wm ^ (y >> 1) ^ (0x9908b0dfUL & (0 - (y & 1)));
-}
-
-/* MT19937's output function on a state word (< 2^32). */
-static inline uint32_t mt_temper(unsigned long w) {
-    uint32_t y = (uint32_t)w;
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    return y ^ (y >> 18);
-}
-
-/* out[first..MT_N) = the next MT_N - first numbers of an mt19937 state (its words not yet
- * used, after a regeneration when none is left), leaving it as that many mt_get calls would;
- * returns first. The fixed-length loops vectorize (the first split to an even count). */
-static uint32_t mt_next(mt_state *s, uint32_t out[MT_N]) {
-    unsigned long *mt = s->mt;
-    if (s->mti >= MT_N) {
-        uint32_t i = 0;
-        for (; i < MT_N - MT_M - 1; i++) mt[i] = mt_twist(mt[i], mt[i + 1], mt[i + MT_M]);
-        for (; i < MT_N - MT_M; i++) mt[i] = mt_twist(mt[i], mt[i + 1], mt[i + MT_M]);
-        for (; i < MT_N - 1; i++) mt[i] = mt_twist(mt[i], mt[i + 1], mt[i + MT_M - MT_N]);
-        mt[MT_N - 1] = mt_twist(mt[MT_N - 1], mt[0], mt[MT_M - 1]);
-        s->mti = 0;
-    }
-    const uint32_t first = (uint32_t)s->mti;
-    if (first == 0)
-        for (uint32_t i = 0; i < MT_N; i++) out[i] = mt_temper(mt[i]);
-    else
-        for (uint32_t i = first; i < MT_N; i++) out[i] = mt_temper(mt[i]);
-    s->mti = MT_N;
-    return first;
-}
-
-/* Whether mt_next on g's state gives gsl_rng_get's numbers and leaves the same state: tried on
- * copies of g over two regenerations. */
-static bool mt_matches_gsl(const gsl_rng *g) {
-    if (g->type != gsl_rng_mt19937 || gsl_rng_size(g) != sizeof(mt_state)) return false;
-    gsl_rng *a = gsl_rng_clone(g), *b = gsl_rng_clone(g);
-    mt_state *sa = gsl_rng_state(a), *sb = gsl_rng_state(b);
-    bool same = sb->mti >= 0 && sb->mti <= MT_N;
-    uint32_t block[MT_N];
-    for (uint32_t pass = 0; same && pass < 3; pass++)
-        for (uint32_t i = mt_next(sb, block); same && i < MT_N; i++)
-            same = block[i] == (uint32_t)gsl_rng_get(a);
-    same = same && sa->mti == sb->mti && memcmp(sa->mt, sb->mt, sizeof sa->mt) == 0;
-    gsl_rng_free(b);
-    gsl_rng_free(a);
-    return same;
-}
-
-static void rng_block_init(rng_block *b, gsl_rng *g) {
-    b->g = g;
-    b->direct = mt_matches_gsl(g);
-    b->at = SYNTH_RNG_BLOCK;
-}
-
-static void rng_block_refill(rng_block *b) {
-    if (b->direct) {
-        b->at = mt_next(gsl_rng_state(b->g), b->v);
-    } else {
-        for (uint32_t i = 0; i < SYNTH_RNG_BLOCK; i++) b->v[i] = (uint32_t)gsl_rng_get(b->g);
-        b->at = 0;
-    }
-}
-
-static inline uint32_t rng_block_u32(rng_block *b) {
-    if (b->at == SYNTH_RNG_BLOCK) rng_block_refill(b);
-    return b->v[b->at++];
-}
-
-static inline uint16_t alias_draw(const alias_cell *cell, uint32_t n, rng_block *g) {
-    uint64_t x = (uint64_t)rng_block_u32(g) * n;
-    uint32_t j = (uint32_t)(x >> 32), f = (uint32_t)x;
-    const alias_cell c = cell[j];
-    return (f >> ALIAS_BITS) < (c >> ALIAS_BITS) ? (uint16_t)j : (uint16_t)(c & ALIAS_MASK);
-}
 
 /* Sort helper: experts by decreasing weight (ties by id, so the order is deterministic). */
 typedef struct weighted_expert {
@@ -276,24 +115,6 @@ static void gate_pool_build(float *pool, uint32_t k, uint32_t E, gate_normalizat
         for (uint32_t j = 1; j < k; j++) /* float rounding must not break the order */
             if (row[j] > row[j - 1]) row[j] = row[j - 1];
     }
-}
-
-/* out[c] (c = 0..n-1) = P(X <= c) as a 32-bit threshold for X ~ Binomial(n, p); X = n beyond. */
-static void binomial_cdf_thresholds(uint32_t n, double p, uint32_t *out) {
-    double cdf = 0;
-    for (uint32_t c = 0; c < n; c++) {
-        cdf += gsl_ran_binomial_pdf(c, p, n);
-        out[c] = prob_threshold(cdf);
-    }
-}
-
-/* A draw from such a table: the first c with u < out[c], else n. */
-static inline uint32_t binomial_draw(const uint32_t *cdf, uint32_t n, rng_block *g) {
-    /* cdf is nondecreasing: the first c with u < cdf[c] is the count of c with cdf[c] <= u */
-    const uint32_t u = rng_block_u32(g);
-    uint32_t c = 0;
-    for (uint32_t i = 0; i < n; i++) c += u >= cdf[i];
-    return c;
 }
 
 /* out[0..n) = the normal scores Phi^-1((i + 0.5) / n) in random order: a log-popularity whose
