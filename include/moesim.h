@@ -4,8 +4,9 @@
  * 3: out of memory) and, when `error` is not NULL, sets *error to the one-line message the CLI
  * would print (without "moesim: "); the library never exits or prints. Strings it returns
  * (*json, *error, ...) are malloc'd: free them with moesim_free. Inputs are plain paths and
- * names: a model, hw profile or quant table by name (looked up in the config dir,
- * $MOESIM_CONFIG_DIR or the build's configs/) or by path (a name with '/' or ending in ".ini").
+ * names: a model, hw profile or quant table by name (looked up along the data search path:
+ * $MOESIM_DATA_PATH, ../share/moesim beside the program, the source tree of a build) or by path
+ * (a name with '/' or ending in ".ini").
  *
  * Threads: the calls keep no state between them, but every call that reads a trace uses HDF5,
  * whose usual (Debian) build is not thread-safe: make them from one thread at a time

@@ -2,13 +2,13 @@
  * accepts upward, at batch 1 and 4 with prompts of 64-256 tokens, on every configured model
  * (configs/models). Label slow: a few hundred simulations (about a minute on two cores). */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
+#include "common/paths.h"
 #include "sim/sim.h"
 #include "traces/synth.h"
 
@@ -37,21 +37,15 @@ static moesim_status run_oracle(const trace *t, const model_geometry *m, const h
 }
 
 Test(policy_oracle_grid, oracle_runs_every_expert_at_every_budget_it_accepts_on_every_model) {
-    const char *dir = getenv("MOESIM_CONFIG_DIR");
-    cr_assert(dir, "MOESIM_CONFIG_DIR is set by ctest");
-    char path[512];
-    snprintf(path, sizeof path, "%s/models", dir);
-    DIR *d = opendir(path);
-    cr_assert(d, "%s", path);
+    char names[8192]; /* every configured model, along the data search path */
+    moesim_config_names("models", names, sizeof names);
+    cr_assert(names[0], "no configured model found");
     hw_profile hw;
     moesim_error err = {0};
     cr_assert_eq(hw_load_by_name("rtx3090-pcie3", &hw, &err), MOESIM_OK, "%s", err.msg);
     size_t models = 0;
-    for (struct dirent *de; (de = readdir(d));) {
-        size_t len = strlen(de->d_name);
-        if (len < 5 || strcmp(de->d_name + len - 4, ".ini")) continue;
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)(len - 4), de->d_name);
+    for (char *save = NULL, *name = strtok_r(names, ", ", &save); name;
+         name = strtok_r(NULL, ", ", &save)) {
         model_geometry m;
         cr_assert_eq(model_load_by_name(name, &m, &err), MOESIM_OK, "%s: %s", name, err.msg);
         synth_options o;
@@ -97,6 +91,5 @@ Test(policy_oracle_grid, oracle_runs_every_expert_at_every_budget_it_accepts_on_
         trace_destroy(t);
         models++;
     }
-    closedir(d);
     cr_assert_geq(models, 7, "every configured model");
 }
