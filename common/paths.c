@@ -1,7 +1,9 @@
 /* The data search path and config lookup by name; see paths.h. */
+#define _GNU_SOURCE /* dladdr: where the code of a loaded libmoesim lives */
 #include "common/paths.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -45,6 +47,18 @@ static bool is_below(const char *dir, const char *root) {
     return !strncmp(dir, root, n) && (dir[n] == '\0' || dir[n] == '/');
 }
 
+/* The folders that stand beside the program or library at `binary`: ../share/moesim (an
+ * installed copy), and the source tree when it runs from (a folder below) its build tree. */
+static void data_path_add_beside(const char *binary) {
+    char bin_dir[PATH_MAX], share[PATH_MAX], canon[PATH_MAX];
+    moesim_path_dirname(binary, bin_dir, sizeof bin_dir);
+    snprintf(share, sizeof share, "%s/../share/moesim", bin_dir);
+    if (is_dir(share) && realpath(share, canon)) dir_list_add(&data_path, canon, strlen(canon));
+    char build[PATH_MAX];
+    if (realpath(MOESIM_BINARY_DIR, build) && realpath(bin_dir, canon) && is_below(canon, build))
+        dir_list_add(&data_path, MOESIM_SOURCE_DIR, strlen(MOESIM_SOURCE_DIR));
+}
+
 static void data_path_compose(void) {
     const char *env = getenv("MOESIM_DATA_PATH");
     for (const char *p = env ? env : ""; *p;) {
@@ -52,19 +66,18 @@ static void data_path_compose(void) {
         dir_list_add(&data_path, p, len);
         p += len + (p[len] == ':');
     }
-    char exe[PATH_MAX];
+    char exe[PATH_MAX] = "";
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return; /* no executable to stand beside: the user's folders only */
-    exe[n] = '\0';
-    char bin_dir[PATH_MAX], share[PATH_MAX];
-    moesim_path_dirname(exe, bin_dir, sizeof bin_dir);
-    snprintf(share, sizeof share, "%s/../share/moesim", bin_dir);
-    char canon[PATH_MAX];
-    if (is_dir(share) && realpath(share, canon)) dir_list_add(&data_path, canon, strlen(canon));
-    /* an uninstalled build: the executable runs from (a folder below) its build tree */
-    char build[PATH_MAX];
-    if (realpath(MOESIM_BINARY_DIR, build) && is_below(bin_dir, build))
-        dir_list_add(&data_path, MOESIM_SOURCE_DIR, strlen(MOESIM_SOURCE_DIR));
+    if (n > 0) {
+        exe[n] = '\0';
+        data_path_add_beside(exe);
+    }
+    /* this code in a shared libmoesim loaded by another program (Python): beside the library */
+    Dl_info info;
+    char lib[PATH_MAX];
+    if (dladdr((void *)data_path_compose, &info) && info.dli_fname &&
+        realpath(info.dli_fname, lib) && strcmp(lib, exe))
+        data_path_add_beside(lib);
 }
 
 size_t moesim_data_path_count(void) {
