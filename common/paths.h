@@ -4,7 +4,8 @@
  *   1. every folder of $MOESIM_DATA_PATH (colon-separated), in order; the CLI puts every
  *      --data-dir DIR in front of it, in the order given (cli/main.c);
  *   2. ../share/moesim beside the executable (an installed copy);
- *   3. the source tree the executable was built from, only when it runs from its build tree.
+ *   3. the source tree the executable was built from, only when it runs from its build tree;
+ *   4. the same two beside libmoesim when another program (Python) loaded it.
  * The first folder holding a file wins, so a user's folder adds to the shipped data and can
  * override one file of it. A name containing '/' or ending in ".ini" is always taken as a path. */
 #ifndef MOESIM_COMMON_PATHS_H
