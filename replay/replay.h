@@ -315,8 +315,10 @@ size_t validate_discordant_pairs(const validate_row *rows, size_t n, size_t (*ou
 size_t validate_sim_tied_pairs(const validate_row *rows, size_t n, size_t (*out)[2], size_t cap);
 
 /* The order test a noisy machine cannot break by chance: every pair of rows in one group whose
- * simulated TPOTs differ by more than `margin` (relative, e.g. 0.3) is ordered alike by the
- * replay. Counts the pairs tested and those ordered alike; true when all are. */
+ * simulated TPOTs differ by more than `margin` (relative, e.g. 0.3) and that the replay orders
+ * (validate_replay_order: with VALIDATE_MIN_ROUNDS rounds or more, only where its rounds agree
+ * by the sign test, as the targets judge; with fewer, every pair) is ordered alike. Counts the
+ * pairs tested and those ordered alike; true when all are. */
 bool validate_order_beyond(const validate_row *rows, size_t n, double margin, uint64_t *pairs,
                            uint64_t *concordant);
 

@@ -256,8 +256,10 @@ bool validate_order_beyond(const validate_row *rows, size_t n, double margin, ui
             const validate_row *a = &rows[i], *b = &rows[j];
             if (!same_group(a, b) || !(fmin(a->sim_tpot_ms, b->sim_tpot_ms) > 0)) continue;
             if (validate_sim_gap(a, b) <= margin) continue; /* too close for noise to keep */
+            int measured = validate_replay_order(a, b);
+            if (!measured) continue; /* the replay's own rounds split: no order to agree with */
             ++*pairs;
-            *concordant += ordered_alike(a, b);
+            *concordant += measured == sign3(a->sim_tpot_ms, b->sim_tpot_ms);
         }
     return *concordant == *pairs;
 }
