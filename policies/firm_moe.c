@@ -1,6 +1,8 @@
 /* [FIRM-MoE]: fine-grained sub-expert offloading with Meeting-of-Layers
  * prediction and HEOP's resource-adaptive (K, P) search. policies/README.md ("firm-moe") maps
- * every piece of the paper to this file and its knobs.
+ * every piece of the paper to this file and its knobs. One file (some 880 lines): the predictor,
+ * the prefetch and HEOP's search share the per-layer-group state on_route updates in one pass,
+ * the order below, as every other policy keeps its one story in one file.
  *
  * Mechanism, in the order on_route runs it for MoE layer l of a step:
  *   1. Plan: every activated expert runs at expert.precision (FIRM-MoE does not quantize: "our
