@@ -174,25 +174,3 @@ void cli_trace_store_model_config(trace *t, const char *text) {
     t->params_json = moesim_xstrdup(s); /* trace_destroy frees with free(): not jansson's */
     free(s);
 }
-
-moesim_status cli_sim_inputs_load(const char *trace_path, const char *hw_name,
-                                  const char *model_name, trace **t, hw_profile *hw,
-                                  model_geometry *model, quant_table *quant, moesim_error *err) {
-    moesim_status st = trace_read(trace_path, t, err);
-    if (!st) st = hw_load_by_name(hw_name, hw, err);
-    if (!st) st = trace_model_load(*t, trace_path, model_name, model, err);
-    if (!st) st = quant_table_load_default(quant, err);
-    return st;
-}
-
-moesim_status cli_sim_inputs_stream(const char *trace_path, const trace_stream_options *opt,
-                                    const char *hw_name, const char *model_name, trace_stream **ts,
-                                    hw_profile *hw, model_geometry *model, quant_table *quant,
-                                    moesim_error *err) {
-    moesim_status st = trace_stream_open_with(trace_path, opt, ts, err);
-    if (!st) st = hw_load_by_name(hw_name, hw, err);
-    if (!st)
-        st = trace_model_load(trace_stream_tokens(*ts), trace_path, model_name, model, err);
-    if (!st) st = quant_table_load_default(quant, err);
-    return st;
-}

@@ -83,18 +83,5 @@ moesim_status cli_trace_model_text(const trace *t, const char *model_name, char 
 /* Adds `text` to t->params_json as "model_config" (traces/FORMAT.md): the trace carries it. */
 void cli_trace_store_model_config(trace *t, const char *text);
 
-/* Loads what a sim or replay run reads, in the order their errors are reported: the trace at
- * `trace_path`, hardware profile `hw_name`, the model `model_name` (NULL: the trace's model) and
- * the default quant table. Stops at the first failure; *t (NULL if the trace did not load) is
- * the caller's to trace_destroy, also on failure. */
-moesim_status cli_sim_inputs_load(const char *trace_path, const char *hw_name,
-                                  const char *model_name, trace **t, hw_profile *hw,
-                                  model_geometry *model, quant_table *quant, moesim_error *err);
-/* The same with the trace opened as a stream (trace_stream_open_with `opt`: `moesim sim`'s memory
- * does not grow with the trace); *ts is the caller's to trace_stream_close, also on failure. */
-moesim_status cli_sim_inputs_stream(const char *trace_path, const trace_stream_options *opt,
-                                    const char *hw_name, const char *model_name, trace_stream **ts,
-                                    hw_profile *hw, model_geometry *model, quant_table *quant,
-                                    moesim_error *err);
 
 #endif

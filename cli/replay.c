@@ -17,6 +17,7 @@
 #include "core/provenance.h"
 #include "policies/policy.h"
 #include "replay/replay.h"
+#include "sim/inputs.h"
 #include "traces/trace.h"
 
 static const char replay_usage[] =
@@ -181,7 +182,7 @@ int cmd_replay(int argc, char **argv) {
     model_geometry model;
     quant_table quant;
     if (!st && synthetic)
-        st = cli_sim_inputs_load(o.trace_path, o.hw_name, geometry, &t, &hw, &model, &quant, &err);
+        st = sim_inputs_load(o.trace_path, o.hw_name, geometry, &t, &hw, &model, &quant, &err);
     if (!st && model_dir) {
         st = checkpoint_inputs_load(o.trace_path, o.hw_name, model_dir, &t, &hw, &model, &quant, &w,
                                     &err);

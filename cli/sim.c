@@ -17,6 +17,7 @@
 #include "common/precision.h"
 #include "core/provenance.h"
 #include "policies/policy.h"
+#include "sim/inputs.h"
 #include "sim/sim.h"
 #include "traces/trace.h"
 
@@ -143,7 +144,7 @@ int cmd_sim(int argc, char **argv) {
     quant_table quant;
     trace_stream_options rows = sim_stream_options(o.policy_name);
     if (!st)
-        st = cli_sim_inputs_stream(o.trace_path, &rows, o.hw_name, model_name, &ts, &hw, &model,
+        st = sim_inputs_open_stream(o.trace_path, &rows, o.hw_name, model_name, &ts, &hw, &model,
                                    &quant, &err);
     sim_result r;
     if (!st) {

@@ -18,6 +18,7 @@
 #include "core/provenance.h"
 #include "policies/plugin.h"
 #include "policies/policy.h"
+#include "sim/inputs.h"
 #include "sim/sim.h"
 #include "sweep/sweep.h"
 #include "traces/layer_twins.h"
@@ -165,10 +166,10 @@ int moesim_sim(const char *trace_path, const char *hw_name, const char *policy_n
     hw_profile hw;
     model_geometry model;
     quant_table quant;
-    if (!st) st = trace_stream_open(trace_path, &ts, &err);
-    if (!st) st = hw_load_by_name(hw_name, &hw, &err);
-    if (!st) st = trace_model_load(trace_stream_tokens(ts), trace_path, model_name, &model, &err);
-    if (!st) st = quant_table_load_default(&quant, &err);
+    trace_stream_options rows = sim_stream_options(policy_name);
+    if (!st)
+        st = sim_inputs_open_stream(trace_path, &rows, hw_name, model_name, &ts, &hw, &model,
+                                    &quant, &err);
     if (!st) {
         sim_inputs in = {.trace = trace_stream_tokens(ts),
                          .stream = ts,
