@@ -61,6 +61,14 @@ static const char validate_usage[] =
     "                      its run of median makespan, with its TPOT range (default 1); with 6\n"
     "                      or more, a pair of policies is ranked only where its rounds agree\n"
     "                      (sign test, p < 0.05; replay/README.md)\n"
+    "  --calibrate-rounds DIR\n"
+    "                      calibrate the machine (as `moesim calibrate`) before the first round\n"
+    "                      and after each, writing the profiles and cost tables to DIR; each\n"
+    "                      round is simulated with the mean of the calibrations around it, and\n"
+    "                      the report shows the drift and calls no result when the machine\n"
+    "                      drifted more than the error (a machine that drifts: replay/README.md)\n"
+    "  --calibrate-repeats N\n"
+    "                      timed repetitions per point of those calibrations (default 5)\n"
     "  --backend B         cuda (default: replay on the GPU) or cpu (replay on this machine's CPU\n"
     "                      and disk, experiments/validation/cpu/)\n"
     "  --check TPOT,MARGIN exit 1 unless the median |TPOT error| is at most TPOT (e.g. 0.25) and\n"
@@ -131,6 +139,8 @@ int cmd_validate(int argc, char **argv) {
                                         {"backend", required_argument, NULL, 'K'},
                                         {"check", required_argument, NULL, 'k'},
                                         {"repeats", required_argument, NULL, 'R'},
+                                        {"calibrate-rounds", required_argument, NULL, 'c'},
+                                        {"calibrate-repeats", required_argument, NULL, 'P'},
                                         {"help", no_argument, NULL, 'h'}};
     struct option opts[CLI_SIM_OPTIONS_MAX + MOESIM_ARRAY_LEN(own) + 1];
     cli_sim_options o;
@@ -138,7 +148,7 @@ int cmd_validate(int argc, char **argv) {
     const char *backend = "cuda", *check = NULL;
     const char *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean", *top_text = NULL,
                *seed_text = NULL, *report = NULL, *budgets = NULL, *csv = NULL,
-               *repeats_text = NULL;
+               *repeats_text = NULL, *calibrate_dir = NULL, *calibrate_repeats_text = NULL;
     const char **merges = NULL;
     size_t n_merges = 0;
     int c, rc = 0;
@@ -177,6 +187,12 @@ int cmd_validate(int argc, char **argv) {
         case 'R':
             repeats_text = optarg;
             break;
+        case 'c':
+            calibrate_dir = optarg;
+            break;
+        case 'P':
+            calibrate_repeats_text = optarg;
+            break;
         case 'r':
             report = optarg;
             break;
@@ -191,7 +207,7 @@ int cmd_validate(int argc, char **argv) {
             return cli_getopt_error("validate", c, argc, argv, opts);
         }
     }
-    uint64_t top = 5, seed = 1, repeats = 1;
+    uint64_t top = 5, seed = 1, repeats = 1, calibrate_repeats = 5;
     if (n_merges) {
         bool alone = optind == argc && !o.policy_name && !experiment && !winners;
         cli_sim_options_free(&o);
@@ -216,6 +232,14 @@ int cmd_validate(int argc, char **argv) {
         (!config_parse_u64(repeats_text, &repeats) || repeats < 1 || repeats > VALIDATE_MAX_ROUNDS))
         rc = cli_usage_error("validate", "--repeats: expected an integer in [1, %d], got '%s'",
                              VALIDATE_MAX_ROUNDS, repeats_text);
+    if (!rc && calibrate_repeats_text &&
+        (!config_parse_u64(calibrate_repeats_text, &calibrate_repeats) || calibrate_repeats < 1 ||
+         calibrate_repeats > 10000))
+        rc = cli_usage_error("validate",
+                             "--calibrate-repeats: expected an integer in [1, 10000], got '%s'",
+                             calibrate_repeats_text);
+    if (!rc && calibrate_repeats_text && !calibrate_dir)
+        rc = cli_usage_error("validate", "--calibrate-repeats goes with --calibrate-rounds DIR");
     if (!rc && seed_text && !config_parse_u64(seed_text, &seed))
         rc = cli_usage_error("validate", "--seed: expected a non-negative integer, got '%s'",
                              seed_text);
@@ -270,7 +294,9 @@ int cmd_validate(int argc, char **argv) {
                             .seed = seed,
                             .cpu = !strcmp(backend, "cpu"),
                             .repeats = (uint32_t)repeats,
-                            .quiet = o.json || o.quiet};
+                            .quiet = o.json || o.quiet,
+                            .calibrate_dir = calibrate_dir,
+                            .calibrate_repeats = (uint32_t)calibrate_repeats};
     validate_row *rows = moesim_xcalloc(plan.n ? plan.n : 1, sizeof *rows);
     validate_meta meta;
     if (!st) st = sweep_validate_run(&setup, &plan, rows, &meta, &err);
@@ -294,7 +320,12 @@ int cmd_validate(int argc, char **argv) {
                 "validate: check: median |TPOT error| %.1f %% (limit %.1f %%), %" PRIu64
                 " of %" PRIu64 " pairs more than %.0f %% apart ordered alike\n",
                 100 * s.tpot_abs_err_median, 100 * check_tpot, alike, pairs, 100 * check_margin);
-        if (!(s.tpot_abs_err_median <= check_tpot) || !order) rc = 1;
+        if (s.drift_exceeds_error)
+            fprintf(stderr,
+                    "validate: check: the machine drifted more (median %.1f %% of TPOT within a "
+                    "round) than the error: no result\n",
+                    100 * s.drift_tpot_median);
+        if (!(s.tpot_abs_err_median <= check_tpot) || !order || s.drift_exceeds_error) rc = 1;
     }
     if (st) rc = cli_fail(&err);
     free(rows);

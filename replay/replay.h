@@ -268,6 +268,11 @@ typedef struct validate_row {
     /* GB/s of the host->device link while it copied (bytes / busy time; NaN: nothing copied):
      * the profile's figure in the simulator, what the link delivered in the replay */
     double sim_link_gb_per_s, real_link_gb_per_s;
+    /* validate --calibrate-rounds: how far the simulated TPOT moves between the calibrations
+     * before and after the compared round, relative to the one compared (|after - before| /
+     * compared): what the machine's drift during the round is worth in the result; NAN when not
+     * calibrated between rounds */
+    double sim_tpot_drift;
     bool refused;   /* the simulator refused the configuration: left out of the summary */
     char note[160]; /* why */
 } validate_row;
@@ -290,7 +295,14 @@ typedef struct validate_summary {
     uint64_t replay_ordered, replay_ordered_concordant;
     double discordant_gap_max; /* the largest relative gap of simulated TPOTs among the pairs
                                   ordered differently (0: none), as validate_sim_gap */
-    /* TPOT <= 5 %, TTFT <= 10 %, every pair the replay orders ordered alike */
+    /* median over rows of sim_tpot_drift (NAN: not calibrated between rounds) */
+    double drift_tpot_median;
+    /* the machine drifted more than the error reported (drift_tpot_median > tpot_abs_err_median):
+     * the validation cannot tell the simulator's error from the machine's drift, and calls no
+     * result */
+    bool drift_exceeds_error;
+    /* TPOT <= 5 %, TTFT <= 10 %, every pair the replay orders ordered alike, drift below the
+     * error */
     bool meets_targets;
 } validate_summary;
 

@@ -12,12 +12,28 @@
 #include "common/status.h"
 #include "replay/replay.h"
 
+/* One calibration of a validation that calibrates between its rounds (validate
+ * --calibrate-rounds): the figures of the machine that move when it drifts. */
+typedef struct validate_calibration {
+    double at_s;                /* when it started, seconds after the validation's start */
+    double disk_gb_per_s;       /* the link (CPU: O_DIRECT reads), its peak */
+    double disk_latency_us;     /* and its per-request latency */
+    double gate_up_us;          /* one expert's gate+up for one token at the run's precision */
+    double attention_proj_us;   /* one layer's attention projections for one token */
+    double lm_head_us;          /* the LM head for one token */
+    char profile[1024];         /* the profile written (its cost table beside it) */
+} validate_calibration;
+
 /* What the report names besides its rows. */
 typedef struct validate_meta {
     char device[96];  /* the GPU (or CPU) the replay ran on */
     char profile[96]; /* the calibrated hardware profile */
     char trace[1024]; /* the trace's path */
     char model[96];   /* the model geometry */
+    /* validate --calibrate-rounds: before the first round and after each (0: not calibrated;
+     * round r is simulated with the mean of calibrations r-1 and r) */
+    uint32_t n_calib;
+    validate_calibration calib[VALIDATE_MAX_ROUNDS + 1];
 } validate_meta;
 
 /* The Markdown report: one table row per configuration the simulator ran, the refused ones, the

@@ -59,9 +59,24 @@ json_t *validate_report_json(const validate_meta *meta, const validate_row *rows
         json_object_set_new(o, "real_hit_rate", NUM(r->real_hit_rate));
         json_object_set_new(o, "sim_link_gb_per_s", NUM(r->sim_link_gb_per_s));
         json_object_set_new(o, "real_link_gb_per_s", NUM(r->real_link_gb_per_s));
+        json_object_set_new(o, "sim_tpot_drift", NUM(r->sim_tpot_drift));
         json_array_append_new(a, o);
     }
     json_object_set_new(j, "rows", a);
+    json_t *cj = json_array();
+    for (uint32_t k = 0; k < meta->n_calib; k++) {
+        const validate_calibration *c = &meta->calib[k];
+        json_t *o = json_object();
+        json_object_set_new(o, "at_s", NUM(c->at_s));
+        json_object_set_new(o, "disk_gb_per_s", NUM(c->disk_gb_per_s));
+        json_object_set_new(o, "disk_latency_us", NUM(c->disk_latency_us));
+        json_object_set_new(o, "gate_up_us", NUM(c->gate_up_us));
+        json_object_set_new(o, "attention_proj_us", NUM(c->attention_proj_us));
+        json_object_set_new(o, "lm_head_us", NUM(c->lm_head_us));
+        json_object_set_new(o, "profile", json_string(c->profile));
+        json_array_append_new(cj, o);
+    }
+    json_object_set_new(j, "calibrations", cj);
     json_t *sj = json_object();
     json_object_set_new(sj, "tpot_abs_err_median", NUM(s->tpot_abs_err_median));
     json_object_set_new(sj, "ttft_abs_err_median", NUM(s->ttft_abs_err_median));
@@ -74,6 +89,8 @@ json_t *validate_report_json(const validate_meta *meta, const validate_row *rows
     json_object_set_new(sj, "replay_ordered_concordant",
                         json_integer((json_int_t)s->replay_ordered_concordant));
     json_object_set_new(sj, "discordant_sim_gap_max", json_real(s->discordant_gap_max));
+    json_object_set_new(sj, "drift_tpot_median", NUM(s->drift_tpot_median));
+    json_object_set_new(sj, "drift_exceeds_error", json_boolean(s->drift_exceeds_error));
     json_object_set_new(sj, "meets_targets", json_boolean(s->meets_targets));
 #undef NUM
     json_object_set_new(j, "summary", sj);
@@ -167,8 +184,23 @@ moesim_status validate_report_merge(const char *const *files, size_t n_files, va
             r->real_hit_rate = GET(real_hit_rate);
             r->sim_link_gb_per_s = GET(sim_link_gb_per_s);
             r->real_link_gb_per_s = GET(real_link_gb_per_s);
-#undef GET
+            r->sim_tpot_drift = GET(sim_tpot_drift); /* NAN: not calibrated between rounds */
         }
+        /* each file's calibrations in turn (their times are from that file's start) */
+        json_t *cs = json_object_get(j, "calibrations");
+        json_array_foreach(cs, i, o) {
+            if (meta->n_calib == VALIDATE_MAX_ROUNDS + 1) break;
+            validate_calibration *c = &meta->calib[meta->n_calib++];
+            c->at_s = GET(at_s);
+            c->disk_gb_per_s = GET(disk_gb_per_s);
+            c->disk_latency_us = GET(disk_latency_us);
+            c->gate_up_us = GET(gate_up_us);
+            c->attention_proj_us = GET(attention_proj_us);
+            c->lm_head_us = GET(lm_head_us);
+            const char *prof = json_string_value(json_object_get(o, "profile"));
+            snprintf(c->profile, sizeof c->profile, "%s", prof ? prof : "?");
+        }
+#undef GET
         json_decref(j);
     }
     if (st) {

@@ -70,6 +70,53 @@ static void write_pairs(FILE *f, const validate_row *rows, size_t n, const valid
     free(pairs);
 }
 
+/* The relative change of b from a, as "+3.1 %" ("n/a" when either is not known). */
+static void change(FILE *f, double a, double b) {
+    if (isnan(a) || isnan(b) || a == 0)
+        fputs(" n/a |", f);
+    else
+        fprintf(f, " %+.1f %% |", 100.0 * (b / a - 1));
+}
+
+/* The machine as each calibration between rounds found it, each figure's change from the one
+ * before (the drift during the round between them), and what that drift is worth in the
+ * simulated TPOTs against the error reported. */
+static void write_drift(FILE *f, const validate_meta *meta, const validate_summary *s) {
+    if (!meta->n_calib) return;
+    fprintf(f, "\n## The machine between rounds\n\n"
+               "Calibrated before the first round of replays and after each; round r is "
+               "simulated with the mean of the calibrations before and after it. Changes are "
+               "from the calibration before.\n\n"
+               "| calibration | at s | disk GB/s | change | disk latency us | gate+up us (1 "
+               "token) | change | attention proj us | change | LM head us | change | profile |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (uint32_t k = 0; k < meta->n_calib; k++) {
+        const validate_calibration *c = &meta->calib[k], *p = k ? &meta->calib[k - 1] : c;
+        if (k)
+            fprintf(f, "| after round %u |", k);
+        else
+            fputs("| before round 1 |", f);
+        fprintf(f, " %.0f | %.3f |", c->at_s, c->disk_gb_per_s);
+        change(f, p->disk_gb_per_s, c->disk_gb_per_s);
+        fprintf(f, " %.1f | %.1f |", c->disk_latency_us, c->gate_up_us);
+        change(f, p->gate_up_us, c->gate_up_us);
+        fprintf(f, " %.1f |", c->attention_proj_us);
+        change(f, p->attention_proj_us, c->attention_proj_us);
+        fprintf(f, " %.1f |", c->lm_head_us);
+        change(f, p->lm_head_us, c->lm_head_us);
+        fprintf(f, " %s |\n", c->profile);
+    }
+    fprintf(f, "\nDrift during the compared rounds, as simulated TPOT (|after - before| / "
+               "compared): median %.2f %% against a median |TPOT error| of %.2f %%",
+            100 * s->drift_tpot_median, 100 * s->tpot_abs_err_median);
+    if (s->drift_exceeds_error)
+        fputs(": **the machine drifted more than the error; no result is called** (rerun on a "
+              "quieter machine, or with shorter rounds).\n",
+              f);
+    else
+        fputs(": the error is the simulator's, not the machine's drift.\n", f);
+}
+
 void validate_report_write_md(FILE *f, const validate_meta *meta, const validate_row *rows,
                               size_t n, const validate_summary *s) {
     fprintf(f, "# moesim validate: simulator vs replay\n\n");
@@ -125,6 +172,7 @@ void validate_report_write_md(FILE *f, const validate_meta *meta, const validate
             (unsigned long long)s->replay_ordered, VALIDATE_MIN_ROUNDS,
             (unsigned long long)s->replay_ordered_concordant, s->meets_targets ? "met" : "not met");
     write_pairs(f, rows, n, s);
+    write_drift(f, meta, s);
 }
 
 /* The rows as CSV for plots/validate.gp (refused configurations left out). */
@@ -133,13 +181,15 @@ moesim_status validate_report_write_csv(const char *path, const validate_row *ro
     atomic_file af;
     if (atomic_file_open(&af, path, err)) return MOESIM_EIO;
     fprintf(af.fp, "policy,configuration,sim_tpot_ms,real_tpot_ms,tpot_err,sim_ttft_ms,"
-                   "real_ttft_ms,ttft_err,total_err,real_tpot_lo_ms,real_tpot_hi_ms\n");
+                   "real_ttft_ms,ttft_err,total_err,real_tpot_lo_ms,real_tpot_hi_ms,"
+                   "sim_tpot_drift\n");
     for (size_t i = 0; i < n; i++) {
         const validate_row *r = &rows[i];
         if (r->refused) continue;
-        fprintf(af.fp, "%s,%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g\n", r->policy,
-                r->label, r->sim_tpot_ms, r->real_tpot_ms, r->tpot_err, r->sim_ttft_ms,
-                r->real_ttft_ms, r->ttft_err, r->total_err, r->real_tpot_lo_ms, r->real_tpot_hi_ms);
+        fprintf(af.fp, "%s,%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g\n",
+                r->policy, r->label, r->sim_tpot_ms, r->real_tpot_ms, r->tpot_err, r->sim_ttft_ms,
+                r->real_ttft_ms, r->ttft_err, r->total_err, r->real_tpot_lo_ms, r->real_tpot_hi_ms,
+                r->sim_tpot_drift);
     }
     return atomic_file_commit(&af, err);
 }

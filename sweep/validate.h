@@ -70,14 +70,20 @@ typedef struct validate_setup {
     bool cpu;               /* replay_run_cpu instead of replay_run (the GPU) */
     uint32_t repeats;       /* rounds of replays, 1 ..= VALIDATE_MAX_ROUNDS */
     bool quiet;             /* no line per replay on stderr */
+    /* calibrate before the first round and after each, writing the profiles here
+     * (sweep/validate_calib.h); NULL: the hw profile alone */
+    const char *calibrate_dir;
+    uint32_t calibrate_repeats; /* timed repetitions per point of those calibrations */
 } validate_setup;
 
 /* Loads the inputs (trace, hw profile, model, quantization table, in that order of errors),
  * checks for the device (GPU replay), makes the host store every run shares, runs every
  * configuration through the simulator, then `repeats` rounds of replays (every configuration once
  * per round: a slow drift of a shared machine falls on all alike), and fills rows[p->n] and
- * meta. A configuration the simulator refuses (e.g. `static` when its experts do not fit the
- * budget) is a refused row, not an error. */
+ * meta. With calibrate_dir, calibrates before the first round and after each and compares each
+ * replay with its round's simulation (sweep/validate_calib.h). A configuration the simulator
+ * refuses (e.g. `static` when its experts do not fit the budget) is a refused row, not an
+ * error. */
 moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p,
                                  validate_row *rows, validate_meta *meta, moesim_error *err);
 

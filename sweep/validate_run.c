@@ -1,6 +1,7 @@
 /* Running a validation (sweep/validate.h): every configuration through the simulator, then
  * rounds of replays, each configuration once per round, and the row of each from its replay of
- * median makespan. */
+ * median makespan. With calibrations between the rounds (sweep/validate_calib.h) each round is
+ * simulated again with the machine as it was around it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,9 +15,11 @@
 #include "core/memsys.h"
 #include "core/settings.h"
 #include "replay/cpu_store.h"
+#include "replay/exec.h"
 #include "replay/replay.h"
 #include "sim/sim.h"
 #include "sweep/validate.h"
+#include "sweep/validate_calib.h"
 #include "traces/trace.h"
 
 typedef struct vctx {
@@ -35,17 +38,22 @@ typedef struct vctx {
     cpu_store *cpu_store; /* its expert file, lent to every run */
     uint32_t repeats;     /* replays per configuration (--repeats): the median one is compared */
     bool quiet;
+    moesim_precision primary;         /* the first configuration's expert precision */
+    const validate_calibrator *calib; /* calibrations between the rounds; NULL: none */
 } vctx;
 
-/* A fresh config: files, common sets, the run's own sets, and host precisions the GPU kernels
- * have (bf16, int8, int4, int2) unless given, so sim and replay store the same formats. */
-static moesim_status make_config(const vctx *v, const validate_spec *r, config **out,
-                                 moesim_error *err) {
+/* A fresh config: files, common sets, the run's own sets, the cost table of a calibration
+ * between rounds (NULL: the settings'), and host precisions the GPU kernels have (bf16, int8,
+ * int4, int2) unless given, so sim and replay store the same formats. */
+static moesim_status make_config(const vctx *v, const validate_spec *r, const char *cost_table,
+                                 config **out, moesim_error *err) {
     config *c = config_create();
     moesim_status st = MOESIM_OK;
     for (size_t i = 0; i < v->n_files && !st; i++) st = config_load_file(c, v->files[i], err);
     for (size_t i = 0; i < v->n_sets && !st; i++) st = config_set(c, v->sets[i], err);
     for (size_t i = 0; i < r->n_sets && !st; i++) st = config_set(c, r->sets[i], err);
+    if (!st && cost_table)
+        config_put(c, "sim", "cost_table", cost_table, "moesim validate --calibrate-rounds");
     bool has = false; /* config_get would mark the entry used: look without it */
     for (size_t i = 0; i < config_size(c) && !st; i++) {
         const char *sec, *key, *val;
@@ -66,7 +74,7 @@ static moesim_status make_config(const vctx *v, const validate_spec *r, config *
 static moesim_status run_formats(const vctx *v, const validate_spec *r, char *out, size_t len,
                                  moesim_precision *primary, moesim_error *err) {
     config *c = NULL;
-    moesim_status st = make_config(v, r, &c, err);
+    moesim_status st = make_config(v, r, NULL, &c, err);
     sim_settings set;
     if (!st) st = sim_settings_read(c, &set, err);
     if (!st) snprintf(out, len, "%s", set.host_precisions);
@@ -95,9 +103,29 @@ typedef struct config_runs {
     validate_record sim;
     validate_record *real; /* [repeats] */
     uint32_t n_real;
-    bool refused; /* the simulator refused the configuration */
+    /* with calibrations between rounds: round r simulated with the mean of the calibrations
+     * around it, and the TPOT simulated with each calibration */
+    validate_record *sim_round; /* [repeats], NULL without */
+    double *sim_tpot_at;        /* [repeats + 1] */
+    bool refused;               /* the simulator refused the configuration */
     char note[160];
 } config_runs;
+
+/* One simulation of a configuration on the machine `hw` (with its cost table: NULL, the
+ * settings'), recorded in *rec (initialized by the caller). */
+static moesim_status simulate_on(const vctx *v, const validate_spec *r, const hw_profile *hw,
+                                 const char *cost_table, validate_record *rec, moesim_error *err) {
+    config *c = NULL;
+    moesim_status st = make_config(v, r, cost_table, &c, err);
+    if (!st) {
+        sim_hooks h = validate_record_hooks(rec);
+        sim_inputs in = {
+            .trace = v->t, .model = &v->model, .hw = hw, .quant = &v->quant, .hooks = &h};
+        st = sim_run(&in, r->policy, c, &rec->r, err);
+    }
+    config_destroy(c);
+    return st;
+}
 
 /* The simulator's run of a configuration. One it refuses (a policy that cannot work in the
  * budget, e.g. `static` when the experts do not fit) is marked refused, not an error: the
@@ -106,20 +134,12 @@ static moesim_status simulate(const vctx *v, const validate_spec *r, config_runs
                               moesim_error *err) {
     validate_record_init(&cr->sim, v->t->n_requests, v->t->meta.n_layers);
     cr->real = moesim_xcalloc(v->repeats, sizeof *cr->real);
-    config *c = NULL;
-    moesim_status st = make_config(v, r, &c, err);
-    if (!st) {
-        sim_hooks h = validate_record_hooks(&cr->sim);
-        sim_inputs in = {
-            .trace = v->t, .model = &v->model, .hw = &v->hw, .quant = &v->quant, .hooks = &h};
-        st = sim_run(&in, r->policy, c, &cr->sim.r, err);
-        if (st == MOESIM_EINPUT) {
-            cr->refused = true;
-            snprintf(cr->note, sizeof cr->note, "%s", err->msg);
-            st = MOESIM_OK;
-        }
+    moesim_status st = simulate_on(v, r, &v->hw, NULL, &cr->sim, err);
+    if (st == MOESIM_EINPUT) {
+        cr->refused = true;
+        snprintf(cr->note, sizeof cr->note, "%s", err->msg);
+        st = MOESIM_OK;
     }
-    config_destroy(c);
     return st;
 }
 
@@ -129,7 +149,7 @@ static moesim_status replay_again(const vctx *v, const validate_spec *r, config_
     validate_record *rec = &cr->real[cr->n_real++];
     validate_record_init(rec, v->t->n_requests, v->t->meta.n_layers);
     config *c = NULL;
-    moesim_status st = make_config(v, r, &c, err);
+    moesim_status st = make_config(v, r, NULL, &c, err);
     if (!st) st = replay_once(v, r->policy, c, rec, err);
     config_destroy(c);
     return st;
@@ -158,7 +178,12 @@ static moesim_status compare_runs(const config_runs *cr, const validate_spec *r,
         }
         if (below == (n - 1) / 2) median = i;
     }
-    moesim_status st = validate_compare(&cr->sim, &cr->real[median], r->label, row, err);
+    /* calibrated between rounds: against the simulation of that replay's round */
+    const validate_record *sim = cr->sim_round ? &cr->sim_round[median] : &cr->sim;
+    moesim_status st = validate_compare(sim, &cr->real[median], r->label, row, err);
+    if (!st && cr->sim_round)
+        row->sim_tpot_drift =
+            fabs(cr->sim_tpot_at[median + 1] - cr->sim_tpot_at[median]) / sim->r.tpot.mean_ms;
     MOESIM_ASSERT(n <= VALIDATE_MAX_ROUNDS); /* --repeats is checked against it */
     for (uint32_t i = 0; i < n && !st; i++) {
         row->real_tpot_lo_ms = fmin(row->real_tpot_lo_ms, cr->real[i].r.tpot.mean_ms);
@@ -169,18 +194,102 @@ static moesim_status compare_runs(const config_runs *cr, const validate_spec *r,
     return st;
 }
 
-static void config_runs_free(config_runs *cr) {
+static void config_runs_free(config_runs *cr, uint32_t repeats) {
     validate_record_free(&cr->sim);
     for (uint32_t i = 0; i < cr->n_real; i++) validate_record_free(&cr->real[i]);
     free(cr->real);
+    for (uint32_t i = 0; cr->sim_round && i < repeats; i++) validate_record_free(&cr->sim_round[i]);
+    free(cr->sim_round);
+    free(cr->sim_tpot_at);
+}
+
+/* The machine after each round (and before the first), and the profiles the rounds are
+ * simulated with. */
+typedef struct round_profiles {
+    calib_results *taken; /* [repeats + 1]: before round 1, after each round */
+    hw_profile *at;       /* [repeats + 1]: each as the simulator loads it */
+    hw_profile *mean;     /* [repeats]: round r's, the mean of taken[r] and taken[r + 1] */
+    char (*at_table)[1100], (*mean_table)[1100]; /* their cost tables' paths */
+} round_profiles;
+
+static void round_profiles_alloc(round_profiles *rp, uint32_t repeats) {
+    rp->taken = moesim_xcalloc(repeats + 1, sizeof *rp->taken);
+    rp->at = moesim_xcalloc(repeats + 1, sizeof *rp->at);
+    rp->mean = moesim_xcalloc(repeats, sizeof *rp->mean);
+    rp->at_table = moesim_xcalloc(repeats + 1, sizeof *rp->at_table);
+    rp->mean_table = moesim_xcalloc(repeats, sizeof *rp->mean_table);
+}
+
+static void round_profiles_free(round_profiles *rp) {
+    free(rp->taken);
+    free(rp->at);
+    free(rp->mean);
+    free(rp->at_table);
+    free(rp->mean_table);
+}
+
+/* Writes every calibration and every round's mean as a profile and cost table, and names them
+ * in meta. */
+static moesim_status publish_profiles(const vctx *v, round_profiles *rp, validate_meta *meta,
+                                      moesim_error *err) {
+    moesim_status st = MOESIM_OK;
+    calib_results *mean = moesim_xcalloc(1, sizeof *mean); /* large: the cost curves */
+    for (uint32_t k = 0; k <= v->repeats && !st; k++) {
+        char stem[32];
+        snprintf(stem, sizeof stem, "calibration-%u", k);
+        st = validate_calib_publish(v->calib, &rp->taken[k], stem, &rp->at[k], rp->at_table[k],
+                                    sizeof rp->at_table[k], err);
+        snprintf(meta->calib[k].profile, sizeof meta->calib[k].profile, "%s/%s.ini",
+                 v->calib->dir, stem);
+    }
+    for (uint32_t r = 0; r < v->repeats && !st; r++) {
+        char stem[32];
+        snprintf(stem, sizeof stem, "round-%u", r + 1);
+        validate_calib_mean(&rp->taken[r], &rp->taken[r + 1], mean);
+        st = validate_calib_publish(v->calib, mean, stem, &rp->mean[r], rp->mean_table[r],
+                                    sizeof rp->mean_table[r], err);
+    }
+    free(mean);
+    return st;
+}
+
+/* Every configuration the simulator took, again with each calibration and each round's mean. */
+static moesim_status simulate_rounds(const vctx *v, const validate_spec *specs, config_runs *runs,
+                                     size_t n, const round_profiles *rp, moesim_error *err) {
+    moesim_status st = MOESIM_OK;
+    uint32_t nr = v->t->n_requests, nl = v->t->meta.n_layers;
+    for (size_t i = 0; i < n && !st; i++) {
+        config_runs *cr = &runs[i];
+        if (cr->refused) continue;
+        cr->sim_round = moesim_xcalloc(v->repeats, sizeof *cr->sim_round);
+        cr->sim_tpot_at = moesim_xcalloc(v->repeats + 1, sizeof *cr->sim_tpot_at);
+        for (uint32_t r = 0; r < v->repeats && !st; r++) {
+            validate_record_init(&cr->sim_round[r], nr, nl);
+            st = simulate_on(v, &specs[i], &rp->mean[r], rp->mean_table[r], &cr->sim_round[r],
+                             err);
+        }
+        for (uint32_t k = 0; k <= v->repeats && !st; k++) {
+            validate_record at;
+            validate_record_init(&at, nr, nl);
+            st = simulate_on(v, &specs[i], &rp->at[k], rp->at_table[k], &at, err);
+            cr->sim_tpot_at[k] = at.r.tpot.mean_ms;
+            validate_record_free(&at);
+        }
+        if (st) moesim_error_prefix(err, "%s (%s)", specs[i].policy, specs[i].label);
+    }
+    return st;
 }
 
 /* Every configuration through the simulator, then `v->repeats` rounds of replays, each
  * configuration once per round: a slow drift of a shared machine's disk or memory bandwidth
- * falls on every configuration alike instead of on those measured while it lasted. */
+ * falls on every configuration alike instead of on those measured while it lasted. With
+ * calibrations between the rounds, the machine is calibrated before the first round and after
+ * each, and every round simulated again with the machine as it was around it. */
 static moesim_status run_all(const vctx *v, const validate_spec *specs, size_t n,
-                             validate_row *rows, moesim_error *err) {
+                             validate_row *rows, validate_meta *meta, moesim_error *err) {
     config_runs *runs = moesim_xcalloc(n ? n : 1, sizeof *runs);
+    round_profiles rp = {0};
+    if (v->calib) round_profiles_alloc(&rp, v->repeats);
     moesim_status st = MOESIM_OK;
     size_t simulated = 0;
     for (; simulated < n && !st; simulated++) {
@@ -188,7 +297,8 @@ static moesim_status run_all(const vctx *v, const validate_spec *specs, size_t n
         if (st)
             moesim_error_prefix(err, "%s (%s)", specs[simulated].policy, specs[simulated].label);
     }
-    for (uint32_t round = 0; round < v->repeats && !st; round++)
+    if (!st && v->calib) st = validate_calib_take(v->calib, &rp.taken[0], &meta->calib[0], err);
+    for (uint32_t round = 0; round < v->repeats && !st; round++) {
         for (size_t i = 0; i < n && !st; i++) {
             if (runs[i].refused) continue;
             st = replay_again(v, &specs[i], &runs[i], err);
@@ -200,18 +310,28 @@ static moesim_status run_all(const vctx *v, const validate_spec *specs, size_t n
                         specs[i].policy, specs[i].label, round + 1, v->repeats,
                         runs[i].sim.r.tpot.mean_ms, runs[i].real[round].r.tpot.mean_ms);
         }
+        if (!st && v->calib)
+            st = validate_calib_take(v->calib, &rp.taken[round + 1], &meta->calib[round + 1],
+                                     err);
+    }
+    if (!st && v->calib) {
+        meta->n_calib = v->repeats + 1;
+        st = publish_profiles(v, &rp, meta, err);
+        if (!st) st = simulate_rounds(v, specs, runs, n, &rp, err);
+    }
     for (size_t i = 0; i < n && !st; i++) st = compare_runs(&runs[i], &specs[i], &rows[i], err);
-    for (size_t i = 0; i < simulated; i++) config_runs_free(&runs[i]);
+    for (size_t i = 0; i < simulated; i++) config_runs_free(&runs[i], v->repeats);
     free(runs);
+    round_profiles_free(&rp);
     return st;
 }
 
 /* One host store for the runs (pinning tens of GB is slow): the formats of the first
  * configuration's settings; on the CPU, its expert file. */
 static moesim_status make_store(vctx *v, const validate_spec *first, moesim_error *err) {
-    moesim_precision primary = PREC_BF16;
     moesim_status st =
-        run_formats(v, first, v->store_formats, sizeof v->store_formats, &primary, err);
+        run_formats(v, first, v->store_formats, sizeof v->store_formats, &v->primary, err);
+    moesim_precision primary = v->primary;
     if (st) return st;
     if (!v->cpu)
         return replay_store_create(&v->model, &v->quant, v->store_formats, primary,
@@ -236,6 +356,7 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
               .cpu = s->cpu,
               .repeats = s->repeats,
               .quiet = s->quiet};
+    memset(meta, 0, sizeof *meta);
     moesim_status st = trace_read(s->trace_path, &v.t, err);
     if (!st) st = hw_load_by_name(s->hw_name, &v.hw, err);
     if (!st)
@@ -243,9 +364,21 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
     if (!st) st = quant_table_load_default(&v.quant, err);
     if (!st && !v.cpu) st = replay_device_check(err); /* after the inputs: theirs come first */
     if (!st && p->n) st = make_store(&v, &p->specs[0], err);
-    if (!st) st = run_all(&v, p->specs, p->n, rows, err);
+    validate_calibrator calib;
+    if (!st && s->calibrate_dir) st = validate_calib_dir_prepare(s->calibrate_dir, err);
+    if (!st && s->calibrate_dir) {
+        calib = (validate_calibrator){.model = &v.model,
+                                      .base = &v.hw,
+                                      .precision = v.primary,
+                                      .repeats = s->calibrate_repeats,
+                                      .cpu = v.cpu,
+                                      .dir = s->calibrate_dir,
+                                      .start_ns = replay_exec_clock_ns(),
+                                      .quiet = s->quiet};
+        v.calib = &calib;
+    }
+    if (!st) st = run_all(&v, p->specs, p->n, rows, meta, err);
     if (!st) {
-        memset(meta, 0, sizeof *meta);
         snprintf(meta->device, sizeof meta->device, "%s", v.hw.gpu);
         snprintf(meta->profile, sizeof meta->profile, "%s", v.hw.name);
         snprintf(meta->trace, sizeof meta->trace, "%s", s->trace_path);

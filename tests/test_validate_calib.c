@@ -1,0 +1,188 @@
+/* Calibrations between a validation's rounds (sweep/validate_calib.h, validate --calibrate-rounds):
+ * the mean of two calibrations is the machine between them, point by point, and is written as a
+ * profile and cost table the simulator loads; a validation whose machine drifted more than its
+ * error calls no result (summary, --check, the report), and the drift survives --merge. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/hw.h"
+#include "common/model.h"
+#include "replay/replay.h"
+#include "replay/report_files.h"
+#include "sim/cost.h"
+#include "support/test_support.h"
+#include "sweep/validate_calib.h"
+
+/* A CPU calibration of a small geometry: a link, DRAM, and two op curves, `scale` times slower
+ * than scale 1. */
+static void calibration(calib_results *c, double scale) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->gpu, sizeof c->gpu, "CPU (2 cores online)");
+    snprintf(c->backend, sizeof c->backend, "cpu");
+    c->n_sizes = 2;
+    c->size_bytes[0] = 65536;
+    c->size_bytes[1] = 4194304;
+    c->h2d_gb_per_s[0] = c->d2h_gb_per_s[0] = 1.0 / scale;
+    c->h2d_gb_per_s[1] = c->d2h_gb_per_s[1] = 3.0 / scale;
+    c->h2d_peak_gb_per_s = c->d2h_peak_gb_per_s = 3.0 / scale;
+    c->h2d_latency_us = c->d2h_latency_us = 80 * scale;
+    c->hbm_gb_per_s = 8 / scale;
+    c->bf16_tflops = 0.02 / scale;
+    c->repeats = 5;
+    c->stall_overhead = 1;
+    for (int i = 0; i < 3; i++) {
+        double tok = 1u << i;
+        c->curve[COST_EXPERT_GATE_UP][PREC_BF16].x[i] = tok;
+        c->curve[COST_EXPERT_GATE_UP][PREC_BF16].t_ns[i] = scale * (600e3 + 50e3 * tok);
+        c->curve[COST_LM_HEAD][PREC_BF16].x[i] = tok;
+        c->curve[COST_LM_HEAD][PREC_BF16].t_ns[i] = scale * 900e3 * tok;
+    }
+    c->curve[COST_EXPERT_GATE_UP][PREC_BF16].n = 3;
+    c->curve[COST_LM_HEAD][PREC_BF16].n = 3;
+}
+
+Test(validate_calib, the_mean_of_two_calibrations_is_the_machine_between_them) {
+    static calib_results a, b, m; /* large: the cost curves */
+    calibration(&a, 1);
+    calibration(&b, 3);
+    validate_calib_mean(&a, &b, &m);
+    cr_assert_float_eq(m.h2d_peak_gb_per_s, (3.0 + 1.0) / 2, 1e-12);
+    cr_assert_float_eq(m.h2d_gb_per_s[0], (1.0 + 1.0 / 3) / 2, 1e-12);
+    cr_assert_float_eq(m.h2d_latency_us, 160, 1e-9);
+    cr_assert_float_eq(m.curve[COST_EXPERT_GATE_UP][PREC_BF16].t_ns[2], 2 * 800e3, 1e-6);
+    cr_assert_float_eq(m.curve[COST_LM_HEAD][PREC_BF16].t_ns[1], 2 * 1800e3, 1e-6);
+    cr_assert_eq(m.curve[COST_LM_HEAD][PREC_BF16].x[1], 2); /* the points stay */
+}
+
+Test(validate_calib, a_round_profile_is_written_where_asked_and_loads_as_measured) {
+    static calib_results a, b, m;
+    calibration(&a, 1);
+    calibration(&b, 2);
+    validate_calib_mean(&a, &b, &m);
+    moesim_error err = {0};
+    hw_profile base, got;
+    model_geometry model;
+    cr_assert_eq(hw_load_by_name("cpu-host", &base, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(model_load_by_name("olmoe-1b-7b", &model, &err), MOESIM_OK, "%s", err.msg);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("calib-rounds/new/folder"));
+    cr_assert_eq(validate_calib_dir_prepare(dir, &err), MOESIM_OK, "%s", err.msg);
+    validate_calibrator c = {.model = &model, .base = &base, .cpu = true, .dir = dir};
+    char table[1100];
+    cr_assert_eq(validate_calib_publish(&c, &m, "round-1", &got, table, sizeof table, &err),
+                 MOESIM_OK, "%s", err.msg);
+    cr_assert_str_eq(got.name, "round-1");
+    cr_assert_float_eq(got.h2d_bytes_per_s, 2.25e9, 1e3); /* (3 + 1.5) / 2 GB/s */
+    cr_assert(strstr(table, "calib-rounds/new/folder/round-1-cost.txt"), "%s", table);
+    static quant_table quant;
+    cr_assert_eq(quant_table_load_default(&quant, &err), MOESIM_OK, "%s", err.msg);
+    static cost_model cm;
+    cost_model_init(&cm, &got, &model, &quant);
+    cr_assert_eq(cost_table_load(&cm, table, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(cost_op_ns(&cm, COST_LM_HEAD, PREC_BF16, 1), 1350000); /* 1.5 x 900 us */
+}
+
+Test(validate_calib, a_folder_that_cannot_be_made_is_refused_before_any_run) {
+    moesim_error err = {0};
+    char file[4096];
+    snprintf(file, sizeof file, "%s", test_tmp_path("calib-rounds-a-file"));
+    test_write_file(file, "not a folder\n");
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/sub", file);
+    cr_assert_neq(validate_calib_dir_prepare(dir, &err), MOESIM_OK);
+    cr_assert(strstr(err.msg, "calib-rounds-a-file"), "%s", err.msg);
+}
+
+/* Two policies of one budget, 2 % off; the drift during their rounds is `drift`. */
+static void rows_with_drift(validate_row rows[2], double drift) {
+    memset(rows, 0, 2 * sizeof *rows);
+    const char *names[] = {"lru", "oracle"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(rows[i].policy, sizeof rows[i].policy, "%s", names[i]);
+        snprintf(rows[i].group, sizeof rows[i].group, "budget 1 GiB");
+        rows[i].sim_tpot_ms = 10.0 / (i + 1);
+        rows[i].real_tpot_ms = rows[i].sim_tpot_ms / 1.02;
+        rows[i].tpot_err = rows[i].ttft_err = rows[i].total_err = 0.02;
+        rows[i].sim_tpot_drift = drift;
+    }
+}
+
+Test(validate_calib, a_machine_that_drifted_more_than_the_error_calls_no_result) {
+    validate_row rows[2];
+    validate_summary s;
+    rows_with_drift(rows, 0.01);
+    validate_summarize(rows, 2, &s);
+    cr_assert_float_eq(s.drift_tpot_median, 0.01, 1e-12);
+    cr_assert(!s.drift_exceeds_error);
+    cr_assert(s.meets_targets);
+    rows_with_drift(rows, 0.03);
+    validate_summarize(rows, 2, &s);
+    cr_assert(s.drift_exceeds_error);
+    cr_assert(!s.meets_targets, "a 2 %% error under a 3 %% drift is not a result");
+    rows_with_drift(rows, NAN); /* not calibrated between rounds: nothing to refuse */
+    validate_summarize(rows, 2, &s);
+    cr_assert(isnan(s.drift_tpot_median));
+    cr_assert(!s.drift_exceeds_error && s.meets_targets);
+}
+
+Test(validate_calib, drift_and_calibrations_survive_merge_and_reach_the_report) {
+    char a[4096], rep[4096], out[65536], errbuf[4096];
+    snprintf(a, sizeof a, "%s", test_tmp_path("calib-merge-a.json"));
+    snprintf(rep, sizeof rep, "%s", test_tmp_path("calib-merge-report.md"));
+    test_write_file(a, "{\"device\": \"CPU (2 cores online)\", \"profile\": \"cpu-measured\", "
+                       "\"trace\": \"t.h5\", \"model\": \"cpu-moe-small\", \"rows\": ["
+                       "{\"policy\": \"lru\", \"configuration\": \"budget 1 GiB\", "
+                       "\"sim_tpot_ms\": 10, \"real_tpot_ms\": 9.8, \"tpot_err\": 0.02, "
+                       "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5, \"ttft_err\": 0, "
+                       "\"total_err\": 0.02, \"sim_tpot_drift\": 0.06},"
+                       "{\"policy\": \"oracle\", \"configuration\": \"budget 1 GiB\", "
+                       "\"sim_tpot_ms\": 6, \"real_tpot_ms\": 5.9, \"tpot_err\": 0.017, "
+                       "\"sim_ttft_ms\": 4, \"real_ttft_ms\": 4, \"ttft_err\": 0, "
+                       "\"total_err\": 0.01, \"sim_tpot_drift\": 0.04}],"
+                       "\"calibrations\": ["
+                       "{\"at_s\": 0, \"disk_gb_per_s\": 3.3, \"disk_latency_us\": 80, "
+                       "\"gate_up_us\": 650, \"attention_proj_us\": 450, \"lm_head_us\": 700, "
+                       "\"profile\": \"cal/calibration-0.ini\"},"
+                       "{\"at_s\": 300, \"disk_gb_per_s\": 2.2, \"disk_latency_us\": 95, "
+                       "\"gate_up_us\": 860, \"attention_proj_us\": 520, \"lm_head_us\": 900, "
+                       "\"profile\": \"cal/calibration-1.ini\"}]}");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                             "--json", NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert(j, "%s", je.text);
+    json_t *s = json_object_get(j, "summary");
+    cr_assert_float_eq(json_real_value(json_object_get(s, "drift_tpot_median")), 0.05, 1e-12);
+    cr_assert(json_is_true(json_object_get(s, "drift_exceeds_error")));
+    cr_assert(json_is_false(json_object_get(s, "meets_targets")));
+    cr_assert_eq(json_array_size(json_object_get(j, "calibrations")), 2);
+    json_decref(j);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                         "--report", rep, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    char *md = test_read_file(rep, NULL);
+    cr_assert(strstr(md, "## The machine between rounds"), "%s", md);
+    cr_assert(strstr(md, "| after round 1 | 300 | 2.200 | -33.3 % |"), "%s", md);
+    cr_assert(strstr(md, "no result is called"), "%s", md);
+    free(md);
+}
+
+Test(validate_calib, calibrate_options_are_checked_before_anything_runs) {
+    char out[4096], errbuf[4096];
+    int rc =
+        test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--trace", "t.h5",
+                        "--hw", "cpu-host", "--policy", "lru", "--calibrate-repeats", "5", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "--calibrate-repeats goes with --calibrate-rounds DIR"), "%s", errbuf);
+    cr_assert_eq(strchr(errbuf, '\n'), strrchr(errbuf, '\n'), "one line: %s", errbuf);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--trace", "t.h5",
+                         "--hw", "cpu-host", "--policy", "lru", "--calibrate-rounds", "d",
+                         "--calibrate-repeats", "0", NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "--calibrate-repeats: expected an integer in [1, 10000], got '0'"),
+              "%s", errbuf);
+}
