@@ -244,6 +244,17 @@ static void apply_stall_overhead(calib_results *c, double all_ns, double typical
                 c->curve[op][p].t_ns[i] *= c->stall_overhead;
 }
 
+/* How many of the n points xs (increasing) a run up to `max` needs: those below it and the first
+ * at or above it (the table interpolates between points), at least two (a line to extrapolate
+ * by); all n for max 0. */
+static uint32_t points_needed(const uint32_t *xs, uint32_t n, uint32_t max) {
+    if (!max) return n;
+    uint32_t k = 0;
+    while (k < n && xs[k] < max) k++;
+    k = k < n ? k + 1 : n;
+    return k < 2 && n >= 2 ? 2 : k;
+}
+
 moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_results *out,
                             moesim_error *err) {
     const model_geometry *m = opt->model;
@@ -297,7 +308,8 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     }
     static const uint32_t tok_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     static const uint32_t ctx_full[] = {1, 8, 32, 128, 512, 1024, 2048};
-    uint32_t n_tok = opt->quick ? 5 : 9, n_ctx = opt->quick ? 5 : 7;
+    uint32_t n_tok = points_needed(tok_full, opt->quick ? 5 : 9, opt->max_tokens);
+    uint32_t n_ctx = points_needed(ctx_full, opt->quick ? 5 : 7, opt->max_context);
     timing_plan *plan = moesim_xcalloc(1, sizeof *plan);
     uint64_t *evict = moesim_xcalloc(EVICT_BYTES / sizeof(uint64_t), sizeof(uint64_t));
     double all_ns = 0, typical_ns = 0;
@@ -320,6 +332,7 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
         moesim_precision p = precs[i];
         PHASE_DONE(); /* counted at the start: a precision the shapes skip is done too */
         if (p != PREC_BF16 && (m->hidden % QUANT_GROUP || m->expert_inter % QUANT_GROUP)) continue;
+        if (opt->precisions && !opt->precisions[p]) continue;
         uint64_t part = replay_part_bytes(m, p, PART_GATE);
         MOESIM_ASSERT(part == replay_part_bytes(m, p, PART_DOWN));
         uint32_t n_copies = (uint32_t)(EXPERT_ROTATION_BYTES / (3 * part) + 1);

@@ -201,6 +201,11 @@ typedef struct calib_options {
     uint32_t repeats;            /* timed repetitions per point (median kept) */
     bool quick;                  /* fewer points (a smoke run) */
     progress *bar;               /* advanced once per phase (CALIB_CPU_PHASES); NULL: none */
+    /* CPU: only what a given run needs (a validation's calibrations between rounds): token
+     * counts up to the first point at or above max_tokens, attended positions likewise up to
+     * max_context (0: every point), expert ops at the precisions marked (NULL: all four) */
+    uint32_t max_tokens, max_context;
+    const bool *precisions; /* [PREC_COUNT] */
 } calib_options;
 
 #define CALIB_CPU_PHASES 7 /* disk, DRAM, the non-expert ops, the experts at 4 precisions */

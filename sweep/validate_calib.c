@@ -30,7 +30,11 @@ moesim_status validate_calib_take(const validate_calibrator *c, calib_results *o
                                   validate_calibration *fig, moesim_error *err) {
     memset(fig, 0, sizeof *fig);
     fig->at_s = (double)(replay_exec_clock_ns() - c->start_ns) / 1e9;
-    calib_options opt = {.model = c->model, .repeats = c->repeats};
+    calib_options opt = {.model = c->model,
+                         .repeats = c->repeats,
+                         .max_tokens = c->max_tokens,
+                         .max_context = c->max_context,
+                         .precisions = c->precisions};
     moesim_status st = c->cpu ? calib_run_cpu(&opt, NULL, out, err) : calib_run(&opt, out, err);
     if (st) return st;
     fig->disk_gb_per_s = out->h2d_peak_gb_per_s;

@@ -24,8 +24,12 @@ typedef struct validate_calibrator {
     uint32_t repeats;            /* timed repetitions per point */
     bool cpu;                    /* calibrate the CPU replay (else the GPU) */
     const char *dir;             /* where the profiles and cost tables are written */
-    uint64_t start_ns;           /* the validation's start (replay_exec_clock_ns) */
-    bool quiet;                  /* no line per calibration on stderr */
+    /* the points the runs need (calib_options): the most tokens of one step, the most attended
+     * positions, the expert formats stored (NULL: all) */
+    uint32_t max_tokens, max_context;
+    const bool *precisions;
+    uint64_t start_ns; /* the validation's start (replay_exec_clock_ns) */
+    bool quiet;        /* no line per calibration on stderr */
 } validate_calibrator;
 
 /* Makes `dir` (mkdir -p) and checks it is writable: a validation finds out before its replays,

@@ -39,6 +39,8 @@ typedef struct vctx {
     uint32_t repeats;     /* replays per configuration (--repeats): the median one is compared */
     bool quiet;
     moesim_precision primary;         /* the first configuration's expert precision */
+    uint32_t batch_size;              /* and batch size */
+    bool stored[PREC_COUNT];          /* cpu: the formats of the shared expert file */
     const validate_calibrator *calib; /* calibrations between the rounds; NULL: none */
 } vctx;
 
@@ -70,15 +72,17 @@ static moesim_status make_config(const vctx *v, const validate_spec *r, const ch
     return MOESIM_OK;
 }
 
-/* sim.host_precisions of a run as its settings resolve it. */
+/* sim.host_precisions, expert.precision and batch.size of a run as its settings resolve them. */
 static moesim_status run_formats(const vctx *v, const validate_spec *r, char *out, size_t len,
-                                 moesim_precision *primary, moesim_error *err) {
+                                 moesim_precision *primary, uint32_t *batch_size,
+                                 moesim_error *err) {
     config *c = NULL;
     moesim_status st = make_config(v, r, NULL, &c, err);
     sim_settings set;
     if (!st) st = sim_settings_read(c, &set, err);
     if (!st) snprintf(out, len, "%s", set.host_precisions);
     if (!st) *primary = (moesim_precision)set.precision;
+    if (!st) *batch_size = set.batch_size;
     config_destroy(c);
     return st;
 }
@@ -239,8 +243,8 @@ static moesim_status publish_profiles(const vctx *v, round_profiles *rp, validat
         snprintf(stem, sizeof stem, "calibration-%u", k);
         st = validate_calib_publish(v->calib, &rp->taken[k], stem, &rp->at[k], rp->at_table[k],
                                     sizeof rp->at_table[k], err);
-        snprintf(meta->calib[k].profile, sizeof meta->calib[k].profile, "%s/%s.ini",
-                 v->calib->dir, stem);
+        snprintf(meta->calib[k].profile, sizeof meta->calib[k].profile, "%s/%s.ini", v->calib->dir,
+                 stem);
     }
     for (uint32_t r = 0; r < v->repeats && !st; r++) {
         char stem[32];
@@ -265,8 +269,7 @@ static moesim_status simulate_rounds(const vctx *v, const validate_spec *specs, 
         cr->sim_tpot_at = moesim_xcalloc(v->repeats + 1, sizeof *cr->sim_tpot_at);
         for (uint32_t r = 0; r < v->repeats && !st; r++) {
             validate_record_init(&cr->sim_round[r], nr, nl);
-            st = simulate_on(v, &specs[i], &rp->mean[r], rp->mean_table[r], &cr->sim_round[r],
-                             err);
+            st = simulate_on(v, &specs[i], &rp->mean[r], rp->mean_table[r], &cr->sim_round[r], err);
         }
         for (uint32_t k = 0; k <= v->repeats && !st; k++) {
             validate_record at;
@@ -311,8 +314,7 @@ static moesim_status run_all(const vctx *v, const validate_spec *specs, size_t n
                         runs[i].sim.r.tpot.mean_ms, runs[i].real[round].r.tpot.mean_ms);
         }
         if (!st && v->calib)
-            st = validate_calib_take(v->calib, &rp.taken[round + 1], &meta->calib[round + 1],
-                                     err);
+            st = validate_calib_take(v->calib, &rp.taken[round + 1], &meta->calib[round + 1], err);
     }
     if (!st && v->calib) {
         meta->n_calib = v->repeats + 1;
@@ -326,23 +328,34 @@ static moesim_status run_all(const vctx *v, const validate_spec *specs, size_t n
     return st;
 }
 
+/* The longest prompt of the trace's requests and the longest request (prompt and decode):
+ * the most tokens one step of a request runs and the most positions it attends. */
+static void trace_extents(const trace *t, uint32_t *max_prompt, uint32_t *max_len) {
+    *max_prompt = *max_len = 0;
+    for (uint64_t i = 0; i < t->n_tokens; i++) {
+        uint32_t at = t->position[i] + 1;
+        if (at > *max_len) *max_len = at;
+        if (t->phase[i] == TRACE_PREFILL && at > *max_prompt) *max_prompt = at;
+    }
+}
+
 /* One host store for the runs (pinning tens of GB is slow): the formats of the first
  * configuration's settings; on the CPU, its expert file. */
 static moesim_status make_store(vctx *v, const validate_spec *first, moesim_error *err) {
-    moesim_status st =
-        run_formats(v, first, v->store_formats, sizeof v->store_formats, &v->primary, err);
+    moesim_status st = run_formats(v, first, v->store_formats, sizeof v->store_formats, &v->primary,
+                                   &v->batch_size, err);
     moesim_precision primary = v->primary;
     if (st) return st;
     if (!v->cpu)
         return replay_store_create(&v->model, &v->quant, v->store_formats, primary,
                                    v->hw.dram_bytes, NULL, v->seed, &v->store, err);
-    bool stored[PREC_COUNT], policy_only;
-    st = memsys_parse_host_precisions(v->store_formats, stored, &policy_only, err);
+    bool policy_only;
+    st = memsys_parse_host_precisions(v->store_formats, v->stored, &policy_only, err);
     if (!st && policy_only)
         st = moesim_fail(err, MOESIM_EINPUT,
                          "validate --backend cpu: [sim] host_precisions must list the formats "
                          "of the shared expert file (e.g. int8,int4,int2), not 'policy'");
-    if (!st) st = cpu_store_create(&v->model, stored, NULL, v->seed, NULL, &v->cpu_store, err);
+    if (!st) st = cpu_store_create(&v->model, v->stored, NULL, v->seed, NULL, &v->cpu_store, err);
     return st;
 }
 
@@ -367,12 +380,17 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
     validate_calibrator calib;
     if (!st && s->calibrate_dir) st = validate_calib_dir_prepare(s->calibrate_dir, err);
     if (!st && s->calibrate_dir) {
+        uint32_t max_prompt, max_len;
+        trace_extents(v.t, &max_prompt, &max_len);
         calib = (validate_calibrator){.model = &v.model,
                                       .base = &v.hw,
                                       .precision = v.primary,
                                       .repeats = s->calibrate_repeats,
                                       .cpu = v.cpu,
                                       .dir = s->calibrate_dir,
+                                      .max_tokens = max_prompt * v.batch_size,
+                                      .max_context = max_len,
+                                      .precisions = v.cpu ? v.stored : NULL,
                                       .start_ns = replay_exec_clock_ns(),
                                       .quiet = s->quiet};
         v.calib = &calib;
