@@ -1,29 +1,85 @@
 #!/usr/bin/env bash
-# The CPU validation of the simulator: synthesizes the trace, calibrates this machine
-# (`moesim calibrate --backend cpu`), then runs every configuration of an experiment through the
-# simulator and the CPU replay and writes the report.
+# The CPU validation suite: for each experiment (one geometry each), makes its trace from the
+# file's [traces] recipe, calibrates this machine for its geometry (`moesim calibrate --backend
+# cpu`: the profile its configurations are first simulated with), then runs every configuration
+# through the simulator and the CPU replay in rounds, calibrating before the first round and
+# after each (`moesim validate --calibrate-rounds`: each round is simulated with the machine as
+# it was around it), and writes the report. Ends with a summary of every geometry.
 #
-#   experiments/validation/cpu/run.sh [MOESIM] [OUT_DIR] [EXPERIMENT] [GEN_LEN] [-- VALIDATE ARGS]
-# Defaults: build/moesim, results/validate-cpu, experiments/validation/cpu/validate-cpu.ini, 64
-# generated tokens per request. The experiment names its trace, profile and cost table under
-# results/validate-cpu/; with another OUT_DIR they are made there and the experiment is read with
-# those paths replaced. Writes OUT_DIR/report.md and report.csv.
+#   experiments/validation/cpu/run.sh [MOESIM] [OUT_DIR] [EXPERIMENT ...] [-- VALIDATE ARGS]
+# Defaults: build/moesim, results/validate-cpu, the four suite experiments beside this script.
+# An experiment names its trace, profile and cost table under results/validate-cpu/NAME/ (NAME:
+# its [experiment] name); they are made in OUT_DIR/NAME/ (the experiment is read with those paths
+# replaced, as OUT_DIR/NAME/experiment.ini), with report.md, report.csv, the calibrations between
+# rounds (calibration/), validate.log and validate.status (its exit status). OUT_DIR/summary.md: one line per geometry. Exits 1 when
+# a geometry's check ([validate] tpot_error_max, or --check) failed, after every geometry ran.
 set -euo pipefail
 moesim=${1:-build/moesim}
 out=${2:-results/validate-cpu}
-experiment=${3:-experiments/validation/cpu/validate-cpu.ini}
-gen=${4:-64}
-shift $(( $# < 4 ? $# : 4 ))
+shift $(($# < 2 ? $# : 2))
+here=experiments/validation/cpu
+experiments=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    experiments+=("$1")
+    shift
+done
 [ "${1:-}" = -- ] && shift
-geometry=experiments/validation/cpu/cpu-moe-small.ini
+[ ${#experiments[@]} -gt 0 ] ||
+    experiments=("$here/validate-cpu.ini" "$here/validate-qwen1.5.ini" "$here/validate-qwen3.ini"
+                 "$here/validate-mixtral.ini")
+
+# The value of KEY in [SECTION] of an INI file (comments and spaces stripped).
+ini_get() {
+    awk -v sec="[$2]" -v key="$3" '
+        /^\[/ { in_sec = ($1 == sec) ; next }
+        in_sec { sub(/;.*/, ""); split($0, kv, "="); k = kv[1]; gsub(/ /, "", k)
+                 if (k == key) { v = substr($0, index($0, "=") + 1); gsub(/^ +| +$/, "", v); print v; exit } }' "$1"
+}
+
+summary=$out/summary.md
+failed=0
 mkdir -p "$out"
-if [ "$out" != results/validate-cpu ]; then # the experiment, pointing at OUT_DIR
-    sed "s|results/validate-cpu/|$out/|g" "$experiment" > "$out/experiment.ini"
-    experiment=$out/experiment.ini
-fi
-"$moesim" trace synth --model "$geometry" --requests 2 --prompt-len 16 --gen-len "$gen" \
-    --lookahead 0 --seed 1 -q -o "$out/cpu-moe-small.h5"
-"$moesim" calibrate --backend cpu --base cpu-host --model "$geometry" --repeats 20 \
-    -o "$out/cpu-measured.ini" --table "$out/cpu-measured-cost.txt" >&2
-"$moesim" validate --backend cpu --experiment "$experiment" --report "$out/report.md" \
-    --csv "$out/report.csv" "$@"
+{
+    echo "# CPU validation suite: simulator vs replay, per geometry"
+    echo
+    echo "| geometry | experiment | median TPOT error, TTFT error, total error | order | drift | targets |"
+    echo "|---|---|---|---|---|---|"
+} > "$summary.tmp"
+for experiment in "${experiments[@]}"; do
+    name=$(ini_get "$experiment" experiment name)
+    [ -n "$name" ] || name=$(basename "$experiment" .ini)
+    dir=$out/$name
+    mkdir -p "$dir"
+    sed "s|results/validate-cpu/|$out/|g" "$experiment" > "$dir/experiment.ini"
+    model=$(ini_get "$dir/experiment.ini" fixed model)
+    # the file's [traces] recipes: PATH = ARGS of `moesim trace synth`
+    awk '/^\[/ { t = ($1 == "[traces]"); next }
+         t && /=/ { sub(/;.*/, ""); p = substr($0, 1, index($0, "=") - 1); gsub(/ /, "", p)
+                    print p "\t" substr($0, index($0, "=") + 1) }' "$dir/experiment.ini" |
+        while IFS=$'\t' read -r path args; do
+            # shellcheck disable=SC2086 # the recipe's arguments, split as the sweep splits them
+            "$moesim" trace synth $args -q -o "$path"
+        done
+    echo "run.sh: $name: calibrating for $model" >&2
+    # --quick: up to 16 tokens a step and 512 positions, which the suite's traces stay within
+    "$moesim" calibrate --backend cpu --base cpu-host --model "$model" --repeats 5 --quick \
+        -o "$dir/cpu-measured.ini" --table "$dir/cpu-measured-cost.txt" --quiet >&2
+    status=0 # a failed check (exit 1) of one geometry does not stop the others
+    "$moesim" validate --backend cpu --experiment "$dir/experiment.ini" \
+        --calibrate-rounds "$dir/calibration" --report "$dir/report.md" --csv "$dir/report.csv" \
+        "$@" 2> >(tee "$dir/validate.log" >&2) || status=$?
+    wait # the tee
+    echo "$status" > "$dir/validate.status"
+    [ "$status" -le 1 ] || exit "$status"
+    [ "$status" -eq 0 ] || failed=1
+    # the report's figures for the summary line (sed -n: a line the report lacks gives "")
+    medians=$(sed -n 's/^Median |TPOT error| \([0-9.]* %\).*median |TTFT error| \([0-9.]* %\).*median |total error| \([0-9.]* %\).*/\1, \2, \3/p' "$dir/report.md")
+    order=$(sed -n 's/.*of the \([0-9]*\) pairs the replay orders (.*), \([0-9]*\) agree.*/\2 of \1 pairs the replay orders agree/p' "$dir/report.md")
+    drift=$(sed -n 's/^Drift during the compared rounds.*: median \([0-9.]* %\) against.*/\1/p' "$dir/report.md")
+    targets=$(sed -n 's/.* Targets \([a-z ]*met\)\..*/\1/p' "$dir/report.md")
+    grep -q 'no result is called' "$dir/report.md" && targets="no result: the machine drifted more than the error"
+    echo "| $(basename "$model" .ini) | [$name]($name/report.md) | $medians | $order | $drift | $targets |" >> "$summary.tmp"
+done
+mv "$summary.tmp" "$summary"
+cat "$summary"
+exit "$failed"
