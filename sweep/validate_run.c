@@ -134,11 +134,11 @@ static moesim_status simulate_on(const vctx *v, const validate_spec *r, const hw
 /* The simulator's run of a configuration. One it refuses (a policy that cannot work in the
  * budget, e.g. `static` when the experts do not fit) is marked refused, not an error: the
  * validation set crosses every policy with every budget. */
-static moesim_status simulate(const vctx *v, const validate_spec *r, config_runs *cr,
-                              moesim_error *err) {
+static moesim_status simulate(const vctx *v, const validate_spec *r, const hw_profile *hw,
+                              const char *cost_table, config_runs *cr, moesim_error *err) {
     validate_record_init(&cr->sim, v->t->n_requests, v->t->meta.n_layers);
     cr->real = moesim_xcalloc(v->repeats, sizeof *cr->real);
-    moesim_status st = simulate_on(v, r, &v->hw, NULL, &cr->sim, err);
+    moesim_status st = simulate_on(v, r, hw, cost_table, &cr->sim, err);
     if (st == MOESIM_EINPUT) {
         cr->refused = true;
         snprintf(cr->note, sizeof cr->note, "%s", err->msg);
@@ -286,21 +286,33 @@ static moesim_status simulate_rounds(const vctx *v, const validate_spec *specs, 
 /* Every configuration through the simulator, then `v->repeats` rounds of replays, each
  * configuration once per round: a slow drift of a shared machine's disk or memory bandwidth
  * falls on every configuration alike instead of on those measured while it lasted. With
- * calibrations between the rounds, the machine is calibrated before the first round and after
- * each, and every round simulated again with the machine as it was around it. */
+ * calibrations between the rounds, the machine is calibrated before the first simulations and
+ * after each round, and every round simulated again with the machine as it was around it (the
+ * given profile then only supplies what a calibration cannot measure). */
 static moesim_status run_all(const vctx *v, const validate_spec *specs, size_t n,
                              validate_row *rows, validate_meta *meta, moesim_error *err) {
     config_runs *runs = moesim_xcalloc(n ? n : 1, sizeof *runs);
     round_profiles rp = {0};
     if (v->calib) round_profiles_alloc(&rp, v->repeats);
     moesim_status st = MOESIM_OK;
+    /* calibrating between rounds: the first calibration is also the profile of the first
+     * simulations (which refuse what cannot run, and are printed beside the replays) */
+    const hw_profile *first_hw = &v->hw;
+    const char *first_table = NULL;
+    if (v->calib) {
+        st = validate_calib_take(v->calib, &rp.taken[0], &meta->calib[0], err);
+        if (!st)
+            st = validate_calib_publish(v->calib, &rp.taken[0], "calibration-0", &rp.at[0],
+                                        rp.at_table[0], sizeof rp.at_table[0], err);
+        first_hw = &rp.at[0];
+        first_table = rp.at_table[0];
+    }
     size_t simulated = 0;
     for (; simulated < n && !st; simulated++) {
-        st = simulate(v, &specs[simulated], &runs[simulated], err);
+        st = simulate(v, &specs[simulated], first_hw, first_table, &runs[simulated], err);
         if (st)
             moesim_error_prefix(err, "%s (%s)", specs[simulated].policy, specs[simulated].label);
     }
-    if (!st && v->calib) st = validate_calib_take(v->calib, &rp.taken[0], &meta->calib[0], err);
     for (uint32_t round = 0; round < v->repeats && !st; round++) {
         for (size_t i = 0; i < n && !st; i++) {
             if (runs[i].refused) continue;

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The CPU validation suite: for each experiment (one geometry each), makes its trace from the
-# file's [traces] recipe, calibrates this machine for its geometry (`moesim calibrate --backend
-# cpu`: the profile its configurations are first simulated with), then runs every configuration
-# through the simulator and the CPU replay in rounds, calibrating before the first round and
-# after each (`moesim validate --calibrate-rounds`: each round is simulated with the machine as
-# it was around it), and writes the report. Ends with a summary of every geometry.
+# file's [traces] recipe, then runs every configuration through the simulator and the CPU replay
+# in rounds, calibrating this machine for the geometry before the first round and after each
+# (`moesim validate --calibrate-rounds`, as `moesim calibrate --backend cpu` does: each round is
+# simulated with the machine as it was around it), and writes the report. Ends with a summary of
+# every geometry.
 #
 #   experiments/validation/cpu/run.sh [MOESIM] [OUT_DIR] [EXPERIMENT ...] [-- VALIDATE ARGS]
 # Defaults: build/moesim, results/validate-cpu, the four suite experiments beside this script.
-# An experiment names its trace, profile and cost table under results/validate-cpu/NAME/ (NAME:
+# An experiment names its trace under results/validate-cpu/NAME/ (NAME:
 # its [experiment] name); they are made in OUT_DIR/NAME/ (the experiment is read with those paths
 # replaced, as OUT_DIR/NAME/experiment.ini), with report.md, report.csv, the calibrations between
 # rounds (calibration/), validate.log and validate.status (its exit status). OUT_DIR/summary.md: one line per geometry. Exits 1 when
@@ -60,10 +60,6 @@ for experiment in "${experiments[@]}"; do
             # shellcheck disable=SC2086 # the recipe's arguments, split as the sweep splits them
             "$moesim" trace synth $args -q -o "$path"
         done
-    echo "run.sh: $name: calibrating for $model" >&2
-    # --quick: up to 16 tokens a step and 512 positions, which the suite's traces stay within
-    "$moesim" calibrate --backend cpu --base cpu-host --model "$model" --repeats 5 --quick \
-        -o "$dir/cpu-measured.ini" --table "$dir/cpu-measured-cost.txt" --quiet >&2
     status=0 # a failed check (exit 1) of one geometry does not stop the others
     "$moesim" validate --backend cpu --experiment "$dir/experiment.ini" \
         --calibrate-rounds "$dir/calibration" --report "$dir/report.md" --csv "$dir/report.csv" \
