@@ -72,7 +72,8 @@ static void data_path_compose(void) {
         exe[n] = '\0';
         data_path_add_beside(exe);
     }
-    /* this code in a shared libmoesim loaded by another program (Python): beside the library */
+    /* this code in libmoesim, linked by `moesim` or loaded by another program (Python): beside
+     * the library too */
     Dl_info info;
     char lib[PATH_MAX];
     if (dladdr((void *)data_path_compose, &info) && info.dli_fname &&

@@ -5,7 +5,8 @@
  *      --data-dir DIR in front of it, in the order given (cli/main.c);
  *   2. ../share/moesim beside the executable (an installed copy);
  *   3. the source tree the executable was built from, only when it runs from its build tree;
- *   4. the same two beside libmoesim when another program (Python) loaded it.
+ *   4. the same two beside libmoesim when this code runs from it (the `moesim` program links it:
+ *      the same folders as 2 and 3 in a build or install; for Python, the library's own).
  * The first folder holding a file wins, so a user's folder adds to the shipped data and can
  * override one file of it. A name containing '/' or ending in ".ini" is always taken as a path. */
 #ifndef MOESIM_COMMON_PATHS_H
