@@ -43,10 +43,10 @@ static double median(double *v, size_t n) {
  * read, not the median: the simulator charges every chunk the same time and a run's copies take
  * their sum, so a tail of slow reads (this VM's disk has one) counts; the link is the
  * least-squares line through the means. */
-static moesim_status time_disk(const cpu_store *s, uint32_t repeats, calib_results *c,
-                               moesim_error *err) {
+static moesim_status time_disk(const cpu_store *s, moesim_precision p, uint32_t repeats,
+                               calib_results *c, moesim_error *err) {
     static const double sizes[] = {64 * 1024.0, 256 * 1024.0, 1048576.0, 4 * 1048576.0};
-    uint64_t blob = s->stride[PREC_INT4], n_blobs = s->file_bytes / blob;
+    uint64_t blob = s->stride[p], n_blobs = (uint64_t)s->m.n_moe_layers * s->m.n_experts;
     uint8_t *dest = cpu_store_dma_alloc(CALIB_DISK_DEST_BYTES);
     uint64_t dest_off = 0;
     double xs[4], ys[4];
@@ -56,10 +56,14 @@ static moesim_status time_disk(const cpu_store *s, uint32_t repeats, calib_resul
         uint64_t n = (uint64_t)sizes[k];
         uint64_t per_blob = blob / n ? blob / n : 1;
         if (n > blob || n_blobs < 2) break;
+        /* of a large expert (hundreds of MB) only its first chunks: enough experts still start
+         * reads that their mean is the rate, in CALIB_DISK_BYTES */
+        uint64_t enough = CALIB_DISK_BYTES / n / repeats;
+        if (per_blob > enough) per_blob = enough ? enough : 1;
         uint64_t reads = 0, read_ns = 0;
         for (uint32_t r = 0; r < repeats || reads * n < CALIB_DISK_BYTES; r++) {
             lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-            uint64_t start = s->base[PREC_INT4] + (lcg >> 20) % n_blobs * blob;
+            uint64_t start = s->base[p] + (lcg >> 20) % n_blobs * blob;
             for (uint64_t j = 0; j < per_blob; j++) {
                 if (dest_off + n > CALIB_DISK_DEST_BYTES) dest_off = 0;
                 uint64_t t0 = replay_exec_clock_ns();
@@ -255,6 +259,11 @@ static uint32_t points_needed(const uint32_t *xs, uint32_t n, uint32_t max) {
     return k < 2 && n >= 2 ? 2 : k;
 }
 
+void calib_cpu_cache_free(calib_cpu_cache *c) {
+    for (int p = 0; p < PREC_COUNT; p++) free(c->copies[p]);
+    memset(c->copies, 0, sizeof c->copies);
+}
+
 moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_results *out,
                             moesim_error *err) {
     const model_geometry *m = opt->model;
@@ -270,12 +279,17 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     uint32_t repeats = opt->repeats;
     double *t = moesim_xcalloc(repeats, sizeof *t);
 
+    /* the disk: the cache's expert file (a validation's), else an int4 one made for it */
     bool stored[PREC_COUNT] = {false};
     stored[PREC_INT4] = true;
-    cpu_store *s = NULL;
-    moesim_status st = cpu_store_create(m, stored, dir, 1, NULL, &s, err);
-    if (!st) st = time_disk(s, repeats, out, err);
-    cpu_store_destroy(s);
+    cpu_store *own = NULL;
+    const cpu_store *s = opt->cache ? opt->cache->store : NULL;
+    moesim_status st = s ? MOESIM_OK : cpu_store_create(m, stored, dir, 1, NULL, &own, err);
+    if (!s) s = own;
+    moesim_precision disk_p = PREC_INT4;
+    for (int p = 0; !s->stored[disk_p] && p < PREC_COUNT; p++) disk_p = (moesim_precision)p;
+    if (!st) st = time_disk(s, disk_p, repeats, out, err);
+    cpu_store_destroy(own);
     if (st) {
         free(t);
         return st;
@@ -336,16 +350,20 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
         uint64_t part = replay_part_bytes(m, p, PART_GATE);
         MOESIM_ASSERT(part == replay_part_bytes(m, p, PART_DOWN));
         uint32_t n_copies = (uint32_t)(EXPERT_ROTATION_BYTES / (3 * part) + 1);
-        uint8_t *blob = cpu_store_expert_blob(m, p, 1); /* what the replay's store holds */
-        uint8_t *copies = cpu_store_dma_alloc((uint64_t)n_copies * 3 * part);
-        for (uint32_t k = 0; k < n_copies; k++) memcpy(copies + k * 3 * part, blob, 3 * part);
-        free(blob);
+        uint8_t *copies = opt->cache ? opt->cache->copies[p] : NULL;
+        if (!copies) {
+            uint8_t *blob = cpu_store_expert_blob(m, p, 1); /* what the replay's store holds */
+            copies = cpu_store_dma_alloc((uint64_t)n_copies * 3 * part);
+            for (uint32_t k = 0; k < n_copies; k++) memcpy(copies + k * 3 * part, blob, 3 * part);
+            free(blob);
+            if (opt->cache) opt->cache->copies[p] = copies;
+        }
         expert_ctx e = {p, copies, n_copies, 0, part};
         plan->n = 0;
         plan_curve(plan, out, COST_EXPERT_GATE_UP, p, op_gate_up, &e, tok_full, n_tok);
         plan_curve(plan, out, COST_EXPERT_DOWN, p, op_down, &e, tok_full, n_tok);
         time_plan(plan, &cc, repeats, evict, &all_ns, &typical_ns);
-        free(copies);
+        if (!opt->cache) free(copies);
     }
     apply_stall_overhead(out, all_ns, typical_ns);
     free(evict);

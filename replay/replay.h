@@ -39,10 +39,10 @@
 #include "common/precision.h"
 #include "common/progress.h"
 #include "common/status.h"
-#include "replay/weights.h"
 #include "core/budget.h"
-#include "sim/cost.h"
 #include "core/schedule.h"
+#include "replay/weights.h"
+#include "sim/cost.h"
 #include "sim/sim.h"
 #include "traces/trace.h"
 
@@ -153,8 +153,8 @@ typedef struct replay_checks {
     uint64_t device_used_before, device_used_peak; /* cudaMemGetInfo: total - free */
     uint64_t device_alloc_bytes;                   /* replay's own allocations */
     uint64_t order_checked, order_violations;      /* expert starts checked against copy ends */
-    double h2d_gb_per_s;        /* bytes copied (kernel formats) / busy time of the copy
-                                   streams */
+    double h2d_gb_per_s; /* bytes copied (kernel formats) / busy time of the copy
+                            streams */
 } replay_checks;
 
 /* Replays the trace under `policy_name` with `settings` (the same keys as sim_run: the
@@ -195,6 +195,17 @@ typedef struct calib_results {
     double stall_overhead; /* cpu: all calls' time over their medians' (>= 1), in every t_ns */
 } calib_results;
 
+/* What repeated CPU calibrations of one model (a validation's, between rounds) keep between
+ * them: the expert file whose reads are timed (lent: the validation's own) and the copies of one
+ * expert per precision the ops are timed on, made once (a 352 MB expert takes seconds to draw and
+ * quantize). Zero-initialized; calib_cpu_cache_free frees the copies. */
+typedef struct calib_cpu_cache {
+    const struct cpu_store *store;
+    uint8_t *copies[PREC_COUNT];
+} calib_cpu_cache;
+
+void calib_cpu_cache_free(calib_cpu_cache *c);
+
 /* Options of a calibration run. */
 typedef struct calib_options {
     const model_geometry *model; /* expert and attention shapes to time */
@@ -206,6 +217,7 @@ typedef struct calib_options {
      * max_context (0: every point), expert ops at the precisions marked (NULL: all four) */
     uint32_t max_tokens, max_context;
     const bool *precisions; /* [PREC_COUNT] */
+    calib_cpu_cache *cache; /* CPU: NULL, or what repeated calibrations keep */
 } calib_options;
 
 #define CALIB_CPU_PHASES 7 /* disk, DRAM, the non-expert ops, the experts at 4 precisions */
@@ -293,7 +305,7 @@ typedef struct validate_summary {
     /* policy order by TPOT, per group: of the pairs the simulator orders (`pairs`), those the
      * replay ranks the same way; pairs the simulator ties are counted apart and not ranked */
     uint64_t pairs, concordant, sim_ties;
-    bool same_order;           /* every pair the simulator orders is ordered alike */
+    bool same_order; /* every pair the simulator orders is ordered alike */
     /* of `pairs`, those the replay orders (validate_replay_order) and, of those, the ones the
      * simulator orders alike: the order the targets judge (a pair the replay's own rounds split
      * has no measured order to agree with) */
@@ -316,7 +328,8 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
 /* The replay's order of a pair: -1 when a runs faster than b, +1 slower, 0 when the replay does
  * not order them. With at least VALIDATE_MIN_ROUNDS rounds each, the rounds paired by index
  * decide: a sign test, two-sided p < 0.05 (8 of 9 rounds alike, 9 of 10), rounds with equal or
- * unknown TPOTs left out. Otherwise the compared replays' TPOTs (real_tpot_ms) decide, 0 only for equal ones. */
+ * unknown TPOTs left out. Otherwise the compared replays' TPOTs (real_tpot_ms) decide, 0 only for
+ * equal ones. */
 int validate_replay_order(const validate_row *a, const validate_row *b);
 /* How many paired rounds a runs faster than b, and the rounds compared (0: no rounds). */
 uint32_t validate_rounds_faster(const validate_row *a, const validate_row *b, uint32_t *rounds);

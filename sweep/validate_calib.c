@@ -34,7 +34,8 @@ moesim_status validate_calib_take(const validate_calibrator *c, calib_results *o
                          .repeats = c->repeats,
                          .max_tokens = c->max_tokens,
                          .max_context = c->max_context,
-                         .precisions = c->precisions};
+                         .precisions = c->precisions,
+                         .cache = c->cache};
     moesim_status st = c->cpu ? calib_run_cpu(&opt, NULL, out, err) : calib_run(&opt, out, err);
     if (st) return st;
     fig->disk_gb_per_s = out->h2d_peak_gb_per_s;

@@ -28,8 +28,9 @@ typedef struct validate_calibrator {
      * positions, the expert formats stored (NULL: all) */
     uint32_t max_tokens, max_context;
     const bool *precisions;
-    uint64_t start_ns; /* the validation's start (replay_exec_clock_ns) */
-    bool quiet;        /* no line per calibration on stderr */
+    calib_cpu_cache *cache; /* cpu: the validation's expert file, and what calibrations keep */
+    uint64_t start_ns;      /* the validation's start (replay_exec_clock_ns) */
+    bool quiet;             /* no line per calibration on stderr */
 } validate_calibrator;
 
 /* Makes `dir` (mkdir -p) and checks it is writable: a validation finds out before its replays,

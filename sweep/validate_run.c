@@ -390,6 +390,7 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
     if (!st && !v.cpu) st = replay_device_check(err); /* after the inputs: theirs come first */
     if (!st && p->n) st = make_store(&v, &p->specs[0], err);
     validate_calibrator calib;
+    calib_cpu_cache calib_cache = {.store = v.cpu_store};
     if (!st && s->calibrate_dir) st = validate_calib_dir_prepare(s->calibrate_dir, err);
     if (!st && s->calibrate_dir) {
         uint32_t max_prompt, max_len;
@@ -403,6 +404,7 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
                                       .max_tokens = max_prompt * v.batch_size,
                                       .max_context = max_len,
                                       .precisions = v.cpu ? v.stored : NULL,
+                                      .cache = v.cpu ? &calib_cache : NULL,
                                       .start_ns = replay_exec_clock_ns(),
                                       .quiet = s->quiet};
         v.calib = &calib;
@@ -410,10 +412,12 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
     if (!st) st = run_all(&v, p->specs, p->n, rows, meta, err);
     if (!st) {
         snprintf(meta->device, sizeof meta->device, "%s", v.hw.gpu);
-        snprintf(meta->profile, sizeof meta->profile, "%s", v.hw.name);
+        snprintf(meta->profile, sizeof meta->profile, "%s%s", v.hw.name,
+                 v.calib ? ", calibrated between rounds" : "");
         snprintf(meta->trace, sizeof meta->trace, "%s", s->trace_path);
         snprintf(meta->model, sizeof meta->model, "%s", v.model.name);
     }
+    calib_cpu_cache_free(&calib_cache);
     replay_store_destroy(v.store);
     cpu_store_destroy(v.cpu_store);
     trace_destroy(v.t);
