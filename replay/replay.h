@@ -290,6 +290,10 @@ typedef struct validate_row {
      * compared): what the machine's drift during the round is worth in the result; NAN when not
      * calibrated between rounds */
     double sim_tpot_drift;
+    /* and the TPOT error had every round been simulated with the first calibration alone (one
+     * calibration before the validation): what calibrating between rounds changed; NAN when not
+     * calibrated between rounds */
+    double tpot_err_first_calib;
     bool refused;   /* the simulator refused the configuration: left out of the summary */
     char note[160]; /* why */
 } validate_row;
@@ -312,8 +316,9 @@ typedef struct validate_summary {
     uint64_t replay_ordered, replay_ordered_concordant;
     double discordant_gap_max; /* the largest relative gap of simulated TPOTs among the pairs
                                   ordered differently (0: none), as validate_sim_gap */
-    /* median over rows of sim_tpot_drift (NAN: not calibrated between rounds) */
-    double drift_tpot_median;
+    /* median over rows of sim_tpot_drift, and of |tpot_err_first_calib| (NAN: not calibrated
+     * between rounds) */
+    double drift_tpot_median, tpot_abs_err_median_first_calib;
     /* the machine drifted more than the error reported (drift_tpot_median > tpot_abs_err_median):
      * the validation cannot tell the simulator's error from the machine's drift, and calls no
      * result */

@@ -106,9 +106,15 @@ static void write_drift(FILE *f, const validate_meta *meta, const validate_summa
         change(f, p->lm_head_us, c->lm_head_us);
         fprintf(f, " %s |\n", c->profile);
     }
-    fprintf(f, "\nDrift during the compared rounds, as simulated TPOT (|after - before| / "
-               "compared): median %.2f %% against a median |TPOT error| of %.2f %%",
+    fprintf(f,
+            "\nDrift during the compared rounds, as simulated TPOT (|after - before| / "
+            "compared): median %.2f %% against a median |TPOT error| of %.2f %%",
             100 * s->drift_tpot_median, 100 * s->tpot_abs_err_median);
+    if (!isnan(s->tpot_abs_err_median_first_calib))
+        fprintf(f,
+                " (had every round been simulated with the first calibration alone, as with one "
+                "calibration before the validation: %.2f %%)",
+                100 * s->tpot_abs_err_median_first_calib);
     if (s->drift_exceeds_error)
         fputs(": **the machine drifted more than the error; no result is called** (rerun on a "
               "quieter machine, or with shorter rounds).\n",

@@ -185,9 +185,11 @@ static moesim_status compare_runs(const config_runs *cr, const validate_spec *r,
     /* calibrated between rounds: against the simulation of that replay's round */
     const validate_record *sim = cr->sim_round ? &cr->sim_round[median] : &cr->sim;
     moesim_status st = validate_compare(sim, &cr->real[median], r->label, row, err);
-    if (!st && cr->sim_round)
+    if (!st && cr->sim_round) {
         row->sim_tpot_drift =
             fabs(cr->sim_tpot_at[median + 1] - cr->sim_tpot_at[median]) / sim->r.tpot.mean_ms;
+        row->tpot_err_first_calib = validate_rel_err(cr->sim_tpot_at[0], row->real_tpot_ms);
+    }
     MOESIM_ASSERT(n <= VALIDATE_MAX_ROUNDS); /* --repeats is checked against it */
     for (uint32_t i = 0; i < n && !st; i++) {
         row->real_tpot_lo_ms = fmin(row->real_tpot_lo_ms, cr->real[i].r.tpot.mean_ms);
