@@ -17,6 +17,11 @@
 uint32_t trace_layer_twins_find(const trace *t, uint32_t (*pairs)[2], uint32_t cap,
                                 uint32_t *listed);
 
+/* The same for a trace read as a stream (two passes over its blocks where two layers' hashes
+ * agree, one otherwise). */
+uint32_t trace_layer_twins_find_stream(trace_stream *ts, uint32_t (*pairs)[2], uint32_t cap,
+                                       uint32_t *listed);
+
 /* The maximum of pairs `trace stats` lists (all are counted). */
 #define TRACE_LAYER_TWINS_LISTED 32
 
@@ -24,5 +29,6 @@ uint32_t trace_layer_twins_find(const trace *t, uint32_t (*pairs)[2], uint32_t c
  * TRACE_LAYER_TWINS_LISTED pairs) of `t` to the JSON object `j`, as `trace stats --json` and
  * libmoesim report them. */
 void trace_layer_twins_add_json(const trace *t, json_t *j);
+void trace_layer_twins_add_json_stream(trace_stream *ts, json_t *j);
 
 #endif
