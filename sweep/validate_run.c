@@ -24,7 +24,9 @@ typedef struct vctx {
     size_t n_files;
     const char *const *sets;
     size_t n_sets;
-    trace *t;
+    trace *t;           /* the trace in memory (GPU replays), or NULL */
+    trace_stream *ts;   /* --backend cpu: the trace as a stream (memory flat in its length) */
+    const trace *tokens; /* t, or the stream's meta and counts */
     hw_profile hw;
     model_geometry model;
     quant_table quant;
@@ -78,7 +80,8 @@ static moesim_status run_formats(const vctx *v, const validate_spec *r, char *ou
 static moesim_status replay_once(const vctx *v, const char *policy_name, config *c,
                                  validate_record *rec, moesim_error *err) {
     sim_hooks h = validate_record_hooks(rec);
-    replay_inputs in = {.trace = v->t,
+    replay_inputs in = {.trace = v->tokens,
+                        .stream = v->ts,
                         .model = &v->model,
                         .hw = &v->hw,
                         .quant = &v->quant,
@@ -104,14 +107,18 @@ typedef struct config_runs {
  * validation set crosses every policy with every budget. */
 static moesim_status simulate(const vctx *v, const validate_spec *r, config_runs *cr,
                               moesim_error *err) {
-    validate_record_init(&cr->sim, v->t->n_requests, v->t->meta.n_layers);
+    validate_record_init(&cr->sim, v->tokens->n_requests, v->tokens->meta.n_layers);
     cr->real = moesim_xcalloc(v->repeats, sizeof *cr->real);
     config *c = NULL;
     moesim_status st = make_config(v, r, &c, err);
     if (!st) {
         sim_hooks h = validate_record_hooks(&cr->sim);
-        sim_inputs in = {
-            .trace = v->t, .model = &v->model, .hw = &v->hw, .quant = &v->quant, .hooks = &h};
+        sim_inputs in = {.trace = v->tokens,
+                         .stream = v->ts,
+                         .model = &v->model,
+                         .hw = &v->hw,
+                         .quant = &v->quant,
+                         .hooks = &h};
         st = sim_run(&in, r->policy, c, &cr->sim.r, err);
         if (st == MOESIM_EINPUT) {
             cr->refused = true;
@@ -127,7 +134,7 @@ static moesim_status simulate(const vctx *v, const validate_spec *r, config_runs
 static moesim_status replay_again(const vctx *v, const validate_spec *r, config_runs *cr,
                                   moesim_error *err) {
     validate_record *rec = &cr->real[cr->n_real++];
-    validate_record_init(rec, v->t->n_requests, v->t->meta.n_layers);
+    validate_record_init(rec, v->tokens->n_requests, v->tokens->meta.n_layers);
     config *c = NULL;
     moesim_status st = make_config(v, r, &c, err);
     if (!st) st = replay_once(v, r->policy, c, rec, err);
@@ -236,10 +243,14 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
               .cpu = s->cpu,
               .repeats = s->repeats,
               .quiet = s->quiet};
-    moesim_status st = trace_read(s->trace_path, &v.t, err);
+    /* the CPU replay and the simulator read the trace as a stream; the GPU replay holds it */
+    moesim_status st = v.cpu ? trace_stream_open(s->trace_path, &v.ts, err)
+                             : trace_read(s->trace_path, &v.t, err);
+    if (!st) v.tokens = v.ts ? trace_stream_tokens(v.ts) : v.t;
     if (!st) st = hw_load_by_name(s->hw_name, &v.hw, err);
     if (!st)
-        st = model_load_by_name(s->model_name ? s->model_name : v.t->meta.model, &v.model, err);
+        st = model_load_by_name(s->model_name ? s->model_name : v.tokens->meta.model, &v.model,
+                                err);
     if (!st) st = quant_table_load_default(&v.quant, err);
     if (!st && !v.cpu) st = replay_device_check(err); /* after the inputs: theirs come first */
     if (!st && p->n) st = make_store(&v, &p->specs[0], err);
@@ -254,5 +265,6 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
     replay_store_destroy(v.store);
     cpu_store_destroy(v.cpu_store);
     trace_destroy(v.t);
+    trace_stream_close(v.ts);
     return st;
 }
