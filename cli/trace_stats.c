@@ -175,7 +175,7 @@ int cmd_trace_stats(int argc, char **argv) {
         if (t)
             trace_layer_twins_add_json(t, j);
         else
-            trace_layer_twins_add_json_stream(ts, j);
+            trace_layer_twins_add_json_stream(ts, s->layer_hash, j);
         json_t *inputs = json_object();
         json_object_set_new(inputs, "trace", provenance_file_json(path));
         json_object_set_new(inputs, "batch", batch ? json_integer((json_int_t)batch) : json_null());
@@ -186,7 +186,8 @@ int cmd_trace_stats(int argc, char **argv) {
         if (t)
             trace_layer_twins_find(t, twins, TRACE_LAYER_TWINS_LISTED, &listed);
         else
-            trace_layer_twins_find_stream(ts, twins, TRACE_LAYER_TWINS_LISTED, &listed);
+            trace_layer_twins_find_stream(ts, s->layer_hash, twins, TRACE_LAYER_TWINS_LISTED,
+                                          &listed);
         for (uint32_t i = 0; i < listed; i++)
             printf("warning: MoE layers %" PRIu32 " and %" PRIu32 " have identical routing in "
                    "every token (a layer copied in the log?): their figures are one layer's\n",

@@ -254,8 +254,11 @@ Test(trace_stats_cli, a_stream_in_small_blocks_gives_the_figures_of_the_trace_in
         got = stats_dump(streamed);
         cr_assert_str_eq(got, want, "streamed, next uses on disk %d", on_disk);
         uint32_t pairs[4][2], listed = 0;
-        cr_assert_eq(trace_layer_twins_find_stream(ts, pairs, 4, &listed), 1);
+        cr_assert_eq(trace_layer_twins_find_stream(ts, streamed->layer_hash, pairs, 4, &listed), 1);
         cr_assert(listed == 1 && pairs[0][0] == 0 && pairs[0][1] == 3);
+        uint32_t own[4][2], listed_own = 0; /* hashes from the twins' own pass: the same pair */
+        cr_assert_eq(trace_layer_twins_find_stream(ts, NULL, own, 4, &listed_own), 1);
+        cr_assert(listed_own == 1 && own[0][0] == 0 && own[0][1] == 3);
         free(got);
         trace_stats_destroy(streamed);
         trace_stream_close(ts);

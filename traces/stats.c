@@ -50,6 +50,7 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "traces/layer_twins.h"
 #include "traces/stats_stack.h"
 
 const uint32_t trace_stats_batch_sizes[STATS_N_BATCH] = {1, 2, 4, 8, 16, 32};
@@ -112,7 +113,8 @@ typedef struct stats_source {
     const trace *tokens; /* meta and counts */
     const trace_request_index *requests;
     uint64_t block_tokens, n_blocks;
-    trace view; /* the current block of `whole` */
+    trace view;          /* the current block of `whole` */
+    uint16_t *ids;       /* [block_tokens][L][k] a stream's block of expert ids */
 } stats_source;
 
 /* Block b (tokens [b * block_tokens, + *n)): a trace whose rows are indexed from 0. Valid until
@@ -142,6 +144,19 @@ static const trace *source_block(stats_source *src, uint64_t b, uint64_t *n) {
     v->lookahead_ids = t->lookahead_ids ? t->lookahead_ids + first * la : NULL;
     v->lookahead_scores = t->lookahead_scores ? t->lookahead_scores + first * la : NULL;
     return v;
+}
+
+/* Block b's expert ids alone (stride L * k per token), for the backward pass. */
+static const uint16_t *source_experts(stats_source *src, uint64_t b, uint64_t *n) {
+    const trace *blk = NULL;
+    if (!src->ts) {
+        blk = source_block(src, b, n);
+        return blk->expert_ids;
+    }
+    const uint64_t first = b * src->block_tokens, left = src->tokens->n_tokens - first;
+    *n = left < src->block_tokens ? left : src->block_tokens;
+    trace_stream_read_experts(src->ts, first, *n, src->ids);
+    return src->ids;
 }
 
 /* ---- the next uses, from a backward pass ----
@@ -514,6 +529,7 @@ typedef struct work {
     open_requests open;
     batch_plan batch;
     next_use_store next;
+    uint64_t *layer_hash; /* [L] trace_stats.layer_hash, or NULL */
 } work;
 
 /* Backward: every layer's next uses, block by block from the last (reverse indices). */
@@ -525,16 +541,18 @@ static void next_use_backward(work *w) {
     for (size_t i = 0; i < (size_t)L * E; i++) last[i] = NEVER;
     for (uint64_t b = src->n_blocks; b-- > 0;) {
         uint64_t n;
-        const trace *blk = source_block(src, b, &n);
+        const uint16_t *blk = source_experts(src, b, &n);
+        const size_t stride = (size_t)L * k;
         uint32_t *out = store_slot(&w->next, b);
         for (uint32_t l = 0; l < L; l++) {
             uint32_t *region = out + l * per_layer, *lst = last + (size_t)l * E;
+            const uint16_t *col = blk + (size_t)l * k;
             uint64_t rows = 0;
-            for (uint64_t tok = 0; tok < n; tok++) rows += row_recorded(trace_experts(blk, tok, l));
+            for (uint64_t tok = 0; tok < n; tok++) rows += row_recorded(col + tok * stride);
             size_t j = rows * k;
             uint64_t rev = w->acc[l].n_access;
             for (uint64_t tok = n; tok-- > 0;) {
-                const uint16_t *ids = trace_experts(blk, tok, l);
+                const uint16_t *ids = col + tok * stride;
                 if (!row_recorded(ids)) continue;
                 for (uint32_t x = k; x-- > 0;) {
                     region[--j] = lst[ids[x]];
@@ -558,9 +576,11 @@ static void layer_block(work *w, const trace *blk, uint64_t n, uint32_t l, uint3
     uint64_t *la_pairs = a->la, *la_top1 = a->la + D, *la_found = a->la + 2 * D;
     uint64_t *la_wanted = a->la + 3 * D;
     const size_t row_values = (size_t)L * k;
+    uint64_t *hash = w->layer_hash ? &w->layer_hash[l] : NULL;
     size_t m = 0;
     for (uint64_t tok = 0; tok < n; tok++) {
         const uint16_t *ids = trace_experts(blk, tok, l);
+        if (hash) *hash = trace_layer_twins_hash_row(*hash, ids, trace_gates(blk, tok, l), k);
         if (tok + PREFETCH_TOKENS < n) { /* rows are L * k apart: help the hardware */
             const uint16_t *pid = trace_experts(blk, tok + PREFETCH_TOKENS, l);
             const float *pg = trace_gates(blk, tok + PREFETCH_TOKENS, l);
@@ -789,6 +809,11 @@ static moesim_status stats_run(stats_source *src, bool fallback, trace_stats **o
     s->per_layer = arena_calloc(&s->mem, L, sizeof *s->per_layer);
     for (uint32_t l = 0; l < L; l++)
         s->per_layer[l].expert_count = arena_calloc(&s->mem, E, sizeof(uint64_t));
+    if (src->ts) {
+        src->ids = moesim_xmalloc(BT * L * k * sizeof *src->ids);
+        s->layer_hash = w.layer_hash = arena_calloc(&s->mem, L, sizeof *s->layer_hash);
+        for (uint32_t l = 0; l < L; l++) s->layer_hash[l] = TRACE_LAYER_TWINS_HASH0;
+    }
 
     w.seq = moesim_xmalloc(BT * k * sizeof *w.seq);
     w.tok_slot = moesim_xmalloc(BT * sizeof *w.tok_slot);
@@ -826,6 +851,7 @@ static moesim_status stats_run(stats_source *src, bool fallback, trace_stats **o
     free(w.tok_win);
     free(w.tok_local);
     store_free(&w.next);
+    free(src->ids);
     *out = s;
     return MOESIM_OK;
 }

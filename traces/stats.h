@@ -61,6 +61,8 @@ typedef struct trace_stats {
     double *opt_hit_rate;      /* [n_experts + 1] */
     double *lru_slot_hit_rate; /* [n_experts + 1] LRU per slot */
     layer_stats *per_layer;   /* [layers] */
+    uint64_t *layer_hash; /* [layers] trace_stats_compute_stream only: each layer's hash as
+                             trace_layer_twins computes it (traces/layer_twins.h), else NULL */
     arena mem;                /* owns every array above */
 } trace_stats;
 
@@ -72,7 +74,8 @@ typedef struct trace_stats {
 trace_stats *trace_stats_compute(const trace *t);
 /* The same figures, bit for bit, from a trace read as a stream (trace_stream_open): two passes
  * over its blocks (next uses backward, then everything forward), memory as above whatever the
- * trace's length. Fails (MOESIM_EIO) only when the temporary file cannot be made. */
+ * trace's length; and layer_hash, so that finding copied layers needs no pass of its own. Fails
+ * (MOESIM_EIO) only when the temporary file cannot be made. */
 moesim_status trace_stats_compute_stream(trace_stream *ts, trace_stats **out, moesim_error *err);
 void trace_stats_destroy(trace_stats *s); /* accepts NULL */
 
