@@ -61,19 +61,21 @@ static const char replay_usage_tail[] = "  --backend B          cuda (default: t
                                         "  -h, --help           this text\n";
 
 /* Loads what a replay with a checkpoint's weights reads, and checks the checkpoint against the
- * trace, all before any GPU work: the trace, the hardware profile, the quant table, the
- * checkpoint (replay/weights.h) and its geometry (under the trace's model name) into `model`.
- * *t and *w are the caller's to release, also on failure. */
+ * trace, all before any GPU work: the trace (whole, or with `ts` as a stream), the hardware
+ * profile, the quant table, the checkpoint (replay/weights.h) and its geometry (under the trace's
+ * model name) into `model`. *t, *ts and *w are the caller's to release, also on failure. */
 static moesim_status checkpoint_inputs_load(const char *trace_path, const char *hw_name,
-                                            const char *model_dir, trace **t, hw_profile *hw,
-                                            model_geometry *model, quant_table *quant,
-                                            replay_weights **w, moesim_error *err) {
-    moesim_status st = trace_read(trace_path, t, err);
+                                            const char *model_dir, trace **t, trace_stream **ts,
+                                            hw_profile *hw, model_geometry *model,
+                                            quant_table *quant, replay_weights **w,
+                                            moesim_error *err) {
+    moesim_status st = ts ? trace_stream_open(trace_path, ts, err) : trace_read(trace_path, t, err);
+    const trace *tokens = st ? NULL : ts ? trace_stream_tokens(*ts) : *t;
     if (!st) st = hw_load_by_name(hw_name, hw, err);
     if (!st) st = quant_table_load_default(quant, err);
     if (!st) st = replay_weights_open(model_dir, w, err);
-    if (!st) st = replay_weights_check_trace(*w, &(*t)->meta, trace_path, err);
-    if (!st) replay_weights_geometry(*w, (*t)->meta.model, model);
+    if (!st) st = replay_weights_check_trace(*w, &tokens->meta, trace_path, err);
+    if (!st) replay_weights_geometry(*w, tokens->meta.model, model);
     return st;
 }
 
@@ -176,21 +178,29 @@ int cmd_replay(int argc, char **argv) {
     config *settings = config_create();
     moesim_status st = cli_sim_options_settings(&o, settings, &err);
     if (!st && synthetic && !cpu) st = replay_device_check(&err);
+    /* the CPU backend reads the trace as a stream (memory flat in its length); the GPU's holds
+     * it */
     trace *t = NULL;
+    trace_stream *ts = NULL;
     replay_weights *w = NULL;
     hw_profile hw;
     model_geometry model;
     quant_table quant;
-    if (!st && synthetic)
+    if (!st && synthetic && cpu)
+        st = sim_inputs_open_stream(o.trace_path, NULL, o.hw_name, geometry, &ts, &hw, &model,
+                                    &quant, &err);
+    else if (!st && synthetic)
         st = sim_inputs_load(o.trace_path, o.hw_name, geometry, &t, &hw, &model, &quant, &err);
     if (!st && model_dir) {
-        st = checkpoint_inputs_load(o.trace_path, o.hw_name, model_dir, &t, &hw, &model, &quant, &w,
-                                    &err);
+        st = checkpoint_inputs_load(o.trace_path, o.hw_name, model_dir, &t, cpu ? &ts : NULL, &hw,
+                                    &model, &quant, &w, &err);
         if (!st && !cpu) st = replay_device_check(&err);
     }
+    const trace *tokens = ts ? trace_stream_tokens(ts) : t;
     sim_result r;
     if (!st) {
-        replay_inputs in = {.trace = t,
+        replay_inputs in = {.trace = tokens,
+                            .stream = ts,
                             .model = &model,
                             .hw = &hw,
                             .quant = &quant,
@@ -209,7 +219,7 @@ int cmd_replay(int argc, char **argv) {
     if (st) {
         rc = cli_fail(&err);
     } else if (o.json) {
-        json_t *inputs = provenance_inputs_json(t, o.trace_path, model_dir ? NULL : model.name,
+        json_t *inputs = provenance_inputs_json(tokens, o.trace_path, model_dir ? NULL : model.name,
                                                 o.hw_name, o.policy_name, settings);
         if (model_dir) /* a checkpoint: its folder and the hash of its config.json */
             json_object_set_new(inputs, "checkpoint", json_string(model_dir));
@@ -229,6 +239,7 @@ int cmd_replay(int argc, char **argv) {
     cli_sim_options_free(&o);
     replay_weights_close(w);
     trace_destroy(t);
+    trace_stream_close(ts);
     config_destroy(settings);
     return rc;
 }

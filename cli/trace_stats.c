@@ -155,15 +155,27 @@ int cmd_trace_stats(int argc, char **argv) {
         return cli_usage_error("trace stats",
                                "--batch: expected an integer in [1, 65536], got '%s'", batch_text);
     moesim_error err = {0};
+    /* --batch simulates the batched steps over the trace in memory; without it the figures
+     * come from a stream, in memory that does not grow with the trace */
     trace *t = NULL;
-    if (trace_read(path, &t, &err)) return cli_fail(&err);
-    trace_stats *s = trace_stats_compute(t);
+    trace_stream *ts = NULL;
+    trace_stats *s = NULL;
     sim_batch_curves b = {0};
-    if (batch) sim_batch_curves_compute(t, (uint32_t)batch, &b);
+    if (batch) {
+        if (trace_read(path, &t, &err)) return cli_fail(&err);
+        s = trace_stats_compute(t);
+        sim_batch_curves_compute(t, (uint32_t)batch, &b);
+    } else if (trace_stream_open(path, &ts, &err) || trace_stats_compute_stream(ts, &s, &err)) {
+        trace_stream_close(ts);
+        return cli_fail(&err);
+    }
     if (as_json) {
         json_t *j = trace_stats_to_json(s);
         if (batch) json_object_set_new(j, "batched", batch_curves_json(&b));
-        trace_layer_twins_add_json(t, j);
+        if (t)
+            trace_layer_twins_add_json(t, j);
+        else
+            trace_layer_twins_add_json_stream(ts, s->layer_hash, j);
         json_t *inputs = json_object();
         json_object_set_new(inputs, "trace", provenance_file_json(path));
         json_object_set_new(inputs, "batch", batch ? json_integer((json_int_t)batch) : json_null());
@@ -171,7 +183,11 @@ int cmd_trace_stats(int argc, char **argv) {
     } else {
         print_text(path, s, batch ? &b : NULL);
         uint32_t twins[TRACE_LAYER_TWINS_LISTED][2], listed = 0;
-        trace_layer_twins_find(t, twins, TRACE_LAYER_TWINS_LISTED, &listed);
+        if (t)
+            trace_layer_twins_find(t, twins, TRACE_LAYER_TWINS_LISTED, &listed);
+        else
+            trace_layer_twins_find_stream(ts, s->layer_hash, twins, TRACE_LAYER_TWINS_LISTED,
+                                          &listed);
         for (uint32_t i = 0; i < listed; i++)
             printf("warning: MoE layers %" PRIu32 " and %" PRIu32 " have identical routing in "
                    "every token (a layer copied in the log?): their figures are one layer's\n",
@@ -180,5 +196,6 @@ int cmd_trace_stats(int argc, char **argv) {
     sim_batch_curves_free(&b);
     trace_stats_destroy(s);
     trace_destroy(t);
+    trace_stream_close(ts);
     return 0;
 }

@@ -110,7 +110,10 @@ static void host_step_begin(void *h, const run_step_info *si) {
     x->ops_in_step = 0;
     x->last_op_end = 0;
     uint64_t now = replay_exec_now(x);
-    x->step_start[si->index] = now;
+    if (x->step_start)
+        x->step_start[si->index] = now;
+    else
+        for (uint32_t a = 0; a < si->n_admitted; a++) x->req_t_admit[si->admitted[a]] = now;
     sim_timeline_step(&x->tl, si->index, now); /* the stream is idle: host and stream agree */
 }
 
@@ -158,7 +161,18 @@ static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precisi
 /* The step's ops have run or are enqueued: their times, then each MoE layer's span. */
 static void host_step_end(void *h, const run_step_info *si) {
     replay_exec *x = h;
-    x->step_end[si->index] = replay_exec_now(x);
+    uint64_t now = replay_exec_now(x);
+    if (x->step_end) {
+        x->step_end[si->index] = now;
+    } else { /* the step's requests that emitted: the first and last step ends of each (sim's) */
+        x->last_step_end_ns = now;
+        for (uint32_t i = 0; i < si->sd->n_tokens; i++) {
+            if (!x->loop.step_emit[i]) continue;
+            uint32_t r = x->loop.step_req[i];
+            if (x->loop.it.req_first[r] == si->index) x->req_t_first[r] = now;
+            x->req_t_last[r] = now;
+        }
+    }
     x->be->step_end(x, si->index);
     for (uint32_t l = 0; l < x->L; l++) {
         if (x->layer_t0[l] != UINT64_MAX && x->hooks && x->hooks->on_layer_done)
@@ -190,10 +204,42 @@ static const run_host_ops replay_host = {REPLAY_HOST_SLOTS, .queues_ops = false}
 static const run_host_ops replay_host_queued = {REPLAY_HOST_SLOTS, .queues_ops = true};
 #undef REPLAY_HOST_SLOTS
 
-/* Token `tok`'s rows: the replay holds the whole trace. */
+/* Token `tok`'s rows: the whole trace, or the stream's cached block (valid until the next
+ * lookup). */
 static const trace *row_of(void *ctx, uint64_t tok, uint64_t *local) {
+    const replay_exec *x = ctx;
+    if (x->in->stream) return trace_stream_row(x->in->stream, tok, local);
     *local = tok;
-    return ((const replay_exec *)ctx)->tr;
+    return x->tr;
+}
+
+uint32_t replay_exec_max_context(replay_exec *x) {
+    uint32_t max_ctx = 1;
+    for (uint64_t i = 0; i < x->tr->n_tokens; i++) {
+        uint64_t at;
+        uint32_t pos = row_of(x, i, &at)->position[at];
+        if (pos + 1 > max_ctx) max_ctx = pos + 1;
+    }
+    return max_ctx;
+}
+
+/* With a stream: the schedule's sizes (step count, largest step, KV peak) from one pass over
+ * its steps, as the simulator plans it; the run loop then produces the steps again. */
+static void schedule_plan(replay_exec *x) {
+    sim_schedule_iter it;
+    sim_schedule_iter_init(&it, x->requests, x->set.batch_size, model_kv_bytes_per_token(x->m),
+                           model_recurrent_state_bytes(x->m));
+    sim_schedule_step sd;
+    uint64_t kv;
+    uint32_t max_tokens = 0;
+    while (sim_schedule_next(&it, &sd, &kv, NULL, NULL, NULL)) {
+        if (kv > x->sch.kv_peak_bytes) x->sch.kv_peak_bytes = kv;
+        if (sd.n_tokens > max_tokens) max_tokens = sd.n_tokens;
+    }
+    x->sch.n_steps = it.step;
+    sim_schedule_iter_free(&it);
+    x->sch.max_step_tokens = max_tokens ? max_tokens : 1;
+    x->sch.n_requests = x->requests->n_requests;
 }
 
 /* ---- setup ---- */
@@ -234,6 +280,8 @@ static moesim_status check_inputs(const replay_inputs *in, moesim_error *err) {
                            tm->model, tm->n_layers, tm->n_experts, tm->top_k, m->name);
     if (in->trace->n_tokens == 0)
         return moesim_fail(err, MOESIM_EINPUT, "trace has no tokens: nothing to replay");
+    if (in->stream && in->trace != trace_stream_tokens(in->stream))
+        return moesim_fail(err, MOESIM_EINPUT, "replay: the trace is not the stream's");
     return MOESIM_OK;
 }
 
@@ -286,7 +334,11 @@ static moesim_status make_policy(replay_exec *x, moesim_error *err) {
     memsys_host mh = {x, on_work, on_hbm, on_reserve, on_release};
     memsys_init(&x->ms, &mc, &mh);
     x->ms_live = true;
-    sim_future_init(&x->future, x->tr, &x->sch);
+    if (x->in->stream)
+        sim_future_init_requests(&x->future, &x->tr->meta, x->requests, x->set.batch_size,
+                                 x->sch.max_step_tokens, row_of, x);
+    else
+        sim_future_init(&x->future, x->tr, &x->sch);
     x->ms.future = &x->future;
     const trace_meta *tm = &x->tr->meta;
     bool emulated = tm->lookahead_depth == 0;
@@ -342,7 +394,7 @@ static void make_loop(replay_exec *x) {
                                 .model = x->m,
                                 .hooks = x->hooks,
                                 .meta = &x->tr->meta,
-                                .rq = &x->rq,
+                                .rq = x->requests,
                                 .row_of = row_of,
                                 .row_ctx = x,
                                 .batch_size = x->set.batch_size,
@@ -359,8 +411,15 @@ static void make_loop(replay_exec *x) {
     x->loop.pool_cap_bytes = x->bud.pool_cap_bytes;
     x->loop.route_capacity = x->route_capacity;
     x->loop.route_expert_bytes = x->route_expert_bytes;
-    x->step_start = moesim_xcalloc(x->sch.n_steps, sizeof(uint64_t));
-    x->step_end = moesim_xcalloc(x->sch.n_steps, sizeof(uint64_t));
+    if (x->in->stream) {
+        size_t R = x->sch.n_requests ? x->sch.n_requests : 1;
+        x->req_t_admit = moesim_xcalloc(R, sizeof(uint64_t));
+        x->req_t_first = moesim_xcalloc(R, sizeof(uint64_t));
+        x->req_t_last = moesim_xcalloc(R, sizeof(uint64_t));
+    } else {
+        x->step_start = moesim_xcalloc(x->sch.n_steps, sizeof(uint64_t));
+        x->step_end = moesim_xcalloc(x->sch.n_steps, sizeof(uint64_t));
+    }
     x->layer_t0 = moesim_xcalloc(x->L, sizeof(uint64_t));
     x->layer_t1 = moesim_xcalloc(x->L, sizeof(uint64_t));
     for (uint32_t l = 0; l < x->L; l++) x->layer_t0[l] = UINT64_MAX;
@@ -391,9 +450,18 @@ static moesim_status exec_setup(replay_exec *x, const char *policy_name, config 
         for (int part = 0; part < PART_COUNT && stored[p]; part++)
             x->part_bytes[p][part] =
                 model_expert_part_bytes(x->m, in->quant, (expert_part)part, (moesim_precision)p);
-    sim_schedule_build(&x->sch, x->tr, x->set.batch_size, model_kv_bytes_per_token(x->m),
-                       model_recurrent_state_bytes(x->m));
-    trace_request_index_build(&x->rq, x->tr);
+    if (in->stream && strcmp(x->be->name, "cpu") != 0)
+        return moesim_fail(err, MOESIM_EINPUT, "a streamed trace is replayed by the cpu backend "
+                                               "only");
+    if (in->stream) { /* no per-token array: the steps are produced as the run goes */
+        x->requests = trace_stream_requests(in->stream);
+        schedule_plan(x);
+    } else {
+        sim_schedule_build(&x->sch, x->tr, x->set.batch_size, model_kv_bytes_per_token(x->m),
+                           model_recurrent_state_bytes(x->m));
+        trace_request_index_build(&x->rq, x->tr);
+        x->requests = &x->rq;
+    }
     if ((st = plan_budget(x, settings, err))) return st;
     if ((st = make_policy(x, err))) return st;
     if (in->timeline_path && (st = sim_timeline_open_as(&x->tl, in->timeline_path, "moesim replay",
@@ -407,12 +475,18 @@ static moesim_status exec_setup(replay_exec *x, const char *policy_name, config 
 
 static void exec_result(replay_exec *x, sim_result *r, replay_checks *ck) {
     snprintf(r->policy, sizeof r->policy, "%s", x->pm->name);
-    sim_result_set_latency(r, &x->sch, x->step_start, x->step_end, x->hooks);
+    if (x->step_start)
+        sim_result_set_latency(r, &x->sch, x->step_start, x->step_end, x->hooks);
+    else
+        sim_result_set_request_latency(r, x->sch.n_requests, x->req_t_admit, x->req_t_first,
+                                       x->req_t_last, x->loop.it.req_steps, x->hooks);
     sim_result_fill(
         r, &(sim_result_totals){.tokens = x->tr->n_tokens,
                                 .requests = x->sch.n_requests,
                                 .steps = x->sch.n_steps,
-                                .makespan_ns = x->sch.n_steps ? x->step_end[x->sch.n_steps - 1] : 0,
+                                .makespan_ns = !x->step_end    ? x->last_step_end_ns
+                                               : x->sch.n_steps ? x->step_end[x->sch.n_steps - 1]
+                                                                : 0,
                                 .tally = &x->loop.tally,
                                 .moved = &x->ms.n,
                                 .pf_hit = x->loop.pf_hit,
@@ -457,7 +531,8 @@ static void exec_teardown(replay_exec *x) {
     run_loop_free(&x->loop);
     trace_request_index_free(&x->rq);
     arena_free(&x->mem);
-    void *bufs[] = {x->step_start, x->step_end, x->layer_t0, x->layer_t1};
+    void *bufs[] = {x->step_start, x->step_end,  x->req_t_admit, x->req_t_first,
+                    x->req_t_last, x->layer_t0, x->layer_t1};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
 }
 

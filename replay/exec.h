@@ -151,7 +151,8 @@ struct replay_exec {
     /* the run loop (core/run_loop.h): routes, steps, their waits; its buffers in `mem` */
     run_loop loop;
     arena mem;
-    trace_request_index rq;     /* the trace's requests, for the loop's schedule */
+    trace_request_index rq;     /* the trace's requests, built when `tr` holds them */
+    const trace_request_index *requests; /* &rq, or the stream's (in->stream) */
     uint32_t la_depth, la_k;    /* look-ahead handed to the policy */
     bool la_emulated;           /* emulated from the routing (the trace has none) */
     bool has_shared, has_dense; /* the model has shared experts / dense layers to run */
@@ -159,7 +160,10 @@ struct replay_exec {
     /* clock and measures */
     uint64_t t0_ns;
     bool clock_on;
-    uint64_t *step_start, *step_end; /* [n_steps] ns */
+    uint64_t *step_start, *step_end; /* [n_steps] ns; NULL with a stream (sch holds the plan's
+                                        sizes only), which keeps per request instead: */
+    uint64_t *req_t_admit, *req_t_first, *req_t_last; /* [n_requests] ns, with a stream */
+    uint64_t last_step_end_ns;                        /* with a stream: the makespan */
     uint64_t *layer_t0, *layer_t1;   /* [L] the step's first and last op of each MoE layer */
     uint64_t last_op_end;            /* of the step's ops reported so far */
     uint32_t ops_in_step;
@@ -171,6 +175,9 @@ struct replay_exec {
     sim_timeline tl;
     sim_timeline_hbm_shown tl_hbm; /* what the per-precision HBM counters show */
 };
+
+/* The longest context of the trace: 1 + its largest position. */
+uint32_t replay_exec_max_context(replay_exec *x);
 
 /* Runs the trace under `policy_name` on backend `be` (replay_run, replay_run_cpu). */
 moesim_status replay_exec_run(const replay_backend *be, const replay_inputs *in,

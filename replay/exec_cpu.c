@@ -138,10 +138,8 @@ static moesim_status cpu_setup(replay_exec *x, moesim_error *err) {
     block_pool_init(&x->pool, b->arena_bytes, block_bytes,
                     (size_t)x->L * x->E * PREC_COUNT * PART_COUNT);
 
-    uint32_t max_ctx = 1;
-    for (uint64_t i = 0; i < x->tr->n_tokens; i++)
-        if (x->tr->position[i] + 1 > max_ctx) max_ctx = x->tr->position[i] + 1;
-    cpu_compute_init(&b->cc, x->m, max_ctx, x->in->weight_seed, x->in->weights);
+    cpu_compute_init(&b->cc, x->m, replay_exec_max_context(x), x->in->weight_seed,
+                     x->in->weights);
     pthread_mutex_init(&b->lock, NULL);
     b->lock_live = true;
     x->lock = &b->lock;

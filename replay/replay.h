@@ -128,6 +128,10 @@ moesim_status replay_store_expert(const replay_store *s, uint32_t moe_layer, uin
 
 typedef struct replay_inputs {
     const trace *trace;
+    trace_stream *stream; /* optional, replay_run_cpu only: the rows are read from here block by
+                             block (memory does not grow with the trace) and `trace` is
+                             trace_stream_tokens(stream), opened reading every row; NULL:
+                             `trace` holds them */
     const model_geometry *model; /* must match the trace's geometry */
     const hw_profile *hw;        /* the calibrated profile: DRAM size, default budget */
     const quant_table *quant;

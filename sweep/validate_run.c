@@ -27,7 +27,9 @@ typedef struct vctx {
     size_t n_files;
     const char *const *sets;
     size_t n_sets;
-    trace *t;
+    trace *t;           /* the trace in memory (GPU replays), or NULL */
+    trace_stream *ts;   /* --backend cpu: the trace as a stream (memory flat in its length) */
+    const trace *tokens; /* t, or the stream's meta and counts */
     hw_profile hw;
     model_geometry model;
     quant_table quant;
@@ -90,7 +92,8 @@ static moesim_status run_formats(const vctx *v, const validate_spec *r, char *ou
 static moesim_status replay_once(const vctx *v, const char *policy_name, config *c,
                                  validate_record *rec, moesim_error *err) {
     sim_hooks h = validate_record_hooks(rec);
-    replay_inputs in = {.trace = v->t,
+    replay_inputs in = {.trace = v->tokens,
+                        .stream = v->ts,
                         .model = &v->model,
                         .hw = &v->hw,
                         .quant = &v->quant,
@@ -123,8 +126,12 @@ static moesim_status simulate_on(const vctx *v, const validate_spec *r, const hw
     moesim_status st = make_config(v, r, cost_table, &c, err);
     if (!st) {
         sim_hooks h = validate_record_hooks(rec);
-        sim_inputs in = {
-            .trace = v->t, .model = &v->model, .hw = hw, .quant = &v->quant, .hooks = &h};
+        sim_inputs in = {.trace = v->tokens,
+                         .stream = v->ts,
+                         .model = &v->model,
+                         .hw = hw,
+                         .quant = &v->quant,
+                         .hooks = &h};
         st = sim_run(&in, r->policy, c, &rec->r, err);
     }
     config_destroy(c);
@@ -136,7 +143,7 @@ static moesim_status simulate_on(const vctx *v, const validate_spec *r, const hw
  * validation set crosses every policy with every budget. */
 static moesim_status simulate(const vctx *v, const validate_spec *r, const hw_profile *hw,
                               const char *cost_table, config_runs *cr, moesim_error *err) {
-    validate_record_init(&cr->sim, v->t->n_requests, v->t->meta.n_layers);
+    validate_record_init(&cr->sim, v->tokens->n_requests, v->tokens->meta.n_layers);
     cr->real = moesim_xcalloc(v->repeats, sizeof *cr->real);
     moesim_status st = simulate_on(v, r, hw, cost_table, &cr->sim, err);
     if (st == MOESIM_EINPUT) {
@@ -151,7 +158,7 @@ static moesim_status simulate(const vctx *v, const validate_spec *r, const hw_pr
 static moesim_status replay_again(const vctx *v, const validate_spec *r, config_runs *cr,
                                   moesim_error *err) {
     validate_record *rec = &cr->real[cr->n_real++];
-    validate_record_init(rec, v->t->n_requests, v->t->meta.n_layers);
+    validate_record_init(rec, v->tokens->n_requests, v->tokens->meta.n_layers);
     config *c = NULL;
     moesim_status st = make_config(v, r, NULL, &c, err);
     if (!st) st = replay_once(v, r->policy, c, rec, err);
@@ -263,7 +270,7 @@ static moesim_status publish_profiles(const vctx *v, round_profiles *rp, validat
 static moesim_status simulate_rounds(const vctx *v, const validate_spec *specs, config_runs *runs,
                                      size_t n, const round_profiles *rp, moesim_error *err) {
     moesim_status st = MOESIM_OK;
-    uint32_t nr = v->t->n_requests, nl = v->t->meta.n_layers;
+    uint32_t nr = v->tokens->n_requests, nl = v->tokens->meta.n_layers;
     for (size_t i = 0; i < n && !st; i++) {
         config_runs *cr = &runs[i];
         if (cr->refused) continue;
@@ -344,13 +351,16 @@ static moesim_status run_all(const vctx *v, const validate_spec *specs, size_t n
 
 /* The longest prompt of the trace's requests and the longest request (prompt and decode):
  * the most tokens one step of a request runs and the most positions it attends. */
-static void trace_extents(const trace *t, uint32_t *max_prompt, uint32_t *max_len) {
+static void trace_extents(const vctx *v, uint32_t *max_prompt, uint32_t *max_len) {
+    trace_request_index own = {0};
+    const trace_request_index *ix = v->ts ? trace_stream_requests(v->ts) : &own;
+    if (!v->ts) trace_request_index_build(&own, v->t);
     *max_prompt = *max_len = 0;
-    for (uint64_t i = 0; i < t->n_tokens; i++) {
-        uint32_t at = t->position[i] + 1;
-        if (at > *max_len) *max_len = at;
-        if (t->phase[i] == TRACE_PREFILL && at > *max_prompt) *max_prompt = at;
+    for (uint32_t r = 0; r < ix->n_requests; r++) {
+        if (ix->n_prefill[r] > *max_prompt) *max_prompt = ix->n_prefill[r];
+        if (ix->n_tokens[r] > *max_len) *max_len = ix->n_tokens[r];
     }
+    trace_request_index_free(&own);
 }
 
 /* One host store for the runs (pinning tens of GB is slow): the formats of the first
@@ -384,10 +394,14 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
               .repeats = s->repeats,
               .quiet = s->quiet};
     memset(meta, 0, sizeof *meta);
-    moesim_status st = trace_read(s->trace_path, &v.t, err);
+    /* the CPU replay and the simulator read the trace as a stream; the GPU replay holds it */
+    moesim_status st = v.cpu ? trace_stream_open(s->trace_path, &v.ts, err)
+                             : trace_read(s->trace_path, &v.t, err);
+    if (!st) v.tokens = v.ts ? trace_stream_tokens(v.ts) : v.t;
     if (!st) st = hw_load_by_name(s->hw_name, &v.hw, err);
     if (!st)
-        st = model_load_by_name(s->model_name ? s->model_name : v.t->meta.model, &v.model, err);
+        st = model_load_by_name(s->model_name ? s->model_name : v.tokens->meta.model, &v.model,
+                                err);
     if (!st) st = quant_table_load_default(&v.quant, err);
     if (!st && !v.cpu) st = replay_device_check(err); /* after the inputs: theirs come first */
     if (!st && p->n) st = make_store(&v, &p->specs[0], err);
@@ -396,7 +410,7 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
     if (!st && s->calibrate_dir) st = validate_calib_dir_prepare(s->calibrate_dir, err);
     if (!st && s->calibrate_dir) {
         uint32_t max_prompt, max_len;
-        trace_extents(v.t, &max_prompt, &max_len);
+        trace_extents(&v, &max_prompt, &max_len);
         calib = (validate_calibrator){.model = &v.model,
                                       .base = &v.hw,
                                       .precision = v.primary,
@@ -423,5 +437,6 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
     replay_store_destroy(v.store);
     cpu_store_destroy(v.cpu_store);
     trace_destroy(v.t);
+    trace_stream_close(v.ts);
     return st;
 }

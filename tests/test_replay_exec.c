@@ -26,6 +26,7 @@
 #include "core/block_pool.h"
 #include "sim/sim.h"
 #include "sim_fixtures.h"
+#include "support/test_support.h"
 
 static quant_table quant;
 
@@ -228,6 +229,53 @@ Test(replay_exec, cpu_backend_runs_the_simulators_routes_and_no_expert_before_it
         cr_expect_gt(real.tpot.mean_ms, 0, "%s", name);
     }
     cr_assert_geq(ran, 6, "only %u policies ran", ran);
+    trace_destroy(rc.t);
+}
+
+/* One cpu replay of `policy_name`, the trace in memory or (ts) as a stream. */
+static void replay_one(const replay_case *rc, trace_stream *ts, const char *policy_name,
+                       sim_result *real) {
+    moesim_error err = {0};
+    replay_inputs ri = {.trace = ts ? trace_stream_tokens(ts) : rc->t,
+                        .stream = ts,
+                        .model = &rc->m,
+                        .hw = &rc->hw,
+                        .quant = &quant,
+                        .weight_seed = 5};
+    config *c = settings(NULL);
+    moesim_status st = replay_run_cpu(&ri, policy_name, c, real, NULL, &err);
+    config_destroy(c);
+    cr_assert_eq(st, MOESIM_OK, "policy %s: %s", policy_name, err.msg);
+}
+
+Test(replay_exec, cpu_backend_on_a_streamed_trace_runs_the_steps_and_routes_of_the_trace_in_memory,
+     .timeout = 300) {
+    replay_case rc = make_case();
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("replay-stream.h5"));
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(rc.t, path, &err), MOESIM_OK, "%s", err.msg);
+    const char *policies[] = {"lru", "oracle"}; /* oracle: the future from the requests */
+    for (size_t i = 0; i < 2; i++) {
+        trace_stream *ts = NULL;
+        cr_assert_eq(trace_stream_open(path, &ts, &err), MOESIM_OK, "%s", err.msg);
+        trace_stream_set_cache(ts, 7, 2); /* blocks of 7 tokens: many block reads */
+        sim_result whole, streamed;
+        replay_one(&rc, NULL, policies[i], &whole);
+        replay_one(&rc, ts, policies[i], &streamed);
+        const char *name = policies[i];
+        cr_expect_gt(trace_stream_blocks_read(ts), 2, "%s", name);
+        cr_expect_eq(streamed.steps, whole.steps, "%s", name);
+        cr_expect_eq(streamed.sub_routes, whole.sub_routes, "%s", name);
+        cr_expect_eq(streamed.tokens, whole.tokens, "%s", name);
+        cr_expect_eq(streamed.requests, whole.requests, "%s", name);
+        cr_expect_eq(streamed.accesses, whole.accesses, "%s", name);
+        cr_expect_eq(streamed.expert_ops, whole.expert_ops, "%s", name);
+        cr_expect_gt(streamed.makespan_ms, 0, "%s", name);
+        cr_expect_gt(streamed.ttft.mean_ms, 0, "%s", name);
+        cr_expect_gt(streamed.tpot.mean_ms, 0, "%s", name);
+        trace_stream_close(ts);
+    }
     trace_destroy(rc.t);
 }
 

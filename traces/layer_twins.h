@@ -17,6 +17,18 @@
 uint32_t trace_layer_twins_find(const trace *t, uint32_t (*pairs)[2], uint32_t cap,
                                 uint32_t *listed);
 
+/* Each layer's hash is FNV-1a over its rows in token order, ids then gates, each row continuing
+ * from the last (start: TRACE_LAYER_TWINS_HASH0): a pass over the trace made for something else
+ * can compute them (trace_stats_compute_stream does). */
+#define TRACE_LAYER_TWINS_HASH0 0xcbf29ce484222325ull
+uint64_t trace_layer_twins_hash_row(uint64_t h, const uint16_t *ids, const float *gates,
+                                    uint32_t k);
+
+/* The same for a trace read as a stream, from its layers' hashes `hash` [L]: one pass over its
+ * blocks where two layers' hashes agree, none otherwise. */
+uint32_t trace_layer_twins_find_stream(trace_stream *ts, const uint64_t *hash,
+                                       uint32_t (*pairs)[2], uint32_t cap, uint32_t *listed);
+
 /* The maximum of pairs `trace stats` lists (all are counted). */
 #define TRACE_LAYER_TWINS_LISTED 32
 
@@ -24,5 +36,6 @@ uint32_t trace_layer_twins_find(const trace *t, uint32_t (*pairs)[2], uint32_t c
  * TRACE_LAYER_TWINS_LISTED pairs) of `t` to the JSON object `j`, as `trace stats --json` and
  * libmoesim report them. */
 void trace_layer_twins_add_json(const trace *t, json_t *j);
+void trace_layer_twins_add_json_stream(trace_stream *ts, const uint64_t *hash, json_t *j);
 
 #endif

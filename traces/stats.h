@@ -61,13 +61,22 @@ typedef struct trace_stats {
     double *opt_hit_rate;      /* [n_experts + 1] */
     double *lru_slot_hit_rate; /* [n_experts + 1] LRU per slot */
     layer_stats *per_layer;   /* [layers] */
+    uint64_t *layer_hash; /* [layers] trace_stats_compute_stream only: each layer's hash as
+                             trace_layer_twins computes it (traces/layer_twins.h), else NULL */
     arena mem;                /* owns every array above */
 } trace_stats;
 
 /* Computes everything in one call. `t` must satisfy trace_check (every reader and trace_finish
  * ensure it); a violated invariant is a bug and asserts. Caller owns the result;
- * trace_stats_destroy. */
+ * trace_stats_destroy. Memory beyond the trace: O(L * E) stacks, a block of rows, the decode
+ * tokens of 32 requests in flight (active share), and the next uses of OPT (4 bytes per access)
+ * in an unlinked temporary file once they pass 64 MB (held in memory if none can be made). */
 trace_stats *trace_stats_compute(const trace *t);
+/* The same figures, bit for bit, from a trace read as a stream (trace_stream_open): two passes
+ * over its blocks (next uses backward, then everything forward), memory as above whatever the
+ * trace's length; and layer_hash, so that finding copied layers needs no pass of its own. Fails
+ * (MOESIM_EIO) only when the temporary file cannot be made. */
+moesim_status trace_stats_compute_stream(trace_stream *ts, trace_stats **out, moesim_error *err);
 void trace_stats_destroy(trace_stats *s); /* accepts NULL */
 
 /* Hit counts of one cache fed the access sequence `seq` (expert ids < n_experts) one access at a

@@ -238,12 +238,26 @@ AVX2_FN uint32_t opt_step_avx2(uint32_t *prio, uint32_t *size, uint32_t now, uin
  * A route's later accesses of an expert it already accessed are hits (the same copy serves
  * them), as in the simulator. */
 
+void stack_state_init(stack_state *st, uint32_t n_experts) {
+    size_t E = n_experts ? n_experts : 1;
+    st->stack = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *st->stack);
+    st->prio = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *st->prio);
+    st->prio2 = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *st->prio2);
+    st->last = moesim_xmalloc(E * sizeof *st->last);
+    for (size_t e = 0; e < E; e++) st->last[e] = NEVER;
+    st->lru_size = st->opt_size = st->opt2_size = st->now = 0;
+}
+
+void stack_state_free(stack_state *st) {
+    free(st->stack);
+    free(st->prio);
+    free(st->prio2);
+    free(st->last);
+}
+
 void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capacity) {
     size_t E = n_experts ? n_experts : 1;
-    s->stack = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->stack);
-    s->prio = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->prio);
-    s->prio2 = moesim_xcalloc(E + 1 + STACK_PAD, sizeof *s->prio2);
-    s->last = moesim_xcalloc(E, sizeof *s->last);
+    stack_state_init(&s->whole, n_experts);
     s->pre_last = moesim_xcalloc(E, sizeof *s->pre_last);
     marker_init(&s->in_route, E);
     s->next_use = moesim_xcalloc(capacity ? capacity : 1, sizeof *s->next_use);
@@ -260,10 +274,7 @@ void stack_scratch_init(stack_scratch *s, uint32_t n_experts, size_t capacity) {
 }
 
 void stack_scratch_free(stack_scratch *s) {
-    free(s->stack);
-    free(s->prio);
-    free(s->prio2);
-    free(s->last);
+    stack_state_free(&s->whole);
     free(s->pre_last);
     marker_free(&s->in_route);
     free(s->next_use);
@@ -325,37 +336,38 @@ static uint32_t widest_route(const uint16_t *seq, const route_list *routes, stac
  * doubled sequence made the whole stats step 2.1 CPU-s, interleaved 1.5, Qwen3-30B-A3B
  * geometry, 32 M accesses). */
 #define DEFINE_STACK_PASS(SFX, ATTR, LRU_STEP, OPT_STEP)                                           \
-    ATTR static void route_pass_##SFX(const uint16_t *seq, const route_list *routes,               \
-                                      uint32_t n_experts, stack_scratch *s,                        \
-                                      const depth_hists *h) {                                      \
-        for (uint32_t e = 0; e < n_experts; e++) s->last[e] = NEVER;                               \
-        uint32_t lru_size = 0, opt_size = 0, opt2_size = 0;                                        \
-        size_t i = 0;                                                                              \
+    ATTR static void route_pass_##SFX(const uint16_t *seq, const uint32_t *next_use,              \
+                                      const route_list *routes, uint32_t n_experts,               \
+                                      stack_state *st, stack_scratch *s, const depth_hists *h) {  \
+        size_t i = st->now; /* time of seq[i - st->now] */                                         \
+        const size_t i0 = st->now;                                                                 \
         for (size_t r = 0; r < routes->n; r++) {                                                   \
             uint32_t m = route_length(routes, r), members = 0, n_after = 0;                        \
             const size_t r1 = i + m;                                                               \
             marker_next(&s->in_route);                                                             \
             for (uint32_t j = 0; j < m; j++, i++) {                                                \
-                uint16_t e = seq[i];                                                               \
-                uint32_t nu = h->opt_slot || h->opt ? s->next_use[i] : NEVER;                      \
-                if (h->opt_slot) h->opt_slot[OPT_STEP(s->prio, &opt_size, (uint32_t)i, nu)]++;     \
+                uint16_t e = seq[i - i0];                                                          \
+                uint32_t nu = h->opt_slot || h->opt ? next_use[i - i0] : NEVER;                    \
+                if (h->opt_slot) h->opt_slot[OPT_STEP(st->prio, &st->opt_size, (uint32_t)i, nu)]++; \
                 if (h->opt) {                                                                      \
                     uint32_t next = nu < r1 ? 2 * nu : IN_ROUTE(r1);                               \
                     if (nu >= r1) s->after[n_after++] = nu == NEVER ? NEVER : 2 * nu;              \
-                    h->opt[OPT_STEP(s->prio2, &opt2_size, 2 * (uint32_t)i, next)]++;               \
+                    h->opt[OPT_STEP(st->prio2, &st->opt2_size, 2 * (uint32_t)i, next)]++;          \
                 }                                                                                  \
                 if (!h->lru_slot && !h->lru) continue;                                             \
-                uint32_t before = s->last[e];                                                      \
-                uint32_t d = LRU_STEP(s->stack, &lru_size, s->last, e, (uint32_t)i);               \
+                uint32_t before = st->last[e];                                                     \
+                uint32_t d = LRU_STEP(st->stack, &st->lru_size, st->last, e, (uint32_t)i);         \
                 if (h->lru_slot) h->lru_slot[d]++;                                                 \
                 if (h->lru) h->lru[pinned_lru_depth(s, e, before, d, &members)]++;                 \
             }                                                                                      \
             for (uint32_t x = 0; x < n_after; x++) { /* the again accesses */                      \
-                MOESIM_ASSERT(s->prio2[x] == IN_ROUTE(r1));                                        \
-                s->prio2[x] = s->after[x];                                                         \
+                MOESIM_ASSERT(st->prio2[x] == IN_ROUTE(r1));                                       \
+                st->prio2[x] = s->after[x];                                                        \
             }                                                                                      \
         }                                                                                          \
-        MOESIM_ASSERT(lru_size <= n_experts && opt_size <= n_experts && opt2_size <= n_experts);   \
+        st->now = (uint32_t)i;                                                                     \
+        MOESIM_ASSERT(st->lru_size <= n_experts && st->opt_size <= n_experts &&                    \
+                      st->opt2_size <= n_experts);                                                 \
     }
 
 DEFINE_STACK_PASS(scalar, , lru_step, opt_step)
@@ -363,18 +375,28 @@ DEFINE_STACK_PASS(scalar, , lru_step, opt_step)
 DEFINE_STACK_PASS(avx2, __attribute__((target("avx2"))), lru_step_avx2, opt_step_avx2)
 #endif
 
+void route_histograms_segment(const uint16_t *seq, size_t n, const uint32_t *next_use,
+                              const route_list *routes, uint32_t n_experts, stack_state *st,
+                              stack_scratch *s, const depth_hists *h) {
+    MOESIM_ASSERT(st->now + n < NEVER / 2);
+#ifdef STATS_HAVE_AVX2
+    if (s->avx2) {
+        route_pass_avx2(seq, next_use, routes, n_experts, st, s, h);
+        return;
+    }
+#endif
+    route_pass_scalar(seq, next_use, routes, n_experts, st, s, h);
+}
+
 /* Fills the histograms of `h` for the access sequence seq [n] cut into `routes`. */
 void route_histograms(const uint16_t *seq, size_t n, const route_list *routes, uint32_t n_experts,
                       stack_scratch *s, const depth_hists *h) {
     MOESIM_ASSERT(n < NEVER / 2 && n <= s->capacity);
-    if (h->opt_slot || h->opt) next_use_pass(seq, n, n_experts, s->last, s->next_use);
-#ifdef STATS_HAVE_AVX2
-    if (s->avx2) {
-        route_pass_avx2(seq, routes, n_experts, s, h);
-        return;
-    }
-#endif
-    route_pass_scalar(seq, routes, n_experts, s, h);
+    stack_state *st = &s->whole;
+    if (h->opt_slot || h->opt) next_use_pass(seq, n, n_experts, st->last, s->next_use);
+    for (uint32_t e = 0; e < n_experts; e++) st->last[e] = NEVER; /* next_use_pass's scratch */
+    st->lru_size = st->opt_size = st->opt2_size = st->now = 0;
+    route_histograms_segment(seq, n, s->next_use, routes, n_experts, st, s, h);
 }
 
 /* hits[c] = accesses found at depth <= c, c = 0..n_experts. */

@@ -192,6 +192,9 @@ uint64_t trace_stream_blocks_read(const trace_stream *s); /* block reads after o
  * until the next call. A read that fails after open succeeded (the file changed or the disk
  * failed) prints one line naming the file and aborts. */
 const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local);
+/* The expert ids alone of tokens [first, first + n) into dst [n][L][k], bypassing the block
+ * cache: a pass that needs nothing else inflates a third of the bytes. */
+void trace_stream_read_experts(trace_stream *s, uint64_t first, uint64_t n, uint16_t *dst);
 
 /* Writing a trace without holding it whole: open with the counts (known up front, e.g. from a
  * request plan), append blocks of tokens in order (a block as for trace_checker; each is

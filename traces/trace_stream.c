@@ -378,6 +378,16 @@ void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_b
     s->mru = 0;
 }
 
+void trace_stream_read_experts(trace_stream *s, uint64_t first, uint64_t n, uint16_t *dst) {
+    MOESIM_ASSERT(first + n <= s->skeleton->n_tokens);
+    moesim_error err = {0};
+    s->r.err = &err;
+    if (read_ds_rows(s, DS_EXPERT_IDS, first, n, dst)) { /* as trace_stream_row */
+        fprintf(stderr, "moesim: %s\n", err.msg);
+        abort();
+    }
+}
+
 const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local) {
     MOESIM_ASSERT(token < s->skeleton->n_tokens);
     uint64_t b = token / s->block_tokens;
