@@ -418,8 +418,16 @@ static double *depth_knob(synth_knobs *k, const char *base, int g) {
     MOESIM_UNREACHABLE();
 }
 
+/* History copies in [0, 1]; a layer whose copies go to 0 (its LRU hit rates below what the
+ * draw gives: its experts come back more evenly spread in time than independent draws spread
+ * them) is searched again in [-1, 0], the history avoidance. Two stages, as for reuse_top1. */
 static void fit_history(fit_ctx *c, int halvings) {
-    bisect_layers(c, layer_knob(c, SYNTH_LK_REUSE_HISTORY), 0, 1, true, STAT_LRU, halvings);
+    double *v = layer_knob(c, SYNTH_LK_REUSE_HISTORY);
+    bool local[MODEL_MAX_LAYERS], below[MODEL_MAX_LAYERS], any = false;
+    for (uint32_t l = 0; l < c->L; l++) local[l] = v[l] >= 0;
+    bisect_layers_only(c, v, local, 0, 1, STAT_LRU, halvings);
+    for (uint32_t l = 0; l < c->L; l++) any |= below[l] = v[l] < ldexp(1.0, -halvings);
+    if (any) bisect_layers_only(c, v, below, -1, 0, STAT_LRU, halvings);
 }
 
 /* Top-1 copies in [0, 1]; a layer whose real reuse top-1 is below what drawing alone gives
