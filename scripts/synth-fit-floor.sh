@@ -2,7 +2,7 @@
 # The noise floor of the per-layer match on the real Mixtral-8x7B log (traces/SYNTH.md, "Limits"):
 # how far a log of its size is from the model it was drawn from, layer by layer. Takes the knobs
 # fitted to tests/fixtures/mixtral-humaneval as the truth and draws N logs of its shape from them
-# (2 requests, 83..255 decode tokens each, seeds 1..N), then per draw:
+# (2 requests of 169 decode tokens: its 338, seeds 1..N), then per draw:
 #   - "draw vs model": the worst gap of any layer's LRU or OPT curve (capacities 2..8) between the
 #     draw and the model's expectation (the same knobs, 200 requests, seed 1000);
 #   - "refit": the draw fitted with `trace synth --fit` and compared as the real log is (a trace
@@ -15,8 +15,9 @@ out=${2:-results/synth-fit}/floor
 draws=${3:-8}
 mkdir -p "$out"
 real=tests/fixtures/mixtral-humaneval/mixtral-8x7b-humaneval-vllm.h5
-shape=(--model mixtral-8x7b --prompt-len 1 --gen-len 83:255 --lookahead 0 -q)
-"$moesim" trace synth --fit "$real" --model mixtral-8x7b --save-knobs "$out/knobs.ini" -q
+shape=(--model mixtral-8x7b --prompt-len 1 --gen-len 169 --lookahead 0 -q)
+"$moesim" trace synth --fit "$real" --model mixtral-8x7b --save-knobs "$out/knobs.ini" -q \
+    > /dev/null
 "$moesim" trace synth --knobs "$out/knobs.ini" "${shape[@]}" --requests 200 --seed 1000 \
     -o "$out/model.h5"
 "$moesim" trace stats "$out/model.h5" --json > "$out/model.json"
@@ -36,10 +37,12 @@ EOF
 tokens_of() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["tokens"])' "$1"; }
 # the worst per-layer LRU and OPT gaps of a --report
 report_gaps() {
-    awk '/^LRU per layer: worst gap/ { lru = $(NF - 1) } /^OPT per layer: worst gap/ { opt = $(NF - 1) }
+    awk '/^LRU per layer: worst gap/ { lru = $(NF - 1) }
+         /^OPT per layer: worst gap/ { opt = $(NF - 1) }
          END { printf "%.3f | %.3f", lru, opt }' "$1"
 }
-echo "| log | tokens | draw vs model, per-layer worst gap | refit: LRU per-layer worst gap | refit: OPT per-layer worst gap |"
+printf '| log | tokens | draw vs model, per-layer worst gap | refit: LRU per-layer worst gap '
+printf '| refit: OPT per-layer worst gap |\n'
 echo "|---|---|---|---|---|"
 for s in $(seq 1 "$draws"); do
     "$moesim" trace synth --knobs "$out/knobs.ini" "${shape[@]}" --requests 2 --seed "$s" \
@@ -54,5 +57,5 @@ done
 "$moesim" trace stats "$real" --json > "$out/real.json"
 "$moesim" trace synth --fit "$real" --model mixtral-8x7b --requests 20 --seed 2 --report -q \
     > "$out/refit-real.txt"
-echo "| the real log | $(tokens_of "$out/real.json") | $(worst_gap "$out/real.json" "$out/model.json") | $(report_gaps \
-    "$out/refit-real.txt") |"
+echo "| the real log | $(tokens_of "$out/real.json") | $(worst_gap "$out/real.json" \
+    "$out/model.json") | $(report_gaps "$out/refit-real.txt") |"

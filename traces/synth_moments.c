@@ -206,9 +206,9 @@ static inline uint32_t bit_count(uint64_t x) {
     return (uint32_t)((x * 0x0101010101010101ull) >> 56);
 }
 
-/* fit_layer_stats.drift: each request's decode rows in trace order (their positions' order),
- * per layer cut into windows of FIT_DRIFT_WINDOW recorded rows (a last partial one left out). */
-static void drift_compute(const trace *t, double *drift) {
+/* Each request's decode rows in trace order (their positions' order), per layer cut into
+ * windows of FIT_DRIFT_WINDOW recorded rows (a last partial one left out). */
+void fit_drift_compute(const trace *t, double *drift) {
     const uint32_t L = t->meta.n_layers, E = t->meta.n_experts, k = t->meta.top_k;
     const uint32_t R = t->n_requests, Wn = FIT_DRIFT_WINDOW;
     uint64_t *start = moesim_xcalloc((size_t)R + 1, sizeof *start); /* [R + 1] */
@@ -336,7 +336,6 @@ void fit_layer_stats_compute(const trace *t, fit_layer_stats *ls) {
         }
         ls->lru_mean[l] = acc[l] && E > k ? sum / (E - k) : NAN;
     }
-    drift_compute(t, ls->drift);
     free(acc);
     free(any);
     free(same);

@@ -35,16 +35,17 @@ typedef struct fit_layer_stats {
     double gini[MODEL_MAX_LAYERS];
     double reuse_top1[MODEL_MAX_LAYERS], reuse_any[MODEL_MAX_LAYERS];
     double lru_mean[MODEL_MAX_LAYERS]; /* mean LRU hit rate over capacities k..E-1 */
-    /* popularity drift within a request: the mean, over windows of FIT_DRIFT_WINDOW consecutive
-     * decode rows of a request (of requests with two whole windows or more), of the total
-     * variation distance between the window's expert shares and the request's over its whole
-     * windows; NaN where no request has two windows */
-    double drift[MODEL_MAX_LAYERS];
 } fit_layer_stats;
 
-#define FIT_DRIFT_WINDOW 32 /* decode rows per window of the drift statistic */
-
 void fit_layer_stats_compute(const trace *t, fit_layer_stats *ls);
+
+#define FIT_DRIFT_WINDOW 32 /* decode rows per window of the drift statistic */
+/* Popularity drift within a request, per layer (drift[L]): the mean, over windows of
+ * FIT_DRIFT_WINDOW consecutive decode rows of a request (of requests with two whole windows or
+ * more), of the total variation distance between the window's expert shares and the request's
+ * over its whole windows; NaN where no request has two windows. Informative (the report): no
+ * knob is fitted to it. */
+void fit_drift_compute(const trace *t, double *drift);
 
 /* Some moments of routing only (the others are left as they were): a bisection computes what
  * its statistic needs. */
