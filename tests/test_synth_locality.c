@@ -58,6 +58,29 @@ Test(synth_locality, a_negative_reuse_top1_makes_consecutive_top1s_agree_less_th
     trace_destroy(repelled);
 }
 
+Test(synth_locality, a_negative_reuse_history_spreads_a_layer_s_experts_further_apart_in_time) {
+    model_geometry m = anti_local_model();
+    const uint32_t L = m.n_moe_layers, k = m.top_k, layer = 2;
+    double *lk = malloc((size_t)SYNTH_LAYER_KNOBS * L * sizeof *lk);
+    for (size_t i = 0; i < (size_t)SYNTH_LAYER_KNOBS * L; i++) lk[i] = NAN; /* profiles */
+    trace *drawn = generate(&m, 0, lk);
+    lk[(size_t)SYNTH_LK_REUSE_HISTORY * L + layer] = -1; /* avoid the tokens 2..5 back */
+    lk[(size_t)SYNTH_LK_HISTORY_TOKENS * L + layer] = 4;
+    trace *spread = generate(&m, 0, lk);
+    trace_stats *a = trace_stats_compute(drawn), *b = trace_stats_compute(spread);
+    /* a cache of 2k..3k experts holds the last few rows: they are avoided, so it hits less */
+    for (uint32_t c = 2 * k; c <= 3 * k; c++)
+        cr_assert_lt(b->per_layer[layer].lru_hit_rate[c],
+                     a->per_layer[layer].lru_hit_rate[c] - 0.05,
+                     "capacity %u: %g avoiding, %g drawn", c, b->per_layer[layer].lru_hit_rate[c],
+                     a->per_layer[layer].lru_hit_rate[c]);
+    trace_stats_destroy(a);
+    trace_stats_destroy(b);
+    trace_destroy(drawn);
+    trace_destroy(spread);
+    free(lk);
+}
+
 Test(synth_locality, per_layer_knob_values_replace_the_profile_at_their_layer_only) {
     model_geometry m = anti_local_model();
     const uint32_t L = m.n_moe_layers;

@@ -77,11 +77,12 @@ typedef struct synth_tables {
     uint32_t *reuse_top1, *avoid_other; /* [L] thresholds */
     uint32_t *avoid_top1;     /* [L] threshold of redrawing prev's top-1 (reuse_top1 < 0) */
     uint32_t *history;        /* [L] threshold of a history copy; all 0: off */
+    uint32_t *avoid_history;  /* [L] threshold of redrawing a history expert (reuse_history < 0) */
     uint32_t H;               /* tokens of history (reuse_history_tokens) */
     uint32_t *history_tokens; /* [L] tokens a layer's history copies reach, <= H */
     uint32_t repeat;          /* threshold of repeat_decode_token; 0: off */
     uint32_t *row_copy;       /* [2][L] thresholds of reuse_row_prefill, reuse_row_decode; 0: off */
-    bool any_history;         /* some layer copies from its history */
+    bool any_history;         /* some layer copies from (or avoids) its history */
     uint32_t *copy_cdf; /* [L][k] P(copied slots <= c), copied slots ~ Binomial(k - 1, reuse) */
     bool *copies;       /* [L] reuse_other > 0 at this layer */
 } synth_tables;
@@ -166,6 +167,7 @@ static void tables_build(synth_tables *tb, const model_geometry *m, const synth_
     tb->avoid_other = moesim_xcalloc(L, sizeof *tb->avoid_other);
     tb->avoid_top1 = moesim_xcalloc(L, sizeof *tb->avoid_top1);
     tb->history = moesim_xcalloc(L, sizeof *tb->history);
+    tb->avoid_history = moesim_xcalloc(L, sizeof *tb->avoid_history);
     tb->H = (uint32_t)kn->reuse_history_tokens;
     tb->history_tokens = moesim_xcalloc(L, sizeof *tb->history_tokens);
     tb->repeat = prob_threshold(kn->repeat_decode_token);
@@ -218,8 +220,10 @@ static void tables_build(synth_tables *tb, const model_geometry *m, const synth_
                                 tb->copy_cdf + (size_t)l * m->top_k);
         tb->copies[l] = other > 0;
         tb->avoid_other[l] = prob_threshold(-other);
-        tb->history[l] = prob_threshold(synth_layer_knob_value(o, SYNTH_LK_REUSE_HISTORY, l, L));
-        tb->any_history |= tb->history[l] != 0;
+        const double hist = synth_layer_knob_value(o, SYNTH_LK_REUSE_HISTORY, l, L);
+        tb->history[l] = prob_threshold(hist);
+        tb->avoid_history[l] = prob_threshold(-hist); /* < 0: the request's recent experts */
+        tb->any_history |= tb->history[l] != 0 || tb->avoid_history[l] != 0;
         const double reach = synth_layer_knob_value(o, SYNTH_LK_HISTORY_TOKENS, l, L);
         tb->history_tokens[l] = reach < 1 ? 1 : reach > tb->H ? tb->H : (uint32_t)lround(reach);
         tb->row_copy[l] = prob_threshold(synth_layer_knob_value(o, SYNTH_LK_ROW_PREFILL, l, L));
@@ -249,6 +253,7 @@ static void tables_free(synth_tables *tb) {
     free(tb->avoid_top1);
     free(tb->history_tokens);
     free(tb->history);
+    free(tb->avoid_history);
     free(tb->row_copy);
 }
 
@@ -300,13 +305,15 @@ static uint64_t plan_build(request_plan *plan, const synth_options *o, uint32_t 
 typedef struct route_work {
     uint32_t *mark;  /* [E] chosen for the current row */
     uint32_t *pmark; /* [E] in the predecessor's row (anti-reuse layers only) */
+    uint32_t *hmark; /* [E] in the rows 2.. back that history reaches (history-avoiding layers) */
     uint32_t stamp;
     uint32_t E;
 } route_work;
 
 /* One draw from the table that is not yet in the row (and, at layers with anti-reuse, redrawn
- * with probability avoid when the predecessor used it); the most popular unchosen expert after
- * SYNTH_DRAW_CAP rejected draws. */
+ * with probability avoid when the predecessor used it, or avoid_history when one of the tokens
+ * 2..reach + 1 back did); the most popular unchosen expert after SYNTH_DRAW_CAP rejected
+ * draws. */
 static inline __attribute__((always_inline)) uint16_t
 route_draw(const synth_tables *tb, uint32_t l, const alias_cell *cells, const uint16_t *pop,
            const uint16_t *prev, const route_work *rw, rng_block *g) {
@@ -317,6 +324,9 @@ route_draw(const synth_tables *tb, uint32_t l, const alias_cell *cells, const ui
         if (prev && tb->avoid_other[l] && rw->pmark[e] == rw->stamp &&
             rng_block_u32(g) < tb->avoid_other[l])
             continue; /* anti-reuse: redraw an expert the predecessor used */
+        if (tb->avoid_history[l] && rw->hmark[e] == rw->stamp &&
+            rng_block_u32(g) < tb->avoid_history[l])
+            continue; /* anti-reuse further back: redraw an expert of the recent history */
         return e;
     }
     for (uint32_t j = 0; j < E; j++) /* rare: the most popular unchosen expert */
@@ -337,7 +347,7 @@ typedef struct route_history {
  * instead. */
 static inline uint16_t history_pick(const synth_tables *tb, uint32_t l, const route_history *h,
                                     const route_work *rw, rng_block *g) {
-    if (h->n < 2 || rng_block_u32(g) >= tb->history[l]) return TRACE_NO_EXPERT;
+    if (!tb->history[l] || h->n < 2 || rng_block_u32(g) >= tb->history[l]) return TRACE_NO_EXPERT;
     const uint32_t k = tb->k, reach = tb->history_tokens[l];
     const uint32_t avail = h->n - 1 < reach ? h->n - 1 : reach;
     const uint32_t at = (uint32_t)(((uint64_t)rng_block_u32(g) * (avail * k)) >> 32);
@@ -358,10 +368,17 @@ static void route_row(const synth_tables *tb, uint32_t l, const alias_cell *cell
     if (++rw->stamp == 0) {
         memset(rw->mark, 0, rw->E * sizeof *rw->mark);
         memset(rw->pmark, 0, rw->E * sizeof *rw->pmark);
+        memset(rw->hmark, 0, rw->E * sizeof *rw->hmark);
         rw->stamp = 1;
     }
     if (prev && tb->avoid_other[l])
         for (uint32_t j = 0; j < k; j++) rw->pmark[prev[j]] = rw->stamp;
+    if (hist && tb->avoid_history[l]) { /* the experts of the tokens 2..reach + 1 back */
+        const uint32_t n = hist->n, reach = tb->history_tokens[l];
+        for (uint32_t back = 2; back <= reach + 1 && back <= n; back++)
+            for (uint32_t j = 0; j < k; j++)
+                rw->hmark[hist->rows[(size_t)((n - back) % (tb->H + 1)) * k + j]] = rw->stamp;
+    }
     uint16_t e;
     /* one 32-bit draw: the high 22 bits decide the top-1 copy, the low 10 pick the gate row */
     const uint32_t u = rng_block_u32(g);
@@ -683,6 +700,7 @@ static void run_begin(synth_run *s, const model_geometry *m, const synth_options
     const synth_tables *tb = &s->tb;
     s->rw = (route_work){.mark = moesim_xcalloc(tb->E, sizeof(uint32_t)),
                          .pmark = moesim_xcalloc(tb->E, sizeof(uint32_t)),
+                         .hmark = moesim_xcalloc(tb->E, sizeof(uint32_t)),
                          .E = tb->E};
     if (tb->any_history)
         s->history = moesim_xcalloc((size_t)tb->L * (tb->H + 1) * tb->k, sizeof *s->history);
@@ -737,8 +755,8 @@ static void run_tokens(synth_run *s, trace *win, uint32_t r, uint32_t i0, uint32
             } else {
                 route_row(tb, l, tb->cells + tab, tb->pop_order + ((size_t)l * W + p->workload) * E,
                           i ? win->expert_ids + trace_route_index(win, prev, l) : NULL,
-                          tb->history[l] ? &hist : NULL, win->expert_ids + row,
-                          win->gate_weights + row, &s->rw, s->g_route);
+                          tb->history[l] || tb->avoid_history[l] ? &hist : NULL,
+                          win->expert_ids + row, win->gate_weights + row, &s->rw, s->g_route);
             }
             if (ring) /* the ring outlives the window, which may cut the request anywhere */
                 memcpy(ring + (size_t)(i % (tb->H + 1)) * tb->k, win->expert_ids + row,
@@ -753,6 +771,7 @@ static void run_end(synth_run *s) {
     free(s->lw.mark);
     free(s->rw.mark);
     free(s->rw.pmark);
+    free(s->rw.hmark);
     free(s->history);
     free(s->iw.w);
     free(s->iw.base);

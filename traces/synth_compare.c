@@ -82,6 +82,11 @@ size_t synth_fit_compare(const trace *real, const trace *synthetic, synth_fit_ro
         n = put_row(rows, n, cap, what, "", r->opt_hit_rate[c], s->opt_hit_rate[c],
                     MATCH_TOLERANCE);
     }
+    double rd[MODEL_MAX_LAYERS], sd[MODEL_MAX_LAYERS];
+    fit_drift_compute(real, rd);
+    fit_drift_compute(synthetic, sd);
+    n = put_row(rows, n, cap, "drift within a request (32 rows)", "", layer_mean(rd, r->layers),
+                layer_mean(sd, s->layers), 0);
     n = put_row(rows, n, cap, "LRU per layer: worst gap", "", 0, worst_layer_gap(r, s, false), 0);
     n = put_row(rows, n, cap, "OPT per layer: worst gap", "", 0, worst_layer_gap(r, s, true), 0);
     for (int b = 1; b < STATS_N_BATCH; b++) {

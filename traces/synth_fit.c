@@ -32,15 +32,16 @@
 #include "traces/stats.h"
 #include "traces/synth_moments.h"
 
-#define FIT_SEED       1  /* seed of every simulation: the fit is a function of the trace */
-#define FIT_SWEEPS     6  /* sweeps over the routing knobs */
-#define FIT_BISECT     10 /* halvings per knob per sweep (range / 1024) */
-#define FIT_BISECT_H   6  /* halvings per history knob while choosing reuse_history_tokens */
-#define FIT_MAX_CELLS  (1u << 22) /* token x layer records per simulation at most */
-#define FIT_SIM_CELLS  (1u << 16) /* records a simulation needs at least (fewer copies above) */
-#define FIT_SIM_TOKENS 8192       /* and tokens */
-#define N_DEPTH        3          /* profile points: first, mid, last */
-#define PL_MAX_SHARE   (1 - 1e-6) /* an expert in every row of a topic: a finite weight */
+#define FIT_SEED        1  /* seed of every simulation: the fit is a function of the trace */
+#define FIT_SWEEPS      6  /* sweeps over the routing knobs */
+#define FIT_BISECT      10 /* halvings per knob per sweep (range / 1024) */
+#define FIT_BISECT_H    6  /* halvings per history knob while choosing reuse_history_tokens */
+#define FIT_AVOID_REACH 8  /* the longest history reach tried with avoidance */
+#define FIT_MAX_CELLS   (1u << 22) /* token x layer records per simulation at most */
+#define FIT_SIM_CELLS   (1u << 16) /* records a simulation needs at least (fewer copies above) */
+#define FIT_SIM_TOKENS  8192       /* and tokens */
+#define N_DEPTH         3          /* profile points: first, mid, last */
+#define PL_MAX_SHARE    (1 - 1e-6) /* an expert in every row of a topic: a finite weight */
 
 static const char *const depth_names[N_DEPTH] = {"first", "mid", "last"};
 /* reuse_history_tokens tried (the second sweep keeps the one closest on the hit-rate curves) */
@@ -151,6 +152,9 @@ typedef struct fit_ctx {
     /* per-layer knobs: [SYNTH_LAYER_KNOBS][L] (c->o.layer_knobs), and the sharpness [L] */
     double *layer_knobs;
     double sharpness[MODEL_MAX_LAYERS];
+    /* [L] the layer's history knob is searched below 0 (avoidance), else above; chosen with the
+     * history reach */
+    bool avoid[MODEL_MAX_LAYERS];
     uint32_t simulations;
     double window; /* share of a knob's range bisect searches, centred on its value (1: all) */
     /* the fitted popularity table: real counts per (topic, layer, expert), smoothed */
@@ -418,8 +422,18 @@ static double *depth_knob(synth_knobs *k, const char *base, int g) {
     MOESIM_UNREACHABLE();
 }
 
+/* History copies in [0, 1], or, at the layers that avoid their history (c->avoid), the
+ * avoidance in [-1, 0]. */
 static void fit_history(fit_ctx *c, int halvings) {
-    bisect_layers(c, layer_knob(c, SYNTH_LK_REUSE_HISTORY), 0, 1, true, STAT_LRU, halvings);
+    double *v = layer_knob(c, SYNTH_LK_REUSE_HISTORY);
+    bool copy[MODEL_MAX_LAYERS], any_copy = false, any_avoid = false;
+    for (uint32_t l = 0; l < c->L; l++) {
+        copy[l] = !c->avoid[l];
+        any_copy |= copy[l], any_avoid |= c->avoid[l];
+        if (c->avoid[l] ? v[l] > 0 : v[l] < 0) v[l] = 0; /* a side just chosen starts at 0 */
+    }
+    if (any_copy) bisect_layers_only(c, v, copy, 0, 1, STAT_LRU, halvings);
+    if (any_avoid) bisect_layers_only(c, v, c->avoid, -1, 0, STAT_LRU, halvings);
 }
 
 /* Top-1 copies in [0, 1]; a layer whose real reuse top-1 is below what drawing alone gives
@@ -478,26 +492,43 @@ static void routing_sweep(fit_ctx *c, bool choose_history) {
         double *start = moesim_xmalloc(n_lk * sizeof *start);
         double *best = moesim_xmalloc(n_lk * sizeof *best);
         double best_gap[MODEL_MAX_LAYERS];
+        bool best_avoid[MODEL_MAX_LAYERS];
         memcpy(start, c->layer_knobs, n_lk * sizeof *start);
         memcpy(best, start, n_lk * sizeof *best);
-        for (uint32_t l = 0; l < L; l++) best_gap[l] = INFINITY;
+        for (uint32_t l = 0; l < L; l++) best_gap[l] = INFINITY, best_avoid[l] = false;
         k->reuse_history_tokens = history_lengths[MOESIM_ARRAY_LEN(history_lengths) - 1];
-        for (size_t i = 0; i < MOESIM_ARRAY_LEN(history_lengths); i++) {
+        /* each reach with copies, and the short ones also with avoidance: a layer avoids its
+         * history only where that brings its own curves closer than any copies do (searched
+         * below 0 for every layer, noise alone sent layers with no history at all there) */
+        for (size_t i = 0; i < 2 * MOESIM_ARRAY_LEN(history_lengths); i++) {
+            const size_t at = i % MOESIM_ARRAY_LEN(history_lengths);
+            const bool avoid = i >= MOESIM_ARRAY_LEN(history_lengths);
+            if (avoid && history_lengths[at] > FIT_AVOID_REACH) continue;
             memcpy(c->layer_knobs, start, n_lk * sizeof *start);
             double *reach = layer_knob(c, SYNTH_LK_HISTORY_TOKENS);
-            for (uint32_t l = 0; l < L; l++) reach[l] = history_lengths[i];
+            for (uint32_t l = 0; l < L; l++) reach[l] = history_lengths[at], c->avoid[l] = avoid;
             fit_history(c, FIT_BISECT_H);
             fit_reuse_other(c, FIT_BISECT_H);
             fit_reuse_row(c, FIT_BISECT_H);
             simulate(c, true, 0);
             for (uint32_t l = 0; l < L; l++) {
+                /* avoidance must bring the curves closer by more than the sampling error of a
+                 * real hit rate against a simulated one (twice its largest standard deviation),
+                 * or it fits the real trace's noise: on traces made without it, it was taken
+                 * where the copies left a layer 0.015 off, and moved the other knobs away from
+                 * those the trace was made with */
+                const double n_real = (double)c->real->per_layer[l].accesses;
+                const double n_sim = (double)c->sim->per_layer[l].accesses;
+                const double margin = avoid && !best_avoid[l] ? sqrt(1 / n_real + 1 / n_sim) : 0;
                 const double gap = layer_locality_gap(c, l);
-                if (!(gap < best_gap[l])) continue;
+                if (!(gap + margin < best_gap[l])) continue;
                 best_gap[l] = gap;
+                best_avoid[l] = avoid;
                 for (int kk = 0; kk < SYNTH_LAYER_KNOBS; kk++)
                     best[(size_t)kk * L + l] = c->layer_knobs[(size_t)kk * L + l];
             }
         }
+        memcpy(c->avoid, best_avoid, L * sizeof *best_avoid);
         memcpy(c->layer_knobs, best, n_lk * sizeof *best);
         free(best);
         free(start);

@@ -60,15 +60,15 @@ const synth_knob_info synth_knob_table[] = {
          "P(each other slot copies a predecessor's expert); < 0: P(it redraws one), middle layer"),
     KNOB(reuse_other_last, -1, 1,
          "P(each other slot copies a predecessor's expert); < 0: P(it redraws one), last layer"),
-    KNOB_EXTENSION(
-        reuse_history_first, 0, 1, 0,
-        "P(a drawn slot copies an expert of its request's tokens 2..H+1 back), first layer"),
-    KNOB_EXTENSION(
-        reuse_history_mid, 0, 1, 0,
-        "P(a drawn slot copies an expert of its request's tokens 2..H+1 back), middle layer"),
-    KNOB_EXTENSION(
-        reuse_history_last, 0, 1, 0,
-        "P(a drawn slot copies an expert of its request's tokens 2..H+1 back), last layer"),
+    KNOB_EXTENSION(reuse_history_first, -1, 1, 0,
+                   "P(a drawn slot copies an expert of its request's tokens 2..H+1 back); < 0: "
+                   "P(a drawn one of theirs is redrawn), first layer"),
+    KNOB_EXTENSION(reuse_history_mid, -1, 1, 0,
+                   "P(a drawn slot copies an expert of its request's tokens 2..H+1 back); < 0: "
+                   "P(a drawn one of theirs is redrawn), middle layer"),
+    KNOB_EXTENSION(reuse_history_last, -1, 1, 0,
+                   "P(a drawn slot copies an expert of its request's tokens 2..H+1 back); < 0: "
+                   "P(a drawn one of theirs is redrawn), last layer"),
     KNOB_EXTENSION(reuse_history_tokens, 1, SYNTH_MAX_HISTORY, 8,
                    "H: tokens (before the previous one) that reuse_history copies from (integer)"),
     KNOB_EXTENSION(reuse_row_prefill_first, 0, 1, 0,

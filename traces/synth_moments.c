@@ -206,6 +206,61 @@ static inline uint32_t bit_count(uint64_t x) {
     return (uint32_t)((x * 0x0101010101010101ull) >> 56);
 }
 
+/* Each request's decode rows in trace order (their positions' order), per layer cut into
+ * windows of FIT_DRIFT_WINDOW recorded rows (a last partial one left out). */
+void fit_drift_compute(const trace *t, double *drift) {
+    const uint32_t L = t->meta.n_layers, E = t->meta.n_experts, k = t->meta.top_k;
+    const uint32_t R = t->n_requests, Wn = FIT_DRIFT_WINDOW;
+    uint64_t *start = moesim_xcalloc((size_t)R + 1, sizeof *start); /* [R + 1] */
+    for (uint64_t i = 0; i < t->n_tokens; i++)
+        start[t->request_id[i] + 1] += t->phase[i] == TRACE_DECODE;
+    for (uint32_t r = 0; r < R; r++) start[r + 1] += start[r];
+    uint64_t *order = moesim_xmalloc((start[R] ? start[R] : 1) * sizeof *order);
+    uint64_t *fill = moesim_xmalloc(((size_t)R + 1) * sizeof *fill);
+    memcpy(fill, start, ((size_t)R + 1) * sizeof *fill);
+    for (uint64_t i = 0; i < t->n_tokens; i++)
+        if (t->phase[i] == TRACE_DECODE) order[fill[t->request_id[i]]++] = i;
+    uint32_t *win = moesim_xcalloc(E, sizeof *win), *tot = moesim_xcalloc(E, sizeof *tot);
+    for (uint32_t l = 0; l < L; l++) {
+        double sum = 0;
+        uint64_t n = 0;
+        for (uint32_t r = 0; r < R; r++) {
+            uint64_t rows = 0, end = start[r];
+            for (uint64_t j = start[r]; j < start[r + 1]; j++)
+                rows += fit_row_recorded(trace_experts(t, order[j], l));
+            const uint64_t windows = rows / Wn;
+            if (windows < 2) continue;
+            memset(tot, 0, E * sizeof *tot);
+            for (uint64_t used = 0; used < windows * Wn; end++) { /* the whole windows' rows */
+                const uint16_t *ids = trace_experts(t, order[end], l);
+                if (!fit_row_recorded(ids)) continue;
+                for (uint32_t j = 0; j < k; j++) tot[ids[j]]++;
+                used++;
+            }
+            memset(win, 0, E * sizeof *win);
+            uint64_t in = 0;
+            for (uint64_t j = start[r]; j < end; j++) {
+                const uint16_t *ids = trace_experts(t, order[j], l);
+                if (!fit_row_recorded(ids)) continue;
+                for (uint32_t a = 0; a < k; a++) win[ids[a]]++;
+                if (++in < Wn) continue;
+                double tv = 0;
+                for (uint32_t e = 0; e < E; e++)
+                    tv += fabs((double)win[e] / (Wn * k) - (double)tot[e] / (windows * Wn * k));
+                sum += 0.5 * tv, n++;
+                memset(win, 0, E * sizeof *win);
+                in = 0;
+            }
+        }
+        drift[l] = n ? sum / (double)n : NAN;
+    }
+    free(tot);
+    free(win);
+    free(fill);
+    free(order);
+    free(start);
+}
+
 void fit_layer_stats_compute(const trace *t, fit_layer_stats *ls) {
     const uint32_t L = t->meta.n_layers, E = t->meta.n_experts, k = t->meta.top_k;
     const uint32_t R = t->n_requests;

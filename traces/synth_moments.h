@@ -39,6 +39,14 @@ typedef struct fit_layer_stats {
 
 void fit_layer_stats_compute(const trace *t, fit_layer_stats *ls);
 
+#define FIT_DRIFT_WINDOW 32 /* decode rows per window of the drift statistic */
+/* Popularity drift within a request, per layer (drift[L]): the mean, over windows of
+ * FIT_DRIFT_WINDOW consecutive decode rows of a request (of requests with two whole windows or
+ * more), of the total variation distance between the window's expert shares and the request's
+ * over its whole windows; NaN where no request has two windows. Informative (the report): no
+ * knob is fitted to it. */
+void fit_drift_compute(const trace *t, double *drift);
+
 /* Some moments of routing only (the others are left as they were): a bisection computes what
  * its statistic needs. */
 #define FIT_MOMENT_REQUEST_GINI 1u
