@@ -241,20 +241,29 @@ def _sort_by_gate(ids, gates):
     return np.take_along_axis(ids, order, -1), np.take_along_axis(gates, order, -1)
 
 
-def _load_model(model, dtype, importance, trust_remote_code):
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+def _load_config(model, trust_remote_code):
+    """The config of a checkpoint path or hub id, refused unless an adapter reads its router."""
+    from transformers import AutoConfig
 
-    if not isinstance(model, (str, os.PathLike)):
-        return model, str(getattr(model.config, "_name_or_path", "") or "model")
     try:
         cfg = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as e:
         raise RecordError(f"{model}: cannot read its config.json: {str(e).splitlines()[0]}") \
             from None
+    _check_family(cfg, model)
+    return cfg
+
+
+def _check_family(cfg, origin):
     if adapter_for(cfg.model_type) is None:
-        raise RecordError(f"{model}: model_type '{cfg.model_type}': no router adapter (known: "
+        raise RecordError(f"{origin}: model_type '{cfg.model_type}': no router adapter (known: "
                           f"{', '.join(sorted(ADAPTERS))})")
+
+
+def _load_weights(model, dtype, importance, trust_remote_code):
+    import torch
+    from transformers import AutoModelForCausalLM
+
     torch_dtype = {"auto": "auto", "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
                    "fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
                    "float16": torch.float16}.get(dtype)
@@ -264,10 +273,9 @@ def _load_model(model, dtype, importance, trust_remote_code):
     if importance:
         kw["attn_implementation"] = "eager"
     try:
-        m = AutoModelForCausalLM.from_pretrained(model, **kw)
+        return AutoModelForCausalLM.from_pretrained(model, **kw)
     except (OSError, ValueError) as e:
         raise RecordError(f"{model}: cannot load: {str(e).splitlines()[0]}") from None
-    return m, str(model)
 
 
 def record_hf(model, prompts, output, *, gen_len=32, batch=1, lookahead=0, lookahead_k=None,
@@ -282,18 +290,18 @@ def record_hf(model, prompts, output, *, gen_len=32, batch=1, lookahead=0, looka
 
     if batch < 1 or gen_len < 0 or not 0 <= lookahead <= 16:
         raise RecordError("expected batch >= 1, gen_len >= 0 and 0 <= lookahead <= 16")
-    m, origin = _load_model(model, dtype, importance, trust_remote_code)
-    cfg = m.config
-    adapter = adapter_for(cfg.model_type)
-    if adapter is None:
-        raise RecordError(f"{origin}: model_type '{cfg.model_type}': no router adapter (known: "
-                          f"{', '.join(sorted(ADAPTERS))})")
-    if isinstance(prompts, (str, os.PathLike)):
+    loaded = not isinstance(model, (str, os.PathLike))
+    origin = str(getattr(model.config, "_name_or_path", "") or "model") if loaded else str(model)
+    cfg = model.config if loaded else _load_config(model, trust_remote_code)
+    _check_family(cfg, origin)
+    if isinstance(prompts, (str, os.PathLike)):  # checked before the weights are loaded
         tok = None
         if tokenizer:
             from transformers import AutoTokenizer
-            tok = AutoTokenizer.from_pretrained(model)
+            tok = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
         prompts = load_prompts(prompts, cfg.vocab_size, tok)
+    m = model if loaded else _load_weights(model, dtype, importance, trust_remote_code)
+    adapter = adapter_for(cfg.model_type)
     layers = _decoder_layers(m)
     moe = [i for i, ly in enumerate(layers)
            if getattr(getattr(ly, "mlp", None), adapter.router_attr, None) is not None]
@@ -398,10 +406,12 @@ def main(argv=None):
     a = p.parse_args(argv)
     try:
         import torch  # noqa: F401
-        import transformers  # noqa: F401
+        import transformers
     except ImportError as e:
         print(f"moesim.record_hf: needs torch and transformers ({e})", file=sys.stderr)
         return 2
+    transformers.utils.logging.set_verbosity_error()  # stderr keeps to our one line
+    transformers.utils.logging.disable_progress_bar()
     try:
         s = record_hf(a.model, a.input, a.output, gen_len=a.gen_len, batch=a.batch,
                       lookahead=a.lookahead, lookahead_k=a.lookahead_k,

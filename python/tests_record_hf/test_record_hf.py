@@ -263,6 +263,7 @@ def test_sim_runs_on_the_trace_without_a_model_file_and_the_written_ini_loads(tm
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     ckpt = tmp_path / "ck"
     _save_fp32(FAMILIES[0], ckpt)
+    capsys.readouterr()
     cases = {"1 2 x\n": "p.txt:1: expected token ids",
              "1 2 999\n": "p.txt:1: token id 999 outside the vocabulary [0, 96)",
              "\n": "p.txt: no prompts"}
