@@ -402,14 +402,18 @@ def main(argv=None):
                    help="also write the model config (INI) for `moesim sim --model FILE`")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow a checkpoint's own modeling code (transformers' option)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch's CPU threads (default: torch's choice, all cores)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     a = p.parse_args(argv)
     try:
-        import torch  # noqa: F401
+        import torch
         import transformers
     except ImportError as e:
         print(f"moesim.record_hf: needs torch and transformers ({e})", file=sys.stderr)
         return 2
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     transformers.utils.logging.set_verbosity_error()  # stderr keeps to our one line
     transformers.utils.logging.disable_progress_bar()
     try:
