@@ -25,7 +25,8 @@ import torch, transformers
 from moesim.record_hf import record_hf
 transformers.utils.logging.disable_progress_bar()
 torch.set_num_threads(1)  # both recorders on one thread: a shared machine
-ckpt, prompts, out, batch, extras = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]
+ckpt, prompts, out, extras = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5:]
+batch = int(sys.argv[4])
 la, imp = (2, True) if extras else (0, False)
 m = transformers.AutoModelForCausalLM.from_pretrained(
     ckpt, dtype="auto", **({"attn_implementation": "eager"} if imp else {}))

@@ -222,7 +222,8 @@ def _group_rows(hooks, group, first_req, prompts, gen_len, importance, generated
         rows["position"].append(pos)
         rows["phase"].append(phase)
         n = len(prompts[group[s]])  # a decode token is the one generated before it
-        rows["token_id"].append(prompts[group[s]][pos] if pos < n else int(generated[s, P + pos - n]))
+        rows["token_id"].append(prompts[group[s]][pos] if pos < n
+                                else int(generated[s, P + pos - n]))
         rows["expert_ids"].append([hooks.steps[m][step][0][flat] for m in range(L)])
         rows["gate_weights"].append([hooks.steps[m][step][1][flat] for m in range(L)])
         if hooks.lookahead:
