@@ -435,5 +435,14 @@ def main(argv=None):
     return 0
 
 
+class _CallableModule(type(sys)):
+    """moesim.record_hf(...) is record_hf(...): the module is the API function too."""
+
+    def __call__(self, *args, **kwargs):
+        return record_hf(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
 if __name__ == "__main__":
     sys.exit(main())
