@@ -17,6 +17,7 @@
 #define MOESIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,6 +68,36 @@ int moesim_sim(const char *trace, const char *hw, const char *policy, const char
  * failure of the call. */
 int moesim_sweep(const char *experiment, const char *csv_path, unsigned jobs, char **summary,
                  char **error);
+
+/* A router trace given as arrays, for moesim_trace_write (traces/FORMAT.md names every field;
+ * N = n_tokens, L, k, E from the model config; D, K' the look-ahead shape). Arrays are C order;
+ * the optional ones may be NULL. */
+typedef struct moesim_trace_data {
+    const char *model_config;   /* the model config file's text (INI, configs/models/README.md):
+                                   the trace's model name and geometry; stored in params_json as
+                                   "model_config" so later commands need no model file */
+    const char *source;         /* the `source` attribute, e.g. "hf:transformers-<version>" */
+    const char *params_json;    /* a JSON object of the producer's settings, or NULL */
+    uint64_t model_config_hash; /* of the checkpoint's config, or 0 */
+    size_t n_tokens;
+    const uint32_t *request_id;    /* [N] dense, numbered by first appearance */
+    const uint32_t *position;      /* [N] */
+    const uint8_t *phase;          /* [N] 0 prefill, 1 decode */
+    const int32_t *token_id;       /* [N] or NULL */
+    const uint16_t *expert_ids;    /* [N][L][k] */
+    const float *gate_weights;     /* [N][L][k] */
+    const float *importance;       /* [N][L] or NULL */
+    uint32_t lookahead_depth;      /* D, 0: no look-ahead (the two arrays below are ignored) */
+    uint32_t lookahead_k;          /* K' */
+    const uint16_t *lookahead_ids; /* [N][L][D][K'] */
+    const float *lookahead_scores; /* [N][L][D][K'] */
+} moesim_trace_data;
+
+/* Writes `data` as the trace file `path` with the writer `moesim record`, `trace import` and
+ * `trace synth` use: every value checked first (an invalid trace writes nothing; the error
+ * names the dataset and index), crash-safe (the file appears whole or not at all),
+ * deterministic bytes. */
+int moesim_trace_write(const char *path, const moesim_trace_data *data, char **error);
 
 #ifdef __cplusplus
 }

@@ -228,3 +228,90 @@ int moesim_sweep(const char *experiment, const char *csv_path, unsigned jobs, ch
     sweep_experiment_destroy(e);
     return lib_finish(st, &err, error);
 }
+
+/* params_json with "model_config" added (traces/FORMAT.md); NULL when `params` is not a JSON
+ * object. */
+static char *lib_params_with_model(const char *params, const char *model_config) {
+    json_t *j = params ? json_loads(params, 0, NULL) : json_object();
+    char *out = NULL;
+    if (json_is_object(j)) {
+        json_object_set_new(j, "model_config", json_string(model_config));
+        char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        out = s ? lib_strdup(s) : NULL; /* trace_destroy frees with free(): not jansson's */
+        free(s);
+    }
+    json_decref(j);
+    return out;
+}
+
+/* The trace of `d`, checked (trace_finish). */
+static moesim_status lib_trace_from_data(const moesim_trace_data *d, trace **out,
+                                         moesim_error *err) {
+    *out = NULL;
+    if (!d->model_config || !d->source || !d->request_id || !d->position || !d->phase ||
+        !d->expert_ids || !d->gate_weights ||
+        (d->lookahead_depth && (!d->lookahead_ids || !d->lookahead_scores)))
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "trace data: model_config, source, request_id, position, phase, "
+                           "expert_ids and gate_weights are required (and the look-ahead arrays "
+                           "with lookahead_depth > 0)");
+    model_geometry g;
+    moesim_status st = model_load_text("trace data: model_config", d->model_config, &g, err);
+    if (st) return st;
+    trace_meta meta;
+    memset(&meta, 0, sizeof meta);
+    trace_meta_from_model(&meta, &g);
+    if (strlen(d->source) >= sizeof meta.source)
+        return moesim_fail(err, MOESIM_EINPUT, "trace data: source: at most %zu characters",
+                           sizeof meta.source - 1);
+    snprintf(meta.source, sizeof meta.source, "%s", d->source);
+    snprintf(meta.tool_version, sizeof meta.tool_version, "%s", MOESIM_VERSION);
+    meta.lookahead_depth = d->lookahead_depth;
+    meta.lookahead_k = d->lookahead_depth ? d->lookahead_k : 0;
+    meta.has_importance = d->importance != NULL;
+    meta.has_token_ids = d->token_id != NULL;
+    meta.model_config_hash = d->model_config_hash;
+    if ((st = trace_meta_check(&meta, "trace data", err))) return st;
+    if (d->n_tokens == 0)
+        return moesim_fail(err, MOESIM_EINPUT, "trace data: the trace holds no tokens");
+    char *params = lib_params_with_model(d->params_json, d->model_config);
+    if (!params)
+        return moesim_fail(err, MOESIM_EINPUT, "trace data: params_json: expected a JSON object");
+    trace *t = trace_try_create(&meta, d->n_tokens);
+    if (!t) {
+        free(params);
+        return moesim_fail(err, MOESIM_ENOMEM, "trace data: out of memory for %zu tokens",
+                           d->n_tokens);
+    }
+    t->params_json = params;
+    size_t n = d->n_tokens, route = n * trace_route_values(&meta);
+    memcpy(t->request_id, d->request_id, n * sizeof *t->request_id);
+    memcpy(t->position, d->position, n * sizeof *t->position);
+    memcpy(t->phase, d->phase, n * sizeof *t->phase);
+    if (d->token_id) memcpy(t->token_id, d->token_id, n * sizeof *t->token_id);
+    memcpy(t->expert_ids, d->expert_ids, route * sizeof *t->expert_ids);
+    memcpy(t->gate_weights, d->gate_weights, route * sizeof *t->gate_weights);
+    if (d->importance) memcpy(t->importance, d->importance, n * meta.n_layers * sizeof(float));
+    if (meta.lookahead_depth) {
+        size_t la = n * trace_lookahead_values(&meta);
+        memcpy(t->lookahead_ids, d->lookahead_ids, la * sizeof *t->lookahead_ids);
+        memcpy(t->lookahead_scores, d->lookahead_scores, la * sizeof *t->lookahead_scores);
+    }
+    if ((st = trace_finish(t, "trace data", err))) {
+        trace_destroy(t);
+        return st;
+    }
+    *out = t;
+    return MOESIM_OK;
+}
+
+int moesim_trace_write(const char *path, const moesim_trace_data *data, char **error) {
+    moesim_error err = {0};
+    trace *t = NULL;
+    moesim_status st = path && data ? lib_trace_from_data(data, &t, &err)
+                                    : moesim_fail(&err, MOESIM_EINPUT,
+                                                  "trace write: expected a path and the data");
+    if (!st) st = trace_write(t, path, &err);
+    trace_destroy(t);
+    return lib_finish(st, &err, error);
+}

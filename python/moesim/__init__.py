@@ -20,7 +20,7 @@ from ._lib import MoesimError, call, enc, lib
 from .trace import Trace
 
 __all__ = ["sim", "stats", "sweep", "trace_info", "config_path", "Trace", "MoesimError",
-           "version"]
+           "version", "record_hf"]
 
 
 def version():
@@ -92,3 +92,13 @@ def sweep(experiment, csv=None, jobs=1):
         path = os.path.join(d, "results.csv")
         call(lib().moesim_sweep, enc(experiment), enc(path), jobs)
         return pd.read_csv(path)
+
+
+def __getattr__(name):
+    # moesim.record_hf, the Hugging Face recorder: a callable module (record_hf.py), imported on
+    # first use so that `python -m moesim.record_hf` runs it unimported and torch loads only
+    # when it is called
+    if name == "record_hf":
+        import importlib
+        return importlib.import_module(".record_hf", __name__)
+    raise AttributeError(f"module 'moesim' has no attribute '{name}'")
