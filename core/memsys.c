@@ -34,6 +34,8 @@ void memsys_init(memsys *m, const memsys_config *cfg, const memsys_host *host) {
     for (int e = 0; e < MEMSYS_ENGINES; e++)
         for (int c = 0; c < MEMSYS_CLASSES; c++) m->head[e][c] = m->tail[e][c] = NONE;
     m->cur_layer = -1;
+    if (cfg->chunk_bytes && !(cfg->chunk_bytes & (cfg->chunk_bytes - 1)))
+        m->chunk_mask = cfg->chunk_bytes - 1;
 }
 
 void memsys_free(memsys *m) {
@@ -299,6 +301,13 @@ static uint64_t servable(const memsys_xfer *x, int e) {
     return x->bytes - x->sent[e];
 }
 
+/* `bytes` rounded down to whole chunks: a mask for the power-of-two sizes (the default 1 MiB),
+ * where two 64-bit divisions per span would cost more than the rest of span_end. */
+static uint64_t chunks_floor(const memsys *m, uint64_t bytes) {
+    if (m->chunk_mask) return bytes & ~m->chunk_mask;
+    return bytes / m->cfg.chunk_bytes * m->cfg.chunk_bytes;
+}
+
 /* Where a span of PCIe chunks of x starting at its sent offset may end (memsys_next_span): at
  * the end of the chunk in which the next of its parts lands, and before its last chunk unless x
  * is a demand copy. Handing out the last chunk takes x off its queue, which chunk by chunk
@@ -306,15 +315,12 @@ static uint64_t servable(const memsys_xfer *x, int e) {
  * and leaves others be), and nothing promotes a demand copy. */
 static uint64_t span_end(const memsys *m, const memsys_xfer *x, uint64_t offset) {
     const uint64_t chunk = m->cfg.chunk_bytes;
-    uint64_t lands = x->bytes;
-    for (int part = 0; part < PART_COUNT; part++) {
-        uint8_t bit = (uint8_t)(1u << part);
-        if ((x->parts & bit) && !(x->parts_done & bit) && x->part_end[part] < lands)
-            lands = x->part_end[part];
-    }
+    /* the carried parts lie in part order (xfer_layout): the first not landed lands next */
+    uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
+    uint64_t lands = pending ? x->part_end[__builtin_ctz(pending)] : x->bytes;
     uint64_t limit =
-        x->cls == POLICY_DEMAND ? x->bytes : offset + (x->bytes - offset - 1) / chunk * chunk;
-    uint64_t end = offset + (lands - offset + chunk - 1) / chunk * chunk;
+        x->cls == POLICY_DEMAND ? x->bytes : offset + chunks_floor(m, x->bytes - offset - 1);
+    uint64_t end = offset + chunks_floor(m, lands - offset + chunk - 1);
     return end < limit ? end : limit;
 }
 
@@ -393,17 +399,14 @@ bool memsys_chunk_done(memsys *m, const memsys_chunk *c, memsys_xfer *done) {
         m->bounce_used -= c->bytes;
         notify_work(m, MEMSYS_SSD);
     }
-    /* the carried parts not landed yet that this chunk completes (most chunks: none) */
-    uint32_t landing = 0;
-    for (int part = 0; part < PART_COUNT; part++)
-        landing |= (uint32_t)(x->part_end[part] <= x->done[e]) << part;
-    landing &= x->parts & ~(uint32_t)x->parts_done;
-    size_t lep = memsys_lep(m, x->layer, x->expert, x->prec);
-    for (int part = 0; part < PART_COUNT; part++) {
-        uint8_t bit = (uint8_t)(1u << part);
-        if (!(landing & bit)) continue;
-        x->parts_done |= bit;
-        size_t pi = lep * PART_COUNT + part;
+    /* the carried parts not landed yet that this chunk completes (most chunks: none), in part
+     * order, which is byte order (xfer_layout) */
+    for (uint32_t pending = x->parts & ~(uint32_t)x->parts_done; pending;
+         pending &= pending - 1) {
+        int part = __builtin_ctz(pending);
+        if (x->part_end[part] > x->done[e]) break;
+        x->parts_done |= (uint8_t)(1u << part);
+        size_t pi = memsys_lep(m, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
         MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == c->xfer);
         m->state[pi] = POLICY_RESIDENT;
         m->xfer_of[pi] = NONE;

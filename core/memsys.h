@@ -122,6 +122,7 @@ struct policy_mem {
     uint64_t *pool_used; /* [L] or [1] bytes resident or loading */
     uint64_t prec_used[PREC_COUNT];
     uint64_t experts_used, bounce_used;
+    uint64_t chunk_mask; /* cfg.chunk_bytes - 1 when a power of two (rounding by a mask), else 0 */
 
     memsys_xfer *xf; /* transfers; free slots on a list */
     uint32_t n_xf, cap_xf, free_xf;

@@ -19,10 +19,13 @@ void sim_hbm_note(sim_state *s) {
     if (used > s->peak_hbm) s->peak_hbm = used;
 }
 
+/* Called for every part loaded or dropped: the note inline, the timeline only when on. */
 static void on_hbm(void *ctx, uint64_t experts_used) {
     sim_state *s = ctx;
-    sim_hbm_note(s);
-    sim_timeline_hbm(&s->tl, s->now_ns, experts_used, s->ms.prec_used, &s->tl_hbm);
+    uint64_t used = s->non_expert_bytes + s->act_bytes + s->kv_bytes + experts_used;
+    MOESIM_ASSERT(used <= s->budget_bytes);
+    if (used > s->peak_hbm) s->peak_hbm = used;
+    if (s->tl.on) sim_timeline_hbm(&s->tl, s->now_ns, experts_used, s->ms.prec_used, &s->tl_hbm);
 }
 
 /* sim.block_pools: a load is placed only where the replay could place it, in a block of its
@@ -90,16 +93,14 @@ static void engine_kick(sim_state *s, int id) {
         return;
     }
     const memsys_xfer *x = &s->ms.xf[c.xfer];
-    if (e->seg_xfer != c.xfer || e->seg_seq != x->seq) {
+    if (s->tl.on && (e->seg_xfer != c.xfer || e->seg_seq != x->seq)) {
         engine_close_segment(s, e);
-        if (s->tl.on) {
-            e->seg_xfer = c.xfer;
-            e->seg_seq = x->seq;
-            e->seg_cls = x->cls;
-            e->seg_start_ns = s->now_ns;
-            snprintf(e->seg_name, sizeof e->seg_name, "L%u e%u %s %s", x->layer, x->expert,
-                     precision_name((moesim_precision)x->prec), cls_name[x->cls]);
-        }
+        e->seg_xfer = c.xfer;
+        e->seg_seq = x->seq;
+        e->seg_cls = x->cls;
+        e->seg_start_ns = s->now_ns;
+        snprintf(e->seg_name, sizeof e->seg_name, "L%u e%u %s %s", x->layer, x->expert,
+                 precision_name((moesim_precision)x->prec), cls_name[x->cls]);
     }
     e->busy = true;
     e->chunk = c;
