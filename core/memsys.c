@@ -20,7 +20,7 @@ void memsys_init(memsys *m, const memsys_config *cfg, const memsys_host *host) {
     m->E = cfg->n_experts;
     m->P = PREC_COUNT;
     size_t lep = (size_t)m->L * m->E * m->P;
-    m->state = moesim_xcalloc(lep * PART_COUNT, 1);
+    m->state = moesim_xcalloc(lep * PART_COUNT + 1, 1); /* + 1: memsys_parts_differ's load */
     m->xfer_of = moesim_xmalloc(lep * PART_COUNT * sizeof *m->xfer_of);
     for (size_t i = 0; i < lep * PART_COUNT; i++) m->xfer_of[i] = NONE;
     m->pinned = moesim_xcalloc(lep, 1);
@@ -481,8 +481,9 @@ void memsys_run_plan(memsys *m, uint32_t layer, const uint16_t *active, const ui
         if (pr == POLICY_RUN_SKIP) continue;
         MOESIM_ASSERT(pr < PREC_COUNT && m->cfg.part_bytes[pr][0]);
         size_t lep = memsys_lep(m, layer, active[a], pr);
-        for (int part = 0; part < PART_COUNT; part++)
-            MOESIM_ASSERT(m->state[lep * PART_COUNT + part] != POLICY_ABSENT);
+        const uint8_t *st = m->state + lep * PART_COUNT;
+        MOESIM_ASSERT((st[0] != POLICY_ABSENT) & (st[1] != POLICY_ABSENT) &
+                      (st[2] != POLICY_ABSENT));
         memsys_run(m, layer, active[a], (moesim_precision)pr);
     }
 }

@@ -33,6 +33,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "policies/policy.h"
 #include "core/future.h"
@@ -245,6 +246,19 @@ void memsys_finish(memsys *m);
 
 static inline size_t memsys_lep(const memsys *m, uint32_t layer, uint32_t expert, uint32_t p) {
     return ((size_t)layer * m->E + expert) * m->P + p;
+}
+
+/* Whether a part in `mask` of one lep's part states st[PART_COUNT] (memsys.state) is not in
+ * state `v`. One 32-bit load of the three bytes (state carries a byte of padding after the last
+ * lep) instead of three compares: the simulator asks several times per routed activation. */
+static inline bool memsys_parts_differ(const uint8_t *st, uint32_t mask, uint8_t v) {
+    _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && PART_COUNT == 3,
+                   "part i is byte i of the load");
+    static const uint32_t bytes_of[8] = {0,        0xff,     0xff00,   0xffff,
+                                         0xff0000, 0xff00ff, 0xffff00, 0xffffff};
+    uint32_t w;
+    memcpy(&w, st, sizeof w);
+    return ((w ^ v * 0x010101u) & bytes_of[mask & 7]) != 0;
 }
 
 #endif

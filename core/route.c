@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "common/model.h"
+#include "core/memsys.h"
 #include "policies/policy.h"
 #include "core/schedule.h"
 #include "traces/trace.h"
@@ -105,8 +106,7 @@ void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *exper
         bool repeat = rs->stamp[e] == gen;
         rs->stamp[e] = gen;
         const uint8_t *st = layer_state + ((size_t)e * P + pr) * PART_COUNT;
-        bool resident = true;
-        for (int part = 0; part < PART_COUNT; part++) resident &= st[part] == POLICY_RESIDENT;
+        bool resident = !memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT);
         t->hits += repeat | resident;
     }
 }
@@ -123,8 +123,8 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
         uint8_t pr = rs->plan[a];
         if (pr == POLICY_RUN_SKIP) continue;
         const uint8_t *st = layer_state + ((size_t)rs->active[a] * P + pr) * PART_COUNT;
-        uint32_t loading = 0;
-        for (int part = 0; part < PART_COUNT; part++) loading |= st[part] == POLICY_LOADING;
+        /* a planned expert's parts are resident or loading (memsys_run_plan asserts) */
+        uint32_t loading = memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT);
         order[n_resident] = a;
         n_resident += !loading;
         order_key[n_loading] = a;

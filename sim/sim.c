@@ -241,7 +241,7 @@ static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precisi
     sim_state *s = h;
     const uint8_t *st = s->ms.state + idx_lep(s, layer, expert, p) * PART_COUNT; /* [PART_COUNT] */
     sim_advance_to(s, s->t_ns);
-    if (parts_waiting(st, mask)) wait_parts(s, st, layer, expert, mask);
+    if (memsys_parts_differ(st, mask, POLICY_RESIDENT)) wait_parts(s, st, layer, expert, mask);
     s->now_ns = s->t_ns;
     run_loop_expert_start(&s->loop, layer, expert, p, mask, s->t_ns);
 
