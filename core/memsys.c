@@ -573,15 +573,24 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
     size_t lep = memsys_lep(m, layer, expert, p);
     uint32_t need = 0, promote[PART_COUNT], n_promote = 0;
     uint64_t bytes = 0;
-    for (int part = 0; part < PART_COUNT; part++) {
-        if (!(parts_mask & (1u << part))) continue;
-        if (!m->cfg.part_bytes[p][part]) return POLICY_REFUSED; /* host does not store p */
-        size_t pi = lep * PART_COUNT + part;
-        if (m->state[pi] == POLICY_LOADING && m->xf[m->xfer_of[pi]].cls > cls)
-            promote[n_promote++] = m->xfer_of[pi];
-        if (m->state[pi] != POLICY_ABSENT) continue;
-        need |= 1u << part;
-        bytes += m->cfg.part_bytes[p][part];
+    const uint64_t *part_bytes = m->cfg.part_bytes[p];
+    if (parts_mask == POLICY_PARTS_ALL &&
+        !memsys_parts_differ(m->state + lep * PART_COUNT, POLICY_PARTS_ALL, POLICY_ABSENT)) {
+        /* the common case, a whole absent expert: what the loop below finds for it */
+        if (!part_bytes[0] || !part_bytes[1] || !part_bytes[2]) return POLICY_REFUSED;
+        need = POLICY_PARTS_ALL;
+        bytes = part_bytes[0] + part_bytes[1] + part_bytes[2];
+    } else {
+        for (int part = 0; part < PART_COUNT; part++) {
+            if (!(parts_mask & (1u << part))) continue;
+            if (!part_bytes[part]) return POLICY_REFUSED; /* host does not store p */
+            size_t pi = lep * PART_COUNT + part;
+            if (m->state[pi] == POLICY_LOADING && m->xf[m->xfer_of[pi]].cls > cls)
+                promote[n_promote++] = m->xfer_of[pi];
+            if (m->state[pi] != POLICY_ABSENT) continue;
+            need |= 1u << part;
+            bytes += part_bytes[part];
+        }
     }
     if (need) {
         if (*pool_of(m, layer) + bytes > m->cfg.pool_cap_bytes) return POLICY_REFUSED;
@@ -641,6 +650,15 @@ static policy_mem_result mem_evict(policy_mem *m, uint32_t layer, uint32_t exper
     MOESIM_ASSERT(layer < m->L && expert < m->E && (uint32_t)p < m->P);
     MOESIM_ASSERT(parts_mask && parts_mask <= POLICY_PARTS_ALL);
     size_t lep = memsys_lep(m, layer, expert, p);
+    if (parts_mask == POLICY_PARTS_ALL &&
+        !memsys_parts_differ(m->state + lep * PART_COUNT, POLICY_PARTS_ALL, POLICY_RESIDENT)) {
+        /* the common case, a whole resident expert: what the general path below does for it */
+        if (m->pinned[lep]) return POLICY_REFUSED;
+        if (m->pf_unused[lep]) m->n.wasted_bytes += expert_bytes(m, p);
+        for (int part = 0; part < PART_COUNT; part++) part_drop(m, layer, expert, p, part);
+        m->pf_unused[lep] = 0;
+        return POLICY_ISSUED;
+    }
     bool any = false;
     for (int part = 0; part < PART_COUNT; part++) {
         if (!(parts_mask & (1u << part))) continue;
