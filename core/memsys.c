@@ -574,9 +574,13 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
     uint32_t need = 0, promote[PART_COUNT], n_promote = 0;
     uint64_t bytes = 0;
     const uint64_t *part_bytes = m->cfg.part_bytes[p];
-    if (parts_mask == POLICY_PARTS_ALL &&
-        !memsys_parts_differ(m->state + lep * PART_COUNT, POLICY_PARTS_ALL, POLICY_ABSENT)) {
-        /* the common case, a whole absent expert: what the loop below finds for it */
+    const uint8_t *st = m->state + lep * PART_COUNT;
+    bool whole = parts_mask == POLICY_PARTS_ALL;
+    if (whole && !memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT)) {
+        /* the common cases, a whole resident or absent expert: what the loop below finds */
+        if (!part_bytes[0] || !part_bytes[1] || !part_bytes[2]) return POLICY_REFUSED;
+        return POLICY_ALREADY;
+    } else if (whole && !memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_ABSENT)) {
         if (!part_bytes[0] || !part_bytes[1] || !part_bytes[2]) return POLICY_REFUSED;
         need = POLICY_PARTS_ALL;
         bytes = part_bytes[0] + part_bytes[1] + part_bytes[2];
