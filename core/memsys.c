@@ -313,19 +313,23 @@ static uint64_t chunks_floor(const memsys *m, uint64_t bytes) {
  * is a demand copy. Handing out the last chunk takes x off its queue, which chunk by chunk
  * happens only when that chunk starts; only a promotion could tell (it moves queued transfers
  * and leaves others be), and nothing promotes a demand copy. */
-static uint64_t span_end(const memsys *m, const memsys_xfer *x, uint64_t offset) {
+static uint64_t span_end(const memsys *m, const memsys_xfer *x, uint64_t offset,
+                         bool past_landings) {
     const uint64_t chunk = m->cfg.chunk_bytes;
+    uint64_t limit =
+        x->cls == POLICY_DEMAND ? x->bytes : offset + chunks_floor(m, x->bytes - offset - 1);
+    if (past_landings) return limit;
     /* the carried parts lie in part order (xfer_layout): the first not landed lands next */
     uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
     uint64_t lands = pending ? x->part_end[__builtin_ctz(pending)] : x->bytes;
-    uint64_t limit =
-        x->cls == POLICY_DEMAND ? x->bytes : offset + chunks_floor(m, x->bytes - offset - 1);
     uint64_t end = offset + chunks_floor(m, lands - offset + chunk - 1);
     return end < limit ? end : limit;
 }
 
+enum { CHUNK_ONE, CHUNK_SPAN, CHUNK_SPAN_PAST_LANDINGS };
+
 /* memsys_next_chunk, extended to a span of chunks when `span` allows it. */
-static bool next_chunk(memsys *m, int e, bool span, memsys_chunk *out) {
+static bool next_chunk(memsys *m, int e, int span, memsys_chunk *out) {
     bool staged = e == MEMSYS_SSD && !m->cfg.gpu_direct_storage;
     for (int c = 0; c < MEMSYS_CLASSES; c++)
         for (uint32_t i = m->head[e][c]; i != NONE; i = m->xf[i].next[e]) {
@@ -339,7 +343,7 @@ static bool next_chunk(memsys *m, int e, bool span, memsys_chunk *out) {
                 m->bounce_used += n;
             }
             if (span && e == MEMSYS_H2D && !x->via_ssd) {
-                uint64_t end = span_end(m, x, x->sent[e]);
+                uint64_t end = span_end(m, x, x->sent[e], span == CHUNK_SPAN_PAST_LANDINGS);
                 if (end > x->sent[e] + n) n = end - x->sent[e];
             }
             *out = (memsys_chunk){.xfer = i, .engine = e, .offset = x->sent[e], .bytes = n,
@@ -351,9 +355,38 @@ static bool next_chunk(memsys *m, int e, bool span, memsys_chunk *out) {
     return false;
 }
 
-bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) { return next_chunk(m, e, false, out); }
+bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) {
+    return next_chunk(m, e, CHUNK_ONE, out);
+}
 
-bool memsys_next_span(memsys *m, int e, memsys_chunk *out) { return next_chunk(m, e, true, out); }
+bool memsys_next_span(memsys *m, int e, memsys_chunk *out) {
+    return next_chunk(m, e, CHUNK_SPAN, out);
+}
+
+bool memsys_next_span_past_landings(memsys *m, int e, memsys_chunk *out) {
+    return next_chunk(m, e, CHUNK_SPAN_PAST_LANDINGS, out);
+}
+
+int memsys_chunk_next_landing(const memsys *m, const memsys_chunk *c, uint64_t *bytes) {
+    const memsys_xfer *x = &m->xf[c->xfer];
+    uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
+    if (!pending) return -1;
+    int part = __builtin_ctz(pending);
+    /* the chunks up to the one holding the part's last byte; the span's own end lands the rest */
+    uint64_t need = chunks_floor(m, x->part_end[part] - c->offset + m->cfg.chunk_bytes - 1);
+    if (need >= c->bytes) return -1;
+    *bytes = need;
+    return part;
+}
+
+void memsys_part_land(memsys *m, uint32_t xfer, int part) {
+    memsys_xfer *x = &m->xf[xfer];
+    x->parts_done |= (uint8_t)(1u << part);
+    size_t pi = memsys_lep(m, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
+    MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == xfer);
+    m->state[pi] = POLICY_RESIDENT;
+    m->xfer_of[pi] = NONE;
+}
 
 void memsys_span_trim(memsys *m, memsys_chunk *c, uint64_t bytes) {
     memsys_xfer *x = &m->xf[c->xfer];
@@ -405,11 +438,7 @@ bool memsys_chunk_done(memsys *m, const memsys_chunk *c, memsys_xfer *done) {
          pending &= pending - 1) {
         int part = __builtin_ctz(pending);
         if (x->part_end[part] > x->done[e]) break;
-        x->parts_done |= (uint8_t)(1u << part);
-        size_t pi = memsys_lep(m, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
-        MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == c->xfer);
-        m->state[pi] = POLICY_RESIDENT;
-        m->xfer_of[pi] = NONE;
+        memsys_part_land(m, c->xfer, part);
     }
     if (x->done[e] < x->bytes) return false;
     *done = *x;

@@ -188,6 +188,16 @@ bool memsys_next_chunk(memsys *m, int engine, memsys_chunk *out);
  * back to the chunk in flight with memsys_span_trim. The host is also the one to know whether
  * other events could fall on the span's inner boundaries (then it asks chunk by chunk). */
 bool memsys_next_span(memsys *m, int engine, memsys_chunk *out);
+/* memsys_next_span whose span does not stop where a part lands: the host lands the parts inside
+ * it itself (memsys_chunk_next_landing, memsys_part_land) when the chunk holding their last byte
+ * ends, as chunk by chunk; for a host whose clock knows when each chunk of a span ends. */
+bool memsys_next_span_past_landings(memsys *m, int engine, memsys_chunk *out);
+/* The next part of chunk (or span) c's transfer that lands before c's end: returns the part and
+ * sets *bytes to the bytes of c, from its offset, after which it lands (the chunks up to the one
+ * holding its last byte); -1 when none does (memsys_chunk_done lands the parts c completes). */
+int memsys_chunk_next_landing(const memsys *m, const memsys_chunk *c, uint64_t *bytes);
+/* Part `part` of transfer `xfer` landed: resident from now on (memsys_chunk_done's step). */
+void memsys_part_land(memsys *m, uint32_t xfer, int part);
 /* Cuts a span handed out by memsys_next_span back to its first `bytes` (a whole number of
  * chunks, at least one); the rest is servable again (queued by issue order if the span had taken
  * the transfer off its queue). */
