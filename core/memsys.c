@@ -434,8 +434,7 @@ bool memsys_chunk_done(memsys *m, const memsys_chunk *c, memsys_xfer *done) {
     }
     /* the carried parts not landed yet that this chunk completes (most chunks: none), in part
      * order, which is byte order (xfer_layout) */
-    for (uint32_t pending = x->parts & ~(uint32_t)x->parts_done; pending;
-         pending &= pending - 1) {
+    for (uint32_t pending = x->parts & ~(uint32_t)x->parts_done; pending; pending &= pending - 1) {
         int part = __builtin_ctz(pending);
         if (x->part_end[part] > x->done[e]) break;
         memsys_part_land(m, c->xfer, part);

@@ -9,8 +9,8 @@
 #include "common/check.h"
 #include "common/model.h"
 #include "core/memsys.h"
-#include "policies/policy.h"
 #include "core/schedule.h"
+#include "policies/policy.h"
 #include "traces/trace.h"
 
 uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *experts,

@@ -72,8 +72,8 @@ double sim_route_tally_bits_per_weight(const sim_route_tally *t);
  * define a hit and the precision mix the same way (sim/README.md): an access is a hit when every
  * part of its expert at the planned precision is resident, or when an earlier access of the same
  * route already counted its fetch. `layer_state` is the layer's policy_residency array
- * [E][P][PART_COUNT] (P precisions) inside memsys.state (read 4 bytes at a time); a run counts as HI when its format has at least `hi_bits`
- * bits per weight in `q`. Adds to *t. */
+ * [E][P][PART_COUNT] (P precisions) inside memsys.state (read 4 bytes at a time); a run counts as
+ * HI when its format has at least `hi_bits` bits per weight in `q`. Adds to *t. */
 void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *experts,
                               const float *gates, uint32_t n_slots, const uint8_t *layer_state,
                               uint32_t P, const quant_table *q, uint32_t hi_bits,

@@ -219,8 +219,8 @@ static void order_link(expert_cache *c, uint32_t l, size_t s, uint32_t prev, uin
 static void order_insert(expert_cache *c, size_t s) {
     uint32_t l = (uint32_t)(s / c->n_experts);
     const expert_cache_key *k = c->stored_key;
-    for (uint32_t h = c->order_head[l], t = c->order_tail[l];; h = c->order_next[h],
-                  t = c->order_prev[t]) {
+    for (uint32_t h = c->order_head[l], t = c->order_tail[l];;
+         h = c->order_next[h], t = c->order_prev[t]) {
         if (h == NO_HEAP || !key_before(k[s], s, k[h], h)) { /* s goes headward of h */
             order_link(c, l, s, h == NO_HEAP ? c->order_tail[l] : c->order_prev[h], h);
             return;
