@@ -75,16 +75,8 @@ void sim_route_prefetch_account(const sim_route_scratch *rs, uint32_t n_active,
 
 void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *experts,
                               const float *gates, uint32_t n_slots, const uint8_t *layer_state,
-                              uint32_t P, const quant_table *q, uint32_t hi_bits,
-                              sim_route_tally *t) {
-    /* effective bits per weight of each format (scales and zero points included), once per
-     * route rather than a division per access */
-    double bits_of[PREC_COUNT];
-    for (int p = 0; p < PREC_COUNT; p++) {
-        const quant_format *f = &q->fmt[p];
-        bits_of[p] = f->weight_bits +
-                     (f->group_size ? (double)(f->scale_bits + f->zero_bits) / f->group_size : 0);
-    }
+                              uint32_t P, const quant_table *q, const double *bits_of,
+                              uint32_t hi_bits, sim_route_tally *t) {
     uint32_t gen = ++*rs->stamp_gen;
     for (uint32_t i = 0; i < n_slots; i++) {
         uint16_t e = experts[i];
@@ -108,6 +100,14 @@ void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *exper
         const uint8_t *st = layer_state + ((size_t)e * P + pr) * PART_COUNT;
         bool resident = !memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT);
         t->hits += repeat | resident;
+    }
+}
+
+void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]) {
+    for (int p = 0; p < PREC_COUNT; p++) {
+        const quant_format *f = &q->fmt[p];
+        bits_of[p] = f->weight_bits +
+                     (f->group_size ? (double)(f->scale_bits + f->zero_bits) / f->group_size : 0);
     }
 }
 
@@ -214,7 +214,7 @@ void sim_route_decide(const sim_route_host *h, const sim_route_scratch *rs, uint
     uint8_t hi_bits = (uint8_t)h->quant->fmt[hi].weight_bits;
     memsys_run_plan(ms, layer, rs->active, rs->plan, n_active);
     const size_t layer_parts = (size_t)layer * ms->E * ms->P * PART_COUNT;
-    sim_route_tally_accesses(rs, ex, gs, n * K, ms->state + layer_parts, ms->P, h->quant, hi_bits,
+    sim_route_tally_accesses(rs, ex, gs, n * K, ms->state + layer_parts, ms->P, h->quant, h->bits_of, hi_bits,
                              h->tally);
     if (last_of_layer) memsys_end_layer(ms, layer, h->now_ns(h->clock_ctx));
 }
