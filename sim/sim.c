@@ -168,30 +168,38 @@ static void host_stall_end(void *h) {
     s->now_ns = s->t_ns;
 }
 
-static void host_op(void *h, const run_op *op) {
-    sim_state *s = h;
-    uint64_t dur = 0;
-    switch (op->kind) {
-    case RUN_OP_ATTENTION:
-        dur = s->attn_ns;
-        break;
+/* The cost model's time of a non-attention op for `tok` tokens. */
+static uint64_t op_cost_ns(const sim_state *s, run_op_kind kind, uint32_t tok) {
+    switch (kind) {
     case RUN_OP_DENSE:
-        dur = cost_dense_ffn_ns(&s->cost, op->n_tokens);
-        break;
+        return cost_dense_ffn_ns(&s->cost, tok);
     case RUN_OP_ROUTER:
-        s->layer_t0_ns = s->t_ns;
-        dur = cost_router_ns(&s->cost, op->n_tokens);
-        break;
+        return cost_router_ns(&s->cost, tok);
     case RUN_OP_SHARED:
-        dur = cost_shared_ns(&s->cost, op->n_tokens);
-        break;
+        return cost_shared_ns(&s->cost, tok);
     case RUN_OP_COMBINE:
-        dur = cost_combine_ns(&s->cost, op->n_tokens);
-        break;
+        return cost_combine_ns(&s->cost, tok);
     case RUN_OP_LM_HEAD:
-        dur = cost_lm_head_ns(&s->cost, op->n_tokens);
+        return cost_lm_head_ns(&s->cost, tok);
+    case RUN_OP_ATTENTION:
         break;
     }
+    MOESIM_UNREACHABLE();
+}
+
+static void host_op(void *h, const run_op *op) {
+    sim_state *s = h;
+    uint64_t dur;
+    if (op->kind == RUN_OP_ATTENTION) {
+        dur = s->attn_ns;
+    } else if (op->n_tokens < SIM_ECOST_TOKENS) { /* cached: four of these per layer */
+        uint64_t *c = &s->opcost_ns[op->kind][op->n_tokens];
+        if (!*c) *c = op_cost_ns(s, op->kind, op->n_tokens);
+        dur = *c;
+    } else {
+        dur = op_cost_ns(s, op->kind, op->n_tokens);
+    }
+    if (op->kind == RUN_OP_ROUTER) s->layer_t0_ns = s->t_ns;
     stream_op(s, dur, op->cat, op->name);
 }
 
