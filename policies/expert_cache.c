@@ -358,9 +358,26 @@ static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
     if (c->heap_pos) heap_remove_at(c, c->heap_pos[s]);
 }
 
+static bool order_find_victim(const expert_cache *c, uint32_t layer, uint32_t *victim_layer,
+                              uint32_t *victim_expert);
+
 /* The best unpinned victim held in layers [l0, l1). */
 static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, uint32_t *victim_layer,
                            uint32_t *victim_expert) {
+    if (c->order_linked) { /* the best of each layer's own victim (order_find_victim) */
+        size_t best = SIZE_MAX;
+        for (uint32_t l = l0; l < l1; l++) {
+            uint32_t vl, ve;
+            if (!order_find_victim(c, l, &vl, &ve)) continue;
+            size_t s = (size_t)l * c->n_experts + ve;
+            if (best == SIZE_MAX || key_before(c->stored_key[s], s, c->stored_key[best], best))
+                best = s;
+        }
+        if (best == SIZE_MAX) return false;
+        *victim_layer = (uint32_t)(best / c->n_experts);
+        *victim_expert = (uint32_t)(best % c->n_experts);
+        return true;
+    }
     /* the sentinel (key 0, slot SIZE_MAX) comes after every candidate; a pinned one is skipped by
      * selection rather than by a jump, for the reason key_before gives */
     size_t best = SIZE_MAX;
@@ -419,7 +436,6 @@ static bool order_find_victim(const expert_cache *c, uint32_t layer, uint32_t *v
 bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
                               uint32_t *victim_expert) {
     if (c->scope == EXPERT_CACHE_GLOBAL) return heap_find_victim(c, victim_layer, victim_expert);
-    if (c->order_linked) return order_find_victim(c, layer, victim_layer, victim_expert);
     return find_victim_in(c, layer, layer + 1, victim_layer, victim_expert);
 }
 
