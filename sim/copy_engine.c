@@ -5,7 +5,8 @@
  * prefetches after at most one chunk. A transfer pays its engine's latency once, when its first
  * chunk starts (or every chunk, with the profile's h2d_latency_per_chunk); its parts become
  * resident as their last byte lands. Every chunk end is an event of the run's queue, delivered
- * in (time, seq) order; an idle stretch of one engine may be served as one span event. */
+ * in (time, seq) order; an idle stretch of one engine may be served as one span event, whose
+ * inner part landings the engine delivers itself at their chunks' ends (deliver_next_until). */
 #include <stdio.h>
 
 #include "common/check.h"
@@ -81,10 +82,11 @@ static void engine_plan_landing(sim_state *s, sim_engine *e) {
     e->land_ns = e->land_part < 0 ? UINT64_MAX : engine_end_ns(s, e, bytes);
 }
 
-/* Whether engine `id` may serve a span of chunks as one event (memsys_next_span): only when no
- * other event can fall on the span's inner boundaries, where chunk by chunk their order would
- * depend on issue sequence: the SSD engine idle (it starts only through on_work, which cuts the
- * span first). Not with a timeline, which draws the stream's stall chunk by chunk. */
+/* Whether engine `id` may serve a span of chunks as one event (memsys_next_span_past_landings):
+ * only when no other event can fall on the span's inner boundaries, where chunk by chunk their
+ * order would depend on issue sequence: the SSD engine idle (it starts only through on_work,
+ * which cuts the span first). Not with a timeline, which draws the stream's stall chunk by
+ * chunk. */
 static bool engine_may_span(const sim_state *s, int id) {
     return id == MEMSYS_H2D && s->eng[id].spans && !s->tl.on && !s->eng[MEMSYS_SSD].busy;
 }
