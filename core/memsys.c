@@ -492,7 +492,8 @@ void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) 
     m->used_mark[lep] = m->layer_mark;
     m->pf_unused[lep] = 0;
     /* resident parts have no transfer (most runs): nothing late, nothing to promote */
-    if (!memsys_parts_differ(m->state + lep * PART_COUNT, POLICY_PARTS_ALL, POLICY_RESIDENT)) return;
+    if (!memsys_parts_differ(m->state + lep * PART_COUNT, POLICY_PARTS_ALL, POLICY_RESIDENT))
+        return;
     bool late = false;
     for (int part = 0; part < PART_COUNT; part++) {
         uint32_t i = m->xfer_of[lep * PART_COUNT + part];

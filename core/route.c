@@ -214,7 +214,7 @@ void sim_route_decide(const sim_route_host *h, const sim_route_scratch *rs, uint
     uint8_t hi_bits = (uint8_t)h->quant->fmt[hi].weight_bits;
     memsys_run_plan(ms, layer, rs->active, rs->plan, n_active);
     const size_t layer_parts = (size_t)layer * ms->E * ms->P * PART_COUNT;
-    sim_route_tally_accesses(rs, ex, gs, n * K, ms->state + layer_parts, ms->P, h->quant, h->bits_of, hi_bits,
-                             h->tally);
+    sim_route_tally_accesses(rs, ex, gs, n * K, ms->state + layer_parts, ms->P, h->quant,
+                             h->bits_of, hi_bits, h->tally);
     if (last_of_layer) memsys_end_layer(ms, layer, h->now_ns(h->clock_ctx));
 }
