@@ -166,16 +166,16 @@ static void engine_chunk_done(sim_state *s, int id) {
  * is in flight no other event is queued (engine_may_span). Returns false when nothing is due. */
 static bool deliver_next_until(sim_state *s, uint64_t t_ns) {
     sim_engine *h = &s->eng[MEMSYS_H2D];
-    uint64_t te = s->q.n ? s->q.heap[0].t_ns : UINT64_MAX;
-    if (h->land_part >= 0 && h->land_ns <= te) {
+    sim_event ev;
+    bool queued = sim_event_peek(&s->q, &ev);
+    if (h->land_part >= 0 && (!queued || h->land_ns <= ev.t_ns)) {
         if (h->land_ns > t_ns) return false;
         s->now_ns = h->land_ns;
         memsys_part_land(&s->ms, h->chunk.xfer, h->land_part);
         engine_plan_landing(s, h);
         return true;
     }
-    if (!s->q.n || te > t_ns) return false;
-    sim_event ev;
+    if (!queued || ev.t_ns > t_ns) return false;
     sim_event_pop(&s->q, &ev);
     s->now_ns = ev.t_ns;
     MOESIM_ASSERT(ev.kind == EV_CHUNK && ev.arg < MEMSYS_ENGINES);
