@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# What look-ahead rows cost a run that does not read them: one synthetic Qwen3-30B-A3B routing
-# (REQUESTS requests of 32 prompt + 968 decode tokens, seed 1) written twice by `moesim trace
-# synth`, with the default look-ahead rows and with --lookahead 0, then `moesim trace stats` and
-# `moesim sim` for each policy on both, every run pinned to one core (taskset -c 0), a6000,
-# memory.budget_gb=24, batch BATCH. Prints CPU seconds (user + sys of the whole process, so that
-# other jobs on a shared machine do not count), M routed activations per CPU second, and the
-# ratios in the same run: sim without / with look-ahead rows (the target for a policy that
-# ignores them: with >= 0.9 x without in throughput) and sim / trace stats.
+# The simulator's throughput against `trace stats`, with and without look-ahead rows: one
+# synthetic Qwen3-30B-A3B routing (REQUESTS requests of 32 prompt + 968 decode tokens, seed 1)
+# written twice by `moesim trace synth`, with the default look-ahead rows and with --lookahead 0,
+# then `moesim trace stats` and `moesim sim` for each policy on both, every run pinned to one
+# core (taskset -c CORE), a6000, memory.budget_gb=24, for each batch size of BATCHES. Prints CPU
+# seconds (user + sys of the whole process, so that other jobs on a shared machine do not count),
+# M routed activations per CPU second, and the ratios in the same run: sim with / without
+# look-ahead rows (the target for a policy that ignores them: >= 0.9), and sim / trace stats
+# without and with them (targets: lru >= 1.0, every policy >= 0.5).
 # Usage: bench/bench_lookahead.sh [BUILD_DIR] [POLICIES (default: every registered one)]
-# Environment: REQUESTS (default 100: 10^5 tokens), BATCH (default 1), CORE (default 0),
+# Environment: REQUESTS (default 100: 10^5 tokens), BATCHES (default "1 4"), CORE (default 0),
 # REPEATS (default 1): each run that many times, alternating without / with, the least CPU time
 # kept (other jobs on a shared core inflate CPU time too: caches, frequency).
 set -euo pipefail
 build=${1:-build}
 moesim=$build/moesim
 requests=${REQUESTS:-100}
-batch=${BATCH:-1}
+batches=${BATCHES:-${BATCH:-1 4}}
 core=${CORE:-0}
 repeats=${REPEATS:-1}
 policies=${2:-$("$moesim" sim --list-policies | awk '/^[a-z]/ {print $1}')}
@@ -42,29 +43,31 @@ min() { awk -v a="$1" -v b="$2" 'BEGIN {print (a == "" || b + 0 < a + 0) ? b : a
 stats_s=$(cpu_of "$moesim" trace stats "$work/nola.h5")
 stats_rate=$(awk -v a=$acts -v s="$stats_s" 'BEGIN {printf "%.2f", a / s / 1e6}')
 echo "bench_lookahead: Qwen3-30B-A3B, $requests x (32 + 968) tokens = $acts activations," \
-    "a6000, budget 24 GB, batch $batch, core $core, least CPU time of $repeats"
+    "a6000, budget 24 GB, batches $batches, core $core, least CPU time of $repeats"
 echo "trace stats (no look-ahead rows): $stats_s CPU s, $stats_rate M act/s"
 echo "CPU s and M act/s without / with look-ahead rows; with/without: throughput ratio;"
-echo "sim/stats: throughput of sim (without) / trace stats"
-printf '%-16s %9s %9s %12s %12s %13s %10s\n' policy "s without" "s with" "M/s without" \
-    "M/s with" "with/without" "sim/stats"
-for pol in $policies; do
-    sim=(sim --hw a6000 --policy "$pol" --set memory.budget_gb=24 --set batch.size="$batch")
-    s0="" s1=""
-    for ((i = 0; i < repeats; i++)); do
-        x=$(cpu_of "$moesim" "${sim[@]}" --trace "$work/nola.h5")
-        [[ $x == failed ]] && break
-        s0=$(min "$s0" "$x")
-        x=$(cpu_of "$moesim" "${sim[@]}" --trace "$work/la.h5")
-        [[ $x == failed ]] && break
-        s1=$(min "$s1" "$x")
+echo "sim/stats: throughput of sim without (with) look-ahead rows / trace stats"
+printf '%-5s %-16s %9s %9s %11s %11s %12s %9s %9s\n' batch policy "s without" "s with" \
+    "M/s without" "M/s with" "with/without" "sim/stats" "(with)"
+for batch in $batches; do
+    for pol in $policies; do
+        sim=(sim --hw a6000 --policy "$pol" --set memory.budget_gb=24 --set batch.size="$batch")
+        s0="" s1=""
+        for ((i = 0; i < repeats; i++)); do
+            x=$(cpu_of "$moesim" "${sim[@]}" --trace "$work/nola.h5")
+            [[ $x == failed ]] && break
+            s0=$(min "$s0" "$x")
+            x=$(cpu_of "$moesim" "${sim[@]}" --trace "$work/la.h5")
+            [[ $x == failed ]] && break
+            s1=$(min "$s1" "$x")
+        done
+        if [[ $x == failed ]]; then
+            printf '%-5s %-16s failed: %s\n' "$batch" "$pol" "$(head -c 100 "$work/err")"
+            continue
+        fi
+        awk -v b="$batch" -v p="$pol" -v a=$acts -v s0="$s0" -v s1="$s1" -v st="$stats_s" 'BEGIN {
+            printf "%-5s %-16s %9.2f %9.2f %11.2f %11.2f %12.2f %9.2f %9.2f\n", b, p, s0, s1,
+                   a / s0 / 1e6, a / s1 / 1e6, s0 / s1, st / s0, st / s1
+        }'
     done
-    if [[ $x == failed ]]; then
-        printf '%-16s failed: %s\n' "$pol" "$(head -c 100 "$work/err")"
-        continue
-    fi
-    awk -v p="$pol" -v a=$acts -v s0="$s0" -v s1="$s1" -v st="$stats_s" 'BEGIN {
-        printf "%-16s %9.2f %9.2f %12.2f %12.2f %13.2f %10.2f\n", p, s0, s1, a / s0 / 1e6,
-               a / s1 / 1e6, s0 / s1, st / s0
-    }'
 done

@@ -9,7 +9,9 @@
  *
  * Traces come from `moesim trace synth -o` (bench/bench_sim.sh makes 10^4, 10^5 and 10^6-token
  * Qwen3-30B-A3B ones). Targets: lru >= 10 M activations/s, every seed policy >= 5 M/s,
- * peak RSS within 10 % between 10^5 and 10^6 tokens.
+ * peak RSS within 10 % between 10^5 and 10^6 tokens. The throughput against `trace stats` on
+ * the same routing (the ratio column, with and without look-ahead rows, batches 1 and 4) is
+ * bench/bench_lookahead.sh's.
  * Usage: bench_sim TRACE.h5 [TRACE.h5 ...] [-p POLICY ...] */
 #include <inttypes.h>
 #include <stdio.h>

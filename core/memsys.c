@@ -20,7 +20,7 @@ void memsys_init(memsys *m, const memsys_config *cfg, const memsys_host *host) {
     m->E = cfg->n_experts;
     m->P = PREC_COUNT;
     size_t lep = (size_t)m->L * m->E * m->P;
-    m->state = moesim_xcalloc(lep * PART_COUNT, 1);
+    m->state = moesim_xcalloc(lep * PART_COUNT + 1, 1); /* + 1: memsys_parts_differ's load */
     m->xfer_of = moesim_xmalloc(lep * PART_COUNT * sizeof *m->xfer_of);
     for (size_t i = 0; i < lep * PART_COUNT; i++) m->xfer_of[i] = NONE;
     m->pinned = moesim_xcalloc(lep, 1);
@@ -34,6 +34,8 @@ void memsys_init(memsys *m, const memsys_config *cfg, const memsys_host *host) {
     for (int e = 0; e < MEMSYS_ENGINES; e++)
         for (int c = 0; c < MEMSYS_CLASSES; c++) m->head[e][c] = m->tail[e][c] = NONE;
     m->cur_layer = -1;
+    if (cfg->chunk_bytes && !(cfg->chunk_bytes & (cfg->chunk_bytes - 1)))
+        m->chunk_mask = cfg->chunk_bytes - 1;
 }
 
 void memsys_free(memsys *m) {
@@ -299,27 +301,35 @@ static uint64_t servable(const memsys_xfer *x, int e) {
     return x->bytes - x->sent[e];
 }
 
+/* `bytes` rounded down to whole chunks: a mask for the power-of-two sizes (the default 1 MiB),
+ * where two 64-bit divisions per span would cost more than the rest of span_end. */
+static uint64_t chunks_floor(const memsys *m, uint64_t bytes) {
+    if (m->chunk_mask) return bytes & ~m->chunk_mask;
+    return bytes / m->cfg.chunk_bytes * m->cfg.chunk_bytes;
+}
+
 /* Where a span of PCIe chunks of x starting at its sent offset may end (memsys_next_span): at
  * the end of the chunk in which the next of its parts lands, and before its last chunk unless x
  * is a demand copy. Handing out the last chunk takes x off its queue, which chunk by chunk
  * happens only when that chunk starts; only a promotion could tell (it moves queued transfers
  * and leaves others be), and nothing promotes a demand copy. */
-static uint64_t span_end(const memsys *m, const memsys_xfer *x, uint64_t offset) {
+static uint64_t span_end(const memsys *m, const memsys_xfer *x, uint64_t offset,
+                         bool past_landings) {
     const uint64_t chunk = m->cfg.chunk_bytes;
-    uint64_t lands = x->bytes;
-    for (int part = 0; part < PART_COUNT; part++) {
-        uint8_t bit = (uint8_t)(1u << part);
-        if ((x->parts & bit) && !(x->parts_done & bit) && x->part_end[part] < lands)
-            lands = x->part_end[part];
-    }
     uint64_t limit =
-        x->cls == POLICY_DEMAND ? x->bytes : offset + (x->bytes - offset - 1) / chunk * chunk;
-    uint64_t end = offset + (lands - offset + chunk - 1) / chunk * chunk;
+        x->cls == POLICY_DEMAND ? x->bytes : offset + chunks_floor(m, x->bytes - offset - 1);
+    if (past_landings) return limit;
+    /* the carried parts lie in part order (xfer_layout): the first not landed lands next */
+    uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
+    uint64_t lands = pending ? x->part_end[__builtin_ctz(pending)] : x->bytes;
+    uint64_t end = offset + chunks_floor(m, lands - offset + chunk - 1);
     return end < limit ? end : limit;
 }
 
+enum { CHUNK_ONE, CHUNK_SPAN, CHUNK_SPAN_PAST_LANDINGS };
+
 /* memsys_next_chunk, extended to a span of chunks when `span` allows it. */
-static bool next_chunk(memsys *m, int e, bool span, memsys_chunk *out) {
+static bool next_chunk(memsys *m, int e, int span, memsys_chunk *out) {
     bool staged = e == MEMSYS_SSD && !m->cfg.gpu_direct_storage;
     for (int c = 0; c < MEMSYS_CLASSES; c++)
         for (uint32_t i = m->head[e][c]; i != NONE; i = m->xf[i].next[e]) {
@@ -333,7 +343,7 @@ static bool next_chunk(memsys *m, int e, bool span, memsys_chunk *out) {
                 m->bounce_used += n;
             }
             if (span && e == MEMSYS_H2D && !x->via_ssd) {
-                uint64_t end = span_end(m, x, x->sent[e]);
+                uint64_t end = span_end(m, x, x->sent[e], span == CHUNK_SPAN_PAST_LANDINGS);
                 if (end > x->sent[e] + n) n = end - x->sent[e];
             }
             *out = (memsys_chunk){.xfer = i, .engine = e, .offset = x->sent[e], .bytes = n,
@@ -345,9 +355,38 @@ static bool next_chunk(memsys *m, int e, bool span, memsys_chunk *out) {
     return false;
 }
 
-bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) { return next_chunk(m, e, false, out); }
+bool memsys_next_chunk(memsys *m, int e, memsys_chunk *out) {
+    return next_chunk(m, e, CHUNK_ONE, out);
+}
 
-bool memsys_next_span(memsys *m, int e, memsys_chunk *out) { return next_chunk(m, e, true, out); }
+bool memsys_next_span(memsys *m, int e, memsys_chunk *out) {
+    return next_chunk(m, e, CHUNK_SPAN, out);
+}
+
+bool memsys_next_span_past_landings(memsys *m, int e, memsys_chunk *out) {
+    return next_chunk(m, e, CHUNK_SPAN_PAST_LANDINGS, out);
+}
+
+int memsys_chunk_next_landing(const memsys *m, const memsys_chunk *c, uint64_t *bytes) {
+    const memsys_xfer *x = &m->xf[c->xfer];
+    uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
+    if (!pending) return -1;
+    int part = __builtin_ctz(pending);
+    /* the chunks up to the one holding the part's last byte; the span's own end lands the rest */
+    uint64_t need = chunks_floor(m, x->part_end[part] - c->offset + m->cfg.chunk_bytes - 1);
+    if (need >= c->bytes) return -1;
+    *bytes = need;
+    return part;
+}
+
+void memsys_part_land(memsys *m, uint32_t xfer, int part) {
+    memsys_xfer *x = &m->xf[xfer];
+    x->parts_done |= (uint8_t)(1u << part);
+    size_t pi = memsys_lep(m, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
+    MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == xfer);
+    m->state[pi] = POLICY_RESIDENT;
+    m->xfer_of[pi] = NONE;
+}
 
 void memsys_span_trim(memsys *m, memsys_chunk *c, uint64_t bytes) {
     memsys_xfer *x = &m->xf[c->xfer];
@@ -393,20 +432,12 @@ bool memsys_chunk_done(memsys *m, const memsys_chunk *c, memsys_xfer *done) {
         m->bounce_used -= c->bytes;
         notify_work(m, MEMSYS_SSD);
     }
-    /* the carried parts not landed yet that this chunk completes (most chunks: none) */
-    uint32_t landing = 0;
-    for (int part = 0; part < PART_COUNT; part++)
-        landing |= (uint32_t)(x->part_end[part] <= x->done[e]) << part;
-    landing &= x->parts & ~(uint32_t)x->parts_done;
-    size_t lep = memsys_lep(m, x->layer, x->expert, x->prec);
-    for (int part = 0; part < PART_COUNT; part++) {
-        uint8_t bit = (uint8_t)(1u << part);
-        if (!(landing & bit)) continue;
-        x->parts_done |= bit;
-        size_t pi = lep * PART_COUNT + part;
-        MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == c->xfer);
-        m->state[pi] = POLICY_RESIDENT;
-        m->xfer_of[pi] = NONE;
+    /* the carried parts not landed yet that this chunk completes (most chunks: none), in part
+     * order, which is byte order (xfer_layout) */
+    for (uint32_t pending = x->parts & ~(uint32_t)x->parts_done; pending; pending &= pending - 1) {
+        int part = __builtin_ctz(pending);
+        if (x->part_end[part] > x->done[e]) break;
+        memsys_part_land(m, c->xfer, part);
     }
     if (x->done[e] < x->bytes) return false;
     *done = *x;
@@ -460,6 +491,9 @@ void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) 
     if (m->used_mark[lep] == m->layer_mark) return;
     m->used_mark[lep] = m->layer_mark;
     m->pf_unused[lep] = 0;
+    /* resident parts have no transfer (most runs): nothing late, nothing to promote */
+    if (!memsys_parts_differ(m->state + lep * PART_COUNT, POLICY_PARTS_ALL, POLICY_RESIDENT))
+        return;
     bool late = false;
     for (int part = 0; part < PART_COUNT; part++) {
         uint32_t i = m->xfer_of[lep * PART_COUNT + part];
@@ -478,8 +512,9 @@ void memsys_run_plan(memsys *m, uint32_t layer, const uint16_t *active, const ui
         if (pr == POLICY_RUN_SKIP) continue;
         MOESIM_ASSERT(pr < PREC_COUNT && m->cfg.part_bytes[pr][0]);
         size_t lep = memsys_lep(m, layer, active[a], pr);
-        for (int part = 0; part < PART_COUNT; part++)
-            MOESIM_ASSERT(m->state[lep * PART_COUNT + part] != POLICY_ABSENT);
+        const uint8_t *st = m->state + lep * PART_COUNT;
+        MOESIM_ASSERT((st[0] != POLICY_ABSENT) & (st[1] != POLICY_ABSENT) &
+                      (st[2] != POLICY_ABSENT));
         memsys_run(m, layer, active[a], (moesim_precision)pr);
     }
 }
@@ -569,15 +604,28 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
     size_t lep = memsys_lep(m, layer, expert, p);
     uint32_t need = 0, promote[PART_COUNT], n_promote = 0;
     uint64_t bytes = 0;
-    for (int part = 0; part < PART_COUNT; part++) {
-        if (!(parts_mask & (1u << part))) continue;
-        if (!m->cfg.part_bytes[p][part]) return POLICY_REFUSED; /* host does not store p */
-        size_t pi = lep * PART_COUNT + part;
-        if (m->state[pi] == POLICY_LOADING && m->xf[m->xfer_of[pi]].cls > cls)
-            promote[n_promote++] = m->xfer_of[pi];
-        if (m->state[pi] != POLICY_ABSENT) continue;
-        need |= 1u << part;
-        bytes += m->cfg.part_bytes[p][part];
+    const uint64_t *part_bytes = m->cfg.part_bytes[p];
+    const uint8_t *st = m->state + lep * PART_COUNT;
+    bool whole = parts_mask == POLICY_PARTS_ALL;
+    if (whole && !memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT)) {
+        /* the common cases, a whole resident or absent expert: what the loop below finds */
+        if (!part_bytes[0] || !part_bytes[1] || !part_bytes[2]) return POLICY_REFUSED;
+        return POLICY_ALREADY;
+    } else if (whole && !memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_ABSENT)) {
+        if (!part_bytes[0] || !part_bytes[1] || !part_bytes[2]) return POLICY_REFUSED;
+        need = POLICY_PARTS_ALL;
+        bytes = part_bytes[0] + part_bytes[1] + part_bytes[2];
+    } else {
+        for (int part = 0; part < PART_COUNT; part++) {
+            if (!(parts_mask & (1u << part))) continue;
+            if (!part_bytes[part]) return POLICY_REFUSED; /* host does not store p */
+            size_t pi = lep * PART_COUNT + part;
+            if (m->state[pi] == POLICY_LOADING && m->xf[m->xfer_of[pi]].cls > cls)
+                promote[n_promote++] = m->xfer_of[pi];
+            if (m->state[pi] != POLICY_ABSENT) continue;
+            need |= 1u << part;
+            bytes += part_bytes[part];
+        }
     }
     if (need) {
         if (*pool_of(m, layer) + bytes > m->cfg.pool_cap_bytes) return POLICY_REFUSED;
@@ -637,6 +685,15 @@ static policy_mem_result mem_evict(policy_mem *m, uint32_t layer, uint32_t exper
     MOESIM_ASSERT(layer < m->L && expert < m->E && (uint32_t)p < m->P);
     MOESIM_ASSERT(parts_mask && parts_mask <= POLICY_PARTS_ALL);
     size_t lep = memsys_lep(m, layer, expert, p);
+    if (parts_mask == POLICY_PARTS_ALL &&
+        !memsys_parts_differ(m->state + lep * PART_COUNT, POLICY_PARTS_ALL, POLICY_RESIDENT)) {
+        /* the common case, a whole resident expert: what the general path below does for it */
+        if (m->pinned[lep]) return POLICY_REFUSED;
+        if (m->pf_unused[lep]) m->n.wasted_bytes += expert_bytes(m, p);
+        for (int part = 0; part < PART_COUNT; part++) part_drop(m, layer, expert, p, part);
+        m->pf_unused[lep] = 0;
+        return POLICY_ISSUED;
+    }
     bool any = false;
     for (int part = 0; part < PART_COUNT; part++) {
         if (!(parts_mask & (1u << part))) continue;

@@ -33,6 +33,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "policies/policy.h"
 #include "core/future.h"
@@ -122,6 +123,7 @@ struct policy_mem {
     uint64_t *pool_used; /* [L] or [1] bytes resident or loading */
     uint64_t prec_used[PREC_COUNT];
     uint64_t experts_used, bounce_used;
+    uint64_t chunk_mask; /* cfg.chunk_bytes - 1 when a power of two (rounding by a mask), else 0 */
 
     memsys_xfer *xf; /* transfers; free slots on a list */
     uint32_t n_xf, cap_xf, free_xf;
@@ -186,6 +188,16 @@ bool memsys_next_chunk(memsys *m, int engine, memsys_chunk *out);
  * back to the chunk in flight with memsys_span_trim. The host is also the one to know whether
  * other events could fall on the span's inner boundaries (then it asks chunk by chunk). */
 bool memsys_next_span(memsys *m, int engine, memsys_chunk *out);
+/* memsys_next_span whose span does not stop where a part lands: the host lands the parts inside
+ * it itself (memsys_chunk_next_landing, memsys_part_land) when the chunk holding their last byte
+ * ends, as chunk by chunk; for a host whose clock knows when each chunk of a span ends. */
+bool memsys_next_span_past_landings(memsys *m, int engine, memsys_chunk *out);
+/* The next part of chunk (or span) c's transfer that lands before c's end: returns the part and
+ * sets *bytes to the bytes of c, from its offset, after which it lands (the chunks up to the one
+ * holding its last byte); -1 when none does (memsys_chunk_done lands the parts c completes). */
+int memsys_chunk_next_landing(const memsys *m, const memsys_chunk *c, uint64_t *bytes);
+/* Part `part` of transfer `xfer` landed: resident from now on (memsys_chunk_done's step). */
+void memsys_part_land(memsys *m, uint32_t xfer, int part);
 /* Cuts a span handed out by memsys_next_span back to its first `bytes` (a whole number of
  * chunks, at least one); the rest is servable again (queued by issue order if the span had taken
  * the transfer off its queue). */
@@ -244,6 +256,19 @@ void memsys_finish(memsys *m);
 
 static inline size_t memsys_lep(const memsys *m, uint32_t layer, uint32_t expert, uint32_t p) {
     return ((size_t)layer * m->E + expert) * m->P + p;
+}
+
+/* Whether a part in `mask` of one lep's part states st[PART_COUNT] (memsys.state) is not in
+ * state `v`. One 32-bit load of the three bytes (state carries a byte of padding after the last
+ * lep) instead of three compares: the simulator asks several times per routed activation. */
+static inline bool memsys_parts_differ(const uint8_t *st, uint32_t mask, uint8_t v) {
+    _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && PART_COUNT == 3,
+                   "part i is byte i of the load");
+    static const uint32_t bytes_of[8] = {0,        0xff,     0xff00,   0xffff,
+                                         0xff0000, 0xff00ff, 0xffff00, 0xffffff};
+    uint32_t w;
+    memcpy(&w, st, sizeof w);
+    return ((w ^ v * 0x010101u) & bytes_of[mask & 7]) != 0;
 }
 
 #endif

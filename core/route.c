@@ -8,8 +8,9 @@
 
 #include "common/check.h"
 #include "common/model.h"
-#include "policies/policy.h"
+#include "core/memsys.h"
 #include "core/schedule.h"
+#include "policies/policy.h"
 #include "traces/trace.h"
 
 uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *experts,
@@ -74,16 +75,8 @@ void sim_route_prefetch_account(const sim_route_scratch *rs, uint32_t n_active,
 
 void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *experts,
                               const float *gates, uint32_t n_slots, const uint8_t *layer_state,
-                              uint32_t P, const quant_table *q, uint32_t hi_bits,
-                              sim_route_tally *t) {
-    /* effective bits per weight of each format (scales and zero points included), once per
-     * route rather than a division per access */
-    double bits_of[PREC_COUNT];
-    for (int p = 0; p < PREC_COUNT; p++) {
-        const quant_format *f = &q->fmt[p];
-        bits_of[p] = f->weight_bits +
-                     (f->group_size ? (double)(f->scale_bits + f->zero_bits) / f->group_size : 0);
-    }
+                              uint32_t P, const quant_table *q, const double *bits_of,
+                              uint32_t hi_bits, sim_route_tally *t) {
     uint32_t gen = ++*rs->stamp_gen;
     for (uint32_t i = 0; i < n_slots; i++) {
         uint16_t e = experts[i];
@@ -105,9 +98,16 @@ void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *exper
         bool repeat = rs->stamp[e] == gen;
         rs->stamp[e] = gen;
         const uint8_t *st = layer_state + ((size_t)e * P + pr) * PART_COUNT;
-        bool resident = true;
-        for (int part = 0; part < PART_COUNT; part++) resident &= st[part] == POLICY_RESIDENT;
+        bool resident = !memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT);
         t->hits += repeat | resident;
+    }
+}
+
+void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]) {
+    for (int p = 0; p < PREC_COUNT; p++) {
+        const quant_format *f = &q->fmt[p];
+        bits_of[p] = f->weight_bits +
+                     (f->group_size ? (double)(f->scale_bits + f->zero_bits) / f->group_size : 0);
     }
 }
 
@@ -123,8 +123,8 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
         uint8_t pr = rs->plan[a];
         if (pr == POLICY_RUN_SKIP) continue;
         const uint8_t *st = layer_state + ((size_t)rs->active[a] * P + pr) * PART_COUNT;
-        uint32_t loading = 0;
-        for (int part = 0; part < PART_COUNT; part++) loading |= st[part] == POLICY_LOADING;
+        /* a planned expert's parts are resident or loading (memsys_run_plan asserts) */
+        uint32_t loading = memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT);
         order[n_resident] = a;
         n_resident += !loading;
         order_key[n_loading] = a;
@@ -156,6 +156,7 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
 
 uint32_t sim_route_split(const sim_route_scratch *rs, const uint16_t *experts, uint32_t K,
                          uint32_t i0, uint32_t n, uint32_t capacity) {
+    if (i0 + 1 >= n) return n; /* a last token always runs (the loop below takes it anyway) */
     uint32_t gen = ++*rs->stamp_gen, distinct = 0, i1 = i0;
     while (i1 < n) {
         uint32_t add = 0;
@@ -213,7 +214,7 @@ void sim_route_decide(const sim_route_host *h, const sim_route_scratch *rs, uint
     uint8_t hi_bits = (uint8_t)h->quant->fmt[hi].weight_bits;
     memsys_run_plan(ms, layer, rs->active, rs->plan, n_active);
     const size_t layer_parts = (size_t)layer * ms->E * ms->P * PART_COUNT;
-    sim_route_tally_accesses(rs, ex, gs, n * K, ms->state + layer_parts, ms->P, h->quant, hi_bits,
-                             h->tally);
+    sim_route_tally_accesses(rs, ex, gs, n * K, ms->state + layer_parts, ms->P, h->quant,
+                             h->bits_of, hi_bits, h->tally);
     if (last_of_layer) memsys_end_layer(ms, layer, h->now_ns(h->clock_ctx));
 }

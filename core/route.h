@@ -72,12 +72,15 @@ double sim_route_tally_bits_per_weight(const sim_route_tally *t);
  * define a hit and the precision mix the same way (sim/README.md): an access is a hit when every
  * part of its expert at the planned precision is resident, or when an earlier access of the same
  * route already counted its fetch. `layer_state` is the layer's policy_residency array
- * [E][P][PART_COUNT] (P precisions); a run counts as HI when its format has at least `hi_bits`
- * bits per weight in `q`. Adds to *t. */
+ * [E][P][PART_COUNT] (P precisions) inside memsys.state (read 4 bytes at a time); a run counts as
+ * HI when its format has at least `hi_bits` bits per weight in `q`. Adds to *t. */
 void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *experts,
                               const float *gates, uint32_t n_slots, const uint8_t *layer_state,
-                              uint32_t P, const quant_table *q, uint32_t hi_bits,
-                              sim_route_tally *t);
+                              uint32_t P, const quant_table *q, const double *bits_of,
+                              uint32_t hi_bits, sim_route_tally *t);
+/* Effective bits per weight of each format of q (scales and zero points included): the tally's
+ * bits_of[PREC_COUNT], computed once per run. */
+void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]);
 
 /* The order the planned experts run in, the same for both hosts: resident experts first, then by
  * the issue order of their latest-issued loading part (`loading_seq(host, part_index)` returns
@@ -102,6 +105,7 @@ typedef struct sim_route_host {
     policy *pol;
     memsys *ms;
     const quant_table *quant;
+    const double *bits_of;               /* [PREC_COUNT] sim_route_bits_of(quant) */
     moesim_precision precision;          /* expert.precision: HI when the policy names none */
     uint64_t (*now_ns)(const void *ctx); /* the host's clock (virtual, or measured) */
     const void *clock_ctx;

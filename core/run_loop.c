@@ -26,6 +26,7 @@ void run_loop_init(run_loop *rl, const run_loop_config *c) {
     rl->L = c->meta->n_layers;
     rl->E = c->meta->n_experts;
     rl->K = c->meta->top_k;
+    sim_route_bits_of(c->quant, rl->bits_of);
     arena *a = c->mem;
     size_t T = c->max_step_tokens, E = rl->E, K = rl->K;
     size_t DK = (size_t)c->la_depth * c->la_k;
@@ -184,6 +185,7 @@ static void run_route(run_loop *rl, uint64_t step, uint32_t layer, uint32_t i0, 
         .pol = c->pol,
         .ms = ms,
         .quant = c->quant,
+        .bits_of = rl->bits_of,
         .precision = c->precision,
         .now_ns = rl_now,
         .clock_ctx = rl,

@@ -159,6 +159,7 @@ typedef struct run_loop {
     uint64_t pool_cap_bytes;     /* per-layer pool, or the one pool */
     uint64_t route_expert_bytes; /* one expert at the widest precision the policy loads */
     uint32_t route_capacity;     /* most distinct experts of one (sub-)route */
+    double bits_of[PREC_COUNT];  /* sim_route_bits_of(quant) */
 
     /* the current step */
     uint32_t *step_tok, *step_req, *step_pos; /* [T] */

@@ -121,6 +121,14 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
     c->key_ctx = key_ctx;
     c->stored_key = moesim_xcalloc(n, sizeof *c->stored_key);
     c->active_slot = moesim_xcalloc(pp->n_experts, sizeof *c->active_slot);
+    if (scope == EXPERT_CACHE_LAYER && key == expert_cache_key_lru) {
+        c->order_prev = moesim_xmalloc(n * sizeof *c->order_prev);
+        c->order_next = moesim_xmalloc(n * sizeof *c->order_next);
+        c->order_linked = moesim_xcalloc(n, 1);
+        c->order_head = moesim_xmalloc(pp->n_layers * sizeof *c->order_head);
+        c->order_tail = moesim_xmalloc(pp->n_layers * sizeof *c->order_tail);
+        for (uint32_t l = 0; l < pp->n_layers; l++) c->order_head[l] = c->order_tail[l] = NO_HEAP;
+    }
     if (scope == EXPERT_CACHE_GLOBAL) {
         c->heap_le = moesim_xcalloc(n, sizeof *c->heap_le);
         c->heap_pos = moesim_xmalloc(n * sizeof *c->heap_pos);
@@ -139,6 +147,11 @@ void expert_cache_free(expert_cache *c) {
     free(c->pin);
     free(c->stored_key);
     free(c->active_slot);
+    free(c->order_prev);
+    free(c->order_next);
+    free(c->order_linked);
+    free(c->order_head);
+    free(c->order_tail);
     free(c->heap_le);
     free(c->heap_pos);
     free(c->scratch);
@@ -167,10 +180,65 @@ bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert)
     return c->pin[slot(c, layer, expert)] == c->pin_epoch;
 }
 
+static bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b);
+
+/* ---- layer scope, LRU key: each layer's held experts in victim order (order_*) ---- */
+
+static void order_unlink(expert_cache *c, size_t s) {
+    uint32_t l = (uint32_t)(s / c->n_experts), p = c->order_prev[s], n = c->order_next[s];
+    if (p != NO_HEAP)
+        c->order_next[p] = n;
+    else
+        c->order_head[l] = n;
+    if (n != NO_HEAP)
+        c->order_prev[n] = p;
+    else
+        c->order_tail[l] = p;
+    c->order_linked[s] = 0;
+}
+
+/* Links slot s between prev (headward) and next (tailward) of layer l's list. */
+static void order_link(expert_cache *c, uint32_t l, size_t s, uint32_t prev, uint32_t next) {
+    c->order_prev[s] = prev;
+    c->order_next[s] = next;
+    if (prev != NO_HEAP)
+        c->order_next[prev] = (uint32_t)s;
+    else
+        c->order_head[l] = (uint32_t)s;
+    if (next != NO_HEAP)
+        c->order_prev[next] = (uint32_t)s;
+    else
+        c->order_tail[l] = (uint32_t)s;
+    c->order_linked[s] = 1;
+}
+
+/* Links slot s where its stored key puts it: headward of every entry evicted before it. Searched
+ * from both ends at once: a refreshed LRU key, the newest, stops at the head; a copy held again
+ * carries the key of its last use until the access that loaded it refreshes it, and stops near
+ * the tail. */
+static void order_insert(expert_cache *c, size_t s) {
+    uint32_t l = (uint32_t)(s / c->n_experts);
+    const expert_cache_key *k = c->stored_key;
+    for (uint32_t h = c->order_head[l], t = c->order_tail[l];;
+         h = c->order_next[h], t = c->order_prev[t]) {
+        if (h == NO_HEAP || !key_before(k[s], s, k[h], h)) { /* s goes headward of h */
+            order_link(c, l, s, h == NO_HEAP ? c->order_tail[l] : c->order_prev[h], h);
+            return;
+        }
+        if (!key_before(k[t], t, k[s], s)) { /* s goes tailward of t */
+            order_link(c, l, s, t, c->order_next[t]);
+            return;
+        }
+    }
+}
+
 /* Stores the current key of held expert slot s. */
 static void store_key(expert_cache *c, size_t s) {
     c->stored_key[s] =
         c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
+    if (!c->order_linked) return;
+    if (c->order_linked[s]) order_unlink(c, s);
+    order_insert(c, s);
 }
 
 void expert_cache_halve(expert_cache *c) {
@@ -286,12 +354,30 @@ static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
     c->held_pos[(size_t)layer * c->n_experts + ids[i]] = i;
     c->held_pos[s] = NOT_HELD;
     c->total_held--;
+    if (c->order_linked) order_unlink(c, s);
     if (c->heap_pos) heap_remove_at(c, c->heap_pos[s]);
 }
+
+static bool order_find_victim(const expert_cache *c, uint32_t layer, uint32_t *victim_layer,
+                              uint32_t *victim_expert);
 
 /* The best unpinned victim held in layers [l0, l1). */
 static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, uint32_t *victim_layer,
                            uint32_t *victim_expert) {
+    if (c->order_linked) { /* the best of each layer's own victim (order_find_victim) */
+        size_t best = SIZE_MAX;
+        for (uint32_t l = l0; l < l1; l++) {
+            uint32_t vl, ve;
+            if (!order_find_victim(c, l, &vl, &ve)) continue;
+            size_t s = (size_t)l * c->n_experts + ve;
+            if (best == SIZE_MAX || key_before(c->stored_key[s], s, c->stored_key[best], best))
+                best = s;
+        }
+        if (best == SIZE_MAX) return false;
+        *victim_layer = (uint32_t)(best / c->n_experts);
+        *victim_expert = (uint32_t)(best % c->n_experts);
+        return true;
+    }
     /* the sentinel (key 0, slot SIZE_MAX) comes after every candidate; a pinned one is skipped by
      * selection rather than by a jump, for the reason key_before gives */
     size_t best = SIZE_MAX;
@@ -333,6 +419,18 @@ static bool heap_find_victim(expert_cache *c, uint32_t *victim_layer, uint32_t *
         heap_push(c, c->scratch[i]);
     }
     return found;
+}
+
+/* find_victim_in for one layer with its victim-order list: the first unpinned from the tail. */
+static bool order_find_victim(const expert_cache *c, uint32_t layer, uint32_t *victim_layer,
+                              uint32_t *victim_expert) {
+    for (uint32_t s = c->order_tail[layer]; s != NO_HEAP; s = c->order_prev[s])
+        if (c->pin[s] != c->pin_epoch) {
+            *victim_layer = layer;
+            *victim_expert = s % c->n_experts;
+            return true;
+        }
+    return false;
 }
 
 bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,

@@ -93,6 +93,14 @@ struct expert_cache {
     /* every held expert's key as of its latest store (hold, expert_cache_refresh, halve) */
     expert_cache_key *stored_key; /* [n_layers][n_experts] */
 
+    /* layer scope with the LRU key: each layer's held experts as a list in victim order (by
+     * stored key, the victim at the tail), so a victim search walks from the tail past the pinned
+     * ones instead of comparing every held expert. A new LRU key is the newest: it goes to the
+     * head in one step. NULL otherwise. */
+    uint32_t *order_prev, *order_next; /* [n_layers * n_experts] links, UINT32_MAX: none */
+    uint32_t *order_head, *order_tail; /* [n_layers] */
+    uint8_t *order_linked;             /* [n_layers * n_experts] */
+
     /* global scope: max-heap (victim first) of held experts by stored key */
     uint32_t *heap_le;          /* [n_layers * n_experts] layer * E + expert */
     uint32_t *heap_pos;         /* [n_layers * n_experts] index in the heap, or UINT32_MAX */

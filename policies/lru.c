@@ -52,7 +52,12 @@ struct policy {
     uint32_t *stamp;                         /* [L*E] latest route that needs the node */
     uint32_t gen;
     lru_list *layer; /* [L] */
+    /* Scope global: every node by recency. Scope layer needs the global order only when a whole
+     * layer is pinned (rare), so it keeps no list (two relinks per access) but each node's
+     * last-touch tick: the globally least recent node is the least recent of the layers'. */
     lru_list global;
+    uint64_t *touched; /* [L*E] scope layer: tick of the node's last touch */
+    uint64_t tick;
 };
 
 static void list_unlink(lru_list *l, uint32_t *prev, uint32_t *next, uint32_t x) {
@@ -116,6 +121,7 @@ static moesim_status lru_create(const policy_params *params, const void *knobs, 
     p->gnext = moesim_xmalloc(n * sizeof(uint32_t));
     for (size_t i = 0; i < n; i++) p->lprev[i] = p->lnext[i] = p->gprev[i] = p->gnext[i] = LRU_NIL;
     p->cached = moesim_xcalloc(n, 1);
+    p->touched = moesim_xcalloc(n, sizeof *p->touched);
     p->stamp = moesim_xcalloc(n, sizeof(uint32_t));
     p->layer = moesim_xmalloc(p->L * sizeof *p->layer);
     for (uint32_t l = 0; l < p->L; l++) p->layer[l] = (lru_list){LRU_NIL, LRU_NIL, 0};
@@ -131,21 +137,33 @@ static uint32_t victim_of(const policy *p, const lru_list *list, const uint32_t 
     return LRU_NIL;
 }
 
+/* The least recently used node of all layers not needed by the current route, or LRU_NIL. */
+static uint32_t global_victim(const policy *p) {
+    if (p->scope == LRU_SCOPE_GLOBAL) return victim_of(p, &p->global, p->gprev);
+    uint32_t best = LRU_NIL;
+    for (uint32_t l = 0; l < p->L; l++) {
+        uint32_t v = victim_of(p, &p->layer[l], p->lprev);
+        if (v != LRU_NIL && (best == LRU_NIL || p->touched[v] < p->touched[best])) best = v;
+    }
+    return best;
+}
+
 static void drop(policy *p, uint32_t x) {
     policy_mem_result res =
         p->mem.ops->evict(p->mem.mem, x / p->E, x % p->E, p->prec, POLICY_PARTS_ALL);
     MOESIM_ASSERT(res != POLICY_REFUSED); /* not in use: the route's compute has not started */
     list_unlink(&p->layer[x / p->E], p->lprev, p->lnext, x);
-    list_unlink(&p->global, p->gprev, p->gnext, x);
+    if (p->scope == LRU_SCOPE_GLOBAL) list_unlink(&p->global, p->gprev, p->gnext, x);
     p->cached[x] = 0;
 }
 
 static void touch(policy *p, uint32_t layer, uint16_t e) {
     uint32_t x = layer * p->E + e;
     lru_list *ll = &p->layer[layer];
+    bool global = p->scope == LRU_SCOPE_GLOBAL;
     if (p->cached[x]) {
         list_unlink(ll, p->lprev, p->lnext, x);
-        list_unlink(&p->global, p->gprev, p->gnext, x);
+        if (global) list_unlink(&p->global, p->gprev, p->gnext, x);
     } else {
         if (p->scope == LRU_SCOPE_LAYER)
             while (ll->n >= p->layer_cap) {
@@ -159,15 +177,16 @@ static void touch(policy *p, uint32_t layer, uint16_t e) {
             if (res != POLICY_REFUSED) break;
             uint32_t v = LRU_NIL;
             if (p->pool_per_layer || p->scope == LRU_SCOPE_LAYER) v = victim_of(p, ll, p->lprev);
-            if (v == LRU_NIL) v = victim_of(p, &p->global, p->gprev);
+            if (v == LRU_NIL) v = global_victim(p);
             MOESIM_ASSERT(v != LRU_NIL); /* the host splits routes so that they fit a pool */
             drop(p, v);
         }
         p->cached[x] = 1;
     }
     p->stamp[x] = p->gen;
+    p->touched[x] = ++p->tick;
     list_push_front(ll, p->lprev, p->lnext, x);
-    list_push_front(&p->global, p->gprev, p->gnext, x);
+    if (global) list_push_front(&p->global, p->gprev, p->gnext, x);
 }
 
 static void lru_on_route(policy *p, const policy_route *r, policy_plan *plan) {
@@ -188,6 +207,7 @@ static void lru_destroy(policy *p) {
     free(p->gprev);
     free(p->gnext);
     free(p->cached);
+    free(p->touched);
     free(p->stamp);
     free(p->layer);
     free(p);

@@ -5,7 +5,8 @@
  * prefetches after at most one chunk. A transfer pays its engine's latency once, when its first
  * chunk starts (or every chunk, with the profile's h2d_latency_per_chunk); its parts become
  * resident as their last byte lands. Every chunk end is an event of the run's queue, delivered
- * in (time, seq) order; an idle stretch of one engine may be served as one span event. */
+ * in (time, seq) order; an idle stretch of one engine may be served as one span event, whose
+ * inner part landings the engine delivers itself at their chunks' ends (deliver_next_until). */
 #include <stdio.h>
 
 #include "common/check.h"
@@ -19,10 +20,13 @@ void sim_hbm_note(sim_state *s) {
     if (used > s->peak_hbm) s->peak_hbm = used;
 }
 
+/* Called for every part loaded or dropped: the note inline, the timeline only when on. */
 static void on_hbm(void *ctx, uint64_t experts_used) {
     sim_state *s = ctx;
-    sim_hbm_note(s);
-    sim_timeline_hbm(&s->tl, s->now_ns, experts_used, s->ms.prec_used, &s->tl_hbm);
+    uint64_t used = s->non_expert_bytes + s->act_bytes + s->kv_bytes + experts_used;
+    MOESIM_ASSERT(used <= s->budget_bytes);
+    if (used > s->peak_hbm) s->peak_hbm = used;
+    if (s->tl.on) sim_timeline_hbm(&s->tl, s->now_ns, experts_used, s->ms.prec_used, &s->tl_hbm);
 }
 
 /* sim.block_pools: a load is placed only where the replay could place it, in a block of its
@@ -70,10 +74,19 @@ static uint64_t engine_end_ns(const sim_state *s, const sim_engine *e, uint64_t 
     return t;
 }
 
-/* Whether engine `id` may serve a span of chunks as one event (memsys_next_span): only when no
- * other event can fall on the span's inner boundaries, where chunk by chunk their order would
- * depend on issue sequence: the SSD engine idle (it starts only through on_work, which cuts the
- * span first). Not with a timeline, which draws the stream's stall chunk by chunk. */
+/* When the next part of the span in flight lands, if one lands before the span's end: its
+ * chunks end then, as they would chunk by chunk (engine_end_ns adds up exactly). */
+static void engine_plan_landing(sim_state *s, sim_engine *e) {
+    uint64_t bytes = 0;
+    e->land_part = e->busy ? memsys_chunk_next_landing(&s->ms, &e->chunk, &bytes) : -1;
+    e->land_ns = e->land_part < 0 ? UINT64_MAX : engine_end_ns(s, e, bytes);
+}
+
+/* Whether engine `id` may serve a span of chunks as one event (memsys_next_span_past_landings):
+ * only when no other event can fall on the span's inner boundaries, where chunk by chunk their
+ * order would depend on issue sequence: the SSD engine idle (it starts only through on_work,
+ * which cuts the span first). Not with a timeline, which draws the stream's stall chunk by
+ * chunk. */
 static bool engine_may_span(const sim_state *s, int id) {
     return id == MEMSYS_H2D && s->eng[id].spans && !s->tl.on && !s->eng[MEMSYS_SSD].busy;
 }
@@ -83,29 +96,28 @@ static void engine_kick(sim_state *s, int id) {
     sim_engine *e = &s->eng[id];
     if (e->busy) return;
     memsys_chunk c;
-    bool any = engine_may_span(s, id) ? memsys_next_span(&s->ms, id, &c)
+    bool any = engine_may_span(s, id) ? memsys_next_span_past_landings(&s->ms, id, &c)
                                       : memsys_next_chunk(&s->ms, id, &c);
     if (!any) {
         engine_close_segment(s, e);
         return;
     }
     const memsys_xfer *x = &s->ms.xf[c.xfer];
-    if (e->seg_xfer != c.xfer || e->seg_seq != x->seq) {
+    if (s->tl.on && (e->seg_xfer != c.xfer || e->seg_seq != x->seq)) {
         engine_close_segment(s, e);
-        if (s->tl.on) {
-            e->seg_xfer = c.xfer;
-            e->seg_seq = x->seq;
-            e->seg_cls = x->cls;
-            e->seg_start_ns = s->now_ns;
-            snprintf(e->seg_name, sizeof e->seg_name, "L%u e%u %s %s", x->layer, x->expert,
-                     precision_name((moesim_precision)x->prec), cls_name[x->cls]);
-        }
+        e->seg_xfer = c.xfer;
+        e->seg_seq = x->seq;
+        e->seg_cls = x->cls;
+        e->seg_start_ns = s->now_ns;
+        snprintf(e->seg_name, sizeof e->seg_name, "L%u e%u %s %s", x->layer, x->expert,
+                 precision_name((moesim_precision)x->prec), cls_name[x->cls]);
     }
     e->busy = true;
     e->chunk = c;
     e->t_start_ns = s->now_ns;
     e->start_xfer_ns = engine_xfer_ns(e, c.offset);
     e->t_end_ns = engine_end_ns(s, e, c.bytes);
+    engine_plan_landing(s, e);
     sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
 }
 
@@ -122,6 +134,7 @@ static void engine_cut_span(sim_state *s, int id) {
     if (keep >= e->chunk.bytes) return;
     memsys_span_trim(&s->ms, &e->chunk, keep);
     e->t_end_ns = engine_end_ns(s, e, keep);
+    engine_plan_landing(s, e);
     bool moved = sim_event_cancel(&s->q, EV_CHUNK, (uint32_t)id);
     MOESIM_ASSERT(moved);
     sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
@@ -138,6 +151,8 @@ static void engine_chunk_done(sim_state *s, int id) {
     sim_engine *e = &s->eng[id];
     MOESIM_ASSERT(e->busy && e->t_end_ns == s->now_ns);
     e->busy = false;
+    e->land_part = -1;
+    e->land_ns = UINT64_MAX;
     e->busy_ns += e->t_end_ns - e->t_start_ns;
     memsys_xfer done;
     bool complete = memsys_chunk_done(&s->ms, &e->chunk, &done);
@@ -146,26 +161,40 @@ static void engine_chunk_done(sim_state *s, int id) {
     if (complete) memsys_deliver(&s->ms, &done, s->now_ns);
 }
 
-/* Delivers every event at or before t_ns, in (time, seq) order. */
-void sim_deliver_until(sim_state *s, uint64_t t_ns) {
+/* Delivers what happens next if it happens at or before t_ns: a part landing inside the PCIe
+ * span in flight, or the earliest event. A landing comes before its span's end, and while a span
+ * is in flight no other event is queued (engine_may_span). Returns false when nothing is due. */
+static bool deliver_next_until(sim_state *s, uint64_t t_ns) {
+    sim_engine *h = &s->eng[MEMSYS_H2D];
     sim_event ev;
-    while (sim_event_peek(&s->q, &ev) && ev.t_ns <= t_ns) {
-        sim_event_pop(&s->q, &ev);
-        s->now_ns = ev.t_ns;
-        MOESIM_ASSERT(ev.kind == EV_CHUNK && ev.arg < MEMSYS_ENGINES);
-        engine_chunk_done(s, (int)ev.arg);
+    bool queued = sim_event_peek(&s->q, &ev);
+    if (h->land_part >= 0 && (!queued || h->land_ns <= ev.t_ns)) {
+        if (h->land_ns > t_ns) return false;
+        s->now_ns = h->land_ns;
+        memsys_part_land(&s->ms, h->chunk.xfer, h->land_part);
+        engine_plan_landing(s, h);
+        return true;
+    }
+    if (!queued || ev.t_ns > t_ns) return false;
+    sim_event_pop(&s->q, &ev);
+    s->now_ns = ev.t_ns;
+    MOESIM_ASSERT(ev.kind == EV_CHUNK && ev.arg < MEMSYS_ENGINES);
+    engine_chunk_done(s, (int)ev.arg);
+    return true;
+}
+
+/* Delivers every event and landing at or before t_ns, in (time, seq) order. */
+void sim_deliver_until(sim_state *s, uint64_t t_ns) {
+    while (deliver_next_until(s, t_ns)) {
     }
     s->now_ns = t_ns;
 }
 
-/* Delivers the next event (the stream is blocked); returns its time. */
+/* Delivers the next event or landing (the stream is blocked); returns its time. */
 uint64_t sim_deliver_next(sim_state *s) {
-    sim_event ev;
-    bool any = sim_event_pop(&s->q, &ev);
-    MOESIM_ASSERT(any); /* a part is LOADING, so its transfer has an event coming */
-    s->now_ns = ev.t_ns;
-    engine_chunk_done(s, (int)ev.arg);
-    return ev.t_ns;
+    bool any = deliver_next_until(s, UINT64_MAX);
+    MOESIM_ASSERT(any); /* a part is LOADING, so its transfer has an event or a landing coming */
+    return s->now_ns;
 }
 
 memsys_host sim_memsys_host(sim_state *s, bool block_pools) {
@@ -192,6 +221,8 @@ void sim_engines_init(sim_state *s, const hw_profile *hw, uint64_t chunk_bytes) 
     for (int i = 0; i < MEMSYS_ENGINES; i++) {
         sim_engine *e = &s->eng[i];
         e->seg_xfer = NONE;
+        e->land_part = -1;
+        e->land_ns = UINT64_MAX;
         if (!(e->bytes_per_s > 0)) continue; /* an engine the profile lacks copies nothing */
         /* a span is cut at the first chunk ending after the cut: that needs every chunk to take
          * time (at least 1 ns: a chunk's exact time of 2 ns or more, whatever the rounding) */
@@ -206,10 +237,7 @@ void sim_engines_init(sim_state *s, const hw_profile *hw, uint64_t chunk_bytes) 
 }
 
 void sim_drain(sim_state *s) {
-    sim_event ev;
-    while (sim_event_pop(&s->q, &ev)) {
-        s->now_ns = ev.t_ns;
-        engine_chunk_done(s, (int)ev.arg);
+    while (deliver_next_until(s, UINT64_MAX)) {
     }
     MOESIM_ASSERT(s->q.n == 0);
     for (int i = 0; i < MEMSYS_ENGINES; i++) {

@@ -168,31 +168,78 @@ static void host_stall_end(void *h) {
     s->now_ns = s->t_ns;
 }
 
-static void host_op(void *h, const run_op *op) {
-    sim_state *s = h;
-    uint64_t dur = 0;
-    switch (op->kind) {
-    case RUN_OP_ATTENTION:
-        dur = s->attn_ns;
-        break;
+/* The cost model's time of a non-attention op for `tok` tokens. */
+static uint64_t op_cost_ns(const sim_state *s, run_op_kind kind, uint32_t tok) {
+    switch (kind) {
     case RUN_OP_DENSE:
-        dur = cost_dense_ffn_ns(&s->cost, op->n_tokens);
-        break;
+        return cost_dense_ffn_ns(&s->cost, tok);
     case RUN_OP_ROUTER:
-        s->layer_t0_ns = s->t_ns;
-        dur = cost_router_ns(&s->cost, op->n_tokens);
-        break;
+        return cost_router_ns(&s->cost, tok);
     case RUN_OP_SHARED:
-        dur = cost_shared_ns(&s->cost, op->n_tokens);
-        break;
+        return cost_shared_ns(&s->cost, tok);
     case RUN_OP_COMBINE:
-        dur = cost_combine_ns(&s->cost, op->n_tokens);
-        break;
+        return cost_combine_ns(&s->cost, tok);
     case RUN_OP_LM_HEAD:
-        dur = cost_lm_head_ns(&s->cost, op->n_tokens);
+        return cost_lm_head_ns(&s->cost, tok);
+    case RUN_OP_ATTENTION:
         break;
     }
+    MOESIM_UNREACHABLE();
+}
+
+static void host_op(void *h, const run_op *op) {
+    sim_state *s = h;
+    uint64_t dur;
+    if (op->kind == RUN_OP_ATTENTION) {
+        dur = s->attn_ns;
+    } else if (op->n_tokens < SIM_ECOST_TOKENS) { /* cached: four of these per layer */
+        uint64_t *c = &s->opcost_ns[op->kind][op->n_tokens];
+        if (!*c) *c = op_cost_ns(s, op->kind, op->n_tokens);
+        dur = *c;
+    } else {
+        dur = op_cost_ns(s, op->kind, op->n_tokens);
+    }
+    if (op->kind == RUN_OP_ROUTER) s->layer_t0_ns = s->t_ns;
     stream_op(s, dur, op->cat, op->name);
+}
+
+/* The parts of `mask` in a part-state triple st[PART_COUNT] that are not resident. */
+static inline uint32_t parts_waiting(const uint8_t *st, uint32_t mask) {
+    return ((uint32_t)(st[PART_GATE] != POLICY_RESIDENT) << PART_GATE |
+            (uint32_t)(st[PART_UP] != POLICY_RESIDENT) << PART_UP |
+            (uint32_t)(st[PART_DOWN] != POLICY_RESIDENT) << PART_DOWN) &
+           mask;
+}
+
+/* The stream blocks: copy events are delivered until every part in `mask` is resident (out of
+ * line: most expert ops find their parts resident). */
+static void wait_parts(sim_state *s, const uint8_t *st, uint32_t layer, uint32_t expert,
+                       uint32_t mask) {
+    for (uint32_t waiting; (waiting = parts_waiting(st, mask));) {
+        uint32_t loading = (uint32_t)(st[PART_GATE] == POLICY_LOADING) << PART_GATE |
+                           (uint32_t)(st[PART_UP] == POLICY_LOADING) << PART_UP |
+                           (uint32_t)(st[PART_DOWN] == POLICY_LOADING) << PART_DOWN;
+        MOESIM_ASSERT((waiting & loading) == waiting);
+        if (!s->tl.on) {
+            host_wait_copy(s, NULL);
+            continue;
+        }
+        char name[64];
+        snprintf(name, sizeof name, "stall L%u e%u", layer, expert);
+        host_wait_copy(s, name);
+    }
+}
+
+/* The expert op's slice on the timeline. */
+static void expert_slice(sim_state *s, uint32_t layer, uint32_t expert, moesim_precision p,
+                         uint32_t tokens, uint32_t mask, uint64_t dur) {
+    char name[80];
+    if (mask == POLICY_PARTS_ALL)
+        snprintf(name, sizeof name, "L%u e%u %s x%u", layer, expert, precision_name(p), tokens);
+    else
+        snprintf(name, sizeof name, "L%u e%u %s %s x%u", layer, expert,
+                 mask == 1u << PART_DOWN ? "down" : "gate_up", precision_name(p), tokens);
+    stream_op(s, dur, "expert", name);
 }
 
 /* The stream blocks until every part in `mask` of (layer, expert, p) is resident, then runs
@@ -202,37 +249,17 @@ static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precisi
     sim_state *s = h;
     const uint8_t *st = s->ms.state + idx_lep(s, layer, expert, p) * PART_COUNT; /* [PART_COUNT] */
     sim_advance_to(s, s->t_ns);
-    for (;;) {
-        /* the parts of `mask` not yet resident (this test runs twice per expert op) */
-        uint32_t waiting = ((uint32_t)(st[PART_GATE] != POLICY_RESIDENT) << PART_GATE |
-                            (uint32_t)(st[PART_UP] != POLICY_RESIDENT) << PART_UP |
-                            (uint32_t)(st[PART_DOWN] != POLICY_RESIDENT) << PART_DOWN) &
-                           mask;
-        if (!waiting) break;
-        for (int part = 0; part < PART_COUNT; part++)
-            MOESIM_ASSERT(!(waiting & (1u << part)) || st[part] == POLICY_LOADING);
-        char name[64] = "";
-        if (s->tl.on) snprintf(name, sizeof name, "stall L%u e%u", layer, expert);
-        host_wait_copy(s, name);
-    }
+    if (memsys_parts_differ(st, mask, POLICY_RESIDENT)) wait_parts(s, st, layer, expert, mask);
     s->now_ns = s->t_ns;
     run_loop_expert_start(&s->loop, layer, expert, p, mask, s->t_ns);
 
     uint64_t gu, dn;
     expert_cost(s, p, tokens, &gu, &dn);
-    bool whole = mask == POLICY_PARTS_ALL, down = mask == 1u << PART_DOWN;
-    uint64_t dur = whole ? gu + dn : down ? dn : gu;
-    if (!s->tl.on) {
-        s->t_ns += dur;
-        return;
-    }
-    char name[80];
-    if (whole)
-        snprintf(name, sizeof name, "L%u e%u %s x%u", layer, expert, precision_name(p), tokens);
+    uint64_t dur = mask == POLICY_PARTS_ALL ? gu + dn : mask == 1u << PART_DOWN ? dn : gu;
+    if (s->tl.on)
+        expert_slice(s, layer, expert, p, tokens, mask, dur);
     else
-        snprintf(name, sizeof name, "L%u e%u %s %s x%u", layer, expert, down ? "down" : "gate_up",
-                 precision_name(p), tokens);
-    stream_op(s, dur, "expert", name);
+        s->t_ns += dur;
 }
 
 static void host_layer_end(void *h, uint64_t step, uint32_t layer) {

@@ -38,6 +38,10 @@ typedef struct sim_engine {
     bool busy;                     /* a chunk (or span) is in flight */
     memsys_chunk chunk;            /* the chunk in flight */
     uint64_t t_start_ns, t_end_ns; /* when it started and ends (its event's time) */
+    /* the next part of the span in flight that lands before its end (memsys_chunk_next_landing)
+     * and when: landed by the host, not by an event (-1, UINT64_MAX: none) */
+    int land_part;
+    uint64_t land_ns;
     uint64_t start_xfer_ns;        /* engine_xfer_ns at its offset */
     uint64_t seg_start_ns; /* timeline: when the open segment's transfer started being served */
     uint32_t seg_xfer;     /* timeline: the open segment's transfer, or NONE */
@@ -99,6 +103,7 @@ struct sim_state {
     uint64_t attn_ns;     /* the current step's attention op, per layer */
     uint64_t layer_t0_ns; /* the MoE layer being run: when its router started */
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
+    uint64_t opcost_ns[RUN_OP_LM_HEAD + 1][SIM_ECOST_TOKENS]; /* other ops' times (0: unset) */
 
     /* metrics */
     uint64_t stall_ns;
@@ -136,12 +141,12 @@ void sim_hbm_note(sim_state *s);
 void sim_deliver_until(sim_state *s, uint64_t t_ns);
 /* The same, inline where nothing is due: the stream asks before every expert op. */
 static inline void sim_advance_to(sim_state *s, uint64_t t_ns) {
-    if (s->q.n && s->q.heap[0].t_ns <= t_ns)
+    if ((s->q.n && s->q.heap[0].t_ns <= t_ns) || s->eng[MEMSYS_H2D].land_ns <= t_ns)
         sim_deliver_until(s, t_ns);
     else
         s->now_ns = t_ns;
 }
-/* Delivers the next event (the stream is blocked); returns its time. */
+/* Delivers the next event or part landing (the stream is blocked); returns its time. */
 uint64_t sim_deliver_next(sim_state *s);
 /* Every copy still queued or in flight completes; nothing may be left. */
 void sim_drain(sim_state *s);

@@ -236,6 +236,39 @@ Test(sim_memsys,
     check_spans(POLICY_PREFETCH, 4, prefetch_offset, prefetch_bytes, prefetch_resident);
 }
 
+Test(sim_memsys, a_span_past_landings_names_each_part_landing_inside_it_for_the_host) {
+    const uint64_t mib = 1u << 20;
+    memsys ms;
+    span_memsys(&ms, false);
+    cr_assert_eq(memsys_ops.load(&ms, 0, 0, PREC_BF16, POLICY_PARTS_ALL, POLICY_DEMAND),
+                 POLICY_ISSUED);
+    memsys_chunk c;
+    cr_assert(memsys_next_span_past_landings(&ms, MEMSYS_H2D, &c));
+    cr_expect(c.offset == 0 && c.bytes == 13 * mib / 2 && c.first, "the whole demand copy");
+    /* gate lands with chunk 3, up with chunk 5, down with the span's own end */
+    const uint64_t want_bytes[] = {3 * mib, 5 * mib};
+    for (int part = PART_GATE; part <= PART_UP; part++) {
+        uint64_t bytes = 0;
+        cr_assert_eq(memsys_chunk_next_landing(&ms, &c, &bytes), part);
+        cr_expect_eq(bytes, want_bytes[part], "part %d after %llu bytes", part,
+                     (unsigned long long)bytes);
+        cr_expect_eq(memsys_ops.state(&ms, 0, 0, PREC_BF16, (expert_part)part), POLICY_LOADING);
+        memsys_part_land(&ms, c.xfer, part);
+        cr_expect_eq(memsys_ops.state(&ms, 0, 0, PREC_BF16, (expert_part)part), POLICY_RESIDENT);
+    }
+    uint64_t bytes = 0;
+    cr_expect_eq(memsys_chunk_next_landing(&ms, &c, &bytes), -1);
+    memsys_xfer done;
+    cr_expect(memsys_chunk_done(&ms, &c, &done));
+    cr_expect_eq(memsys_ops.state(&ms, 0, 0, PREC_BF16, PART_DOWN), POLICY_RESIDENT);
+    /* a prefetch's span still stops before its last chunk (it could be promoted) */
+    cr_assert_eq(memsys_ops.load(&ms, 0, 1, PREC_BF16, POLICY_PARTS_ALL, POLICY_PREFETCH),
+                 POLICY_ISSUED);
+    cr_assert(memsys_next_span_past_landings(&ms, MEMSYS_H2D, &c));
+    cr_expect_eq(c.bytes, 6 * mib, "got %llu bytes", (unsigned long long)c.bytes);
+    memsys_free(&ms);
+}
+
 Test(sim_memsys, a_cut_demand_span_goes_back_to_its_queue_by_issue_order) {
     /* demand copies of experts 0 then 1: expert 0's last span takes its last chunk (off the
      * queue); cut back to its first chunk, it is queued again ahead of expert 1 */
