@@ -289,10 +289,10 @@ typedef struct validate_row {
     /* GB/s of the host->device link while it copied (bytes / busy time; NaN: nothing copied):
      * the profile's figure in the simulator, what the link delivered in the replay */
     double sim_link_gb_per_s, real_link_gb_per_s;
-    /* validate --calibrate-rounds: how far the simulated TPOT moves between the calibrations
-     * before and after the compared round, relative to the one compared (|after - before| /
-     * compared): what the machine's drift during the round is worth in the result; NAN when not
-     * calibrated between rounds */
+    /* validate --calibrate-rounds: how far the simulated TPOT moves between the profiles of the
+     * compared round's first and second half of calibration slices, relative to the one
+     * compared: what the machine's drift within the round is worth in the result; NAN when not
+     * calibrated through the rounds */
     double sim_tpot_drift;
     /* and the TPOT error had every round been simulated with the first calibration alone (one
      * calibration before the validation): what calibrating between rounds changed; NAN when not

@@ -12,7 +12,7 @@
 #include "common/status.h"
 #include "replay/replay.h"
 
-/* One calibration of a validation that calibrates between its rounds (validate
+/* One calibration of a validation that calibrates through its rounds (validate
  * --calibrate-rounds): the figures of the machine that move when it drifts. */
 typedef struct validate_calibration {
     double at_s;                /* when it started, seconds after the validation's start */
@@ -30,8 +30,8 @@ typedef struct validate_meta {
     char profile[96]; /* the calibrated hardware profile */
     char trace[1024]; /* the trace's path */
     char model[96];   /* the model geometry */
-    /* validate --calibrate-rounds: before the first round and after each (0: not calibrated;
-     * round r is simulated with the mean of calibrations r-1 and r) */
+    /* validate --calibrate-rounds: [0] the calibration before round 1, [r] round r's slices
+     * combined (0: not calibrated through the rounds) */
     uint32_t n_calib;
     validate_calibration calib[VALIDATE_MAX_ROUNDS + 1];
 } validate_meta;

@@ -78,22 +78,22 @@ static void change(FILE *f, double a, double b) {
         fprintf(f, " %+.1f %% |", 100.0 * (b / a - 1));
 }
 
-/* The machine as each calibration between rounds found it, each figure's change from the one
- * before (the drift during the round between them), and what that drift is worth in the
- * simulated TPOTs against the error reported. */
+/* The machine as the calibration before round 1 and each round's slices found it, each figure's
+ * change from the row before, and what the drift within the rounds is worth in the simulated
+ * TPOTs against the error reported. */
 static void write_drift(FILE *f, const validate_meta *meta, const validate_summary *s) {
     if (!meta->n_calib) return;
-    fprintf(f, "\n## The machine between rounds\n\n"
-               "Calibrated before the first round of replays and after each; round r is "
-               "simulated with the mean of the calibrations before and after it. Changes are "
-               "from the calibration before.\n\n"
+    fprintf(f, "\n## The machine through the rounds\n\n"
+               "Calibrated before the first round of replays, then in slices through every "
+               "round (before its first replay and after each); round r is simulated with its "
+               "slices combined. Changes are from the row before.\n\n"
                "| calibration | at s | disk GB/s | change | disk latency us | gate+up us (1 "
                "token) | change | attention proj us | change | LM head us | change | profile |\n"
                "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (uint32_t k = 0; k < meta->n_calib; k++) {
         const validate_calibration *c = &meta->calib[k], *p = k ? &meta->calib[k - 1] : c;
         if (k)
-            fprintf(f, "| after round %u |", k);
+            fprintf(f, "| round %u |", k);
         else
             fputs("| before round 1 |", f);
         fprintf(f, " %.0f | %.3f |", c->at_s, c->disk_gb_per_s);
@@ -107,8 +107,8 @@ static void write_drift(FILE *f, const validate_meta *meta, const validate_summa
         fprintf(f, " %s |\n", c->profile);
     }
     fprintf(f,
-            "\nDrift during the compared rounds, as simulated TPOT (|after - before| / "
-            "compared): median %.2f %% against a median |TPOT error| of %.2f %%",
+            "\nDrift within the compared rounds, as simulated TPOT (|second half - first half| "
+            "/ compared): median %.2f %% against a median |TPOT error| of %.2f %%",
             100 * s->drift_tpot_median, 100 * s->tpot_abs_err_median);
     if (!isnan(s->tpot_abs_err_median_first_calib))
         fprintf(f,

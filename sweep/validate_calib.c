@@ -2,9 +2,15 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <gsl/gsl_fit.h>
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
+
+#include "common/alloc.h"
 #include "common/check.h"
 #include "common/paths.h"
 #include "replay/exec.h"
@@ -26,30 +32,37 @@ moesim_status validate_calib_dir_prepare(const char *dir, moesim_error *err) {
     return st;
 }
 
-moesim_status validate_calib_take(const validate_calibrator *c, calib_results *out,
-                                  validate_calibration *fig, moesim_error *err) {
+void validate_calib_figures(const validate_calibrator *c, const calib_results *r, double at_s,
+                            validate_calibration *fig) {
     memset(fig, 0, sizeof *fig);
-    fig->at_s = (double)(replay_exec_clock_ns() - c->start_ns) / 1e9;
+    fig->at_s = at_s;
+    fig->disk_gb_per_s = r->h2d_peak_gb_per_s;
+    fig->disk_latency_us = r->h2d_latency_us;
+    fig->gate_up_us = first_point_us(r, COST_EXPERT_GATE_UP, c->precision);
+    fig->attention_proj_us = first_point_us(r, COST_ATTENTION_PROJ, PREC_BF16);
+    fig->lm_head_us = first_point_us(r, COST_LM_HEAD, PREC_BF16);
+}
+
+moesim_status validate_calib_take(const validate_calibrator *c, uint32_t repeats,
+                                  calib_results *out, double *at_s, moesim_error *err) {
+    *at_s = (double)(replay_exec_clock_ns() - c->start_ns) / 1e9;
     calib_options opt = {.model = c->model,
-                         .repeats = c->repeats,
+                         .repeats = repeats,
                          .max_tokens = c->max_tokens,
                          .max_context = c->max_context,
                          .precisions = c->precisions,
                          .cache = c->cache};
-    moesim_status st = c->cpu ? calib_run_cpu(&opt, NULL, out, err) : calib_run(&opt, out, err);
-    if (st) return st;
-    fig->disk_gb_per_s = out->h2d_peak_gb_per_s;
-    fig->disk_latency_us = out->h2d_latency_us;
-    fig->gate_up_us = first_point_us(out, COST_EXPERT_GATE_UP, c->precision);
-    fig->attention_proj_us = first_point_us(out, COST_ATTENTION_PROJ, PREC_BF16);
-    fig->lm_head_us = first_point_us(out, COST_LM_HEAD, PREC_BF16);
+    return c->cpu ? calib_run_cpu(&opt, NULL, out, err) : calib_run(&opt, out, err);
+}
+
+void validate_calib_log(const validate_calibrator *c, const char *what,
+                        const validate_calibration *fig) {
     if (!c->quiet)
         fprintf(stderr,
-                "validate: calibrated at %.0f s: link %.3f GB/s (latency %.1f us), gate+up %.1f "
-                "us, attention projections %.1f us, LM head %.1f us\n",
-                fig->at_s, fig->disk_gb_per_s, fig->disk_latency_us, fig->gate_up_us,
+                "validate: %s at %.0f s: link %.3f GB/s (latency %.1f us), gate+up %.1f us, "
+                "attention projections %.1f us, LM head %.1f us\n",
+                what, fig->at_s, fig->disk_gb_per_s, fig->disk_latency_us, fig->gate_up_us,
                 fig->attention_proj_us, fig->lm_head_us);
-    return MOESIM_OK;
 }
 
 moesim_status validate_calib_publish(const validate_calibrator *c, const calib_results *r,
@@ -66,28 +79,63 @@ moesim_status validate_calib_publish(const validate_calibrator *c, const calib_r
     return st;
 }
 
-static double mean2(double a, double b) { return (a + b) / 2; }
-
-void validate_calib_mean(const calib_results *a, const calib_results *b, calib_results *out) {
-    *out = *a;
-    MOESIM_ASSERT(a->n_sizes == b->n_sizes); /* the same plan: the same points */
-    for (uint32_t i = 0; i < a->n_sizes; i++) {
-        out->h2d_gb_per_s[i] = mean2(a->h2d_gb_per_s[i], b->h2d_gb_per_s[i]);
-        out->d2h_gb_per_s[i] = mean2(a->d2h_gb_per_s[i], b->d2h_gb_per_s[i]);
-    }
-    out->h2d_latency_us = mean2(a->h2d_latency_us, b->h2d_latency_us);
-    out->d2h_latency_us = mean2(a->d2h_latency_us, b->d2h_latency_us);
-    out->h2d_peak_gb_per_s = mean2(a->h2d_peak_gb_per_s, b->h2d_peak_gb_per_s);
-    out->d2h_peak_gb_per_s = mean2(a->d2h_peak_gb_per_s, b->d2h_peak_gb_per_s);
-    out->hbm_gb_per_s = mean2(a->hbm_gb_per_s, b->hbm_gb_per_s);
-    out->bf16_tflops = mean2(a->bf16_tflops, b->bf16_tflops);
-    out->kernel_launch_us = mean2(a->kernel_launch_us, b->kernel_launch_us);
-    out->stall_overhead = mean2(a->stall_overhead, b->stall_overhead);
+/* Each point's median over the slices, times the slices' pooled stall overhead: the time of all
+ * their calls over what the medians account for (as one calibration pools its repeats:
+ * replay/calib_cpu.c), so slow spells count as often as the round met them. */
+static void combine_curves(const calib_results *slices, size_t n, calib_results *out) {
+    double *v = moesim_xcalloc(n, sizeof *v), all = 0, typical = 0;
     for (int op = 0; op < COST_OP_COUNT; op++)
-        for (int p = 0; p < PREC_COUNT; p++) {
-            const cost_curve *ca = &a->curve[op][p], *cb = &b->curve[op][p];
-            MOESIM_ASSERT(ca->n == cb->n);
-            for (uint32_t i = 0; i < ca->n; i++)
-                out->curve[op][p].t_ns[i] = mean2(ca->t_ns[i], cb->t_ns[i]);
-        }
+        for (int p = 0; p < PREC_COUNT; p++)
+            for (uint32_t i = 0; i < out->curve[op][p].n; i++) {
+                for (size_t k = 0; k < n; k++) {
+                    MOESIM_ASSERT(slices[k].curve[op][p].n == out->curve[op][p].n);
+                    v[k] = slices[k].curve[op][p].t_ns[i];
+                    all += v[k];
+                }
+                gsl_sort(v, 1, n);
+                out->curve[op][p].t_ns[i] = gsl_stats_median_from_sorted_data(v, 1, n);
+                typical += out->curve[op][p].t_ns[i] * (double)n;
+            }
+    out->stall_overhead = typical > 0 ? all / typical : 1;
+    for (int op = 0; op < COST_OP_COUNT; op++)
+        for (int p = 0; p < PREC_COUNT; p++)
+            for (uint32_t i = 0; i < out->curve[op][p].n; i++)
+                out->curve[op][p].t_ns[i] *= out->stall_overhead;
+    free(v);
+}
+
+/* The link: each size's mean read time over the slices (the simulator charges every chunk the
+ * same time, so the slow reads count), and the line through them as calibration fits it. */
+static void combine_link(const calib_results *slices, size_t n, calib_results *out) {
+    double xs[CALIB_MAX_SIZES], ys[CALIB_MAX_SIZES];
+    for (uint32_t i = 0; i < out->n_sizes; i++) {
+        double ns = 0;
+        for (size_t k = 0; k < n; k++) ns += slices[k].size_bytes[i] / slices[k].h2d_gb_per_s[i];
+        ns /= (double)n;
+        xs[i] = out->size_bytes[i];
+        ys[i] = ns;
+        out->h2d_gb_per_s[i] = out->d2h_gb_per_s[i] = out->size_bytes[i] / ns;
+    }
+    double c0, c1, cov00, cov01, cov11, sumsq;
+    gsl_fit_linear(xs, 1, ys, 1, out->n_sizes, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
+    out->h2d_latency_us = out->d2h_latency_us = c0 > 0 ? c0 / 1e3 : 0;
+    out->h2d_peak_gb_per_s = out->d2h_peak_gb_per_s =
+        c1 > 0 ? 1.0 / c1 : out->h2d_gb_per_s[out->n_sizes - 1];
+}
+
+void validate_calib_combine(const calib_results *slices, size_t n, calib_results *out) {
+    MOESIM_ASSERT(n >= 1);
+    *out = slices[0];
+    for (size_t k = 1; k < n; k++) MOESIM_ASSERT(slices[k].n_sizes == out->n_sizes);
+    combine_curves(slices, n, out);
+    if (out->n_sizes >= 2) combine_link(slices, n, out);
+    double dram = 0, flops = 0;
+    for (size_t k = 0; k < n; k++) {
+        dram += slices[k].hbm_gb_per_s;
+        flops += slices[k].bf16_tflops;
+    }
+    out->hbm_gb_per_s = dram / (double)n;
+    out->bf16_tflops = flops / (double)n;
+    out->repeats = 0;
+    for (size_t k = 0; k < n; k++) out->repeats += slices[k].repeats;
 }

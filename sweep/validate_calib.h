@@ -1,10 +1,11 @@
 /* Calibrations between a validation's rounds (`moesim validate --calibrate-rounds DIR`): a
- * shared machine drifts (this project's VM measured its disk at 2.2-3.8 GB/s and its int4 ops
- * 20-40 % apart within 1.5 h), so one calibration before a long validation cannot tell the
- * simulator's error from the machine slowing down. The machine is calibrated before the first
- * round of replays and after each; round r is simulated with the mean of the calibrations around
- * it, and the simulated TPOT under each calibration says what the drift during a round is worth
- * (sweep/validate_run.c). */
+ * shared machine drifts, so one calibration before a long validation cannot tell the simulator's
+ * error from the machine slowing down, and a short calibration between rounds samples one second
+ * of a machine whose slow spells last seconds. So the machine is calibrated once before the first
+ * round (the profile of the first simulations) and then in slices spread over every round, one
+ * repetition of every point before the round's first replay and after each replay; a round is
+ * simulated with its slices combined, and with the first and the second half of them apart,
+ * which says what the drift within the round is worth (sweep/validate_run.c). */
 #ifndef MOESIM_SWEEP_VALIDATE_CALIB_H
 #define MOESIM_SWEEP_VALIDATE_CALIB_H
 
@@ -21,7 +22,7 @@ typedef struct validate_calibrator {
     const model_geometry *model; /* whose ops are timed */
     const hw_profile *base;      /* what a calibration cannot measure (datasheet figures) */
     moesim_precision precision;  /* the runs' expert precision: the gate+up figure's */
-    uint32_t repeats;            /* timed repetitions per point */
+    uint32_t repeats;            /* repetitions per point of the calibration before round 1 */
     bool cpu;                    /* calibrate the CPU replay (else the GPU) */
     const char *dir;             /* where the profiles and cost tables are written */
     /* the points the runs need (calib_options): the most tokens of one step, the most attended
@@ -37,10 +38,17 @@ typedef struct validate_calibrator {
  * not after them. */
 moesim_status validate_calib_dir_prepare(const char *dir, moesim_error *err);
 
-/* One calibration of the machine, now; its figures to *fig (the profile's path set by
- * validate_calib_publish). */
-moesim_status validate_calib_take(const validate_calibrator *c, calib_results *out,
-                                  validate_calibration *fig, moesim_error *err);
+/* One calibration of the machine, now, of `repeats` repetitions per point; *at_s: when it
+ * started, seconds after the validation's start. */
+moesim_status validate_calib_take(const validate_calibrator *c, uint32_t repeats,
+                                  calib_results *out, double *at_s, moesim_error *err);
+
+/* The figures of a calibration the report shows (the profile's path left empty). */
+void validate_calib_figures(const validate_calibrator *c, const calib_results *r, double at_s,
+                            validate_calibration *fig);
+/* One line on stderr (unless quiet): "validate: WHAT at T s: link ... GB/s ...". */
+void validate_calib_log(const validate_calibrator *c, const char *what,
+                        const validate_calibration *fig);
 
 /* Writes a calibration as DIR/STEM.ini and its cost table as DIR/STEM-cost.txt, and loads the
  * profile back as the simulator reads it: *hw, and the table's path in table[table_len]. */
@@ -48,8 +56,12 @@ moesim_status validate_calib_publish(const validate_calibrator *c, const calib_r
                                      const char *stem, hw_profile *hw, char *table,
                                      size_t table_len, moesim_error *err);
 
-/* The mean of two calibrations of the same model, point by point: the machine during the round
- * between them. */
-void validate_calib_mean(const calib_results *a, const calib_results *b, calib_results *out);
+/* Calibration slices taken through a round (one repetition each, before its first replay and
+ * after every replay) as one calibration: the machine the round's replays met. Per point the
+ * median over the slices times their pooled stall overhead (the time of all their calls over
+ * what the medians account for: slow spells count as often as the round met them); the link
+ * from each size's mean read time, refitted; DRAM and the matvec peak their means. The slices
+ * must come from the same plan (one model, one validation). */
+void validate_calib_combine(const calib_results *slices, size_t n, calib_results *out);
 
 #endif

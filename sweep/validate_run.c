@@ -27,8 +27,8 @@ typedef struct vctx {
     size_t n_files;
     const char *const *sets;
     size_t n_sets;
-    trace *t;           /* the trace in memory (GPU replays), or NULL */
-    trace_stream *ts;   /* --backend cpu: the trace as a stream (memory flat in its length) */
+    trace *t;            /* the trace in memory (GPU replays), or NULL */
+    trace_stream *ts;    /* --backend cpu: the trace as a stream (memory flat in its length) */
     const trace *tokens; /* t, or the stream's meta and counts */
     hw_profile hw;
     model_geometry model;
@@ -110,11 +110,13 @@ typedef struct config_runs {
     validate_record sim;
     validate_record *real; /* [repeats] */
     uint32_t n_real;
-    /* with calibrations between rounds: round r simulated with the mean of the calibrations
-     * around it, and the TPOT simulated with each calibration */
+    /* calibrating through the rounds: round r simulated with its slices combined, the TPOTs
+     * with its first and second half of slices ([2 r], [2 r + 1]), and with the calibration
+     * before round 1 alone */
     validate_record *sim_round; /* [repeats], NULL without */
-    double *sim_tpot_at;        /* [repeats + 1] */
-    bool refused;               /* the simulator refused the configuration */
+    double *sim_tpot_half;      /* [2 * repeats] */
+    double sim_tpot_first;
+    bool refused; /* the simulator refused the configuration */
     char note[160];
 } config_runs;
 
@@ -194,8 +196,9 @@ static moesim_status compare_runs(const config_runs *cr, const validate_spec *r,
     moesim_status st = validate_compare(sim, &cr->real[median], r->label, row, err);
     if (!st && cr->sim_round) {
         row->sim_tpot_drift =
-            fabs(cr->sim_tpot_at[median + 1] - cr->sim_tpot_at[median]) / sim->r.tpot.mean_ms;
-        row->tpot_err_first_calib = validate_rel_err(cr->sim_tpot_at[0], row->real_tpot_ms);
+            fabs(cr->sim_tpot_half[2 * median + 1] - cr->sim_tpot_half[2 * median]) /
+            sim->r.tpot.mean_ms;
+        row->tpot_err_first_calib = validate_rel_err(cr->sim_tpot_first, row->real_tpot_ms);
     }
     MOESIM_ASSERT(n <= VALIDATE_MAX_ROUNDS); /* --repeats is checked against it */
     for (uint32_t i = 0; i < n && !st; i++) {
@@ -213,60 +216,91 @@ static void config_runs_free(config_runs *cr, uint32_t repeats) {
     free(cr->real);
     for (uint32_t i = 0; cr->sim_round && i < repeats; i++) validate_record_free(&cr->sim_round[i]);
     free(cr->sim_round);
-    free(cr->sim_tpot_at);
+    free(cr->sim_tpot_half);
 }
 
-/* The machine after each round (and before the first), and the profiles the rounds are
- * simulated with. */
+/* A profile the simulator loads: a calibration written as a profile and a cost table. */
+typedef struct loaded_profile {
+    hw_profile hw;
+    char table[1100];
+} loaded_profile;
+
+/* The calibrations of a validation that calibrates through its rounds: the one before round 1
+ * and each round's slices, and the profiles made of them. */
 typedef struct round_profiles {
-    calib_results *taken; /* [repeats + 1]: before round 1, after each round */
-    hw_profile *at;       /* [repeats + 1]: each as the simulator loads it */
-    hw_profile *mean;     /* [repeats]: round r's, the mean of taken[r] and taken[r + 1] */
-    char (*at_table)[1100], (*mean_table)[1100]; /* their cost tables' paths */
+    calib_results *first;  /* before round 1 */
+    calib_results *slices; /* [repeats][per_round]: before a round's first replay, after each */
+    uint32_t per_round;    /* configurations replayed + 1 */
+    loaded_profile first_p, *round_p, *half_p; /* [repeats], [2 * repeats] */
 } round_profiles;
 
-static void round_profiles_alloc(round_profiles *rp, uint32_t repeats) {
-    rp->taken = moesim_xcalloc(repeats + 1, sizeof *rp->taken);
-    rp->at = moesim_xcalloc(repeats + 1, sizeof *rp->at);
-    rp->mean = moesim_xcalloc(repeats, sizeof *rp->mean);
-    rp->at_table = moesim_xcalloc(repeats + 1, sizeof *rp->at_table);
-    rp->mean_table = moesim_xcalloc(repeats, sizeof *rp->mean_table);
+static void round_profiles_alloc(round_profiles *rp, uint32_t repeats, uint32_t per_round) {
+    rp->first = moesim_xcalloc(1, sizeof *rp->first);
+    rp->per_round = per_round;
+    rp->slices = moesim_xcalloc((size_t)repeats * per_round, sizeof *rp->slices);
+    rp->round_p = moesim_xcalloc(repeats, sizeof *rp->round_p);
+    rp->half_p = moesim_xcalloc(2 * (size_t)repeats, sizeof *rp->half_p);
 }
 
 static void round_profiles_free(round_profiles *rp) {
-    free(rp->taken);
-    free(rp->at);
-    free(rp->mean);
-    free(rp->at_table);
-    free(rp->mean_table);
+    free(rp->first);
+    free(rp->slices);
+    free(rp->round_p);
+    free(rp->half_p);
 }
 
-/* Writes every calibration and every round's mean as a profile and cost table, and names them
- * in meta. */
-static moesim_status publish_profiles(const vctx *v, round_profiles *rp, validate_meta *meta,
-                                      moesim_error *err) {
+static moesim_status publish(const vctx *v, const calib_results *r, const char *stem,
+                             loaded_profile *out, moesim_error *err) {
+    return validate_calib_publish(v->calib, r, stem, &out->hw, out->table, sizeof out->table, err);
+}
+
+/* One slice of round `round` (slot k of its slices). */
+static moesim_status take_slice(const vctx *v, round_profiles *rp, uint32_t round, uint32_t k,
+                                double *at_s, moesim_error *err) {
+    return validate_calib_take(v->calib, 1, &rp->slices[(size_t)round * rp->per_round + k], at_s,
+                               err);
+}
+
+/* Each round's slices combined, whole and by halves, written as profiles and named in meta. */
+static moesim_status publish_rounds(const vctx *v, round_profiles *rp, const double *round_at_s,
+                                    validate_meta *meta, moesim_error *err) {
     moesim_status st = MOESIM_OK;
-    calib_results *mean = moesim_xcalloc(1, sizeof *mean); /* large: the cost curves */
-    for (uint32_t k = 0; k <= v->repeats && !st; k++) {
-        char stem[32];
-        snprintf(stem, sizeof stem, "calibration-%u", k);
-        st = validate_calib_publish(v->calib, &rp->taken[k], stem, &rp->at[k], rp->at_table[k],
-                                    sizeof rp->at_table[k], err);
-        snprintf(meta->calib[k].profile, sizeof meta->calib[k].profile, "%s/%s.ini", v->calib->dir,
-                 stem);
-    }
+    calib_results *c = moesim_xcalloc(1, sizeof *c); /* large: the cost curves */
+    uint32_t n = rp->per_round, half = n / 2;
     for (uint32_t r = 0; r < v->repeats && !st; r++) {
-        char stem[32];
+        const calib_results *sl = &rp->slices[(size_t)r * n];
+        char stem[48];
+        validate_calib_combine(sl, n, c);
         snprintf(stem, sizeof stem, "round-%u", r + 1);
-        validate_calib_mean(&rp->taken[r], &rp->taken[r + 1], mean);
-        st = validate_calib_publish(v->calib, mean, stem, &rp->mean[r], rp->mean_table[r],
-                                    sizeof rp->mean_table[r], err);
+        st = publish(v, c, stem, &rp->round_p[r], err);
+        validate_calib_figures(v->calib, c, round_at_s[r], &meta->calib[r + 1]);
+        snprintf(meta->calib[r + 1].profile, sizeof meta->calib[r + 1].profile, "%s/%s.ini",
+                 v->calib->dir, stem);
+        validate_calib_log(v->calib, stem, &meta->calib[r + 1]);
+        validate_calib_combine(sl, half, c);
+        snprintf(stem, sizeof stem, "round-%u-first-half", r + 1);
+        if (!st) st = publish(v, c, stem, &rp->half_p[2 * r], err);
+        validate_calib_combine(sl + half, n - half, c);
+        snprintf(stem, sizeof stem, "round-%u-second-half", r + 1);
+        if (!st) st = publish(v, c, stem, &rp->half_p[2 * r + 1], err);
     }
-    free(mean);
+    free(c);
     return st;
 }
 
-/* Every configuration the simulator took, again with each calibration and each round's mean. */
+/* The TPOT of one simulation of a configuration with profile p. */
+static moesim_status tpot_with(const vctx *v, const validate_spec *spec, const loaded_profile *p,
+                               double *tpot_ms, moesim_error *err) {
+    validate_record rec;
+    validate_record_init(&rec, v->tokens->n_requests, v->tokens->meta.n_layers);
+    moesim_status st = simulate_on(v, spec, &p->hw, p->table, &rec, err);
+    *tpot_ms = rec.r.tpot.mean_ms;
+    validate_record_free(&rec);
+    return st;
+}
+
+/* Every configuration the simulator took, again with each round's calibration, whole and by
+ * halves, and with the calibration before round 1 alone. */
 static moesim_status simulate_rounds(const vctx *v, const validate_spec *specs, config_runs *runs,
                                      size_t n, const round_profiles *rp, moesim_error *err) {
     moesim_status st = MOESIM_OK;
@@ -275,18 +309,16 @@ static moesim_status simulate_rounds(const vctx *v, const validate_spec *specs, 
         config_runs *cr = &runs[i];
         if (cr->refused) continue;
         cr->sim_round = moesim_xcalloc(v->repeats, sizeof *cr->sim_round);
-        cr->sim_tpot_at = moesim_xcalloc(v->repeats + 1, sizeof *cr->sim_tpot_at);
+        cr->sim_tpot_half = moesim_xcalloc(2 * (size_t)v->repeats, sizeof *cr->sim_tpot_half);
         for (uint32_t r = 0; r < v->repeats && !st; r++) {
             validate_record_init(&cr->sim_round[r], nr, nl);
-            st = simulate_on(v, &specs[i], &rp->mean[r], rp->mean_table[r], &cr->sim_round[r], err);
+            st = simulate_on(v, &specs[i], &rp->round_p[r].hw, rp->round_p[r].table,
+                             &cr->sim_round[r], err);
+            for (int h = 0; h < 2 && !st; h++)
+                st = tpot_with(v, &specs[i], &rp->half_p[2 * r + h], &cr->sim_tpot_half[2 * r + h],
+                               err);
         }
-        for (uint32_t k = 0; k <= v->repeats && !st; k++) {
-            validate_record at;
-            validate_record_init(&at, nr, nl);
-            st = simulate_on(v, &specs[i], &rp->at[k], rp->at_table[k], &at, err);
-            cr->sim_tpot_at[k] = at.r.tpot.mean_ms;
-            validate_record_free(&at);
-        }
+        if (!st) st = tpot_with(v, &specs[i], &rp->first_p, &cr->sim_tpot_first, err);
         if (st) moesim_error_prefix(err, "%s (%s)", specs[i].policy, specs[i].label);
     }
     return st;
@@ -302,19 +334,26 @@ static moesim_status run_all(const vctx *v, const validate_spec *specs, size_t n
                              validate_row *rows, validate_meta *meta, moesim_error *err) {
     config_runs *runs = moesim_xcalloc(n ? n : 1, sizeof *runs);
     round_profiles rp = {0};
-    if (v->calib) round_profiles_alloc(&rp, v->repeats);
+    double *round_at_s = moesim_xcalloc(v->repeats, sizeof *round_at_s);
     moesim_status st = MOESIM_OK;
-    /* calibrating between rounds: the first calibration is also the profile of the first
-     * simulations (which refuse what cannot run, and are printed beside the replays) */
+    /* calibrating through the rounds: the calibration before round 1 is also the profile of the
+     * first simulations (which refuse what cannot run, and are printed beside the replays) */
     const hw_profile *first_hw = &v->hw;
     const char *first_table = NULL;
     if (v->calib) {
-        st = validate_calib_take(v->calib, &rp.taken[0], &meta->calib[0], err);
-        if (!st)
-            st = validate_calib_publish(v->calib, &rp.taken[0], "calibration-0", &rp.at[0],
-                                        rp.at_table[0], sizeof rp.at_table[0], err);
-        first_hw = &rp.at[0];
-        first_table = rp.at_table[0];
+        calib_results *first = moesim_xcalloc(1, sizeof *first);
+        double at_s;
+        st = validate_calib_take(v->calib, v->calib->repeats, first, &at_s, err);
+        validate_calib_figures(v->calib, first, at_s, &meta->calib[0]);
+        snprintf(meta->calib[0].profile, sizeof meta->calib[0].profile, "%s/calibration-0.ini",
+                 v->calib->dir);
+        validate_calib_log(v->calib, "calibrated", &meta->calib[0]);
+        round_profiles_alloc(&rp, v->repeats, (uint32_t)n + 1);
+        *rp.first = *first;
+        free(first);
+        if (!st) st = publish(v, rp.first, "calibration-0", &rp.first_p, err);
+        first_hw = &rp.first_p.hw;
+        first_table = rp.first_p.table;
     }
     size_t simulated = 0;
     for (; simulated < n && !st; simulated++) {
@@ -322,7 +361,12 @@ static moesim_status run_all(const vctx *v, const validate_spec *specs, size_t n
         if (st)
             moesim_error_prefix(err, "%s (%s)", specs[simulated].policy, specs[simulated].label);
     }
+    uint32_t live = 0; /* configurations replayed: a slice before a round and after each */
+    for (size_t i = 0; i < n; i++) live += !runs[i].refused;
+    rp.per_round = live + 1;
     for (uint32_t round = 0; round < v->repeats && !st; round++) {
+        uint32_t slice = 0;
+        if (v->calib) st = take_slice(v, &rp, round, slice++, &round_at_s[round], err);
         for (size_t i = 0; i < n && !st; i++) {
             if (runs[i].refused) continue;
             st = replay_again(v, &specs[i], &runs[i], err);
@@ -333,18 +377,19 @@ static moesim_status run_all(const vctx *v, const validate_spec *specs, size_t n
                         "validate: %s (%s), replay %u of %u: TPOT sim %.4f ms, real %.4f ms\n",
                         specs[i].policy, specs[i].label, round + 1, v->repeats,
                         runs[i].sim.r.tpot.mean_ms, runs[i].real[round].r.tpot.mean_ms);
+            double at_s;
+            if (!st && v->calib) st = take_slice(v, &rp, round, slice++, &at_s, err);
         }
-        if (!st && v->calib)
-            st = validate_calib_take(v->calib, &rp.taken[round + 1], &meta->calib[round + 1], err);
     }
-    if (!st && v->calib) {
+    if (!st && v->calib && live) {
         meta->n_calib = v->repeats + 1;
-        st = publish_profiles(v, &rp, meta, err);
+        st = publish_rounds(v, &rp, round_at_s, meta, err);
         if (!st) st = simulate_rounds(v, specs, runs, n, &rp, err);
     }
     for (size_t i = 0; i < n && !st; i++) st = compare_runs(&runs[i], &specs[i], &rows[i], err);
     for (size_t i = 0; i < simulated; i++) config_runs_free(&runs[i], v->repeats);
     free(runs);
+    free(round_at_s);
     round_profiles_free(&rp);
     return st;
 }
@@ -395,13 +440,13 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
               .quiet = s->quiet};
     memset(meta, 0, sizeof *meta);
     /* the CPU replay and the simulator read the trace as a stream; the GPU replay holds it */
-    moesim_status st = v.cpu ? trace_stream_open(s->trace_path, &v.ts, err)
-                             : trace_read(s->trace_path, &v.t, err);
+    moesim_status st =
+        v.cpu ? trace_stream_open(s->trace_path, &v.ts, err) : trace_read(s->trace_path, &v.t, err);
     if (!st) v.tokens = v.ts ? trace_stream_tokens(v.ts) : v.t;
     if (!st) st = hw_load_by_name(s->hw_name, &v.hw, err);
     if (!st)
-        st = model_load_by_name(s->model_name ? s->model_name : v.tokens->meta.model, &v.model,
-                                err);
+        st =
+            model_load_by_name(s->model_name ? s->model_name : v.tokens->meta.model, &v.model, err);
     if (!st) st = quant_table_load_default(&v.quant, err);
     if (!st && !v.cpu) st = replay_device_check(err); /* after the inputs: theirs come first */
     if (!st && p->n) st = make_store(&v, &p->specs[0], err);

@@ -1,7 +1,8 @@
-/* Calibrations between a validation's rounds (sweep/validate_calib.h, validate --calibrate-rounds):
- * the mean of two calibrations is the machine between them, point by point, and is written as a
- * profile and cost table the simulator loads; a validation whose machine drifted more than its
- * error calls no result (summary, --check, the report), and the drift survives --merge. */
+/* Calibrations through a validation's rounds (sweep/validate_calib.h, validate --calibrate-rounds):
+ * a round's slices combine to the median per point times their pooled stalls and the link's mean
+ * read time, written as a profile and cost table the simulator loads; a validation whose machine
+ * drifted more than its error calls no result (summary, --check, the report), and the drift
+ * survives --merge. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
@@ -44,24 +45,40 @@ static void calibration(calib_results *c, double scale) {
     c->curve[COST_LM_HEAD][PREC_BF16].n = 3;
 }
 
-Test(validate_calib, the_mean_of_two_calibrations_is_the_machine_between_them) {
-    static calib_results a, b, m; /* large: the cost curves */
-    calibration(&a, 1);
-    calibration(&b, 3);
-    validate_calib_mean(&a, &b, &m);
-    cr_assert_float_eq(m.h2d_peak_gb_per_s, (3.0 + 1.0) / 2, 1e-12);
-    cr_assert_float_eq(m.h2d_gb_per_s[0], (1.0 + 1.0 / 3) / 2, 1e-12);
-    cr_assert_float_eq(m.h2d_latency_us, 160, 1e-9);
-    cr_assert_float_eq(m.curve[COST_EXPERT_GATE_UP][PREC_BF16].t_ns[2], 2 * 800e3, 1e-6);
-    cr_assert_float_eq(m.curve[COST_LM_HEAD][PREC_BF16].t_ns[1], 2 * 1800e3, 1e-6);
+Test(validate_calib, slices_combine_to_the_median_point_times_their_pooled_stalls) {
+    static calib_results sl[3], m; /* large: the cost curves */
+    calibration(&sl[0], 1);
+    calibration(&sl[1], 1.2);
+    calibration(&sl[2], 3); /* a slice in a slow spell */
+    validate_calib_combine(sl, 3, &m);
+    /* per point the median (scale 1.2) times all calls' time over the medians' */
+    double all = 0, typical = 0;
+    for (int op = 0; op < COST_OP_COUNT; op++)
+        for (int p = 0; p < PREC_COUNT; p++)
+            for (uint32_t i = 0; i < sl[0].curve[op][p].n; i++) {
+                all += sl[0].curve[op][p].t_ns[i] + sl[1].curve[op][p].t_ns[i] +
+                       sl[2].curve[op][p].t_ns[i];
+                typical += 3 * sl[1].curve[op][p].t_ns[i];
+            }
+    cr_assert_float_eq(m.stall_overhead, all / typical, 1e-12);
+    cr_assert_float_eq(m.stall_overhead, (1 + 1.2 + 3) / 3.6, 1e-12);
+    cr_assert_float_eq(m.curve[COST_LM_HEAD][PREC_BF16].t_ns[1], 1.2 * 1800e3 * m.stall_overhead,
+                       1e-3);
     cr_assert_eq(m.curve[COST_LM_HEAD][PREC_BF16].x[1], 2); /* the points stay */
+    /* the link: each size's mean read time (64 KiB read in 65.536 us at scale 1) */
+    double ns = (65536 / 1.0 + 65536 / (1.0 / 1.2) + 65536 / (1.0 / 3)) / 3;
+    cr_assert_float_eq(m.h2d_gb_per_s[0], 65536 / ns, 1e-9);
+    cr_assert(m.h2d_peak_gb_per_s > 0 && m.h2d_peak_gb_per_s < 3.0);
+    validate_calib_combine(sl, 1, &m); /* one slice is itself */
+    cr_assert_float_eq(m.curve[COST_EXPERT_GATE_UP][PREC_BF16].t_ns[2], 800e3, 1e-6);
+    cr_assert_float_eq(m.stall_overhead, 1, 1e-12);
 }
 
 Test(validate_calib, a_round_profile_is_written_where_asked_and_loads_as_measured) {
-    static calib_results a, b, m;
-    calibration(&a, 1);
-    calibration(&b, 2);
-    validate_calib_mean(&a, &b, &m);
+    static calib_results sl[2], m;
+    calibration(&sl[0], 1);
+    calibration(&sl[1], 1); /* no stalls: the combined profile is the slices' */
+    validate_calib_combine(sl, 2, &m);
     moesim_error err = {0};
     hw_profile base, got;
     model_geometry model;
@@ -75,14 +92,16 @@ Test(validate_calib, a_round_profile_is_written_where_asked_and_loads_as_measure
     cr_assert_eq(validate_calib_publish(&c, &m, "round-1", &got, table, sizeof table, &err),
                  MOESIM_OK, "%s", err.msg);
     cr_assert_str_eq(got.name, "round-1");
-    cr_assert_float_eq(got.h2d_bytes_per_s, 2.25e9, 1e3); /* (3 + 1.5) / 2 GB/s */
+    /* the link refitted through the sizes' read times: the slope's rate */
+    double slope_ns_per_byte = (4194304.0 / 3 - 65536) / (4194304.0 - 65536);
+    cr_assert_float_eq(got.h2d_bytes_per_s, 1e9 / slope_ns_per_byte, 1e3);
     cr_assert(strstr(table, "calib-rounds/new/folder/round-1-cost.txt"), "%s", table);
     static quant_table quant;
     cr_assert_eq(quant_table_load_default(&quant, &err), MOESIM_OK, "%s", err.msg);
     static cost_model cm;
     cost_model_init(&cm, &got, &model, &quant);
     cr_assert_eq(cost_table_load(&cm, table, &err), MOESIM_OK, "%s", err.msg);
-    cr_assert_eq(cost_op_ns(&cm, COST_LM_HEAD, PREC_BF16, 1), 1350000); /* 1.5 x 900 us */
+    cr_assert_eq(cost_op_ns(&cm, COST_LM_HEAD, PREC_BF16, 1), 900000);
 }
 
 Test(validate_calib, a_folder_that_cannot_be_made_is_refused_before_any_run) {
@@ -165,8 +184,8 @@ Test(validate_calib, drift_and_calibrations_survive_merge_and_reach_the_report) 
                          "--report", rep, NULL);
     cr_assert_eq(rc, 0, "%s", errbuf);
     char *md = test_read_file(rep, NULL);
-    cr_assert(strstr(md, "## The machine between rounds"), "%s", md);
-    cr_assert(strstr(md, "| after round 1 | 300 | 2.200 | -33.3 % |"), "%s", md);
+    cr_assert(strstr(md, "## The machine through the rounds"), "%s", md);
+    cr_assert(strstr(md, "| round 1 | 300 | 2.200 | -33.3 % |"), "%s", md);
     cr_assert(strstr(md, "no result is called"), "%s", md);
     free(md);
 }
