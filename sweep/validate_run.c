@@ -191,7 +191,7 @@ static moesim_status compare_runs(const config_runs *cr, const validate_spec *r,
         }
         if (below == (n - 1) / 2) median = i;
     }
-    /* calibrated between rounds: against the simulation of that replay's round */
+    /* calibrated through the rounds: against the simulation of that replay's round */
     const validate_record *sim = cr->sim_round ? &cr->sim_round[median] : &cr->sim;
     moesim_status st = validate_compare(sim, &cr->real[median], r->label, row, err);
     if (!st && cr->sim_round) {
@@ -474,7 +474,7 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
     if (!st) {
         snprintf(meta->device, sizeof meta->device, "%s", v.hw.gpu);
         snprintf(meta->profile, sizeof meta->profile, "%s%s", v.hw.name,
-                 v.calib ? ", calibrated between rounds" : "");
+                 v.calib ? ", calibrated through the rounds" : "");
         snprintf(meta->trace, sizeof meta->trace, "%s", s->trace_path);
         snprintf(meta->model, sizeof meta->model, "%s", v.model.name);
     }
