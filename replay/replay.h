@@ -289,11 +289,12 @@ typedef struct validate_row {
     /* GB/s of the host->device link while it copied (bytes / busy time; NaN: nothing copied):
      * the profile's figure in the simulator, what the link delivered in the replay */
     double sim_link_gb_per_s, real_link_gb_per_s;
-    /* validate --calibrate-rounds: how far the simulated TPOT moves between the profiles of the
-     * compared round's first and second half of calibration slices, relative to the one
-     * compared: what the machine's drift within the round is worth in the result; NAN when not
-     * calibrated through the rounds */
-    double sim_tpot_drift;
+    /* validate --calibrate-rounds, relative to the simulated TPOT compared: how far it moves
+     * between the profiles of the compared round's even and odd calibration slices (the same
+     * span of time: the slices' own noise), and by how much more it moves between the round's
+     * first and second half of slices (0 when not more): what the machine's drift within the
+     * round is worth in the result; NAN when not calibrated through the rounds */
+    double sim_tpot_slice_noise, sim_tpot_drift;
     /* and the TPOT error had every round been simulated with the first calibration alone (one
      * calibration before the validation): what calibrating between rounds changed; NAN when not
      * calibrated between rounds */
@@ -320,9 +321,9 @@ typedef struct validate_summary {
     uint64_t replay_ordered, replay_ordered_concordant;
     double discordant_gap_max; /* the largest relative gap of simulated TPOTs among the pairs
                                   ordered differently (0: none), as validate_sim_gap */
-    /* median over rows of sim_tpot_drift, and of |tpot_err_first_calib| (NAN: not calibrated
-     * between rounds) */
-    double drift_tpot_median, tpot_abs_err_median_first_calib;
+    /* median over rows of sim_tpot_drift, of sim_tpot_slice_noise and of |tpot_err_first_calib|
+     * (NAN: not calibrated through the rounds) */
+    double drift_tpot_median, slice_noise_tpot_median, tpot_abs_err_median_first_calib;
     /* the machine drifted more than the error reported (drift_tpot_median > tpot_abs_err_median):
      * the validation cannot tell the simulator's error from the machine's drift, and calls no
      * result */

@@ -106,7 +106,8 @@ moesim_status validate_compare(const validate_record *sim, const validate_record
     out->tpot_err = validate_rel_err(out->sim_tpot_ms, out->real_tpot_ms);
     out->ttft_err = validate_rel_err(out->sim_ttft_ms, out->real_ttft_ms);
     out->total_err = validate_rel_err(out->sim_total_ms, out->real_total_ms);
-    out->sim_tpot_drift = out->tpot_err_first_calib = NAN; /* --calibrate-rounds sets them */
+    out->sim_tpot_drift = out->sim_tpot_slice_noise = NAN; /* --calibrate-rounds sets them */
+    out->tpot_err_first_calib = NAN;
     out->req_tpot_err_median = median_abs_err(sim->tpot_ms, real->tpot_ms, sim->n_requests);
     out->req_ttft_err_median = median_abs_err(sim->ttft_ms, real->ttft_ms, sim->n_requests);
     out->layer_err_median = median_abs_err(sim->layer_ms, real->layer_ms, sim->n_layers);
@@ -210,19 +211,22 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
     double *tt = moesim_xmalloc((n ? n : 1) * sizeof *tt);
     double *td = moesim_xmalloc((n ? n : 1) * sizeof *td);
     double *t1 = moesim_xmalloc((n ? n : 1) * sizeof *t1);
-    size_t a = 0, b = 0, c = 0, d = 0, e = 0;
+    double *tn = moesim_xmalloc((n ? n : 1) * sizeof *tn);
+    size_t a = 0, b = 0, c = 0, d = 0, e = 0, g = 0;
     for (size_t i = 0; i < n; i++) {
         if (rows[i].refused) continue;
         if (!isnan(rows[i].tpot_err)) tp[a++] = fabs(rows[i].tpot_err);
         if (!isnan(rows[i].ttft_err)) tf[b++] = fabs(rows[i].ttft_err);
         if (!isnan(rows[i].total_err)) tt[c++] = fabs(rows[i].total_err);
         if (!isnan(rows[i].sim_tpot_drift)) td[d++] = rows[i].sim_tpot_drift;
+        if (!isnan(rows[i].sim_tpot_slice_noise)) tn[g++] = rows[i].sim_tpot_slice_noise;
         if (!isnan(rows[i].tpot_err_first_calib)) t1[e++] = fabs(rows[i].tpot_err_first_calib);
     }
     out->tpot_abs_err_median = validate_median(tp, a);
     out->ttft_abs_err_median = validate_median(tf, b);
     out->total_abs_err_median = validate_median(tt, c);
     out->drift_tpot_median = validate_median(td, d);
+    out->slice_noise_tpot_median = validate_median(tn, g);
     out->tpot_abs_err_median_first_calib = validate_median(t1, e);
     out->drift_exceeds_error = out->drift_tpot_median > out->tpot_abs_err_median;
     free(tp);
@@ -230,6 +234,7 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
     free(tt);
     free(td);
     free(t1);
+    free(tn);
     /* pairs of policies within a group: concordant when sim and replay order them alike */
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++) {

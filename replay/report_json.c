@@ -60,6 +60,7 @@ json_t *validate_report_json(const validate_meta *meta, const validate_row *rows
         json_object_set_new(o, "sim_link_gb_per_s", NUM(r->sim_link_gb_per_s));
         json_object_set_new(o, "real_link_gb_per_s", NUM(r->real_link_gb_per_s));
         json_object_set_new(o, "sim_tpot_drift", NUM(r->sim_tpot_drift));
+        json_object_set_new(o, "sim_tpot_slice_noise", NUM(r->sim_tpot_slice_noise));
         json_object_set_new(o, "tpot_err_first_calib", NUM(r->tpot_err_first_calib));
         json_array_append_new(a, o);
     }
@@ -91,6 +92,7 @@ json_t *validate_report_json(const validate_meta *meta, const validate_row *rows
                         json_integer((json_int_t)s->replay_ordered_concordant));
     json_object_set_new(sj, "discordant_sim_gap_max", json_real(s->discordant_gap_max));
     json_object_set_new(sj, "drift_tpot_median", NUM(s->drift_tpot_median));
+    json_object_set_new(sj, "slice_noise_tpot_median", NUM(s->slice_noise_tpot_median));
     json_object_set_new(sj, "tpot_abs_err_median_first_calib",
                         NUM(s->tpot_abs_err_median_first_calib));
     json_object_set_new(sj, "drift_exceeds_error", json_boolean(s->drift_exceeds_error));
@@ -187,7 +189,8 @@ moesim_status validate_report_merge(const char *const *files, size_t n_files, va
             r->real_hit_rate = GET(real_hit_rate);
             r->sim_link_gb_per_s = GET(sim_link_gb_per_s);
             r->real_link_gb_per_s = GET(real_link_gb_per_s);
-            r->sim_tpot_drift = GET(sim_tpot_drift); /* NAN: not calibrated between rounds */
+            r->sim_tpot_drift = GET(sim_tpot_drift); /* NAN: not calibrated through the rounds */
+            r->sim_tpot_slice_noise = GET(sim_tpot_slice_noise);
             r->tpot_err_first_calib = GET(tpot_err_first_calib);
         }
         /* each file's calibrations in turn (their times are from that file's start) */

@@ -107,9 +107,12 @@ static void write_drift(FILE *f, const validate_meta *meta, const validate_summa
         fprintf(f, " %s |\n", c->profile);
     }
     fprintf(f,
-            "\nDrift within the compared rounds, as simulated TPOT (|second half - first half| "
-            "/ compared): median %.2f %% against a median |TPOT error| of %.2f %%",
-            100 * s->drift_tpot_median, 100 * s->tpot_abs_err_median);
+            "\nDrift within the compared rounds, as simulated TPOT: how much more a round's first "
+            "and second half of slices move it than its even and odd slices do (the same span of "
+            "time: the slices' own noise, median %.2f %%), relative to the TPOT compared: median "
+            "%.2f %% against a median |TPOT error| of %.2f %%",
+            100 * s->slice_noise_tpot_median, 100 * s->drift_tpot_median,
+            100 * s->tpot_abs_err_median);
     if (!isnan(s->tpot_abs_err_median_first_calib))
         fprintf(f,
                 " (had every round been simulated with the first calibration alone, as with one "
@@ -188,14 +191,14 @@ moesim_status validate_report_write_csv(const char *path, const validate_row *ro
     if (atomic_file_open(&af, path, err)) return MOESIM_EIO;
     fprintf(af.fp, "policy,configuration,sim_tpot_ms,real_tpot_ms,tpot_err,sim_ttft_ms,"
                    "real_ttft_ms,ttft_err,total_err,real_tpot_lo_ms,real_tpot_hi_ms,"
-                   "sim_tpot_drift\n");
+                   "sim_tpot_drift,sim_tpot_slice_noise\n");
     for (size_t i = 0; i < n; i++) {
         const validate_row *r = &rows[i];
         if (r->refused) continue;
-        fprintf(af.fp, "%s,%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g\n",
+        fprintf(af.fp, "%s,%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g\n",
                 r->policy, r->label, r->sim_tpot_ms, r->real_tpot_ms, r->tpot_err, r->sim_ttft_ms,
                 r->real_ttft_ms, r->ttft_err, r->total_err, r->real_tpot_lo_ms, r->real_tpot_hi_ms,
-                r->sim_tpot_drift);
+                r->sim_tpot_drift, r->sim_tpot_slice_noise);
     }
     return atomic_file_commit(&af, err);
 }

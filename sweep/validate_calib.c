@@ -82,14 +82,16 @@ moesim_status validate_calib_publish(const validate_calibrator *c, const calib_r
 /* Each point's median over the slices, times the slices' pooled stall overhead: the time of all
  * their calls over what the medians account for (as one calibration pools its repeats:
  * replay/calib_cpu.c), so slow spells count as often as the round met them. */
-static void combine_curves(const calib_results *slices, size_t n, calib_results *out) {
+static void combine_curves(const calib_results *slices, size_t n, size_t stride,
+                           calib_results *out) {
     double *v = moesim_xcalloc(n, sizeof *v), all = 0, typical = 0;
     for (int op = 0; op < COST_OP_COUNT; op++)
         for (int p = 0; p < PREC_COUNT; p++)
             for (uint32_t i = 0; i < out->curve[op][p].n; i++) {
                 for (size_t k = 0; k < n; k++) {
-                    MOESIM_ASSERT(slices[k].curve[op][p].n == out->curve[op][p].n);
-                    v[k] = slices[k].curve[op][p].t_ns[i];
+                    const cost_curve *cv = &slices[k * stride].curve[op][p];
+                    MOESIM_ASSERT(cv->n == out->curve[op][p].n);
+                    v[k] = cv->t_ns[i];
                     all += v[k];
                 }
                 gsl_sort(v, 1, n);
@@ -106,11 +108,13 @@ static void combine_curves(const calib_results *slices, size_t n, calib_results 
 
 /* The link: each size's mean read time over the slices (the simulator charges every chunk the
  * same time, so the slow reads count), and the line through them as calibration fits it. */
-static void combine_link(const calib_results *slices, size_t n, calib_results *out) {
+static void combine_link(const calib_results *slices, size_t n, size_t stride,
+                         calib_results *out) {
     double xs[CALIB_MAX_SIZES], ys[CALIB_MAX_SIZES];
     for (uint32_t i = 0; i < out->n_sizes; i++) {
         double ns = 0;
-        for (size_t k = 0; k < n; k++) ns += slices[k].size_bytes[i] / slices[k].h2d_gb_per_s[i];
+        for (size_t k = 0; k < n; k++)
+            ns += slices[k * stride].size_bytes[i] / slices[k * stride].h2d_gb_per_s[i];
         ns /= (double)n;
         xs[i] = out->size_bytes[i];
         ys[i] = ns;
@@ -123,19 +127,28 @@ static void combine_link(const calib_results *slices, size_t n, calib_results *o
         c1 > 0 ? 1.0 / c1 : out->h2d_gb_per_s[out->n_sizes - 1];
 }
 
-void validate_calib_combine(const calib_results *slices, size_t n, calib_results *out) {
-    MOESIM_ASSERT(n >= 1);
+void validate_calib_drift(const double halves[2], const double parity[2], double compared,
+                          double *drift, double *noise) {
+    double h = fabs(halves[1] - halves[0]), p = fabs(parity[1] - parity[0]);
+    *noise = p / compared;
+    *drift = fmax(0, h - p) / compared;
+}
+
+void validate_calib_combine(const calib_results *slices, size_t n, size_t stride,
+                            calib_results *out) {
+    MOESIM_ASSERT(n >= 1 && stride >= 1);
     *out = slices[0];
-    for (size_t k = 1; k < n; k++) MOESIM_ASSERT(slices[k].n_sizes == out->n_sizes);
-    combine_curves(slices, n, out);
-    if (out->n_sizes >= 2) combine_link(slices, n, out);
+    for (size_t k = 1; k < n; k++) MOESIM_ASSERT(slices[k * stride].n_sizes == out->n_sizes);
+    combine_curves(slices, n, stride, out);
+    if (out->n_sizes >= 2) combine_link(slices, n, stride, out);
     double dram = 0, flops = 0;
+    out->repeats = 0;
     for (size_t k = 0; k < n; k++) {
-        dram += slices[k].hbm_gb_per_s;
-        flops += slices[k].bf16_tflops;
+        const calib_results *sl = &slices[k * stride];
+        dram += sl->hbm_gb_per_s;
+        flops += sl->bf16_tflops;
+        out->repeats += sl->repeats;
     }
     out->hbm_gb_per_s = dram / (double)n;
     out->bf16_tflops = flops / (double)n;
-    out->repeats = 0;
-    for (size_t k = 0; k < n; k++) out->repeats += slices[k].repeats;
 }

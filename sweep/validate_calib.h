@@ -4,8 +4,10 @@
  * of a machine whose slow spells last seconds. So the machine is calibrated once before the first
  * round (the profile of the first simulations) and then in slices spread over every round, one
  * repetition of every point before the round's first replay and after each replay; a round is
- * simulated with its slices combined, and with the first and the second half of them apart,
- * which says what the drift within the round is worth (sweep/validate_run.c). */
+ * simulated with its slices combined, with the first and the second half of them apart (the
+ * drift within the round and the slices' own noise) and with the even and the odd ones apart
+ * (the same span of time: the noise alone), which together say what the drift within the round
+ * is worth (sweep/validate_run.c). */
 #ifndef MOESIM_SWEEP_VALIDATE_CALIB_H
 #define MOESIM_SWEEP_VALIDATE_CALIB_H
 
@@ -61,7 +63,17 @@ moesim_status validate_calib_publish(const validate_calibrator *c, const calib_r
  * median over the slices times their pooled stall overhead (the time of all their calls over
  * what the medians account for: slow spells count as often as the round met them); the link
  * from each size's mean read time, refitted; DRAM and the matvec peak their means. The slices
- * must come from the same plan (one model, one validation). */
-void validate_calib_combine(const calib_results *slices, size_t n, calib_results *out);
+ * must come from the same plan (one model, one validation). The n slices are slices[0],
+ * slices[stride], ... (stride 2: every other slice of a round). */
+void validate_calib_combine(const calib_results *slices, size_t n, size_t stride,
+                            calib_results *out);
+
+/* What a round's drift is worth in a configuration's simulated TPOT `compared`, from its TPOTs
+ * with the profiles of the round's first and second half of slices (halves[2]) and of its even
+ * and odd slices (parity[2]): halves differ by the drift and the slices' own noise, even and odd
+ * span the same time and differ by the noise alone. *noise = |odd - even| / compared, *drift =
+ * how much more the halves differ, / compared (0 when not more). */
+void validate_calib_drift(const double halves[2], const double parity[2], double compared,
+                          double *drift, double *noise);
 
 #endif

@@ -111,10 +111,11 @@ typedef struct config_runs {
     validate_record *real; /* [repeats] */
     uint32_t n_real;
     /* calibrating through the rounds: round r simulated with its slices combined, the TPOTs
-     * with its first and second half of slices ([2 r], [2 r + 1]), and with the calibration
-     * before round 1 alone */
+     * with its first and second half of slices ([2 r], [2 r + 1]), with its even and odd slices
+     * (the same), and with the calibration before round 1 alone */
     validate_record *sim_round; /* [repeats], NULL without */
     double *sim_tpot_half;      /* [2 * repeats] */
+    double *sim_tpot_parity;    /* [2 * repeats] */
     double sim_tpot_first;
     bool refused; /* the simulator refused the configuration */
     char note[160];
@@ -195,9 +196,9 @@ static moesim_status compare_runs(const config_runs *cr, const validate_spec *r,
     const validate_record *sim = cr->sim_round ? &cr->sim_round[median] : &cr->sim;
     moesim_status st = validate_compare(sim, &cr->real[median], r->label, row, err);
     if (!st && cr->sim_round) {
-        row->sim_tpot_drift =
-            fabs(cr->sim_tpot_half[2 * median + 1] - cr->sim_tpot_half[2 * median]) /
-            sim->r.tpot.mean_ms;
+        validate_calib_drift(&cr->sim_tpot_half[2 * median], &cr->sim_tpot_parity[2 * median],
+                             sim->r.tpot.mean_ms, &row->sim_tpot_drift,
+                             &row->sim_tpot_slice_noise);
         row->tpot_err_first_calib = validate_rel_err(cr->sim_tpot_first, row->real_tpot_ms);
     }
     MOESIM_ASSERT(n <= VALIDATE_MAX_ROUNDS); /* --repeats is checked against it */
@@ -217,6 +218,7 @@ static void config_runs_free(config_runs *cr, uint32_t repeats) {
     for (uint32_t i = 0; cr->sim_round && i < repeats; i++) validate_record_free(&cr->sim_round[i]);
     free(cr->sim_round);
     free(cr->sim_tpot_half);
+    free(cr->sim_tpot_parity);
 }
 
 /* A profile the simulator loads: a calibration written as a profile and a cost table. */
@@ -231,7 +233,8 @@ typedef struct round_profiles {
     calib_results *first;  /* before round 1 */
     calib_results *slices; /* [repeats][per_round]: before a round's first replay, after each */
     uint32_t per_round;    /* configurations replayed + 1 */
-    loaded_profile first_p, *round_p, *half_p; /* [repeats], [2 * repeats] */
+    loaded_profile first_p, *round_p;          /* [repeats] */
+    loaded_profile *half_p, *parity_p;         /* [2 * repeats]: first|second, even|odd */
 } round_profiles;
 
 static void round_profiles_alloc(round_profiles *rp, uint32_t repeats, uint32_t per_round) {
@@ -240,6 +243,7 @@ static void round_profiles_alloc(round_profiles *rp, uint32_t repeats, uint32_t 
     rp->slices = moesim_xcalloc((size_t)repeats * per_round, sizeof *rp->slices);
     rp->round_p = moesim_xcalloc(repeats, sizeof *rp->round_p);
     rp->half_p = moesim_xcalloc(2 * (size_t)repeats, sizeof *rp->half_p);
+    rp->parity_p = moesim_xcalloc(2 * (size_t)repeats, sizeof *rp->parity_p);
 }
 
 static void round_profiles_free(round_profiles *rp) {
@@ -247,6 +251,7 @@ static void round_profiles_free(round_profiles *rp) {
     free(rp->slices);
     free(rp->round_p);
     free(rp->half_p);
+    free(rp->parity_p);
 }
 
 static moesim_status publish(const vctx *v, const calib_results *r, const char *stem,
@@ -261,7 +266,8 @@ static moesim_status take_slice(const vctx *v, round_profiles *rp, uint32_t roun
                                err);
 }
 
-/* Each round's slices combined, whole and by halves, written as profiles and named in meta. */
+/* Each round's slices combined, whole, by halves and by even and odd, written as profiles and
+ * named in meta. */
 static moesim_status publish_rounds(const vctx *v, round_profiles *rp, const double *round_at_s,
                                     validate_meta *meta, moesim_error *err) {
     moesim_status st = MOESIM_OK;
@@ -270,19 +276,25 @@ static moesim_status publish_rounds(const vctx *v, round_profiles *rp, const dou
     for (uint32_t r = 0; r < v->repeats && !st; r++) {
         const calib_results *sl = &rp->slices[(size_t)r * n];
         char stem[48];
-        validate_calib_combine(sl, n, c);
+        validate_calib_combine(sl, n, 1, c);
         snprintf(stem, sizeof stem, "round-%u", r + 1);
         st = publish(v, c, stem, &rp->round_p[r], err);
         validate_calib_figures(v->calib, c, round_at_s[r], &meta->calib[r + 1]);
         snprintf(meta->calib[r + 1].profile, sizeof meta->calib[r + 1].profile, "%s/%s.ini",
                  v->calib->dir, stem);
         validate_calib_log(v->calib, stem, &meta->calib[r + 1]);
-        validate_calib_combine(sl, half, c);
+        validate_calib_combine(sl, half, 1, c);
         snprintf(stem, sizeof stem, "round-%u-first-half", r + 1);
         if (!st) st = publish(v, c, stem, &rp->half_p[2 * r], err);
-        validate_calib_combine(sl + half, n - half, c);
+        validate_calib_combine(sl + half, n - half, 1, c);
         snprintf(stem, sizeof stem, "round-%u-second-half", r + 1);
         if (!st) st = publish(v, c, stem, &rp->half_p[2 * r + 1], err);
+        validate_calib_combine(sl, n - half, 2, c);
+        snprintf(stem, sizeof stem, "round-%u-even", r + 1);
+        if (!st) st = publish(v, c, stem, &rp->parity_p[2 * r], err);
+        validate_calib_combine(sl + 1, half, 2, c);
+        snprintf(stem, sizeof stem, "round-%u-odd", r + 1);
+        if (!st) st = publish(v, c, stem, &rp->parity_p[2 * r + 1], err);
     }
     free(c);
     return st;
@@ -299,8 +311,8 @@ static moesim_status tpot_with(const vctx *v, const validate_spec *spec, const l
     return st;
 }
 
-/* Every configuration the simulator took, again with each round's calibration, whole and by
- * halves, and with the calibration before round 1 alone. */
+/* Every configuration the simulator took, again with each round's calibration, whole, by halves
+ * and by even and odd, and with the calibration before round 1 alone. */
 static moesim_status simulate_rounds(const vctx *v, const validate_spec *specs, config_runs *runs,
                                      size_t n, const round_profiles *rp, moesim_error *err) {
     moesim_status st = MOESIM_OK;
@@ -310,13 +322,19 @@ static moesim_status simulate_rounds(const vctx *v, const validate_spec *specs, 
         if (cr->refused) continue;
         cr->sim_round = moesim_xcalloc(v->repeats, sizeof *cr->sim_round);
         cr->sim_tpot_half = moesim_xcalloc(2 * (size_t)v->repeats, sizeof *cr->sim_tpot_half);
+        cr->sim_tpot_parity =
+            moesim_xcalloc(2 * (size_t)v->repeats, sizeof *cr->sim_tpot_parity);
         for (uint32_t r = 0; r < v->repeats && !st; r++) {
             validate_record_init(&cr->sim_round[r], nr, nl);
             st = simulate_on(v, &specs[i], &rp->round_p[r].hw, rp->round_p[r].table,
                              &cr->sim_round[r], err);
-            for (int h = 0; h < 2 && !st; h++)
+            for (int h = 0; h < 2 && !st; h++) {
                 st = tpot_with(v, &specs[i], &rp->half_p[2 * r + h], &cr->sim_tpot_half[2 * r + h],
                                err);
+                if (!st)
+                    st = tpot_with(v, &specs[i], &rp->parity_p[2 * r + h],
+                                   &cr->sim_tpot_parity[2 * r + h], err);
+            }
         }
         if (!st) st = tpot_with(v, &specs[i], &rp->first_p, &cr->sim_tpot_first, err);
         if (st) moesim_error_prefix(err, "%s (%s)", specs[i].policy, specs[i].label);

@@ -50,7 +50,7 @@ Test(validate_calib, slices_combine_to_the_median_point_times_their_pooled_stall
     calibration(&sl[0], 1);
     calibration(&sl[1], 1.2);
     calibration(&sl[2], 3); /* a slice in a slow spell */
-    validate_calib_combine(sl, 3, &m);
+    validate_calib_combine(sl, 3, 1, &m);
     /* per point the median (scale 1.2) times all calls' time over the medians' */
     double all = 0, typical = 0;
     for (int op = 0; op < COST_OP_COUNT; op++)
@@ -69,7 +69,19 @@ Test(validate_calib, slices_combine_to_the_median_point_times_their_pooled_stall
     double ns = (65536 / 1.0 + 65536 / (1.0 / 1.2) + 65536 / (1.0 / 3)) / 3;
     cr_assert_float_eq(m.h2d_gb_per_s[0], 65536 / ns, 1e-9);
     cr_assert(m.h2d_peak_gb_per_s > 0 && m.h2d_peak_gb_per_s < 3.0);
-    validate_calib_combine(sl, 1, &m); /* one slice is itself */
+    static calib_results every_other[4], alone[2], m2;
+    calibration(&every_other[0], 1);
+    calibration(&every_other[1], 5);
+    calibration(&every_other[2], 3);
+    calibration(&every_other[3], 7);
+    alone[0] = every_other[0];
+    alone[1] = every_other[2];
+    validate_calib_combine(every_other, 2, 2, &m); /* slices 0 and 2 */
+    validate_calib_combine(alone, 2, 1, &m2);
+    cr_assert_eq(memcmp(&m, &m2, sizeof m), 0);
+    cr_assert_float_eq(m.curve[COST_LM_HEAD][PREC_BF16].t_ns[0], 2 * 900e3 * m.stall_overhead,
+                       1e-3);
+    validate_calib_combine(sl, 1, 1, &m); /* one slice is itself */
     cr_assert_float_eq(m.curve[COST_EXPERT_GATE_UP][PREC_BF16].t_ns[2], 800e3, 1e-6);
     cr_assert_float_eq(m.stall_overhead, 1, 1e-12);
 }
@@ -78,7 +90,7 @@ Test(validate_calib, a_round_profile_is_written_where_asked_and_loads_as_measure
     static calib_results sl[2], m;
     calibration(&sl[0], 1);
     calibration(&sl[1], 1); /* no stalls: the combined profile is the slices' */
-    validate_calib_combine(sl, 2, &m);
+    validate_calib_combine(sl, 2, 1, &m);
     moesim_error err = {0};
     hw_profile base, got;
     model_geometry model;
@@ -115,6 +127,18 @@ Test(validate_calib, a_folder_that_cannot_be_made_is_refused_before_any_run) {
     cr_assert(strstr(err.msg, "calib-rounds-a-file"), "%s", err.msg);
 }
 
+Test(validate_calib, drift_is_what_the_halves_move_beyond_the_even_and_odd_slices) {
+    double drift, noise;
+    /* halves 100 vs 110 ms, even and odd 104 vs 108: 10 ms apart, 4 of them the noise */
+    validate_calib_drift((double[]){100, 110}, (double[]){104, 108}, 100, &drift, &noise);
+    cr_assert_float_eq(noise, 0.04, 1e-12);
+    cr_assert_float_eq(drift, 0.06, 1e-12);
+    /* halves closer than even and odd: the noise alone, no drift */
+    validate_calib_drift((double[]){110, 100}, (double[]){96, 112}, 200, &drift, &noise);
+    cr_assert_float_eq(noise, 0.08, 1e-12);
+    cr_assert_eq(drift, 0);
+}
+
 /* Two policies of one budget, 2 % off; the drift during their rounds is `drift`. */
 static void rows_with_drift(validate_row rows[2], double drift) {
     memset(rows, 0, 2 * sizeof *rows);
@@ -126,6 +150,7 @@ static void rows_with_drift(validate_row rows[2], double drift) {
         rows[i].real_tpot_ms = rows[i].sim_tpot_ms / 1.02;
         rows[i].tpot_err = rows[i].ttft_err = rows[i].total_err = 0.02;
         rows[i].sim_tpot_drift = drift;
+        rows[i].sim_tpot_slice_noise = 0.05 * (i + 1);
     }
 }
 
@@ -135,6 +160,7 @@ Test(validate_calib, a_machine_that_drifted_more_than_the_error_calls_no_result)
     rows_with_drift(rows, 0.01);
     validate_summarize(rows, 2, &s);
     cr_assert_float_eq(s.drift_tpot_median, 0.01, 1e-12);
+    cr_assert_float_eq(s.slice_noise_tpot_median, 0.075, 1e-12); /* reported, not judged */
     cr_assert(!s.drift_exceeds_error);
     cr_assert(s.meets_targets);
     rows_with_drift(rows, 0.03);
@@ -156,11 +182,11 @@ Test(validate_calib, drift_and_calibrations_survive_merge_and_reach_the_report) 
                        "{\"policy\": \"lru\", \"configuration\": \"budget 1 GiB\", "
                        "\"sim_tpot_ms\": 10, \"real_tpot_ms\": 9.8, \"tpot_err\": 0.02, "
                        "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5, \"ttft_err\": 0, "
-                       "\"total_err\": 0.02, \"sim_tpot_drift\": 0.06},"
+                       "\"total_err\": 0.02, \"sim_tpot_drift\": 0.06, \"sim_tpot_slice_noise\": 0.03},"
                        "{\"policy\": \"oracle\", \"configuration\": \"budget 1 GiB\", "
                        "\"sim_tpot_ms\": 6, \"real_tpot_ms\": 5.9, \"tpot_err\": 0.017, "
                        "\"sim_ttft_ms\": 4, \"real_ttft_ms\": 4, \"ttft_err\": 0, "
-                       "\"total_err\": 0.01, \"sim_tpot_drift\": 0.04}],"
+                       "\"total_err\": 0.01, \"sim_tpot_drift\": 0.04, \"sim_tpot_slice_noise\": 0.05}],"
                        "\"calibrations\": ["
                        "{\"at_s\": 0, \"disk_gb_per_s\": 3.3, \"disk_latency_us\": 80, "
                        "\"gate_up_us\": 650, \"attention_proj_us\": 450, \"lm_head_us\": 700, "
@@ -176,6 +202,7 @@ Test(validate_calib, drift_and_calibrations_survive_merge_and_reach_the_report) 
     cr_assert(j, "%s", je.text);
     json_t *s = json_object_get(j, "summary");
     cr_assert_float_eq(json_real_value(json_object_get(s, "drift_tpot_median")), 0.05, 1e-12);
+    cr_assert_float_eq(json_real_value(json_object_get(s, "slice_noise_tpot_median")), 0.04, 1e-12);
     cr_assert(json_is_true(json_object_get(s, "drift_exceeds_error")));
     cr_assert(json_is_false(json_object_get(s, "meets_targets")));
     cr_assert_eq(json_array_size(json_object_get(j, "calibrations")), 2);
@@ -187,6 +214,9 @@ Test(validate_calib, drift_and_calibrations_survive_merge_and_reach_the_report) 
     cr_assert(strstr(md, "## The machine through the rounds"), "%s", md);
     cr_assert(strstr(md, "| round 1 | 300 | 2.200 | -33.3 % |"), "%s", md);
     cr_assert(strstr(md, "no result is called"), "%s", md);
+    cr_assert(strstr(md, "the slices' own noise, median 4.00 %), relative to the TPOT compared: "
+                         "median 5.00 % against a median |TPOT error| of 1.85 %"),
+              "%s", md);
     free(md);
 }
 
