@@ -42,7 +42,7 @@ mkdir -p "$out"
 {
     echo "# CPU validation suite: simulator vs replay, per geometry"
     echo
-    echo "| geometry | experiment | median TPOT error, TTFT error, total error | order | drift | TPOT error with one calibration before | targets |"
+    echo "| geometry | experiment | median TPOT error, TTFT error, total error | order | drift (slices' noise) | TPOT error with one calibration before | targets |"
     echo "|---|---|---|---|---|---|---|"
 } > "$summary.tmp"
 for experiment in "${experiments[@]}"; do
@@ -71,7 +71,7 @@ for experiment in "${experiments[@]}"; do
     # the report's figures for the summary line (sed -n: a line the report lacks gives "")
     medians=$(sed -n 's/^Median |TPOT error| \([0-9.]* %\).*median |TTFT error| \([0-9.]* %\).*median |total error| \([0-9.]* %\).*/\1, \2, \3/p' "$dir/report.md")
     order=$(sed -n 's/.*of the \([0-9]*\) pairs the replay orders (.*), \([0-9]*\) agree.*/\2 of \1 pairs the replay orders agree/p' "$dir/report.md")
-    drift=$(sed -n 's/^Drift within the compared rounds.*: median \([0-9.]* %\) against.*/\1/p' "$dir/report.md")
+    drift=$(sed -n 's/^Drift within the compared rounds.*own noise, median \([0-9.]* %\)).*: median \([0-9.]* %\) against.*/\2 (\1)/p' "$dir/report.md")
     first=$(sed -n 's/.*as with one calibration before the validation: \([0-9.]* %\)).*/\1/p' "$dir/report.md")
     targets=$(sed -n 's/.* Targets \([a-z ]*met\)\..*/\1/p' "$dir/report.md")
     grep -q 'no result is called' "$dir/report.md" && targets="no result: the machine drifted more than the error"
