@@ -82,8 +82,8 @@ typedef struct validate_setup {
  * per round: a slow drift of a shared machine falls on all alike), and fills rows[p->n] and
  * meta. With calibrate_dir, calibrates before the first round and in slices through every
  * round, simulates each round with its slices and compares the median replay with the median of
- * the rounds' simulations (sweep/validate_calib.h). A configuration the simulator refuses (e.g. `static` when its experts do not fit the budget) is a refused row, not an
- * error. */
+ * the rounds' simulations (sweep/validate_calib.h). A configuration the simulator refuses
+ * (e.g. `static` when its experts do not fit the budget) is a refused row, not an error. */
 moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p,
                                  validate_row *rows, validate_meta *meta, moesim_error *err);
 

@@ -108,8 +108,7 @@ static void combine_curves(const calib_results *slices, size_t n, size_t stride,
 
 /* The link: each size's mean read time over the slices (the simulator charges every chunk the
  * same time, so the slow reads count), and the line through them as calibration fits it. */
-static void combine_link(const calib_results *slices, size_t n, size_t stride,
-                         calib_results *out) {
+static void combine_link(const calib_results *slices, size_t n, size_t stride, calib_results *out) {
     double xs[CALIB_MAX_SIZES], ys[CALIB_MAX_SIZES];
     for (uint32_t i = 0; i < out->n_sizes; i++) {
         double ns = 0;

@@ -207,9 +207,8 @@ static moesim_status compare_runs(const config_runs *cr, const validate_spec *r,
     moesim_status st = validate_compare(sim, &cr->real[median], r->label, row, err);
     if (!st && cr->sim_round) {
         validate_calib_drift(&cr->sim_tpot_half[2 * sim_median],
-                             &cr->sim_tpot_parity[2 * sim_median],
-                             sim->r.tpot.mean_ms, &row->sim_tpot_drift,
-                             &row->sim_tpot_slice_noise);
+                             &cr->sim_tpot_parity[2 * sim_median], sim->r.tpot.mean_ms,
+                             &row->sim_tpot_drift, &row->sim_tpot_slice_noise);
         row->tpot_err_first_calib = validate_rel_err(cr->sim_tpot_first, row->real_tpot_ms);
     }
     MOESIM_ASSERT(n <= VALIDATE_MAX_ROUNDS); /* --repeats is checked against it */
@@ -244,8 +243,8 @@ typedef struct round_profiles {
     calib_results *first;  /* before round 1 */
     calib_results *slices; /* [repeats][per_round]: before a round's first replay, after each */
     uint32_t per_round;    /* configurations replayed + 1 */
-    loaded_profile first_p, *round_p;          /* [repeats] */
-    loaded_profile *half_p, *parity_p;         /* [2 * repeats]: first|second, even|odd */
+    loaded_profile first_p, *round_p;  /* [repeats] */
+    loaded_profile *half_p, *parity_p; /* [2 * repeats]: first|second, even|odd */
 } round_profiles;
 
 static void round_profiles_alloc(round_profiles *rp, uint32_t repeats, uint32_t per_round) {
@@ -333,8 +332,7 @@ static moesim_status simulate_rounds(const vctx *v, const validate_spec *specs, 
         if (cr->refused) continue;
         cr->sim_round = moesim_xcalloc(v->repeats, sizeof *cr->sim_round);
         cr->sim_tpot_half = moesim_xcalloc(2 * (size_t)v->repeats, sizeof *cr->sim_tpot_half);
-        cr->sim_tpot_parity =
-            moesim_xcalloc(2 * (size_t)v->repeats, sizeof *cr->sim_tpot_parity);
+        cr->sim_tpot_parity = moesim_xcalloc(2 * (size_t)v->repeats, sizeof *cr->sim_tpot_parity);
         for (uint32_t r = 0; r < v->repeats && !st; r++) {
             validate_record_init(&cr->sim_round[r], nr, nl);
             st = simulate_on(v, &specs[i], &rp->round_p[r].hw, rp->round_p[r].table,

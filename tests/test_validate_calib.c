@@ -177,23 +177,24 @@ Test(validate_calib, drift_and_calibrations_survive_merge_and_reach_the_report) 
     char a[4096], rep[4096], out[65536], errbuf[4096];
     snprintf(a, sizeof a, "%s", test_tmp_path("calib-merge-a.json"));
     snprintf(rep, sizeof rep, "%s", test_tmp_path("calib-merge-report.md"));
-    test_write_file(a, "{\"device\": \"CPU (2 cores online)\", \"profile\": \"cpu-measured\", "
-                       "\"trace\": \"t.h5\", \"model\": \"cpu-moe-small\", \"rows\": ["
-                       "{\"policy\": \"lru\", \"configuration\": \"budget 1 GiB\", "
-                       "\"sim_tpot_ms\": 10, \"real_tpot_ms\": 9.8, \"tpot_err\": 0.02, "
-                       "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5, \"ttft_err\": 0, "
-                       "\"total_err\": 0.02, \"sim_tpot_drift\": 0.06, \"sim_tpot_slice_noise\": 0.03},"
-                       "{\"policy\": \"oracle\", \"configuration\": \"budget 1 GiB\", "
-                       "\"sim_tpot_ms\": 6, \"real_tpot_ms\": 5.9, \"tpot_err\": 0.017, "
-                       "\"sim_ttft_ms\": 4, \"real_ttft_ms\": 4, \"ttft_err\": 0, "
-                       "\"total_err\": 0.01, \"sim_tpot_drift\": 0.04, \"sim_tpot_slice_noise\": 0.05}],"
-                       "\"calibrations\": ["
-                       "{\"at_s\": 0, \"disk_gb_per_s\": 3.3, \"disk_latency_us\": 80, "
-                       "\"gate_up_us\": 650, \"attention_proj_us\": 450, \"lm_head_us\": 700, "
-                       "\"profile\": \"cal/calibration-0.ini\"},"
-                       "{\"at_s\": 300, \"disk_gb_per_s\": 2.2, \"disk_latency_us\": 95, "
-                       "\"gate_up_us\": 860, \"attention_proj_us\": 520, \"lm_head_us\": 900, "
-                       "\"profile\": \"cal/calibration-1.ini\"}]}");
+    test_write_file(
+        a, "{\"device\": \"CPU (2 cores online)\", \"profile\": \"cpu-measured\", "
+           "\"trace\": \"t.h5\", \"model\": \"cpu-moe-small\", \"rows\": ["
+           "{\"policy\": \"lru\", \"configuration\": \"budget 1 GiB\", "
+           "\"sim_tpot_ms\": 10, \"real_tpot_ms\": 9.8, \"tpot_err\": 0.02, "
+           "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5, \"ttft_err\": 0, "
+           "\"total_err\": 0.02, \"sim_tpot_drift\": 0.06, \"sim_tpot_slice_noise\": 0.03},"
+           "{\"policy\": \"oracle\", \"configuration\": \"budget 1 GiB\", "
+           "\"sim_tpot_ms\": 6, \"real_tpot_ms\": 5.9, \"tpot_err\": 0.017, "
+           "\"sim_ttft_ms\": 4, \"real_ttft_ms\": 4, \"ttft_err\": 0, "
+           "\"total_err\": 0.01, \"sim_tpot_drift\": 0.04, \"sim_tpot_slice_noise\": 0.05}],"
+           "\"calibrations\": ["
+           "{\"at_s\": 0, \"disk_gb_per_s\": 3.3, \"disk_latency_us\": 80, "
+           "\"gate_up_us\": 650, \"attention_proj_us\": 450, \"lm_head_us\": 700, "
+           "\"profile\": \"cal/calibration-0.ini\"},"
+           "{\"at_s\": 300, \"disk_gb_per_s\": 2.2, \"disk_latency_us\": 95, "
+           "\"gate_up_us\": 860, \"attention_proj_us\": 520, \"lm_head_us\": 900, "
+           "\"profile\": \"cal/calibration-1.ini\"}]}");
     int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
                              "--json", NULL);
     cr_assert_eq(rc, 0, "%s", errbuf);
