@@ -2,11 +2,18 @@
  *   1. expert GEMV bandwidth per precision (bf16, int8, int4, int2): weight bytes read per second
  *      and its share of the GPU's peak (memory clock x bus width x 2, DDR), at batch 1 and for the
  *      small-batch GEMM at batch 4 and 8 (weights read once for all vectors), and cuBLAS bf16;
- *   2. decode tokens/s of a random OLMoE-geometry checkpoint (bench/support/random_checkpoint.h)
+ *   2. copies: pinned and pageable host-to-device GB/s per transfer size (an OLMoE expert at int4
+ *      up to a Mixtral expert at bf16) as a share of the best pinned rate it measures (the link's
+ *      measured peak), and a device-to-device copy's bytes read + written per second (the HBM
+ *      bandwidth a kernel can reach, beside the clock x bus figure);
+ *   3. decode tokens/s of a random OLMoE-geometry checkpoint (bench/support/random_checkpoint.h)
  *      on the cuda backend, experts resident and offloaded (a device pool of a quarter of the
  *      experts, loaded from pinned host memory on demand), with the pool's hit rate.
  *
  *   bench_gpu_engine [--layers N] [--gen N] [--dir DIR] [--no-decode]
+ *
+ * Copies are timed with events around a loop of cudaMemcpyAsync on one stream, at least
+ * MIN_TIMED_S per size after a warm-up copy. 
  *
  * Matrices are cycled through a footprint of at least four L2 caches so every launch reads from
  * DRAM. Timings come from CUDA events around many launches. Without a CUDA device it prints so
@@ -174,6 +181,75 @@ static void gemv_figures(const gpu_info *g) {
     }
 }
 
+/* Seconds per copy of `bytes` from src to dst on stream s: a warm-up copy, then a loop of at
+ * least MIN_TIMED_S, timed with events. */
+static double copy_seconds(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                           cudaStream_t s) {
+    cudaEvent_t t0, t1;
+    BENCH_CUDA(cudaEventCreate(&t0));
+    BENCH_CUDA(cudaEventCreate(&t1));
+    size_t iters = 1;
+    float ms = 0;
+    for (int round = 0; round < 2; round++) { /* round 0 warms up and sizes round 1 */
+        BENCH_CUDA(cudaEventRecord(t0, s));
+        for (size_t i = 0; i < iters; i++) BENCH_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, s));
+        BENCH_CUDA(cudaEventRecord(t1, s));
+        BENCH_CUDA(cudaEventSynchronize(t1));
+        BENCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+        if (round == 0) {
+            double want = MIN_TIMED_S * 1e3 / (ms > 0 ? ms : 1e-3);
+            iters = want > 1 ? (size_t)want + 1 : 1;
+        }
+    }
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    return ms * 1e-3 / (double)iters;
+}
+
+static void copy_figures(const gpu_info *g) {
+    /* transfer sizes: OLMoE expert at int4 (~3.3 MB) and bf16 (12.6 MB), Qwen3-30B-A3B expert at
+     * bf16 (9.4 MB), Mixtral-8x7B expert at int4 (~93 MB) and bf16 (352 MB), and 1 GiB */
+    static const size_t sizes[] = {1u << 20,  3300000,   9437184,  12582912,
+                                   93000000, 352321536, 1u << 30};
+    const size_t n = sizeof sizes / sizeof *sizes, max = sizes[n - 1];
+    void *pinned, *dev, *dev2;
+    BENCH_CUDA(cudaHostAlloc(&pinned, max, cudaHostAllocDefault));
+    void *pageable = malloc(max);
+    if (!pageable) {
+        fprintf(stderr, "bench_gpu_engine: out of host memory for %zu bytes\n", max);
+        exit(1);
+    }
+    memset(pinned, 0x5a, max); /* touched: a pageable buffer's first copy must not fault in */
+    memset(pageable, 0x5a, max);
+    BENCH_CUDA(cudaMalloc(&dev, max));
+    BENCH_CUDA(cudaMalloc(&dev2, max));
+    cudaStream_t s;
+    BENCH_CUDA(cudaStreamCreate(&s));
+    double pinned_rate[sizeof sizes / sizeof *sizes], pageable_rate[sizeof sizes / sizeof *sizes];
+    double peak = 0;
+    for (size_t i = 0; i < n; i++) {
+        pinned_rate[i] = sizes[i] / copy_seconds(dev, pinned, sizes[i], cudaMemcpyHostToDevice, s);
+        pageable_rate[i] =
+            sizes[i] / copy_seconds(dev, pageable, sizes[i], cudaMemcpyHostToDevice, s);
+        if (pinned_rate[i] > peak) peak = pinned_rate[i];
+    }
+    printf("\nhost-to-device copies, one stream (%% of the best pinned rate, %.1f GB/s):\n",
+           peak / 1e9);
+    printf("  %12s %22s %22s\n", "bytes", "pinned", "pageable");
+    for (size_t i = 0; i < n; i++)
+        printf("  %12zu %12.1f GB/s (%3.0f%%) %12.1f GB/s (%3.0f%%)\n", sizes[i],
+               pinned_rate[i] / 1e9, 100 * pinned_rate[i] / peak, pageable_rate[i] / 1e9,
+               100 * pageable_rate[i] / peak);
+    double d2d = 2.0 * max / copy_seconds(dev2, dev, max, cudaMemcpyDeviceToDevice, s);
+    printf("device-to-device copy of 1 GiB: %.0f GB/s read + written (%.0f%% of the %.0f GB/s "
+           "clock x bus figure)\n",
+           d2d / 1e9, 100 * d2d / g->peak_bytes_per_s, g->peak_bytes_per_s / 1e9);
+    cudaStreamDestroy(s);
+    cudaFree(dev), cudaFree(dev2);
+    cudaFreeHost(pinned);
+    free(pageable);
+}
+
 static void decode_figure(const char *dir, moesim_precision p, uint32_t pool, uint32_t gen) {
     engine_options eo = {.precision_mask = 1u << p, .backend = "cuda", .gpu_pool_experts = pool};
     engine *e;
@@ -260,6 +336,7 @@ int main(int argc, char **argv) {
     gpu_info g;
     gpu_describe(&g);
     gemv_figures(&g);
+    copy_figures(&g);
     if (!decode) return 0;
 
     char dir[4096];
