@@ -6,8 +6,8 @@
  * Device memory, allocated once before the clock starts (no cudaMalloc on the hot path): the
  * non-expert weights of every layer (bf16: the checkpoint's, replay/weights.h, or random),
  * activations and a KV buffer, and one arena of the expert budget that the executor's pools
- * (core/block_pool.h) carve into fixed-size blocks per precision (one block holds one part: gate, up
- * or down, in the kernels' block format). Host: the store of experts placed by memsys_place, in
+ * (core/block_pool.h) carve into fixed-size blocks per precision (one block holds one part: gate,
+ * up or down, in the kernels' block format). Host: the store of experts placed by memsys_place, in
  * pinned memory (cudaHostAlloc) and an SSD file: the checkpoint's in the kernels' formats, or
  * random bytes from a seeded xorshift stream.
  *
@@ -109,8 +109,12 @@ static void cuda_run(replay_exec *x, const run_op *op) {
     const model_geometry *m = x->m;
     uint32_t ml = op->layer, n = op->n_tokens;
     switch (op->kind) {
-    case RUN_OP_ATTENTION: run_attention(s, op->step, ml); break;
-    case RUN_OP_DENSE: run_ffn(s, s->w_dense[ml], m->dense_inter, n); break;
+    case RUN_OP_ATTENTION:
+        run_attention(s, op->step, ml);
+        break;
+    case RUN_OP_DENSE:
+        run_ffn(s, s->w_dense[ml], m->dense_inter, n);
+        break;
     case RUN_OP_ROUTER:
         gemm(s, s->y, PREC_BF16, s->w_router[ml], s->x_act, m->n_experts, m->hidden, n);
         break;
@@ -260,7 +264,7 @@ static moesim_status store_choose(rp *s, const bool held[PREC_COUNT], moesim_err
         return MOESIM_OK;
     }
     moesim_status st = replay_store_make(x->m, held, x->ms.on_ssd, in->ssd_dir, in->weight_seed,
-                                  in->weights, &s->own_store, err);
+                                         in->weights, &s->own_store, err);
     if (!st) s->store = s->own_store;
     return st;
 }
@@ -351,8 +355,7 @@ static moesim_status cuda_setup(replay_exec *x, moesim_error *err) {
     if ((st = bounce_alloc(s, err))) return st;
     for (int p = 0; p < PREC_COUNT; p++) /* blocks only for the formats this run holds */
         for (int part = 0; part < PART_COUNT; part++)
-            s->dev_part_bytes[p][part] =
-                s->store->held[p] ? s->store->dev_part_bytes[p][part] : 0;
+            s->dev_part_bytes[p][part] = s->store->held[p] ? s->store->dev_part_bytes[p][part] : 0;
     uint64_t block_bytes[PREC_COUNT];
     block_pool_block_bytes(s->dev_part_bytes, block_bytes);
     /* device: emulate the card, then allocate everything once */
@@ -379,7 +382,13 @@ static moesim_status cuda_setup(replay_exec *x, moesim_error *err) {
     s->max_ctx = max_ctx;
     uint64_t arena_bytes = block_pool_arena_bytes(x->bud.per_layer, x->bud.pool_cap_bytes, x->L,
                                                   x->bud.expert_budget_bytes);
-    /* every device allocation of the run, summed before any is made */
+    /* every device allocation of the run, sized once: summed before any is made, then made */
+    const uint64_t x_b = T * H * 4, y_b = T * wide * 4, h_b = T * inter * 4;
+    const uint64_t xbf_b = T * xcols * 2, attn_out_b = T * s->q_dim * 4;
+    const uint64_t logits_b = B * m->vocab * 4, ys_b = T * m->top_k * H * 2;
+    const uint64_t gates_b = T * m->top_k * 4;
+    const uint64_t kv_b = ((uint64_t)max_ctx * s->kv_dim * 2 + s->kv_dim) * 4; /* one layer's */
+    const uint64_t probs_b = (uint64_t)ATTN_Q_CHUNK * m->n_heads * max_ctx * 4;
     const uint64_t sizes[] = {
         arena_bytes,                               /* expert arena */
         attn_w * m->n_layers,                      /* attention weights */
@@ -387,14 +396,16 @@ static moesim_status cuda_setup(replay_exec *x, moesim_error *err) {
         shared_w * m->n_moe_layers,                /* shared experts */
         dense_w * (m->n_layers - m->n_moe_layers), /* dense FFNs */
         lm_w,                                      /* LM head */
-        T * H * 4,
-        T * wide * 4,
-        2 * T * inter * 4,
-        T * xcols * 2, /* x, y, h1, h2, x_bf16 */
-        T * s->q_dim * 4,
-        B * m->vocab * 4,                                    /* attention out, logits */
-        ((uint64_t)max_ctx * s->kv_dim * 2 + s->kv_dim) * 4, /* KV (one layer's, reused) */
-        (uint64_t)ATTN_Q_CHUNK * m->n_heads * max_ctx * 4,   /* attention probabilities */
+        x_b,
+        y_b,
+        2 * h_b,
+        xbf_b,
+        attn_out_b,
+        logits_b,
+        kv_b,
+        probs_b,
+        ys_b,
+        gates_b,
     };
     uint64_t planned = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) planned += sizes[i];
@@ -421,18 +432,18 @@ static moesim_status cuda_setup(replay_exec *x, moesim_error *err) {
         }
     }
     s->w_lm = dev_weights(s, w, REPLAY_NX_LM_HEAD, 0, 17);
-    s->x_act = (float *)dev_random(s, T * H * 4, 19);
-    s->y = (float *)dev_alloc(s, T * wide * 4);
-    s->h1 = (float *)dev_alloc(s, T * inter * 4);
-    s->h2 = (float *)dev_alloc(s, T * inter * 4);
-    s->x_bf16 = (uint16_t *)dev_alloc(s, T * xcols * 2);
-    s->attn_out = (float *)dev_alloc(s, T * s->q_dim * 4);
-    s->logits = (float *)dev_alloc(s, B * m->vocab * 4);
-    s->kv = (float *)dev_random(s, ((uint64_t)max_ctx * s->kv_dim * 2 + s->kv_dim) * 4, 23);
-    s->probs = (float *)dev_alloc(s, (uint64_t)ATTN_Q_CHUNK * m->n_heads * max_ctx * 4);
-    s->ys = (uint16_t *)dev_random(s, T * m->top_k * H * 2, 29);
-    s->gates_dev = (float *)dev_alloc(s, T * m->top_k * 4);
-    CUDA_CHECK(cudaMemset(s->gates_dev, 0, T * m->top_k * 4));
+    s->x_act = (float *)dev_random(s, x_b, 19);
+    s->y = (float *)dev_alloc(s, y_b);
+    s->h1 = (float *)dev_alloc(s, h_b);
+    s->h2 = (float *)dev_alloc(s, h_b);
+    s->x_bf16 = (uint16_t *)dev_alloc(s, xbf_b);
+    s->attn_out = (float *)dev_alloc(s, attn_out_b);
+    s->logits = (float *)dev_alloc(s, logits_b);
+    s->kv = (float *)dev_random(s, kv_b, 23);
+    s->probs = (float *)dev_alloc(s, probs_b);
+    s->ys = (uint16_t *)dev_random(s, ys_b, 29);
+    s->gates_dev = (float *)dev_alloc(s, gates_b);
+    CUDA_CHECK(cudaMemset(s->gates_dev, 0, gates_b));
     MOESIM_ASSERT(s->device_alloc == planned);
     CUDA_CHECK(cudaEventCreate(&s->ev_start));
     s->ready = (cudaEvent_t *)moesim_xcalloc(LEP * PART_COUNT, sizeof(cudaEvent_t));

@@ -8,7 +8,7 @@
 #                                       build what the run needs for sm_90 in build-gpu and pack
 #                                       it with the .deb files into .gpu-run/ (ignored; carry it)
 #   scripts/gpu-first-run.sh engine     there: `ctest -L gpu` (kernel, engine, probe and replay
-#                                       parity with named tolerances), bench_gpu_engine (GEMV
+#                                       tests; every stage starts with it), bench_gpu_engine (GEMV
 #                                       GB/s per precision vs HBM, pinned H2D vs the best rate
 #                                       it measures, decode tokens/s), and `moesim record
 #                                       --backend cuda` on every golden checkpoint against the
@@ -150,10 +150,13 @@ record_all() {
     return $rc
 }
 
-engine() {
+ctest_gpu() {
     step ctest-gpu 200 ctest --test-dir "$bin_dir" -L gpu --output-on-failure --timeout 150 \
         >"$out/ctest-gpu.log" 2>&1
     tail -15 "$out/ctest-gpu.log" | tee -a "$log"
+}
+
+engine() {
     step record-cuda 60 "$0" record "$bin_dir" >"$out/record-cuda.log" 2>&1
     tee -a "$log" <"$out/record-cuda.log"
     step bench-gpu-engine 150 "$bin_dir/bench/bench_gpu_engine" --layers 2 --gen 32 \
@@ -221,6 +224,7 @@ report() {
 
 there() {
     setup || { say "no build to run: see run.log"; exit 1; }
+    ctest_gpu
     case $1 in
     engine) engine ;;
     validate) validate ;;
