@@ -130,9 +130,14 @@ int cmd_calibrate(int argc, char **argv) {
         return cli_fail(&err);
     }
     printf("%s: h2d %.2f GB/s (latency %.2f us), d2h %.2f GB/s, device memory %.0f GB/s, "
-           "bf16 GEMM %.1f TFLOPS, launch %.2f us\nwrote %s and %s\n",
+           "bf16 GEMM %.1f TFLOPS, launch %.2f us\n",
            res->gpu, res->h2d_peak_gb_per_s, res->h2d_latency_us, res->d2h_peak_gb_per_s,
-           res->hbm_gb_per_s, res->bf16_tflops, res->kernel_launch_us, out_path, table);
+           res->hbm_gb_per_s, res->bf16_tflops, res->kernel_launch_us);
+    if (res->h2d_chunk_measured)
+        printf("1 MiB chunks back to back: %.2f us each (latency paid per chunk: %s); two timing "
+               "events around a launch add %.2f us\n",
+               res->h2d_chunk_us, res->h2d_latency_per_chunk ? "yes" : "no", res->op_events_us);
+    printf("wrote %s and %s\n", out_path, table);
     free(res);
     return 0;
 }

@@ -40,7 +40,15 @@ moesim_status calib_write_profile(const calib_results *c, const hw_profile *base
     fprintf(f, "[profile]\nname = %s\n\n[gpu]\nname = %s\n", name, c->gpu);
     fprintf(f, "hbm_gib = %.6g ; derived: %s\n",
             cpu ? base->hbm_bytes / GIB : (double)c->hbm_bytes / GIB, mem_how);
-    fprintf(f, "hbm_gb_per_s = %.6g ; derived: copied from %s (peak)\n", hbm_peak, b);
+    if (!cpu && c->hbm_gb_per_s > hbm_peak) { /* the base is another card (an H200 on h100-sxm) */
+        fprintf(f,
+                "hbm_gb_per_s = %.6g ; derived: measured by moesim calibrate (%s), above the "
+                "%.6g GB/s peak of %s\n",
+                c->hbm_gb_per_s, copy_how, hbm_peak, b);
+        hbm_peak = c->hbm_gb_per_s;
+    } else {
+        fprintf(f, "hbm_gb_per_s = %.6g ; derived: copied from %s (peak)\n", hbm_peak, b);
+    }
     fprintf(f, "bf16_tflops = %.6g ; derived: copied from %s (peak)\n", bf16_peak, b);
     fprintf(f, "int8_tops = %.6g ; derived: copied from %s (peak)\n", base->int8_ops_per_s / 1e12,
             b);
@@ -69,8 +77,16 @@ moesim_status calib_write_profile(const calib_results *c, const hw_profile *base
     fprintf(f, "d2h_latency_us = %.6g ; derived: measured by moesim calibrate (intercept)\n",
             c->d2h_latency_us);
     fprintf(f, "copy_engines = %u ; derived: copied from %s\n", base->copy_engines, b);
-    fprintf(f, "latency_per_chunk = %s ; derived: copied from %s\n\n",
-            base->h2d_latency_per_chunk ? "true" : "false", b);
+    if (c->h2d_chunk_measured)
+        fprintf(f,
+                "latency_per_chunk = %s ; derived: measured by moesim calibrate (1 MiB chunks "
+                "back to back, an event after each: %.6g us per chunk against %.6g us at the "
+                "link's rate and %.6g us latency)\n\n",
+                c->h2d_latency_per_chunk ? "true" : "false", c->h2d_chunk_us,
+                1048576.0 / c->h2d_peak_gb_per_s / 1e3, c->h2d_latency_us);
+    else
+        fprintf(f, "latency_per_chunk = %s ; derived: copied from %s\n\n",
+                base->h2d_latency_per_chunk ? "true" : "false", b);
     fprintf(f, "[host]\ndram_gib = %.6g ; derived: copied from %s\n", base->dram_bytes / GIB, b);
     fprintf(f, "dram_gb_per_s = %.6g ; derived: copied from %s\n\n", base->dram_bytes_per_s / 1e9,
             b);

@@ -16,6 +16,10 @@
 
 #include <gsl/gsl_fit.h>
 
+/* measure_chunked: the replay's default chunk (sim.chunk_kib = 1024), 64 of them */
+#define CALIB_CHUNK_BYTES (1ull << 20)
+#define CALIB_CHUNKS      64
+
 #define _Noreturn [[noreturn]]
 #define _Static_assert static_assert
 extern "C" {
@@ -70,6 +74,31 @@ static void curve_add(cost_curve *cv, double x, double t_ns) {
     cv->t_ns[cv->n++] = t_ns;
 }
 
+/* Back-to-back chunks as the replay's copy engine issues them (replay/run_copy.cu: an event
+ * before and after each cudaMemcpyAsync on one stream): does each chunk pay the transfer latency
+ * again, or do queued copies overlap their setup? The time per chunk is set against the line
+ * fitted through single transfers: more than half the intercept over the slope's share says
+ * the latency is paid per chunk. */
+static void measure_chunked(calib_ctx *c, calib_results *out, void *d, const void *h) {
+    cudaEvent_t ev[2 * CALIB_CHUNKS];
+    for (cudaEvent_t &e : ev) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    double t = time_median_ns(c, [&] {
+        for (int i = 0; i < CALIB_CHUNKS; i++) {
+            CUDA_CHECK(cudaEventRecord(ev[2 * i], c->s));
+            CUDA_CHECK(cudaMemcpyAsync((uint8_t *)d + (uint64_t)i * CALIB_CHUNK_BYTES,
+                                       (const uint8_t *)h + (uint64_t)i * CALIB_CHUNK_BYTES,
+                                       CALIB_CHUNK_BYTES, cudaMemcpyHostToDevice, c->s));
+            CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], c->s));
+        }
+    });
+    for (cudaEvent_t e : ev) CUDA_CHECK(cudaEventDestroy(e));
+    double per_chunk_ns = t / CALIB_CHUNKS;
+    double stream_ns = CALIB_CHUNK_BYTES / out->h2d_peak_gb_per_s; /* bytes / (GB/s) = ns */
+    out->h2d_chunk_us = per_chunk_ns / 1e3;
+    out->h2d_chunk_measured = true;
+    out->h2d_latency_per_chunk = per_chunk_ns - stream_ns > 0.5 * out->h2d_latency_us * 1e3;
+}
+
 static void measure_copies(calib_ctx *c, calib_results *out, bool quick) {
     uint64_t max_bytes = quick ? (64ull << 20) : (256ull << 20);
     void *h = NULL, *d = dev_fill(max_bytes);
@@ -97,6 +126,7 @@ static void measure_copies(calib_ctx *c, calib_results *out, bool quick) {
     out->d2h_latency_us = a > 0 ? a / 1e3 : 0;
     out->h2d_peak_gb_per_s = out->h2d_gb_per_s[out->n_sizes - 1];
     out->d2h_peak_gb_per_s = out->d2h_gb_per_s[out->n_sizes - 1];
+    measure_chunked(c, out, d, h);
     CUDA_CHECK(cudaFreeHost(h));
     CUDA_CHECK(cudaFree(d));
 }
@@ -115,6 +145,19 @@ static void measure_device(calib_ctx *c, calib_results *out, bool quick) {
         CUDA_LAUNCH_CHECK();
     });
     out->kernel_launch_us = tl / launches / 1e3;
+    /* the same launches each between two timing events, as the replay brackets every op */
+    std::vector<cudaEvent_t> ev(2 * launches);
+    for (cudaEvent_t &e : ev) CUDA_CHECK(cudaEventCreate(&e));
+    double te = time_median_ns(c, [&] {
+        for (int i = 0; i < launches; i++) {
+            CUDA_CHECK(cudaEventRecord(ev[2 * i], c->s));
+            calib_empty_kernel<<<1, 1, 0, c->s>>>();
+            CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], c->s));
+        }
+        CUDA_LAUNCH_CHECK();
+    });
+    for (cudaEvent_t e : ev) CUDA_CHECK(cudaEventDestroy(e));
+    out->op_events_us = (te - tl) / launches / 1e3;
     size_t n = quick ? 4096 : 8192;
     uint16_t *w = (uint16_t *)dev_fill(n * n * 2), *xb = (uint16_t *)dev_fill(n * n * 2);
     float *x = (float *)dev_fill(n * n * 4), *y = (float *)dev_fill(n * n * 4);

@@ -191,9 +191,17 @@ typedef struct calib_results {
     double h2d_gb_per_s[CALIB_MAX_SIZES], d2h_gb_per_s[CALIB_MAX_SIZES]; /* [n_sizes] */
     double h2d_latency_us, d2h_latency_us; /* intercept of time vs size (smallest transfers) */
     double h2d_peak_gb_per_s, d2h_peak_gb_per_s; /* at the largest size */
+    /* cuda: CALIB_CHUNKS copies of CALIB_CHUNK_BYTES back to back on one stream, an event after
+     * each (as the replay's copy engine issues its chunks): time per chunk, and whether each
+     * paid the transfer latency again (the profile's latency_per_chunk) */
+    double h2d_chunk_us;
+    bool h2d_chunk_measured, h2d_latency_per_chunk;
     double hbm_gb_per_s;     /* device-to-device copy: read + write bytes / time */
     double bf16_tflops;      /* best cuBLAS bf16 GEMM measured */
     double kernel_launch_us; /* empty-kernel launch, back to back */
+    /* cuda: what two timing events around each launch add per launch (the replay brackets every
+     * op so; the cost table's ops are timed without): reported, not simulated */
+    double op_events_us;
     cost_curve curve[COST_OP_COUNT][PREC_COUNT]; /* measured op times (t_ns), x per sim/COST.md */
     uint32_t repeats;
     double stall_overhead; /* cpu: all calls' time over their medians' (>= 1), in every t_ns */
