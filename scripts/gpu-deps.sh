@@ -124,7 +124,7 @@ build() {
         -DHDF5_hdf5_LIBRARY_RELEASE="$lib/hdf5/serial/libhdf5.so" \
         -DGSL_INCLUDE_DIR="$prefix/usr/include" -DGSL_LIBRARY="$lib/libgsl.so" \
         -DGSL_CBLAS_LIBRARY="$lib/libgslcblas.so"
-    # TARGETS (e.g. "moesim"): build only those (scripts/gpu-validate.sh); default everything
+    # TARGETS (e.g. "moesim"): build only those (scripts/gpu-first-run.sh); default everything
     # shellcheck disable=SC2086
     cmake --build "$root/build-gpu" -j "$(nproc)" ${TARGETS:+--target $TARGETS}
 }

@@ -207,7 +207,7 @@ report() {
     done
     [ -f "$from/calibrate.tar" ] && tar -xf "$from/calibrate.tar" -C "$root" \
         experiments/validation/gpu && tar -xf "$from/calibrate.tar" -C "$vdir" calibrate.log
-    [ -f "$from/validate.tar" ] && tar -xf "$from/validate.tar" -C "$vdir"
+    [ -f "$from/validate.tar" ] && tar -xf "$from/validate.tar" -C "$vdir" --wildcards 'validate-*.json'
     shopt -s nullglob
     local parts=() args=()
     for p in "$vdir"/validate-*.json; do [ -s "$p" ] && parts+=("$p"); done

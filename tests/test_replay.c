@@ -195,6 +195,35 @@ Test(replay, calibration_profile_loads_with_the_measured_figures) {
     fclose(f);
 }
 
+/* What calibrate measured on the GPU replaces the base's figures: latency_per_chunk from the
+ * back-to-back chunks, and a device copy faster than the base's peak (another card) as the
+ * profile's HBM rate. */
+Test(replay, calibration_profile_takes_the_measured_chunk_latency_and_a_faster_hbm) {
+    calib_results c;
+    fake_results(&c);
+    hw_profile base, got;
+    moesim_error err = {0};
+    cr_assert_eq(hw_load_by_name("h100-sxm", &base, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert(!base.h2d_latency_per_chunk, "the base assumes the latency is paid once");
+    c.h2d_chunk_measured = true;
+    c.h2d_latency_per_chunk = true;
+    c.h2d_chunk_us = 22.0;
+    c.hbm_gb_per_s = 4224; /* an H200's device copy on the H100 base (3350 GB/s) */
+    const char *path = test_tmp_path("h200-test-measured.ini");
+    cr_assert_eq(calib_write_profile(&c, &base, "h200-test-measured", path, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_eq(hw_load(path, &got, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert(got.h2d_latency_per_chunk);
+    cr_assert_float_eq(got.hbm_bytes_per_s, 4224e9, 1e3);
+    cr_assert_float_eq(got.hbm_efficiency, 1.0, 1e-9);
+    c.h2d_latency_per_chunk = false; /* measured not to pay it: false even were the base true */
+    base.h2d_latency_per_chunk = true;
+    cr_assert_eq(calib_write_profile(&c, &base, "h200-test-measured", path, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_eq(hw_load(path, &got, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert(!got.h2d_latency_per_chunk);
+}
+
 Test(replay, calibration_table_replaces_the_roofline_with_the_measured_times) {
     calib_results c;
     fake_results(&c);
@@ -855,7 +884,7 @@ Test(replay, experiment_file_errors_name_the_file_and_the_field) {
     cr_assert(strstr(errbuf, "--budgets") && strstr(errbuf, "= 20") && lines(errbuf) == 1, "%s",
               errbuf);
     /* the committed validation sets parse: they fail only on their missing trace (not made here) */
-    static const char *const sets[] = {"experiments/validation/validate.ini",
+    static const char *const sets[] = {"experiments/validation/gpu/validate.ini",
                                        "experiments/validation/cpu/validate-cpu.ini",
                                        "tests/fixtures/cpu-validate/small.ini"};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
