@@ -5,10 +5,7 @@
 #include "replay/run_internal.cuh"
 
 /* A part left HBM: no copy will mark it landed any more. */
-void cuda_part_released(replay_exec *x, size_t part_index) {
-    be_of(x)->ready[part_index] = NULL;
-}
-
+void cuda_part_released(replay_exec *x, size_t part_index) { be_of(x)->ready[part_index] = NULL; }
 
 /* Byte `acct` of part `part` at precision p (the memory system's units) in the kernel format:
  * chunks split parts in proportion, so a part's chunks cover its kernel bytes exactly. */
@@ -27,8 +24,8 @@ uint64_t cuda_part_blob_offset(const rp *s, uint32_t p, int part) {
  * slot `slot` after its first *used bytes (O_DIRECT: the aligned range covering them); returns
  * where byte lo landed and adds the bytes the read took to *used. An I/O error mid-run cannot be
  * recovered: reported, aborted. */
-const uint8_t *cuda_ssd_pread(rp *s, uint32_t p, size_t le, uint64_t lo, uint64_t n,
-                                int32_t slot, uint64_t *used) {
+const uint8_t *cuda_ssd_pread(rp *s, uint32_t p, size_t le, uint64_t lo, uint64_t n, int32_t slot,
+                              uint64_t *used) {
     const replay_store *st = s->store;
     uint64_t a = lo / SSD_ALIGN * SSD_ALIGN, b = (lo + n + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN;
     MOESIM_ASSERT(b <= st->ssd_stride[p] && *used + (b - a) <= s->slot_bytes);
@@ -62,8 +59,9 @@ static void ssd_kick(rp *s) {
         for (uint32_t i = 0; i < n; i++) {
             uint64_t a = dev_offset(s, xf->prec, pc[i].part, pc[i].part_offset);
             uint64_t b = dev_offset(s, xf->prec, pc[i].part, pc[i].part_offset + pc[i].bytes);
-            sg.src[i] = cuda_ssd_pread(s, xf->prec, le, cuda_part_blob_offset(s, xf->prec, pc[i].part) + a,
-                                  b - a, sg.slot, &used);
+            sg.src[i] =
+                cuda_ssd_pread(s, xf->prec, le, cuda_part_blob_offset(s, xf->prec, pc[i].part) + a,
+                               b - a, sg.slot, &used);
         }
         uint64_t t1 = replay_exec_clock_ns();
         s->ssd_busy_ns += t1 - t0;
@@ -93,8 +91,8 @@ static void h2d_kick(rp *s) {
         uint32_t p = xf->prec;
         memsys_piece pc[PART_COUNT];
         uint32_t n = memsys_chunk_pieces(&x->ms, &c, pc);
-        rp_chunk rc = {c,  cev_get(s), cev_get(s), -1,      0,
-                       0,  xf->layer,  xf->expert, xf->prec, xf->cls};
+        rp_chunk rc = {c, cev_get(s), cev_get(s), -1,       0,
+                       0, xf->layer,  xf->expert, xf->prec, xf->cls};
         const uint8_t *src[PART_COUNT];
         size_t le = (size_t)xf->layer * x->E + xf->expert;
         if (xf->via_ssd) { /* the SSD chunk of the same bytes (chunks of both engines align) */
@@ -197,7 +195,7 @@ bool cuda_wait_copy(replay_exec *x) {
 /* Waits until every part in mask has all its chunks submitted (its ready event exists): the
  * compute stream then waits for their events itself. */
 void cuda_expert_wait(replay_exec *x, uint32_t layer, uint32_t e, moesim_precision p,
-                             uint32_t mask) {
+                      uint32_t mask) {
     rp *s = be_of(x);
     size_t base = memsys_lep(&x->ms, layer, e, p) * PART_COUNT;
     for (;;) {
@@ -211,7 +209,10 @@ void cuda_expert_wait(replay_exec *x, uint32_t layer, uint32_t e, moesim_precisi
     }
 }
 
-/* Waits until the compute stream is idle, feeding copies meanwhile. */
+/* Waits until the compute stream is idle, feeding copies meanwhile, then retires the copies it
+ * waited for: they landed before its last op ran, possibly after the last pump, and a part left
+ * "loading" would be refused to the policy's next eviction (the simulator's stream sees its
+ * copies land before it runs on). */
 void cuda_wait_compute(replay_exec *x) {
     rp *s = be_of(x);
     cudaEvent_t e = ev_get(s);
@@ -222,4 +223,5 @@ void cuda_wait_compute(replay_exec *x) {
         if (r == cudaSuccess) break;
         if (r != cudaErrorNotReady) CUDA_CHECK(r);
     }
+    cuda_pump(s);
 }
