@@ -25,7 +25,7 @@
 typedef struct hw_file {
     char name[64], gpu[64];
     double hbm_gib, hbm_gb_per_s, bf16_tflops, int8_tops, hbm_efficiency, compute_efficiency;
-    double kernel_launch_us;
+    double kernel_launch_us, op_issue_us;
     double h2d_gb_per_s, d2h_gb_per_s, h2d_latency_us, d2h_latency_us;
     uint32_t copy_engines;
     bool latency_per_chunk;
@@ -54,6 +54,11 @@ static const config_field hw_fields[] = {
     F("gpu", "compute_efficiency", CONFIG_F64, compute_efficiency, 0.01, 1,
       "achievable share of peak FLOPs"),
     F("gpu", "kernel_launch_us", CONFIG_F64, kernel_launch_us, 0, 1000, "per kernel launch, us"),
+    /* optional: what an engine's host does around each op beyond launching it (timing events,
+     * bookkeeping); `moesim calibrate` measures the replay's */
+    {"gpu", "op_issue_us", CONFIG_F64, offsetof(hw_file, op_issue_us),
+     sizeof(((hw_file *)0)->op_issue_us), false, 0, 1000, NULL, "0",
+     "host time per op beyond its launches, us (default 0)"},
     F("pcie", "h2d_gb_per_s", CONFIG_F64, h2d_gb_per_s, 0.1, 1000, "pinned host->device GB/s"),
     F("pcie", "d2h_gb_per_s", CONFIG_F64, d2h_gb_per_s, 0.1, 1000, "device->pinned host GB/s"),
     F("pcie", "h2d_latency_us", CONFIG_F64, h2d_latency_us, 0, 10000, "per transfer, us"),
@@ -109,6 +114,7 @@ moesim_status hw_read_config(config *c, hw_profile *out, moesim_error *err) {
     h.hbm_efficiency = f.hbm_efficiency;
     h.compute_efficiency = f.compute_efficiency;
     h.kernel_launch_ns = to_u64(f.kernel_launch_us * NS_PER_US);
+    h.op_issue_ns = to_u64(f.op_issue_us * NS_PER_US);
     h.h2d_bytes_per_s = f.h2d_gb_per_s * GB_PER_S;
     h.d2h_bytes_per_s = f.d2h_gb_per_s * GB_PER_S;
     h.h2d_latency_ns = to_u64(f.h2d_latency_us * NS_PER_US);

@@ -20,6 +20,7 @@ typedef struct hw_profile {
     double hbm_efficiency;             /* achievable share of peak bandwidth (roofline) */
     double compute_efficiency;         /* achievable share of peak FLOPs (roofline) */
     uint64_t kernel_launch_ns;         /* per kernel launch overhead */
+    uint64_t op_issue_ns;              /* host bookkeeping the stream waits for, per op */
 
     double h2d_bytes_per_s;            /* pinned host -> device */
     double d2h_bytes_per_s;            /* device -> pinned host */

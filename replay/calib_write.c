@@ -60,8 +60,15 @@ moesim_status calib_write_profile(const calib_results *c, const hw_profile *base
             "compute_efficiency = %.6g ; derived: measured by moesim calibrate, %s %.6g TFLOPS "
             "of the %.6g peak\n",
             clamp01(c->bf16_tflops / bf16_peak), gemm_how, c->bf16_tflops, bf16_peak);
-    fprintf(f, "kernel_launch_us = %.6g ; derived: measured by moesim calibrate (%s)\n\n",
+    fprintf(f, "kernel_launch_us = %.6g ; derived: measured by moesim calibrate (%s)\n",
             c->kernel_launch_us, launch_how);
+    if (!cpu)
+        fprintf(f,
+                "op_issue_us = %.6g ; derived: measured by moesim calibrate (two timing events "
+                "around each launch, as the replay brackets every op; its cost table times ops "
+                "without them)\n",
+                c->op_events_us);
+    fprintf(f, "\n");
     fprintf(f, "[pcie]\n");
     fprintf(f,
             "h2d_gb_per_s = %.6g ; derived: measured by moesim calibrate (%s, %.6g MiB "

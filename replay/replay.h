@@ -200,7 +200,7 @@ typedef struct calib_results {
     double bf16_tflops;      /* best cuBLAS bf16 GEMM measured */
     double kernel_launch_us; /* empty-kernel launch, back to back */
     /* cuda: what two timing events around each launch add per launch (the replay brackets every
-     * op so; the cost table's ops are timed without): reported, not simulated */
+     * op so; the cost table's ops are timed without): the profile's op_issue_us */
     double op_events_us;
     cost_curve curve[COST_OP_COUNT][PREC_COUNT]; /* measured op times (t_ns), x per sim/COST.md */
     uint32_t repeats;

@@ -200,7 +200,7 @@ static void host_op(void *h, const run_op *op) {
         dur = op_cost_ns(s, op->kind, op->n_tokens);
     }
     if (op->kind == RUN_OP_ROUTER) s->layer_t0_ns = s->t_ns;
-    stream_op(s, dur, op->cat, op->name);
+    stream_op(s, dur + s->op_issue_ns, op->cat, op->name);
 }
 
 /* The parts of `mask` in a part-state triple st[PART_COUNT] that are not resident. */
@@ -255,6 +255,7 @@ static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precisi
 
     uint64_t gu, dn;
     expert_cost(s, p, tokens, &gu, &dn);
+    gu += s->op_issue_ns, dn += s->op_issue_ns; /* gate+up and down: an op each */
     uint64_t dur = mask == POLICY_PARTS_ALL ? gu + dn : mask == 1u << PART_DOWN ? dn : gu;
     if (s->tl.on)
         expert_slice(s, layer, expert, p, tokens, mask, dur);
@@ -365,6 +366,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     s->P = PREC_COUNT;
     s->prec = (moesim_precision)s->set.precision;
     cost_model_init(&s->cost, in->hw, in->model, in->quant);
+    s->op_issue_ns = in->hw->op_issue_ns;
     if (s->set.cost_table[0] && (st = cost_table_load(&s->cost, s->set.cost_table, err))) return st;
     bool stored[PREC_COUNT], policy_only;
     if ((st = memsys_parse_host_precisions(s->set.host_precisions, stored, &policy_only, err)))

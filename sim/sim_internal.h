@@ -101,6 +101,7 @@ struct sim_state {
     run_loop loop;
     uint64_t t_ns;        /* the compute stream: when its last op ends */
     uint64_t attn_ns;     /* the current step's attention op, per layer */
+    uint64_t op_issue_ns; /* hw op_issue_ns: the host's time around every op */
     uint64_t layer_t0_ns; /* the MoE layer being run: when its router started */
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
     uint64_t opcost_ns[RUN_OP_LM_HEAD + 1][SIM_ECOST_TOKENS]; /* other ops' times (0: unset) */

@@ -146,6 +146,19 @@ Test(hw_config, set_overrides_any_loaded_value) {
     cr_assert_eq(h.copy_engines, 1);
 }
 
+/* op_issue_us is optional: 0 in the shipped profiles, a calibrated profile's measured value */
+Test(hw_config, op_issue_is_optional_and_read_in_microseconds) {
+    char path[4096];
+    hw_path("h100-sxm", path, sizeof path);
+    hw_profile h;
+    moesim_error err = {0};
+    cr_assert_eq(hw_load_with_sets(path, NULL, 0, &h, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(h.op_issue_ns, 0);
+    const char *sets[] = {"gpu.op_issue_us=2.94"};
+    cr_assert_eq(hw_load_with_sets(path, sets, 1, &h, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(h.op_issue_ns, 2940);
+}
+
 Test(hw_config, a_bad_set_is_reported_as_coming_from_set) {
     static const struct {
         const char *set, *message;
@@ -246,8 +259,8 @@ Test(hw_config, an_unknown_profile_name_lists_the_known_ones) {
     moesim_error err = {0};
     cr_assert_eq(hw_load_by_name("rtx4090", &h, &err), MOESIM_EINPUT);
     cr_assert(strstr(err.msg, "unknown hw name 'rtx4090'"), "%s", err.msg);
-    cr_assert(strstr(err.msg, "a6000, cpu-host, h100-sxm, rtx3090-pcie3, rtx3090-pcie4, rtx5090"), "%s",
-              err.msg);
+    cr_assert(strstr(err.msg, "a6000, cpu-host, h100-sxm, rtx3090-pcie3, rtx3090-pcie4, rtx5090"),
+              "%s", err.msg);
 }
 
 Test(hw_config, hw_and_model_sections_share_one_config) {

@@ -150,6 +150,7 @@ static void fake_results(calib_results *c) {
     c->hbm_gb_per_s = 2680;
     c->bf16_tflops = 650;
     c->kernel_launch_us = 2.75;
+    c->op_events_us = 1.25;
     c->repeats = 20;
     double tok[] = {1, 2, 4, 8};
     for (int i = 0; i < 4; i++) {
@@ -179,6 +180,7 @@ Test(replay, calibration_profile_loads_with_the_measured_figures) {
     cr_assert_eq(got.h2d_latency_ns, 2500);
     cr_assert_eq(got.d2h_latency_ns, 3250);
     cr_assert_eq(got.kernel_launch_ns, 2750);
+    cr_assert_eq(got.op_issue_ns, 1250);
     cr_assert_float_eq(got.hbm_efficiency, 2680 / 3350.0, 1e-5);
     cr_assert_float_eq(got.compute_efficiency, 650 / 989.4, 1e-5);
     cr_assert_eq(got.dram_bytes, base.dram_bytes);
@@ -214,6 +216,7 @@ Test(replay, calibration_profile_takes_the_measured_chunk_latency_and_a_faster_h
                  err.msg);
     cr_assert_eq(hw_load(path, &got, &err), MOESIM_OK, "%s", err.msg);
     cr_assert(got.h2d_latency_per_chunk);
+    cr_assert_eq(got.op_issue_ns, 1250);
     cr_assert_float_eq(got.hbm_bytes_per_s, 4224e9, 1e3);
     cr_assert_float_eq(got.hbm_efficiency, 1.0, 1e-9);
     c.h2d_latency_per_chunk = false; /* measured not to pay it: false even were the base true */

@@ -13,8 +13,8 @@
 #include "sim/cost.h"
 #include "sim/sim.h"
 #include "sim_fixtures.h"
-#include "traces/stats.h"
 #include "support/test_support.h"
+#include "traces/stats.h"
 
 static quant_table quant;
 
@@ -70,6 +70,25 @@ Test(sim, ondemand_one_expert_takes_latency_plus_bytes_over_bandwidth_plus_compu
     /* the stall is the whole copy: the stream was idle from the router's end to the arrival */
     cr_assert_eq((uint64_t)llround(r.stall_ms * 1e6),
                  hw.h2d_latency_ns + cost_transfer_ns(bytes, hw.h2d_bytes_per_s));
+    trace_destroy(t);
+}
+
+/* The profile's op_issue_ns (the host's time around each op, e.g. an engine's timing events)
+ * lengthens every op on the stream: attention, router, shared, combine and LM head, and the
+ * expert's gate+up and down; the copy starts that much later too, so the stall is unchanged. */
+Test(sim, the_hosts_time_around_each_op_adds_to_every_op_on_the_stream) {
+    model_geometry m = fixture_model(1, 1, 1);
+    hw_profile hw = fixture_hw(), issued = hw;
+    issued.op_issue_ns = 1000;
+    trace *t = fixture_trace(&m, 1, 1, 0, 0, 1);
+    const char *sets[] = {"sim.part_overlap=false", NULL};
+    sim_result r0, r1;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, &r0, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(run_sets(t, &m, &issued, "ondemand", NULL, sets, &r1, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_eq(makespan_ns(&r1) - makespan_ns(&r0), 7 * 1000);
+    cr_assert_float_eq(r1.stall_ms, r0.stall_ms, 1e-9);
     trace_destroy(t);
 }
 
@@ -252,15 +271,16 @@ Test(sim, a_needed_prefetch_is_promoted_and_a_stale_one_is_cancelled_before_its_
     cost_model_init(&c, &hw, &m, &quant);
     uint64_t bytes = model_expert_bytes(&m, &quant, PREC_BF16);
     uint64_t copy = hw.h2d_latency_ns + cost_transfer_ns(bytes, hw.h2d_bytes_per_s);
-    uint64_t compute = cost_expert_gate_up_ns(&c, PREC_BF16, 1) + cost_expert_down_ns(&c, PREC_BF16, 1);
+    uint64_t compute =
+        cost_expert_gate_up_ns(&c, PREC_BF16, 1) + cost_expert_down_ns(&c, PREC_BF16, 1);
     /* copies: 1, 0 (demand), 2, then 4 (promoted); the run ends with expert 4's compute */
     uint64_t want = fixed_ns(&c, 1, 1) + 4 * copy + compute + tail_ns(&c, 1, 1);
     const char *sets[] = {"sim.part_overlap=false", "sim.chunk_kib=4096", NULL};
     sim_result r;
     moesim_error err = {0};
     cancelled_parts = 0;
-    cr_assert_eq(run_sets(t, &m, &hw, "prefetcher", &prefetcher_methods, sets, &r, &err),
-                 MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(run_sets(t, &m, &hw, "prefetcher", &prefetcher_methods, sets, &r, &err), MOESIM_OK,
+                 "%s", err.msg);
     cr_expect_eq(makespan_ns(&r), want);
     cr_expect_eq(r.prefetches, 4);
     cr_expect_eq(r.prefetch_promoted, 1);
@@ -277,8 +297,7 @@ static void take_back_on_route(policy *p, const policy_route *r, policy_plan *pl
     bool first = !p->done;
     scripted_on_route(p, r, plan);
     if (first)
-        cr_assert_eq(p->mem.ops->evict(p->mem.mem, r->layer, p->E - 1, PREC_BF16,
-                                       POLICY_PARTS_ALL),
+        cr_assert_eq(p->mem.ops->evict(p->mem.mem, r->layer, p->E - 1, PREC_BF16, POLICY_PARTS_ALL),
                      POLICY_ISSUED);
 }
 
@@ -399,8 +418,8 @@ static uint64_t batch1_route_hits(const trace *t, uint32_t cap, bool opt) {
     for (uint32_t l = 0; l < L; l++) {
         size_t n_routes = sim_batch1_routes(t, l, cap, seq, len), n = 0;
         for (size_t r = 0; r < n_routes; r++) n += len[r];
-        uint32_t widest = trace_stats_route_hit_counts(seq, n, len, n_routes, E,
-                                                       opt ? NULL : hits, opt ? hits : NULL);
+        uint32_t widest = trace_stats_route_hit_counts(seq, n, len, n_routes, E, opt ? NULL : hits,
+                                                       opt ? hits : NULL);
         cr_assert_leq(widest, cap);
         total += hits[cap];
     }
@@ -510,8 +529,8 @@ Test(sim, batched_lru_and_oracle_equal_trace_stats_batch_curves_from_the_widest_
         moesim_error err = {0};
         cr_assert_eq(run_sets(t, &m, &hw, "lru", NULL, sets, &r, &err), MOESIM_OK, "%s", err.msg);
         cr_assert_eq(r.accesses, b.accesses);
-        cr_assert_float_eq(r.hit_rate, b.lru[cap], 1e-12, "capacity %u: sim %.6f, stats %.6f",
-                           cap, r.hit_rate, b.lru[cap]);
+        cr_assert_float_eq(r.hit_rate, b.lru[cap], 1e-12, "capacity %u: sim %.6f, stats %.6f", cap,
+                           r.hit_rate, b.lru[cap]);
         cr_assert_eq(run_sets(t, &m, &hw, "oracle", NULL, sets, &r, &err), MOESIM_OK, "%s",
                      err.msg);
         double misses = (1.0 - b.opt[cap]) * (double)b.accesses;
@@ -1224,7 +1243,8 @@ static void trace_copy_token(trace *dst, uint64_t to, const trace *src, uint64_t
     memcpy(dst->expert_ids + to * R, src->expert_ids + from * R, R * sizeof *dst->expert_ids);
     memcpy(dst->gate_weights + to * R, src->gate_weights + from * R, R * sizeof *dst->gate_weights);
     if (src->importance)
-        memcpy(dst->importance + to * src->meta.n_layers, src->importance + from * src->meta.n_layers,
+        memcpy(dst->importance + to * src->meta.n_layers,
+               src->importance + from * src->meta.n_layers,
                src->meta.n_layers * sizeof *dst->importance);
 }
 
@@ -1337,9 +1357,11 @@ Test(sim, a_streamed_trace_gives_every_figure_the_trace_in_memory_gives) {
             trace_stream_set_cache(ts, 5, 1);
             config *c = config_create();
             cr_assert_eq(config_set(c, set_batch, &err), MOESIM_OK, "%s", err.msg);
-            sim_inputs in = {
-                .trace = trace_stream_tokens(ts), .stream = ts, .model = &m, .hw = &hw,
-                .quant = &quant};
+            sim_inputs in = {.trace = trace_stream_tokens(ts),
+                             .stream = ts,
+                             .model = &m,
+                             .hw = &hw,
+                             .quant = &quant};
             cr_assert_eq(sim_run(&in, name, c, &b, &err), MOESIM_OK, "%s", err.msg);
             config_destroy(c);
             json_t *xa = sim_result_to_json(&a), *xb = sim_result_to_json(&b);
