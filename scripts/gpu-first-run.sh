@@ -69,8 +69,8 @@ step() {
 }
 
 prebuild() {
-    [ -d "$root/.deps/debs" ] || "$root/scripts/gpu-deps.sh" gather
     [ "$root" = "$here_path" ] || { echo "gpu-first-run: prebuild from $here_path (the path the packed build keeps)" >&2; exit 2; }
+    [ -d "$root/.deps/debs" ] || "$root/scripts/gpu-deps.sh" gather
     cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESIM_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
     # shellcheck disable=SC2086
