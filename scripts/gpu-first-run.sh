@@ -151,7 +151,7 @@ record_all() {
 }
 
 ctest_gpu() {
-    step ctest-gpu 230 ctest --test-dir "$bin_dir" -L gpu --output-on-failure --timeout 210 \
+    step ctest-gpu 400 ctest --test-dir "$bin_dir" -L gpu --output-on-failure --timeout 380 \
         >"$out/ctest-gpu.log" 2>&1
     tail -15 "$out/ctest-gpu.log" | tee -a "$log"
 }
