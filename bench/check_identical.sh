@@ -4,6 +4,8 @@
 # starts from, and the change) and compares the JSON of `moesim sim --json` byte for byte.
 # Prints one line per case and a summary; exit status 1 when any output differs.
 # Usage: bench/check_identical.sh OLD_MOESIM NEW_MOESIM
+# A binary built in another checkout finds its configs in that checkout, and the JSON names the
+# files it read: set MOESIM_DATA_PATH to one checkout so both read the same files.
 set -euo pipefail
 old=${1:?usage: bench/check_identical.sh OLD_MOESIM NEW_MOESIM}
 new=${2:?usage: bench/check_identical.sh OLD_MOESIM NEW_MOESIM}
