@@ -13,7 +13,7 @@
  *   bench_gpu_engine [--layers N] [--gen N] [--dir DIR] [--no-decode]
  *
  * Copies are timed with events around a loop of cudaMemcpyAsync on one stream, at least
- * MIN_TIMED_S per size after a warm-up copy. 
+ * MIN_TIMED_S per size after a warm-up copy.
  *
  * Matrices are cycled through a footprint of at least four L2 caches so every launch reads from
  * DRAM. Timings come from CUDA events around many launches. Without a CUDA device it prints so

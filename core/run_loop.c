@@ -276,16 +276,20 @@ static void run_step(run_loop *rl, run_step_info *si) {
         if (c->timeline) snprintf(name, sizeof name, "L%u attention", ml);
         issue_op(rl, &op, RUN_OP_ATTENTION, ml, -1, n, "attention", name);
         if (!m->is_moe_layer[ml]) {
-            if (c->timeline) snprintf(name, sizeof name, "L%u dense ffn", ml);
-            issue_op(rl, &op, RUN_OP_DENSE, ml, -1, n, "ffn", name);
+            if (m->dense_inter) { /* a model's op only where it has one to run */
+                if (c->timeline) snprintf(name, sizeof name, "L%u dense ffn", ml);
+                issue_op(rl, &op, RUN_OP_DENSE, ml, -1, n, "ffn", name);
+            }
             continue;
         }
         if (c->timeline) snprintf(name, sizeof name, "L%u router", moe);
         issue_op(rl, &op, RUN_OP_ROUTER, ml, (int)moe, n, "router", name);
         run_layer(rl, si->index, moe);
         if (c->ops->layer_end) c->ops->layer_end(c->host, si->index, moe);
-        if (c->timeline) snprintf(name, sizeof name, "L%u shared", moe);
-        issue_op(rl, &op, RUN_OP_SHARED, ml, -1, n, "shared", name);
+        if (m->n_shared_experts && m->shared_inter) {
+            if (c->timeline) snprintf(name, sizeof name, "L%u shared", moe);
+            issue_op(rl, &op, RUN_OP_SHARED, ml, -1, n, "shared", name);
+        }
         if (c->timeline) snprintf(name, sizeof name, "L%u combine", moe);
         issue_op(rl, &op, RUN_OP_COMBINE, ml, -1, n, "combine", name);
         moe++;

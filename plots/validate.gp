@@ -1,10 +1,10 @@
 # Simulated vs measured TPOT, one point per (policy, budget) of `moesim validate --csv`, with the
 # y = x line: points on the line are configurations the simulator predicted exactly. As the other
 # plots, it reads the CSV path from the variable `csv` and leaves terminal and output to the
-# caller (`moesim plot validate --csv experiments/validation/validate.csv -o DIR`, or
-# scripts/gpu-validate.sh report).
+# caller (`moesim plot validate --csv experiments/validation/gpu/validate.csv -o DIR`, or
+# scripts/gpu-first-run.sh report).
 # Columns: policy,configuration,sim_tpot_ms,real_tpot_ms,tpot_err,sim_ttft_ms,real_ttft_ms,ttft_err,total_err,real_tpot_lo_ms,real_tpot_hi_ms
-if (!exists("csv")) csv = 'experiments/validation/validate.csv'
+if (!exists("csv")) csv = 'experiments/validation/gpu/validate.csv'
 set datafile separator ','
 set key top left
 set logscale xy

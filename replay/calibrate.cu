@@ -74,11 +74,12 @@ static void curve_add(cost_curve *cv, double x, double t_ns) {
     cv->t_ns[cv->n++] = t_ns;
 }
 
-/* Back-to-back chunks as the replay's copy engine issues them (replay/run_copy.cu: an event
- * before and after each cudaMemcpyAsync on one stream): does each chunk pay the transfer latency
- * again, or do queued copies overlap their setup? The time per chunk is set against the line
- * fitted through single transfers: more than half the intercept over the slope's share says
- * the latency is paid per chunk. */
+/* Back-to-back chunks on one stream, an event before and after each cudaMemcpyAsync as the
+ * replay's copy engine records them (replay/run_copy.cu; here all 64 queued at once, timing
+ * disabled): does each chunk pay the transfer latency again, or do queued copies overlap their
+ * setup? The time per chunk beyond its bytes at the largest transfer's rate, when over half the
+ * fitted per-transfer latency, says it is paid per chunk (a yes or no: the profile's
+ * latency_per_chunk then charges the whole latency to every chunk). */
 static void measure_chunked(calib_ctx *c, calib_results *out, void *d, const void *h) {
     cudaEvent_t ev[2 * CALIB_CHUNKS];
     for (cudaEvent_t &e : ev) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -157,7 +158,7 @@ static void measure_device(calib_ctx *c, calib_results *out, bool quick) {
         CUDA_LAUNCH_CHECK();
     });
     for (cudaEvent_t e : ev) CUDA_CHECK(cudaEventDestroy(e));
-    out->op_events_us = (te - tl) / launches / 1e3;
+    out->op_events_us = te > tl ? (te - tl) / launches / 1e3 : 0; /* noise can invert them */
     size_t n = quick ? 4096 : 8192;
     uint16_t *w = (uint16_t *)dev_fill(n * n * 2), *xb = (uint16_t *)dev_fill(n * n * 2);
     float *x = (float *)dev_fill(n * n * 4), *y = (float *)dev_fill(n * n * 4);

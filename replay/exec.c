@@ -140,11 +140,8 @@ static void host_stall_end(void *h) {
     x->be->op_end(x);
 }
 
-/* An op of a kind the model has (no shared experts, no dense layers: nothing to run). */
 static void host_op(void *h, const run_op *op) {
     replay_exec *x = h;
-    if (op->kind == RUN_OP_SHARED && !x->has_shared) return;
-    if (op->kind == RUN_OP_DENSE && !x->has_dense) return;
     x->be->op_begin(x, op->cat, op->name, op->moe_layer);
     x->be->run(x, op);
     x->be->op_end(x);
@@ -423,8 +420,6 @@ static void make_loop(replay_exec *x) {
     x->layer_t0 = moesim_xcalloc(x->L, sizeof(uint64_t));
     x->layer_t1 = moesim_xcalloc(x->L, sizeof(uint64_t));
     for (uint32_t l = 0; l < x->L; l++) x->layer_t0[l] = UINT64_MAX;
-    x->has_shared = replay_nonexpert_elems(x->m, REPLAY_NX_SHARED) > 0;
-    x->has_dense = replay_nonexpert_elems(x->m, REPLAY_NX_DENSE) > 0;
 }
 
 static moesim_status exec_setup(replay_exec *x, const char *policy_name, config *settings,
@@ -451,8 +446,9 @@ static moesim_status exec_setup(replay_exec *x, const char *policy_name, config 
             x->part_bytes[p][part] =
                 model_expert_part_bytes(x->m, in->quant, (expert_part)part, (moesim_precision)p);
     if (in->stream && strcmp(x->be->name, "cpu") != 0)
-        return moesim_fail(err, MOESIM_EINPUT, "a streamed trace is replayed by the cpu backend "
-                                               "only");
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "a streamed trace is replayed by the cpu backend "
+                           "only");
     if (in->stream) { /* no per-token array: the steps are produced as the run goes */
         x->requests = trace_stream_requests(in->stream);
         schedule_plan(x);
@@ -484,7 +480,7 @@ static void exec_result(replay_exec *x, sim_result *r, replay_checks *ck) {
         r, &(sim_result_totals){.tokens = x->tr->n_tokens,
                                 .requests = x->sch.n_requests,
                                 .steps = x->sch.n_steps,
-                                .makespan_ns = !x->step_end    ? x->last_step_end_ns
+                                .makespan_ns = !x->step_end     ? x->last_step_end_ns
                                                : x->sch.n_steps ? x->step_end[x->sch.n_steps - 1]
                                                                 : 0,
                                 .tally = &x->loop.tally,
@@ -531,7 +527,7 @@ static void exec_teardown(replay_exec *x) {
     run_loop_free(&x->loop);
     trace_request_index_free(&x->rq);
     arena_free(&x->mem);
-    void *bufs[] = {x->step_start, x->step_end,  x->req_t_admit, x->req_t_first,
+    void *bufs[] = {x->step_start, x->step_end, x->req_t_admit, x->req_t_first,
                     x->req_t_last, x->layer_t0, x->layer_t1};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
 }

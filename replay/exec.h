@@ -155,7 +155,6 @@ struct replay_exec {
     const trace_request_index *requests; /* &rq, or the stream's (in->stream) */
     uint32_t la_depth, la_k;    /* look-ahead handed to the policy */
     bool la_emulated;           /* emulated from the routing (the trace has none) */
-    bool has_shared, has_dense; /* the model has shared experts / dense layers to run */
 
     /* clock and measures */
     uint64_t t0_ns;

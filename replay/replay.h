@@ -191,9 +191,9 @@ typedef struct calib_results {
     double h2d_gb_per_s[CALIB_MAX_SIZES], d2h_gb_per_s[CALIB_MAX_SIZES]; /* [n_sizes] */
     double h2d_latency_us, d2h_latency_us; /* intercept of time vs size (smallest transfers) */
     double h2d_peak_gb_per_s, d2h_peak_gb_per_s; /* at the largest size */
-    /* cuda: CALIB_CHUNKS copies of CALIB_CHUNK_BYTES back to back on one stream, an event after
-     * each (as the replay's copy engine issues its chunks): time per chunk, and whether each
-     * paid the transfer latency again (the profile's latency_per_chunk) */
+    /* cuda: CALIB_CHUNKS copies of CALIB_CHUNK_BYTES back to back on one stream, an event before
+     * and after each (as the replay's copy engine records its chunks): time per chunk, and
+     * whether each paid the transfer latency again (the profile's latency_per_chunk) */
     double h2d_chunk_us;
     bool h2d_chunk_measured, h2d_latency_per_chunk;
     double hbm_gb_per_s;     /* device-to-device copy: read + write bytes / time */

@@ -209,10 +209,11 @@ void cuda_expert_wait(replay_exec *x, uint32_t layer, uint32_t e, moesim_precisi
     }
 }
 
-/* Waits until the compute stream is idle, feeding copies meanwhile, then retires the copies it
- * waited for: they landed before its last op ran, possibly after the last pump, and a part left
- * "loading" would be refused to the policy's next eviction (the simulator's stream sees its
- * copies land before it runs on). */
+/* Waits until the compute stream is idle, feeding copies meanwhile, then retires once more: the
+ * copies it waited for landed before its last op ran, possibly after the last pump, and a part
+ * left "loading" would be refused to the policy's next eviction (the simulator's stream sees its
+ * copies land before it runs on). Chunks retire in submission order, so a landed chunk behind
+ * one still in flight (a background copy issued before it) stays loading until that lands. */
 void cuda_wait_compute(replay_exec *x) {
     rp *s = be_of(x);
     cudaEvent_t e = ev_get(s);

@@ -7,8 +7,7 @@
 #   scripts/gpu-first-run.sh prebuild   here: gather the .deb files (scripts/gpu-deps.sh gather),
 #                                       build what the run needs for sm_90 in build-gpu and pack
 #                                       it with the .deb files into .gpu-run/ (ignored; carry it)
-#   scripts/gpu-first-run.sh engine     there: `ctest -L gpu` (kernel, engine, probe and replay
-#                                       tests; every stage runs it), bench_gpu_engine (GEMV
+#   scripts/gpu-first-run.sh engine     there: bench_gpu_engine (GEMV
 #                                       GB/s per precision vs HBM, pinned H2D vs the best rate
 #                                       it measures, decode tokens/s), and `moesim record
 #                                       --backend cuda` on every golden checkpoint against the
@@ -17,6 +16,8 @@
 #                                       `moesim calibrate` (profile + cost table), then `moesim
 #                                       validate` over every policy, one budget per call
 #   scripts/gpu-first-run.sh all        there: engine, then validate
+#                                       (each stage then runs `ctest -L gpu`: kernel, engine,
+#                                       probe and replay tests, the replay's needing minutes)
 #   scripts/gpu-first-run.sh record BIN_DIR
 #                                       the golden checkpoints recorded by BIN_DIR/moesim on
 #                                       both engines, traces compared (engine runs it)
@@ -72,15 +73,16 @@ prebuild() {
     [ "$root" = "$here_path" ] || { echo "gpu-first-run: prebuild from $here_path (the path the packed build keeps)" >&2; exit 2; }
     [ -d "$root/.deps/debs" ] || "$root/scripts/gpu-deps.sh" gather
     cmake -S "$root" -B "$root/build-gpu" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESIM_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+        -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
     # shellcheck disable=SC2086
-    cmake --build "$root/build-gpu" -j "$(nproc)" --target $gpu_targets
+    cmake --build "$root/build-gpu" -j "$(nproc)" --target $gpu_targets || exit 1
     rm -rf "$pack"
     mkdir -p "$pack/build-gpu"
     (cd "$root/build-gpu" && find . -name CTestTestfile.cmake -o -name 'libmoesim.so*' |
         xargs cp -P --parents -t "$pack/build-gpu")
     for t in $gpu_targets; do
         f=$(cd "$root/build-gpu" && find . -name "$t" -type f -perm -u+x | head -1)
+        [ -n "$f" ] || { echo "gpu-first-run: no $t in build-gpu" >&2; exit 1; }
         mkdir -p "$pack/build-gpu/$(dirname "$f")"
         objcopy --strip-debug "$root/build-gpu/$f" "$pack/build-gpu/$f"
     done
@@ -157,7 +159,7 @@ ctest_gpu() {
 }
 
 engine() {
-    step record-cuda 60 "$0" record "$bin_dir" >"$out/record-cuda.log" 2>&1
+    step record-cuda 60 "$root/scripts/gpu-first-run.sh" record "$bin_dir" >"$out/record-cuda.log" 2>&1
     tee -a "$log" <"$out/record-cuda.log"
     step bench-gpu-engine 150 "$bin_dir/bench/bench_gpu_engine" --layers 2 --gen 32 \
         >"$out/bench-gpu-engine.log" 2>&1
@@ -177,7 +179,7 @@ validate() {
     cd "$root" || return 1
     trace_recipes | while IFS=$'\t' read -r path args; do
         # shellcheck disable=SC2086 # the recipe's arguments, split as the sweep splits them
-        step trace 60 "$m" trace synth $args -q -o "$path" >>"$log" 2>&1
+        step trace 60 "$m" trace synth $args -q -o "$path" >>"$log" 2>&1 </dev/null
     done
     step calibrate 120 "$m" calibrate -o "$vdir/gpu-measured.ini" \
         --table "$vdir/gpu-measured-cost.txt" --base h100-sxm \
@@ -188,7 +190,7 @@ validate() {
         experiments/validation/gpu/gpu-measured-cost.txt -C "$work" calibrate.log 2>>"$log" ||
         return 1
     local budgets
-    budgets=$(awk -F= '/^memory.budget_gb/ { gsub(/[ ,]+/, " ", $2); print $2 }' "$experiment")
+    budgets=$(awk -F= '/^memory.budget_gb/ { sub(/;.*/, "", $2); gsub(/[ ,]+/, " ", $2); print $2 }' "$experiment")
     for b in $budgets; do
         step "validate $b GiB" 150 "$m" validate --experiment "$experiment" --budgets "$b" \
             --json >"$work/validate-$b.json" 2>"$work/validate-$b.log"
@@ -224,10 +226,10 @@ report() {
 
 there() {
     setup || { say "no build to run: see run.log"; exit 1; }
-    case $1 in # the stage's own results first: a run cut short still returns them
-    engine) ctest_gpu; engine ;;
+    case $1 in # the stage's own results first, the tests last: a run cut short returns them
+    engine) engine; ctest_gpu ;;
     validate) validate; ctest_gpu ;;
-    all) ctest_gpu; engine; validate ;;
+    all) engine; validate; ctest_gpu ;;
     esac
     say "done; $(left) s of the run's $deadline_s left"
     grep -E '^\[[0-9]+ s\] (END|SKIP)' "$log"
@@ -239,7 +241,7 @@ engine | validate | all) there "$1" ;;
 record) record_all "${2:-}" ;;
 report) report "${2:-}" ;;
 *)
-    echo "usage: scripts/gpu-first-run.sh prebuild|engine|validate|all|report DIR" >&2
+    echo "usage: scripts/gpu-first-run.sh prebuild|engine|validate|all|record BIN_DIR|report DIR" >&2
     exit 2
     ;;
 esac
