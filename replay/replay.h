@@ -293,6 +293,10 @@ typedef struct validate_row {
     uint32_t n_layers;
     float sim_layer_ms[MODEL_MAX_LAYERS], real_layer_ms[MODEL_MAX_LAYERS]; /* [n_layers] summed
                                                                               over steps */
+    /* the makespan less the MoE layers' times (each from its router to its last expert):
+     * attention, shared and dense FFNs, combine, LM head and the step's own work, over the run;
+     * NAN when not known (a JSON written before these figures) */
+    double sim_outside_ms, real_outside_ms, outside_err;
     double sim_hit_rate, real_hit_rate;
     /* GB/s of the host->device link while it copied (bytes / busy time; NaN: nothing copied):
      * the profile's figure in the simulator, what the link delivered in the replay */
@@ -319,6 +323,9 @@ moesim_status validate_compare(const validate_record *sim, const validate_record
 typedef struct validate_summary {
     size_t n_rows; /* rows compared (refused ones are left out) */
     double tpot_abs_err_median, ttft_abs_err_median, total_abs_err_median;
+    /* median over rows of |outside_err| and of layer_err_median: where the time the simulator
+     * misses is, outside the MoE layers or in them (NAN: not known) */
+    double outside_abs_err_median, layer_abs_err_median;
     /* policy order by TPOT, per group: of the pairs the simulator orders (`pairs`), those the
      * replay ranks the same way; pairs the simulator ties are counted apart and not ranked */
     uint64_t pairs, concordant, sim_ties;

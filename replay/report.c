@@ -124,6 +124,12 @@ moesim_status validate_compare(const validate_record *sim, const validate_record
             out->layer_worst = (int32_t)l;
         }
     }
+    double sim_in = 0, real_in = 0;
+    for (uint32_t l = 0; l < sim->n_layers; l++)
+        sim_in += sim->layer_ms[l], real_in += real->layer_ms[l];
+    out->sim_outside_ms = out->sim_total_ms - sim_in;
+    out->real_outside_ms = out->real_total_ms - real_in;
+    out->outside_err = validate_rel_err(out->sim_outside_ms, out->real_outside_ms);
     out->sim_hit_rate = sim->r.hit_rate;
     out->real_hit_rate = real->r.hit_rate;
     out->sim_link_gb_per_s = link_gb_per_s(&sim->r);
@@ -212,7 +218,9 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
     double *td = moesim_xmalloc((n ? n : 1) * sizeof *td);
     double *t1 = moesim_xmalloc((n ? n : 1) * sizeof *t1);
     double *tn = moesim_xmalloc((n ? n : 1) * sizeof *tn);
-    size_t a = 0, b = 0, c = 0, d = 0, e = 0, g = 0;
+    double *to = moesim_xmalloc((n ? n : 1) * sizeof *to);
+    double *tl = moesim_xmalloc((n ? n : 1) * sizeof *tl);
+    size_t a = 0, b = 0, c = 0, d = 0, e = 0, g = 0, o = 0, l = 0;
     for (size_t i = 0; i < n; i++) {
         if (rows[i].refused) continue;
         if (!isnan(rows[i].tpot_err)) tp[a++] = fabs(rows[i].tpot_err);
@@ -221,6 +229,8 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
         if (!isnan(rows[i].sim_tpot_drift)) td[d++] = rows[i].sim_tpot_drift;
         if (!isnan(rows[i].sim_tpot_slice_noise)) tn[g++] = rows[i].sim_tpot_slice_noise;
         if (!isnan(rows[i].tpot_err_first_calib)) t1[e++] = fabs(rows[i].tpot_err_first_calib);
+        if (!isnan(rows[i].outside_err)) to[o++] = fabs(rows[i].outside_err);
+        if (!isnan(rows[i].layer_err_median)) tl[l++] = rows[i].layer_err_median;
     }
     out->tpot_abs_err_median = validate_median(tp, a);
     out->ttft_abs_err_median = validate_median(tf, b);
@@ -228,6 +238,8 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
     out->drift_tpot_median = validate_median(td, d);
     out->slice_noise_tpot_median = validate_median(tn, g);
     out->tpot_abs_err_median_first_calib = validate_median(t1, e);
+    out->outside_abs_err_median = validate_median(to, o);
+    out->layer_abs_err_median = validate_median(tl, l);
     out->drift_exceeds_error = out->drift_tpot_median > out->tpot_abs_err_median;
     free(tp);
     free(tf);
@@ -235,6 +247,8 @@ void validate_summarize(const validate_row *rows, size_t n, validate_summary *ou
     free(td);
     free(t1);
     free(tn);
+    free(to);
+    free(tl);
     /* pairs of policies within a group: concordant when sim and replay order them alike */
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++) {

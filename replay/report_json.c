@@ -43,6 +43,11 @@ json_t *validate_report_json(const validate_meta *meta, const validate_row *rows
         json_object_set_new(o, "real_ttft_ms", NUM(r->real_ttft_ms));
         json_object_set_new(o, "ttft_err", NUM(r->ttft_err));
         json_object_set_new(o, "total_err", NUM(r->total_err));
+        json_object_set_new(o, "sim_total_ms", NUM(r->sim_total_ms));
+        json_object_set_new(o, "real_total_ms", NUM(r->real_total_ms));
+        json_object_set_new(o, "sim_outside_ms", NUM(r->sim_outside_ms));
+        json_object_set_new(o, "real_outside_ms", NUM(r->real_outside_ms));
+        json_object_set_new(o, "outside_err", NUM(r->outside_err));
         json_object_set_new(o, "req_tpot_err_median", NUM(r->req_tpot_err_median));
         json_object_set_new(o, "req_ttft_err_median", NUM(r->req_ttft_err_median));
         json_object_set_new(o, "layer_err_median", NUM(r->layer_err_median));
@@ -83,6 +88,8 @@ json_t *validate_report_json(const validate_meta *meta, const validate_row *rows
     json_object_set_new(sj, "tpot_abs_err_median", NUM(s->tpot_abs_err_median));
     json_object_set_new(sj, "ttft_abs_err_median", NUM(s->ttft_abs_err_median));
     json_object_set_new(sj, "total_abs_err_median", NUM(s->total_abs_err_median));
+    json_object_set_new(sj, "outside_abs_err_median", NUM(s->outside_abs_err_median));
+    json_object_set_new(sj, "layer_abs_err_median", NUM(s->layer_abs_err_median));
     json_object_set_new(sj, "pairs", json_integer((json_int_t)s->pairs));
     json_object_set_new(sj, "concordant", json_integer((json_int_t)s->concordant));
     json_object_set_new(sj, "sim_ties", json_integer((json_int_t)s->sim_ties));
@@ -168,6 +175,11 @@ moesim_status validate_report_merge(const char *const *files, size_t n_files, va
             r->real_ttft_ms = GET(real_ttft_ms);
             r->ttft_err = GET(ttft_err);
             r->total_err = GET(total_err);
+            r->sim_total_ms = GET(sim_total_ms); /* NAN in a JSON written before these */
+            r->real_total_ms = GET(real_total_ms);
+            r->sim_outside_ms = GET(sim_outside_ms);
+            r->real_outside_ms = GET(real_outside_ms);
+            r->outside_err = GET(outside_err);
             r->req_tpot_err_median = GET(req_tpot_err_median);
             r->req_ttft_err_median = GET(req_ttft_err_median);
             r->layer_err_median = GET(layer_err_median);

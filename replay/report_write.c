@@ -172,6 +172,12 @@ void validate_report_write_md(FILE *f, const validate_meta *meta, const validate
             "(target <= 10 %%), median |total error| %.2f %%.\n",
             100 * s->tpot_abs_err_median, 100 * s->ttft_abs_err_median,
             100 * s->total_abs_err_median);
+    if (!isnan(s->outside_abs_err_median))
+        fprintf(f,
+                "Where the time goes: in the MoE layers (router to last expert) median |error| "
+                "%.2f %%; outside them (attention, shared and dense FFNs, combine, LM head, the "
+                "step's own work; the JSON's sim_outside_ms and real_outside_ms) %.2f %%.\n",
+                100 * s->layer_abs_err_median, 100 * s->outside_abs_err_median);
     fprintf(f,
             "Policy order by TPOT: %llu of %llu pairs agree (%s; %llu tied in the simulator, "
             "not ranked); of the %llu pairs the replay orders (at least %d rounds: the sign "
@@ -191,14 +197,16 @@ moesim_status validate_report_write_csv(const char *path, const validate_row *ro
     if (atomic_file_open(&af, path, err)) return MOESIM_EIO;
     fprintf(af.fp, "policy,configuration,sim_tpot_ms,real_tpot_ms,tpot_err,sim_ttft_ms,"
                    "real_ttft_ms,ttft_err,total_err,real_tpot_lo_ms,real_tpot_hi_ms,"
-                   "sim_tpot_drift,sim_tpot_slice_noise\n");
+                   "sim_tpot_drift,sim_tpot_slice_noise,sim_outside_ms,real_outside_ms\n");
     for (size_t i = 0; i < n; i++) {
         const validate_row *r = &rows[i];
         if (r->refused) continue;
-        fprintf(af.fp, "%s,%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g\n",
+        fprintf(af.fp,
+                "%s,%s,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,%.17g,"
+                "%.17g\n",
                 r->policy, r->label, r->sim_tpot_ms, r->real_tpot_ms, r->tpot_err, r->sim_ttft_ms,
                 r->real_ttft_ms, r->ttft_err, r->total_err, r->real_tpot_lo_ms, r->real_tpot_hi_ms,
-                r->sim_tpot_drift, r->sim_tpot_slice_noise);
+                r->sim_tpot_drift, r->sim_tpot_slice_noise, r->sim_outside_ms, r->real_outside_ms);
     }
     return atomic_file_commit(&af, err);
 }

@@ -290,6 +290,10 @@ Test(replay, validation_errors_and_medians_are_relative_to_the_measurement) {
     cr_assert_eq(row.n_layers, 2);
     cr_assert_float_eq(row.sim_layer_ms[1], 6, 1e-6);
     cr_assert_float_eq(row.real_layer_ms[0], 4, 1e-6);
+    /* outside the layers: 1100 - 9 simulated, 1000 - 10 replayed */
+    cr_assert_float_eq(row.sim_outside_ms, 1091, 1e-9);
+    cr_assert_float_eq(row.real_outside_ms, 990, 1e-9);
+    cr_assert_float_eq(row.outside_err, 101.0 / 990, 1e-12);
     cr_assert_str_eq(row.policy, "lru");
     /* nothing copied: no link rate */
     cr_assert(isnan(row.sim_link_gb_per_s) && isnan(row.real_link_gb_per_s));

@@ -183,11 +183,15 @@ Test(validate_calib, drift_and_calibrations_survive_merge_and_reach_the_report) 
            "{\"policy\": \"lru\", \"configuration\": \"budget 1 GiB\", "
            "\"sim_tpot_ms\": 10, \"real_tpot_ms\": 9.8, \"tpot_err\": 0.02, "
            "\"sim_ttft_ms\": 5, \"real_ttft_ms\": 5, \"ttft_err\": 0, "
-           "\"total_err\": 0.02, \"sim_tpot_drift\": 0.06, \"sim_tpot_slice_noise\": 0.03},"
+           "\"total_err\": 0.02, \"sim_tpot_drift\": 0.06, \"sim_tpot_slice_noise\": 0.03, "
+           "\"layer_err_median\": 0.01, \"sim_outside_ms\": 90, \"real_outside_ms\": 100, "
+           "\"outside_err\": -0.1},"
            "{\"policy\": \"oracle\", \"configuration\": \"budget 1 GiB\", "
            "\"sim_tpot_ms\": 6, \"real_tpot_ms\": 5.9, \"tpot_err\": 0.017, "
            "\"sim_ttft_ms\": 4, \"real_ttft_ms\": 4, \"ttft_err\": 0, "
-           "\"total_err\": 0.01, \"sim_tpot_drift\": 0.04, \"sim_tpot_slice_noise\": 0.05}],"
+           "\"total_err\": 0.01, \"sim_tpot_drift\": 0.04, \"sim_tpot_slice_noise\": 0.05, "
+           "\"layer_err_median\": 0.03, \"sim_outside_ms\": 95, \"real_outside_ms\": 100, "
+           "\"outside_err\": -0.05}],"
            "\"calibrations\": ["
            "{\"at_s\": 0, \"disk_gb_per_s\": 3.3, \"disk_latency_us\": 80, "
            "\"gate_up_us\": 650, \"attention_proj_us\": 450, \"lm_head_us\": 700, "
@@ -204,6 +208,11 @@ Test(validate_calib, drift_and_calibrations_survive_merge_and_reach_the_report) 
     json_t *s = json_object_get(j, "summary");
     cr_assert_float_eq(json_real_value(json_object_get(s, "drift_tpot_median")), 0.05, 1e-12);
     cr_assert_float_eq(json_real_value(json_object_get(s, "slice_noise_tpot_median")), 0.04, 1e-12);
+    /* where the time goes: in the layers 2 %, outside them 7.5 % (the rows' figures survive) */
+    cr_assert_float_eq(json_real_value(json_object_get(s, "layer_abs_err_median")), 0.02, 1e-12);
+    cr_assert_float_eq(json_real_value(json_object_get(s, "outside_abs_err_median")), 0.075, 1e-12);
+    json_t *row0 = json_array_get(json_object_get(j, "rows"), 0);
+    cr_assert_float_eq(json_real_value(json_object_get(row0, "real_outside_ms")), 100, 1e-12);
     cr_assert(json_is_true(json_object_get(s, "drift_exceeds_error")));
     cr_assert(json_is_false(json_object_get(s, "meets_targets")));
     cr_assert_eq(json_array_size(json_object_get(j, "calibrations")), 2);
@@ -215,6 +224,10 @@ Test(validate_calib, drift_and_calibrations_survive_merge_and_reach_the_report) 
     cr_assert(strstr(md, "## The machine through the rounds"), "%s", md);
     cr_assert(strstr(md, "| round 1 | 300 | 2.200 | -33.3 % |"), "%s", md);
     cr_assert(strstr(md, "no result is called"), "%s", md);
+    cr_assert(strstr(md, "in the MoE layers (router to last expert) median |error| 2.00 %; "
+                         "outside them"),
+              "%s", md);
+    cr_assert(strstr(md, "real_outside_ms) 7.50 %."), "%s", md);
     cr_assert(strstr(md, "the slices' own noise, median 4.00 %), relative to the TPOT compared: "
                          "median 5.00 % against a median |TPOT error| of 1.85 %"),
               "%s", md);
