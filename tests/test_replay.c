@@ -163,16 +163,27 @@ static void fake_results(calib_results *c) {
     c->curve[COST_ATTENTION][PREC_BF16].n = 4;
 }
 
+/* The profile calibrate writes from `c` on `base`, as NAME (its file under the test's folder),
+ * loaded back into *got; returns the file's path. */
+static const char *profile_round_trip(const calib_results *c, const hw_profile *base,
+                                      const char *name, hw_profile *got) {
+    static char path[4096];
+    char file[128];
+    snprintf(file, sizeof file, "%s.ini", name);
+    snprintf(path, sizeof path, "%s", test_tmp_path(file));
+    moesim_error err = {0};
+    cr_assert_eq(calib_write_profile(c, base, name, path, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(hw_load(path, got, &err), MOESIM_OK, "%s", err.msg);
+    return path;
+}
+
 Test(replay, calibration_profile_loads_with_the_measured_figures) {
     calib_results c;
     fake_results(&c);
     hw_profile base, got;
     moesim_error err = {0};
     cr_assert_eq(hw_load_by_name("h100-sxm", &base, &err), MOESIM_OK, "%s", err.msg);
-    const char *path = test_tmp_path("h100-test-measured.ini");
-    cr_assert_eq(calib_write_profile(&c, &base, "h100-test-measured", path, &err), MOESIM_OK, "%s",
-                 err.msg);
-    cr_assert_eq(hw_load(path, &got, &err), MOESIM_OK, "%s", err.msg);
+    const char *path = profile_round_trip(&c, &base, "h100-test-measured", &got);
     cr_assert_str_eq(got.name, "h100-test-measured");
     cr_assert_str_eq(got.gpu, "NVIDIA H100 80GB HBM3");
     cr_assert_float_eq(got.h2d_bytes_per_s, 53.25e9, 1e3);
@@ -211,19 +222,14 @@ Test(replay, calibration_profile_takes_the_measured_chunk_latency_and_a_faster_h
     c.h2d_latency_per_chunk = true;
     c.h2d_chunk_us = 22.0;
     c.hbm_gb_per_s = 4224; /* an H200's device copy on the H100 base (3350 GB/s) */
-    const char *path = test_tmp_path("h200-test-measured.ini");
-    cr_assert_eq(calib_write_profile(&c, &base, "h200-test-measured", path, &err), MOESIM_OK, "%s",
-                 err.msg);
-    cr_assert_eq(hw_load(path, &got, &err), MOESIM_OK, "%s", err.msg);
+    profile_round_trip(&c, &base, "h200-test-measured", &got);
     cr_assert(got.h2d_latency_per_chunk);
     cr_assert_eq(got.op_issue_ns, 1250);
     cr_assert_float_eq(got.hbm_bytes_per_s, 4224e9, 1e3);
     cr_assert_float_eq(got.hbm_efficiency, 1.0, 1e-9);
     c.h2d_latency_per_chunk = false; /* measured not to pay it: false even were the base true */
     base.h2d_latency_per_chunk = true;
-    cr_assert_eq(calib_write_profile(&c, &base, "h200-test-measured", path, &err), MOESIM_OK, "%s",
-                 err.msg);
-    cr_assert_eq(hw_load(path, &got, &err), MOESIM_OK, "%s", err.msg);
+    profile_round_trip(&c, &base, "h200-test-measured", &got);
     cr_assert(!got.h2d_latency_per_chunk);
 }
 
