@@ -137,6 +137,10 @@ int cmd_calibrate(int argc, char **argv) {
         printf("1 MiB chunks back to back: %.2f us each (latency paid per chunk: %s); two timing "
                "events around a launch add %.2f us\n",
                res->h2d_chunk_us, res->h2d_latency_per_chunk ? "yes" : "no", res->op_events_us);
+    if (res->contention_measured)
+        printf("beside each other: reads %.1f %% slower while ops run, ops %.1f %% slower while "
+               "reads run\n",
+               100 * res->link_slowdown_beside_compute, 100 * res->op_slowdown_beside_copy);
     printf("wrote %s and %s\n", out_path, table);
     free(res);
     return 0;

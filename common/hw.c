@@ -25,10 +25,11 @@
 typedef struct hw_file {
     char name[64], gpu[64];
     double hbm_gib, hbm_gb_per_s, bf16_tflops, int8_tops, hbm_efficiency, compute_efficiency;
-    double kernel_launch_us, op_issue_us;
+    double kernel_launch_us, op_issue_us, slowdown_beside_copy;
     double h2d_gb_per_s, d2h_gb_per_s, h2d_latency_us, d2h_latency_us;
     uint32_t copy_engines;
     bool latency_per_chunk;
+    double slowdown_beside_compute;
     double dram_gib, dram_gb_per_s;
     double ssd_read_gb_per_s, ssd_latency_us;
     bool gpu_direct_storage;
@@ -59,6 +60,12 @@ static const config_field hw_fields[] = {
     {"gpu", "op_issue_us", CONFIG_F64, offsetof(hw_file, op_issue_us),
      sizeof(((hw_file *)0)->op_issue_us), false, 0, 1000, NULL, "0",
      "host time per op beyond its launches, us (default 0)"},
+    /* optional: what the link and the compute cost each other when they share a machine (the
+     * CPU kind: disk reads and kernels on two cores and one memory); `moesim calibrate --backend
+     * cpu` measures both */
+    {"gpu", "slowdown_beside_copy", CONFIG_F64, offsetof(hw_file, slowdown_beside_copy),
+     sizeof(((hw_file *)0)->slowdown_beside_copy), false, 0, 4, NULL, "0",
+     "extra time of an op that starts while the host link copies, as a fraction (default 0)"},
     F("pcie", "h2d_gb_per_s", CONFIG_F64, h2d_gb_per_s, 0.1, 1000, "pinned host->device GB/s"),
     F("pcie", "d2h_gb_per_s", CONFIG_F64, d2h_gb_per_s, 0.1, 1000, "device->pinned host GB/s"),
     F("pcie", "h2d_latency_us", CONFIG_F64, h2d_latency_us, 0, 10000, "per transfer, us"),
@@ -66,6 +73,10 @@ static const config_field hw_fields[] = {
     F("pcie", "copy_engines", CONFIG_U32, copy_engines, 1, 16, "DMA copy engines"),
     F("pcie", "latency_per_chunk", CONFIG_BOOL, latency_per_chunk, 1, 0,
       "true: every copy chunk pays h2d_latency_us (one request each, none overlapped)"),
+    {"pcie", "slowdown_beside_compute", CONFIG_F64, offsetof(hw_file, slowdown_beside_compute),
+     sizeof(((hw_file *)0)->slowdown_beside_compute), false, 0, 4, NULL, "0",
+     "extra time of host->device copying while the compute stream runs, as a fraction (default "
+     "0)"},
     F("host", "dram_gib", CONFIG_F64, dram_gib, 0.25, 65536, "host memory for experts, GiB"),
     F("host", "dram_gb_per_s", CONFIG_F64, dram_gb_per_s, 1, 100000, "host memory GB/s"),
     F("ssd", "read_gb_per_s", CONFIG_F64, ssd_read_gb_per_s, 0.01, 1000, "sequential read GB/s"),
@@ -115,12 +126,14 @@ moesim_status hw_read_config(config *c, hw_profile *out, moesim_error *err) {
     h.compute_efficiency = f.compute_efficiency;
     h.kernel_launch_ns = to_u64(f.kernel_launch_us * NS_PER_US);
     h.op_issue_ns = to_u64(f.op_issue_us * NS_PER_US);
+    h.op_slowdown_beside_copy = f.slowdown_beside_copy;
     h.h2d_bytes_per_s = f.h2d_gb_per_s * GB_PER_S;
     h.d2h_bytes_per_s = f.d2h_gb_per_s * GB_PER_S;
     h.h2d_latency_ns = to_u64(f.h2d_latency_us * NS_PER_US);
     h.d2h_latency_ns = to_u64(f.d2h_latency_us * NS_PER_US);
     h.copy_engines = f.copy_engines;
     h.h2d_latency_per_chunk = f.latency_per_chunk;
+    h.h2d_slowdown_beside_compute = f.slowdown_beside_compute;
     h.dram_bytes = to_u64(f.dram_gib * GIB);
     h.dram_bytes_per_s = f.dram_gb_per_s * GB_PER_S;
     h.ssd_read_bytes_per_s = f.ssd_read_gb_per_s * GB_PER_S;

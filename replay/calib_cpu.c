@@ -6,9 +6,14 @@
  * timed with replay/cpu_compute.c at the points the model's runs use; DRAM bandwidth by memcpy;
  * the bf16 matvec rate as the compute peak actually reached. Median of `repeats` per point, the
  * ops' in rounds (time_plan); the disk's reads the mean (time_disk). */
+#define _GNU_SOURCE /* cpu_set_t (replay/cpu_pin.h) */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <gsl/gsl_fit.h>
@@ -20,6 +25,7 @@
 #include "kernels/quant.h"
 #include "replay/cpu_compute.h"
 #include "replay/cpu_copier.h"
+#include "replay/cpu_pin.h"
 #include "replay/cpu_store.h"
 #include "replay/exec.h"
 #include "replay/replay.h"
@@ -186,6 +192,142 @@ static void op_lm_head(cpu_compute *cc, void *ctx, uint32_t x) {
     cpu_compute_lm_head(cc, x);
 }
 
+/* ---- the link and the compute beside each other ----
+ *
+ * The replay's copy thread reads experts while its compute thread runs ops, each on a CPU of its
+ * own (replay/cpu_pin.h), and on this project's 2-core VM they slow each other: the CPU
+ * validation's replays read 3-9 % below the rate calibrated alone, and their ops ran slower
+ * wherever copies went on beside them. So calibration measures both, in rounds of three phases
+ * of CONTENTION_PHASE_NS each: the copy thread reading alone; reading while the calling thread
+ * runs a decode step's ops (per MoE layer the attention projections, the router and top-k
+ * experts' gate+up and down, then the LM head, one token, weights cold as in the replay); the
+ * same ops again alone. The link's slowdown is the reads' mean time beside the ops over alone,
+ * the ops' their time beside the reads over alone (the profile's slowdown_beside_compute and
+ * slowdown_beside_copy). Reads are 1 MiB chunks (the default sim.chunk_kib) of whole experts
+ * from random starts, into moving destinations, as time_disk reads. */
+#define CONTENTION_PHASE_NS (250ull * 1000 * 1000)
+#define CONTENTION_CHUNK    (1ull << 20)
+
+typedef struct contention_reader {
+    const cpu_store *s;
+    moesim_precision p;
+    uint8_t *dest; /* [CALIB_DISK_DEST_BYTES] */
+    uint64_t dest_off, lcg;
+    atomic_bool stop;
+    uint64_t reads, read_ns;
+    bool failed;
+} contention_reader;
+
+static void *reader_main(void *arg) {
+    contention_reader *r = arg;
+    const cpu_store *s = r->s;
+    uint64_t blob = s->stride[r->p], n_blobs = (uint64_t)s->m.n_moe_layers * s->m.n_experts;
+    uint64_t chunks = blob / CONTENTION_CHUNK ? blob / CONTENTION_CHUNK : 1;
+    uint64_t n = blob < CONTENTION_CHUNK ? blob : CONTENTION_CHUNK;
+    while (!atomic_load(&r->stop) && !r->failed) {
+        r->lcg = r->lcg * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t start = s->base[r->p] + (r->lcg >> 20) % n_blobs * blob;
+        for (uint64_t j = 0; j < chunks && !atomic_load(&r->stop); j++) {
+            if (r->dest_off + n > CALIB_DISK_DEST_BYTES) r->dest_off = 0;
+            uint64_t t0 = replay_exec_clock_ns();
+            if (!cpu_store_read(s, start + j * n, n, r->dest + r->dest_off, NULL)) {
+                r->failed = true;
+                break;
+            }
+            r->read_ns += replay_exec_clock_ns() - t0;
+            r->reads++;
+            r->dest_off += n;
+        }
+    }
+    return NULL;
+}
+
+static void reader_start(contention_reader *r, pthread_t *th, cpu_pin *pin) {
+    atomic_store(&r->stop, false);
+    MOESIM_ASSERT(pthread_create(th, NULL, reader_main, r) == 0);
+    cpu_pin_pair(pin, *th);
+}
+
+static void reader_stop(contention_reader *r, pthread_t th, const cpu_pin *pin) {
+    atomic_store(&r->stop, true);
+    MOESIM_ASSERT(pthread_join(th, NULL) == 0);
+    cpu_pin_restore(pin);
+}
+
+/* A decode step's ops, one token: the i-th op of the endless sequence the contention runs. */
+typedef struct step_ops {
+    cpu_compute *cc;
+    expert_ctx *e;
+    layer_cycle *moe;
+    uint32_t top_k, per_layer, n_layers;
+} step_ops;
+
+static void step_op(step_ops *so, uint64_t i) {
+    uint64_t per_step = (uint64_t)so->per_layer * so->n_layers + 1;
+    uint64_t k = i % per_step, in_layer = k % so->per_layer;
+    if (k == per_step - 1)
+        op_lm_head(so->cc, NULL, 1);
+    else if (in_layer == 0)
+        op_attention_proj(so->cc, so->moe, 1);
+    else if (in_layer == 1)
+        op_router(so->cc, so->moe, 1);
+    else if (in_layer % 2 == 0)
+        op_gate_up(so->cc, so->e, 1);
+    else
+        op_down(so->cc, so->e, 1);
+}
+
+/* Runs ops from sequence index *i on until `until_ns` (at least one) or, with until_ns 0, `count`
+ * of them; their time in ns. */
+static uint64_t run_ops(step_ops *so, uint64_t *i, uint64_t until_ns, uint64_t count) {
+    uint64_t t0 = replay_exec_clock_ns(), t = t0, done = 0;
+    while (until_ns ? done == 0 || t < until_ns : done < count) {
+        step_op(so, (*i)++);
+        done++;
+        t = replay_exec_clock_ns();
+    }
+    return t - t0;
+}
+
+static moesim_status time_contention(const cpu_store *s, moesim_precision disk_p, step_ops *so,
+                                     uint32_t rounds, calib_results *c, moesim_error *err) {
+    contention_reader r = {.s = s, .p = disk_p, .lcg = 777};
+    r.dest = cpu_store_dma_alloc(CALIB_DISK_DEST_BYTES);
+    uint64_t alone_reads = 0, alone_ns = 0, beside_reads = 0, beside_ns = 0;
+    uint64_t ops_beside_ns = 0, ops_alone_ns = 0, op = 0;
+    pthread_t th;
+    cpu_pin pin;
+    for (uint32_t k = 0; k < rounds && !r.failed; k++) {
+        reader_start(&r, &th, &pin);
+        struct timespec phase = {0, (long)CONTENTION_PHASE_NS};
+        nanosleep(&phase, NULL);
+        reader_stop(&r, th, &pin);
+        alone_reads += r.reads, alone_ns += r.read_ns;
+        r.reads = r.read_ns = 0;
+
+        uint64_t first = op;
+        reader_start(&r, &th, &pin);
+        ops_beside_ns += run_ops(so, &op, replay_exec_clock_ns() + CONTENTION_PHASE_NS, 0);
+        reader_stop(&r, th, &pin);
+        beside_reads += r.reads, beside_ns += r.read_ns;
+        r.reads = r.read_ns = 0;
+
+        uint64_t again = first; /* the same ops alone */
+        ops_alone_ns += run_ops(so, &again, 0, op - first);
+    }
+    free(r.dest);
+    if (r.failed) return moesim_fail(err, MOESIM_EIO, "%s: O_DIRECT read failed", s->path);
+    double link = alone_reads && beside_reads ? ((double)beside_ns / (double)beside_reads) /
+                                                    ((double)alone_ns / (double)alone_reads)
+                                              : 1;
+    double ops = ops_alone_ns ? (double)ops_beside_ns / (double)ops_alone_ns : 1;
+    /* below 1 (faster beside the other) is noise; above 5 the profile refuses */
+    c->link_slowdown_beside_compute = fmin(fmax(link - 1, 0), 4);
+    c->op_slowdown_beside_copy = fmin(fmax(ops - 1, 0), 4);
+    c->contention_measured = true;
+    return MOESIM_OK;
+}
+
 /* One point of a cost curve: an op at one x, on its context; its time goes to *t_ns. */
 typedef struct timed_point {
     op_fn f;
@@ -293,8 +435,8 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     moesim_precision disk_p = PREC_INT4;
     for (int p = 0; !s->stored[disk_p] && p < PREC_COUNT; p++) disk_p = (moesim_precision)p;
     if (!st) st = time_disk(s, disk_p, repeats, out, err);
-    cpu_store_destroy(own);
     if (st) {
+        cpu_store_destroy(own);
         free(t);
         return st;
     }
@@ -370,8 +512,14 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
         plan_curve(plan, out, COST_EXPERT_GATE_UP, p, op_gate_up, &e, tok_full, n_tok);
         plan_curve(plan, out, COST_EXPERT_DOWN, p, op_down, &e, tok_full, n_tok);
         time_plan(plan, &cc, repeats, evict, &all_ns, &typical_ns);
+        if (!out->contention_measured && !st) { /* at the first precision timed */
+            step_ops so = {&cc, &e, &moe, m->top_k, 2 + 2 * m->top_k, moe.n};
+            st = time_contention(s, disk_p, &so, repeats < 5 ? repeats : 5, out, err);
+        }
         if (!opt->cache) free(copies);
+        if (st) break;
     }
+    cpu_store_destroy(own);
     apply_stall_overhead(out, all_ns, typical_ns);
     free(evict);
     free(plan);
@@ -381,6 +529,6 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     out->kernel_launch_us = 0; /* ops are function calls on this thread */
     cpu_compute_free(&cc);
     free(t);
-    return MOESIM_OK;
+    return st;
 #undef PHASE_DONE
 }

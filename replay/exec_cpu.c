@@ -12,10 +12,9 @@
  * checkpoint's (`--model DIR`, converted as the cuda backend converts them) or synthetic (the
  * store's seeded blobs, non-expert weights seeded random bf16). What is timed is shapes and
  * bytes. The copy thread shares the memory system under the executor's lock (x->lock). */
-#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np: the two threads' CPUs */
+#define _GNU_SOURCE /* cpu_set_t (replay/cpu_pin.h) */
 #include <inttypes.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 #include "common/check.h"
 #include "replay/cpu_compute.h"
 #include "replay/cpu_copier.h"
+#include "replay/cpu_pin.h"
 #include "replay/cpu_store.h"
 #include "replay/exec.h"
 
@@ -35,9 +35,8 @@ typedef struct cpu_backend {
     cpu_store *own_store;
     uint8_t *arena; /* [arena_bytes] the pools' blocks */
     uint64_t arena_bytes;
-    cpu_compute cc;        /* weights, activations and the ops */
-    cpu_set_t caller_cpus; /* the calling thread's CPUs before setup, restored at teardown */
-    bool pinned;
+    cpu_compute cc; /* weights, activations and the ops */
+    cpu_pin pin;    /* the two threads' CPUs (replay/cpu_pin.h), restored at teardown */
 
     /* the op being timed (op_begin .. op_end) */
     uint64_t op_t0;
@@ -82,29 +81,6 @@ static moesim_status check_formats(const replay_exec *x, const cpu_store *s, moe
     return MOESIM_OK;
 }
 
-/* The copy thread and the compute (calling) thread each on a CPU of their own, when the process
- * may use two. Unpinned, a chunk landing woke the compute thread onto the copy thread's CPU (the
- * scheduler puts a woken thread beside its waker) and the copy thread waited there while an op
- * ran: reads stopped during compute, 19 % of an ondemand run on the 2-core machine of
- * experiments/validation/cpu, where the simulator overlaps them as a copy engine does. */
-static void pin_threads(cpu_backend *b) {
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < 2) return;
-    int cpus[2], n = 0;
-    for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
-        if (CPU_ISSET(c, &allowed)) cpus[n++] = c;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpus[0], &one);
-    if (pthread_getaffinity_np(pthread_self(), sizeof b->caller_cpus, &b->caller_cpus) != 0 ||
-        pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0)
-        return;
-    b->pinned = true;
-    CPU_ZERO(&one);
-    CPU_SET(cpus[1], &one);
-    (void)pthread_setaffinity_np(b->cp.thread, sizeof one, &one); /* best effort, as above */
-}
-
 static moesim_status cpu_setup(replay_exec *x, moesim_error *err) {
     cpu_backend *b = moesim_xcalloc(1, sizeof *b);
     x->be_state = b;
@@ -138,14 +114,13 @@ static moesim_status cpu_setup(replay_exec *x, moesim_error *err) {
     block_pool_init(&x->pool, b->arena_bytes, block_bytes,
                     (size_t)x->L * x->E * PREC_COUNT * PART_COUNT);
 
-    cpu_compute_init(&b->cc, x->m, replay_exec_max_context(x), x->in->weight_seed,
-                     x->in->weights);
+    cpu_compute_init(&b->cc, x->m, replay_exec_max_context(x), x->in->weight_seed, x->in->weights);
     pthread_mutex_init(&b->lock, NULL);
     b->lock_live = true;
     x->lock = &b->lock;
     cpu_copier_start(&b->cp, &b->lock, &x->ms, b->store, part_block, x, x->ms.cfg.chunk_bytes, 0,
                      x->tl.on);
-    pin_threads(b);
+    cpu_pin_pair(&b->pin, b->cp.thread);
     return MOESIM_OK;
 }
 
@@ -153,8 +128,7 @@ static void cpu_teardown(replay_exec *x) {
     cpu_backend *b = be_of(x);
     if (!b) return;
     if (b->lock_live) cpu_copier_stop(&b->cp);
-    if (b->pinned)
-        (void)pthread_setaffinity_np(pthread_self(), sizeof b->caller_cpus, &b->caller_cpus);
+    cpu_pin_restore(&b->pin);
     cpu_store_destroy(b->own_store);
     free(b->arena);
     cpu_compute_free(&b->cc);

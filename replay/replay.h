@@ -202,6 +202,11 @@ typedef struct calib_results {
     /* cuda: what two timing events around each launch add per launch (the replay brackets every
      * op so; the cost table's ops are timed without): the profile's op_issue_us */
     double op_events_us;
+    /* cpu: what the link and the compute cost each other on this machine (the profile's
+     * slowdown_beside_compute and slowdown_beside_copy): the copy thread's 1 MiB reads beside the
+     * compute thread's ops against alone, and those ops beside the reads against alone */
+    bool contention_measured;
+    double link_slowdown_beside_compute, op_slowdown_beside_copy;
     cost_curve curve[COST_OP_COUNT][PREC_COUNT]; /* measured op times (t_ns), x per sim/COST.md */
     uint32_t repeats;
     double stall_overhead; /* cpu: all calls' time over their medians' (>= 1), in every t_ns */

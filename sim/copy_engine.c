@@ -7,6 +7,7 @@
  * resident as their last byte lands. Every chunk end is an event of the run's queue, delivered
  * in (time, seq) order; an idle stretch of one engine may be served as one span event, whose
  * inner part landings the engine delivers itself at their chunks' ends (deliver_next_until). */
+#include <math.h>
 #include <stdio.h>
 
 #include "common/check.h"
@@ -59,6 +60,17 @@ static uint64_t engine_xfer_ns(const sim_engine *e, uint64_t offset) {
     return cost_transfer_ns(offset, e->bytes_per_s);
 }
 
+/* A chunk of d ns alone that starts while the compute stream runs an op, for the w ns until the
+ * stream's clock (the profile's h2d_slowdown_beside_compute, x: the CPU kind's disk reads beside
+ * the compute thread's kernels): during the op it moves at 1/(1+x) of its rate, after it alone,
+ * so d + w·x/(1+x), and d·(1+x) when it ends first. Only the op already issued counts: the
+ * stream's next op is not known when the chunk starts. */
+static uint64_t slowed_beside_compute(const sim_engine *e, uint64_t d, uint64_t w) {
+    double x = e->slowdown_beside_compute;
+    double whole = (double)d * (1 + x), part = (double)d + (double)w * x / (1 + x);
+    return (uint64_t)llround(whole < part ? whole : part);
+}
+
 /* When the first `bytes` of the chunk in flight end. A chunk of b bytes after d bytes of its
  * transfer takes ceil((d+b)·1e9/bw) − ceil(d·1e9/bw) ns, so chunks (and spans) add up to the
  * transfer's exact time; the latency is paid once per transfer, on its first chunk, or by every
@@ -71,6 +83,8 @@ static uint64_t engine_end_ns(const sim_state *s, const sim_engine *e, uint64_t 
     } else if (e->chunk.first) {
         t += e->latency_ns;
     }
+    if (e->slowdown_beside_compute > 0 && s->t_ns > e->t_start_ns)
+        t = e->t_start_ns + slowed_beside_compute(e, t - e->t_start_ns, s->t_ns - e->t_start_ns);
     return t;
 }
 
@@ -211,6 +225,7 @@ void sim_engines_init(sim_state *s, const hw_profile *hw, uint64_t chunk_bytes) 
     h->bytes_per_s = hw->h2d_bytes_per_s;
     h->latency_ns = hw->h2d_latency_ns;
     h->latency_per_chunk = hw->h2d_latency_per_chunk;
+    h->slowdown_beside_compute = hw->h2d_slowdown_beside_compute;
     h->track = SIM_TRACK_H2D;
     d->bytes_per_s = hw->ssd_read_bytes_per_s;
     d->latency_ns = hw->ssd_latency_ns;
@@ -227,6 +242,8 @@ void sim_engines_init(sim_state *s, const hw_profile *hw, uint64_t chunk_bytes) 
         /* a span is cut at the first chunk ending after the cut: that needs every chunk to take
          * time (at least 1 ns: a chunk's exact time of 2 ns or more, whatever the rounding) */
         e->spans = (double)chunk_bytes * 1e9 / e->bytes_per_s >= 2;
+        /* a chunk's time depends on the stream's clock when it starts: chunk by chunk */
+        if (e->slowdown_beside_compute > 0) e->spans = false;
         if (chunk_bytes & (chunk_bytes - 1)) continue; /* not a power of two: no table */
         e->chunk_shift = (unsigned)__builtin_ctzll(chunk_bytes);
         e->n_at_chunk = widest / chunk_bytes + 2;

@@ -187,6 +187,17 @@ static uint64_t op_cost_ns(const sim_state *s, run_op_kind kind, uint32_t tok) {
     MOESIM_UNREACHABLE();
 }
 
+/* An op of `dur_ns` that starts at the stream's clock: longer by the profile's
+ * op_slowdown_beside_copy when the host link is copying then (the CPU kind: kernels beside the
+ * copy thread's reads share the machine's cores and memory). Whether it copies is known once
+ * the events up to the clock are delivered, which the host does here only for such a profile. */
+static uint64_t op_time_ns(sim_state *s, uint64_t dur_ns) {
+    if (!(s->op_slowdown > 0)) return dur_ns;
+    sim_advance_to(s, s->t_ns);
+    if (!s->eng[MEMSYS_H2D].busy) return dur_ns;
+    return dur_ns + (uint64_t)llround((double)dur_ns * s->op_slowdown);
+}
+
 static void host_op(void *h, const run_op *op) {
     sim_state *s = h;
     uint64_t dur;
@@ -200,7 +211,7 @@ static void host_op(void *h, const run_op *op) {
         dur = op_cost_ns(s, op->kind, op->n_tokens);
     }
     if (op->kind == RUN_OP_ROUTER) s->layer_t0_ns = s->t_ns;
-    stream_op(s, dur + s->op_issue_ns, op->cat, op->name);
+    stream_op(s, op_time_ns(s, dur) + s->op_issue_ns, op->cat, op->name);
 }
 
 /* The parts of `mask` in a part-state triple st[PART_COUNT] that are not resident. */
@@ -256,7 +267,9 @@ static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precisi
     uint64_t gu, dn;
     expert_cost(s, p, tokens, &gu, &dn);
     gu += s->op_issue_ns, dn += s->op_issue_ns; /* gate+up and down: an op each */
-    uint64_t dur = mask == POLICY_PARTS_ALL ? gu + dn : mask == 1u << PART_DOWN ? dn : gu;
+    uint64_t dur = op_time_ns(s, mask == POLICY_PARTS_ALL  ? gu + dn
+                                 : mask == 1u << PART_DOWN ? dn
+                                                           : gu);
     if (s->tl.on)
         expert_slice(s, layer, expert, p, tokens, mask, dur);
     else
@@ -367,6 +380,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     s->prec = (moesim_precision)s->set.precision;
     cost_model_init(&s->cost, in->hw, in->model, in->quant);
     s->op_issue_ns = in->hw->op_issue_ns;
+    s->op_slowdown = in->hw->op_slowdown_beside_copy;
     if (s->set.cost_table[0] && (st = cost_table_load(&s->cost, s->set.cost_table, err))) return st;
     bool stored[PREC_COUNT], policy_only;
     if ((st = memsys_parse_host_precisions(s->set.host_precisions, stored, &policy_only, err)))

@@ -33,19 +33,20 @@ enum { EV_CHUNK = 1 };
 typedef struct sim_engine {
     double bytes_per_s;
     uint64_t latency_ns;
-    bool latency_per_chunk;        /* every chunk pays latency_ns (hw h2d_latency_per_chunk) */
-    bool spans;                    /* may serve spans of chunks (engine_may_span) */
-    bool busy;                     /* a chunk (or span) is in flight */
-    memsys_chunk chunk;            /* the chunk in flight */
-    uint64_t t_start_ns, t_end_ns; /* when it started and ends (its event's time) */
+    bool latency_per_chunk;         /* every chunk pays latency_ns (hw h2d_latency_per_chunk) */
+    bool spans;                     /* may serve spans of chunks (engine_may_span) */
+    double slowdown_beside_compute; /* hw h2d_slowdown_beside_compute (H2D only; 0: none) */
+    bool busy;                      /* a chunk (or span) is in flight */
+    memsys_chunk chunk;             /* the chunk in flight */
+    uint64_t t_start_ns, t_end_ns;  /* when it started and ends (its event's time) */
     /* the next part of the span in flight that lands before its end (memsys_chunk_next_landing)
      * and when: landed by the host, not by an event (-1, UINT64_MAX: none) */
     int land_part;
     uint64_t land_ns;
-    uint64_t start_xfer_ns;        /* engine_xfer_ns at its offset */
-    uint64_t seg_start_ns; /* timeline: when the open segment's transfer started being served */
-    uint32_t seg_xfer;     /* timeline: the open segment's transfer, or NONE */
-    uint64_t seg_seq;      /* its issue sequence (transfer slots are reused) */
+    uint64_t start_xfer_ns; /* engine_xfer_ns at its offset */
+    uint64_t seg_start_ns;  /* timeline: when the open segment's transfer started being served */
+    uint32_t seg_xfer;      /* timeline: the open segment's transfer, or NONE */
+    uint64_t seg_seq;       /* its issue sequence (transfer slots are reused) */
     char seg_name[96];
     uint8_t seg_cls;
     uint64_t busy_ns;
@@ -102,6 +103,7 @@ struct sim_state {
     uint64_t t_ns;        /* the compute stream: when its last op ends */
     uint64_t attn_ns;     /* the current step's attention op, per layer */
     uint64_t op_issue_ns; /* hw op_issue_ns: the host's time around every op */
+    double op_slowdown;   /* hw op_slowdown_beside_copy (0: none) */
     uint64_t layer_t0_ns; /* the MoE layer being run: when its router started */
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
     uint64_t opcost_ns[RUN_OP_LM_HEAD + 1][SIM_ECOST_TOKENS]; /* other ops' times (0: unset) */

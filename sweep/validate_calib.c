@@ -126,6 +126,24 @@ static void combine_link(const calib_results *slices, size_t n, size_t stride, c
         c1 > 0 ? 1.0 / c1 : out->h2d_gb_per_s[out->n_sizes - 1];
 }
 
+/* What the link and the compute cost each other: each the median over the slices (a slice's
+ * figure is one short round: replay/calib_cpu.c, time_contention). */
+static void combine_contention(const calib_results *slices, size_t n, size_t stride,
+                               calib_results *out) {
+    double *link = moesim_xcalloc(n, sizeof *link), *ops = moesim_xcalloc(n, sizeof *ops);
+    for (size_t k = 0; k < n; k++) {
+        MOESIM_ASSERT(slices[k * stride].contention_measured);
+        link[k] = slices[k * stride].link_slowdown_beside_compute;
+        ops[k] = slices[k * stride].op_slowdown_beside_copy;
+    }
+    gsl_sort(link, 1, n);
+    gsl_sort(ops, 1, n);
+    out->link_slowdown_beside_compute = gsl_stats_median_from_sorted_data(link, 1, n);
+    out->op_slowdown_beside_copy = gsl_stats_median_from_sorted_data(ops, 1, n);
+    free(link);
+    free(ops);
+}
+
 void validate_calib_drift(const double halves[2], const double parity[2], double compared,
                           double *drift, double *noise) {
     double h = fabs(halves[1] - halves[0]), p = fabs(parity[1] - parity[0]);
@@ -150,4 +168,5 @@ void validate_calib_combine(const calib_results *slices, size_t n, size_t stride
     }
     out->hbm_gb_per_s = dram / (double)n;
     out->bf16_tflops = flops / (double)n;
+    if (out->contention_measured) combine_contention(slices, n, stride, out);
 }

@@ -159,6 +159,26 @@ Test(hw_config, op_issue_is_optional_and_read_in_microseconds) {
     cr_assert_eq(h.op_issue_ns, 2940);
 }
 
+/* What the link and the compute cost each other: optional, 0 in the shipped profiles, a
+ * fraction of at most 4 */
+Test(hw_config, the_slowdowns_beside_each_other_are_optional_fractions) {
+    char path[4096];
+    hw_path("rtx3090-pcie3", path, sizeof path);
+    hw_profile h;
+    moesim_error err = {0};
+    cr_assert_eq(hw_load_with_sets(path, NULL, 0, &h, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(h.op_slowdown_beside_copy, 0);
+    cr_assert_eq(h.h2d_slowdown_beside_compute, 0);
+    const char *sets[] = {"gpu.slowdown_beside_copy=0.1", "pcie.slowdown_beside_compute=0.05"};
+    cr_assert_eq(hw_load_with_sets(path, sets, 2, &h, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_float_eq(h.op_slowdown_beside_copy, 0.1, 1e-12);
+    cr_assert_float_eq(h.h2d_slowdown_beside_compute, 0.05, 1e-12);
+    const char *bad[] = {"pcie.slowdown_beside_compute=-0.1"};
+    cr_assert_eq(hw_load_with_sets(path, bad, 1, &h, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "[pcie] slowdown_beside_compute: expected a number in [0, 4]"), "%s",
+              err.msg);
+}
+
 Test(hw_config, a_bad_set_is_reported_as_coming_from_set) {
     static const struct {
         const char *set, *message;
@@ -172,7 +192,8 @@ Test(hw_config, a_bad_set_is_reported_as_coming_from_set) {
         {"pcie.copy_engines=0",
          "--set: [pcie] copy_engines: expected an integer in [1, 16], got '0'"},
         {"pcie.lanes=16", "--set: [pcie] lanes: unknown key (known: h2d_gb_per_s, d2h_gb_per_s, "
-                          "h2d_latency_us, d2h_latency_us, copy_engines, latency_per_chunk)"},
+                          "h2d_latency_us, d2h_latency_us, copy_engines, latency_per_chunk, "
+                          "slowdown_beside_compute)"},
     };
     char path[4096];
     hw_path("rtx3090-pcie3", path, sizeof path);

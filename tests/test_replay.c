@@ -233,6 +233,25 @@ Test(replay, calibration_profile_takes_the_measured_chunk_latency_and_a_faster_h
     cr_assert(!got.h2d_latency_per_chunk);
 }
 
+/* What the link and the compute cost each other, where calibrate measured it (the CPU backend):
+ * the profile's slowdowns; a calibration that did not leaves them at the base's (0). */
+Test(replay, calibration_profile_carries_the_measured_slowdowns_beside_each_other) {
+    calib_results c;
+    fake_results(&c);
+    hw_profile base, got;
+    moesim_error err = {0};
+    cr_assert_eq(hw_load_by_name("h100-sxm", &base, &err), MOESIM_OK, "%s", err.msg);
+    profile_round_trip(&c, &base, "h100-test-measured", &got);
+    cr_assert_eq(got.op_slowdown_beside_copy, 0);
+    cr_assert_eq(got.h2d_slowdown_beside_compute, 0);
+    c.contention_measured = true;
+    c.op_slowdown_beside_copy = 0.107;
+    c.link_slowdown_beside_compute = 0.042;
+    profile_round_trip(&c, &base, "h100-test-measured", &got);
+    cr_assert_float_eq(got.op_slowdown_beside_copy, 0.107, 1e-9);
+    cr_assert_float_eq(got.h2d_slowdown_beside_compute, 0.042, 1e-9);
+}
+
 Test(replay, calibration_table_replaces_the_roofline_with_the_measured_times) {
     calib_results c;
     fake_results(&c);

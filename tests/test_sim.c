@@ -93,6 +93,63 @@ Test(sim, the_hosts_time_around_each_op_adds_to_every_op_on_the_stream) {
     trace_destroy(t);
 }
 
+/* Two demand loads queued at the route: expert 0's op runs while expert 1 still copies. With the
+ * profile's op_slowdown_beside_copy it takes that much longer, which only shortens the wait for
+ * expert 1 (the copy is the longer); expert 1's op starts with the link idle: unslowed. */
+Test(sim, an_op_started_beside_a_copy_is_slowed_by_the_profiles_fraction) {
+    model_geometry m = fixture_model(1, 2, 2);
+    hw_profile hw = fixture_hw(), slowed = hw;
+    slowed.op_slowdown_beside_copy = 0.25;
+    trace *t = fixture_trace(&m, 1, 1, 0, 0, 1);
+    cost_model c;
+    cost_model_init(&c, &hw, &m, &quant);
+    uint64_t expert =
+        cost_expert_gate_up_ns(&c, PREC_BF16, 1) + cost_expert_down_ns(&c, PREC_BF16, 1);
+    const char *sets[] = {"sim.part_overlap=false", NULL};
+    sim_result r0, r1;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, &r0, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(run_sets(t, &m, &slowed, "ondemand", NULL, sets, &r1, &err), MOESIM_OK, "%s",
+                 err.msg);
+    cr_assert_eq(makespan_ns(&r1), makespan_ns(&r0));
+    cr_assert_eq((uint64_t)llround((r0.stall_ms - r1.stall_ms) * 1e6),
+                 (uint64_t)llround((double)expert * 0.25));
+    trace_destroy(t);
+}
+
+/* The same two loads with device memory 100x slower (expert 0's op about 0.4 ms) and 4 KiB
+ * chunks: expert 1's chunks that start during expert 0's op move at 1/(1+x) of the link's rate
+ * until it ends (the profile's h2d_slowdown_beside_compute, x), those after at the full rate. Its
+ * first chunk starts as expert 0 lands, the stream idle, and pays the transfer latency: so expert
+ * 1's copy grows by x/(1+x) of the op less that chunk, within one chunk's growth. */
+Test(sim, a_copy_beside_an_op_is_slowed_while_the_op_runs) {
+    model_geometry m = fixture_model(1, 2, 2);
+    hw_profile hw = fixture_hw(), slowed;
+    hw.hbm_bytes_per_s = 1e10;
+    slowed = hw;
+    slowed.h2d_slowdown_beside_compute = 0.5;
+    trace *t = fixture_trace(&m, 1, 1, 0, 0, 1);
+    cost_model c;
+    cost_model_init(&c, &hw, &m, &quant);
+    double op =
+        (double)(cost_expert_gate_up_ns(&c, PREC_BF16, 1) + cost_expert_down_ns(&c, PREC_BF16, 1));
+    double chunk = (double)cost_transfer_ns(4096, hw.h2d_bytes_per_s);
+    double first = (double)hw.h2d_latency_ns + chunk, x = 0.5;
+    cr_assert_gt(op, 20 * chunk, "the fixture needs an op of many chunks");
+    const char *sets[] = {"sim.part_overlap=false", "sim.chunk_kib=4", NULL};
+    sim_result r0, r1;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, &r0, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(run_sets(t, &m, &slowed, "ondemand", NULL, sets, &r1, &err), MOESIM_OK, "%s",
+                 err.msg);
+    double grew = (double)(makespan_ns(&r1) - makespan_ns(&r0));
+    double want = (op - first) * x / (1 + x);
+    cr_assert(fabs(grew - want) <= chunk * x, "grew %.0f ns, want %.0f +- %.0f", grew, want,
+              chunk * x);
+    cr_assert_float_eq(r1.h2d_busy_ms - r0.h2d_busy_ms, grew / 1e6, 1e-6);
+    trace_destroy(t);
+}
+
 Test(sim, part_by_part_start_overlaps_gate_up_compute_with_the_down_copy) {
     model_geometry m = fixture_model(1, 1, 1);
     hw_profile hw = fixture_hw();

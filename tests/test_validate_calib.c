@@ -43,6 +43,9 @@ static void calibration(calib_results *c, double scale) {
     }
     c->curve[COST_EXPERT_GATE_UP][PREC_BF16].n = 3;
     c->curve[COST_LM_HEAD][PREC_BF16].n = 3;
+    c->contention_measured = true;
+    c->link_slowdown_beside_compute = 0.04 * scale;
+    c->op_slowdown_beside_copy = 0.1 * scale;
 }
 
 Test(validate_calib, slices_combine_to_the_median_point_times_their_pooled_stalls) {
@@ -69,6 +72,9 @@ Test(validate_calib, slices_combine_to_the_median_point_times_their_pooled_stall
     double ns = (65536 / 1.0 + 65536 / (1.0 / 1.2) + 65536 / (1.0 / 3)) / 3;
     cr_assert_float_eq(m.h2d_gb_per_s[0], 65536 / ns, 1e-9);
     cr_assert(m.h2d_peak_gb_per_s > 0 && m.h2d_peak_gb_per_s < 3.0);
+    /* what the link and the compute cost each other: the slices' medians */
+    cr_assert_float_eq(m.link_slowdown_beside_compute, 0.04 * 1.2, 1e-12);
+    cr_assert_float_eq(m.op_slowdown_beside_copy, 0.1 * 1.2, 1e-12);
     static calib_results every_other[4], alone[2], m2;
     calibration(&every_other[0], 1);
     calibration(&every_other[1], 5);
