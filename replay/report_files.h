@@ -15,13 +15,16 @@
 /* One calibration of a validation that calibrates through its rounds (validate
  * --calibrate-rounds): the figures of the machine that move when it drifts. */
 typedef struct validate_calibration {
-    double at_s;                /* when it started, seconds after the validation's start */
-    double disk_gb_per_s;       /* the link (CPU: O_DIRECT reads), its peak */
-    double disk_latency_us;     /* and its per-request latency */
-    double gate_up_us;          /* one expert's gate+up for one token at the run's precision */
-    double attention_proj_us;   /* one layer's attention projections for one token */
-    double lm_head_us;          /* the LM head for one token */
-    char profile[1024];         /* the profile written (its cost table beside it) */
+    double at_s;              /* when it started, seconds after the validation's start */
+    double disk_gb_per_s;     /* the link (CPU: O_DIRECT reads), its peak */
+    double disk_latency_us;   /* and its per-request latency */
+    double gate_up_us;        /* one expert's gate+up for one token at the run's precision */
+    double attention_proj_us; /* one layer's attention projections for one token */
+    double lm_head_us;        /* the LM head for one token */
+    /* what the copy thread's reads and the ops cost each other, fractions (the profile's
+     * slowdown_beside_compute and slowdown_beside_copy; NAN: not measured) */
+    double reads_beside_ops, ops_beside_reads;
+    char profile[1024]; /* the profile written (its cost table beside it) */
 } validate_calibration;
 
 /* What the report names besides its rows. */

@@ -80,6 +80,8 @@ json_t *validate_report_json(const validate_meta *meta, const validate_row *rows
         json_object_set_new(o, "gate_up_us", NUM(c->gate_up_us));
         json_object_set_new(o, "attention_proj_us", NUM(c->attention_proj_us));
         json_object_set_new(o, "lm_head_us", NUM(c->lm_head_us));
+        json_object_set_new(o, "reads_beside_ops", NUM(c->reads_beside_ops));
+        json_object_set_new(o, "ops_beside_reads", NUM(c->ops_beside_reads));
         json_object_set_new(o, "profile", json_string(c->profile));
         json_array_append_new(cj, o);
     }
@@ -216,6 +218,8 @@ moesim_status validate_report_merge(const char *const *files, size_t n_files, va
             c->gate_up_us = GET(gate_up_us);
             c->attention_proj_us = GET(attention_proj_us);
             c->lm_head_us = GET(lm_head_us);
+            c->reads_beside_ops = GET(reads_beside_ops); /* NAN from an older JSON */
+            c->ops_beside_reads = GET(ops_beside_reads);
             const char *prof = json_string_value(json_object_get(o, "profile"));
             snprintf(c->profile, sizeof c->profile, "%s", prof ? prof : "?");
         }

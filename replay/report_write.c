@@ -78,6 +78,14 @@ static void change(FILE *f, double a, double b) {
         fprintf(f, " %+.1f %% |", 100.0 * (b / a - 1));
 }
 
+/* A slowdown beside the other thread (a fraction), or n/a where not measured. */
+static void slowdown(FILE *f, double x) {
+    if (isnan(x))
+        fputs(" n/a |", f);
+    else
+        fprintf(f, " %+.1f %% |", 100.0 * x);
+}
+
 /* The machine as the calibration before round 1 and each round's slices found it, each figure's
  * change from the row before, and what the drift within the rounds is worth in the simulated
  * TPOTs against the error reported. */
@@ -88,8 +96,9 @@ static void write_drift(FILE *f, const validate_meta *meta, const validate_summa
                "round (before its first replay and after each); round r is simulated with its "
                "slices combined. Changes are from the row before.\n\n"
                "| calibration | at s | disk GB/s | change | disk latency us | gate+up us (1 "
-               "token) | change | attention proj us | change | LM head us | change | profile |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "token) | change | attention proj us | change | LM head us | change | reads beside "
+               "ops | ops beside reads | profile |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (uint32_t k = 0; k < meta->n_calib; k++) {
         const validate_calibration *c = &meta->calib[k], *p = k ? &meta->calib[k - 1] : c;
         if (k)
@@ -104,6 +113,8 @@ static void write_drift(FILE *f, const validate_meta *meta, const validate_summa
         change(f, p->attention_proj_us, c->attention_proj_us);
         fprintf(f, " %.1f |", c->lm_head_us);
         change(f, p->lm_head_us, c->lm_head_us);
+        slowdown(f, c->reads_beside_ops);
+        slowdown(f, c->ops_beside_reads);
         fprintf(f, " %s |\n", c->profile);
     }
     fprintf(f,

@@ -41,6 +41,8 @@ void validate_calib_figures(const validate_calibrator *c, const calib_results *r
     fig->gate_up_us = first_point_us(r, COST_EXPERT_GATE_UP, c->precision);
     fig->attention_proj_us = first_point_us(r, COST_ATTENTION_PROJ, PREC_BF16);
     fig->lm_head_us = first_point_us(r, COST_LM_HEAD, PREC_BF16);
+    fig->reads_beside_ops = r->contention_measured ? r->link_slowdown_beside_compute : NAN;
+    fig->ops_beside_reads = r->contention_measured ? r->op_slowdown_beside_copy : NAN;
 }
 
 moesim_status validate_calib_take(const validate_calibrator *c, uint32_t repeats,
@@ -60,9 +62,11 @@ void validate_calib_log(const validate_calibrator *c, const char *what,
     if (!c->quiet)
         fprintf(stderr,
                 "validate: %s at %.0f s: link %.3f GB/s (latency %.1f us), gate+up %.1f us, "
-                "attention projections %.1f us, LM head %.1f us\n",
+                "attention projections %.1f us, LM head %.1f us; beside each other reads %+.1f %%, "
+                "ops %+.1f %%\n",
                 what, fig->at_s, fig->disk_gb_per_s, fig->disk_latency_us, fig->gate_up_us,
-                fig->attention_proj_us, fig->lm_head_us);
+                fig->attention_proj_us, fig->lm_head_us, 100 * fig->reads_beside_ops,
+                100 * fig->ops_beside_reads);
 }
 
 moesim_status validate_calib_publish(const validate_calibrator *c, const calib_results *r,

@@ -204,6 +204,7 @@ Test(validate_calib, drift_and_calibrations_survive_merge_and_reach_the_report) 
            "\"profile\": \"cal/calibration-0.ini\"},"
            "{\"at_s\": 300, \"disk_gb_per_s\": 2.2, \"disk_latency_us\": 95, "
            "\"gate_up_us\": 860, \"attention_proj_us\": 520, \"lm_head_us\": 900, "
+           "\"reads_beside_ops\": 0.042, \"ops_beside_reads\": 0.107, "
            "\"profile\": \"cal/calibration-1.ini\"}]}");
     int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
                              "--json", NULL);
@@ -229,6 +230,9 @@ Test(validate_calib, drift_and_calibrations_survive_merge_and_reach_the_report) 
     char *md = test_read_file(rep, NULL);
     cr_assert(strstr(md, "## The machine through the rounds"), "%s", md);
     cr_assert(strstr(md, "| round 1 | 300 | 2.200 | -33.3 % |"), "%s", md);
+    /* what the reads and the ops cost each other: n/a from a calibration without them */
+    cr_assert(strstr(md, "| +4.2 % | +10.7 % | cal/calibration-1.ini |"), "%s", md);
+    cr_assert(strstr(md, "| n/a | n/a | cal/calibration-0.ini |"), "%s", md);
     cr_assert(strstr(md, "no result is called"), "%s", md);
     cr_assert(strstr(md, "in the MoE layers (router to last expert) median |error| 2.00 %; "
                          "outside them"),
