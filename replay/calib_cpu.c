@@ -201,11 +201,14 @@ static void op_lm_head(cpu_compute *cc, void *ctx, uint32_t x) {
  * of CONTENTION_PHASE_NS each: the copy thread reading alone; reading while the calling thread
  * runs a decode step's ops (per MoE layer the attention projections, the router and top-k
  * experts' gate+up and down, then the LM head, one token, weights cold as in the replay); the
- * same ops again alone. The link's slowdown is the reads' mean time beside the ops over alone,
- * the ops' their time beside the reads over alone (the profile's slowdown_beside_compute and
- * slowdown_beside_copy). Reads are 1 MiB chunks (the default sim.chunk_kib) of whole experts
- * from random starts, into moving destinations, as time_disk reads. */
+ * same ops again alone (phases of CONTENTION_SLICE_NS in a validation's one-repetition slices,
+ * which its rounds combine by median). The link's slowdown is the reads' mean time beside the ops
+ * over alone, the ops' their time beside the reads over alone (the profile's
+ * slowdown_beside_compute and slowdown_beside_copy). Reads are 1 MiB chunks (the default
+ * sim.chunk_kib) of whole experts from random starts, into moving destinations, as time_disk reads.
+ */
 #define CONTENTION_PHASE_NS (250ull * 1000 * 1000)
+#define CONTENTION_SLICE_NS (100ull * 1000 * 1000)
 #define CONTENTION_CHUNK    (1ull << 20)
 
 typedef struct contention_reader {
@@ -290,7 +293,9 @@ static uint64_t run_ops(step_ops *so, uint64_t *i, uint64_t until_ns, uint64_t c
 }
 
 static moesim_status time_contention(const cpu_store *s, moesim_precision disk_p, step_ops *so,
-                                     uint32_t rounds, calib_results *c, moesim_error *err) {
+                                     uint32_t repeats, calib_results *c, moesim_error *err) {
+    uint32_t rounds = repeats < 5 ? repeats : 5;
+    uint64_t phase_ns = repeats > 1 ? CONTENTION_PHASE_NS : CONTENTION_SLICE_NS;
     contention_reader r = {.s = s, .p = disk_p, .lcg = 777};
     r.dest = cpu_store_dma_alloc(CALIB_DISK_DEST_BYTES);
     uint64_t alone_reads = 0, alone_ns = 0, beside_reads = 0, beside_ns = 0;
@@ -299,7 +304,7 @@ static moesim_status time_contention(const cpu_store *s, moesim_precision disk_p
     cpu_pin pin;
     for (uint32_t k = 0; k < rounds && !r.failed; k++) {
         reader_start(&r, &th, &pin);
-        struct timespec phase = {0, (long)CONTENTION_PHASE_NS};
+        struct timespec phase = {0, (long)phase_ns};
         nanosleep(&phase, NULL);
         reader_stop(&r, th, &pin);
         alone_reads += r.reads, alone_ns += r.read_ns;
@@ -307,7 +312,7 @@ static moesim_status time_contention(const cpu_store *s, moesim_precision disk_p
 
         uint64_t first = op;
         reader_start(&r, &th, &pin);
-        ops_beside_ns += run_ops(so, &op, replay_exec_clock_ns() + CONTENTION_PHASE_NS, 0);
+        ops_beside_ns += run_ops(so, &op, replay_exec_clock_ns() + phase_ns, 0);
         reader_stop(&r, th, &pin);
         beside_reads += r.reads, beside_ns += r.read_ns;
         r.reads = r.read_ns = 0;
@@ -514,7 +519,7 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
         time_plan(plan, &cc, repeats, evict, &all_ns, &typical_ns);
         if (!out->contention_measured && !st) { /* at the first precision timed */
             step_ops so = {&cc, &e, &moe, m->top_k, 2 + 2 * m->top_k, moe.n};
-            st = time_contention(s, disk_p, &so, repeats < 5 ? repeats : 5, out, err);
+            st = time_contention(s, disk_p, &so, repeats, out, err);
         }
         if (!opt->cache) free(copies);
         if (st) break;
