@@ -776,10 +776,12 @@ static moesim_status fit(const fit_source *real, const model_geometry *m, const 
         return MOESIM_EINPUT;
     }
     trace_stats *rs = NULL;
-    if (!real->ts)
+    if (!real->ts) {
         rs = trace_stats_compute(rt);
-    else if (trace_stats_compute_stream(real->ts, &rs, err))
-        return err->status;
+    } else {
+        const moesim_status st = trace_stats_compute_stream(real->ts, &rs, err);
+        if (st) return st;
+    }
     if (rs->accesses == 0) {
         trace_stats_destroy(rs);
         return moesim_fail(err, MOESIM_EINPUT, "%s: no recorded routing row to fit to", what);

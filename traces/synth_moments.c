@@ -153,8 +153,13 @@ const trace *fit_row_in_memory(void *t, uint64_t token, uint64_t *local) {
     return t;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+typedef struct last_token {
+    uint64_t token; /* the request's last token */
+    uint32_t r;
+} last_token;
+
+static int cmp_last_token(const void *a, const void *b) {
+    const uint64_t x = ((const last_token *)a)->token, y = ((const last_token *)b)->token;
     return (x > y) - (x < y);
 }
 
@@ -163,14 +168,14 @@ static int cmp_u64(const void *a, const void *b) {
 static uint32_t *request_lengths(const trace_request_index *ix, fit_row_fn row, void *src) {
     const uint32_t R = ix->n_requests;
     uint32_t *len = moesim_xcalloc(R ? R : 1, sizeof *len);
-    uint64_t *last = moesim_xmalloc((R ? R : 1) * sizeof *last); /* [R] token << 32 | request */
+    last_token *last = moesim_xmalloc((R ? R : 1) * sizeof *last);
     for (uint32_t r = 0; r < R; r++)
-        last[r] = trace_request_token(ix, r, ix->n_tokens[r] - 1) << 32 | r;
-    qsort(last, R, sizeof *last, cmp_u64);
+        last[r] = (last_token){trace_request_token(ix, r, ix->n_tokens[r] - 1), r};
+    qsort(last, R, sizeof *last, cmp_last_token);
     for (uint32_t i = 0; i < R; i++) {
         uint64_t local;
-        const trace *b = row(src, last[i] >> 32, &local);
-        len[(uint32_t)last[i]] = b->position[local] + 1;
+        const trace *b = row(src, last[i].token, &local);
+        len[last[i].r] = b->position[local] + 1;
     }
     free(last);
     return len;
