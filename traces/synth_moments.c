@@ -241,8 +241,9 @@ static pass_request *slot_take(fit_pass *p, uint32_t r) {
     return q;
 }
 
-/* The LRU stack depths, counts and reuse of token i's rows (q: its request). */
-static void layer_stats_token(fit_pass *p, const trace *b, uint64_t i, const pass_request *q) {
+/* The LRU stack depths, counts and reuse of token i's rows (q: its request, whose prev_top1 then
+ * becomes this token's at its recorded rows). */
+static void layer_stats_token(fit_pass *p, const trace *b, uint64_t i, pass_request *q) {
     const uint32_t L = p->L, E = p->E, k = p->k, W = p->W;
     uint64_t route[16];
     for (uint32_t l = 0; l < L; l++) {
@@ -278,13 +279,17 @@ static void layer_stats_token(fit_pass *p, const trace *b, uint64_t i, const pas
         }
         p->acc[l] += k;
         const uint16_t *pv = q->prev + (size_t)l * k;
-        if (!q->has_prev || !fit_row_recorded(pv)) continue;
-        p->pairs[l]++;
-        p->same[l] += row_top1(ids, trace_gates(b, i, l), k) == q->prev_top1[l];
-        bool hit = false;
-        for (uint32_t a = 0; a < k && !hit; a++)
-            for (uint32_t c = 0; c < k && !hit; c++) hit = ids[a] == pv[c];
-        p->any[l] += hit;
+        const uint16_t top1 = row_top1(ids, trace_gates(b, i, l), k);
+        const bool pair = q->has_prev && fit_row_recorded(pv);
+        if (pair) {
+            p->pairs[l]++;
+            p->same[l] += top1 == q->prev_top1[l];
+            bool hit = false;
+            for (uint32_t a = 0; a < k && !hit; a++)
+                for (uint32_t c = 0; c < k && !hit; c++) hit = ids[a] == pv[c];
+            p->any[l] += hit;
+        }
+        q->prev_top1[l] = top1; /* for the request's next token (pv becomes this row) */
     }
 }
 
@@ -369,10 +374,6 @@ void fit_pass_token(fit_pass *p, const trace *b, uint64_t i) {
     if (p->what & FIT_MOMENT_GATES) gates_token(p, b, i);
     if (p->len) importance_token(p, b, i, r);
     memcpy(q->prev, trace_experts(b, i, 0), (size_t)L * k * sizeof *q->prev);
-    if (p->what & FIT_LAYER_STATS)
-        for (uint32_t l = 0; l < L; l++)
-            if (fit_row_recorded(trace_experts(b, i, l)))
-                q->prev_top1[l] = row_top1(trace_experts(b, i, l), trace_gates(b, i, l), k);
     q->has_prev = true, q->prev_decode = decode;
     if (++q->seen < p->ix->n_tokens[r]) return;
     /* the request's last token */
