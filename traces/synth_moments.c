@@ -1,6 +1,10 @@
 /* Moments of a router trace that trace_stats does not compute (traces/synth_moments.h): what the
  * fit (traces/synth_fit.c) and the real-vs-synthetic comparison (traces/synth_compare.c) read
- * besides traces/stats.h. Shares in [0, 1]; NaN where a trace has nothing to measure. */
+ * besides traces/stats.h. The per-layer statistics and the moments come from one pass over the
+ * tokens in trace order (fit_pass: a trace in memory, or a stream's blocks), which keeps per
+ * request in flight its previous token and nothing per token; the drift (the comparison only)
+ * orders each request's rows and reads a trace in memory. Shares in [0, 1]; NaN where a trace
+ * has nothing to measure. */
 #include "traces/synth_moments.h"
 
 #include <math.h>
