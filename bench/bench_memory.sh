@@ -15,9 +15,12 @@
 #   validate --backend cpu (loading)      exits 2 after reading the trace, hardware profile and
 #                                         model, before the expert file and the runs
 #                                         (sim.host_precisions=policy, refused by the CPU backend)
-#   trace synth --fit (reading)           exits 2 right after reading the trace (a --model of
-#                                         another geometry); FIT=1 runs the whole fit instead
-#                                         (slow: minutes per 10^5 Qwen3-30B-A3B tokens)
+#   trace synth --fit (reading)           exits 2 right after opening the real trace as a stream
+#                                         (every block read and checked), at the fit's geometry
+#                                         check (a --model of another geometry); FIT=1 runs the
+#                                         whole fit instead (slow: tens of minutes per 10^5
+#                                         Qwen3-30B-A3B tokens, and its simulations grow with
+#                                         the trace: traces/SYNTH.md, "Memory")
 # A command meant to stop early must exit 2 with the message expected, else the script fails.
 # Prints one line per command: peak RSS (MB) and CPU s at each size, and the RSS ratio.
 # Usage: bench/bench_memory.sh [BUILD_DIR] [SIZES (default "100000 1000000")]

@@ -4,8 +4,9 @@
  * does) and prints each published target next to what the trace achieves (holding the whole
  * trace in memory); without it the trace is streamed to the file request by request
  * (synth_write), so memory stays small whatever the trace length. With --fit REAL.h5 the knobs
- * are fitted to a real trace instead (traces/synth_fit.h), printed with the statistic each was
- * fitted to, and --report compares the real trace with the generated one; --save-knobs and
+ * are fitted to a real trace instead (traces/synth_fit.h; the real trace is read as a stream),
+ * printed with the statistic each was fitted to, and --report compares the real trace with the
+ * generated one (both held whole); --save-knobs and
  * --knobs store and reuse fitted knobs. The output is written crash-safely; bad input gives one
  * line on stderr, exit status 2, and no file. */
 #include <inttypes.h>
@@ -152,6 +153,7 @@ static void print_report(const model_geometry *m, const synth_options *o, const 
 
 /* Prints the fitted knobs, each with the statistic it was fitted to. */
 static void print_fit(const char *real_path, const trace *real, const synth_fit_result *f) {
+    /* real: its counts (a stream's skeleton) */
     printf("fitted to %s: %" PRIu64 " tokens, %" PRIu32 " requests, decode batch %" PRIu32
            " (%" PRIu32 " simulations, seed 1; traces/SYNTH.md)\n",
            real_path, real->n_tokens, real->n_requests, f->interleave, f->simulations);
@@ -265,7 +267,9 @@ int cmd_trace_synth(int argc, char **argv) {
     }
 
     moesim_error err = {0};
-    trace *real = NULL, *t = NULL;
+    trace_stream *real_stream = NULL; /* the real trace of --fit */
+    const trace *real_tokens = NULL;  /* its meta and counts */
+    trace *real = NULL, *t = NULL;    /* the real trace whole (--fit --report), the output */
     model_geometry m;
     synth_options o;
     synth_fit_result *fit = NULL;
@@ -284,14 +288,17 @@ int cmd_trace_synth(int argc, char **argv) {
         rc = cli_fail(&err);                                                                       \
         goto done;                                                                                 \
     } while (0)
-    if (fit_path && trace_read(fit_path, &real, &err)) FAIL();
+    if (fit_path) {
+        if (trace_stream_open(fit_path, &real_stream, &err)) FAIL();
+        real_tokens = trace_stream_tokens(real_stream);
+    }
     if (model_name ? model_load_by_name(model_name, &m, &err)
-                   : trace_model_load(real, fit_path, NULL, &m, &err))
+                   : trace_model_load(real_tokens, fit_path, NULL, &m, &err))
         FAIL();
     synth_options_default(&o, &m);
     if (fit_path) {
         fit = moesim_xcalloc(1, sizeof *fit);
-        if (synth_fit(real, &m, fit_path, fit, &err)) FAIL();
+        if (synth_fit_stream(real_stream, &m, fit_path, fit, &err)) FAIL();
         o = fit->options;
         interleave = fit->interleave;
     }
@@ -357,12 +364,12 @@ int cmd_trace_synth(int argc, char **argv) {
     o.show_progress = cli_progress_allowed(quiet);
     if (synth_options_check(&o, &m, &err)) FAIL();
     if (fit) {
-        print_fit(fit_path, real, fit);
+        print_fit(fit_path, real_tokens, fit);
         if (save_path && synth_knobs_save(save_path, fit, &m, fit_path, &err)) FAIL();
     }
     if (!out_path && !report) goto done;
     /* the trace carries the model config it was made with: later commands need no --model */
-    if (cli_trace_model_text(real, model_name, &model_text, &err)) FAIL();
+    if (cli_trace_model_text(real_tokens, model_name, &model_text, &err)) FAIL();
     o.model_config = model_text;
     if (!report && interleave == 1) { /* streamed: memory bounded by one request */
         if (synth_write(&m, &o, out_path, &err)) FAIL();
@@ -371,15 +378,17 @@ int cmd_trace_synth(int argc, char **argv) {
     /* the report's statistics and the interleaved order need the whole trace */
     if (synth_generate_interleaved(&m, &o, interleave, &t, &err)) FAIL();
     if (out_path && trace_write(t, out_path, &err)) FAIL();
-    if (report && fit)
+    if (report && fit) {
+        if (trace_read(fit_path, &real, &err)) FAIL();
         print_fit_report(real, t, &o);
-    else if (report)
+    } else if (report)
         print_report(&m, &o, t);
 #undef FAIL
 #undef BAD
 done:
     trace_destroy(t);
     trace_destroy(real);
+    trace_stream_close(real_stream);
     synth_fit_result_free(fit);
     free(fit);
     free(table);

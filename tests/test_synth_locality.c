@@ -104,7 +104,7 @@ Test(synth_locality, per_layer_knob_values_replace_the_profile_at_their_layer_on
 static void assert_fast_stats_agree(const trace *t) {
     trace_stats *s = trace_stats_compute(t);
     fit_layer_stats f;
-    fit_layer_stats_compute(t, &f);
+    fit_stats_compute(t, FIT_LAYER_STATS, &f, NULL);
     const uint32_t k = t->meta.top_k, E = t->meta.n_experts;
     for (uint32_t l = 0; l < t->meta.n_layers; l++) {
         const layer_stats *x = &s->per_layer[l];

@@ -53,8 +53,8 @@ size_t synth_fit_compare(const trace *real, const trace *synthetic, synth_fit_ro
     trace_stats *r = trace_stats_compute(real), *s = trace_stats_compute(synthetic);
     MOESIM_ASSERT(r->experts == s->experts && r->top_k == s->top_k && r->layers == s->layers);
     fit_moments rm, sm;
-    fit_moments_compute(real, &rm);
-    fit_moments_compute(synthetic, &sm);
+    fit_stats_compute(real, FIT_MOMENTS_ALL, NULL, &rm);
+    fit_stats_compute(synthetic, FIT_MOMENTS_ALL, NULL, &sm);
     size_t n = 0;
     char what[48];
     n = put_row(rows, n, cap, "gini (mean over layers)", "popularity table", r->gini, s->gini,

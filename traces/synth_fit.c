@@ -17,6 +17,10 @@
  * history reach is chosen per layer. The execution order of batched runs is traces/synth_order.c,
  * knob files traces/synth_knobs_file.c, the real-vs-synthetic rows traces/synth_compare.c.
  *
+ * The real trace is read once (fit_source: a stream's blocks, or a trace in memory, the same fit
+ * bit for bit): trace_stats by its own passes, everything else in one forward pass (read_real)
+ * that keeps per request in flight its previous token, nothing per token.
+ *
  * Units: probabilities and shares in [0, 1]; logits and log-popularity in nats. */
 #include "traces/synth_fit.h"
 
@@ -207,29 +211,37 @@ static void table_build(fit_ctx *c) {
     free(w);
 }
 
-/* Counts of the real trace per topic (request r is in topic r * T / R) and phase, and overall.
- * A topic without rows of one phase (a decode-only log has no prefill) counts its other
- * phase's there. */
-static void table_init(fit_ctx *c, const trace *real) {
-    const uint32_t L = c->m->n_moe_layers, E = c->m->n_experts, k = real->meta.top_k;
-    const uint32_t R = real->n_requests, P = SYNTH_TABLE_PHASES;
+/* The popularity counts of the real trace's R requests, zero: topics T = min(R, 64). */
+static void table_alloc(fit_ctx *c, uint32_t R) {
+    const uint32_t L = c->m->n_moe_layers, E = c->m->n_experts, P = SYNTH_TABLE_PHASES;
     c->T = R < 64 ? R : 64;
     const size_t cells = (size_t)c->T * P * L * E;
     c->counts = moesim_xcalloc(cells, sizeof *c->counts);
     c->overall = moesim_xcalloc((size_t)L * E, sizeof *c->overall);
     c->table = moesim_xcalloc(cells, sizeof *c->table);
-    for (uint64_t i = 0; i < real->n_tokens; i++) {
-        const uint32_t t = (uint32_t)((uint64_t)real->request_id[i] * c->T / R);
-        const uint32_t ph = real->phase[i] == TRACE_DECODE;
-        for (uint32_t l = 0; l < L; l++) {
-            const uint16_t *ids = trace_experts(real, i, l);
-            if (!fit_row_recorded(ids)) continue;
-            for (uint32_t j = 0; j < k; j++) {
-                c->counts[(((size_t)t * P + ph) * L + l) * E + ids[j]]++;
-                c->overall[(size_t)l * E + ids[j]]++;
-            }
+}
+
+/* Token `i` of block `b` of the real trace (of R requests) into the counts per topic (request r
+ * is in topic r * T / R) and phase, and overall. */
+static void table_count(fit_ctx *c, const trace *b, uint64_t i, uint32_t R) {
+    const uint32_t L = c->m->n_moe_layers, E = c->m->n_experts, k = c->m->top_k;
+    const uint32_t P = SYNTH_TABLE_PHASES;
+    const uint32_t t = (uint32_t)((uint64_t)b->request_id[i] * c->T / R);
+    const uint32_t ph = b->phase[i] == TRACE_DECODE;
+    for (uint32_t l = 0; l < L; l++) {
+        const uint16_t *ids = trace_experts(b, i, l);
+        if (!fit_row_recorded(ids)) continue;
+        for (uint32_t j = 0; j < k; j++) {
+            c->counts[(((size_t)t * P + ph) * L + l) * E + ids[j]]++;
+            c->overall[(size_t)l * E + ids[j]]++;
         }
     }
+}
+
+/* The table from the counts of every token (R requests). A topic without rows of one phase (a
+ * decode-only log has no prefill) counts its other phase's there. */
+static void table_init(fit_ctx *c, uint32_t R) {
+    const uint32_t L = c->m->n_moe_layers, E = c->m->n_experts, P = SYNTH_TABLE_PHASES;
     const size_t phase_cells = (size_t)L * E; /* one phase of one topic */
     for (uint32_t t = 0; t < c->T; t++)
         for (uint32_t ph = 0; ph < P; ph++) {
@@ -261,13 +273,11 @@ static void simulate(fit_ctx *c, bool full, unsigned which) {
     moesim_error err = {0};
     /* the options were checked once; every knob stays inside its range */
     MOESIM_ASSERT(synth_generate_interleaved(c->m, &c->o, c->interleave, &t, &err) == MOESIM_OK);
-    fit_layer_stats_compute(t, &c->sim_ls);
+    fit_stats_compute(t, FIT_LAYER_STATS | (full ? FIT_MOMENTS_ALL : which), &c->sim_ls,
+                      &c->sim_mo);
     if (full) {
         trace_stats_destroy(c->sim);
         c->sim = trace_stats_compute(t);
-        fit_moments_compute(t, &c->sim_mo);
-    } else {
-        fit_moments_compute_some(t, &c->sim_mo, which);
     }
     trace_destroy(t);
     c->simulations++;
@@ -694,38 +704,58 @@ static void record_entries(synth_fit_result *f, const fit_ctx *c, const bool *la
                    STAT_IMP_RHO, 0);
 }
 
-/* The real trace's shape: request count, prompt and decode length ranges (a request needs one
- * prompt token at least: a decode-only log gets one), look-ahead. */
-static void shape_of(const trace *t, synth_options *o) {
-    const uint32_t R = t->n_requests;
-    uint32_t *prompt = moesim_xcalloc(R, sizeof *prompt), *gen = moesim_xcalloc(R, sizeof *gen);
-    for (uint64_t i = 0; i < t->n_tokens; i++) {
-        if (t->phase[i] == TRACE_DECODE)
-            gen[t->request_id[i]]++;
-        else
-            prompt[t->request_id[i]]++;
-    }
+/* The real trace's shape from its meta and requests: request count, prompt and decode length
+ * ranges (a request needs one prompt token at least: a decode-only log gets one), look-ahead. */
+static void shape_of(const trace *t, const trace_request_index *ix, synth_options *o) {
     o->prompt_len = (synth_range){UINT32_MAX, 0};
     o->gen_len = (synth_range){UINT32_MAX, 0};
-    for (uint32_t r = 0; r < R; r++) {
-        const uint32_t p = prompt[r] ? prompt[r] : 1;
+    for (uint32_t r = 0; r < ix->n_requests; r++) {
+        const uint32_t p = ix->n_prefill[r] ? ix->n_prefill[r] : 1;
+        const uint32_t g = ix->n_tokens[r] - ix->n_prefill[r];
         o->prompt_len.min = p < o->prompt_len.min ? p : o->prompt_len.min;
         o->prompt_len.max = p > o->prompt_len.max ? p : o->prompt_len.max;
-        o->gen_len.min = gen[r] < o->gen_len.min ? gen[r] : o->gen_len.min;
-        o->gen_len.max = gen[r] > o->gen_len.max ? gen[r] : o->gen_len.max;
+        o->gen_len.min = g < o->gen_len.min ? g : o->gen_len.min;
+        o->gen_len.max = g > o->gen_len.max ? g : o->gen_len.max;
     }
-    o->n_requests = R;
+    o->n_requests = t->n_requests;
     o->workload = SYNTH_TEXT;
     o->seed = FIT_SEED;
-    o->lookahead_depth = t->lookahead_ids ? t->meta.lookahead_depth : 0;
+    o->lookahead_depth = t->meta.lookahead_depth;
     o->lookahead_k = o->lookahead_depth ? t->meta.lookahead_k : o->lookahead_k;
-    free(gen);
-    free(prompt);
 }
 
-moesim_status synth_fit(const trace *real, const model_geometry *m, const char *what,
-                        synth_fit_result *out, moesim_error *err) {
-    const trace_meta *tm = &real->meta;
+/* The real trace, whole in memory or as a stream: its tokens are read once, in order, through
+ * `row` (the statistics of traces/stats.h read a stream in passes of their own). */
+typedef struct fit_source {
+    const trace *tokens;                 /* meta and counts (a stream's skeleton) */
+    const trace_request_index *requests; /* borrowed */
+    fit_row_fn row;
+    void *src;
+    trace_stream *ts; /* NULL: `tokens` is the whole trace */
+} fit_source;
+
+/* Everything the fit reads from the real trace's rows, in one pass: its per-layer statistics and
+ * moments (held per request in flight, traces/synth_moments.h), its execution order's decode
+ * batch, and the popularity counts. */
+static void read_real(fit_ctx *c, const fit_source *real) {
+    const trace *rt = real->tokens;
+    table_alloc(c, rt->n_requests);
+    fit_pass *p = fit_pass_create(rt, real->requests, real->row, real->src,
+                                  FIT_LAYER_STATS | FIT_MOMENTS_ALL);
+    for (uint64_t i = 0; i < rt->n_tokens; i++) {
+        uint64_t local;
+        const trace *b = real->row(real->src, i, &local);
+        fit_pass_token(p, b, local);
+        table_count(c, b, local, rt->n_requests);
+    }
+    fit_pass_finish(p, &c->real_ls, &c->real_mo);
+    c->interleave = c->real_mo.decode_batch;
+}
+
+static moesim_status fit(const fit_source *real, const model_geometry *m, const char *what,
+                         synth_fit_result *out, moesim_error *err) {
+    const trace *rt = real->tokens;
+    const trace_meta *tm = &rt->meta;
     if (tm->n_layers != m->n_moe_layers || tm->n_experts != m->n_experts || tm->top_k != m->top_k)
         return moesim_fail(err, MOESIM_EINPUT,
                            "%s: %u MoE layers, %u experts, top-%u; model %s has %u, %u, top-%u "
@@ -737,23 +767,27 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
                            what, trace_gate_norm_name(tm->gate_norm), m->name,
                            trace_gate_norm_name(m->gate_norm));
     memset(out, 0, sizeof *out);
-    fit_ctx c = {
-        .m = m, .interleave = synth_fit_detect_interleave(real), .window = 1, .L = m->n_moe_layers};
+    fit_ctx c = {.m = m, .window = 1, .L = m->n_moe_layers};
     synth_options_default(&c.o, m);
-    shape_of(real, &c.o);
+    shape_of(rt, real->requests, &c.o);
     out->options = c.o; /* the shape to generate, before the simulation's scale */
     if (synth_options_check(&c.o, m, err)) {
         moesim_error_prefix(err, "%s: its shape", what);
         return MOESIM_EINPUT;
     }
-    trace_stats *rs = trace_stats_compute(real);
+    trace_stats *rs = NULL;
+    if (!real->ts) {
+        rs = trace_stats_compute(rt);
+    } else {
+        const moesim_status st = trace_stats_compute_stream(real->ts, &rs, err);
+        if (st) return st;
+    }
     if (rs->accesses == 0) {
         trace_stats_destroy(rs);
         return moesim_fail(err, MOESIM_EINPUT, "%s: no recorded routing row to fit to", what);
     }
     c.real = rs;
-    fit_moments_compute(real, &c.real_mo);
-    fit_layer_stats_compute(real, &c.real_ls);
+    read_real(&c, real);
     /* per-layer knobs start at the family's profiles */
     c.layer_knobs = moesim_xmalloc((size_t)SYNTH_LAYER_KNOBS * c.L * sizeof *c.layer_knobs);
     for (int k = 0; k < SYNTH_LAYER_KNOBS; k++)
@@ -766,19 +800,19 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
                                              c.o.knobs.popularity_sharpness_last, l, c.L);
     c.o.layer_knobs = c.layer_knobs;
     for (int b = 0; b < STATS_N_BATCH; b++) c.batches[b] = !isnan(rs->active_share[b]);
-    table_init(&c, real);
+    table_init(&c, rt->n_requests);
 
     /* the simulation: SYNTH_FIT_SCALE times the requests, bounded in records */
-    const uint64_t cells = real->n_tokens * (uint64_t)tm->n_layers;
+    const uint64_t cells = rt->n_tokens * (uint64_t)tm->n_layers;
     uint64_t scale = SYNTH_FIT_SCALE;
     while (scale > 1 && cells * scale > FIT_MAX_CELLS) scale--;
     /* a long trace needs fewer copies for the same noise: FIT_SIM_CELLS records and
      * FIT_SIM_TOKENS tokens (a layer's shares to about 0.005) are enough; the time of a fit
      * follows the simulation's size */
     while (scale > 1 && cells * (scale - 1) >= FIT_SIM_CELLS &&
-           real->n_tokens * (scale - 1) >= FIT_SIM_TOKENS)
+           rt->n_tokens * (scale - 1) >= FIT_SIM_TOKENS)
         scale--;
-    c.o.n_requests = (uint32_t)(real->n_requests * scale);
+    c.o.n_requests = (uint32_t)(rt->n_requests * scale);
     const uint32_t depth = c.o.lookahead_depth;
     c.o.lookahead_depth = 0; /* routing and importance do not depend on it */
 
@@ -813,6 +847,32 @@ moesim_status synth_fit(const trace *real, const model_geometry *m, const char *
     trace_stats_destroy(c.sim);
     trace_stats_destroy(rs);
     return MOESIM_OK;
+}
+
+moesim_status synth_fit(const trace *real, const model_geometry *m, const char *what,
+                        synth_fit_result *out, moesim_error *err) {
+    trace_request_index ix;
+    trace_request_index_build(&ix, real);
+    /* the row function reads the trace only: the cast drops nothing it writes */
+    const fit_source src = {
+        .tokens = real, .requests = &ix, .row = fit_row_in_memory, .src = (void *)real};
+    const moesim_status st = fit(&src, m, what, out, err);
+    trace_request_index_free(&ix);
+    return st;
+}
+
+static const trace *row_of_stream(void *ts, uint64_t token, uint64_t *local) {
+    return trace_stream_row(ts, token, local);
+}
+
+moesim_status synth_fit_stream(trace_stream *real, const model_geometry *m, const char *what,
+                               synth_fit_result *out, moesim_error *err) {
+    const fit_source src = {.tokens = trace_stream_tokens(real),
+                            .requests = trace_stream_requests(real),
+                            .row = row_of_stream,
+                            .src = real,
+                            .ts = real};
+    return fit(&src, m, what, out, err);
 }
 
 void synth_fit_result_free(synth_fit_result *f) {

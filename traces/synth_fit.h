@@ -62,6 +62,13 @@ void synth_fit_result_free(synth_fit_result *f); /* the table; accepts NULL */
  * nothing recorded. The result is a function of the trace and `m` only. */
 moesim_status synth_fit(const trace *real, const model_geometry *m, const char *what,
                         synth_fit_result *out, moesim_error *err);
+/* The same fit, bit for bit, of a trace read as a stream (trace_stream_open, every row): what it
+ * reads from the trace is computed in passes over its blocks, keeping per request in flight its
+ * previous token, so holding the real trace costs O(requests), not O(tokens) (the simulations
+ * still grow with a long trace: traces/SYNTH.md, "Memory"). Fails as synth_fit, and (MOESIM_EIO)
+ * where trace_stats_compute_stream does. */
+moesim_status synth_fit_stream(trace_stream *real, const model_geometry *m, const char *what,
+                               synth_fit_result *out, moesim_error *err);
 
 /* The decode batch of a trace's execution order: the most requests whose decode is under way
  * (begun and not finished) at any point of the trace. 1 for requests stored one after another. */
@@ -82,10 +89,10 @@ moesim_status synth_generate_interleaved(const model_geometry *m, const synth_op
 /* One statistic of a real trace next to a synthetic one's (`--report`, the tests, SYNTH.md). */
 typedef struct synth_fit_row {
     char statistic[48];
-    char knob[40];     /* the knob fitted to it (or that drives it); "" when none */
-    double real;       /* NaN: absent there */
-    double synthetic;  /* NaN: absent there */
-    double tolerance;  /* what counts as a match (absolute); 0: informative */
+    char knob[40];    /* the knob fitted to it (or that drives it); "" when none */
+    double real;      /* NaN: absent there */
+    double synthetic; /* NaN: absent there */
+    double tolerance; /* what counts as a match (absolute); 0: informative */
 } synth_fit_row;
 
 /* The rows comparing `real` with `synthetic` (same geometry): skew, reuse, the LRU and OPT hit
@@ -98,8 +105,8 @@ size_t synth_fit_compare(const trace *real, const trace *synthetic, synth_fit_ro
 /* Writes the fitted knobs as an INI file ([synth]: model, interleave and every knob, each with
  * the statistic it was fitted to in its comment; [layers]: the per-layer knobs; [popularity]:
  * the table), crash-safely. */
-moesim_status synth_knobs_save(const char *path, const synth_fit_result *f,
-                               const model_geometry *m, const char *real_path, moesim_error *err);
+moesim_status synth_knobs_save(const char *path, const synth_fit_result *f, const model_geometry *m,
+                               const char *real_path, moesim_error *err);
 /* Loads such a file (or any [synth] section of knob = value lines) over o->knobs, for model
  * `m`; `interleave` gets the file's value when it has one. A [popularity] table (sized by the
  * file's topics and m's layers and experts) replaces *table (freed; caller frees the new one)

@@ -8,24 +8,12 @@
 #include "common/alloc.h"
 #include "common/check.h"
 #include "traces/synth_fit.h"
+#include "traces/synth_moments.h"
 
 uint32_t synth_fit_detect_interleave(const trace *t) {
-    const uint32_t R = t->n_requests;
-    uint64_t *left = moesim_xcalloc(R, sizeof *left); /* decode tokens not yet seen */
-    bool *begun = moesim_xcalloc(R, sizeof *begun);
-    for (uint64_t i = 0; i < t->n_tokens; i++)
-        left[t->request_id[i]] += t->phase[i] == TRACE_DECODE;
-    uint32_t open = 0, most = 1;
-    for (uint64_t i = 0; i < t->n_tokens; i++) {
-        const uint32_t r = t->request_id[i];
-        if (t->phase[i] != TRACE_DECODE) continue;
-        if (!begun[r]) begun[r] = true, open++;
-        most = open > most ? open : most;
-        if (--left[r] == 0) open--;
-    }
-    free(begun);
-    free(left);
-    return most;
+    fit_moments mo;
+    fit_stats_compute(t, 0, NULL, &mo);
+    return mo.decode_batch;
 }
 
 /* A one-token view of token `tok` of `t` (for trace_copy_tokens). */
