@@ -234,8 +234,6 @@ void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p);
  * asserting the plan's rules: a stored precision, every part resident or loading. */
 void memsys_run_plan(memsys *m, uint32_t layer, const uint16_t *active, const uint8_t *plan,
                      uint32_t n);
-/* Its compute finished: no longer pinned. */
-void memsys_unpin(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p);
 /* The layer's last route has been planned: drops its stale prefetches (the rule above). */
 void memsys_end_layer(memsys *m, uint32_t layer, uint64_t now_ns);
 
@@ -245,8 +243,11 @@ void memsys_end_layer(memsys *m, uint32_t layer, uint64_t now_ns);
  * held: an eviction of the whole expert is refused until its last part lands. */
 uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer);
 
-/* Issue sequence of the transfer loading part index `pi` (a LOADING part). */
-uint64_t memsys_loading_seq(const memsys *m, size_t pi);
+/* Issue sequence of the transfer loading part index `pi` (a LOADING part); inline: the
+ * execution order asks it for every loading part of a route. */
+static inline uint64_t memsys_loading_seq(const memsys *m, size_t pi) {
+    return m->xf[m->xfer_of[pi]].seq;
+}
 
 /* Bytes the memory system has allocated (per-part state, transfers). */
 uint64_t memsys_memory_bytes(const memsys *m);
@@ -256,6 +257,11 @@ void memsys_finish(memsys *m);
 
 static inline size_t memsys_lep(const memsys *m, uint32_t layer, uint32_t expert, uint32_t p) {
     return ((size_t)layer * m->E + expert) * m->P + p;
+}
+
+/* Its compute finished: no longer pinned (inline: once per expert op). */
+static inline void memsys_unpin(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) {
+    m->pinned[memsys_lep(m, layer, expert, p)] = 0;
 }
 
 /* Whether a part in `mask` of one lep's part states st[PART_COUNT] (memsys.state) is not in

@@ -222,9 +222,10 @@ static void run_layer(run_loop *rl, uint64_t step, uint32_t layer) {
     sim_route_scratch rs = route_scratch(rl);
     for (uint32_t i0 = 0; i0 < n;) {
         uint32_t i1 = sim_route_split(&rs, rl->r_experts, K, i0, n, rl->route_capacity);
+        /* the route's accesses (its expert slots, skipped or not) as its tally counts them */
+        uint64_t counted = rl->tally.accesses + rl->tally.skipped;
         run_route(rl, step, layer, i0, i1, i0 == 0, i1 == n);
-        for (uint32_t i = i0 * K; i < i1 * K; i++)
-            rl->c.ms->access_pos += rl->r_experts[i] != TRACE_NO_EXPERT;
+        rl->c.ms->access_pos += rl->tally.accesses + rl->tally.skipped - counted;
         i0 = i1;
     }
 }

@@ -13,6 +13,7 @@
  * `moesim trace stats` (tests/test_sim.c checks it). */
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/alloc.h"
 #include "common/check.h"
@@ -197,7 +198,7 @@ static void lru_on_route(policy *p, const policy_route *r, policy_plan *plan) {
     size_t n = (size_t)r->n_tokens * r->top_k;
     for (size_t i = 0; i < n; i++)
         if (r->experts[i] != POLICY_NO_EXPERT) touch(p, r->layer, r->experts[i]);
-    for (uint32_t a = 0; a < r->n_active; a++) plan->run[a] = (uint8_t)p->prec;
+    memset(plan->run, p->prec, r->n_active);
 }
 
 static void lru_destroy(policy *p) {
