@@ -142,7 +142,8 @@ static uint64_t *pool_of(memsys *m, uint32_t layer) {
     return &m->pool_used[m->cfg.per_layer ? layer : 0];
 }
 
-static void hbm_add(memsys *m, uint32_t layer, uint32_t p, uint64_t bytes) {
+static inline __attribute__((always_inline)) void hbm_add(memsys *m, uint32_t layer, uint32_t p,
+                                                          uint64_t bytes) {
     *pool_of(m, layer) += bytes;
     MOESIM_ASSERT(*pool_of(m, layer) <= m->cfg.pool_cap_bytes);
     m->prec_used[p] += bytes;
@@ -150,7 +151,8 @@ static void hbm_add(memsys *m, uint32_t layer, uint32_t p, uint64_t bytes) {
     if (m->host.on_hbm) m->host.on_hbm(m->host.ctx, m->experts_used);
 }
 
-static void hbm_sub(memsys *m, uint32_t layer, uint32_t p, uint64_t bytes) {
+static inline __attribute__((always_inline)) void hbm_sub(memsys *m, uint32_t layer, uint32_t p,
+                                                          uint64_t bytes) {
     MOESIM_ASSERT(*pool_of(m, layer) >= bytes && m->prec_used[p] >= bytes);
     *pool_of(m, layer) -= bytes;
     m->prec_used[p] -= bytes;
@@ -302,13 +304,6 @@ static uint64_t servable(const memsys_xfer *x, int e) {
     return x->bytes - x->sent[e];
 }
 
-/* `bytes` rounded down to whole chunks: a mask for the power-of-two sizes (the default 1 MiB),
- * where two 64-bit divisions per span would cost more than the rest of span_end. */
-static uint64_t chunks_floor(const memsys *m, uint64_t bytes) {
-    if (m->chunk_mask) return bytes & ~m->chunk_mask;
-    return bytes / m->cfg.chunk_bytes * m->cfg.chunk_bytes;
-}
-
 /* Where a span of PCIe chunks of x starting at its sent offset may end (memsys_next_span): at
  * the end of the chunk in which the next of its parts lands, and before its last chunk unless x
  * is a demand copy. Handing out the last chunk takes x off its queue, which chunk by chunk
@@ -318,12 +313,12 @@ static uint64_t span_end(const memsys *m, const memsys_xfer *x, uint64_t offset,
                          bool past_landings) {
     const uint64_t chunk = m->cfg.chunk_bytes;
     uint64_t limit =
-        x->cls == POLICY_DEMAND ? x->bytes : offset + chunks_floor(m, x->bytes - offset - 1);
+        x->cls == POLICY_DEMAND ? x->bytes : offset + memsys_chunks_floor(m, x->bytes - offset - 1);
     if (past_landings) return limit;
     /* the carried parts lie in part order (xfer_layout): the first not landed lands next */
     uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
     uint64_t lands = pending ? x->part_end[__builtin_ctz(pending)] : x->bytes;
-    uint64_t end = offset + chunks_floor(m, lands - offset + chunk - 1);
+    uint64_t end = offset + memsys_chunks_floor(m, lands - offset + chunk - 1);
     return end < limit ? end : limit;
 }
 
@@ -366,18 +361,6 @@ bool memsys_next_span(memsys *m, int e, memsys_chunk *out) {
 
 bool memsys_next_span_past_landings(memsys *m, int e, memsys_chunk *out) {
     return next_chunk(m, e, CHUNK_SPAN_PAST_LANDINGS, out);
-}
-
-int memsys_chunk_next_landing(const memsys *m, const memsys_chunk *c, uint64_t *bytes) {
-    const memsys_xfer *x = &m->xf[c->xfer];
-    uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
-    if (!pending) return -1;
-    int part = __builtin_ctz(pending);
-    /* the chunks up to the one holding the part's last byte; the span's own end lands the rest */
-    uint64_t need = chunks_floor(m, x->part_end[part] - c->offset + m->cfg.chunk_bytes - 1);
-    if (need >= c->bytes) return -1;
-    *bytes = need;
-    return part;
 }
 
 void memsys_part_land(memsys *m, uint32_t xfer, int part) {

@@ -192,10 +192,7 @@ bool memsys_next_span(memsys *m, int engine, memsys_chunk *out);
  * it itself (memsys_chunk_next_landing, memsys_part_land) when the chunk holding their last byte
  * ends, as chunk by chunk; for a host whose clock knows when each chunk of a span ends. */
 bool memsys_next_span_past_landings(memsys *m, int engine, memsys_chunk *out);
-/* The next part of chunk (or span) c's transfer that lands before c's end: returns the part and
- * sets *bytes to the bytes of c, from its offset, after which it lands (the chunks up to the one
- * holding its last byte); -1 when none does (memsys_chunk_done lands the parts c completes). */
-int memsys_chunk_next_landing(const memsys *m, const memsys_chunk *c, uint64_t *bytes);
+/* memsys_chunk_next_landing (below, inline) finds where the next part of a span lands. */
 /* Part `part` of transfer `xfer` landed: resident from now on (memsys_chunk_done's step). */
 void memsys_part_land(memsys *m, uint32_t xfer, int part);
 /* Cuts a span handed out by memsys_next_span back to its first `bytes` (a whole number of
@@ -257,6 +254,30 @@ void memsys_finish(memsys *m);
 
 static inline size_t memsys_lep(const memsys *m, uint32_t layer, uint32_t expert, uint32_t p) {
     return ((size_t)layer * m->E + expert) * m->P + p;
+}
+
+/* `bytes` rounded down to whole chunks: a mask for the power-of-two sizes (the default 1 MiB),
+ * where two 64-bit divisions per span would cost more than the rest of the span's arithmetic. */
+static inline uint64_t memsys_chunks_floor(const memsys *m, uint64_t bytes) {
+    if (m->chunk_mask) return bytes & ~m->chunk_mask;
+    return bytes / m->cfg.chunk_bytes * m->cfg.chunk_bytes;
+}
+
+/* The next part of chunk (or span) c's transfer that lands before c's end: returns the part and
+ * sets *bytes to the bytes of c, from its offset, after which it lands (the chunks up to the one
+ * holding its last byte); -1 when none does (memsys_chunk_done lands the parts c completes).
+ * Inline: the simulator asks after every landing of a span. */
+static inline int memsys_chunk_next_landing(const memsys *m, const memsys_chunk *c,
+                                            uint64_t *bytes) {
+    const memsys_xfer *x = &m->xf[c->xfer];
+    uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
+    if (!pending) return -1;
+    int part = __builtin_ctz(pending);
+    /* the chunks up to the one holding the part's last byte; the span's own end lands the rest */
+    uint64_t need = memsys_chunks_floor(m, x->part_end[part] - c->offset + m->cfg.chunk_bytes - 1);
+    if (need >= c->bytes) return -1;
+    *bytes = need;
+    return part;
 }
 
 /* Its compute finished: no longer pinned (inline: once per expert op). */
