@@ -363,15 +363,6 @@ bool memsys_next_span_past_landings(memsys *m, int e, memsys_chunk *out) {
     return next_chunk(m, e, CHUNK_SPAN_PAST_LANDINGS, out);
 }
 
-void memsys_part_land(memsys *m, uint32_t xfer, int part) {
-    memsys_xfer *x = &m->xf[xfer];
-    x->parts_done |= (uint8_t)(1u << part);
-    size_t pi = memsys_lep(m, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
-    MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == xfer);
-    m->state[pi] = POLICY_RESIDENT;
-    m->xfer_of[pi] = NONE;
-}
-
 void memsys_span_trim(memsys *m, memsys_chunk *c, uint64_t bytes) {
     memsys_xfer *x = &m->xf[c->xfer];
     MOESIM_ASSERT(bytes > 0 && bytes < c->bytes && x->sent[c->engine] == c->offset + c->bytes);

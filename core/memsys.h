@@ -35,8 +35,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "policies/policy.h"
+#include "common/check.h"
 #include "core/future.h"
+#include "policies/policy.h"
 
 #define MEMSYS_NONE    UINT32_MAX
 #define MEMSYS_CLASSES 3
@@ -193,8 +194,7 @@ bool memsys_next_span(memsys *m, int engine, memsys_chunk *out);
  * ends, as chunk by chunk; for a host whose clock knows when each chunk of a span ends. */
 bool memsys_next_span_past_landings(memsys *m, int engine, memsys_chunk *out);
 /* memsys_chunk_next_landing (below, inline) finds where the next part of a span lands. */
-/* Part `part` of transfer `xfer` landed: resident from now on (memsys_chunk_done's step). */
-void memsys_part_land(memsys *m, uint32_t xfer, int part);
+/* memsys_part_land (below, inline) makes a landed part resident. */
 /* Cuts a span handed out by memsys_next_span back to its first `bytes` (a whole number of
  * chunks, at least one); the rest is servable again (queued by issue order if the span had taken
  * the transfer off its queue). */
@@ -278,6 +278,17 @@ static inline int memsys_chunk_next_landing(const memsys *m, const memsys_chunk 
     if (need >= c->bytes) return -1;
     *bytes = need;
     return part;
+}
+
+/* Part `part` of transfer `xfer` landed: resident from now on (memsys_chunk_done's step).
+ * Inline: the simulator lands most parts itself, inside spans. */
+static inline void memsys_part_land(memsys *m, uint32_t xfer, int part) {
+    memsys_xfer *x = &m->xf[xfer];
+    x->parts_done |= (uint8_t)(1u << part);
+    size_t pi = memsys_lep(m, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
+    MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == xfer);
+    m->state[pi] = POLICY_RESIDENT;
+    m->xfer_of[pi] = MEMSYS_NONE;
 }
 
 /* Its compute finished: no longer pinned (inline: once per expert op). */
