@@ -142,7 +142,8 @@ static uint64_t *pool_of(memsys *m, uint32_t layer) {
     return &m->pool_used[m->cfg.per_layer ? layer : 0];
 }
 
-static void hbm_add(memsys *m, uint32_t layer, uint32_t p, uint64_t bytes) {
+static inline __attribute__((always_inline)) void hbm_add(memsys *m, uint32_t layer, uint32_t p,
+                                                          uint64_t bytes) {
     *pool_of(m, layer) += bytes;
     MOESIM_ASSERT(*pool_of(m, layer) <= m->cfg.pool_cap_bytes);
     m->prec_used[p] += bytes;
@@ -150,7 +151,8 @@ static void hbm_add(memsys *m, uint32_t layer, uint32_t p, uint64_t bytes) {
     if (m->host.on_hbm) m->host.on_hbm(m->host.ctx, m->experts_used);
 }
 
-static void hbm_sub(memsys *m, uint32_t layer, uint32_t p, uint64_t bytes) {
+static inline __attribute__((always_inline)) void hbm_sub(memsys *m, uint32_t layer, uint32_t p,
+                                                          uint64_t bytes) {
     MOESIM_ASSERT(*pool_of(m, layer) >= bytes && m->prec_used[p] >= bytes);
     *pool_of(m, layer) -= bytes;
     m->prec_used[p] -= bytes;
@@ -158,8 +160,9 @@ static void hbm_sub(memsys *m, uint32_t layer, uint32_t p, uint64_t bytes) {
     if (m->host.on_hbm) m->host.on_hbm(m->host.ctx, m->experts_used);
 }
 
-/* A part leaves HBM (evicted, or its load cancelled). */
-static void part_drop(memsys *m, uint32_t layer, uint32_t expert, uint32_t p, int part) {
+/* A part leaves HBM (evicted, or its load cancelled). Inline: an eviction drops three. */
+static inline __attribute__((always_inline)) void part_drop(memsys *m, uint32_t layer,
+                                                            uint32_t expert, uint32_t p, int part) {
     size_t pi = memsys_lep(m, layer, expert, p) * PART_COUNT + part;
     m->state[pi] = POLICY_ABSENT;
     m->xfer_of[pi] = NONE;
@@ -301,13 +304,6 @@ static uint64_t servable(const memsys_xfer *x, int e) {
     return x->bytes - x->sent[e];
 }
 
-/* `bytes` rounded down to whole chunks: a mask for the power-of-two sizes (the default 1 MiB),
- * where two 64-bit divisions per span would cost more than the rest of span_end. */
-static uint64_t chunks_floor(const memsys *m, uint64_t bytes) {
-    if (m->chunk_mask) return bytes & ~m->chunk_mask;
-    return bytes / m->cfg.chunk_bytes * m->cfg.chunk_bytes;
-}
-
 /* Where a span of PCIe chunks of x starting at its sent offset may end (memsys_next_span): at
  * the end of the chunk in which the next of its parts lands, and before its last chunk unless x
  * is a demand copy. Handing out the last chunk takes x off its queue, which chunk by chunk
@@ -317,12 +313,12 @@ static uint64_t span_end(const memsys *m, const memsys_xfer *x, uint64_t offset,
                          bool past_landings) {
     const uint64_t chunk = m->cfg.chunk_bytes;
     uint64_t limit =
-        x->cls == POLICY_DEMAND ? x->bytes : offset + chunks_floor(m, x->bytes - offset - 1);
+        x->cls == POLICY_DEMAND ? x->bytes : offset + memsys_chunks_floor(m, x->bytes - offset - 1);
     if (past_landings) return limit;
     /* the carried parts lie in part order (xfer_layout): the first not landed lands next */
     uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
     uint64_t lands = pending ? x->part_end[__builtin_ctz(pending)] : x->bytes;
-    uint64_t end = offset + chunks_floor(m, lands - offset + chunk - 1);
+    uint64_t end = offset + memsys_chunks_floor(m, lands - offset + chunk - 1);
     return end < limit ? end : limit;
 }
 
@@ -365,27 +361,6 @@ bool memsys_next_span(memsys *m, int e, memsys_chunk *out) {
 
 bool memsys_next_span_past_landings(memsys *m, int e, memsys_chunk *out) {
     return next_chunk(m, e, CHUNK_SPAN_PAST_LANDINGS, out);
-}
-
-int memsys_chunk_next_landing(const memsys *m, const memsys_chunk *c, uint64_t *bytes) {
-    const memsys_xfer *x = &m->xf[c->xfer];
-    uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
-    if (!pending) return -1;
-    int part = __builtin_ctz(pending);
-    /* the chunks up to the one holding the part's last byte; the span's own end lands the rest */
-    uint64_t need = chunks_floor(m, x->part_end[part] - c->offset + m->cfg.chunk_bytes - 1);
-    if (need >= c->bytes) return -1;
-    *bytes = need;
-    return part;
-}
-
-void memsys_part_land(memsys *m, uint32_t xfer, int part) {
-    memsys_xfer *x = &m->xf[xfer];
-    x->parts_done |= (uint8_t)(1u << part);
-    size_t pi = memsys_lep(m, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
-    MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == xfer);
-    m->state[pi] = POLICY_RESIDENT;
-    m->xfer_of[pi] = NONE;
 }
 
 void memsys_span_trim(memsys *m, memsys_chunk *c, uint64_t bytes) {
@@ -485,8 +460,8 @@ void memsys_begin_layer(memsys *m) {
     m->layer_seq = m->xfer_seq;
 }
 
-void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) {
-    size_t lep = memsys_lep(m, layer, expert, p);
+/* memsys_run of lep `lep` (inline in the plan's loop, which runs it for every planned expert). */
+static inline void run_lep(memsys *m, size_t lep) {
     m->pinned[lep] = 1;
     if (m->used_mark[lep] == m->layer_mark) return;
     m->used_mark[lep] = m->layer_mark;
@@ -505,6 +480,10 @@ void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) 
     m->n.late += late;
 }
 
+void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) {
+    run_lep(m, memsys_lep(m, layer, expert, p));
+}
+
 void memsys_run_plan(memsys *m, uint32_t layer, const uint16_t *active, const uint8_t *plan,
                      uint32_t n) {
     for (uint32_t a = 0; a < n; a++) {
@@ -515,12 +494,8 @@ void memsys_run_plan(memsys *m, uint32_t layer, const uint16_t *active, const ui
         const uint8_t *st = m->state + lep * PART_COUNT;
         MOESIM_ASSERT((st[0] != POLICY_ABSENT) & (st[1] != POLICY_ABSENT) &
                       (st[2] != POLICY_ABSENT));
-        memsys_run(m, layer, active[a], (moesim_precision)pr);
+        run_lep(m, lep);
     }
-}
-
-void memsys_unpin(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) {
-    m->pinned[memsys_lep(m, layer, expert, p)] = 0;
 }
 
 /* Cancels a not-started prefetch transfer and tells the policy. */
@@ -568,8 +543,6 @@ uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer) {
     }
     return bytes;
 }
-
-uint64_t memsys_loading_seq(const memsys *m, size_t pi) { return m->xf[m->xfer_of[pi]].seq; }
 
 void memsys_finish(memsys *m) {
     size_t lep_n = (size_t)m->L * m->E * m->P;

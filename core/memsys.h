@@ -35,8 +35,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "policies/policy.h"
+#include "common/check.h"
 #include "core/future.h"
+#include "policies/policy.h"
 
 #define MEMSYS_NONE    UINT32_MAX
 #define MEMSYS_CLASSES 3
@@ -192,12 +193,8 @@ bool memsys_next_span(memsys *m, int engine, memsys_chunk *out);
  * it itself (memsys_chunk_next_landing, memsys_part_land) when the chunk holding their last byte
  * ends, as chunk by chunk; for a host whose clock knows when each chunk of a span ends. */
 bool memsys_next_span_past_landings(memsys *m, int engine, memsys_chunk *out);
-/* The next part of chunk (or span) c's transfer that lands before c's end: returns the part and
- * sets *bytes to the bytes of c, from its offset, after which it lands (the chunks up to the one
- * holding its last byte); -1 when none does (memsys_chunk_done lands the parts c completes). */
-int memsys_chunk_next_landing(const memsys *m, const memsys_chunk *c, uint64_t *bytes);
-/* Part `part` of transfer `xfer` landed: resident from now on (memsys_chunk_done's step). */
-void memsys_part_land(memsys *m, uint32_t xfer, int part);
+/* memsys_chunk_next_landing (below, inline) finds where the next part of a span lands. */
+/* memsys_part_land (below, inline) makes a landed part resident. */
 /* Cuts a span handed out by memsys_next_span back to its first `bytes` (a whole number of
  * chunks, at least one); the rest is servable again (queued by issue order if the span had taken
  * the transfer off its queue). */
@@ -234,8 +231,6 @@ void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p);
  * asserting the plan's rules: a stored precision, every part resident or loading. */
 void memsys_run_plan(memsys *m, uint32_t layer, const uint16_t *active, const uint8_t *plan,
                      uint32_t n);
-/* Its compute finished: no longer pinned. */
-void memsys_unpin(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p);
 /* The layer's last route has been planned: drops its stale prefetches (the rule above). */
 void memsys_end_layer(memsys *m, uint32_t layer, uint64_t now_ns);
 
@@ -245,8 +240,11 @@ void memsys_end_layer(memsys *m, uint32_t layer, uint64_t now_ns);
  * held: an eviction of the whole expert is refused until its last part lands. */
 uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer);
 
-/* Issue sequence of the transfer loading part index `pi` (a LOADING part). */
-uint64_t memsys_loading_seq(const memsys *m, size_t pi);
+/* Issue sequence of the transfer loading part index `pi` (a LOADING part); inline: the
+ * execution order asks it for every loading part of a route. */
+static inline uint64_t memsys_loading_seq(const memsys *m, size_t pi) {
+    return m->xf[m->xfer_of[pi]].seq;
+}
 
 /* Bytes the memory system has allocated (per-part state, transfers). */
 uint64_t memsys_memory_bytes(const memsys *m);
@@ -256,6 +254,46 @@ void memsys_finish(memsys *m);
 
 static inline size_t memsys_lep(const memsys *m, uint32_t layer, uint32_t expert, uint32_t p) {
     return ((size_t)layer * m->E + expert) * m->P + p;
+}
+
+/* `bytes` rounded down to whole chunks: a mask for the power-of-two sizes (the default 1 MiB),
+ * where two 64-bit divisions per span would cost more than the rest of the span's arithmetic. */
+static inline uint64_t memsys_chunks_floor(const memsys *m, uint64_t bytes) {
+    if (m->chunk_mask) return bytes & ~m->chunk_mask;
+    return bytes / m->cfg.chunk_bytes * m->cfg.chunk_bytes;
+}
+
+/* The next part of chunk (or span) c's transfer that lands before c's end: returns the part and
+ * sets *bytes to the bytes of c, from its offset, after which it lands (the chunks up to the one
+ * holding its last byte); -1 when none does (memsys_chunk_done lands the parts c completes).
+ * Inline: the simulator asks after every landing of a span. */
+static inline int memsys_chunk_next_landing(const memsys *m, const memsys_chunk *c,
+                                            uint64_t *bytes) {
+    const memsys_xfer *x = &m->xf[c->xfer];
+    uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
+    if (!pending) return -1;
+    int part = __builtin_ctz(pending);
+    /* the chunks up to the one holding the part's last byte; the span's own end lands the rest */
+    uint64_t need = memsys_chunks_floor(m, x->part_end[part] - c->offset + m->cfg.chunk_bytes - 1);
+    if (need >= c->bytes) return -1;
+    *bytes = need;
+    return part;
+}
+
+/* Part `part` of transfer `xfer` landed: resident from now on (memsys_chunk_done's step).
+ * Inline: the simulator lands most parts itself, inside spans. */
+static inline void memsys_part_land(memsys *m, uint32_t xfer, int part) {
+    memsys_xfer *x = &m->xf[xfer];
+    x->parts_done |= (uint8_t)(1u << part);
+    size_t pi = memsys_lep(m, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
+    MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == xfer);
+    m->state[pi] = POLICY_RESIDENT;
+    m->xfer_of[pi] = MEMSYS_NONE;
+}
+
+/* Its compute finished: no longer pinned (inline: once per expert op). */
+static inline void memsys_unpin(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) {
+    m->pinned[memsys_lep(m, layer, expert, p)] = 0;
 }
 
 /* Whether a part in `mask` of one lep's part states st[PART_COUNT] (memsys.state) is not in

@@ -111,10 +111,11 @@ void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]) {
     }
 }
 
-uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active,
-                                   const uint8_t *layer_state, uint32_t P,
-                                   uint64_t (*loading_seq)(const void *host, size_t part_index),
-                                   const void *host, uint32_t *order, uint64_t *order_key) {
+uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active, const memsys *ms,
+                                   uint32_t layer, uint32_t *order, uint64_t *order_key) {
+    const uint32_t P = ms->P;
+    const size_t layer_parts = (size_t)layer * ms->E * P * PART_COUNT;
+    const uint8_t *layer_state = ms->state + layer_parts;
     /* One pass puts the resident experts in order (active order) and lists the loading ones in
      * order_key, both by conditional counts rather than jumps: which experts are still loading
      * is data, and the jumps were mostly mispredicted. */
@@ -139,7 +140,7 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
         uint64_t key = 0;
         for (int part = 0; part < PART_COUNT; part++)
             if (layer_state[base + part] == POLICY_LOADING) {
-                uint64_t seq = loading_seq(host, base + (size_t)part) + 1;
+                uint64_t seq = memsys_loading_seq(ms, layer_parts + base + (size_t)part) + 1;
                 if (seq > key) key = seq;
             }
         uint32_t j = k;

@@ -82,15 +82,12 @@ void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *exper
  * bits_of[PREC_COUNT], computed once per run. */
 void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]);
 
-/* The order the planned experts run in, the same for both hosts: resident experts first, then by
- * the issue order of their latest-issued loading part (`loading_seq(host, part_index)` returns
- * that copy's issue sequence; part_index indexes layer_state). Writes the indices into `active`
- * of the experts that run to order ([n_active]), with order_key as scratch ([n_active]); returns
- * their count. Stable: ties keep ascending expert order. */
-uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active,
-                                   const uint8_t *layer_state, uint32_t P,
-                                   uint64_t (*loading_seq)(const void *host, size_t part_index),
-                                   const void *host, uint32_t *order, uint64_t *order_key);
+/* The order the planned experts of `layer` run in, the same for both hosts: resident experts
+ * first, then by the issue order of their latest-issued loading part (memsys_loading_seq). Writes
+ * the indices into `active` of the experts that run to order ([n_active]), with order_key as
+ * scratch ([n_active]); returns their count. Stable: ties keep ascending expert order. */
+uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active, const memsys *ms,
+                                   uint32_t layer, uint32_t *order, uint64_t *order_key);
 
 /* The end of the next sub-route: tokens [i0, i1) of the step's `experts` ([n][K]) in order, as
  * many as keep the distinct experts within `capacity` (at least one token). Uses the scratch's

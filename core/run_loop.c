@@ -136,15 +136,6 @@ static void wait_room(run_loop *rl, uint32_t layer, uint32_t n_active) {
     if (ops->stall_end) ops->stall_end(rl->c.host);
 }
 
-/* Issue sequence of the copy loading part `part_index` of the layer being routed (the callback
- * of sim_route_execution_order). */
-static uint64_t loading_seq(const void *rl, size_t part_index) {
-    const run_loop *l = rl;
-    const memsys *ms = l->c.ms;
-    size_t layer_parts = (size_t)ms->cur_layer * l->E * PREC_COUNT * PART_COUNT;
-    return memsys_loading_seq(ms, layer_parts + part_index);
-}
-
 /* One expert's ops: gate+up then down as separate ops with part overlap (each after its own
  * parts' copies), else one op after all three. */
 static void run_expert(run_loop *rl, uint32_t layer, uint16_t e, moesim_precision p,
@@ -201,9 +192,7 @@ static void run_route(run_loop *rl, uint64_t step, uint32_t layer, uint32_t i0, 
         .sub_routes = &rl->sub_routes,
     };
     sim_route_decide(&h, &rs, step, layer, i0, i1, n_active, last_of_layer);
-    const size_t layer_parts = (size_t)layer * rl->E * PREC_COUNT * PART_COUNT;
-    uint32_t n_run = sim_route_execution_order(&rs, n_active, ms->state + layer_parts, PREC_COUNT,
-                                               loading_seq, rl, rl->order, rl->order_key);
+    uint32_t n_run = sim_route_execution_order(&rs, n_active, ms, layer, rl->order, rl->order_key);
     rl_unlock(rl);
     for (uint32_t r = 0; r < n_run; r++) {
         uint32_t a = rl->order[r];
@@ -222,9 +211,10 @@ static void run_layer(run_loop *rl, uint64_t step, uint32_t layer) {
     sim_route_scratch rs = route_scratch(rl);
     for (uint32_t i0 = 0; i0 < n;) {
         uint32_t i1 = sim_route_split(&rs, rl->r_experts, K, i0, n, rl->route_capacity);
+        /* the route's accesses (its expert slots, skipped or not) as its tally counts them */
+        uint64_t counted = rl->tally.accesses + rl->tally.skipped;
         run_route(rl, step, layer, i0, i1, i0 == 0, i1 == n);
-        for (uint32_t i = i0 * K; i < i1 * K; i++)
-            rl->c.ms->access_pos += rl->r_experts[i] != TRACE_NO_EXPERT;
+        rl->c.ms->access_pos += rl->tally.accesses + rl->tally.skipped - counted;
         i0 = i1;
     }
 }

@@ -13,6 +13,7 @@
  * `moesim trace stats` (tests/test_sim.c checks it). */
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/alloc.h"
 #include "common/check.h"
@@ -60,7 +61,9 @@ struct policy {
     uint64_t tick;
 };
 
-static void list_unlink(lru_list *l, uint32_t *prev, uint32_t *next, uint32_t x) {
+/* Inline, as list_push_front: every access relinks its node. */
+static inline __attribute__((always_inline)) void list_unlink(lru_list *l, uint32_t *prev,
+                                                              uint32_t *next, uint32_t x) {
     if (prev[x] != LRU_NIL)
         next[prev[x]] = next[x];
     else
@@ -73,7 +76,8 @@ static void list_unlink(lru_list *l, uint32_t *prev, uint32_t *next, uint32_t x)
     l->n--;
 }
 
-static void list_push_front(lru_list *l, uint32_t *prev, uint32_t *next, uint32_t x) {
+static inline __attribute__((always_inline)) void list_push_front(lru_list *l, uint32_t *prev,
+                                                                  uint32_t *next, uint32_t x) {
     prev[x] = LRU_NIL;
     next[x] = l->head;
     if (l->head != LRU_NIL)
@@ -157,9 +161,8 @@ static void drop(policy *p, uint32_t x) {
     p->cached[x] = 0;
 }
 
-static void touch(policy *p, uint32_t layer, uint16_t e) {
-    uint32_t x = layer * p->E + e;
-    lru_list *ll = &p->layer[layer];
+/* An access of expert e of `layer` (node x, on list ll), whose node the route stamped. */
+static void touch(policy *p, uint32_t layer, lru_list *ll, uint32_t x, uint16_t e) {
     bool global = p->scope == LRU_SCOPE_GLOBAL;
     if (p->cached[x]) {
         list_unlink(ll, p->lprev, p->lnext, x);
@@ -183,7 +186,6 @@ static void touch(policy *p, uint32_t layer, uint16_t e) {
         }
         p->cached[x] = 1;
     }
-    p->stamp[x] = p->gen;
     p->touched[x] = ++p->tick;
     list_push_front(ll, p->lprev, p->lnext, x);
     if (global) list_push_front(&p->global, p->gprev, p->gnext, x);
@@ -192,12 +194,15 @@ static void touch(policy *p, uint32_t layer, uint16_t e) {
 static void lru_on_route(policy *p, const policy_route *r, policy_plan *plan) {
     /* the route's experts run together: stamping them all first keeps every one of them out of
      * the victim search of the route's misses (the simulator's rule, policies/policy.h) */
-    p->gen++;
-    for (uint32_t a = 0; a < r->n_active; a++) p->stamp[r->layer * p->E + r->active[a]] = p->gen;
+    const uint32_t layer = r->layer, base = layer * p->E, n_active = r->n_active, gen = ++p->gen;
+    for (uint32_t a = 0; a < n_active; a++) p->stamp[base + r->active[a]] = gen;
+    lru_list *ll = &p->layer[layer];
     size_t n = (size_t)r->n_tokens * r->top_k;
-    for (size_t i = 0; i < n; i++)
-        if (r->experts[i] != POLICY_NO_EXPERT) touch(p, r->layer, r->experts[i]);
-    for (uint32_t a = 0; a < r->n_active; a++) plan->run[a] = (uint8_t)p->prec;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t e = r->experts[i];
+        if (e != POLICY_NO_EXPERT) touch(p, layer, ll, base + e, e);
+    }
+    memset(plan->run, p->prec, n_active);
 }
 
 static void lru_destroy(policy *p) {

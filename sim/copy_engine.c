@@ -211,6 +211,16 @@ uint64_t sim_deliver_next(sim_state *s) {
     return s->now_ns;
 }
 
+uint64_t sim_deliver_until_resident(sim_state *s, const uint8_t *st, uint32_t mask) {
+    for (uint32_t waiting; (waiting = sim_parts_waiting(st, mask));) {
+        MOESIM_ASSERT(!memsys_parts_differ(st, waiting, POLICY_LOADING));
+        bool any = deliver_next_until(s, UINT64_MAX);
+        MOESIM_ASSERT(
+            any); /* a part is LOADING, so its transfer has an event or a landing coming */
+    }
+    return s->now_ns;
+}
+
 memsys_host sim_memsys_host(sim_state *s, bool block_pools) {
     memsys_host h = {.ctx = s, .on_work = on_work, .on_hbm = on_hbm};
     if (block_pools) {

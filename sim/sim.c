@@ -214,27 +214,20 @@ static void host_op(void *h, const run_op *op) {
     stream_op(s, op_time_ns(s, dur) + s->op_issue_ns, op->cat, op->name);
 }
 
-/* The parts of `mask` in a part-state triple st[PART_COUNT] that are not resident. */
-static inline uint32_t parts_waiting(const uint8_t *st, uint32_t mask) {
-    return ((uint32_t)(st[PART_GATE] != POLICY_RESIDENT) << PART_GATE |
-            (uint32_t)(st[PART_UP] != POLICY_RESIDENT) << PART_UP |
-            (uint32_t)(st[PART_DOWN] != POLICY_RESIDENT) << PART_DOWN) &
-           mask;
-}
-
 /* The stream blocks: copy events are delivered until every part in `mask` is resident (out of
- * line: most expert ops find their parts resident). */
+ * line: most expert ops find their parts resident). The wait is stall time; with a timeline, a
+ * stall slice per delivery. */
 static void wait_parts(sim_state *s, const uint8_t *st, uint32_t layer, uint32_t expert,
                        uint32_t mask) {
-    for (uint32_t waiting; (waiting = parts_waiting(st, mask));) {
-        uint32_t loading = (uint32_t)(st[PART_GATE] == POLICY_LOADING) << PART_GATE |
-                           (uint32_t)(st[PART_UP] == POLICY_LOADING) << PART_UP |
-                           (uint32_t)(st[PART_DOWN] == POLICY_LOADING) << PART_DOWN;
-        MOESIM_ASSERT((waiting & loading) == waiting);
-        if (!s->tl.on) {
-            host_wait_copy(s, NULL);
-            continue;
-        }
+    if (!s->tl.on) { /* host_wait_copy per delivery, summed: times only grow */
+        uint64_t te = sim_deliver_until_resident(s, st, mask);
+        if (te <= s->t_ns) return;
+        s->stall_ns += te - s->t_ns;
+        s->t_ns = te;
+        return;
+    }
+    for (uint32_t waiting; (waiting = sim_parts_waiting(st, mask));) {
+        MOESIM_ASSERT(!memsys_parts_differ(st, waiting, POLICY_LOADING));
         char name[64];
         snprintf(name, sizeof name, "stall L%u e%u", layer, expert);
         host_wait_copy(s, name);

@@ -151,6 +151,16 @@ static inline void sim_advance_to(sim_state *s, uint64_t t_ns) {
 }
 /* Delivers the next event or part landing (the stream is blocked); returns its time. */
 uint64_t sim_deliver_next(sim_state *s);
+/* The parts of `mask` in a part-state triple st[PART_COUNT] that are not resident. */
+static inline uint32_t sim_parts_waiting(const uint8_t *st, uint32_t mask) {
+    return ((uint32_t)(st[PART_GATE] != POLICY_RESIDENT) << PART_GATE |
+            (uint32_t)(st[PART_UP] != POLICY_RESIDENT) << PART_UP |
+            (uint32_t)(st[PART_DOWN] != POLICY_RESIDENT) << PART_DOWN) &
+           mask;
+}
+/* Delivers events and landings (the stream is blocked) until every part of `mask` in
+ * st[PART_COUNT] is resident, each waited-for part being loading; returns the last one's time. */
+uint64_t sim_deliver_until_resident(sim_state *s, const uint8_t *st, uint32_t mask);
 /* Every copy still queued or in flight completes; nothing may be left. */
 void sim_drain(sim_state *s);
 
