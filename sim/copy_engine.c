@@ -214,9 +214,9 @@ uint64_t sim_deliver_next(sim_state *s) {
 uint64_t sim_deliver_until_resident(sim_state *s, const uint8_t *st, uint32_t mask) {
     for (uint32_t waiting; (waiting = sim_parts_waiting(st, mask));) {
         MOESIM_ASSERT(!memsys_parts_differ(st, waiting, POLICY_LOADING));
+        /* a part is LOADING, so its transfer has an event or a landing coming */
         bool any = deliver_next_until(s, UINT64_MAX);
-        MOESIM_ASSERT(
-            any); /* a part is LOADING, so its transfer has an event or a landing coming */
+        MOESIM_ASSERT(any);
     }
     return s->now_ns;
 }
