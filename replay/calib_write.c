@@ -16,6 +16,16 @@
 
 static double clamp01(double v) { return v < 0.01 ? 0.01 : v > 1 ? 1 : v; }
 
+/* A slowdown beside the other thread (optional keys): measured, else the base's where it has one.
+ */
+static void write_slowdown(FILE *f, const char *key, bool measured, double value, const char *how,
+                           double base_value, const char *base) {
+    if (measured)
+        fprintf(f, "%s = %.6g ; derived: measured by moesim calibrate (%s)\n", key, value, how);
+    else if (base_value > 0)
+        fprintf(f, "%s = %.6g ; derived: copied from %s\n", key, base_value, base);
+}
+
 moesim_status calib_write_profile(const calib_results *c, const hw_profile *base, const char *name,
                                   const char *path, moesim_error *err) {
     atomic_file af;
@@ -68,14 +78,9 @@ moesim_status calib_write_profile(const calib_results *c, const hw_profile *base
                 "around each launch, as the replay brackets every op; its cost table times ops "
                 "without them)\n",
                 c->op_events_us);
-    if (c->contention_measured)
-        fprintf(f,
-                "slowdown_beside_copy = %.6g ; derived: measured by moesim calibrate (a decode "
-                "step's ops while the copy thread reads, against alone)\n",
-                c->op_slowdown_beside_copy);
-    else if (base->op_slowdown_beside_copy > 0)
-        fprintf(f, "slowdown_beside_copy = %.6g ; derived: copied from %s\n",
-                base->op_slowdown_beside_copy, b);
+    write_slowdown(f, "slowdown_beside_copy", c->contention_measured, c->op_slowdown_beside_copy,
+                   "a decode step's ops while the copy thread reads, against alone",
+                   base->op_slowdown_beside_copy, b);
     fprintf(f, "\n");
     fprintf(f, "[pcie]\n");
     fprintf(f,
@@ -92,14 +97,10 @@ moesim_status calib_write_profile(const calib_results *c, const hw_profile *base
     fprintf(f, "d2h_latency_us = %.6g ; derived: measured by moesim calibrate (intercept)\n",
             c->d2h_latency_us);
     fprintf(f, "copy_engines = %u ; derived: copied from %s\n", base->copy_engines, b);
-    if (c->contention_measured)
-        fprintf(f,
-                "slowdown_beside_compute = %.6g ; derived: measured by moesim calibrate (1 MiB "
-                "reads while the compute thread runs a decode step's ops, against alone)\n",
-                c->link_slowdown_beside_compute);
-    else if (base->h2d_slowdown_beside_compute > 0)
-        fprintf(f, "slowdown_beside_compute = %.6g ; derived: copied from %s\n",
-                base->h2d_slowdown_beside_compute, b);
+    write_slowdown(f, "slowdown_beside_compute", c->contention_measured,
+                   c->link_slowdown_beside_compute,
+                   "1 MiB reads while the compute thread runs a decode step's ops, against alone",
+                   base->h2d_slowdown_beside_compute, b);
     if (c->h2d_chunk_measured)
         fprintf(f,
                 "latency_per_chunk = %s ; derived: measured by moesim calibrate (1 MiB chunks "
