@@ -193,8 +193,6 @@ bool memsys_next_span(memsys *m, int engine, memsys_chunk *out);
  * it itself (memsys_chunk_next_landing, memsys_part_land) when the chunk holding their last byte
  * ends, as chunk by chunk; for a host whose clock knows when each chunk of a span ends. */
 bool memsys_next_span_past_landings(memsys *m, int engine, memsys_chunk *out);
-/* memsys_chunk_next_landing (below, inline) finds where the next part of a span lands. */
-/* memsys_part_land (below, inline) makes a landed part resident. */
 /* Cuts a span handed out by memsys_next_span back to its first `bytes` (a whole number of
  * chunks, at least one); the rest is servable again (queued by issue order if the span had taken
  * the transfer off its queue). */
