@@ -363,6 +363,20 @@ bool memsys_next_span_past_landings(memsys *m, int e, memsys_chunk *out) {
     return next_chunk(m, e, CHUNK_SPAN_PAST_LANDINGS, out);
 }
 
+memsys_backlog memsys_engine_backlog(const memsys *m, int e) {
+    memsys_backlog b = {0};
+    const uint64_t chunk = m->cfg.chunk_bytes;
+    for (int c = 0; c < MEMSYS_CLASSES; c++)
+        for (uint32_t i = m->head[e][c]; i != NONE; i = m->xf[i].next[e]) {
+            const memsys_xfer *x = &m->xf[i];
+            uint64_t left = x->bytes - x->sent[e];
+            b.bytes += left;
+            b.chunks += (left + chunk - 1) / chunk;
+            b.unstarted += x->sent[e] == 0;
+        }
+    return b;
+}
+
 void memsys_span_trim(memsys *m, memsys_chunk *c, uint64_t bytes) {
     memsys_xfer *x = &m->xf[c->xfer];
     MOESIM_ASSERT(bytes > 0 && bytes < c->bytes && x->sent[c->engine] == c->offset + c->bytes);

@@ -197,6 +197,15 @@ bool memsys_next_span_past_landings(memsys *m, int engine, memsys_chunk *out);
  * chunks, at least one); the rest is servable again (queued by issue order if the span had taken
  * the transfer off its queue). */
 void memsys_span_trim(memsys *m, memsys_chunk *c, uint64_t bytes);
+/* Engine `engine`'s queued work not yet handed out: its bytes, in how many chunks, and how many
+ * of its transfers have not started (each pays the engine's latency on its first chunk). With
+ * the chunk in flight, what the engine does if no new work comes: a host that charges what runs
+ * beside a copy reads it (the simulator's ops slowed beside the link). */
+typedef struct memsys_backlog {
+    uint64_t bytes, chunks;
+    uint32_t unstarted;
+} memsys_backlog;
+memsys_backlog memsys_engine_backlog(const memsys *m, int engine);
 /* The parts a chunk's bytes belong to: piece i is bytes [part_offset, part_offset + bytes) of
  * part `part` of the chunk's transfer (in the stream's byte units, cfg.part_bytes), in stream
  * order. Returns the count (1..PART_COUNT). For hosts that copy real bytes part by part. */

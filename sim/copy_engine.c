@@ -60,17 +60,6 @@ static uint64_t engine_xfer_ns(const sim_engine *e, uint64_t offset) {
     return cost_transfer_ns(offset, e->bytes_per_s);
 }
 
-/* A chunk of d ns alone that starts while the compute stream runs an op, for the w ns until the
- * stream's clock (the profile's h2d_slowdown_beside_compute, x: the CPU kind's disk reads beside
- * the compute thread's kernels): during the op it moves at 1/(1+x) of its rate, after it alone,
- * so d + w·x/(1+x), and d·(1+x) when it ends first. Only the op already issued counts: the
- * stream's next op is not known when the chunk starts. */
-static uint64_t slowed_beside_compute(const sim_engine *e, uint64_t d, uint64_t w) {
-    double x = e->slowdown_beside_compute;
-    double whole = (double)d * (1 + x), part = (double)d + (double)w * x / (1 + x);
-    return (uint64_t)llround(whole < part ? whole : part);
-}
-
 /* When the first `bytes` of the chunk in flight end. A chunk of b bytes after d bytes of its
  * transfer takes ceil((d+b)·1e9/bw) − ceil(d·1e9/bw) ns, so chunks (and spans) add up to the
  * transfer's exact time; the latency is paid once per transfer, on its first chunk, or by every
@@ -83,9 +72,24 @@ static uint64_t engine_end_ns(const sim_state *s, const sim_engine *e, uint64_t 
     } else if (e->chunk.first) {
         t += e->latency_ns;
     }
+    /* A chunk that starts while the stream runs an op is slowed for the w ns until the stream's
+     * clock (h2d_slowdown_beside_compute: the CPU kind's disk reads beside the compute thread's
+     * kernels); only the op already issued counts: the stream's next is not known yet. */
     if (e->slowdown_beside_compute > 0 && s->t_ns > e->t_start_ns)
-        t = e->t_start_ns + slowed_beside_compute(e, t - e->t_start_ns, s->t_ns - e->t_start_ns);
+        t = e->t_start_ns +
+            sim_beside_ns(t - e->t_start_ns, s->t_ns - e->t_start_ns, e->slowdown_beside_compute);
     return t;
+}
+
+uint64_t sim_link_busy_ns(const sim_state *s) {
+    const sim_engine *e = &s->eng[MEMSYS_H2D];
+    if (!e->busy) return 0;
+    uint64_t busy = e->t_end_ns > s->t_ns ? e->t_end_ns - s->t_ns : 0;
+    memsys_backlog b = memsys_engine_backlog(&s->ms, MEMSYS_H2D);
+    if (!b.bytes) return busy;
+    uint64_t alone = cost_transfer_ns(b.bytes, e->bytes_per_s) +
+                     (e->latency_per_chunk ? b.chunks : b.unstarted) * e->latency_ns;
+    return busy + (uint64_t)llround((double)alone * (1 + e->slowdown_beside_compute));
 }
 
 /* When the next part of the span in flight lands, if one lands before the span's end: its

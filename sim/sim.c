@@ -187,15 +187,16 @@ static uint64_t op_cost_ns(const sim_state *s, run_op_kind kind, uint32_t tok) {
     MOESIM_UNREACHABLE();
 }
 
-/* An op of `dur_ns` that starts at the stream's clock: longer by the profile's
- * op_slowdown_beside_copy when the host link is copying then (the CPU kind: kernels beside the
- * copy thread's reads share the machine's cores and memory). Whether it copies is known once
- * the events up to the clock are delivered, which the host does here only for such a profile. */
+/* An op of `dur_ns` that starts at the stream's clock: slowed by the profile's
+ * op_slowdown_beside_copy for as long as the host link copies beside it (the CPU kind: kernels
+ * beside the copy thread's reads share the machine's cores and memory): what the link has at the
+ * op's start, as the stream issues nothing while an op runs (work a copy's completion issues
+ * during it is not counted). Known once the events up to the clock are delivered, which the host
+ * does here only for such a profile. */
 static uint64_t op_time_ns(sim_state *s, uint64_t dur_ns) {
     if (!(s->op_slowdown > 0)) return dur_ns;
     sim_advance_to(s, s->t_ns);
-    if (!s->eng[MEMSYS_H2D].busy) return dur_ns;
-    return dur_ns + (uint64_t)llround((double)dur_ns * s->op_slowdown);
+    return sim_beside_ns(dur_ns, sim_link_busy_ns(s), s->op_slowdown);
 }
 
 static void host_op(void *h, const run_op *op) {

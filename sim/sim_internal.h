@@ -9,6 +9,7 @@
 #ifndef MOESIM_SIM_SIM_INTERNAL_H
 #define MOESIM_SIM_SIM_INTERNAL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -163,5 +164,18 @@ static inline uint32_t sim_parts_waiting(const uint8_t *st, uint32_t mask) {
 uint64_t sim_deliver_until_resident(sim_state *s, const uint8_t *st, uint32_t mask);
 /* Every copy still queued or in flight completes; nothing may be left. */
 void sim_drain(sim_state *s);
+/* How long the host->device engine stays busy from the stream's clock if no new work comes:
+ * the chunk (or span) in flight, then its queued work (memsys_engine_backlog), which runs beside
+ * the op about to start, so slowed by the link's slowdown beside compute. 0: idle. Events up to
+ * the clock delivered (sim_advance_to). */
+uint64_t sim_link_busy_ns(const sim_state *s);
+
+/* A job of d ns alone beside another for the first w ns, each slowing the other by x while both
+ * run (rate 1/(1+x)): d·(1+x) when it ends first, else d + w·x/(1+x). The one rule of the
+ * simulator's contention between the copy engine and the compute stream, both ways. */
+static inline uint64_t sim_beside_ns(uint64_t d, uint64_t w, double x) {
+    double whole = (double)d * (1 + x), part = (double)d + (double)w * x / (1 + x);
+    return (uint64_t)llround(whole < part ? whole : part);
+}
 
 #endif

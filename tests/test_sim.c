@@ -117,6 +117,36 @@ Test(sim, an_op_started_beside_a_copy_is_slowed_by_the_profiles_fraction) {
     trace_destroy(t);
 }
 
+/* The same two loads with device memory 4000x slower: expert 0's op (about 16 ms) outlasts
+ * expert 1's copy, which starts as expert 0 lands. The op is slowed only while the link copies
+ * beside it: by b·y/(1+y) for the copy's b ns (latency and bytes), not by its whole length times
+ * y; expert 1's op then starts with the link idle. */
+Test(sim, an_op_that_outlasts_the_copy_beside_it_is_slowed_only_while_it_copies) {
+    model_geometry m = fixture_model(1, 2, 2);
+    hw_profile hw = fixture_hw(), slowed;
+    hw.hbm_bytes_per_s = 2.5e8;
+    slowed = hw;
+    slowed.op_slowdown_beside_copy = 0.25;
+    trace *t = fixture_trace(&m, 1, 1, 0, 0, 1);
+    cost_model c;
+    cost_model_init(&c, &hw, &m, &quant);
+    double op =
+        (double)(cost_expert_gate_up_ns(&c, PREC_BF16, 1) + cost_expert_down_ns(&c, PREC_BF16, 1));
+    double copy =
+        (double)(hw.h2d_latency_ns +
+                 cost_transfer_ns(model_expert_bytes(&m, &quant, PREC_BF16), hw.h2d_bytes_per_s));
+    cr_assert_gt(op, 2 * copy, "the fixture needs an op longer than the copy");
+    const char *sets[] = {"sim.part_overlap=false", NULL};
+    sim_result r0, r1;
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, &r0, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(run_sets(t, &m, &slowed, "ondemand", NULL, sets, &r1, &err), MOESIM_OK, "%s",
+                 err.msg);
+    double grew = (double)(makespan_ns(&r1) - makespan_ns(&r0)), want = copy * 0.25 / 1.25;
+    cr_assert(fabs(grew - want) <= 2, "grew %.0f ns, want %.0f", grew, want);
+    trace_destroy(t);
+}
+
 /* The same two loads with device memory 100x slower (expert 0's op about 0.4 ms) and 4 KiB
  * chunks: expert 1's chunks that start during expert 0's op move at 1/(1+x) of the link's rate
  * until it ends (the profile's h2d_slowdown_beside_compute, x), those after at the full rate. Its
