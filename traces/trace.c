@@ -480,11 +480,22 @@ moesim_status trace_checker_block(trace_checker *c, const trace *block, moesim_e
     MOESIM_ASSERT(!block->meta.lookahead_depth == !block->lookahead_ids &&
                   !block->meta.lookahead_depth == !block->lookahead_scores);
     const uint64_t first = c->n_checked;
+    moesim_status st = trace_checker_tokens(c, block, err);
+    if (!st) st = trace_check_rows(block, first, c->what, err);
+    return st;
+}
+
+moesim_status trace_checker_tokens(trace_checker *c, const trace *block, moesim_error *err) {
     moesim_status st = check_tokens(c, block, err);
-    if (!st) st = check_routing(block, first, c->what, err);
-    if (!st) st = check_importance(block, first, c->what, err);
-    if (!st) st = check_lookahead(block, first, c->what, err);
     c->n_checked += block->n_tokens;
+    return st;
+}
+
+moesim_status trace_check_rows(const trace *block, uint64_t first, const char *what,
+                               moesim_error *err) {
+    moesim_status st = check_routing(block, first, what, err);
+    if (!st) st = check_importance(block, first, what, err);
+    if (!st) st = check_lookahead(block, first, what, err);
     return st;
 }
 
