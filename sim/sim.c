@@ -474,11 +474,12 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     /* look-ahead: recorded, or emulated from the routing (never built for a policy that
      * ignores it: a few % of such a run) */
     uint32_t la_depth = t->meta.lookahead_depth, la_k = t->meta.lookahead_k;
-    bool la_emulated = false;
+    bool la_emulated = false, la_skipped = false;
     if (la_depth && s->stream && !trace_stream_rows_meta(s->stream)->lookahead_depth) {
         MOESIM_ASSERT(s->pm->ignores_lookahead); /* sim_stream_options skips only then */
-        s->la_skipped = true;
+        la_skipped = true;
     }
+    s->la_skipped = la_skipped;
     if (!la_depth) {
         la_depth = s->set.predictor_depth;
         la_k = la_depth ? s->K : 0;
@@ -536,8 +537,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
                                 .la_depth = la_depth,
                                 .la_k = la_k,
                                 .la_emulated = la_emulated,
-                                .la_unread =
-                                    s->la_skipped || (la_emulated && s->pm->ignores_lookahead),
+                                .la_unread = la_skipped || (la_emulated && s->pm->ignores_lookahead),
                                 .la_accuracy = s->set.predictor_accuracy,
                                 .seed = s->set.seed,
                                 .part_overlap = s->set.part_overlap,

@@ -159,10 +159,10 @@ static inline uint64_t trace_request_token(const trace_request_index *ix, uint32
 
 /* Reading a trace without holding it whole, for runs whose memory must not grow with the trace
  * (the simulator): open checks the file as trace_read does (every value too, reading the tokens
- * block by block; but see check_rows_on_read) but keeps nothing per token: trace_stream_tokens is a trace of meta and counts
- * whose arrays are all NULL, trace_stream_requests each request's tokens; rows (positions,
- * routing, ...) are read in blocks of whole tokens on demand into a small LRU cache of blocks.
- * Errors as trace_read's. The caller owns *out (trace_stream_close). */
+ * block by block; but see check_rows_on_read) but keeps nothing per token: trace_stream_tokens
+ * is a trace of meta and counts whose arrays are all NULL, trace_stream_requests each request's
+ * tokens; rows (positions, routing, ...) are read in blocks of whole tokens on demand into a
+ * small LRU cache of blocks. Errors as trace_read's. The caller owns *out (trace_stream_close). */
 typedef struct trace_stream trace_stream;
 moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_error *err);
 /* Rows a run never reads, so that they cost it nothing: they are neither read nor checked (the

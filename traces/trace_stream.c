@@ -481,8 +481,8 @@ moesim_status trace_stream_check_rest(trace_stream *s, moesim_error *err) {
         for (uint64_t b = 0; b < n_blocks && !s->failure.status; b++) {
             if (s->rows_checked[b]) continue;
             const uint64_t first = b * s->block_tokens;
-            moesim_status st = read_datasets(s, DS_EXPERT_IDS, DS_COUNT, first, block_len(s, b),
-                                             block);
+            moesim_status st =
+                read_datasets(s, DS_EXPERT_IDS, DS_COUNT, first, block_len(s, b), block);
             if (!st) st = check_block_rows(s, block, first);
             if (st) s->failure = e;
             s->rows_checked[b] = !st;
