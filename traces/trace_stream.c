@@ -206,14 +206,20 @@ void trace_request_index_free(trace_request_index *ix) {
     memset(ix, 0, sizeof *ix);
 }
 
-/* Adds a block's first-candidate hits (trace_stream_lookahead_first_hits) from its look-ahead
- * ids `la` [n_tokens][L][D][K'] (as the simulator counts them from the rows it gathers). */
-static void count_first_hits(trace_stream *s, const trace *block, const uint16_t *la) {
+/* Tokens of skipped look-ahead ids read at a time to count their hits: a stream checking rows on
+ * read keeps the buffer for the run, and a block's worth would be megabytes. */
+#define FIRST_HITS_TOKENS 64u
+
+/* Adds the first-candidate hits (trace_stream_lookahead_first_hits) of tokens [at, at + n) of
+ * `block` from their look-ahead ids `la` [n][L][D][K'] (as the simulator counts them from the
+ * rows it gathers). */
+static void count_first_hits(trace_stream *s, const trace *block, uint64_t at, uint64_t n,
+                             const uint16_t *la) {
     const trace_meta *m = &s->o.meta;
     const size_t per_layer = (size_t)m->lookahead_depth * m->lookahead_k;
-    for (uint64_t i = 0; i < block->n_tokens; i++)
+    for (uint64_t i = 0; i < n; i++)
         for (uint32_t l = 0; l + 1 < m->n_layers; l++) {
-            uint16_t want = trace_experts(block, i, l + 1)[0];
+            uint16_t want = trace_experts(block, at + i, l + 1)[0];
             if (want == TRACE_NO_EXPERT) continue;
             s->la_right += la[(i * m->n_layers + l) * per_layer] == want;
             s->la_total++;
@@ -224,9 +230,11 @@ static void count_first_hits(trace_stream *s, const trace *block, const uint16_t
  * rows skipped, its first-candidate hits: once per block of the trace. */
 static moesim_status check_block_rows(trace_stream *s, const trace *block, uint64_t first) {
     moesim_status st = trace_check_rows(block, first, s->r.path, s->r.err);
-    if (!st && s->la_ids) {
-        st = read_ds_rows(s, DS_LOOK_IDS, first, block->n_tokens, s->la_ids);
-        if (!st) count_first_hits(s, block, s->la_ids);
+    for (uint64_t at = 0; s->la_ids && at < block->n_tokens && !st; at += FIRST_HITS_TOKENS) {
+        uint64_t n =
+            block->n_tokens - at < FIRST_HITS_TOKENS ? block->n_tokens - at : FIRST_HITS_TOKENS;
+        st = read_ds_rows(s, DS_LOOK_IDS, first + at, n, s->la_ids);
+        if (!st) count_first_hits(s, block, at, n, s->la_ids);
     }
     return st;
 }
@@ -248,7 +256,8 @@ static moesim_status stream_load(trace_stream *s) {
     /* skipped look-ahead: its ids alone, for the first-candidate hits */
     uint64_t n_blocks = (N + s->block_tokens - 1) / s->block_tokens;
     if (s->skip[DS_LOOK_IDS] && o->have[DS_LOOK_IDS])
-        s->la_ids = malloc(s->block_tokens * trace_lookahead_values(&o->meta) * sizeof *s->la_ids);
+        s->la_ids =
+            malloc(FIRST_HITS_TOKENS * trace_lookahead_values(&o->meta) * sizeof *s->la_ids);
     if (s->check_on_read) s->rows_checked = calloc(n_blocks, 1);
     if ((s->skip[DS_LOOK_IDS] && o->have[DS_LOOK_IDS] && !s->la_ids) ||
         (s->check_on_read && !s->rows_checked)) {
