@@ -196,6 +196,17 @@ Test(trace, an_all_unrecorded_row_with_zero_gates_is_valid) {
     trace_destroy(t);
 }
 
+/* The check's fast path compares gate bits; -0 (>= 0 as a float) goes through the exact check. */
+Test(trace, gates_of_minus_zero_and_exactly_one_are_valid) {
+    trace *t = make_trace(4, 16, 2, 0, 0, 30, false);
+    size_t x = trace_route_index(t, 9, 2);
+    t->gate_weights[x] = -0.0f;
+    t->gate_weights[x + 1] = 1.0f;
+    moesim_error err = {0};
+    cr_assert_eq(trace_check(t, "made", &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+}
+
 Test(trace, an_empty_trace_is_rejected) {
     trace *one = make_trace(2, 8, 2, 0, 0, 1, false);
     trace *t = trace_create(&one->meta, 0);
