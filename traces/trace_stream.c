@@ -53,7 +53,7 @@ struct trace_stream {
     trace_meta rows_meta;        /* the blocks' geometry: the file's, less the rows skipped */
     bool skip[DS_COUNT];         /* datasets the blocks leave out (trace_stream_options) */
     uint64_t la_right, la_total; /* trace_stream_lookahead_first_hits */
-    uint16_t *la_ids;            /* a block's skipped look-ahead ids, to count those hits */
+    uint16_t *la_ids;            /* skipped look-ahead ids of a few tokens, to count those hits */
     bool check_on_read;          /* trace_stream_options.check_rows_on_read */
     uint8_t *rows_checked;       /* [blocks at open] with it: the block's rows checked; NULL once
                                     every block's are */
