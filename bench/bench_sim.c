@@ -2,8 +2,8 @@
  * `sim_run` over a streamed trace (trace_stream: rows read block by block) in a child process,
  * printing routed (token, layer, slot) activations per second of the child's CPU time (the
  * machine is shared, so wall time would count other jobs), of the whole child ("all": opening
- * the stream checks every value of the file) and of sim_run alone ("run"; it reads the rows it
- * needs as it goes), and the child's peak RSS (whole
+ * the stream checks its tokens' datasets) and of sim_run alone ("run"; it reads the rows it
+ * needs as it goes and checks each block's values as it first reads it), and the child's peak RSS (whole
  * process: libraries, the stream's blocks and per-token arrays, the simulator's state). Settings:
  * the rtx3090-pcie4 profile, batch.size = 4, timeline off, everything else default.
  *

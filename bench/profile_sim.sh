@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The simulator's profile by instruction count: `valgrind --tool=callgrind` of `moesim sim` (the
-# whole process: the stream's check at open, the run and its block reads) on a synthesized
+# whole process: opening the stream, the run and its block reads with their checks) on a synthesized
 # Qwen3-30B-A3B trace of TOKENS tokens (requests of 32 prompt + 968 decode tokens, no look-ahead:
 # the emulated predictor runs), on HW (default rtx3090-pcie4) at batch BATCH (default 4), with
 # SET (default none: "memory.budget_gb=24" adds --set memory.budget_gb=24). Instruction counts do

@@ -476,12 +476,11 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
      * ignores it: a few % of such a run) */
     uint32_t la_depth = t->meta.lookahead_depth, la_k = t->meta.lookahead_k;
     bool la_emulated = false, la_skipped = false;
-    uint64_t la_right = 0, la_total = 0; /* the skipped rows' top-1 hits, counted at open */
     if (la_depth && s->stream && !trace_stream_rows_meta(s->stream)->lookahead_depth) {
         MOESIM_ASSERT(s->pm->ignores_lookahead); /* sim_stream_options skips only then */
         la_skipped = true;
-        trace_stream_lookahead_first_hits(s->stream, &la_right, &la_total);
     }
+    s->la_skipped = la_skipped;
     if (!la_depth) {
         la_depth = s->set.predictor_depth;
         la_k = la_depth ? s->K : 0;
@@ -546,8 +545,6 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
                                 .timeline = s->tl.on,
                                 .mem = &s->mem,
                             });
-    s->loop.la_right = la_right;
-    s->loop.la_total = la_total;
     s->loop.pool_cap_bytes = s->pool_cap;
     s->loop.route_capacity = s->route_capacity;
     s->loop.route_expert_bytes = s->route_expert_bytes;
@@ -577,9 +574,22 @@ static void sim_loop(sim_state *s) {
     s->makespan_ns = s->t_ns;
 }
 
+/* After the run over a stream: the blocks it did not read are checked, and a bad value or
+ * unreadable chunk anywhere fails the run before anything of it is reported (the stream checks
+ * each block's rows as the run first reads it: trace_stream_check_rest). The skipped look-ahead
+ * rows' top-1 hits are complete only then. */
+static moesim_status settle_stream(sim_state *s, moesim_error *err) {
+    if (!s->stream) return MOESIM_OK;
+    moesim_status st = trace_stream_check_rest(s->stream, err);
+    if (!st && s->la_skipped)
+        trace_stream_lookahead_first_hits(s->stream, &s->loop.la_right, &s->loop.la_total);
+    return st;
+}
+
 trace_stream_options sim_stream_options(const char *policy_name) {
     const policy_methods *pm = policy_lookup(policy_name);
-    return (trace_stream_options){.skip_lookahead = pm && pm->ignores_lookahead};
+    return (trace_stream_options){.skip_lookahead = pm && pm->ignores_lookahead,
+                                  .check_rows_on_read = true};
 }
 
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,
@@ -590,6 +600,9 @@ moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *set
     moesim_status st = sim_setup(s, in, policy_name, settings, err);
     if (!st) {
         sim_loop(s);
+        st = settle_stream(s, err);
+    }
+    if (!st) {
         snprintf(out->policy, sizeof out->policy, "%s", s->pm->name);
         fill_result(s, out, s->makespan_ns);
         st = sim_timeline_close(&s->tl, err);

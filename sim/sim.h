@@ -57,12 +57,16 @@ typedef struct sim_inputs {
 
 /* Runs the trace under `policy_name` with `settings` (which the run reads and checks; unknown
  * entries are an error). Fails with one line for bad settings, an unknown policy (listing the
- * known ones), a policy that cannot work in the budget, or a trace/model mismatch. */
+ * known ones), a policy that cannot work in the budget, a trace/model mismatch, or a stream
+ * whose rows fail their check (trace_stream_check_rest, after the run: then nothing of the run is
+ * kept, no timeline either). */
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,
                       sim_result *out, moesim_error *err);
 /* The rows a run of `policy_name` reads, for opening its stream (sim_inputs.stream): look-ahead
  * rows are skipped for a policy that ignores them (policy_methods.ignores_lookahead). An unknown
- * name asks for every row (sim_run then reports it). */
+ * name asks for every row (sim_run then reports it). The rows are checked as the run reads them
+ * (check_rows_on_read: one inflation per block for one run); a caller that runs many
+ * simulations on one stream may open it with every value checked up front instead. */
 trace_stream_options sim_stream_options(const char *policy_name);
 
 

@@ -64,6 +64,7 @@ struct sim_state {
     /* fixed */
     const trace *tr;      /* with a stream: its skeleton (per-token arrays only) */
     trace_stream *stream; /* NULL: tr holds the rows */
+    bool la_skipped;      /* the stream skips the trace's look-ahead rows (their hits: its own) */
     const model_geometry *model;
     cost_model cost;
     sim_settings set;

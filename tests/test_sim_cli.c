@@ -1,6 +1,7 @@
 /* `moesim sim` end to end: a trace of a real model geometry written to HDF5, run through the
  * binary with --json and --timeline; usage errors exit 2 with one line and write nothing. */
 #include <criterion/criterion.h>
+#include <hdf5.h>
 #include <jansson.h>
 #include <string.h>
 #include <zlib.h>
@@ -119,6 +120,69 @@ Test(sim_cli, bad_input_exits_2_with_one_line_and_writes_no_timeline) {
                          "--hw", "rtx3090-pcie4", "--policy", "belady2", NULL);
     cr_assert_eq(rc, 2);
     cr_assert(strstr(errbuf, "known: ") != NULL, "%s", errbuf);
+}
+
+/* Sets /routing/expert_ids[i][l][j] of the trace at `path` to `id`, through HDF5's filters. */
+static void poke_expert_id(const char *path, uint64_t i, uint32_t l, uint32_t j, uint16_t id) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert_geq(f, 0);
+    hid_t d = H5Dopen2(f, "/routing/expert_ids", H5P_DEFAULT), fs = H5Dget_space(d);
+    hsize_t start[3] = {i, l, j}, one[3] = {1, 1, 1};
+    hid_t ms = H5Screate_simple(1, one, NULL);
+    cr_assert_geq(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, one, NULL), 0);
+    cr_assert_geq(H5Dwrite(d, H5T_NATIVE_UINT16, ms, fs, H5P_DEFAULT, &id), 0);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    H5Dclose(d);
+    H5Fclose(f);
+}
+
+/* `moesim sim` of lru on the trace at `path`, quiet, with a timeline `tl` of its first steps;
+ * with --json or not. */
+static int run_lru(const char *path, const char *tl, bool json) {
+    return test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", path, "--hw",
+                           "rtx3090-pcie4", "--set", "memory.budget_gb=4", "--policy", "lru", "-q",
+                           "--timeline", tl, "--timeline-window", "steps=0:4",
+                           json ? "--json" : NULL, NULL);
+}
+
+/* A bad value in the trace's last block, which a run reads last (the stream checks a block's
+ * rows as the run first reads it): still one line naming the file, the dataset and what was
+ * expected, exit 2, and nothing of the run on stdout or on disk. */
+Test(sim_cli, a_bad_value_in_the_last_block_exits_2_with_one_line_and_writes_nothing) {
+    model_geometry m;
+    moesim_error err = {0};
+    cr_assert_eq(model_load_by_name("olmoe-1b-7b", &m, &err), MOESIM_OK, "%s", err.msg);
+    trace *t = fixture_trace(&m, 8, 32, 700, 1.0, 13);
+    const uint64_t last = t->n_tokens - 1;
+    char path[4096], tl[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("sim-cli-late-bad.h5"));
+    snprintf(tl, sizeof tl, "%s", test_tmp_path("sim-cli-late-bad-timeline.json"));
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+    trace_stream *ts = NULL;
+    trace_stream_options on_read = {.check_rows_on_read = true}; /* as sim opens it */
+    cr_assert_eq(trace_stream_open_with(path, &on_read, &ts, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_gt(last, trace_stream_block_tokens(ts), "one block only: the test needs more");
+    trace_stream_close(ts);
+    int rc = run_lru(path, tl, true);
+    cr_assert_eq(rc, 0, "the good trace: %s", errbuf);
+    cr_assert_eq(out[0], '{', "%s", out);
+    cr_assert(test_file_exists(tl));
+    remove(tl);
+    poke_expert_id(path, last, m.n_moe_layers - 1, 0, (uint16_t)m.n_experts);
+    char want[4200];
+    snprintf(want, sizeof want,
+             "%s: /routing/expert_ids[%llu][%u][0]: expert id %u >= %u experts\n", path,
+             (unsigned long long)last, m.n_moe_layers - 1, m.n_experts, m.n_experts);
+    for (int json = 0; json < 2; json++) {
+        rc = run_lru(path, tl, json);
+        cr_assert_eq(rc, 2, "exit %d: %s", rc, errbuf);
+        cr_assert_str_eq(out, "", "nothing on stdout");
+        cr_assert(strstr(errbuf, want), "%s", errbuf);
+        cr_assert_eq(strchr(errbuf, '\n'), errbuf + strlen(errbuf) - 1, "one line: %s", errbuf);
+        cr_assert(!test_file_exists(tl));
+    }
 }
 
 /* The options sim, replay and validate share come from one parser (cli/sim_options.c): a bad

@@ -196,6 +196,17 @@ Test(trace, an_all_unrecorded_row_with_zero_gates_is_valid) {
     trace_destroy(t);
 }
 
+/* The check's fast path compares gate bits; -0 (>= 0 as a float) goes through the exact check. */
+Test(trace, gates_of_minus_zero_and_exactly_one_are_valid) {
+    trace *t = make_trace(4, 16, 2, 0, 0, 30, false);
+    size_t x = trace_route_index(t, 9, 2);
+    t->gate_weights[x] = -0.0f;
+    t->gate_weights[x + 1] = 1.0f;
+    moesim_error err = {0};
+    cr_assert_eq(trace_check(t, "made", &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+}
+
 Test(trace, an_empty_trace_is_rejected) {
     trace *one = make_trace(2, 8, 2, 0, 0, 1, false);
     trace *t = trace_create(&one->meta, 0);
@@ -735,8 +746,10 @@ Test(trace, a_stream_refuses_what_trace_read_refuses_with_the_same_line) {
     trace_stream_close(NULL);
 }
 
-/* Sets value `at` (a flat index) of float dataset `name` in the file at `path` to NaN. */
-static void poke_nan(const char *path, const char *name, hsize_t rank, hsize_t at) {
+/* Sets value `at` (a flat index) of dataset `name` in the file at `path` to *value (of memory
+ * type `mtype`), through HDF5's own filters. */
+static void poke_value(const char *path, const char *name, hsize_t rank, hsize_t at, hid_t mtype,
+                       const void *value) {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     cr_assert_geq(f, 0);
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT), fs = H5Dget_space(d);
@@ -747,9 +760,8 @@ static void poke_nan(const char *path, const char *name, hsize_t rank, hsize_t a
         at /= dims[i];
     }
     hid_t ms = H5Screate_simple(1, one, NULL);
-    float nan = NAN;
     cr_assert_geq(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, one, NULL), 0);
-    cr_assert_geq(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, &nan), 0);
+    cr_assert_geq(H5Dwrite(d, mtype, ms, fs, H5P_DEFAULT, value), 0);
     H5Sclose(ms);
     H5Sclose(fs);
     H5Dclose(d);
@@ -806,7 +818,8 @@ Test(trace, a_bad_lookahead_score_fails_a_stream_that_reads_it_and_not_one_that_
     const char *path = test_tmp_path("stream-skip-nan.h5");
     moesim_error err = {0};
     cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
-    poke_nan(path, "/lookahead/scores", 4, 17 * 4 * 2 * 3 + 1);
+    const float nan = NAN;
+    poke_value(path, "/lookahead/scores", 4, 17 * 4 * 2 * 3 + 1, H5T_NATIVE_FLOAT, &nan);
     trace_stream *s = NULL;
     cr_assert_eq(trace_stream_open(path, &s, &err), MOESIM_EINPUT);
     cr_assert(strstr(err.msg, "look"), "%s", err.msg);
@@ -817,5 +830,84 @@ Test(trace, a_bad_lookahead_score_fails_a_stream_that_reads_it_and_not_one_that_
     trace *back = NULL;
     cr_assert_eq(trace_read(path, &back, &err), MOESIM_EINPUT);
     cr_assert_null(back);
+    trace_destroy(t);
+}
+
+/* Several blocks of a stream (48 layers of top-8 routing: about 1,700 tokens a block). */
+static trace *make_blocks_trace(void) { return make_trace(48, 64, 8, 2, 4, 4000, true); }
+
+Test(trace, a_stream_checking_rows_on_read_opens_a_bad_last_block_and_reports_it_later) {
+    trace *t = make_blocks_trace();
+    const char *path = test_tmp_path("stream-late-bad.h5");
+    moesim_error err = {0}, whole = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    const uint64_t last = t->n_tokens - 1;
+    const uint16_t bad = 64; /* = E */
+    poke_value(path, "/routing/expert_ids", 3, (last * 48 + 47) * 8 + 1, H5T_NATIVE_UINT16, &bad);
+    trace *back = NULL;
+    cr_assert_eq(trace_read(path, &back, &whole), MOESIM_EINPUT);
+    cr_assert(strstr(whole.msg, "/routing/expert_ids[3999][47][1]: expert id 64 >= 64 experts"),
+              "%s", whole.msg);
+    trace_stream *s = NULL;
+    cr_assert_eq(trace_stream_open(path, &s, &err), MOESIM_EINPUT);
+    cr_assert_str_eq(err.msg, whole.msg);
+    trace_stream_options on_read = {.skip_lookahead = true, .check_rows_on_read = true};
+    cr_assert_eq(trace_stream_open_with(path, &on_read, &s, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_gt(t->n_tokens / trace_stream_block_tokens(s), 1);
+    uint64_t at;
+    const trace *b = trace_stream_row(s, 0, &at); /* a good block: its rows as written */
+    cr_assert_eq(memcmp(trace_experts(b, at, 0), trace_experts(t, 0, 0), 48 * 8 * 2), 0);
+    /* the bad block: blank rows for the rest of the run (every layer unrecorded) */
+    b = trace_stream_row(s, last, &at);
+    for (uint32_t l = 0; l < 48; l++) {
+        cr_assert_eq(trace_experts(b, at, l)[1], TRACE_NO_EXPERT);
+        cr_assert_eq(trace_gates(b, at, l)[0], 0.0f);
+    }
+    cr_assert_eq(b->position[at], t->position[last]); /* its tokens' rows were checked at open */
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_EINPUT);
+    cr_assert_str_eq(err.msg, whole.msg);
+    trace_stream_close(s);
+    /* a block no run read is checked by trace_stream_check_rest alone */
+    cr_assert_eq(trace_stream_open_with(path, &on_read, &s, &err), MOESIM_OK, "%s", err.msg);
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_EINPUT);
+    cr_assert_str_eq(err.msg, whole.msg);
+    trace_stream_close(s);
+    trace_destroy(t);
+}
+
+Test(trace, a_stream_checking_rows_on_read_counts_the_same_first_candidate_hits) {
+    trace *t = make_blocks_trace();
+    const char *path = test_tmp_path("stream-on-read.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream *s = NULL;
+    trace_stream_options at_open = {.skip_lookahead = true};
+    cr_assert_eq(trace_stream_open_with(path, &at_open, &s, &err), MOESIM_OK, "%s", err.msg);
+    uint64_t want_right, want_total;
+    trace_stream_lookahead_first_hits(s, &want_right, &want_total);
+    cr_assert_gt(want_right, 0);
+    trace_stream_close(s);
+    trace_stream_options on_read = {.skip_lookahead = true, .check_rows_on_read = true};
+    cr_assert_eq(trace_stream_open_with(path, &on_read, &s, &err), MOESIM_OK, "%s", err.msg);
+    /* the last block read twice (evicted in between), the others never: counted once each */
+    trace_stream_set_cache(s, 0, 1);
+    uint64_t at, right, total;
+    trace_stream_row(s, t->n_tokens - 1, &at);
+    trace_stream_row(s, 0, &at);
+    trace_stream_row(s, t->n_tokens - 1, &at);
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream_lookahead_first_hits(s, &right, &total);
+    cr_assert_eq(right, want_right);
+    cr_assert_eq(total, want_total);
+    /* a new block size settles the checks first; the rows are those written */
+    trace_stream_set_cache(s, 64, 2);
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream_lookahead_first_hits(s, &right, &total);
+    cr_assert_eq(total, want_total);
+    const trace *b = trace_stream_row(s, 1000, &at);
+    cr_assert_eq(memcmp(trace_experts(b, at, 0), trace_experts(t, 1000, 0), 48 * 8 * 2), 0);
+    trace_stream_close(s);
     trace_destroy(t);
 }

@@ -100,6 +100,13 @@ typedef struct trace_checker {
 void trace_checker_init(trace_checker *c, const trace_meta *meta, uint32_t n_requests,
                         const char *what);
 moesim_status trace_checker_block(trace_checker *c, const trace *block, moesim_error *err);
+/* The two halves of trace_checker_block, for a reader that checks the rows of a block later
+ * than its tokens (trace_stream_options.check_rows_on_read): the token invariants, which span
+ * blocks and must see them in order; and the values of the routing, importance and look-ahead
+ * rows, which hold row by row (any order). `first`: the block's first token in the trace. */
+moesim_status trace_checker_tokens(trace_checker *c, const trace *block, moesim_error *err);
+moesim_status trace_check_rows(const trace *block, uint64_t first, const char *what,
+                               moesim_error *err);
 /* After the last block: every request of n_requests appeared. */
 moesim_status trace_checker_finish(const trace_checker *c, moesim_error *err);
 void trace_checker_free(trace_checker *c);
@@ -152,19 +159,29 @@ static inline uint64_t trace_request_token(const trace_request_index *ix, uint32
 
 /* Reading a trace without holding it whole, for runs whose memory must not grow with the trace
  * (the simulator): open checks the file as trace_read does (every value too, reading the tokens
- * block by block) but keeps nothing per token: trace_stream_tokens is a trace of meta and counts
- * whose arrays are all NULL, trace_stream_requests each request's tokens; rows (positions,
- * routing, ...) are read in blocks of whole tokens on demand into a small LRU cache of blocks.
- * Errors as trace_read's. The caller owns *out (trace_stream_close). */
+ * block by block; but see check_rows_on_read) but keeps nothing per token: trace_stream_tokens
+ * is a trace of meta and counts whose arrays are all NULL, trace_stream_requests each request's
+ * tokens; rows (positions, routing, ...) are read in blocks of whole tokens on demand into a
+ * small LRU cache of blocks. Errors as trace_read's. The caller owns *out (trace_stream_close). */
 typedef struct trace_stream trace_stream;
 moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_error *err);
 /* Rows a run never reads, so that they cost it nothing: they are neither read nor checked (the
  * rest is checked as trace_read does; `moesim trace validate` checks every value). */
 typedef struct trace_stream_options {
     /* No look-ahead rows: blocks carry none (their meta says lookahead_depth 0; the skeleton
-     * keeps the file's). Only the predictions' ids are read, once at open, for
-     * trace_stream_lookahead_first_hits; their scores are never read. */
+     * keeps the file's). Only the predictions' ids are read, once (at open; with
+     * check_rows_on_read, with each block's check), for trace_stream_lookahead_first_hits;
+     * their scores are never read. */
     bool skip_lookahead;
+    /* For one run over the trace, which then inflates each block once: open reads and checks
+     * the tokens' datasets alone, and the values of a block's rows (routing, importance,
+     * look-ahead) are checked the first time trace_stream_row reads it. A failed read or check
+     * there does not abort: the stream keeps the first failure, gives that block and every later
+     * one blank rows (all layers unrecorded, so the run ends soon and safely) and
+     * trace_stream_check_rest reports it. The caller must call trace_stream_check_rest after its
+     * run and use nothing the run computed unless it succeeds; the first-candidate hits
+     * (skip_lookahead) are complete only then. */
+    bool check_rows_on_read;
 } trace_stream_options;
 /* trace_stream_open with options; NULL: every row is read. */
 moesim_status trace_stream_open_with(const char *path, const trace_stream_options *opt,
@@ -176,6 +193,10 @@ const trace_meta *trace_stream_rows_meta(const trace_stream *s);
  * first stored expert (*right) of how many (*total): what the simulator reports as the recorded
  * predictor's accuracy. Both 0 otherwise. */
 void trace_stream_lookahead_first_hits(const trace_stream *s, uint64_t *right, uint64_t *total);
+/* With check_rows_on_read: reads and checks every block no run has read yet, then returns the
+ * first failure of any block's rows (as trace_read reports it), else MOESIM_OK. Without it (every
+ * value checked at open): MOESIM_OK. */
+moesim_status trace_stream_check_rest(trace_stream *s, moesim_error *err);
 void trace_stream_close(trace_stream *s); /* accepts NULL */
 /* The skeleton: meta, n_tokens, n_requests (its arrays are NULL); borrowed from the stream. */
 const trace *trace_stream_tokens(const trace_stream *s);
@@ -190,10 +211,12 @@ uint64_t trace_stream_blocks_read(const trace_stream *s); /* block reads after o
 /* The cached block holding `token` (read now when it is not cached) and the token's index in it
  * (*local): trace_experts(block, *local, layer) etc. are that token's rows. Borrowed: valid
  * until the next call. A read that fails after open succeeded (the file changed or the disk
- * failed) prints one line naming the file and aborts. */
+ * failed) prints one line naming the file and aborts (with check_rows_on_read, a read of the
+ * rows is reported by trace_stream_check_rest instead). */
 const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local);
 /* The expert ids alone of tokens [first, first + n) into dst [n][L][k], bypassing the block
- * cache: a pass that needs nothing else inflates a third of the bytes. */
+ * cache: a pass that needs nothing else inflates a third of the bytes. Not with
+ * check_rows_on_read (it checks nothing). */
 void trace_stream_read_experts(trace_stream *s, uint64_t first, uint64_t n, uint16_t *dst);
 
 /* Writing a trace without holding it whole: open with the counts (known up front, e.g. from a

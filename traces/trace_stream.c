@@ -21,7 +21,10 @@
  * `n_slots` blocks of block_tokens tokens each. Blocks are read as hyperslabs (HDF5 inflates the
  * chunks they overlap; blocks of a few chunks keep the chunks inflated twice, at block
  * boundaries, a minority). Opening reads every block once, through trace_checker, so a stream
- * holds only values trace_read would accept. */
+ * holds only values trace_read would accept; or, with the rows checked on read, opening reads
+ * the tokens' datasets alone (their checks span blocks) and each block's rows are checked the
+ * first time a run reads them, so that a run inflates each block once, not once more to check
+ * it. */
 
 #define STREAM_BLOCK_BYTES (4u << 20) /* a few chunks of our writer's layout */
 /* HDF5's chunk cache per dataset: none. With one (2-4 MiB), reading blocks of the requests in
@@ -50,6 +53,11 @@ struct trace_stream {
     trace_meta rows_meta;        /* the blocks' geometry: the file's, less the rows skipped */
     bool skip[DS_COUNT];         /* datasets the blocks leave out (trace_stream_options) */
     uint64_t la_right, la_total; /* trace_stream_lookahead_first_hits */
+    uint16_t *la_ids;            /* skipped look-ahead ids of a few tokens, to count those hits */
+    bool check_on_read;          /* trace_stream_options.check_rows_on_read */
+    uint8_t *rows_checked;       /* [blocks at open] with it: the block's rows checked; NULL once
+                                    every block's are */
+    moesim_error failure;        /* with it: the first read or check of rows that failed */
     trace_request_index requests;
     uint64_t block_tokens;
     uint32_t n_slots;  /* blocks cached */
@@ -120,16 +128,22 @@ static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64
     return MOESIM_OK;
 }
 
-/* Reads tokens [first, first + n) of every dataset into `block` (sized for at least n). */
-static moesim_status read_block(trace_stream *s, uint64_t first, uint64_t n, trace *block) {
+/* Reads tokens [first, first + n) of datasets [from, to) into `block` (sized for at least n):
+ * DS_REQUEST_ID..DS_TOKEN_ID are the tokens' datasets, DS_EXPERT_IDS on the rows. */
+static moesim_status read_datasets(trace_stream *s, int from, int to, uint64_t first, uint64_t n,
+                                   trace *block) {
     void *bufs[DS_COUNT] = {block->request_id, block->position,      block->phase,
                             block->token_id,   block->expert_ids,    block->gate_weights,
                             block->importance, block->lookahead_ids, block->lookahead_scores};
     moesim_status st = MOESIM_OK;
-    for (int i = 0; i < DS_COUNT && !st; i++)
+    for (int i = from; i < to && !st; i++)
         if (s->o.have[i] && !s->skip[i]) st = read_ds_rows(s, i, first, n, bufs[i]);
     block->n_tokens = n;
     return st;
+}
+
+static moesim_status read_block(trace_stream *s, uint64_t first, uint64_t n, trace *block) {
+    return read_datasets(s, DS_REQUEST_ID, DS_COUNT, first, n, block);
 }
 
 static uint64_t block_len(const trace_stream *s, uint64_t b) {
@@ -192,22 +206,42 @@ void trace_request_index_free(trace_request_index *ix) {
     memset(ix, 0, sizeof *ix);
 }
 
-/* Adds a block's first-candidate hits (trace_stream_lookahead_first_hits) from its look-ahead
- * ids `la` [n_tokens][L][D][K'] (as the simulator counts them from the rows it gathers). */
-static void count_first_hits(trace_stream *s, const trace *block, const uint16_t *la) {
+/* Tokens of skipped look-ahead ids read at a time to count their hits: a stream checking rows on
+ * read keeps the buffer for the run, and a block's worth would be megabytes. */
+#define FIRST_HITS_TOKENS 64u
+
+/* Adds the first-candidate hits (trace_stream_lookahead_first_hits) of tokens [at, at + n) of
+ * `block` from their look-ahead ids `la` [n][L][D][K'] (as the simulator counts them from the
+ * rows it gathers). */
+static void count_first_hits(trace_stream *s, const trace *block, uint64_t at, uint64_t n,
+                             const uint16_t *la) {
     const trace_meta *m = &s->o.meta;
     const size_t per_layer = (size_t)m->lookahead_depth * m->lookahead_k;
-    for (uint64_t i = 0; i < block->n_tokens; i++)
+    for (uint64_t i = 0; i < n; i++)
         for (uint32_t l = 0; l + 1 < m->n_layers; l++) {
-            uint16_t want = trace_experts(block, i, l + 1)[0];
+            uint16_t want = trace_experts(block, at + i, l + 1)[0];
             if (want == TRACE_NO_EXPERT) continue;
             s->la_right += la[(i * m->n_layers + l) * per_layer] == want;
             s->la_total++;
         }
 }
 
+/* The values of block `block` of tokens from `first` (trace_check_rows) and, with the look-ahead
+ * rows skipped, its first-candidate hits: once per block of the trace. */
+static moesim_status check_block_rows(trace_stream *s, const trace *block, uint64_t first) {
+    moesim_status st = trace_check_rows(block, first, s->r.path, s->r.err);
+    for (uint64_t at = 0; s->la_ids && at < block->n_tokens && !st; at += FIRST_HITS_TOKENS) {
+        uint64_t n =
+            block->n_tokens - at < FIRST_HITS_TOKENS ? block->n_tokens - at : FIRST_HITS_TOKENS;
+        st = read_ds_rows(s, DS_LOOK_IDS, first + at, n, s->la_ids);
+        if (!st) count_first_hits(s, block, at, n, s->la_ids);
+    }
+    return st;
+}
+
 /* The skeleton (meta and counts), the request index, and the validation pass: every block
- * through trace_checker (the rows skipped left out). */
+ * through trace_checker (the rows skipped left out; with the rows checked on read, the tokens'
+ * datasets alone). */
 static moesim_status stream_load(trace_stream *s) {
     const opened_trace *o = &s->o;
     reader *r = &s->r;
@@ -220,17 +254,17 @@ static moesim_status stream_load(trace_stream *s) {
     trace *block = trace_try_create(&s->rows_meta, s->block_tokens);
     if (!block) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
     /* skipped look-ahead: its ids alone, for the first-candidate hits */
-    const bool count_la = s->skip[DS_LOOK_IDS] && o->have[DS_LOOK_IDS];
-    uint16_t *la_ids = NULL;
-    if (count_la) {
-        la_ids = malloc(s->block_tokens * trace_lookahead_values(&o->meta) * sizeof *la_ids);
-        if (!la_ids) {
-            trace_destroy(block);
-            return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
-        }
+    uint64_t n_blocks = (N + s->block_tokens - 1) / s->block_tokens;
+    if (s->skip[DS_LOOK_IDS] && o->have[DS_LOOK_IDS])
+        s->la_ids =
+            malloc(FIRST_HITS_TOKENS * trace_lookahead_values(&o->meta) * sizeof *s->la_ids);
+    if (s->check_on_read) s->rows_checked = calloc(n_blocks, 1);
+    if ((s->skip[DS_LOOK_IDS] && o->have[DS_LOOK_IDS] && !s->la_ids) ||
+        (s->check_on_read && !s->rows_checked)) {
+        trace_destroy(block);
+        return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
     }
     /* the request count first (the checker needs it), from the request ids alone */
-    uint64_t n_blocks = (N + s->block_tokens - 1) / s->block_tokens;
     uint32_t max_id = 0;
     moesim_status st = MOESIM_OK;
     for (uint64_t b = 0; b < n_blocks && !st; b++) {
@@ -246,22 +280,20 @@ static moesim_status stream_load(trace_stream *s) {
         trace_checker c;
         trace_checker_init(&c, &s->rows_meta, k->n_requests, r->path);
         index_alloc(&s->requests, k->n_requests);
+        const int read_to = s->check_on_read ? DS_EXPERT_IDS : DS_COUNT;
         for (uint64_t b = 0; b < n_blocks && !st; b++) {
-            st = read_block(s, b * s->block_tokens, block_len(s, b), block);
-            if (!st) st = trace_checker_block(&c, block, r->err);
-            if (!st && count_la) {
-                st = read_ds_rows(s, DS_LOOK_IDS, b * s->block_tokens, block->n_tokens, la_ids);
-                if (!st) count_first_hits(s, block, la_ids);
-            }
+            uint64_t first = b * s->block_tokens;
+            st = read_datasets(s, DS_REQUEST_ID, read_to, first, block_len(s, b), block);
+            if (!st) st = trace_checker_tokens(&c, block, r->err);
+            if (!st && !s->check_on_read) st = check_block_rows(s, block, first);
             if (!st)
-                contiguous &= index_add(&s->requests, b * s->block_tokens, block->n_tokens,
-                                        block->request_id, block->phase);
+                contiguous &= index_add(&s->requests, first, block->n_tokens, block->request_id,
+                                        block->phase);
         }
         if (!st) st = trace_checker_finish(&c, r->err);
         trace_checker_free(&c);
     }
     trace_destroy(block);
-    free(la_ids);
     if (!st && !contiguous) { /* requests interleave in the file: 8 bytes a token */
         uint32_t *rid = malloc((N ? N : 1) * sizeof *rid);
         if (!rid) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
@@ -327,6 +359,7 @@ moesim_status trace_stream_open_with(const char *path, const trace_stream_option
             s->skip[DS_LOOK_IDS] = s->skip[DS_LOOK_SCORES] = true;
             s->rows_meta.lookahead_depth = s->rows_meta.lookahead_k = 0;
         }
+        s->check_on_read = opt && opt->check_rows_on_read;
         uint64_t per_token = trace_bytes_per_token(&s->rows_meta);
         s->block_tokens = STREAM_BLOCK_BYTES / per_token ? STREAM_BLOCK_BYTES / per_token : 1;
         st = stream_chunks_init(s);
@@ -363,6 +396,12 @@ uint64_t trace_stream_blocks_read(const trace_stream *s) { return s->blocks_read
 
 void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_blocks) {
     if (n_blocks < 1) n_blocks = 1;
+    if (s->rows_checked && block_tokens && block_tokens != s->block_tokens) {
+        /* rows_checked counts blocks of the old size: the checks are settled first */
+        trace_stream_check_rest(s, NULL);
+        free(s->rows_checked);
+        s->rows_checked = NULL;
+    }
     for (uint32_t i = 0; i < s->n_slots; i++) {
         trace_destroy(s->slot[i]);
     }
@@ -380,12 +419,88 @@ void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_b
 
 void trace_stream_read_experts(trace_stream *s, uint64_t first, uint64_t n, uint16_t *dst) {
     MOESIM_ASSERT(first + n <= s->skeleton->n_tokens);
+    MOESIM_ASSERT(!s->check_on_read); /* it checks nothing: the ids must have been at open */
     moesim_error err = {0};
     s->r.err = &err;
     if (read_ds_rows(s, DS_EXPERT_IDS, first, n, dst)) { /* as trace_stream_row */
         fprintf(stderr, "moesim: %s\n", err.msg);
         abort();
     }
+}
+
+/* A read that fails where open succeeded: the file changed since, or the disk failed; there is
+ * no trace left to run on. */
+static _Noreturn void stream_read_died(const moesim_error *err) {
+    fprintf(stderr, "moesim: %s\n", err->msg);
+    abort();
+}
+
+/* Rows that are valid and route nothing: every layer unrecorded (consumers skip it), look-ahead
+ * candidates expert 0 (padding past the last layer), gates, scores and importance 0. What a
+ * block whose rows failed holds for the rest of a run that will not be reported. */
+static void blank_rows(trace *block) {
+    const trace_meta *m = &block->meta;
+    const uint64_t n = block->n_tokens;
+    memset(block->expert_ids, 0xFF, n * trace_route_values(m) * sizeof *block->expert_ids);
+    memset(block->gate_weights, 0, n * trace_route_values(m) * sizeof *block->gate_weights);
+    if (block->importance) memset(block->importance, 0, n * m->n_layers * sizeof(float));
+    if (!block->lookahead_ids) return;
+    const uint32_t L = m->n_layers, D = m->lookahead_depth, K = m->lookahead_k;
+    for (uint64_t i = 0; i < n; i++)
+        for (uint32_t l = 0; l < L; l++) {
+            uint16_t *ids = block->lookahead_ids + trace_lookahead_index(block, i, l, 1);
+            size_t inside = (size_t)(L - 1 - l < D ? L - 1 - l : D) * K;
+            for (size_t j = 0; j < (size_t)D * K; j++) ids[j] = j < inside ? 0 : TRACE_NO_EXPERT;
+        }
+    memset(block->lookahead_scores, 0, n * trace_lookahead_values(m) * sizeof(float));
+}
+
+/* Block b into `block` for trace_stream_row. Its tokens' rows were read at open, so a failure
+ * there is fatal; with the rows checked on read, a block's rows are checked the first time it
+ * is read, and a failed read or check of rows is kept for trace_stream_check_rest while this
+ * block and every later one get blank rows, so that the run reaches its end safely (and
+ * quickly: nothing more is inflated). */
+static void read_block_for_run(trace_stream *s, uint64_t b, trace *block) {
+    moesim_error err = {0};
+    s->r.err = &err;
+    const uint64_t first = b * s->block_tokens, n = block_len(s, b);
+    if (!s->check_on_read) {
+        if (read_block(s, first, n, block)) stream_read_died(&err);
+        return;
+    }
+    if (read_datasets(s, DS_REQUEST_ID, DS_EXPERT_IDS, first, n, block)) stream_read_died(&err);
+    moesim_status st = s->failure.status;
+    if (!st) st = read_datasets(s, DS_EXPERT_IDS, DS_COUNT, first, n, block);
+    if (!st && s->rows_checked && !s->rows_checked[b]) {
+        st = check_block_rows(s, block, first);
+        s->rows_checked[b] = !st;
+    }
+    if (!st) return;
+    if (!s->failure.status) s->failure = err;
+    blank_rows(block);
+}
+
+moesim_status trace_stream_check_rest(trace_stream *s, moesim_error *err) {
+    if (s->rows_checked && !s->failure.status) {
+        trace *block = trace_try_create(&s->rows_meta, s->block_tokens);
+        if (!block) return moesim_fail(err, MOESIM_ENOMEM, "%s: out of memory", s->r.path);
+        moesim_error e = {0};
+        s->r.err = &e;
+        const uint64_t n_blocks = (s->skeleton->n_tokens + s->block_tokens - 1) / s->block_tokens;
+        for (uint64_t b = 0; b < n_blocks && !s->failure.status; b++) {
+            if (s->rows_checked[b]) continue;
+            const uint64_t first = b * s->block_tokens;
+            moesim_status st =
+                read_datasets(s, DS_EXPERT_IDS, DS_COUNT, first, block_len(s, b), block);
+            if (!st) st = check_block_rows(s, block, first);
+            if (st) s->failure = e;
+            s->rows_checked[b] = !st;
+        }
+        trace_destroy(block);
+    }
+    if (!s->failure.status) return MOESIM_OK;
+    if (err) *err = s->failure;
+    return s->failure.status;
 }
 
 const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local) {
@@ -403,14 +518,7 @@ const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local) 
         if (s->slot_at[i] < s->slot_at[victim]) victim = i;
     }
     if (!s->slot[victim]) s->slot[victim] = trace_create(&s->rows_meta, s->block_tokens);
-    moesim_error err = {0};
-    s->r.err = &err;
-    if (read_block(s, b * s->block_tokens, block_len(s, b), s->slot[victim])) {
-        /* every block was read once when the stream opened: the file changed since, or the
-         * disk failed; there is no trace left to run on */
-        fprintf(stderr, "moesim: %s\n", err.msg);
-        abort();
-    }
+    read_block_for_run(s, b, s->slot[victim]);
     s->slot_of[victim] = b;
     s->slot_at[victim] = ++s->clock;
     s->mru = victim;
@@ -429,6 +537,8 @@ void trace_stream_close(trace_stream *s) {
     trace_read_datasets_close(&s->o);
     trace_destroy(s->skeleton);
     trace_request_index_free(&s->requests);
+    free(s->la_ids);
+    free(s->rows_checked);
     for (int i = 0; i < DS_COUNT; i++) free(s->chunk[i].buf);
     chunk_batch_free(&s->batch);
     if (s->r.file >= 0 && s->r.path) H5Fclose(s->r.file);
