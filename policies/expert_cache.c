@@ -262,7 +262,7 @@ static void store_key(expert_cache *c, size_t s) {
     if (!c->order_linked) return;
     if (!c->order_linked[s]) {
         order_insert(c, s);
-    } else if (!key_before(old, s, c->stored_key[s], s)) {
+    } else if (!key_before(c->stored_key[s], s, old, s)) { /* evicted no earlier than before */
         order_move_headward(c, s);
     } else {
         order_unlink(c, s);
