@@ -261,6 +261,18 @@ static inline uint64_t memsys_chunks_floor(const memsys *m, uint64_t bytes) {
     return bytes / m->cfg.chunk_bytes * m->cfg.chunk_bytes;
 }
 
+/* Whether carried part `part` of chunk (or span) c's transfer lands before c's end, and if so
+ * after how many bytes of c (the chunks up to the one holding its last byte; the span's own end
+ * lands the rest). */
+static inline bool memsys_part_lands_inside(const memsys *m, const memsys_chunk *c, int part,
+                                            uint64_t *bytes) {
+    const memsys_xfer *x = &m->xf[c->xfer];
+    uint64_t need = memsys_chunks_floor(m, x->part_end[part] - c->offset + m->cfg.chunk_bytes - 1);
+    if (need >= c->bytes) return false;
+    *bytes = need;
+    return true;
+}
+
 /* The next part of chunk (or span) c's transfer that lands before c's end: returns the part and
  * sets *bytes to the bytes of c, from its offset, after which it lands (the chunks up to the one
  * holding its last byte); -1 when none does (memsys_chunk_done lands the parts c completes).
@@ -271,11 +283,7 @@ static inline int memsys_chunk_next_landing(const memsys *m, const memsys_chunk 
     uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
     if (!pending) return -1;
     int part = __builtin_ctz(pending);
-    /* the chunks up to the one holding the part's last byte; the span's own end lands the rest */
-    uint64_t need = memsys_chunks_floor(m, x->part_end[part] - c->offset + m->cfg.chunk_bytes - 1);
-    if (need >= c->bytes) return -1;
-    *bytes = need;
-    return part;
+    return memsys_part_lands_inside(m, c, part, bytes) ? part : -1;
 }
 
 /* Part `part` of transfer `xfer` landed: resident from now on (memsys_chunk_done's step).

@@ -88,9 +88,37 @@ static uint64_t engine_end_ns(const sim_state *s, const sim_engine *e, uint64_t 
     return t;
 }
 
+/* The whole-copy times of the chunk in flight (just started) when it is its transfer's whole
+ * copy and no link slowdown makes them depend on the stream's clock, else NULL. */
+static const sim_whole_copy_ns *engine_whole_copy_ns(sim_state *s, sim_engine *e) {
+    const memsys_xfer *x = &s->ms.xf[e->chunk.xfer];
+    if (e->chunk.offset != 0 || e->chunk.bytes != x->bytes || e->slowdown_beside_compute > 0)
+        return NULL;
+    sim_whole_copy_ns *w = &e->whole[x->prec][x->parts];
+    if (w->known) return w;
+    w->end_ns = engine_end_ns(s, e, e->chunk.bytes) - e->t_start_ns;
+    for (int part = 0; part < PART_COUNT; part++) {
+        uint64_t bytes;
+        bool inside =
+            (x->parts & 1u << part) && memsys_part_lands_inside(&s->ms, &e->chunk, part, &bytes);
+        w->land_ns[part] = inside ? engine_end_ns(s, e, bytes) - e->t_start_ns : UINT64_MAX;
+    }
+    w->known = true;
+    return w;
+}
+
 /* When the next part of the span in flight lands, if one lands before the span's end: its
  * chunks end then, as they would chunk by chunk (engine_end_ns adds up exactly). */
 static void engine_plan_landing(sim_state *s, sim_engine *e) {
+    if (e->times) {
+        const memsys_xfer *x = &s->ms.xf[e->chunk.xfer];
+        uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
+        int part = pending ? __builtin_ctz(pending) : 0;
+        uint64_t after = pending ? e->times->land_ns[part] : UINT64_MAX;
+        e->land_part = after == UINT64_MAX ? -1 : part;
+        e->land_ns = after == UINT64_MAX ? UINT64_MAX : e->t_start_ns + after;
+        return;
+    }
     uint64_t bytes = 0;
     e->land_part = e->busy ? memsys_chunk_next_landing(&s->ms, &e->chunk, &bytes) : -1;
     e->land_ns = e->land_part < 0 ? UINT64_MAX : engine_end_ns(s, e, bytes);
@@ -130,7 +158,8 @@ static void engine_kick(sim_state *s, int id) {
     e->chunk = c;
     e->t_start_ns = s->now_ns;
     e->start_xfer_ns = engine_xfer_ns(e, c.offset);
-    e->t_end_ns = engine_end_ns(s, e, c.bytes);
+    e->times = engine_whole_copy_ns(s, e);
+    e->t_end_ns = e->times ? s->now_ns + e->times->end_ns : engine_end_ns(s, e, c.bytes);
     engine_plan_landing(s, e);
     sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
 }
@@ -147,6 +176,7 @@ static void engine_cut_span(sim_state *s, int id) {
     /* its last chunk is in flight (a demand copy's may be shorter than a chunk): nothing to cut */
     if (keep >= e->chunk.bytes) return;
     memsys_span_trim(&s->ms, &e->chunk, keep);
+    e->times = NULL;
     e->t_end_ns = engine_end_ns(s, e, keep);
     engine_plan_landing(s, e);
     bool moved = sim_event_cancel(&s->q, EV_CHUNK, (uint32_t)id);
@@ -165,6 +195,7 @@ static void engine_chunk_done(sim_state *s, int id) {
     sim_engine *e = &s->eng[id];
     MOESIM_ASSERT(e->busy && e->t_end_ns == s->now_ns);
     e->busy = false;
+    e->times = NULL;
     e->land_part = -1;
     e->land_ns = UINT64_MAX;
     e->busy_ns += e->t_end_ns - e->t_start_ns;
