@@ -573,7 +573,7 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
             plan->run[a] = (uint8_t)c->precision;
         c->last_use[row + e] = ++c->tick;
         c->uses[row + e]++;
-        expert_cache_refresh(c, r->layer, e);
+        if (!c->keys_after_route) expert_cache_refresh(c, r->layer, e);
     }
     uint32_t skipped = 0;
     for (uint32_t a = 0; a < r->n_active; a++) skipped += plan->run[a] == POLICY_RUN_SKIP;

@@ -83,6 +83,10 @@ struct expert_cache {
     uint64_t *uses;     /* [n_layers][n_experts] accesses so far (see expert_cache_halve), or
                            since the expert's current copy was loaded (count_per_copy) */
     bool count_per_copy; /* a load restarts the expert's use count (set after init) */
+    /* the policy re-stores the keys of a route's experts once the route is over (set after
+     * init; oracle: their next use moves on only then), so plan_route does not: they are pinned
+     * meanwhile, and a pinned key orders no victim */
+    bool keys_after_route;
     uint64_t *pin;      /* [n_layers][n_experts] == pin_epoch: pinned for this route */
     uint32_t *active_slot; /* [n_experts] index in the pinned route's active list (valid for
                               its active experts; a lookup, not a search, per access) */
