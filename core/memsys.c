@@ -363,6 +363,15 @@ bool memsys_next_span_past_landings(memsys *m, int e, memsys_chunk *out) {
     return next_chunk(m, e, CHUNK_SPAN_PAST_LANDINGS, out);
 }
 
+bool memsys_span_unrivalled(const memsys *m, const memsys_chunk *c) {
+    const memsys_xfer *x = &m->xf[c->xfer];
+    if (x->cls != c->cls) return false;
+    for (int cls = 0; cls < c->cls; cls++)
+        if (m->head[c->engine][cls] != NONE) return false;
+    uint32_t first = m->head[c->engine][c->cls];
+    return first == NONE || first == c->xfer || m->xf[first].seq > x->seq;
+}
+
 void memsys_span_trim(memsys *m, memsys_chunk *c, uint64_t bytes) {
     memsys_xfer *x = &m->xf[c->xfer];
     MOESIM_ASSERT(bytes > 0 && bytes < c->bytes && x->sent[c->engine] == c->offset + c->bytes);

@@ -193,6 +193,11 @@ bool memsys_next_span(memsys *m, int engine, memsys_chunk *out);
  * it itself (memsys_chunk_next_landing, memsys_part_land) when the chunk holding their last byte
  * ends, as chunk by chunk; for a host whose clock knows when each chunk of a span ends. */
 bool memsys_next_span_past_landings(memsys *m, int engine, memsys_chunk *out);
+/* Whether span c, in flight, would still be served at each of its inner chunk boundaries as
+ * the queues stand: its transfer's class unchanged since it started, nothing queued in a higher
+ * class, nothing ahead of it in its own (queues keep issue order). False when unsure; then the
+ * host cuts the span (memsys_span_trim) for new work to compete. */
+bool memsys_span_unrivalled(const memsys *m, const memsys_chunk *c);
 /* Cuts a span handed out by memsys_next_span back to its first `bytes` (a whole number of
  * chunks, at least one); the rest is servable again (queued by issue order if the span had taken
  * the transfer off its queue). */
