@@ -88,13 +88,16 @@ static uint64_t engine_end_ns(const sim_state *s, const sim_engine *e, uint64_t 
     return t;
 }
 
-/* The whole-copy times of the chunk in flight (just started) when it is its transfer's whole
- * copy and no link slowdown makes them depend on the stream's clock, else NULL. */
-static const sim_whole_copy_ns *engine_whole_copy_ns(sim_state *s, sim_engine *e) {
+/* The first-span times of the chunk in flight (just started) when it is its transfer's first
+ * span, whole or all but the last chunk, and no link slowdown makes them depend on the stream's
+ * clock, else NULL. */
+static const sim_first_span_ns *engine_first_span_ns(sim_state *s, sim_engine *e) {
     const memsys_xfer *x = &s->ms.xf[e->chunk.xfer];
-    if (e->chunk.offset != 0 || e->chunk.bytes != x->bytes || e->slowdown_beside_compute > 0)
+    bool whole = e->chunk.bytes == x->bytes;
+    if (e->chunk.offset != 0 || e->slowdown_beside_compute > 0 ||
+        !(whole || e->chunk.bytes == memsys_chunks_floor(&s->ms, x->bytes - 1)))
         return NULL;
-    sim_whole_copy_ns *w = &e->whole[x->prec][x->parts];
+    sim_first_span_ns *w = &e->first_span[x->prec][x->parts][whole];
     if (w->known) return w;
     w->end_ns = engine_end_ns(s, e, e->chunk.bytes) - e->t_start_ns;
     for (int part = 0; part < PART_COUNT; part++) {
@@ -158,7 +161,7 @@ static void engine_kick(sim_state *s, int id) {
     e->chunk = c;
     e->t_start_ns = s->now_ns;
     e->start_xfer_ns = engine_xfer_ns(e, c.offset);
-    e->times = engine_whole_copy_ns(s, e);
+    e->times = engine_first_span_ns(s, e);
     e->t_end_ns = e->times ? s->now_ns + e->times->end_ns : engine_end_ns(s, e, c.bytes);
     engine_plan_landing(s, e);
     sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
