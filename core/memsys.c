@@ -344,6 +344,7 @@ static bool next_chunk(memsys *m, int e, int span, memsys_chunk *out) {
             }
             *out = (memsys_chunk){.xfer = i, .engine = e, .offset = x->sent[e], .bytes = n,
                                   .first = x->sent[e] == 0, .cls = x->cls};
+            if (!xfer_started(x)) m->started_bytes += x->bytes;
             x->sent[e] += n;
             if (x->sent[e] == x->bytes) queue_remove(m, e, i);
             return true;
@@ -425,6 +426,7 @@ bool memsys_chunk_done(memsys *m, const memsys_chunk *c, memsys_xfer *done) {
     }
     if (x->done[e] < x->bytes) return false;
     *done = *x;
+    m->started_bytes -= x->bytes;
     xfer_release(m, c->xfer);
     return true;
 }
@@ -550,6 +552,7 @@ uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer) {
                 bytes += m->cfg.part_bytes[x->prec][part];
         }
     }
+    MOESIM_ASSERT(bytes <= m->started_bytes);
     return bytes;
 }
 

@@ -124,6 +124,8 @@ struct policy_mem {
     uint64_t *pool_used; /* [L] or [1] bytes resident or loading */
     uint64_t prec_used[PREC_COUNT];
     uint64_t experts_used, bounce_used;
+    uint64_t started_bytes; /* carried by the live transfers whose copy started: at least
+                               memsys_unevictable_bytes of any layer, kept without a scan */
     uint64_t chunk_mask; /* cfg.chunk_bytes - 1 when a power of two (rounding by a mask), else 0 */
 
     memsys_xfer *xf; /* transfers; free slots on a list */

@@ -306,7 +306,7 @@ void sim_engines_init(sim_state *s, const hw_profile *hw, uint64_t chunk_bytes) 
 void sim_drain(sim_state *s) {
     while (deliver_next_until(s, UINT64_MAX)) {
     }
-    MOESIM_ASSERT(s->q.n == 0);
+    MOESIM_ASSERT(s->q.n == 0 && s->ms.started_bytes == 0);
     for (int i = 0; i < MEMSYS_ENGINES; i++) {
         MOESIM_ASSERT(!s->eng[i].busy);
         for (int c = 0; c < MEMSYS_CLASSES; c++) MOESIM_ASSERT(s->ms.head[i][c] == NONE);
