@@ -590,7 +590,7 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
     uint32_t need = 0, promote[PART_COUNT], n_promote = 0;
     uint64_t bytes = 0;
     const uint64_t *part_bytes = m->cfg.part_bytes[p];
-    const uint8_t *st = m->state + lep * PART_COUNT;
+    uint8_t *st = m->state + lep * PART_COUNT;
     bool whole = parts_mask == POLICY_PARTS_ALL;
     if (whole && !memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT)) {
         /* the common cases, a whole resident or absent expert: what the loop below finds */
@@ -644,11 +644,14 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
     x->from_policy = true;
     x->seq = m->xfer_seq++;
     xfer_layout(m, x);
-    for (int part = 0; part < PART_COUNT; part++)
-        if (need & (1u << part)) {
-            m->state[lep * PART_COUNT + part] = POLICY_LOADING;
-            m->xfer_of[lep * PART_COUNT + part] = i;
-        }
+    uint32_t *loading_xfer = m->xfer_of + lep * PART_COUNT;
+    if (need == POLICY_PARTS_ALL) { /* the common case, a whole expert: the loop below unrolled */
+        st[0] = st[1] = st[2] = POLICY_LOADING;
+        loading_xfer[0] = loading_xfer[1] = loading_xfer[2] = i;
+    } else {
+        for (int part = 0; part < PART_COUNT; part++)
+            if (need & (1u << part)) st[part] = POLICY_LOADING, loading_xfer[part] = i;
+    }
     if (cls == POLICY_PREFETCH) {
         m->n.prefetches++;
         m->pf_unused[lep] = 1;
