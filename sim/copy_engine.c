@@ -97,8 +97,8 @@ static const sim_first_span_ns *engine_first_span_ns(sim_state *s, sim_engine *e
     if (e->chunk.offset != 0 || e->slowdown_beside_compute > 0 ||
         !(whole || e->chunk.bytes == memsys_chunks_floor(&s->ms, x->bytes - 1)))
         return NULL;
-    sim_first_span_ns *w = &e->first_span[x->prec][x->parts][whole];
-    if (w->known) return w;
+    sim_first_span_ns *w = &e->first_span[(x->prec << PART_COUNT | x->parts) << 1 | whole];
+    if (w->end_ns) return w;
     w->end_ns = engine_end_ns(s, e, e->chunk.bytes) - e->t_start_ns;
     for (int part = 0; part < PART_COUNT; part++) {
         uint64_t bytes;
@@ -106,7 +106,6 @@ static const sim_first_span_ns *engine_first_span_ns(sim_state *s, sim_engine *e
             (x->parts & 1u << part) && memsys_part_lands_inside(&s->ms, &e->chunk, part, &bytes);
         w->land_ns[part] = inside ? engine_end_ns(s, e, bytes) - e->t_start_ns : UINT64_MAX;
     }
-    w->known = true;
     return w;
 }
 

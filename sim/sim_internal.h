@@ -34,8 +34,7 @@ enum { EV_CHUNK = 1 };
  * it but the last chunk, ends and its parts land, counted from its start (UINT64_MAX: the part
  * lands at the span's end or after). */
 typedef struct sim_first_span_ns {
-    bool known;
-    uint64_t end_ns;
+    uint64_t end_ns; /* 0: not worked out yet (or a span of no time, worked out each time) */
     uint64_t land_ns[PART_COUNT];
 } sim_first_span_ns;
 
@@ -56,7 +55,7 @@ typedef struct sim_engine {
     /* without a link slowdown, a first span's times depend on its precision, parts and whether
      * it keeps the last chunk alone: worked out for the first of each, looked up for the rest
      * (most copies of a span host) */
-    sim_first_span_ns first_span[PREC_COUNT][1u << PART_COUNT][2];
+    sim_first_span_ns first_span[PREC_COUNT << (PART_COUNT + 1)]; /* engine_first_span_ns */
     const sim_first_span_ns *times; /* the chunk in flight's first-span times, or NULL */
     uint64_t seg_start_ns;  /* timeline: when the open segment's transfer started being served */
     uint32_t seg_xfer;      /* timeline: the open segment's transfer, or NONE */
