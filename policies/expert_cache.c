@@ -233,8 +233,9 @@ static void order_insert(expert_cache *c, size_t s) {
     }
 }
 
-/* Relinks slot s, whose key no longer puts it tailward of any entry it was headward of (its new
- * key is evicted no earlier than its old one), so its place is at or headward of the old one.
+/* Relinks slot s, whose new key is evicted no earlier than its old one (the LRU and LFU keys
+ * only move so while held: recency and use counts only grow, and halving rebuilds the lists), so
+ * its place is at or headward of the old one.
  * Searched from the old place headward and from the head at once: an LRU key, the newest,
  * stops at the head; an LFU key, one use more, passes the few entries of its old and new counts. */
 static void order_move_headward(expert_cache *c, size_t s) {
@@ -243,12 +244,12 @@ static void order_move_headward(expert_cache *c, size_t s) {
     uint32_t p = c->order_prev[s];
     order_unlink(c, s);
     for (uint32_t h = c->order_head[l];; p = c->order_prev[p], h = c->order_next[h]) {
-        if (p == NO_HEAP || !key_before(k[p], p, k[s], s)) { /* s goes tailward of p */
-            order_link(c, l, s, p, p == NO_HEAP ? c->order_head[l] : c->order_next[p]);
+        if (h == NO_HEAP || !key_before(k[s], s, k[h], h)) { /* s goes headward of h */
+            order_link(c, l, s, h == NO_HEAP ? c->order_tail[l] : c->order_prev[h], h);
             return;
         }
-        if (!key_before(k[s], s, k[h], h)) { /* s goes headward of h */
-            order_link(c, l, s, c->order_prev[h], h);
+        if (p == NO_HEAP || !key_before(k[p], p, k[s], s)) { /* s goes tailward of p */
+            order_link(c, l, s, p, p == NO_HEAP ? c->order_head[l] : c->order_next[p]);
             return;
         }
     }
@@ -256,18 +257,13 @@ static void order_move_headward(expert_cache *c, size_t s) {
 
 /* Stores the current key of held expert slot s. */
 static void store_key(expert_cache *c, size_t s) {
-    expert_cache_key old = c->stored_key[s];
     c->stored_key[s] =
         c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
     if (!c->order_linked) return;
-    if (!c->order_linked[s]) {
-        order_insert(c, s);
-    } else if (!key_before(c->stored_key[s], s, old, s)) { /* evicted no earlier than before */
+    if (c->order_linked[s])
         order_move_headward(c, s);
-    } else {
-        order_unlink(c, s);
+    else
         order_insert(c, s);
-    }
 }
 
 void expert_cache_halve(expert_cache *c) {
