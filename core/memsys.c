@@ -344,6 +344,7 @@ static bool next_chunk(memsys *m, int e, int span, memsys_chunk *out) {
             }
             *out = (memsys_chunk){.xfer = i, .engine = e, .offset = x->sent[e], .bytes = n,
                                   .first = x->sent[e] == 0, .cls = x->cls};
+            if (!xfer_started(x)) m->started_bytes += x->bytes;
             x->sent[e] += n;
             if (x->sent[e] == x->bytes) queue_remove(m, e, i);
             return true;
@@ -375,6 +376,15 @@ memsys_backlog memsys_engine_backlog(const memsys *m, int e) {
             b.unstarted += x->sent[e] == 0;
         }
     return b;
+}
+
+bool memsys_span_unrivalled(const memsys *m, const memsys_chunk *c) {
+    const memsys_xfer *x = &m->xf[c->xfer];
+    if (x->cls != c->cls) return false;
+    for (int cls = 0; cls < c->cls; cls++)
+        if (m->head[c->engine][cls] != NONE) return false;
+    uint32_t first = m->head[c->engine][c->cls];
+    return first == NONE || first == c->xfer || m->xf[first].seq > x->seq;
 }
 
 void memsys_span_trim(memsys *m, memsys_chunk *c, uint64_t bytes) {
@@ -430,6 +440,7 @@ bool memsys_chunk_done(memsys *m, const memsys_chunk *c, memsys_xfer *done) {
     }
     if (x->done[e] < x->bytes) return false;
     *done = *x;
+    m->started_bytes -= x->bytes;
     xfer_release(m, c->xfer);
     return true;
 }
@@ -555,6 +566,7 @@ uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer) {
                 bytes += m->cfg.part_bytes[x->prec][part];
         }
     }
+    MOESIM_ASSERT(bytes <= m->started_bytes);
     return bytes;
 }
 
@@ -592,7 +604,7 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
     uint32_t need = 0, promote[PART_COUNT], n_promote = 0;
     uint64_t bytes = 0;
     const uint64_t *part_bytes = m->cfg.part_bytes[p];
-    const uint8_t *st = m->state + lep * PART_COUNT;
+    uint8_t *st = m->state + lep * PART_COUNT;
     bool whole = parts_mask == POLICY_PARTS_ALL;
     if (whole && !memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT)) {
         /* the common cases, a whole resident or absent expert: what the loop below finds */
@@ -646,11 +658,14 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
     x->from_policy = true;
     x->seq = m->xfer_seq++;
     xfer_layout(m, x);
-    for (int part = 0; part < PART_COUNT; part++)
-        if (need & (1u << part)) {
-            m->state[lep * PART_COUNT + part] = POLICY_LOADING;
-            m->xfer_of[lep * PART_COUNT + part] = i;
-        }
+    uint32_t *loading_xfer = m->xfer_of + lep * PART_COUNT;
+    if (need == POLICY_PARTS_ALL) { /* the common case, a whole expert: the loop below unrolled */
+        st[0] = st[1] = st[2] = POLICY_LOADING;
+        loading_xfer[0] = loading_xfer[1] = loading_xfer[2] = i;
+    } else {
+        for (int part = 0; part < PART_COUNT; part++)
+            if (need & (1u << part)) st[part] = POLICY_LOADING, loading_xfer[part] = i;
+    }
     if (cls == POLICY_PREFETCH) {
         m->n.prefetches++;
         m->pf_unused[lep] = 1;

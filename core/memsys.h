@@ -124,6 +124,8 @@ struct policy_mem {
     uint64_t *pool_used; /* [L] or [1] bytes resident or loading */
     uint64_t prec_used[PREC_COUNT];
     uint64_t experts_used, bounce_used;
+    uint64_t started_bytes; /* carried by the live transfers whose copy started: at least
+                               memsys_unevictable_bytes of any layer, kept without a scan */
     uint64_t chunk_mask; /* cfg.chunk_bytes - 1 when a power of two (rounding by a mask), else 0 */
 
     memsys_xfer *xf; /* transfers; free slots on a list */
@@ -193,6 +195,11 @@ bool memsys_next_span(memsys *m, int engine, memsys_chunk *out);
  * it itself (memsys_chunk_next_landing, memsys_part_land) when the chunk holding their last byte
  * ends, as chunk by chunk; for a host whose clock knows when each chunk of a span ends. */
 bool memsys_next_span_past_landings(memsys *m, int engine, memsys_chunk *out);
+/* Whether span c, in flight, would still be served at each of its inner chunk boundaries as
+ * the queues stand: its transfer's class unchanged since it started, nothing queued in a higher
+ * class, nothing ahead of it in its own (queues keep issue order). False when unsure; then the
+ * host cuts the span (memsys_span_trim) for new work to compete. */
+bool memsys_span_unrivalled(const memsys *m, const memsys_chunk *c);
 /* Cuts a span handed out by memsys_next_span back to its first `bytes` (a whole number of
  * chunks, at least one); the rest is servable again (queued by issue order if the span had taken
  * the transfer off its queue). */
@@ -270,6 +277,18 @@ static inline uint64_t memsys_chunks_floor(const memsys *m, uint64_t bytes) {
     return bytes / m->cfg.chunk_bytes * m->cfg.chunk_bytes;
 }
 
+/* Whether carried part `part` of chunk (or span) c's transfer lands before c's end, and if so
+ * after how many bytes of c (the chunks up to the one holding its last byte; the span's own end
+ * lands the rest). */
+static inline bool memsys_part_lands_inside(const memsys *m, const memsys_chunk *c, int part,
+                                            uint64_t *bytes) {
+    const memsys_xfer *x = &m->xf[c->xfer];
+    uint64_t need = memsys_chunks_floor(m, x->part_end[part] - c->offset + m->cfg.chunk_bytes - 1);
+    if (need >= c->bytes) return false;
+    *bytes = need;
+    return true;
+}
+
 /* The next part of chunk (or span) c's transfer that lands before c's end: returns the part and
  * sets *bytes to the bytes of c, from its offset, after which it lands (the chunks up to the one
  * holding its last byte); -1 when none does (memsys_chunk_done lands the parts c completes).
@@ -280,11 +299,7 @@ static inline int memsys_chunk_next_landing(const memsys *m, const memsys_chunk 
     uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
     if (!pending) return -1;
     int part = __builtin_ctz(pending);
-    /* the chunks up to the one holding the part's last byte; the span's own end lands the rest */
-    uint64_t need = memsys_chunks_floor(m, x->part_end[part] - c->offset + m->cfg.chunk_bytes - 1);
-    if (need >= c->bytes) return -1;
-    *bytes = need;
-    return part;
+    return memsys_part_lands_inside(m, c, part, bytes) ? part : -1;
 }
 
 /* Part `part` of transfer `xfer` landed: resident from now on (memsys_chunk_done's step).

@@ -128,6 +128,7 @@ static void wait_room(run_loop *rl, uint32_t layer, uint32_t n_active) {
     uint64_t need = (uint64_t)n_active * rl->route_expert_bytes;
     if (need > cap) need = cap;
     if (ms->pool_used[ms->cfg.per_layer ? layer : 0] + need <= cap) return;
+    if (ms->started_bytes + need <= cap) return; /* the bound first: a full cache asks per route */
     if (memsys_unevictable_bytes(ms, layer) + need <= cap) return;
     if (ops->stall_begin) ops->stall_begin(rl->c.host, "stall: room", (int)layer);
     while (memsys_unevictable_bytes(ms, layer) + need > cap &&

@@ -121,7 +121,8 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
     c->key_ctx = key_ctx;
     c->stored_key = moesim_xcalloc(n, sizeof *c->stored_key);
     c->active_slot = moesim_xcalloc(pp->n_experts, sizeof *c->active_slot);
-    if (scope == EXPERT_CACHE_LAYER && key == expert_cache_key_lru) {
+    if (scope == EXPERT_CACHE_LAYER &&
+        (key == expert_cache_key_lru || key == expert_cache_key_lfu)) {
         c->order_prev = moesim_xmalloc(n * sizeof *c->order_prev);
         c->order_next = moesim_xmalloc(n * sizeof *c->order_next);
         c->order_linked = moesim_xcalloc(n, 1);
@@ -232,21 +233,52 @@ static void order_insert(expert_cache *c, size_t s) {
     }
 }
 
+/* Relinks slot s, whose new key is evicted no earlier than its old one (the LRU and LFU keys
+ * only move so while held: recency and use counts only grow, and halving rebuilds the lists), so
+ * its place is at or headward of the old one.
+ * Searched from the old place headward and from the head at once: an LRU key, the newest,
+ * stops at the head; an LFU key, one use more, passes the few entries of its old and new counts. */
+static void order_move_headward(expert_cache *c, size_t s) {
+    uint32_t l = (uint32_t)(s / c->n_experts);
+    const expert_cache_key *k = c->stored_key;
+    uint32_t p = c->order_prev[s];
+    order_unlink(c, s);
+    for (uint32_t h = c->order_head[l];; p = c->order_prev[p], h = c->order_next[h]) {
+        if (h == NO_HEAP || !key_before(k[s], s, k[h], h)) { /* s goes headward of h */
+            order_link(c, l, s, h == NO_HEAP ? c->order_tail[l] : c->order_prev[h], h);
+            return;
+        }
+        if (p == NO_HEAP || !key_before(k[p], p, k[s], s)) { /* s goes tailward of p */
+            order_link(c, l, s, p, p == NO_HEAP ? c->order_head[l] : c->order_next[p]);
+            return;
+        }
+    }
+}
+
 /* Stores the current key of held expert slot s. */
 static void store_key(expert_cache *c, size_t s) {
     c->stored_key[s] =
         c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
     if (!c->order_linked) return;
-    if (c->order_linked[s]) order_unlink(c, s);
-    order_insert(c, s);
+    if (c->order_linked[s])
+        order_move_headward(c, s);
+    else
+        order_insert(c, s);
 }
 
 void expert_cache_halve(expert_cache *c) {
     size_t n = (size_t)c->n_layers * c->n_experts;
     for (size_t i = 0; i < n; i++) c->uses[i] >>= 1;
-    for (uint32_t l = 0; l < c->n_layers; l++)
-        for (uint32_t i = 0; i < c->n_held[l]; i++)
-            store_key(c, (size_t)l * c->n_experts + c->held_ids[(size_t)l * c->n_experts + i]);
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const size_t row = (size_t)l * c->n_experts;
+        /* every key moves at once: the victim order is rebuilt, not relinked entry by entry */
+        if (c->order_linked) {
+            for (uint32_t i = 0; i < c->n_held[l]; i++)
+                c->order_linked[row + c->held_ids[row + i]] = 0;
+            c->order_head[l] = c->order_tail[l] = NO_HEAP;
+        }
+        for (uint32_t i = 0; i < c->n_held[l]; i++) store_key(c, row + c->held_ids[row + i]);
+    }
     if (c->heap_pos) heap_rebuild(c);
 }
 
@@ -537,7 +569,7 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
             plan->run[a] = (uint8_t)c->precision;
         c->last_use[row + e] = ++c->tick;
         c->uses[row + e]++;
-        expert_cache_refresh(c, r->layer, e);
+        if (!c->keys_after_route) expert_cache_refresh(c, r->layer, e);
     }
     uint32_t skipped = 0;
     for (uint32_t a = 0; a < r->n_active; a++) skipped += plan->run[a] == POLICY_RUN_SKIP;

@@ -26,12 +26,12 @@
  * init and searches compare stored keys (the key function is called when an expert is held and
  * when its key may have changed, not per candidate): a key that changes must be re-stored with
  * expert_cache_refresh (plan_route does it for the recency and use counts it changes;
- * expert_cache_halve re-stores every key). Layer scope scans the layer's held list (at most its
- * pool); global scope keeps every held expert in an indexed max-heap of stored keys, so a victim
- * costs O(log n) instead of a scan of thousands. Pinned experts
- * (every expert the current route needs, the candidates of a prefetch, and any expert whose
- * eviction the memory system refused during this route) are never chosen. Pins last until the
- * next expert_cache_begin_route.
+ * expert_cache_halve re-stores every key). Layer scope walks its victim-order list with the LRU
+ * and LFU keys and scans the layer's held list (at most its pool) with others; global scope
+ * keeps every held expert in an indexed max-heap of stored keys, so a victim costs O(log n)
+ * instead of a scan of thousands. Pinned experts (every expert the current route needs, the
+ * candidates of a prefetch, and any expert whose eviction the memory system refused during this
+ * route) are never chosen. Pins last until the next expert_cache_begin_route.
  *
  * Accesses (expert_cache_plan_route): first the route's whole active set is pinned (the
  * simulator's rule, policies/policy.h: a (sub-)route's experts are resident together, so none of
@@ -83,6 +83,10 @@ struct expert_cache {
     uint64_t *uses;     /* [n_layers][n_experts] accesses so far (see expert_cache_halve), or
                            since the expert's current copy was loaded (count_per_copy) */
     bool count_per_copy; /* a load restarts the expert's use count (set after init) */
+    /* the policy re-stores the keys of a route's experts once the route is over (set after
+     * init; oracle: their next use moves on only then), so plan_route does not: they are pinned
+     * meanwhile, and a pinned key orders no victim */
+    bool keys_after_route;
     uint64_t *pin;      /* [n_layers][n_experts] == pin_epoch: pinned for this route */
     uint32_t *active_slot; /* [n_experts] index in the pinned route's active list (valid for
                               its active experts; a lookup, not a search, per access) */
@@ -93,10 +97,11 @@ struct expert_cache {
     /* every held expert's key as of its latest store (hold, expert_cache_refresh, halve) */
     expert_cache_key *stored_key; /* [n_layers][n_experts] */
 
-    /* layer scope with the LRU key: each layer's held experts as a list in victim order (by
-     * stored key, the victim at the tail), so a victim search walks from the tail past the pinned
-     * ones instead of comparing every held expert. A new LRU key is the newest: it goes to the
-     * head in one step. NULL otherwise. */
+    /* layer scope with the LRU or LFU key: each layer's held experts as a list in victim order
+     * (by stored key, the victim at the tail), so a victim search walks from the tail past the
+     * pinned ones instead of comparing every held expert. An access only moves a key headward:
+     * a new LRU key is the newest, at the head in one step; an LFU key passes the entries of its
+     * old and new use counts. NULL otherwise. */
     uint32_t *order_prev, *order_next; /* [n_layers * n_experts] links, UINT32_MAX: none */
     uint32_t *order_head, *order_tail; /* [n_layers] */
     uint8_t *order_linked;             /* [n_layers * n_experts] */

@@ -362,8 +362,40 @@ static void lru_touch(policy *p, uint32_t layer, int32_t it) {
     p->lru_stamp[it] = p->serial;
 }
 
-/* Touches the parts of `expert` that are in the cache (resident or loading). */
+/* Moves the run of items first .. last (headward to tailward, linked) to the head of `layer`'s
+ * pool, in the same order, and stamps them. */
+static void lru_touch_run(policy *p, uint32_t layer, int32_t first, int32_t last) {
+    uint32_t pool = pool_of(p, layer);
+    int32_t head = p->pool_head[pool];
+    if (head != first) {
+        int32_t prev = p->lru_prev[first], next = p->lru_next[last];
+        p->lru_next[prev] = next; /* prev exists: first is not the head */
+        if (next >= 0)
+            p->lru_prev[next] = prev;
+        else
+            p->pool_tail[pool] = prev;
+        p->lru_prev[first] = -1;
+        p->lru_next[last] = head;
+        p->lru_prev[head] = last;
+        p->pool_head[pool] = first;
+    }
+    for (int32_t it = last;; it = p->lru_prev[it]) {
+        p->lru_stamp[it] = p->serial;
+        if (it == first) break;
+    }
+}
+
+/* Touches the parts of `expert` that are in the cache (resident or loading). Parts last touched
+ * together lie together, down headmost: those move to the head in one splice, as touching them
+ * one by one in part order would move them. */
 static void touch_present(policy *p, uint32_t layer, uint32_t expert) {
+    int32_t gate = item_of(p, layer, expert, PART_GATE), up = item_of(p, layer, expert, PART_UP),
+            down = item_of(p, layer, expert, PART_DOWN);
+    if (p->lru_in[gate] && p->lru_in[up] && p->lru_in[down] && p->lru_next[down] == up &&
+        p->lru_next[up] == gate) {
+        lru_touch_run(p, layer, down, gate);
+        return;
+    }
     for (uint32_t part = 0; part < PART_COUNT; part++) {
         int32_t it = item_of(p, layer, expert, part);
         if (p->lru_in[it]) lru_touch(p, layer, it);

@@ -61,6 +61,7 @@ static moesim_status oracle_create(const policy_params *params, const void *knob
         free(p);
         return st;
     }
+    p->cache.keys_after_route = true; /* oracle_on_route re-stores the previous route's */
     MOESIM_ASSERT(mem.ops->next_use != NULL && mem.ops->future_active != NULL);
     p->ids = moesim_xcalloc(params->n_experts, sizeof *p->ids);
     p->prev = moesim_xcalloc(params->n_experts, sizeof *p->prev);

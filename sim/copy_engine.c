@@ -92,9 +92,39 @@ uint64_t sim_link_busy_ns(const sim_state *s) {
     return busy + (uint64_t)llround((double)alone * (1 + e->slowdown_beside_compute));
 }
 
+/* The first-span times of the chunk in flight (just started) when it is its transfer's first
+ * span, whole or all but the last chunk, and no link slowdown makes them depend on the stream's
+ * clock, else NULL. */
+static const sim_first_span_ns *engine_first_span_ns(sim_state *s, sim_engine *e) {
+    const memsys_xfer *x = &s->ms.xf[e->chunk.xfer];
+    bool whole = e->chunk.bytes == x->bytes;
+    if (e->chunk.offset != 0 || e->slowdown_beside_compute > 0 ||
+        !(whole || e->chunk.bytes == memsys_chunks_floor(&s->ms, x->bytes - 1)))
+        return NULL;
+    sim_first_span_ns *w = &e->first_span[(x->prec << PART_COUNT | x->parts) << 1 | whole];
+    if (w->end_ns) return w;
+    w->end_ns = engine_end_ns(s, e, e->chunk.bytes) - e->t_start_ns;
+    for (int part = 0; part < PART_COUNT; part++) {
+        uint64_t bytes;
+        bool inside =
+            (x->parts & 1u << part) && memsys_part_lands_inside(&s->ms, &e->chunk, part, &bytes);
+        w->land_ns[part] = inside ? engine_end_ns(s, e, bytes) - e->t_start_ns : UINT64_MAX;
+    }
+    return w;
+}
+
 /* When the next part of the span in flight lands, if one lands before the span's end: its
  * chunks end then, as they would chunk by chunk (engine_end_ns adds up exactly). */
 static void engine_plan_landing(sim_state *s, sim_engine *e) {
+    if (e->times) {
+        const memsys_xfer *x = &s->ms.xf[e->chunk.xfer];
+        uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
+        int part = pending ? __builtin_ctz(pending) : 0;
+        uint64_t after = pending ? e->times->land_ns[part] : UINT64_MAX;
+        e->land_part = after == UINT64_MAX ? -1 : part;
+        e->land_ns = after == UINT64_MAX ? UINT64_MAX : e->t_start_ns + after;
+        return;
+    }
     uint64_t bytes = 0;
     e->land_part = e->busy ? memsys_chunk_next_landing(&s->ms, &e->chunk, &bytes) : -1;
     e->land_ns = e->land_part < 0 ? UINT64_MAX : engine_end_ns(s, e, bytes);
@@ -134,7 +164,8 @@ static void engine_kick(sim_state *s, int id) {
     e->chunk = c;
     e->t_start_ns = s->now_ns;
     e->start_xfer_ns = engine_xfer_ns(e, c.offset);
-    e->t_end_ns = engine_end_ns(s, e, c.bytes);
+    e->times = engine_first_span_ns(s, e);
+    e->t_end_ns = e->times ? s->now_ns + e->times->end_ns : engine_end_ns(s, e, c.bytes);
     engine_plan_landing(s, e);
     sim_event_push(&s->q, e->t_end_ns, EV_CHUNK, (uint32_t)id);
 }
@@ -151,6 +182,7 @@ static void engine_cut_span(sim_state *s, int id) {
     /* its last chunk is in flight (a demand copy's may be shorter than a chunk): nothing to cut */
     if (keep >= e->chunk.bytes) return;
     memsys_span_trim(&s->ms, &e->chunk, keep);
+    e->times = NULL;
     e->t_end_ns = engine_end_ns(s, e, keep);
     engine_plan_landing(s, e);
     bool moved = sim_event_cancel(&s->q, EV_CHUNK, (uint32_t)id);
@@ -160,7 +192,13 @@ static void engine_cut_span(sim_state *s, int id) {
 
 static void on_work(void *ctx, int engine) {
     sim_state *s = ctx;
-    for (int id = 0; id < MEMSYS_ENGINES; id++) engine_cut_span(s, id);
+    const sim_engine *h = &s->eng[MEMSYS_H2D];
+    /* new PCIe work that would not take the engine at the span's inner boundaries (a demand copy
+     * queued behind the span's, most often) leaves the span whole: cut, the engine would serve
+     * the same bytes at the same times; SSD work always cuts (spans need the SSD idle) */
+    bool keep = engine == MEMSYS_H2D && h->busy && memsys_span_unrivalled(&s->ms, &h->chunk);
+    if (!keep)
+        for (int id = 0; id < MEMSYS_ENGINES; id++) engine_cut_span(s, id);
     engine_kick(s, engine);
 }
 
@@ -169,6 +207,7 @@ static void engine_chunk_done(sim_state *s, int id) {
     sim_engine *e = &s->eng[id];
     MOESIM_ASSERT(e->busy && e->t_end_ns == s->now_ns);
     e->busy = false;
+    e->times = NULL;
     e->land_part = -1;
     e->land_ns = UINT64_MAX;
     e->busy_ns += e->t_end_ns - e->t_start_ns;
@@ -256,8 +295,10 @@ void sim_engines_init(sim_state *s, const hw_profile *hw, uint64_t chunk_bytes) 
         /* a span is cut at the first chunk ending after the cut: that needs every chunk to take
          * time (at least 1 ns: a chunk's exact time of 2 ns or more, whatever the rounding) */
         e->spans = (double)chunk_bytes * 1e9 / e->bytes_per_s >= 2;
-        /* a chunk's time depends on the stream's clock when it starts: chunk by chunk */
-        if (e->slowdown_beside_compute > 0) e->spans = false;
+        /* a chunk's time depends on the stream's clock when it starts, or an op's on the chunk
+         * in flight (sim_link_busy_ns: a span left whole would round it otherwise): chunk by
+         * chunk */
+        if (e->slowdown_beside_compute > 0 || hw->op_slowdown_beside_copy > 0) e->spans = false;
         if (chunk_bytes & (chunk_bytes - 1)) continue; /* not a power of two: no table */
         e->chunk_shift = (unsigned)__builtin_ctzll(chunk_bytes);
         e->n_at_chunk = widest / chunk_bytes + 2;
@@ -270,7 +311,7 @@ void sim_engines_init(sim_state *s, const hw_profile *hw, uint64_t chunk_bytes) 
 void sim_drain(sim_state *s) {
     while (deliver_next_until(s, UINT64_MAX)) {
     }
-    MOESIM_ASSERT(s->q.n == 0);
+    MOESIM_ASSERT(s->q.n == 0 && s->ms.started_bytes == 0);
     for (int i = 0; i < MEMSYS_ENGINES; i++) {
         MOESIM_ASSERT(!s->eng[i].busy);
         for (int c = 0; c < MEMSYS_CLASSES; c++) MOESIM_ASSERT(s->ms.head[i][c] == NONE);

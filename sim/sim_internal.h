@@ -31,6 +31,14 @@
 
 enum { EV_CHUNK = 1 };
 
+/* When a transfer's first span (or chunk), which takes its whole copy or (a prefetch's) all of
+ * it but the last chunk, ends and its parts land, counted from its start (UINT64_MAX: the part
+ * lands at the span's end or after). */
+typedef struct sim_first_span_ns {
+    uint64_t end_ns; /* 0: not worked out yet (or a span of no time, worked out each time) */
+    uint64_t land_ns[PART_COUNT];
+} sim_first_span_ns;
+
 typedef struct sim_engine {
     double bytes_per_s;
     uint64_t latency_ns;
@@ -45,6 +53,11 @@ typedef struct sim_engine {
     int land_part;
     uint64_t land_ns;
     uint64_t start_xfer_ns; /* engine_xfer_ns at its offset */
+    /* without a link slowdown, a first span's times depend on its precision, parts and whether
+     * it keeps the last chunk alone: worked out for the first of each, looked up for the rest
+     * (most copies of a span host) */
+    sim_first_span_ns first_span[PREC_COUNT << (PART_COUNT + 1)]; /* engine_first_span_ns */
+    const sim_first_span_ns *times; /* the chunk in flight's first-span times, or NULL */
     uint64_t seg_start_ns;  /* timeline: when the open segment's transfer started being served */
     uint32_t seg_xfer;      /* timeline: the open segment's transfer, or NONE */
     uint64_t seg_seq;       /* its issue sequence (transfer slots are reused) */
