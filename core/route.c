@@ -74,10 +74,8 @@ void sim_route_prefetch_account(const sim_route_scratch *rs, uint32_t n_active,
 }
 
 void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *experts,
-                              const float *gates, uint32_t n_slots, const uint8_t *layer_state,
-                              uint32_t P, const quant_table *q, const double *bits_of,
-                              uint32_t hi_bits, sim_route_tally *t) {
-    uint32_t gen = ++*rs->stamp_gen;
+                              const float *gates, uint32_t n_slots, const quant_table *q,
+                              const double *bits_of, uint32_t hi_bits, sim_route_tally *t) {
     for (uint32_t i = 0; i < n_slots; i++) {
         uint16_t e = experts[i];
         if (e == TRACE_NO_EXPERT) continue;
@@ -93,13 +91,6 @@ void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *exper
             t->gate_hi += gates[i];
         else
             t->gate_lo += gates[i];
-        /* a hit: served by the same fetch as an earlier access of the route, or resident (a
-         * count, not a jump: which accesses repeat an expert is data) */
-        bool repeat = rs->stamp[e] == gen;
-        rs->stamp[e] = gen;
-        const uint8_t *st = layer_state + ((size_t)e * P + pr) * PART_COUNT;
-        bool resident = !memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT);
-        t->hits += repeat | resident;
     }
 }
 
@@ -112,7 +103,8 @@ void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]) {
 }
 
 uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active, const memsys *ms,
-                                   uint32_t layer, uint32_t *order, uint64_t *order_key) {
+                                   uint32_t layer, uint32_t *order, uint64_t *order_key,
+                                   uint64_t *hits) {
     const uint32_t P = ms->P;
     const size_t layer_parts = (size_t)layer * ms->E * P * PART_COUNT;
     const uint8_t *layer_state = ms->state + layer_parts;
@@ -130,6 +122,8 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
         n_resident += !loading;
         order_key[n_loading] = a;
         n_loading += loading;
+        /* a resident expert's accesses all hit, a loading one's all but the fetching first */
+        *hits += rs->active_tokens[a] - loading;
     }
     /* Then the loading ones by the issue sequence of their latest-issued loading part (distinct:
      * a transfer carries one expert), by insertion: the k-th is read from order_key[k] before
@@ -214,8 +208,6 @@ void sim_route_decide(const sim_route_host *h, const sim_route_scratch *rs, uint
     moesim_precision hi = h->pm->hi_precision ? h->pm->hi_precision(h->pol) : h->precision;
     uint8_t hi_bits = (uint8_t)h->quant->fmt[hi].weight_bits;
     memsys_run_plan(ms, layer, rs->active, rs->plan, n_active);
-    const size_t layer_parts = (size_t)layer * ms->E * ms->P * PART_COUNT;
-    sim_route_tally_accesses(rs, ex, gs, n * K, ms->state + layer_parts, ms->P, h->quant,
-                             h->bits_of, hi_bits, h->tally);
+    sim_route_tally_accesses(rs, ex, gs, n * K, h->quant, h->bits_of, hi_bits, h->tally);
     if (last_of_layer) memsys_end_layer(ms, layer, h->now_ns(h->clock_ctx));
 }

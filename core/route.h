@@ -69,15 +69,12 @@ typedef struct sim_route_tally {
 double sim_route_tally_bits_per_weight(const sim_route_tally *t);
 
 /* Counts the route's accesses against the plan once the policy returned, so sim and replay
- * define a hit and the precision mix the same way (sim/README.md): an access is a hit when every
- * part of its expert at the planned precision is resident, or when an earlier access of the same
- * route already counted its fetch. `layer_state` is the layer's policy_residency array
- * [E][P][PART_COUNT] (P precisions) inside memsys.state (read 4 bytes at a time); a run counts as
- * HI when its format has at least `hi_bits` bits per weight in `q`. Adds to *t. */
+ * define the precision mix the same way (sim/README.md); a run counts as HI when its format has
+ * at least `hi_bits` bits per weight in `q`. Adds to *t all but the hits, which
+ * sim_route_execution_order counts. */
 void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *experts,
-                              const float *gates, uint32_t n_slots, const uint8_t *layer_state,
-                              uint32_t P, const quant_table *q, const double *bits_of,
-                              uint32_t hi_bits, sim_route_tally *t);
+                              const float *gates, uint32_t n_slots, const quant_table *q,
+                              const double *bits_of, uint32_t hi_bits, sim_route_tally *t);
 /* Effective bits per weight of each format of q (scales and zero points included): the tally's
  * bits_of[PREC_COUNT], computed once per run. */
 void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]);
@@ -85,9 +82,13 @@ void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]);
 /* The order the planned experts of `layer` run in, the same for both hosts: resident experts
  * first, then by the issue order of their latest-issued loading part (memsys_loading_seq). Writes
  * the indices into `active` of the experts that run to order ([n_active]), with order_key as
- * scratch ([n_active]); returns their count. Stable: ties keep ascending expert order. */
+ * scratch ([n_active]); returns their count. Stable: ties keep ascending expert order. On the
+ * same pass adds the route's hits to *hits (the tally's): an access is a hit when every part of
+ * its expert at the planned precision is resident, or when an earlier access of the same route
+ * already counted its fetch. */
 uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active, const memsys *ms,
-                                   uint32_t layer, uint32_t *order, uint64_t *order_key);
+                                   uint32_t layer, uint32_t *order, uint64_t *order_key,
+                                   uint64_t *hits);
 
 /* The end of the next sub-route: tokens [i0, i1) of the step's `experts` ([n][K]) in order, as
  * many as keep the distinct experts within `capacity` (at least one token). Uses the scratch's

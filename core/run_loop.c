@@ -193,7 +193,8 @@ static void run_route(run_loop *rl, uint64_t step, uint32_t layer, uint32_t i0, 
         .sub_routes = &rl->sub_routes,
     };
     sim_route_decide(&h, &rs, step, layer, i0, i1, n_active, last_of_layer);
-    uint32_t n_run = sim_route_execution_order(&rs, n_active, ms, layer, rl->order, rl->order_key);
+    uint32_t n_run = sim_route_execution_order(&rs, n_active, ms, layer, rl->order, rl->order_key,
+                                               &rl->tally.hits);
     rl_unlock(rl);
     for (uint32_t r = 0; r < n_run; r++) {
         uint32_t a = rl->order[r];
