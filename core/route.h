@@ -7,7 +7,8 @@
  * - the prefetch accounting of FIRM-MoE Eq. 7-8: at the first sub-route of a layer, the
  *   prefetched set S of that layer against the activated set A of the whole step;
  * - the policy call itself and what follows it (sim_route_decide): the policy_route handed to
- *   on_route, the plan committed to the memory system, the hits and gate mass tallied, the
+ *   on_route, the plan committed to the memory system, the accesses and gate mass tallied (the
+ *   hits are counted by the execution order's pass, sim_route_execution_order), the
  *   layer's stale prefetches dropped after its last sub-route.
  *
  * Both work on route scratch arrays the host owns (sim_route_scratch borrows them). Units:
