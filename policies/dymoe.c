@@ -208,20 +208,21 @@ uint32_t dymoe_prefetch_select(uint32_t n_tokens, uint32_t depth, uint32_t k_pre
             score[ids[k]] += sc ? (double)sc[k] : 0.0;
         }
     }
-    /* Top-t by c_e (Eq. 7); one token: top-t by predicted score (Eq. 8). Selection by repeated
-     * maximum: t is small (top_k or the critical count of one layer). */
+    /* Top-t by c_e (Eq. 7); one token: top-t by predicted score (Eq. 8). One pass in id order
+     * that keeps the best t sorted (a repeated maximum scanned all E experts t times): an expert
+     * passes only those it beats, so ties stay with the lower id; the summed scores are finite
+     * (the trace's checks), so the order is total. */
     uint32_t n_out = 0;
-    while (n_out < t) {
-        uint32_t best = DYMOE_NIL;
-        for (uint32_t e = 0; e < n_experts; e++) {
-            if (count[e] == 0) continue;
-            if (best == DYMOE_NIL || count[e] > count[best] ||
-                (count[e] == count[best] && score[e] > score[best]))
-                best = e;
-        }
-        if (best == DYMOE_NIL) break;
-        out[n_out++] = (uint16_t)best;
-        count[best] = 0; /* taken */
+    for (uint32_t e = 0; e < n_experts; e++) {
+        if (count[e] == 0) continue;
+        uint32_t j = n_out;
+        while (j > 0 && (count[e] > count[out[j - 1]] ||
+                         (count[e] == count[out[j - 1]] && score[e] > score[out[j - 1]])))
+            j--;
+        if (j >= t) continue;
+        if (n_out < t) n_out++;
+        memmove(out + j + 1, out + j, (n_out - 1 - j) * sizeof *out);
+        out[j] = (uint16_t)e;
     }
     return n_out;
 }
