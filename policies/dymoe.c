@@ -164,29 +164,26 @@ uint32_t dymoe_heavy_hitter_count(uint32_t n_tokens, uint32_t top_k, const uint1
     return k_hh;
 }
 
-typedef struct dymoe_rank_item {
-    double k0, k1, k2;
-    uint16_t id;
-    uint32_t index;
-} dymoe_rank_item;
-
-static int dymoe_rank_item_cmp(const void *a, const void *b) {
-    const dymoe_rank_item *x = a, *y = b;
-    if (x->k0 != y->k0) return x->k0 > y->k0 ? -1 : 1;
-    if (x->k1 != y->k1) return x->k1 > y->k1 ? -1 : 1;
-    if (x->k2 != y->k2) return x->k2 > y->k2 ? -1 : 1;
-    return x->id < y->id ? -1 : (x->id > y->id);
+/* True when item a ranks before item b in dymoe_rank's order. */
+static bool rank_before(const double *key0, const double *key1, const double *key2,
+                        const uint16_t *ids, uint32_t a, uint32_t b) {
+    if (key0[a] != key0[b]) return key0[a] > key0[b];
+    if (key1[a] != key1[b]) return key1[a] > key1[b];
+    if (key2 && key2[a] != key2[b]) return key2[a] > key2[b];
+    return ids[a] < ids[b];
 }
 
+/* An insertion sort in place (a route's active experts: top_k of them in decode), not an
+ * allocation and qsort per route; the keys are finite and the ids distinct, so the order is
+ * total and any sort gives the same. */
 void dymoe_rank(uint32_t n, const double *key0, const double *key1, const double *key2,
                 const uint16_t *ids, uint32_t *order) {
-    if (n == 0) return;
-    dymoe_rank_item *items = moesim_xcalloc(n, sizeof *items);
-    for (uint32_t i = 0; i < n; i++)
-        items[i] = (dymoe_rank_item){key0[i], key1[i], key2 ? key2[i] : 0.0, ids[i], i};
-    qsort(items, n, sizeof *items, dymoe_rank_item_cmp);
-    for (uint32_t i = 0; i < n; i++) order[i] = items[i].index;
-    free(items);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j = i;
+        for (; j > 0 && rank_before(key0, key1, key2, ids, i, order[j - 1]); j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
 }
 
 uint32_t dymoe_prefetch_select(uint32_t n_tokens, uint32_t depth, uint32_t k_pred, uint32_t k_use,
