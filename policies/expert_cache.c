@@ -353,10 +353,14 @@ static void heap_remove_at(expert_cache *c, uint32_t i) {
 void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
     size_t le = slot(c, layer, expert);
     if (c->held_pos[le] == NOT_HELD) return;
+    expert_cache_key old = c->stored_key[le];
     store_key(c, le);
     if (!c->heap_pos) return;
-    heap_up(c, c->heap_pos[le]);
-    heap_down(c, c->heap_pos[le]);
+    /* the heap was in order with the old key: the new one moves the entry one way only */
+    if (key_before(c->stored_key[le], le, old, le))
+        heap_up(c, c->heap_pos[le]);
+    else
+        heap_down(c, c->heap_pos[le]);
 }
 
 /* Restores the heap order after every stored key changed. */
