@@ -258,10 +258,26 @@ static void order_move_headward(expert_cache *c, size_t s) {
     }
 }
 
-/* Stores the current key of held expert slot s. */
+static expert_cache_key lru_key_at(const expert_cache *c, size_t s) {
+    expert_cache_key k = {UINT64_MAX - c->last_use[s], 0};
+    return k;
+}
+
+static expert_cache_key lfu_key_at(const expert_cache *c, size_t s) {
+    expert_cache_key k = {UINT64_MAX - c->uses[s], UINT64_MAX - c->last_use[s]};
+    return k;
+}
+
+/* Stores the current key of held expert slot s. The LRU and LFU keys are worked out here, not
+ * called through c->key: a store comes with every access, and the call cost more than the key. */
 static void store_key(expert_cache *c, size_t s) {
-    c->stored_key[s] =
-        c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
+    if (c->key == expert_cache_key_lru)
+        c->stored_key[s] = lru_key_at(c, s);
+    else if (c->key == expert_cache_key_lfu)
+        c->stored_key[s] = lfu_key_at(c, s);
+    else
+        c->stored_key[s] =
+            c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
     if (c->heap_pos && c->heap_pos[s] != NO_HEAP) c->heap_key[c->heap_pos[s]] = c->stored_key[s];
     if (!c->order_linked) return;
     if (c->order_linked[s])
@@ -548,16 +564,13 @@ policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t
 expert_cache_key expert_cache_key_lru(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert) {
     (void)ctx;
-    expert_cache_key k = {UINT64_MAX - c->last_use[slot(c, layer, expert)], 0};
-    return k;
+    return lru_key_at(c, slot(c, layer, expert));
 }
 
 expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert) {
     (void)ctx;
-    size_t s = slot(c, layer, expert);
-    expert_cache_key k = {UINT64_MAX - c->uses[s], UINT64_MAX - c->last_use[s]};
-    return k;
+    return lfu_key_at(c, slot(c, layer, expert));
 }
 
 uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan) {
