@@ -278,7 +278,6 @@ static void store_key(expert_cache *c, size_t s) {
     else
         c->stored_key[s] =
             c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
-    if (c->heap_pos && c->heap_pos[s] != NO_HEAP) c->heap_key[c->heap_pos[s]] = c->stored_key[s];
     if (!c->order_linked) return;
     if (c->order_linked[s])
         order_move_headward(c, s);
@@ -374,18 +373,24 @@ static void heap_remove_at(expert_cache *c, uint32_t i) {
 void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
     size_t le = slot(c, layer, expert);
     if (c->held_pos[le] == NOT_HELD) return;
+    if (!c->heap_pos) {
+        store_key(c, le);
+        return;
+    }
     expert_cache_key old = c->stored_key[le];
     store_key(c, le);
-    if (!c->heap_pos) return;
+    uint32_t i = c->heap_pos[le];
+    c->heap_key[i] = c->stored_key[le];
     /* the heap was in order with the old key: the new one moves the entry one way only */
-    if (key_before(c->stored_key[le], le, old, le))
-        heap_up(c, c->heap_pos[le]);
+    if (key_before(c->heap_key[i], le, old, le))
+        heap_up(c, i);
     else
-        heap_down(c, c->heap_pos[le]);
+        heap_down(c, i);
 }
 
 /* Restores the heap order after every stored key changed. */
 static void heap_rebuild(expert_cache *c) {
+    for (uint32_t i = 0; i < c->n_heap; i++) c->heap_key[i] = c->stored_key[c->heap_le[i]];
     for (uint32_t i = c->n_heap / 2; i-- > 0;) heap_down(c, i);
 }
 
