@@ -164,29 +164,26 @@ uint32_t dymoe_heavy_hitter_count(uint32_t n_tokens, uint32_t top_k, const uint1
     return k_hh;
 }
 
-typedef struct dymoe_rank_item {
-    double k0, k1, k2;
-    uint16_t id;
-    uint32_t index;
-} dymoe_rank_item;
-
-static int dymoe_rank_item_cmp(const void *a, const void *b) {
-    const dymoe_rank_item *x = a, *y = b;
-    if (x->k0 != y->k0) return x->k0 > y->k0 ? -1 : 1;
-    if (x->k1 != y->k1) return x->k1 > y->k1 ? -1 : 1;
-    if (x->k2 != y->k2) return x->k2 > y->k2 ? -1 : 1;
-    return x->id < y->id ? -1 : (x->id > y->id);
+/* True when item a ranks before item b in dymoe_rank's order. */
+static bool rank_before(const double *key0, const double *key1, const double *key2,
+                        const uint16_t *ids, uint32_t a, uint32_t b) {
+    if (key0[a] != key0[b]) return key0[a] > key0[b];
+    if (key1[a] != key1[b]) return key1[a] > key1[b];
+    if (key2 && key2[a] != key2[b]) return key2[a] > key2[b];
+    return ids[a] < ids[b];
 }
 
+/* An insertion sort in place (a route's active experts: top_k of them in decode), not an
+ * allocation and qsort per route; the keys are finite and the ids distinct, so the order is
+ * total and any sort gives the same. */
 void dymoe_rank(uint32_t n, const double *key0, const double *key1, const double *key2,
                 const uint16_t *ids, uint32_t *order) {
-    if (n == 0) return;
-    dymoe_rank_item *items = moesim_xcalloc(n, sizeof *items);
-    for (uint32_t i = 0; i < n; i++)
-        items[i] = (dymoe_rank_item){key0[i], key1[i], key2 ? key2[i] : 0.0, ids[i], i};
-    qsort(items, n, sizeof *items, dymoe_rank_item_cmp);
-    for (uint32_t i = 0; i < n; i++) order[i] = items[i].index;
-    free(items);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j = i;
+        for (; j > 0 && rank_before(key0, key1, key2, ids, i, order[j - 1]); j--)
+            order[j] = order[j - 1];
+        order[j] = i;
+    }
 }
 
 uint32_t dymoe_prefetch_select(uint32_t n_tokens, uint32_t depth, uint32_t k_pred, uint32_t k_use,
@@ -208,20 +205,21 @@ uint32_t dymoe_prefetch_select(uint32_t n_tokens, uint32_t depth, uint32_t k_pre
             score[ids[k]] += sc ? (double)sc[k] : 0.0;
         }
     }
-    /* Top-t by c_e (Eq. 7); one token: top-t by predicted score (Eq. 8). Selection by repeated
-     * maximum: t is small (top_k or the critical count of one layer). */
+    /* Top-t by c_e (Eq. 7); one token: top-t by predicted score (Eq. 8). One pass in id order
+     * that keeps the best t sorted (a repeated maximum scanned all E experts t times): an expert
+     * passes only those it beats, so ties stay with the lower id; the summed scores are finite
+     * (the trace's checks), so the order is total. */
     uint32_t n_out = 0;
-    while (n_out < t) {
-        uint32_t best = DYMOE_NIL;
-        for (uint32_t e = 0; e < n_experts; e++) {
-            if (count[e] == 0) continue;
-            if (best == DYMOE_NIL || count[e] > count[best] ||
-                (count[e] == count[best] && score[e] > score[best]))
-                best = e;
-        }
-        if (best == DYMOE_NIL) break;
-        out[n_out++] = (uint16_t)best;
-        count[best] = 0; /* taken */
+    for (uint32_t e = 0; e < n_experts; e++) {
+        if (count[e] == 0) continue;
+        uint32_t j = n_out;
+        while (j > 0 && (count[e] > count[out[j - 1]] ||
+                         (count[e] == count[out[j - 1]] && score[e] > score[out[j - 1]])))
+            j--;
+        if (j >= t) continue;
+        if (n_out < t) n_out++;
+        memmove(out + j + 1, out + j, (n_out - 1 - j) * sizeof *out);
+        out[j] = (uint16_t)e;
     }
     return n_out;
 }

@@ -6,8 +6,9 @@
  * held expert's key is stored (stored_key) when it is held and whenever it may change
  * (expert_cache_refresh), so a search compares stored keys instead of calling the key function
  * per candidate. Global scope adds an indexed binary max-heap over every held expert (heap_le,
- * heap_pos as its inverse) whose root is the next victim; pinned roots are popped aside during a
- * search and pushed back with fresh keys. Recency ticks and use counts are per (layer, expert) and
+ * heap_pos as its inverse, heap_key the stored keys in heap order so a compare reads no slot)
+ * whose root is the next victim; pinned roots are popped aside during a search and pushed back
+ * with fresh keys. Recency ticks and use counts are per (layer, expert) and
  * count (token, slot) accesses. Pins are epoch stamps: a new route bumps the epoch instead of
  * clearing. No allocation after init. */
 #include "policies/expert_cache.h"
@@ -132,6 +133,7 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
     }
     if (scope == EXPERT_CACHE_GLOBAL) {
         c->heap_le = moesim_xcalloc(n, sizeof *c->heap_le);
+        c->heap_key = moesim_xcalloc(n, sizeof *c->heap_key);
         c->heap_pos = moesim_xmalloc(n * sizeof *c->heap_pos);
         for (size_t i = 0; i < n; i++) c->heap_pos[i] = NO_HEAP;
         c->scratch = moesim_xcalloc(n, sizeof *c->scratch);
@@ -154,6 +156,7 @@ void expert_cache_free(expert_cache *c) {
     free(c->order_head);
     free(c->order_tail);
     free(c->heap_le);
+    free(c->heap_key);
     free(c->heap_pos);
     free(c->scratch);
     memset(c, 0, sizeof *c);
@@ -255,10 +258,26 @@ static void order_move_headward(expert_cache *c, size_t s) {
     }
 }
 
-/* Stores the current key of held expert slot s. */
+static expert_cache_key lru_key_at(const expert_cache *c, size_t s) {
+    expert_cache_key k = {UINT64_MAX - c->last_use[s], 0};
+    return k;
+}
+
+static expert_cache_key lfu_key_at(const expert_cache *c, size_t s) {
+    expert_cache_key k = {UINT64_MAX - c->uses[s], UINT64_MAX - c->last_use[s]};
+    return k;
+}
+
+/* Stores the current key of held expert slot s. The LRU and LFU keys are worked out here, not
+ * called through c->key: a store comes with every access, and the call cost more than the key. */
 static void store_key(expert_cache *c, size_t s) {
-    c->stored_key[s] =
-        c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
+    if (c->key == expert_cache_key_lru)
+        c->stored_key[s] = lru_key_at(c, s);
+    else if (c->key == expert_cache_key_lfu)
+        c->stored_key[s] = lfu_key_at(c, s);
+    else
+        c->stored_key[s] =
+            c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
     if (!c->order_linked) return;
     if (c->order_linked[s])
         order_move_headward(c, s);
@@ -301,41 +320,43 @@ static bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_
             ((ka.secondary > kb.secondary) | ((ka.secondary == kb.secondary) & (a < b))));
 }
 
+/* True when heap entry i is evicted before heap entry j. */
 static bool heap_before(const expert_cache *c, uint32_t i, uint32_t j) {
-    uint32_t a = c->heap_le[i], b = c->heap_le[j];
-    return key_before(c->stored_key[a], a, c->stored_key[b], b);
+    return key_before(c->heap_key[i], c->heap_le[i], c->heap_key[j], c->heap_le[j]);
 }
 
-static void heap_swap(expert_cache *c, uint32_t i, uint32_t j) {
-    uint32_t le = c->heap_le[i];
-    c->heap_le[i] = c->heap_le[j];
-    c->heap_le[j] = le;
-    c->heap_pos[c->heap_le[i]] = i;
-    c->heap_pos[c->heap_le[j]] = j;
+static void heap_place(expert_cache *c, uint32_t i, uint32_t le, expert_cache_key k) {
+    c->heap_le[i] = le;
+    c->heap_key[i] = k;
+    c->heap_pos[le] = i;
 }
 
+/* The sifts carry the moving entry in a hole and place it once, where it stops. */
 static void heap_up(expert_cache *c, uint32_t i) {
-    while (i > 0 && heap_before(c, i, (i - 1) / 2)) {
-        heap_swap(c, i, (i - 1) / 2);
-        i = (i - 1) / 2;
+    uint32_t le = c->heap_le[i];
+    expert_cache_key k = c->heap_key[i];
+    for (uint32_t up; i > 0; i = up) {
+        up = (i - 1) / 2;
+        if (!key_before(k, le, c->heap_key[up], c->heap_le[up])) break;
+        heap_place(c, i, c->heap_le[up], c->heap_key[up]);
     }
+    heap_place(c, i, le, k);
 }
 
 static void heap_down(expert_cache *c, uint32_t i) {
-    for (;;) {
-        uint32_t best = i, l = 2 * i + 1, r = 2 * i + 2;
-        if (l < c->n_heap && heap_before(c, l, best)) best = l;
-        if (r < c->n_heap && heap_before(c, r, best)) best = r;
-        if (best == i) return;
-        heap_swap(c, i, best);
-        i = best;
+    uint32_t le = c->heap_le[i];
+    expert_cache_key k = c->heap_key[i];
+    for (uint32_t child; (child = 2 * i + 1) < c->n_heap; i = child) {
+        if (child + 1 < c->n_heap && heap_before(c, child + 1, child)) child++;
+        if (!key_before(c->heap_key[child], c->heap_le[child], k, le)) break;
+        heap_place(c, i, c->heap_le[child], c->heap_key[child]);
     }
+    heap_place(c, i, le, k);
 }
 
 static void heap_push(expert_cache *c, uint32_t le) {
     uint32_t i = c->n_heap++;
-    c->heap_le[i] = le;
-    c->heap_pos[le] = i;
+    heap_place(c, i, le, c->stored_key[le]);
     heap_up(c, i);
 }
 
@@ -344,8 +365,7 @@ static void heap_remove_at(expert_cache *c, uint32_t i) {
     c->heap_pos[c->heap_le[i]] = NO_HEAP;
     if (i == last) return;
     uint32_t le = c->heap_le[last];
-    c->heap_le[i] = le;
-    c->heap_pos[le] = i;
+    heap_place(c, i, le, c->heap_key[last]);
     heap_up(c, i);
     heap_down(c, c->heap_pos[le]);
 }
@@ -353,14 +373,24 @@ static void heap_remove_at(expert_cache *c, uint32_t i) {
 void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
     size_t le = slot(c, layer, expert);
     if (c->held_pos[le] == NOT_HELD) return;
+    if (!c->heap_pos) {
+        store_key(c, le);
+        return;
+    }
+    expert_cache_key old = c->stored_key[le];
     store_key(c, le);
-    if (!c->heap_pos) return;
-    heap_up(c, c->heap_pos[le]);
-    heap_down(c, c->heap_pos[le]);
+    uint32_t i = c->heap_pos[le];
+    c->heap_key[i] = c->stored_key[le];
+    /* the heap was in order with the old key: the new one moves the entry one way only */
+    if (key_before(c->heap_key[i], le, old, le))
+        heap_up(c, i);
+    else
+        heap_down(c, i);
 }
 
 /* Restores the heap order after every stored key changed. */
 static void heap_rebuild(expert_cache *c) {
+    for (uint32_t i = 0; i < c->n_heap; i++) c->heap_key[i] = c->stored_key[c->heap_le[i]];
     for (uint32_t i = c->n_heap / 2; i-- > 0;) heap_down(c, i);
 }
 
@@ -539,16 +569,13 @@ policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t
 expert_cache_key expert_cache_key_lru(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert) {
     (void)ctx;
-    expert_cache_key k = {UINT64_MAX - c->last_use[slot(c, layer, expert)], 0};
-    return k;
+    return lru_key_at(c, slot(c, layer, expert));
 }
 
 expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert) {
     (void)ctx;
-    size_t s = slot(c, layer, expert);
-    expert_cache_key k = {UINT64_MAX - c->uses[s], UINT64_MAX - c->last_use[s]};
-    return k;
+    return lfu_key_at(c, slot(c, layer, expert));
 }
 
 uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan) {

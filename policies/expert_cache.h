@@ -108,6 +108,7 @@ struct expert_cache {
 
     /* global scope: max-heap (victim first) of held experts by stored key */
     uint32_t *heap_le;          /* [n_layers * n_experts] layer * E + expert */
+    expert_cache_key *heap_key; /* [n_layers * n_experts] heap_le[i]'s stored key, beside it */
     uint32_t *heap_pos;         /* [n_layers * n_experts] index in the heap, or UINT32_MAX */
     uint32_t *scratch;          /* [n_layers * n_experts] pinned entries set aside in a search */
     uint32_t n_heap;

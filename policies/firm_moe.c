@@ -402,16 +402,17 @@ static void touch_present(policy *p, uint32_t layer, uint32_t expert) {
     }
 }
 
-/* Parts of `mask` that the memory system holds neither resident nor loading. */
+/* Parts of `mask` that the memory system holds neither resident nor loading. Read from the LRU
+ * lists, not through policy_mem_ops.state (an indirect call per part): a part is in a list
+ * exactly while it is loading or resident, for only this policy loads at its precision and the
+ * list follows every load, eviction and cancellation. */
 static uint32_t absent_parts(const policy *p, uint32_t layer, uint32_t expert, uint32_t mask) {
     uint32_t absent = 0;
     for (uint32_t part = 0; part < PART_COUNT; part++) {
-        if (!(mask & (1u << part))) continue;
-        if (p->mem.ops->state(p->mem.mem, layer, expert, p->prec, (expert_part)part) ==
-            POLICY_ABSENT)
-            absent |= 1u << part;
+        bool in = p->lru_in[item_of(p, layer, expert, part)];
+        absent |= (uint32_t)!in << part;
     }
-    return absent;
+    return absent & mask;
 }
 
 static uint64_t mask_bytes(const policy *p, uint32_t mask) {

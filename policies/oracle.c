@@ -80,8 +80,8 @@ static int cmp_pair(const void *a, const void *b) {
  * is left or the best victim is used sooner than the expert. */
 static bool prefetch_one(policy *p, uint32_t layer, uint32_t expert) {
     expert_cache *c = &p->cache;
-    uint64_t want = c->mem.ops->next_use(c->mem.mem, layer, expert);
-    for (;;) {
+    uint64_t want = 0; /* the expert's next use, looked up once a victim is needed */
+    for (bool looked_up = false;;) {
         policy_mem_result r = expert_cache_try_load(c, layer, expert, POLICY_PREFETCH);
         if (r == POLICY_ALREADY) return true;
         if (r == POLICY_ISSUED) {
@@ -90,6 +90,7 @@ static bool prefetch_one(policy *p, uint32_t layer, uint32_t expert) {
         }
         uint32_t vl, ve;
         if (!expert_cache_find_victim(c, layer, &vl, &ve)) return false;
+        if (!looked_up) want = c->mem.ops->next_use(c->mem.mem, layer, expert), looked_up = true;
         if (c->mem.ops->next_use(c->mem.mem, vl, ve) < want) return false;
         expert_cache_evict(c, vl, ve); /* refused: pinned, the search moves on */
     }
