@@ -3,9 +3,9 @@
  * printing routed (token, layer, slot) activations per second of the child's CPU time (the
  * machine is shared, so wall time would count other jobs), of the whole child ("all": opening
  * the stream checks its tokens' datasets) and of sim_run alone ("run"; it reads the rows it
- * needs as it goes and checks each block's values as it first reads it), and the child's peak RSS (whole
- * process: libraries, the stream's blocks and per-token arrays, the simulator's state). Settings:
- * the rtx3090-pcie4 profile, batch.size = 4, timeline off, everything else default.
+ * needs as it goes and checks each block's values as it first reads it), and the child's peak RSS
+ * (whole process: libraries, the stream's blocks and per-token arrays, the simulator's state).
+ * Settings: the rtx3090-pcie4 profile, batch.size = 4, timeline off, everything else default.
  *
  * Traces come from `moesim trace synth -o` (bench/bench_sim.sh makes 10^4, 10^5 and 10^6-token
  * Qwen3-30B-A3B ones). Targets: lru >= 10 M activations/s, every seed policy >= 5 M/s,
