@@ -194,7 +194,7 @@ static void on_work(void *ctx, int engine) {
     sim_state *s = ctx;
     const sim_engine *h = &s->eng[MEMSYS_H2D];
     /* new PCIe work that would not take the engine at the span's inner boundaries (a demand copy
-     * queued behind the span's, most often) leaves the span whole: cut, the engine would serve
+     * queued behind the span's, most often) leaves the span whole: cut or not, the engine serves
      * the same bytes at the same times; SSD work always cuts (spans need the SSD idle) */
     bool keep = engine == MEMSYS_H2D && h->busy && memsys_span_unrivalled(&s->ms, &h->chunk);
     if (!keep)

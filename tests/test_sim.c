@@ -93,6 +93,17 @@ Test(sim, the_hosts_time_around_each_op_adds_to_every_op_on_the_stream) {
     trace_destroy(t);
 }
 
+/* ondemand on t with profile `hw` into *r0 and with `slowed` (the same but for its contention
+ * terms) into *r1: the contention tests below compare the two runs. */
+static void run_ondemand_pair(const trace *t, const model_geometry *m, const hw_profile *hw,
+                              const hw_profile *slowed, const char *const *sets, sim_result *r0,
+                              sim_result *r1) {
+    moesim_error err = {0};
+    cr_assert_eq(run_sets(t, m, hw, "ondemand", NULL, sets, r0, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(run_sets(t, m, slowed, "ondemand", NULL, sets, r1, &err), MOESIM_OK, "%s",
+                 err.msg);
+}
+
 /* Two demand loads queued at the route: expert 0's op runs while expert 1 still copies. With the
  * profile's op_slowdown_beside_copy it takes that much longer, which only shortens the wait for
  * expert 1 (the copy is the longer); expert 1's op starts with the link idle: unslowed. */
@@ -107,10 +118,7 @@ Test(sim, an_op_started_beside_a_copy_is_slowed_by_the_profiles_fraction) {
         cost_expert_gate_up_ns(&c, PREC_BF16, 1) + cost_expert_down_ns(&c, PREC_BF16, 1);
     const char *sets[] = {"sim.part_overlap=false", NULL};
     sim_result r0, r1;
-    moesim_error err = {0};
-    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, &r0, &err), MOESIM_OK, "%s", err.msg);
-    cr_assert_eq(run_sets(t, &m, &slowed, "ondemand", NULL, sets, &r1, &err), MOESIM_OK, "%s",
-                 err.msg);
+    run_ondemand_pair(t, &m, &hw, &slowed, sets, &r0, &r1);
     cr_assert_eq(makespan_ns(&r1), makespan_ns(&r0));
     cr_assert_eq((uint64_t)llround((r0.stall_ms - r1.stall_ms) * 1e6),
                  (uint64_t)llround((double)expert * 0.25));
@@ -138,10 +146,7 @@ Test(sim, an_op_that_outlasts_the_copy_beside_it_is_slowed_only_while_it_copies)
     cr_assert_gt(op, 2 * copy, "the fixture needs an op longer than the copy");
     const char *sets[] = {"sim.part_overlap=false", NULL};
     sim_result r0, r1;
-    moesim_error err = {0};
-    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, &r0, &err), MOESIM_OK, "%s", err.msg);
-    cr_assert_eq(run_sets(t, &m, &slowed, "ondemand", NULL, sets, &r1, &err), MOESIM_OK, "%s",
-                 err.msg);
+    run_ondemand_pair(t, &m, &hw, &slowed, sets, &r0, &r1);
     double grew = (double)(makespan_ns(&r1) - makespan_ns(&r0)), want = copy * 0.25 / 1.25;
     cr_assert(fabs(grew - want) <= 2, "grew %.0f ns, want %.0f", grew, want);
     trace_destroy(t);
@@ -168,10 +173,7 @@ Test(sim, a_copy_beside_an_op_is_slowed_while_the_op_runs) {
     cr_assert_gt(op, 20 * chunk, "the fixture needs an op of many chunks");
     const char *sets[] = {"sim.part_overlap=false", "sim.chunk_kib=4", NULL};
     sim_result r0, r1;
-    moesim_error err = {0};
-    cr_assert_eq(run_sets(t, &m, &hw, "ondemand", NULL, sets, &r0, &err), MOESIM_OK, "%s", err.msg);
-    cr_assert_eq(run_sets(t, &m, &slowed, "ondemand", NULL, sets, &r1, &err), MOESIM_OK, "%s",
-                 err.msg);
+    run_ondemand_pair(t, &m, &hw, &slowed, sets, &r0, &r1);
     double grew = (double)(makespan_ns(&r1) - makespan_ns(&r0));
     double want = (op - first) * x / (1 + x);
     cr_assert(fabs(grew - want) <= chunk * x, "grew %.0f ns, want %.0f +- %.0f", grew, want,

@@ -255,12 +255,12 @@ static moesim_status stream_load(trace_stream *s) {
     if (!block) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
     /* skipped look-ahead: its ids alone, for the first-candidate hits */
     uint64_t n_blocks = (N + s->block_tokens - 1) / s->block_tokens;
-    if (s->skip[DS_LOOK_IDS] && o->have[DS_LOOK_IDS])
+    const bool count_la = s->skip[DS_LOOK_IDS] && o->have[DS_LOOK_IDS];
+    if (count_la)
         s->la_ids =
             malloc(FIRST_HITS_TOKENS * trace_lookahead_values(&o->meta) * sizeof *s->la_ids);
     if (s->check_on_read) s->rows_checked = calloc(n_blocks, 1);
-    if ((s->skip[DS_LOOK_IDS] && o->have[DS_LOOK_IDS] && !s->la_ids) ||
-        (s->check_on_read && !s->rows_checked)) {
+    if ((count_la && !s->la_ids) || (s->check_on_read && !s->rows_checked)) {
         trace_destroy(block);
         return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
     }
