@@ -137,15 +137,11 @@ static void wait_room(run_loop *rl, uint32_t layer, uint32_t n_active) {
     if (ops->stall_end) ops->stall_end(rl->c.host);
 }
 
-/* One expert's ops: gate+up then down as separate ops with part overlap (each after its own
- * parts' copies), else one op after all three. */
+/* One expert's ops (run_loop_expert_masks), then its pin's release. */
 static void run_expert(run_loop *rl, uint32_t layer, uint16_t e, moesim_precision p,
                        uint32_t tokens) {
-    static const uint32_t masks[2][2] = {{POLICY_PARTS_ALL, 0},
-                                         {1u << PART_GATE | 1u << PART_UP, 1u << PART_DOWN}};
     const run_host_ops *ops = rl->c.ops;
-    const uint32_t *m = masks[rl->c.part_overlap];
-    for (int i = 0; i < 2 && m[i]; i++) ops->expert(rl->c.host, layer, e, p, tokens, m[i]);
+    ops->expert(rl->c.host, layer, e, p, tokens, rl->c.part_overlap);
     rl->expert_ops++;
     rl_lock(rl);
     if (ops->queues_ops) /* pinned until the stream caught up (catch_up) */

@@ -100,12 +100,13 @@ typedef struct run_host_ops {
     void (*stall_end)(void *host);
     /* A compute op (lock not held). */
     void (*op)(void *host, const run_op *op);
-    /* The expert's op on the parts in `mask` of (layer, expert, p) for `tokens` tokens: blocks
-     * until it can be issued (its parts' copies landed, or are ordered before it), calls
-     * run_loop_expert_start, then runs or enqueues it (lock not held). One slot for the wait
-     * and the op: the simulator makes two million of these calls a second. */
+    /* The expert's ops on (layer, expert, p) for `tokens` tokens, in the order and on the parts
+     * of run_loop_expert_masks(split) (split: sim.part_overlap); each blocks until it can be
+     * issued (its parts' copies landed, or are ordered before it), calls run_loop_expert_start,
+     * then runs or enqueues it (lock not held). One slot for the waits and the ops of an expert:
+     * the simulator makes millions of these calls a second. */
     void (*expert)(void *host, uint32_t layer, uint32_t expert, moesim_precision p, uint32_t tokens,
-                   uint32_t mask);
+                   bool split);
     /* Optional: MoE layer `layer`'s experts ran (before its shared experts and combine). */
     void (*layer_end)(void *host, uint64_t step, uint32_t layer);
     /* The step's ops ran or are enqueued and the stream caught up (lock not held). */
@@ -199,6 +200,15 @@ void run_loop_init(run_loop *rl, const run_loop_config *c);
 moesim_status run_loop_run(run_loop *rl, moesim_error *err);
 /* Frees the schedule iterator (buffers belong to the arena). Accepts a zeroed struct. */
 void run_loop_free(run_loop *rl);
+
+/* An expert's ops, each as the parts it waits for (0 ends the list): with part overlap
+ * (sim.part_overlap) gate+up after its gate and up parts' copies, then down after its down
+ * part's; else one op after all three. */
+static inline const uint32_t *run_loop_expert_masks(bool split) {
+    static const uint32_t masks[2][3] = {{POLICY_PARTS_ALL, 0, 0},
+                                         {1u << PART_GATE | 1u << PART_UP, 1u << PART_DOWN, 0}};
+    return masks[split];
+}
 
 /* An expert op may start now (`now_ns`, the host's clock): the hosts' one observation point
  * (sim_hooks.on_expert_start), where every part it needs must be resident. */

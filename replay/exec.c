@@ -148,11 +148,13 @@ static void host_op(void *h, const run_op *op) {
 }
 
 static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
-                        uint32_t tokens, uint32_t mask) {
+                        uint32_t tokens, bool split) {
     replay_exec *x = h;
-    x->be->expert_wait(x, layer, expert, p, mask);
-    run_loop_expert_start(&x->loop, layer, expert, p, mask, replay_exec_now(x));
-    x->be->expert(x, layer, expert, p, tokens, mask);
+    for (const uint32_t *mask = run_loop_expert_masks(split); *mask; mask++) {
+        x->be->expert_wait(x, layer, expert, p, *mask);
+        run_loop_expert_start(&x->loop, layer, expert, p, *mask, replay_exec_now(x));
+        x->be->expert(x, layer, expert, p, tokens, *mask);
+    }
 }
 
 /* The step's ops have run or are enqueued: their times, then each MoE layer's span. */

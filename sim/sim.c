@@ -247,27 +247,34 @@ static void expert_slice(sim_state *s, uint32_t layer, uint32_t expert, moesim_p
     stream_op(s, dur, "expert", name);
 }
 
-/* The stream blocks until every part in `mask` of (layer, expert, p) is resident, then runs
- * the op for its cost model time. */
-static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
-                        uint32_t tokens, uint32_t mask) {
-    sim_state *s = h;
-    const uint8_t *st = s->ms.state + idx_lep(s, layer, expert, p) * PART_COUNT; /* [PART_COUNT] */
+/* The stream blocks until every part in `mask` of the expert (state `st`) is resident, then
+ * runs the op for `dur_ns`, its cost model time (slowed beside copies: op_time_ns). */
+static inline void expert_op(sim_state *s, const uint8_t *st, uint32_t layer, uint32_t expert,
+                             moesim_precision p, uint32_t tokens, uint32_t mask, uint64_t dur_ns) {
     sim_advance_to(s, s->t_ns);
     if (memsys_parts_differ(st, mask, POLICY_RESIDENT)) wait_parts(s, st, layer, expert, mask);
     s->now_ns = s->t_ns;
     run_loop_expert_start(&s->loop, layer, expert, p, mask, s->t_ns);
-
-    uint64_t gu, dn;
-    expert_cost(s, p, tokens, &gu, &dn);
-    gu += s->op_issue_ns, dn += s->op_issue_ns; /* gate+up and down: an op each */
-    uint64_t dur = op_time_ns(s, mask == POLICY_PARTS_ALL  ? gu + dn
-                                 : mask == 1u << PART_DOWN ? dn
-                                                           : gu);
+    uint64_t dur = op_time_ns(s, dur_ns);
     if (s->tl.on)
         expert_slice(s, layer, expert, p, tokens, mask, dur);
     else
         s->t_ns += dur;
+}
+
+/* The expert's ops (run_loop_expert_masks), each once its parts are resident. */
+static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
+                        uint32_t tokens, bool split) {
+    sim_state *s = h;
+    const uint8_t *st = s->ms.state + idx_lep(s, layer, expert, p) * PART_COUNT; /* [PART_COUNT] */
+    uint64_t gu, dn;
+    expert_cost(s, p, tokens, &gu, &dn);
+    gu += s->op_issue_ns, dn += s->op_issue_ns; /* gate+up and down: an op each */
+    for (const uint32_t *mask = run_loop_expert_masks(split); *mask; mask++)
+        expert_op(s, st, layer, expert, p, tokens, *mask,
+                  *mask == POLICY_PARTS_ALL    ? gu + dn
+                  : *mask == 1u << PART_DOWN ? dn
+                                             : gu);
 }
 
 static void host_layer_end(void *h, uint64_t step, uint32_t layer) {
