@@ -272,7 +272,7 @@ static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precisi
     gu += s->op_issue_ns, dn += s->op_issue_ns; /* gate+up and down: an op each */
     for (const uint32_t *mask = run_loop_expert_masks(split); *mask; mask++)
         expert_op(s, st, layer, expert, p, tokens, *mask,
-                  *mask == POLICY_PARTS_ALL    ? gu + dn
+                  *mask == POLICY_PARTS_ALL  ? gu + dn
                   : *mask == 1u << PART_DOWN ? dn
                                              : gu);
 }
