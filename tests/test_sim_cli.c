@@ -122,14 +122,15 @@ Test(sim_cli, bad_input_exits_2_with_one_line_and_writes_no_timeline) {
     cr_assert(strstr(errbuf, "known: ") != NULL, "%s", errbuf);
 }
 
-/* Sets /routing/expert_ids[i][l][j] of the trace at `path` to `id`, through HDF5's filters. */
-static void poke_expert_id(const char *path, uint64_t i, uint32_t l, uint32_t j, uint16_t id) {
+/* Sets the value at `at` (an index per dimension, at most 4) of the expert id dataset `name` of
+ * the trace at `path` to `id`, through HDF5's filters. */
+static void poke_id(const char *path, const char *name, const hsize_t *at, uint16_t id) {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     cr_assert_geq(f, 0);
-    hid_t d = H5Dopen2(f, "/routing/expert_ids", H5P_DEFAULT), fs = H5Dget_space(d);
-    hsize_t start[3] = {i, l, j}, one[3] = {1, 1, 1};
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT), fs = H5Dget_space(d);
+    const hsize_t one[4] = {1, 1, 1, 1};
     hid_t ms = H5Screate_simple(1, one, NULL);
-    cr_assert_geq(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, one, NULL), 0);
+    cr_assert_geq(H5Sselect_hyperslab(fs, H5S_SELECT_SET, at, NULL, one, NULL), 0);
     cr_assert_geq(H5Dwrite(d, H5T_NATIVE_UINT16, ms, fs, H5P_DEFAULT, &id), 0);
     H5Sclose(ms);
     H5Sclose(fs);
@@ -170,7 +171,8 @@ Test(sim_cli, a_bad_value_in_the_last_block_exits_2_with_one_line_and_writes_not
     cr_assert_eq(out[0], '{', "%s", out);
     cr_assert(test_file_exists(tl));
     remove(tl);
-    poke_expert_id(path, last, m.n_moe_layers - 1, 0, (uint16_t)m.n_experts);
+    poke_id(path, "/routing/expert_ids", (hsize_t[]){last, m.n_moe_layers - 1, 0},
+            (uint16_t)m.n_experts);
     char want[4200];
     snprintf(want, sizeof want,
              "%s: /routing/expert_ids[%llu][%u][0]: expert id %u >= %u experts\n", path,
@@ -183,6 +185,78 @@ Test(sim_cli, a_bad_value_in_the_last_block_exits_2_with_one_line_and_writes_not
         cr_assert_eq(strchr(errbuf, '\n'), errbuf + strlen(errbuf) - 1, "one line: %s", errbuf);
         cr_assert(!test_file_exists(tl));
     }
+}
+
+/* `moesim sim` of `policy` on the trace at `path` with --json. */
+static int run_json(const char *path, const char *policy_name) {
+    return test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", path, "--hw",
+                           "rtx3090-pcie4", "--set", "memory.budget_gb=4", "--policy", policy_name,
+                           "-q", "--json", NULL);
+}
+
+static double json_predictor_accuracy(void) {
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "not JSON: %s", out);
+    double a = json_number_value(json_object_get(j, "predictor_accuracy"));
+    json_decref(j);
+    return a;
+}
+
+/* A policy that ignores look-ahead reports the recorded predictor's accuracy from the trace's
+ * first_hits attribute and reads no look-ahead row; `trace validate` still checks every row,
+ * and a policy that reads them refuses rows that contradict the attribute. */
+Test(sim_cli, lru_reports_the_stored_predictor_accuracy_and_validate_still_checks_the_rows) {
+    char path[4096], line[4400];
+    snprintf(path, sizeof path, "%s", test_tmp_path("sim-cli-hits.h5"));
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "synth", "--model",
+                             "olmoe-1b-7b", "--requests", "2", "--prompt-len", "8", "--gen-len",
+                             "8", "--seed", "3", "-q", "-o", path, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    trace *t = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(trace_read(path, &t, &err), MOESIM_OK, "%s", err.msg);
+    trace_first_hits h = {0};
+    trace_first_hits_add(&h, &t->meta, t->expert_ids, t->lookahead_ids, t->n_tokens);
+    const double accuracy = (double)h.right / (double)h.total;
+    /* the first right first candidate, to be made wrong */
+    uint64_t i = 0;
+    uint32_t l = 0;
+    while (i < t->n_tokens &&
+           t->lookahead_ids[trace_lookahead_index(t, i, l, 1)] != trace_experts(t, i, l + 1)[0]) {
+        if (++l + 1 < t->meta.n_layers) continue;
+        l = 0;
+        i++;
+    }
+    cr_assert_lt(i, t->n_tokens, "no right prediction in the trace");
+    const uint32_t E = t->meta.n_experts;
+    const uint16_t right_id = trace_experts(t, i, l + 1)[0];
+    trace_destroy(t);
+    const hsize_t at[4] = {i, l, 0, 0};
+    poke_id(path, "/lookahead/expert_ids", at, (uint16_t)E);
+    cr_assert_eq(run_json(path, "lru"), 0, "%s", errbuf);
+    cr_assert_float_eq(json_predictor_accuracy(), accuracy, 1e-15);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "validate", path, NULL);
+    cr_assert_eq(rc, 2);
+    snprintf(line, sizeof line,
+             "%s: /lookahead/expert_ids[%llu][%u][0][0]: expert id %u >= %u experts\n", path,
+             (unsigned long long)i, l, E, E);
+    cr_assert(strstr(errbuf, line), "%s", errbuf);
+    cr_assert_eq(strchr(errbuf, '\n'), errbuf + strlen(errbuf) - 1, "one line: %s", errbuf);
+    /* a valid id, but a wrong prediction: the rows and the attribute disagree */
+    poke_id(path, "/lookahead/expert_ids", at, (uint16_t)((right_id + 1) % E));
+    snprintf(line, sizeof line,
+             "%s: /lookahead/expert_ids attribute first_hits: %llu of %llu, the rows give %llu of "
+             "%llu\n",
+             path, (unsigned long long)h.right, (unsigned long long)h.total,
+             (unsigned long long)h.right - 1, (unsigned long long)h.total);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "validate", path, NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, line), "%s", errbuf);
+    cr_assert_eq(run_json(path, "mixtral-offload"), 2, "%s", errbuf);
+    cr_assert(strstr(errbuf, line), "%s", errbuf);
+    cr_assert_str_eq(out, "", "nothing on stdout");
+    cr_assert_eq(run_json(path, "lru"), 0, "%s", errbuf);
+    cr_assert_float_eq(json_predictor_accuracy(), accuracy, 1e-15);
 }
 
 /* The options sim, replay and validate share come from one parser (cli/sim_options.c): a bad

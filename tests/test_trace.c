@@ -911,3 +911,251 @@ Test(trace, a_stream_checking_rows_on_read_counts_the_same_first_candidate_hits)
     trace_stream_close(s);
     trace_destroy(t);
 }
+
+/* ---- the first_hits attribute (trace_first_hits) ---- */
+
+/* A trace whose distance-1 predictions are right for every third (token, layer), and its hits
+ * counted here from the rows (as the simulator counts them). */
+static trace *make_hits_trace(uint64_t n_tokens, trace_first_hits *want) {
+    trace *t = make_trace(6, 32, 4, 3, 5, n_tokens, true);
+    *want = (trace_first_hits){0};
+    for (uint64_t i = 0; i < t->n_tokens; i++)
+        for (uint32_t l = 0; l + 1 < t->meta.n_layers; l++) {
+            uint16_t *pred = t->lookahead_ids + trace_lookahead_index(t, i, l, 1);
+            if ((i + l) % 3 == 0) pred[0] = trace_experts(t, i, l + 1)[0];
+            want->right += pred[0] == trace_experts(t, i, l + 1)[0];
+            want->total++;
+        }
+    cr_assert(want->right > 0 && want->right < want->total);
+    return t;
+}
+
+/* The first_hits attribute of the trace at `path`, as stored: false when absent. */
+static bool stored_first_hits(const char *path, trace_first_hits *out) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    cr_assert_geq(f, 0);
+    bool present = H5Lexists(f, "/lookahead", H5P_DEFAULT) > 0 &&
+                   H5Aexists_by_name(f, "/lookahead/expert_ids", "first_hits", H5P_DEFAULT) > 0;
+    if (present) {
+        hid_t a =
+            H5Aopen_by_name(f, "/lookahead/expert_ids", "first_hits", H5P_DEFAULT, H5P_DEFAULT);
+        hid_t type = H5Aget_type(a), space = H5Aget_space(a);
+        hsize_t n = 0;
+        cr_assert_eq(H5Sget_simple_extent_dims(space, &n, NULL), 1);
+        cr_assert_eq(n, 2);
+        cr_assert_gt(H5Tequal(type, H5T_STD_U64LE), 0, "stored as u64");
+        uint64_t v[2];
+        cr_assert_geq(H5Aread(a, H5T_NATIVE_UINT64, v), 0);
+        *out = (trace_first_hits){.right = v[0], .total = v[1]};
+        H5Tclose(type);
+        H5Sclose(space);
+        H5Aclose(a);
+    }
+    H5Fclose(f);
+    return present;
+}
+
+/* Replaces the first_hits attribute by `n` values (n == 0: a scalar) of type `mtype`, stored as
+ * `ftype`; ftype < 0 removes it. */
+static void set_first_hits(const char *path, hid_t ftype, hid_t mtype, hsize_t n,
+                           const void *values) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "/lookahead/expert_ids", H5P_DEFAULT);
+    cr_assert(f >= 0 && d >= 0);
+    if (H5Aexists(d, "first_hits") > 0) cr_assert_geq(H5Adelete(d, "first_hits"), 0);
+    if (ftype >= 0) {
+        hid_t space = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
+        hid_t a = H5Acreate2(d, "first_hits", ftype, space, H5P_DEFAULT, H5P_DEFAULT);
+        cr_assert_geq(H5Awrite(a, mtype, values), 0);
+        H5Aclose(a);
+        H5Sclose(space);
+    }
+    H5Dclose(d);
+    H5Fclose(f);
+}
+
+static void remove_first_hits(const char *path) { set_first_hits(path, -1, -1, 0, NULL); }
+
+/* The hits a stream opened with `opt` reports (after the check of every block's rows). */
+static trace_first_hits stream_hits(const char *path, trace_stream_options opt) {
+    trace_stream *s = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_OK, "%s", err.msg);
+    trace_first_hits h;
+    trace_stream_lookahead_first_hits(s, &h.right, &h.total);
+    trace_stream_close(s);
+    return h;
+}
+
+static const trace_stream_options skip_at_open = {.skip_lookahead = true},
+                                  skip_on_read = {.skip_lookahead = true,
+                                                  .check_rows_on_read = true};
+
+Test(trace, the_writer_stores_the_first_candidate_hits_the_rows_give_however_it_is_fed) {
+    trace_first_hits want, got;
+    trace *t = make_hits_trace(700, &want);
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("hits-whole.h5"));
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert(stored_first_hits(path, &got));
+    cr_assert(got.right == want.right && got.total == want.total, "%llu of %llu",
+              (unsigned long long)got.right, (unsigned long long)got.total);
+    static const uint64_t sizes[] = {7, 100, 1};
+    cr_assert_eq(stream_trace(t, path, sizes, 3, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert(stored_first_hits(path, &got));
+    cr_assert(got.right == want.right && got.total == want.total);
+    trace_destroy(t);
+    t = make_trace(6, 32, 4, 0, 0, 50, false); /* no look-ahead: nothing to count */
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert(!stored_first_hits(path, &got));
+    trace_destroy(t);
+}
+
+/* Every chunk of dataset `name` replaced by as many bytes that do not inflate. */
+static void garble_chunks(const char *path, const char *name) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    cr_assert(f >= 0 && d >= 0);
+    hid_t space = H5Dget_space(d);
+    hsize_t n_chunks = 0;
+    cr_assert_geq(H5Dget_num_chunks(d, space, &n_chunks), 0);
+    cr_assert_gt(n_chunks, 0);
+    for (hsize_t c = 0; c < n_chunks; c++) {
+        hsize_t offset[4], size;
+        unsigned mask;
+        haddr_t addr;
+        cr_assert_geq(H5Dget_chunk_info(d, space, c, offset, &mask, &addr, &size), 0);
+        unsigned char *junk = malloc(size);
+        memset(junk, 0xA5, size);
+        cr_assert_geq(H5Dwrite_chunk(d, H5P_DEFAULT, 0, offset, size, junk), 0);
+        free(junk);
+    }
+    H5Sclose(space);
+    H5Dclose(d);
+    H5Fclose(f);
+}
+
+Test(trace, a_stream_skipping_lookahead_takes_the_stored_hits_and_inflates_no_lookahead_chunk) {
+    trace_first_hits want, got;
+    trace *t = make_hits_trace(700, &want);
+    const char *path = test_tmp_path("hits-garbled.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    garble_chunks(path, "/lookahead/expert_ids");
+    const trace_stream_options skips[] = {skip_at_open, skip_on_read};
+    for (size_t i = 0; i < 2; i++) {
+        got = stream_hits(path, skips[i]);
+        cr_assert(got.right == want.right && got.total == want.total);
+    }
+    trace_stream *s = NULL;
+    cr_assert_eq(trace_stream_open(path, &s, &err), MOESIM_EINPUT); /* trace validate */
+    cr_assert(strstr(err.msg, "/lookahead/expert_ids"), "%s", err.msg);
+    /* without the attribute the ids must be read to count the hits */
+    remove_first_hits(path);
+    cr_assert_eq(trace_stream_open_with(path, &skip_at_open, &s, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "/lookahead/expert_ids"), "%s", err.msg);
+    trace_destroy(t);
+}
+
+Test(trace, a_trace_without_the_attribute_counts_the_hits_from_its_rows) {
+    trace_first_hits want, got;
+    trace *t = make_hits_trace(4000, &want); /* several blocks of rows */
+    const char *path = test_tmp_path("hits-absent.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    remove_first_hits(path);
+    cr_assert(!stored_first_hits(path, &got));
+    const trace_stream_options skips[] = {skip_at_open, skip_on_read};
+    for (size_t i = 0; i < 2; i++) {
+        got = stream_hits(path, skips[i]);
+        cr_assert(got.right == want.right && got.total == want.total);
+    }
+    trace *back = NULL;
+    cr_assert_eq(trace_read(path, &back, &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(back);
+    trace_destroy(t);
+}
+
+/* Every reader of the look-ahead rows refuses an attribute they contradict, with the same line;
+ * a stream that skips them reports the attribute. */
+Test(trace, a_first_hits_attribute_the_rows_contradict_fails_every_reader_of_the_rows) {
+    trace_first_hits want, got;
+    trace *t = make_hits_trace(4000, &want);
+    char path[4096], line[4400];
+    snprintf(path, sizeof path, "%s", test_tmp_path("hits-wrong.h5"));
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    const uint64_t wrong[2] = {want.right + 1, want.total};
+    set_first_hits(path, H5T_STD_U64LE, H5T_NATIVE_UINT64, 2, wrong);
+    snprintf(line, sizeof line,
+             "%s: /lookahead/expert_ids attribute first_hits: %llu of %llu, the rows give %llu of "
+             "%llu",
+             path, (unsigned long long)wrong[0], (unsigned long long)wrong[1],
+             (unsigned long long)want.right, (unsigned long long)want.total);
+    trace *back = NULL;
+    cr_assert_eq(trace_read(path, &back, &err), MOESIM_EINPUT);
+    cr_assert_str_eq(err.msg, line);
+    trace_stream *s = NULL;
+    cr_assert_eq(trace_stream_open(path, &s, &err), MOESIM_EINPUT);
+    cr_assert_str_eq(err.msg, line);
+    trace_stream_options on_read = {.check_rows_on_read = true}; /* sim with look-ahead */
+    cr_assert_eq(trace_stream_open_with(path, &on_read, &s, &err), MOESIM_OK, "%s", err.msg);
+    uint64_t at;
+    trace_stream_row(s, 0, &at);
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_EINPUT);
+    cr_assert_str_eq(err.msg, line);
+    trace_stream_close(s);
+    got = stream_hits(path, skip_on_read);
+    cr_assert(got.right == wrong[0] && got.total == wrong[1]);
+    trace_destroy(t);
+}
+
+/* A malformed attribute: every reader fails at open with one line naming it. */
+Test(trace, a_malformed_first_hits_attribute_fails_at_open_with_one_line) {
+    trace_first_hits want;
+    trace *t = make_hits_trace(700, &want); /* 700 tokens, 6 layers: 3500 pairs */
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("hits-malformed.h5"));
+    moesim_error err = {0};
+    struct {
+        hid_t ftype; /* as stored */
+        hsize_t n;   /* values; 0: a scalar */
+        int64_t v[3];
+        const char *what; /* after "PATH: /lookahead/expert_ids attribute first_hits: " */
+    } cases[] = {
+        {H5T_IEEE_F64LE, 2, {1, 2}, "expected uint64 [2] {right, total}, got float64 [2]"},
+        {H5T_STD_U64LE, 3, {1, 2, 3}, "expected uint64 [2] {right, total}, got uint64 [3]"},
+        {H5T_STD_U64LE, 0, {1}, "expected uint64 [2] {right, total}, got uint64 scalar"},
+        {H5T_STD_U64LE, 2, {5, 4}, "5 of 4: expected right <= total"},
+        {H5T_STD_U32LE,
+         2,
+         {0, 3501},
+         "total 3501 > the 3500 (token, layer) pairs that have a next layer"},
+        {H5T_STD_I64LE, 2, {-1, 4}, "expected counts >= 0, got -1 and 4"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+        double as_double[3];
+        for (int j = 0; j < 3; j++) as_double[j] = (double)cases[i].v[j];
+        bool floating = H5Tget_class(cases[i].ftype) == H5T_FLOAT;
+        set_first_hits(path, cases[i].ftype, floating ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64,
+                       cases[i].n, floating ? (const void *)as_double : (const void *)cases[i].v);
+        char line[4400];
+        snprintf(line, sizeof line, "%s: /lookahead/expert_ids attribute first_hits: %s", path,
+                 cases[i].what);
+        trace *back = NULL;
+        cr_assert_eq(trace_read(path, &back, &err), MOESIM_EINPUT, "case %zu", i);
+        cr_assert_str_eq(err.msg, line);
+        trace_stream *s = NULL;
+        cr_assert_eq(trace_stream_open_with(path, &skip_at_open, &s, &err), MOESIM_EINPUT);
+        cr_assert_str_eq(err.msg, line);
+    }
+    /* any integer type holding the two counts in range is read */
+    const int32_t small[2] = {(int32_t)want.right, (int32_t)want.total};
+    set_first_hits(path, H5T_STD_I32BE, H5T_NATIVE_INT32, 2, small);
+    trace_first_hits got = stream_hits(path, skip_at_open);
+    cr_assert(got.right == want.right && got.total == want.total);
+    trace_destroy(t);
+}

@@ -1,6 +1,6 @@
-/* Router traces in memory: allocation, the invariant check every reader and writer runs, and
- * model geometry -> trace_meta. The HDF5 form lives in trace_write.c and trace_read.c
- * (traces/FORMAT.md).
+/* Router traces in memory: allocation, the invariant check every reader and writer runs,
+ * model geometry -> trace_meta, and the recorded predictor's first hits. The HDF5 form lives
+ * in trace_write.c and trace_read.c (traces/FORMAT.md).
  *
  * trace_check is on the path of every read, so it is written for speed: each array is first
  * scanned with branch-free reductions (and one bitmap per routing row for duplicate ids); only
@@ -589,4 +589,19 @@ moesim_status trace_model_load(const trace *t, const char *trace_path, const cha
     moesim_status st = model_load_text(origin, text, model, err);
     free(text);
     return st;
+}
+
+/* ---- the recorded predictor's first hits ------------------------------------------------- */
+
+void trace_first_hits_add(trace_first_hits *h, const trace_meta *meta, const uint16_t *expert_ids,
+                          const uint16_t *lookahead_ids, uint64_t n) {
+    const uint32_t L = meta->n_layers;
+    const size_t k = meta->top_k, per_layer = (size_t)meta->lookahead_depth * meta->lookahead_k;
+    for (uint64_t i = 0; i < n; i++)
+        for (uint32_t l = 0; l + 1 < L; l++) {
+            uint16_t want = expert_ids[((size_t)i * L + l + 1) * k];
+            if (want == TRACE_NO_EXPERT) continue;
+            h->right += lookahead_ids[((size_t)i * L + l) * per_layer] == want;
+            h->total++;
+        }
 }

@@ -126,6 +126,21 @@ uint64_t trace_bytes_per_token(const trace_meta *meta);
 const char *trace_gate_norm_name(gate_normalization g);
 const char *trace_phase_name(uint8_t phase);
 
+/* The recorded look-ahead predictor's distance-1 top-1 hits, which the simulator reports as its
+ * predictor_accuracy (right / total): of the (token, layer l < L - 1) pairs whose layer l + 1 is
+ * recorded, those whose first candidate at distance 1 is layer l + 1's first stored expert
+ * (right), of all of them (total). The writer stores them beside the look-ahead rows (attribute
+ * TRACE_FIRST_HITS_ATTR of /lookahead/expert_ids, traces/FORMAT.md) so that a reader skipping
+ * those rows need not inflate them to report the accuracy. */
+#define TRACE_FIRST_HITS_ATTR "first_hits"
+typedef struct trace_first_hits {
+    uint64_t right, total;
+} trace_first_hits;
+/* Adds the hits of n tokens whose rows are expert_ids [n][L][k] and lookahead_ids [n][L][D][K']
+ * (meta's geometry; D > 0). */
+void trace_first_hits_add(trace_first_hits *h, const trace_meta *meta, const uint16_t *expert_ids,
+                          const uint16_t *lookahead_ids, uint64_t n);
+
 /* HDF5 I/O. Writing is crash-safe (temporary file, then rename), refuses a trace that fails
  * trace_check, and gives byte-identical files for identical traces. Reading checks the format
  * name, version, every dataset's type and shape, storage sizes against the file (before
@@ -169,9 +184,10 @@ moesim_status trace_stream_open(const char *path, trace_stream **out, moesim_err
  * rest is checked as trace_read does; `moesim trace validate` checks every value). */
 typedef struct trace_stream_options {
     /* No look-ahead rows: blocks carry none (their meta says lookahead_depth 0; the skeleton
-     * keeps the file's). Only the predictions' ids are read, once (at open; with
-     * check_rows_on_read, with each block's check), for trace_stream_lookahead_first_hits;
-     * their scores are never read. */
+     * keeps the file's). trace_stream_lookahead_first_hits comes from the file's first_hits
+     * attribute (trace_first_hits), and no look-ahead row is read; in a file without it, the
+     * predictions' ids alone are read, once (at open; with check_rows_on_read, with each
+     * block's check), to count them. Their scores are never read. */
     bool skip_lookahead;
     /* For one run over the trace, which then inflates each block once: open reads and checks
      * the tokens' datasets alone, and the values of a block's rows (routing, importance,
@@ -191,7 +207,9 @@ const trace_meta *trace_stream_rows_meta(const trace_stream *s);
 /* With skip_lookahead on a trace with look-ahead: of the (token, layer < L - 1) pairs whose next
  * layer is recorded, how many have a distance-1 prediction whose first candidate is that layer's
  * first stored expert (*right) of how many (*total): what the simulator reports as the recorded
- * predictor's accuracy. Both 0 otherwise. */
+ * predictor's accuracy (trace_first_hits; the file's attribute where it has one). Both 0
+ * otherwise. A stream that reads the look-ahead rows checks the attribute against them once
+ * every block's rows are checked (at open, or trace_stream_check_rest). */
 void trace_stream_lookahead_first_hits(const trace_stream *s, uint64_t *right, uint64_t *total);
 /* With check_rows_on_read: reads and checks every block no run has read yet, then returns the
  * first failure of any block's rows (as trace_read reports it), else MOESIM_OK. Without it (every

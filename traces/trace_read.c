@@ -5,8 +5,8 @@
  * attribute or dataset. Order of checks: plain file (exists, not empty, HDF5 signature),
  * format name and version, geometry attributes (trace_meta_check), every dataset's presence,
  * type and shape, then storage sizes against the shape and the file size (so a corrupt header
- * cannot ask for a giant allocation), then the data, then every value (trace_finish ->
- * trace_check). Datasets laid out as our writer lays them out are inflated in parallel
+ * cannot ask for a giant allocation), the first_hits attribute's form, then the data, then every
+ * value (trace_finish -> trace_check) and first_hits against the look-ahead rows. Datasets laid out as our writer lays them out are inflated in parallel
  * (traces/h5_chunks.h); others go through H5Dread. The streaming reader (trace_stream.c) shares
  * the opening steps (trace_read_internal.h). */
 #include <errno.h>
@@ -483,6 +483,89 @@ static moesim_status read_meta(reader *r, trace_meta *m, char **params_json) {
     return MOESIM_OK;
 }
 
+/* "uint64 [2]", "float32 scalar": an attribute's type and shape, for messages. */
+static void describe_attr(hid_t type, hid_t space, char *buf, size_t cap) {
+    char shape[96] = " (shape unreadable)";
+    hsize_t dims[H5S_MAX_RANK];
+    int rank = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
+    if (rank == 0) snprintf(shape, sizeof shape, " scalar");
+    if (rank > 0 && H5Sget_simple_extent_dims(space, dims, NULL) == rank) {
+        shape[0] = ' ';
+        format_dims(shape + 1, sizeof shape - 1, rank, dims);
+    }
+    snprintf(buf, cap, "unreadable");
+    if (type >= 0) describe_type(type, buf, cap);
+    size_t at = strlen(buf);
+    snprintf(buf + at, cap - at, "%s", shape);
+}
+
+/* The two counts attribute `a` holds into v; fails naming `object` when it holds anything else. */
+static moesim_status read_count_pair(reader *r, const char *object, hid_t a, uint64_t v[2]) {
+    hid_t type = H5Aget_type(a), space = H5Aget_space(a);
+    hsize_t dims[1];
+    bool pair = space >= 0 && H5Sget_simple_extent_ndims(space) == 1 &&
+                H5Sget_simple_extent_dims(space, dims, NULL) == 1 && dims[0] == 2;
+    bool integer = type >= 0 && H5Tget_class(type) == H5T_INTEGER;
+    bool is_unsigned = integer && H5Tget_sign(type) == H5T_SGN_NONE;
+    int64_t s[2] = {0, 0};
+    moesim_status st = MOESIM_OK;
+    if (!integer || !pair) {
+        char got[160];
+        describe_attr(type, space, got, sizeof got);
+        st = trace_read_fail(r, object, "expected uint64 [2] {right, total}, got %s", got);
+    } else if (H5Aread(a, is_unsigned ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64,
+                       is_unsigned ? (void *)v : (void *)s) < 0) {
+        st = trace_read_fail(r, object, "cannot read (%s)", h5_reason(r->why));
+    } else if (!is_unsigned && (s[0] < 0 || s[1] < 0)) {
+        st = trace_read_fail(r, object, "expected counts >= 0, got %" PRId64 " and %" PRId64, s[0],
+                             s[1]);
+    } else if (!is_unsigned) {
+        v[0] = (uint64_t)s[0];
+        v[1] = (uint64_t)s[1];
+    }
+    h5_close(&type, H5Tclose);
+    h5_close(&space, H5Sclose);
+    return st;
+}
+
+/* The optional first_hits attribute of /lookahead/expert_ids: {right, total} with right <= total
+ * <= the (token, layer) pairs that have a next layer. */
+static moesim_status read_first_hits(reader *r, opened_trace *o) {
+    hid_t d = o->ds[DS_LOOK_IDS];
+    htri_t ex = H5Aexists(d, TRACE_FIRST_HITS_ATTR);
+    if (ex == 0) return MOESIM_OK;
+    hid_t a = ex < 0 ? H5I_INVALID_HID : H5Aopen(d, TRACE_FIRST_HITS_ATTR, H5P_DEFAULT);
+    if (a < 0)
+        return trace_read_fail(r, FIRST_HITS_OBJECT, "cannot read (corrupt: %s)",
+                               h5_reason(r->why));
+    uint64_t v[2] = {0, 0};
+    moesim_status st = read_count_pair(r, FIRST_HITS_OBJECT, a, v);
+    h5_close(&a, H5Aclose);
+    const uint64_t pairs = o->n_tokens * (o->meta.n_layers - 1);
+    if (!st && v[0] > v[1])
+        st = trace_read_fail(r, FIRST_HITS_OBJECT,
+                             "%" PRIu64 " of %" PRIu64 ": expected right <= total", v[0], v[1]);
+    if (!st && v[1] > pairs)
+        st = trace_read_fail(r, FIRST_HITS_OBJECT,
+                             "total %" PRIu64 " > the %" PRIu64
+                             " (token, layer) pairs that have a next layer",
+                             v[1], pairs);
+    if (st) return st;
+    o->has_first_hits = true;
+    o->first_hits = (trace_first_hits){.right = v[0], .total = v[1]};
+    return MOESIM_OK;
+}
+
+moesim_status trace_read_first_hits_check(reader *r, const opened_trace *o,
+                                          const trace_first_hits *rows) {
+    const trace_first_hits *a = &o->first_hits;
+    if (!o->has_first_hits || (a->right == rows->right && a->total == rows->total))
+        return MOESIM_OK;
+    return trace_read_fail(r, FIRST_HITS_OBJECT,
+                           "%" PRIu64 " of %" PRIu64 ", the rows give %" PRIu64 " of %" PRIu64,
+                           a->right, a->total, rows->right, rows->total);
+}
+
 void trace_read_datasets_close(opened_trace *o) {
     for (int i = 0; i < DS_COUNT; i++) h5_close(&o->ds[i], H5Dclose);
     free(o->params_json);
@@ -599,6 +682,7 @@ moesim_status trace_read_datasets_open(reader *r, opened_trace *o) {
         if (have[i]) st = check_storage(r, &specs[i], ds[i]);
     o->meta = m;
     o->n_tokens = n_tokens;
+    if (!st && have[DS_LOOK_IDS]) st = read_first_hits(r, o);
     return st;
 }
 
@@ -625,6 +709,11 @@ static moesim_status read_file(reader *r, trace **out) {
         t->params_json = o.params_json;
         o.params_json = NULL;
         st = trace_finish(t, r->path, r->err);
+    }
+    if (!st && o.has_first_hits) { /* the reader that reads every row checks the attribute too */
+        trace_first_hits rows = {0};
+        trace_first_hits_add(&rows, &t->meta, t->expert_ids, t->lookahead_ids, t->n_tokens);
+        st = trace_read_first_hits_check(r, &o, &rows);
     }
     trace_read_datasets_close(&o);
     if (st) {

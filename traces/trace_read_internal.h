@@ -56,7 +56,12 @@ typedef struct opened_trace {
     hid_t ds[DS_COUNT]; /* H5I_INVALID_HID where absent */
     bool have[DS_COUNT];
     uint64_t n_tokens;
+    bool has_first_hits;         /* /lookahead/expert_ids carries the attribute */
+    trace_first_hits first_hits; /* its value (checked: right <= total <= N (L - 1)) */
 } opened_trace;
+
+/* The attribute in messages. */
+#define FIRST_HITS_OBJECT "/lookahead/expert_ids attribute " TRACE_FIRST_HITS_ATTR
 
 /* MOESIM_EINPUT with "PATH: OBJECT: what". */
 moesim_status trace_read_fail(reader *r, const char *object, const char *fmt, ...)
@@ -77,5 +82,9 @@ moesim_status trace_read_file_open(const char *path, hid_t fapl, reader *r, moes
  * no row is read. trace_read_datasets_close frees it (also after a failure). */
 moesim_status trace_read_datasets_open(reader *r, opened_trace *o);
 void trace_read_datasets_close(opened_trace *o);
+/* After every look-ahead row was counted into `rows`: fails, naming both counts, when the file's
+ * first_hits attribute is present and says otherwise. */
+moesim_status trace_read_first_hits_check(reader *r, const opened_trace *o,
+                                          const trace_first_hits *rows);
 
 #endif

@@ -52,7 +52,10 @@ struct trace_stream {
     trace *skeleton;             /* meta and counts; no arrays */
     trace_meta rows_meta;        /* the blocks' geometry: the file's, less the rows skipped */
     bool skip[DS_COUNT];         /* datasets the blocks leave out (trace_stream_options) */
-    uint64_t la_right, la_total; /* trace_stream_lookahead_first_hits */
+    /* trace_stream_lookahead_first_hits with the look-ahead rows skipped: the file's attribute,
+       else counted from their ids; with the rows read and the attribute present: counted from
+       them, to check it */
+    trace_first_hits hits;
     uint16_t *la_ids;            /* skipped look-ahead ids of a few tokens, to count those hits */
     bool check_on_read;          /* trace_stream_options.check_rows_on_read */
     uint8_t *rows_checked;       /* [blocks at open] with it: the block's rows checked; NULL once
@@ -210,33 +213,34 @@ void trace_request_index_free(trace_request_index *ix) {
  * read keeps the buffer for the run, and a block's worth would be megabytes. */
 #define FIRST_HITS_TOKENS 64u
 
-/* Adds the first-candidate hits (trace_stream_lookahead_first_hits) of tokens [at, at + n) of
- * `block` from their look-ahead ids `la` [n][L][D][K'] (as the simulator counts them from the
- * rows it gathers). */
-static void count_first_hits(trace_stream *s, const trace *block, uint64_t at, uint64_t n,
-                             const uint16_t *la) {
-    const trace_meta *m = &s->o.meta;
-    const size_t per_layer = (size_t)m->lookahead_depth * m->lookahead_k;
-    for (uint64_t i = 0; i < n; i++)
-        for (uint32_t l = 0; l + 1 < m->n_layers; l++) {
-            uint16_t want = trace_experts(block, at + i, l + 1)[0];
-            if (want == TRACE_NO_EXPERT) continue;
-            s->la_right += la[(i * m->n_layers + l) * per_layer] == want;
-            s->la_total++;
-        }
+/* Look-ahead rows skipped and no first_hits attribute: their ids are read alone to count the
+ * hits. */
+static bool reads_skipped_ids(const trace_stream *s) {
+    return s->skip[DS_LOOK_IDS] && s->o.have[DS_LOOK_IDS] && !s->o.has_first_hits;
 }
 
-/* The values of block `block` of tokens from `first` (trace_check_rows) and, with the look-ahead
- * rows skipped, its first-candidate hits: once per block of the trace. */
+/* The values of block `block` of tokens from `first` (trace_check_rows) and its first-candidate
+ * hits where they are counted (trace_stream.hits): once per block of the trace. */
 static moesim_status check_block_rows(trace_stream *s, const trace *block, uint64_t first) {
     moesim_status st = trace_check_rows(block, first, s->r.path, s->r.err);
+    if (!st && block->lookahead_ids && s->o.has_first_hits)
+        trace_first_hits_add(&s->hits, &s->o.meta, block->expert_ids, block->lookahead_ids,
+                             block->n_tokens);
     for (uint64_t at = 0; s->la_ids && at < block->n_tokens && !st; at += FIRST_HITS_TOKENS) {
         uint64_t n =
             block->n_tokens - at < FIRST_HITS_TOKENS ? block->n_tokens - at : FIRST_HITS_TOKENS;
         st = read_ds_rows(s, DS_LOOK_IDS, first + at, n, s->la_ids);
-        if (!st) count_first_hits(s, block, at, n, s->la_ids);
+        if (!st)
+            trace_first_hits_add(&s->hits, &s->o.meta, trace_experts(block, at, 0), s->la_ids, n);
     }
     return st;
+}
+
+/* Once every block's rows were checked: a first_hits attribute against the look-ahead rows read
+ * (skipped, the attribute is the count). */
+static moesim_status check_first_hits(trace_stream *s) {
+    if (s->skip[DS_LOOK_IDS]) return MOESIM_OK;
+    return trace_read_first_hits_check(&s->r, &s->o, &s->hits);
 }
 
 /* The skeleton (meta and counts), the request index, and the validation pass: every block
@@ -253,9 +257,10 @@ static moesim_status stream_load(trace_stream *s) {
     k->n_tokens = N;
     trace *block = trace_try_create(&s->rows_meta, s->block_tokens);
     if (!block) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
-    /* skipped look-ahead: its ids alone, for the first-candidate hits */
+    /* skipped look-ahead: the first-candidate hits the file stores, else its ids alone */
     uint64_t n_blocks = (N + s->block_tokens - 1) / s->block_tokens;
-    const bool count_la = s->skip[DS_LOOK_IDS] && o->have[DS_LOOK_IDS];
+    const bool count_la = reads_skipped_ids(s);
+    if (s->skip[DS_LOOK_IDS] && o->has_first_hits) s->hits = o->first_hits;
     if (count_la)
         s->la_ids =
             malloc(FIRST_HITS_TOKENS * trace_lookahead_values(&o->meta) * sizeof *s->la_ids);
@@ -291,6 +296,7 @@ static moesim_status stream_load(trace_stream *s) {
                                         block->phase);
         }
         if (!st) st = trace_checker_finish(&c, r->err);
+        if (!st && !s->check_on_read) st = check_first_hits(s);
         trace_checker_free(&c);
     }
     trace_destroy(block);
@@ -310,7 +316,7 @@ static moesim_status stream_chunks_init(trace_stream *s) {
     for (int i = 0; i < DS_COUNT; i++) {
         stream_chunk *c = &s->chunk[i];
         c->held = UINT64_MAX;
-        if (!s->o.have[i] || (s->skip[i] && i != DS_LOOK_IDS)) continue;
+        if (!s->o.have[i] || (s->skip[i] && !(i == DS_LOOK_IDS && reads_skipped_ids(s)))) continue;
         const dataset_spec *spec = &s->o.specs[i];
         c->row_bytes = spec->size;
         for (int d = 1; d < spec->rank; d++) c->row_bytes *= spec->dims[d];
@@ -384,8 +390,9 @@ const trace *trace_stream_tokens(const trace_stream *s) { return s->skeleton; }
 const trace_meta *trace_stream_rows_meta(const trace_stream *s) { return &s->rows_meta; }
 
 void trace_stream_lookahead_first_hits(const trace_stream *s, uint64_t *right, uint64_t *total) {
-    *right = s->la_right;
-    *total = s->la_total;
+    const bool skipped = s->skip[DS_LOOK_IDS];
+    *right = skipped ? s->hits.right : 0;
+    *total = skipped ? s->hits.total : 0;
 }
 
 const trace_request_index *trace_stream_requests(const trace_stream *s) { return &s->requests; }
@@ -496,6 +503,7 @@ moesim_status trace_stream_check_rest(trace_stream *s, moesim_error *err) {
             if (st) s->failure = e;
             s->rows_checked[b] = !st;
         }
+        if (!s->failure.status && check_first_hits(s)) s->failure = e;
         trace_destroy(block);
     }
     if (!s->failure.status) return MOESIM_OK;

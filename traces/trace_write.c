@@ -4,6 +4,8 @@
  * Crash safety: the file is a temporary beside the destination (common/atomic_file.h), renamed
  * over it once closed and synced; on any failure the temporary is removed. Every block is
  * checked (trace_checker) before it is staged, so an invalid trace never becomes a file.
+ * The look-ahead rows' first hits (trace_first_hits) are counted as blocks are appended and
+ * stored at commit.
  *
  * Layout and determinism: each dataset is chunked along its first dimension (about
  * TRACE_CHUNK_TARGET_BYTES of whole rows per chunk), shuffled and deflated by the chunk codec
@@ -75,6 +77,7 @@ struct trace_writer {
     uint64_t stride_tokens; /* a flush each time `appended` crosses a multiple of this */
     staged_dataset ds[WD_COUNT];
     chunk_batch batch;
+    trace_first_hits first_hits; /* of the look-ahead rows appended so far */
 };
 
 static moesim_status write_fail(trace_writer *w, const char *object, moesim_error *err) {
@@ -82,15 +85,24 @@ static moesim_status write_fail(trace_writer *w, const char *object, moesim_erro
                        h5_reason(w->why));
 }
 
+/* Attribute `name` of object `obj` in `space`; `object` names it in messages. */
+static moesim_status write_attr_of(trace_writer *w, hid_t obj, const char *object, const char *name,
+                                   hid_t space, hid_t ftype, hid_t mtype, const void *value,
+                                   moesim_error *err) {
+    hid_t a =
+        space < 0 ? H5I_INVALID_HID : H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t rc = a < 0 ? -1 : H5Awrite(a, mtype, value);
+    h5_close(&a, H5Aclose);
+    return rc < 0 ? write_fail(w, object, err) : MOESIM_OK;
+}
+
+/* A scalar root attribute. */
 static moesim_status write_attr(trace_writer *w, const char *name, hid_t ftype, hid_t mtype,
                                 const void *value, moesim_error *err) {
     hid_t space = H5Screate(H5S_SCALAR);
-    hid_t a = space < 0 ? H5I_INVALID_HID
-                        : H5Acreate2(w->file, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t rc = a < 0 ? -1 : H5Awrite(a, mtype, value);
-    h5_close(&a, H5Aclose);
+    moesim_status st = write_attr_of(w, w->file, name, name, space, ftype, mtype, value, err);
     h5_close(&space, H5Sclose);
-    return rc < 0 ? write_fail(w, name, err) : MOESIM_OK;
+    return st;
 }
 
 static moesim_status write_attr_u32(trace_writer *w, const char *name, uint32_t v,
@@ -437,6 +449,9 @@ moesim_status trace_writer_append(trace_writer *w, const trace *block, moesim_er
                            "%s: %" PRIu64 " more tokens than the %" PRIu64 " announced", w->path,
                            w->appended + block->n_tokens - w->n_tokens, w->n_tokens);
     moesim_status st = trace_checker_block(&w->check, block, err);
+    if (!st && block->lookahead_ids)
+        trace_first_hits_add(&w->first_hits, &w->meta, block->expert_ids, block->lookahead_ids,
+                             block->n_tokens);
     for (uint64_t from = 0; from < block->n_tokens && !st;) {
         uint64_t room = w->stride_tokens - w->appended % w->stride_tokens;
         uint64_t n = block->n_tokens - from < room ? block->n_tokens - from : room;
@@ -449,6 +464,20 @@ moesim_status trace_writer_append(trace_writer *w, const trace *block, moesim_er
         w->appended += n;
         if (w->appended % w->stride_tokens == 0) st = flush_all(w, false, err);
     }
+    return st;
+}
+
+/* The look-ahead rows' first hits as /lookahead/expert_ids's attribute first_hits = u64[2]
+ * {right, total}: a reader that skips those rows then reports the predictor's accuracy
+ * without inflating them. */
+static moesim_status write_first_hits(trace_writer *w, moesim_error *err) {
+    const uint64_t v[2] = {w->first_hits.right, w->first_hits.total};
+    const hsize_t n = 2;
+    hid_t space = H5Screate_simple(1, &n, NULL);
+    moesim_status st = write_attr_of(
+        w, w->ds[WD_LOOK_IDS].d, "/lookahead/expert_ids attribute " TRACE_FIRST_HITS_ATTR,
+        TRACE_FIRST_HITS_ATTR, space, H5T_STD_U64LE, H5T_NATIVE_UINT64, v, err);
+    h5_close(&space, H5Sclose);
     return st;
 }
 
@@ -470,6 +499,7 @@ moesim_status trace_writer_commit(trace_writer *w, moesim_error *err) {
                          w->appended, w->n_tokens);
     if (!st) st = trace_checker_finish(&w->check, err);
     if (!st) st = flush_all(w, true, err);
+    if (!st && w->ds[WD_LOOK_IDS].d >= 0) st = write_first_hits(w, err);
     if (!st && !close_file(w)) st = write_fail(w, "file close", err);
     if (!st) st = sync_path(w->af.tmp_path, w->path, err);
     if (!st) st = atomic_file_commit(&w->af, err); /* a failed commit removes the temporary */
