@@ -459,7 +459,7 @@ void memsys_warmup_end(memsys *m) {
     m->warmup = false;
     for (uint32_t i = 0; i < m->n_warm; i++) {
         uint32_t lep = m->warm[i];
-        uint32_t p = lep % m->P, le = lep / m->P;
+        uint32_t p = memsys_lep_precision(m, lep), le = memsys_lep_le(m, lep);
         if (m->pm && m->pm->on_transfer_done)
             m->pm->on_transfer_done(m->pol, le / m->E, le % m->E, (moesim_precision)p,
                                     m->warm_parts[i] & 0xfu, (policy_class)(m->warm_parts[i] >> 4),
@@ -576,7 +576,7 @@ void memsys_finish(memsys *m) {
         if (!m->pf_unused[lep]) continue;
         for (int part = 0; part < PART_COUNT; part++)
             if (m->state[lep * PART_COUNT + part] == POLICY_RESIDENT)
-                m->n.wasted_bytes += m->cfg.part_bytes[lep % m->P][part];
+                m->n.wasted_bytes += m->cfg.part_bytes[memsys_lep_precision(m, lep)][part];
         m->pf_unused[lep] = 0;
     }
 }

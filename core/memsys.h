@@ -5,7 +5,7 @@
  * it in its own time, and reports the chunk done (memsys_chunk_done).
  *
  * State: every (layer, expert, precision, part) is ABSENT, LOADING or RESIDENT (state[], indexed
- * by part index = lep * PART_COUNT + part, lep = (layer * E + expert) * P + precision). A load
+ * by part index = lep * PART_COUNT + part, lep = (precision * L + layer) * E + expert). A load
  * reserves its bytes in the pool at once (so a LOADING part counts as used) and becomes one
  * transfer whose parts travel gate, up, down in one byte stream.
  *
@@ -266,8 +266,20 @@ uint64_t memsys_memory_bytes(const memsys *m);
 /* End of run, after every copy has drained: prefetched experts never run count as wasted. */
 void memsys_finish(memsys *m);
 
+/* Precision-major: a run keeps its experts at one or two precisions, and so the per-expert state
+ * it touches on every route in a few hundred kilobytes of cache lines, not six times that. */
+static inline size_t memsys_lep_of(size_t n_le, size_t le, uint32_t p) {
+    return (size_t)p * n_le + le; /* n_le = L * E, le = layer * E + expert */
+}
 static inline size_t memsys_lep(const memsys *m, uint32_t layer, uint32_t expert, uint32_t p) {
-    return ((size_t)layer * m->E + expert) * m->P + p;
+    return memsys_lep_of((size_t)m->L * m->E, (size_t)layer * m->E + expert, p);
+}
+/* A lep's precision, and its le = layer * E + expert. */
+static inline uint32_t memsys_lep_precision(const memsys *m, size_t lep) {
+    return (uint32_t)(lep / ((size_t)m->L * m->E));
+}
+static inline uint32_t memsys_lep_le(const memsys *m, size_t lep) {
+    return (uint32_t)(lep % ((size_t)m->L * m->E));
 }
 
 /* `bytes` rounded down to whole chunks: a mask for the power-of-two sizes (the default 1 MiB),

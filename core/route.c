@@ -105,9 +105,6 @@ void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]) {
 uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active, const memsys *ms,
                                    uint32_t layer, uint32_t *order, uint64_t *order_key,
                                    uint64_t *hits) {
-    const uint32_t P = ms->P;
-    const size_t layer_parts = (size_t)layer * ms->E * P * PART_COUNT;
-    const uint8_t *layer_state = ms->state + layer_parts;
     /* One pass puts the resident experts in order (active order) and lists the loading ones in
      * order_key, both by conditional counts rather than jumps: which experts are still loading
      * is data, and the jumps were mostly mispredicted. */
@@ -115,7 +112,7 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
     for (uint32_t a = 0; a < n_active; a++) {
         uint8_t pr = rs->plan[a];
         if (pr == POLICY_RUN_SKIP) continue;
-        const uint8_t *st = layer_state + ((size_t)rs->active[a] * P + pr) * PART_COUNT;
+        const uint8_t *st = ms->state + memsys_lep(ms, layer, rs->active[a], pr) * PART_COUNT;
         /* a planned expert's parts are resident or loading (memsys_run_plan asserts) */
         uint32_t loading = memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT);
         order[n_resident] = a;
@@ -130,11 +127,11 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
      * the sorted keys (order_key[0, k]) can reach that slot. */
     for (uint32_t k = 0; k < n_loading; k++) {
         uint32_t a = (uint32_t)order_key[k];
-        size_t base = ((size_t)rs->active[a] * P + rs->plan[a]) * PART_COUNT;
+        size_t base = memsys_lep(ms, layer, rs->active[a], rs->plan[a]) * PART_COUNT;
         uint64_t key = 0;
         for (int part = 0; part < PART_COUNT; part++)
-            if (layer_state[base + part] == POLICY_LOADING) {
-                uint64_t seq = memsys_loading_seq(ms, layer_parts + base + (size_t)part) + 1;
+            if (ms->state[base + part] == POLICY_LOADING) {
+                uint64_t seq = memsys_loading_seq(ms, base + (size_t)part) + 1;
                 if (seq > key) key = seq;
             }
         uint32_t j = k;

@@ -110,7 +110,8 @@ static void catch_up(run_loop *rl) {
     rl->c.ops->sync(rl->c.host);
     memsys *ms = rl->c.ms;
     for (uint32_t i = 0; i < rl->n_pinned; i++) {
-        uint32_t lep = rl->pinned_lep[i], p = lep % PREC_COUNT, le = lep / PREC_COUNT;
+        uint32_t lep = rl->pinned_lep[i], p = memsys_lep_precision(ms, lep),
+                 le = memsys_lep_le(ms, lep);
         memsys_unpin(ms, le / rl->E, le % rl->E, (moesim_precision)p);
     }
     rl->n_pinned = 0;

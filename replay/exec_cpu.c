@@ -146,7 +146,8 @@ static void cpu_copy_kick(replay_exec *x, int engine) { cpu_copier_on_work(&be_o
 static void cpu_warm_copy(replay_exec *x) {
     cpu_backend *b = be_of(x);
     for (uint32_t i = 0; i < x->ms.n_warm; i++) {
-        uint32_t lep = x->ms.warm[i], p = lep % PREC_COUNT, le = lep / PREC_COUNT;
+        uint32_t lep = x->ms.warm[i], p = memsys_lep_precision(&x->ms, lep),
+                 le = memsys_lep_le(&x->ms, lep);
         for (int part = 0; part < PART_COUNT; part++)
             if (x->ms.warm_parts[i] & (1u << part))
                 MOESIM_ASSERT(cpu_store_read(

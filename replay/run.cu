@@ -257,7 +257,8 @@ static moesim_status store_choose(rp *s, const bool held[PREC_COUNT], moesim_err
     for (int p = 0; fits && p < PREC_COUNT; p++) {
         fits = b->held[p] == held[p];
         for (size_t le = 0; fits && held[p] && le < LE; le++)
-            fits = (b->host_off[p][le] == UINT64_MAX) == (x->ms.on_ssd[le * PREC_COUNT + p] != 0);
+            fits =
+                (b->host_off[p][le] == UINT64_MAX) == (x->ms.on_ssd[memsys_lep_of(LE, le, p)] != 0);
     }
     if (fits) {
         s->store = b;
@@ -488,7 +489,8 @@ static void cuda_teardown(replay_exec *x) {
 static void cuda_warm_copy(replay_exec *x) {
     rp *s = be_of(x);
     for (uint32_t i = 0; i < x->ms.n_warm; i++) {
-        uint32_t lep = x->ms.warm[i], p = lep % PREC_COUNT, le = lep / PREC_COUNT;
+        uint32_t lep = x->ms.warm[i], p = memsys_lep_precision(&x->ms, lep),
+                 le = memsys_lep_le(&x->ms, lep);
         const replay_store *st = s->store;
         for (int part = 0; part < PART_COUNT; part++) {
             if (!(x->ms.warm_parts[i] & (1u << part))) continue;

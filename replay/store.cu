@@ -116,7 +116,7 @@ void replay_placed_precisions(const policy_methods *pm, const policy *pol,
 }
 
 /* Makes the store of a placement: the precisions in `held`, each expert in pinned DRAM or in the
- * SSD file as `on_ssd` ([L*E*PREC_COUNT], memsys's lep order) says; experts from `w`, or random
+ * SSD file as `on_ssd` ([L*E*PREC_COUNT], memsys_lep order) says; experts from `w`, or random
  * from `seed` when w is NULL. */
 moesim_status replay_store_make(const model_geometry *m, const bool held[PREC_COUNT],
                                 const uint8_t *on_ssd, const char *ssd_dir, uint64_t seed,
@@ -150,7 +150,7 @@ moesim_status replay_store_make(const model_geometry *m, const bool held[PREC_CO
         r->ssd_off[p] = (uint64_t *)moesim_xmalloc(LE * sizeof(uint64_t));
         r->ssd_stride[p] = (r->blob_bytes[p] + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN;
         for (size_t le = 0; le < LE; le++) {
-            if (!on_ssd[le * PREC_COUNT + p]) {
+            if (!on_ssd[memsys_lep_of(LE, le, p)]) {
                 r->host_off[p][le] = host_bytes[p];
                 r->ssd_off[p][le] = UINT64_MAX;
                 host_bytes[p] += r->blob_bytes[p];

@@ -266,7 +266,8 @@ static inline void expert_op(sim_state *s, const uint8_t *st, uint32_t layer, ui
 static void host_expert(void *h, uint32_t layer, uint32_t expert, moesim_precision p,
                         uint32_t tokens, bool split) {
     sim_state *s = h;
-    const uint8_t *st = s->ms.state + idx_lep(s, layer, expert, p) * PART_COUNT; /* [PART_COUNT] */
+    const uint8_t *st =
+        s->ms.state + memsys_lep(&s->ms, layer, expert, p) * PART_COUNT; /* [PART_COUNT] */
     uint64_t gu, dn;
     expert_cost(s, p, tokens, &gu, &dn);
     gu += s->op_issue_ns, dn += s->op_issue_ns; /* gate+up and down: an op each */

@@ -4,7 +4,7 @@
  * Units: every time is integer ns since the run started; sizes are bytes.
  * Index conventions (shape comments below use them):
  *   le  = layer * E + expert                      (L * E entries)
- *   lep = le * PREC_COUNT + precision             (L * E * P)
+ *   lep = memsys_lep: precision * L * E + le      (L * E * P)
  *   part index = lep * PART_COUNT + part          (L * E * P * 3) */
 #ifndef MOESIM_SIM_SIM_INTERNAL_H
 #define MOESIM_SIM_SIM_INTERNAL_H
@@ -138,10 +138,6 @@ struct sim_state {
 };
 
 typedef struct sim_state sim_state;
-
-static inline size_t idx_lep(const sim_state *s, uint32_t l, uint32_t e, uint32_t p) {
-    return ((size_t)l * s->E + e) * s->P + p;
-}
 
 /* Bytes of one expert at precision p (0: not stored). */
 static inline uint64_t sim_expert_bytes_at(const sim_state *s, uint32_t p) {
