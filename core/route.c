@@ -16,8 +16,9 @@
 uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *experts,
                                 const float *gates, uint32_t n_slots) {
     /* distinct active experts, ascending: a bitmap of expert ids read out word by word (sorting
-     * the list instead mispredicted most of its comparisons) */
-    uint64_t seen[MODEL_MAX_EXPERTS / 64] = {0};
+     * the list instead mispredicted most of its comparisons), and cleared as it is read (a
+     * bitmap cleared whole per route cost a sixth of this function) */
+    uint64_t *seen = rs->seen;
     uint32_t words = 0;
     for (uint32_t i = 0; i < n_slots; i++) {
         uint16_t e = experts[i];
@@ -28,8 +29,10 @@ uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *exp
     }
     uint32_t gen = ++*rs->stamp_gen;
     uint32_t n_active = 0;
-    for (uint32_t w = 0; w < words; w++)
-        for (uint64_t bits = seen[w]; bits; bits &= bits - 1) {
+    for (uint32_t w = 0; w < words; w++) {
+        uint64_t word = seen[w];
+        seen[w] = 0;
+        for (uint64_t bits = word; bits; bits &= bits - 1) {
             uint16_t e = (uint16_t)(w * 64 + (uint32_t)__builtin_ctzll(bits));
             rs->stamp[e] = gen;
             rs->slot[e] = n_active;
@@ -39,6 +42,7 @@ uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *exp
             rs->plan[n_active] = POLICY_RUN_SKIP;
             n_active++;
         }
+    }
     for (uint32_t i = 0; i < n_slots; i++) {
         if (experts[i] == TRACE_NO_EXPERT) continue;
         uint32_t a = rs->slot[experts[i]];

@@ -35,6 +35,8 @@ typedef struct sim_route_scratch {
     uint32_t *active_tokens; /* [E] tokens routed to active[a] */
     float *active_gate;      /* [E] gate mass routed to active[a] */
     uint8_t *plan;           /* [E] the policy's plan per active expert */
+    uint64_t *seen;          /* [MODEL_MAX_EXPERTS / 64] a bitmap of expert ids, zero between
+                                routes (sim_route_active_build clears what it set) */
 } sim_route_scratch;
 
 /* Builds the active set of one route so sim and replay hand the policy the same one: the

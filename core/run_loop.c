@@ -46,6 +46,7 @@ void run_loop_init(run_loop *rl, const run_loop_config *c) {
     rl->active_gate = arena_calloc(a, E, sizeof(float));
     rl->plan = arena_calloc(a, E, 1);
     rl->stamp = arena_calloc(a, E, sizeof(uint32_t));
+    rl->seen = arena_calloc(a, MODEL_MAX_EXPERTS / 64, sizeof(uint64_t));
     rl->slot = arena_calloc(a, E, sizeof(uint32_t));
     rl->order = arena_calloc(a, E, sizeof(uint32_t));
     rl->order_key = arena_calloc(a, E, sizeof(uint64_t));
@@ -101,7 +102,8 @@ static sim_route_scratch route_scratch(run_loop *rl) {
                                .slot = rl->slot,
                                .active_tokens = rl->active_tokens,
                                .active_gate = rl->active_gate,
-                               .plan = rl->plan};
+                               .plan = rl->plan,
+                               .seen = rl->seen};
 }
 
 /* The stream catches up with the host; a host that queues ops unpins the last route's experts

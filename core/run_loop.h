@@ -178,6 +178,7 @@ typedef struct run_loop {
     float *active_gate;
     uint8_t *plan;
     uint64_t *order_key;
+    uint64_t *seen; /* [MODEL_MAX_EXPERTS / 64] */
     uint32_t stamp_gen;
     uint32_t *pinned_lep; /* [E] experts of the last route, unpinned at sync (queues_ops) */
     uint32_t n_pinned;
