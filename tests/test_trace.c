@@ -3,6 +3,7 @@
  * round trip, determinism, streaming in blocks, crash-safe writing. Malformed files are in
  * test_trace_corpus.c. */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <hdf5.h>
 #include <jansson.h>
 #include <math.h>
@@ -202,6 +203,103 @@ Test(trace, gates_of_minus_zero_and_exactly_one_are_valid) {
     size_t x = trace_route_index(t, 9, 2);
     t->gate_weights[x] = -0.0f;
     t->gate_weights[x + 1] = 1.0f;
+    moesim_error err = {0};
+    cr_assert_eq(trace_check(t, "made", &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(t);
+}
+
+/* The checks' fast passes scan 8 or 16 values a step with a scalar tail: one token of a
+ * geometry whose rows span several steps (8 layers, look-ahead 3 x 8: 192 values a token, 120 of
+ * them in layers that predict real layers only), a bad value tried at each of its positions. */
+#define LANES_TOKEN 17
+
+static void expect_check_names(trace *t, const char *want) {
+    moesim_error err = {0};
+    cr_assert_eq(trace_check(t, "made", &err), MOESIM_EINPUT, "accepted, expected '%s'", want);
+    cr_assert(strstr(err.msg, want) != NULL, "message '%s' lacks '%s'", err.msg, want);
+}
+
+Test(trace, a_bad_lookahead_value_at_any_position_of_a_token_is_named) {
+    const uint32_t L = 8, E = 64, D = 3, K = 8;
+    const float bad_scores[] = {NAN, INFINITY, -INFINITY};
+    trace *t = make_trace(L, E, 8, D, K, 30, false);
+    char want[200];
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t d = 1; d <= D; d++)
+            for (uint32_t c = 0; c < K; c++) {
+                size_t x = trace_lookahead_index(t, LANES_TOKEN, l, d) + c;
+                uint16_t id = t->lookahead_ids[x];
+                float score = t->lookahead_scores[x];
+                if (l + d < L) {
+                    t->lookahead_ids[x] = (uint16_t)E;
+                    snprintf(want, sizeof want,
+                             "/lookahead/expert_ids[%d][%u][%u][%u]: expert id %u >= %u experts",
+                             LANES_TOKEN, l, d - 1, c, E, E);
+                } else {
+                    t->lookahead_ids[x] = 5;
+                    snprintf(want, sizeof want,
+                             "/lookahead/expert_ids[%d][%u][%u][%u]: expected padding 65535",
+                             LANES_TOKEN, l, d - 1, c);
+                }
+                expect_check_names(t, want);
+                t->lookahead_ids[x] = id;
+                for (size_t b = 0; b < sizeof bad_scores / sizeof bad_scores[0]; b++) {
+                    t->lookahead_scores[x] = bad_scores[b];
+                    snprintf(want, sizeof want,
+                             "/lookahead/scores[%d][%u][%u][%u]: score %g is not finite",
+                             LANES_TOKEN, l, d - 1, c, (double)bad_scores[b]);
+                    expect_check_names(t, want);
+                }
+                t->lookahead_scores[x] = score;
+            }
+    trace_destroy(t);
+}
+
+Test(trace, a_bad_routing_value_at_any_position_of_a_token_is_named) {
+    const uint32_t L = 8, E = 64, k = 8;
+    trace *t = make_trace(L, E, k, 0, 0, 30, false);
+    char want[200];
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t j = 0; j < k; j++) {
+            size_t x = trace_route_index(t, LANES_TOKEN, l) + j;
+            uint16_t id = t->expert_ids[x];
+            float gate = t->gate_weights[x];
+            t->expert_ids[x] = (uint16_t)E;
+            snprintf(want, sizeof want,
+                     "/routing/expert_ids[%d][%u][%u]: expert id %u >= %u experts", LANES_TOKEN, l,
+                     j, E, E);
+            expect_check_names(t, want);
+            t->expert_ids[x] = id;
+            t->gate_weights[x] = 1.5f;
+            snprintf(want, sizeof want,
+                     "/routing/gate_weights[%d][%u][%u]: gate weight 1.5 outside [0, 1]",
+                     LANES_TOKEN, l, j);
+            expect_check_names(t, want);
+            t->gate_weights[x] = NAN;
+            snprintf(want, sizeof want,
+                     "/routing/gate_weights[%d][%u][%u]: gate weight nan is not finite",
+                     LANES_TOKEN, l, j);
+            expect_check_names(t, want);
+            t->gate_weights[x] = gate;
+        }
+    trace_destroy(t);
+}
+
+/* The limits themselves pass at every position: id E - 1, scores +-FLT_MAX, gates -0 and 1. */
+Test(trace, the_largest_valid_values_at_every_position_of_a_token_are_valid) {
+    const uint32_t L = 8, E = 64, k = 8, D = 3, K = 8;
+    trace *t = make_trace(L, E, k, D, K, 30, false);
+    for (uint32_t l = 0; l < L; l++) {
+        for (uint32_t d = 1; d <= D; d++)
+            for (uint32_t c = 0; c < K; c++) {
+                size_t x = trace_lookahead_index(t, LANES_TOKEN, l, d) + c;
+                if (l + d < L) t->lookahead_ids[x] = (uint16_t)(E - 1 - c);
+                t->lookahead_scores[x] = c % 2 ? FLT_MAX : -FLT_MAX;
+            }
+        for (uint32_t j = 0; j < k; j++)
+            t->gate_weights[trace_route_index(t, LANES_TOKEN, l) + j] = j % 2 ? 1.0f : -0.0f;
+        t->expert_ids[trace_route_index(t, LANES_TOKEN, l)] = (uint16_t)(E - 1);
+    }
     moesim_error err = {0};
     cr_assert_eq(trace_check(t, "made", &err), MOESIM_OK, "%s", err.msg);
     trace_destroy(t);

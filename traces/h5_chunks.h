@@ -44,13 +44,20 @@ void h5_quiet(void);
 /* Closes *id when open and marks it closed. */
 void h5_close(hid_t *id, herr_t (*close_fn)(hid_t));
 
+/* HDF5's shuffle filter on n elements of s bytes (dst and src do not overlap): byte j of
+ * element i goes to j * n + i. The inverse writes the first n_out <= n elements of the n (the
+ * real ones of a short last chunk). Public for the tests; the chunk codec runs them. */
+void h5_shuffle_bytes(unsigned char *dst, const unsigned char *src, size_t n, size_t s);
+void h5_unshuffle_bytes(unsigned char *dst, const unsigned char *src, size_t n, size_t n_out,
+                        size_t s);
+
 typedef struct chunk_job {
     size_t chunk_bytes;       /* full size of this chunk (HDF5 stores edge chunks whole) */
     size_t elem_size;         /* shuffle element size: bytes per value of its dataset */
     const unsigned char *src; /* pack: the chunk's rows in the caller's array */
     unsigned char *dst;       /* unpack: where the chunk's rows go in the caller's array */
     unsigned char *raw;       /* [cap_bytes] a short last chunk, zero-padded to full size */
-    size_t raw_bytes;         /* bytes of real data in this chunk (the last one may be short) */
+    size_t raw_bytes;         /* whole elements of real data (the last chunk may be short) */
     unsigned char *packed;    /* [packed_cap] shuffled + deflated bytes */
     size_t packed_bytes;
     bool ok; /* the (de)compression succeeded */

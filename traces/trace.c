@@ -17,6 +17,9 @@
 #include <string.h>
 
 #include <jansson.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "common/alloc.h"
 #include "common/check.h"
@@ -293,6 +296,72 @@ static moesim_status check_tokens(trace_checker *c, const trace *t, moesim_error
     return MOESIM_OK;
 }
 
+/* ---- trace_check: flat scans -------------------------------------------------------------
+ *
+ * The fast passes' reductions over whole arrays: SSE2 (x86-64's baseline) 16 bytes a step, a
+ * scalar loop for the tail and other architectures. They only decide "all valid"; naming the
+ * first bad value is the plain second pass's. */
+
+/* Floats as bits: finite is (bits & FLOAT_ABS_BITS) <= FLOAT_MAX_BITS (inf and NaN lie above);
+ * a non-negative float orders as its bits, so [+0, 1] is bits <= FLOAT_ONE_BITS. */
+#define FLOAT_ALL_BITS 0xFFFFFFFFu
+#define FLOAT_ABS_BITS 0x7FFFFFFFu /* all but the sign */
+#define FLOAT_MAX_BITS 0x7F7FFFFFu /* FLT_MAX */
+#define FLOAT_ONE_BITS 0x3F800000u /* 1.0f */
+
+#if defined(__SSE2__)
+static __m128i load16(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+#endif
+
+/* True when every one of the n values is <= limit. */
+static bool u16_all_at_most(const uint16_t *v, size_t n, uint16_t limit) {
+    size_t i = 0;
+    bool over = false;
+#if defined(__SSE2__)
+    const __m128i lim = _mm_set1_epi16((short)limit);
+    __m128i excess = _mm_setzero_si128(); /* v - limit, saturated at 0: nonzero when over */
+    for (; i + 16 <= n; i += 16) {
+        excess = _mm_or_si128(excess, _mm_subs_epu16(load16(v + i), lim));
+        excess = _mm_or_si128(excess, _mm_subs_epu16(load16(v + i + 8), lim));
+    }
+    over = _mm_movemask_epi8(_mm_cmpeq_epi8(excess, _mm_setzero_si128())) != 0xFFFF;
+#endif
+    for (; i < n; i++) over |= v[i] > limit;
+    return !over;
+}
+
+static bool u16_all_equal(const uint16_t *v, size_t n, uint16_t value) {
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) ok &= v[i] == value;
+    return ok;
+}
+
+/* True when the bits of every one of the n 32-bit values v (floats read as bits), masked, are
+ * <= limit as unsigned integers. */
+static bool bits32_all_at_most(const void *v, size_t n, uint32_t mask, uint32_t limit) {
+    const unsigned char *p = v;
+    size_t i = 0;
+    bool over = false;
+#if defined(__SSE2__)
+    /* SSE2 compares signed: the sign bit flipped on both sides orders them as unsigned */
+    const __m128i m = _mm_set1_epi32((int)mask), flip = _mm_set1_epi32(INT32_MIN);
+    const __m128i lim = _mm_set1_epi32((int)(limit ^ 0x80000000u));
+    __m128i gt = _mm_setzero_si128();
+    for (; i + 8 <= n; i += 8) {
+        __m128i x0 = _mm_xor_si128(_mm_and_si128(load16(p + 4 * i), m), flip);
+        __m128i x1 = _mm_xor_si128(_mm_and_si128(load16(p + 4 * i + 16), m), flip);
+        gt = _mm_or_si128(gt, _mm_or_si128(_mm_cmpgt_epi32(x0, lim), _mm_cmpgt_epi32(x1, lim)));
+    }
+    over = _mm_movemask_epi8(gt) != 0;
+#endif
+    for (; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, p + 4 * i, sizeof bits);
+        over |= (bits & mask) > limit;
+    }
+    return !over;
+}
+
 /* ---- trace_check: routing ---------------------------------------------------------------- */
 
 /* Describes the first bad value of routing row `row` (token i, layer l); `row` is known bad. */
@@ -388,16 +457,10 @@ static inline bool route_row_ok(const uint16_t *ids, const float *g, uint32_t k,
 static bool routes_all_recorded_ok(const uint16_t *ids, const float *g, uint64_t rows, uint32_t k,
                                    uint32_t n_exp) {
     const uint64_t n = rows * k;
-    uint16_t max_id = 0;
-    for (uint64_t i = 0; i < n; i++) max_id = ids[i] > max_id ? ids[i] : max_id;
     /* gates in [0, 1]: non-negative floats order as their bits (-0 and NaN: the exact check) */
-    uint32_t max_bits = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, &g[i], sizeof bits);
-        max_bits = bits > max_bits ? bits : max_bits;
-    }
-    if (max_id >= n_exp || max_bits > 0x3F800000u /* 1.0f */) return false;
+    if (!u16_all_at_most(ids, n, (uint16_t)(n_exp - 1)) ||
+        !bits32_all_at_most(g, n, FLOAT_ALL_BITS, FLOAT_ONE_BITS))
+        return false;
     bool ok = true;
     uint64_t stamp[MODEL_MAX_EXPERTS] = {0}; /* the last row (+ 1) each expert appeared in */
     for (uint64_t r = 0; r < rows; r++)
@@ -443,10 +506,35 @@ static moesim_status check_importance(const trace *t, uint64_t first, const char
     MOESIM_UNREACHABLE();
 }
 
+/* True when every look-ahead row of the block is valid: a prediction of a real layer
+ * (l + d < L) an id < E, one beyond the last layer padding TRACE_NO_EXPERT, every score finite.
+ * A token's layers below L - D predict real layers only: their ids are one run to scan. */
+static bool lookahead_all_ok(const trace *t) {
+    const trace_meta *m = &t->meta;
+    const uint32_t L = m->n_layers, D = m->lookahead_depth, K = m->lookahead_k;
+    const uint16_t max_id = (uint16_t)(m->n_experts - 1);
+    const size_t per_layer = (size_t)D * K, per_token = L * per_layer;
+    const uint32_t full_layers = L > D ? L - D : 0;
+    bool ok = bits32_all_at_most(t->lookahead_scores, t->n_tokens * per_token, FLOAT_ABS_BITS,
+                                 FLOAT_MAX_BITS);
+    for (uint64_t i = 0; ok && i < t->n_tokens; i++) {
+        const uint16_t *ids = t->lookahead_ids + i * per_token;
+        ok &= u16_all_at_most(ids, full_layers * per_layer, max_id);
+        for (uint32_t l = full_layers; l < L; l++) {
+            const uint16_t *row = ids + l * per_layer;
+            const size_t n_in = (size_t)(L - 1 - l) * K; /* distances 1..L-1-l, fewer than D */
+            ok &= u16_all_at_most(row, n_in, max_id);
+            ok &= u16_all_equal(row + n_in, per_layer - n_in, TRACE_NO_EXPERT);
+        }
+    }
+    return ok;
+}
+
 static moesim_status check_lookahead(const trace *t, uint64_t first, const char *what,
                                      moesim_error *err) {
     const trace_meta *m = &t->meta;
-    if (m->lookahead_depth == 0) return MOESIM_OK;
+    if (m->lookahead_depth == 0 || lookahead_all_ok(t)) return MOESIM_OK;
+    /* something is wrong: the first bad row, then its first bad value */
     const uint32_t L = m->n_layers, D = m->lookahead_depth, K = m->lookahead_k, E = m->n_experts;
     const size_t per_layer = (size_t)D * K;
     for (uint64_t i = 0; i < t->n_tokens; i++) {
