@@ -33,14 +33,20 @@
 #define STREAM_CHUNK_CACHE   0u
 #define STREAM_DEFAULT_SLOTS 4u
 
-/* One dataset's last inflated chunk, when the dataset is laid out as our writer lays it out
+/* One dataset's inflated chunks, when the dataset is laid out as our writer lays it out
  * (read_chunks' fast path, one chunk at a time): blocks then inflate with libdeflate rather than
- * through HDF5's filters, and the chunk a block boundary cuts is inflated once. */
+ * through HDF5's filters. A chunk holds the rows of several blocks (one routing chunk, those of
+ * five blocks of a trace with look-ahead rows), and a run reads the blocks of every request in
+ * flight in turn: so up to `cap` chunks are kept (as many as the stream caches blocks), and the
+ * chunk a reader moves on to replaces the one before it, so that each request's reading keeps
+ * its own, a lone reader keeps one, and every chunk is inflated once. */
 typedef struct stream_chunk {
     hsize_t rows; /* rows per chunk; 0: read through H5Dread */
     size_t row_bytes;
-    uint64_t held;      /* chunk index in buf, or UINT64_MAX */
-    unsigned char *buf; /* [rows * row_bytes] */
+    uint32_t n, cap;     /* entries allocated; most kept */
+    uint64_t *held;      /* [cap] chunk index of each entry, or UINT64_MAX */
+    uint64_t *used;      /* [cap] last use (the stream's clock) */
+    unsigned char **buf; /* [cap] [rows * row_bytes] each, allocated when first needed */
 } stream_chunk;
 
 struct trace_stream {
@@ -69,6 +75,7 @@ struct trace_stream {
     uint64_t *slot_at; /* [n_slots] last use (LRU clock) */
     uint32_t mru;      /* slot of the last lookup */
     uint64_t clock;
+    uint64_t chunk_clock; /* stream_chunk.used */
     uint64_t blocks_read;
 };
 
@@ -89,15 +96,39 @@ static moesim_status read_rows(reader *r, const dataset_spec *spec, hid_t d, uin
     return MOESIM_OK;
 }
 
-/* Rows [first, first + n) of dataset `i` into dst: from its chunks when they are ours (one
- * inflated chunk kept), else through H5Dread. */
+/* The entry of c to inflate chunk j into: the one holding chunk j - 1 (its reader moved on),
+ * else a new one while fewer than cap are allocated, else the least recently used. NULL when
+ * out of memory. */
+static unsigned char **chunk_entry_for(stream_chunk *c, uint64_t j, uint32_t *at) {
+    uint32_t lru = 0;
+    for (uint32_t e = 0; e < c->n; e++) {
+        if (j > 0 && c->held[e] == j - 1) {
+            *at = e;
+            return &c->buf[e];
+        }
+        if (c->used[e] < c->used[lru]) lru = e;
+    }
+    if (c->n == c->cap) {
+        *at = lru;
+        return &c->buf[lru];
+    }
+    c->buf[c->n] = malloc(c->rows * c->row_bytes);
+    if (!c->buf[c->n]) return NULL;
+    *at = c->n;
+    return &c->buf[c->n++];
+}
+
+/* Rows [first, first + n) of dataset `i` into dst: from its chunks when they are ours (kept as
+ * stream_chunk says), else through H5Dread. */
 static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64_t n, void *dst) {
     stream_chunk *c = &s->chunk[i];
     const dataset_spec *spec = &s->o.specs[i];
     if (!c->rows) return read_rows(&s->r, spec, s->o.ds[i], first, n, dst);
     const uint64_t N = s->o.n_tokens, chunk_bytes = c->rows * c->row_bytes;
     for (uint64_t j = first / c->rows; j * c->rows < first + n; j++) {
-        if (c->held != j) {
+        uint32_t k = 0;
+        while (k < c->n && c->held[k] != j) k++;
+        if (k == c->n) {
             hsize_t offset[4] = {j * c->rows, 0, 0, 0}, stored = 0;
             uint32_t mask = 0;
             chunk_job *job = &s->batch.jobs[0];
@@ -106,27 +137,28 @@ static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64
                 H5Dread_chunk(s->o.ds[i], H5P_DEFAULT, offset, &mask, job->packed) < 0 || mask) {
                 H5Eclear2(H5E_DEFAULT);
                 c->rows = 0; /* not as our writer stores it after all: HDF5 reads it */
-                c->held = UINT64_MAX;
                 return read_rows(&s->r, spec, s->o.ds[i], first, n, dst);
             }
+            unsigned char **buf = chunk_entry_for(c, j, &k);
+            if (!buf) return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory", s->r.path);
+            c->held[k] = UINT64_MAX;
             uint64_t at = j * chunk_bytes, total = N * c->row_bytes;
             job->packed_bytes = stored;
-            job->dst = c->buf;
+            job->dst = *buf;
             job->chunk_bytes = chunk_bytes;
             job->elem_size = spec->size;
             job->raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
             s->batch.n_jobs = 1;
             chunk_batch_run(&s->batch);
-            if (!job->ok) {
-                c->held = UINT64_MAX;
+            if (!job->ok)
                 return trace_read_chunk_fail(&s->r, spec, offset[0], "deflate data do not inflate");
-            }
-            c->held = j;
+            c->held[k] = j;
         }
+        c->used[k] = ++s->chunk_clock;
         uint64_t lo = j * c->rows > first ? j * c->rows : first;
         uint64_t hi = (j + 1) * c->rows < first + n ? (j + 1) * c->rows : first + n;
         memcpy((unsigned char *)dst + (lo - first) * c->row_bytes,
-               c->buf + (lo - j * c->rows) * c->row_bytes, (hi - lo) * c->row_bytes);
+               c->buf[k] + (lo - j * c->rows) * c->row_bytes, (hi - lo) * c->row_bytes);
     }
     return MOESIM_OK;
 }
@@ -311,11 +343,27 @@ static moesim_status stream_load(trace_stream *s) {
 }
 
 /* Which datasets are laid out as ours (their chunks then inflate here), and their buffers. */
+/* Keeps at most `cap` (>= 1) of c's chunks: later entries are dropped. */
+static void chunk_cache_resize(stream_chunk *c, uint32_t cap) {
+    for (uint32_t e = cap; e < c->n; e++) free(c->buf[e]);
+    if (c->n > cap) c->n = cap;
+    c->held = moesim_xrealloc(c->held, cap * sizeof *c->held);
+    c->used = moesim_xrealloc(c->used, cap * sizeof *c->used);
+    c->buf = moesim_xrealloc(c->buf, cap * sizeof *c->buf);
+    c->cap = cap;
+}
+
+static void chunk_cache_free(stream_chunk *c) {
+    for (uint32_t e = 0; e < c->n; e++) free(c->buf[e]);
+    free(c->held);
+    free(c->used);
+    free(c->buf);
+}
+
 static moesim_status stream_chunks_init(trace_stream *s) {
     size_t largest = 0;
     for (int i = 0; i < DS_COUNT; i++) {
         stream_chunk *c = &s->chunk[i];
-        c->held = UINT64_MAX;
         if (!s->o.have[i] || (s->skip[i] && !(i == DS_LOOK_IDS && reads_skipped_ids(s)))) continue;
         const dataset_spec *spec = &s->o.specs[i];
         c->row_bytes = spec->size;
@@ -327,8 +375,7 @@ static moesim_status stream_chunks_init(trace_stream *s) {
         size_t bytes = c->rows * c->row_bytes;
         if (c->rows > s->o.n_tokens || bytes > CHUNK_MAX_BYTES) c->rows = 0; /* as read_chunks */
         if (!c->rows) continue;
-        c->buf = malloc(bytes);
-        if (!c->buf) return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory", s->r.path);
+        chunk_cache_resize(c, 1); /* the pass at open reads in order */
         if (bytes > largest) largest = bytes;
     }
     if (largest && !chunk_batch_init(&s->batch, largest, false))
@@ -416,6 +463,8 @@ void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_b
     free(s->slot_of);
     free(s->slot_at);
     if (block_tokens) s->block_tokens = block_tokens;
+    for (int i = 0; i < DS_COUNT; i++)
+        if (s->chunk[i].rows) chunk_cache_resize(&s->chunk[i], n_blocks);
     s->n_slots = n_blocks;
     s->slot = moesim_xcalloc(n_blocks, sizeof *s->slot);
     s->slot_of = moesim_xcalloc(n_blocks, sizeof *s->slot_of);
@@ -547,7 +596,7 @@ void trace_stream_close(trace_stream *s) {
     trace_request_index_free(&s->requests);
     free(s->la_ids);
     free(s->rows_checked);
-    for (int i = 0; i < DS_COUNT; i++) free(s->chunk[i].buf);
+    for (int i = 0; i < DS_COUNT; i++) chunk_cache_free(&s->chunk[i]);
     chunk_batch_free(&s->batch);
     if (s->r.file >= 0 && s->r.path) H5Fclose(s->r.file);
     H5Eclear2(H5E_DEFAULT);
