@@ -7,7 +7,9 @@
 # seconds (user + sys of the whole process, so that other jobs on a shared machine do not count),
 # M routed activations per CPU second, and the ratios in the same run: sim with / without
 # look-ahead rows (the target for a policy that ignores them: >= 0.9), and sim / trace stats
-# without and with them (targets: lru >= 1.0, every policy >= 0.5).
+# without and with them (targets: lru >= 1.0, every policy >= 0.5). `trace stats` runs again
+# beside each row's runs (stats, without, with, REPEATS times): a virtual machine's speed drifts
+# by tens of % over minutes, so a ratio compares runs made minutes apart at most.
 # Usage: bench/bench_lookahead.sh [BUILD_DIR] [POLICIES (default: every registered one)]
 # Environment: REQUESTS (default 100: 10^5 tokens), BATCHES (default "1 4"), CORE (default 0),
 # REPEATS (default 1): each run that many times, alternating without / with, the least CPU time
@@ -40,20 +42,19 @@ cpu_of() {
 }
 min() { awk -v a="$1" -v b="$2" 'BEGIN {print (a == "" || b + 0 < a + 0) ? b : a}'; }
 
-stats_s=$(cpu_of "$moesim" trace stats "$work/nola.h5")
-stats_rate=$(awk -v a=$acts -v s="$stats_s" 'BEGIN {printf "%.2f", a / s / 1e6}')
 echo "bench_lookahead: Qwen3-30B-A3B, $requests x (32 + 968) tokens = $acts activations," \
     "a6000, budget 24 GB, batches $batches, core $core, least CPU time of $repeats"
-echo "trace stats (no look-ahead rows): $stats_s CPU s, $stats_rate M act/s"
-echo "CPU s and M act/s without / with look-ahead rows; with/without: throughput ratio;"
-echo "sim/stats: throughput of sim without (with) look-ahead rows / trace stats"
-printf '%-5s %-16s %9s %9s %11s %11s %12s %9s %9s\n' batch policy "s without" "s with" \
-    "M/s without" "M/s with" "with/without" "sim/stats" "(with)"
+echo "stats s: trace stats (no look-ahead rows) beside the row's runs; CPU s and M act/s without /"
+echo "with look-ahead rows; with/without: throughput ratio; sim/stats: throughput of sim without"
+echo "(with) look-ahead rows / trace stats"
+printf '%-5s %-16s %8s %9s %9s %11s %11s %12s %9s %9s\n' batch policy "stats s" "s without" \
+    "s with" "M/s without" "M/s with" "with/without" "sim/stats" "(with)"
 for batch in $batches; do
     for pol in $policies; do
         sim=(sim --hw a6000 --policy "$pol" --set memory.budget_gb=24 --set batch.size="$batch")
-        s0="" s1=""
+        st="" s0="" s1=""
         for ((i = 0; i < repeats; i++)); do
+            st=$(min "$st" "$(cpu_of "$moesim" trace stats "$work/nola.h5")")
             x=$(cpu_of "$moesim" "${sim[@]}" --trace "$work/nola.h5")
             [[ $x == failed ]] && break
             s0=$(min "$s0" "$x")
@@ -65,9 +66,9 @@ for batch in $batches; do
             printf '%-5s %-16s failed: %s\n' "$batch" "$pol" "$(head -c 100 "$work/err")"
             continue
         fi
-        awk -v b="$batch" -v p="$pol" -v a=$acts -v s0="$s0" -v s1="$s1" -v st="$stats_s" 'BEGIN {
-            printf "%-5s %-16s %9.2f %9.2f %11.2f %11.2f %12.2f %9.2f %9.2f\n", b, p, s0, s1,
-                   a / s0 / 1e6, a / s1 / 1e6, s0 / s1, st / s0, st / s1
+        awk -v b="$batch" -v p="$pol" -v a=$acts -v s0="$s0" -v s1="$s1" -v st="$st" 'BEGIN {
+            printf "%-5s %-16s %8.2f %9.2f %9.2f %11.2f %11.2f %12.2f %9.2f %9.2f\n", b, p, st,
+                   s0, s1, a / s0 / 1e6, a / s1 / 1e6, s0 / s1, st / s0, st / s1
         }'
     done
 done
