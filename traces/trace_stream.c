@@ -38,9 +38,10 @@
  * through HDF5's filters. A chunk holds the rows of several blocks (one routing chunk, those of
  * five blocks of a trace with look-ahead rows), and a run reads the blocks of every request in
  * flight in turn: so up to `cap` chunks are kept (as many as the stream caches blocks), and the
- * chunk a reader moves on to replaces its neighbour (the one before it, or after it for a pass
- * backwards), so that each request's reading keeps its own, a lone reader keeps one, and every
- * chunk is inflated once. */
+ * chunk a reader moves on to replaces the one before it, so that each request's reading keeps
+ * its own and every chunk is inflated once (a reader going forward keeps one; `trace stats`'
+ * pass backwards fills the cap). Measured against other rules on a run reading four requests
+ * in turn and on `trace stats` (bench/README.md, "A chunk per request"). */
 typedef struct stream_chunk {
     hsize_t rows; /* rows per chunk; 0: read through H5Dread */
     size_t row_bytes;
@@ -97,14 +98,13 @@ static moesim_status read_rows(reader *r, const dataset_spec *spec, hid_t d, uin
     return MOESIM_OK;
 }
 
-/* The entry of c to inflate chunk j into: an empty one or the one holding chunk j - 1 or j + 1
- * (its reader moved on), else a new one while fewer than cap are allocated, else the least recently
- * used. NULL when out of memory. */
+/* The entry of c to inflate chunk j into: the one holding chunk j - 1 (its reader moved on),
+ * else a new one while fewer than cap are allocated, else the least recently used. NULL when
+ * out of memory. */
 static unsigned char **chunk_entry_for(stream_chunk *c, uint64_t j, uint32_t *at) {
     uint32_t lru = 0;
     for (uint32_t e = 0; e < c->n; e++) {
-        uint64_t h = c->held[e];
-        if (h == UINT64_MAX || h + 1 == j || h == j + 1) { /* empty, or the reader moved on */
+        if (j > 0 && c->held[e] == j - 1) {
             *at = e;
             return &c->buf[e];
         }
