@@ -521,6 +521,9 @@ bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
 policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_t expert,
                                         policy_class cls) {
     bool held = expert_cache_holds(c, layer, expert);
+    /* a prefetch promotes nothing the cache holds: it is resident, or loading at a class no
+     * lower (the cache loads at demand or prefetch class only) */
+    if (held && cls == POLICY_PREFETCH) return POLICY_ALREADY;
     policy_mem_result r =
         c->mem.ops->load(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL, cls);
     if (held) {
