@@ -266,10 +266,11 @@ uint64_t memsys_memory_bytes(const memsys *m);
 /* End of run, after every copy has drained: prefetched experts never run count as wasted. */
 void memsys_finish(memsys *m);
 
-/* Precision-major: a run keeps its experts at one or two precisions, and so the per-expert state
- * it touches on every route in a few hundred kilobytes of cache lines, not six times that. */
+/* The lep of (le, p), le = layer * E + expert, n_le = L * E. Precision-major: a run keeps its
+ * experts at one or two precisions, so the per-expert state it touches on every route lies in a
+ * few hundred kilobytes of cache lines, not six times that. */
 static inline size_t memsys_lep_of(size_t n_le, size_t le, uint32_t p) {
-    return (size_t)p * n_le + le; /* n_le = L * E, le = layer * E + expert */
+    return (size_t)p * n_le + le;
 }
 static inline size_t memsys_lep(const memsys *m, uint32_t layer, uint32_t expert, uint32_t p) {
     return memsys_lep_of((size_t)m->L * m->E, (size_t)layer * m->E + expert, p);

@@ -378,7 +378,6 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     s->L = t->meta.n_layers;
     s->E = t->meta.n_experts;
     s->K = t->meta.top_k;
-    s->P = PREC_COUNT;
     s->prec = (moesim_precision)s->set.precision;
     cost_model_init(&s->cost, in->hw, in->model, in->quant);
     s->op_issue_ns = in->hw->op_issue_ns;

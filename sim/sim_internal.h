@@ -81,7 +81,7 @@ struct sim_state {
     const model_geometry *model;
     cost_model cost;
     sim_settings set;
-    uint32_t L, E, K, P;
+    uint32_t L, E, K;
     moesim_precision prec;
     uint64_t part_bytes[PREC_COUNT][PART_COUNT];
     uint64_t non_expert_bytes, act_bytes, budget_bytes, expert_budget_bytes;
