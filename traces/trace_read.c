@@ -6,8 +6,9 @@
  * format name and version, geometry attributes (trace_meta_check), every dataset's presence,
  * type and shape, then storage sizes against the shape and the file size (so a corrupt header
  * cannot ask for a giant allocation), the first_hits attribute's form, then the data, then every
- * value (trace_finish -> trace_check) and first_hits against the look-ahead rows. Datasets laid out as our writer lays them out are inflated in parallel
- * (traces/h5_chunks.h); others go through H5Dread. The streaming reader (trace_stream.c) shares
+ * value (trace_finish -> trace_check) and first_hits against the look-ahead rows. Datasets laid
+ * out as our writer lays them out are inflated in parallel (traces/h5_chunks.h); others go
+ * through H5Dread. The streaming reader (trace_stream.c) shares
  * the opening steps (trace_read_internal.h). */
 #include <errno.h>
 #include <fcntl.h>
