@@ -157,7 +157,7 @@ static inline __attribute__((always_inline)) void hbm_sub(memsys *m, uint32_t la
     *pool_of(m, layer) -= bytes;
     m->prec_used[p] -= bytes;
     m->experts_used -= bytes;
-    if (m->host.on_hbm) m->host.on_hbm(m->host.ctx, m->experts_used);
+    if (m->host.hbm_drops && m->host.on_hbm) m->host.on_hbm(m->host.ctx, m->experts_used);
 }
 
 /* A part leaves HBM (evicted, or its load cancelled). Inline: an eviction drops three. */
@@ -692,8 +692,16 @@ static policy_mem_result mem_evict(policy_mem *m, uint32_t layer, uint32_t exper
         /* the common case, a whole resident expert: what the general path below does for it */
         if (m->pinned[lep]) return POLICY_REFUSED;
         if (m->pf_unused[lep]) m->n.wasted_bytes += expert_bytes(m, p);
-        for (int part = 0; part < PART_COUNT; part++) part_drop(m, layer, expert, p, part);
         m->pf_unused[lep] = 0;
+        if (m->host.hbm_drops || m->host.release) { /* heard part by part */
+            for (int part = 0; part < PART_COUNT; part++) part_drop(m, layer, expert, p, part);
+            return POLICY_ISSUED;
+        }
+        uint8_t *st = m->state + lep * PART_COUNT;
+        uint32_t *loading_xfer = m->xfer_of + lep * PART_COUNT;
+        st[0] = st[1] = st[2] = POLICY_ABSENT;
+        loading_xfer[0] = loading_xfer[1] = loading_xfer[2] = NONE;
+        hbm_sub(m, layer, p, expert_bytes(m, p));
         return POLICY_ISSUED;
     }
     bool any = false;

@@ -49,7 +49,9 @@ typedef struct memsys_host {
     /* Engine `engine` may have a servable chunk (new work, a promotion, staged bytes, bounce room
      * freed): the host calls memsys_next_chunk when the engine can take one. */
     void (*on_work)(void *ctx, int engine);
-    /* Expert bytes in HBM changed to `experts_used` (timeline counters, peak, budget checks). */
+    /* Expert bytes in HBM changed to `experts_used` (timeline counters, peak, budget checks):
+     * called when they rise, and when they fall only if `hbm_drops` is set (a fall cannot break
+     * the budget or raise the peak: only a timeline draws it). */
     void (*on_hbm)(void *ctx, uint64_t experts_used);
     /* Optional (NULL: the pools' byte count is the only limit): physical room for the parts in
      * `parts` of a load about to be issued; false refuses the load. `release` gives one part's
@@ -57,6 +59,7 @@ typedef struct memsys_host {
     bool (*reserve)(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p,
                     uint32_t parts);
     void (*release)(void *ctx, uint32_t layer, uint32_t expert, moesim_precision p, int part);
+    bool hbm_drops; /* on_hbm hears of falls too */
 } memsys_host;
 
 typedef struct memsys_config {

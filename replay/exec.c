@@ -330,7 +330,8 @@ static moesim_status make_policy(replay_exec *x, moesim_error *err) {
         .gpu_direct_storage = false, /* SSD reads stage in DRAM (replay/README.md) */
     };
     memcpy(mc.part_bytes, x->part_bytes, sizeof mc.part_bytes);
-    memsys_host mh = {x, on_work, on_hbm, on_reserve, on_release};
+    memsys_host mh = {.ctx = x, .on_work = on_work, .on_hbm = on_hbm, .reserve = on_reserve,
+                      .release = on_release, .hbm_drops = x->in->timeline_path != NULL};
     memsys_init(&x->ms, &mc, &mh);
     x->ms_live = true;
     if (x->in->stream)

@@ -197,8 +197,8 @@ static void on_work(void *ctx, int engine) {
      * queued behind the span's, most often) leaves the span whole: cut or not, the engine serves
      * the same bytes at the same times; SSD work always cuts (spans need the SSD idle) */
     bool keep = engine == MEMSYS_H2D && h->busy && memsys_span_unrivalled(&s->ms, &h->chunk);
-    if (!keep)
-        for (int id = 0; id < MEMSYS_ENGINES; id++) engine_cut_span(s, id);
+    if (keep) return; /* busy: its span's end takes the work */
+    for (int id = 0; id < MEMSYS_ENGINES; id++) engine_cut_span(s, id);
     engine_kick(s, engine);
 }
 
@@ -265,7 +265,7 @@ uint64_t sim_deliver_until_resident(sim_state *s, const uint8_t *st, uint32_t ma
 }
 
 memsys_host sim_memsys_host(sim_state *s, bool block_pools) {
-    memsys_host h = {.ctx = s, .on_work = on_work, .on_hbm = on_hbm};
+    memsys_host h = {.ctx = s, .on_work = on_work, .on_hbm = on_hbm, .hbm_drops = s->tl.on};
     if (block_pools) {
         h.reserve = on_reserve;
         h.release = on_release;

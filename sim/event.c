@@ -6,10 +6,6 @@
 #include "common/alloc.h"
 #include "common/check.h"
 
-static bool event_before(const sim_event *a, const sim_event *b) {
-    return a->t_ns < b->t_ns || (a->t_ns == b->t_ns && a->seq < b->seq);
-}
-
 void sim_event_queue_init(sim_event_queue *q, size_t cap_hint) {
     q->cap = cap_hint < 16 ? 16 : cap_hint;
     q->heap = moesim_xmalloc(q->cap * sizeof *q->heap);
@@ -24,36 +20,24 @@ void sim_event_queue_free(sim_event_queue *q) {
     q->n = q->cap = 0;
 }
 
-void sim_event_push(sim_event_queue *q, uint64_t t_ns, uint32_t kind, uint32_t arg) {
-    MOESIM_ASSERT(t_ns >= q->last_t_ns);
-    if (q->n == q->cap) {
-        q->cap *= 2;
-        q->heap = moesim_xrealloc(q->heap, q->cap * sizeof *q->heap);
-    }
-    sim_event e = {.t_ns = t_ns, .seq = q->next_seq++, .kind = kind, .arg = arg};
-    size_t i = q->n++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!event_before(&e, &q->heap[parent])) break;
-        q->heap[i] = q->heap[parent];
-        i = parent;
-    }
-    q->heap[i] = e;
+void sim_event_queue_grow(sim_event_queue *q) {
+    q->cap *= 2;
+    q->heap = moesim_xrealloc(q->heap, q->cap * sizeof *q->heap);
 }
 
 /* Restores the heap order around slot i after its event changed or moved in: up while it
  * precedes its parent, else down while a child precedes it. */
-static void heap_fix(sim_event_queue *q, size_t i) {
+void sim_event_heap_fix(sim_event_queue *q, size_t i) {
     sim_event e = q->heap[i];
-    while (i > 0 && event_before(&e, &q->heap[(i - 1) / 2])) {
+    while (i > 0 && sim_event_before(&e, &q->heap[(i - 1) / 2])) {
         q->heap[i] = q->heap[(i - 1) / 2];
         i = (i - 1) / 2;
     }
     for (;;) {
         size_t child = 2 * i + 1;
         if (child >= q->n) break;
-        if (child + 1 < q->n && event_before(&q->heap[child + 1], &q->heap[child])) child++;
-        if (!event_before(&q->heap[child], &e)) break;
+        if (child + 1 < q->n && sim_event_before(&q->heap[child + 1], &q->heap[child])) child++;
+        if (!sim_event_before(&q->heap[child], &e)) break;
         q->heap[i] = q->heap[child];
         i = child;
     }
@@ -63,16 +47,7 @@ static void heap_fix(sim_event_queue *q, size_t i) {
 /* Removes slot i: the last event takes its place. */
 static void heap_remove(sim_event_queue *q, size_t i) {
     q->heap[i] = q->heap[--q->n];
-    if (i < q->n) heap_fix(q, i);
-}
-
-bool sim_event_pop(sim_event_queue *q, sim_event *out) {
-    if (q->n == 0) return false;
-    *out = q->heap[0];
-    MOESIM_ASSERT(out->t_ns >= q->last_t_ns);
-    q->last_t_ns = out->t_ns;
-    heap_remove(q, 0);
-    return true;
+    if (i < q->n) sim_event_heap_fix(q, i);
 }
 
 bool sim_event_cancel(sim_event_queue *q, uint32_t kind, uint32_t arg) {

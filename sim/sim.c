@@ -464,7 +464,10 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         .gpu_direct_storage = in->hw->gpu_direct_storage,
     };
     memcpy(mc.part_bytes, s->part_bytes, sizeof mc.part_bytes);
-    memsys_host mh = sim_memsys_host(s, s->set.block_pools);
+    if (in->timeline_path &&
+        (st = sim_timeline_open(&s->tl, in->timeline_path, &in->timeline_window, err)))
+        return st;
+    memsys_host mh = sim_memsys_host(s, s->set.block_pools); /* after the timeline: its drops */
     if (s->set.block_pools) {
         uint64_t block_bytes[PREC_COUNT];
         block_pool_block_bytes(s->part_bytes, block_bytes);
@@ -498,10 +501,6 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     sim_event_queue_init(&s->q, 64);
     s->queue_live = true;
     s->view = (policy_mem_view){.ops = &memsys_ops, .mem = &s->ms};
-
-    if (in->timeline_path &&
-        (st = sim_timeline_open(&s->tl, in->timeline_path, &in->timeline_window, err)))
-        return st;
 
     policy_params params = {
         .model = in->model,

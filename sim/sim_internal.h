@@ -144,8 +144,9 @@ static inline uint64_t sim_expert_bytes_at(const sim_state *s, uint32_t p) {
     return s->part_bytes[p][0] + s->part_bytes[p][1] + s->part_bytes[p][2];
 }
 
-/* The memory system's host: the copy engines its queues feed, the HBM check, and with
- * sim.block_pools the placement of loads in fixed-size blocks (core/block_pool.h). */
+/* The memory system's host: the copy engines its queues feed, the HBM check (falls heard only
+ * with a timeline open: call after opening it), and with sim.block_pools the placement of loads
+ * in fixed-size blocks (core/block_pool.h). */
 memsys_host sim_memsys_host(sim_state *s, bool block_pools);
 /* The engines' rates and latencies from the profile, their chunk-time tables (from s->mem). */
 void sim_engines_init(sim_state *s, const hw_profile *hw, uint64_t chunk_bytes);
