@@ -235,20 +235,26 @@ static void queue_insert_by_seq(memsys *m, int e, uint32_t i) {
     x->queued |= (uint8_t)(1u << e);
 }
 
-static void queue_remove(memsys *m, int e, uint32_t i) {
+/* Takes transfer i, which follows `prev` (NONE: the head) in engine e's queue of its class, off
+ * that queue. */
+static inline void queue_unlink(memsys *m, int e, uint32_t prev, uint32_t i) {
     memsys_xfer *x = &m->xf[i];
     uint8_t c = x->cls;
+    if (prev == NONE)
+        m->head[e][c] = x->next[e];
+    else
+        m->xf[prev].next[e] = x->next[e];
+    if (m->tail[e][c] == i) m->tail[e][c] = prev;
+    x->queued &= (uint8_t)~(1u << e);
+}
+
+static void queue_remove(memsys *m, int e, uint32_t i) {
     uint32_t prev = NONE;
-    for (uint32_t k = m->head[e][c]; k != NONE; prev = k, k = m->xf[k].next[e]) {
-        if (k != i) continue;
-        if (prev == NONE)
-            m->head[e][c] = x->next[e];
-        else
-            m->xf[prev].next[e] = x->next[e];
-        if (m->tail[e][c] == k) m->tail[e][c] = prev;
-        x->queued &= (uint8_t)~(1u << e);
-        return;
-    }
+    for (uint32_t k = m->head[e][m->xf[i].cls]; k != NONE; prev = k, k = m->xf[k].next[e])
+        if (k == i) {
+            queue_unlink(m, e, prev, i);
+            return;
+        }
     MOESIM_UNREACHABLE();
 }
 
@@ -328,7 +334,7 @@ enum { CHUNK_ONE, CHUNK_SPAN, CHUNK_SPAN_PAST_LANDINGS };
 static bool next_chunk(memsys *m, int e, int span, memsys_chunk *out) {
     bool staged = e == MEMSYS_SSD && !m->cfg.gpu_direct_storage;
     for (int c = 0; c < MEMSYS_CLASSES; c++)
-        for (uint32_t i = m->head[e][c]; i != NONE; i = m->xf[i].next[e]) {
+        for (uint32_t i = m->head[e][c], prev = NONE; i != NONE; prev = i, i = m->xf[i].next[e]) {
             memsys_xfer *x = &m->xf[i];
             uint64_t n = servable(x, e);
             if (n == 0) continue;
@@ -346,7 +352,7 @@ static bool next_chunk(memsys *m, int e, int span, memsys_chunk *out) {
                                   .first = x->sent[e] == 0, .cls = x->cls};
             if (!xfer_started(x)) m->started_bytes += x->bytes;
             x->sent[e] += n;
-            if (x->sent[e] == x->bytes) queue_remove(m, e, i);
+            if (x->sent[e] == x->bytes) queue_unlink(m, e, prev, i);
             return true;
         }
     return false;
@@ -485,6 +491,12 @@ void memsys_begin_layer(memsys *m) {
     m->layer_seq = m->xfer_seq;
 }
 
+/* Transfer i carries a part about to run: the stream needs it now, so its remaining chunks go
+ * ahead of every other class. */
+static inline void run_loading(memsys *m, uint32_t i) {
+    if (m->xf[i].cls != POLICY_DEMAND && m->xf[i].queued) xfer_promote(m, i, POLICY_DEMAND);
+}
+
 /* memsys_run of lep `lep` (inline in the plan's loop, which runs it for every planned expert). */
 static inline void run_lep(memsys *m, size_t lep) {
     m->pinned[lep] = 1;
@@ -494,13 +506,19 @@ static inline void run_lep(memsys *m, size_t lep) {
     /* resident parts have no transfer (most runs): nothing late, nothing to promote */
     if (!memsys_parts_differ(m->state + lep * PART_COUNT, POLICY_PARTS_ALL, POLICY_RESIDENT))
         return;
+    const uint32_t *loading_xfer = m->xfer_of + lep * PART_COUNT;
+    if (loading_xfer[0] == loading_xfer[1] && loading_xfer[1] == loading_xfer[2]) {
+        if (loading_xfer[0] == NONE) return; /* no part loading: resident and absent ones */
+        run_loading(m, loading_xfer[0]); /* one transfer carries the three (most loads) */
+        m->n.late += m->xf[loading_xfer[0]].issued_cls == POLICY_PREFETCH;
+        return;
+    }
     bool late = false;
     for (int part = 0; part < PART_COUNT; part++) {
-        uint32_t i = m->xfer_of[lep * PART_COUNT + part];
+        uint32_t i = loading_xfer[part];
         if (i == NONE) continue;
         late |= m->xf[i].issued_cls == POLICY_PREFETCH;
-        /* the stream needs it now: its remaining chunks go ahead of every other class */
-        if (m->xf[i].cls != POLICY_DEMAND && m->xf[i].queued) xfer_promote(m, i, POLICY_DEMAND);
+        run_loading(m, i);
     }
     m->n.late += late;
 }
@@ -648,15 +666,15 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
     }
     uint32_t i = xfer_alloc(m);
     memsys_xfer *x = &m->xf[i];
-    memset(x, 0, sizeof *x);
-    x->layer = layer;
-    x->expert = expert;
-    x->prec = (uint8_t)p;
-    x->parts = (uint8_t)need;
-    x->cls = x->issued_cls = (uint8_t)cls;
-    x->via_ssd = m->on_ssd[lep];
-    x->from_policy = true;
-    x->seq = m->xfer_seq++;
+    *x = (memsys_xfer){.layer = layer,
+                       .expert = expert,
+                       .prec = (uint8_t)p,
+                       .parts = (uint8_t)need,
+                       .cls = (uint8_t)cls,
+                       .issued_cls = (uint8_t)cls,
+                       .via_ssd = m->on_ssd[lep],
+                       .from_policy = true,
+                       .seq = m->xfer_seq++};
     xfer_layout(m, x);
     uint32_t *loading_xfer = m->xfer_of + lep * PART_COUNT;
     if (need == POLICY_PARTS_ALL) { /* the common case, a whole expert: the loop below unrolled */
@@ -674,6 +692,11 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
             m->pf_mark[le] = 1;
             m->pf_count[layer]++;
         }
+    }
+    if (!x->via_ssd) { /* PCIe alone (most loads): the loops below for it */
+        queue_push(m, MEMSYS_H2D, i);
+        notify_work(m, MEMSYS_H2D);
+        return POLICY_ISSUED;
     }
     for (int e = MEMSYS_ENGINES - 1; e >= 0; e--) /* SSD first: its reads feed PCIe */
         if (uses_engine(m, x, e)) queue_push(m, e, i);

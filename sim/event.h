@@ -57,12 +57,10 @@ static inline void sim_event_push(sim_event_queue *q, uint64_t t_ns, uint32_t ki
     q->heap[i] = e;
 }
 
-/* The earliest event without removing it; false when empty. Inline: the simulator asks before
+/* The earliest event without removing it; NULL when empty. Inline: the simulator asks before
  * every action that may touch the copy engines, and mostly nothing is due. */
-static inline bool sim_event_peek(const sim_event_queue *q, sim_event *out) {
-    if (q->n == 0) return false;
-    *out = q->heap[0];
-    return true;
+static inline const sim_event *sim_event_peek(const sim_event_queue *q) {
+    return q->n ? &q->heap[0] : NULL;
 }
 
 /* Removes and returns the earliest event; false when empty. Asserts time never goes back. */
