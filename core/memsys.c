@@ -727,6 +727,17 @@ static policy_mem_result mem_evict(policy_mem *m, uint32_t layer, uint32_t exper
         hbm_sub(m, layer, p, expert_bytes(m, p));
         return POLICY_ISSUED;
     }
+    if (!(parts_mask & (parts_mask - 1)) &&
+        m->state[lep * PART_COUNT + __builtin_ctz(parts_mask)] == POLICY_RESIDENT) {
+        /* one resident part (a sub-expert cache's victims): what the general path does for it */
+        int part = __builtin_ctz(parts_mask);
+        if (m->pinned[lep]) return POLICY_REFUSED;
+        if (m->pf_unused[lep]) m->n.wasted_bytes += m->cfg.part_bytes[p][part];
+        part_drop(m, layer, expert, p, part);
+        if (!memsys_parts_differ(m->state + lep * PART_COUNT, POLICY_PARTS_ALL, POLICY_ABSENT))
+            m->pf_unused[lep] = 0;
+        return POLICY_ISSUED;
+    }
     bool any = false;
     for (int part = 0; part < PART_COUNT; part++) {
         if (!(parts_mask & (1u << part))) continue;
