@@ -254,6 +254,10 @@ static inline void expert_op(sim_state *s, const uint8_t *st, uint32_t layer, ui
     sim_advance_to(s, s->t_ns);
     if (memsys_parts_differ(st, mask, POLICY_RESIDENT)) wait_parts(s, st, layer, expert, mask);
     s->now_ns = s->t_ns;
+    if (s->plain_expert_ops) {
+        s->t_ns += dur_ns;
+        return;
+    }
     run_loop_expert_start(&s->loop, layer, expert, p, mask, s->t_ns);
     uint64_t dur = op_time_ns(s, dur_ns);
     if (s->tl.on)
@@ -468,6 +472,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
         (st = sim_timeline_open(&s->tl, in->timeline_path, &in->timeline_window, err)))
         return st;
     memsys_host mh = sim_memsys_host(s, s->set.block_pools); /* after the timeline: its drops */
+    s->plain_expert_ops =
+        !(s->hooks && s->hooks->on_expert_start) && !(s->op_slowdown > 0) && !s->tl.on;
     if (s->set.block_pools) {
         uint64_t block_bytes[PREC_COUNT];
         block_pool_block_bytes(s->part_bytes, block_bytes);

@@ -119,6 +119,8 @@ struct sim_state {
     uint64_t attn_ns;     /* the current step's attention op, per layer */
     uint64_t op_issue_ns; /* hw op_issue_ns: the host's time around every op */
     double op_slowdown;   /* hw op_slowdown_beside_copy (0: none) */
+    bool plain_expert_ops; /* no hook at an expert op's start, no op slowdown, no timeline: an
+                              expert op only advances the clock (most runs) */
     uint64_t layer_t0_ns; /* the MoE layer being run: when its router started */
     uint64_t ecost_ns[PREC_COUNT][SIM_ECOST_TOKENS][2]; /* expert op times by tokens (0: unset) */
     uint64_t opcost_ns[RUN_OP_LM_HEAD + 1][SIM_ECOST_TOKENS]; /* other ops' times (0: unset) */
