@@ -153,6 +153,8 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
 uint32_t sim_route_split(const sim_route_scratch *rs, const uint16_t *experts, uint32_t K,
                          uint32_t i0, uint32_t n, uint32_t capacity) {
     if (i0 + 1 >= n) return n; /* a last token always runs (the loop below takes it anyway) */
+    /* no more distinct experts than slots: a batch that routes fewer fits without a count */
+    if ((uint64_t)(n - i0) * K <= capacity) return n;
     uint32_t gen = ++*rs->stamp_gen, distinct = 0, i1 = i0;
     while (i1 < n) {
         uint32_t add = 0;
