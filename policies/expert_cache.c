@@ -162,15 +162,6 @@ void expert_cache_free(expert_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
-static inline size_t slot(const expert_cache *c, uint32_t layer, uint32_t expert) {
-    MOESIM_ASSERT(layer < c->n_layers && expert < c->n_experts);
-    return (size_t)layer * c->n_experts + expert;
-}
-
-void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert) {
-    c->pin[slot(c, layer, expert)] = c->pin_epoch;
-}
-
 void expert_cache_begin_route(expert_cache *c) { c->pin_epoch++; }
 
 void expert_cache_pin_active(expert_cache *c, const policy_route *r) {
@@ -178,10 +169,6 @@ void expert_cache_pin_active(expert_cache *c, const policy_route *r) {
         expert_cache_pin(c, r->layer, r->active[i]);
         c->active_slot[r->active[i]] = i;
     }
-}
-
-bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert) {
-    return c->pin[slot(c, layer, expert)] == c->pin_epoch;
 }
 
 static bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b);
@@ -301,14 +288,6 @@ void expert_cache_halve(expert_cache *c) {
     if (c->heap_pos) heap_rebuild(c);
 }
 
-bool expert_cache_holds(const expert_cache *c, uint32_t layer, uint32_t expert) {
-    return c->held_pos[slot(c, layer, expert)] != NOT_HELD;
-}
-
-bool expert_cache_layer_full(const expert_cache *c, uint32_t layer) {
-    return c->scope == EXPERT_CACHE_LAYER && c->n_held[layer] >= c->layer_capacity;
-}
-
 /* ---- the global-scope heap: entry i's parent is (i - 1) / 2; the root is the victim ---- */
 
 /* True when slot a (= layer * E + expert) with key ka is evicted before slot b with key kb: by
@@ -370,8 +349,8 @@ static void heap_remove_at(expert_cache *c, uint32_t i) {
     heap_down(c, c->heap_pos[le]);
 }
 
-void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
-    size_t le = slot(c, layer, expert);
+/* expert_cache_refresh of slot le. */
+static void refresh(expert_cache *c, size_t le) {
     if (c->held_pos[le] == NOT_HELD) return;
     if (!c->heap_pos) {
         store_key(c, le);
@@ -395,7 +374,7 @@ static void heap_rebuild(expert_cache *c) {
 }
 
 static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
-    size_t s = slot(c, layer, expert);
+    size_t s = expert_cache_slot(c, layer, expert);
     MOESIM_ASSERT(c->held_pos[s] == NOT_HELD);
     uint32_t i = c->n_held[layer]++;
     c->held_ids[(size_t)layer * c->n_experts + i] = (uint16_t)expert;
@@ -407,7 +386,7 @@ static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
 }
 
 static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
-    size_t s = slot(c, layer, expert);
+    size_t s = expert_cache_slot(c, layer, expert);
     uint16_t i = c->held_pos[s];
     MOESIM_ASSERT(i != NOT_HELD);
     uint16_t *ids = c->held_ids + (size_t)layer * c->n_experts;
@@ -495,8 +474,8 @@ static bool order_find_victim(const expert_cache *c, uint32_t layer, uint32_t *v
     return false;
 }
 
-bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
-                              uint32_t *victim_expert) {
+static bool find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
+                        uint32_t *victim_expert) {
     if (c->scope == EXPERT_CACHE_GLOBAL) return heap_find_victim(c, victim_layer, victim_expert);
     return find_victim_in(c, layer, layer + 1, victim_layer, victim_expert);
 }
@@ -505,7 +484,7 @@ void expert_cache_forget(expert_cache *c, uint32_t layer, uint32_t expert) {
     release(c, layer, expert);
 }
 
-bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
+static bool evict(expert_cache *c, uint32_t layer, uint32_t expert) {
     MOESIM_ASSERT(expert_cache_holds(c, layer, expert));
     policy_mem_result r =
         c->mem.ops->evict(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL);
@@ -518,8 +497,8 @@ bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
     return true;
 }
 
-policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_t expert,
-                                        policy_class cls) {
+static policy_mem_result try_load(expert_cache *c, uint32_t layer, uint32_t expert,
+                                  policy_class cls) {
     bool held = expert_cache_holds(c, layer, expert);
     /* a prefetch promotes nothing the cache holds: it is resident, or loading at a class no
      * lower (the cache loads at demand or prefetch class only) */
@@ -542,43 +521,69 @@ policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_
     return r;
 }
 
-policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
-                                       policy_class cls) {
+static policy_mem_result acquire(expert_cache *c, uint32_t layer, uint32_t expert,
+                                 policy_class cls) {
     uint32_t vl, ve;
     if (!expert_cache_holds(c, layer, expert)) {
         /* layer scope: bring the pool below its size first */
         while (expert_cache_layer_full(c, layer)) {
-            if (!expert_cache_find_victim(c, layer, &vl, &ve)) {
+            if (!find_victim(c, layer, &vl, &ve)) {
                 /* every held expert of the layer is pinned: a demand may overflow the share
                  * (the budget stays the hard limit), a prefetch may not */
                 if (cls != POLICY_DEMAND) return POLICY_REFUSED;
                 break;
             }
-            expert_cache_evict(c, vl, ve); /* a refused victim is pinned; the search moves on */
+            evict(c, vl, ve); /* a refused victim is pinned; the search moves on */
         }
     }
     for (;;) {
-        policy_mem_result r = expert_cache_try_load(c, layer, expert, cls);
+        policy_mem_result r = try_load(c, layer, expert, cls);
         if (r != POLICY_REFUSED) return r;
-        bool found = expert_cache_find_victim(c, layer, &vl, &ve);
+        bool found = find_victim(c, layer, &vl, &ve);
         if (!found && c->scope == EXPERT_CACHE_LAYER && !c->per_layer_pools)
             /* an overflowing layer filled the shared budget: take room from any layer */
             found = find_victim_in(c, 0, c->n_layers, &vl, &ve);
         if (!found) return POLICY_REFUSED;
-        expert_cache_evict(c, vl, ve);
+        evict(c, vl, ve);
     }
+}
+
+/* The library is built as position-independent code, where a call to an exported function is
+ * never inlined (it may be interposed): the cache's own paths call the static functions above,
+ * the policies these. */
+void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
+    refresh(c, expert_cache_slot(c, layer, expert));
+}
+
+bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
+                              uint32_t *victim_expert) {
+    return find_victim(c, layer, victim_layer, victim_expert);
+}
+
+bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
+    return evict(c, layer, expert);
+}
+
+policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_t expert,
+                                        policy_class cls) {
+    return try_load(c, layer, expert, cls);
+}
+
+policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
+                                       policy_class cls) {
+    return acquire(c, layer, expert, cls);
 }
 
 expert_cache_key expert_cache_key_lru(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert) {
     (void)ctx;
-    return lru_key_at(c, slot(c, layer, expert));
+    return lru_key_at(c, expert_cache_slot(c, layer, expert));
 }
 
 expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert) {
     (void)ctx;
-    return lfu_key_at(c, slot(c, layer, expert));
+    return lfu_key_at(c, expert_cache_slot(c, layer, expert));
 }
 
 uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan) {
@@ -595,11 +600,11 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
         /* the first access of the route loads (its own key does not matter: it is pinned);
          * counting after the load lets a per-copy count start from this access */
         if (plan->run[a] == POLICY_RUN_SKIP &&
-            expert_cache_acquire(c, r->layer, e, POLICY_DEMAND) != POLICY_REFUSED)
+            acquire(c, r->layer, e, POLICY_DEMAND) != POLICY_REFUSED)
             plan->run[a] = (uint8_t)c->precision;
         c->last_use[row + e] = ++c->tick;
         c->uses[row + e]++;
-        if (!c->keys_after_route) expert_cache_refresh(c, r->layer, e);
+        if (!c->keys_after_route) refresh(c, row + e);
     }
     uint32_t skipped = 0;
     for (uint32_t a = 0; a < r->n_active; a++) skipped += plan->run[a] == POLICY_RUN_SKIP;

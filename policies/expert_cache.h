@@ -48,6 +48,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/check.h"
 #include "common/status.h"
 #include "policies/policy.h"
 
@@ -76,7 +77,7 @@ struct expert_cache {
     policy_mem_view mem;
 
     uint16_t *held_ids; /* [n_layers][n_experts] first n_held[l] entries: held experts of l */
-    uint16_t *held_pos; /* [n_layers][n_experts] index in held_ids, or UINT16_MAX */
+    uint16_t *held_pos; /* [n_layers][n_experts] index in held_ids, or UINT16_MAX: not held */
     uint32_t *n_held;   /* [n_layers] */
     uint64_t total_held;
     uint64_t *last_use; /* [n_layers][n_experts] tick of the latest access, 0: never */
@@ -142,11 +143,24 @@ void expert_cache_halve(expert_cache *c);
 /* Re-stores the key of a held expert (no-op when not held). */
 void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert);
 
-void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert);
-bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert);
-bool expert_cache_holds(const expert_cache *c, uint32_t layer, uint32_t expert);
+/* The small accessors are inline: they come with every access and prefetch candidate. */
+static inline size_t expert_cache_slot(const expert_cache *c, uint32_t layer, uint32_t expert) {
+    MOESIM_ASSERT(layer < c->n_layers && expert < c->n_experts);
+    return (size_t)layer * c->n_experts + expert;
+}
+static inline void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert) {
+    c->pin[expert_cache_slot(c, layer, expert)] = c->pin_epoch;
+}
+static inline bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert) {
+    return c->pin[expert_cache_slot(c, layer, expert)] == c->pin_epoch;
+}
+static inline bool expert_cache_holds(const expert_cache *c, uint32_t layer, uint32_t expert) {
+    return c->held_pos[expert_cache_slot(c, layer, expert)] != UINT16_MAX;
+}
 /* True when `layer`'s pool is at (or over) its policy-side size (layer scope only). */
-bool expert_cache_layer_full(const expert_cache *c, uint32_t layer);
+static inline bool expert_cache_layer_full(const expert_cache *c, uint32_t layer) {
+    return c->scope == EXPERT_CACHE_LAYER && c->n_held[layer] >= c->layer_capacity;
+}
 
 /* The unpinned held expert to evict for room in `layer`'s pool (layer scope) or anywhere (global):
  * false when there is none. */
