@@ -339,14 +339,19 @@ static void heap_push(expert_cache *c, uint32_t le) {
     heap_up(c, i);
 }
 
+/* Removes entry i bottom-up: the hole left at i sinks to a leaf by the earlier child (one compare
+ * a level, not two), then the last entry fills it and rises; it came from the bottom and seldom
+ * rises far. */
 static void heap_remove_at(expert_cache *c, uint32_t i) {
     uint32_t last = --c->n_heap;
     c->heap_pos[c->heap_le[i]] = NO_HEAP;
     if (i == last) return;
-    uint32_t le = c->heap_le[last];
-    heap_place(c, i, le, c->heap_key[last]);
+    for (uint32_t child; (child = 2 * i + 1) < last; i = child) {
+        if (child + 1 < last && heap_before(c, child + 1, child)) child++;
+        heap_place(c, i, c->heap_le[child], c->heap_key[child]);
+    }
+    heap_place(c, i, c->heap_le[last], c->heap_key[last]);
     heap_up(c, i);
-    heap_down(c, c->heap_pos[le]);
 }
 
 /* expert_cache_refresh of slot le. */
