@@ -171,7 +171,7 @@ void expert_cache_pin_active(expert_cache *c, const policy_route *r) {
     }
 }
 
-static bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b);
+static inline bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b);
 
 /* ---- layer scope, LRU key: each layer's held experts in victim order (order_*) ---- */
 
@@ -291,12 +291,13 @@ void expert_cache_halve(expert_cache *c) {
 /* ---- the global-scope heap: entry i's parent is (i - 1) / 2; the root is the victim ---- */
 
 /* True when slot a (= layer * E + expert) with key ka is evicted before slot b with key kb: by
- * key, then lower layer, then lower expert, which is slot order. Without branches: in a victim
- * scan the outcome is data, and mispredicted jumps were most of the scan's time. */
-static bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b) {
-    return (ka.primary > kb.primary) |
-           ((ka.primary == kb.primary) &
-            ((ka.secondary > kb.secondary) | ((ka.secondary == kb.secondary) & (a < b))));
+ * key, then lower layer, then lower expert, which is slot order. Primaries mostly differ (a
+ * recency tick, a next use): one compare then, a jump that is rarely mispredicted; the rest
+ * without branches, for in a victim scan the outcome is data, and mispredicted jumps were most
+ * of the scan's time. */
+static inline bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b) {
+    if (ka.primary != kb.primary) return ka.primary > kb.primary;
+    return (ka.secondary > kb.secondary) | ((ka.secondary == kb.secondary) & (a < b));
 }
 
 /* True when heap entry i is evicted before heap entry j. */
