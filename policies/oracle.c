@@ -80,6 +80,8 @@ static int cmp_pair(const void *a, const void *b) {
  * is left or the best victim is used sooner than the expert. */
 static bool prefetch_one(policy *p, uint32_t layer, uint32_t expert) {
     expert_cache *c = &p->cache;
+    /* most candidates are held (resident or loading): a prefetch of them would return at once */
+    if (expert_cache_holds(c, layer, expert)) return true;
     uint64_t want = 0; /* the expert's next use, looked up once a victim is needed */
     for (bool looked_up = false;;) {
         policy_mem_result r = expert_cache_try_load(c, layer, expert, POLICY_PREFETCH);
