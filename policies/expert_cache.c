@@ -255,16 +255,18 @@ static expert_cache_key lfu_key_at(const expert_cache *c, size_t s) {
     return k;
 }
 
-/* Stores the current key of held expert slot s. The LRU and LFU keys are worked out here, not
+/* The current key of (layer, expert), slot s. The LRU and LFU keys are worked out here, not
  * called through c->key: a store comes with every access, and the call cost more than the key. */
+static inline expert_cache_key key_of(const expert_cache *c, size_t s, uint32_t layer,
+                                      uint32_t expert) {
+    if (c->key == expert_cache_key_lru) return lru_key_at(c, s);
+    if (c->key == expert_cache_key_lfu) return lfu_key_at(c, s);
+    return c->key(c, c->key_ctx, layer, expert);
+}
+
+/* Stores the current key of held expert slot s. */
 static void store_key(expert_cache *c, size_t s) {
-    if (c->key == expert_cache_key_lru)
-        c->stored_key[s] = lru_key_at(c, s);
-    else if (c->key == expert_cache_key_lfu)
-        c->stored_key[s] = lfu_key_at(c, s);
-    else
-        c->stored_key[s] =
-            c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
+    c->stored_key[s] = key_of(c, s, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
     if (!c->order_linked) return;
     if (c->order_linked[s])
         order_move_headward(c, s);
@@ -355,19 +357,20 @@ static void heap_remove_at(expert_cache *c, uint32_t i) {
     heap_up(c, i);
 }
 
-/* expert_cache_refresh of slot le. */
-static void refresh(expert_cache *c, size_t le) {
+/* expert_cache_refresh of (layer, expert), slot le. */
+static void refresh(expert_cache *c, size_t le, uint32_t layer, uint32_t expert) {
     if (c->held_pos[le] == NOT_HELD) return;
     if (!c->heap_pos) {
         store_key(c, le);
         return;
     }
-    expert_cache_key old = c->stored_key[le];
-    store_key(c, le);
+    /* global scope keeps no victim-order list: the key goes to the heap alone */
+    expert_cache_key old = c->stored_key[le], k = key_of(c, le, layer, expert);
+    c->stored_key[le] = k;
     uint32_t i = c->heap_pos[le];
-    c->heap_key[i] = c->stored_key[le];
+    c->heap_key[i] = k;
     /* the heap was in order with the old key: the new one moves the entry one way only */
-    if (key_before(c->heap_key[i], le, old, le))
+    if (key_before(k, le, old, le))
         heap_up(c, i);
     else
         heap_down(c, i);
@@ -558,7 +561,7 @@ static policy_mem_result acquire(expert_cache *c, uint32_t layer, uint32_t exper
  * never inlined (it may be interposed): the cache's own paths call the static functions above,
  * the policies these. */
 void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
-    refresh(c, expert_cache_slot(c, layer, expert));
+    refresh(c, expert_cache_slot(c, layer, expert), layer, expert);
 }
 
 bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
@@ -610,7 +613,7 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
             plan->run[a] = (uint8_t)c->precision;
         c->last_use[row + e] = ++c->tick;
         c->uses[row + e]++;
-        if (!c->keys_after_route) refresh(c, row + e);
+        if (!c->keys_after_route) refresh(c, row + e, r->layer, e);
     }
     uint32_t skipped = 0;
     for (uint32_t a = 0; a < r->n_active; a++) skipped += plan->run[a] == POLICY_RUN_SKIP;
