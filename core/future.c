@@ -11,6 +11,9 @@
 #include "common/check.h"
 
 #define SIM_FUTURE_READ 65536 /* next-use values read ahead at once (512 KiB) */
+/* The builds and the stream's advance stay out of line: inlined, their frame was set up on
+ * every query, and a query mostly reads one value. */
+#define NOT_INLINED __attribute__((noinline))
 
 void sim_future_init(sim_future *f, const trace *tr, const sim_schedule *sch) {
     memset(f, 0, sizeof *f);
@@ -124,7 +127,7 @@ static void place_use(sim_future *f, size_t le, uint64_t *pos) {
         f->use_pos64[at] = (*pos)++;
 }
 
-static void build(sim_future *f) {
+static NOT_INLINED void build(sim_future *f) {
     size_t LE = (size_t)f->L * f->E;
     f->use_first = moesim_xcalloc(LE + 1, sizeof *f->use_first);
     f->use_cur = moesim_xcalloc(LE ? LE : 1, sizeof *f->use_cur);
@@ -195,7 +198,7 @@ static uint64_t step_les(const sim_future *f, const uint32_t *tokens, uint32_t n
 /* Forward: each access's (layer, expert) to the le file at its position. Backward over that
  * file: each access's next use (the last one seen, going back) written at its position. The trace
  * is read once: its decompression was most of the future's cost. */
-static void build_stream(sim_future *f) {
+static NOT_INLINED void build_stream(sim_future *f) {
     size_t LE = (size_t)f->L * f->E, MT = f->max_step_tokens, MA = MT * f->L * f->K;
     size_t cap = MA > SIM_FUTURE_READ ? MA : SIM_FUTURE_READ;
     uint32_t *tokens = moesim_xmalloc((MT ? MT : 1) * sizeof *tokens);
@@ -242,7 +245,7 @@ static void read_ahead(sim_future *f, uint64_t p) {
 }
 
 /* Applies the next uses of accesses [consumed, pos): nxt[le] becomes le's first use >= pos. */
-static void consume_to(sim_future *f, uint64_t pos) {
+static NOT_INLINED void consume_to(sim_future *f, uint64_t pos) {
     while (f->consumed < pos) {
         if (f->consumed == f->rd_first + f->rd_n) read_ahead(f, f->consumed);
         uint64_t end = f->rd_first + f->rd_n;
@@ -258,7 +261,7 @@ uint64_t sim_future_next_use(sim_future *f, uint32_t layer, uint32_t expert, uin
     MOESIM_ASSERT(layer < f->L && expert < f->E);
     if (!f->sch) {
         if (!f->built) build_stream(f);
-        consume_to(f, pos);
+        if (f->consumed < pos) consume_to(f, pos); /* once a route: its first query */
         uint64_t next = f->nxt[(size_t)layer * f->E + expert];
         return next == UINT64_MAX ? UINT64_MAX : next - pos;
     }
