@@ -506,20 +506,25 @@ static bool evict(expert_cache *c, uint32_t layer, uint32_t expert) {
     return true;
 }
 
-static policy_mem_result try_load(expert_cache *c, uint32_t layer, uint32_t expert,
-                                  policy_class cls) {
-    bool held = expert_cache_holds(c, layer, expert);
+/* try_load of an expert the cache holds: POLICY_ALREADY. */
+static inline policy_mem_result load_held(expert_cache *c, uint32_t layer, uint32_t expert,
+                                          policy_class cls) {
     /* a prefetch promotes nothing the cache holds: it is resident, or loading at a class no
      * lower (the cache loads at demand or prefetch class only) */
-    if (held && cls == POLICY_PREFETCH) return POLICY_ALREADY;
+    if (cls == POLICY_PREFETCH) return POLICY_ALREADY;
     policy_mem_result r =
         c->mem.ops->load(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL, cls);
-    if (held) {
-        /* the policy's view and the memory system agree: what it holds is loading or resident
-         * (a late prefetch may just have been promoted to this load's class) */
-        MOESIM_ASSERT(r == POLICY_ALREADY || r == POLICY_PROMOTED);
-        return POLICY_ALREADY;
-    }
+    /* the policy's view and the memory system agree: what it holds is loading or resident
+     * (a late prefetch may just have been promoted to this load's class) */
+    MOESIM_ASSERT(r == POLICY_ALREADY || r == POLICY_PROMOTED);
+    return POLICY_ALREADY;
+}
+
+static policy_mem_result try_load(expert_cache *c, uint32_t layer, uint32_t expert,
+                                  policy_class cls) {
+    if (expert_cache_holds(c, layer, expert)) return load_held(c, layer, expert, cls);
+    policy_mem_result r =
+        c->mem.ops->load(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL, cls);
     if (r == POLICY_ISSUED) {
         hold(c, layer, expert);
         c->loads++;
@@ -532,18 +537,17 @@ static policy_mem_result try_load(expert_cache *c, uint32_t layer, uint32_t expe
 
 static policy_mem_result acquire(expert_cache *c, uint32_t layer, uint32_t expert,
                                  policy_class cls) {
+    if (expert_cache_holds(c, layer, expert)) return load_held(c, layer, expert, cls);
     uint32_t vl, ve;
-    if (!expert_cache_holds(c, layer, expert)) {
-        /* layer scope: bring the pool below its size first */
-        while (expert_cache_layer_full(c, layer)) {
-            if (!find_victim(c, layer, &vl, &ve)) {
-                /* every held expert of the layer is pinned: a demand may overflow the share
-                 * (the budget stays the hard limit), a prefetch may not */
-                if (cls != POLICY_DEMAND) return POLICY_REFUSED;
-                break;
-            }
-            evict(c, vl, ve); /* a refused victim is pinned; the search moves on */
+    /* layer scope: bring the pool below its size first */
+    while (expert_cache_layer_full(c, layer)) {
+        if (!find_victim(c, layer, &vl, &ve)) {
+            /* every held expert of the layer is pinned: a demand may overflow the share
+             * (the budget stays the hard limit), a prefetch may not */
+            if (cls != POLICY_DEMAND) return POLICY_REFUSED;
+            break;
         }
+        evict(c, vl, ve); /* a refused victim is pinned; the search moves on */
     }
     for (;;) {
         policy_mem_result r = try_load(c, layer, expert, cls);
