@@ -303,7 +303,7 @@ static inline bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb
 }
 
 /* True when heap entry i is evicted before heap entry j. */
-static bool heap_before(const expert_cache *c, uint32_t i, uint32_t j) {
+static inline bool heap_before(const expert_cache *c, uint32_t i, uint32_t j) {
     return key_before(c->heap_key[i], c->heap_le[i], c->heap_key[j], c->heap_le[j]);
 }
 
