@@ -568,6 +568,16 @@ void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
     refresh(c, expert_cache_slot(c, layer, expert), layer, expert);
 }
 
+void expert_cache_refresh_layer(expert_cache *c, uint32_t layer, const uint16_t *experts,
+                                uint32_t n) {
+    MOESIM_ASSERT(layer < c->n_layers);
+    const size_t row = (size_t)layer * c->n_experts;
+    for (uint32_t i = 0; i < n; i++) {
+        MOESIM_ASSERT(experts[i] < c->n_experts);
+        refresh(c, row + experts[i], layer, experts[i]);
+    }
+}
+
 bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
                               uint32_t *victim_expert) {
     return find_victim(c, layer, victim_layer, victim_expert);

@@ -142,6 +142,9 @@ void expert_cache_pin_active(expert_cache *c, const policy_route *r);
 void expert_cache_halve(expert_cache *c);
 /* Re-stores the key of a held expert (no-op when not held). */
 void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert);
+/* expert_cache_refresh of experts[0..n) of `layer`, in that order. */
+void expert_cache_refresh_layer(expert_cache *c, uint32_t layer, const uint16_t *experts,
+                                uint32_t n);
 
 /* The small accessors are inline: they come with every access and prefetch candidate. */
 static inline size_t expert_cache_slot(const expert_cache *c, uint32_t layer, uint32_t expert) {

@@ -128,7 +128,7 @@ static void oracle_warmup(policy *p, uint64_t now_ns) {
 static void oracle_on_route(policy *p, const policy_route *route, policy_plan *plan) {
     expert_cache *c = &p->cache;
     /* the previous route's experts were used: their next use moved on */
-    for (uint32_t i = 0; i < p->n_prev; i++) expert_cache_refresh(c, p->prev_layer, p->prev[i]);
+    expert_cache_refresh_layer(c, p->prev_layer, p->prev, p->n_prev);
     expert_cache_begin_route(c);
     expert_cache_plan_route(c, route, plan); /* pins the route's experts: never evicted for it */
 
