@@ -257,20 +257,34 @@ static NOT_INLINED void consume_to(sim_future *f, uint64_t pos) {
     }
 }
 
-uint64_t sim_future_next_use(sim_future *f, uint32_t layer, uint32_t expert, uint64_t pos) {
-    MOESIM_ASSERT(layer < f->L && expert < f->E);
-    if (!f->sch) {
-        if (!f->built) build_stream(f);
-        if (f->consumed < pos) consume_to(f, pos); /* once a route: its first query */
-        uint64_t next = f->nxt[(size_t)layer * f->E + expert];
-        return next == UINT64_MAX ? UINT64_MAX : next - pos;
-    }
+/* sim_future_next_use with the schedule in memory: le's cursor moves up to pos. */
+static NOT_INLINED uint64_t index_next_use(sim_future *f, size_t le, uint64_t pos) {
     if (!f->built) build(f);
-    size_t le = (size_t)layer * f->E + expert;
     uint64_t end = f->use_first[le + 1];
     while (f->use_cur[le] < end && use_pos_at(f, f->use_cur[le]) < pos) f->use_cur[le]++;
     if (f->use_cur[le] == end) return UINT64_MAX;
     return use_pos_at(f, f->use_cur[le]) - pos;
+}
+
+/* The stream's answer once it is built and consumed up to pos. */
+static inline uint64_t stream_next_use(const sim_future *f, size_t le, uint64_t pos) {
+    uint64_t next = f->nxt[le];
+    return next == UINT64_MAX ? UINT64_MAX : next - pos;
+}
+
+/* stream_next_use after building the stream or consuming up to pos (a route's first query). */
+static NOT_INLINED uint64_t stream_next_use_advancing(sim_future *f, size_t le, uint64_t pos) {
+    if (!f->built) build_stream(f);
+    consume_to(f, pos);
+    return stream_next_use(f, le, pos);
+}
+
+uint64_t sim_future_next_use(sim_future *f, uint32_t layer, uint32_t expert, uint64_t pos) {
+    MOESIM_ASSERT(layer < f->L && expert < f->E);
+    size_t le = (size_t)layer * f->E + expert;
+    if (f->sch) return index_next_use(f, le, pos);
+    if (!f->built || f->consumed < pos) return stream_next_use_advancing(f, le, pos);
+    return stream_next_use(f, le, pos);
 }
 
 uint32_t sim_future_active(sim_future *f, uint64_t step, uint32_t layer, uint16_t *ids,
