@@ -535,9 +535,9 @@ static policy_mem_result try_load(expert_cache *c, uint32_t layer, uint32_t expe
     return r;
 }
 
-static policy_mem_result acquire(expert_cache *c, uint32_t layer, uint32_t expert,
-                                 policy_class cls) {
-    if (expert_cache_holds(c, layer, expert)) return load_held(c, layer, expert, cls);
+/* acquire of an expert the cache does not hold. */
+static policy_mem_result acquire_absent(expert_cache *c, uint32_t layer, uint32_t expert,
+                                        policy_class cls) {
     uint32_t vl, ve;
     /* layer scope: bring the pool below its size first */
     while (expert_cache_layer_full(c, layer)) {
@@ -559,6 +559,13 @@ static policy_mem_result acquire(expert_cache *c, uint32_t layer, uint32_t exper
         if (!found) return POLICY_REFUSED;
         evict(c, vl, ve);
     }
+}
+
+/* Inline: nearly every access finds its expert held, and needs no room. */
+static inline policy_mem_result acquire(expert_cache *c, uint32_t layer, uint32_t expert,
+                                        policy_class cls) {
+    if (expert_cache_holds(c, layer, expert)) return load_held(c, layer, expert, cls);
+    return acquire_absent(c, layer, expert, cls);
 }
 
 /* The library is built as position-independent code, where a call to an exported function is
