@@ -127,6 +127,8 @@ static void oracle_warmup(policy *p, uint64_t now_ns) {
 
 static void oracle_on_route(policy *p, const policy_route *route, policy_plan *plan) {
     expert_cache *c = &p->cache;
+    /* the cache's tick counts the accesses it planned (oracle stamps nothing else) */
+    p->access_pos = c->tick;
     /* the previous route's experts were used: their next use moved on */
     expert_cache_refresh_layer(c, p->prev_layer, p->prev, p->n_prev);
     expert_cache_begin_route(c);
@@ -142,8 +144,6 @@ static void oracle_on_route(policy *p, const policy_route *route, policy_plan *p
     memcpy(p->prev, route->active, route->n_active * sizeof *p->prev);
     p->n_prev = route->n_active;
     p->prev_layer = route->layer;
-    size_t n_acc = (size_t)route->n_tokens * route->top_k;
-    for (size_t i = 0; i < n_acc; i++) p->access_pos += route->experts[i] != POLICY_NO_EXPERT;
 }
 
 static void oracle_on_cancelled(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
