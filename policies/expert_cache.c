@@ -165,9 +165,13 @@ void expert_cache_free(expert_cache *c) {
 void expert_cache_begin_route(expert_cache *c) { c->pin_epoch++; }
 
 void expert_cache_pin_active(expert_cache *c, const policy_route *r) {
+    MOESIM_ASSERT(r->layer < c->n_layers);
+    const size_t row = (size_t)r->layer * c->n_experts;
     for (uint32_t i = 0; i < r->n_active; i++) {
-        expert_cache_pin(c, r->layer, r->active[i]);
-        c->active_slot[r->active[i]] = i;
+        uint16_t e = r->active[i];
+        MOESIM_ASSERT(e < c->n_experts);
+        c->pin[row + e] = c->pin_epoch;
+        c->active_slot[e] = i;
     }
 }
 
