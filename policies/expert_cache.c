@@ -162,7 +162,10 @@ void expert_cache_free(expert_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
-void expert_cache_begin_route(expert_cache *c) { c->pin_epoch++; }
+void expert_cache_begin_route(expert_cache *c) {
+    c->pin_epoch++;
+    c->route_tick = c->tick;
+}
 
 void expert_cache_pin_active(expert_cache *c, const policy_route *r) {
     MOESIM_ASSERT(r->layer < c->n_layers);
@@ -259,12 +262,21 @@ static expert_cache_key lfu_key_at(const expert_cache *c, size_t s) {
     return k;
 }
 
-/* The current key of (layer, expert), slot s. The LRU and LFU keys are worked out here, not
- * called through c->key: a store comes with every access, and the call cost more than the key. */
+static expert_cache_key next_use_key_at(const expert_cache *c, size_t s, uint32_t layer,
+                                        uint32_t expert) {
+    uint64_t next = c->mem.ops->next_use(c->mem.mem, layer, expert);
+    expert_cache_key k = {next == UINT64_MAX ? UINT64_MAX : next + c->route_tick,
+                          UINT64_MAX - c->last_use[s]};
+    return k;
+}
+
+/* The current key of (layer, expert), slot s. The built-in keys are worked out here, not called
+ * through c->key: a store comes with every access, and the call cost more than the key. */
 static inline expert_cache_key key_of(const expert_cache *c, size_t s, uint32_t layer,
                                       uint32_t expert) {
     if (c->key == expert_cache_key_lru) return lru_key_at(c, s);
     if (c->key == expert_cache_key_lfu) return lfu_key_at(c, s);
+    if (c->key == expert_cache_key_next_use) return next_use_key_at(c, s, layer, expert);
     return c->key(c, c->key_ctx, layer, expert);
 }
 
@@ -618,6 +630,12 @@ expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, ui
                                       uint32_t expert) {
     (void)ctx;
     return lfu_key_at(c, expert_cache_slot(c, layer, expert));
+}
+
+expert_cache_key expert_cache_key_next_use(const expert_cache *c, const void *ctx, uint32_t layer,
+                                           uint32_t expert) {
+    (void)ctx;
+    return next_use_key_at(c, expert_cache_slot(c, layer, expert), layer, expert);
 }
 
 uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan) {

@@ -92,6 +92,7 @@ struct expert_cache {
     uint32_t *active_slot; /* [n_experts] index in the pinned route's active list (valid for
                               its active experts; a lookup, not a search, per access) */
     uint64_t tick, pin_epoch;
+    uint64_t route_tick; /* tick at the latest expert_cache_begin_route: the route's first access */
     expert_cache_key_fn key; /* victim order */
     const void *key_ctx;
 
@@ -133,7 +134,7 @@ void expert_cache_free(expert_cache *c); /* accepts a zeroed struct */
 /* Bytes of one expert (every part) at precision p on this host; 0 if it cannot store p. */
 uint64_t expert_cache_expert_bytes(const policy_params *pp, moesim_precision p);
 
-/* Starts a route: drops the previous route's pins. */
+/* Starts a route: drops the previous route's pins; route_tick becomes the tick. */
 void expert_cache_begin_route(expert_cache *c);
 /* Pins every active expert of the route (none of them is evicted while the route is planned)
  * and maps each to its index in route->active for expert_cache_plan_route. */
@@ -187,11 +188,18 @@ policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_
 policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
                                        policy_class cls);
 
-/* Keys: least recently used first; least frequently used first (ties: least recently used). */
+/* Keys: least recently used first; least frequently used first (ties: least recently used);
+ * Belady's, the next use furthest ahead first (never again first; ties: least recently used),
+ * which needs the memory system's next_use and a key refreshed whenever the expert is accessed.
+ * Its primary is the next use's absolute position, so keys stored at different routes compare
+ * correctly: next_use counts from the route's first access, which is route_tick while only
+ * plan_route stamps the tick (a policy that stamps it too must not use this key). */
 expert_cache_key expert_cache_key_lru(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert);
 expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert);
+expert_cache_key expert_cache_key_next_use(const expert_cache *c, const void *ctx, uint32_t layer,
+                                           uint32_t expert);
 
 /* Plans the route for a single-precision cache: processes its accesses as described above
  * (demand class) and plans every expert it could make loading or resident at
