@@ -11,6 +11,9 @@
 #include "common/check.h"
 
 #define SIM_FUTURE_READ 65536 /* next-use values read ahead at once (512 KiB) */
+/* The builds and the stream's advance stay out of line: inlined, their frame was set up on
+ * every query, and a query mostly reads one value. */
+#define NOT_INLINED __attribute__((noinline))
 
 void sim_future_init(sim_future *f, const trace *tr, const sim_schedule *sch) {
     memset(f, 0, sizeof *f);
@@ -48,11 +51,9 @@ static const uint16_t *experts_of(const sim_future *f, uint64_t token, uint32_t 
 }
 
 void sim_future_free(sim_future *f) {
-    if (f->nxt) close(f->next_fd);
+    if (f->nxt) close(f->le_fd), close(f->next_fd);
     free(f->nxt);
-    sim_schedule_iter_free(&f->cons);
-    free(f->cons_tokens);
-    free(f->cons_le);
+    free(f->rd_le);
     free(f->rd);
     sim_schedule_iter_free(&f->win);
     free(f->win_tokens);
@@ -60,7 +61,6 @@ void sim_future_free(sim_future *f) {
     free(f->use_pos64);
     free(f->use_first);
     free(f->use_cur);
-    free(f->stamp);
     memset(f, 0, sizeof *f);
 }
 
@@ -127,11 +127,10 @@ static void place_use(sim_future *f, size_t le, uint64_t *pos) {
         f->use_pos64[at] = (*pos)++;
 }
 
-static void build(sim_future *f) {
+static NOT_INLINED void build(sim_future *f) {
     size_t LE = (size_t)f->L * f->E;
     f->use_first = moesim_xcalloc(LE + 1, sizeof *f->use_first);
     f->use_cur = moesim_xcalloc(LE ? LE : 1, sizeof *f->use_cur);
-    if (!f->stamp) f->stamp = moesim_xcalloc(f->E ? f->E : 1, sizeof *f->stamp);
     for_each_access(f, count_use, NULL);
     for (size_t i = 0; i < LE; i++) f->use_first[i + 1] += f->use_first[i];
     uint64_t total = f->use_first[LE];
@@ -196,93 +195,96 @@ static uint64_t step_les(const sim_future *f, const uint32_t *tokens, uint32_t n
     return c;
 }
 
-/* Forward: each step's tokens (then their count) to a scratch file, accesses counted. Backward:
- * each access's next use (the last one seen, going back) written at its position. */
-static void build_stream(sim_future *f) {
+/* Forward: each access's (layer, expert) to the le file at its position. Backward over that
+ * file: each access's next use (the last one seen, going back) written at its position. The trace
+ * is read once: its decompression was most of the future's cost. */
+static NOT_INLINED void build_stream(sim_future *f) {
     size_t LE = (size_t)f->L * f->E, MT = f->max_step_tokens, MA = MT * f->L * f->K;
-    uint32_t *tokens = moesim_xmalloc(MT * sizeof *tokens);
-    uint32_t *le = moesim_xmalloc((MA ? MA : 1) * sizeof *le);
-    uint64_t *next = moesim_xmalloc((MA ? MA : 1) * sizeof *next);
-    int steps_fd = temp_fd();
+    size_t cap = MA > SIM_FUTURE_READ ? MA : SIM_FUTURE_READ;
+    uint32_t *tokens = moesim_xmalloc((MT ? MT : 1) * sizeof *tokens);
+    uint32_t *le = moesim_xmalloc(cap * sizeof *le);
+    f->le_fd = temp_fd();
     sim_schedule_iter it;
     sim_schedule_iter_init(&it, f->rq, f->batch, 0, 0);
     sim_schedule_step sd;
-    uint64_t kv, off = 0, total = 0;
+    uint64_t kv, total = 0;
     while (sim_schedule_next(&it, &sd, &kv, tokens, NULL, NULL)) {
-        total += step_les(f, tokens, sd.n_tokens, le);
-        file_io(true, steps_fd, tokens, sd.n_tokens * sizeof *tokens, off);
-        off += sd.n_tokens * sizeof *tokens;
-        file_io(true, steps_fd, &sd.n_tokens, sizeof sd.n_tokens, off);
-        off += sizeof sd.n_tokens;
+        uint64_t c = step_les(f, tokens, sd.n_tokens, le);
+        if (c) file_io(true, f->le_fd, le, c * sizeof *le, total * sizeof *le);
+        total += c;
     }
     sim_schedule_iter_free(&it);
+    free(tokens);
     f->n_access = total;
     f->next_fd = temp_fd();
     f->nxt = moesim_xmalloc((LE ? LE : 1) * sizeof *f->nxt);
     for (size_t i = 0; i < LE; i++) f->nxt[i] = UINT64_MAX;
-    uint64_t end = total;
-    while (off > 0) {
-        uint32_t n;
-        off -= sizeof n;
-        file_io(false, steps_fd, &n, sizeof n, off);
-        off -= n * sizeof *tokens;
-        file_io(false, steps_fd, tokens, n * sizeof *tokens, off);
-        uint64_t c = step_les(f, tokens, n, le), first = end - c;
+    f->rd = moesim_xmalloc(SIM_FUTURE_READ * sizeof *f->rd);
+    for (uint64_t end = total; end > 0;) { /* rd is the backward pass's next-use buffer */
+        uint64_t c = end < SIM_FUTURE_READ ? end : SIM_FUTURE_READ, first = end - c;
+        file_io(false, f->le_fd, le, c * sizeof *le, first * sizeof *le);
         for (uint64_t q = c; q-- > 0;) {
-            next[q] = f->nxt[le[q]];
+            f->rd[q] = f->nxt[le[q]];
             f->nxt[le[q]] = first + q;
         }
-        if (c) file_io(true, f->next_fd, next, c * sizeof *next, first * sizeof *next);
+        file_io(true, f->next_fd, f->rd, c * sizeof *f->rd, first * sizeof *f->rd);
         end = first;
     }
-    MOESIM_ASSERT(end == 0);
-    close(steps_fd);
-    free(tokens);
-    free(next);
-    f->cons_le = le;
-    f->cons_tokens = moesim_xmalloc(MT * sizeof *f->cons_tokens);
-    sim_schedule_iter_init(&f->cons, f->rq, f->batch, 0, 0);
-    f->rd = moesim_xmalloc(SIM_FUTURE_READ * sizeof *f->rd);
+    f->rd_le = le;
     f->built = true; /* nxt now holds every expert's first use: nothing consumed yet */
 }
 
+/* Reads the (layer, expert) and next use of accesses from `p` on into rd_le and rd. */
+static void read_ahead(sim_future *f, uint64_t p) {
+    MOESIM_ASSERT(p < f->n_access);
+    uint64_t left = f->n_access - p;
+    f->rd_first = p;
+    f->rd_n = left < SIM_FUTURE_READ ? left : SIM_FUTURE_READ;
+    file_io(false, f->le_fd, f->rd_le, f->rd_n * sizeof *f->rd_le, p * sizeof *f->rd_le);
+    file_io(false, f->next_fd, f->rd, f->rd_n * sizeof *f->rd, p * sizeof *f->rd);
+}
+
 /* Applies the next uses of accesses [consumed, pos): nxt[le] becomes le's first use >= pos. */
-static void consume_to(sim_future *f, uint64_t pos) {
+static NOT_INLINED void consume_to(sim_future *f, uint64_t pos) {
     while (f->consumed < pos) {
-        if (f->cons_at == f->cons_n) {
-            sim_schedule_step sd;
-            uint64_t kv;
-            bool more = sim_schedule_next(&f->cons, &sd, &kv, f->cons_tokens, NULL, NULL);
-            MOESIM_ASSERT(more);
-            f->cons_n = step_les(f, f->cons_tokens, sd.n_tokens, f->cons_le);
-            f->cons_at = 0;
-            continue;
-        }
-        uint64_t p = f->consumed++;
-        if (p >= f->rd_first + f->rd_n) {
-            uint64_t left = f->n_access - p;
-            f->rd_first = p;
-            f->rd_n = left < SIM_FUTURE_READ ? left : SIM_FUTURE_READ;
-            file_io(false, f->next_fd, f->rd, f->rd_n * sizeof *f->rd, p * sizeof *f->rd);
-        }
-        f->nxt[f->cons_le[f->cons_at++]] = f->rd[p - f->rd_first];
+        if (f->consumed == f->rd_first + f->rd_n) read_ahead(f, f->consumed);
+        uint64_t end = f->rd_first + f->rd_n;
+        if (end > pos) end = pos;
+        const uint32_t *le = f->rd_le - f->rd_first;
+        const uint64_t *next = f->rd - f->rd_first;
+        for (uint64_t p = f->consumed; p < end; p++) f->nxt[le[p]] = next[p];
+        f->consumed = end;
     }
 }
 
-uint64_t sim_future_next_use(sim_future *f, uint32_t layer, uint32_t expert, uint64_t pos) {
-    MOESIM_ASSERT(layer < f->L && expert < f->E);
-    if (!f->sch) {
-        if (!f->built) build_stream(f);
-        consume_to(f, pos);
-        uint64_t next = f->nxt[(size_t)layer * f->E + expert];
-        return next == UINT64_MAX ? UINT64_MAX : next - pos;
-    }
+/* sim_future_next_use with the schedule in memory: le's cursor moves up to pos. */
+static NOT_INLINED uint64_t index_next_use(sim_future *f, size_t le, uint64_t pos) {
     if (!f->built) build(f);
-    size_t le = (size_t)layer * f->E + expert;
     uint64_t end = f->use_first[le + 1];
     while (f->use_cur[le] < end && use_pos_at(f, f->use_cur[le]) < pos) f->use_cur[le]++;
     if (f->use_cur[le] == end) return UINT64_MAX;
     return use_pos_at(f, f->use_cur[le]) - pos;
+}
+
+/* The stream's answer once it is built and consumed up to pos. */
+static inline uint64_t stream_next_use(const sim_future *f, size_t le, uint64_t pos) {
+    uint64_t next = f->nxt[le];
+    return next == UINT64_MAX ? UINT64_MAX : next - pos;
+}
+
+/* stream_next_use after building the stream or consuming up to pos (a route's first query). */
+static NOT_INLINED uint64_t stream_next_use_advancing(sim_future *f, size_t le, uint64_t pos) {
+    if (!f->built) build_stream(f);
+    consume_to(f, pos);
+    return stream_next_use(f, le, pos);
+}
+
+uint64_t sim_future_next_use(sim_future *f, uint32_t layer, uint32_t expert, uint64_t pos) {
+    MOESIM_ASSERT(layer < f->L && expert < f->E);
+    size_t le = (size_t)layer * f->E + expert;
+    if (f->sch) return index_next_use(f, le, pos);
+    if (!f->built || f->consumed < pos) return stream_next_use_advancing(f, le, pos);
+    return stream_next_use(f, le, pos);
 }
 
 uint32_t sim_future_active(sim_future *f, uint64_t step, uint32_t layer, uint16_t *ids,
@@ -291,27 +293,18 @@ uint32_t sim_future_active(sim_future *f, uint64_t step, uint32_t layer, uint16_
     uint32_t n_tok;
     const uint32_t *tokens = step_tokens(f, step, &n_tok);
     if (!tokens) return 0;
-    if (!f->stamp) f->stamp = moesim_xcalloc(f->E ? f->E : 1, sizeof *f->stamp);
-    uint32_t gen = ++f->stamp_gen;
-    uint32_t n = 0;
-    uint16_t found[MODEL_MAX_EXPERTS];
+    /* a bitmap of the ids seen: read word by word, it gives them distinct and ascending */
+    uint64_t seen[(MODEL_MAX_EXPERTS + 63) / 64];
+    uint32_t n_words = (f->E + 63) / 64;
+    memset(seen, 0, n_words * sizeof *seen);
     for (uint32_t i = 0; i < n_tok; i++) {
         const uint16_t *ex = experts_of(f, tokens[i], layer);
-        for (uint32_t k = 0; k < f->K; k++) {
-            if (ex[k] == TRACE_NO_EXPERT || f->stamp[ex[k]] == gen) continue;
-            f->stamp[ex[k]] = gen;
-            found[n++] = ex[k];
-        }
+        for (uint32_t k = 0; k < f->K; k++)
+            if (ex[k] != TRACE_NO_EXPERT) seen[ex[k] >> 6] |= 1ull << (ex[k] & 63);
     }
-    for (uint32_t i = 1; i < n; i++) { /* ascending ids (n <= E, usually a handful) */
-        uint16_t v = found[i];
-        uint32_t j = i;
-        while (j > 0 && found[j - 1] > v) {
-            found[j] = found[j - 1];
-            j--;
-        }
-        found[j] = v;
-    }
-    memcpy(ids, found, (n < cap ? n : cap) * sizeof *ids);
+    uint32_t n = 0;
+    for (uint32_t w = 0; w < n_words; w++)
+        for (uint64_t bits = seen[w]; bits; bits &= bits - 1, n++)
+            if (n < cap) ids[n] = (uint16_t)(w * 64 + (uint32_t)__builtin_ctzll(bits));
     return n;
 }

@@ -5,9 +5,10 @@
  *
  * Memory: with the trace's schedule in memory (sim_future_init: the replay), 4 bytes per routed
  * access (8 when the trace has 2^32 or more), plus [L*E+1] offsets. Without it
- * (sim_future_init_requests: the simulator), O(L*E + the largest step) in memory and 8 bytes per
- * routed access plus 4 per token in an unlinked temporary file (TMPDIR or /tmp), built by one
- * pass forward (the steps' tokens) and one backward (each access's next use). */
+ * (sim_future_init_requests: the simulator), O(L*E + the largest step) in memory and 12 bytes
+ * per routed access in unlinked temporary files (TMPDIR or /tmp), built by one pass forward over
+ * the trace (each access's layer and expert) and one backward over that file (each access's next
+ * use). */
 #ifndef MOESIM_CORE_FUTURE_H
 #define MOESIM_CORE_FUTURE_H
 
@@ -31,18 +32,16 @@ typedef struct sim_future {
     uint32_t *win_tokens;   /* [2][max_step_tokens] the last two steps produced */
     uint32_t win_n[2];
     uint64_t win_step[2];   /* step held in each half, or UINT64_MAX */
-    /* next-use stream (no schedule in memory): for every access in execution order, the position
-     * of the next access of the same (layer, expert), in an unlinked temporary file, read forward
-     * as the queries' position advances; nxt[le] is the next use of le not before `consumed` */
-    int next_fd;            /* open once nxt is built */
+    /* next-use stream (no schedule in memory): for every access in execution order, its
+     * (layer, expert) and the position of the next access of the same one, in two unlinked
+     * temporary files, read forward as the queries' position advances; nxt[le] is the next use
+     * of le not before `consumed` */
+    int le_fd, next_fd;     /* open once nxt is built */
     uint64_t n_access;      /* accesses of the whole run */
     uint64_t *nxt;          /* [L*E] */
     uint64_t consumed;      /* accesses consumed (their next uses applied to nxt) */
-    sim_schedule_iter cons; /* the steps being consumed */
-    uint32_t *cons_tokens;  /* [max_step_tokens] */
-    uint32_t *cons_le;      /* [max_step_tokens * L * K] le of the consumed step's accesses */
-    uint64_t cons_n, cons_at;
-    uint64_t *rd;           /* [SIM_FUTURE_READ] next-use values read ahead */
+    uint32_t *rd_le;        /* [SIM_FUTURE_READ or more] (layer, expert) of accesses read ahead */
+    uint64_t *rd;           /* [SIM_FUTURE_READ] their next uses */
     uint64_t rd_first, rd_n;
     const sim_schedule *sch;  /* borrowed */
     uint32_t L, E, K;
@@ -50,8 +49,6 @@ typedef struct sim_future {
     uint64_t *use_pos64; /* [accesses] otherwise */
     uint64_t *use_first; /* [L*E + 1] CSR offsets into use_pos */
     uint64_t *use_cur;   /* [L*E] cursor: first use not before the last query's position */
-    uint32_t *stamp;     /* [E] scratch of sim_future_active */
-    uint32_t stamp_gen;
     bool built;
 } sim_future;
 

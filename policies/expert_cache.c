@@ -162,29 +162,23 @@ void expert_cache_free(expert_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
-static inline size_t slot(const expert_cache *c, uint32_t layer, uint32_t expert) {
-    MOESIM_ASSERT(layer < c->n_layers && expert < c->n_experts);
-    return (size_t)layer * c->n_experts + expert;
+void expert_cache_begin_route(expert_cache *c) {
+    c->pin_epoch++;
+    c->route_tick = c->tick;
 }
-
-void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert) {
-    c->pin[slot(c, layer, expert)] = c->pin_epoch;
-}
-
-void expert_cache_begin_route(expert_cache *c) { c->pin_epoch++; }
 
 void expert_cache_pin_active(expert_cache *c, const policy_route *r) {
+    MOESIM_ASSERT(r->layer < c->n_layers);
+    const size_t row = (size_t)r->layer * c->n_experts;
     for (uint32_t i = 0; i < r->n_active; i++) {
-        expert_cache_pin(c, r->layer, r->active[i]);
-        c->active_slot[r->active[i]] = i;
+        uint16_t e = r->active[i];
+        MOESIM_ASSERT(e < c->n_experts);
+        c->pin[row + e] = c->pin_epoch;
+        c->active_slot[e] = i;
     }
 }
 
-bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert) {
-    return c->pin[slot(c, layer, expert)] == c->pin_epoch;
-}
-
-static bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b);
+static inline bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b);
 
 /* ---- layer scope, LRU key: each layer's held experts in victim order (order_*) ---- */
 
@@ -268,16 +262,27 @@ static expert_cache_key lfu_key_at(const expert_cache *c, size_t s) {
     return k;
 }
 
-/* Stores the current key of held expert slot s. The LRU and LFU keys are worked out here, not
- * called through c->key: a store comes with every access, and the call cost more than the key. */
+static expert_cache_key next_use_key_at(const expert_cache *c, size_t s, uint32_t layer,
+                                        uint32_t expert) {
+    uint64_t next = c->mem.ops->next_use(c->mem.mem, layer, expert);
+    expert_cache_key k = {next == UINT64_MAX ? UINT64_MAX : next + c->route_tick,
+                          UINT64_MAX - c->last_use[s]};
+    return k;
+}
+
+/* The current key of (layer, expert), slot s. The built-in keys are worked out here, not called
+ * through c->key: a store comes with every access, and the call cost more than the key. */
+static inline expert_cache_key key_of(const expert_cache *c, size_t s, uint32_t layer,
+                                      uint32_t expert) {
+    if (c->key == expert_cache_key_lru) return lru_key_at(c, s);
+    if (c->key == expert_cache_key_lfu) return lfu_key_at(c, s);
+    if (c->key == expert_cache_key_next_use) return next_use_key_at(c, s, layer, expert);
+    return c->key(c, c->key_ctx, layer, expert);
+}
+
+/* Stores the current key of held expert slot s. */
 static void store_key(expert_cache *c, size_t s) {
-    if (c->key == expert_cache_key_lru)
-        c->stored_key[s] = lru_key_at(c, s);
-    else if (c->key == expert_cache_key_lfu)
-        c->stored_key[s] = lfu_key_at(c, s);
-    else
-        c->stored_key[s] =
-            c->key(c, c->key_ctx, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
+    c->stored_key[s] = key_of(c, s, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
     if (!c->order_linked) return;
     if (c->order_linked[s])
         order_move_headward(c, s);
@@ -301,27 +306,20 @@ void expert_cache_halve(expert_cache *c) {
     if (c->heap_pos) heap_rebuild(c);
 }
 
-bool expert_cache_holds(const expert_cache *c, uint32_t layer, uint32_t expert) {
-    return c->held_pos[slot(c, layer, expert)] != NOT_HELD;
-}
-
-bool expert_cache_layer_full(const expert_cache *c, uint32_t layer) {
-    return c->scope == EXPERT_CACHE_LAYER && c->n_held[layer] >= c->layer_capacity;
-}
-
 /* ---- the global-scope heap: entry i's parent is (i - 1) / 2; the root is the victim ---- */
 
 /* True when slot a (= layer * E + expert) with key ka is evicted before slot b with key kb: by
- * key, then lower layer, then lower expert, which is slot order. Without branches: in a victim
- * scan the outcome is data, and mispredicted jumps were most of the scan's time. */
-static bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b) {
-    return (ka.primary > kb.primary) |
-           ((ka.primary == kb.primary) &
-            ((ka.secondary > kb.secondary) | ((ka.secondary == kb.secondary) & (a < b))));
+ * key, then lower layer, then lower expert, which is slot order. Primaries mostly differ (a
+ * recency tick, a next use): one compare then, a jump that is rarely mispredicted; the rest
+ * without branches, for in a victim scan the outcome is data, and mispredicted jumps were most
+ * of the scan's time. */
+static inline bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b) {
+    if (ka.primary != kb.primary) return ka.primary > kb.primary;
+    return (ka.secondary > kb.secondary) | ((ka.secondary == kb.secondary) & (a < b));
 }
 
 /* True when heap entry i is evicted before heap entry j. */
-static bool heap_before(const expert_cache *c, uint32_t i, uint32_t j) {
+static inline bool heap_before(const expert_cache *c, uint32_t i, uint32_t j) {
     return key_before(c->heap_key[i], c->heap_le[i], c->heap_key[j], c->heap_le[j]);
 }
 
@@ -360,29 +358,35 @@ static void heap_push(expert_cache *c, uint32_t le) {
     heap_up(c, i);
 }
 
+/* Removes entry i bottom-up: the hole left at i sinks to a leaf by the earlier child (one compare
+ * a level, not two), then the last entry fills it and rises; it came from the bottom and seldom
+ * rises far. */
 static void heap_remove_at(expert_cache *c, uint32_t i) {
     uint32_t last = --c->n_heap;
     c->heap_pos[c->heap_le[i]] = NO_HEAP;
     if (i == last) return;
-    uint32_t le = c->heap_le[last];
-    heap_place(c, i, le, c->heap_key[last]);
+    for (uint32_t child; (child = 2 * i + 1) < last; i = child) {
+        if (child + 1 < last && heap_before(c, child + 1, child)) child++;
+        heap_place(c, i, c->heap_le[child], c->heap_key[child]);
+    }
+    heap_place(c, i, c->heap_le[last], c->heap_key[last]);
     heap_up(c, i);
-    heap_down(c, c->heap_pos[le]);
 }
 
-void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
-    size_t le = slot(c, layer, expert);
+/* expert_cache_refresh of (layer, expert), slot le. */
+static void refresh(expert_cache *c, size_t le, uint32_t layer, uint32_t expert) {
     if (c->held_pos[le] == NOT_HELD) return;
     if (!c->heap_pos) {
         store_key(c, le);
         return;
     }
-    expert_cache_key old = c->stored_key[le];
-    store_key(c, le);
+    /* global scope keeps no victim-order list: the key goes to the heap alone */
+    expert_cache_key old = c->stored_key[le], k = key_of(c, le, layer, expert);
+    c->stored_key[le] = k;
     uint32_t i = c->heap_pos[le];
-    c->heap_key[i] = c->stored_key[le];
+    c->heap_key[i] = k;
     /* the heap was in order with the old key: the new one moves the entry one way only */
-    if (key_before(c->heap_key[i], le, old, le))
+    if (key_before(k, le, old, le))
         heap_up(c, i);
     else
         heap_down(c, i);
@@ -395,7 +399,7 @@ static void heap_rebuild(expert_cache *c) {
 }
 
 static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
-    size_t s = slot(c, layer, expert);
+    size_t s = expert_cache_slot(c, layer, expert);
     MOESIM_ASSERT(c->held_pos[s] == NOT_HELD);
     uint32_t i = c->n_held[layer]++;
     c->held_ids[(size_t)layer * c->n_experts + i] = (uint16_t)expert;
@@ -407,7 +411,7 @@ static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
 }
 
 static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
-    size_t s = slot(c, layer, expert);
+    size_t s = expert_cache_slot(c, layer, expert);
     uint16_t i = c->held_pos[s];
     MOESIM_ASSERT(i != NOT_HELD);
     uint16_t *ids = c->held_ids + (size_t)layer * c->n_experts;
@@ -495,8 +499,8 @@ static bool order_find_victim(const expert_cache *c, uint32_t layer, uint32_t *v
     return false;
 }
 
-bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
-                              uint32_t *victim_expert) {
+static bool find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
+                        uint32_t *victim_expert) {
     if (c->scope == EXPERT_CACHE_GLOBAL) return heap_find_victim(c, victim_layer, victim_expert);
     return find_victim_in(c, layer, layer + 1, victim_layer, victim_expert);
 }
@@ -505,7 +509,7 @@ void expert_cache_forget(expert_cache *c, uint32_t layer, uint32_t expert) {
     release(c, layer, expert);
 }
 
-bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
+static bool evict(expert_cache *c, uint32_t layer, uint32_t expert) {
     MOESIM_ASSERT(expert_cache_holds(c, layer, expert));
     policy_mem_result r =
         c->mem.ops->evict(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL);
@@ -518,20 +522,25 @@ bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
     return true;
 }
 
-policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_t expert,
-                                        policy_class cls) {
-    bool held = expert_cache_holds(c, layer, expert);
+/* try_load of an expert the cache holds: POLICY_ALREADY. */
+static inline policy_mem_result load_held(expert_cache *c, uint32_t layer, uint32_t expert,
+                                          policy_class cls) {
     /* a prefetch promotes nothing the cache holds: it is resident, or loading at a class no
      * lower (the cache loads at demand or prefetch class only) */
-    if (held && cls == POLICY_PREFETCH) return POLICY_ALREADY;
+    if (cls == POLICY_PREFETCH) return POLICY_ALREADY;
     policy_mem_result r =
         c->mem.ops->load(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL, cls);
-    if (held) {
-        /* the policy's view and the memory system agree: what it holds is loading or resident
-         * (a late prefetch may just have been promoted to this load's class) */
-        MOESIM_ASSERT(r == POLICY_ALREADY || r == POLICY_PROMOTED);
-        return POLICY_ALREADY;
-    }
+    /* the policy's view and the memory system agree: what it holds is loading or resident
+     * (a late prefetch may just have been promoted to this load's class) */
+    MOESIM_ASSERT(r == POLICY_ALREADY || r == POLICY_PROMOTED);
+    return POLICY_ALREADY;
+}
+
+static policy_mem_result try_load(expert_cache *c, uint32_t layer, uint32_t expert,
+                                  policy_class cls) {
+    if (expert_cache_holds(c, layer, expert)) return load_held(c, layer, expert, cls);
+    policy_mem_result r =
+        c->mem.ops->load(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL, cls);
     if (r == POLICY_ISSUED) {
         hold(c, layer, expert);
         c->loads++;
@@ -542,43 +551,91 @@ policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_
     return r;
 }
 
-policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
-                                       policy_class cls) {
+/* acquire of an expert the cache does not hold. */
+static policy_mem_result acquire_absent(expert_cache *c, uint32_t layer, uint32_t expert,
+                                        policy_class cls) {
     uint32_t vl, ve;
-    if (!expert_cache_holds(c, layer, expert)) {
-        /* layer scope: bring the pool below its size first */
-        while (expert_cache_layer_full(c, layer)) {
-            if (!expert_cache_find_victim(c, layer, &vl, &ve)) {
-                /* every held expert of the layer is pinned: a demand may overflow the share
-                 * (the budget stays the hard limit), a prefetch may not */
-                if (cls != POLICY_DEMAND) return POLICY_REFUSED;
-                break;
-            }
-            expert_cache_evict(c, vl, ve); /* a refused victim is pinned; the search moves on */
+    /* layer scope: bring the pool below its size first */
+    while (expert_cache_layer_full(c, layer)) {
+        if (!find_victim(c, layer, &vl, &ve)) {
+            /* every held expert of the layer is pinned: a demand may overflow the share
+             * (the budget stays the hard limit), a prefetch may not */
+            if (cls != POLICY_DEMAND) return POLICY_REFUSED;
+            break;
         }
+        evict(c, vl, ve); /* a refused victim is pinned; the search moves on */
     }
     for (;;) {
-        policy_mem_result r = expert_cache_try_load(c, layer, expert, cls);
+        policy_mem_result r = try_load(c, layer, expert, cls);
         if (r != POLICY_REFUSED) return r;
-        bool found = expert_cache_find_victim(c, layer, &vl, &ve);
+        bool found = find_victim(c, layer, &vl, &ve);
         if (!found && c->scope == EXPERT_CACHE_LAYER && !c->per_layer_pools)
             /* an overflowing layer filled the shared budget: take room from any layer */
             found = find_victim_in(c, 0, c->n_layers, &vl, &ve);
         if (!found) return POLICY_REFUSED;
-        expert_cache_evict(c, vl, ve);
+        evict(c, vl, ve);
     }
+}
+
+/* Inline: nearly every access finds its expert held, and needs no room. */
+static inline policy_mem_result acquire(expert_cache *c, uint32_t layer, uint32_t expert,
+                                        policy_class cls) {
+    if (expert_cache_holds(c, layer, expert)) return load_held(c, layer, expert, cls);
+    return acquire_absent(c, layer, expert, cls);
+}
+
+/* The library is built as position-independent code, where a call to an exported function is
+ * never inlined (it may be interposed): the cache's own paths call the static functions above,
+ * the policies these. */
+void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
+    refresh(c, expert_cache_slot(c, layer, expert), layer, expert);
+}
+
+void expert_cache_refresh_layer(expert_cache *c, uint32_t layer, const uint16_t *experts,
+                                uint32_t n) {
+    MOESIM_ASSERT(layer < c->n_layers);
+    const size_t row = (size_t)layer * c->n_experts;
+    for (uint32_t i = 0; i < n; i++) {
+        MOESIM_ASSERT(experts[i] < c->n_experts);
+        refresh(c, row + experts[i], layer, experts[i]);
+    }
+}
+
+bool expert_cache_find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
+                              uint32_t *victim_expert) {
+    return find_victim(c, layer, victim_layer, victim_expert);
+}
+
+bool expert_cache_evict(expert_cache *c, uint32_t layer, uint32_t expert) {
+    return evict(c, layer, expert);
+}
+
+policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_t expert,
+                                        policy_class cls) {
+    return try_load(c, layer, expert, cls);
+}
+
+policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
+                                       policy_class cls) {
+    return acquire(c, layer, expert, cls);
 }
 
 expert_cache_key expert_cache_key_lru(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert) {
     (void)ctx;
-    return lru_key_at(c, slot(c, layer, expert));
+    return lru_key_at(c, expert_cache_slot(c, layer, expert));
 }
 
 expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert) {
     (void)ctx;
-    return lfu_key_at(c, slot(c, layer, expert));
+    return lfu_key_at(c, expert_cache_slot(c, layer, expert));
+}
+
+expert_cache_key expert_cache_key_next_use(const expert_cache *c, const void *ctx, uint32_t layer,
+                                           uint32_t expert) {
+    (void)ctx;
+    return next_use_key_at(c, expert_cache_slot(c, layer, expert), layer, expert);
 }
 
 uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_plan *plan) {
@@ -595,11 +652,11 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
         /* the first access of the route loads (its own key does not matter: it is pinned);
          * counting after the load lets a per-copy count start from this access */
         if (plan->run[a] == POLICY_RUN_SKIP &&
-            expert_cache_acquire(c, r->layer, e, POLICY_DEMAND) != POLICY_REFUSED)
+            acquire(c, r->layer, e, POLICY_DEMAND) != POLICY_REFUSED)
             plan->run[a] = (uint8_t)c->precision;
         c->last_use[row + e] = ++c->tick;
         c->uses[row + e]++;
-        if (!c->keys_after_route) expert_cache_refresh(c, r->layer, e);
+        if (!c->keys_after_route) refresh(c, row + e, r->layer, e);
     }
     uint32_t skipped = 0;
     for (uint32_t a = 0; a < r->n_active; a++) skipped += plan->run[a] == POLICY_RUN_SKIP;

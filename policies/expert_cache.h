@@ -48,6 +48,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/check.h"
 #include "common/status.h"
 #include "policies/policy.h"
 
@@ -76,7 +77,7 @@ struct expert_cache {
     policy_mem_view mem;
 
     uint16_t *held_ids; /* [n_layers][n_experts] first n_held[l] entries: held experts of l */
-    uint16_t *held_pos; /* [n_layers][n_experts] index in held_ids, or UINT16_MAX */
+    uint16_t *held_pos; /* [n_layers][n_experts] index in held_ids, or UINT16_MAX: not held */
     uint32_t *n_held;   /* [n_layers] */
     uint64_t total_held;
     uint64_t *last_use; /* [n_layers][n_experts] tick of the latest access, 0: never */
@@ -91,6 +92,7 @@ struct expert_cache {
     uint32_t *active_slot; /* [n_experts] index in the pinned route's active list (valid for
                               its active experts; a lookup, not a search, per access) */
     uint64_t tick, pin_epoch;
+    uint64_t route_tick; /* tick at the latest expert_cache_begin_route: the route's first access */
     expert_cache_key_fn key; /* victim order */
     const void *key_ctx;
 
@@ -132,7 +134,7 @@ void expert_cache_free(expert_cache *c); /* accepts a zeroed struct */
 /* Bytes of one expert (every part) at precision p on this host; 0 if it cannot store p. */
 uint64_t expert_cache_expert_bytes(const policy_params *pp, moesim_precision p);
 
-/* Starts a route: drops the previous route's pins. */
+/* Starts a route: drops the previous route's pins; route_tick becomes the tick. */
 void expert_cache_begin_route(expert_cache *c);
 /* Pins every active expert of the route (none of them is evicted while the route is planned)
  * and maps each to its index in route->active for expert_cache_plan_route. */
@@ -141,12 +143,28 @@ void expert_cache_pin_active(expert_cache *c, const policy_route *r);
 void expert_cache_halve(expert_cache *c);
 /* Re-stores the key of a held expert (no-op when not held). */
 void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert);
+/* expert_cache_refresh of experts[0..n) of `layer`, in that order. */
+void expert_cache_refresh_layer(expert_cache *c, uint32_t layer, const uint16_t *experts,
+                                uint32_t n);
 
-void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert);
-bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert);
-bool expert_cache_holds(const expert_cache *c, uint32_t layer, uint32_t expert);
+/* The small accessors are inline: they come with every access and prefetch candidate. */
+static inline size_t expert_cache_slot(const expert_cache *c, uint32_t layer, uint32_t expert) {
+    MOESIM_ASSERT(layer < c->n_layers && expert < c->n_experts);
+    return (size_t)layer * c->n_experts + expert;
+}
+static inline void expert_cache_pin(expert_cache *c, uint32_t layer, uint32_t expert) {
+    c->pin[expert_cache_slot(c, layer, expert)] = c->pin_epoch;
+}
+static inline bool expert_cache_pinned(const expert_cache *c, uint32_t layer, uint32_t expert) {
+    return c->pin[expert_cache_slot(c, layer, expert)] == c->pin_epoch;
+}
+static inline bool expert_cache_holds(const expert_cache *c, uint32_t layer, uint32_t expert) {
+    return c->held_pos[expert_cache_slot(c, layer, expert)] != UINT16_MAX;
+}
 /* True when `layer`'s pool is at (or over) its policy-side size (layer scope only). */
-bool expert_cache_layer_full(const expert_cache *c, uint32_t layer);
+static inline bool expert_cache_layer_full(const expert_cache *c, uint32_t layer) {
+    return c->scope == EXPERT_CACHE_LAYER && c->n_held[layer] >= c->layer_capacity;
+}
 
 /* The unpinned held expert to evict for room in `layer`'s pool (layer scope) or anywhere (global):
  * false when there is none. */
@@ -170,11 +188,18 @@ policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_
 policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
                                        policy_class cls);
 
-/* Keys: least recently used first; least frequently used first (ties: least recently used). */
+/* Keys: least recently used first; least frequently used first (ties: least recently used);
+ * Belady's, the next use furthest ahead first (never again first; ties: least recently used),
+ * which needs the memory system's next_use and a key refreshed whenever the expert is accessed.
+ * Its primary is the next use's absolute position, so keys stored at different routes compare
+ * correctly: next_use counts from the route's first access, which is route_tick while only
+ * plan_route stamps the tick (a policy that stamps it too must not use this key). */
 expert_cache_key expert_cache_key_lru(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert);
 expert_cache_key expert_cache_key_lfu(const expert_cache *c, const void *ctx, uint32_t layer,
                                       uint32_t expert);
+expert_cache_key expert_cache_key_next_use(const expert_cache *c, const void *ctx, uint32_t layer,
+                                           uint32_t expert);
 
 /* Plans the route for a single-precision cache: processes its accesses as described above
  * (demand class) and plans every expert it could make loading or resident at

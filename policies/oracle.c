@@ -32,22 +32,8 @@ struct policy {
     uint16_t *ids;  /* [n_experts] future_active scratch */
     uint16_t *prev; /* [n_experts] the previous route's active experts */
     uint32_t n_prev, prev_layer;
-    uint64_t access_pos; /* accesses of every route before the current one */
     uint64_t prefetches, warmup_loads;
 };
-
-/* Belady's order as a stored key: the absolute position of the next use (next_use counts from the
- * current route's first access, which is access_pos), so keys stored at different routes compare
- * correctly; never again first, ties to the least recently used. A key changes only when the
- * expert is accessed: on_route re-stores the previous route's experts. */
-static expert_cache_key key_belady(const expert_cache *c, const void *ctx, uint32_t layer,
-                                   uint32_t expert) {
-    const policy *p = ctx;
-    uint64_t next = c->mem.ops->next_use(c->mem.mem, layer, expert);
-    expert_cache_key k = {next == NEVER ? NEVER : next + p->access_pos,
-                          UINT64_MAX - c->last_use[(size_t)layer * c->n_experts + expert]};
-    return k;
-}
 
 static moesim_status oracle_create(const policy_params *params, const void *knobs,
                                    policy_mem_view mem, policy **out, moesim_error *err) {
@@ -56,7 +42,8 @@ static moesim_status oracle_create(const policy_params *params, const void *knob
     expert_cache_scope scope =
         params->experts_per_layer != 0 ? EXPERT_CACHE_LAYER : EXPERT_CACHE_GLOBAL;
     moesim_status st =
-        expert_cache_init(&p->cache, "oracle", params, mem, scope, 0, key_belady, p, err);
+        expert_cache_init(&p->cache, "oracle", params, mem, scope, 0, expert_cache_key_next_use,
+                          NULL, err);
     if (st != MOESIM_OK) {
         free(p);
         return st;
@@ -80,6 +67,8 @@ static int cmp_pair(const void *a, const void *b) {
  * is left or the best victim is used sooner than the expert. */
 static bool prefetch_one(policy *p, uint32_t layer, uint32_t expert) {
     expert_cache *c = &p->cache;
+    /* most candidates are held (resident or loading): a prefetch of them would return at once */
+    if (expert_cache_holds(c, layer, expert)) return true;
     uint64_t want = 0; /* the expert's next use, looked up once a victim is needed */
     for (bool looked_up = false;;) {
         policy_mem_result r = expert_cache_try_load(c, layer, expert, POLICY_PREFETCH);
@@ -125,9 +114,12 @@ static void oracle_warmup(policy *p, uint64_t now_ns) {
 
 static void oracle_on_route(policy *p, const policy_route *route, policy_plan *plan) {
     expert_cache *c = &p->cache;
-    /* the previous route's experts were used: their next use moved on */
-    for (uint32_t i = 0; i < p->n_prev; i++) expert_cache_refresh(c, p->prev_layer, p->prev[i]);
+    /* first: the keys count from the route's first access (the cache's tick counts the accesses
+     * it planned; oracle stamps nothing else) */
     expert_cache_begin_route(c);
+    /* the previous route's experts were used: their next use moved on (a key changes only when
+     * the expert is accessed) */
+    expert_cache_refresh_layer(c, p->prev_layer, p->prev, p->n_prev);
     expert_cache_plan_route(c, route, plan); /* pins the route's experts: never evicted for it */
 
     uint32_t next = route->layer + 1 < c->n_layers ? route->layer + 1 : 0;
@@ -140,8 +132,6 @@ static void oracle_on_route(policy *p, const policy_route *route, policy_plan *p
     memcpy(p->prev, route->active, route->n_active * sizeof *p->prev);
     p->n_prev = route->n_active;
     p->prev_layer = route->layer;
-    size_t n_acc = (size_t)route->n_tokens * route->top_k;
-    for (size_t i = 0; i < n_acc; i++) p->access_pos += route->experts[i] != POLICY_NO_EXPERT;
 }
 
 static void oracle_on_cancelled(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
