@@ -377,6 +377,15 @@ static void heap_remove_at(expert_cache *c, uint32_t i) {
 static void refresh(expert_cache *c, size_t le, uint32_t layer, uint32_t expert) {
     if (c->held_pos[le] == NOT_HELD) return;
     if (!c->heap_pos) {
+        if (c->key == expert_cache_key_lru && c->order_linked && c->tick &&
+            c->last_use[le] == c->tick) { /* an access: its key the newest, its place the head */
+            c->stored_key[le] = lru_key_at(c, le);
+            if (c->order_head[layer] != le) {
+                order_unlink(c, le);
+                order_link(c, layer, le, NO_HEAP, c->order_head[layer]);
+            }
+            return;
+        }
         store_key(c, le);
         return;
     }
