@@ -299,11 +299,12 @@ struct policy {
     uint64_t part_bytes[PART_COUNT];
 
     /* LRU of sub-expert parts: item = (layer * E + expert) * FIRM_SLOTS + part */
-    uint32_t n_pools; /* 1 (shared budget) or L (cache.experts_per_layer) */
-    lru_node *node;   /* [L][E][FIRM_SLOTS] */
-    uint8_t *listed;  /* [L][E] parts in a list (resident or loading), bit 1 << part */
-    lru_pool *pool;   /* [n_pools] */
-    uint64_t serial;  /* on_route calls so far */
+    uint32_t n_pools;  /* 1 (shared budget) or L (cache.experts_per_layer) */
+    lru_node *node;    /* [L][E][FIRM_SLOTS] */
+    uint8_t *listed;   /* [L][E] parts in a list (resident or loading), bit 1 << part */
+    uint8_t *resident; /* [L][E] listed parts the memory system has reported resident */
+    lru_pool *pool;    /* [n_pools] */
+    uint64_t serial;   /* on_route calls so far */
 
     /* the step */
     uint64_t step_index;
@@ -380,7 +381,10 @@ static void lru_attach(lru_node *node, int32_t it, lru_pool *pool, uint64_t seri
 
 static void lru_unlink(policy *p, int32_t it, lru_pool *pool) {
     lru_detach(p->node, it, pool);
-    p->listed[(uint32_t)it / FIRM_SLOTS] &= (uint8_t)~(1u << ((uint32_t)it % FIRM_SLOTS));
+    uint32_t le = (uint32_t)it / FIRM_SLOTS;
+    uint8_t keep = (uint8_t) ~(1u << ((uint32_t)it % FIRM_SLOTS));
+    p->listed[le] &= keep;
+    p->resident[le] &= keep;
 }
 
 /* Makes the listed item `it` the most recently used of its pool. */
@@ -424,7 +428,8 @@ static void touch_present(policy *p, uint32_t le, lru_pool *pool) {
         lru_touch_expert(node, le, pool, serial);
         return;
     }
-    for (; in; in &= in - 1) lru_touch(node, item_of(le, (uint32_t)__builtin_ctz(in)), pool, serial);
+    for (; in; in &= in - 1)
+        lru_touch(node, item_of(le, (uint32_t)__builtin_ctz(in)), pool, serial);
 }
 
 /* Parts of `mask` that the memory system holds neither resident nor loading. Read from the LRU
@@ -433,6 +438,23 @@ static void touch_present(policy *p, uint32_t le, lru_pool *pool) {
  * list follows every load, eviction and cancellation. */
 static uint32_t absent_parts(const policy *p, uint32_t le, uint32_t mask) {
     return ~(uint32_t)p->listed[le] & mask;
+}
+
+/* Whether the first n parts of (layer, expert) are resident when its router finished (HEOP's
+ * n_hit). A resident part stays so until this policy evicts it (a cancellation drops only loading
+ * parts), so the memory system is asked once per listed part until it answers resident; an
+ * unlisted part is absent. */
+static bool prefix_resident(policy *p, uint32_t layer, uint32_t expert) {
+    uint32_t le = expert_index(p, layer, expert), want = p->prefix_mask;
+    if ((p->listed[le] & want) != want) return false;
+    for (uint32_t m = want & ~(uint32_t)p->resident[le]; m; m &= m - 1) {
+        uint32_t part = (uint32_t)__builtin_ctz(m);
+        if (p->mem.ops->state(p->mem.mem, layer, expert, p->prec, (expert_part)part) !=
+            POLICY_RESIDENT)
+            return false;
+        p->resident[le] |= (uint8_t)(1u << part);
+    }
+    return true;
 }
 
 static uint64_t mask_bytes(const policy *p, uint32_t mask) {
@@ -561,15 +583,7 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     bool have_pred = p->pred_valid && p->pred_layer == l && p->pred_step == p->step_index;
     uint32_t n_pred = have_pred ? p->n_pred : 0;
     if (predicting && l >= 1) {
-        for (uint32_t i = 0; i < n_active; i++) {
-            uint16_t e = active[i];
-            bool cached = true;
-            for (uint32_t part = 0; part < PART_COUNT && cached; part++)
-                if (p->prefix_mask & (1u << part))
-                    cached = p->mem.ops->state(p->mem.mem, l, e, p->prec, (expert_part)part) ==
-                             POLICY_RESIDENT;
-            p->cached[i] = cached;
-        }
+        for (uint32_t i = 0; i < n_active; i++) p->cached[i] = prefix_resident(p, l, active[i]);
         uint32_t g = p->group_of[l];
         firm_heop_counts c = {0};
         firm_heop_count(p->pred, n_pred, active, n_active, p->cached, &c);
@@ -709,6 +723,7 @@ static void firm_destroy(policy *p) {
     free(p->group_of);
     free(p->node);
     free(p->listed);
+    free(p->resident);
     free(p->pool);
     free(p->cand);
     free(p->cand_n);
@@ -829,6 +844,7 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     p->n_pools = params->experts_per_layer > 0 ? L : 1;
     p->node = moesim_xcalloc((size_t)L * E * FIRM_SLOTS, sizeof *p->node);
     p->listed = moesim_xcalloc((size_t)L * E, sizeof *p->listed);
+    p->resident = moesim_xcalloc((size_t)L * E, sizeof *p->resident);
     p->pool = moesim_xmalloc(p->n_pools * sizeof *p->pool);
     for (uint32_t i = 0; i < p->n_pools; i++) p->pool[i] = (lru_pool){-1, -1};
 
