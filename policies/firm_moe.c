@@ -55,27 +55,29 @@
 
 uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_prime, uint32_t K,
                           uint32_t n_experts, uint16_t *out) {
-    /* A stable insertion sort of the valid, first-occurring candidates by descending score
-     * (equal scores keep their recorded order; k_prime is small: the trace's K'), then the
-     * first K. Ranking each candidate against all others instead was quadratic in compares
-     * whose outcome is data. */
-    uint16_t order[MODEL_MAX_EXPERTS]; /* [n] indices into ids, best first */
+    /* A stable insertion of the valid, first-occurring candidates by descending score into the
+     * best K so far (equal scores keep their recorded order; k_prime is small: the trace's K').
+     * A candidate that does not enter the best K changes nothing, a repeat or not, so only an
+     * entrant is checked against the earlier ids: with ids in score order (most rows), the
+     * first K. */
+    uint16_t best[MODEL_MAX_EXPERTS]; /* [n] indices into ids, best first */
     MOESIM_ASSERT(k_prime <= MODEL_MAX_EXPERTS);
+    if (K > k_prime) K = k_prime;
     uint32_t n = 0;
     for (uint32_t i = 0; i < k_prime; i++) {
-        bool usable = ids[i] < n_experts;
-        for (uint32_t j = 0; j < i && usable; j++) usable = ids[j] != ids[i];
-        if (!usable) continue;
-        uint32_t at = n++;
-        while (at > 0 && scores && scores[i] > scores[order[at - 1]]) {
-            order[at] = order[at - 1];
-            at--;
-        }
-        order[at] = (uint16_t)i;
+        if (ids[i] >= n_experts) continue;
+        uint32_t at = n;
+        while (at > 0 && scores && scores[i] > scores[best[at - 1]]) at--;
+        if (at >= K) continue;
+        bool repeat = false;
+        for (uint32_t j = 0; j < i && !repeat; j++) repeat = ids[j] == ids[i];
+        if (repeat) continue;
+        if (n < K) n++;
+        for (uint32_t r = n - 1; r > at; r--) best[r] = best[r - 1];
+        best[at] = (uint16_t)i;
     }
-    uint32_t n_out = n < K ? n : K;
-    for (uint32_t r = 0; r < n_out; r++) out[r] = ids[order[r]];
-    return n_out;
+    for (uint32_t r = 0; r < n; r++) out[r] = ids[best[r]];
+    return n;
 }
 
 uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, uint32_t n_sets,
@@ -316,7 +318,6 @@ struct policy {
 
     /* MoL scratch and the prediction for the next layer */
     uint16_t *cand;    /* [P_max][K_max] S_t^(m) of one token, nearest layer first */
-    uint32_t *cand_n;  /* [P_max] */
     uint16_t *tok_set; /* [K_max] */
     uint64_t *mark;    /* [E] == mark_gen: already in pred */
     uint64_t mark_gen;
@@ -539,24 +540,28 @@ static void mol_predict(policy *p, uint32_t t, uint32_t n_tokens) {
         else
             break; /* a layer that did not route this step ends the meeting */
     }
-    p->mark_gen++;
-    p->n_pred = 0;
+    uint64_t gen = ++p->mark_gen;
+    uint64_t *mark = p->mark;
+    uint16_t *pred = p->pred, *tok_set = p->tok_set, *cand = p->cand;
+    uint32_t n_pred = 0, D = p->D, Kp = p->Kp, E = p->E, K_max = p->K_max;
     const uint16_t *sets[FIRM_P_LIMIT];
+    uint32_t sizes[FIRM_P_LIMIT];
+    for (uint32_t j = 0; j < n_part; j++) sets[j] = cand + (size_t)j * K_max;
     for (uint32_t tok = 0; tok < n_tokens && n_part > 0; tok++) {
         for (uint32_t j = 0; j < n_part; j++) {
-            size_t row = ((size_t)tok * p->D + j) * p->Kp; /* distance d = j + 1 */
-            sets[j] = p->cand + (size_t)j * p->K_max;
-            p->cand_n[j] = firm_topk_select(part[j]->ids + row, part[j]->scores + row, p->Kp, K,
-                                            p->E, p->cand + (size_t)j * p->K_max);
+            size_t row = ((size_t)tok * D + j) * Kp; /* distance d = j + 1 */
+            sizes[j] = firm_topk_select(part[j]->ids + row, part[j]->scores + row, Kp, K, E,
+                                        cand + (size_t)j * K_max);
         }
-        uint32_t n = firm_mol_intersect(sets, p->cand_n, n_part, p->tok_set);
+        uint32_t n = firm_mol_intersect(sets, sizes, n_part, tok_set);
         for (uint32_t i = 0; i < n; i++) {
-            uint16_t e = p->tok_set[i];
-            if (p->mark[e] == p->mark_gen) continue;
-            p->mark[e] = p->mark_gen;
-            p->pred[p->n_pred++] = e;
+            uint16_t e = tok_set[i];
+            if (mark[e] == gen) continue;
+            mark[e] = gen;
+            pred[n_pred++] = e;
         }
     }
+    p->n_pred = n_pred;
     p->pred_valid = true;
     p->pred_layer = t;
     p->pred_step = p->step_index;
@@ -726,7 +731,6 @@ static void firm_destroy(policy *p) {
     free(p->resident);
     free(p->pool);
     free(p->cand);
-    free(p->cand_n);
     free(p->tok_set);
     free(p->mark);
     free(p->pred);
@@ -850,7 +854,6 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
 
     p->ring = moesim_xcalloc(p->D, sizeof *p->ring);
     p->cand = moesim_xcalloc((size_t)p->P_max * p->K_max, sizeof *p->cand);
-    p->cand_n = moesim_xcalloc(p->P_max, sizeof *p->cand_n);
     p->tok_set = moesim_xcalloc(p->K_max, sizeof *p->tok_set);
     p->mark = moesim_xcalloc(E, sizeof *p->mark);
     p->pred = moesim_xcalloc(E, sizeof *p->pred);
