@@ -109,17 +109,21 @@ static bool id_set_has(const uint64_t *set, uint16_t e) {
 
 void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *active,
                      uint32_t n_active, const bool *cached, firm_heop_counts *acc) {
-    /* membership through bit sets: once per route of every decode step, where scanning one list
-     * per element of the other was most of the policy's time */
-    uint64_t pred_set[MODEL_MAX_EXPERTS / 64] = {0}, active_set[MODEL_MAX_EXPERTS / 64] = {0};
+    /* membership through a bit set: once per route of every decode step, where scanning one
+     * list per element of the other was most of the policy's time. Neither list repeats an id,
+     * so the predictions used are the activations predicted: n_unused needs no second set. */
+    uint64_t pred_set[MODEL_MAX_EXPERTS / 64] = {0};
     id_set_fill(pred_set, pred, n_pred);
-    id_set_fill(active_set, active, n_active);
-    for (uint32_t i = 0; i < n_pred; i++) acc->n_unused += !id_set_has(active_set, pred[i]);
+    uint64_t used = 0, miss = 0, hit = 0;
     for (uint32_t i = 0; i < n_active; i++) {
         bool predicted = id_set_has(pred_set, active[i]);
-        acc->n_miss += !predicted;
-        acc->n_hit += cached[i] && !predicted;
+        used += predicted;
+        miss += !predicted;
+        hit += cached[i] && !predicted;
     }
+    acc->n_unused += n_pred - used;
+    acc->n_miss += miss;
+    acc->n_hit += hit;
 }
 
 double firm_heop_loss(double alpha, double beta, const firm_heop_counts *c, uint32_t n_layers) {
