@@ -55,27 +55,29 @@
 
 uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_prime, uint32_t K,
                           uint32_t n_experts, uint16_t *out) {
-    /* A stable insertion sort of the valid, first-occurring candidates by descending score
-     * (equal scores keep their recorded order; k_prime is small: the trace's K'), then the
-     * first K. Ranking each candidate against all others instead was quadratic in compares
-     * whose outcome is data. */
-    uint16_t order[MODEL_MAX_EXPERTS]; /* [n] indices into ids, best first */
+    /* A stable insertion of the valid, first-occurring candidates by descending score into the
+     * best K so far (equal scores keep their recorded order; k_prime is small: the trace's K').
+     * A candidate that does not enter the best K changes nothing, a repeat or not, so only an
+     * entrant is checked against the earlier ids: with ids in score order (most rows), the
+     * first K. */
+    uint16_t best[MODEL_MAX_EXPERTS]; /* [n] indices into ids, best first */
     MOESIM_ASSERT(k_prime <= MODEL_MAX_EXPERTS);
+    if (K > k_prime) K = k_prime;
     uint32_t n = 0;
     for (uint32_t i = 0; i < k_prime; i++) {
-        bool usable = ids[i] < n_experts;
-        for (uint32_t j = 0; j < i && usable; j++) usable = ids[j] != ids[i];
-        if (!usable) continue;
-        uint32_t at = n++;
-        while (at > 0 && scores && scores[i] > scores[order[at - 1]]) {
-            order[at] = order[at - 1];
-            at--;
-        }
-        order[at] = (uint16_t)i;
+        if (ids[i] >= n_experts) continue;
+        uint32_t at = n;
+        while (at > 0 && scores && scores[i] > scores[best[at - 1]]) at--;
+        if (at >= K) continue;
+        bool repeat = false;
+        for (uint32_t j = 0; j < i && !repeat; j++) repeat = ids[j] == ids[i];
+        if (repeat) continue;
+        if (n < K) n++;
+        for (uint32_t r = n - 1; r > at; r--) best[r] = best[r - 1];
+        best[at] = (uint16_t)i;
     }
-    uint32_t n_out = n < K ? n : K;
-    for (uint32_t r = 0; r < n_out; r++) out[r] = ids[order[r]];
-    return n_out;
+    for (uint32_t r = 0; r < n; r++) out[r] = ids[best[r]];
+    return n;
 }
 
 uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, uint32_t n_sets,
@@ -107,17 +109,21 @@ static bool id_set_has(const uint64_t *set, uint16_t e) {
 
 void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *active,
                      uint32_t n_active, const bool *cached, firm_heop_counts *acc) {
-    /* membership through bit sets: once per route of every decode step, where scanning one list
-     * per element of the other was most of the policy's time */
-    uint64_t pred_set[MODEL_MAX_EXPERTS / 64] = {0}, active_set[MODEL_MAX_EXPERTS / 64] = {0};
+    /* membership through a bit set: once per route of every decode step, where scanning one
+     * list per element of the other was most of the policy's time. Neither list repeats an id,
+     * so the predictions used are the activations predicted: n_unused needs no second set. */
+    uint64_t pred_set[MODEL_MAX_EXPERTS / 64] = {0};
     id_set_fill(pred_set, pred, n_pred);
-    id_set_fill(active_set, active, n_active);
-    for (uint32_t i = 0; i < n_pred; i++) acc->n_unused += !id_set_has(active_set, pred[i]);
+    uint64_t used = 0, miss = 0, hit = 0;
     for (uint32_t i = 0; i < n_active; i++) {
         bool predicted = id_set_has(pred_set, active[i]);
-        acc->n_miss += !predicted;
-        acc->n_hit += cached[i] && !predicted;
+        used += predicted;
+        miss += !predicted;
+        hit += cached[i] && !predicted;
     }
+    acc->n_unused += n_pred - used;
+    acc->n_miss += miss;
+    acc->n_hit += hit;
 }
 
 double firm_heop_loss(double alpha, double beta, const firm_heop_counts *c, uint32_t n_layers) {
@@ -261,6 +267,21 @@ uint32_t firm_group_of_layer(uint32_t layer, uint32_t n_layers, uint32_t n_group
 
 /* ---- the policy ----------------------------------------------------------------------------- */
 
+/* LRU items per expert: gate, up, down and one unused, a power of two so that an item's expert
+ * and part come by shift and mask. */
+#define FIRM_SLOTS 4
+
+/* One LRU item: a part of an expert. Links are meaningful only while the item is listed. */
+typedef struct lru_node {
+    int32_t prev, next; /* -1: none */
+    uint64_t stamp;     /* serial of the last touch */
+} lru_node;
+
+/* One pool's list: head most recently used, tail the next victim; -1: empty. */
+typedef struct lru_pool {
+    int32_t head, tail;
+} lru_pool;
+
 /* One layer's look-ahead rows, kept until the layers it predicts have been predicted. */
 typedef struct lookahead_slot {
     bool valid;
@@ -283,13 +304,13 @@ struct policy {
     uint32_t prefix_mask; /* the first n parts: gate, gate|up or gate|up|down */
     uint64_t part_bytes[PART_COUNT];
 
-    /* LRU of sub-expert parts: item = (layer * E + expert) * PART_COUNT + part */
-    uint32_t n_pools;               /* 1 (shared budget) or L (cache.experts_per_layer) */
-    int32_t *lru_prev, *lru_next;   /* [L][E][PART_COUNT], -1: none */
-    uint64_t *lru_stamp;            /* [L][E][PART_COUNT] serial of the last touch */
-    uint8_t *lru_in;                /* [L][E][PART_COUNT] 1: in a list (resident or loading) */
-    int32_t *pool_head, *pool_tail; /* [n_pools] head: most recently used; tail: victim */
-    uint64_t serial;                /* on_route calls so far */
+    /* LRU of sub-expert parts: item = (layer * E + expert) * FIRM_SLOTS + part */
+    uint32_t n_pools;  /* 1 (shared budget) or L (cache.experts_per_layer) */
+    lru_node *node;    /* [L][E][FIRM_SLOTS] */
+    uint8_t *listed;   /* [L][E] parts in a list (resident or loading), bit 1 << part */
+    uint8_t *resident; /* [L][E] listed parts the memory system has reported resident */
+    lru_pool *pool;    /* [n_pools] */
+    uint64_t serial;   /* on_route calls so far */
 
     /* the step */
     uint64_t step_index;
@@ -301,7 +322,6 @@ struct policy {
 
     /* MoL scratch and the prediction for the next layer */
     uint16_t *cand;    /* [P_max][K_max] S_t^(m) of one token, nearest layer first */
-    uint32_t *cand_n;  /* [P_max] */
     uint16_t *tok_set; /* [K_max] */
     uint64_t *mark;    /* [E] == mark_gen: already in pred */
     uint64_t mark_gen;
@@ -314,6 +334,7 @@ struct policy {
 
     /* HEOP */
     uint32_t G;
+    uint8_t *group_of;             /* [L] firm_group_of_layer of each layer */
     firm_heop_group *grp;          /* [G] */
     firm_heop_counts *step_counts; /* [G] counts of the current step */
     uint32_t *step_layers;         /* [G] layers counted in the current step */
@@ -327,92 +348,118 @@ struct policy {
     char names[FIRM_REPORT_MAX][FIRM_NAME_LEN];
 };
 
-static int32_t item_of(const policy *p, uint32_t layer, uint32_t expert, uint32_t part) {
-    return (int32_t)(((uint64_t)layer * p->E + expert) * PART_COUNT + part);
+/* (layer, expert) as one index: the row of listed, the first item of the expert. */
+static uint32_t expert_index(const policy *p, uint32_t layer, uint32_t expert) {
+    return layer * p->E + expert;
 }
 
-static uint32_t pool_of(const policy *p, uint32_t layer) { return p->n_pools == 1 ? 0 : layer; }
+static int32_t item_of(uint32_t le, uint32_t part) { return (int32_t)(le * FIRM_SLOTS + part); }
 
-static void lru_unlink(policy *p, int32_t it, uint32_t pool) {
-    int32_t prev = p->lru_prev[it], next = p->lru_next[it];
+static lru_pool *pool_of(policy *p, uint32_t layer) {
+    return &p->pool[p->n_pools == 1 ? 0 : layer];
+}
+
+/* Takes `it` out of its pool's links (its listed bit is the caller's). */
+static void lru_detach(lru_node *node, int32_t it, lru_pool *pool) {
+    int32_t prev = node[it].prev, next = node[it].next;
     if (prev >= 0)
-        p->lru_next[prev] = next;
+        node[prev].next = next;
     else
-        p->pool_head[pool] = next;
+        pool->head = next;
     if (next >= 0)
-        p->lru_prev[next] = prev;
+        node[next].prev = prev;
     else
-        p->pool_tail[pool] = prev;
-    p->lru_prev[it] = p->lru_next[it] = -1;
-    p->lru_in[it] = 0;
+        pool->tail = prev;
 }
 
-/* Makes `it` the most recently used item of its pool (adding it when absent from the list). */
-static void lru_touch(policy *p, uint32_t layer, int32_t it) {
-    uint32_t pool = pool_of(p, layer);
-    if (p->lru_in[it]) lru_unlink(p, it, pool);
-    p->lru_next[it] = p->pool_head[pool];
-    p->lru_prev[it] = -1;
-    if (p->pool_head[pool] >= 0)
-        p->lru_prev[p->pool_head[pool]] = it;
+/* Links `it` at the head of `pool`, stamped. */
+static void lru_attach(lru_node *node, int32_t it, lru_pool *pool, uint64_t serial) {
+    node[it].prev = -1;
+    node[it].next = pool->head;
+    if (pool->head >= 0)
+        node[pool->head].prev = it;
     else
-        p->pool_tail[pool] = it;
-    p->pool_head[pool] = it;
-    p->lru_in[it] = 1;
-    p->lru_stamp[it] = p->serial;
+        pool->tail = it;
+    pool->head = it;
+    node[it].stamp = serial;
 }
 
-/* Moves the run of items first .. last (headward to tailward, linked) to the head of `layer`'s
- * pool, in the same order, and stamps them. */
-static void lru_touch_run(policy *p, uint32_t layer, int32_t first, int32_t last) {
-    uint32_t pool = pool_of(p, layer);
-    int32_t head = p->pool_head[pool];
-    if (head != first) {
-        int32_t prev = p->lru_prev[first], next = p->lru_next[last];
-        p->lru_next[prev] = next; /* prev exists: first is not the head */
+static void lru_unlink(policy *p, int32_t it, lru_pool *pool) {
+    lru_detach(p->node, it, pool);
+    uint32_t le = (uint32_t)it / FIRM_SLOTS;
+    uint8_t keep = (uint8_t) ~(1u << ((uint32_t)it % FIRM_SLOTS));
+    p->listed[le] &= keep;
+    p->resident[le] &= keep;
+}
+
+/* Makes the listed item `it` the most recently used of its pool. */
+static void lru_touch(lru_node *node, int32_t it, lru_pool *pool, uint64_t serial) {
+    if (pool->head != it) {
+        lru_detach(node, it, pool);
+        lru_attach(node, it, pool, serial);
+    }
+    node[it].stamp = serial;
+}
+
+/* Moves the run down, up, gate of expert `le` (headward to tailward, linked) to the head of
+ * `pool`, in the same order, and stamps them. */
+static void lru_touch_expert(lru_node *node, uint32_t le, lru_pool *pool, uint64_t serial) {
+    int32_t gate = item_of(le, PART_GATE), up = gate + 1, down = gate + 2;
+    int32_t head = pool->head;
+    if (head != down) {
+        int32_t prev = node[down].prev, next = node[gate].next;
+        node[prev].next = next; /* prev exists: down is not the head */
         if (next >= 0)
-            p->lru_prev[next] = prev;
+            node[next].prev = prev;
         else
-            p->pool_tail[pool] = prev;
-        p->lru_prev[first] = -1;
-        p->lru_next[last] = head;
-        p->lru_prev[head] = last;
-        p->pool_head[pool] = first;
+            pool->tail = prev;
+        node[down].prev = -1;
+        node[gate].next = head;
+        node[head].prev = gate;
+        pool->head = down;
     }
-    for (int32_t it = last;; it = p->lru_prev[it]) {
-        p->lru_stamp[it] = p->serial;
-        if (it == first) break;
-    }
+    node[gate].stamp = node[up].stamp = node[down].stamp = serial;
 }
 
-/* Touches the parts of `expert` that are in the cache (resident or loading). Parts last touched
- * together lie together, down headmost: those move to the head in one splice, as touching them
- * one by one in part order would move them. */
-static void touch_present(policy *p, uint32_t layer, uint32_t expert) {
-    int32_t gate = item_of(p, layer, expert, PART_GATE), up = item_of(p, layer, expert, PART_UP),
-            down = item_of(p, layer, expert, PART_DOWN);
-    if (p->lru_in[gate] && p->lru_in[up] && p->lru_in[down] && p->lru_next[down] == up &&
-        p->lru_next[up] == gate) {
-        lru_touch_run(p, layer, down, gate);
+/* Touches the parts of expert `le` that are in the cache (resident or loading). Parts last
+ * touched together lie together, down headmost: those move to the head in one splice, as
+ * touching them one by one in part order would move them. */
+static void touch_present(policy *p, uint32_t le, lru_pool *pool) {
+    lru_node *node = p->node;
+    uint64_t serial = p->serial;
+    uint32_t in = p->listed[le];
+    int32_t gate = item_of(le, PART_GATE), up = gate + 1, down = gate + 2;
+    if (in == POLICY_PARTS_ALL && node[down].next == up && node[up].next == gate) {
+        lru_touch_expert(node, le, pool, serial);
         return;
     }
-    for (uint32_t part = 0; part < PART_COUNT; part++) {
-        int32_t it = item_of(p, layer, expert, part);
-        if (p->lru_in[it]) lru_touch(p, layer, it);
-    }
+    for (; in; in &= in - 1)
+        lru_touch(node, item_of(le, (uint32_t)__builtin_ctz(in)), pool, serial);
 }
 
 /* Parts of `mask` that the memory system holds neither resident nor loading. Read from the LRU
  * lists, not through policy_mem_ops.state (an indirect call per part): a part is in a list
  * exactly while it is loading or resident, for only this policy loads at its precision and the
  * list follows every load, eviction and cancellation. */
-static uint32_t absent_parts(const policy *p, uint32_t layer, uint32_t expert, uint32_t mask) {
-    uint32_t absent = 0;
-    for (uint32_t part = 0; part < PART_COUNT; part++) {
-        bool in = p->lru_in[item_of(p, layer, expert, part)];
-        absent |= (uint32_t)!in << part;
+static uint32_t absent_parts(const policy *p, uint32_t le, uint32_t mask) {
+    return ~(uint32_t)p->listed[le] & mask;
+}
+
+/* Whether the first n parts of (layer, expert) are resident when its router finished (HEOP's
+ * n_hit). A resident part stays so until this policy evicts it (a cancellation drops only loading
+ * parts), so the memory system is asked once per listed part until it answers resident; an
+ * unlisted part is absent. */
+static bool prefix_resident(policy *p, uint32_t layer, uint32_t expert) {
+    uint32_t le = expert_index(p, layer, expert), want = p->prefix_mask;
+    if ((p->listed[le] & want) != want) return false;
+    for (uint32_t m = want & ~(uint32_t)p->resident[le]; m; m &= m - 1) {
+        uint32_t part = (uint32_t)__builtin_ctz(m);
+        if (p->mem.ops->state(p->mem.mem, layer, expert, p->prec, (expert_part)part) !=
+            POLICY_RESIDENT)
+            return false;
+        p->resident[le] |= (uint8_t)(1u << part);
     }
-    return absent & mask;
+    return true;
 }
 
 static uint64_t mask_bytes(const policy *p, uint32_t mask) {
@@ -424,32 +471,40 @@ static uint64_t mask_bytes(const policy *p, uint32_t mask) {
 
 /* Evicts least recently used parts of `layer`'s pool until `need_bytes` are free. Parts touched
  * in this on_route are never victims; parts the memory system refuses (copy running, compute
- * using them) are skipped. Returns whether the bytes are free. */
+ * using them) are skipped. The free bytes are asked once: an eviction frees exactly its part's
+ * bytes. Returns whether the bytes are free. */
 static bool make_room(policy *p, uint32_t layer, uint64_t need_bytes) {
-    uint32_t pool = pool_of(p, layer);
-    int32_t it = p->pool_tail[pool];
-    while (p->mem.ops->free_bytes(p->mem.mem, layer) < need_bytes) {
-        if (it < 0 || p->lru_stamp[it] == p->serial) return false;
-        int32_t prev = p->lru_prev[it];
-        uint32_t part = (uint32_t)it % PART_COUNT;
-        uint32_t expert = ((uint32_t)it / PART_COUNT) % p->E;
-        uint32_t vlayer = (uint32_t)it / PART_COUNT / p->E;
-        policy_mem_result r = p->mem.ops->evict(p->mem.mem, vlayer, expert, p->prec, 1u << part);
-        if (r != POLICY_REFUSED) lru_unlink(p, it, pool);
+    lru_pool *pool = pool_of(p, layer);
+    int32_t it = pool->tail;
+    uint64_t free = p->mem.ops->free_bytes(p->mem.mem, layer);
+    while (free < need_bytes) {
+        if (it < 0 || p->node[it].stamp == p->serial) return false;
+        int32_t prev = p->node[it].prev;
+        uint32_t le = (uint32_t)it / FIRM_SLOTS, part = (uint32_t)it % FIRM_SLOTS;
+        policy_mem_result r =
+            p->mem.ops->evict(p->mem.mem, le / p->E, le % p->E, p->prec, 1u << part);
+        if (r != POLICY_REFUSED) {
+            lru_unlink(p, it, pool);
+            free += p->part_bytes[part];
+        }
         it = prev;
     }
     return true;
 }
 
-/* Loads the parts `mask` of (layer, expert) on class `cls` after making room; adds them to the
- * LRU as most recently used. Returns the parts queued (0 when they did not fit). */
+/* Loads the parts `mask` (absent) of (layer, expert) on class `cls` after making room; adds them
+ * to the LRU as most recently used, in part order. Returns the parts queued (0 when they did not
+ * fit). */
 static uint32_t load_parts(policy *p, uint32_t layer, uint32_t expert, uint32_t mask,
                            policy_class cls) {
     if (!mask || !make_room(p, layer, mask_bytes(p, mask))) return 0;
     policy_mem_result r = p->mem.ops->load(p->mem.mem, layer, expert, p->prec, mask, cls);
     if (r != POLICY_ISSUED) return 0;
-    for (uint32_t part = 0; part < PART_COUNT; part++)
-        if (mask & (1u << part)) lru_touch(p, layer, item_of(p, layer, expert, part));
+    uint32_t le = expert_index(p, layer, expert);
+    lru_pool *pool = pool_of(p, layer);
+    for (uint32_t m = mask; m; m &= m - 1)
+        lru_attach(p->node, item_of(le, (uint32_t)__builtin_ctz(m)), pool, p->serial);
+    p->listed[le] |= (uint8_t)mask;
     return mask;
 }
 
@@ -482,7 +537,7 @@ static void remember_lookahead(policy *p, const policy_route *route) {
 /* Eq. 5-6 for layer t (>= 1), from the rows of layers t-P .. t-1 kept in the ring; per token the
  * intersection, united over the step's tokens into p->pred (most confident first). */
 static void mol_predict(policy *p, uint32_t t, uint32_t n_tokens) {
-    const firm_heop_group *g = &p->grp[firm_group_of_layer(t, p->L, p->G, p->knobs.split == 0)];
+    const firm_heop_group *g = &p->grp[p->group_of[t]];
     uint32_t K = g->K, P = g->P < t ? g->P : t; /* P < l: shallow layers have fewer */
     const lookahead_slot *part[FIRM_P_LIMIT];
     uint32_t n_part = 0;
@@ -494,24 +549,28 @@ static void mol_predict(policy *p, uint32_t t, uint32_t n_tokens) {
         else
             break; /* a layer that did not route this step ends the meeting */
     }
-    p->mark_gen++;
-    p->n_pred = 0;
+    uint64_t gen = ++p->mark_gen;
+    uint64_t *mark = p->mark;
+    uint16_t *pred = p->pred, *tok_set = p->tok_set, *cand = p->cand;
+    uint32_t n_pred = 0, D = p->D, Kp = p->Kp, E = p->E, K_max = p->K_max;
     const uint16_t *sets[FIRM_P_LIMIT];
+    uint32_t sizes[FIRM_P_LIMIT];
+    for (uint32_t j = 0; j < n_part; j++) sets[j] = cand + (size_t)j * K_max;
     for (uint32_t tok = 0; tok < n_tokens && n_part > 0; tok++) {
         for (uint32_t j = 0; j < n_part; j++) {
-            size_t row = ((size_t)tok * p->D + j) * p->Kp; /* distance d = j + 1 */
-            sets[j] = p->cand + (size_t)j * p->K_max;
-            p->cand_n[j] = firm_topk_select(part[j]->ids + row, part[j]->scores + row, p->Kp, K,
-                                            p->E, p->cand + (size_t)j * p->K_max);
+            size_t row = ((size_t)tok * D + j) * Kp; /* distance d = j + 1 */
+            sizes[j] = firm_topk_select(part[j]->ids + row, part[j]->scores + row, Kp, K, E,
+                                        cand + (size_t)j * K_max);
         }
-        uint32_t n = firm_mol_intersect(sets, p->cand_n, n_part, p->tok_set);
+        uint32_t n = firm_mol_intersect(sets, sizes, n_part, tok_set);
         for (uint32_t i = 0; i < n; i++) {
-            uint16_t e = p->tok_set[i];
-            if (p->mark[e] == p->mark_gen) continue;
-            p->mark[e] = p->mark_gen;
-            p->pred[p->n_pred++] = e;
+            uint16_t e = tok_set[i];
+            if (mark[e] == gen) continue;
+            mark[e] = gen;
+            pred[n_pred++] = e;
         }
     }
+    p->n_pred = n_pred;
     p->pred_valid = true;
     p->pred_layer = t;
     p->pred_step = p->step_index;
@@ -521,9 +580,13 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     uint32_t l = route->layer;
     MOESIM_ASSERT(l < p->L);
     p->serial++;
+    const uint16_t *active = route->active;
+    uint32_t n_active = route->n_active;
 
     /* 1. plan: single precision */
-    for (uint32_t i = 0; i < route->n_active; i++) plan->run[i] = (uint8_t)p->prec;
+    uint8_t *run = plan->run;
+    uint8_t prec = (uint8_t)p->prec;
+    for (uint32_t i = 0; i < n_active; i++) run[i] = prec;
 
     /* Prediction and prefetch run on decode steps whose batch comes in one route. A prefill
      * step activates most of a layer, and the host may split it into sub-routes that each fill
@@ -534,18 +597,10 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     bool have_pred = p->pred_valid && p->pred_layer == l && p->pred_step == p->step_index;
     uint32_t n_pred = have_pred ? p->n_pred : 0;
     if (predicting && l >= 1) {
-        for (uint32_t i = 0; i < route->n_active; i++) {
-            uint16_t e = route->active[i];
-            bool cached = true;
-            for (uint32_t part = 0; part < PART_COUNT && cached; part++)
-                if (p->prefix_mask & (1u << part))
-                    cached = p->mem.ops->state(p->mem.mem, l, e, p->prec, (expert_part)part) ==
-                             POLICY_RESIDENT;
-            p->cached[i] = cached;
-        }
-        uint32_t g = firm_group_of_layer(l, p->L, p->G, p->knobs.split == 0);
+        for (uint32_t i = 0; i < n_active; i++) p->cached[i] = prefix_resident(p, l, active[i]);
+        uint32_t g = p->group_of[l];
         firm_heop_counts c = {0};
-        firm_heop_count(p->pred, n_pred, route->active, route->n_active, p->cached, &c);
+        firm_heop_count(p->pred, n_pred, active, n_active, p->cached, &c);
         p->step_counts[g].n_unused += c.n_unused;
         p->step_counts[g].n_miss += c.n_miss;
         p->step_counts[g].n_hit += c.n_hit;
@@ -553,14 +608,15 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
         /* Eq. 7-8 over the whole predicted set (the host sees only what was prefetched) */
         p->mol_both += n_pred - c.n_unused;
         p->mol_predicted += n_pred;
-        p->mol_active += route->n_active;
+        p->mol_active += n_active;
     }
 
     /* 3. demand loads of the absent parts; the activated experts are protected first */
-    for (uint32_t i = 0; i < route->n_active; i++) touch_present(p, l, route->active[i]);
-    for (uint32_t i = 0; i < route->n_active; i++) {
-        uint16_t e = route->active[i];
-        uint32_t mask = absent_parts(p, l, e, POLICY_PARTS_ALL);
+    lru_pool *pool = pool_of(p, l);
+    for (uint32_t i = 0; i < n_active; i++) touch_present(p, expert_index(p, l, active[i]), pool);
+    for (uint32_t i = 0; i < n_active; i++) {
+        uint16_t e = active[i];
+        uint32_t mask = absent_parts(p, expert_index(p, l, e), POLICY_PARTS_ALL);
         if (!mask) continue;
         uint32_t issued = load_parts(p, l, e, mask, POLICY_DEMAND);
         /* queued prefetches are cancelled as LRU victims; what cannot be is a copy already
@@ -580,9 +636,11 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     p->n_empty += p->n_pred == 0;
 
     /* 5. fine-grained prefetch of the first n parts (POLICY_PREFETCH), most confident first */
-    for (uint32_t i = 0; i < p->n_pred; i++) touch_present(p, l + 1, p->pred[i]);
+    lru_pool *next_pool = pool_of(p, l + 1);
+    for (uint32_t i = 0; i < p->n_pred; i++)
+        touch_present(p, expert_index(p, l + 1, p->pred[i]), next_pool);
     for (uint32_t i = 0; i < p->n_pred; i++) {
-        uint32_t mask = absent_parts(p, l + 1, p->pred[i], p->prefix_mask);
+        uint32_t mask = absent_parts(p, expert_index(p, l + 1, p->pred[i]), p->prefix_mask);
         if (!mask) continue;
         uint32_t issued = load_parts(p, l + 1, p->pred[i], mask, POLICY_PREFETCH);
         p->parts_prefetched += popcount_u32(issued);
@@ -660,10 +718,9 @@ static size_t firm_report(const policy *p, const char **names, double *values, s
 static void firm_on_cancelled(policy *p, uint32_t layer, uint32_t expert, moesim_precision prec,
                               uint32_t parts_mask, policy_class cls, uint64_t now_ns) {
     (void)prec, (void)cls, (void)now_ns;
-    for (uint32_t part = 0; part < PART_COUNT; part++) {
-        int32_t it = item_of(p, layer, expert, part);
-        if ((parts_mask & (1u << part)) && p->lru_in[it]) lru_unlink(p, it, pool_of(p, layer));
-    }
+    uint32_t le = expert_index(p, layer, expert);
+    for (uint32_t m = parts_mask & p->listed[le]; m; m &= m - 1)
+        lru_unlink(p, item_of(le, (uint32_t)__builtin_ctz(m)), pool_of(p, layer));
 }
 
 static void firm_destroy(policy *p) {
@@ -677,14 +734,12 @@ static void firm_destroy(policy *p) {
     free(p->grp);
     free(p->step_counts);
     free(p->step_layers);
-    free(p->lru_prev);
-    free(p->lru_next);
-    free(p->lru_stamp);
-    free(p->lru_in);
-    free(p->pool_head);
-    free(p->pool_tail);
+    free(p->group_of);
+    free(p->node);
+    free(p->listed);
+    free(p->resident);
+    free(p->pool);
     free(p->cand);
-    free(p->cand_n);
     free(p->tok_set);
     free(p->mark);
     free(p->pred);
@@ -799,20 +854,15 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     for (uint32_t part = 0; part < PART_COUNT; part++)
         p->part_bytes[part] = params->part_bytes[prec][part];
 
-    size_t n_items = (size_t)L * E * PART_COUNT;
     p->n_pools = params->experts_per_layer > 0 ? L : 1;
-    p->lru_prev = moesim_xmalloc(n_items * sizeof *p->lru_prev);
-    p->lru_next = moesim_xmalloc(n_items * sizeof *p->lru_next);
-    for (size_t i = 0; i < n_items; i++) p->lru_prev[i] = p->lru_next[i] = -1;
-    p->lru_stamp = moesim_xcalloc(n_items, sizeof *p->lru_stamp);
-    p->lru_in = moesim_xcalloc(n_items, sizeof *p->lru_in);
-    p->pool_head = moesim_xmalloc(p->n_pools * sizeof *p->pool_head);
-    p->pool_tail = moesim_xmalloc(p->n_pools * sizeof *p->pool_tail);
-    for (uint32_t i = 0; i < p->n_pools; i++) p->pool_head[i] = p->pool_tail[i] = -1;
+    p->node = moesim_xcalloc((size_t)L * E * FIRM_SLOTS, sizeof *p->node);
+    p->listed = moesim_xcalloc((size_t)L * E, sizeof *p->listed);
+    p->resident = moesim_xcalloc((size_t)L * E, sizeof *p->resident);
+    p->pool = moesim_xmalloc(p->n_pools * sizeof *p->pool);
+    for (uint32_t i = 0; i < p->n_pools; i++) p->pool[i] = (lru_pool){-1, -1};
 
     p->ring = moesim_xcalloc(p->D, sizeof *p->ring);
     p->cand = moesim_xcalloc((size_t)p->P_max * p->K_max, sizeof *p->cand);
-    p->cand_n = moesim_xcalloc(p->P_max, sizeof *p->cand_n);
     p->tok_set = moesim_xcalloc(p->K_max, sizeof *p->tok_set);
     p->mark = moesim_xcalloc(E, sizeof *p->mark);
     p->pred = moesim_xcalloc(E, sizeof *p->pred);
@@ -821,6 +871,9 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     /* Algorithm 1 lines 3-5: groups, empty histories, random direction and sign per group */
     p->G = k->groups;
     p->grp = moesim_xcalloc(p->G, sizeof *p->grp);
+    p->group_of = moesim_xmalloc(L * sizeof *p->group_of);
+    for (uint32_t l = 0; l < L; l++)
+        p->group_of[l] = (uint8_t)firm_group_of_layer(l, L, p->G, p->knobs.split == 0);
     p->step_counts = moesim_xcalloc(p->G, sizeof *p->step_counts);
     p->step_layers = moesim_xcalloc(p->G, sizeof *p->step_layers);
     rng *r = rng_create_stream(params->seed, FIRM_RNG_STREAM);

@@ -73,7 +73,7 @@ typedef struct firm_heop_counts {
 
 /* Counts n_unused = |S \ A|, n_miss = |A \ S| and n_hit = #{a in A \ S : cached[a]} for the
  * predicted set `pred` (n_pred ids) and the activated set `active` (n_active ids, `cached` per
- * entry), and adds them to `acc`. Each activation counts once: a predicted one is credited by not
+ * entry; neither list repeats an id), and adds them to `acc`. Each activation counts once: a predicted one is credited by not
  * being a miss, so a landed prefetch is not also a hit. */
 void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *active,
                      uint32_t n_active, const bool *cached, firm_heop_counts *acc);
