@@ -471,22 +471,17 @@ static uint64_t mask_bytes(const policy *p, uint32_t mask) {
 
 /* Evicts least recently used parts of `layer`'s pool until `need_bytes` are free. Parts touched
  * in this on_route are never victims; parts the memory system refuses (copy running, compute
- * using them) are skipped. The free bytes are asked once: an eviction frees exactly its part's
- * bytes. Returns whether the bytes are free. */
+ * using them) are skipped. Returns whether the bytes are free. */
 static bool make_room(policy *p, uint32_t layer, uint64_t need_bytes) {
     lru_pool *pool = pool_of(p, layer);
     int32_t it = pool->tail;
-    uint64_t free = p->mem.ops->free_bytes(p->mem.mem, layer);
-    while (free < need_bytes) {
+    while (p->mem.ops->free_bytes(p->mem.mem, layer) < need_bytes) {
         if (it < 0 || p->node[it].stamp == p->serial) return false;
         int32_t prev = p->node[it].prev;
         uint32_t le = (uint32_t)it / FIRM_SLOTS, part = (uint32_t)it % FIRM_SLOTS;
         policy_mem_result r =
             p->mem.ops->evict(p->mem.mem, le / p->E, le % p->E, p->prec, 1u << part);
-        if (r != POLICY_REFUSED) {
-            lru_unlink(p, it, pool);
-            free += p->part_bytes[part];
-        }
+        if (r != POLICY_REFUSED) lru_unlink(p, it, pool);
         it = prev;
     }
     return true;
