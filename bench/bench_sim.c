@@ -49,7 +49,9 @@ static int child_run(const char *path, const char *policy_name, int fd) {
     hw_profile hw;
     model_geometry m;
     quant_table q;
-    trace_stream_options rows = sim_stream_options(policy_name); /* as moesim sim opens it */
+    config *c = config_create();
+    config_set(c, "batch.size=4", &err);
+    trace_stream_options rows = sim_stream_options(NULL, policy_name, c); /* as moesim sim does */
     if (trace_stream_open_with(path, &rows, &ts, &err) ||
         hw_load_by_name("rtx3090-pcie4", &hw, &err) ||
         model_load_by_name(trace_stream_tokens(ts)->meta.model, &m, &err) ||
@@ -58,8 +60,6 @@ static int child_run(const char *path, const char *policy_name, int fd) {
         return 1;
     }
     const trace *t = trace_stream_tokens(ts);
-    config *c = config_create();
-    config_set(c, "batch.size=4", &err);
     sim_inputs in = {.trace = t, .stream = ts, .model = &m, .hw = &hw, .quant = &q};
     sim_result r;
     double c1 = cpu_s();

@@ -142,7 +142,8 @@ int cmd_sim(int argc, char **argv) {
     hw_profile hw;
     model_geometry model;
     quant_table quant;
-    trace_stream_options rows = sim_stream_options(o.policy_name);
+    trace_stream_options rows =
+        sim_stream_options(cli_sim_options_policy(&o), o.policy_name, settings);
     if (!st)
         st = sim_inputs_open_stream(o.trace_path, &rows, o.hw_name, model_name, &ts, &hw, &model,
                                    &quant, &err);

@@ -166,7 +166,7 @@ int moesim_sim(const char *trace_path, const char *hw_name, const char *policy_n
     hw_profile hw;
     model_geometry model;
     quant_table quant;
-    trace_stream_options rows = sim_stream_options(policy_name);
+    trace_stream_options rows = sim_stream_options(pm, policy_name, c);
     if (!st)
         st = sim_inputs_open_stream(trace_path, &rows, hw_name, model_name, &ts, &hw, &model,
                                     &quant, &err);

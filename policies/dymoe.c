@@ -773,6 +773,11 @@ static uint32_t dymoe_load_precisions(const policy *p, moesim_precision order[PR
     return n;
 }
 
+/* Only the look-ahead prefetcher (Sec. 4.4.1) reads the predictions. */
+static bool dymoe_ignores_lookahead_with(const void *knobs) {
+    return !((const dymoe_knobs *)knobs)->prefetch;
+}
+
 const policy_methods policy_dymoe = {
     .api_version = POLICY_API_VERSION,
     .name = "dymoe",
@@ -792,4 +797,5 @@ const policy_methods policy_dymoe = {
     .destroy = dymoe_destroy,
     .hi_precision = dymoe_hi_precision,
     .load_precisions = dymoe_load_precisions,
+    .ignores_lookahead_with = dymoe_ignores_lookahead_with,
 };

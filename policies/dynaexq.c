@@ -686,6 +686,11 @@ static uint32_t dynaexq_load_precisions(const policy *p, moesim_precision order[
     return 2;
 }
 
+/* Only the prefetch knob ([DynaExq-v1] §3.3) reads the predictions. */
+static bool dynaexq_ignores_lookahead_with(const void *knobs) {
+    return !((const dynaexq_knobs *)knobs)->prefetch;
+}
+
 const policy_methods policy_dynaexq = {
     .api_version = POLICY_API_VERSION,
     .name = "dynaexq",
@@ -704,5 +709,5 @@ const policy_methods policy_dynaexq = {
     .destroy = dx_destroy,
     .hi_precision = dynaexq_hi_precision,
     .load_precisions = dynaexq_load_precisions,
-    /* not ignores_lookahead: the prefetch knob ([DynaExq-v1] §3.3) reads the predictions */
+    .ignores_lookahead_with = dynaexq_ignores_lookahead_with,
 };

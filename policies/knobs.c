@@ -17,3 +17,7 @@ moesim_status policy_read_knobs(const policy_methods *m, config *c, void **knobs
     *knobs_out = k;
     return MOESIM_OK;
 }
+
+bool policy_ignores_lookahead(const policy_methods *m, const void *knobs) {
+    return m->ignores_lookahead || (m->ignores_lookahead_with && m->ignores_lookahead_with(knobs));
+}

@@ -62,7 +62,7 @@
 #include "common/precision.h"
 #include "common/status.h"
 
-#define POLICY_API_VERSION 2
+#define POLICY_API_VERSION 3
 #define POLICY_RUN_SKIP 0xffu /* plan entry: the expert is not run; its gate mass is dropped */
 #define POLICY_NO_EXPERT UINT16_MAX
 #define POLICY_PARTS_ALL ((1u << PART_COUNT) - 1u) /* gate | up | down */
@@ -238,6 +238,10 @@ typedef struct policy_methods {
     /* True when on_route never reads the look-ahead predictions: a host may then leave emulated
      * ones unbuilt and pass NULL (false, the default: the host builds what params promise). */
     bool ignores_lookahead;
+    /* For a policy whose knobs can turn its use of the predictions off (a prefetch knob): true
+     * when on_route never reads them with these knobs (the policy's knob struct, as filled from
+     * its section), with the same effect as ignores_lookahead. NULL: ignores_lookahead alone. */
+    bool (*ignores_lookahead_with)(const void *knobs);
 } policy_methods;
 
 /* ---- plug-ins ---- */
@@ -263,5 +267,8 @@ const char *policy_names(void);
  * frees with free()); every key checked (unknown knob: error naming it). */
 moesim_status policy_read_knobs(const policy_methods *m, config *c, void **knobs_out,
                                 moesim_error *err);
+/* Whether a run of `m` with `knobs` (from policy_read_knobs) never reads the look-ahead
+ * predictions (ignores_lookahead, ignores_lookahead_with). */
+bool policy_ignores_lookahead(const policy_methods *m, const void *knobs);
 
 #endif

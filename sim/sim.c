@@ -492,8 +492,9 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
      * ignores it: a few % of such a run) */
     uint32_t la_depth = t->meta.lookahead_depth, la_k = t->meta.lookahead_k;
     bool la_emulated = false, la_skipped = false;
+    bool ignores_la = policy_ignores_lookahead(s->pm, s->knobs);
     if (la_depth && s->stream && !trace_stream_rows_meta(s->stream)->lookahead_depth) {
-        MOESIM_ASSERT(s->pm->ignores_lookahead); /* sim_stream_options skips only then */
+        MOESIM_ASSERT(ignores_la); /* sim_stream_options skips only then */
         la_skipped = true;
     }
     s->la_skipped = la_skipped;
@@ -550,7 +551,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
                                 .la_depth = la_depth,
                                 .la_k = la_k,
                                 .la_emulated = la_emulated,
-                                .la_unread = la_skipped || (la_emulated && s->pm->ignores_lookahead),
+                                .la_unread = la_skipped || (la_emulated && ignores_la),
                                 .la_accuracy = s->set.predictor_accuracy,
                                 .seed = s->set.seed,
                                 .part_overlap = s->set.part_overlap,
@@ -598,10 +599,16 @@ static moesim_status settle_stream(sim_state *s, moesim_error *err) {
     return st;
 }
 
-trace_stream_options sim_stream_options(const char *policy_name) {
-    const policy_methods *pm = policy_lookup(policy_name);
-    return (trace_stream_options){.skip_lookahead = pm && pm->ignores_lookahead,
-                                  .check_rows_on_read = true};
+trace_stream_options sim_stream_options(const policy_methods *table, const char *policy_name,
+                                        config *settings) {
+    const policy_methods *pm = table ? table : policy_lookup(policy_name);
+    bool skip = false;
+    void *knobs = NULL;
+    moesim_error ignored; /* bad knobs: every row is read, and sim_run reports them */
+    if (pm && !policy_read_knobs(pm, settings, &knobs, &ignored))
+        skip = policy_ignores_lookahead(pm, knobs);
+    free(knobs);
+    return (trace_stream_options){.skip_lookahead = skip, .check_rows_on_read = true};
 }
 
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,

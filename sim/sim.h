@@ -62,12 +62,15 @@ typedef struct sim_inputs {
  * kept, no timeline either). */
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,
                       sim_result *out, moesim_error *err);
-/* The rows a run of `policy_name` reads, for opening its stream (sim_inputs.stream): look-ahead
- * rows are skipped for a policy that ignores them (policy_methods.ignores_lookahead). An unknown
- * name asks for every row (sim_run then reports it). The rows are checked as the run reads them
- * (check_rows_on_read: one inflation per block for one run); a caller that runs many
- * simulations on one stream may open it with every value checked up front instead. */
-trace_stream_options sim_stream_options(const char *policy_name);
+/* The rows a run reads, for opening its stream (sim_inputs.stream): the run of `table` (as
+ * sim_inputs.policy: NULL looks `policy_name` up) with the knobs of its section in `settings`.
+ * Look-ahead rows are skipped when the policy ignores them with those knobs
+ * (policy_ignores_lookahead). An unknown name or bad knobs ask for every row (sim_run then
+ * reports them). The rows are checked as the run reads them (check_rows_on_read: one inflation
+ * per block for one run); a caller that runs many simulations on one stream may open it with
+ * every value checked up front instead. */
+trace_stream_options sim_stream_options(const policy_methods *table, const char *policy_name,
+                                        config *settings);
 
 
 #endif

@@ -1364,9 +1364,43 @@ static trace *with_lookahead(const trace *src) {
     return t;
 }
 
-/* A stream opened with the rows a policy reads (sim_stream_options: no look-ahead rows for one
- * that ignores them) gives every figure the trace in memory gives, the recorded predictor's
- * accuracy included; only such policies skip the rows. */
+/* Runs `name` with batch.size=2 and `knob` (or none) on the trace in memory and on a stream of
+ * its file opened with the rows the run reads (sim_stream_options): every figure agrees, the
+ * recorded predictor's accuracy included. Returns whether the stream skipped the look-ahead. */
+static bool stream_skip_gives_every_figure(const trace *t, const char *path,
+                                           const model_geometry *m, const hw_profile *hw,
+                                           const char *name, const char *knob) {
+    moesim_error err = {0};
+    const char *sets[] = {"batch.size=2", knob, NULL};
+    config *c = config_create();
+    for (const char *const *kv = sets; *kv; kv++)
+        cr_assert_eq(config_set(c, *kv, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream_options rows = sim_stream_options(NULL, name, c);
+    trace_stream *ts = NULL;
+    cr_assert_eq(trace_stream_open_with(path, &rows, &ts, &err), MOESIM_OK, "%s", err.msg);
+    sim_result a, b;
+    cr_assert_eq(run_sets(t, m, hw, name, NULL, sets, &a, &err), MOESIM_OK, "%s", err.msg);
+    sim_inputs in = {.trace = trace_stream_tokens(ts), .stream = ts, .model = m, .hw = hw,
+                     .quant = &quant};
+    cr_assert_eq(sim_run(&in, name, c, &b, &err), MOESIM_OK, "%s", err.msg);
+    config_destroy(c);
+    cr_assert_gt(a.predictor_accuracy, 0.5, "%s", name);
+    cr_assert_lt(a.predictor_accuracy, 0.9, "%s", name);
+    json_t *xa = sim_result_to_json(&a), *xb = sim_result_to_json(&b);
+    char *ja = json_dumps(xa, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    char *jb = json_dumps(xb, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    cr_assert_str_eq(ja, jb, "%s %s", name, knob ? knob : "");
+    free(ja);
+    free(jb);
+    json_decref(xa);
+    json_decref(xb);
+    trace_stream_close(ts);
+    return rows.skip_lookahead;
+}
+
+/* Only the runs that never read the look-ahead rows skip them: the policies that ignore them,
+ * and a reader whose prefetch knob is off (dynaexq by default, dymoe with dymoe.prefetch=false);
+ * either way every figure is the trace's. */
 Test(sim, a_stream_without_the_rows_a_policy_ignores_gives_every_figure_the_trace_gives) {
     model_geometry m = fixture_model(4, 16, 2);
     hw_profile hw = fixture_hw();
@@ -1378,41 +1412,27 @@ Test(sim, a_stream_without_the_rows_a_policy_ignores_gives_every_figure_the_trac
     cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
     size_t n_pol;
     const policy_methods *const *pols = policy_all(&n_pol);
-    size_t skipped = 0;
     for (size_t pi = 0; pi < n_pol; pi++) {
         const char *name = pols[pi]->name;
-        trace_stream_options rows = sim_stream_options(name);
-        cr_assert_eq(rows.skip_lookahead, pols[pi]->ignores_lookahead, "%s", name);
-        skipped += rows.skip_lookahead;
-        trace_stream *ts = NULL;
-        cr_assert_eq(trace_stream_open_with(path, &rows, &ts, &err), MOESIM_OK, "%s", err.msg);
-        const char *sets[] = {"batch.size=2", NULL};
-        sim_result a, b;
-        cr_assert_eq(run_sets(t, &m, &hw, name, NULL, sets, &a, &err), MOESIM_OK, "%s", err.msg);
-        config *c = config_create();
-        cr_assert_eq(config_set(c, sets[0], &err), MOESIM_OK, "%s", err.msg);
-        sim_inputs in = {.trace = trace_stream_tokens(ts),
-                         .stream = ts,
-                         .model = &m,
-                         .hw = &hw,
-                         .quant = &quant};
-        cr_assert_eq(sim_run(&in, name, c, &b, &err), MOESIM_OK, "%s", err.msg);
-        config_destroy(c);
-        cr_assert_gt(a.predictor_accuracy, 0.5, "%s", name);
-        cr_assert_lt(a.predictor_accuracy, 0.9, "%s", name);
-        json_t *xa = sim_result_to_json(&a), *xb = sim_result_to_json(&b);
-        char *ja = json_dumps(xa, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
-        char *jb = json_dumps(xb, JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
-        cr_assert_str_eq(ja, jb, "%s", name);
-        free(ja);
-        free(jb);
-        json_decref(xa);
-        json_decref(xb);
-        trace_stream_close(ts);
+        bool knob_off = !strcmp(name, "dynaexq"); /* dynaexq.prefetch defaults to false */
+        cr_assert_eq(stream_skip_gives_every_figure(t, path, &m, &hw, name, NULL),
+                     pols[pi]->ignores_lookahead || knob_off, "%s", name);
     }
-    cr_assert_gt(skipped, 0);
-    cr_assert_lt(skipped, n_pol);
+    cr_assert(stream_skip_gives_every_figure(t, path, &m, &hw, "dymoe", "dymoe.prefetch=false"));
+    cr_assert(!stream_skip_gives_every_figure(t, path, &m, &hw, "dynaexq", "dynaexq.prefetch=true"));
     trace_destroy(t);
+}
+
+/* Knobs that do not parse, or an unknown policy, ask for every row: the run reports them. */
+Test(sim, stream_options_read_every_row_for_bad_knobs_or_an_unknown_policy) {
+    moesim_error err = {0};
+    config *c = config_create();
+    cr_assert(!sim_stream_options(NULL, "dymoe", c).skip_lookahead);
+    cr_assert_eq(config_set(c, "dymoe.prefetch=maybe", &err), MOESIM_OK, "%s", err.msg);
+    cr_assert(!sim_stream_options(NULL, "dymoe", c).skip_lookahead);
+    cr_assert(!sim_stream_options(NULL, "no-such-policy", c).skip_lookahead);
+    cr_assert(sim_stream_options(NULL, "lru", c).skip_lookahead);
+    config_destroy(c);
 }
 
 /* Every registered policy gives the same JSON from a trace streamed block by block (small
