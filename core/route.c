@@ -80,22 +80,26 @@ void sim_route_prefetch_account(const sim_route_scratch *rs, uint32_t n_active,
 void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *experts,
                               const float *gates, uint32_t n_slots, const quant_table *q,
                               const double *bits_of, uint32_t hi_bits, sim_route_tally *t) {
+    /* summed in a copy, in the same order: through *t, which the stores of the loop may alias,
+     * every sum went to memory and back (the loop's longest chain) */
+    sim_route_tally sum = *t;
     for (uint32_t i = 0; i < n_slots; i++) {
         uint16_t e = experts[i];
         if (e == TRACE_NO_EXPERT) continue;
         uint8_t pr = rs->plan[rs->slot[e]];
         if (pr == POLICY_RUN_SKIP) {
-            t->skipped++;
-            t->gate_skip += gates[i];
+            sum.skipped++;
+            sum.gate_skip += gates[i];
             continue;
         }
-        t->accesses++;
-        t->gate_bits += gates[i] * bits_of[pr];
+        sum.accesses++;
+        sum.gate_bits += gates[i] * bits_of[pr];
         if (q->fmt[pr].weight_bits >= hi_bits)
-            t->gate_hi += gates[i];
+            sum.gate_hi += gates[i];
         else
-            t->gate_lo += gates[i];
+            sum.gate_lo += gates[i];
     }
+    *t = sum;
 }
 
 void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]) {
@@ -113,6 +117,7 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
      * order_key, both by conditional counts rather than jumps: which experts are still loading
      * is data, and the jumps were mostly mispredicted. */
     uint32_t n_resident = 0, n_loading = 0;
+    uint64_t route_hits = 0; /* summed here, not through `hits` (a chain through memory) */
     for (uint32_t a = 0; a < n_active; a++) {
         uint8_t pr = rs->plan[a];
         if (pr == POLICY_RUN_SKIP) continue;
@@ -124,8 +129,9 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
         order_key[n_loading] = a;
         n_loading += loading;
         /* a resident expert's accesses all hit, a loading one's all but the fetching first */
-        *hits += rs->active_tokens[a] - loading;
+        route_hits += rs->active_tokens[a] - loading;
     }
+    *hits += route_hits;
     /* Then the loading ones by the issue sequence of their latest-issued loading part (distinct:
      * a transfer carries one expert), by insertion: the k-th is read from order_key[k] before
      * the sorted keys (order_key[0, k]) can reach that slot. */

@@ -4,7 +4,7 @@
  * Layout: per layer, a compact list of held expert ids (held_ids, with held_pos as its inverse)
  * so a layer-scope victim search scans only what is held (at most the pool), never all E. Every
  * held expert's key is stored (stored_key) when it is held and whenever it may change
- * (expert_cache_refresh), so a search compares stored keys instead of calling the key function
+ * (expert_cache_refresh_layer), so a search compares stored keys instead of calling the key function
  * per candidate. Global scope adds an indexed binary max-heap over every held expert (heap_le,
  * heap_pos as its inverse, heap_key the stored keys in heap order so a compare reads no slot)
  * whose root is the next victim; pinned roots are popped aside during a search and pushed back
@@ -373,7 +373,7 @@ static void heap_remove_at(expert_cache *c, uint32_t i) {
     heap_up(c, i);
 }
 
-/* expert_cache_refresh of (layer, expert), slot le. */
+/* Re-stores the key of (layer, expert), slot le, if held. */
 static void refresh(expert_cache *c, size_t le, uint32_t layer, uint32_t expert) {
     if (c->held_pos[le] == NOT_HELD) return;
     if (!c->heap_pos) {
@@ -596,10 +596,6 @@ static inline policy_mem_result acquire(expert_cache *c, uint32_t layer, uint32_
 /* The library is built as position-independent code, where a call to an exported function is
  * never inlined (it may be interposed): the cache's own paths call the static functions above,
  * the policies these. */
-void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert) {
-    refresh(c, expert_cache_slot(c, layer, expert), layer, expert);
-}
-
 void expert_cache_refresh_layer(expert_cache *c, uint32_t layer, const uint16_t *experts,
                                 uint32_t n) {
     MOESIM_ASSERT(layer < c->n_layers);
@@ -624,9 +620,20 @@ policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_
     return try_load(c, layer, expert, cls);
 }
 
-policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
-                                       policy_class cls) {
-    return acquire(c, layer, expert, cls);
+policy_mem_result expert_cache_acquire_newest(expert_cache *c, uint32_t layer, uint32_t expert,
+                                              policy_class cls) {
+    if (expert_cache_holds(c, layer, expert)) return load_held(c, layer, expert, cls);
+    /* stamped before the load: the copy enters the victim order at its place at once (no
+     * relink after), and an expert left unloaded keeps its stamp */
+    size_t s = expert_cache_slot(c, layer, expert);
+    uint64_t last = c->last_use[s];
+    c->last_use[s] = c->tick + 1;
+    policy_mem_result r = acquire_absent(c, layer, expert, cls);
+    if (r == POLICY_ISSUED)
+        c->tick++;
+    else
+        c->last_use[s] = last;
+    return r;
 }
 
 expert_cache_key expert_cache_key_lru(const expert_cache *c, const void *ctx, uint32_t layer,
@@ -659,11 +666,12 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
         uint32_t a = c->active_slot[e];
         MOESIM_ASSERT(a < r->n_active && r->active[a] == e);
         /* the first access of the route loads (its own key does not matter: it is pinned);
-         * counting after the load lets a per-copy count start from this access */
+         * stamped before, a copy it loads enters the victim order where the refresh below puts
+         * it; counting after the load lets a per-copy count start from this access */
+        c->last_use[row + e] = ++c->tick;
         if (plan->run[a] == POLICY_RUN_SKIP &&
             acquire(c, r->layer, e, POLICY_DEMAND) != POLICY_REFUSED)
             plan->run[a] = (uint8_t)c->precision;
-        c->last_use[row + e] = ++c->tick;
         c->uses[row + e]++;
         if (!c->keys_after_route) refresh(c, row + e, r->layer, e);
     }

@@ -25,7 +25,7 @@
  * ties to the lower layer, then the lower expert id: deterministic. The key function is fixed at
  * init and searches compare stored keys (the key function is called when an expert is held and
  * when its key may have changed, not per candidate): a key that changes must be re-stored with
- * expert_cache_refresh (plan_route does it for the recency and use counts it changes;
+ * expert_cache_refresh_layer (plan_route does it for the recency and use counts it changes;
  * expert_cache_halve re-stores every key). Layer scope walks its victim-order list with the LRU
  * and LFU keys and scans the layer's held list (at most its pool) with others; global scope
  * keeps every held expert in an indexed max-heap of stored keys, so a victim costs O(log n)
@@ -96,7 +96,7 @@ struct expert_cache {
     expert_cache_key_fn key; /* victim order */
     const void *key_ctx;
 
-    /* every held expert's key as of its latest store (hold, expert_cache_refresh, halve) */
+    /* every held expert's key as of its latest store (hold, expert_cache_refresh_layer, halve) */
     expert_cache_key *stored_key; /* [n_layers][n_experts] */
 
     /* layer scope with the LRU or LFU key: each layer's held experts as a list in victim order
@@ -141,9 +141,7 @@ void expert_cache_begin_route(expert_cache *c);
 void expert_cache_pin_active(expert_cache *c, const policy_route *r);
 /* Halves every use count (TinyLFU's reset); recency is kept. */
 void expert_cache_halve(expert_cache *c);
-/* Re-stores the key of a held expert (no-op when not held). */
-void expert_cache_refresh(expert_cache *c, uint32_t layer, uint32_t expert);
-/* expert_cache_refresh of experts[0..n) of `layer`, in that order. */
+/* Re-stores the keys of experts[0..n) of `layer`, in that order (no-op for one not held). */
 void expert_cache_refresh_layer(expert_cache *c, uint32_t layer, const uint16_t *experts,
                                 uint32_t n);
 
@@ -184,9 +182,11 @@ policy_mem_result expert_cache_try_load(expert_cache *c, uint32_t layer, uint32_
                                         policy_class cls);
 /* Loads (layer, expert) unless held, first evicting victims while the layer is at its
  * size, then while the memory system refuses (see the overflow rule above): POLICY_ISSUED,
- * POLICY_ALREADY, or POLICY_REFUSED when no evictable victim is left. */
-policy_mem_result expert_cache_acquire(expert_cache *c, uint32_t layer, uint32_t expert,
-                                       policy_class cls);
+ * POLICY_ALREADY, or POLICY_REFUSED when no evictable victim is left. A copy it loads is the
+ * newest use (its last use the next tick, as an access stamps it; uses unchanged): a
+ * speculative load that enters the LRU order as its most recent entry. */
+policy_mem_result expert_cache_acquire_newest(expert_cache *c, uint32_t layer, uint32_t expert,
+                                              policy_class cls);
 
 /* Keys: least recently used first; least frequently used first (ties: least recently used);
  * Belady's, the next use furthest ahead first (never again first; ties: least recently used),

@@ -142,11 +142,9 @@ static void prefetch_next_layer(policy *p, const policy_route *r) {
     expert_cache *c = &p->cache;
     for (uint32_t i = 0; i < n; i++) {
         uint16_t e = p->candidates[i];
-        policy_mem_result res = expert_cache_acquire(c, next, e, POLICY_PREFETCH);
+        /* a speculatively loaded expert enters the LRU as its newest entry */
+        policy_mem_result res = expert_cache_acquire_newest(c, next, e, POLICY_PREFETCH);
         if (res == POLICY_ISSUED) {
-            /* a speculatively loaded expert enters the LRU as its newest entry */
-            c->last_use[(size_t)next * c->n_experts + e] = ++c->tick;
-            expert_cache_refresh(c, next, e);
             p->prefetches++;
         } else if (res == POLICY_REFUSED) {
             p->prefetch_skipped++;
