@@ -3,6 +3,9 @@
  * (trace_read_internal.h); rows are then read block by block. */
 #include <hdf5.h>
 #include <inttypes.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -486,6 +489,22 @@ static _Noreturn void stream_read_died(const moesim_error *err) {
     abort();
 }
 
+/* Each of the n ids that is not an expert's (n_experts or above) becomes TRACE_NO_EXPERT. */
+static void blank_non_expert_ids(uint16_t *ids, size_t n, uint32_t n_experts) {
+    size_t i = 0;
+#if defined(__SSE2__)
+    /* id - (E - 1), saturated at 0: zero exactly for an expert's id */
+    const __m128i last = _mm_set1_epi16((short)(n_experts - 1)), ones = _mm_set1_epi16(-1);
+    for (; i + 8 <= n; i += 8) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(ids + i));
+        __m128i expert = _mm_cmpeq_epi16(_mm_subs_epu16(v, last), _mm_setzero_si128());
+        _mm_storeu_si128((__m128i *)(ids + i), _mm_or_si128(v, _mm_andnot_si128(expert, ones)));
+    }
+#endif
+    for (; i < n; i++)
+        if (ids[i] >= n_experts) ids[i] = TRACE_NO_EXPERT;
+}
+
 /* The ids of tokens [first, first + n), all of one block, that its check may not have seen yet
  * (check_rows_on_read): what is not an expert id becomes TRACE_NO_EXPERT, and so does every id
  * when the read fails. Nothing is kept: the block's check finds the same failure when the run
@@ -497,9 +516,7 @@ static void read_unchecked_ids(trace_stream *s, uint64_t first, uint64_t n, uint
         memset(dst, 0xFF, n_ids * sizeof *dst);
         return;
     }
-    const uint32_t E = s->rows_meta.n_experts;
-    for (size_t i = 0; i < n_ids; i++)
-        if (dst[i] >= E) dst[i] = TRACE_NO_EXPERT;
+    blank_non_expert_ids(dst, n_ids, s->rows_meta.n_experts);
 }
 
 void trace_stream_read_experts(trace_stream *s, uint64_t first, uint64_t n, uint16_t *dst) {
