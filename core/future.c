@@ -204,13 +204,19 @@ static void step_ids(const sim_future *f, bool ids_alone, const uint32_t *tokens
 /* The (layer, expert) of each access of a step's tokens (ids: their [n][L][K] expert ids), in
  * execution order; returns the count. */
 static uint64_t step_les(const sim_future *f, const uint16_t *ids, uint32_t n, uint32_t *le) {
+    const uint32_t L = f->L, K = f->K;
     uint64_t c = 0;
-    for (uint32_t l = 0; l < f->L; l++)
+    for (uint32_t l = 0; l < L; l++) {
+        const uint32_t layer_first = l * f->E;
         for (uint32_t i = 0; i < n; i++) {
-            const uint16_t *ex = ids + ((size_t)i * f->L + l) * f->K;
-            for (uint32_t k = 0; k < f->K; k++)
-                if (ex[k] != TRACE_NO_EXPERT) le[c++] = l * f->E + ex[k];
+            const uint16_t *ex = ids + ((size_t)i * L + l) * K;
+            /* written whatever the id, kept when it is an expert's: no jump to mispredict */
+            for (uint32_t k = 0; k < K; k++) {
+                le[c] = layer_first + ex[k];
+                c += ex[k] != TRACE_NO_EXPERT;
+            }
         }
+    }
     return c;
 }
 
@@ -320,12 +326,14 @@ uint32_t sim_future_active(sim_future *f, uint64_t step, uint32_t layer, uint16_
     if (!tokens) return 0;
     /* a bitmap of the ids seen: read word by word, it gives them distinct and ascending */
     uint64_t seen[(MODEL_MAX_EXPERTS + 63) / 64];
-    uint32_t n_words = (f->E + 63) / 64;
-    memset(seen, 0, n_words * sizeof *seen);
+    const uint32_t n_words = (f->E + 63) / 64, K = f->K;
+    for (uint32_t w = 0; w < n_words; w++) seen[w] = 0;
     for (uint32_t i = 0; i < n_tok; i++) {
         const uint16_t *ex = experts_of(f, tokens[i], layer);
-        for (uint32_t k = 0; k < f->K; k++)
-            if (ex[k] != TRACE_NO_EXPERT) seen[ex[k] >> 6] |= 1ull << (ex[k] & 63);
+        for (uint32_t k = 0; k < K; k++) {
+            const uint32_t e = ex[k];
+            if (e != TRACE_NO_EXPERT) seen[e >> 6] |= 1ull << (e & 63);
+        }
     }
     uint32_t n = 0;
     for (uint32_t w = 0; w < n_words; w++)
