@@ -307,15 +307,17 @@ static inline uint64_t stream_next_use(const sim_future *f, size_t le, uint64_t 
 static NOT_INLINED uint64_t stream_next_use_advancing(sim_future *f, size_t le, uint64_t pos) {
     if (!f->built) build_stream(f);
     consume_to(f, pos);
+    f->nxt_answers_below = f->consumed + 1;
     return stream_next_use(f, le, pos);
 }
 
 uint64_t sim_future_next_use(sim_future *f, uint32_t layer, uint32_t expert, uint64_t pos) {
     MOESIM_ASSERT(layer < f->L && expert < f->E);
     size_t le = (size_t)layer * f->E + expert;
+    /* one compare for most queries: the route's position was reached by an earlier one */
+    if (pos < f->nxt_answers_below) return stream_next_use(f, le, pos);
     if (f->sch) return index_next_use(f, le, pos);
-    if (!f->built || f->consumed < pos) return stream_next_use_advancing(f, le, pos);
-    return stream_next_use(f, le, pos);
+    return stream_next_use_advancing(f, le, pos);
 }
 
 uint32_t sim_future_active(sim_future *f, uint64_t step, uint32_t layer, uint16_t *ids,

@@ -41,6 +41,8 @@ typedef struct sim_future {
     uint64_t n_access;      /* accesses of the whole run */
     uint64_t *nxt;          /* [L*E] */
     uint64_t consumed;      /* accesses consumed (their next uses applied to nxt) */
+    uint64_t nxt_answers_below; /* a query at a position below it reads nxt as it is (the stream
+                                   built, consumed up to it); 0 until then and with an index */
     uint32_t *rd_le;        /* [SIM_FUTURE_READ or more] (layer, expert) of accesses read ahead */
     uint64_t *rd;           /* [SIM_FUTURE_READ] their next uses */
     uint64_t rd_first, rd_n;
