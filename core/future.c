@@ -42,6 +42,8 @@ void sim_future_set_rows(sim_future *f, sim_future_rows rows, void *ctx) {
     f->rows_ctx = ctx;
 }
 
+void sim_future_set_ids_stream(sim_future *f, trace_stream *s) { f->ids_stream = s; }
+
 /* The routing of `token` at `layer`: [K]. */
 static const uint16_t *experts_of(const sim_future *f, uint64_t token, uint32_t layer) {
     if (!f->rows) return trace_experts(f->tr, token, layer);
@@ -183,25 +185,52 @@ static void file_io(bool write_it, int fd, void *buf, size_t bytes, uint64_t off
     }
 }
 
-/* The (layer, expert) of each access of a step's tokens, in execution order; returns the count. */
-static uint64_t step_les(const sim_future *f, const uint32_t *tokens, uint32_t n, uint32_t *le) {
-    uint64_t c = 0;
-    for (uint32_t l = 0; l < f->L; l++)
-        for (uint32_t i = 0; i < n; i++) {
-            const uint16_t *ex = experts_of(f, tokens[i], l);
-            for (uint32_t k = 0; k < f->K; k++)
-                if (ex[k] != TRACE_NO_EXPERT) le[c++] = l * f->E + ex[k];
+/* The expert ids of a step's tokens into ids [n][L][K]: read alone from the ids stream (a run
+ * of consecutive tokens at once), else copied from their rows. */
+static void step_ids(const sim_future *f, bool ids_alone, const uint32_t *tokens, uint32_t n,
+                     uint16_t *ids) {
+    const size_t per_token = (size_t)f->L * f->K;
+    for (uint32_t i = 0, run; i < n; i += run) {
+        for (run = 1; i + run < n && tokens[i + run] == tokens[i] + run; run++) continue;
+        if (ids_alone) {
+            trace_stream_read_experts(f->ids_stream, tokens[i], run, ids + i * per_token);
+            continue;
         }
+        for (uint32_t j = i; j < i + run; j++)
+            memcpy(ids + j * per_token, experts_of(f, tokens[j], 0), per_token * sizeof *ids);
+    }
+}
+
+/* The (layer, expert) of each access of a step's tokens (ids: their [n][L][K] expert ids), in
+ * execution order; returns the count. */
+static uint64_t step_les(const sim_future *f, const uint16_t *ids, uint32_t n, uint32_t *le) {
+    const uint32_t L = f->L, K = f->K;
+    uint64_t c = 0;
+    for (uint32_t l = 0; l < L; l++) {
+        const uint32_t layer_first = l * f->E;
+        for (uint32_t i = 0; i < n; i++) {
+            const uint16_t *ex = ids + ((size_t)i * L + l) * K;
+            /* written whatever the id, kept when it is an expert's: no jump to mispredict */
+            for (uint32_t k = 0; k < K; k++) {
+                le[c] = layer_first + ex[k];
+                c += ex[k] != TRACE_NO_EXPERT;
+            }
+        }
+    }
     return c;
 }
 
 /* Forward: each access's (layer, expert) to the le file at its position. Backward over that
  * file: each access's next use (the last one seen, going back) written at its position. The trace
- * is read once: its decompression was most of the future's cost. */
+ * is read once, its expert ids alone from the ids stream (its decompression was most of the
+ * future's cost) unless the stream caches every block: the run then reads the blocks this
+ * pass reads whole from the cache. */
 static NOT_INLINED void build_stream(sim_future *f) {
+    const bool ids_alone = f->ids_stream && !trace_stream_caches_every_block(f->ids_stream);
     size_t LE = (size_t)f->L * f->E, MT = f->max_step_tokens, MA = MT * f->L * f->K;
     size_t cap = MA > SIM_FUTURE_READ ? MA : SIM_FUTURE_READ;
     uint32_t *tokens = moesim_xmalloc((MT ? MT : 1) * sizeof *tokens);
+    uint16_t *ids = moesim_xmalloc((MA ? MA : 1) * sizeof *ids);
     uint32_t *le = moesim_xmalloc(cap * sizeof *le);
     f->le_fd = temp_fd();
     sim_schedule_iter it;
@@ -209,12 +238,14 @@ static NOT_INLINED void build_stream(sim_future *f) {
     sim_schedule_step sd;
     uint64_t kv, total = 0;
     while (sim_schedule_next(&it, &sd, &kv, tokens, NULL, NULL)) {
-        uint64_t c = step_les(f, tokens, sd.n_tokens, le);
+        step_ids(f, ids_alone, tokens, sd.n_tokens, ids);
+        uint64_t c = step_les(f, ids, sd.n_tokens, le);
         if (c) file_io(true, f->le_fd, le, c * sizeof *le, total * sizeof *le);
         total += c;
     }
     sim_schedule_iter_free(&it);
     free(tokens);
+    free(ids);
     f->n_access = total;
     f->next_fd = temp_fd();
     f->nxt = moesim_xmalloc((LE ? LE : 1) * sizeof *f->nxt);
@@ -276,15 +307,17 @@ static inline uint64_t stream_next_use(const sim_future *f, size_t le, uint64_t 
 static NOT_INLINED uint64_t stream_next_use_advancing(sim_future *f, size_t le, uint64_t pos) {
     if (!f->built) build_stream(f);
     consume_to(f, pos);
+    f->nxt_answers_below = f->consumed + 1;
     return stream_next_use(f, le, pos);
 }
 
 uint64_t sim_future_next_use(sim_future *f, uint32_t layer, uint32_t expert, uint64_t pos) {
     MOESIM_ASSERT(layer < f->L && expert < f->E);
     size_t le = (size_t)layer * f->E + expert;
+    /* one compare for most queries: the route's position was reached by an earlier one */
+    if (pos < f->nxt_answers_below) return stream_next_use(f, le, pos);
     if (f->sch) return index_next_use(f, le, pos);
-    if (!f->built || f->consumed < pos) return stream_next_use_advancing(f, le, pos);
-    return stream_next_use(f, le, pos);
+    return stream_next_use_advancing(f, le, pos);
 }
 
 uint32_t sim_future_active(sim_future *f, uint64_t step, uint32_t layer, uint16_t *ids,
@@ -295,12 +328,14 @@ uint32_t sim_future_active(sim_future *f, uint64_t step, uint32_t layer, uint16_
     if (!tokens) return 0;
     /* a bitmap of the ids seen: read word by word, it gives them distinct and ascending */
     uint64_t seen[(MODEL_MAX_EXPERTS + 63) / 64];
-    uint32_t n_words = (f->E + 63) / 64;
-    memset(seen, 0, n_words * sizeof *seen);
+    const uint32_t n_words = (f->E + 63) / 64, K = f->K;
+    for (uint32_t w = 0; w < n_words; w++) seen[w] = 0;
     for (uint32_t i = 0; i < n_tok; i++) {
         const uint16_t *ex = experts_of(f, tokens[i], layer);
-        for (uint32_t k = 0; k < f->K; k++)
-            if (ex[k] != TRACE_NO_EXPERT) seen[ex[k] >> 6] |= 1ull << (ex[k] & 63);
+        for (uint32_t k = 0; k < K; k++) {
+            const uint32_t e = ex[k];
+            if (e != TRACE_NO_EXPERT) seen[e >> 6] |= 1ull << (e & 63);
+        }
     }
     uint32_t n = 0;
     for (uint32_t w = 0; w < n_words; w++)

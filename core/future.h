@@ -25,6 +25,7 @@ typedef struct sim_future {
     const trace *tr;          /* borrowed */
     sim_future_rows rows;     /* NULL: tr holds every row */
     void *rows_ctx;
+    trace_stream *ids_stream; /* borrowed; NULL: the next-use stream's pass reads rows */
     /* without a schedule in memory (sch NULL): steps come from iterators over the requests */
     const trace_request_index *rq; /* borrowed */
     uint32_t batch, max_step_tokens;
@@ -40,6 +41,8 @@ typedef struct sim_future {
     uint64_t n_access;      /* accesses of the whole run */
     uint64_t *nxt;          /* [L*E] */
     uint64_t consumed;      /* accesses consumed (their next uses applied to nxt) */
+    uint64_t nxt_answers_below; /* a query at a position below it reads nxt as it is (the stream
+                                   built, consumed up to it); 0 until then and with an index */
     uint32_t *rd_le;        /* [SIM_FUTURE_READ or more] (layer, expert) of accesses read ahead */
     uint64_t *rd;           /* [SIM_FUTURE_READ] their next uses */
     uint64_t rd_first, rd_n;
@@ -63,6 +66,10 @@ void sim_future_init_requests(sim_future *f, const trace_meta *meta,
                               uint32_t max_step_tokens, sim_future_rows rows, void *ctx);
 /* Reads routing rows through `rows` instead of the trace (a trace_stream's blocks). */
 void sim_future_set_rows(sim_future *f, sim_future_rows rows, void *ctx);
+/* The stream whose blocks `rows` returns, borrowed: the next-use stream's pass over the whole
+ * trace then reads its expert ids alone (trace_stream_read_experts), not every row of every
+ * block once more (unless the stream caches every block, which the run then reads from it). */
+void sim_future_set_ids_stream(sim_future *f, trace_stream *s);
 
 /* Accesses (token, slot) between `pos` and the next access of (layer, expert) at or after it;
  * UINT64_MAX if never again. Positions must not go back between calls for one expert. */

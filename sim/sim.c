@@ -486,6 +486,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     s->ms_live = true;
     sim_future_init_requests(&s->future, &t->meta, s->rq, s->set.batch_size, s->max_step_tokens,
                              row_of, s);
+    sim_future_set_ids_stream(&s->future, s->stream);
     s->ms.future = &s->future;
 
     /* look-ahead: recorded, or emulated from the routing (never built for a policy that

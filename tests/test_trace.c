@@ -866,6 +866,32 @@ static void poke_value(const char *path, const char *name, hsize_t rank, hsize_t
     H5Fclose(f);
 }
 
+/* Every chunk of dataset `name` from row `from_row` on replaced by as many bytes that do not
+ * inflate. */
+static void garble_chunks(const char *path, const char *name, hsize_t from_row) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    cr_assert(f >= 0 && d >= 0);
+    hid_t space = H5Dget_space(d);
+    hsize_t n_chunks = 0;
+    cr_assert_geq(H5Dget_num_chunks(d, space, &n_chunks), 0);
+    cr_assert_gt(n_chunks, 0);
+    for (hsize_t c = 0; c < n_chunks; c++) {
+        hsize_t offset[4], size;
+        unsigned mask;
+        haddr_t addr;
+        cr_assert_geq(H5Dget_chunk_info(d, space, c, offset, &mask, &addr, &size), 0);
+        if (offset[0] < from_row) continue;
+        unsigned char *junk = malloc(size);
+        memset(junk, 0xA5, size);
+        cr_assert_geq(H5Dwrite_chunk(d, H5P_DEFAULT, 0, offset, size, junk), 0);
+        free(junk);
+    }
+    H5Sclose(space);
+    H5Dclose(d);
+    H5Fclose(f);
+}
+
 Test(trace, a_stream_that_skips_lookahead_carries_none_and_counts_its_first_candidate_hits) {
     trace *t = make_trace(6, 32, 4, 3, 5, 700, true);
     const uint32_t L = t->meta.n_layers;
@@ -969,6 +995,71 @@ Test(trace, a_stream_checking_rows_on_read_opens_a_bad_last_block_and_reports_it
     /* a block no run read is checked by trace_stream_check_rest alone */
     cr_assert_eq(trace_stream_open_with(path, &on_read, &s, &err), MOESIM_OK, "%s", err.msg);
     memset(&err, 0, sizeof err);
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_EINPUT);
+    cr_assert_str_eq(err.msg, whole.msg);
+    trace_stream_close(s);
+    trace_destroy(t);
+}
+
+/* The expert ids of every token of the stream `s`, read alone in one call: [N][L][k]. */
+static uint16_t *read_all_experts(trace_stream *s, const trace *t) {
+    uint16_t *ids = malloc(t->n_tokens * trace_route_values(&t->meta) * sizeof *ids);
+    trace_stream_read_experts(s, 0, t->n_tokens, ids);
+    return ids;
+}
+
+Test(trace, a_stream_checking_rows_on_read_reads_ids_ahead_of_the_run_and_checks_none_of_them) {
+    trace *t = make_blocks_trace();
+    const char *path = test_tmp_path("stream-ids-ahead.h5");
+    moesim_error err = {0}, whole = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    const uint64_t last = t->n_tokens - 1;
+    const uint16_t bad = 64; /* = E */
+    poke_value(path, "/routing/expert_ids", 3, (last * 48 + 47) * 8 + 1, H5T_NATIVE_UINT16, &bad);
+    trace *back = NULL;
+    cr_assert_eq(trace_read(path, &back, &whole), MOESIM_EINPUT);
+    trace_stream_options on_read = {.skip_lookahead = true, .check_rows_on_read = true};
+    trace_stream *s = NULL;
+    cr_assert_eq(trace_stream_open_with(path, &on_read, &s, &err), MOESIM_OK, "%s", err.msg);
+    /* the ids as written, but the one that is no expert id: unrecorded */
+    uint16_t *ids = read_all_experts(s, t);
+    const size_t at_bad = trace_route_index(t, last, 47) + 1;
+    cr_assert_eq(ids[at_bad], TRACE_NO_EXPERT);
+    ids[at_bad] = t->expert_ids[at_bad];
+    cr_assert_eq(memcmp(ids, t->expert_ids, t->n_tokens * 48 * 8 * sizeof *ids), 0);
+    free(ids);
+    /* nothing was checked or kept: the run's reads and the rest report it as trace_read does */
+    uint64_t local;
+    const trace *b = trace_stream_row(s, last, &local);
+    cr_assert_eq(trace_experts(b, local, 0)[0], TRACE_NO_EXPERT, "the bad block: blank rows");
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_EINPUT);
+    cr_assert_str_eq(err.msg, whole.msg);
+    trace_stream_close(s);
+    trace_destroy(t);
+}
+
+Test(trace, a_stream_checking_rows_on_read_gives_unreadable_ids_as_unrecorded_block_by_block) {
+    trace *t = make_blocks_trace();
+    const char *path = test_tmp_path("stream-ids-garbled.h5");
+    moesim_error err = {0}, whole = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    garble_chunks(path, "/routing/expert_ids", t->n_tokens / 2);
+    trace *back = NULL;
+    cr_assert_eq(trace_read(path, &back, &whole), MOESIM_EINPUT);
+    cr_assert(strstr(whole.msg, "/routing/expert_ids"), "%s", whole.msg);
+    trace_stream_options on_read = {.skip_lookahead = true, .check_rows_on_read = true};
+    trace_stream *s = NULL;
+    cr_assert_eq(trace_stream_open_with(path, &on_read, &s, &err), MOESIM_OK, "%s", err.msg);
+    /* blocks whose ids cannot all be read: unrecorded throughout; the others as written */
+    const uint64_t bt = trace_stream_block_tokens(s), per_token = 48 * 8;
+    const uint64_t readable = (t->n_tokens / 2) / bt * bt;
+    cr_assert_gt(readable, 0, "the test needs a readable block");
+    uint16_t *ids = read_all_experts(s, t);
+    cr_assert_eq(memcmp(ids, t->expert_ids, readable * per_token * sizeof *ids), 0);
+    for (uint64_t i = readable * per_token; i < t->n_tokens * per_token; i++)
+        cr_assert_eq(ids[i], TRACE_NO_EXPERT, "id %llu", (unsigned long long)i);
+    free(ids);
+    /* the failure was not kept: the block's check reports it as trace_read does */
     cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_EINPUT);
     cr_assert_str_eq(err.msg, whole.msg);
     trace_stream_close(s);
@@ -1111,37 +1202,13 @@ Test(trace, the_writer_stores_the_first_candidate_hits_the_rows_give_however_it_
     trace_destroy(t);
 }
 
-/* Every chunk of dataset `name` replaced by as many bytes that do not inflate. */
-static void garble_chunks(const char *path, const char *name) {
-    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
-    cr_assert(f >= 0 && d >= 0);
-    hid_t space = H5Dget_space(d);
-    hsize_t n_chunks = 0;
-    cr_assert_geq(H5Dget_num_chunks(d, space, &n_chunks), 0);
-    cr_assert_gt(n_chunks, 0);
-    for (hsize_t c = 0; c < n_chunks; c++) {
-        hsize_t offset[4], size;
-        unsigned mask;
-        haddr_t addr;
-        cr_assert_geq(H5Dget_chunk_info(d, space, c, offset, &mask, &addr, &size), 0);
-        unsigned char *junk = malloc(size);
-        memset(junk, 0xA5, size);
-        cr_assert_geq(H5Dwrite_chunk(d, H5P_DEFAULT, 0, offset, size, junk), 0);
-        free(junk);
-    }
-    H5Sclose(space);
-    H5Dclose(d);
-    H5Fclose(f);
-}
-
 Test(trace, a_stream_skipping_lookahead_takes_the_stored_hits_and_inflates_no_lookahead_chunk) {
     trace_first_hits want, got;
     trace *t = make_hits_trace(700, &want);
     const char *path = test_tmp_path("hits-garbled.h5");
     moesim_error err = {0};
     cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
-    garble_chunks(path, "/lookahead/expert_ids");
+    garble_chunks(path, "/lookahead/expert_ids", 0);
     const trace_stream_options skips[] = {skip_at_open, skip_on_read};
     for (size_t i = 0; i < 2; i++) {
         got = stream_hits(path, skips[i]);

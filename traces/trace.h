@@ -226,6 +226,9 @@ const trace_request_index *trace_stream_requests(const trace_stream *s);
 void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_blocks);
 uint64_t trace_stream_block_tokens(const trace_stream *s);
 uint64_t trace_stream_blocks_read(const trace_stream *s); /* block reads after open */
+/* True when the cache holds every block of the trace: each is then read once for a whole run,
+ * whatever order the run visits them in. */
+bool trace_stream_caches_every_block(const trace_stream *s);
 /* The cached block holding `token` (read now when it is not cached) and the token's index in it
  * (*local): trace_experts(block, *local, layer) etc. are that token's rows. Borrowed: valid
  * until the next call. A read that fails after open succeeded (the file changed or the disk
@@ -233,8 +236,11 @@ uint64_t trace_stream_blocks_read(const trace_stream *s); /* block reads after o
  * rows is reported by trace_stream_check_rest instead). */
 const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local);
 /* The expert ids alone of tokens [first, first + n) into dst [n][L][k], bypassing the block
- * cache: a pass that needs nothing else inflates a third of the bytes. Not with
- * check_rows_on_read (it checks nothing). */
+ * cache: a pass that needs nothing else inflates a third of the bytes. With check_rows_on_read
+ * the ids may be read before their block is checked (a pass ahead of the run): each is then an
+ * expert id or TRACE_NO_EXPERT, which also stands for one that is not and for every id of a
+ * block whose ids cannot be read; what is wrong is reported by the block's check, as ever
+ * (trace_stream_row, trace_stream_check_rest), and this call checks and keeps nothing. */
 void trace_stream_read_experts(trace_stream *s, uint64_t first, uint64_t n, uint16_t *dst);
 
 /* Writing a trace without holding it whole: open with the counts (known up front, e.g. from a

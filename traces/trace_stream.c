@@ -3,6 +3,9 @@
  * (trace_read_internal.h); rows are then read block by block. */
 #include <hdf5.h>
 #include <inttypes.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -450,6 +453,10 @@ uint64_t trace_stream_block_tokens(const trace_stream *s) { return s->block_toke
 
 uint64_t trace_stream_blocks_read(const trace_stream *s) { return s->blocks_read; }
 
+bool trace_stream_caches_every_block(const trace_stream *s) {
+    return (s->skeleton->n_tokens + s->block_tokens - 1) / s->block_tokens <= s->n_slots;
+}
+
 void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_blocks) {
     if (n_blocks < 1) n_blocks = 1;
     if (s->rows_checked && block_tokens && block_tokens != s->block_tokens) {
@@ -475,22 +482,59 @@ void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_b
     s->mru = 0;
 }
 
-void trace_stream_read_experts(trace_stream *s, uint64_t first, uint64_t n, uint16_t *dst) {
-    MOESIM_ASSERT(first + n <= s->skeleton->n_tokens);
-    MOESIM_ASSERT(!s->check_on_read); /* it checks nothing: the ids must have been at open */
-    moesim_error err = {0};
-    s->r.err = &err;
-    if (read_ds_rows(s, DS_EXPERT_IDS, first, n, dst)) { /* as trace_stream_row */
-        fprintf(stderr, "moesim: %s\n", err.msg);
-        abort();
-    }
-}
-
 /* A read that fails where open succeeded: the file changed since, or the disk failed; there is
  * no trace left to run on. */
 static _Noreturn void stream_read_died(const moesim_error *err) {
     fprintf(stderr, "moesim: %s\n", err->msg);
     abort();
+}
+
+/* Each of the n ids that is not an expert's (n_experts or above) becomes TRACE_NO_EXPERT. */
+static void blank_non_expert_ids(uint16_t *ids, size_t n, uint32_t n_experts) {
+    size_t i = 0;
+#if defined(__SSE2__)
+    /* id - (E - 1), saturated at 0: zero exactly for an expert's id */
+    const __m128i last = _mm_set1_epi16((short)(n_experts - 1)), ones = _mm_set1_epi16(-1);
+    for (; i + 8 <= n; i += 8) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(ids + i));
+        __m128i expert = _mm_cmpeq_epi16(_mm_subs_epu16(v, last), _mm_setzero_si128());
+        _mm_storeu_si128((__m128i *)(ids + i), _mm_or_si128(v, _mm_andnot_si128(expert, ones)));
+    }
+#endif
+    for (; i < n; i++)
+        if (ids[i] >= n_experts) ids[i] = TRACE_NO_EXPERT;
+}
+
+/* The ids of tokens [first, first + n), all of one block, that its check may not have seen yet
+ * (check_rows_on_read): what is not an expert id becomes TRACE_NO_EXPERT, and so does every id
+ * when the read fails. Nothing is kept: the block's check finds the same failure when the run
+ * reads the block (or trace_stream_check_rest does), and a block that fails there gives the
+ * run blank rows, so the ids read here route at least what the run's rows route. */
+static void read_unchecked_ids(trace_stream *s, uint64_t first, uint64_t n, uint16_t *dst) {
+    const size_t n_ids = n * trace_route_values(&s->rows_meta);
+    if (read_ds_rows(s, DS_EXPERT_IDS, first, n, dst)) {
+        memset(dst, 0xFF, n_ids * sizeof *dst);
+        return;
+    }
+    blank_non_expert_ids(dst, n_ids, s->rows_meta.n_experts);
+}
+
+void trace_stream_read_experts(trace_stream *s, uint64_t first, uint64_t n, uint16_t *dst) {
+    MOESIM_ASSERT(first + n <= s->skeleton->n_tokens);
+    moesim_error err = {0};
+    s->r.err = &err;
+    if (!s->check_on_read) { /* every id was checked at open: a failure is trace_stream_row's */
+        if (read_ds_rows(s, DS_EXPERT_IDS, first, n, dst)) stream_read_died(&err);
+        return;
+    }
+    const size_t per_token = trace_route_values(&s->rows_meta);
+    /* block by block: a failed read blanks no id of a block whose own read succeeds */
+    for (uint64_t at = first, end = first + n; at < end;) {
+        const uint64_t block_end = (at / s->block_tokens + 1) * s->block_tokens;
+        const uint64_t m = (block_end < end ? block_end : end) - at;
+        read_unchecked_ids(s, at, m, dst + (at - first) * per_token);
+        at += m;
+    }
 }
 
 /* Rows that are valid and route nothing: every layer unrecorded (consumers skip it), look-ahead
