@@ -156,6 +156,10 @@ typedef struct policy_mem memsys;
 
 /* The policy_mem_ops every host hands its policy (view.mem is the memsys). */
 extern const policy_mem_ops memsys_ops;
+/* What a policy sees of m: memsys_ops, and the parts' residency to read without a call. */
+static inline policy_mem_view memsys_view(memsys *m) {
+    return (policy_mem_view){.ops = &memsys_ops, .mem = m, .residency = m->state};
+}
 
 /* Sets up an empty memory system (caller-allocated; memsys_free). Borrows nothing from cfg. */
 void memsys_init(memsys *m, const memsys_config *cfg, const memsys_host *host);

@@ -217,8 +217,7 @@ static inline void run_loop_expert_start(const run_loop *rl, uint32_t layer, uin
                                          moesim_precision p, uint32_t mask, uint64_t now_ns) {
     const sim_hooks *h = rl->c.hooks;
     if (h && h->on_expert_start)
-        h->on_expert_start(h->ctx, (policy_mem_view){&memsys_ops, rl->c.ms}, layer, expert, p, mask,
-                           now_ns);
+        h->on_expert_start(h->ctx, memsys_view(rl->c.ms), layer, expert, p, mask, now_ns);
 }
 
 /* The predictor accuracy a result reports: the emulated one, or the recorded look-ahead's

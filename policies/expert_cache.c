@@ -544,12 +544,23 @@ static bool evict(expert_cache *c, uint32_t layer, uint32_t expert) {
     return true;
 }
 
+/* Whether (layer, expert) is resident at the cache's precision, as far as the view shows it
+ * without a call (false: ask the memory system). */
+static inline bool resident(const expert_cache *c, uint32_t layer, uint32_t expert) {
+    if (!c->mem.residency) return false;
+    const uint8_t *st =
+        c->mem.residency +
+        (((size_t)c->precision * c->n_layers + layer) * c->n_experts + expert) * PART_COUNT;
+    return (st[0] == POLICY_RESIDENT) & (st[1] == POLICY_RESIDENT) & (st[2] == POLICY_RESIDENT);
+}
+
 /* try_load of an expert the cache holds: POLICY_ALREADY. */
 static inline policy_mem_result load_held(expert_cache *c, uint32_t layer, uint32_t expert,
                                           policy_class cls) {
     /* a prefetch promotes nothing the cache holds: it is resident, or loading at a class no
      * lower (the cache loads at demand or prefetch class only) */
     if (cls == POLICY_PREFETCH) return POLICY_ALREADY;
+    if (resident(c, layer, expert)) return POLICY_ALREADY; /* nothing to promote: not asked */
     policy_mem_result r =
         c->mem.ops->load(c->mem.mem, layer, expert, c->precision, POLICY_PARTS_ALL, cls);
     /* the policy's view and the memory system agree: what it holds is loading or resident

@@ -181,6 +181,11 @@ typedef struct policy_mem_ops {
 typedef struct policy_mem_view {
     const policy_mem_ops *ops;
     policy_mem *mem;
+    /* What ops->state answers, to read without a call (a check per access): the residency of
+     * part `part` of (layer, expert) at precision p is residency[((p * n_layers + layer) *
+     * n_experts + expert) * PART_COUNT + part], a policy_residency; read-only, current whenever
+     * the policy is called. NULL when the host has none to show: then ask ops->state. */
+    const uint8_t *residency;
 } policy_mem_view;
 
 /* ---- the table a policy provides ---- */

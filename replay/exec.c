@@ -362,8 +362,7 @@ static moesim_status make_policy(replay_exec *x, moesim_error *err) {
     };
     memcpy(params.part_bytes, x->part_bytes, sizeof params.part_bytes);
     x->params = params;
-    moesim_status st =
-        x->pm->create(&x->params, x->knobs, (policy_mem_view){&memsys_ops, &x->ms}, &x->pol, err);
+    moesim_status st = x->pm->create(&x->params, x->knobs, memsys_view(&x->ms), &x->pol, err);
     if (st) {
         moesim_error_prefix(err, "policy '%s'", x->pm->name);
         return st;

@@ -508,7 +508,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     sim_engines_init(s, in->hw, mc.chunk_bytes);
     sim_event_queue_init(&s->q, 64);
     s->queue_live = true;
-    s->view = (policy_mem_view){.ops = &memsys_ops, .mem = &s->ms};
+    s->view = memsys_view(&s->ms);
 
     policy_params params = {
         .model = in->model,

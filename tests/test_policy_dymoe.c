@@ -163,7 +163,7 @@ static void run_start(run *r, uint32_t n_layers, uint32_t n_experts, uint32_t to
     cr_assert_eq(config_read_fields(c, policy_dymoe.knobs, policy_dymoe.n_knobs, knobs, &err),
                  MOESIM_OK, "%s", err.msg);
     config_destroy(c);
-    policy_mem_view view = {&fake_ops, &r->mem};
+    policy_mem_view view = {.ops = &fake_ops, .mem = &r->mem};
     moesim_status st = policy_dymoe.create(&r->params, knobs, view, &r->pol, &err);
     free(knobs);
     cr_assert_eq(st, MOESIM_OK, "%s", err.msg);
@@ -852,8 +852,8 @@ Test(dymoe_knobs, settings_that_cannot_work_are_refused_naming_the_knob) {
                      MOESIM_OK, "%s", err.msg);
         policy *p = NULL;
         policy_mem mem = {0};
-        moesim_status st =
-            policy_dymoe.create(&params, knobs, (policy_mem_view){&fake_ops, &mem}, &p, &err);
+        policy_mem_view view = {.ops = &fake_ops, .mem = &mem};
+        moesim_status st = policy_dymoe.create(&params, knobs, view, &p, &err);
         cr_expect_eq(st, MOESIM_EINPUT, "case %zu accepted", i);
         cr_expect(strstr(err.msg, cases[i].needle) != NULL, "case %zu: '%s'", i, err.msg);
         cr_expect_null(p);

@@ -475,7 +475,7 @@ static moesim_status rig_create(rig *r, uint64_t budget, const char *const *sets
         config_read_fields(c, policy_dynaexq.knobs, policy_dynaexq.n_knobs, &knobs, err);
     config_destroy(c);
     cr_assert_eq(st, MOESIM_OK, "%s", err->msg);
-    policy_mem_view view = {&fm_ops, &r->mem};
+    policy_mem_view view = {.ops = &fm_ops, .mem = &r->mem};
     st = policy_dynaexq.create(&r->params, &knobs, view, &r->p, err);
     if (st == MOESIM_OK) policy_dynaexq.warmup(r->p, 0);
     return st;
@@ -758,7 +758,7 @@ Test(dynaexq_policy, per_layer_pools_solve_the_capacity_per_layer) {
             config_read_fields(c, policy_dynaexq.knobs, policy_dynaexq.n_knobs, &knobs, &err),
             MOESIM_OK);
         config_destroy(c);
-        policy_mem_view view = {&fm_ops, &r.mem};
+        policy_mem_view view = {.ops = &fm_ops, .mem = &r.mem};
         moesim_status st = policy_dynaexq.create(&r.params, &knobs, view, &r.p, &err);
         if (cases[i].experts_per_layer < FM_EXPERTS) {
             cr_assert_eq(st, MOESIM_EINPUT);
@@ -838,7 +838,7 @@ static drive_result drive(const model_geometry *m, const trace *t, double extra_
     cr_assert_eq(config_read_fields(c, policy_dynaexq.knobs, policy_dynaexq.n_knobs, &knobs, &err),
                  MOESIM_OK, "%s", err.msg);
     config_destroy(c);
-    policy_mem_view view = {&fm_ops, &r.mem};
+    policy_mem_view view = {.ops = &fm_ops, .mem = &r.mem};
     cr_assert_eq(policy_dynaexq.create(&r.params, &knobs, view, &r.p, &err), MOESIM_OK, "%s",
                  err.msg);
     policy_dynaexq.warmup(r.p, 0);
@@ -1305,7 +1305,7 @@ Test(dynaexq_policy, prefetch_without_look_ahead_is_refused_naming_the_knob) {
     r.params.top_k = 2;
     r.params.expert_budget_bytes = 100000;
     moesim_error err = {0};
-    policy_mem_view view = {&fm_ops, &r.mem};
+    policy_mem_view view = {.ops = &fm_ops, .mem = &r.mem};
     cr_assert_eq(policy_dynaexq.create(&r.params, &knobs, view, &r.p, &err), MOESIM_EINPUT);
     cr_assert(strstr(err.msg, "[dynaexq] prefetch") && strstr(err.msg, "predictor.depth >= 1"),
               "%s", err.msg);

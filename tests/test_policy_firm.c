@@ -460,7 +460,7 @@ static void fm_init(fm_run *r, const firm_knobs *k, uint64_t budget_experts) {
 }
 
 static moesim_status fm_create(fm_run *r, moesim_error *err) {
-    policy_mem_view view = {&fm_ops, &r->mem};
+    policy_mem_view view = {.ops = &fm_ops, .mem = &r->mem};
     return policy_firm_moe.create(&r->params, &r->knobs, view, &r->pol, err);
 }
 
