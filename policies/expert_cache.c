@@ -180,10 +180,12 @@ void expert_cache_pin_active(expert_cache *c, const policy_route *r) {
 
 static inline bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb, size_t b);
 
-/* ---- layer scope, LRU key: each layer's held experts in victim order (order_*) ---- */
+/* ---- layer scope, LRU key: each layer's held experts in victim order (order_*) ----
+ * Slot s of layer l is passed with l: the callers know it, and a division per access (s / E)
+ * cost more cycles than the relink. */
 
-static void order_unlink(expert_cache *c, size_t s) {
-    uint32_t l = (uint32_t)(s / c->n_experts), p = c->order_prev[s], n = c->order_next[s];
+static void order_unlink(expert_cache *c, uint32_t l, size_t s) {
+    uint32_t p = c->order_prev[s], n = c->order_next[s];
     if (p != NO_HEAP)
         c->order_next[p] = n;
     else
@@ -214,8 +216,7 @@ static void order_link(expert_cache *c, uint32_t l, size_t s, uint32_t prev, uin
  * from both ends at once: a refreshed LRU key, the newest, stops at the head; a copy held again
  * carries the key of its last use until the access that loaded it refreshes it, and stops near
  * the tail. */
-static void order_insert(expert_cache *c, size_t s) {
-    uint32_t l = (uint32_t)(s / c->n_experts);
+static void order_insert(expert_cache *c, uint32_t l, size_t s) {
     const expert_cache_key *k = c->stored_key;
     for (uint32_t h = c->order_head[l], t = c->order_tail[l];;
          h = c->order_next[h], t = c->order_prev[t]) {
@@ -235,11 +236,10 @@ static void order_insert(expert_cache *c, size_t s) {
  * its place is at or headward of the old one.
  * Searched from the old place headward and from the head at once: an LRU key, the newest,
  * stops at the head; an LFU key, one use more, passes the few entries of its old and new counts. */
-static void order_move_headward(expert_cache *c, size_t s) {
-    uint32_t l = (uint32_t)(s / c->n_experts);
+static void order_move_headward(expert_cache *c, uint32_t l, size_t s) {
     const expert_cache_key *k = c->stored_key;
     uint32_t p = c->order_prev[s];
-    order_unlink(c, s);
+    order_unlink(c, l, s);
     for (uint32_t h = c->order_head[l];; p = c->order_prev[p], h = c->order_next[h]) {
         if (h == NO_HEAP || !key_before(k[s], s, k[h], h)) { /* s goes headward of h */
             order_link(c, l, s, h == NO_HEAP ? c->order_tail[l] : c->order_prev[h], h);
@@ -280,14 +280,15 @@ static inline expert_cache_key key_of(const expert_cache *c, size_t s, uint32_t 
     return c->key(c, c->key_ctx, layer, expert);
 }
 
-/* Stores the current key of held expert slot s. */
-static void store_key(expert_cache *c, size_t s) {
-    c->stored_key[s] = key_of(c, s, (uint32_t)(s / c->n_experts), (uint32_t)(s % c->n_experts));
+/* Stores the current key of held (layer, expert). */
+static void store_key(expert_cache *c, uint32_t layer, uint32_t expert) {
+    size_t s = expert_cache_slot(c, layer, expert);
+    c->stored_key[s] = key_of(c, s, layer, expert);
     if (!c->order_linked) return;
     if (c->order_linked[s])
-        order_move_headward(c, s);
+        order_move_headward(c, layer, s);
     else
-        order_insert(c, s);
+        order_insert(c, layer, s);
 }
 
 void expert_cache_halve(expert_cache *c) {
@@ -301,7 +302,7 @@ void expert_cache_halve(expert_cache *c) {
                 c->order_linked[row + c->held_ids[row + i]] = 0;
             c->order_head[l] = c->order_tail[l] = NO_HEAP;
         }
-        for (uint32_t i = 0; i < c->n_held[l]; i++) store_key(c, row + c->held_ids[row + i]);
+        for (uint32_t i = 0; i < c->n_held[l]; i++) store_key(c, l, c->held_ids[row + i]);
     }
     if (c->heap_pos) heap_rebuild(c);
 }
@@ -394,12 +395,12 @@ static void refresh(expert_cache *c, size_t le, uint32_t layer, uint32_t expert)
             c->last_use[le] == c->tick) { /* an access: its key the newest, its place the head */
             c->stored_key[le] = lru_key_at(c, le);
             if (c->order_head[layer] != le) {
-                order_unlink(c, le);
+                order_unlink(c, layer, le);
                 order_link(c, layer, le, NO_HEAP, c->order_head[layer]);
             }
             return;
         }
-        store_key(c, le);
+        store_key(c, layer, expert);
         return;
     }
     /* global scope keeps no victim-order list: the key goes to the heap alone */
@@ -428,7 +429,7 @@ static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
     c->held_pos[s] = (uint16_t)i;
     c->total_held++;
     if (c->count_per_copy) c->uses[s] = 0; /* a new copy: its count starts over */
-    store_key(c, s);
+    store_key(c, layer, expert);
     if (c->heap_pos) heap_push(c, (uint32_t)s);
 }
 
@@ -442,7 +443,7 @@ static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
     c->held_pos[(size_t)layer * c->n_experts + ids[i]] = i;
     c->held_pos[s] = NOT_HELD;
     c->total_held--;
-    if (c->order_linked) order_unlink(c, s);
+    if (c->order_linked) order_unlink(c, layer, s);
     if (c->heap_pos) heap_remove_at(c, c->heap_pos[s]);
 }
 
@@ -458,13 +459,12 @@ static bool find_victim_in(const expert_cache *c, uint32_t l0, uint32_t l1, uint
             uint32_t vl, ve;
             if (!order_find_victim(c, l, &vl, &ve)) continue;
             size_t s = (size_t)l * c->n_experts + ve;
-            if (best == SIZE_MAX || key_before(c->stored_key[s], s, c->stored_key[best], best))
+            if (best == SIZE_MAX || key_before(c->stored_key[s], s, c->stored_key[best], best)) {
                 best = s;
+                *victim_layer = vl, *victim_expert = ve;
+            }
         }
-        if (best == SIZE_MAX) return false;
-        *victim_layer = (uint32_t)(best / c->n_experts);
-        *victim_expert = (uint32_t)(best % c->n_experts);
-        return true;
+        return best != SIZE_MAX;
     }
     /* the sentinel (key 0, slot SIZE_MAX) comes after every candidate; a pinned one is skipped by
      * selection rather than by a jump, for the reason key_before gives */
@@ -503,7 +503,7 @@ static bool heap_find_victim(expert_cache *c, uint32_t *victim_layer, uint32_t *
         heap_remove_at(c, 0);
     }
     for (uint32_t i = 0; i < n_aside; i++) {
-        store_key(c, c->scratch[i]);
+        store_key(c, c->scratch[i] / c->n_experts, c->scratch[i] % c->n_experts);
         heap_push(c, c->scratch[i]);
     }
     return found;
@@ -515,7 +515,7 @@ static bool order_find_victim(const expert_cache *c, uint32_t layer, uint32_t *v
     for (uint32_t s = c->order_tail[layer]; s != NO_HEAP; s = c->order_prev[s])
         if (c->pin[s] != c->pin_epoch) {
             *victim_layer = layer;
-            *victim_expert = s % c->n_experts;
+            *victim_expert = (uint32_t)(s - (size_t)layer * c->n_experts);
             return true;
         }
     return false;

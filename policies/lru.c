@@ -152,11 +152,12 @@ static uint32_t global_victim(const policy *p) {
     return best;
 }
 
-static void drop(policy *p, uint32_t x) {
+/* Evicts node x of `layer` (passed: a division x / E per eviction cost more than the unlink). */
+static void drop(policy *p, uint32_t layer, uint32_t x) {
     policy_mem_result res =
-        p->mem.ops->evict(p->mem.mem, x / p->E, x % p->E, p->prec, POLICY_PARTS_ALL);
+        p->mem.ops->evict(p->mem.mem, layer, x - layer * p->E, p->prec, POLICY_PARTS_ALL);
     MOESIM_ASSERT(res != POLICY_REFUSED); /* not in use: the route's compute has not started */
-    list_unlink(&p->layer[x / p->E], p->lprev, p->lnext, x);
+    list_unlink(&p->layer[layer], p->lprev, p->lnext, x);
     if (p->scope == LRU_SCOPE_GLOBAL) list_unlink(&p->global, p->gprev, p->gnext, x);
     p->cached[x] = 0;
 }
@@ -172,17 +173,20 @@ static void touch(policy *p, uint32_t layer, lru_list *ll, uint32_t x, uint16_t 
             while (ll->n >= p->layer_cap) {
                 uint32_t v = victim_of(p, ll, p->lprev);
                 if (v == LRU_NIL) break; /* the route needs more than the share: overflow */
-                drop(p, v);
+                drop(p, layer, v);
             }
         for (;;) {
             policy_mem_result res =
                 p->mem.ops->load(p->mem.mem, layer, e, p->prec, POLICY_PARTS_ALL, POLICY_DEMAND);
             if (res != POLICY_REFUSED) break;
-            uint32_t v = LRU_NIL;
+            uint32_t v = LRU_NIL, v_layer = layer;
             if (p->pool_per_layer || p->scope == LRU_SCOPE_LAYER) v = victim_of(p, ll, p->lprev);
-            if (v == LRU_NIL) v = global_victim(p);
-            MOESIM_ASSERT(v != LRU_NIL); /* the host splits routes so that they fit a pool */
-            drop(p, v);
+            if (v == LRU_NIL) {
+                v = global_victim(p);
+                MOESIM_ASSERT(v != LRU_NIL); /* the host splits routes so that they fit a pool */
+                v_layer = v / p->E;
+            }
+            drop(p, v_layer, v);
         }
         p->cached[x] = 1;
     }
