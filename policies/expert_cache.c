@@ -5,7 +5,7 @@
  * so a layer-scope victim search scans only what is held (at most the pool), never all E. Every
  * held expert's key is stored (stored_key) when it is held and whenever it may change
  * (expert_cache_refresh_layer), so a search compares stored keys instead of calling the key function
- * per candidate. Global scope adds an indexed 4-ary max-heap over every held expert (heap_le,
+ * per candidate. Global scope adds an indexed binary max-heap over every held expert (heap_le,
  * heap_pos as its inverse, heap_key the stored keys in heap order so a compare reads no slot)
  * whose root is the next victim; pinned roots are popped aside during a search and pushed back
  * with fresh keys. Recency ticks and use counts are per (layer, expert) and
@@ -307,11 +307,7 @@ void expert_cache_halve(expert_cache *c) {
     if (c->heap_pos) heap_rebuild(c);
 }
 
-/* ---- the global-scope heap: entry i's parent is (i - 1) / HEAP_ARITY; the root is the
- * victim. Four children a node: most changes are keys that grow as their expert is used again
- * (a later next use, a newer tick) and sift up, one compare a level, over half a binary heap's
- * levels; a sift down compares up to four children a level instead of two. ---- */
-#define HEAP_ARITY 4u
+/* ---- the global-scope heap: entry i's parent is (i - 1) / 2; the root is the victim ---- */
 
 /* True when slot a (= layer * E + expert) with key ka is evicted before slot b with key kb: by
  * key, then lower layer, then lower expert, which is slot order. Primaries mostly differ (a
@@ -339,27 +335,18 @@ static void heap_up(expert_cache *c, uint32_t i) {
     uint32_t le = c->heap_le[i];
     expert_cache_key k = c->heap_key[i];
     for (uint32_t up; i > 0; i = up) {
-        up = (i - 1) / HEAP_ARITY;
+        up = (i - 1) / 2;
         if (!key_before(k, le, c->heap_key[up], c->heap_le[up])) break;
         heap_place(c, i, c->heap_le[up], c->heap_key[up]);
     }
     heap_place(c, i, le, k);
 }
 
-/* The child of entry i evicted first, of those below index n (i has one: HEAP_ARITY * i + 1 < n). */
-static inline uint32_t heap_first_child(const expert_cache *c, uint32_t i, uint32_t n) {
-    uint32_t first = HEAP_ARITY * i + 1, end = first + HEAP_ARITY < n ? first + HEAP_ARITY : n;
-    uint32_t best = first;
-    for (uint32_t j = first + 1; j < end; j++)
-        if (heap_before(c, j, best)) best = j;
-    return best;
-}
-
 static void heap_down(expert_cache *c, uint32_t i) {
     uint32_t le = c->heap_le[i];
     expert_cache_key k = c->heap_key[i];
-    for (uint32_t child; HEAP_ARITY * i + 1 < c->n_heap; i = child) {
-        child = heap_first_child(c, i, c->n_heap);
+    for (uint32_t child; (child = 2 * i + 1) < c->n_heap; i = child) {
+        if (child + 1 < c->n_heap && heap_before(c, child + 1, child)) child++;
         if (!key_before(c->heap_key[child], c->heap_le[child], k, le)) break;
         heap_place(c, i, c->heap_le[child], c->heap_key[child]);
     }
@@ -372,15 +359,15 @@ static void heap_push(expert_cache *c, uint32_t le) {
     heap_up(c, i);
 }
 
-/* Removes entry i bottom-up: the hole left at i sinks to a leaf by the child evicted first (no
- * compare with the entry that fills it), then the last entry fills it and rises; it came from
- * the bottom and seldom rises far. */
+/* Removes entry i bottom-up: the hole left at i sinks to a leaf by the earlier child (one compare
+ * a level, not two), then the last entry fills it and rises; it came from the bottom and seldom
+ * rises far. */
 static void heap_remove_at(expert_cache *c, uint32_t i) {
     uint32_t last = --c->n_heap;
     c->heap_pos[c->heap_le[i]] = NO_HEAP;
     if (i == last) return;
-    for (uint32_t child; HEAP_ARITY * i + 1 < last; i = child) {
-        child = heap_first_child(c, i, last);
+    for (uint32_t child; (child = 2 * i + 1) < last; i = child) {
+        if (child + 1 < last && heap_before(c, child + 1, child)) child++;
         heap_place(c, i, c->heap_le[child], c->heap_key[child]);
     }
     heap_place(c, i, c->heap_le[last], c->heap_key[last]);
@@ -418,7 +405,7 @@ static void refresh(expert_cache *c, size_t le, uint32_t layer, uint32_t expert)
 /* Restores the heap order after every stored key changed. */
 static void heap_rebuild(expert_cache *c) {
     for (uint32_t i = 0; i < c->n_heap; i++) c->heap_key[i] = c->stored_key[c->heap_le[i]];
-    for (uint32_t i = c->n_heap / HEAP_ARITY + 1; i-- > 0;) heap_down(c, i);
+    for (uint32_t i = c->n_heap / 2; i-- > 0;) heap_down(c, i);
 }
 
 static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
