@@ -53,21 +53,42 @@
 
 /* ---- pure pieces ---------------------------------------------------------------------------- */
 
-uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_prime, uint32_t K,
-                          uint32_t n_experts, uint16_t *out) {
-    /* A stable insertion of the valid, first-occurring candidates by descending score into the
-     * best K so far (equal scores keep their recorded order; k_prime is small: the trace's K').
-     * A candidate that does not enter the best K changes nothing, a repeat or not, so only an
-     * entrant is checked against the earlier ids: with ids in score order (most rows), the
-     * first K. */
+/* Whether scores[0..n) never increase: then the descending stable order is the recorded one.
+ * Written so that a NaN counts as out of order. */
+static bool scores_never_increase(const float *scores, uint32_t n) {
+    uint32_t rises = 0; /* no early exit and no bool: so the loop vectorizes */
+    for (uint32_t i = 1; i < n; i++) rises |= !(scores[i] <= scores[i - 1]);
+    return rises == 0;
+}
+
+/* The first K distinct valid ids in recorded order. */
+static uint32_t topk_in_recorded_order(const uint16_t *ids, uint32_t k_prime, uint32_t K,
+                                       uint32_t n_experts, uint16_t *out) {
+    uint64_t taken[MODEL_MAX_EXPERTS / 64] = {0}; /* one bit per expert id */
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < k_prime && n < K; i++) {
+        uint16_t e = ids[i];
+        if (e >= n_experts) continue;
+        uint64_t bit = 1ull << (e & 63);
+        if (taken[e >> 6] & bit) continue;
+        taken[e >> 6] |= bit;
+        out[n++] = e;
+    }
+    return n;
+}
+
+/* A stable insertion of the valid, first-occurring candidates by descending score into the best
+ * K so far (equal scores keep their recorded order; k_prime is small: the trace's K'). A
+ * candidate that does not enter the best K changes nothing, a repeat or not, so only an entrant
+ * is checked against the earlier ids. */
+static uint32_t topk_by_score(const uint16_t *ids, const float *scores, uint32_t k_prime,
+                              uint32_t K, uint32_t n_experts, uint16_t *out) {
     uint16_t best[MODEL_MAX_EXPERTS]; /* [n] indices into ids, best first */
-    MOESIM_ASSERT(k_prime <= MODEL_MAX_EXPERTS);
-    if (K > k_prime) K = k_prime;
     uint32_t n = 0;
     for (uint32_t i = 0; i < k_prime; i++) {
         if (ids[i] >= n_experts) continue;
         uint32_t at = n;
-        while (at > 0 && scores && scores[i] > scores[best[at - 1]]) at--;
+        while (at > 0 && scores[i] > scores[best[at - 1]]) at--;
         if (at >= K) continue;
         bool repeat = false;
         for (uint32_t j = 0; j < i && !repeat; j++) repeat = ids[j] == ids[i];
@@ -80,21 +101,14 @@ uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_p
     return n;
 }
 
-uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, uint32_t n_sets,
-                            uint16_t *out) {
-    if (n_sets == 0) return 0;
-    uint32_t n_out = 0;
-    for (uint32_t i = 0; i < sizes[0]; i++) {
-        uint16_t e = sets[0][i];
-        bool everywhere = true;
-        for (uint32_t s = 1; s < n_sets && everywhere; s++) {
-            bool found = false;
-            for (uint32_t j = 0; j < sizes[s] && !found; j++) found = sets[s][j] == e;
-            everywhere = found;
-        }
-        if (everywhere) out[n_out++] = e;
-    }
-    return n_out;
+uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_prime, uint32_t K,
+                          uint32_t n_experts, uint16_t *out) {
+    /* recorded rows mostly list their candidates best first: those need no sorting */
+    MOESIM_ASSERT(k_prime <= MODEL_MAX_EXPERTS);
+    if (K > k_prime) K = k_prime;
+    if (!scores || scores_never_increase(scores, k_prime))
+        return topk_in_recorded_order(ids, k_prime, K, n_experts, out);
+    return topk_by_score(ids, scores, k_prime, K, n_experts, out);
 }
 
 /* Sets the bit of every valid id of ids[n] in set (MODEL_MAX_EXPERTS bits, cleared before). */
@@ -105,6 +119,24 @@ static void id_set_fill(uint64_t *set, const uint16_t *ids, uint32_t n) {
 
 static bool id_set_has(const uint64_t *set, uint16_t e) {
     return e < MODEL_MAX_EXPERTS && (set[e >> 6] >> (e & 63) & 1);
+}
+
+uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, uint32_t n_sets,
+                            uint16_t *out) {
+    /* sets[0] filtered by each further set in turn, that set's members as a bit set: a look-up
+     * per id instead of a scan of the set (K up to K', several layers per token) */
+    if (n_sets == 0) return 0;
+    uint32_t n_out = sizes[0];
+    memcpy(out, sets[0], n_out * sizeof *out);
+    for (uint32_t s = 1; s < n_sets && n_out > 0; s++) {
+        uint64_t member[MODEL_MAX_EXPERTS / 64] = {0};
+        id_set_fill(member, sets[s], sizes[s]);
+        uint32_t kept = 0;
+        for (uint32_t i = 0; i < n_out; i++)
+            if (id_set_has(member, out[i])) out[kept++] = out[i];
+        n_out = kept;
+    }
+    return n_out;
 }
 
 void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *active,
@@ -289,8 +321,9 @@ typedef struct lookahead_slot {
     uint64_t step;
     uint32_t n_tokens;
     uint16_t *ids; /* [n_tokens][D][K'] */
-    float *scores; /* [n_tokens][D][K'] */
-    size_t cap;    /* entries allocated in ids and scores */
+    float *scores; /* [n_tokens][D][K'] when has_scores, else the ids are best first */
+    bool has_scores;
+    size_t cap; /* entries allocated in ids and scores */
 } lookahead_slot;
 
 struct policy {
@@ -519,10 +552,8 @@ static void remember_lookahead(policy *p, const policy_route *route) {
         s->cap = n;
     }
     memcpy(s->ids, route->lookahead_ids, n * sizeof *s->ids);
-    if (route->lookahead_scores)
-        memcpy(s->scores, route->lookahead_scores, n * sizeof *s->scores);
-    else /* ids in descending score order: scores that keep that order */
-        for (size_t i = 0; i < n; i++) s->scores[i] = -(float)(i % p->Kp);
+    s->has_scores = route->lookahead_scores != NULL;
+    if (s->has_scores) memcpy(s->scores, route->lookahead_scores, n * sizeof *s->scores);
     s->valid = true;
     s->layer = route->layer;
     s->step = p->step_index;
@@ -554,8 +585,9 @@ static void mol_predict(policy *p, uint32_t t, uint32_t n_tokens) {
     for (uint32_t tok = 0; tok < n_tokens && n_part > 0; tok++) {
         for (uint32_t j = 0; j < n_part; j++) {
             size_t row = ((size_t)tok * D + j) * Kp; /* distance d = j + 1 */
-            sizes[j] = firm_topk_select(part[j]->ids + row, part[j]->scores + row, Kp, K, E,
-                                        cand + (size_t)j * K_max);
+            const float *scores = part[j]->has_scores ? part[j]->scores + row : NULL;
+            sizes[j] =
+                firm_topk_select(part[j]->ids + row, scores, Kp, K, E, cand + (size_t)j * K_max);
         }
         uint32_t n = firm_mol_intersect(sets, sizes, n_part, tok_set);
         for (uint32_t i = 0; i < n; i++) {
