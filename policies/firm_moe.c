@@ -335,7 +335,7 @@ struct policy {
     uint32_t K_max, P_max;
     uint32_t n;           /* prefetch granularity in force (the knob, or by model size) */
     uint32_t prefix_mask; /* the first n parts: gate, gate|up or gate|up|down */
-    uint64_t part_bytes[PART_COUNT];
+    uint64_t mask_bytes[1u << PART_COUNT]; /* [parts mask] bytes of those parts */
 
     /* LRU of sub-expert parts: item = (layer * E + expert) * FIRM_SLOTS + part */
     uint32_t n_pools;  /* 1 (shared budget) or L (cache.experts_per_layer) */
@@ -454,20 +454,26 @@ static void lru_touch_expert(lru_node *node, uint32_t le, lru_pool *pool, uint64
     node[gate].stamp = node[up].stamp = node[down].stamp = serial;
 }
 
-/* Touches the parts of expert `le` that are in the cache (resident or loading). Parts last
- * touched together lie together, down headmost: those move to the head in one splice, as
- * touching them one by one in part order would move them. */
-static void touch_present(policy *p, uint32_t le, lru_pool *pool) {
+/* Touches the parts of each expert of experts[n] (of `layer`) that are in the cache (resident or
+ * loading), in that order. Parts last touched together lie together, down headmost: those move
+ * to the head in one splice, as touching them one by one in part order would move them. */
+static void touch_present(policy *p, uint32_t layer, const uint16_t *experts, uint32_t n) {
     lru_node *node = p->node;
+    lru_pool *pool = pool_of(p, layer);
     uint64_t serial = p->serial;
-    uint32_t in = p->listed[le];
-    int32_t gate = item_of(le, PART_GATE), up = gate + 1, down = gate + 2;
-    if (in == POLICY_PARTS_ALL && node[down].next == up && node[up].next == gate) {
-        lru_touch_expert(node, le, pool, serial);
-        return;
+    uint32_t first = expert_index(p, layer, 0); /* in locals: the stores to node could reach */
+    const uint8_t *listed = p->listed;          /* p's fields, for all the compiler knows */
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t le = first + experts[i];
+        uint32_t in = listed[le];
+        int32_t gate = item_of(le, PART_GATE), up = gate + 1, down = gate + 2;
+        if (in == POLICY_PARTS_ALL && node[down].next == up && node[up].next == gate) {
+            lru_touch_expert(node, le, pool, serial);
+            continue;
+        }
+        for (; in; in &= in - 1)
+            lru_touch(node, item_of(le, (uint32_t)__builtin_ctz(in)), pool, serial);
     }
-    for (; in; in &= in - 1)
-        lru_touch(node, item_of(le, (uint32_t)__builtin_ctz(in)), pool, serial);
 }
 
 /* Parts of `mask` that the memory system holds neither resident nor loading. Read from the LRU
@@ -495,13 +501,6 @@ static bool prefix_resident(policy *p, uint32_t layer, uint32_t expert) {
     return true;
 }
 
-static uint64_t mask_bytes(const policy *p, uint32_t mask) {
-    uint64_t bytes = 0;
-    for (uint32_t part = 0; part < PART_COUNT; part++)
-        if (mask & (1u << part)) bytes += p->part_bytes[part];
-    return bytes;
-}
-
 /* Evicts least recently used parts of `layer`'s pool until `need_bytes` are free. Parts touched
  * in this on_route are never victims; parts the memory system refuses (copy running, compute
  * using them) are skipped. Returns whether the bytes are free. */
@@ -525,7 +524,7 @@ static bool make_room(policy *p, uint32_t layer, uint64_t need_bytes) {
  * fit). */
 static uint32_t load_parts(policy *p, uint32_t layer, uint32_t expert, uint32_t mask,
                            policy_class cls) {
-    if (!mask || !make_room(p, layer, mask_bytes(p, mask))) return 0;
+    if (!mask || !make_room(p, layer, p->mask_bytes[mask])) return 0;
     policy_mem_result r = p->mem.ops->load(p->mem.mem, layer, expert, p->prec, mask, cls);
     if (r != POLICY_ISSUED) return 0;
     uint32_t le = expert_index(p, layer, expert);
@@ -639,8 +638,7 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     }
 
     /* 3. demand loads of the absent parts; the activated experts are protected first */
-    lru_pool *pool = pool_of(p, l);
-    for (uint32_t i = 0; i < n_active; i++) touch_present(p, expert_index(p, l, active[i]), pool);
+    touch_present(p, l, active, n_active);
     for (uint32_t i = 0; i < n_active; i++) {
         uint16_t e = active[i];
         uint32_t mask = absent_parts(p, expert_index(p, l, e), POLICY_PARTS_ALL);
@@ -663,9 +661,7 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     p->n_empty += p->n_pred == 0;
 
     /* 5. fine-grained prefetch of the first n parts (POLICY_PREFETCH), most confident first */
-    lru_pool *next_pool = pool_of(p, l + 1);
-    for (uint32_t i = 0; i < p->n_pred; i++)
-        touch_present(p, expert_index(p, l + 1, p->pred[i]), next_pool);
+    touch_present(p, l + 1, p->pred, p->n_pred);
     for (uint32_t i = 0; i < p->n_pred; i++) {
         uint32_t mask = absent_parts(p, expert_index(p, l + 1, p->pred[i]), p->prefix_mask);
         if (!mask) continue;
@@ -878,8 +874,9 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     p->P_max = p->D < FIRM_P_LIMIT ? p->D : FIRM_P_LIMIT;
     p->n = k->n ? k->n : firm_prefetch_parts_for_model(model_total_params(params->model));
     p->prefix_mask = (1u << p->n) - 1u; /* gate, then up, then down: Eq. 3's order */
-    for (uint32_t part = 0; part < PART_COUNT; part++)
-        p->part_bytes[part] = params->part_bytes[prec][part];
+    for (uint32_t mask = 0; mask < 1u << PART_COUNT; mask++)
+        for (uint32_t part = 0; part < PART_COUNT; part++)
+            if (mask & (1u << part)) p->mask_bytes[mask] += params->part_bytes[prec][part];
 
     p->n_pools = params->experts_per_layer > 0 ? L : 1;
     p->node = moesim_xcalloc((size_t)L * E * FIRM_SLOTS, sizeof *p->node);
