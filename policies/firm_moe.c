@@ -126,16 +126,18 @@ uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, 
     /* sets[0] filtered by each further set in turn, that set's members as a bit set: a look-up
      * per id instead of a scan of the set (K up to K', several layers per token) */
     if (n_sets == 0) return 0;
+    const uint16_t *kept_so_far = sets[0]; /* then `out`, filtered in place */
     uint32_t n_out = sizes[0];
-    memcpy(out, sets[0], n_out * sizeof *out);
     for (uint32_t s = 1; s < n_sets && n_out > 0; s++) {
         uint64_t member[MODEL_MAX_EXPERTS / 64] = {0};
         id_set_fill(member, sets[s], sizes[s]);
         uint32_t kept = 0;
         for (uint32_t i = 0; i < n_out; i++)
-            if (id_set_has(member, out[i])) out[kept++] = out[i];
+            if (id_set_has(member, kept_so_far[i])) out[kept++] = kept_so_far[i];
         n_out = kept;
+        kept_so_far = out;
     }
+    if (kept_so_far != out) memcpy(out, kept_so_far, n_out * sizeof *out);
     return n_out;
 }
 
