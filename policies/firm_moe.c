@@ -365,7 +365,7 @@ struct policy {
     bool pred_valid;
     uint32_t pred_layer;
     uint64_t pred_step;
-    bool *cached; /* [E] scratch: activated expert i was cached at router time */
+    bool *cached; /* [E] scratch: activated expert i, not predicted, was cached at router time */
 
     /* HEOP */
     uint32_t G;
@@ -604,6 +604,11 @@ static void mol_predict(policy *p, uint32_t t, uint32_t n_tokens) {
     p->pred_step = p->step_index;
 }
 
+/* Whether `expert` is in the prediction p->pred: mol_predict marked its members. */
+static bool in_prediction(const policy *p, uint16_t expert) {
+    return p->mark[expert] == p->mark_gen;
+}
+
 static void firm_on_route(policy *p, const policy_route *route, policy_plan *plan) {
     uint32_t l = route->layer;
     MOESIM_ASSERT(l < p->L);
@@ -625,7 +630,10 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     bool have_pred = p->pred_valid && p->pred_layer == l && p->pred_step == p->step_index;
     uint32_t n_pred = have_pred ? p->n_pred : 0;
     if (predicting && l >= 1) {
-        for (uint32_t i = 0; i < n_active; i++) p->cached[i] = prefix_resident(p, l, active[i]);
+        /* n_hit counts cached activations that were not predicted: only those ask the cache */
+        for (uint32_t i = 0; i < n_active; i++)
+            p->cached[i] =
+                !(have_pred && in_prediction(p, active[i])) && prefix_resident(p, l, active[i]);
         uint32_t g = p->group_of[l];
         firm_heop_counts c = {0};
         firm_heop_count(p->pred, n_pred, active, n_active, p->cached, &c);
