@@ -53,21 +53,42 @@
 
 /* ---- pure pieces ---------------------------------------------------------------------------- */
 
-uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_prime, uint32_t K,
-                          uint32_t n_experts, uint16_t *out) {
-    /* A stable insertion of the valid, first-occurring candidates by descending score into the
-     * best K so far (equal scores keep their recorded order; k_prime is small: the trace's K').
-     * A candidate that does not enter the best K changes nothing, a repeat or not, so only an
-     * entrant is checked against the earlier ids: with ids in score order (most rows), the
-     * first K. */
+/* Whether scores[0..n) never increase: then the descending stable order is the recorded one.
+ * Written so that a NaN counts as out of order. */
+static bool scores_never_increase(const float *scores, uint32_t n) {
+    uint32_t rises = 0; /* no early exit and no bool: so the loop vectorizes */
+    for (uint32_t i = 1; i < n; i++) rises |= !(scores[i] <= scores[i - 1]);
+    return rises == 0;
+}
+
+/* The first K distinct valid ids in recorded order. */
+static uint32_t topk_in_recorded_order(const uint16_t *ids, uint32_t k_prime, uint32_t K,
+                                       uint32_t n_experts, uint16_t *out) {
+    uint64_t taken[MODEL_MAX_EXPERTS / 64] = {0}; /* one bit per expert id */
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < k_prime && n < K; i++) {
+        uint16_t e = ids[i];
+        if (e >= n_experts) continue;
+        uint64_t bit = 1ull << (e & 63);
+        if (taken[e >> 6] & bit) continue;
+        taken[e >> 6] |= bit;
+        out[n++] = e;
+    }
+    return n;
+}
+
+/* A stable insertion of the valid, first-occurring candidates by descending score into the best
+ * K so far (equal scores keep their recorded order; k_prime is small: the trace's K'). A
+ * candidate that does not enter the best K changes nothing, a repeat or not, so only an entrant
+ * is checked against the earlier ids. */
+static uint32_t topk_by_score(const uint16_t *ids, const float *scores, uint32_t k_prime,
+                              uint32_t K, uint32_t n_experts, uint16_t *out) {
     uint16_t best[MODEL_MAX_EXPERTS]; /* [n] indices into ids, best first */
-    MOESIM_ASSERT(k_prime <= MODEL_MAX_EXPERTS);
-    if (K > k_prime) K = k_prime;
     uint32_t n = 0;
     for (uint32_t i = 0; i < k_prime; i++) {
         if (ids[i] >= n_experts) continue;
         uint32_t at = n;
-        while (at > 0 && scores && scores[i] > scores[best[at - 1]]) at--;
+        while (at > 0 && scores[i] > scores[best[at - 1]]) at--;
         if (at >= K) continue;
         bool repeat = false;
         for (uint32_t j = 0; j < i && !repeat; j++) repeat = ids[j] == ids[i];
@@ -80,21 +101,14 @@ uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_p
     return n;
 }
 
-uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, uint32_t n_sets,
-                            uint16_t *out) {
-    if (n_sets == 0) return 0;
-    uint32_t n_out = 0;
-    for (uint32_t i = 0; i < sizes[0]; i++) {
-        uint16_t e = sets[0][i];
-        bool everywhere = true;
-        for (uint32_t s = 1; s < n_sets && everywhere; s++) {
-            bool found = false;
-            for (uint32_t j = 0; j < sizes[s] && !found; j++) found = sets[s][j] == e;
-            everywhere = found;
-        }
-        if (everywhere) out[n_out++] = e;
-    }
-    return n_out;
+uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_prime, uint32_t K,
+                          uint32_t n_experts, uint16_t *out) {
+    /* recorded rows mostly list their candidates best first: those need no sorting */
+    MOESIM_ASSERT(k_prime <= MODEL_MAX_EXPERTS);
+    if (K > k_prime) K = k_prime;
+    if (!scores || scores_never_increase(scores, k_prime))
+        return topk_in_recorded_order(ids, k_prime, K, n_experts, out);
+    return topk_by_score(ids, scores, k_prime, K, n_experts, out);
 }
 
 /* Sets the bit of every valid id of ids[n] in set (MODEL_MAX_EXPERTS bits, cleared before). */
@@ -105,6 +119,26 @@ static void id_set_fill(uint64_t *set, const uint16_t *ids, uint32_t n) {
 
 static bool id_set_has(const uint64_t *set, uint16_t e) {
     return e < MODEL_MAX_EXPERTS && (set[e >> 6] >> (e & 63) & 1);
+}
+
+uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, uint32_t n_sets,
+                            uint16_t *out) {
+    /* sets[0] filtered by each further set in turn, that set's members as a bit set: a look-up
+     * per id instead of a scan of the set (K up to K', several layers per token) */
+    if (n_sets == 0) return 0;
+    const uint16_t *kept_so_far = sets[0]; /* then `out`, filtered in place */
+    uint32_t n_out = sizes[0];
+    for (uint32_t s = 1; s < n_sets && n_out > 0; s++) {
+        uint64_t member[MODEL_MAX_EXPERTS / 64] = {0};
+        id_set_fill(member, sets[s], sizes[s]);
+        uint32_t kept = 0;
+        for (uint32_t i = 0; i < n_out; i++)
+            if (id_set_has(member, kept_so_far[i])) out[kept++] = kept_so_far[i];
+        n_out = kept;
+        kept_so_far = out;
+    }
+    if (kept_so_far != out) memcpy(out, kept_so_far, n_out * sizeof *out);
+    return n_out;
 }
 
 void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *active,
@@ -289,8 +323,9 @@ typedef struct lookahead_slot {
     uint64_t step;
     uint32_t n_tokens;
     uint16_t *ids; /* [n_tokens][D][K'] */
-    float *scores; /* [n_tokens][D][K'] */
-    size_t cap;    /* entries allocated in ids and scores */
+    float *scores; /* [n_tokens][D][K'] when has_scores, else the ids are best first */
+    bool has_scores;
+    size_t cap; /* entries allocated in ids and scores */
 } lookahead_slot;
 
 struct policy {
@@ -302,7 +337,7 @@ struct policy {
     uint32_t K_max, P_max;
     uint32_t n;           /* prefetch granularity in force (the knob, or by model size) */
     uint32_t prefix_mask; /* the first n parts: gate, gate|up or gate|up|down */
-    uint64_t part_bytes[PART_COUNT];
+    uint64_t mask_bytes[1u << PART_COUNT]; /* [parts mask] bytes of those parts */
 
     /* LRU of sub-expert parts: item = (layer * E + expert) * FIRM_SLOTS + part */
     uint32_t n_pools;  /* 1 (shared budget) or L (cache.experts_per_layer) */
@@ -330,7 +365,7 @@ struct policy {
     bool pred_valid;
     uint32_t pred_layer;
     uint64_t pred_step;
-    bool *cached; /* [E] scratch: activated expert i was cached at router time */
+    bool *cached; /* [E] scratch: activated expert i, not predicted, was cached at router time */
 
     /* HEOP */
     uint32_t G;
@@ -421,20 +456,26 @@ static void lru_touch_expert(lru_node *node, uint32_t le, lru_pool *pool, uint64
     node[gate].stamp = node[up].stamp = node[down].stamp = serial;
 }
 
-/* Touches the parts of expert `le` that are in the cache (resident or loading). Parts last
- * touched together lie together, down headmost: those move to the head in one splice, as
- * touching them one by one in part order would move them. */
-static void touch_present(policy *p, uint32_t le, lru_pool *pool) {
+/* Touches the parts of each expert of experts[n] (of `layer`) that are in the cache (resident or
+ * loading), in that order. Parts last touched together lie together, down headmost: those move
+ * to the head in one splice, as touching them one by one in part order would move them. */
+static void touch_present(policy *p, uint32_t layer, const uint16_t *experts, uint32_t n) {
     lru_node *node = p->node;
+    lru_pool *pool = pool_of(p, layer);
     uint64_t serial = p->serial;
-    uint32_t in = p->listed[le];
-    int32_t gate = item_of(le, PART_GATE), up = gate + 1, down = gate + 2;
-    if (in == POLICY_PARTS_ALL && node[down].next == up && node[up].next == gate) {
-        lru_touch_expert(node, le, pool, serial);
-        return;
+    uint32_t first = expert_index(p, layer, 0); /* in locals: the stores to node could reach */
+    const uint8_t *listed = p->listed;          /* p's fields, for all the compiler knows */
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t le = first + experts[i];
+        uint32_t in = listed[le];
+        int32_t gate = item_of(le, PART_GATE), up = gate + 1, down = gate + 2;
+        if (in == POLICY_PARTS_ALL && node[down].next == up && node[up].next == gate) {
+            lru_touch_expert(node, le, pool, serial);
+            continue;
+        }
+        for (; in; in &= in - 1)
+            lru_touch(node, item_of(le, (uint32_t)__builtin_ctz(in)), pool, serial);
     }
-    for (; in; in &= in - 1)
-        lru_touch(node, item_of(le, (uint32_t)__builtin_ctz(in)), pool, serial);
 }
 
 /* Parts of `mask` that the memory system holds neither resident nor loading. Read from the LRU
@@ -462,13 +503,6 @@ static bool prefix_resident(policy *p, uint32_t layer, uint32_t expert) {
     return true;
 }
 
-static uint64_t mask_bytes(const policy *p, uint32_t mask) {
-    uint64_t bytes = 0;
-    for (uint32_t part = 0; part < PART_COUNT; part++)
-        if (mask & (1u << part)) bytes += p->part_bytes[part];
-    return bytes;
-}
-
 /* Evicts least recently used parts of `layer`'s pool until `need_bytes` are free. Parts touched
  * in this on_route are never victims; parts the memory system refuses (copy running, compute
  * using them) are skipped. Returns whether the bytes are free. */
@@ -492,7 +526,7 @@ static bool make_room(policy *p, uint32_t layer, uint64_t need_bytes) {
  * fit). */
 static uint32_t load_parts(policy *p, uint32_t layer, uint32_t expert, uint32_t mask,
                            policy_class cls) {
-    if (!mask || !make_room(p, layer, mask_bytes(p, mask))) return 0;
+    if (!mask || !make_room(p, layer, p->mask_bytes[mask])) return 0;
     policy_mem_result r = p->mem.ops->load(p->mem.mem, layer, expert, p->prec, mask, cls);
     if (r != POLICY_ISSUED) return 0;
     uint32_t le = expert_index(p, layer, expert);
@@ -519,10 +553,8 @@ static void remember_lookahead(policy *p, const policy_route *route) {
         s->cap = n;
     }
     memcpy(s->ids, route->lookahead_ids, n * sizeof *s->ids);
-    if (route->lookahead_scores)
-        memcpy(s->scores, route->lookahead_scores, n * sizeof *s->scores);
-    else /* ids in descending score order: scores that keep that order */
-        for (size_t i = 0; i < n; i++) s->scores[i] = -(float)(i % p->Kp);
+    s->has_scores = route->lookahead_scores != NULL;
+    if (s->has_scores) memcpy(s->scores, route->lookahead_scores, n * sizeof *s->scores);
     s->valid = true;
     s->layer = route->layer;
     s->step = p->step_index;
@@ -554,8 +586,9 @@ static void mol_predict(policy *p, uint32_t t, uint32_t n_tokens) {
     for (uint32_t tok = 0; tok < n_tokens && n_part > 0; tok++) {
         for (uint32_t j = 0; j < n_part; j++) {
             size_t row = ((size_t)tok * D + j) * Kp; /* distance d = j + 1 */
-            sizes[j] = firm_topk_select(part[j]->ids + row, part[j]->scores + row, Kp, K, E,
-                                        cand + (size_t)j * K_max);
+            const float *scores = part[j]->has_scores ? part[j]->scores + row : NULL;
+            sizes[j] =
+                firm_topk_select(part[j]->ids + row, scores, Kp, K, E, cand + (size_t)j * K_max);
         }
         uint32_t n = firm_mol_intersect(sets, sizes, n_part, tok_set);
         for (uint32_t i = 0; i < n; i++) {
@@ -569,6 +602,11 @@ static void mol_predict(policy *p, uint32_t t, uint32_t n_tokens) {
     p->pred_valid = true;
     p->pred_layer = t;
     p->pred_step = p->step_index;
+}
+
+/* Whether `expert` is in the prediction p->pred: mol_predict marked its members. */
+static bool in_prediction(const policy *p, uint16_t expert) {
+    return p->mark[expert] == p->mark_gen;
 }
 
 static void firm_on_route(policy *p, const policy_route *route, policy_plan *plan) {
@@ -592,7 +630,10 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     bool have_pred = p->pred_valid && p->pred_layer == l && p->pred_step == p->step_index;
     uint32_t n_pred = have_pred ? p->n_pred : 0;
     if (predicting && l >= 1) {
-        for (uint32_t i = 0; i < n_active; i++) p->cached[i] = prefix_resident(p, l, active[i]);
+        /* n_hit counts cached activations that were not predicted: only those ask the cache */
+        for (uint32_t i = 0; i < n_active; i++)
+            p->cached[i] =
+                !(have_pred && in_prediction(p, active[i])) && prefix_resident(p, l, active[i]);
         uint32_t g = p->group_of[l];
         firm_heop_counts c = {0};
         firm_heop_count(p->pred, n_pred, active, n_active, p->cached, &c);
@@ -607,8 +648,7 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     }
 
     /* 3. demand loads of the absent parts; the activated experts are protected first */
-    lru_pool *pool = pool_of(p, l);
-    for (uint32_t i = 0; i < n_active; i++) touch_present(p, expert_index(p, l, active[i]), pool);
+    touch_present(p, l, active, n_active);
     for (uint32_t i = 0; i < n_active; i++) {
         uint16_t e = active[i];
         uint32_t mask = absent_parts(p, expert_index(p, l, e), POLICY_PARTS_ALL);
@@ -631,9 +671,7 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     p->n_empty += p->n_pred == 0;
 
     /* 5. fine-grained prefetch of the first n parts (POLICY_PREFETCH), most confident first */
-    lru_pool *next_pool = pool_of(p, l + 1);
-    for (uint32_t i = 0; i < p->n_pred; i++)
-        touch_present(p, expert_index(p, l + 1, p->pred[i]), next_pool);
+    touch_present(p, l + 1, p->pred, p->n_pred);
     for (uint32_t i = 0; i < p->n_pred; i++) {
         uint32_t mask = absent_parts(p, expert_index(p, l + 1, p->pred[i]), p->prefix_mask);
         if (!mask) continue;
@@ -846,8 +884,9 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     p->P_max = p->D < FIRM_P_LIMIT ? p->D : FIRM_P_LIMIT;
     p->n = k->n ? k->n : firm_prefetch_parts_for_model(model_total_params(params->model));
     p->prefix_mask = (1u << p->n) - 1u; /* gate, then up, then down: Eq. 3's order */
-    for (uint32_t part = 0; part < PART_COUNT; part++)
-        p->part_bytes[part] = params->part_bytes[prec][part];
+    for (uint32_t mask = 0; mask < 1u << PART_COUNT; mask++)
+        for (uint32_t part = 0; part < PART_COUNT; part++)
+            if (mask & (1u << part)) p->mask_bytes[mask] += params->part_bytes[prec][part];
 
     p->n_pools = params->experts_per_layer > 0 ? L : 1;
     p->node = moesim_xcalloc((size_t)L * E * FIRM_SLOTS, sizeof *p->node);

@@ -66,6 +66,20 @@ static const topk_case topk_cases[] = {
      2,
      2,
      {3, 4}},
+    {"a repeat keeps the score of its first occurrence",
+     {5, 1, 2, 5, 6, 7},
+     {.1f, .9f, .8f, .95f, .05f, 0},
+     false,
+     2,
+     2,
+     {1, 2}},
+    {"scores in order: the first valid ids",
+     {POLICY_NO_EXPERT, 5, 20, 6, 5, 0},
+     {.9f, .8f, .7f, .6f, .5f, .4f},
+     false,
+     3,
+     3,
+     {5, 6, 0}},
 };
 
 Test(firm_mol, topk_select_keeps_the_K_best_valid_candidates_in_score_order) {
