@@ -960,16 +960,24 @@ Test(trace, a_bad_lookahead_score_fails_a_stream_that_reads_it_and_not_one_that_
 /* Several blocks of a stream (48 layers of top-8 routing: about 1,700 tokens a block). */
 static trace *make_blocks_trace(void) { return make_trace(48, 64, 8, 2, 4, 4000, true); }
 
-Test(trace, a_stream_checking_rows_on_read_opens_a_bad_last_block_and_reports_it_later) {
-    trace *t = make_blocks_trace();
-    const char *path = test_tmp_path("stream-late-bad.h5");
-    moesim_error err = {0}, whole = {0};
+/* Writes t to path with the last token's layer-47 slot-1 id out of range (64 = E); `whole`
+ * receives trace_read's message for the file. */
+static void write_with_bad_last_id(const trace *t, const char *path, moesim_error *whole) {
+    moesim_error err = {0};
     cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
     const uint64_t last = t->n_tokens - 1;
     const uint16_t bad = 64; /* = E */
     poke_value(path, "/routing/expert_ids", 3, (last * 48 + 47) * 8 + 1, H5T_NATIVE_UINT16, &bad);
     trace *back = NULL;
-    cr_assert_eq(trace_read(path, &back, &whole), MOESIM_EINPUT);
+    cr_assert_eq(trace_read(path, &back, whole), MOESIM_EINPUT);
+}
+
+Test(trace, a_stream_checking_rows_on_read_opens_a_bad_last_block_and_reports_it_later) {
+    trace *t = make_blocks_trace();
+    const char *path = test_tmp_path("stream-late-bad.h5");
+    moesim_error err = {0}, whole = {0};
+    write_with_bad_last_id(t, path, &whole);
+    const uint64_t last = t->n_tokens - 1;
     cr_assert(strstr(whole.msg, "/routing/expert_ids[3999][47][1]: expert id 64 >= 64 experts"),
               "%s", whole.msg);
     trace_stream *s = NULL;
@@ -1012,12 +1020,8 @@ Test(trace, a_stream_checking_rows_on_read_reads_ids_ahead_of_the_run_and_checks
     trace *t = make_blocks_trace();
     const char *path = test_tmp_path("stream-ids-ahead.h5");
     moesim_error err = {0}, whole = {0};
-    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    write_with_bad_last_id(t, path, &whole);
     const uint64_t last = t->n_tokens - 1;
-    const uint16_t bad = 64; /* = E */
-    poke_value(path, "/routing/expert_ids", 3, (last * 48 + 47) * 8 + 1, H5T_NATIVE_UINT16, &bad);
-    trace *back = NULL;
-    cr_assert_eq(trace_read(path, &back, &whole), MOESIM_EINPUT);
     trace_stream_options on_read = {.skip_lookahead = true, .check_rows_on_read = true};
     trace_stream *s = NULL;
     cr_assert_eq(trace_stream_open_with(path, &on_read, &s, &err), MOESIM_OK, "%s", err.msg);
