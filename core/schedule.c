@@ -164,6 +164,8 @@ void sim_lookahead_emulate_rows(const uint16_t *experts, const float *gates, uin
                                 uint32_t E, uint32_t K, uint32_t D, uint32_t kp, uint64_t seed,
                                 double accuracy, uint64_t token, uint32_t layer, uint16_t *ids,
                                 float *scores) {
+    /* h % E for a power-of-two E (most models) without a 64-bit division per draw */
+    const uint64_t e_mask = (E & (E - 1)) == 0 ? E - 1 : 0;
     for (uint32_t d = 1; d <= D; d++) {
         uint16_t *row = ids + (size_t)(d - 1) * kp;  /* [kp] */
         float *srow = scores + (size_t)(d - 1) * kp; /* [kp] */
@@ -184,7 +186,7 @@ void sim_lookahead_emulate_rows(const uint16_t *experts, const float *gates, uin
             if (want == TRACE_NO_EXPERT || u >= accuracy) {
                 for (uint64_t tries = 0;; tries++) {
                     h = hash_splitmix64(h + tries);
-                    uint16_t c = (uint16_t)(h % E);
+                    uint16_t c = (uint16_t)(e_mask ? h & e_mask : h % E);
                     bool dup = c == want;
                     for (uint32_t k = 0; k < j && !dup; k++) dup = row[k] == c;
                     if (!dup || tries > 64) {

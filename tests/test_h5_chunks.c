@@ -1,6 +1,7 @@
 /* The chunk codec's byte shuffle (traces/h5_chunks.c): HDF5's layout, and the inverse, at every
  * element size the trace uses, at lengths that leave a tail past the vector steps, whole and a
- * prefix (the real elements of a short last chunk). */
+ * prefix (the real elements of a short last chunk); and rows taken out of a chunk kept shuffled,
+ * at every offset around the vector steps. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -57,5 +58,42 @@ Test(h5_chunks, shuffle_puts_byte_j_of_element_i_at_j_n_plus_i_and_unshuffle_und
             free(elems);
             free(planes);
             free(back);
+        }
+}
+
+Test(h5_chunks, take_elems_unshuffles_any_range_of_a_chunk_kept_shuffled) {
+    for (size_t a = 0; a < sizeof lengths / sizeof lengths[0]; a++)
+        for (size_t b = 0; b < sizeof elem_sizes / sizeof elem_sizes[0]; b++) {
+            const size_t n = lengths[a], s = elem_sizes[b], len = n * s;
+            unsigned char *elems = malloc(len + 1), *chunk = malloc(len + 1);
+            unsigned char *out = malloc(len + 1);
+            fill_bytes(elems, len, (uint32_t)(n * 17 + s));
+            /* as the codec stores it: shuffled unless single bytes or a single element */
+            if (chunk_is_shuffled(len, s))
+                h5_shuffle_bytes(chunk, elems, n, s);
+            else
+                memcpy(chunk, elems, len);
+            cr_assert_eq(chunk_is_shuffled(len, s), s > 1 && n > 1, "n %zu, size %zu", n, s);
+            /* ranges starting on and off the 16-element steps, short and to the end */
+            const size_t firsts[] = {0, 1, 3, 16, 17, n / 2, n ? n - 1 : 0};
+            for (size_t f = 0; f < sizeof firsts / sizeof firsts[0]; f++) {
+                const size_t first = firsts[f];
+                if (first > n) continue;
+                const size_t counts[] = {0, 1, 15, 16, 33, n - first};
+                for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+                    const size_t count = counts[c];
+                    if (first + count > n) continue;
+                    memset(out, 0xA5, len + 1);
+                    chunk_take_elems(out, chunk, len, s, first, count);
+                    cr_assert(memcmp(out, elems + first * s, count * s) == 0,
+                              "n %zu, size %zu: elements %zu + %zu", n, s, first, count);
+                    for (size_t i = count * s; i <= len; i++)
+                        cr_assert_eq(out[i], 0xA5, "n %zu, size %zu: %zu + %zu wrote byte %zu", n,
+                                     s, first, count, i);
+                }
+            }
+            free(elems);
+            free(chunk);
+            free(out);
         }
 }

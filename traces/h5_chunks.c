@@ -153,6 +153,20 @@ void h5_unshuffle_bytes(unsigned char *dst, const unsigned char *src, size_t n, 
     unshuffle_scalar(dst, src, n, n_out, s, done);
 }
 
+bool chunk_is_shuffled(size_t chunk_bytes, size_t elem_size) {
+    return elem_size > 1 && chunk_bytes / elem_size > 1;
+}
+
+void chunk_take_elems(unsigned char *dst, const unsigned char *chunk, size_t chunk_bytes,
+                      size_t elem_size, size_t first, size_t count) {
+    if (!chunk_is_shuffled(chunk_bytes, elem_size)) {
+        memcpy(dst, chunk + first * elem_size, count * elem_size);
+        return;
+    }
+    /* plane j of the elements from `first` on starts at chunk + j * n + first */
+    h5_unshuffle_bytes(dst, chunk + first, chunk_bytes / elem_size, count, elem_size);
+}
+
 static void *chunk_worker_run(void *arg) {
     chunk_worker *w = arg;
     chunk_batch *b = w->b;
@@ -169,7 +183,7 @@ static void *chunk_worker_run(void *arg) {
                 memset(job->raw + job->raw_bytes, 0, chunk_bytes - job->raw_bytes);
                 src = job->raw;
             }
-            if (elem_size > 1 && n_elems > 1) {
+            if (chunk_is_shuffled(chunk_bytes, elem_size)) {
                 h5_shuffle_bytes(tmp, src, n_elems, elem_size);
                 src = tmp;
             }
@@ -177,10 +191,11 @@ static void *chunk_worker_run(void *arg) {
                                                          job->packed, b->packed_cap);
             job->ok = job->packed_bytes > 0; /* 0: did not fit (the bound makes it fit) */
         } else {
-            bool shuffled = elem_size > 1 && n_elems > 1;
+            bool shuffled = chunk_is_shuffled(chunk_bytes, elem_size) && !job->keep_shuffled;
             /* a short last chunk unshuffles its real elements straight into dst; one that is
-             * not shuffled inflates whole into raw and its real bytes are copied */
-            unsigned char *target = shuffled ? tmp : full ? job->dst : job->raw;
+             * not shuffled inflates whole into raw and its real bytes are copied; one kept
+             * shuffled inflates whole into dst */
+            unsigned char *target = shuffled ? tmp : full || job->keep_shuffled ? job->dst : job->raw;
             /* the exact size is known: anything else (shorter, longer, corrupt, a wrong
              * checksum) fails */
             job->ok = libdeflate_zlib_decompress(b->decompressor[w->index], job->packed,
@@ -188,7 +203,7 @@ static void *chunk_worker_run(void *arg) {
                                                  NULL) == LIBDEFLATE_SUCCESS;
             if (job->ok && shuffled)
                 h5_unshuffle_bytes(job->dst, tmp, n_elems, job->raw_bytes / elem_size, elem_size);
-            else if (job->ok && !full)
+            else if (job->ok && !full && !job->keep_shuffled)
                 memcpy(job->dst, job->raw, job->raw_bytes);
         }
     }

@@ -56,6 +56,8 @@ typedef struct chunk_job {
     size_t elem_size;         /* shuffle element size: bytes per value of its dataset */
     const unsigned char *src; /* pack: the chunk's rows in the caller's array */
     unsigned char *dst;       /* unpack: where the chunk's rows go in the caller's array */
+    bool keep_shuffled;       /* unpack: dst gets the chunk_bytes inflated, still shuffled (a
+                                 cache the reader takes rows from with chunk_take_elems) */
     unsigned char *raw;       /* [cap_bytes] a short last chunk, zero-padded to full size */
     size_t raw_bytes;         /* whole elements of real data (the last chunk may be short) */
     unsigned char *packed;    /* [packed_cap] shuffled + deflated bytes */
@@ -75,6 +77,15 @@ typedef struct chunk_batch {
     struct libdeflate_compressor **compressor;     /* [n_threads] when pack */
     struct libdeflate_decompressor **decompressor; /* [n_threads] when !pack */
 } chunk_batch;
+
+/* Whether a chunk of chunk_bytes of elem_size-byte values is stored shuffled (as HDF5's shuffle
+ * filter leaves single bytes and single elements). */
+bool chunk_is_shuffled(size_t chunk_bytes, size_t elem_size);
+/* Elements [first, first + count) of a chunk of chunk_bytes inflated with keep_shuffled, into
+ * dst as the caller's array holds them: unshuffled on the way, so that taking rows costs one
+ * pass over them, not an unshuffle of the whole chunk and a copy. */
+void chunk_take_elems(unsigned char *dst, const unsigned char *chunk, size_t chunk_bytes,
+                      size_t elem_size, size_t first, size_t count);
 
 /* Allocates n_threads * CHUNK_JOBS_PER_THREAD jobs (b->jobs_cap = b->n_jobs) with buffers for
  * chunks of up to `cap_bytes`; false when memory is short (free it anyway with

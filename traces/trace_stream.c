@@ -153,6 +153,7 @@ static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64
             job->chunk_bytes = chunk_bytes;
             job->elem_size = spec->size;
             job->raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
+            job->keep_shuffled = true;
             s->batch.n_jobs = 1;
             chunk_batch_run(&s->batch);
             if (!job->ok)
@@ -162,8 +163,9 @@ static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64
         c->used[k] = ++s->chunk_clock;
         uint64_t lo = j * c->rows > first ? j * c->rows : first;
         uint64_t hi = (j + 1) * c->rows < first + n ? (j + 1) * c->rows : first + n;
-        memcpy((unsigned char *)dst + (lo - first) * c->row_bytes,
-               c->buf[k] + (lo - j * c->rows) * c->row_bytes, (hi - lo) * c->row_bytes);
+        const size_t per_row = c->row_bytes / spec->size;
+        chunk_take_elems((unsigned char *)dst + (lo - first) * c->row_bytes, c->buf[k],
+                         chunk_bytes, spec->size, (lo - j * c->rows) * per_row, (hi - lo) * per_row);
     }
     return MOESIM_OK;
 }
