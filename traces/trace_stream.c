@@ -51,7 +51,9 @@ typedef struct stream_chunk {
     uint32_t n, cap;     /* entries allocated; most kept */
     uint64_t *held;      /* [cap] chunk index of each entry, or UINT64_MAX */
     uint64_t *used;      /* [cap] last use (the stream's clock) */
-    unsigned char **buf; /* [cap] [rows * row_bytes] each, allocated when first needed */
+    unsigned char **buf; /* [cap] [rows * row_bytes] each, allocated when first needed: the
+                            chunk inflated but still shuffled; a read unshuffles the rows it
+                            takes straight into the block (chunk_take_elems), one pass, no copy */
 } stream_chunk;
 
 struct trace_stream {
