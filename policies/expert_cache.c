@@ -374,17 +374,27 @@ static void heap_remove_at(expert_cache *c, uint32_t i) {
     heap_up(c, i);
 }
 
+/* Whether keys are recency kept in a victim-order list (no heap): an access's key is then the
+ * newest, and its place the list's head (move_to_head). */
+static inline bool lru_ordered(const expert_cache *c) {
+    return !c->heap_pos && c->key == expert_cache_key_lru && c->order_linked;
+}
+
+/* A held expert (slot le of `layer`) just accessed under lru_ordered: its key, its place. */
+static inline void move_to_head(expert_cache *c, size_t le, uint32_t layer) {
+    c->stored_key[le] = lru_key_at(c, le);
+    if (c->order_head[layer] != le) {
+        order_unlink(c, layer, le);
+        order_link(c, layer, le, NO_HEAP, c->order_head[layer]);
+    }
+}
+
 /* Re-stores the key of (layer, expert), slot le, if held. */
 static void refresh(expert_cache *c, size_t le, uint32_t layer, uint32_t expert) {
     if (c->held_pos[le] == NOT_HELD) return;
     if (!c->heap_pos) {
-        if (c->key == expert_cache_key_lru && c->order_linked && c->tick &&
-            c->last_use[le] == c->tick) { /* an access: its key the newest, its place the head */
-            c->stored_key[le] = lru_key_at(c, le);
-            if (c->order_head[layer] != le) {
-                order_unlink(c, layer, le);
-                order_link(c, layer, le, NO_HEAP, c->order_head[layer]);
-            }
+        if (lru_ordered(c) && c->tick && c->last_use[le] == c->tick) { /* an access */
+            move_to_head(c, le, layer);
             return;
         }
         store_key(c, layer, expert);
@@ -670,6 +680,9 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
     expert_cache_pin_active(c, r);
     size_t row = (size_t)r->layer * c->n_experts;
     size_t n = (size_t)r->n_tokens * r->top_k;
+    /* each access below is the newest: under recency order refresh's answer is known, and its
+     * tests cost a tenth of a per-layer LRU's route */
+    const bool to_head = !c->keys_after_route && lru_ordered(c);
     for (size_t i = 0; i < n; i++) {
         uint16_t e = r->experts[i];
         if (e == POLICY_NO_EXPERT) continue;
@@ -684,7 +697,11 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
             acquire(c, r->layer, e, POLICY_DEMAND) != POLICY_REFUSED)
             plan->run[a] = (uint8_t)c->precision;
         c->uses[row + e]++;
-        if (!c->keys_after_route) refresh(c, row + e, r->layer, e);
+        if (to_head) {
+            if (c->held_pos[row + e] != NOT_HELD) move_to_head(c, row + e, r->layer);
+        } else if (!c->keys_after_route) {
+            refresh(c, row + e, r->layer, e);
+        }
     }
     uint32_t skipped = 0;
     for (uint32_t a = 0; a < r->n_active; a++) skipped += plan->run[a] == POLICY_RUN_SKIP;
