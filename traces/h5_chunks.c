@@ -195,7 +195,8 @@ static void *chunk_worker_run(void *arg) {
             /* a short last chunk unshuffles its real elements straight into dst; one that is
              * not shuffled inflates whole into raw and its real bytes are copied; one kept
              * shuffled inflates whole into dst */
-            unsigned char *target = shuffled ? tmp : full || job->keep_shuffled ? job->dst : job->raw;
+            bool into_dst = full || job->keep_shuffled;
+            unsigned char *target = shuffled ? tmp : into_dst ? job->dst : job->raw;
             /* the exact size is known: anything else (shorter, longer, corrupt, a wrong
              * checksum) fails */
             job->ok = libdeflate_zlib_decompress(b->decompressor[w->index], job->packed,

@@ -166,8 +166,8 @@ static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64
         uint64_t lo = j * c->rows > first ? j * c->rows : first;
         uint64_t hi = (j + 1) * c->rows < first + n ? (j + 1) * c->rows : first + n;
         const size_t per_row = c->row_bytes / spec->size;
-        chunk_take_elems((unsigned char *)dst + (lo - first) * c->row_bytes, c->buf[k],
-                         chunk_bytes, spec->size, (lo - j * c->rows) * per_row, (hi - lo) * per_row);
+        chunk_take_elems((unsigned char *)dst + (lo - first) * c->row_bytes, c->buf[k], chunk_bytes,
+                         spec->size, (lo - j * c->rows) * per_row, (hi - lo) * per_row);
     }
     return MOESIM_OK;
 }
