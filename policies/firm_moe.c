@@ -141,22 +141,18 @@ uint32_t firm_mol_intersect(const uint16_t *const *sets, const uint32_t *sizes, 
     return n_out;
 }
 
-void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *active,
-                     uint32_t n_active, const bool *cached, firm_heop_counts *acc) {
-    /* membership through a bit set: once per route of every decode step, where scanning one
-     * list per element of the other was most of the policy's time. Neither list repeats an id,
-     * so the predictions used are the activations predicted: n_unused needs no second set. */
-    uint64_t pred_set[MODEL_MAX_EXPERTS / 64] = {0};
-    id_set_fill(pred_set, pred, n_pred);
-    uint64_t used = 0, miss = 0, hit = 0;
+void firm_heop_count(uint32_t n_pred, const bool *predicted, const bool *cached, uint32_t n_active,
+                     firm_heop_counts *acc) {
+    /* Neither list repeats an id, so the predictions used are the activations predicted:
+     * n_unused needs no set of its own. */
+    uint64_t used = 0, hit = 0;
     for (uint32_t i = 0; i < n_active; i++) {
-        bool predicted = id_set_has(pred_set, active[i]);
-        used += predicted;
-        miss += !predicted;
-        hit += cached[i] && !predicted;
+        used += predicted[i];
+        hit += cached[i] && !predicted[i];
     }
+    MOESIM_ASSERT(used <= n_pred);
     acc->n_unused += n_pred - used;
-    acc->n_miss += miss;
+    acc->n_miss += n_active - used;
     acc->n_hit += hit;
 }
 
@@ -365,7 +361,8 @@ struct policy {
     bool pred_valid;
     uint32_t pred_layer;
     uint64_t pred_step;
-    bool *cached; /* [E] scratch: activated expert i, not predicted, was cached at router time */
+    bool *predicted; /* [E] scratch: activated expert i is in the prediction */
+    bool *cached;    /* [E] scratch: activated expert i, not predicted, was cached at router time */
 
     /* HEOP */
     uint32_t G;
@@ -630,13 +627,15 @@ static void firm_on_route(policy *p, const policy_route *route, policy_plan *pla
     bool have_pred = p->pred_valid && p->pred_layer == l && p->pred_step == p->step_index;
     uint32_t n_pred = have_pred ? p->n_pred : 0;
     if (predicting && l >= 1) {
-        /* n_hit counts cached activations that were not predicted: only those ask the cache */
-        for (uint32_t i = 0; i < n_active; i++)
-            p->cached[i] =
-                !(have_pred && in_prediction(p, active[i])) && prefix_resident(p, l, active[i]);
+        /* n_hit counts cached activations that were not predicted: only those ask the cache;
+         * membership by mol_predict's marks, set for exactly this layer's prediction */
+        for (uint32_t i = 0; i < n_active; i++) {
+            p->predicted[i] = have_pred && in_prediction(p, active[i]);
+            p->cached[i] = !p->predicted[i] && prefix_resident(p, l, active[i]);
+        }
         uint32_t g = p->group_of[l];
         firm_heop_counts c = {0};
-        firm_heop_count(p->pred, n_pred, active, n_active, p->cached, &c);
+        firm_heop_count(n_pred, p->predicted, p->cached, n_active, &c);
         p->step_counts[g].n_unused += c.n_unused;
         p->step_counts[g].n_miss += c.n_miss;
         p->step_counts[g].n_hit += c.n_hit;
@@ -776,6 +775,7 @@ static void firm_destroy(policy *p) {
     free(p->tok_set);
     free(p->mark);
     free(p->pred);
+    free(p->predicted);
     free(p->cached);
     free(p);
 }
@@ -900,6 +900,7 @@ static moesim_status firm_create(const policy_params *params, const void *knobs_
     p->tok_set = moesim_xcalloc(p->K_max, sizeof *p->tok_set);
     p->mark = moesim_xcalloc(E, sizeof *p->mark);
     p->pred = moesim_xcalloc(E, sizeof *p->pred);
+    p->predicted = moesim_xcalloc(E, sizeof *p->predicted);
     p->cached = moesim_xcalloc(E, sizeof *p->cached);
 
     /* Algorithm 1 lines 3-5: groups, empty histories, random direction and sign per group */

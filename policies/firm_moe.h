@@ -71,12 +71,13 @@ typedef struct firm_heop_counts {
     uint64_t n_hit;    /* activated experts not predicted but already in the GPU cache */
 } firm_heop_counts;
 
-/* Counts n_unused = |S \ A|, n_miss = |A \ S| and n_hit = #{a in A \ S : cached[a]} for the
- * predicted set `pred` (n_pred ids) and the activated set `active` (n_active ids, `cached` per
- * entry; neither list repeats an id), and adds them to `acc`. Each activation counts once: a predicted one is credited by not
- * being a miss, so a landed prefetch is not also a hit. */
-void firm_heop_count(const uint16_t *pred, uint32_t n_pred, const uint16_t *active,
-                     uint32_t n_active, const bool *cached, firm_heop_counts *acc);
+/* Counts n_unused = |S \ A|, n_miss = |A \ S| and n_hit = #{a in A \ S : cached[a]} for a
+ * predicted set S of n_pred ids and the activated set A of n_active ids, given per activation
+ * whether it is in S (`predicted`) and cached (`cached`; neither set repeats an id), and adds
+ * them to `acc`. Each activation counts once: a predicted one is credited by not being a miss,
+ * so a landed prefetch is not also a hit. */
+void firm_heop_count(uint32_t n_pred, const bool *predicted, const bool *cached, uint32_t n_active,
+                     firm_heop_counts *acc);
 
 /* Eq. 11: L_T = alpha * n_unused + beta * (n_miss - n_hit), over counts summed on `n_layers`
  * layers and divided by n_layers (the layer-wise average of the paper's Figure 6). */

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "common/check.h"
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
@@ -136,15 +137,17 @@ Test(firm_mol, intersection_keeps_experts_every_participating_layer_predicts) {
 /* ---- Eq. 11 ---- */
 
 Test(firm_heop, counts_unused_miss_and_hit_and_weighs_them_as_eq_11) {
-    const uint16_t pred[] = {1, 4, 6, 9};   /* 6 and 9 unused */
-    const uint16_t active[] = {1, 2, 4, 7}; /* 2 and 7 missed */
+    const uint16_t pred[] = {1, 4, 6, 9};                /* 6 and 9 unused */
+    const uint16_t active[] = {1, 2, 4, 7};              /* 2 and 7 missed */
+    const bool predicted[] = {true, false, true, false}; /* active[i] in pred */
     const bool cached[] = {true, true, false, false};
     firm_heop_counts c = {0};
-    firm_heop_count(pred, 4, active, 4, cached, &c);
+    firm_heop_count(MOESIM_ARRAY_LEN(pred), predicted, cached, MOESIM_ARRAY_LEN(active), &c);
     cr_assert_eq(c.n_unused, 2);
     cr_assert_eq(c.n_miss, 2);
     cr_assert_eq(c.n_hit, 1, "1 is cached but predicted: credited as not missed, not also as hit");
-    firm_heop_count(pred, 0, active, 4, cached, &c); /* a second layer with no prediction */
+    const bool none[] = {false, false, false, false};
+    firm_heop_count(0, none, cached, 4, &c); /* a second layer with no prediction */
     cr_assert_eq(c.n_unused, 2);
     cr_assert_eq(c.n_miss, 6);
     cr_assert_eq(c.n_hit, 3);
