@@ -613,7 +613,8 @@ trace_stream_options sim_stream_options(const policy_methods *table, const char 
     if (pm && !policy_read_knobs(pm, settings, &knobs, &ignored))
         skip = policy_ignores_lookahead(pm, knobs);
     free(knobs);
-    return (trace_stream_options){.skip_lookahead = skip, .check_rows_on_read = true};
+    return (trace_stream_options){
+        .skip_lookahead = skip, .check_rows_on_read = true, .blocks_by_request = true};
 }
 
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,

@@ -1105,6 +1105,104 @@ Test(trace, a_stream_checking_rows_on_read_counts_the_same_first_candidate_hits)
     trace_destroy(t);
 }
 
+/* ---- streams read by request (trace_stream_options.blocks_by_request) ---- */
+
+/* t with its requests one after another, `len` tokens each, renumbered. */
+static trace *contiguous_requests(trace *t, uint64_t len) {
+    for (uint64_t i = 0; i < t->n_tokens; i++) {
+        t->request_id[i] = (uint32_t)(i / len);
+        t->position[i] = (uint32_t)(i % len);
+        t->phase[i] = t->position[i] < 2 ? TRACE_PREFILL : TRACE_DECODE;
+    }
+    moesim_error err = {0};
+    cr_assert_eq(trace_finish(t, "made", &err), MOESIM_OK, "%s", err.msg);
+    return t;
+}
+
+/* Chunks a stream of `path` opened with `opt` inflates after its cache is set for a batch of
+ * `batch` requests of `len` tokens visited in turn, token by token, as a run steps them; every row
+ * it gets is checked against t's. */
+static uint64_t chunks_for_batch(const char *path, trace_stream_options opt, const trace *t,
+                                 uint64_t len, uint32_t batch) {
+    trace_stream *s = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
+    /* blocks of 300 tokens (a few chunks of look-ahead rows), as many cached as the simulator
+     * keeps for a batch: requests start inside blocks, and the trace has more blocks than the
+     * cache */
+    trace_stream_set_cache(s, 300, batch + 2);
+    const uint64_t at_open = trace_stream_chunks_inflated(s);
+    const size_t R = trace_route_values(&t->meta), A = trace_lookahead_values(&t->meta);
+    const uint64_t n_requests = t->n_tokens / len;
+    for (uint64_t r0 = 0; r0 < n_requests; r0 += batch)
+        for (uint64_t j = 0; j < len; j++)
+            for (uint64_t r = r0; r < r0 + batch && r < n_requests; r++) {
+                uint64_t i = r * len + j, at;
+                const trace *b = trace_stream_row(s, i, &at);
+                cr_assert_eq(b->position[at], t->position[i]);
+                cr_assert_eq(memcmp(trace_experts(b, at, 0), trace_experts(t, i, 0), R * 2), 0);
+                cr_assert_eq(memcmp(b->lookahead_scores + trace_lookahead_index(b, at, 0, 1),
+                                    t->lookahead_scores + trace_lookahead_index(t, i, 0, 1), A * 4),
+                             0);
+            }
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_OK, "%s", err.msg);
+    const uint64_t inflated = trace_stream_chunks_inflated(s) - at_open;
+    trace_stream_close(s);
+    return inflated;
+}
+
+Test(trace, a_stream_by_request_inflates_each_chunk_once_for_a_batch_of_requests) {
+    /* long look-ahead rows: more chunks of them than a stream keeps */
+    const uint64_t len = 500;
+    trace *t = contiguous_requests(make_trace(16, 64, 8, 4, 16, 4000, true), len);
+    const char *path = test_tmp_path("stream-by-request.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    const trace_stream_options by_block = {.check_rows_on_read = true},
+                               by_request = {.check_rows_on_read = true, .blocks_by_request = true};
+    /* one request at a time reads the file front to back: each chunk once */
+    const uint64_t once = chunks_for_batch(path, by_request, t, len, 1);
+    cr_assert_eq(chunks_for_batch(path, by_block, t, len, 1), once);
+    /* four in turn: the blocks two requests share are read for each when it reaches them */
+    cr_assert_eq(chunks_for_batch(path, by_request, t, len, 4), once);
+    cr_assert_gt(chunks_for_batch(path, by_block, t, len, 4), once,
+                 "whole blocks read again: the comparison above can fail");
+    trace_destroy(t);
+}
+
+Test(trace, a_stream_by_request_checks_each_request_s_part_of_a_block_on_its_own) {
+    trace *t = contiguous_requests(make_blocks_trace(), 500);
+    const char *path = test_tmp_path("stream-by-request-bad.h5");
+    moesim_error err = {0}, whole = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    const uint16_t bad = 64; /* = E, at token 501: request 1, which starts inside block 0 */
+    poke_value(path, "/routing/expert_ids", 3, (501 * 48 + 5) * 8, H5T_NATIVE_UINT16, &bad);
+    trace *back = NULL;
+    cr_assert_eq(trace_read(path, &back, &whole), MOESIM_EINPUT);
+    trace_stream_options opt = {.check_rows_on_read = true, .blocks_by_request = true};
+    trace_stream *s = NULL;
+    cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_gt(trace_stream_block_tokens(s), 501, "request 1 must start inside block 0");
+    /* request 0's part of the block: its rows as written; request 1's: blank */
+    uint64_t at;
+    const trace *b = trace_stream_row(s, 499, &at);
+    cr_assert_eq(memcmp(trace_experts(b, at, 0), trace_experts(t, 499, 0), 48 * 8 * 2), 0);
+    b = trace_stream_row(s, 501, &at);
+    cr_assert_eq(trace_experts(b, at, 5)[0], TRACE_NO_EXPERT);
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_EINPUT);
+    cr_assert_str_eq(err.msg, whole.msg);
+    trace_stream_close(s);
+    /* a run that read request 0's part alone: the rest checks request 1's */
+    cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
+    b = trace_stream_row(s, 499, &at);
+    cr_assert_eq(memcmp(trace_experts(b, at, 0), trace_experts(t, 499, 0), 48 * 8 * 2), 0);
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_EINPUT);
+    cr_assert_str_eq(err.msg, whole.msg);
+    trace_stream_close(s);
+    trace_destroy(t);
+}
+
 /* ---- the first_hits attribute (trace_first_hits) ---- */
 
 /* A trace whose distance-1 predictions are right for every third (token, layer), and its hits

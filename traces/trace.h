@@ -167,8 +167,7 @@ typedef struct trace_request_index {
 void trace_request_index_build(trace_request_index *ix, const trace *t);
 void trace_request_index_free(trace_request_index *ix); /* accepts a zeroed struct */
 /* Token c (0-based, < n_tokens[r]) of request r. */
-static inline uint64_t trace_request_token(const trace_request_index *ix, uint32_t r,
-                                           uint32_t c) {
+static inline uint64_t trace_request_token(const trace_request_index *ix, uint32_t r, uint32_t c) {
     return ix->tokens ? ix->tokens[ix->offset[r] + c] : ix->first[r] + c;
 }
 
@@ -198,6 +197,13 @@ typedef struct trace_stream_options {
      * run and use nothing the run computed unless it succeeds; the first-candidate hits
      * (skip_lookahead) are complete only then. */
     bool check_rows_on_read;
+    /* For a run that reads several requests in turn (a batch): trace_stream_row reads and caches
+     * segments, the tokens of one block that belong to one request, instead of whole blocks.
+     * A block holding the end of one request and the start of the next is then read once for
+     * each, when each reaches it, instead of once when the later request starts and again when
+     * the earlier one reaches its end (the block was evicted by then). Ignored where requests
+     * interleave in the file. */
+    bool blocks_by_request;
 } trace_stream_options;
 /* trace_stream_open with options; NULL: every row is read. */
 moesim_status trace_stream_open_with(const char *path, const trace_stream_options *opt,
@@ -220,12 +226,16 @@ void trace_stream_close(trace_stream *s); /* accepts NULL */
 const trace *trace_stream_tokens(const trace_stream *s);
 /* Each request's tokens (per-token only when requests interleave in the file); borrowed. */
 const trace_request_index *trace_stream_requests(const trace_stream *s);
-/* Blocks the cache holds (default 4; at least 1) and tokens per block (0: keep; default about
- * 4 MiB of rows). A run that visits tokens of b blocks in turn (b requests in flight) wants
+/* Blocks (segments, with blocks_by_request) the cache holds (default 4; at least 1) and tokens
+ * per block (0: keep; default about 4 MiB of rows); each dataset keeps up to twice as many
+ * inflated chunks. A run that visits tokens of b blocks in turn (b requests in flight) wants
  * b + 1, or every visit reads a block again. Drops cached blocks. */
 void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_blocks);
 uint64_t trace_stream_block_tokens(const trace_stream *s);
 uint64_t trace_stream_blocks_read(const trace_stream *s); /* block reads after open */
+/* Chunks inflated since open by the stream's own codec (datasets laid out as moesim writes
+ * them; what HDF5 reads for other layouts is not counted). */
+uint64_t trace_stream_chunks_inflated(const trace_stream *s);
 /* True when the cache holds every block of the trace: each is then read once for a whole run,
  * whatever order the run visits them in. */
 bool trace_stream_caches_every_block(const trace_stream *s);

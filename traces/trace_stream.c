@@ -40,17 +40,20 @@
  * (read_chunks' fast path, one chunk at a time): blocks then inflate with libdeflate rather than
  * through HDF5's filters. A chunk holds the rows of several blocks (one routing chunk, those of
  * five blocks of a trace with look-ahead rows), and a run reads the blocks of every request in
- * flight in turn: so up to `cap` chunks are kept (as many as the stream caches blocks), and the
- * chunk a reader moves on to replaces the one before it, so that each request's reading keeps
- * its own and every chunk is inflated once (a reader going forward keeps one; `trace stats`'
- * pass backwards fills the cap). Measured against other rules on a run reading four requests
- * in turn and on `trace stats` (bench/README.md, "A chunk per request"). */
+ * flight in turn: so up to `cap` chunks are kept (as many as the stream caches blocks). Each
+ * entry counts the rows not taken from it yet: the chunk a reader moves on to replaces one whose
+ * rows were all taken, else goes to a new entry, else replaces the least recently used. A chunk
+ * that holds the end of one request and the start of the next, both in flight, is then kept
+ * until both took their rows, and every chunk is inflated once (replacing the predecessor of the
+ * chunk read instead inflated a quarter of a look-ahead trace's chunks twice at batch 4:
+ * bench/README.md, "Chunks kept until their rows are taken"). */
 typedef struct stream_chunk {
     hsize_t rows; /* rows per chunk; 0: read through H5Dread */
     size_t row_bytes;
     uint32_t n, cap;     /* entries allocated; most kept */
     uint64_t *held;      /* [cap] chunk index of each entry, or UINT64_MAX */
     uint64_t *used;      /* [cap] last use (the stream's clock) */
+    uint64_t *left;      /* [cap] rows of the chunk not taken since it was inflated */
     unsigned char **buf; /* [cap] [rows * row_bytes] each, allocated when first needed: the
                             chunk inflated but still shuffled; a read unshuffles the rows it
                             takes straight into the block (chunk_take_elems), one pass, no copy */
@@ -62,28 +65,33 @@ struct trace_stream {
     chunk_batch batch; /* one job at a time (inflated on this thread); sized for the largest */
     reader r;
     opened_trace o;
-    trace *skeleton;             /* meta and counts; no arrays */
-    trace_meta rows_meta;        /* the blocks' geometry: the file's, less the rows skipped */
-    bool skip[DS_COUNT];         /* datasets the blocks leave out (trace_stream_options) */
+    trace *skeleton;      /* meta and counts; no arrays */
+    trace_meta rows_meta; /* the blocks' geometry: the file's, less the rows skipped */
+    bool skip[DS_COUNT];  /* datasets the blocks leave out (trace_stream_options) */
     /* trace_stream_lookahead_first_hits with the look-ahead rows skipped: the file's attribute,
        else counted from their ids; with the rows read and the attribute present: counted from
        them, to check it */
     trace_first_hits hits;
-    uint16_t *la_ids;            /* skipped look-ahead ids of a few tokens, to count those hits */
-    bool check_on_read;          /* trace_stream_options.check_rows_on_read */
-    uint8_t *rows_checked;       /* [blocks at open] with it: the block's rows checked; NULL once
-                                    every block's are */
-    moesim_error failure;        /* with it: the first read or check of rows that failed */
+    uint16_t *la_ids;      /* skipped look-ahead ids of a few tokens, to count those hits */
+    bool check_on_read;    /* trace_stream_options.check_rows_on_read */
+    bool by_request;       /* trace_stream_options.blocks_by_request, requests contiguous */
+    uint8_t *rows_checked; /* [blocks at open] with check_on_read: the rows of the segment
+                              that starts the block checked; NULL once every block's are */
+    uint8_t *req_checked;  /* [requests] with by_request too: those of the segment that
+                              starts with the request in the middle of a block */
+    moesim_error failure;  /* with it: the first read or check of rows that failed */
     trace_request_index requests;
     uint64_t block_tokens;
-    uint32_t n_slots;  /* blocks cached */
-    trace **slot;      /* [n_slots] block traces (n_tokens = tokens of that block) */
-    uint64_t *slot_of; /* [n_slots] block index held, or UINT64_MAX */
-    uint64_t *slot_at; /* [n_slots] last use (LRU clock) */
-    uint32_t mru;      /* slot of the last lookup */
+    uint32_t n_slots;     /* segments cached */
+    trace **slot;         /* [n_slots] segment traces (n_tokens = tokens of that segment) */
+    uint64_t *slot_first; /* [n_slots] first token of the segment held, UINT64_MAX: none */
+    uint64_t *slot_len;   /* [n_slots] its tokens (0: none) */
+    uint64_t *slot_at;    /* [n_slots] last use (LRU clock) */
+    uint32_t mru;         /* slot of the last lookup */
     uint64_t clock;
     uint64_t chunk_clock; /* stream_chunk.used */
     uint64_t blocks_read;
+    uint64_t chunks_inflated;
 };
 
 static moesim_status read_rows(reader *r, const dataset_spec *spec, hid_t d, uint64_t first,
@@ -103,21 +111,18 @@ static moesim_status read_rows(reader *r, const dataset_spec *spec, hid_t d, uin
     return MOESIM_OK;
 }
 
-/* The entry of c to inflate chunk j into: the one holding chunk j - 1 (its reader moved on),
- * else a new one while fewer than cap are allocated, else the least recently used. NULL when
- * out of memory. */
-static unsigned char **chunk_entry_for(stream_chunk *c, uint64_t j, uint32_t *at) {
-    uint32_t lru = 0;
+/* The entry of c to inflate a chunk into: the least recently used one whose rows were all taken,
+ * else a new one while fewer than cap are allocated, else the least recently used. NULL when out
+ * of memory. */
+static unsigned char **chunk_entry_for(stream_chunk *c, uint32_t *at) {
+    uint32_t lru = 0, spent = UINT32_MAX;
     for (uint32_t e = 0; e < c->n; e++) {
-        if (j > 0 && c->held[e] == j - 1) {
-            *at = e;
-            return &c->buf[e];
-        }
+        if (c->left[e] == 0 && (spent == UINT32_MAX || c->used[e] < c->used[spent])) spent = e;
         if (c->used[e] < c->used[lru]) lru = e;
     }
-    if (c->n == c->cap) {
-        *at = lru;
-        return &c->buf[lru];
+    if (spent != UINT32_MAX || c->n == c->cap) {
+        *at = spent != UINT32_MAX ? spent : lru;
+        return &c->buf[*at];
     }
     c->buf[c->n] = malloc(c->rows * c->row_bytes);
     if (!c->buf[c->n]) return NULL;
@@ -146,9 +151,10 @@ static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64
                 c->rows = 0; /* not as our writer stores it after all: HDF5 reads it */
                 return read_rows(&s->r, spec, s->o.ds[i], first, n, dst);
             }
-            unsigned char **buf = chunk_entry_for(c, j, &k);
+            unsigned char **buf = chunk_entry_for(c, &k);
             if (!buf) return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory", s->r.path);
             c->held[k] = UINT64_MAX;
+            c->left[k] = 0;
             uint64_t at = j * chunk_bytes, total = N * c->row_bytes;
             job->packed_bytes = stored;
             job->dst = *buf;
@@ -158,13 +164,16 @@ static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64
             job->keep_shuffled = true;
             s->batch.n_jobs = 1;
             chunk_batch_run(&s->batch);
+            s->chunks_inflated++;
             if (!job->ok)
                 return trace_read_chunk_fail(&s->r, spec, offset[0], "deflate data do not inflate");
             c->held[k] = j;
+            c->left[k] = N - j * c->rows < c->rows ? N - j * c->rows : c->rows;
         }
         c->used[k] = ++s->chunk_clock;
         uint64_t lo = j * c->rows > first ? j * c->rows : first;
         uint64_t hi = (j + 1) * c->rows < first + n ? (j + 1) * c->rows : first + n;
+        c->left[k] -= hi - lo < c->left[k] ? hi - lo : c->left[k]; /* rows read again: spent */
         const size_t per_row = c->row_bytes / spec->size;
         chunk_take_elems((unsigned char *)dst + (lo - first) * c->row_bytes, c->buf[k], chunk_bytes,
                          spec->size, (lo - j * c->rows) * per_row, (hi - lo) * per_row);
@@ -193,6 +202,44 @@ static moesim_status read_block(trace_stream *s, uint64_t first, uint64_t n, tra
 static uint64_t block_len(const trace_stream *s, uint64_t b) {
     uint64_t first = b * s->block_tokens, n = s->skeleton->n_tokens - first;
     return n < s->block_tokens ? n : s->block_tokens;
+}
+
+/* The request holding `token` in a trace whose requests are contiguous: numbered by first
+ * appearance, their first tokens increase. */
+static uint32_t request_of(const trace_request_index *ix, uint64_t token) {
+    uint32_t lo = 0, hi = ix->n_requests - 1;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo + 1) / 2;
+        if (ix->first[mid] <= token)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* The segment trace_stream_row reads for `token`, tokens [*first, *first + *n): its block, and
+ * with blocks_by_request only the tokens of the block that belong to its request. */
+static void segment_of(const trace_stream *s, uint64_t token, uint64_t *first, uint64_t *n) {
+    const uint64_t b = token / s->block_tokens;
+    uint64_t lo = b * s->block_tokens, hi = lo + block_len(s, b);
+    if (s->by_request) {
+        const trace_request_index *ix = &s->requests;
+        const uint32_t r = request_of(ix, token);
+        const uint64_t r_end = ix->first[r] + ix->n_tokens[r];
+        lo = ix->first[r] > lo ? ix->first[r] : lo;
+        hi = r_end < hi ? r_end : hi;
+    }
+    *first = lo;
+    *n = hi - lo;
+}
+
+/* Whether the rows of the segment starting at token `first` were checked: the flag of its
+ * block, or of its request when it starts in the middle of a block. */
+static uint8_t *segment_checked(trace_stream *s, uint64_t first) {
+    const uint64_t b = first / s->block_tokens;
+    if (first == b * s->block_tokens) return &s->rows_checked[b];
+    return &s->req_checked[request_of(&s->requests, first)];
 }
 
 /* ---- request index ---- */
@@ -358,6 +405,7 @@ static void chunk_cache_resize(stream_chunk *c, uint32_t cap) {
     if (c->n > cap) c->n = cap;
     c->held = moesim_xrealloc(c->held, cap * sizeof *c->held);
     c->used = moesim_xrealloc(c->used, cap * sizeof *c->used);
+    c->left = moesim_xrealloc(c->left, cap * sizeof *c->left);
     c->buf = moesim_xrealloc(c->buf, cap * sizeof *c->buf);
     c->cap = cap;
 }
@@ -366,6 +414,7 @@ static void chunk_cache_free(stream_chunk *c) {
     for (uint32_t e = 0; e < c->n; e++) free(c->buf[e]);
     free(c->held);
     free(c->used);
+    free(c->left);
     free(c->buf);
 }
 
@@ -426,6 +475,12 @@ moesim_status trace_stream_open_with(const char *path, const trace_stream_option
         s->block_tokens = STREAM_BLOCK_BYTES / per_token ? STREAM_BLOCK_BYTES / per_token : 1;
         st = stream_chunks_init(s);
         if (!st) st = stream_load(s);
+        /* segments by request where requests are contiguous (interleaved: whole blocks) */
+        s->by_request = !st && opt && opt->blocks_by_request && !s->requests.tokens;
+        if (s->by_request && s->rows_checked) {
+            s->req_checked = calloc(s->requests.n_requests ? s->requests.n_requests : 1, 1);
+            if (!s->req_checked) st = moesim_fail(err, MOESIM_ENOMEM, "%s: out of memory", path);
+        }
     }
     if (!st) {
         s->skeleton->params_json = s->o.params_json;
@@ -457,6 +512,8 @@ uint64_t trace_stream_block_tokens(const trace_stream *s) { return s->block_toke
 
 uint64_t trace_stream_blocks_read(const trace_stream *s) { return s->blocks_read; }
 
+uint64_t trace_stream_chunks_inflated(const trace_stream *s) { return s->chunks_inflated; }
+
 bool trace_stream_caches_every_block(const trace_stream *s) {
     return (s->skeleton->n_tokens + s->block_tokens - 1) / s->block_tokens <= s->n_slots;
 }
@@ -467,22 +524,25 @@ void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_b
         /* rows_checked counts blocks of the old size: the checks are settled first */
         trace_stream_check_rest(s, NULL);
         free(s->rows_checked);
-        s->rows_checked = NULL;
+        free(s->req_checked);
+        s->rows_checked = s->req_checked = NULL;
     }
     for (uint32_t i = 0; i < s->n_slots; i++) {
         trace_destroy(s->slot[i]);
     }
     free(s->slot);
-    free(s->slot_of);
+    free(s->slot_first);
+    free(s->slot_len);
     free(s->slot_at);
     if (block_tokens) s->block_tokens = block_tokens;
     for (int i = 0; i < DS_COUNT; i++)
-        if (s->chunk[i].rows) chunk_cache_resize(&s->chunk[i], n_blocks);
+        if (s->chunk[i].rows) chunk_cache_resize(&s->chunk[i], 2 * n_blocks);
     s->n_slots = n_blocks;
     s->slot = moesim_xcalloc(n_blocks, sizeof *s->slot);
-    s->slot_of = moesim_xcalloc(n_blocks, sizeof *s->slot_of);
+    s->slot_first = moesim_xcalloc(n_blocks, sizeof *s->slot_first);
+    s->slot_len = moesim_xcalloc(n_blocks, sizeof *s->slot_len);
     s->slot_at = moesim_xcalloc(n_blocks, sizeof *s->slot_at);
-    for (uint32_t i = 0; i < n_blocks; i++) s->slot_of[i] = UINT64_MAX;
+    for (uint32_t i = 0; i < n_blocks; i++) s->slot_first[i] = UINT64_MAX;
     s->mru = 0;
 }
 
@@ -561,15 +621,14 @@ static void blank_rows(trace *block) {
     memset(block->lookahead_scores, 0, n * trace_lookahead_values(m) * sizeof(float));
 }
 
-/* Block b into `block` for trace_stream_row. Its tokens' rows were read at open, so a failure
- * there is fatal; with the rows checked on read, a block's rows are checked the first time it
- * is read, and a failed read or check of rows is kept for trace_stream_check_rest while this
- * block and every later one get blank rows, so that the run reaches its end safely (and
- * quickly: nothing more is inflated). */
-static void read_block_for_run(trace_stream *s, uint64_t b, trace *block) {
+/* The segment of tokens [first, first + n) into `block` for trace_stream_row. Its tokens' rows
+ * were read at open, so a failure there is fatal; with the rows checked on read, a segment's
+ * rows are checked the first time it is read, and a failed read or check of rows is kept for
+ * trace_stream_check_rest while this segment and every later one get blank rows, so that the
+ * run reaches its end safely (and quickly: nothing more is inflated). */
+static void read_segment_for_run(trace_stream *s, uint64_t first, uint64_t n, trace *block) {
     moesim_error err = {0};
     s->r.err = &err;
-    const uint64_t first = b * s->block_tokens, n = block_len(s, b);
     if (!s->check_on_read) {
         if (read_block(s, first, n, block)) stream_read_died(&err);
         return;
@@ -577,9 +636,10 @@ static void read_block_for_run(trace_stream *s, uint64_t b, trace *block) {
     if (read_datasets(s, DS_REQUEST_ID, DS_EXPERT_IDS, first, n, block)) stream_read_died(&err);
     moesim_status st = s->failure.status;
     if (!st) st = read_datasets(s, DS_EXPERT_IDS, DS_COUNT, first, n, block);
-    if (!st && s->rows_checked && !s->rows_checked[b]) {
+    uint8_t *checked = s->rows_checked ? segment_checked(s, first) : NULL;
+    if (!st && checked && !*checked) {
         st = check_block_rows(s, block, first);
-        s->rows_checked[b] = !st;
+        *checked = !st;
     }
     if (!st) return;
     if (!s->failure.status) s->failure = err;
@@ -592,15 +652,15 @@ moesim_status trace_stream_check_rest(trace_stream *s, moesim_error *err) {
         if (!block) return moesim_fail(err, MOESIM_ENOMEM, "%s: out of memory", s->r.path);
         moesim_error e = {0};
         s->r.err = &e;
-        const uint64_t n_blocks = (s->skeleton->n_tokens + s->block_tokens - 1) / s->block_tokens;
-        for (uint64_t b = 0; b < n_blocks && !s->failure.status; b++) {
-            if (s->rows_checked[b]) continue;
-            const uint64_t first = b * s->block_tokens;
-            moesim_status st =
-                read_datasets(s, DS_EXPERT_IDS, DS_COUNT, first, block_len(s, b), block);
+        const uint64_t N = s->skeleton->n_tokens;
+        for (uint64_t first = 0, n; first < N && !s->failure.status; first += n) {
+            segment_of(s, first, &first, &n);
+            uint8_t *checked = segment_checked(s, first);
+            if (*checked) continue;
+            moesim_status st = read_datasets(s, DS_EXPERT_IDS, DS_COUNT, first, n, block);
             if (!st) st = check_block_rows(s, block, first);
             if (st) s->failure = e;
-            s->rows_checked[b] = !st;
+            *checked = !st;
         }
         if (!s->failure.status && check_first_hits(s)) s->failure = e;
         trace_destroy(block);
@@ -612,12 +672,16 @@ moesim_status trace_stream_check_rest(trace_stream *s, moesim_error *err) {
 
 const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local) {
     MOESIM_ASSERT(token < s->skeleton->n_tokens);
-    uint64_t b = token / s->block_tokens;
-    *local = token - b * s->block_tokens;
-    if (s->slot_of[s->mru] == b) return s->slot[s->mru];
+    /* the last segment read; an empty slot's first token is UINT64_MAX, so that the difference
+     * wraps past every segment length */
+    *local = token - s->slot_first[s->mru];
+    if (*local < s->slot_len[s->mru]) return s->slot[s->mru];
+    uint64_t first, n;
+    segment_of(s, token, &first, &n);
+    *local = token - first;
     uint32_t victim = 0;
     for (uint32_t i = 0; i < s->n_slots; i++) {
-        if (s->slot_of[i] == b) {
+        if (s->slot_first[i] == first) {
             s->mru = i;
             s->slot_at[i] = ++s->clock;
             return s->slot[i];
@@ -625,8 +689,9 @@ const trace *trace_stream_row(trace_stream *s, uint64_t token, uint64_t *local) 
         if (s->slot_at[i] < s->slot_at[victim]) victim = i;
     }
     if (!s->slot[victim]) s->slot[victim] = trace_create(&s->rows_meta, s->block_tokens);
-    read_block_for_run(s, b, s->slot[victim]);
-    s->slot_of[victim] = b;
+    read_segment_for_run(s, first, n, s->slot[victim]);
+    s->slot_first[victim] = first;
+    s->slot_len[victim] = n;
     s->slot_at[victim] = ++s->clock;
     s->mru = victim;
     s->blocks_read++;
@@ -639,13 +704,15 @@ void trace_stream_close(trace_stream *s) {
         trace_destroy(s->slot[i]);
     }
     free(s->slot);
-    free(s->slot_of);
+    free(s->slot_first);
+    free(s->slot_len);
     free(s->slot_at);
     trace_read_datasets_close(&s->o);
     trace_destroy(s->skeleton);
     trace_request_index_free(&s->requests);
     free(s->la_ids);
     free(s->rows_checked);
+    free(s->req_checked);
     for (int i = 0; i < DS_COUNT; i++) chunk_cache_free(&s->chunk[i]);
     chunk_batch_free(&s->batch);
     if (s->r.file >= 0 && s->r.path) H5Fclose(s->r.file);
