@@ -186,40 +186,53 @@ void dymoe_rank(uint32_t n, const double *key0, const double *key1, const double
     }
 }
 
+/* Whether expert a ranks before expert b in Eq. 7's order: more votes, then the larger summed
+ * score, then the lower id. The summed scores are finite (the trace's checks): a total order. */
+static bool votes_before(const uint32_t *count, const double *score, uint16_t a, uint16_t b) {
+    if (count[a] != count[b]) return count[a] > count[b];
+    if (score[a] != score[b]) return score[a] > score[b];
+    return a < b;
+}
+
 uint32_t dymoe_prefetch_select(uint32_t n_tokens, uint32_t depth, uint32_t k_pred, uint32_t k_use,
                                const uint16_t *lookahead_ids, const float *lookahead_scores,
                                uint32_t n_experts, uint32_t t, uint32_t *count, double *score,
-                               uint16_t *out) {
+                               uint16_t *voted, uint16_t *out) {
     if (k_use > k_pred) k_use = k_pred;
-    memset(count, 0, (size_t)n_experts * sizeof *count);
-    memset(score, 0, (size_t)n_experts * sizeof *score);
+    const size_t stride = (size_t)depth * k_pred; /* distance 1 is each token's first row */
+    /* the voted experts' tallies cleared (a few per token, not all E of every route) */
+    for (uint32_t i = 0; i < n_tokens; i++)
+        for (uint32_t k = 0; k < k_use; k++) {
+            uint16_t e = lookahead_ids[i * stride + k];
+            if (e == POLICY_NO_EXPERT) continue;
+            MOESIM_ASSERT(e < n_experts);
+            count[e] = 0;
+            score[e] = 0;
+        }
     /* Eq. 7: c_e = sum over tokens of 1(e in s_i), s_i = TopK_k(g^_i(l+1)) (Eq. 6, the trace's
      * look-ahead candidates are g^'s top-K' in descending order) */
+    uint32_t n_voted = 0;
     for (uint32_t i = 0; i < n_tokens; i++) {
-        const uint16_t *ids = lookahead_ids + (size_t)i * depth * k_pred; /* distance 1 */
-        const float *sc = lookahead_scores ? lookahead_scores + (size_t)i * depth * k_pred : NULL;
+        const uint16_t *ids = lookahead_ids + i * stride;
+        const float *sc = lookahead_scores ? lookahead_scores + i * stride : NULL;
         for (uint32_t k = 0; k < k_use; k++) {
-            if (ids[k] == POLICY_NO_EXPERT) continue;
-            MOESIM_ASSERT(ids[k] < n_experts);
-            count[ids[k]]++;
-            score[ids[k]] += sc ? (double)sc[k] : 0.0;
+            uint16_t e = ids[k];
+            if (e == POLICY_NO_EXPERT) continue;
+            if (count[e]++ == 0) voted[n_voted++] = e;
+            score[e] += sc ? (double)sc[k] : 0.0;
         }
     }
-    /* Top-t by c_e (Eq. 7); one token: top-t by predicted score (Eq. 8). One pass in id order
-     * that keeps the best t sorted (a repeated maximum scanned all E experts t times): an expert
-     * passes only those it beats, so ties stay with the lower id; the summed scores are finite
-     * (the trace's checks), so the order is total. */
+    /* Top-t by c_e (Eq. 7); one token: top-t by predicted score (Eq. 8): the best t kept sorted
+     * as the voted experts come (a repeated maximum scanned all E experts t times) */
     uint32_t n_out = 0;
-    for (uint32_t e = 0; e < n_experts; e++) {
-        if (count[e] == 0) continue;
+    for (uint32_t v = 0; v < n_voted; v++) {
+        uint16_t e = voted[v];
         uint32_t j = n_out;
-        while (j > 0 && (count[e] > count[out[j - 1]] ||
-                         (count[e] == count[out[j - 1]] && score[e] > score[out[j - 1]])))
-            j--;
+        while (j > 0 && votes_before(count, score, e, out[j - 1])) j--;
         if (j >= t) continue;
         if (n_out < t) n_out++;
         memmove(out + j + 1, out + j, (n_out - 1 - j) * sizeof *out);
-        out[j] = (uint16_t)e;
+        out[j] = e;
     }
     return n_out;
 }
@@ -277,6 +290,8 @@ struct policy {
     uint32_t *order;            /* [n_experts] */
     uint8_t *want;              /* [n_experts] dymoe_tier wanted per active index, NONE = skip */
     uint16_t *pf_ids;           /* [n_experts] */
+    uint16_t *pf_voted;         /* [n_experts] */
+    double *retention;          /* [n_layers] Eq. 4's r(l) */
     uint32_t *tok_scratch;      /* [tok_cap] */
     uint32_t tok_cap;
     dymoe_stats stats;
@@ -515,6 +530,9 @@ static moesim_status dymoe_create(const policy_params *params, const void *knobs
     p->order = moesim_xcalloc(E, sizeof *p->order);
     p->want = moesim_xcalloc(E, sizeof *p->want);
     p->pf_ids = moesim_xcalloc(E, sizeof *p->pf_ids);
+    p->pf_voted = moesim_xcalloc(E, sizeof *p->pf_voted);
+    p->retention = moesim_xcalloc(L, sizeof *p->retention);
+    for (uint32_t l = 0; l < L; l++) p->retention[l] = dymoe_retention_at(p->lambda, l, L);
     *out = p;
     return MOESIM_OK;
 }
@@ -564,9 +582,8 @@ static void dymoe_classify(policy *p, const policy_route *r) {
     }
     dymoe_rank(M, p->key0, p->key1, k2, r->active, p->order);
     /* Eq. 4-5: the t_l most important are critical. */
-    double r_l = dymoe_retention_at(p->lambda, r->layer, p->params.n_layers);
-    uint32_t t =
-        dymoe_critical_count(r_l, M, (dymoe_rounding)p->knobs.rounding, &p->carry[r->layer]);
+    uint32_t t = dymoe_critical_count(p->retention[r->layer], M, (dymoe_rounding)p->knobs.rounding,
+                                      &p->carry[r->layer]);
     p->stats.critical += t;
     p->stats.activated += M;
     for (uint32_t j = 0; j < M; j++)
@@ -638,15 +655,15 @@ static void dymoe_prefetch(policy *p, const policy_route *r) {
     bool t_critical = !p->is_prefill && !p->knobs.prefetch_t &&
                       p->knobs.prefetch_t_rule == DYMOE_PREFETCH_T_CRITICAL;
     if (t > E) t = E;
-    uint32_t n = dymoe_prefetch_select(r->n_tokens, p->params.lookahead_depth,
-                                       p->params.lookahead_k, k_use, r->lookahead_ids,
-                                       r->lookahead_scores, E, t, p->u32_e, p->key0, p->pf_ids);
+    uint32_t n = dymoe_prefetch_select(
+        r->n_tokens, p->params.lookahead_depth, p->params.lookahead_k, k_use, r->lookahead_ids,
+        r->lookahead_scores, E, t, p->u32_e, p->key0, p->pf_voted, p->pf_ids);
     /* Forecast of Eq. 5 for layer l+1 over the n predicted experts; the carry is only read. */
     uint32_t n_hi = n;
     if (p->knobs.dyquant) {
-        double r_next = dymoe_retention_at(p->lambda, next, p->params.n_layers);
         double carry = p->carry[next];
-        n_hi = dymoe_critical_count(r_next, n, (dymoe_rounding)p->knobs.rounding, &carry);
+        n_hi =
+            dymoe_critical_count(p->retention[next], n, (dymoe_rounding)p->knobs.rounding, &carry);
     }
     if (t_critical && n_hi < cap) cap = n_hi;
     if (n > cap) n = cap;
@@ -749,6 +766,8 @@ static void dymoe_destroy(policy *p) {
     free(p->order);
     free(p->want);
     free(p->pf_ids);
+    free(p->pf_voted);
+    free(p->retention);
     free(p->tok_scratch);
     free(p);
 }

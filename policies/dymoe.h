@@ -98,11 +98,12 @@ void dymoe_rank(uint32_t n, const double *key0, const double *key1, const double
  * (Eq. 6: TopK_k of the approximated gates; k_use = top_k in prefill, t in decode). Each s_i
  * votes once per expert (Eq. 7's c_e); the top `t` by c_e (ties: summed predicted score, then
  * lower id) are written to out [t]. With one token this is Eq. 8's direct top-t by score.
- * count, score: [n_experts] scratch. Returns how many were written (experts with c_e > 0). */
+ * count, score, voted: [n_experts] scratch. Returns how many were written (experts with
+ * c_e > 0). */
 uint32_t dymoe_prefetch_select(uint32_t n_tokens, uint32_t depth, uint32_t k_pred, uint32_t k_use,
                                const uint16_t *lookahead_ids, const float *lookahead_scores,
                                uint32_t n_experts, uint32_t t, uint32_t *count, double *score,
-                               uint16_t *out);
+                               uint16_t *voted, uint16_t *out);
 
 /* What the mixed-precision cache holds of one expert: nothing, or exactly one copy (rule 1). */
 typedef enum dymoe_tier { DYMOE_TIER_NONE = 0, DYMOE_TIER_HI, DYMOE_TIER_LO } dymoe_tier;

@@ -391,13 +391,26 @@ Test(dymoe_prefetch, decode_takes_the_direct_top_t_of_one_token) {
     const float scores[4] = {0.5f, 0.3f, 0.15f, 0.05f};
     uint32_t count[8];
     double score[8];
-    uint16_t out[8];
-    cr_assert_eq(dymoe_prefetch_select(1, 1, 4, 2, ids, scores, 8, 2, count, score, out), 2);
+    uint16_t voted[8], out[8];
+    cr_assert_eq(dymoe_prefetch_select(1, 1, 4, 2, ids, scores, 8, 2, count, score, voted, out), 2);
     cr_assert_eq(out[0], 5);
     cr_assert_eq(out[1], 2);
-    cr_assert_eq(dymoe_prefetch_select(1, 1, 4, 4, ids, scores, 8, 8, count, score, out), 4);
+    cr_assert_eq(dymoe_prefetch_select(1, 1, 4, 4, ids, scores, 8, 8, count, score, voted, out), 4);
     /* s_i is the token's top-k_use candidates only (Eq. 6) */
-    cr_assert_eq(dymoe_prefetch_select(1, 1, 4, 3, ids, scores, 8, 8, count, score, out), 3);
+    cr_assert_eq(dymoe_prefetch_select(1, 1, 4, 3, ids, scores, 8, 8, count, score, voted, out), 3);
+}
+
+Test(dymoe_prefetch, ties_go_to_the_lower_id_whatever_order_the_votes_come_in) {
+    /* 2 tokens, K' = 3, equal scores: 7 and 3 tie on votes and score, as do 5 and 1 */
+    const uint16_t ids[6] = {7, 5, 3, 3, 1, 7};
+    const float scores[6] = {0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f};
+    uint32_t count[8];
+    double score[8];
+    uint16_t voted[8], out[8];
+    cr_assert_eq(dymoe_prefetch_select(2, 1, 3, 3, ids, scores, 8, 3, count, score, voted, out), 3);
+    cr_assert_eq(out[0], 3); /* 2 votes */
+    cr_assert_eq(out[1], 7); /* 2 votes */
+    cr_assert_eq(out[2], 1); /* 1 vote, before 5 */
 }
 
 Test(dymoe_prefetch, prefill_takes_top_t_by_token_frequency) {
@@ -410,9 +423,9 @@ Test(dymoe_prefetch, prefill_takes_top_t_by_token_frequency) {
                               0.7f, 0.3f, 1, 1, 0.8f, 0.2f, 1, 1};
     uint32_t count[8];
     double score[8];
-    uint16_t out[8];
+    uint16_t voted[8], out[8];
     /* c = {1: 2, 2: 3, 3: 2, 4: 1}; 1 and 3 tie at 2, 1 has the larger summed score (0.9 vs 0.3) */
-    uint32_t n = dymoe_prefetch_select(4, 2, 2, 2, ids, scores, 8, 3, count, score, out);
+    uint32_t n = dymoe_prefetch_select(4, 2, 2, 2, ids, scores, 8, 3, count, score, voted, out);
     cr_assert_eq(n, 3);
     cr_assert_eq(out[0], 2);
     cr_assert_eq(out[1], 1);
@@ -609,8 +622,8 @@ Test(dymoe_prefetch, prefill_counts_only_each_tokens_top_k_candidates) {
     const float scores[9] = {0.5f, 0.3f, 0.2f, 0.5f, 0.3f, 0.2f, 0.5f, 0.3f, 0.2f};
     uint32_t count[8];
     double score[8];
-    uint16_t out[8];
-    uint32_t n = dymoe_prefetch_select(3, 1, 3, 1, ids, scores, 8, 8, count, score, out);
+    uint16_t voted[8], out[8];
+    uint32_t n = dymoe_prefetch_select(3, 1, 3, 1, ids, scores, 8, 8, count, score, voted, out);
     cr_assert_eq(n, 2);
     cr_assert_eq(out[0], 1);
     cr_assert_eq(out[1], 4);
