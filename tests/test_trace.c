@@ -1170,6 +1170,30 @@ Test(trace, a_stream_by_request_inflates_each_chunk_once_for_a_batch_of_requests
     trace_destroy(t);
 }
 
+Test(trace, a_stream_by_request_reads_whole_blocks_while_its_cache_holds_every_block) {
+    trace *t = contiguous_requests(make_blocks_trace(), 500);
+    const char *path = test_tmp_path("stream-by-request-fits.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    const trace_stream_options opt = {.check_rows_on_read = true, .blocks_by_request = true};
+    for (int fits = 0; fits < 2; fits++) {
+        trace_stream *s = NULL;
+        cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
+        cr_assert_gt(trace_stream_block_tokens(s), 501, "tokens 499 and 501 share block 0");
+        trace_stream_set_cache(s, 0, fits ? 1000 : 1);
+        cr_assert_eq(trace_stream_caches_every_block(s), fits);
+        uint64_t at;
+        const trace *b = trace_stream_row(s, 499, &at); /* request 0 */
+        cr_assert_eq(b->position[at], t->position[499]);
+        b = trace_stream_row(s, 501, &at); /* request 1 */
+        cr_assert_eq(b->position[at], t->position[501]);
+        cr_assert_eq(trace_stream_blocks_read(s), fits ? 1 : 2, "fits %d", fits);
+        cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_OK, "%s", err.msg);
+        trace_stream_close(s);
+    }
+    trace_destroy(t);
+}
+
 Test(trace, a_stream_by_request_checks_each_request_s_part_of_a_block_on_its_own) {
     trace *t = contiguous_requests(make_blocks_trace(), 500);
     const char *path = test_tmp_path("stream-by-request-bad.h5");
@@ -1183,6 +1207,7 @@ Test(trace, a_stream_by_request_checks_each_request_s_part_of_a_block_on_its_own
     trace_stream *s = NULL;
     cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
     cr_assert_gt(trace_stream_block_tokens(s), 501, "request 1 must start inside block 0");
+    trace_stream_set_cache(s, 0, 1); /* fewer blocks than the trace: by request */
     /* request 0's part of the block: its rows as written; request 1's: blank */
     uint64_t at;
     const trace *b = trace_stream_row(s, 499, &at);
@@ -1194,6 +1219,7 @@ Test(trace, a_stream_by_request_checks_each_request_s_part_of_a_block_on_its_own
     trace_stream_close(s);
     /* a run that read request 0's part alone: the rest checks request 1's */
     cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream_set_cache(s, 0, 1);
     b = trace_stream_row(s, 499, &at);
     cr_assert_eq(memcmp(trace_experts(b, at, 0), trace_experts(t, 499, 0), 48 * 8 * 2), 0);
     memset(&err, 0, sizeof err);

@@ -202,7 +202,8 @@ typedef struct trace_stream_options {
      * A block holding the end of one request and the start of the next is then read once for
      * each, when each reaches it, instead of once when the later request starts and again when
      * the earlier one reaches its end (the block was evicted by then). Ignored where requests
-     * interleave in the file. */
+     * interleave in the file, and while the cache holds every block (trace_stream_set_cache:
+     * each is then read once, whole). */
     bool blocks_by_request;
 } trace_stream_options;
 /* trace_stream_open with options; NULL: every row is read. */

@@ -74,7 +74,9 @@ struct trace_stream {
     trace_first_hits hits;
     uint16_t *la_ids;      /* skipped look-ahead ids of a few tokens, to count those hits */
     bool check_on_read;    /* trace_stream_options.check_rows_on_read */
-    bool by_request;       /* trace_stream_options.blocks_by_request, requests contiguous */
+    bool by_request_asked; /* trace_stream_options.blocks_by_request, requests contiguous */
+    bool by_request;       /* asked, and the cache holds fewer blocks than the trace has */
+    bool rows_read;        /* rows read or checked since open (trace_stream_set_cache) */
     uint8_t *rows_checked; /* [blocks at open] with check_on_read: the rows of the segment
                               that starts the block checked; NULL once every block's are */
     uint8_t *req_checked;  /* [requests] with by_request too: those of the segment that
@@ -476,8 +478,8 @@ moesim_status trace_stream_open_with(const char *path, const trace_stream_option
         st = stream_chunks_init(s);
         if (!st) st = stream_load(s);
         /* segments by request where requests are contiguous (interleaved: whole blocks) */
-        s->by_request = !st && opt && opt->blocks_by_request && !s->requests.tokens;
-        if (s->by_request && s->rows_checked) {
+        s->by_request_asked = !st && opt && opt->blocks_by_request && !s->requests.tokens;
+        if (s->by_request_asked && s->rows_checked) {
             s->req_checked = calloc(s->requests.n_requests ? s->requests.n_requests : 1, 1);
             if (!s->req_checked) st = moesim_fail(err, MOESIM_ENOMEM, "%s: out of memory", path);
         }
@@ -535,6 +537,11 @@ void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_b
     free(s->slot_len);
     free(s->slot_at);
     if (block_tokens) s->block_tokens = block_tokens;
+    /* Segments only where blocks would be evicted: a cache that holds every block reads each
+     * once, whole (the oracle's future then reads its ids from it). Chosen while no row has been
+     * checked yet (or every one has): check flags and first-candidate hits count segments. */
+    const bool fits = (s->skeleton->n_tokens + s->block_tokens - 1) / s->block_tokens <= n_blocks;
+    if (s->by_request_asked && (!s->rows_read || !s->rows_checked)) s->by_request = !fits;
     for (int i = 0; i < DS_COUNT; i++)
         if (s->chunk[i].rows) chunk_cache_resize(&s->chunk[i], 2 * n_blocks);
     s->n_slots = n_blocks;
@@ -629,6 +636,7 @@ static void blank_rows(trace *block) {
 static void read_segment_for_run(trace_stream *s, uint64_t first, uint64_t n, trace *block) {
     moesim_error err = {0};
     s->r.err = &err;
+    s->rows_read = true;
     if (!s->check_on_read) {
         if (read_block(s, first, n, block)) stream_read_died(&err);
         return;
@@ -653,6 +661,7 @@ moesim_status trace_stream_check_rest(trace_stream *s, moesim_error *err) {
         moesim_error e = {0};
         s->r.err = &e;
         const uint64_t N = s->skeleton->n_tokens;
+        s->rows_read = true;
         for (uint64_t first = 0, n; first < N && !s->failure.status; first += n) {
             segment_of(s, first, &first, &n);
             uint8_t *checked = segment_checked(s, first);
