@@ -40,7 +40,7 @@
  * (read_chunks' fast path, one chunk at a time): blocks then inflate with libdeflate rather than
  * through HDF5's filters. A chunk holds the rows of several blocks (one routing chunk, those of
  * five blocks of a trace with look-ahead rows), and a run reads the blocks of every request in
- * flight in turn: so up to `cap` chunks are kept (as many as the stream caches blocks). Each
+ * flight in turn: so up to `cap` chunks are kept (twice the blocks the stream caches). Each
  * entry counts the rows not taken from it yet: the chunk a reader moves on to replaces one whose
  * rows were all taken, else goes to a new entry, else replaces the least recently used. A chunk
  * that holds the end of one request and the start of the next, both in flight, is then kept
