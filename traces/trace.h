@@ -233,7 +233,7 @@ const trace_request_index *trace_stream_requests(const trace_stream *s);
  * b + 1, or every visit reads a block again. Drops cached blocks. */
 void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_blocks);
 uint64_t trace_stream_block_tokens(const trace_stream *s);
-uint64_t trace_stream_blocks_read(const trace_stream *s); /* block reads after open */
+uint64_t trace_stream_blocks_read(const trace_stream *s); /* block (segment) reads after open */
 /* Chunks inflated since open by the stream's own codec (datasets laid out as moesim writes
  * them; what HDF5 reads for other layouts is not counted). */
 uint64_t trace_stream_chunks_inflated(const trace_stream *s);
