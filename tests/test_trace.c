@@ -593,6 +593,40 @@ Test(trace, files_read_back_through_the_hdf5_filter_pipeline) {
     trace_destroy(t);
 }
 
+/* Rows per chunk of dataset `name` in the file at f. */
+static hsize_t chunk_rows_of(hid_t f, const char *name) {
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    cr_assert_geq(d, 0, "%s missing", name);
+    hid_t dcpl = H5Dget_create_plist(d);
+    hsize_t dims[4] = {0};
+    cr_assert_geq(H5Pget_chunk(dcpl, 4, dims), 1, "%s is not chunked", name);
+    H5Pclose(dcpl);
+    H5Dclose(d);
+    return dims[0];
+}
+
+Test(trace, one_value_per_token_is_chunked_by_64_kib_and_routing_by_1_mib) {
+    /* 40000 tokens of 2 layers x top-2: a routing row is 8 bytes, 1 MiB would be 131072 rows */
+    trace *t = make_trace(2, 8, 2, 0, 0, 40000, true);
+    const char *path = test_tmp_path("chunks.h5");
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    cr_assert_geq(f, 0);
+    cr_expect_eq(chunk_rows_of(f, "/tokens/request_id"), 16384);
+    cr_expect_eq(chunk_rows_of(f, "/tokens/position"), 16384);
+    cr_expect_eq(chunk_rows_of(f, "/tokens/token_id"), 16384);
+    cr_expect_eq(chunk_rows_of(f, "/tokens/phase"), 40000); /* 65536 one-byte values, at most N */
+    cr_expect_eq(chunk_rows_of(f, "/routing/expert_ids"), 40000);
+    cr_expect_eq(chunk_rows_of(f, "/routing/gate_weights"), 40000); /* 65536 rows of 16 bytes */
+    H5Fclose(f);
+    trace *back = NULL;
+    cr_assert_eq(trace_read(path, &back, &err), MOESIM_OK, "%s", err.msg);
+    assert_same_trace(t, back);
+    trace_destroy(back);
+    trace_destroy(t);
+}
+
 Test(trace, an_invalid_trace_is_not_written_and_leaves_no_file) {
     trace *t = make_trace(4, 16, 2, 0, 0, 30, false);
     t->expert_ids[7] = 200;

@@ -26,6 +26,11 @@
  * bench/bench_trace_io (48 x 8 routing): 64 KiB to 4 MiB chunks read and write within 10% of
  * each other (deflate dominates); 1 MiB keeps chunk counts low and reads fastest. */
 #define TRACE_CHUNK_TARGET_BYTES (1024u * 1024u)
+/* Datasets of one value per token (/tokens/...) are chunked smaller: a reader streaming a long
+ * trace keeps a chunk of each inflated while it reads the chunk's tokens, and at 1 MiB a chunk
+ * of request ids spans 2.6 x 10^5 tokens, so the reader's memory grew with the trace up to that
+ * length (3 MB at 10^6 tokens). A 64 KiB chunk costs a few more chunk reads, nothing measurable. */
+#define TRACE_TOKEN_CHUNK_TARGET_BYTES (64u * 1024u)
 /* deflate cannot expand data by more than this factor when decompressing (its best case is
  * 258 bytes from a 2-bit code, about 1032:1); a dataset claiming more is corrupt. */
 #define DEFLATE_MAX_RATIO 1100u

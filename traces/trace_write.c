@@ -8,7 +8,8 @@
  * stored at commit.
  *
  * Layout and determinism: each dataset is chunked along its first dimension (about
- * TRACE_CHUNK_TARGET_BYTES of whole rows per chunk), shuffled and deflated by the chunk codec
+ * TRACE_CHUNK_TARGET_BYTES of whole rows per chunk, TRACE_TOKEN_CHUNK_TARGET_BYTES for one value
+ * per token), shuffled and deflated by the chunk codec
  * (traces/h5_chunks.h). Rows are staged per dataset; each time the token count crosses a
  * multiple of the stride (a function of the geometry only), the complete chunks of every
  * dataset, in dataset order, are compressed and written; commit writes the rest. The order of
@@ -132,9 +133,11 @@ static moesim_status write_group(trace_writer *w, const char *name, moesim_error
     return st;
 }
 
-/* Rows per chunk for a dataset of n_rows rows of row_bytes each. */
-static uint64_t chunk_rows_for(uint64_t n_rows, size_t row_bytes) {
-    uint64_t c = TRACE_CHUNK_TARGET_BYTES / row_bytes;
+/* Rows per chunk for a dataset of n_rows rows of row_bytes each, of `rank` dimensions (1: one
+ * value per token, or the layer map, a single small chunk anyway). */
+static uint64_t chunk_rows_for(uint64_t n_rows, size_t row_bytes, int rank) {
+    const size_t target = rank == 1 ? TRACE_TOKEN_CHUNK_TARGET_BYTES : TRACE_CHUNK_TARGET_BYTES;
+    uint64_t c = target / row_bytes;
     if (c < 1) c = 1;
     return c < n_rows ? c : n_rows;
 }
@@ -149,7 +152,7 @@ static moesim_status create_dataset(trace_writer *w, int which, const char *name
     s->elem_size = H5Tget_size(mtype);
     s->row_bytes = s->elem_size;
     for (int i = 1; i < rank; i++) s->row_bytes *= dims[i];
-    s->chunk_rows = chunk_rows_for(dims[0], s->row_bytes);
+    s->chunk_rows = chunk_rows_for(dims[0], s->row_bytes, rank);
     s->raw = H5Tequal(ftype, mtype) > 0; /* else a host whose byte order differs from the file's */
     uint64_t cap = s->chunk_rows - 1 + w->stride_tokens;
     s->stage_cap = cap < dims[0] ? cap : dims[0];
