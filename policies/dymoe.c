@@ -817,4 +817,5 @@ const policy_methods policy_dymoe = {
     .hi_precision = dymoe_hi_precision,
     .load_precisions = dymoe_load_precisions,
     .ignores_lookahead_with = dymoe_ignores_lookahead_with,
+    .lookahead_distances = 1, /* Eq. 6-8: the next layer's predicted experts */
 };

@@ -710,4 +710,5 @@ const policy_methods policy_dynaexq = {
     .hi_precision = dynaexq_hi_precision,
     .load_precisions = dynaexq_load_precisions,
     .ignores_lookahead_with = dynaexq_ignores_lookahead_with,
+    .lookahead_distances = 1, /* the next layer's predicted experts (prefetch_predicted) */
 };

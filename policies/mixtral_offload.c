@@ -196,4 +196,5 @@ const policy_methods policy_mixtral_offload = {
     .on_transfer_cancelled = mixtral_offload_on_cancelled,
     .report = mixtral_offload_report,
     .destroy = mixtral_offload_destroy,
+    .lookahead_distances = 1, /* speculative loading guesses the next layer's experts (Sec. 3.2) */
 };

@@ -62,7 +62,7 @@
 #include "common/precision.h"
 #include "common/status.h"
 
-#define POLICY_API_VERSION 3
+#define POLICY_API_VERSION 4
 #define POLICY_RUN_SKIP 0xffu /* plan entry: the expert is not run; its gate mass is dropped */
 #define POLICY_NO_EXPERT UINT16_MAX
 #define POLICY_PARTS_ALL ((1u << PART_COUNT) - 1u) /* gate | up | down */
@@ -247,6 +247,11 @@ typedef struct policy_methods {
      * when on_route never reads them with these knobs (the policy's knob struct, as filled from
      * its section), with the same effect as ignores_lookahead. NULL: ignores_lookahead alone. */
     bool (*ignores_lookahead_with)(const void *knobs);
+    /* The predictions on_route reads lie at distances 1..lookahead_distances alone: a host may
+     * then hand it no more (params.lookahead_depth at most this), and a simulator reading a
+     * trace whose look-ahead rows are chunked by distance inflates those distances alone.
+     * 0 (the default): every distance the trace or the emulated predictor provides. */
+    uint32_t lookahead_distances;
 } policy_methods;
 
 /* ---- plug-ins ---- */

@@ -501,6 +501,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     if (la_depth && s->stream && !trace_stream_rows_meta(s->stream)->lookahead_depth) {
         MOESIM_ASSERT(ignores_la); /* sim_stream_options skips only then */
         la_skipped = true;
+    } else if (la_depth && s->stream) { /* the distances the policy reads (sim_stream_options) */
+        la_depth = trace_stream_rows_meta(s->stream)->lookahead_depth;
     }
     s->la_skipped = la_skipped;
     if (!la_depth) {
@@ -613,8 +615,10 @@ trace_stream_options sim_stream_options(const policy_methods *table, const char 
     if (pm && !policy_read_knobs(pm, settings, &knobs, &ignored))
         skip = policy_ignores_lookahead(pm, knobs);
     free(knobs);
-    return (trace_stream_options){
-        .skip_lookahead = skip, .check_rows_on_read = true, .blocks_by_request = true};
+    return (trace_stream_options){.skip_lookahead = skip,
+                                  .check_rows_on_read = true,
+                                  .blocks_by_request = true,
+                                  .lookahead_distances = pm ? pm->lookahead_distances : 0};
 }
 
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,

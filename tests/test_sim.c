@@ -1378,6 +1378,10 @@ static bool stream_skip_gives_every_figure(const trace *t, const char *path,
     trace_stream_options rows = sim_stream_options(NULL, name, c);
     trace_stream *ts = NULL;
     cr_assert_eq(trace_stream_open_with(path, &rows, &ts, &err), MOESIM_OK, "%s", err.msg);
+    /* the distances a policy declares it reads, alone; the run in memory is handed all 3 */
+    const uint32_t declared = policy_lookup(name)->lookahead_distances;
+    cr_assert_eq(trace_stream_rows_meta(ts)->lookahead_depth,
+                 rows.skip_lookahead ? 0 : declared ? declared : 3, "%s", name);
     sim_result a, b;
     cr_assert_eq(run_sets(t, m, hw, name, NULL, sets, &a, &err), MOESIM_OK, "%s", err.msg);
     sim_inputs in = {.trace = trace_stream_tokens(ts), .stream = ts, .model = m, .hw = hw,
@@ -1400,6 +1404,7 @@ static bool stream_skip_gives_every_figure(const trace *t, const char *path,
 
 /* Only the runs that never read the look-ahead rows skip them: the policies that ignore them,
  * and a reader whose prefetch knob is off (dynaexq by default, dymoe with dymoe.prefetch=false);
+ * a policy that reads distance 1 alone (mixtral-offload, dymoe, dynaexq) is handed that alone;
  * either way every figure is the trace's. */
 Test(sim, a_stream_without_the_rows_a_policy_ignores_gives_every_figure_the_trace_gives) {
     model_geometry m = fixture_model(4, 16, 2);

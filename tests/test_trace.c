@@ -593,21 +593,25 @@ Test(trace, files_read_back_through_the_hdf5_filter_pipeline) {
     trace_destroy(t);
 }
 
-/* Rows per chunk of dataset `name` in the file at f. */
-static hsize_t chunk_rows_of(hid_t f, const char *name) {
+/* The chunk shape of dataset `name` in the file at f (dims[0]: rows per chunk). */
+static void chunk_dims_of(hid_t f, const char *name, hsize_t dims[4]) {
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
     cr_assert_geq(d, 0, "%s missing", name);
     hid_t dcpl = H5Dget_create_plist(d);
-    hsize_t dims[4] = {0};
     cr_assert_geq(H5Pget_chunk(dcpl, 4, dims), 1, "%s is not chunked", name);
     H5Pclose(dcpl);
     H5Dclose(d);
+}
+
+static hsize_t chunk_rows_of(hid_t f, const char *name) {
+    hsize_t dims[4] = {0};
+    chunk_dims_of(f, name, dims);
     return dims[0];
 }
 
-Test(trace, one_value_per_token_is_chunked_by_64_kib_and_routing_by_1_mib) {
+Test(trace, one_value_per_token_is_chunked_by_64_kib_routing_by_1_mib_lookahead_by_distance) {
     /* 40000 tokens of 2 layers x top-2: a routing row is 8 bytes, 1 MiB would be 131072 rows */
-    trace *t = make_trace(2, 8, 2, 0, 0, 40000, true);
+    trace *t = make_trace(2, 8, 2, 3, 4, 40000, true);
     const char *path = test_tmp_path("chunks.h5");
     moesim_error err = {0};
     cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
@@ -619,6 +623,15 @@ Test(trace, one_value_per_token_is_chunked_by_64_kib_and_routing_by_1_mib) {
     cr_expect_eq(chunk_rows_of(f, "/tokens/phase"), 40000); /* 65536 one-byte values, at most N */
     cr_expect_eq(chunk_rows_of(f, "/routing/expert_ids"), 40000);
     cr_expect_eq(chunk_rows_of(f, "/routing/gate_weights"), 40000); /* 65536 rows of 16 bytes */
+    /* one distance of a look-ahead row: 2 layers x K' = 4 scores, 32 bytes: 32768 rows */
+    hsize_t dims[4] = {0};
+    chunk_dims_of(f, "/lookahead/scores", dims);
+    cr_expect(dims[0] == 32768 && dims[1] == 2 && dims[2] == 1 && dims[3] == 4,
+              "{%llu, %llu, %llu, %llu}", (unsigned long long)dims[0],
+              (unsigned long long)dims[1], (unsigned long long)dims[2],
+              (unsigned long long)dims[3]);
+    chunk_dims_of(f, "/lookahead/expert_ids", dims);
+    cr_expect(dims[0] == 40000 && dims[2] == 1, "%llu rows", (unsigned long long)dims[0]);
     H5Fclose(f);
     trace *back = NULL;
     cr_assert_eq(trace_read(path, &back, &err), MOESIM_OK, "%s", err.msg);
@@ -1201,6 +1214,107 @@ Test(trace, a_stream_by_request_inflates_each_chunk_once_for_a_batch_of_requests
     cr_assert_eq(chunks_for_batch(path, by_request, t, len, 4), once);
     cr_assert_gt(chunks_for_batch(path, by_block, t, len, 4), once,
                  "whole blocks read again: the comparison above can fail");
+    trace_destroy(t);
+}
+
+/* Rewrites dataset `name` (a look-ahead one) of the file at `path` as earlier versions of the
+ * writer laid it out: chunks of whole rows, all D distances ({rows, L, D, K'}), HDF5's own
+ * shuffle and deflate; the first_hits attribute kept. */
+static void rechunk_whole_rows(const char *path, const char *name, hid_t mtype, const void *rows) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    cr_assert(f >= 0 && d >= 0);
+    hid_t ftype = H5Dget_type(d), space = H5Dget_space(d);
+    hsize_t dims[4];
+    cr_assert_eq(H5Sget_simple_extent_dims(space, dims, NULL), 4);
+    uint64_t hits[2];
+    const bool has_hits = H5Aexists(d, "first_hits") > 0;
+    if (has_hits) {
+        hid_t a = H5Aopen(d, "first_hits", H5P_DEFAULT);
+        cr_assert_geq(H5Aread(a, H5T_NATIVE_UINT64, hits), 0);
+        H5Aclose(a);
+    }
+    H5Dclose(d);
+    cr_assert_geq(H5Ldelete(f, name, H5P_DEFAULT), 0);
+    hsize_t chunk[4] = {dims[0] < 100 ? dims[0] : 100, dims[1], dims[2], dims[3]};
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    cr_assert(H5Pset_chunk(dcpl, 4, chunk) >= 0 && H5Pset_shuffle(dcpl) >= 0 &&
+              H5Pset_deflate(dcpl, 1) >= 0);
+    d = H5Dcreate2(f, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    cr_assert_geq(H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows), 0);
+    if (has_hits) {
+        hsize_t two = 2;
+        hid_t as = H5Screate_simple(1, &two, NULL);
+        hid_t a = H5Acreate2(d, "first_hits", H5T_STD_U64LE, as, H5P_DEFAULT, H5P_DEFAULT);
+        cr_assert_geq(H5Awrite(a, H5T_NATIVE_UINT64, hits), 0);
+        H5Aclose(a);
+        H5Sclose(as);
+    }
+    H5Pclose(dcpl);
+    H5Tclose(ftype);
+    H5Sclose(space);
+    H5Dclose(d);
+    H5Fclose(f);
+}
+
+/* Streams the trace at `path` with its look-ahead rows of distances 1..want alone: every row
+ * must be t's at those distances; returns the chunks the stream inflated. */
+static uint64_t stream_first_distances(const char *path, const trace *t, uint32_t want) {
+    trace_stream *s = NULL;
+    moesim_error err = {0};
+    const trace_stream_options opt = {.check_rows_on_read = true, .lookahead_distances = want};
+    cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(trace_stream_rows_meta(s)->lookahead_depth, want);
+    cr_assert_lt(trace_stream_block_tokens(s), t->n_tokens / 3, "blocks: the test needs a few");
+    const uint32_t L = t->meta.n_layers, Kp = t->meta.lookahead_k;
+    for (uint64_t i = 0; i < t->n_tokens; i++) {
+        uint64_t at;
+        const trace *b = trace_stream_row(s, i, &at);
+        cr_assert_eq(b->meta.lookahead_depth, want);
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t d = 1; d <= want; d++) {
+                size_t x = trace_lookahead_index(b, at, l, d), y = trace_lookahead_index(t, i, l, d);
+                cr_assert_eq(memcmp(b->lookahead_ids + x, t->lookahead_ids + y, Kp * 2), 0,
+                             "token %llu layer %u distance %u", (unsigned long long)i, l, d);
+                cr_assert_eq(memcmp(b->lookahead_scores + x, t->lookahead_scores + y, Kp * 4), 0,
+                             "token %llu layer %u distance %u", (unsigned long long)i, l, d);
+            }
+    }
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_OK, "%s", err.msg);
+    const uint64_t inflated = trace_stream_chunks_inflated(s);
+    trace_stream_close(s);
+    return inflated;
+}
+
+Test(trace, a_stream_of_the_first_distances_reads_them_from_either_layout_and_inflates_theirs) {
+    /* 8 layers, K' = 6, 30000 tokens: a distance's chunk holds 10922 rows of ids, 5461 of
+     * scores (3 and 6 chunks a distance), a block 3800 (all 3 distances) to 8000 tokens (one) */
+    trace *t = make_trace(8, 32, 4, 3, 6, 30000, true);
+    char by_distance[4096], whole[4096];
+    snprintf(by_distance, sizeof by_distance, "%s", test_tmp_path("distances.h5"));
+    snprintf(whole, sizeof whole, "%s", test_tmp_path("distances-whole-rows.h5"));
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, by_distance, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(trace_write(t, whole, &err), MOESIM_OK, "%s", err.msg);
+    rechunk_whole_rows(whole, "/lookahead/expert_ids", H5T_NATIVE_UINT16, t->lookahead_ids);
+    rechunk_whole_rows(whole, "/lookahead/scores", H5T_NATIVE_FLOAT, t->lookahead_scores);
+    uint64_t inflated[4];
+    for (uint32_t want = 1; want <= 3; want++) {
+        inflated[want] = stream_first_distances(by_distance, t, want);
+        stream_first_distances(whole, t, want); /* each chunk holds every distance */
+    }
+    /* each distance more: its 3 chunks of ids and 6 of scores, each inflated once */
+    cr_expect_eq(inflated[2], inflated[1] + 9, "%llu, %llu", (unsigned long long)inflated[1],
+                 (unsigned long long)inflated[2]);
+    cr_expect_eq(inflated[3], inflated[1] + 18, "%llu, %llu", (unsigned long long)inflated[1],
+                 (unsigned long long)inflated[3]);
+    /* the whole trace reads back from either layout */
+    for (int i = 0; i < 2; i++) {
+        trace *back = NULL;
+        cr_assert_eq(trace_read(i ? whole : by_distance, &back, &err), MOESIM_OK, "%s", err.msg);
+        assert_same_trace(t, back);
+        trace_destroy(back);
+    }
     trace_destroy(t);
 }
 

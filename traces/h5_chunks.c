@@ -167,6 +167,16 @@ void chunk_take_elems(unsigned char *dst, const unsigned char *chunk, size_t chu
     h5_unshuffle_bytes(dst, chunk + first, chunk_bytes / elem_size, count, elem_size);
 }
 
+void chunk_gather_runs(unsigned char *dst, const unsigned char *src, size_t bytes, size_t run_bytes,
+                       size_t stride) {
+    for (size_t at = 0; at < bytes; at += run_bytes, src += stride) memcpy(dst + at, src, run_bytes);
+}
+
+void chunk_scatter_runs(unsigned char *dst, const unsigned char *src, size_t bytes,
+                        size_t run_bytes, size_t stride) {
+    for (size_t at = 0; at < bytes; at += run_bytes, dst += stride) memcpy(dst, src + at, run_bytes);
+}
+
 static void *chunk_worker_run(void *arg) {
     chunk_worker *w = arg;
     chunk_batch *b = w->b;
@@ -178,7 +188,11 @@ static void *chunk_worker_run(void *arg) {
         const bool full = job->raw_bytes == chunk_bytes;
         if (b->pack) {
             const unsigned char *src = job->src;
-            if (!full) { /* HDF5 stores edge chunks whole: pad with zeros */
+            if (job->run_stride) {
+                chunk_gather_runs(job->raw, job->src, job->raw_bytes, job->run_bytes, job->run_stride);
+                memset(job->raw + job->raw_bytes, 0, chunk_bytes - job->raw_bytes);
+                src = job->raw;
+            } else if (!full) { /* HDF5 stores edge chunks whole: pad with zeros */
                 memcpy(job->raw, job->src, job->raw_bytes);
                 memset(job->raw + job->raw_bytes, 0, chunk_bytes - job->raw_bytes);
                 src = job->raw;
@@ -194,17 +208,21 @@ static void *chunk_worker_run(void *arg) {
             bool shuffled = chunk_is_shuffled(chunk_bytes, elem_size) && !job->keep_shuffled;
             /* a short last chunk unshuffles its real elements straight into dst; one that is
              * not shuffled inflates whole into raw and its real bytes are copied; one kept
-             * shuffled inflates whole into dst */
-            bool into_dst = full || job->keep_shuffled;
+             * shuffled inflates whole into dst; one of runs goes through raw */
+            bool into_dst = (full || job->keep_shuffled) && !job->run_stride;
             unsigned char *target = shuffled ? tmp : into_dst ? job->dst : job->raw;
+            unsigned char *unshuffled = job->run_stride ? job->raw : job->dst;
             /* the exact size is known: anything else (shorter, longer, corrupt, a wrong
              * checksum) fails */
             job->ok = libdeflate_zlib_decompress(b->decompressor[w->index], job->packed,
                                                  job->packed_bytes, target, chunk_bytes,
                                                  NULL) == LIBDEFLATE_SUCCESS;
             if (job->ok && shuffled)
-                h5_unshuffle_bytes(job->dst, tmp, n_elems, job->raw_bytes / elem_size, elem_size);
-            else if (job->ok && !full && !job->keep_shuffled)
+                h5_unshuffle_bytes(unshuffled, tmp, n_elems, job->raw_bytes / elem_size,
+                                   elem_size);
+            if (job->ok && job->run_stride)
+                chunk_scatter_runs(job->dst, job->raw, job->raw_bytes, job->run_bytes, job->run_stride);
+            else if (job->ok && !shuffled && !full && !job->keep_shuffled)
                 memcpy(job->dst, job->raw, job->raw_bytes);
         }
     }
@@ -217,7 +235,10 @@ void chunk_batch_run(chunk_batch *b) {
         MOESIM_ASSERT(b->jobs[j].chunk_bytes <= b->cap_bytes && b->jobs[j].elem_size > 0 &&
                       b->jobs[j].chunk_bytes % b->jobs[j].elem_size == 0 &&
                       b->jobs[j].raw_bytes % b->jobs[j].elem_size == 0 &&
-                      b->jobs[j].raw_bytes <= b->jobs[j].chunk_bytes);
+                      b->jobs[j].raw_bytes <= b->jobs[j].chunk_bytes &&
+                      (!b->jobs[j].run_stride ||
+                       (!b->jobs[j].keep_shuffled && b->jobs[j].run_bytes &&
+                        b->jobs[j].raw_bytes % b->jobs[j].run_bytes == 0)));
     chunk_worker workers[CHUNK_MAX_THREADS];
     pthread_t threads[CHUNK_MAX_THREADS];
     unsigned n = b->n_threads < b->n_jobs ? b->n_threads : (unsigned)b->n_jobs;

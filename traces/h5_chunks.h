@@ -63,6 +63,10 @@ typedef struct chunk_job {
     unsigned char *dst;       /* unpack: where the chunk's rows go in the caller's array */
     bool keep_shuffled;       /* unpack: dst gets the chunk_bytes inflated, still shuffled (a
                                  cache the reader takes rows from with chunk_take_elems) */
+    /* A chunk of one distance of look-ahead rows ([rows][L][1][K'] of a [N][L][D][K'] dataset)
+     * is not a slice of the caller's array: its bytes are runs of run_bytes, one every
+     * run_stride bytes there (gathered from src, scattered to dst). 0: one contiguous slice. */
+    size_t run_bytes, run_stride;
     unsigned char *raw;       /* [cap_bytes] a short last chunk, zero-padded to full size */
     size_t raw_bytes;         /* whole elements of real data (the last chunk may be short) */
     unsigned char *packed;    /* [packed_cap] shuffled + deflated bytes */
@@ -91,6 +95,13 @@ bool chunk_is_shuffled(size_t chunk_bytes, size_t elem_size);
  * pass over them, not an unshuffle of the whole chunk and a copy. */
 void chunk_take_elems(unsigned char *dst, const unsigned char *chunk, size_t chunk_bytes,
                       size_t elem_size, size_t first, size_t count);
+
+/* `bytes` of runs of run_bytes, one every `stride` bytes of src, packed into dst (gather); and
+ * packed runs of src put one every `stride` bytes of dst (scatter). */
+void chunk_gather_runs(unsigned char *dst, const unsigned char *src, size_t bytes, size_t run_bytes,
+                       size_t stride);
+void chunk_scatter_runs(unsigned char *dst, const unsigned char *src, size_t bytes,
+                        size_t run_bytes, size_t stride);
 
 /* Allocates n_threads * CHUNK_JOBS_PER_THREAD jobs (b->jobs_cap = b->n_jobs) with buffers for
  * chunks of up to `cap_bytes`; false when memory is short (free it anyway with

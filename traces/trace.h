@@ -205,6 +205,10 @@ typedef struct trace_stream_options {
      * interleave in the file, and while the cache holds every block (trace_stream_set_cache:
      * each is then read once, whole). */
     bool blocks_by_request;
+    /* Look-ahead rows of distances 1..lookahead_distances alone (0: every distance): the blocks'
+     * meta says that depth (at most the file's). A file that stores each distance in chunks
+     * apart (traces/FORMAT.md, "Storage") then inflates those distances' chunks alone. */
+    uint32_t lookahead_distances;
 } trace_stream_options;
 /* trace_stream_open with options; NULL: every row is read. */
 moesim_status trace_stream_open_with(const char *path, const trace_stream_options *opt,

@@ -267,14 +267,19 @@ static moesim_status check_storage(reader *r, const dataset_spec *spec, hid_t d)
 }
 
 /* Rows per chunk when `d` is laid out as this writer lays datasets out (chunks of whole rows
- * along dimension 0, filters exactly shuffle then deflate, file type = memory type), else 0. */
-hsize_t trace_read_chunk_rows(const dataset_spec *spec, hid_t d) {
+ * along dimension 0, or of one distance of them for look-ahead rows; filters exactly shuffle
+ * then deflate; file type = memory type), else 0. *distances: D when each chunk holds one
+ * distance of [N][L][D][K'] rows, else 1. */
+hsize_t trace_read_chunk_rows(const dataset_spec *spec, hid_t d, uint32_t *distances) {
     hsize_t rows = 0, chunk[H5S_MAX_RANK];
     hid_t dcpl = H5Dget_create_plist(d), type = H5Dget_type(d);
     bool ok = dcpl >= 0 && type >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
               H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk) == spec->rank && H5Pget_nfilters(dcpl) == 2 &&
               H5Tequal(type, spec->mtype) > 0;
-    for (int i = 1; ok && i < spec->rank; i++) ok = chunk[i] == spec->dims[i];
+    const bool by_distance = ok && spec->rank == 4 && spec->dims[2] > 1 && chunk[2] == 1;
+    *distances = by_distance ? (uint32_t)spec->dims[2] : 1;
+    for (int i = 1; ok && i < spec->rank; i++)
+        ok = chunk[i] == spec->dims[i] || (i == 2 && by_distance);
     for (unsigned f = 0; ok && f < 2; f++) {
         unsigned flags, cd[8];
         size_t n_cd = 8;
@@ -296,14 +301,16 @@ moesim_status trace_read_chunk_fail(reader *r, const dataset_spec *spec, uint64_
 }
 
 /* Reads a dataset laid out by our writer: raw chunks on this thread, inflate in parallel.
- * *fallback is set when a chunk was stored some other way (then nothing was read). */
+ * *fallback is set when a chunk was stored some other way (then nothing was read). With
+ * `distances` > 1 each chunk holds one distance of its rows, scattered into place. */
 static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, void *buf,
-                                 hsize_t chunk_rows, bool *fallback) {
+                                 hsize_t chunk_rows, uint32_t distances, bool *fallback) {
     size_t row_bytes = spec->size;
     for (int i = 1; i < spec->rank; i++) row_bytes *= spec->dims[i];
     const uint64_t n_rows = spec->dims[0], total = n_rows * row_bytes;
-    const uint64_t n_chunks = (n_rows + chunk_rows - 1) / chunk_rows;
-    const size_t chunk_bytes = (size_t)chunk_rows * row_bytes;
+    const uint64_t n_chunks = (n_rows + chunk_rows - 1) / chunk_rows * distances;
+    const size_t chunk_bytes = (size_t)chunk_rows * row_bytes / distances;
+    const size_t run_bytes = distances > 1 ? spec->size * spec->dims[3] : 0;
     *fallback = false;
     /* our writer never makes chunks longer than N or much above TRACE_CHUNK_TARGET_BYTES */
     if ((chunk_rows > n_rows && n_rows > 0) || chunk_bytes > CHUNK_MAX_BYTES) {
@@ -321,7 +328,9 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
     for (uint64_t first = 0; first < n_chunks && !st && !*fallback; first += per_batch) {
         b.n_jobs = n_chunks - first < per_batch ? (size_t)(n_chunks - first) : per_batch;
         for (size_t j = 0; j < b.n_jobs && !st && !*fallback; j++) {
-            hsize_t offset[4] = {(first + j) * chunk_rows, 0, 0, 0}, stored = 0;
+            const uint64_t c = (first + j) / distances;
+            const uint32_t dist = (uint32_t)((first + j) % distances);
+            hsize_t offset[4] = {c * chunk_rows, 0, dist, 0}, stored = 0;
             uint32_t mask = 0;
             if (H5Dget_chunk_storage_size(d, offset, &stored) < 0 || stored == 0 ||
                 stored > b.packed_cap) {
@@ -335,18 +344,21 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
                 break;
             }
             if (mask != 0) *fallback = true; /* a filter was skipped for this chunk */
-            uint64_t at = offset[0] * row_bytes;
+            uint64_t at = offset[0] * row_bytes, rows_bytes = chunk_bytes * distances;
             b.jobs[j].packed_bytes = stored;
-            b.jobs[j].dst = (unsigned char *)buf + at;
+            b.jobs[j].dst = (unsigned char *)buf + at + dist * run_bytes;
             b.jobs[j].chunk_bytes = chunk_bytes;
             b.jobs[j].elem_size = spec->size;
-            b.jobs[j].raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
+            b.jobs[j].raw_bytes =
+                (total - at < rows_bytes ? (size_t)(total - at) : rows_bytes) / distances;
+            b.jobs[j].run_bytes = run_bytes;
+            b.jobs[j].run_stride = run_bytes * distances;
         }
         if (st || *fallback) break;
         chunk_batch_run(&b);
         for (size_t j = 0; j < b.n_jobs && !st; j++)
             if (!b.jobs[j].ok)
-                st = trace_read_chunk_fail(r, spec, (first + j) * chunk_rows,
+                st = trace_read_chunk_fail(r, spec, (first + j) / distances * chunk_rows,
                                            "deflate data do not inflate");
     }
     H5Eclear2(H5E_DEFAULT);
@@ -412,10 +424,11 @@ moesim_status trace_read_skipped_filters_check(reader *r, const dataset_spec *sp
 }
 
 moesim_status trace_read_dataset(reader *r, const dataset_spec *spec, hid_t d, void *buf) {
-    hsize_t rows = trace_read_chunk_rows(spec, d);
+    uint32_t distances;
+    hsize_t rows = trace_read_chunk_rows(spec, d, &distances);
     if (rows) {
         bool fallback;
-        moesim_status st = read_chunks(r, spec, d, buf, rows, &fallback);
+        moesim_status st = read_chunks(r, spec, d, buf, rows, distances, &fallback);
         if (st || !fallback) return st;
     }
     moesim_status st = trace_read_skipped_filters_check(r, spec, d);

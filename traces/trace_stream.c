@@ -49,7 +49,10 @@
  * bench/README.md, "Chunks kept until their rows are taken"). */
 typedef struct stream_chunk {
     hsize_t rows; /* rows per chunk; 0: read through H5Dread */
-    size_t row_bytes;
+    size_t row_bytes;   /* of the file's rows */
+    uint32_t distances; /* look-ahead rows chunked one distance each: D (chunk j * D + d of the
+                           cache holds distance d of row chunk j); else 1 */
+    size_t run_bytes;   /* look-ahead rows: the K' values of one (layer, distance) */
     uint32_t n, cap;     /* entries allocated; most kept */
     uint64_t *held;      /* [cap] chunk index of each entry, or UINT64_MAX */
     uint64_t *used;      /* [cap] last use (the stream's clock) */
@@ -73,6 +76,9 @@ struct trace_stream {
        them, to check it */
     trace_first_hits hits;
     uint16_t *la_ids;      /* skipped look-ahead ids of a few tokens, to count those hits */
+    uint32_t la_read;      /* distances 1..la_read of the look-ahead rows are read (the blocks'
+                              depth; 1 for the skipped ids counted) */
+    unsigned char *la_scratch; /* [a chunk] rows taken before their distances are placed */
     bool check_on_read;    /* trace_stream_options.check_rows_on_read */
     bool by_request_asked; /* trace_stream_options.blocks_by_request, requests contiguous */
     bool by_request;       /* asked, and the cache holds fewer blocks than the trace has */
@@ -96,10 +102,12 @@ struct trace_stream {
     uint64_t chunks_inflated;
 };
 
+/* Rows [first, first + n) through H5Dread; of look-ahead rows, distances 1..`distances`. */
 static moesim_status read_rows(reader *r, const dataset_spec *spec, hid_t d, uint64_t first,
-                               uint64_t n, void *buf) {
+                               uint64_t n, uint32_t distances, void *buf) {
     hsize_t start[4] = {first, 0, 0, 0}, count[4] = {n, 0, 0, 0};
     for (int i = 1; i < spec->rank; i++) count[i] = spec->dims[i];
+    if (spec->rank == 4) count[2] = distances;
     hid_t fs = H5Dget_space(d), ms = H5Screate_simple(spec->rank, count, NULL);
     bool ok = fs >= 0 && ms >= 0 &&
               H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
@@ -132,54 +140,88 @@ static unsigned char **chunk_entry_for(stream_chunk *c, uint32_t *at) {
     return &c->buf[c->n++];
 }
 
+/* *out: distance d of row chunk j of dataset i, inflated now unless held, whose caller takes
+ * `taken` of its rows; NULL when the chunk is not stored as ours after all (c->rows is then 0:
+ * HDF5 reads the dataset from now on). */
+static moesim_status chunk_held(trace_stream *s, int i, uint64_t j, uint32_t d, uint64_t taken,
+                                const unsigned char **out) {
+    *out = NULL;
+    stream_chunk *c = &s->chunk[i];
+    const dataset_spec *spec = &s->o.specs[i];
+    const uint64_t N = s->o.n_tokens, key = j * c->distances + d;
+    const size_t part_bytes = c->row_bytes / c->distances, chunk_bytes = c->rows * part_bytes;
+    uint32_t k = 0;
+    while (k < c->n && c->held[k] != key) k++;
+    if (k == c->n) {
+        hsize_t offset[4] = {j * c->rows, 0, d, 0}, stored = 0;
+        uint32_t mask = 0;
+        chunk_job *job = &s->batch.jobs[0];
+        if (H5Dget_chunk_storage_size(s->o.ds[i], offset, &stored) < 0 || stored == 0 ||
+            stored > s->batch.packed_cap ||
+            H5Dread_chunk(s->o.ds[i], H5P_DEFAULT, offset, &mask, job->packed) < 0 || mask) {
+            H5Eclear2(H5E_DEFAULT);
+            c->rows = 0; /* not as our writer stores it after all: HDF5 reads it */
+            return MOESIM_OK;
+        }
+        unsigned char **buf = chunk_entry_for(c, &k);
+        if (!buf) return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory", s->r.path);
+        c->held[k] = UINT64_MAX;
+        c->left[k] = 0;
+        uint64_t at = j * chunk_bytes, total = N * part_bytes;
+        job->packed_bytes = stored;
+        job->dst = *buf;
+        job->chunk_bytes = chunk_bytes;
+        job->elem_size = spec->size;
+        job->raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
+        job->keep_shuffled = true;
+        s->batch.n_jobs = 1;
+        chunk_batch_run(&s->batch);
+        s->chunks_inflated++;
+        if (!job->ok)
+            return trace_read_chunk_fail(&s->r, spec, offset[0], "deflate data do not inflate");
+        c->held[k] = key;
+        c->left[k] = N - j * c->rows < c->rows ? N - j * c->rows : c->rows;
+    }
+    c->used[k] = ++s->chunk_clock;
+    c->left[k] -= taken < c->left[k] ? taken : c->left[k]; /* rows read again: spent */
+    *out = c->buf[k];
+    return MOESIM_OK;
+}
+
 /* Rows [first, first + n) of dataset `i` into dst: from its chunks when they are ours (kept as
- * stream_chunk says), else through H5Dread. */
+ * stream_chunk says), else through H5Dread. Of look-ahead rows, distances 1..la_read alone (dst
+ * rows of [L][la_read][K']): from a file chunked by distance, those distances' chunks alone. */
 static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64_t n, void *dst) {
     stream_chunk *c = &s->chunk[i];
     const dataset_spec *spec = &s->o.specs[i];
-    if (!c->rows) return read_rows(&s->r, spec, s->o.ds[i], first, n, dst);
-    const uint64_t N = s->o.n_tokens, chunk_bytes = c->rows * c->row_bytes;
-    for (uint64_t j = first / c->rows; j * c->rows < first + n; j++) {
-        uint32_t k = 0;
-        while (k < c->n && c->held[k] != j) k++;
-        if (k == c->n) {
-            hsize_t offset[4] = {j * c->rows, 0, 0, 0}, stored = 0;
-            uint32_t mask = 0;
-            chunk_job *job = &s->batch.jobs[0];
-            if (H5Dget_chunk_storage_size(s->o.ds[i], offset, &stored) < 0 || stored == 0 ||
-                stored > s->batch.packed_cap ||
-                H5Dread_chunk(s->o.ds[i], H5P_DEFAULT, offset, &mask, job->packed) < 0 || mask) {
-                H5Eclear2(H5E_DEFAULT);
-                c->rows = 0; /* not as our writer stores it after all: HDF5 reads it */
-                return read_rows(&s->r, spec, s->o.ds[i], first, n, dst);
+    const bool look = spec->rank == 4;
+    const uint32_t D = look ? (uint32_t)spec->dims[2] : 1, want = look ? s->la_read : 1;
+    const size_t size = spec->size, part_bytes = c->row_bytes / (c->distances ? c->distances : 1);
+    const size_t dst_row = c->row_bytes / D * want, run = c->run_bytes;
+    for (uint64_t j = c->rows ? first / c->rows : 0; c->rows && j * c->rows < first + n; j++) {
+        const uint64_t lo = j * c->rows > first ? j * c->rows : first;
+        const uint64_t hi = (j + 1) * c->rows < first + n ? (j + 1) * c->rows : first + n;
+        unsigned char *out = (unsigned char *)dst + (lo - first) * dst_row;
+        const size_t per_row = part_bytes / size, from = (lo - j * c->rows) * per_row;
+        const size_t count = (hi - lo) * per_row, chunk_bytes = c->rows * part_bytes;
+        for (uint32_t d = 0; d < (c->distances > 1 ? want : 1); d++) {
+            const unsigned char *buf;
+            moesim_status st = chunk_held(s, i, j, d, hi - lo, &buf);
+            if (st) return st;
+            if (!buf) break; /* c->rows is 0 now */
+            if ((c->distances == 1 && want == D) || (c->distances > 1 && want == 1)) {
+                /* whole rows, or one distance of a file chunked by distance: as dst holds them */
+                chunk_take_elems(out, buf, chunk_bytes, size, from, count);
+            } else if (c->distances > 1) { /* distance d of each (token, layer) into place */
+                chunk_take_elems(s->la_scratch, buf, chunk_bytes, size, from, count);
+                chunk_scatter_runs(out + d * run, s->la_scratch, count * size, run, want * run);
+            } else { /* whole rows of D distances: the first `want` of each (token, layer) */
+                chunk_take_elems(s->la_scratch, buf, chunk_bytes, size, from, count);
+                chunk_gather_runs(out, s->la_scratch, (hi - lo) * dst_row, want * run, D * run);
             }
-            unsigned char **buf = chunk_entry_for(c, &k);
-            if (!buf) return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory", s->r.path);
-            c->held[k] = UINT64_MAX;
-            c->left[k] = 0;
-            uint64_t at = j * chunk_bytes, total = N * c->row_bytes;
-            job->packed_bytes = stored;
-            job->dst = *buf;
-            job->chunk_bytes = chunk_bytes;
-            job->elem_size = spec->size;
-            job->raw_bytes = total - at < chunk_bytes ? (size_t)(total - at) : chunk_bytes;
-            job->keep_shuffled = true;
-            s->batch.n_jobs = 1;
-            chunk_batch_run(&s->batch);
-            s->chunks_inflated++;
-            if (!job->ok)
-                return trace_read_chunk_fail(&s->r, spec, offset[0], "deflate data do not inflate");
-            c->held[k] = j;
-            c->left[k] = N - j * c->rows < c->rows ? N - j * c->rows : c->rows;
         }
-        c->used[k] = ++s->chunk_clock;
-        uint64_t lo = j * c->rows > first ? j * c->rows : first;
-        uint64_t hi = (j + 1) * c->rows < first + n ? (j + 1) * c->rows : first + n;
-        c->left[k] -= hi - lo < c->left[k] ? hi - lo : c->left[k]; /* rows read again: spent */
-        const size_t per_row = c->row_bytes / spec->size;
-        chunk_take_elems((unsigned char *)dst + (lo - first) * c->row_bytes, c->buf[k], chunk_bytes,
-                         spec->size, (lo - j * c->rows) * per_row, (hi - lo) * per_row);
     }
+    if (!c->rows) return read_rows(&s->r, spec, s->o.ds[i], first, n, want, dst);
     return MOESIM_OK;
 }
 
@@ -314,14 +356,17 @@ static bool reads_skipped_ids(const trace_stream *s) {
 static moesim_status check_block_rows(trace_stream *s, const trace *block, uint64_t first) {
     moesim_status st = trace_check_rows(block, first, s->r.path, s->r.err);
     if (!st && block->lookahead_ids && s->o.has_first_hits)
-        trace_first_hits_add(&s->hits, &s->o.meta, block->expert_ids, block->lookahead_ids,
+        trace_first_hits_add(&s->hits, &block->meta, block->expert_ids, block->lookahead_ids,
                              block->n_tokens);
+    trace_meta distance_1 = s->o.meta; /* the skipped ids are read at distance 1 alone */
+    distance_1.lookahead_depth = 1;
     for (uint64_t at = 0; s->la_ids && at < block->n_tokens && !st; at += FIRST_HITS_TOKENS) {
         uint64_t n =
             block->n_tokens - at < FIRST_HITS_TOKENS ? block->n_tokens - at : FIRST_HITS_TOKENS;
         st = read_ds_rows(s, DS_LOOK_IDS, first + at, n, s->la_ids);
         if (!st)
-            trace_first_hits_add(&s->hits, &s->o.meta, trace_experts(block, at, 0), s->la_ids, n);
+            trace_first_hits_add(&s->hits, &distance_1, trace_experts(block, at, 0), s->la_ids,
+                                 n);
     }
     return st;
 }
@@ -353,7 +398,8 @@ static moesim_status stream_load(trace_stream *s) {
     if (s->skip[DS_LOOK_IDS] && o->has_first_hits) s->hits = o->first_hits;
     if (count_la)
         s->la_ids =
-            malloc(FIRST_HITS_TOKENS * trace_lookahead_values(&o->meta) * sizeof *s->la_ids);
+            malloc((size_t)FIRST_HITS_TOKENS * o->meta.n_layers * o->meta.lookahead_k *
+                   sizeof *s->la_ids); /* distance 1 alone */
     if (s->check_on_read) s->rows_checked = calloc(n_blocks, 1);
     if ((count_la && !s->la_ids) || (s->check_on_read && !s->rows_checked)) {
         trace_destroy(block);
@@ -400,7 +446,12 @@ static moesim_status stream_load(trace_stream *s) {
     return st;
 }
 
-/* Which datasets are laid out as ours (their chunks then inflate here), and their buffers. */
+/* Chunks a reader of whole rows of c takes from at once: the distances read, where the file
+ * holds them in chunks apart. */
+static uint32_t chunks_per_rows(const trace_stream *s, const stream_chunk *c) {
+    return c->distances > 1 ? s->la_read : 1;
+}
+
 /* Keeps at most `cap` (>= 1) of c's chunks: later entries are dropped. */
 static void chunk_cache_resize(stream_chunk *c, uint32_t cap) {
     for (uint32_t e = cap; e < c->n; e++) free(c->buf[e]);
@@ -420,8 +471,9 @@ static void chunk_cache_free(stream_chunk *c) {
     free(c->buf);
 }
 
+/* Which datasets are laid out as ours (their chunks then inflate here), and their buffers. */
 static moesim_status stream_chunks_init(trace_stream *s) {
-    size_t largest = 0;
+    size_t largest = 0, la_scratch = 0;
     for (int i = 0; i < DS_COUNT; i++) {
         stream_chunk *c = &s->chunk[i];
         if (!s->o.have[i] || (s->skip[i] && !(i == DS_LOOK_IDS && reads_skipped_ids(s)))) continue;
@@ -431,16 +483,24 @@ static moesim_status stream_chunks_init(trace_stream *s) {
         /* a dataset (or a chunk of it) HDF5 reads: checked as trace_read checks it */
         moesim_status st = trace_read_skipped_filters_check(&s->r, spec, s->o.ds[i]);
         if (st) return st;
-        c->rows = trace_read_chunk_rows(spec, s->o.ds[i]);
-        size_t bytes = c->rows * c->row_bytes;
+        c->rows = trace_read_chunk_rows(spec, s->o.ds[i], &c->distances);
+        c->run_bytes = spec->rank == 4 ? spec->size * spec->dims[3] : 0;
+        size_t bytes = c->rows * c->row_bytes / c->distances;
         if (c->rows > s->o.n_tokens || bytes > CHUNK_MAX_BYTES) c->rows = 0; /* as read_chunks */
         if (!c->rows) continue;
-        chunk_cache_resize(c, 1); /* the pass at open reads in order */
+        chunk_cache_resize(c, chunks_per_rows(s, c)); /* the pass at open reads in order */
         if (bytes > largest) largest = bytes;
+        /* distances placed apart from the chunk's order (read_ds_rows) go through a scratch */
+        const uint32_t D = spec->rank == 4 ? (uint32_t)spec->dims[2] : 1;
+        if (spec->rank == 4 && (c->distances > 1 ? s->la_read > 1 : s->la_read < D) &&
+            bytes > la_scratch)
+            la_scratch = bytes;
     }
     if (largest && !chunk_batch_init(&s->batch, largest, false))
         return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory for chunk buffers",
                            s->r.path);
+    if (la_scratch && !(s->la_scratch = malloc(la_scratch)))
+        return moesim_fail(s->r.err, MOESIM_ENOMEM, "%s: out of memory", s->r.path);
     return MOESIM_OK;
 }
 
@@ -468,9 +528,14 @@ moesim_status trace_stream_open_with(const char *path, const trace_stream_option
     if (!st) st = trace_read_datasets_open(&s->r, &s->o);
     if (!st) {
         s->rows_meta = s->o.meta;
+        const uint32_t D = s->o.meta.lookahead_depth;
+        if (opt && opt->lookahead_distances && opt->lookahead_distances < D)
+            s->rows_meta.lookahead_depth = opt->lookahead_distances;
+        s->la_read = s->rows_meta.lookahead_depth;
         if (opt && opt->skip_lookahead) {
             s->skip[DS_LOOK_IDS] = s->skip[DS_LOOK_SCORES] = true;
             s->rows_meta.lookahead_depth = s->rows_meta.lookahead_k = 0;
+            s->la_read = D ? 1 : 0; /* the ids of distance 1, where their hits are counted */
         }
         s->check_on_read = opt && opt->check_rows_on_read;
         uint64_t per_token = trace_bytes_per_token(&s->rows_meta);
@@ -543,7 +608,8 @@ void trace_stream_set_cache(trace_stream *s, uint64_t block_tokens, uint32_t n_b
     const bool fits = (s->skeleton->n_tokens + s->block_tokens - 1) / s->block_tokens <= n_blocks;
     if (s->by_request_asked && (!s->rows_read || !s->rows_checked)) s->by_request = !fits;
     for (int i = 0; i < DS_COUNT; i++)
-        if (s->chunk[i].rows) chunk_cache_resize(&s->chunk[i], 2 * n_blocks);
+        if (s->chunk[i].rows)
+            chunk_cache_resize(&s->chunk[i], 2 * n_blocks * chunks_per_rows(s, &s->chunk[i]));
     s->n_slots = n_blocks;
     s->slot = moesim_xcalloc(n_blocks, sizeof *s->slot);
     s->slot_first = moesim_xcalloc(n_blocks, sizeof *s->slot_first);
@@ -720,6 +786,7 @@ void trace_stream_close(trace_stream *s) {
     trace_destroy(s->skeleton);
     trace_request_index_free(&s->requests);
     free(s->la_ids);
+    free(s->la_scratch);
     free(s->rows_checked);
     free(s->req_checked);
     for (int i = 0; i < DS_COUNT; i++) chunk_cache_free(&s->chunk[i]);

@@ -60,6 +60,8 @@ typedef struct staged_dataset {
     size_t row_bytes;     /* one row along dimension 0 */
     size_t elem_size;     /* bytes per value (the shuffle's element) */
     uint64_t chunk_rows;  /* rows per chunk */
+    uint32_t distances;   /* look-ahead rows: D, each distance chunked apart; else 1 */
+    size_t run_bytes;     /* with distances > 1: the K' values of one (layer, distance) */
     unsigned char *stage; /* [stage_cap][row_bytes]: rows written .. written + staged - 1 */
     uint64_t stage_cap;
     uint64_t staged;  /* rows waiting in stage */
@@ -152,7 +154,11 @@ static moesim_status create_dataset(trace_writer *w, int which, const char *name
     s->elem_size = H5Tget_size(mtype);
     s->row_bytes = s->elem_size;
     for (int i = 1; i < rank; i++) s->row_bytes *= dims[i];
-    s->chunk_rows = chunk_rows_for(dims[0], s->row_bytes, rank);
+    /* look-ahead rows ([N][L][D][K']): a chunk holds one distance, so that a reader of distance
+     * 1 alone inflates a D-th of them (FORMAT.md, "Storage") */
+    s->distances = rank == 4 && dims[2] > 1 ? (uint32_t)dims[2] : 1;
+    s->run_bytes = rank == 4 ? s->elem_size * dims[3] : 0;
+    s->chunk_rows = chunk_rows_for(dims[0], s->row_bytes / s->distances, rank);
     s->raw = H5Tequal(ftype, mtype) > 0; /* else a host whose byte order differs from the file's */
     uint64_t cap = s->chunk_rows - 1 + w->stride_tokens;
     s->stage_cap = cap < dims[0] ? cap : dims[0];
@@ -162,6 +168,7 @@ static moesim_status create_dataset(trace_writer *w, int which, const char *name
     hsize_t chunk[4];
     chunk[0] = s->chunk_rows;
     for (int i = 1; i < rank; i++) chunk[i] = dims[i];
+    if (s->distances > 1) chunk[2] = 1;
     hid_t space = H5I_INVALID_HID;
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     herr_t rc = dcpl < 0 ? -1 : H5Pset_obj_track_times(dcpl, 0);
@@ -231,11 +238,12 @@ static moesim_status write_rows_converted(trace_writer *w, staged_dataset *s, ui
 }
 
 /* The chunks of one codec run: job j is chunk chunk_of[j] (counted from the dataset's first
- * unwritten row) of dataset ds_of[j]. */
+ * unwritten row), distance distance_of[j] (look-ahead rows; else 0), of dataset ds_of[j]. */
 typedef struct pending_chunks {
     size_t n;
     int ds_of[CHUNK_MAX_THREADS * CHUNK_JOBS_PER_THREAD];
     uint64_t chunk_of[CHUNK_MAX_THREADS * CHUNK_JOBS_PER_THREAD];
+    uint32_t distance_of[CHUNK_MAX_THREADS * CHUNK_JOBS_PER_THREAD];
 } pending_chunks;
 
 /* Compresses the pending chunks in one parallel run and stores them in their order. */
@@ -245,7 +253,8 @@ static moesim_status write_pending(trace_writer *w, pending_chunks *p, moesim_er
     chunk_batch_run(b);
     for (size_t j = 0; j < p->n; j++) {
         const staged_dataset *s = &w->ds[p->ds_of[j]];
-        hsize_t offset[4] = {s->written + p->chunk_of[j] * s->chunk_rows, 0, 0, 0};
+        hsize_t offset[4] = {s->written + p->chunk_of[j] * s->chunk_rows, 0,
+                             p->distance_of[j], 0};
         if (!b->jobs[j].ok)
             return moesim_fail(err, MOESIM_EIO, "%s: %s: deflate failed", w->path, s->name);
         if (H5Dwrite_chunk(s->d, H5P_DEFAULT, 0, offset, b->jobs[j].packed_bytes,
@@ -272,17 +281,23 @@ static moesim_status flush_all(trace_writer *w, bool final, moesim_error *err) {
             if (!st && rows) st = write_rows_converted(w, s, rows, err);
             continue;
         }
-        const size_t chunk_bytes = (size_t)s->chunk_rows * s->row_bytes;
-        for (uint64_t c = 0, at = 0; at < bytes && !st; c++, at += chunk_bytes) {
-            chunk_job *job = &w->batch.jobs[p.n];
-            job->chunk_bytes = chunk_bytes;
-            job->elem_size = s->elem_size;
-            job->src = s->stage + at;
-            job->raw_bytes = bytes - at < chunk_bytes ? (size_t)(bytes - at) : chunk_bytes;
-            p.ds_of[p.n] = i;
-            p.chunk_of[p.n] = c;
-            if (++p.n == w->batch.jobs_cap) st = write_pending(w, &p, err);
-        }
+        const size_t chunk_rows_bytes = (size_t)s->chunk_rows * s->row_bytes;
+        const size_t chunk_bytes = chunk_rows_bytes / s->distances;
+        for (uint64_t c = 0, at = 0; at < bytes && !st; c++, at += chunk_rows_bytes)
+            for (uint32_t d = 0; d < s->distances && !st; d++) {
+                chunk_job *job = &w->batch.jobs[p.n];
+                job->chunk_bytes = chunk_bytes;
+                job->elem_size = s->elem_size;
+                job->src = s->stage + at + d * s->run_bytes;
+                size_t left = bytes - at < chunk_rows_bytes ? (size_t)(bytes - at) : chunk_rows_bytes;
+                job->raw_bytes = left / s->distances;
+                job->run_bytes = s->distances > 1 ? s->run_bytes : 0;
+                job->run_stride = s->distances > 1 ? s->run_bytes * s->distances : 0;
+                p.ds_of[p.n] = i;
+                p.chunk_of[p.n] = c;
+                p.distance_of[p.n] = d;
+                if (++p.n == w->batch.jobs_cap) st = write_pending(w, &p, err);
+            }
     }
     if (!st) st = write_pending(w, &p, err);
     for (int i = 0; i < WD_COUNT && !st; i++) {
@@ -428,7 +443,8 @@ moesim_status trace_writer_open(const trace_meta *meta, uint64_t n_tokens, uint3
     if (!st) st = create_datasets(w, err);
     size_t cap_bytes = 0;
     for (int i = 0; i < WD_COUNT && !st; i++) {
-        size_t c = (size_t)w->ds[i].chunk_rows * w->ds[i].row_bytes;
+        const staged_dataset *d = &w->ds[i];
+        size_t c = d->chunk_rows ? (size_t)d->chunk_rows * d->row_bytes / d->distances : 0;
         cap_bytes = c > cap_bytes ? c : cap_bytes;
     }
     if (!st && !chunk_batch_init(&w->batch, cap_bytes, true))
