@@ -623,15 +623,15 @@ Test(trace, one_value_per_token_is_chunked_by_64_kib_routing_by_1_mib_lookahead_
     cr_expect_eq(chunk_rows_of(f, "/tokens/phase"), 40000); /* 65536 one-byte values, at most N */
     cr_expect_eq(chunk_rows_of(f, "/routing/expert_ids"), 40000);
     cr_expect_eq(chunk_rows_of(f, "/routing/gate_weights"), 40000); /* 65536 rows of 16 bytes */
-    /* one distance of a look-ahead row: 2 layers x K' = 4 scores, 32 bytes: 32768 rows */
+    /* a look-ahead row: 2 layers x D = 3 x K' = 4 scores, 96 bytes: 10922 rows, one distance */
     hsize_t dims[4] = {0};
     chunk_dims_of(f, "/lookahead/scores", dims);
-    cr_expect(dims[0] == 32768 && dims[1] == 2 && dims[2] == 1 && dims[3] == 4,
+    cr_expect(dims[0] == 10922 && dims[1] == 2 && dims[2] == 1 && dims[3] == 4,
               "{%llu, %llu, %llu, %llu}", (unsigned long long)dims[0],
               (unsigned long long)dims[1], (unsigned long long)dims[2],
               (unsigned long long)dims[3]);
     chunk_dims_of(f, "/lookahead/expert_ids", dims);
-    cr_expect(dims[0] == 40000 && dims[2] == 1, "%llu rows", (unsigned long long)dims[0]);
+    cr_expect(dims[0] == 21845 && dims[2] == 1, "%llu rows", (unsigned long long)dims[0]);
     H5Fclose(f);
     trace *back = NULL;
     cr_assert_eq(trace_read(path, &back, &err), MOESIM_OK, "%s", err.msg);
@@ -1287,8 +1287,8 @@ static uint64_t stream_first_distances(const char *path, const trace *t, uint32_
 }
 
 Test(trace, a_stream_of_the_first_distances_reads_them_from_either_layout_and_inflates_theirs) {
-    /* 8 layers, K' = 6, 30000 tokens: a distance's chunk holds 10922 rows of ids, 5461 of
-     * scores (3 and 6 chunks a distance), a block 3800 (all 3 distances) to 8000 tokens (one) */
+    /* 8 layers, K' = 6, 30000 tokens: a chunk holds 3640 rows of ids, 1820 of scores (9 and
+     * 17 chunks a distance), a block 3800 (all 3 distances) to 8000 tokens (one) */
     trace *t = make_trace(8, 32, 4, 3, 6, 30000, true);
     char by_distance[4096], whole[4096];
     snprintf(by_distance, sizeof by_distance, "%s", test_tmp_path("distances.h5"));
@@ -1303,10 +1303,10 @@ Test(trace, a_stream_of_the_first_distances_reads_them_from_either_layout_and_in
         inflated[want] = stream_first_distances(by_distance, t, want);
         stream_first_distances(whole, t, want); /* each chunk holds every distance */
     }
-    /* each distance more: its 3 chunks of ids and 6 of scores, each inflated once */
-    cr_expect_eq(inflated[2], inflated[1] + 9, "%llu, %llu", (unsigned long long)inflated[1],
+    /* each distance more: its 9 chunks of ids and 17 of scores, each inflated once */
+    cr_expect_eq(inflated[2], inflated[1] + 26, "%llu, %llu", (unsigned long long)inflated[1],
                  (unsigned long long)inflated[2]);
-    cr_expect_eq(inflated[3], inflated[1] + 18, "%llu, %llu", (unsigned long long)inflated[1],
+    cr_expect_eq(inflated[3], inflated[1] + 52, "%llu, %llu", (unsigned long long)inflated[1],
                  (unsigned long long)inflated[3]);
     /* the whole trace reads back from either layout */
     for (int i = 0; i < 2; i++) {

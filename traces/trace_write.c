@@ -154,11 +154,12 @@ static moesim_status create_dataset(trace_writer *w, int which, const char *name
     s->elem_size = H5Tget_size(mtype);
     s->row_bytes = s->elem_size;
     for (int i = 1; i < rank; i++) s->row_bytes *= dims[i];
-    /* look-ahead rows ([N][L][D][K']): a chunk holds one distance, so that a reader of distance
-     * 1 alone inflates a D-th of them (FORMAT.md, "Storage") */
+    /* look-ahead rows ([N][L][D][K']): a chunk holds one distance of the rows a whole-row chunk
+     * would hold, so that a reader of distance 1 alone inflates a D-th of them, and a reader of
+     * every distance keeps as many rows inflated as before (FORMAT.md, "Storage") */
     s->distances = rank == 4 && dims[2] > 1 ? (uint32_t)dims[2] : 1;
     s->run_bytes = rank == 4 ? s->elem_size * dims[3] : 0;
-    s->chunk_rows = chunk_rows_for(dims[0], s->row_bytes / s->distances, rank);
+    s->chunk_rows = chunk_rows_for(dims[0], s->row_bytes, rank);
     s->raw = H5Tequal(ftype, mtype) > 0; /* else a host whose byte order differs from the file's */
     uint64_t cap = s->chunk_rows - 1 + w->stride_tokens;
     s->stage_cap = cap < dims[0] ? cap : dims[0];
