@@ -1273,7 +1273,8 @@ static uint64_t stream_first_distances(const char *path, const trace *t, uint32_
         cr_assert_eq(b->meta.lookahead_depth, want);
         for (uint32_t l = 0; l < L; l++)
             for (uint32_t d = 1; d <= want; d++) {
-                size_t x = trace_lookahead_index(b, at, l, d), y = trace_lookahead_index(t, i, l, d);
+                size_t x = trace_lookahead_index(b, at, l, d),
+                       y = trace_lookahead_index(t, i, l, d);
                 cr_assert_eq(memcmp(b->lookahead_ids + x, t->lookahead_ids + y, Kp * 2), 0,
                              "token %llu layer %u distance %u", (unsigned long long)i, l, d);
                 cr_assert_eq(memcmp(b->lookahead_scores + x, t->lookahead_scores + y, Kp * 4), 0,

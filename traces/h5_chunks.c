@@ -169,12 +169,14 @@ void chunk_take_elems(unsigned char *dst, const unsigned char *chunk, size_t chu
 
 void chunk_gather_runs(unsigned char *dst, const unsigned char *src, size_t bytes, size_t run_bytes,
                        size_t stride) {
-    for (size_t at = 0; at < bytes; at += run_bytes, src += stride) memcpy(dst + at, src, run_bytes);
+    for (size_t at = 0; at < bytes; at += run_bytes, src += stride)
+        memcpy(dst + at, src, run_bytes);
 }
 
 void chunk_scatter_runs(unsigned char *dst, const unsigned char *src, size_t bytes,
                         size_t run_bytes, size_t stride) {
-    for (size_t at = 0; at < bytes; at += run_bytes, dst += stride) memcpy(dst, src + at, run_bytes);
+    for (size_t at = 0; at < bytes; at += run_bytes, dst += stride)
+        memcpy(dst, src + at, run_bytes);
 }
 
 static void *chunk_worker_run(void *arg) {
@@ -189,7 +191,8 @@ static void *chunk_worker_run(void *arg) {
         if (b->pack) {
             const unsigned char *src = job->src;
             if (job->run_stride) {
-                chunk_gather_runs(job->raw, job->src, job->raw_bytes, job->run_bytes, job->run_stride);
+                chunk_gather_runs(job->raw, job->src, job->raw_bytes, job->run_bytes,
+                                  job->run_stride);
                 memset(job->raw + job->raw_bytes, 0, chunk_bytes - job->raw_bytes);
                 src = job->raw;
             } else if (!full) { /* HDF5 stores edge chunks whole: pad with zeros */
@@ -221,7 +224,8 @@ static void *chunk_worker_run(void *arg) {
                 h5_unshuffle_bytes(unshuffled, tmp, n_elems, job->raw_bytes / elem_size,
                                    elem_size);
             if (job->ok && job->run_stride)
-                chunk_scatter_runs(job->dst, job->raw, job->raw_bytes, job->run_bytes, job->run_stride);
+                chunk_scatter_runs(job->dst, job->raw, job->raw_bytes, job->run_bytes,
+                                   job->run_stride);
             else if (job->ok && !shuffled && !full && !job->keep_shuffled)
                 memcpy(job->dst, job->raw, job->raw_bytes);
         }

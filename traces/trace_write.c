@@ -290,7 +290,8 @@ static moesim_status flush_all(trace_writer *w, bool final, moesim_error *err) {
                 job->chunk_bytes = chunk_bytes;
                 job->elem_size = s->elem_size;
                 job->src = s->stage + at + d * s->run_bytes;
-                size_t left = bytes - at < chunk_rows_bytes ? (size_t)(bytes - at) : chunk_rows_bytes;
+                size_t left =
+                    bytes - at < chunk_rows_bytes ? (size_t)(bytes - at) : chunk_rows_bytes;
                 job->raw_bytes = left / s->distances;
                 job->run_bytes = s->distances > 1 ? s->run_bytes : 0;
                 job->run_stride = s->distances > 1 ? s->run_bytes * s->distances : 0;
