@@ -19,7 +19,8 @@ void memsys_init(memsys *m, const memsys_config *cfg, const memsys_host *host) {
     m->L = cfg->n_layers;
     m->E = cfg->n_experts;
     m->P = PREC_COUNT;
-    size_t lep = (size_t)m->L * m->E * m->P;
+    m->n_le = (size_t)m->L * m->E;
+    size_t lep = m->n_le * m->P;
     m->state = moesim_xcalloc(lep * PART_COUNT + 1, 1); /* + 1: memsys_parts_differ's load */
     m->xfer_of = moesim_xmalloc(lep * PART_COUNT * sizeof *m->xfer_of);
     for (size_t i = 0; i < lep * PART_COUNT; i++) m->xfer_of[i] = NONE;

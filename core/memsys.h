@@ -114,6 +114,7 @@ struct policy_mem {
     memsys_config cfg;
     memsys_host host;
     uint32_t L, E, P;
+    size_t n_le; /* L * E: the stride of a precision in every per-lep array (memsys_lep) */
     bool warmup; /* loads land at once (initial placement before the clock starts) */
 
     uint8_t *state;      /* [L*E*P*PART_COUNT] policy_residency */
@@ -280,14 +281,14 @@ static inline size_t memsys_lep_of(size_t n_le, size_t le, uint32_t p) {
     return (size_t)p * n_le + le;
 }
 static inline size_t memsys_lep(const memsys *m, uint32_t layer, uint32_t expert, uint32_t p) {
-    return memsys_lep_of((size_t)m->L * m->E, (size_t)layer * m->E + expert, p);
+    return memsys_lep_of(m->n_le, (size_t)layer * m->E + expert, p);
 }
 /* A lep's precision, and its le = layer * E + expert. */
 static inline uint32_t memsys_lep_precision(const memsys *m, size_t lep) {
-    return (uint32_t)(lep / ((size_t)m->L * m->E));
+    return (uint32_t)(lep / m->n_le);
 }
 static inline uint32_t memsys_lep_le(const memsys *m, size_t lep) {
-    return (uint32_t)(lep % ((size_t)m->L * m->E));
+    return (uint32_t)(lep % m->n_le);
 }
 
 /* `bytes` rounded down to whole chunks: a mask for the power-of-two sizes (the default 1 MiB),

@@ -13,6 +13,7 @@
 #include "common/model.h"
 #include "core/memsys.h"
 #include "sim/sim.h"
+#include "sim/sim_internal.h"
 #include "support/test_support.h"
 #include "traces/synth.h"
 
@@ -234,6 +235,26 @@ Test(sim_memsys,
     const uint64_t prefetch_bytes[] = {3 * mib, 2 * mib, mib, mib / 2};
     const uint32_t prefetch_resident[] = {1, 3, 3, 7};
     check_spans(POLICY_PREFETCH, 4, prefetch_offset, prefetch_bytes, prefetch_resident);
+}
+
+/* The stream's wait reads the three part states in one load: every triple of states, every mask,
+ * whatever byte follows the triple (the next lep's first part), against the comparison per part. */
+Test(sim_memsys, the_parts_waited_for_are_those_of_the_mask_not_resident_whatever_follows) {
+    const uint8_t states[] = {POLICY_ABSENT, POLICY_LOADING, POLICY_RESIDENT};
+    const uint8_t after[] = {POLICY_ABSENT, POLICY_RESIDENT, 0x7f, 0xff};
+    for (int g = 0; g < 3; g++)
+        for (int u = 0; u < 3; u++)
+            for (int d = 0; d < 3; d++)
+                for (size_t a = 0; a < sizeof after; a++)
+                    for (uint32_t mask = 0; mask <= POLICY_PARTS_ALL; mask++) {
+                        uint8_t st[PART_COUNT + 1] = {states[g], states[u], states[d], after[a]};
+                        uint32_t want = 0;
+                        for (int part = 0; part < PART_COUNT; part++)
+                            if (st[part] != POLICY_RESIDENT) want |= 1u << part;
+                        cr_expect_eq(sim_parts_waiting(st, mask), want & mask,
+                                     "states %u %u %u (then %u), mask %u", st[0], st[1], st[2],
+                                     st[3], mask);
+                    }
 }
 
 Test(sim_memsys, a_span_past_landings_names_each_part_landing_inside_it_for_the_host) {
