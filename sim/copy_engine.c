@@ -114,8 +114,9 @@ static const sim_first_span_ns *engine_first_span_ns(sim_state *s, sim_engine *e
 }
 
 /* When the next part of the span in flight lands, if one lands before the span's end: its
- * chunks end then, as they would chunk by chunk (engine_end_ns adds up exactly). */
-static void engine_plan_landing(sim_state *s, sim_engine *e) {
+ * chunks end then, as they would chunk by chunk (engine_end_ns adds up exactly). Inline: it
+ * follows every landing. */
+static inline __attribute__((always_inline)) void engine_plan_landing(sim_state *s, sim_engine *e) {
     if (e->times) {
         const memsys_xfer *x = &s->ms.xf[e->chunk.xfer];
         uint32_t pending = x->parts & ~(uint32_t)x->parts_done;
@@ -256,9 +257,10 @@ uint64_t sim_deliver_next(sim_state *s) {
 }
 
 uint64_t sim_deliver_until_resident(sim_state *s, const uint8_t *st, uint32_t mask) {
-    for (uint32_t waiting; (waiting = sim_parts_waiting(st, mask));) {
-        MOESIM_ASSERT(!memsys_parts_differ(st, waiting, POLICY_LOADING));
-        /* a part is LOADING, so its transfer has an event or a landing coming */
+    /* the parts waited for are loading, so their transfers have events or landings coming; they
+     * stay loading until they land (their expert is pinned: neither evicted nor cancelled) */
+    MOESIM_ASSERT(!memsys_parts_differ(st, sim_parts_waiting(st, mask), POLICY_LOADING));
+    while (sim_parts_waiting(st, mask)) {
         bool any = deliver_next_until(s, UINT64_MAX);
         MOESIM_ASSERT(any);
     }
