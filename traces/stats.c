@@ -386,13 +386,11 @@ static inline void batch_plan_set_row(batch_plan *p, uint32_t g, uint64_t local,
 }
 
 /* Every batch size for one layer of window g, once all its rows are set; consumes the bitmaps.
- * Built twice on x86-64 (with and without the POPCNT instruction, picked at load time): without
- * it each popcount is a libgcc call. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("popcnt", "default")))
-#endif
-static void
-batch_window_layer(batch_plan *p, uint32_t g, uint32_t l) {
+ * Built twice on x86-64, with and without the POPCNT instruction (without it each popcount is a
+ * libgcc call), picked at run time by batch_window_layer: a call, not an IFUNC, which a
+ * profile-instrumented build (MOESIM_PGO) cannot resolve at load time. */
+static inline __attribute__((always_inline)) void batch_window_layer_body(batch_plan *p,
+                                                                          uint32_t g, uint32_t l) {
     const uint32_t W = p->words, first = g * WINDOW_SLOTS;
     batch_window *w = &p->win[g];
     uint64_t *bits = w->bits + (uint64_t)l * w->n_decode * W;
@@ -436,6 +434,23 @@ batch_window_layer(batch_plan *p, uint32_t g, uint32_t l) {
         p->sum_union[b] += sum;
         p->n_union[b] += cnt;
     }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+static __attribute__((target("popcnt"))) void batch_window_layer_popcnt(batch_plan *p, uint32_t g,
+                                                                         uint32_t l) {
+    batch_window_layer_body(p, g, l);
+}
+#endif
+
+static void batch_window_layer(batch_plan *p, uint32_t g, uint32_t l) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("popcnt")) {
+        batch_window_layer_popcnt(p, g, l);
+        return;
+    }
+#endif
+    batch_window_layer_body(p, g, l);
 }
 
 /* The windows whose last decode token was in the block just done: reduced, then freed. */
