@@ -7,7 +7,8 @@ CMAKE_ARGS ?=
 # CI sets MOESIM_WERROR=ON so warnings fail the build.
 MOESIM_WERROR ?= OFF
 
-.PHONY: all deps configure build install pgo test test-all test-asan demo figures bench fuzz clean docs
+.PHONY: all deps configure build install pgo test test-all test-asan demo figures bench fuzz clean \
+        docs
 
 all: build
 
@@ -34,15 +35,16 @@ install: deps configure
 # then rebuilt with the profile. Its simulations take 5-12 % less CPU time, outputs unchanged
 # (bench/README.md); `make install BUILD=$(PGO_BUILD)` installs it.
 PGO_BUILD ?= build-pgo
+PGO_DIR = $(abspath $(PGO_BUILD))/pgo-profile
 pgo: deps
-	rm -rf $(PGO_BUILD)/pgo-profile
+	rm -rf $(PGO_DIR)
 	cmake -S . -B $(PGO_BUILD)-train -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESIM_CUDA=OFF \
-	      -DMOESIM_BUILD_TESTS=OFF -DMOESIM_PGO=GENERATE -DMOESIM_PGO_DIR=$(abspath $(PGO_BUILD))/pgo-profile \
+	      -DMOESIM_BUILD_TESTS=OFF -DMOESIM_PGO=GENERATE -DMOESIM_PGO_DIR=$(PGO_DIR) \
 	      -DMOESIM_WERROR=$(MOESIM_WERROR) $(CMAKE_ARGS)
 	cmake --build $(PGO_BUILD)-train -j $(JOBS) --target moesim
 	bash scripts/pgo-train.sh $(PGO_BUILD)-train/moesim
 	cmake -S . -B $(PGO_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOESIM_PGO=USE \
-	      -DMOESIM_PGO_DIR=$(abspath $(PGO_BUILD))/pgo-profile -DMOESIM_WERROR=$(MOESIM_WERROR) $(CMAKE_ARGS)
+	      -DMOESIM_PGO_DIR=$(PGO_DIR) -DMOESIM_WERROR=$(MOESIM_WERROR) $(CMAKE_ARGS)
 	cmake --build $(PGO_BUILD) -j $(JOBS) --target moesim
 
 # The fast CPU suite, to run before every commit: all but the slow fits (label slow) and the
