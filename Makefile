@@ -32,7 +32,7 @@ install: deps configure
 
 # A profile-guided build of the program in $(PGO_BUILD) (CMakeLists.txt, MOESIM_PGO; GCC): the
 # simulator's modules built instrumented in $(PGO_BUILD)-train, trained (scripts/pgo-train.sh),
-# then rebuilt with the profile. Its simulations take 5-12 % less CPU time, outputs unchanged
+# then rebuilt with the profile. Its simulations take 1.5-14 % less CPU time, outputs unchanged
 # (bench/README.md); `make install BUILD=$(PGO_BUILD)` installs it.
 PGO_BUILD ?= build-pgo
 PGO_DIR = $(abspath $(PGO_BUILD))/pgo-profile

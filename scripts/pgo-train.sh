@@ -4,7 +4,7 @@
 # Two synthetic traces per model (Qwen3-30B-A3B: 128 experts, top-8; Mixtral-8x7B: 8 experts,
 # top-2), with look-ahead rows and without (the emulated predictor), each read by `trace stats`
 # and simulated by every registered policy at batch 1 and 4 on an A6000 with 24 GB. The traces
-# are small (5 requests): the profile needs the branches' odds, not long runs. About half a minute
+# are small (5 requests): the profile needs the branches' odds, not long runs. About 35 s
 # on 2 cores.
 # Usage: scripts/pgo-train.sh MOESIM
 set -euo pipefail
