@@ -352,4 +352,21 @@ static inline bool memsys_parts_differ(const uint8_t *st, uint32_t mask, uint8_t
     return ((w ^ v * 0x010101u) & bytes_of[mask & 7]) != 0;
 }
 
+/* The parts (bit i: part i) of one lep's part states st[PART_COUNT] not in state `v`, read as
+ * memsys_parts_differ reads them: a byte that differs from v (states are below 0x80) sets its
+ * high bit once 0x7f is added, and the multiply gathers bits 0, 8 and 16 of `differ` into bits
+ * 16, 17 and 18 (its other products fall on bits 2, 9, 10, 24, 25 and 32: no carries reach
+ * them). */
+static inline uint32_t memsys_parts_not_in(const uint8_t *st, uint8_t v) {
+    _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && PART_COUNT == 3,
+                   "part i is byte i of the load");
+    _Static_assert(POLICY_RESIDENT < 0x80 && POLICY_LOADING < 0x80 && POLICY_ABSENT < 0x80,
+                   "a state's byte plus 0x7f stays within its byte");
+    uint32_t w;
+    memcpy(&w, st, sizeof w);
+    uint32_t x = (w ^ v * 0x010101u) & 0x7f7f7fu;
+    uint32_t differ = ((x + 0x7f7f7fu) & 0x808080u) >> 7;
+    return (differ * (1u << 16 | 1u << 9 | 1u << 2) >> 16) & 7u;
+}
+
 #endif

@@ -12,7 +12,6 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "common/arena.h"
 #include "core/block_pool.h"
@@ -168,17 +167,7 @@ static inline void sim_advance_to(sim_state *s, uint64_t t_ns) {
 uint64_t sim_deliver_next(sim_state *s);
 /* The parts of `mask` in a part-state triple st[PART_COUNT] that are not resident. */
 static inline uint32_t sim_parts_waiting(const uint8_t *st, uint32_t mask) {
-    /* the three states in one load, as memsys_parts_differ reads them (part i is byte i): a
-     * byte that differs from POLICY_RESIDENT (values below 0x80) sets its high bit once 0x7f is
-     * added, and the multiply gathers bits 0, 8 and 16 of `differ` into bits 16, 17 and 18
-     * (its other products fall on bits 2, 9, 10, 24, 25 and 32: no carries reach them) */
-    _Static_assert(POLICY_RESIDENT < 0x80 && POLICY_LOADING < 0x80 && POLICY_ABSENT < 0x80,
-                   "a state's byte plus 0x7f stays within its byte");
-    uint32_t w;
-    memcpy(&w, st, sizeof w);
-    uint32_t x = (w ^ POLICY_RESIDENT * 0x010101u) & 0x7f7f7fu;
-    uint32_t differ = ((x + 0x7f7f7fu) & 0x808080u) >> 7;
-    return (differ * (1u << 16 | 1u << 9 | 1u << 2) >> 16) & mask & 7u;
+    return memsys_parts_not_in(st, POLICY_RESIDENT) & mask;
 }
 /* Delivers events and landings (the stream is blocked) until every part of `mask` in
  * st[PART_COUNT] is resident, each waited-for part being loading; returns the last one's time. */
