@@ -31,7 +31,7 @@ static const char validate_usage[] =
     "usage: moesim validate --trace T.h5 --hw NAME (--policy NAME | --experiment FILE\n"
     "                       [--budgets LIST] | --winners CSV [--top N] [--by COLUMN])\n"
     "                       [--set S.K=V ...] [--config FILE ...] [--seed N] [--report FILE]\n"
-    "                       [--json]\n"
+    "                       [--backend cuda|cpu [--ssd-dir DIR]] [--json]\n"
     "       moesim validate --merge A.json --merge B.json ... [--report FILE] [--csv FILE]\n"
     "                       [--json]\n"
     "\n"
@@ -75,6 +75,8 @@ static const char validate_usage[] =
     "                      (default 5; the slices take one)\n"
     "  --backend B         cuda (default: replay on the GPU) or cpu (replay on this machine's CPU\n"
     "                      and disk, experiments/validation/cpu/)\n"
+    "  --ssd-dir DIR       with --backend cpu: where the expert file the replays read goes\n"
+    "                      (default /var/tmp; it needs room for every expert of the model)\n"
     "  --check TPOT,MARGIN exit 1 unless the median |TPOT error| is at most TPOT (e.g. 0.25) and\n"
     "                      every two policies whose simulated TPOTs differ by more than MARGIN\n"
     "                      (e.g. 0.3) are ordered alike by the replay, where the replay orders\n"
@@ -145,6 +147,7 @@ int cmd_validate(int argc, char **argv) {
                                         {"repeats", required_argument, NULL, 'R'},
                                         {"calibrate-rounds", required_argument, NULL, 'c'},
                                         {"calibrate-repeats", required_argument, NULL, 'P'},
+                                        {"ssd-dir", required_argument, NULL, 'D'},
                                         {"help", no_argument, NULL, 'h'}};
     struct option opts[CLI_SIM_OPTIONS_MAX + MOESIM_ARRAY_LEN(own) + 1];
     cli_sim_options o;
@@ -152,7 +155,8 @@ int cmd_validate(int argc, char **argv) {
     const char *backend = "cuda", *check = NULL;
     const char *experiment = NULL, *winners = NULL, *by = "tpot_ms.mean", *top_text = NULL,
                *seed_text = NULL, *report = NULL, *budgets = NULL, *csv = NULL,
-               *repeats_text = NULL, *calibrate_dir = NULL, *calibrate_repeats_text = NULL;
+               *repeats_text = NULL, *calibrate_dir = NULL, *calibrate_repeats_text = NULL,
+               *ssd_dir = NULL;
     const char **merges = NULL;
     size_t n_merges = 0;
     int c, rc = 0;
@@ -196,6 +200,9 @@ int cmd_validate(int argc, char **argv) {
             break;
         case 'P':
             calibrate_repeats_text = optarg;
+            break;
+        case 'D':
+            ssd_dir = optarg;
             break;
         case 'r':
             report = optarg;
@@ -244,6 +251,8 @@ int cmd_validate(int argc, char **argv) {
                              calibrate_repeats_text);
     if (!rc && calibrate_repeats_text && !calibrate_dir)
         rc = cli_usage_error("validate", "--calibrate-repeats goes with --calibrate-rounds DIR");
+    if (!rc && ssd_dir && strcmp(backend, "cpu"))
+        rc = cli_usage_error("validate", "--ssd-dir goes with --backend cpu");
     if (!rc && seed_text && !config_parse_u64(seed_text, &seed))
         rc = cli_usage_error("validate", "--seed: expected a non-negative integer, got '%s'",
                              seed_text);
@@ -297,6 +306,7 @@ int cmd_validate(int argc, char **argv) {
                             .model_name = plan.model[0] ? plan.model : NULL,
                             .seed = seed,
                             .cpu = !strcmp(backend, "cpu"),
+                            .ssd_dir = ssd_dir,
                             .repeats = (uint32_t)repeats,
                             .quiet = o.json || o.quiet,
                             .calibrate_dir = calibrate_dir,

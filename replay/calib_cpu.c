@@ -438,7 +438,7 @@ moesim_status calib_run_cpu(const calib_options *opt, const char *dir, calib_res
     moesim_status st = s ? MOESIM_OK : cpu_store_create(m, stored, dir, 1, NULL, &own, err);
     if (!s) s = own;
     moesim_precision disk_p = PREC_INT4;
-    for (int p = 0; !s->stored[disk_p] && p < PREC_COUNT; p++) disk_p = (moesim_precision)p;
+    for (int p = 0; !st && !s->stored[disk_p] && p < PREC_COUNT; p++) disk_p = (moesim_precision)p;
     if (!st) st = time_disk(s, disk_p, repeats, out, err);
     if (st) {
         cpu_store_destroy(own);

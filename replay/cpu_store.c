@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -69,6 +70,25 @@ static moesim_status write_all(const cpu_store *s, int fd, const uint8_t *buf, u
     return MOESIM_OK;
 }
 
+/* The file's blocks, claimed before any is written: a disk without room for it says so at once,
+ * with how much it lacks, rather than after GBs. A file system that cannot reserve (EOPNOTSUPP)
+ * is written as it is, its writes reporting a full disk. */
+static moesim_status reserve(const cpu_store *s, int fd, moesim_error *err) {
+    struct statvfs fs; /* before: a failed reservation may hold blocks until the file closes */
+    bool known = fstatvfs(fd, &fs) == 0;
+    if (!s->file_bytes || fallocate(fd, 0, 0, (off_t)s->file_bytes) == 0) return MOESIM_OK;
+    int e = errno;
+    if (e == EOPNOTSUPP) return MOESIM_OK;
+    if (e != ENOSPC || !known)
+        return moesim_fail(err, MOESIM_EIO, "%s: reserving the expert file's %.2f GB: %s",
+                           s->path, (double)s->file_bytes / 1e9, strerror(e));
+    return moesim_fail(err, MOESIM_EIO,
+                       "%s: no room for the expert file: it needs %.2f GB, its file system has "
+                       "%.2f GB free (--ssd-dir chooses another directory)",
+                       s->path, (double)s->file_bytes / 1e9,
+                       (double)fs.f_bavail * (double)fs.f_frsize / 1e9);
+}
+
 /* Experts converted from a checkpoint per write: enough to spread the conversion over the CPUs. */
 #define CPU_STORE_BATCH 64
 
@@ -94,7 +114,7 @@ static moesim_status write_file(cpu_store *s, uint64_t seed, const replay_weight
                            "cache; choose a directory on a local disk with --ssd-dir): %s",
                            s->path, strerror(direct_errno));
     }
-    moesim_status st = MOESIM_OK;
+    moesim_status st = reserve(s, fd, err);
     size_t LE = (size_t)s->m.n_moe_layers * s->m.n_experts;
     for (int p = 0; p < PREC_COUNT && !st; p++) {
         if (!s->stored[p]) continue;

@@ -68,6 +68,7 @@ typedef struct validate_setup {
     const char *model_name; /* NULL: the trace's */
     uint64_t seed;          /* synthetic weights */
     bool cpu;               /* replay_run_cpu instead of replay_run (the GPU) */
+    const char *ssd_dir;    /* cpu: where the expert file goes (NULL: /var/tmp) */
     uint32_t repeats;       /* rounds of replays, 1 ..= VALIDATE_MAX_ROUNDS */
     bool quiet;             /* no line per replay on stderr */
     /* calibrate before the first round and after each, writing the profiles here

@@ -38,6 +38,7 @@ typedef struct vctx {
     char store_formats[128];
     bool cpu;             /* --backend cpu: replay_run_cpu */
     cpu_store *cpu_store; /* its expert file, lent to every run */
+    const char *ssd_dir;  /* where that file goes (NULL: /var/tmp) */
     uint32_t repeats;     /* replays per configuration (--repeats): the median one is compared */
     bool quiet;
     moesim_precision primary;         /* the first configuration's expert precision */
@@ -99,6 +100,7 @@ static moesim_status replay_once(const vctx *v, const char *policy_name, config 
                         .quant = &v->quant,
                         .hooks = &h,
                         .weight_seed = v->seed,
+                        .ssd_dir = v->ssd_dir,
                         .store = v->store};
     in.cpu_store = v->cpu_store;
     return v->cpu ? replay_run_cpu(&in, policy_name, c, &rec->r, NULL, err)
@@ -451,7 +453,9 @@ static moesim_status make_store(vctx *v, const validate_spec *first, moesim_erro
         st = moesim_fail(err, MOESIM_EINPUT,
                          "validate --backend cpu: [sim] host_precisions must list the formats "
                          "of the shared expert file (e.g. int8,int4,int2), not 'policy'");
-    if (!st) st = cpu_store_create(&v->model, v->stored, NULL, v->seed, NULL, &v->cpu_store, err);
+    if (!st)
+        st = cpu_store_create(&v->model, v->stored, v->ssd_dir, v->seed, NULL, &v->cpu_store,
+                             err);
     return st;
 }
 
@@ -463,6 +467,7 @@ moesim_status sweep_validate_run(const validate_setup *s, const validate_plan *p
               .n_sets = s->n_sets,
               .seed = s->seed,
               .cpu = s->cpu,
+              .ssd_dir = s->ssd_dir,
               .repeats = s->repeats,
               .quiet = s->quiet};
     memset(meta, 0, sizeof *meta);

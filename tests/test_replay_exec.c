@@ -14,7 +14,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/config.h"
@@ -198,6 +200,29 @@ static bool run_both(const replay_case *rc, const char *policy_name, const char 
     config_destroy(c);
     cr_assert_eq(st, MOESIM_OK, "policy %s: %s", policy_name, err.msg);
     return true;
+}
+
+Test(replay_exec, an_expert_file_the_disk_cannot_hold_fails_at_once_and_leaves_nothing) {
+    /* a file-size limit below the file stands in for a full disk: the reservation is refused
+     * before anything is written (SIGXFSZ ignored, as a shell with `ulimit -f` would) */
+    model_geometry m = fixture_model(2, 4, 2);
+    bool stored[PREC_COUNT] = {[PREC_BF16] = true};
+    char dir[] = "/var/tmp/moesim-test-no-room-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit = {.rlim_cur = 4096, .rlim_max = RLIM_INFINITY};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &limit), 0);
+    cpu_store *s = NULL;
+    moesim_error err = {0};
+    moesim_status st = cpu_store_create(&m, stored, dir, 3, NULL, &s, &err);
+    limit.rlim_cur = RLIM_INFINITY;
+    setrlimit(RLIMIT_FSIZE, &limit);
+    cr_expect_eq(st, MOESIM_EIO);
+    cr_expect_null(s);
+    cr_expect(strstr(err.msg, dir) && strstr(err.msg, "reserving the expert file") &&
+                  !strchr(err.msg, '\n'),
+              "%s", err.msg);
+    cr_expect_eq(rmdir(dir), 0, "%s is not empty", dir);
 }
 
 Test(replay_exec, cpu_backend_runs_the_simulators_routes_and_no_expert_before_its_copy,
