@@ -44,6 +44,7 @@
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/model.h"
+#include "common/ranked.h"
 #include "common/rng.h"
 
 #define FIRM_REPORT_MAX 17
@@ -52,14 +53,6 @@
 #define FIRM_P_LIMIT    64            /* most layers one meeting can gather */
 
 /* ---- pure pieces ---------------------------------------------------------------------------- */
-
-/* Whether scores[0..n) never increase: then the descending stable order is the recorded one.
- * Written so that a NaN counts as out of order. */
-static bool scores_never_increase(const float *scores, uint32_t n) {
-    uint32_t rises = 0; /* no early exit and no bool: so the loop vectorizes */
-    for (uint32_t i = 1; i < n; i++) rises |= !(scores[i] <= scores[i - 1]);
-    return rises == 0;
-}
 
 /* The first K distinct valid ids in recorded order. */
 static uint32_t topk_in_recorded_order(const uint16_t *ids, uint32_t k_prime, uint32_t K,
@@ -106,7 +99,8 @@ uint32_t firm_topk_select(const uint16_t *ids, const float *scores, uint32_t k_p
     /* recorded rows mostly list their candidates best first: those need no sorting */
     MOESIM_ASSERT(k_prime <= MODEL_MAX_EXPERTS);
     if (K > k_prime) K = k_prime;
-    if (!scores || scores_never_increase(scores, k_prime))
+    /* a ranked row's descending stable order is its recorded one */
+    if (!scores || scores_ranked(scores, k_prime))
         return topk_in_recorded_order(ids, k_prime, K, n_experts, out);
     return topk_by_score(ids, scores, k_prime, K, n_experts, out);
 }
@@ -996,4 +990,5 @@ const policy_methods policy_firm_moe = {
     .on_transfer_cancelled = firm_on_cancelled,
     .report = firm_report,
     .destroy = firm_destroy,
+    .lookahead_scores_rank_only = true, /* firm_topk_select: scores order a row's candidates */
 };

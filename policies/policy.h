@@ -62,7 +62,7 @@
 #include "common/precision.h"
 #include "common/status.h"
 
-#define POLICY_API_VERSION 4
+#define POLICY_API_VERSION 5
 #define POLICY_RUN_SKIP 0xffu /* plan entry: the expert is not run; its gate mass is dropped */
 #define POLICY_NO_EXPERT UINT16_MAX
 #define POLICY_PARTS_ALL ((1u << PART_COUNT) - 1u) /* gate | up | down */
@@ -252,6 +252,11 @@ typedef struct policy_methods {
      * trace whose look-ahead rows are chunked by distance inflates those distances alone.
      * 0 (the default): every distance the trace or the emulated predictor provides. */
     uint32_t lookahead_distances;
+    /* on_route reads route.lookahead_scores only to order each row's candidates, and keeps the
+     * recorded order of a row whose scores never increase (common/ranked.h): a host may then
+     * hand it zeros for a trace whose rows are all ranked (its TRACE_RANKED_ATTR), with the same
+     * effect, and leave the scores unread. */
+    bool lookahead_scores_rank_only;
 } policy_methods;
 
 /* ---- plug-ins ---- */

@@ -618,7 +618,8 @@ trace_stream_options sim_stream_options(const policy_methods *table, const char 
     return (trace_stream_options){.skip_lookahead = skip,
                                   .check_rows_on_read = true,
                                   .blocks_by_request = true,
-                                  .lookahead_distances = pm ? pm->lookahead_distances : 0};
+                                  .lookahead_distances = pm ? pm->lookahead_distances : 0,
+                                  .skip_ranked_scores = pm && pm->lookahead_scores_rank_only};
 }
 
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,

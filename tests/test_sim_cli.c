@@ -259,6 +259,93 @@ Test(sim_cli, lru_reports_the_stored_predictor_accuracy_and_validate_still_check
     cr_assert_float_eq(json_predictor_accuracy(), accuracy, 1e-15);
 }
 
+/* Sets (or, with `read`, reads) the u8 attribute `name` of dataset `ds` of the file at `path`. */
+static uint8_t u8_attr(const char *path, const char *ds, const char *name, bool read,
+                       uint8_t v) {
+    hid_t f = H5Fopen(path, read ? H5F_ACC_RDONLY : H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert_geq(f, 0);
+    hid_t d = H5Dopen2(f, ds, H5P_DEFAULT), a = H5Aopen(d, name, H5P_DEFAULT);
+    cr_assert_geq(a, 0, "%s: %s has no attribute %s", path, ds, name);
+    cr_assert_geq(read ? H5Aread(a, H5T_NATIVE_UINT8, &v) : H5Awrite(a, H5T_NATIVE_UINT8, &v), 0);
+    H5Aclose(a);
+    H5Dclose(d);
+    H5Fclose(f);
+    return v;
+}
+
+static void poke_score(const char *path, const hsize_t *at, float v) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert_geq(f, 0);
+    hid_t d = H5Dopen2(f, "/lookahead/scores", H5P_DEFAULT), fs = H5Dget_space(d);
+    const hsize_t one[4] = {1, 1, 1, 1};
+    hid_t ms = H5Screate_simple(1, one, NULL);
+    cr_assert_geq(H5Sselect_hyperslab(fs, H5S_SELECT_SET, at, NULL, one, NULL), 0);
+    cr_assert_geq(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, &v), 0);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    H5Dclose(d);
+    H5Fclose(f);
+}
+
+/* `out` as JSON less what names the inputs (the file's hash differs when only an attribute
+ * does). */
+static json_t *json_result(void) {
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert(j, "not JSON: %s", out);
+    json_object_del(j, "inputs");
+    json_object_del(j, "moesim");
+    return j;
+}
+
+/* The writer says whether every look-ahead row lists its candidates best first; firm-moe, whose
+ * scores only rank them, then reads no score and runs as it does reading them; `trace validate`
+ * and a policy that reads the scores refuse a file whose rows contradict the attribute. */
+Test(sim_cli, firm_moe_reads_no_score_of_a_ranked_trace_and_readers_of_scores_check_the_claim) {
+    char path[4096], line[4400];
+    snprintf(path, sizeof path, "%s", test_tmp_path("sim-cli-ranked.h5"));
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "synth", "--model",
+                             "olmoe-1b-7b", "--requests", "2", "--prompt-len", "8", "--gen-len",
+                             "8", "--seed", "3", "-q", "-o", path, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    trace *t = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(trace_read(path, &t, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert(trace_lookahead_ranked(t), "the synthesizer lists candidates best first");
+    cr_assert_eq(u8_attr(path, "/lookahead/scores", TRACE_RANKED_ATTR, true, 0), 1);
+    /* a row inside the model (layer 0, distance 1) whose second score is made to rise */
+    const float first = t->lookahead_scores[trace_lookahead_index(t, 5, 0, 1)];
+    trace_destroy(t);
+    cr_assert_eq(run_json(path, "firm-moe"), 0, "%s", errbuf);
+    json_t *skipped = json_result();
+    u8_attr(path, "/lookahead/scores", TRACE_RANKED_ATTR, false, 0);
+    cr_assert_eq(run_json(path, "firm-moe"), 0, "%s", errbuf);
+    json_t *read = json_result();
+    cr_assert(json_equal(skipped, read), "firm-moe differs when it reads the scores");
+    json_decref(read);
+    /* unclaimed, a rising row is a valid file; claimed, it is refused by whoever reads scores */
+    const hsize_t at[4] = {5, 0, 0, 1};
+    poke_score(path, at, first + 1);
+    cr_assert_eq(run_json(path, "mixtral-offload"), 0, "%s", errbuf);
+    u8_attr(path, "/lookahead/scores", TRACE_RANKED_ATTR, false, 1);
+    snprintf(line, sizeof line,
+             "%s: /lookahead/scores[5][0][0]: column 1 scores %g above column 0's %g, but "
+             "attribute ranked says every row lists its candidates best first\n",
+             path, (double)(first + 1), (double)first);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "validate", path, NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, line), "%s", errbuf);
+    cr_assert_eq(strchr(errbuf, '\n'), errbuf + strlen(errbuf) - 1, "one line: %s", errbuf);
+    cr_assert_eq(run_json(path, "mixtral-offload"), 2, "%s", errbuf);
+    cr_assert(strstr(errbuf, line), "%s", errbuf);
+    cr_assert_str_eq(out, "", "nothing on stdout");
+    /* firm-moe trusts the attribute: the rising score is never read */
+    cr_assert_eq(run_json(path, "firm-moe"), 0, "%s", errbuf);
+    json_t *trusted = json_result();
+    cr_assert(json_equal(skipped, trusted));
+    json_decref(trusted);
+    json_decref(skipped);
+}
+
 /* The options sim, replay and validate share come from one parser (cli/sim_options.c): a bad
  * --set is the same line from all three, before any input is read or a GPU looked for. */
 Test(sim_cli, a_bad_set_is_the_same_one_line_error_from_sim_replay_and_validate) {

@@ -1421,23 +1421,28 @@ static bool stored_first_hits(const char *path, trace_first_hits *out) {
     return present;
 }
 
-/* Replaces the first_hits attribute by `n` values (n == 0: a scalar) of type `mtype`, stored as
- * `ftype`; ftype < 0 removes it. */
-static void set_first_hits(const char *path, hid_t ftype, hid_t mtype, hsize_t n,
-                           const void *values) {
+/* Replaces attribute `name` of dataset `ds` by `n` values (n == 0: a scalar) of type `mtype`,
+ * stored as `ftype`; ftype < 0 removes it. */
+static void set_attr(const char *path, const char *ds, const char *name, hid_t ftype, hid_t mtype,
+                     hsize_t n, const void *values) {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-    hid_t d = H5Dopen2(f, "/lookahead/expert_ids", H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, ds, H5P_DEFAULT);
     cr_assert(f >= 0 && d >= 0);
-    if (H5Aexists(d, "first_hits") > 0) cr_assert_geq(H5Adelete(d, "first_hits"), 0);
+    if (H5Aexists(d, name) > 0) cr_assert_geq(H5Adelete(d, name), 0);
     if (ftype >= 0) {
         hid_t space = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
-        hid_t a = H5Acreate2(d, "first_hits", ftype, space, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t a = H5Acreate2(d, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
         cr_assert_geq(H5Awrite(a, mtype, values), 0);
         H5Aclose(a);
         H5Sclose(space);
     }
     H5Dclose(d);
     H5Fclose(f);
+}
+
+static void set_first_hits(const char *path, hid_t ftype, hid_t mtype, hsize_t n,
+                           const void *values) {
+    set_attr(path, "/lookahead/expert_ids", "first_hits", ftype, mtype, n, values);
 }
 
 static void remove_first_hits(const char *path) { set_first_hits(path, -1, -1, 0, NULL); }
@@ -1599,5 +1604,104 @@ Test(trace, a_malformed_first_hits_attribute_fails_at_open_with_one_line) {
     set_first_hits(path, H5T_STD_I32BE, H5T_NATIVE_INT32, 2, small);
     trace_first_hits got = stream_hits(path, skip_at_open);
     cr_assert(got.right == want.right && got.total == want.total);
+    trace_destroy(t);
+}
+
+/* The ranked attribute of /lookahead/scores as stored (UINT8_MAX when absent). */
+static uint8_t stored_ranked(const char *path) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    cr_assert_geq(f, 0);
+    uint8_t v = UINT8_MAX;
+    if (H5Aexists_by_name(f, "/lookahead/scores", TRACE_RANKED_ATTR, H5P_DEFAULT) > 0) {
+        hid_t a = H5Aopen_by_name(f, "/lookahead/scores", TRACE_RANKED_ATTR, H5P_DEFAULT,
+                                  H5P_DEFAULT);
+        hid_t type = H5Aget_type(a);
+        cr_assert_gt(H5Tequal(type, H5T_STD_U8LE), 0, "stored as u8");
+        cr_assert_geq(H5Aread(a, H5T_NATIVE_UINT8, &v), 0);
+        H5Tclose(type);
+        H5Aclose(a);
+    }
+    H5Fclose(f);
+    return v;
+}
+
+/* Token `i`'s look-ahead scores as a stream opened with `opt` gives them, into got[L D K']. */
+static void stream_scores(const char *path, trace_stream_options opt, uint64_t i, float *got) {
+    trace_stream *s = NULL;
+    moesim_error err = {0};
+    cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
+    uint64_t at;
+    const trace *b = trace_stream_row(s, i, &at);
+    cr_assert_not_null(b);
+    memcpy(got, b->lookahead_scores + trace_lookahead_index(b, at, 0, 1),
+           trace_lookahead_values(&b->meta) * sizeof *got);
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_OK, "%s", err.msg);
+    trace_stream_close(s);
+}
+
+/* The writer says whether every look-ahead row lists its candidates best first; a stream asked
+ * to skip ranked scores skips them only when the file says so (the blocks' scores are zeros);
+ * a malformed attribute fails every reader at open with one line. */
+Test(trace, the_ranked_attribute_says_whether_every_row_is_ranked_and_a_bad_one_fails_at_open) {
+    trace_first_hits want;
+    trace *t = make_hits_trace(700, &want);
+    const size_t per_token = trace_lookahead_values(&t->meta), K = t->meta.lookahead_k;
+    for (uint64_t r = 0; r < t->n_tokens * per_token / K; r++) /* every row best first */
+        for (size_t c = 0; c < K; c++) t->lookahead_scores[r * K + c] = 1.0f / (float)(c + 1);
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("ranked.h5"));
+    moesim_error err = {0};
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(stored_ranked(path), 1);
+    const trace_stream_options skip = {.skip_ranked_scores = true, .check_rows_on_read = true};
+    float *got = calloc(per_token, sizeof *got);
+    stream_scores(path, skip, 333, got);
+    for (size_t j = 0; j < per_token; j++) cr_assert_eq(got[j], 0.0f, "skipped: zeros");
+    stream_scores(path, (trace_stream_options){0}, 333, got);
+    cr_assert_eq(memcmp(got, t->lookahead_scores + 333 * per_token, per_token * sizeof *got), 0);
+    /* one row that rises: the file says 0, and every reader reads its scores */
+    float *row = t->lookahead_scores + trace_lookahead_index(t, 333, 2, 1);
+    row[1] = row[0] * 2;
+    cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(stored_ranked(path), 0);
+    stream_scores(path, skip, 333, got);
+    cr_assert_eq(memcmp(got, t->lookahead_scores + 333 * per_token, per_token * sizeof *got), 0);
+    trace *back = NULL;
+    cr_assert_eq(trace_read(path, &back, &err), MOESIM_OK, "%s", err.msg);
+    trace_destroy(back);
+    struct {
+        hid_t ftype; /* as stored */
+        hsize_t n;   /* values; 0: a scalar */
+        int64_t v[2];
+        const char *what; /* after "PATH: /lookahead/scores attribute ranked: " */
+    } cases[] = {
+        {H5T_IEEE_F64LE, 0, {1}, "expected a scalar integer, 0 or 1, got float64 scalar"},
+        {H5T_STD_U8LE, 2, {1, 1}, "expected a scalar integer, 0 or 1, got uint8 [2]"},
+        {H5T_STD_U8LE, 0, {2}, "expected 0 or 1, got 2"},
+        {H5T_STD_I64LE, 0, {-1}, "expected a scalar integer, 0 or 1, got -1"},
+        /* a false claim: the row that rises, named */
+        {H5T_STD_I32BE, 0, {1},
+         "/lookahead/scores[333][2][0]: column 1 scores 2 above column 0's 1, but attribute "
+         "ranked says every row lists its candidates best first"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        double as_double[2] = {(double)cases[i].v[0], (double)cases[i].v[1]};
+        bool floating = H5Tget_class(cases[i].ftype) == H5T_FLOAT;
+        set_attr(path, "/lookahead/scores", TRACE_RANKED_ATTR, cases[i].ftype,
+                 floating ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64, cases[i].n,
+                 floating ? (const void *)as_double : (const void *)cases[i].v);
+        char line[4400];
+        bool claim = i + 1 == sizeof cases / sizeof *cases;
+        snprintf(line, sizeof line, "%s: %s%s", path,
+                 claim ? "" : "/lookahead/scores attribute ranked: ", cases[i].what);
+        cr_assert_eq(trace_read(path, &back, &err), MOESIM_EINPUT, "case %zu", i);
+        cr_assert_str_eq(err.msg, line);
+        trace_stream *s = NULL;
+        moesim_status st = trace_stream_open(path, &s, &err);
+        trace_stream_close(s);
+        cr_assert_eq(st, MOESIM_EINPUT, "case %zu", i);
+        cr_assert_str_eq(err.msg, line);
+    }
+    free(got);
     trace_destroy(t);
 }

@@ -24,6 +24,7 @@
 #include "common/alloc.h"
 #include "common/check.h"
 #include "common/paths.h"
+#include "common/ranked.h"
 
 /* ---- sizes ------------------------------------------------------------------------------- */
 
@@ -677,6 +678,42 @@ moesim_status trace_model_load(const trace *t, const char *trace_path, const cha
     moesim_status st = model_load_text(origin, text, model, err);
     free(text);
     return st;
+}
+
+/* ---- ranked look-ahead rows ---------------------------------------------------------------- */
+
+/* Look-ahead rows of K' scores in t. */
+static uint64_t lookahead_rows(const trace *t) {
+    return t->n_tokens * t->meta.n_layers * t->meta.lookahead_depth;
+}
+
+/* The first look-ahead row of t that is not ranked, or lookahead_rows(t) when every one is. */
+static uint64_t first_unranked_row(const trace *t) {
+    const uint32_t K = t->meta.lookahead_k;
+    const uint64_t rows = lookahead_rows(t);
+    uint64_t r = 0;
+    while (r < rows && scores_ranked(t->lookahead_scores + r * K, K)) r++;
+    return r;
+}
+
+bool trace_lookahead_ranked(const trace *t) { return first_unranked_row(t) == lookahead_rows(t); }
+
+moesim_status trace_check_ranked(const trace *block, uint64_t first, const char *what,
+                                 moesim_error *err) {
+    const uint64_t r = first_unranked_row(block);
+    if (r == lookahead_rows(block)) return MOESIM_OK;
+    const uint64_t L = block->meta.n_layers, D = block->meta.lookahead_depth;
+    const uint32_t K = block->meta.lookahead_k;
+    const float *row = block->lookahead_scores + r * K;
+    uint32_t c = 1;
+    while (c < K && row[c] <= row[c - 1]) c++;
+    return moesim_fail(err, MOESIM_EINPUT,
+                       "%s: /lookahead/scores[%" PRIu64 "][%" PRIu64 "][%" PRIu64
+                       "]: column %" PRIu32 " scores %g above column %" PRIu32
+                       "'s %g, but attribute " TRACE_RANKED_ATTR
+                       " says every row lists its candidates best first",
+                       what, first + r / (L * D), r / D % L, r % D, c, (double)row[c], c - 1,
+                       (double)row[c - 1]);
 }
 
 /* ---- the recorded predictor's first hits ------------------------------------------------- */

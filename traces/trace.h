@@ -141,6 +141,18 @@ typedef struct trace_first_hits {
 void trace_first_hits_add(trace_first_hits *h, const trace_meta *meta, const uint16_t *expert_ids,
                           const uint16_t *lookahead_ids, uint64_t n);
 
+/* Every look-ahead row of the file lists its candidates best first (common/ranked.h): the writer
+ * stores whether it found so as attribute TRACE_RANKED_ATTR of /lookahead/scores
+ * (traces/FORMAT.md), so that a reader for whom the scores only rank the candidates (a policy's
+ * lookahead_scores_rank_only) need not inflate them. */
+#define TRACE_RANKED_ATTR "ranked"
+/* Whether every look-ahead row of `t` (D > 0) is ranked. */
+bool trace_lookahead_ranked(const trace *t);
+/* With the file's claim that every row is ranked: fails with one line naming the first row of
+ * `block` (tokens from `first` of the file `what`) whose scores rise. */
+moesim_status trace_check_ranked(const trace *block, uint64_t first, const char *what,
+                                 moesim_error *err);
+
 /* HDF5 I/O. Writing is crash-safe (temporary file, then rename), refuses a trace that fails
  * trace_check, and gives byte-identical files for identical traces. Reading checks the format
  * name, version, every dataset's type and shape, storage sizes against the file (before
@@ -209,6 +221,11 @@ typedef struct trace_stream_options {
      * meta says that depth (at most the file's). A file that stores each distance in chunks
      * apart (traces/FORMAT.md, "Storage") then inflates those distances' chunks alone. */
     uint32_t lookahead_distances;
+    /* For a reader whose scores only rank each look-ahead row's candidates: a file whose
+     * attribute TRACE_RANKED_ATTR says every row is ranked gives blocks whose scores are zeros
+     * (which rank every row as recorded, as the file says the scores do) and reads none; its
+     * claim is then trusted (`moesim trace validate` and every reader of the scores check it). */
+    bool skip_ranked_scores;
 } trace_stream_options;
 /* trace_stream_open with options; NULL: every row is read. */
 moesim_status trace_stream_open_with(const char *path, const trace_stream_options *opt,

@@ -513,30 +513,35 @@ static void describe_attr(hid_t type, hid_t space, char *buf, size_t cap) {
     snprintf(buf + at, cap - at, "%s", shape);
 }
 
-/* The two counts attribute `a` holds into v; fails naming `object` when it holds anything else. */
-static moesim_status read_count_pair(reader *r, const char *object, hid_t a, uint64_t v[2]) {
+/* The n (1: a scalar, 2: a pair) counts attribute `a` holds into v; fails naming `object` and
+ * what was `expected` when it holds anything else. */
+static moesim_status read_counts(reader *r, const char *object, hid_t a, uint64_t *v, int n,
+                                 const char *expected) {
     hid_t type = H5Aget_type(a), space = H5Aget_space(a);
+    int rank = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
     hsize_t dims[1];
-    bool pair = space >= 0 && H5Sget_simple_extent_ndims(space) == 1 &&
-                H5Sget_simple_extent_dims(space, dims, NULL) == 1 && dims[0] == 2;
+    bool shaped = n == 1 ? rank == 0
+                         : rank == 1 && H5Sget_simple_extent_dims(space, dims, NULL) == 1 &&
+                               dims[0] == (hsize_t)n;
     bool integer = type >= 0 && H5Tget_class(type) == H5T_INTEGER;
     bool is_unsigned = integer && H5Tget_sign(type) == H5T_SGN_NONE;
     int64_t s[2] = {0, 0};
     moesim_status st = MOESIM_OK;
-    if (!integer || !pair) {
+    MOESIM_ASSERT(n == 1 || n == 2);
+    if (!integer || !shaped) {
         char got[160];
         describe_attr(type, space, got, sizeof got);
-        st = trace_read_fail(r, object, "expected uint64 [2] {right, total}, got %s", got);
+        st = trace_read_fail(r, object, "expected %s, got %s", expected, got);
     } else if (H5Aread(a, is_unsigned ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64,
                        is_unsigned ? (void *)v : (void *)s) < 0) {
         st = trace_read_fail(r, object, "cannot read (%s)", h5_reason(r->why));
-    } else if (!is_unsigned && (s[0] < 0 || s[1] < 0)) {
+    }
+    if (!st && !is_unsigned && n == 2 && (s[0] < 0 || s[1] < 0))
         st = trace_read_fail(r, object, "expected counts >= 0, got %" PRId64 " and %" PRId64, s[0],
                              s[1]);
-    } else if (!is_unsigned) {
-        v[0] = (uint64_t)s[0];
-        v[1] = (uint64_t)s[1];
-    }
+    else if (!st && !is_unsigned && s[0] < 0)
+        st = trace_read_fail(r, object, "expected %s, got %" PRId64, expected, s[0]);
+    for (int i = 0; !st && !is_unsigned && i < n; i++) v[i] = (uint64_t)s[i];
     h5_close(&type, H5Tclose);
     h5_close(&space, H5Sclose);
     return st;
@@ -553,7 +558,7 @@ static moesim_status read_first_hits(reader *r, opened_trace *o) {
         return trace_read_fail(r, FIRST_HITS_OBJECT, "cannot read (corrupt: %s)",
                                h5_reason(r->why));
     uint64_t v[2] = {0, 0};
-    moesim_status st = read_count_pair(r, FIRST_HITS_OBJECT, a, v);
+    moesim_status st = read_counts(r, FIRST_HITS_OBJECT, a, v, 2, "uint64 [2] {right, total}");
     h5_close(&a, H5Aclose);
     const uint64_t pairs = o->n_tokens * (o->meta.n_layers - 1);
     if (!st && v[0] > v[1])
@@ -568,6 +573,23 @@ static moesim_status read_first_hits(reader *r, opened_trace *o) {
     o->has_first_hits = true;
     o->first_hits = (trace_first_hits){.right = v[0], .total = v[1]};
     return MOESIM_OK;
+}
+
+/* The optional ranked attribute of /lookahead/scores: 0 or 1, any integer type, a scalar. */
+static moesim_status read_ranked(reader *r, opened_trace *o) {
+    hid_t d = o->ds[DS_LOOK_SCORES];
+    htri_t ex = H5Aexists(d, TRACE_RANKED_ATTR);
+    if (ex == 0) return MOESIM_OK;
+    hid_t a = ex < 0 ? H5I_INVALID_HID : H5Aopen(d, TRACE_RANKED_ATTR, H5P_DEFAULT);
+    if (a < 0)
+        return trace_read_fail(r, RANKED_OBJECT, "cannot read (corrupt: %s)", h5_reason(r->why));
+    uint64_t v = 0;
+    moesim_status st = read_counts(r, RANKED_OBJECT, a, &v, 1, "a scalar integer, 0 or 1");
+    h5_close(&a, H5Aclose);
+    if (!st && v > 1)
+        st = trace_read_fail(r, RANKED_OBJECT, "expected 0 or 1, got %" PRIu64, v);
+    o->scores_ranked = !st && v == 1;
+    return st;
 }
 
 moesim_status trace_read_first_hits_check(reader *r, const opened_trace *o,
@@ -697,6 +719,7 @@ moesim_status trace_read_datasets_open(reader *r, opened_trace *o) {
     o->meta = m;
     o->n_tokens = n_tokens;
     if (!st && have[DS_LOOK_IDS]) st = read_first_hits(r, o);
+    if (!st && have[DS_LOOK_SCORES]) st = read_ranked(r, o);
     return st;
 }
 
@@ -729,6 +752,7 @@ static moesim_status read_file(reader *r, trace **out) {
         trace_first_hits_add(&rows, &t->meta, t->expert_ids, t->lookahead_ids, t->n_tokens);
         st = trace_read_first_hits_check(r, &o, &rows);
     }
+    if (!st && o.scores_ranked) st = trace_check_ranked(t, 0, r->path, r->err);
     trace_read_datasets_close(&o);
     if (st) {
         trace_destroy(t);

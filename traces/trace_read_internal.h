@@ -58,10 +58,12 @@ typedef struct opened_trace {
     uint64_t n_tokens;
     bool has_first_hits;         /* /lookahead/expert_ids carries the attribute */
     trace_first_hits first_hits; /* its value (checked: right <= total <= N (L - 1)) */
+    bool scores_ranked;          /* /lookahead/scores's attribute ranked says 1 */
 } opened_trace;
 
-/* The attribute in messages. */
+/* The attributes in messages. */
 #define FIRST_HITS_OBJECT "/lookahead/expert_ids attribute " TRACE_FIRST_HITS_ATTR
+#define RANKED_OBJECT     "/lookahead/scores attribute " TRACE_RANKED_ATTR
 
 /* MOESIM_EINPUT with "PATH: OBJECT: what". */
 moesim_status trace_read_fail(reader *r, const char *object, const char *fmt, ...)

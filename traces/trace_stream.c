@@ -355,6 +355,8 @@ static bool reads_skipped_ids(const trace_stream *s) {
  * hits where they are counted (trace_stream.hits): once per block of the trace. */
 static moesim_status check_block_rows(trace_stream *s, const trace *block, uint64_t first) {
     moesim_status st = trace_check_rows(block, first, s->r.path, s->r.err);
+    if (!st && s->o.scores_ranked && block->lookahead_scores && !s->skip[DS_LOOK_SCORES])
+        st = trace_check_ranked(block, first, s->r.path, s->r.err);
     if (!st && block->lookahead_ids && s->o.has_first_hits)
         trace_first_hits_add(&s->hits, &block->meta, block->expert_ids, block->lookahead_ids,
                              block->n_tokens);
@@ -537,6 +539,8 @@ moesim_status trace_stream_open_with(const char *path, const trace_stream_option
             s->rows_meta.lookahead_depth = s->rows_meta.lookahead_k = 0;
             s->la_read = D ? 1 : 0; /* the ids of distance 1, where their hits are counted */
         }
+        if (opt && opt->skip_ranked_scores && s->o.scores_ranked)
+            s->skip[DS_LOOK_SCORES] = true; /* the blocks' scores stay zeros */
         s->check_on_read = opt && opt->check_rows_on_read;
         uint64_t per_token = trace_bytes_per_token(&s->rows_meta);
         s->block_tokens = STREAM_BLOCK_BYTES / per_token ? STREAM_BLOCK_BYTES / per_token : 1;

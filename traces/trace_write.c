@@ -4,8 +4,8 @@
  * Crash safety: the file is a temporary beside the destination (common/atomic_file.h), renamed
  * over it once closed and synced; on any failure the temporary is removed. Every block is
  * checked (trace_checker) before it is staged, so an invalid trace never becomes a file.
- * The look-ahead rows' first hits (trace_first_hits) are counted as blocks are appended and
- * stored at commit.
+ * The look-ahead rows' first hits (trace_first_hits) and whether each lists its candidates best
+ * first (TRACE_RANKED_ATTR) are found as blocks are appended and stored at commit.
  *
  * Layout and determinism: each dataset is chunked along its first dimension (about
  * TRACE_CHUNK_TARGET_BYTES of whole rows per chunk, TRACE_TOKEN_CHUNK_TARGET_BYTES for one value
@@ -81,6 +81,7 @@ struct trace_writer {
     staged_dataset ds[WD_COUNT];
     chunk_batch batch;
     trace_first_hits first_hits; /* of the look-ahead rows appended so far */
+    bool ranked;                 /* every look-ahead row appended so far lists its best first */
 };
 
 static moesim_status write_fail(trace_writer *w, const char *object, moesim_error *err) {
@@ -425,6 +426,7 @@ moesim_status trace_writer_open(const trace_meta *meta, uint64_t n_tokens, uint3
     for (int i = 0; i < WD_COUNT; i++) w->ds[i].d = H5I_INVALID_HID;
     w->meta = *meta;
     w->n_tokens = n_tokens;
+    w->ranked = true;
     const uint64_t per_token = trace_bytes_per_token(meta);
     w->stride_tokens = per_token < WRITER_STRIDE_BYTES ? WRITER_STRIDE_BYTES / per_token : 1;
     trace_checker_init(&w->check, &w->meta, n_requests, w->path);
@@ -470,9 +472,11 @@ moesim_status trace_writer_append(trace_writer *w, const trace *block, moesim_er
                            "%s: %" PRIu64 " more tokens than the %" PRIu64 " announced", w->path,
                            w->appended + block->n_tokens - w->n_tokens, w->n_tokens);
     moesim_status st = trace_checker_block(&w->check, block, err);
-    if (!st && block->lookahead_ids)
+    if (!st && block->lookahead_ids) {
         trace_first_hits_add(&w->first_hits, &w->meta, block->expert_ids, block->lookahead_ids,
                              block->n_tokens);
+        w->ranked = w->ranked && trace_lookahead_ranked(block);
+    }
     for (uint64_t from = 0; from < block->n_tokens && !st;) {
         uint64_t room = w->stride_tokens - w->appended % w->stride_tokens;
         uint64_t n = block->n_tokens - from < room ? block->n_tokens - from : room;
@@ -502,6 +506,19 @@ static moesim_status write_first_hits(trace_writer *w, moesim_error *err) {
     return st;
 }
 
+/* Whether every look-ahead row lists its candidates best first, as /lookahead/scores's attribute
+ * ranked = u8 0 or 1: a reader that only ranks by the scores then skips them. */
+static moesim_status write_ranked(trace_writer *w, moesim_error *err) {
+    const uint8_t v = w->ranked;
+    hid_t space = H5Screate(H5S_SCALAR);
+    moesim_status st = write_attr_of(w, w->ds[WD_LOOK_SCORES].d,
+                                     "/lookahead/scores attribute " TRACE_RANKED_ATTR,
+                                     TRACE_RANKED_ATTR, space, H5T_STD_U8LE, H5T_NATIVE_UINT8, &v,
+                                     err);
+    h5_close(&space, H5Sclose);
+    return st;
+}
+
 static moesim_status sync_path(const char *tmp, const char *path, moesim_error *err) {
     int fd = open(tmp, O_RDONLY);
     int bad = fd < 0 || fsync(fd) != 0;
@@ -521,6 +538,7 @@ moesim_status trace_writer_commit(trace_writer *w, moesim_error *err) {
     if (!st) st = trace_checker_finish(&w->check, err);
     if (!st) st = flush_all(w, true, err);
     if (!st && w->ds[WD_LOOK_IDS].d >= 0) st = write_first_hits(w, err);
+    if (!st && w->ds[WD_LOOK_SCORES].d >= 0) st = write_ranked(w, err);
     if (!st && !close_file(w)) st = write_fail(w, "file close", err);
     if (!st) st = sync_path(w->af.tmp_path, w->path, err);
     if (!st) st = atomic_file_commit(&w->af, err); /* a failed commit removes the temporary */
