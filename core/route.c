@@ -200,7 +200,7 @@ void sim_route_decide(const sim_route_host *h, const sim_route_scratch *rs, uint
         .importance = h->importance ? h->importance + i0 : NULL,
         /* a policy that ignores look-ahead is handed none (policy_ignores_lookahead) */
         .lookahead_ids = h->la_ids ? h->la_ids + i0 * DK : NULL,
-        .lookahead_scores = h->la_ids ? h->la_scores + i0 * DK : NULL,
+        .lookahead_scores = h->la_scores ? h->la_scores + i0 * DK : NULL,
         .n_active = n_active,
         .active = rs->active,
         .active_tokens = rs->active_tokens,

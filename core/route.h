@@ -114,7 +114,7 @@ typedef struct sim_route_host {
     const float *gates;        /* [n][K] their gates */
     const float *importance;   /* [n] or NULL */
     const uint16_t *la_ids;    /* [n][la_depth][la_k] look-ahead, or NULL (la_depth 0) */
-    const float *la_scores;    /* [n][la_depth][la_k] */
+    const float *la_scores;    /* [n][la_depth][la_k], or NULL: ids alone */
     uint32_t top_k, la_depth, la_k;
     sim_route_tally *tally;    /* adds the route's accesses */
     uint64_t *sub_routes;      /* counts the route */

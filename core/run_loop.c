@@ -39,7 +39,7 @@ void run_loop_init(run_loop *rl, const run_loop_config *c) {
     if (c->meta->has_importance) rl->r_importance = arena_calloc(a, T, sizeof(float));
     if (DK && !c->la_unread) {
         rl->r_la_ids = arena_calloc(a, T * DK, sizeof(uint16_t));
-        rl->r_la_scores = arena_calloc(a, T * DK, sizeof(float));
+        if (!c->la_scores_unread) rl->r_la_scores = arena_calloc(a, T * DK, sizeof(float));
     }
     rl->active = arena_calloc(a, E, sizeof(uint16_t));
     rl->active_tokens = arena_calloc(a, E, sizeof(uint32_t));
@@ -83,7 +83,8 @@ static void gather_route(run_loop *rl, uint32_t layer) {
         } else {
             size_t src = trace_lookahead_index(t, at, layer, 1);
             memcpy(rl->r_la_ids + i * DK, t->lookahead_ids + src, DK * sizeof(uint16_t));
-            memcpy(rl->r_la_scores + i * DK, t->lookahead_scores + src, DK * sizeof(float));
+            if (rl->r_la_scores)
+                memcpy(rl->r_la_scores + i * DK, t->lookahead_scores + src, DK * sizeof(float));
             if (layer + 1 < L) {
                 uint16_t want = trace_experts(t, at, layer + 1)[0];
                 if (want != TRACE_NO_EXPERT) {

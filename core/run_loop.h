@@ -146,6 +146,8 @@ typedef struct run_loop_config {
     bool la_emulated;
     bool la_unread;     /* never read by the policy: emulated rows not built, recorded ones
                            not read (the stream skipped them) */
+    bool la_scores_unread; /* recorded scores not read (a ranked trace's, for a policy whose
+                              scores only rank): routes carry ids alone */
     double la_accuracy; /* of the emulated predictor */
     uint64_t seed;
     bool part_overlap; /* sim.part_overlap: gate/up before the down matrix arrives */

@@ -252,10 +252,10 @@ typedef struct policy_methods {
      * trace whose look-ahead rows are chunked by distance inflates those distances alone.
      * 0 (the default): every distance the trace or the emulated predictor provides. */
     uint32_t lookahead_distances;
-    /* on_route reads route.lookahead_scores only to order each row's candidates, and keeps the
-     * recorded order of a row whose scores never increase (common/ranked.h): a host may then
-     * hand it zeros for a trace whose rows are all ranked (its TRACE_RANKED_ATTR), with the same
-     * effect, and leave the scores unread. */
+    /* on_route reads route.lookahead_scores only to order each row's candidates, keeps the
+     * recorded order of a row whose scores never increase (common/ranked.h) and takes NULL
+     * scores for rows listed best first: a host may then hand it NULL for a trace whose rows
+     * are all ranked (its TRACE_RANKED_ATTR), with the same effect, and leave them unread. */
     bool lookahead_scores_rank_only;
 } policy_methods;
 

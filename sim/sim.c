@@ -559,6 +559,8 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
                                 .la_k = la_k,
                                 .la_emulated = la_emulated,
                                 .la_unread = la_skipped || (la_emulated && ignores_la),
+                                .la_scores_unread = !la_emulated && s->stream &&
+                                                    trace_stream_scores_unread(s->stream),
                                 .la_accuracy = s->set.predictor_accuracy,
                                 .seed = s->set.seed,
                                 .part_overlap = s->set.part_overlap,

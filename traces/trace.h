@@ -223,8 +223,8 @@ typedef struct trace_stream_options {
     uint32_t lookahead_distances;
     /* For a reader whose scores only rank each look-ahead row's candidates: a file whose
      * attribute TRACE_RANKED_ATTR says every row is ranked gives blocks whose scores are zeros
-     * (which rank every row as recorded, as the file says the scores do) and reads none; its
-     * claim is then trusted (`moesim trace validate` and every reader of the scores check it). */
+     * (trace_stream_scores_unread) and reads none; its claim is then trusted (`moesim trace
+     * validate` and every reader of the scores check it). */
     bool skip_ranked_scores;
 } trace_stream_options;
 /* trace_stream_open with options; NULL: every row is read. */
@@ -232,6 +232,9 @@ moesim_status trace_stream_open_with(const char *path, const trace_stream_option
                                      trace_stream **out, moesim_error *err);
 /* The geometry of the blocks trace_stream_row returns (which rows they carry). */
 const trace_meta *trace_stream_rows_meta(const trace_stream *s);
+/* Whether the blocks' look-ahead scores were left unread (skip_ranked_scores on a ranked file):
+ * they are zeros. */
+bool trace_stream_scores_unread(const trace_stream *s);
 /* With skip_lookahead on a trace with look-ahead: of the (token, layer < L - 1) pairs whose next
  * layer is recorded, how many have a distance-1 prediction whose first candidate is that layer's
  * first stored expert (*right) of how many (*total): what the simulator reports as the recorded

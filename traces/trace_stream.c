@@ -571,6 +571,10 @@ const trace *trace_stream_tokens(const trace_stream *s) { return s->skeleton; }
 
 const trace_meta *trace_stream_rows_meta(const trace_stream *s) { return &s->rows_meta; }
 
+bool trace_stream_scores_unread(const trace_stream *s) {
+    return s->skip[DS_LOOK_SCORES] && !s->skip[DS_LOOK_IDS];
+}
+
 void trace_stream_lookahead_first_hits(const trace_stream *s, uint64_t *right, uint64_t *total) {
     const bool skipped = s->skip[DS_LOOK_IDS];
     *right = skipped ? s->hits.right : 0;
