@@ -122,20 +122,26 @@ Test(sim_cli, bad_input_exits_2_with_one_line_and_writes_no_timeline) {
     cr_assert(strstr(errbuf, "known: ") != NULL, "%s", errbuf);
 }
 
-/* Sets the value at `at` (an index per dimension, at most 4) of the expert id dataset `name` of
- * the trace at `path` to `id`, through HDF5's filters. */
-static void poke_id(const char *path, const char *name, const hsize_t *at, uint16_t id) {
+/* Sets the value at `at` (an index per dimension, at most 4) of dataset `name` of the trace at
+ * `path` to *value, of type `mtype`, through HDF5's filters. */
+static void poke(const char *path, const char *name, const hsize_t *at, hid_t mtype,
+                 const void *value) {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     cr_assert_geq(f, 0);
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT), fs = H5Dget_space(d);
     const hsize_t one[4] = {1, 1, 1, 1};
     hid_t ms = H5Screate_simple(1, one, NULL);
     cr_assert_geq(H5Sselect_hyperslab(fs, H5S_SELECT_SET, at, NULL, one, NULL), 0);
-    cr_assert_geq(H5Dwrite(d, H5T_NATIVE_UINT16, ms, fs, H5P_DEFAULT, &id), 0);
+    cr_assert_geq(H5Dwrite(d, mtype, ms, fs, H5P_DEFAULT, value), 0);
     H5Sclose(ms);
     H5Sclose(fs);
     H5Dclose(d);
     H5Fclose(f);
+}
+
+/* ... an expert id of dataset `name` */
+static void poke_id(const char *path, const char *name, const hsize_t *at, uint16_t id) {
+    poke(path, name, at, H5T_NATIVE_UINT16, &id);
 }
 
 /* `moesim sim` of lru on the trace at `path`, quiet, with a timeline `tl` of its first steps;
@@ -202,12 +208,10 @@ static double json_predictor_accuracy(void) {
     return a;
 }
 
-/* A policy that ignores look-ahead reports the recorded predictor's accuracy from the trace's
- * first_hits attribute and reads no look-ahead row; `trace validate` still checks every row,
- * and a policy that reads them refuses rows that contradict the attribute. */
-Test(sim_cli, lru_reports_the_stored_predictor_accuracy_and_validate_still_checks_the_rows) {
-    char path[4096], line[4400];
-    snprintf(path, sizeof path, "%s", test_tmp_path("sim-cli-hits.h5"));
+/* A small OLMoE trace with look-ahead rows synthesized into the test file `name` (its path in
+ * path[cap]), read back. */
+static trace *synth_small(const char *name, char *path, size_t cap) {
+    snprintf(path, cap, "%s", test_tmp_path(name));
     int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "synth", "--model",
                              "olmoe-1b-7b", "--requests", "2", "--prompt-len", "8", "--gen-len",
                              "8", "--seed", "3", "-q", "-o", path, NULL);
@@ -215,6 +219,16 @@ Test(sim_cli, lru_reports_the_stored_predictor_accuracy_and_validate_still_check
     trace *t = NULL;
     moesim_error err = {0};
     cr_assert_eq(trace_read(path, &t, &err), MOESIM_OK, "%s", err.msg);
+    return t;
+}
+
+/* A policy that ignores look-ahead reports the recorded predictor's accuracy from the trace's
+ * first_hits attribute and reads no look-ahead row; `trace validate` still checks every row,
+ * and a policy that reads them refuses rows that contradict the attribute. */
+Test(sim_cli, lru_reports_the_stored_predictor_accuracy_and_validate_still_checks_the_rows) {
+    char path[4096], line[4400];
+    trace *t = synth_small("sim-cli-hits.h5", path, sizeof path);
+    int rc;
     trace_first_hits h = {0};
     trace_first_hits_add(&h, &t->meta, t->expert_ids, t->lookahead_ids, t->n_tokens);
     const double accuracy = (double)h.right / (double)h.total;
@@ -273,18 +287,9 @@ static uint8_t u8_attr(const char *path, const char *ds, const char *name, bool 
     return v;
 }
 
+/* ... a look-ahead score */
 static void poke_score(const char *path, const hsize_t *at, float v) {
-    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-    cr_assert_geq(f, 0);
-    hid_t d = H5Dopen2(f, "/lookahead/scores", H5P_DEFAULT), fs = H5Dget_space(d);
-    const hsize_t one[4] = {1, 1, 1, 1};
-    hid_t ms = H5Screate_simple(1, one, NULL);
-    cr_assert_geq(H5Sselect_hyperslab(fs, H5S_SELECT_SET, at, NULL, one, NULL), 0);
-    cr_assert_geq(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, &v), 0);
-    H5Sclose(ms);
-    H5Sclose(fs);
-    H5Dclose(d);
-    H5Fclose(f);
+    poke(path, "/lookahead/scores", at, H5T_NATIVE_FLOAT, &v);
 }
 
 /* `out` as JSON less what names the inputs (the file's hash differs when only an attribute
@@ -302,14 +307,8 @@ static json_t *json_result(void) {
  * and a policy that reads the scores refuse a file whose rows contradict the attribute. */
 Test(sim_cli, firm_moe_reads_no_score_of_a_ranked_trace_and_readers_of_scores_check_the_claim) {
     char path[4096], line[4400];
-    snprintf(path, sizeof path, "%s", test_tmp_path("sim-cli-ranked.h5"));
-    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "trace", "synth", "--model",
-                             "olmoe-1b-7b", "--requests", "2", "--prompt-len", "8", "--gen-len",
-                             "8", "--seed", "3", "-q", "-o", path, NULL);
-    cr_assert_eq(rc, 0, "%s", errbuf);
-    trace *t = NULL;
-    moesim_error err = {0};
-    cr_assert_eq(trace_read(path, &t, &err), MOESIM_OK, "%s", err.msg);
+    trace *t = synth_small("sim-cli-ranked.h5", path, sizeof path);
+    int rc;
     cr_assert(trace_lookahead_ranked(t), "the synthesizer lists candidates best first");
     cr_assert_eq(u8_attr(path, "/lookahead/scores", TRACE_RANKED_ATTR, true, 0), 1);
     /* a row inside the model (layer 0, distance 1) whose second score is made to rise */

@@ -513,10 +513,16 @@ static void describe_attr(hid_t type, hid_t space, char *buf, size_t cap) {
     snprintf(buf + at, cap - at, "%s", shape);
 }
 
-/* The n (1: a scalar, 2: a pair) counts attribute `a` holds into v; fails naming `object` and
- * what was `expected` when it holds anything else. */
-static moesim_status read_counts(reader *r, const char *object, hid_t a, uint64_t *v, int n,
-                                 const char *expected) {
+/* The n (1: a scalar, 2: a pair) counts of the optional attribute `name` of dataset `d` into v
+ * (*present: whether it exists); fails naming `object` and what was `expected` when it holds
+ * anything else. */
+static moesim_status read_counts(reader *r, const char *object, hid_t d, const char *name,
+                                 uint64_t *v, int n, const char *expected, bool *present) {
+    htri_t ex = H5Aexists(d, name);
+    *present = ex != 0;
+    if (ex == 0) return MOESIM_OK;
+    hid_t a = ex < 0 ? H5I_INVALID_HID : H5Aopen(d, name, H5P_DEFAULT);
+    if (a < 0) return trace_read_fail(r, object, "cannot read (corrupt: %s)", h5_reason(r->why));
     hid_t type = H5Aget_type(a), space = H5Aget_space(a);
     int rank = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
     hsize_t dims[1];
@@ -544,22 +550,18 @@ static moesim_status read_counts(reader *r, const char *object, hid_t a, uint64_
     for (int i = 0; !st && !is_unsigned && i < n; i++) v[i] = (uint64_t)s[i];
     h5_close(&type, H5Tclose);
     h5_close(&space, H5Sclose);
+    h5_close(&a, H5Aclose);
     return st;
 }
 
 /* The optional first_hits attribute of /lookahead/expert_ids: {right, total} with right <= total
  * <= the (token, layer) pairs that have a next layer. */
 static moesim_status read_first_hits(reader *r, opened_trace *o) {
-    hid_t d = o->ds[DS_LOOK_IDS];
-    htri_t ex = H5Aexists(d, TRACE_FIRST_HITS_ATTR);
-    if (ex == 0) return MOESIM_OK;
-    hid_t a = ex < 0 ? H5I_INVALID_HID : H5Aopen(d, TRACE_FIRST_HITS_ATTR, H5P_DEFAULT);
-    if (a < 0)
-        return trace_read_fail(r, FIRST_HITS_OBJECT, "cannot read (corrupt: %s)",
-                               h5_reason(r->why));
     uint64_t v[2] = {0, 0};
-    moesim_status st = read_counts(r, FIRST_HITS_OBJECT, a, v, 2, "uint64 [2] {right, total}");
-    h5_close(&a, H5Aclose);
+    bool present;
+    moesim_status st = read_counts(r, FIRST_HITS_OBJECT, o->ds[DS_LOOK_IDS], TRACE_FIRST_HITS_ATTR,
+                                   v, 2, "uint64 [2] {right, total}", &present);
+    if (!present) return st;
     const uint64_t pairs = o->n_tokens * (o->meta.n_layers - 1);
     if (!st && v[0] > v[1])
         st = trace_read_fail(r, FIRST_HITS_OBJECT,
@@ -577,15 +579,10 @@ static moesim_status read_first_hits(reader *r, opened_trace *o) {
 
 /* The optional ranked attribute of /lookahead/scores: 0 or 1, any integer type, a scalar. */
 static moesim_status read_ranked(reader *r, opened_trace *o) {
-    hid_t d = o->ds[DS_LOOK_SCORES];
-    htri_t ex = H5Aexists(d, TRACE_RANKED_ATTR);
-    if (ex == 0) return MOESIM_OK;
-    hid_t a = ex < 0 ? H5I_INVALID_HID : H5Aopen(d, TRACE_RANKED_ATTR, H5P_DEFAULT);
-    if (a < 0)
-        return trace_read_fail(r, RANKED_OBJECT, "cannot read (corrupt: %s)", h5_reason(r->why));
     uint64_t v = 0;
-    moesim_status st = read_counts(r, RANKED_OBJECT, a, &v, 1, "a scalar integer, 0 or 1");
-    h5_close(&a, H5Aclose);
+    bool present;
+    moesim_status st = read_counts(r, RANKED_OBJECT, o->ds[DS_LOOK_SCORES], TRACE_RANKED_ATTR, &v,
+                                   1, "a scalar integer, 0 or 1", &present);
     if (!st && v > 1)
         st = trace_read_fail(r, RANKED_OBJECT, "expected 0 or 1, got %" PRIu64, v);
     o->scores_ranked = !st && v == 1;
