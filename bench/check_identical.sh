@@ -6,18 +6,25 @@
 # Usage: bench/check_identical.sh OLD_MOESIM NEW_MOESIM
 # A binary built in another checkout finds its configs in that checkout, and the JSON names the
 # files it read: set MOESIM_DATA_PATH to one checkout so both read the same files.
+# TRACES_BY=new: the traces are synthesized by NEW_MOESIM (default: by OLD_MOESIM), for a change
+# to what the writer stores that a reader may use (both binaries then read the new files).
 set -euo pipefail
 old=${1:?usage: bench/check_identical.sh OLD_MOESIM NEW_MOESIM}
 new=${2:?usage: bench/check_identical.sh OLD_MOESIM NEW_MOESIM}
+case ${TRACES_BY:-old} in
+old) synth=$old ;;
+new) synth=$new ;;
+*) echo "check_identical: TRACES_BY: expected old or new, got '$TRACES_BY'" >&2; exit 2 ;;
+esac
 work=$(mktemp -d "${TMPDIR:-/tmp}/moesim-identical.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 # traces: recorded look-ahead, none (emulated predictor), and a three-model spread
-"$old" trace synth --model olmoe-1b-7b --requests 6 --prompt-len 16:64 --gen-len 24 --seed 3 \
+"$synth" trace synth --model olmoe-1b-7b --requests 6 --prompt-len 16:64 --gen-len 24 --seed 3 \
     -q -o "$work/olmoe.h5"
-"$old" trace synth --model qwen1.5-moe-a2.7b --requests 4 --prompt-len 32 --gen-len 16:40 \
+"$synth" trace synth --model qwen1.5-moe-a2.7b --requests 4 --prompt-len 32 --gen-len 16:40 \
     --lookahead 0 --seed 5 -q -o "$work/qwen.h5"
-"$old" trace synth --model mixtral-8x7b --requests 3 --prompt-len 24 --gen-len 20 --seed 7 \
+"$synth" trace synth --model mixtral-8x7b --requests 3 --prompt-len 24 --gen-len 20 --seed 7 \
     -q -o "$work/mixtral.h5"
 
 policies=$("$old" sim --list-policies | awk '/^[a-z]/ {print $1}' | sort -u)
