@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/ranked.h"
 #include "support/test_support.h"
 #include "traces/trace.h"
 
@@ -1637,6 +1638,29 @@ static void stream_scores(const char *path, trace_stream_options opt, uint64_t i
            trace_lookahead_values(&b->meta) * sizeof *got);
     cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_OK, "%s", err.msg);
     trace_stream_close(s);
+}
+
+/* A row is ranked when no score exceeds the one before it, a NaN anywhere counting as a rise:
+ * every length up to 20 (the SSE2 path from 5, its overlapping last four), a rise or a NaN at
+ * every place, and equal neighbours, against the plain definition. */
+Test(trace, scores_ranked_finds_a_rise_or_a_nan_anywhere_in_a_row_of_any_length) {
+    float row[20];
+    for (uint32_t n = 0; n <= 20; n++) {
+        for (uint32_t i = 0; i < n; i++) row[i] = (float)(n - i) / 4; /* 0.25 steps down */
+        cr_assert(scores_ranked(row, n), "n %u, descending", n);
+        for (uint32_t i = 0; i < n; i++) row[i] = 1.5f;
+        cr_assert(scores_ranked(row, n), "n %u, equal", n);
+        for (uint32_t at = 1; at < n; at++) {
+            for (uint32_t i = 0; i < n; i++) row[i] = (float)(n - i);
+            row[at] = row[at - 1] + 0.5f;
+            cr_assert(!scores_ranked(row, n), "n %u, a rise at %u", n, at);
+        }
+        for (uint32_t at = 0; at < n && n > 1; at++) {
+            for (uint32_t i = 0; i < n; i++) row[i] = (float)(n - i);
+            row[at] = NAN;
+            cr_assert(!scores_ranked(row, n), "n %u, a NaN at %u", n, at);
+        }
+    }
 }
 
 /* The writer says whether every look-ahead row lists its candidates best first; a stream asked
