@@ -1,5 +1,6 @@
 /* moesim: record MoE router traces, simulate expert offloading policies on them, replay the
  * winners on a real GPU. This file only dispatches to the commands (one file each). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,5 +76,11 @@ int main(int argc, char **argv) {
         printf("moesim %s (%s)\n", moesim_version_release(), moesim_version_describe());
         return 0;
     }
-    return cli_dispatch("moesim", commands, MOESIM_ARRAY_LEN(commands), argc, argv);
+    int rc = cli_dispatch("moesim", commands, MOESIM_ARRAY_LEN(commands), argc, argv);
+    /* what stdout could not take (a full disk, a closed pipe's reader gone) is a failed run */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "moesim: writing standard output: %s\n", strerror(errno));
+        return rc ? rc : MOESIM_EXIT_INPUT;
+    }
+    return rc;
 }

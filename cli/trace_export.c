@@ -31,6 +31,20 @@ static const char export_help[] =
     "\n"
     "exit status: 0 on success, 2 on a bad trace or command line (one line on stderr).\n";
 
+/* The rows the text formats cannot hold, named once the export is sure to run. */
+static void note_left_out(const trace *t, const char *in, const char *format) {
+    const trace_meta *m = &t->meta;
+    const char *what[3];
+    int n = 0;
+    if (m->has_importance) what[n++] = "importance";
+    if (m->has_token_ids) what[n++] = "token ids";
+    if (m->lookahead_depth) what[n++] = "look-ahead predictions";
+    if (!n) return;
+    fprintf(stderr, "moesim trace export: note: %s has %s%s%s%s%s, which %s cannot hold; left out\n",
+            in, what[0], n == 3 ? ", " : n == 2 ? " and " : "", n > 1 ? what[1] : "",
+            n == 3 ? " and " : "", n == 3 ? what[2] : "", format);
+}
+
 int cmd_trace_export(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *format = NULL;
     bool quiet = false;
@@ -69,24 +83,23 @@ int cmd_trace_export(int argc, char **argv) {
     if (!in) return cli_usage_error("trace export", "missing the input trace");
 
     moesim_error err = {0};
+    bool to_stdout = !out || !strcmp(out, "-");
+    if (!to_stdout && atomic_file_check_not_input(out, in, &err)) return cli_fail(&err);
     trace *t = NULL;
     if (trace_read(in, &t, &err)) return cli_fail(&err);
     if (trace_export_check(t, in, &err)) {
         trace_destroy(t);
         return cli_fail(&err);
     }
-    const trace_meta *m = &t->meta;
-    if (m->has_importance || m->has_token_ids || m->lookahead_depth)
-        fprintf(stderr, "moesim trace export: note: %s has%s%s%s, which %s cannot hold; left out\n",
-                in, m->has_importance ? " importance" : "", m->has_token_ids ? " token ids" : "",
-                m->lookahead_depth ? " look-ahead predictions" : "", format);
     moesim_status st;
-    if (!out || !strcmp(out, "-")) {
+    if (to_stdout) {
+        note_left_out(t, in, format);
         st = trace_export_write(t, f, stdout, cli_progress_allowed(quiet), "stdout", &err);
     } else {
         atomic_file af;
         st = atomic_file_open(&af, out, &err);
         if (!st) {
+            note_left_out(t, in, format);
             st = trace_export_write(t, f, af.fp, cli_progress_allowed(quiet), out, &err);
             if (st)
                 atomic_file_abort(&af);

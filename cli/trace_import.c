@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/atomic_file.h"
 #include "common/config.h"
 #include "common/model.h"
 #include "traces/convert.h"
@@ -339,6 +340,12 @@ int cmd_trace_import(int argc, char **argv) {
     o.progress = cli_progress_allowed(quiet);
 
     moesim_error err = {0};
+    for (uint32_t k = 0; k < n_inputs; k++)
+        if (atomic_file_check_not_input(out, inputs[k], &err)) return cli_fail(&err);
+    if (o.weights_path && atomic_file_check_not_input(out, o.weights_path, &err))
+        return cli_fail(&err);
+    if (o.requests_path && atomic_file_check_not_input(out, o.requests_path, &err))
+        return cli_fail(&err);
     model_geometry m;
     if (model_load_by_name(model_name, &m, &err)) return cli_fail(&err);
     trace *t = NULL;

@@ -18,6 +18,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "common/alloc.h"
+#include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/config.h"
 #include "common/model.h"
@@ -288,6 +289,11 @@ int cmd_trace_synth(int argc, char **argv) {
         rc = cli_fail(&err);                                                                       \
         goto done;                                                                                 \
     } while (0)
+    const char *outputs[] = {out_path, save_path}, *inputs[] = {fit_path, knobs_path};
+    for (size_t i = 0; i < MOESIM_ARRAY_LEN(outputs); i++)
+        for (size_t j = 0; j < MOESIM_ARRAY_LEN(inputs); j++)
+            if (outputs[i] && inputs[j] && atomic_file_check_not_input(outputs[i], inputs[j], &err))
+                FAIL();
     if (fit_path) {
         if (trace_stream_open(fit_path, &real_stream, &err)) FAIL();
         real_tokens = trace_stream_tokens(real_stream);

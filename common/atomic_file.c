@@ -2,6 +2,7 @@
 #include "common/atomic_file.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,6 +13,30 @@
 
 #define ATOMIC_FILE_TRIES 100 /* names tried before giving up (each taken one is EEXIST) */
 
+/* The file the rename is to replace: `path`, or the regular file a symbolic link at `path` names
+ * (written through, the link kept). Anything else already there (a directory, a device, a FIFO,
+ * a link to nothing) is refused before any work: the rename would replace the node itself. */
+static moesim_status destination(atomic_file *af, const char *path, moesim_error *err) {
+    struct stat link, target;
+    bool is_link = lstat(path, &link) == 0 && S_ISLNK(link.st_mode);
+    bool exists = stat(path, &target) == 0;
+    if (exists && !S_ISREG(target.st_mode))
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: %s, not a regular file (expected a file path to write)", path,
+                           S_ISDIR(target.st_mode) ? "a directory" : "a device, FIFO or socket");
+    if (is_link && !exists)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: a symbolic link to nothing (expected a file path to write)", path);
+    if (is_link) {
+        if (!realpath(path, af->path))
+            return moesim_fail(err, MOESIM_EIO, "%s: cannot resolve the symbolic link: %s", path,
+                               strerror(errno));
+    } else if (snprintf(af->path, sizeof af->path, "%s", path) >= (int)sizeof af->path) {
+        return moesim_fail(err, MOESIM_EINPUT, "%s: path too long", path);
+    }
+    return MOESIM_OK;
+}
+
 /* Creates the temporary "<path>.tmp-<pid>-<tag>-<try>" with O_EXCL and mode 0666, so the
  * process umask applies by itself (no umask() round trip: that is process-wide state, racy with
  * threads). tag mixes the clock and the atomic_file's address, so concurrent writers in one
@@ -19,8 +44,9 @@
 static moesim_status make_temp(atomic_file *af, const char *path, moesim_error *err, int *fd_out) {
     af->fp = NULL;
     af->tmp_path[0] = '\0';
-    if (snprintf(af->path, sizeof af->path, "%s", path) >= (int)sizeof af->path)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: path too long", path);
+    moesim_status st = destination(af, path, err);
+    if (st) return st;
+    path = af->path;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     unsigned long tag = (unsigned long)((uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^
@@ -42,6 +68,14 @@ static moesim_status make_temp(atomic_file *af, const char *path, moesim_error *
     }
     af->tmp_path[0] = '\0';
     return moesim_fail(err, MOESIM_EIO, "%s: cannot create output file: %s", path, strerror(e));
+}
+
+moesim_status atomic_file_check_not_input(const char *out, const char *in, moesim_error *err) {
+    struct stat o, i;
+    if (stat(out, &o) != 0 || stat(in, &i) != 0) return MOESIM_OK;
+    if (o.st_dev != i.st_dev || o.st_ino != i.st_ino) return MOESIM_OK;
+    return moesim_fail(err, MOESIM_EINPUT, "%s: is the input %s: writing it would replace it "
+                       "(expected another output path)", out, in);
 }
 
 moesim_status atomic_file_open(atomic_file *af, const char *path, moesim_error *err) {

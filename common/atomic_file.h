@@ -15,6 +15,10 @@ typedef struct atomic_file {
     FILE *fp;                /* NULL for atomic_file_begin_path users (they open tmp_path) */
 } atomic_file;
 
+/* MOESIM_EINPUT when `out` and `in` name one existing file: the command's output would replace
+ * its own input (checked before any work, by the commands that take both). */
+moesim_status atomic_file_check_not_input(const char *out, const char *in, moesim_error *err);
+
 /* stdio users: opens a temporary file for writing. */
 moesim_status atomic_file_open(atomic_file *af, const char *path, moesim_error *err);
 /* libraries that open by name (HDF5): reserves tmp_path (an empty file) for them to create. */

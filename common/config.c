@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/alloc.h"
 #include "common/check.h"
@@ -85,6 +86,8 @@ typedef struct file_reader {
     FILE *fp;
     int line;          /* lines handed to inih so far */
     int too_long_line; /* first non-comment line over the inih limit, or 0 */
+    int bad_line;      /* first line inih would misread (bad_why says how), or 0 */
+    const char *bad_why;
     char *buf;
     size_t buf_cap;
 } file_reader;
@@ -98,11 +101,32 @@ typedef struct load_state {
     bool failed;
 } load_state;
 
+/* Why inih would misread the line buf[0, len) without a word, or NULL: a NUL byte ends its text
+ * early; text after a section header's ']' is dropped. */
+static const char *misread_line(const char *buf, size_t len) {
+    if (memchr(buf, '\0', len)) return "a NUL byte (expected text)";
+    const char *p = buf;
+    while (isspace((unsigned char)*p)) p++;
+    if (*p != '[') return NULL;
+    const char *close = strchr(p, ']');
+    if (!close) return NULL; /* inih reports the line */
+    for (p = close + 1; isspace((unsigned char)*p); p++) {
+    }
+    return *p && *p != ';' ? "text after the section header (expected at most a ';' comment)"
+                           : NULL;
+}
+
 static char *read_line(char *str, int num, void *stream) {
     file_reader *r = stream;
     ssize_t len = getline(&r->buf, &r->buf_cap, r->fp);
     if (len < 0) return NULL;
     r->line++;
+    const char *why = misread_line(r->buf, (size_t)len);
+    if (why) { /* the file ends there for inih: what follows is not read */
+        r->bad_line = r->line;
+        r->bad_why = why;
+        return NULL;
+    }
     if (len >= num) {
         const char *p = r->buf;
         while (isspace((unsigned char)*p)) p++;
@@ -147,6 +171,11 @@ moesim_status config_load_file(config *c, const char *path, moesim_error *err) {
     FILE *fp = fopen(path, "r");
     if (!fp)
         return moesim_fail(err, MOESIM_EIO, "%s: cannot open config: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(fp), &sb) == 0 && S_ISDIR(sb.st_mode)) { /* fopen takes one; reads fail */
+        fclose(fp);
+        return moesim_fail(err, MOESIM_EINPUT, "%s: a directory (expected an INI file)", path);
+    }
     return load_stream(c, path, fp, err);
 }
 
@@ -163,9 +192,13 @@ static moesim_status load_stream(config *c, const char *path, FILE *fp, moesim_e
     c->last_file = moesim_xstrdup(path);
     load_state st = {.c = c, .reader = &r, .path = path, .first_entry = c->n, .err = err};
     int rc = ini_parse_stream(read_line, &r, on_entry, &st);
+    bool read_failed = ferror(r.fp) != 0;
     fclose(r.fp);
     free(r.buf);
     if (st.failed) return err ? err->status : MOESIM_EINPUT;
+    if (read_failed) return moesim_fail(err, MOESIM_EIO, "%s: cannot read config", path);
+    if (r.bad_line && !r.too_long_line && !(rc > 0 && rc < r.bad_line))
+        return moesim_fail(err, MOESIM_EINPUT, "%s:%d: %s", path, r.bad_line, r.bad_why);
     if (r.too_long_line)
         return moesim_fail(err, MOESIM_EINPUT, "%s:%d: line longer than %d characters", path,
                            r.too_long_line, INI_MAX_LINE - 2);
@@ -324,6 +357,48 @@ static moesim_status read_field(const config_field *f, const config_entry *e, co
     }
     }
     MOESIM_UNREACHABLE();
+}
+
+/* Bytes a field of type t writes at its offset. */
+static size_t field_width(const config_field *f) {
+    switch (f->type) {
+    case CONFIG_U32: return sizeof(uint32_t);
+    case CONFIG_U64: return sizeof(uint64_t);
+    case CONFIG_F64: return sizeof(double);
+    case CONFIG_BOOL: return sizeof(bool);
+    case CONFIG_STR: return f->size;
+    case CONFIG_ENUM: return sizeof(int);
+    }
+    return 0;
+}
+
+moesim_status config_check_fields(const config_field *fields, size_t n_fields, size_t dst_size,
+                                  moesim_error *err) {
+    char *scratch = moesim_xcalloc(1, dst_size ? dst_size : 1);
+    moesim_status st = MOESIM_OK;
+    for (size_t i = 0; i < n_fields && !st; i++) {
+        const config_field *f = &fields[i];
+        if (!f->section || !*f->section || !f->key || !*f->key) {
+            st = moesim_fail(err, MOESIM_EINPUT, "field %zu: expected a section and a key", i);
+        } else if ((unsigned)f->type > CONFIG_ENUM) {
+            st = moesim_fail(err, MOESIM_EINPUT, "[%s] %s: type %d is not a config_type",
+                             f->section, f->key, (int)f->type);
+        } else if (f->type == CONFIG_STR && f->size < 2) {
+            st = moesim_fail(err, MOESIM_EINPUT, "[%s] %s: a string field needs a size of 2 or more",
+                             f->section, f->key);
+        } else if (f->offset > dst_size || field_width(f) > dst_size - f->offset) {
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "[%s] %s: offset %zu + %zu bytes lies outside the %zu-byte struct",
+                             f->section, f->key, f->offset, field_width(f), dst_size);
+        } else if (f->type == CONFIG_ENUM && (!f->choices || !f->choices[0])) {
+            st = moesim_fail(err, MOESIM_EINPUT, "[%s] %s: an enum field needs its choices",
+                             f->section, f->key);
+        } else if (f->def) {
+            st = read_field(f, NULL, f->def, scratch, err);
+        }
+    }
+    free(scratch);
+    return st;
 }
 
 /* the file a section came from, for "missing key" messages */

@@ -68,6 +68,12 @@ bool config_has_section(const config *c, const char *section);
 moesim_status config_read_fields(config *c, const config_field *fields, size_t n_fields, void *dst,
                                  moesim_error *err);
 
+/* Checks a table of fields written elsewhere (a plug-in's knobs) before it is used: a section and
+ * a key each, a known type, enum choices, every member inside the dst_size-byte struct, and a
+ * default that parses. A built-in table's faults are bugs (config_read_fields asserts). */
+moesim_status config_check_fields(const config_field *fields, size_t n_fields, size_t dst_size,
+                                  moesim_error *err);
+
 /* Where the entry (section, key) came from, for cross-field error messages: "file:line",
  * "--set" or another origin given to config_put; when the entry is absent, the file its section
  * came from (else the last file loaded), as "missing key" errors name it. */

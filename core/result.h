@@ -35,7 +35,7 @@ typedef struct sim_latency {
 #define SIM_POLICY_REPORT_MAX 32
 
 typedef struct sim_result {
-    char policy[32];
+    char policy[POLICY_NAME_MAX];
     uint64_t tokens; /* tokens of the trace that ran (prefill + decode) */
     uint64_t requests;
     sim_latency ttft;    /* time to first token per request */

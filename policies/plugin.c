@@ -21,6 +21,21 @@ static const char *dl_reason(void) {
     return e ? e : "unknown dlopen error";
 }
 
+/* The knob table: each knob in the policy's own section (where --set name.key reaches it), and
+ * a table config_check_fields accepts (a default that does not parse would abort the run). */
+static moesim_status check_knobs(const char *path, const policy_methods *m, moesim_error *err) {
+    for (size_t i = 0; i < m->n_knobs; i++)
+        if (m->knobs[i].section && strcmp(m->knobs[i].section, m->name))
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: %s.knobs[%zu].section: expected the policy's name '%s'",
+                               path, POLICY_PLUGIN_SYMBOL, i, m->name);
+    moesim_error why;
+    if (config_check_fields(m->knobs, m->n_knobs, m->knobs_size, &why))
+        return moesim_fail(err, MOESIM_EINPUT, "%s: %s.knobs: %s", path, POLICY_PLUGIN_SYMBOL,
+                           why.msg);
+    return MOESIM_OK;
+}
+
 static moesim_status check_table(const char *path, const policy_methods *m, moesim_error *err) {
     /* api_version first: a table of another API version may have another layout */
     if (m->api_version != POLICY_API_VERSION)
@@ -31,6 +46,9 @@ static moesim_status check_table(const char *path, const policy_methods *m, moes
     if (!m->name || !m->name[0])
         return moesim_fail(err, MOESIM_EINPUT, "%s: %s.name: expected a policy name", path,
                            POLICY_PLUGIN_SYMBOL);
+    if (strlen(m->name) >= POLICY_NAME_MAX)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: %s.name: expected at most %d characters",
+                           path, POLICY_PLUGIN_SYMBOL, POLICY_NAME_MAX - 1);
     for (const char *c = m->name; *c; c++)
         if (!isalnum((unsigned char)*c) && *c != '-' && *c != '_')
             return moesim_fail(err, MOESIM_EINPUT,
@@ -50,7 +68,7 @@ static moesim_status check_table(const char *path, const policy_methods *m, moes
     if (missing)
         return moesim_fail(err, MOESIM_EINPUT, "%s: %s.%s: expected it set (policies/policy.h)",
                            path, POLICY_PLUGIN_SYMBOL, missing);
-    return MOESIM_OK;
+    return check_knobs(path, m, err);
 }
 
 moesim_status policy_plugin_open(const char *path, policy_plugin **out, moesim_error *err) {

@@ -532,10 +532,7 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     };
     memcpy(params.part_bytes, s->part_bytes, sizeof params.part_bytes);
     s->params = params;
-    if ((st = s->pm->create(&s->params, knobs, s->view, &s->pol, err))) {
-        moesim_error_prefix(err, "policy '%s'", s->pm->name);
-        return st;
-    }
+    if ((st = policy_create(s->pm, &s->params, knobs, s->view, &s->pol, err))) return st;
     memsys_attach_policy(&s->ms, s->pm, s->pol);
     place_experts(s, policy_only);
 

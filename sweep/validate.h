@@ -26,7 +26,7 @@
 
 /* One configuration: a policy and its settings. */
 typedef struct validate_spec {
-    char policy[32];
+    char policy[POLICY_NAME_MAX];
     char label[96]; /* tells it from the other configurations of its policy (see above) */
     char **sets;    /* [n_sets] "section.key=value", owned */
     size_t n_sets;

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -124,4 +125,62 @@ Test(atomic_file, a_missing_folder_is_an_error_naming_the_destination) {
     cr_assert_eq(atomic_file_open(&af, path, &err), MOESIM_EIO);
     cr_assert(strstr(err.msg, "no-such-dir/x.txt"), "%s", err.msg);
     cr_assert_eq(af.tmp_path[0], '\0');
+}
+
+/* What already stands at the destination: a regular file is replaced, one a symbolic link names
+ * is written through (the link kept); a directory, a FIFO or a link to nothing is refused before
+ * any temporary exists, and left as it was. */
+Test(atomic_file, only_a_regular_file_or_a_link_to_one_is_replaced) {
+    char fifo[4096], dir[4096], link[4096], target[4096], dangling[4096];
+    snprintf(fifo, sizeof fifo, "%s", test_tmp_path("af-fifo"));
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("af-dir"));
+    snprintf(link, sizeof link, "%s", test_tmp_path("af-link"));
+    snprintf(target, sizeof target, "%s", test_tmp_path("af-target.txt"));
+    snprintf(dangling, sizeof dangling, "%s", test_tmp_path("af-dangling"));
+    unlink(fifo), rmdir(dir), unlink(link), unlink(dangling);
+    cr_assert_eq(mkfifo(fifo, 0666), 0);
+    cr_assert_eq(mkdir(dir, 0777), 0);
+    test_write_file(target, "old\n");
+    cr_assert_eq(symlink(target, link), 0);
+    cr_assert_eq(symlink(test_tmp_path("af-nothing"), dangling), 0);
+
+    const char *refused[] = {fifo, dir, dangling};
+    const char *why[] = {"a device, FIFO or socket, not a regular file", "a directory, not a regular",
+                         "a symbolic link to nothing"};
+    for (size_t i = 0; i < 3; i++) {
+        atomic_file af;
+        moesim_error err = {0};
+        cr_assert_eq(atomic_file_open(&af, refused[i], &err), MOESIM_EINPUT, "%s", refused[i]);
+        cr_assert(strstr(err.msg, why[i]), "%s", err.msg);
+        cr_assert_eq(count_siblings(refused[i]), 1, "a temporary beside %s", refused[i]);
+    }
+    struct stat sb;
+    cr_assert(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO was replaced");
+
+    atomic_file af;
+    moesim_error err = {0};
+    cr_assert_eq(atomic_file_open(&af, link, &err), MOESIM_OK, "%s", err.msg);
+    fputs("new\n", af.fp);
+    cr_assert_eq(atomic_file_commit(&af, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode), "the link was replaced");
+    char *text = test_read_file(target, NULL);
+    cr_assert_str_eq(text, "new\n");
+    free(text);
+}
+
+Test(atomic_file, an_output_that_is_the_input_is_refused_by_name_or_through_a_link) {
+    char in[4096], link[4096], other[4096];
+    snprintf(in, sizeof in, "%s", test_tmp_path("af-in.txt"));
+    snprintf(link, sizeof link, "%s", test_tmp_path("af-in-link"));
+    snprintf(other, sizeof other, "%s", test_tmp_path("af-other.txt"));
+    test_write_file(in, "input\n");
+    unlink(link), unlink(other);
+    cr_assert_eq(symlink(in, link), 0);
+    moesim_error err = {0};
+    cr_assert_eq(atomic_file_check_not_input(in, in, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "writing it would replace it"), "%s", err.msg);
+    cr_assert_eq(atomic_file_check_not_input(link, in, &err), MOESIM_EINPUT);
+    cr_assert_eq(atomic_file_check_not_input(other, in, &err), MOESIM_OK, "a new file");
+    test_write_file(other, "x\n");
+    cr_assert_eq(atomic_file_check_not_input(other, in, &err), MOESIM_OK, "another file");
 }

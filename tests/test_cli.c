@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "common/paths.h"
 
@@ -139,4 +140,44 @@ Test(cli, plot_without_gnuplot_says_so_in_one_line_and_writes_no_image) {
     cr_assert(nl && nl[1] == '\0', "not one line: %s", err);
     cr_assert_eq(out[0], '\0', "%s", out);
     cr_assert_not(test_file_exists(png));
+}
+
+/* A command whose output path names its own input refuses before any work, the input intact;
+ * output that standard output cannot take (a full device) fails the run. */
+Test(cli, an_output_that_is_the_input_is_refused_and_a_full_stdout_fails) {
+    static char out[8192], err[8192];
+    char trace[4096];
+    snprintf(trace, sizeof trace, "%s", test_tmp_path("cli-self.h5"));
+    int rc = test_run_moesim(out, sizeof out, err, sizeof err, "trace", "synth", "--model",
+                             "olmoe-1b-7b", "--requests", "1", "--prompt-len", "2", "--gen-len",
+                             "2", "-q", "-o", trace, NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    struct stat before;
+    cr_assert_eq(stat(trace, &before), 0);
+    const char *runs[][16] = {
+        {"trace", "export", "--format", "csv", trace, "-o", trace},
+        {"trace", "synth", "--fit", trace, "-q", "--requests", "1", "--prompt-len", "2",
+         "--gen-len", "2", "-o", trace},
+        {"sim", "--trace", trace, "--policy", "lru", "--hw", "a6000", "--set",
+         "memory.budget_gb=24", "-q", "--timeline", trace},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const char *const *a = runs[i];
+        rc = test_run_moesim(out, sizeof out, err, sizeof err, a[0], a[1], a[2], a[3], a[4], a[5],
+                             a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
+                             NULL);
+        cr_assert_eq(rc, 2, "run %zu: exit %d: %s", i, rc, err);
+        cr_assert(strstr(err, "writing it would replace it"), "run %zu: %s", i, err);
+        cr_assert_eq(strchr(err, '\n'), strrchr(err, '\n'), "run %zu: not one line: %s", i, err);
+        struct stat after;
+        cr_assert_eq(stat(trace, &after), 0);
+        cr_assert(after.st_ino == before.st_ino && after.st_size == before.st_size &&
+                      after.st_mtime == before.st_mtime,
+                  "run %zu changed the input", i);
+    }
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "\"$MOESIM_BIN\" trace info %s >/dev/full 2>/dev/null", trace);
+    int status = system(cmd);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "trace info >/dev/full: status %d",
+              status);
 }

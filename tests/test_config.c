@@ -1,7 +1,9 @@
 /* INI loading, overrides and schema validation (common/config.c). */
 #include <criterion/criterion.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/config.h"
 #include "support/test_support.h"
@@ -115,4 +117,64 @@ Test(config, missing_file_is_an_io_error_naming_the_path) {
     cr_assert_eq(config_load_file(c, "/nonexistent/x.ini", &err), MOESIM_EIO);
     cr_assert(strstr(err.msg, "/nonexistent/x.ini: cannot open config"), "%s", err.msg);
     config_destroy(c);
+}
+
+/* Lines inih would read wrong without a word: a NUL byte (its text ends there), text after a
+ * section header's ']' (dropped); a ';' comment after the header stays fine. */
+Test(config, a_nul_byte_or_text_after_a_section_header_is_refused_naming_the_line) {
+    const char *path = test_tmp_path("nul.ini");
+    static const char nul_text[] = "[gpu]\nlayers = 32\nbandwidth = 2\0" "4\n";
+    FILE *fp = fopen(path, "wb");
+    cr_assert(fp);
+    fwrite(nul_text, 1, sizeof nul_text - 1, fp);
+    fclose(fp);
+    config *c = config_create();
+    moesim_error err = {0};
+    cr_assert_eq(config_load_file(c, path, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "nul.ini:3: a NUL byte"), "%s", err.msg);
+    config_destroy(c);
+
+    demo_settings s = {0};
+    cr_assert_eq(load_text("[gpu] fast\nlayers = 32\nbandwidth = 1\n", &s, &err, NULL),
+                 MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "demo.ini:1: text after the section header"), "%s", err.msg);
+    cr_assert_eq(load_text("[gpu] ; the card\nlayers = 32\nbandwidth = 1\n", &s, &err, NULL),
+                 MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(s.layers, 32);
+}
+
+Test(config, a_directory_is_refused_not_read_as_an_empty_file) {
+    config *c = config_create();
+    moesim_error err = {0};
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("a-dir.ini"));
+    mkdir(dir, 0777);
+    cr_assert_eq(config_load_file(c, dir, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "a-dir.ini: a directory (expected an INI file)"), "%s", err.msg);
+    config_destroy(c);
+}
+
+/* A table from a plug-in is checked before use: each fault named. */
+Test(config, a_field_table_from_elsewhere_is_checked_before_use) {
+    static const char *const none[] = {NULL};
+    static const config_field bad[][1] = {
+        {{"gpu", "on", CONFIG_BOOL, offsetof(demo_settings, pinned), 0, false, 1, 0, NULL, "maybe", NULL}},
+        {{"gpu", "on", (config_type)99, 0, 0, false, 1, 0, NULL, NULL, NULL}},
+        {{"gpu", "mode", CONFIG_ENUM, offsetof(demo_settings, mode), 0, false, 1, 0, none, NULL, NULL}},
+        {{"gpu", "name", CONFIG_STR, offsetof(demo_settings, gpu), 64, false, 1, 0, NULL, NULL, NULL}},
+        {{"gpu", NULL, CONFIG_U32, 0, 0, false, 1, 0, NULL, NULL, NULL}},
+    };
+    static const char *const want[] = {"default: [gpu] on: expected true or false, got 'maybe'",
+                                       "[gpu] on: type 99 is not a config_type",
+                                       "[gpu] mode: an enum field needs its choices",
+                                       "lies outside the", "field 0: expected a section and a key"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        moesim_error err = {0};
+        cr_assert_eq(config_check_fields(bad[i], 1, sizeof(demo_settings), &err), MOESIM_EINPUT,
+                     "case %zu", i);
+        cr_assert(strstr(err.msg, want[i]), "case %zu: got '%s'", i, err.msg);
+    }
+    moesim_error err = {0};
+    cr_assert_eq(config_check_fields(demo_fields, 5, sizeof(demo_settings), &err), MOESIM_OK, "%s",
+                 err.msg);
 }
