@@ -177,6 +177,12 @@ static moesim_status check_kind_keys(config *c, const char *const *keys, size_t 
 }
 
 static moesim_status cross_check(config *c, const model_file *f, moesim_error *err) {
+    size_t bad = moesim_config_name_fault(f->name); /* traces store it to find this file */
+    if (bad)
+        return key_error(c, err, "model", "name",
+                         "character %zu cannot be in a config name (expected printable ASCII "
+                         "without spaces or '/')",
+                         bad);
     if (f->top_k > f->n_experts)
         return key_error(c, err, "experts", "top_k", "expected at most n_experts (%u), got %u",
                          f->n_experts, f->top_k);

@@ -164,6 +164,12 @@ void moesim_config_names(const char *kind, char *out, size_t out_len) {
     free(names.dirs);
 }
 
+size_t moesim_config_name_fault(const char *name) {
+    for (const char *c = name; *c; c++)
+        if (*c <= ' ' || *c > '~' || *c == '/') return (size_t)(c - name) + 1;
+    return 0;
+}
+
 moesim_status moesim_config_path(const char *kind, const char *name, char *out, size_t out_len,
                                  moesim_error *err) {
     size_t len = strlen(name);

@@ -26,6 +26,11 @@ const char *moesim_data_path_at(size_t i);
 moesim_status moesim_data_find(const char *rel, const char *what, char *out, size_t out_len,
                                moesim_error *err);
 
+/* 0 when `name` can be a config's name (what a trace stores to find its model): printable ASCII
+ * without spaces or '/', never a path; else the 1-based position of the first character that
+ * cannot. */
+size_t moesim_config_name_fault(const char *name);
+
 /* Resolves `name` of `kind` ("models", "hw", "policies") to an existing file: a path is taken
  * as is, a name is looked up as configs/KIND/NAME.ini along the search path. An unknown name is
  * an error listing the known names and the folders searched. */

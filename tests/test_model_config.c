@@ -492,6 +492,9 @@ static const bad_case bad_cases[] = {
      "[attention] full_attention_interval: expected at most n_layers (48), got 49"},
     {"mixtral-8x7b", NULL, "rope_theta =", "[attnetion]\nheads = 32", true,
      "[attnetion] heads: unknown section or key"},
+    {"mixtral-8x7b", "name =", NULL, "name = ../mixtral", true,
+     "[model] name: character 3 cannot be in a config name (expected printable ASCII without "
+     "spaces or '/')"},
 };
 
 Test(model_config, bad_model_files_fail_naming_file_line_and_key) {

@@ -1729,3 +1729,54 @@ Test(trace, the_ranked_attribute_says_whether_every_row_is_ranked_and_a_bad_one_
     free(got);
     trace_destroy(t);
 }
+
+/* ---- string attributes ---- */
+
+/* Replaces root attribute `name` by a fixed-length string of the n bytes at `bytes`. */
+static void set_root_bytes_attr(const char *path, const char *name, const char *bytes, size_t n) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert(f >= 0);
+    if (H5Aexists(f, name) > 0) cr_assert_geq(H5Adelete(f, name), 0);
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, n);
+    H5Tset_strpad(type, H5T_STR_NULLPAD);
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    cr_assert_geq(H5Awrite(a, type, bytes), 0);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(f);
+}
+
+/* The model is a config name every command looks up (a path there would be opened), a string
+ * holds no NUL inside its text, and params_json is JSON: each refused at open by the whole
+ * reader and the stream, in one line naming the attribute. */
+Test(trace, a_model_that_is_no_config_name_a_nul_inside_a_string_or_params_that_are_not_json_fail) {
+    static const struct {
+        const char *name, *bytes;
+        size_t n;
+        const char *says;
+    } cases[] = {
+        {"model", "../../etc/passwd", 16, "model: character 3 cannot be in a config name"},
+        {"model", "mixtral-\xff", 9, "model: character 9 cannot be in a config name"},
+        {"model", "mix\0tral", 8, "model: a NUL byte inside the string"},
+        {"params_json", "{not json", 9, "params_json: expected JSON text (line 1:"},
+        {"params_json", "{\"a\": \"\xff\"}", 10, "params_json: expected JSON text"},
+    };
+    trace *t = make_trace(2, 8, 2, 0, 0, 5, false);
+    const char *path = test_tmp_path("bad-strings.h5");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        moesim_error err = {0};
+        cr_assert_eq(trace_write(t, path, &err), MOESIM_OK, "%s", err.msg);
+        set_root_bytes_attr(path, cases[i].name, cases[i].bytes, cases[i].n);
+        trace *back = NULL;
+        cr_assert_eq(trace_read(path, &back, &err), MOESIM_EINPUT, "case %zu read", i);
+        cr_assert(strstr(err.msg, cases[i].says), "case %zu: %s", i, err.msg);
+        trace_stream *s = NULL;
+        moesim_error serr = {0};
+        cr_assert_eq(trace_stream_open(path, &s, &serr), MOESIM_EINPUT, "case %zu stream", i);
+        cr_assert_str_eq(serr.msg, err.msg, "case %zu", i);
+    }
+    trace_destroy(t);
+}

@@ -59,6 +59,12 @@ moesim_status trace_meta_check(const trace_meta *m, const char *what, moesim_err
     if (!str_terminated(m->model, sizeof m->model) || !m->model[0])
         return moesim_fail(err, MOESIM_EINPUT, "%s: model: expected a name of 1..%zu characters",
                            what, sizeof m->model - 1);
+    size_t bad = moesim_config_name_fault(m->model); /* looked up by name, never as a path */
+    if (bad)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: model: character %zu cannot be in a config name (expected "
+                           "printable ASCII without spaces or '/')",
+                           what, bad);
     if (!str_terminated(m->source, sizeof m->source))
         return moesim_fail(err, MOESIM_EINPUT, "%s: source: longer than %zu characters", what,
                            sizeof m->source - 1);

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,10 +110,16 @@ static moesim_status read_attr_str(reader *r, const char *name, char *buf, size_
             st = trace_read_fail(r, name, "expected at most %zu characters, got a %zu-byte string",
                                  cap - 1, n);
         } else {
+            /* the stored bytes first: NULs pad a fixed-length string, and one with text after
+             * it would cut the text short (the conversion below stops at it) */
+            if (H5Aread(a, ftype, buf) < 0)
+                st = trace_read_fail(r, name, "cannot read (%s)", h5_reason(r->why));
+            for (size_t i = strnlen(buf, n); !st && i < n; i++)
+                if (buf[i]) st = trace_read_fail(r, name, "a NUL byte inside the string");
             hid_t mtype = H5Tcopy(ftype);
             H5Tset_strpad(mtype, H5T_STR_NULLTERM);
             H5Tset_size(mtype, n + 1);
-            if (H5Aread(a, mtype, buf) < 0)
+            if (!st && H5Aread(a, mtype, buf) < 0)
                 st = trace_read_fail(r, name, "cannot read (%s)", h5_reason(r->why));
             buf[n] = '\0';
             h5_close(&mtype, H5Tclose);
@@ -490,6 +497,14 @@ static moesim_status read_meta(reader *r, trace_meta *m, char **params_json) {
             free(buf);
             return st;
         }
+        json_error_t why;
+        json_t *parsed = json_loads(buf, JSON_DECODE_ANY, &why);
+        if (!parsed) {
+            free(buf);
+            return trace_read_fail(r, "params_json", "expected JSON text (line %d: %s)", why.line,
+                                   why.text);
+        }
+        json_decref(parsed);
         *params_json = strdup(buf);
         free(buf);
         if (!*params_json) return moesim_fail(r->err, MOESIM_ENOMEM, "%s: out of memory", r->path);
