@@ -358,24 +358,46 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
 
 /* ---- the run ---- */
 
+/* The policy (`table`, or `policy_name` from the registry), the settings and the policy's knobs
+ * (*knobs: free()) of a run, every entry of `settings` read. */
+static moesim_status read_run_settings(const policy_methods *table, const char *policy_name,
+                                       config *settings, const policy_methods **pm,
+                                       sim_settings *set, void **knobs, moesim_error *err) {
+    *knobs = NULL;
+    *pm = table ? table : policy_lookup(policy_name);
+    if (!*pm)
+        return moesim_fail(err, MOESIM_EINPUT, "unknown policy '%s' (known: %s)", policy_name,
+                           policy_names());
+    if ((*pm)->api_version != POLICY_API_VERSION)
+        return moesim_fail(err, MOESIM_EINPUT, "policy '%s' has API version %d, expected %d",
+                           policy_name, (*pm)->api_version, POLICY_API_VERSION);
+    moesim_status st;
+    if ((st = sim_settings_read(settings, set, err))) return st;
+    if ((st = policy_read_knobs(*pm, settings, knobs, err))) return st;
+    if ((st = config_check_unused(settings, err))) {
+        free(*knobs);
+        *knobs = NULL;
+    }
+    return st;
+}
+
+moesim_status sim_settings_check(const policy_methods *table, const char *policy_name,
+                                 config *settings, moesim_error *err) {
+    const policy_methods *pm;
+    sim_settings set;
+    void *knobs;
+    moesim_status st = read_run_settings(table, policy_name, settings, &pm, &set, &knobs, err);
+    free(knobs);
+    return st;
+}
+
 static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *policy_name,
                                config *settings, moesim_error *err) {
     moesim_status st;
     if ((st = check_geometry(in, err))) return st;
-    s->pm = in->policy ? in->policy : policy_lookup(policy_name);
-    if (!s->pm)
-        return moesim_fail(err, MOESIM_EINPUT, "unknown policy '%s' (known: %s)", policy_name,
-                           policy_names());
-    if (s->pm->api_version != POLICY_API_VERSION)
-        return moesim_fail(err, MOESIM_EINPUT, "policy '%s' has API version %d, expected %d",
-                           policy_name, s->pm->api_version, POLICY_API_VERSION);
-    if ((st = sim_settings_read(settings, &s->set, err))) return st;
-    void *knobs = NULL;
-    if ((st = policy_read_knobs(s->pm, settings, &knobs, err))) return st;
-    if ((st = config_check_unused(settings, err))) {
-        free(knobs);
+    void *knobs;
+    if ((st = read_run_settings(in->policy, policy_name, settings, &s->pm, &s->set, &knobs, err)))
         return st;
-    }
     s->knobs = knobs;
 
     const trace *t = in->trace;

@@ -62,6 +62,11 @@ typedef struct sim_inputs {
  * kept, no timeline either). */
 moesim_status sim_run(const sim_inputs *in, const char *policy_name, config *settings,
                       sim_result *out, moesim_error *err);
+/* What sim_run checks of `settings` before it looks at any input: the policy (`table`, as
+ * sim_inputs.policy: NULL looks `policy_name` up) known, every setting and knob of `settings`
+ * parsed and in range, none unknown. A sweep checks each configuration so before running any. */
+moesim_status sim_settings_check(const policy_methods *table, const char *policy_name,
+                                 config *settings, moesim_error *err);
 /* The rows a run reads, for opening its stream (sim_inputs.stream): the run of `table` (as
  * sim_inputs.policy: NULL looks `policy_name` up) with the knobs of its section in `settings`.
  * Look-ahead rows are skipped when the policy ignores them with those knobs

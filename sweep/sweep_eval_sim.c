@@ -156,16 +156,8 @@ static moesim_status load_inputs(sim_ctx *c, const sweep_experiment *e, moesim_e
     return MOESIM_OK;
 }
 
-static moesim_status sim_eval_run(void *ctx, const sweep_experiment *e, const sweep_point *p,
-                                  double *metrics, char *note, size_t note_len, moesim_error *err) {
-    const sim_ctx *c = ctx;
-    sim_inputs in = {.trace = find_trace(c, sweep_point_get(e, p, "trace")),
-                     .model = find_model(c, sweep_point_get(e, p, "model")),
-                     .hw = find_hw(c, sweep_point_get(e, p, "hw")),
-                     .quant = &c->quant,
-                     .timeline_path = NULL,
-                     .policy = point_policy(c, e, p)};
-    MOESIM_ASSERT(in.trace && in.model && in.hw); /* load_inputs loaded every one */
+/* The settings configuration p hands the simulator, each entry named by its place in the file. */
+static config *point_settings(const sweep_experiment *e, const sweep_point *p) {
     config *settings = config_create();
     char seed[32];
     snprintf(seed, sizeof seed, "%" PRIu64, p->seed);
@@ -178,6 +170,40 @@ static moesim_status sim_eval_run(void *ctx, const sweep_experiment *e, const sw
         snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
         config_put(settings, section, dot + 1, p->values[col], p->origins[col]);
     }
+    return settings;
+}
+
+/* Every configuration's policy and settings, before any runs: a value of the file that cannot
+ * be read is the file's fault (one line, exit 2), not a row's status. */
+static moesim_status check_points(const sim_ctx *c, const sweep_experiment *e,
+                                  moesim_error *err) {
+    int policy_col = sweep_experiment_column_index(e, "policy");
+    for (size_t i = 0; i < sweep_experiment_count(e); i++) {
+        const sweep_point *p = sweep_experiment_point(e, i);
+        const policy_methods *table = point_policy(c, e, p);
+        const char *name = sweep_point_get(e, p, "policy");
+        if (!table && !policy_lookup(name)) /* named where the file sets it */
+            return moesim_fail(err, MOESIM_EINPUT, "%s: policy: unknown policy '%s' (known: %s)",
+                               p->origins[policy_col], name, policy_names());
+        config *settings = point_settings(e, p); /* each entry names its line */
+        moesim_status st = sim_settings_check(table, name, settings, err);
+        config_destroy(settings);
+        if (st) return st;
+    }
+    return MOESIM_OK;
+}
+
+static moesim_status sim_eval_run(void *ctx, const sweep_experiment *e, const sweep_point *p,
+                                  double *metrics, char *note, size_t note_len, moesim_error *err) {
+    const sim_ctx *c = ctx;
+    sim_inputs in = {.trace = find_trace(c, sweep_point_get(e, p, "trace")),
+                     .model = find_model(c, sweep_point_get(e, p, "model")),
+                     .hw = find_hw(c, sweep_point_get(e, p, "hw")),
+                     .quant = &c->quant,
+                     .timeline_path = NULL,
+                     .policy = point_policy(c, e, p)};
+    MOESIM_ASSERT(in.trace && in.model && in.hw); /* load_inputs loaded every one */
+    config *settings = point_settings(e, p);
     sim_result r;
     moesim_status st = sim_run(&in, sweep_point_get(e, p, "policy"), settings, &r, err);
     config_destroy(settings);
@@ -220,6 +246,7 @@ moesim_status sweep_eval_sim_create(const sweep_experiment *e, sweep_evaluator *
                              .destroy = sim_ctx_destroy};
     moesim_status st = quant_table_load_default(&c->quant, err);
     if (!st) st = load_inputs(c, e, err);
+    if (!st) st = check_points(c, e, err);
     if (st) {
         sim_ctx_destroy(c);
         memset(out, 0, sizeof *out);

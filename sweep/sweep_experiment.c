@@ -59,6 +59,14 @@ static moesim_status check_axes(sweep_experiment *e, moesim_error *err) {
         if (!a->n)
             return moesim_fail(err, MOESIM_EINPUT, "%s:%d: [axis %s]: no labels", e->path, a->line,
                                a->name);
+        /* a value in [fixed] and on an [axes] axis, which sets it in every configuration: the
+         * fixed one would never be used (a bundle's labels may override it, some of them) */
+        for (size_t f = 0; f < e->n_fixed && !a->bundle; f++)
+            if (axis_sets_key(a, e->fixed[f].key))
+                return moesim_fail(err, MOESIM_EINPUT,
+                                   "%s: [fixed] %s is also set by the axis at line %d (expected "
+                                   "one of the two)",
+                                   e->fixed[f].origin, e->fixed[f].key, a->line);
         for (size_t j = 0; j < i; j++) {
             const axis *b = &e->axes[j];
             /* every key a sets, checked against b */

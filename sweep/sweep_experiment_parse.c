@@ -57,6 +57,15 @@ static bool is_bundle_name(const char *k) {
     return true;
 }
 
+/* An experiment's name, which names its results file: "qwen1.5-moe-4l", never a path ('/')
+ * nor a hidden or parent entry (a '.' first). */
+static bool is_experiment_name(const char *v) {
+    if (!*v || *v == '.') return false;
+    for (const char *p = v; *p; p++)
+        if (!ident_char(*p) && *p != '.') return false;
+    return true;
+}
+
 /* A value is a CSV field: no separators, quotes or control characters; and it does not start
  * with ';' or '#', which the resolved copy's "key = value" would turn into a comment. */
 bool sweep_value_ok(const char *v) {
@@ -216,9 +225,10 @@ static moesim_status check_value(parser *ps, const char *key, const char *value)
 static moesim_status parse_experiment_key(parser *ps, const char *key, const char *value) {
     sweep_experiment *e = ps->e;
     if (!strcmp(key, "name")) {
-        if (!is_bundle_name(value) && !strchr(value, '.'))
+        if (!is_experiment_name(value))
             return PFAIL(ps,
-                         "%s:%d: [experiment] name: expected letters, digits, '-' or '_', got '%s'",
+                         "%s:%d: [experiment] name: expected letters, digits, '-', '_' or '.' "
+                         "(not first), got '%s'",
                          ps->path, ps->line, value);
         free(e->name);
         e->name = moesim_xstrdup(value);

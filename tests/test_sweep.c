@@ -267,6 +267,10 @@ typedef struct bad_case {
 
 static const bad_case bad_cases[] = {
     {"[fixed]\npolicy = lru\nfoo = 1\n", "foo"},
+    {"[experiment]\nname = ../../evil\n", "bad.ini:2: [experiment] name: expected letters"},
+    {"[experiment]\nname = .hidden\n", "name: expected letters, digits, '-', '_' or '.' (not first)"},
+    {"[fixed]\nmemory.budget_gb = 24\n[axes]\nmemory.budget_gb = 16, 20\n",
+     "bad.ini:2: [fixed] memory.budget_gb is also set by the axis at line 4"},
     {"[axes]\nmemory.budget_gb = 16, 16\n", "listed twice"},
     {"[axes]\nmemory.budget_gb = 4:1:1\n", "stop >= start"},
     {"[axes]\nsim.seed = -9223372036854775808:9223372036854775807:1\n",
@@ -584,6 +588,39 @@ Test(sweep, validate_runs_an_experiments_configurations_in_order_labelled_by_the
     cr_assert(strstr(err.msg, "tpot_error_max"), "%s", err.msg);
     cr_assert_eq(load_error("[validate]\nrounds = 3\n", &err), MOESIM_EINPUT);
     cr_assert(strstr(err.msg, "bad.ini:2: [validate] rounds: unknown key"), "%s", err.msg);
+}
+
+/* A value of the file no configuration can run with (a setting that does not parse, a policy
+ * nobody provides) fails the sweep before any configuration runs, naming its line: not an error
+ * row per configuration, exit 0, and "already done" on the next run. */
+Test(sweep, a_value_no_configuration_can_run_with_fails_before_any_runs) {
+    cli_fixture f;
+    make_fixture(&f, "badvalue");
+    static const char *const edits[][2] = {
+        {"policy = ondemand, lru\n", "policy = ondemand, nosuch\n"},
+        {"cache.experts_per_layer = 4:64:4\n", "cache.experts_per_layer = 4, four\n"},
+    };
+    static const char *const says[] = {"badvalue.ini:8: policy: unknown policy 'nosuch'",
+                                       "badvalue.ini:9: [cache] experts_per_layer: expected a "
+                                       "non-negative integer, got 'four'"};
+    char *orig = test_read_file(f.exp, NULL);
+    for (size_t i = 0; i < 2; i++) {
+        char text[16384];
+        const char *at = strstr(orig, edits[i][0]);
+        cr_assert(at);
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - orig), orig, edits[i][1],
+                 at + strlen(edits[i][0]));
+        test_write_file(f.exp, text);
+        const char *out = csv_path("badvalue", "out");
+        unlink(out);
+        char so[4096], se[4096];
+        int rc = test_run_moesim(so, sizeof so, se, sizeof se, "sweep", f.exp, "-o", out, "-q",
+                                 NULL);
+        cr_assert_eq(rc, 2, "edit %zu: exit %d: %s", i, rc, se);
+        cr_assert(strstr(se, says[i]), "edit %zu: %s", i, se);
+        cr_assert_not(test_file_exists(out), "edit %zu wrote rows", i);
+    }
+    free(orig);
 }
 
 Test(sweep, a_sweep_killed_at_random_points_resumes_to_the_rows_of_an_uninterrupted_run) {
