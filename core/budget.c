@@ -24,6 +24,11 @@ moesim_status sim_budget_plan(const model_geometry *m, const quant_table *q, con
     double budget_gb = set->budget_gb > 0 ? set->budget_gb : (double)hw->hbm_bytes / GIB;
     moesim_precision prec = (moesim_precision)set->precision;
     b->budget_bytes = (uint64_t)(budget_gb * GIB);
+    if (b->budget_bytes > hw->hbm_bytes) /* a budget is part of the device's memory */
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: memory.budget_gb = %g exceeds the %g GiB of device memory of "
+                           "hw '%s' ([gpu] hbm_gib)",
+                           bwhere, budget_gb, (double)hw->hbm_bytes / GIB, hw->name);
     b->non_expert_bytes = model_non_expert_bytes(m);
     b->act_bytes = activation_bytes(m, max_step_tokens);
     b->kv_peak_bytes = kv_peak_bytes;
@@ -44,7 +49,11 @@ moesim_status sim_budget_plan(const model_geometry *m, const quant_table *q, con
                                "%s: cache.experts_per_layer = %u: expected >= top_k (%u), a "
                                "token needs all its experts resident at once",
                                cwhere, c, m->top_k);
-        if (c > m->n_experts) c = m->n_experts;
+        if (c > m->n_experts)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: cache.experts_per_layer = %u: expected at most n_experts (%u), "
+                               "the experts a layer has",
+                               cwhere, c, m->n_experts);
         b->pool_cap_bytes = (uint64_t)c * ebytes;
         if (b->pool_cap_bytes * m->n_moe_layers > b->expert_budget_bytes)
             return moesim_fail(err, MOESIM_EINPUT,

@@ -500,6 +500,13 @@ static moesim_status dymoe_create(const policy_params *params, const void *knobs
         return moesim_fail(err, MOESIM_EINPUT,
                            "[dymoe] prefetch: needs look-ahead predictions (Eq. 6) and the run "
                            "has none; set dymoe.prefetch=off");
+    const uint32_t counts[] = {knobs->prefetch_t, knobs->prefetch_t_prefill};
+    const char *const count_keys[] = {"prefetch_t", "prefetch_t_prefill"};
+    for (int i = 0; i < 2; i++) /* a layer's experts at most: more would be cut silently */
+        if (counts[i] > params->n_experts)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "[dymoe] %s: expected at most the model's %u experts, got %u",
+                               count_keys[i], params->n_experts, counts[i]);
 
     policy *p = moesim_xcalloc(1, sizeof *p);
     p->params = *params;

@@ -69,6 +69,11 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
                                pp->top_k);
     } else {
         if (layer_capacity != 0) {
+            if (layer_capacity > pp->n_experts)
+                return moesim_fail(err, MOESIM_EINPUT,
+                                   "%s.experts_per_layer=%u: expected at most the model's %u "
+                                   "experts",
+                                   policy_name, layer_capacity, pp->n_experts);
             if (pp->experts_per_layer != 0 && layer_capacity > pp->experts_per_layer)
                 return moesim_fail(err, MOESIM_EINPUT,
                                    "%s.experts_per_layer=%u exceeds cache.experts_per_layer=%u",

@@ -68,6 +68,11 @@ struct policy {
 static moesim_status mixtral_offload_create(const policy_params *params, const void *knobs_in,
                                             policy_mem_view mem, policy **out, moesim_error *err) {
     const mixtral_offload_knobs *k = knobs_in;
+    if (k->prefetch_experts > params->n_experts) /* more would be cut silently */
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "[mixtral-offload] prefetch_experts: expected at most the model's %u "
+                           "experts, got %u",
+                           params->n_experts, k->prefetch_experts);
     policy *p = moesim_xcalloc(1, sizeof *p);
     moesim_status st =
         expert_cache_init(&p->cache, "mixtral-offload", params, mem, EXPERT_CACHE_LAYER,

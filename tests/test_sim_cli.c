@@ -122,6 +122,37 @@ Test(sim_cli, bad_input_exits_2_with_one_line_and_writes_no_timeline) {
     cr_assert(strstr(errbuf, "known: ") != NULL, "%s", errbuf);
 }
 
+/* Counts beyond what the model or the device has are refused, not cut to fit: a budget over
+ * the device's memory, a per-layer cache or a policy's per-layer count over the model's experts
+ * (OLMoE: 64). */
+Test(sim_cli, a_count_beyond_the_model_or_the_device_is_refused_not_cut_to_fit) {
+    static const struct {
+        const char *policy, *set, *says;
+    } cases[] = {
+        {"lru", "memory.budget_gb=25",
+         "memory.budget_gb = 25 exceeds the 24 GiB of device memory of hw 'rtx3090-pcie4'"},
+        {"lru", "cache.experts_per_layer=65", "expected at most n_experts (64)"},
+        {"mixtral-offload", "mixtral-offload.prefetch_experts=65",
+         "prefetch_experts: expected at most the model's 64 experts, got 65"},
+        {"mixtral-offload", "mixtral-offload.experts_per_layer=65",
+         "experts_per_layer=65: expected at most the model's 64 experts"},
+        {"dymoe", "dymoe.prefetch_t_prefill=65",
+         "prefetch_t_prefill: expected at most the model's 64 experts, got 65"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace",
+                                 trace_path, "--hw", "rtx3090-pcie4", "--policy", cases[i].policy,
+                                 "--set", cases[i].set, NULL);
+        cr_assert_eq(rc, 2, "case %zu: exit %d: %s", i, rc, errbuf);
+        cr_assert(strstr(errbuf, cases[i].says), "case %zu: %s", i, errbuf);
+        cr_assert_eq(strchr(errbuf, '\n'), errbuf + strlen(errbuf) - 1, "one line: %s", errbuf);
+    }
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", trace_path,
+                             "--hw", "rtx3090-pcie4", "--policy", "lru", "--set",
+                             "memory.budget_gb=24", "--set", "cache.experts_per_layer=64", NULL);
+    cr_assert_eq(rc, 0, "the device's whole memory, every expert of a layer: %s", errbuf);
+}
+
 /* Sets the value at `at` (an index per dimension, at most 4) of dataset `name` of the trace at
  * `path` to *value, of type `mtype`, through HDF5's filters. */
 static void poke(const char *path, const char *name, const hsize_t *at, hid_t mtype,
