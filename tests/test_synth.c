@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/model.h"
 #include "support/test_support.h"
@@ -49,6 +50,26 @@ static const char *const all_models[] = {"deepseek-v2-lite",  "mixtral-8x7b",   
 TestSuite(synth);
 
 /* ---- the trace contract ---- */
+
+/* Requests whose plans need more memory than the machine has fail in one line, before any
+ * output exists (an allocation failure aborted the process). */
+Test(synth, more_requests_than_the_machine_can_plan_fail_in_one_line_and_write_nothing) {
+    model_geometry m = load_model("olmoe-1b-7b");
+    synth_options o;
+    synth_options_default(&o, &m);
+    o.n_requests = UINT32_MAX; /* 4.3e9 requests of one token: about 96 GiB of plans */
+    o.prompt_len = (synth_range){1, 1};
+    o.gen_len = (synth_range){0, 0};
+    double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (have > 200.0 * (1u << 30)) cr_skip("a machine with more than 200 GiB plans them");
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("synth-too-many.h5"));
+    moesim_error err = {0};
+    cr_assert_eq(synth_write(&m, &o, path, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "requests of up to 1 tokens need"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "GiB of working memory, this machine has"), "%s", err.msg);
+    cr_assert_not(test_file_exists(path));
+}
 
 Test(synth, every_configured_model_gives_a_trace_that_passes_trace_check) {
     for (size_t i = 0; i < sizeof all_models / sizeof *all_models; i++) {

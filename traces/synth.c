@@ -787,9 +787,26 @@ static void run_end(synth_run *s) {
     tables_free(&s->tb);
 }
 
+/* The run's working memory (run_begin: every request's plan, the longest request's importance
+ * arrays) against the machine's: asked for more, the run says so instead of aborting. */
+static moesim_status check_working_memory(const synth_options *o, moesim_error *err) {
+    uint64_t longest = (uint64_t)o->prompt_len.max + o->gen_len.max;
+    double need =
+        (double)o->n_requests * sizeof(request_plan) + (double)longest * 3 * sizeof(double);
+    double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (have > 0 && need > have)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "synth: %u requests of up to %llu tokens need %.1f GiB of working "
+                           "memory, this machine has %.1f GiB (expected fewer or shorter requests)",
+                           o->n_requests, (unsigned long long)longest, need / (1u << 30),
+                           have / (1u << 30));
+    return MOESIM_OK;
+}
+
 moesim_status synth_stream(const model_geometry *m, const synth_options *o, const synth_sink *sink,
                            moesim_error *err) {
     if (synth_options_check(o, m, err)) return err ? err->status : MOESIM_EINPUT;
+    if (check_working_memory(o, err)) return err ? err->status : MOESIM_EINPUT;
     synth_run s;
     run_begin(&s, m, o);
     char *params_json = synth_params_json(o, m);
