@@ -266,6 +266,7 @@ bool config_parse_u64(const char *s, uint64_t *out) {
 
 bool config_parse_f64(const char *s, double *out) {
     if (!s || !*s || isspace((unsigned char)*s)) return false;
+    if (strpbrk(s, "xX")) return false; /* strtod reads hex ("0x10" = 16): not a config's decimal */
     errno = 0;
     char *end;
     double v = strtod(s, &end);

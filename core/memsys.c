@@ -96,10 +96,19 @@ moesim_status memsys_parse_host_precisions(const char *text, bool stored[PREC_CO
         return MOESIM_OK;
     }
     char buf[128];
-    snprintf(buf, sizeof buf, "%s", text);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+    if (snprintf(buf, sizeof buf, "%s", text) >= (int)sizeof buf)
+        return moesim_fail(err, MOESIM_EINPUT, "[sim] host_precisions: longer than %zu characters",
+                           sizeof buf - 1);
+    for (char *rest = buf, *item; (item = strsep(&rest, ","));) {
+        char *tok = item + strspn(item, " ");
+        size_t n = strlen(tok);
+        while (n && tok[n - 1] == ' ') tok[--n] = '\0';
         moesim_precision p;
+        if (!*tok)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "[sim] host_precisions: an empty item in '%s' (two commas, or one "
+                               "at an end)",
+                               text);
         if (!precision_from_name(tok, &p))
             return moesim_fail(err, MOESIM_EINPUT,
                                "[sim] host_precisions: unknown precision '%s' (expected 'policy', "

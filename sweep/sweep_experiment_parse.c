@@ -332,9 +332,13 @@ static moesim_status parse_axis(parser *ps, const char *key, char *value) {
                      key, prev->line);
     axis *a = axis_new(e, key, false, ps->line);
     char *origin = origin_at(ps->path, ps->line);
-    for (char *save = NULL, *tok = strtok_r(value, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
+    for (char *rest = value, *tok; (tok = strsep(&rest, ","));) {
         char *v = trim(tok);
+        if (!*v) {
+            st = PFAIL(ps, "%s:%d: [axes] %s: an empty value (two commas, or one at an end)",
+                       ps->path, ps->line, key);
+            break;
+        }
         if (strchr(v, ':') && (isdigit((unsigned char)v[0]) || v[0] == '-' || v[0] == '.')) {
             st = expand_range(a, v, origin, ps->err);
         } else {

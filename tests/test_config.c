@@ -70,6 +70,7 @@ typedef struct bad_case {
 Test(config, bad_inputs_name_file_line_and_key) {
     static const bad_case cases[] = {
         {"[gpu]\nlayers = 32\nbandwidth = fast\n", NULL, ":3: [gpu] bandwidth: expected a finite number, got 'fast'"},
+        {"[gpu]\nlayers = 32\nbandwidth = 0x10\n", NULL, ":3: [gpu] bandwidth: expected a finite number, got '0x10'"},
         {"[gpu]\nlayers = 0\nbandwidth = 1\n", NULL, ":2: [gpu] layers: expected an integer in [1, 256]"},
         {"[gpu]\nlayers = -3\nbandwidth = 1\n", NULL, ":2: [gpu] layers: expected a non-negative integer"},
         {"[gpu]\nlayers = 32\n", NULL, "[gpu] bandwidth: missing required key"},

@@ -268,6 +268,8 @@ typedef struct bad_case {
 static const bad_case bad_cases[] = {
     {"[fixed]\npolicy = lru\nfoo = 1\n", "foo"},
     {"[experiment]\nname = ../../evil\n", "bad.ini:2: [experiment] name: expected letters"},
+    {"[axes]\npolicy = lru,,lfu\n", "bad.ini:2: [axes] policy: an empty value"},
+    {"[axes]\npolicy = lru, lfu,\n", "bad.ini:2: [axes] policy: an empty value"},
     {"[experiment]\nname = .hidden\n", "name: expected letters, digits, '-', '_' or '.' (not first)"},
     {"[fixed]\nmemory.budget_gb = 24\n[axes]\nmemory.budget_gb = 16, 20\n",
      "bad.ini:2: [fixed] memory.budget_gb is also set by the axis at line 4"},
