@@ -237,6 +237,55 @@ static const sweep_point *find_stale(const sweep_experiment *e, const char *line
     return NULL;
 }
 
+/* A metric cell as format_row writes it: a number, NaN, Inf or -Inf. */
+static bool metric_cell_ok(const char *f, size_t n) {
+    char cell[64];
+    if (n == 0 || n >= sizeof cell) return false;
+    memcpy(cell, f, n);
+    cell[n] = '\0';
+    if (!strcmp(cell, "NaN") || !strcmp(cell, "Inf") || !strcmp(cell, "-Inf")) return true;
+    char *end;
+    strtod(cell, &end);
+    return *end == '\0' && !strpbrk(cell, "xXnNiI");
+}
+
+/* A row whose hash names configuration p holds what format_row wrote for p: its seed, code and
+ * every column, a status, and a number in each metric cell (when the evaluator names them). A
+ * row edited by hand would otherwise count as done and stand in the results as if run. */
+static moesim_status check_row(const sweep_experiment *e, const sweep_evaluator *ev,
+                               const sweep_point *p, const char *line, size_t len,
+                               const char *path, size_t line_no, moesim_error *err) {
+    size_t n_cols = sweep_experiment_n_columns(e);
+    size_t fields = 5 + n_cols + ev->n_metrics;
+    const char *f = line;
+    char seed[32];
+    snprintf(seed, sizeof seed, "%" PRIu64, p->seed);
+    for (size_t i = 0; i < fields; i++) {
+        const char *comma = memchr(f, ',', len - (size_t)(f - line));
+        size_t n = comma ? (size_t)(comma - f) : len - (size_t)(f - line);
+        const char *want = i == 1 ? seed : i == 3 ? p->code : NULL;
+        const char *what = i == 1 ? "seed" : i == 2 ? "status" : i == 3 ? "code" : NULL;
+        if (i >= 5 && i < 5 + n_cols) {
+            want = p->values[i - 5] ? p->values[i - 5] : "";
+            what = sweep_experiment_column(e, i - 5);
+        }
+        bool bad = want ? (strlen(want) != n || memcmp(f, want, n) != 0)
+                   : i == 2 ? n == 0 || memchr(f, '\0', n) != NULL
+                   : i >= 5 + n_cols ? !metric_cell_ok(f, n)
+                                     : false;
+        if (bad)
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s:%zu: configuration %016" PRIx64 ": %s '%.*s' is not what a run "
+                               "wrote (edited? delete the row to run it again)",
+                               path, line_no, p->hash,
+                               what ? what : ev->metric_names[i - 5 - n_cols], (int)(n > 60 ? 60 : n),
+                               f);
+        if (!comma) break;
+        f = comma + 1;
+    }
+    return MOESIM_OK;
+}
+
 static moesim_status load_done(const sweep_experiment *e, const sweep_evaluator *ev,
                                const char *path, bool reuse_stale, bool *done, sweep_results *res,
                                bool *exists, size_t *foreign, size_t *stale, moesim_error *err) {
@@ -268,6 +317,13 @@ static moesim_status load_done(const sweep_experiment *e, const sweep_evaluator 
             moesim_status s2 = moesim_fail(
                 err, MOESIM_EINPUT, "%s:%zu: configuration %016" PRIx64 " already at line %zu",
                 path, res->rows[i].line, res->rows[i].hash, line_of[p->index]);
+            free(line_of);
+            sweep_results_free(res);
+            return s2;
+        }
+        moesim_status s2 = check_row(e, ev, p, res->text + res->rows[i].offset,
+                                     res->rows[i].len - 1, path, res->rows[i].line, err);
+        if (s2) {
             free(line_of);
             sweep_results_free(res);
             return s2;

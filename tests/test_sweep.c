@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/alloc.h"
 #include "common/model.h"
 #include "common/progress.h"
 #include "common/rng.h"
@@ -621,6 +622,45 @@ Test(sweep, a_value_no_configuration_can_run_with_fails_before_any_runs) {
         cr_assert_eq(rc, 2, "edit %zu: exit %d: %s", i, rc, se);
         cr_assert(strstr(se, says[i]), "edit %zu: %s", i, se);
         cr_assert_not(test_file_exists(out), "edit %zu wrote rows", i);
+    }
+    free(orig);
+}
+
+/* A complete row whose cells are not what a run of its configuration wrote (its hash kept, a
+ * cell edited) stops the resume in one line naming it: it would count as done otherwise. */
+Test(sweep, a_resumed_row_edited_by_hand_is_refused_not_counted_as_done) {
+    cli_fixture f;
+    make_fixture(&f, "edited");
+    const char *ref = csv_path("edited", "ref");
+    unlink(ref);
+    cr_assert_eq(run_quiet("sweep", f.exp, "-o", ref, "-j", "1", NULL), 0);
+    char *orig = test_read_file(ref, NULL);
+    /* the first row's policy cell, then its status (the third cell) emptied */
+    static const char *const edits[][3] = {{",ondemand,", ",nosuch,", "policy 'nosuch'"},
+                                           {NULL, ",,", "status ''"}};
+    for (size_t i = 0; i < 2; i++) {
+        char *text = moesim_xstrdup(orig);
+        char *row = strchr(text, '\n') + 1, *at;
+        size_t cut;
+        if (edits[i][0]) {
+            at = strstr(row, edits[i][0]);
+            cut = strlen(edits[i][0]);
+        } else {
+            at = strchr(strchr(row, ',') + 1, ','); /* the comma before the status */
+            cut = (size_t)(strchr(at + 1, ',') - at) + 1;
+        }
+        cr_assert(at && at < strchr(row, '\n'), "edit %zu: not in the first row", i);
+        size_t put = strlen(edits[i][1]);
+        memmove(at + put, at + cut, strlen(at + cut) + 1);
+        memcpy(at, edits[i][1], put);
+        test_write_file(ref, text);
+        static char so[1 << 14], se[4096];
+        int rc = test_run_moesim(so, sizeof so, se, sizeof se, "sweep", f.exp, "-o", ref, NULL);
+        cr_assert_eq(rc, 2, "edit %zu: exit %d: %s", i, rc, se);
+        cr_assert(strstr(se, ":2: configuration ") && strstr(se, edits[i][2]) &&
+                      strstr(se, "is not what a run wrote"),
+                  "edit %zu: %s", i, se);
+        free(text);
     }
     free(orig);
 }
