@@ -3,6 +3,7 @@
  * into DIR/NAME.png and DIR/NAME.svg with gnuplot. The script reads the CSV path from the
  * gnuplot variable `csv` and leaves the terminal to this command, so one script gives both
  * formats. Each image is written to a temporary name and renamed when gnuplot succeeded. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -46,17 +47,42 @@ const size_t plot_format_count = sizeof plot_formats / sizeof *plot_formats;
 
 static bool quote_safe(const char *s) { return !strchr(s, '\'') && !strchr(s, '\\'); }
 
+/* The line of gnuplot's messages (`text`) that says why it failed: the last naming a script
+ * line ("FILE" line N: ...), else the last that is not blank; into why[why_len]. */
+static void failure_line(const char *text, char *why, size_t why_len) {
+    const char *best = NULL, *last = NULL;
+    for (const char *line = text; *line;) {
+        size_t n = strcspn(line, "\n");
+        if (strspn(line, " \t") < n) last = line;
+        char copy[1024];
+        snprintf(copy, sizeof copy, "%.*s", (int)n, line);
+        const char *at = strstr(copy, " line ");
+        if (at && isdigit((unsigned char)at[6])) best = line;
+        line += n + (line[n] == '\n');
+    }
+    const char *pick = best ? best : last;
+    if (!pick) {
+        snprintf(why, why_len, "no message");
+        return;
+    }
+    pick += strspn(pick, " \t");
+    snprintf(why, why_len, "%.*s", (int)strcspn(pick, "\n"), pick);
+}
+
 int plot_gnuplot_run(const char *script, const char *csv, const char *paper, const char *terminal,
-                     const char *out_path, int *exec_errno) {
+                     const char *out_path, int *exec_errno, char *why, size_t why_len) {
     *exec_errno = 0;
+    why[0] = '\0';
     char setup[4 * PATH_MAX];
     snprintf(setup, sizeof setup, "csv='%s'; paper='%s'; set terminal %s; set output '%s'",
              csv ? csv : "", paper ? paper : "", terminal, out_path);
     fflush(stdout);
     fflush(stderr);
+    FILE *messages = tmpfile(); /* gnuplot's stderr, read once it exited */
     int fds[2]; /* close-on-exec: the child writes errno into it only when exec fails */
-    if (pipe(fds) != 0 || fcntl(fds[1], F_SETFD, FD_CLOEXEC) != 0) {
+    if (!messages || pipe(fds) != 0 || fcntl(fds[1], F_SETFD, FD_CLOEXEC) != 0) {
         *exec_errno = errno;
+        if (messages) fclose(messages);
         return -1;
     }
     pid_t pid = fork();
@@ -64,10 +90,12 @@ int plot_gnuplot_run(const char *script, const char *csv, const char *paper, con
         *exec_errno = errno;
         close(fds[0]);
         close(fds[1]);
+        fclose(messages);
         return -1;
     }
     if (pid == 0) {
         close(fds[0]);
+        dup2(fileno(messages), STDERR_FILENO);
         execlp("gnuplot", "gnuplot", "-e", setup, script, (char *)NULL);
         int e = errno;
         ssize_t w = write(fds[1], &e, sizeof e);
@@ -84,10 +112,21 @@ int plot_gnuplot_run(const char *script, const char *csv, const char *paper, con
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     if (got == (ssize_t)sizeof e) {
+        fclose(messages);
         *exec_errno = e;
         return -1;
     }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    char text[16384];
+    rewind(messages);
+    size_t n = fread(text, 1, sizeof text - 1, messages);
+    text[n] = '\0';
+    fclose(messages);
+    if (rc == 0)
+        fputs(text, stderr);
+    else
+        failure_line(text, why, why_len);
+    return rc;
 }
 
 /* The generic form: an argument ending in .csv that is not --csv's value, or --x / --y. */
@@ -165,8 +204,9 @@ int cmd_plot(int argc, char **argv) {
         if (moesim_path_make_parents(out, &err) || atomic_file_begin_path(&af, out, &err))
             return cli_fail(&err);
         int exec_errno;
+        char why[512];
         int rc = plot_gnuplot_run(script, csv, paper, plot_formats[f].terminal, af.tmp_path,
-                                  &exec_errno);
+                                  &exec_errno, why, sizeof why);
         if (rc != 0) {
             atomic_file_abort(&af);
             if (exec_errno) {
@@ -174,8 +214,7 @@ int cmd_plot(int argc, char **argv) {
                             strerror(exec_errno));
                 return cli_fail(&err);
             }
-            moesim_fail(&err, MOESIM_EINPUT, "%s: gnuplot failed on %s (messages above)", script,
-                        csv);
+            moesim_fail(&err, MOESIM_EINPUT, "%s: gnuplot failed on %s: %s", script, csv, why);
             return cli_fail(&err);
         }
         if (atomic_file_commit(&af, &err)) return cli_fail(&err);

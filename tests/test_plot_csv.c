@@ -77,3 +77,18 @@ Test(plot_csv, a_missing_column_or_a_bad_value_is_one_line_exit_2_and_no_image) 
     cr_assert_eq(rc, 2);
     cr_assert(strstr(err, "expected a name ending in .png or .svg"), "%s", err);
 }
+
+/* When gnuplot itself fails (here: a log axis over values that are all negative), its messages
+ * are held back and the one naming the script's line becomes the command's one line. */
+Test(plot_csv, a_gnuplot_failure_is_one_line_naming_gnuplots_reason_and_no_image) {
+    const char *csv = test_tmp_path("negative.csv");
+    test_write_file(csv, "x,y\n1,-1\n2,-2\n");
+    char png[4096], err[2048];
+    snprintf(png, sizeof png, "%s", test_tmp_path("negative.png"));
+    int rc = test_run_moesim(NULL, 0, err, sizeof err, "plot", csv, "--x", "x", "--y", "y",
+                             "--logy", "-o", png, NULL);
+    cr_assert_eq(rc, 2, "%s", err);
+    cr_assert(strstr(err, "negative.csv: gnuplot failed: ") && strstr(err, " line "), "%s", err);
+    cr_assert_eq(strchr(err, '\n'), strrchr(err, '\n'), "one line: %s", err);
+    cr_assert_not(test_file_exists(png));
+}
