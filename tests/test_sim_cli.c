@@ -155,6 +155,18 @@ Test(sim_cli, a_count_beyond_the_model_or_the_device_is_refused_not_cut_to_fit) 
     cr_assert_eq(rc, 0, "the device's whole memory, every expert of a layer: %s", errbuf);
 }
 
+Test(sim_cli, a_model_that_does_not_fit_the_trace_is_refused_naming_the_trace) {
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--trace", trace_path,
+                             "--model", "mixtral-8x7b", "--hw", "rtx3090-pcie4", "--policy", "lru",
+                             NULL);
+    cr_assert_eq(rc, 2, "%s", errbuf);
+    char want[4200];
+    snprintf(want, sizeof want, "%s: its routing (model 'olmoe-1b-7b': 16 MoE layers, 64 experts, "
+             "top-8) does not match model 'mixtral-8x7b' (32 MoE layers, 8 experts, top-2)",
+             trace_path);
+    cr_assert(strstr(errbuf, want), "%s", errbuf);
+}
+
 /* Sets the value at `at` (an index per dimension, at most 4) of dataset `name` of the trace at
  * `path` to *value, of type `mtype`, through HDF5's filters. */
 static void poke(const char *path, const char *name, const hsize_t *at, hid_t mtype,

@@ -663,8 +663,23 @@ char *trace_stored_model_config(const trace *t) {
     return copy;
 }
 
-moesim_status trace_model_load(const trace *t, const char *trace_path, const char *model_name,
-                               model_geometry *model, moesim_error *err) {
+/* The model the trace's rows were routed by: the same MoE layers, experts and top-k. */
+static moesim_status check_model_fits(const trace *t, const char *trace_path,
+                                      const model_geometry *m, moesim_error *err) {
+    const trace_meta *tm = &t->meta;
+    if (tm->n_layers == m->n_moe_layers && tm->n_experts == m->n_experts && tm->top_k == m->top_k)
+        return MOESIM_OK;
+    return moesim_fail(err, MOESIM_EINPUT,
+                       "%s: its routing (model '%s': %u MoE layers, %u experts, top-%u) does not "
+                       "match model '%s' (%u MoE layers, %u experts, top-%u)",
+                       trace_path, tm->model, tm->n_layers, tm->n_experts, tm->top_k, m->name,
+                       m->n_moe_layers, m->n_experts, m->top_k);
+}
+
+/* trace_model_load before the check that the model fits. */
+static moesim_status trace_model_find(const trace *t, const char *trace_path,
+                                      const char *model_name, model_geometry *model,
+                                      moesim_error *err) {
     if (model_name) return model_load_by_name(model_name, model, err);
     moesim_error by_name = {0};
     char path[4096]; /* a name the search path knows wins (errors in that file are reported) */
@@ -684,6 +699,12 @@ moesim_status trace_model_load(const trace *t, const char *trace_path, const cha
     moesim_status st = model_load_text(origin, text, model, err);
     free(text);
     return st;
+}
+
+moesim_status trace_model_load(const trace *t, const char *trace_path, const char *model_name,
+                               model_geometry *model, moesim_error *err) {
+    moesim_status st = trace_model_find(t, trace_path, model_name, model, err);
+    return st ? st : check_model_fits(t, trace_path, model, err);
 }
 
 /* ---- ranked look-ahead rows ---------------------------------------------------------------- */
