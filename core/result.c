@@ -183,7 +183,7 @@ json_t *sim_result_to_json(const sim_result *r) {
 }
 
 static sim_latency latency_of(double *v, size_t n) {
-    sim_latency l = {0, 0, 0};
+    sim_latency l = {NAN, NAN, NAN}; /* no request gave one (no decode: no TPOT), not 0 ms */
     if (!n) return l;
     gsl_sort(v, 1, n);
     l.mean_ms = gsl_stats_mean(v, 1, n);
