@@ -286,6 +286,21 @@ static void close_writers(sim_timeline *tl) {
 
 moesim_status sim_timeline_close(sim_timeline *tl, moesim_error *err) {
     if (!tl->on) return MOESIM_OK;
+    /* a window the run never reached would be an empty file that looks like a quiet run */
+    bool never_opened = tl->window.kind == SIM_TIMELINE_STEPS ? !tl->lo_known
+                        : tl->window.kind == SIM_TIMELINE_NS && tl->latest_ns < tl->lo_ns;
+    if (never_opened) {
+        sim_timeline_abort(tl);
+        return tl->window.kind == SIM_TIMELINE_STEPS
+                   ? moesim_fail(err, MOESIM_EINPUT,
+                                 "--timeline-window: the run ended before step %" PRIu64
+                                 ", where the window opens (no timeline written)",
+                                 tl->window.from)
+                   : moesim_fail(err, MOESIM_EINPUT,
+                                 "--timeline-window: the run ended at %.3f ms, before the window "
+                                 "opens at %.3f ms (no timeline written)",
+                                 tl->latest_ns / 1e6, tl->window.from / 1e6);
+    }
     if (tl->lo_known && tl->latest_ns >= tl->lo_ns) release_held(tl);
     if (tl->proto) {
         tl_proto_finish(tl->proto);
