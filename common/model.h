@@ -16,6 +16,7 @@
 
 #define MODEL_MAX_LAYERS 256
 #define MODEL_MAX_EXPERTS 1024
+#define MODEL_MAX_SHARED_EXPERTS 64 /* always-on experts per MoE layer */
 
 typedef enum attention_kind {
     ATTENTION_GQA,           /* multi-head / grouped-query attention */

@@ -77,6 +77,9 @@ moesim_status trace_meta_check(const trace_meta *m, const char *what, moesim_err
     if (m->n_experts < 1 || m->n_experts > MODEL_MAX_EXPERTS)
         return moesim_fail(err, MOESIM_EINPUT, "%s: n_experts: expected 1..%d, got %" PRIu32, what,
                            MODEL_MAX_EXPERTS, m->n_experts);
+    if (m->n_shared_experts > MODEL_MAX_SHARED_EXPERTS)
+        return moesim_fail(err, MOESIM_EINPUT, "%s: n_shared_experts: expected 0..%d, got %" PRIu32,
+                           what, MODEL_MAX_SHARED_EXPERTS, m->n_shared_experts);
     uint32_t max_k = m->n_experts < TRACE_MAX_TOP_K ? m->n_experts : TRACE_MAX_TOP_K;
     if (m->top_k < 1 || m->top_k > max_k)
         return moesim_fail(err, MOESIM_EINPUT,
@@ -667,13 +670,15 @@ char *trace_stored_model_config(const trace *t) {
 static moesim_status check_model_fits(const trace *t, const char *trace_path,
                                       const model_geometry *m, moesim_error *err) {
     const trace_meta *tm = &t->meta;
-    if (tm->n_layers == m->n_moe_layers && tm->n_experts == m->n_experts && tm->top_k == m->top_k)
+    if (tm->n_layers == m->n_moe_layers && tm->n_experts == m->n_experts &&
+        tm->top_k == m->top_k && tm->n_shared_experts == m->n_shared_experts)
         return MOESIM_OK;
     return moesim_fail(err, MOESIM_EINPUT,
-                       "%s: its routing (model '%s': %u MoE layers, %u experts, top-%u) does not "
-                       "match model '%s' (%u MoE layers, %u experts, top-%u)",
-                       trace_path, tm->model, tm->n_layers, tm->n_experts, tm->top_k, m->name,
-                       m->n_moe_layers, m->n_experts, m->top_k);
+                       "%s: its routing (model '%s': %u MoE layers, %u experts, top-%u, %u shared) "
+                       "does not match model '%s' (%u MoE layers, %u experts, top-%u, %u shared)",
+                       trace_path, tm->model, tm->n_layers, tm->n_experts, tm->top_k,
+                       tm->n_shared_experts, m->name, m->n_moe_layers, m->n_experts, m->top_k,
+                       m->n_shared_experts);
 }
 
 /* trace_model_load before the check that the model fits. */

@@ -319,8 +319,8 @@ char *trace_stored_model_config(const trace *t);
 
 /* The geometry of trace t's model: `model_name` when given (name or path); else the model the
  * trace names, looked up by name along the data search path, and, where no folder has it, the
- * config the trace stores (trace_stored_model_config). A model whose MoE layers, experts or
- * top-k differ from the trace's is refused. Errors name `trace_path`. */
+ * config the trace stores (trace_stored_model_config). A model whose MoE layers, experts, top-k
+ * or shared experts differ from the trace's is refused. Errors name `trace_path`. */
 moesim_status trace_model_load(const trace *t, const char *trace_path, const char *model_name,
                                model_geometry *model, moesim_error *err);
 
