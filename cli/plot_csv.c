@@ -323,12 +323,11 @@ int cmd_plot_csv(int argc, char **argv) {
         int rc = plot_gnuplot_run(script_path, NULL, NULL, terminal, af.tmp_path, &exec_errno, why,
                                   sizeof why);
         if (rc != 0)
-            st = exec_errno
-                     ? moesim_fail(&err, MOESIM_EIO,
-                                   "cannot run gnuplot: %s (install "
-                                   "gnuplot)",
-                                   strerror(exec_errno))
-                     : moesim_fail(&err, MOESIM_EINPUT, "%s: gnuplot failed: %s", csv, why);
+            st = exec_errno ? moesim_fail(&err, MOESIM_EIO,
+                                          "cannot run gnuplot: %s (install "
+                                          "gnuplot)",
+                                          strerror(exec_errno))
+                            : moesim_fail(&err, MOESIM_EINPUT, "%s: gnuplot failed: %s", csv, why);
     }
     if (begun && st) atomic_file_abort(&af);
     if (begun && !st) st = atomic_file_commit(&af, &err);

@@ -40,9 +40,15 @@ static void note_left_out(const trace *t, const char *in, const char *format) {
     if (m->has_token_ids) what[n++] = "token ids";
     if (m->lookahead_depth) what[n++] = "look-ahead predictions";
     if (!n) return;
-    fprintf(stderr, "moesim trace export: note: %s has %s%s%s%s%s, which %s cannot hold; left out\n",
-            in, what[0], n == 3 ? ", " : n == 2 ? " and " : "", n > 1 ? what[1] : "",
-            n == 3 ? " and " : "", n == 3 ? what[2] : "", format);
+    char list[96] = ""; /* "a", "a and b", "a, b and c" */
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                 i == 0       ? ""
+                 : i == n - 1 ? " and "
+                              : ", ",
+                 what[i]);
+    fprintf(stderr, "moesim trace export: note: %s has %s, which %s cannot hold; left out\n", in,
+            list, format);
 }
 
 int cmd_trace_export(int argc, char **argv) {

@@ -2,8 +2,8 @@
 #include "common/atomic_file.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,8 +74,10 @@ moesim_status atomic_file_check_not_input(const char *out, const char *in, moesi
     struct stat o, i;
     if (stat(out, &o) != 0 || stat(in, &i) != 0) return MOESIM_OK;
     if (o.st_dev != i.st_dev || o.st_ino != i.st_ino) return MOESIM_OK;
-    return moesim_fail(err, MOESIM_EINPUT, "%s: is the input %s: writing it would replace it "
-                       "(expected another output path)", out, in);
+    return moesim_fail(err, MOESIM_EINPUT,
+                       "%s: is the input %s: writing it would replace it "
+                       "(expected another output path)",
+                       out, in);
 }
 
 moesim_status atomic_file_open(atomic_file *af, const char *path, moesim_error *err) {

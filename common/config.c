@@ -363,12 +363,18 @@ static moesim_status read_field(const config_field *f, const config_entry *e, co
 /* Bytes a field of type t writes at its offset. */
 static size_t field_width(const config_field *f) {
     switch (f->type) {
-    case CONFIG_U32: return sizeof(uint32_t);
-    case CONFIG_U64: return sizeof(uint64_t);
-    case CONFIG_F64: return sizeof(double);
-    case CONFIG_BOOL: return sizeof(bool);
-    case CONFIG_STR: return f->size;
-    case CONFIG_ENUM: return sizeof(int);
+    case CONFIG_U32:
+        return sizeof(uint32_t);
+    case CONFIG_U64:
+        return sizeof(uint64_t);
+    case CONFIG_F64:
+        return sizeof(double);
+    case CONFIG_BOOL:
+        return sizeof(bool);
+    case CONFIG_STR:
+        return f->size;
+    case CONFIG_ENUM:
+        return sizeof(int);
     }
     return 0;
 }
@@ -385,8 +391,9 @@ moesim_status config_check_fields(const config_field *fields, size_t n_fields, s
             st = moesim_fail(err, MOESIM_EINPUT, "[%s] %s: type %d is not a config_type",
                              f->section, f->key, (int)f->type);
         } else if (f->type == CONFIG_STR && f->size < 2) {
-            st = moesim_fail(err, MOESIM_EINPUT, "[%s] %s: a string field needs a size of 2 or more",
-                             f->section, f->key);
+            st =
+                moesim_fail(err, MOESIM_EINPUT, "[%s] %s: a string field needs a size of 2 or more",
+                            f->section, f->key);
         } else if (f->offset > dst_size || field_width(f) > dst_size - f->offset) {
             st = moesim_fail(err, MOESIM_EINPUT,
                              "[%s] %s: offset %zu + %zu bytes lies outside the %zu-byte struct",

@@ -287,8 +287,9 @@ static void close_writers(sim_timeline *tl) {
 moesim_status sim_timeline_close(sim_timeline *tl, moesim_error *err) {
     if (!tl->on) return MOESIM_OK;
     /* a window the run never reached would be an empty file that looks like a quiet run */
-    bool never_opened = tl->window.kind == SIM_TIMELINE_STEPS ? !tl->lo_known
-                        : tl->window.kind == SIM_TIMELINE_NS && tl->latest_ns < tl->lo_ns;
+    bool never_opened = tl->window.kind == SIM_TIMELINE_STEPS
+                            ? !tl->lo_known
+                            : tl->window.kind == SIM_TIMELINE_NS && tl->latest_ns < tl->lo_ns;
     if (never_opened) {
         sim_timeline_abort(tl);
         return tl->window.kind == SIM_TIMELINE_STEPS

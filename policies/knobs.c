@@ -20,8 +20,8 @@ moesim_status policy_read_knobs(const policy_methods *m, config *c, void **knobs
     return MOESIM_OK;
 }
 
-moesim_status policy_create(const policy_methods *m, const policy_params *params,
-                            const void *knobs, policy_mem_view mem, policy **out, moesim_error *err) {
+moesim_status policy_create(const policy_methods *m, const policy_params *params, const void *knobs,
+                            policy_mem_view mem, policy **out, moesim_error *err) {
     moesim_error why = {0};
     moesim_status st = m->create(params, knobs, mem, out, &why);
     if (st == MOESIM_OK) return MOESIM_OK;

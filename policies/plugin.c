@@ -27,8 +27,8 @@ static moesim_status check_knobs(const char *path, const policy_methods *m, moes
     for (size_t i = 0; i < m->n_knobs; i++)
         if (m->knobs[i].section && strcmp(m->knobs[i].section, m->name))
             return moesim_fail(err, MOESIM_EINPUT,
-                               "%s: %s.knobs[%zu].section: expected the policy's name '%s'",
-                               path, POLICY_PLUGIN_SYMBOL, i, m->name);
+                               "%s: %s.knobs[%zu].section: expected the policy's name '%s'", path,
+                               POLICY_PLUGIN_SYMBOL, i, m->name);
     moesim_error why;
     if (config_check_fields(m->knobs, m->n_knobs, m->knobs_size, &why))
         return moesim_fail(err, MOESIM_EINPUT, "%s: %s.knobs: %s", path, POLICY_PLUGIN_SYMBOL,
@@ -47,8 +47,8 @@ static moesim_status check_table(const char *path, const policy_methods *m, moes
         return moesim_fail(err, MOESIM_EINPUT, "%s: %s.name: expected a policy name", path,
                            POLICY_PLUGIN_SYMBOL);
     if (strlen(m->name) >= POLICY_NAME_MAX)
-        return moesim_fail(err, MOESIM_EINPUT, "%s: %s.name: expected at most %d characters",
-                           path, POLICY_PLUGIN_SYMBOL, POLICY_NAME_MAX - 1);
+        return moesim_fail(err, MOESIM_EINPUT, "%s: %s.name: expected at most %d characters", path,
+                           POLICY_PLUGIN_SYMBOL, POLICY_NAME_MAX - 1);
     for (const char *c = m->name; *c; c++)
         if (!isalnum((unsigned char)*c) && *c != '-' && *c != '_')
             return moesim_fail(err, MOESIM_EINPUT,

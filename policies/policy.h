@@ -268,7 +268,7 @@ typedef struct policy_methods {
  * In the plug-in:  POLICY_PLUGIN_EXPORT const policy_methods moesim_policy = {...};
  * A plug-in calls nothing of moesim: it uses the types and macros of this header only. */
 /* A policy name's bytes with its NUL at most (results store it whole). */
-#define POLICY_NAME_MAX 32
+#define POLICY_NAME_MAX      32
 #define POLICY_PLUGIN_SYMBOL "moesim_policy"
 #define POLICY_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -287,8 +287,8 @@ moesim_status policy_read_knobs(const policy_methods *m, config *c, void **knobs
 /* m->create, its failure reported as "policy 'name': why" in one line: a plug-in's message
  * with its line breaks turned to spaces, a missing one named as such, a status outside
  * moesim_status read as MOESIM_EINPUT. */
-moesim_status policy_create(const policy_methods *m, const policy_params *params,
-                            const void *knobs, policy_mem_view mem, policy **out, moesim_error *err);
+moesim_status policy_create(const policy_methods *m, const policy_params *params, const void *knobs,
+                            policy_mem_view mem, policy **out, moesim_error *err);
 /* Whether a run of `m` with `knobs` (from policy_read_knobs) never reads the look-ahead
  * predictions (ignores_lookahead, ignores_lookahead_with). */
 bool policy_ignores_lookahead(const policy_methods *m, const void *knobs);

@@ -362,7 +362,8 @@ static moesim_status make_policy(replay_exec *x, moesim_error *err) {
     };
     memcpy(params.part_bytes, x->part_bytes, sizeof params.part_bytes);
     x->params = params;
-    moesim_status st = policy_create(x->pm, &x->params, x->knobs, memsys_view(&x->ms), &x->pol, err);
+    moesim_status st =
+        policy_create(x->pm, &x->params, x->knobs, memsys_view(&x->ms), &x->pol, err);
     if (st) return st;
     memsys_attach_policy(&x->ms, x->pm, x->pol);
     /* routes are sized by the widest precision the policy loads */

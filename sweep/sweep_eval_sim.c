@@ -175,8 +175,7 @@ static config *point_settings(const sweep_experiment *e, const sweep_point *p) {
 
 /* Every configuration's policy and settings, before any runs: a value of the file that cannot
  * be read is the file's fault (one line, exit 2), not a row's status. */
-static moesim_status check_points(const sim_ctx *c, const sweep_experiment *e,
-                                  moesim_error *err) {
+static moesim_status check_points(const sim_ctx *c, const sweep_experiment *e, moesim_error *err) {
     int policy_col = sweep_experiment_column_index(e, "policy");
     for (size_t i = 0; i < sweep_experiment_count(e); i++) {
         const sweep_point *p = sweep_experiment_point(e, i);

@@ -253,8 +253,8 @@ static bool metric_cell_ok(const char *f, size_t n) {
  * every column, a status, and a number in each metric cell (when the evaluator names them). A
  * row edited by hand would otherwise count as done and stand in the results as if run. */
 static moesim_status check_row(const sweep_experiment *e, const sweep_evaluator *ev,
-                               const sweep_point *p, const char *line, size_t len,
-                               const char *path, size_t line_no, moesim_error *err) {
+                               const sweep_point *p, const char *line, size_t len, const char *path,
+                               size_t line_no, moesim_error *err) {
     size_t n_cols = sweep_experiment_n_columns(e);
     size_t fields = 5 + n_cols + ev->n_metrics;
     const char *f = line;
@@ -269,8 +269,8 @@ static moesim_status check_row(const sweep_experiment *e, const sweep_evaluator 
             want = p->values[i - 5] ? p->values[i - 5] : "";
             what = sweep_experiment_column(e, i - 5);
         }
-        bool bad = want ? (strlen(want) != n || memcmp(f, want, n) != 0)
-                   : i == 2 ? n == 0 || memchr(f, '\0', n) != NULL
+        bool bad = want              ? (strlen(want) != n || memcmp(f, want, n) != 0)
+                   : i == 2          ? n == 0 || memchr(f, '\0', n) != NULL
                    : i >= 5 + n_cols ? !metric_cell_ok(f, n)
                                      : false;
         if (bad)
@@ -278,8 +278,8 @@ static moesim_status check_row(const sweep_experiment *e, const sweep_evaluator 
                                "%s:%zu: configuration %016" PRIx64 ": %s '%.*s' is not what a run "
                                "wrote (edited? delete the row to run it again)",
                                path, line_no, p->hash,
-                               what ? what : ev->metric_names[i - 5 - n_cols], (int)(n > 60 ? 60 : n),
-                               f);
+                               what ? what : ev->metric_names[i - 5 - n_cols],
+                               (int)(n > 60 ? 60 : n), f);
         if (!comma) break;
         f = comma + 1;
     }

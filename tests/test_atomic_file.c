@@ -145,8 +145,8 @@ Test(atomic_file, only_a_regular_file_or_a_link_to_one_is_replaced) {
     cr_assert_eq(symlink(test_tmp_path("af-nothing"), dangling), 0);
 
     const char *refused[] = {fifo, dir, dangling};
-    const char *why[] = {"a device, FIFO or socket, not a regular file", "a directory, not a regular",
-                         "a symbolic link to nothing"};
+    const char *why[] = {"a device, FIFO or socket, not a regular file",
+                         "a directory, not a regular", "a symbolic link to nothing"};
     for (size_t i = 0; i < 3; i++) {
         atomic_file af;
         moesim_error err = {0};

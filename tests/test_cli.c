@@ -163,9 +163,9 @@ Test(cli, an_output_that_is_the_input_is_refused_and_a_full_stdout_fails) {
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         const char *const *a = runs[i];
-        rc = test_run_moesim(out, sizeof out, err, sizeof err, a[0], a[1], a[2], a[3], a[4], a[5],
-                             a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
-                             NULL);
+        rc =
+            test_run_moesim(out, sizeof out, err, sizeof err, a[0], a[1], a[2], a[3], a[4], a[5],
+                            a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], NULL);
         cr_assert_eq(rc, 2, "run %zu: exit %d: %s", i, rc, err);
         cr_assert(strstr(err, "writing it would replace it"), "run %zu: %s", i, err);
         cr_assert_eq(strchr(err, '\n'), strrchr(err, '\n'), "run %zu: not one line: %s", i, err);

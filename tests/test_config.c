@@ -69,21 +69,33 @@ typedef struct bad_case {
 
 Test(config, bad_inputs_name_file_line_and_key) {
     static const bad_case cases[] = {
-        {"[gpu]\nlayers = 32\nbandwidth = fast\n", NULL, ":3: [gpu] bandwidth: expected a finite number, got 'fast'"},
-        {"[gpu]\nlayers = 32\nbandwidth = 0x10\n", NULL, ":3: [gpu] bandwidth: expected a finite number, got '0x10'"},
-        {"[gpu]\nlayers = 0\nbandwidth = 1\n", NULL, ":2: [gpu] layers: expected an integer in [1, 256]"},
-        {"[gpu]\nlayers = -3\nbandwidth = 1\n", NULL, ":2: [gpu] layers: expected a non-negative integer"},
+        {"[gpu]\nlayers = 32\nbandwidth = fast\n", NULL,
+         ":3: [gpu] bandwidth: expected a finite number, got 'fast'"},
+        {"[gpu]\nlayers = 32\nbandwidth = 0x10\n", NULL,
+         ":3: [gpu] bandwidth: expected a finite number, got '0x10'"},
+        {"[gpu]\nlayers = 0\nbandwidth = 1\n", NULL,
+         ":2: [gpu] layers: expected an integer in [1, 256]"},
+        {"[gpu]\nlayers = -3\nbandwidth = 1\n", NULL,
+         ":2: [gpu] layers: expected a non-negative integer"},
         {"[gpu]\nlayers = 32\n", NULL, "[gpu] bandwidth: missing required key"},
-        {"[gpu]\nlayers = 32\nbandwidth = 1\nlayer = 3\n", NULL, ":4: [gpu] layer: unknown key (known: layers"},
-        {"[gpu]\nlayers = 32\nbandwidth = 1\n[gpus]\nx = 1\n", NULL, ":5: [gpus] x: unknown section or key"},
-        {"[gpu]\nlayers = 32\nlayers = 33\nbandwidth = 1\n", NULL, ":3: [gpu] layers: duplicate key (first set at line 2)"},
+        {"[gpu]\nlayers = 32\nbandwidth = 1\nlayer = 3\n", NULL,
+         ":4: [gpu] layer: unknown key (known: layers"},
+        {"[gpu]\nlayers = 32\nbandwidth = 1\n[gpus]\nx = 1\n", NULL,
+         ":5: [gpus] x: unknown section or key"},
+        {"[gpu]\nlayers = 32\nlayers = 33\nbandwidth = 1\n", NULL,
+         ":3: [gpu] layers: duplicate key (first set at line 2)"},
         {"[gpu]\nlayers 32\n", NULL, ":2: expected '[section]', 'key = value'"},
         {"layers = 32\n", NULL, ":1: layers: key outside any [section]"},
-        {"[gpu]\nlayers = 32\nbandwidth = 1\npinned = maybe\n", NULL, ":4: [gpu] pinned: expected true or false"},
-        {"[gpu]\nlayers = 32\nbandwidth = 1\nmode = medium\n", NULL, "expected one of fast, slow, got 'medium'"},
-        {"[gpu]\nlayers = 32\nbandwidth = 1\nname = a-very-long-gpu-name\n", NULL, "expected at most 15 characters"},
-        {"[gpu]\nlayers = 32\nbandwidth = 1\n", "gpu.layers=x", "--set: [gpu] layers: expected a non-negative integer"},
-        {"[gpu]\nlayers = 32\nbandwidth = 1\n", "gpulayers=3", "--set gpulayers=3: expected section.key=value"},
+        {"[gpu]\nlayers = 32\nbandwidth = 1\npinned = maybe\n", NULL,
+         ":4: [gpu] pinned: expected true or false"},
+        {"[gpu]\nlayers = 32\nbandwidth = 1\nmode = medium\n", NULL,
+         "expected one of fast, slow, got 'medium'"},
+        {"[gpu]\nlayers = 32\nbandwidth = 1\nname = a-very-long-gpu-name\n", NULL,
+         "expected at most 15 characters"},
+        {"[gpu]\nlayers = 32\nbandwidth = 1\n", "gpu.layers=x",
+         "--set: [gpu] layers: expected a non-negative integer"},
+        {"[gpu]\nlayers = 32\nbandwidth = 1\n", "gpulayers=3",
+         "--set gpulayers=3: expected section.key=value"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         demo_settings s = {0};
@@ -124,7 +136,8 @@ Test(config, missing_file_is_an_io_error_naming_the_path) {
  * section header's ']' (dropped); a ';' comment after the header stays fine. */
 Test(config, a_nul_byte_or_text_after_a_section_header_is_refused_naming_the_line) {
     const char *path = test_tmp_path("nul.ini");
-    static const char nul_text[] = "[gpu]\nlayers = 32\nbandwidth = 2\0" "4\n";
+    static const char nul_text[] = "[gpu]\nlayers = 32\nbandwidth = 2\0"
+                                   "4\n";
     FILE *fp = fopen(path, "wb");
     cr_assert(fp);
     fwrite(nul_text, 1, sizeof nul_text - 1, fp);
@@ -159,10 +172,13 @@ Test(config, a_directory_is_refused_not_read_as_an_empty_file) {
 Test(config, a_field_table_from_elsewhere_is_checked_before_use) {
     static const char *const none[] = {NULL};
     static const config_field bad[][1] = {
-        {{"gpu", "on", CONFIG_BOOL, offsetof(demo_settings, pinned), 0, false, 1, 0, NULL, "maybe", NULL}},
+        {{"gpu", "on", CONFIG_BOOL, offsetof(demo_settings, pinned), 0, false, 1, 0, NULL, "maybe",
+          NULL}},
         {{"gpu", "on", (config_type)99, 0, 0, false, 1, 0, NULL, NULL, NULL}},
-        {{"gpu", "mode", CONFIG_ENUM, offsetof(demo_settings, mode), 0, false, 1, 0, none, NULL, NULL}},
-        {{"gpu", "name", CONFIG_STR, offsetof(demo_settings, gpu), 64, false, 1, 0, NULL, NULL, NULL}},
+        {{"gpu", "mode", CONFIG_ENUM, offsetof(demo_settings, mode), 0, false, 1, 0, none, NULL,
+          NULL}},
+        {{"gpu", "name", CONFIG_STR, offsetof(demo_settings, gpu), 64, false, 1, 0, NULL, NULL,
+          NULL}},
         {{"gpu", NULL, CONFIG_U32, 0, 0, false, 1, 0, NULL, NULL, NULL}},
     };
     static const char *const want[] = {"default: [gpu] on: expected true or false, got 'maybe'",

@@ -161,7 +161,8 @@ Test(sim_cli, a_model_that_does_not_fit_the_trace_is_refused_naming_the_trace) {
                              NULL);
     cr_assert_eq(rc, 2, "%s", errbuf);
     char want[4200];
-    snprintf(want, sizeof want, "%s: its routing (model 'olmoe-1b-7b': 16 MoE layers, 64 experts, "
+    snprintf(want, sizeof want,
+             "%s: its routing (model 'olmoe-1b-7b': 16 MoE layers, 64 experts, "
              "top-8, 0 shared) does not match model 'mixtral-8x7b' (32 MoE layers, 8 experts, "
              "top-2, 0 shared)",
              trace_path);

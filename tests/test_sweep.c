@@ -271,7 +271,8 @@ static const bad_case bad_cases[] = {
     {"[experiment]\nname = ../../evil\n", "bad.ini:2: [experiment] name: expected letters"},
     {"[axes]\npolicy = lru,,lfu\n", "bad.ini:2: [axes] policy: an empty value"},
     {"[axes]\npolicy = lru, lfu,\n", "bad.ini:2: [axes] policy: an empty value"},
-    {"[experiment]\nname = .hidden\n", "name: expected letters, digits, '-', '_' or '.' (not first)"},
+    {"[experiment]\nname = .hidden\n",
+     "name: expected letters, digits, '-', '_' or '.' (not first)"},
     {"[fixed]\nmemory.budget_gb = 24\n[axes]\nmemory.budget_gb = 16, 20\n",
      "bad.ini:2: [fixed] memory.budget_gb is also set by the axis at line 4"},
     {"[axes]\nmemory.budget_gb = 16, 16\n", "listed twice"},
@@ -617,8 +618,8 @@ Test(sweep, a_value_no_configuration_can_run_with_fails_before_any_runs) {
         const char *out = csv_path("badvalue", "out");
         unlink(out);
         char so[4096], se[4096];
-        int rc = test_run_moesim(so, sizeof so, se, sizeof se, "sweep", f.exp, "-o", out, "-q",
-                                 NULL);
+        int rc =
+            test_run_moesim(so, sizeof so, se, sizeof se, "sweep", f.exp, "-o", out, "-q", NULL);
         cr_assert_eq(rc, 2, "edit %zu: exit %d: %s", i, rc, se);
         cr_assert(strstr(se, says[i]), "edit %zu: %s", i, se);
         cr_assert_not(test_file_exists(out), "edit %zu wrote rows", i);

@@ -670,8 +670,8 @@ char *trace_stored_model_config(const trace *t) {
 static moesim_status check_model_fits(const trace *t, const char *trace_path,
                                       const model_geometry *m, moesim_error *err) {
     const trace_meta *tm = &t->meta;
-    if (tm->n_layers == m->n_moe_layers && tm->n_experts == m->n_experts &&
-        tm->top_k == m->top_k && tm->n_shared_experts == m->n_shared_experts)
+    if (tm->n_layers == m->n_moe_layers && tm->n_experts == m->n_experts && tm->top_k == m->top_k &&
+        tm->n_shared_experts == m->n_shared_experts)
         return MOESIM_OK;
     return moesim_fail(err, MOESIM_EINPUT,
                        "%s: its routing (model '%s': %u MoE layers, %u experts, top-%u, %u shared) "
