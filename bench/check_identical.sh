@@ -31,7 +31,7 @@ policies=$("$old" sim --list-policies | awk '/^[a-z]/ {print $1}' | sort -u)
 settings=(
     ""
     "--set batch.size=4"
-    "--set cache.experts_per_layer=12 --set batch.size=2"
+    "--set cache.experts_per_layer=8 --set batch.size=2" # at most Mixtral's 8 experts
     "--set expert.precision=int4 --set memory.budget_gb=6"
     "--set sim.part_overlap=false --set sim.chunk_kib=256 --set predictor.depth=2"
 )
