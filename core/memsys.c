@@ -99,20 +99,25 @@ moesim_status memsys_parse_host_precisions(const char *text, bool stored[PREC_CO
     if (snprintf(buf, sizeof buf, "%s", text) >= (int)sizeof buf)
         return moesim_fail(err, MOESIM_EINPUT, "[sim] host_precisions: longer than %zu characters",
                            sizeof buf - 1);
-    for (char *rest = buf, *item; (item = strsep(&rest, ","));) {
-        char *tok = item + strspn(item, " ");
-        size_t n = strlen(tok);
-        while (n && tok[n - 1] == ' ') tok[--n] = '\0';
-        moesim_precision p;
-        if (!*tok)
+    /* names apart by spaces or commas ("bf16 int4", "bf16, int4"); an empty item between
+     * commas (or at either end) is a typo to report, not a gap to skip */
+    for (const char *item = buf;;) {
+        size_t n = strcspn(item, ",");
+        if (strspn(item, " ") >= n)
             return moesim_fail(err, MOESIM_EINPUT,
                                "[sim] host_precisions: an empty item in '%s' (two commas, or one "
                                "at an end)",
                                text);
+        if (!item[n]) break;
+        item += n + 1;
+    }
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        moesim_precision p;
         if (!precision_from_name(tok, &p))
             return moesim_fail(err, MOESIM_EINPUT,
                                "[sim] host_precisions: unknown precision '%s' (expected 'policy', "
-                               "'all' or a comma list of bf16, fp8, int8, int4, int3, int2)",
+                               "'all' or a list of bf16, fp8, int8, int4, int3, int2)",
                                tok);
         stored[p] = true;
     }
