@@ -90,12 +90,16 @@ static moesim_status synth_trace(const char *path, const char *args, moesim_erro
     argv[argc] = NULL;
     fprintf(stderr, "sweep: synthesizing %s (moesim trace synth %s)\n", path, args);
     fflush(stderr);
-    pid_t pid = fork();
+    FILE *messages = tmpfile(); /* the child's stderr: its one line goes into ours */
+    pid_t pid = messages ? fork() : -1;
     if (pid < 0) {
+        int e = errno;
         free(copy);
-        return moesim_fail(err, MOESIM_EIO, "cannot start moesim trace synth: %s", strerror(errno));
+        if (messages) fclose(messages);
+        return moesim_fail(err, MOESIM_EIO, "cannot start moesim trace synth: %s", strerror(e));
     }
     if (pid == 0) {
+        dup2(fileno(messages), STDERR_FILENO);
         execv("/proc/self/exe", argv);
         _exit(127);
     }
@@ -103,11 +107,21 @@ static moesim_status synth_trace(const char *path, const char *args, moesim_erro
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     free(copy);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return moesim_fail(err, MOESIM_EINPUT,
-                           "%s: moesim trace synth %s failed (see above); fix the [traces] recipe",
-                           path, args);
-    return MOESIM_OK;
+    char text[4096] = "";
+    rewind(messages);
+    size_t n = fread(text, 1, sizeof text - 1, messages);
+    text[n] = '\0';
+    fclose(messages);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        fputs(text, stderr);
+        return MOESIM_OK;
+    }
+    /* its last line, without the "moesim: " every error line starts with */
+    while (n && text[n - 1] == '\n') text[--n] = '\0';
+    const char *why = strrchr(text, '\n') ? strrchr(text, '\n') + 1 : text;
+    if (!strncmp(why, "moesim: ", 8)) why += 8;
+    return moesim_fail(err, MOESIM_EINPUT, "%s: its [traces] recipe '%s' failed: %s", path, args,
+                       *why ? why : "no message");
 }
 
 /* "<trace>.recipe": the recipe the trace at `trace_path` was made from, one line. */

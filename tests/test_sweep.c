@@ -909,6 +909,32 @@ Test(sweep, an_edited_trace_recipe_remakes_the_trace_and_reruns_its_rows) {
     cr_assert_eq(count_lines(out), 1 + 4, "old rows stay, new rows added");
 }
 
+/* A recipe trace synth refuses fails the sweep with synth's own reason in the sweep's one
+ * error line (after the progress line that names the trace being made). */
+Test(sweep, a_failing_trace_recipe_is_one_error_line_with_synths_reason) {
+    char exp[4096], trace_path[4096], text[8192];
+    snprintf(exp, sizeof exp, "%s", test_tmp_path("bad-recipe.ini"));
+    snprintf(trace_path, sizeof trace_path, "%s", test_tmp_path("bad-recipe.h5"));
+    unlink(trace_path);
+    snprintf(text, sizeof text,
+             "[experiment]\nname = bad-recipe\nevaluator = trace-stats\n"
+             "[fixed]\ntrace = %s\n[axes]\nstats.capacity = 1, 2\n"
+             "[traces]\n%s = --model olmoe-1b-7b --requests 0\n",
+             trace_path, trace_path);
+    test_write_file(exp, text);
+    static char so[1 << 16], se[1 << 14];
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", exp, "-o",
+                                 csv_path("bad-recipe", "out"), "-q", NULL),
+                 2, "%s", se);
+    const char *error = strstr(se, "\nmoesim: ");
+    cr_assert(error && !strncmp(se, "sweep: synthesizing ", 20), "%s", se);
+    cr_assert(strstr(error, "its [traces] recipe '--model olmoe-1b-7b --requests 0' failed: "
+                            "moesim trace synth: --requests: expected a whole number >= 1"),
+              "%s", se);
+    cr_assert_eq(strchr(error + 1, '\n'), se + strlen(se) - 1, "two lines in all: %s", se);
+    cr_assert_not(test_file_exists(trace_path));
+}
+
 Test(sweep, a_results_file_of_another_experiment_is_refused) {
     cli_fixture f;
     make_fixture(&f, "other");
