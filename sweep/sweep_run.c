@@ -29,6 +29,7 @@
 #include "common/alloc.h"
 #include "common/atomic_file.h"
 #include "common/check.h"
+#include "common/config.h"
 #include "common/progress.h"
 #include "common/version.h"
 #include "sweep/sweep_internal.h"
@@ -243,10 +244,9 @@ static bool metric_cell_ok(const char *f, size_t n) {
     if (n == 0 || n >= sizeof cell) return false;
     memcpy(cell, f, n);
     cell[n] = '\0';
-    if (!strcmp(cell, "NaN") || !strcmp(cell, "Inf") || !strcmp(cell, "-Inf")) return true;
-    char *end;
-    strtod(cell, &end);
-    return *end == '\0' && !strpbrk(cell, "xXnNiI");
+    double v;
+    return !strcmp(cell, "NaN") || !strcmp(cell, "Inf") || !strcmp(cell, "-Inf") ||
+           config_parse_f64(cell, &v);
 }
 
 /* A row whose hash names configuration p holds what format_row wrote for p: its seed, code and
