@@ -327,6 +327,10 @@ static void c_request_not_dense(const char *p) {
     write_base(p);
     poke_u32(p, "/tokens/request_id", 3, 5);
 }
+static void c_request_id_past_tokens(const char *p) {
+    write_base(p);
+    poke_u32(p, "/tokens/request_id", 3, UINT32_MAX);
+}
 static void c_position_not_increasing(const char *p) {
     write_base(p);
     poke_u32(p, "/tokens/position", 8, 1);
@@ -444,6 +448,9 @@ static const corpus_case corpus[] = {
      "/routing/importance[4][1]: importance nan is not finite"},
     {"request-not-dense.h5", c_request_not_dense,
      "/tokens/request_id[3]: request id 5 is not dense: expected at most 1"},
+    {"request-id-past-tokens.h5", c_request_id_past_tokens,
+     "/tokens/request_id[3]: request id 4294967295 >= 30 (the token count; requests are "
+     "numbered 0, 1, 2, ... by first appearance)"},
     {"position-not-increasing.h5", c_position_not_increasing,
      "/tokens/position[8]: position 1 of request 0 does not increase (previous 3)"},
     {"prefill-after-decode.h5", c_prefill_after_decode,

@@ -227,11 +227,26 @@ void trace_copy_tokens(trace *dst, uint64_t at, const trace *src) {
     }
 }
 
+moesim_status trace_request_ids_scan(const uint32_t *ids, uint64_t n, uint64_t first,
+                                     uint64_t n_tokens, uint32_t *max_id, const char *what,
+                                     moesim_error *err) {
+    for (uint64_t i = 0; i < n; i++) {
+        if (ids[i] >= n_tokens) /* dense ids stay below the token count */
+            return moesim_fail(err, MOESIM_EINPUT,
+                               "%s: /tokens/request_id[%" PRIu64 "]: request id %" PRIu32
+                               " >= %" PRIu64 " (the token count; requests are numbered 0, 1, "
+                               "2, ... by first appearance)",
+                               what, first + i, ids[i], n_tokens);
+        if (ids[i] > *max_id) *max_id = ids[i];
+    }
+    return MOESIM_OK;
+}
+
 moesim_status trace_finish(trace *t, const char *what, moesim_error *err) {
     uint32_t max_id = 0;
-    for (uint64_t i = 0; i < t->n_tokens; i++)
-        max_id = t->request_id[i] > max_id ? t->request_id[i] : max_id;
-    /* a corrupt id near UINT32_MAX must not wrap: trace_check then reports it by token */
+    moesim_status st =
+        trace_request_ids_scan(t->request_id, t->n_tokens, 0, t->n_tokens, &max_id, what, err);
+    if (st) return st;
     t->n_requests = t->n_tokens ? (max_id < UINT32_MAX ? max_id + 1 : UINT32_MAX) : 0;
     return trace_check(t, what, err);
 }

@@ -80,6 +80,11 @@ void trace_copy_tokens(trace *dst, uint64_t at, const trace *src);
  * messages (a path, or "synthesized trace"). */
 moesim_status trace_finish(trace *t, const char *what, moesim_error *err);
 moesim_status trace_check(const trace *t, const char *what, moesim_error *err);
+/* Folds n ids (tokens first..first+n-1 of n_tokens) into *max_id; an id at or above the token
+ * count, which no dense numbering reaches, is refused naming its token. */
+moesim_status trace_request_ids_scan(const uint32_t *ids, uint64_t n, uint64_t first,
+                                     uint64_t n_tokens, uint32_t *max_id, const char *what,
+                                     moesim_error *err);
 /* "the trace holds no tokens" / n_requests outside 1..n_tokens: the count part of trace_check,
  * for writers that learn the counts before the data. */
 moesim_status trace_counts_check(uint64_t n_tokens, uint32_t n_requests, const char *what,

@@ -413,8 +413,9 @@ static moesim_status stream_load(trace_stream *s) {
     for (uint64_t b = 0; b < n_blocks && !st; b++) {
         uint64_t n = block_len(s, b);
         st = read_ds_rows(s, DS_REQUEST_ID, b * s->block_tokens, n, block->request_id);
-        for (uint64_t i = 0; i < n && !st; i++)
-            max_id = block->request_id[i] > max_id ? block->request_id[i] : max_id;
+        if (!st)
+            st = trace_request_ids_scan(block->request_id, n, b * s->block_tokens, N, &max_id,
+                                        r->path, r->err);
     }
     k->n_requests = N ? (max_id < UINT32_MAX ? max_id + 1 : UINT32_MAX) : 0;
     if (!st) st = trace_counts_check(N, k->n_requests, r->path, r->err);
