@@ -39,11 +39,10 @@ static const char plot_help[] =
     "  -o DIR       folder for the images (default: the CSV's folder)\n"
     "  -h, --help   this text\n";
 
-const plot_format plot_formats[] = {
+const plot_format plot_formats[PLOT_FORMAT_COUNT] = {
     {"png", "pngcairo enhanced size 1400,900 font 'Sans,12'"},
     {"svg", "svg enhanced size 1400,900 font 'Sans,12' background rgb 'white'"},
 };
-const size_t plot_format_count = sizeof plot_formats / sizeof *plot_formats;
 
 static bool quote_safe(const char *s) { return !strchr(s, '\'') && !strchr(s, '\\'); }
 
@@ -197,28 +196,38 @@ int cmd_plot(int argc, char **argv) {
     if (access(paper, R_OK) != 0) paper[0] = '\0';
     if (!quote_safe(csv) || !quote_safe(dir) || !quote_safe(script) || !quote_safe(paper))
         return cli_usage_error("plot", "paths with quotes or backslashes are not supported");
-    for (size_t f = 0; f < plot_format_count; f++) {
-        char out[PATH_MAX];
-        snprintf(out, sizeof out, "%s/%s.%s", dir, name, plot_formats[f].ext);
-        atomic_file af;
-        if (moesim_path_make_parents(out, &err) || atomic_file_begin_path(&af, out, &err))
-            return cli_fail(&err);
+    /* every image rendered before any replaces its file: a failure leaves the folder as it was
+     * (without the folders this run made) */
+    char out[PLOT_FORMAT_COUNT][PATH_MAX], made[PATH_MAX];
+    atomic_file af[PLOT_FORMAT_COUNT];
+    for (size_t f = 0; f < PLOT_FORMAT_COUNT; f++)
+        snprintf(out[f], sizeof out[f], "%s/%s.%s", dir, name, plot_formats[f].ext);
+    size_t begun = 0;
+    moesim_status st = moesim_path_make_parents_noted(out[0], made, sizeof made, &err);
+    for (; !st && begun < PLOT_FORMAT_COUNT; begun++) {
+        if ((st = atomic_file_begin_path(&af[begun], out[begun], &err))) break;
         int exec_errno;
         char why[512];
-        int rc = plot_gnuplot_run(script, csv, paper, plot_formats[f].terminal, af.tmp_path,
-                                  &exec_errno, why, sizeof why);
-        if (rc != 0) {
-            atomic_file_abort(&af);
-            if (exec_errno) {
-                moesim_fail(&err, MOESIM_EIO, "cannot run gnuplot: %s (install gnuplot)",
-                            strerror(exec_errno));
-                return cli_fail(&err);
-            }
-            moesim_fail(&err, MOESIM_EINPUT, "%s: gnuplot failed on %s: %s", script, csv, why);
-            return cli_fail(&err);
-        }
-        if (atomic_file_commit(&af, &err)) return cli_fail(&err);
-        printf("%s\n", out);
+        int rc = plot_gnuplot_run(script, csv, paper, plot_formats[begun].terminal,
+                                  af[begun].tmp_path, &exec_errno, why, sizeof why);
+        if (rc == 0) continue;
+        if (exec_errno)
+            st = moesim_fail(&err, MOESIM_EIO, "cannot run gnuplot: %s (install gnuplot)",
+                             strerror(exec_errno));
+        else
+            st = moesim_fail(&err, MOESIM_EINPUT, "%s: gnuplot failed on %s: %s", script, csv, why);
+        begun++; /* its temporary file too */
+        break;
+    }
+    for (size_t f = 0; f < begun; f++) {
+        if (!st && (st = atomic_file_commit(&af[f], &err)) == MOESIM_OK)
+            printf("%s\n", out[f]);
+        else
+            atomic_file_abort(&af[f]);
+    }
+    if (st) {
+        moesim_path_remove_made(out[0], made);
+        return cli_fail(&err);
     }
     return 0;
 }

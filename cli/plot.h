@@ -11,8 +11,8 @@ typedef struct plot_format {
     const char *terminal;
 } plot_format;
 
-extern const plot_format plot_formats[];
-extern const size_t plot_format_count;
+enum { PLOT_FORMAT_COUNT = 2 }; /* png, svg */
+extern const plot_format plot_formats[PLOT_FORMAT_COUNT];
 
 /* Runs gnuplot on `script` writing `out_path` with `terminal`; the gnuplot variables `csv` and
  * `paper` are set when not NULL. Its exit status, or -1 with *exec_errno set when it could not

@@ -301,7 +301,7 @@ int cmd_plot_csv(int argc, char **argv) {
     if (!out) return cli_usage_error("plot", "missing -o FILE.png or -o FILE.svg");
     size_t ol = strlen(out);
     const char *terminal = NULL;
-    for (size_t f = 0; f < plot_format_count; f++) {
+    for (size_t f = 0; f < PLOT_FORMAT_COUNT; f++) {
         size_t el = strlen(plot_formats[f].ext);
         if (ol > el + 1 && out[ol - el - 1] == '.' && !strcmp(out + ol - el, plot_formats[f].ext))
             terminal = plot_formats[f].terminal;

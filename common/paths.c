@@ -215,7 +215,18 @@ void moesim_path_join(const char *base, const char *rel, char *out, size_t out_l
         snprintf(out, out_len, "%s%s%s", base, base[strlen(base) - 1] == '/' ? "" : "/", rel);
 }
 
-moesim_status moesim_path_make_parents(const char *path, moesim_error *err) {
+static moesim_status make_folder(const char *dir, char *made, size_t made_len, moesim_error *err) {
+    if (mkdir(dir, 0777) == 0) {
+        if (made && !made[0]) snprintf(made, made_len, "%s", dir);
+        return MOESIM_OK;
+    }
+    if (errno == EEXIST) return MOESIM_OK;
+    return moesim_fail(err, MOESIM_EIO, "%s: cannot create folder: %s", dir, strerror(errno));
+}
+
+moesim_status moesim_path_make_parents_noted(const char *path, char *made, size_t made_len,
+                                             moesim_error *err) {
+    if (made) made[0] = '\0';
     char buf[PATH_MAX];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
         return moesim_fail(err, MOESIM_EINPUT, "%s: path too long", path);
@@ -225,12 +236,25 @@ moesim_status moesim_path_make_parents(const char *path, moesim_error *err) {
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/') continue;
         *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return moesim_fail(err, MOESIM_EIO, "%s: cannot create folder: %s", buf,
-                               strerror(errno));
+        moesim_status st = make_folder(buf, made, made_len, err);
+        if (st) return st;
         *p = '/';
     }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return moesim_fail(err, MOESIM_EIO, "%s: cannot create folder: %s", buf, strerror(errno));
-    return MOESIM_OK;
+    return make_folder(buf, made, made_len, err);
+}
+
+moesim_status moesim_path_make_parents(const char *path, moesim_error *err) {
+    return moesim_path_make_parents_noted(path, NULL, 0, err);
+}
+
+void moesim_path_remove_made(const char *path, const char *made) {
+    size_t n = strlen(made);
+    if (!n || strncmp(path, made, n) != 0 || path[n] != '/') return;
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    /* from the file's folder up to `made`, each removed only if empty */
+    for (char *slash; (slash = strrchr(buf, '/')) && (size_t)(slash - buf) >= n;) {
+        *slash = '\0';
+        if (rmdir(buf) != 0) return;
+    }
 }

@@ -54,5 +54,12 @@ void moesim_path_join(const char *base, const char *rel, char *out, size_t out_l
 
 /* mkdir -p of the folder holding `path` (nothing to do for a bare file name). */
 moesim_status moesim_path_make_parents(const char *path, moesim_error *err);
+/* The same, noting in `made` (made_len bytes) the outermost folder it created ("" when none),
+ * so that a command that fails can take back what it made: moesim_path_remove_made. */
+moesim_status moesim_path_make_parents_noted(const char *path, char *made, size_t made_len,
+                                             moesim_error *err);
+/* Removes the folders holding `path` from the innermost up to `made` (moesim_path_make_parents_
+ * noted's), each only while it is empty. */
+void moesim_path_remove_made(const char *path, const char *made);
 
 #endif

@@ -142,6 +142,29 @@ Test(cli, plot_without_gnuplot_says_so_in_one_line_and_writes_no_image) {
     cr_assert_not(test_file_exists(png));
 }
 
+/* A named plot that gnuplot fails on leaves no image and takes back the folders -o made; one
+ * made before the run stays. */
+Test(cli, a_failed_named_plot_leaves_no_image_and_no_folder_it_made) {
+    char dir[4096], csv[4200], made[4200], png[4300];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("plot-fails"));
+    mkdir(dir, 0755);
+    snprintf(csv, sizeof csv, "%s/results.csv", dir);
+    snprintf(made, sizeof made, "%s/new/images", dir);
+    test_write_file(csv, "a,b\n1,2\n"); /* none of the script's columns */
+    static char err[8192];
+    int rc = test_run_moesim(NULL, 0, err, sizeof err, "plot", "hit-rate-curves", "--csv", csv,
+                             "-o", made, NULL);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, "gnuplot failed on"), "%s", err);
+    snprintf(made, sizeof made, "%s/new", dir);
+    cr_assert_not(test_file_exists(made), "%s was left behind", made);
+    rc = test_run_moesim(NULL, 0, err, sizeof err, "plot", "hit-rate-curves", "--csv", csv, NULL);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
+    snprintf(png, sizeof png, "%s/hit-rate-curves.png", dir);
+    cr_assert_not(test_file_exists(png));
+    cr_assert(test_file_exists(dir));
+}
+
 /* A command whose output path names its own input refuses before any work, the input intact;
  * output that standard output cannot take (a full device) fails the run. */
 Test(cli, an_output_that_is_the_input_is_refused_and_a_full_stdout_fails) {
