@@ -478,6 +478,38 @@ Test(trace_import, trace_to_text_to_trace_is_exact_in_both_formats) {
     }
 }
 
+/* A cell's number is its request: " 3" (a space after the comma of a hand-edited file) is
+ * request 3, as "3" is, and a byte order mark before the header is no part of it. */
+Test(trace_import, csv_request_ids_are_numbers_whatever_spaces_precede_them) {
+    model_geometry m = load_model("mixtral-8x7b");
+    trace *t = random_trace(5);
+    char path[4096], spaced[4096];
+    snprintf(path, sizeof path, "%s", test_tmp_path("spaces.csv"));
+    snprintf(spaced, sizeof spaced, "%s", test_tmp_path("spaces2.csv"));
+    export_to(t, TRACE_TEXT_CSV, path);
+    char *a = slurp(path);
+    FILE *fp = fopen(spaced, "w");
+    cr_assert(fp);
+    fputs("\xEF\xBB\xBF", fp);
+    bool odd = false;
+    for (char *line = a, *nl; *line; line = nl + 1) { /* every other row's id after a space */
+        nl = strchr(line, '\n');
+        cr_assert(nl);
+        fprintf(fp, "%s%.*s\n", line != a && (odd = !odd) ? " " : "", (int)(nl - line), line);
+    }
+    fclose(fp);
+    free(a);
+    trace_import_options o = defaults();
+    o.format = TRACE_TEXT_CSV;
+    trace *back = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(trace_import_file(spaced, &m, &o, &back, &rep, &err), MOESIM_OK, "%s", err.msg);
+    assert_same_arrays(t, back);
+    trace_destroy(back);
+    trace_destroy(t);
+}
+
 Test(trace_import, log_to_trace_to_text_to_trace_is_exact_through_the_cli) {
     /* a problem-shape log with incomplete tokens, gates in short decimals */
     text t;
@@ -731,7 +763,8 @@ static const bad_case corpus[] = {
      "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]"
      "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}\n",
      "jsonl", 1, "an_unknown_key_longer_than_forty_bytes_a...", "deeper than 64"},
-    {"nul_byte", "{\"req_id\": \"a\", \0}\n", "jsonl", 1, "record", "expected a key"},
+    {"nul_byte", "{\"req_id\": \"a\", \0}\n", "jsonl", 1, "line",
+     "a NUL byte at column 17 (expected text)"},
     {"request_id_too_long",
      "{\"req_id\": "
      "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -1375,13 +1408,16 @@ Test(trace_import, damaged_npz_files_and_side_files_give_one_line_exit_2) {
                       strstr(errb, "(corrupt zip directory)"),
                   "%s", errb);
     }
-    /* side files: lengths that do not sum to the arrays, a bad header, a second source */
+    /* side files: lengths that do not sum to the arrays, a bad header, a name given twice, a
+     * second source */
     struct {
         const char *text, *says;
     } sides[] = {
         {"request,tokens\na,5\nb,3\n", "request lengths sum to 8 tokens, the arrays hold 9"},
         {"name,tokens\na,9\n", "requests.csv:1: header: expected 'request,tokens'"},
         {"request,tokens\na,0\nb,9\n", "requests.csv:2: tokens: expected a count >= 1"},
+        {"request,tokens\na,4\nb,2\na,3\n",
+         "requests.csv: request 'a' has two rows (one row per request expected)"},
     };
     for (size_t c = 0; c < sizeof sides / sizeof sides[0]; c++) {
         snprintf(side, sizeof side, "%s", test_tmp_path("requests.csv"));

@@ -348,3 +348,55 @@ Test(trace_import_dense, several_files_without_a_layer_source_or_dense_header_gi
               "%s", err.msg);
     cr_assert_eq(rep.records, 0);
 }
+
+/* A header written by a spreadsheet (a UTF-8 byte order mark, a space after each comma) names
+ * the same columns: the files import as the plain ones do. */
+Test(trace_import_dense, a_byte_order_mark_and_spaces_around_header_names_read_as_without) {
+    char plain[N_LAYER_FILES][4096], spaced[N_LAYER_FILES][4096];
+    layer_files(".csv", plain);
+    for (int i = 0; i < N_LAYER_FILES; i++) {
+        char *text = test_read_file(plain[i], NULL), *nl = strchr(text, '\n');
+        cr_assert(nl);
+        size_t n = strlen(text), out = 0;
+        char *spread = malloc(2 * n + 4);
+        memcpy(spread, "\xEF\xBB\xBF", 3), out = 3;
+        for (char *p = text; *p; p++) {
+            spread[out++] = *p;
+            if (p < nl && *p == ',') spread[out++] = ' ';
+        }
+        spread[out] = '\0';
+        char name[64];
+        snprintf(name, sizeof name, "spread_layer%d.csv", i + 2);
+        snprintf(spaced[i], sizeof spaced[i], "%s", test_tmp_path(name));
+        test_write_file(spaced[i], spread);
+        free(spread);
+        free(text);
+    }
+    trace_import_options o = dump_options(TRACE_TEXT_CSV);
+    trace *a = NULL, *b = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(import_paths(plain, N_LAYER_FILES, &o, &a, &rep, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(import_paths(spaced, N_LAYER_FILES, &o, &b, &rep, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_str_eq(rep.ignored_keys, "", "every column read: %s", rep.ignored_keys);
+    assert_same_trace(a, b);
+    trace_destroy(a);
+    trace_destroy(b);
+}
+
+/* A .npy of scores has no layer column: without --layer-from-name or --layer-from-order it is
+ * refused, not read as layer 0. */
+Test(trace_import_dense, npy_scores_without_a_layer_source_are_refused_in_one_line) {
+    char paths[N_LAYER_FILES][4096];
+    layer_files(".npy", paths);
+    trace_import_options o = dump_options(TRACE_TEXT_NPY);
+    o.layer_from = TRACE_LAYER_FROM_COLUMN;
+    trace *t = NULL;
+    trace_import_report rep;
+    moesim_error err = {0};
+    cr_assert_eq(import_paths(paths, 1, &o, &t, &rep, &err), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "router_layer2.npy: a .npy of scores has no layer column: give each "
+                              "file's layer with --layer-from-name PATTERN or --layer-from-order"),
+              "%s", err.msg);
+    cr_assert_null(t);
+}

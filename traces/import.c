@@ -127,6 +127,13 @@ static bool line_is_blank(const char *p, const char *end) {
     return true;
 }
 
+moesim_status import_check_text_line(importer *x, const char *line, const char *end) {
+    const char *nul = memchr(line, '\0', (size_t)(end - line));
+    if (!nul) return MOESIM_OK;
+    return import_fail(x, "line", "a NUL byte at column %zu (expected text)",
+                       (size_t)(nul - line) + 1);
+}
+
 /* Reads every line: the header, then each record, placed as it comes. */
 static moesim_status import_lines(importer *x, FILE *fp, uint64_t file_bytes) {
     const import_format *fmt = &import_formats[x->o->format];
@@ -142,6 +149,8 @@ static moesim_status import_lines(importer *x, FILE *fp, uint64_t file_bytes) {
         x->line++;
         x->rep->lines++;
         if ((x->line & 0xFFFF) == 0) progress_update(&bar, lr.consumed + lr.pos);
+        if (x->line == 1) line = import_past_bom(line, end);
+        if ((st = import_check_text_line(x, line, end))) break;
         if (fmt->header && x->line == 1) {
             st = fmt->header(x, line, end);
         } else if (line_is_blank(line, end)) {
@@ -192,6 +201,7 @@ static uint64_t text_first_line_of(importer *x, uint32_t req, uint32_t pos, uint
     uint64_t found = 0;
     const char *line, *end;
     while (!found && line_reader_next(&lr, &line, &end) > 0 && ++y.line < x->line) {
+        if (y.line == 1) line = import_past_bom(line, end);
         if (y.line < from || (fmt->header && y.line == 1) || line_is_blank(line, end)) continue;
         if (!fmt->record(&y, line, end, r) && record_holds(x, r, req, pos, layer)) found = y.line;
     }
@@ -222,7 +232,8 @@ static bool csv_file_is_dense(const importer *x, const char *path) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n = getline(&line, &cap, fp);
-    bool dense = n > 0 && import_csv_is_dense(x, line, line + n - (line[n - 1] == '\n'));
+    const char *end = line + (n > 0 ? n - (line[n - 1] == '\n') : 0);
+    bool dense = n > 0 && import_csv_is_dense(x, import_past_bom(line, end), end);
     free(line);
     fclose(fp);
     return dense;

@@ -249,6 +249,12 @@ static const char *const token_names[] = {"token_id", "token_idx", "position", "
 static const char *const request_names[] = {"request_id", "req_id", "seq_id", "sequence_id", NULL};
 static const char *const layer_names[] = {"layer_id", "layer", NULL};
 
+/* A header name [*p, *end) without the spaces and tabs around it (cells are read so too). */
+static void trim_name(const char **p, const char **end) {
+    while (*p < *end && (**p == ' ' || **p == '\t')) (*p)++;
+    while (*end > *p && ((*end)[-1] == ' ' || (*end)[-1] == '\t')) (*end)--;
+}
+
 /* The expert of column name [p, p + n): "expert_<i>" with i < limit, else -1. */
 static int64_t expert_column(const char *p, size_t n, uint64_t limit) {
     if (n <= 7 || memcmp(p, "expert_", 7)) return -1;
@@ -262,10 +268,11 @@ bool import_csv_is_dense(const importer *x, const char *line, const char *end) {
     bool last = false, gate = false;
     for (const char *p = line; p <= end;) {
         const char *c = memchr(p, ',', (size_t)(end - p));
-        const char *ce = c ? c : end;
-        if (ce > p && ce[-1] == '\r') ce--;
-        last |= expert_column(p, (size_t)(ce - p), UINT32_MAX) == (int64_t)x->E - 1;
-        gate |= (size_t)(ce - p) == 6 && !memcmp(p, "gate_0", 6);
+        const char *ce = c ? c : end, *ne = ce, *np = p;
+        if (ne > np && ne[-1] == '\r') ne--;
+        trim_name(&np, &ne);
+        last |= expert_column(np, (size_t)(ne - np), UINT32_MAX) == (int64_t)x->E - 1;
+        gate |= (size_t)(ne - np) == 6 && !memcmp(np, "gate_0", 6);
         if (!c) break;
         p = c + 1;
     }
@@ -289,11 +296,12 @@ static moesim_status csv_header_read(importer *x, const char *line, const char *
     int32_t *seen = moesim_xmalloc(x->E * sizeof *seen); /* [E] column of each expert */
     for (uint32_t e = 0; e < x->E; e++) seen[e] = -1;
     moesim_status st = MOESIM_OK;
-    const char *p = line;
+    const char *next = line;
     for (uint32_t col = 0; col < c->n && !st; col++) {
-        const char *q = memchr(p, ',', (size_t)(end - p));
-        const char *qe = q ? q : end;
-        size_t n = (size_t)(qe - p);
+        const char *q = memchr(next, ',', (size_t)(end - next));
+        const char *qe = q ? q : end, *p = next, *ne = qe;
+        trim_name(&p, &ne);
+        size_t n = (size_t)(ne - p);
         c->expert[col] = -1;
         int64_t e = expert_column(p, n, UINT32_MAX);
         int32_t *slot = name_is(p, n, token_names)     ? &c->token
@@ -332,7 +340,7 @@ static moesim_status csv_header_read(importer *x, const char *line, const char *
             note_ignored(x->rep, p, n);
             c->ignored = true;
         }
-        p = qe + 1;
+        next = qe + 1;
     }
     for (uint32_t e = 0; e < x->E && !st; e++)
         if (seen[e] < 0)
@@ -432,8 +440,9 @@ static moesim_status csv_file_read(importer *x, int64_t layer, import_record *r,
         x->rep->lines++;
         const char *end = line + got;
         if (end > line && end[-1] == '\n') end--;
+        if ((st = import_check_text_line(x, line, end))) break;
         if (x->line == 1) {
-            st = csv_header_read(x, line, end, &c);
+            st = csv_header_read(x, import_past_bom(line, end), end, &c);
             continue;
         }
         bool blank = true;
@@ -499,7 +508,12 @@ moesim_status import_dense(importer *x) {
     const trace_import_options *o = x->o;
     uint64_t *written = moesim_xcalloc(x->n_paths, sizeof *written); /* [n_paths] */
     moesim_status st = MOESIM_OK;
-    if (o->layer_from != TRACE_LAYER_FROM_COLUMN) {
+    if (o->format != TRACE_TEXT_CSV && o->layer_from == TRACE_LAYER_FROM_COLUMN)
+        st = moesim_fail(x->err, MOESIM_EINPUT,
+                         "%s: a .npy of scores has no layer column: give each file's layer with "
+                         "--layer-from-name PATTERN or --layer-from-order",
+                         x->paths[0]);
+    else if (o->layer_from != TRACE_LAYER_FROM_COLUMN) {
         st = file_layers_read(x, written);
         if (!st) st = file_layers_check(x, written);
     }

@@ -123,6 +123,14 @@ extern const import_fields import_fields_problem, import_fields_request, import_
 moesim_status import_fail(importer *x, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A text file's first line past its UTF-8 byte order mark, if it starts with one (what
+ * spreadsheet programs write before the header). */
+static inline const char *import_past_bom(const char *line, const char *end) {
+    return end - line >= 3 && !memcmp(line, "\xEF\xBB\xBF", 3) ? line + 3 : line;
+}
+/* A line of text holds no NUL byte: what follows one would be cut from every message. */
+moesim_status import_check_text_line(importer *x, const char *line, const char *end);
+
 /* Appends a segment to a request key: tag ('s' string, 'i' integer, 'd' dataset, 'n' no
  * dataset), length byte, bytes (n <= IMPORT_REQUEST_PART_MAX). */
 void import_key_append(request_key *k, char tag, const char *bytes, size_t n);

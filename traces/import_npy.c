@@ -46,6 +46,30 @@ typedef struct side_request {
     int64_t prompt; /* -1: not given */
 } side_request;
 
+static int side_name_cmp(const void *a, const void *b) {
+    const side_request *p = *(const side_request *const *)a, *q = *(const side_request *const *)b;
+    size_t n = p->name_len < q->name_len ? p->name_len : q->name_len;
+    int c = memcmp(p->name, q->name, n);
+    if (c) return c;
+    return p->name_len < q->name_len ? -1 : p->name_len > q->name_len;
+}
+
+/* One row per request: a name given twice would merge two requests' tokens into one. */
+static moesim_status check_side_names(const char *path, const side_request *rq, uint64_t n,
+                                      moesim_error *err) {
+    const side_request **by_name = moesim_xcalloc(n, sizeof *by_name);
+    for (uint64_t i = 0; i < n; i++) by_name[i] = &rq[i];
+    qsort(by_name, n, sizeof *by_name, side_name_cmp);
+    moesim_status st = MOESIM_OK;
+    for (uint64_t i = 1; i < n && !st; i++)
+        if (!side_name_cmp(&by_name[i - 1], &by_name[i]))
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s: request '%.*s' has two rows (one row per request expected)", path,
+                             (int)by_name[i]->name_len, by_name[i]->name);
+    free(by_name);
+    return st;
+}
+
 /* The --requests side file: CSV "request,tokens[,prompt_tokens]", one row per request. */
 static moesim_status read_side_file(importer *x, side_request **out, uint64_t *n) {
     const char *path = x->o->requests_path;
@@ -121,6 +145,7 @@ static moesim_status read_side_file(importer *x, side_request **out, uint64_t *n
     if (!st && ferror(fp))
         st = moesim_fail(x->err, MOESIM_EIO, "%s: read error: %s", path, strerror(errno));
     if (!st && count == 0) st = moesim_fail(x->err, MOESIM_EINPUT, "%s: no requests", path);
+    if (!st) st = check_side_names(path, rq, count, x->err);
     fclose(fp);
     if (st) {
         free(rq);

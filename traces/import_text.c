@@ -483,9 +483,10 @@ moesim_status import_parse_csv_row(importer *x, const char *line, const char *en
                                "'%.*s' is not a %s (%s)",
                                (int)(cell_end[c] - cell[c] < 40 ? cell_end[c] - cell[c] : 40),
                                cell[c], c >= 4 + x->k ? "number" : "non-negative integer", s.why);
-        if (c == 0) {
-            import_key_append(&r->key, 'i', cell[0],
-                              (size_t)(cell_end[0] - cell[0])); /* <= 10 digits */
+        if (c == 0) { /* the number's digits, not the cell's text: " 0" is request 0 */
+            char digits[24];
+            int len = snprintf(digits, sizeof digits, "%" PRIu64, v);
+            import_key_append(&r->key, 'i', digits, (size_t)len);
         } else if (c == 1) {
             r->token_idx = v;
         } else if (c == 3) {
