@@ -292,8 +292,9 @@ int cmd_sweep(int argc, char **argv) {
             out = argv[++i];
         else if (!strcmp(a, "-j")) {
             uint64_t j;
-            if (!config_parse_u64(argv[++i], &j) || j < 1 || j > 1024)
-                return cli_usage_error("sweep", "-j: expected 1..1024, got '%s'", argv[i]);
+            if (!config_parse_u64(argv[++i], &j) || j < 1 || j > SWEEP_MAX_JOBS)
+                return cli_usage_error("sweep", "-j: expected 1..%d, got '%s'", SWEEP_MAX_JOBS,
+                                       argv[i]);
             jobs = (long)j;
         } else if (!strcmp(a, "--shard")) {
             if (!parse_shard(argv[++i], &shard_i, &shard_n))

@@ -62,10 +62,10 @@ int moesim_sim(const char *trace, const char *hw, const char *policy, const char
 
 /* Runs the experiment file's configurations not yet in `csv_path` (created or resumed, as
  * `moesim sweep EXPERIMENT -o CSV` does; the resolved experiment is written beside it) on `jobs`
- * threads (0: 1). The traces must exist: [traces] recipes are made by `moesim sweep` only.
- * With `summary` not NULL, *summary receives {"configurations", "already_done", "ran",
- * "failed", "first_failure"} as JSON. A failing configuration is a row with its error, not a
- * failure of the call. */
+ * threads (0: 1; at most 1024). The traces must exist: [traces] recipes are made by
+ * `moesim sweep` only. With `summary` not NULL, *summary receives {"configurations",
+ * "already_done", "ran", "failed", "first_failure"} as JSON. A failing configuration is a row with
+ * its error, not a failure of the call. */
 int moesim_sweep(const char *experiment, const char *csv_path, unsigned jobs, char **summary,
                  char **error);
 
@@ -92,6 +92,10 @@ typedef struct moesim_trace_data {
     const uint16_t *lookahead_ids; /* [N][L][D][K'] */
     const float *lookahead_scores; /* [N][L][D][K'] */
 } moesim_trace_data;
+
+/* The trace shape a model config's text (INI) gives: *json receives {"model", "layers" (its
+ * MoE layers, L), "experts" (E), "top_k" (k)}; a bad config is an error naming the field. */
+int moesim_model_shape(const char *model_config, char **json, char **error);
 
 /* Writes `data` as the trace file `path` with the writer `moesim record`, `trace import` and
  * `trace synth` use: every value checked first (an invalid trace writes nothing; the error

@@ -166,7 +166,8 @@ int moesim_sim(const char *trace_path, const char *hw_name, const char *policy_n
     hw_profile hw;
     model_geometry model;
     quant_table quant;
-    trace_stream_options rows = sim_stream_options(pm, policy_name, c);
+    trace_stream_options rows = {0};
+    if (!st) rows = sim_stream_options(pm, policy_name, c); /* needs a policy: after the checks */
     if (!st)
         st = sim_inputs_open_stream(trace_path, &rows, hw_name, model_name, &ts, &hw, &model,
                                     &quant, &err);
@@ -199,6 +200,10 @@ int moesim_sweep(const char *experiment, const char *csv_path, unsigned jobs, ch
         return lib_finish(moesim_fail(&err, MOESIM_EINPUT,
                                       "sweep: experiment and csv_path are "
                                       "required"),
+                          &err, error);
+    if (jobs > SWEEP_MAX_JOBS)
+        return lib_finish(moesim_fail(&err, MOESIM_EINPUT, "sweep: jobs: expected 0..%d, got %u",
+                                      SWEEP_MAX_JOBS, jobs),
                           &err, error);
     sweep_experiment *e = NULL;
     sweep_evaluator ev = {0};
@@ -313,5 +318,20 @@ int moesim_trace_write(const char *path, const moesim_trace_data *data, char **e
                                                   "trace write: expected a path and the data");
     if (!st) st = trace_write(t, path, &err);
     trace_destroy(t);
+    return lib_finish(st, &err, error);
+}
+
+int moesim_model_shape(const char *model_config, char **json, char **error) {
+    moesim_error err = {0};
+    model_geometry g;
+    if (json) *json = NULL;
+    moesim_status st =
+        model_config ? model_load_text("model_config", model_config, &g, &err)
+                     : moesim_fail(&err, MOESIM_EINPUT, "model shape: expected a model config");
+    if (!st && json)
+        st = lib_dump(json_pack("{s:s, s:I, s:I, s:I}", "model", g.name, "layers",
+                                (json_int_t)g.n_moe_layers, "experts", (json_int_t)g.n_experts,
+                                "top_k", (json_int_t)g.top_k),
+                      json, &err);
     return lib_finish(st, &err, error);
 }

@@ -178,9 +178,11 @@ void sweep_evaluator_destroy(sweep_evaluator *ev);
 
 /* ---- running ---- */
 
+#define SWEEP_MAX_JOBS 1024 /* worker threads: far more than a machine's cores */
+
 typedef struct sweep_options {
     const char *csv_path; /* results file (created with its header, or resumed) */
-    unsigned jobs;        /* worker threads, >= 1 */
+    unsigned jobs;        /* worker threads, 1..SWEEP_MAX_JOBS */
     uint32_t shard_index; /* this shard, 0 <= shard_index < shard_count */
     uint32_t shard_count; /* 1: no sharding; configuration i belongs to shard i % count */
     bool progress;        /* draw a progress bar on stderr */

@@ -28,12 +28,20 @@ def version():
     return lib().moesim_version().decode()
 
 
-def _setting_text(value):
+def _setting_text(key, value):
+    if hasattr(value, "tolist"):  # a NumPy scalar or array: its Python value
+        value = value.tolist()
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
-        return ",".join(_setting_text(v) for v in value)
-    return str(value)
+        return ",".join(_setting_text(key, v) for v in value)
+    if not isinstance(value, (str, int, float)):
+        raise TypeError(f"setting '{key}': expected a str, number, bool or list, got "
+                        f"{type(value).__name__}")
+    text = str(value)
+    if "\0" in text:
+        raise ValueError(f"setting '{key}': embedded null byte in {text!r}")
+    return text
 
 
 def _settings(settings, kwargs):
@@ -42,9 +50,11 @@ def _settings(settings, kwargs):
         merged[key.replace("__", ".")] = value
     out = []
     for key, value in merged.items():
+        if not isinstance(key, str):
+            raise TypeError(f"settings: key {key!r}: expected a str (section.key)")
         if "." not in key:
             raise MoesimError(f"setting '{key}': expected section.key (or section__key)")
-        out.append(f"{key}={_setting_text(value)}")
+        out.append(f"{key}={_setting_text(key, value)}")
     return out
 
 
@@ -57,26 +67,26 @@ def sim(trace, hw, policy=None, model=None, policy_lib=None, settings=None, **kw
     arguments: --set settings and policy knobs (section__key=value)."""
     items = _settings(settings, kwargs)
     arr = (ctypes.c_char_p * max(len(items), 1))(*[s.encode() for s in items])
-    text = call(lib().moesim_sim, enc(trace), enc(hw), enc(policy), enc(model), enc(policy_lib),
-                arr, len(items))
+    text = call(lib().moesim_sim, enc(trace, "trace"), enc(hw, "hw"), enc(policy, "policy"),
+                enc(model, "model"), enc(policy_lib, "policy_lib"), arr, len(items))
     return json.loads(text)
 
 
 def stats(trace):
     """The trace's statistics: the dict `moesim trace stats TRACE --json` prints."""
-    return json.loads(call(lib().moesim_trace_stats, enc(trace)))
+    return json.loads(call(lib().moesim_trace_stats, enc(trace, "trace")))
 
 
 def trace_info(trace):
     """Reads and validates the trace; returns what it holds (model, tokens, requests, layers,
     experts, top_k, lookahead_depth, ...). Raises MoesimError for an invalid trace."""
-    return json.loads(call(lib().moesim_trace_open, enc(trace)))
+    return json.loads(call(lib().moesim_trace_open, enc(trace, "trace")))
 
 
 def config_path(kind, name=None):
     """Loads and checks a model ("models"), hardware profile ("hw") or quant table ("quant")
     by name or path; returns the file it resolved to."""
-    return call(lib().moesim_config_load, enc(kind), enc(name))
+    return call(lib().moesim_config_load, enc(kind, "kind"), enc(name, "name"))
 
 
 def sweep(experiment, csv=None, jobs=1):
@@ -85,12 +95,15 @@ def sweep(experiment, csv=None, jobs=1):
     temporary file). Its traces must exist ([traces] recipes are made by `moesim sweep`)."""
     import pandas as pd
 
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"sweep: jobs: expected an integer >= 1, got {jobs!r}")
+    jobs = min(jobs, 2**32 - 1)  # an unsigned int: larger is refused as too many, not wrapped
     if csv is not None:
-        call(lib().moesim_sweep, enc(experiment), enc(csv), jobs)
+        call(lib().moesim_sweep, enc(experiment, "experiment"), enc(csv, "csv"), jobs)
         return pd.read_csv(csv)
     with tempfile.TemporaryDirectory(prefix="moesim-sweep-") as d:
         path = os.path.join(d, "results.csv")
-        call(lib().moesim_sweep, enc(experiment), enc(path), jobs)
+        call(lib().moesim_sweep, enc(experiment, "experiment"), enc(path), jobs)
         return pd.read_csv(path)
 
 

@@ -44,6 +44,8 @@ def _load():
         except OSError as e:
             tried.append(f"{path} ({e})")
             continue
+        if not hasattr(lib, "moesim_abi_version"):
+            raise MoesimError(f"{path}: not libmoesim (no moesim_abi_version)")
         if lib.moesim_abi_version() != ABI_VERSION:
             raise MoesimError(f"{path}: libmoesim ABI {lib.moesim_abi_version()}, "
                               f"this package speaks {ABI_VERSION}")
@@ -65,8 +67,9 @@ def _bind(lib):
     lib.moesim_sim.argtypes = [c_str, c_str, c_str, c_str, c_str, ctypes.POINTER(c_str),
                                ctypes.c_size_t, out, out]
     lib.moesim_sweep.argtypes = [c_str, c_str, ctypes.c_uint, out, out]
+    lib.moesim_model_shape.argtypes = [c_str, out, out]
     for f in ("moesim_trace_open", "moesim_trace_stats", "moesim_config_load", "moesim_sim",
-              "moesim_sweep"):
+              "moesim_sweep", "moesim_model_shape"):
         getattr(lib, f).restype = ctypes.c_int
     return lib
 
@@ -83,8 +86,17 @@ def lib():
     return _LIB
 
 
-def enc(s):
-    return None if s is None else os.fsencode(s)
+def enc(s, what="argument"):
+    """A path or name for the C calls (None stays NULL): a str or os.PathLike without NUL
+    bytes, which C would silently cut at."""
+    if s is None:
+        return None
+    if not isinstance(s, (str, os.PathLike)):
+        raise TypeError(f"{what}: expected a str or a path, got {type(s).__name__}")
+    b = os.fsencode(s)
+    if b"\0" in b:
+        raise ValueError(f"{what}: embedded null byte in {s!r}")
+    return b
 
 
 def take(ptr):

@@ -24,7 +24,7 @@ import tempfile
 
 import numpy as np
 
-from ._lib import MoesimError, enc, lib, take
+from ._lib import MoesimError, call as _call, enc, lib, take
 from .record_hf_adapters import ADAPTERS, adapter_for, model_ini_text
 
 
@@ -43,24 +43,68 @@ class _TraceData(ctypes.Structure):  # include/moesim.h: moesim_trace_data
                 ("lookahead_ids", ctypes.c_void_p), ("lookahead_scores", ctypes.c_void_p)]
 
 
+# Every array write_trace takes: its element type and its shape by name (N tokens, L MoE layers,
+# k top-k, D x K' look-ahead); the first five are required.
+_ARRAYS = {"request_id": (np.uint32, "N"), "position": (np.uint32, "N"),
+           "phase": (np.uint8, "N"), "expert_ids": (np.uint16, "NLk"),
+           "gate_weights": (np.float32, "NLk"), "token_id": (np.int32, "N"),
+           "importance": (np.float32, "NL"), "lookahead_ids": (np.uint16, "NLDK"),
+           "lookahead_scores": (np.float32, "NLDK")}
+_REQUIRED = ("request_id", "position", "phase", "expert_ids", "gate_weights")
+
+
+def _array(key, value, dims):
+    """`value` as the C-order array of _ARRAYS[key], its shape checked against `dims` (letter ->
+    size, filled by the first array naming it); floats are rounded to float32, integers must
+    fit their type."""
+    dtype, shape = _ARRAYS[key]
+    a = np.asarray(value)
+    want = np.dtype(dtype)
+    floats = want.kind == "f"
+    if a.dtype.kind not in ("fiu" if floats else "iu"):
+        raise TypeError(f"write_trace: {key}: expected {'numbers' if floats else 'integers'}, "
+                        f"got dtype {a.dtype}")
+    if a.ndim != len(shape):
+        raise ValueError(f"write_trace: {key}: expected {len(shape)} dimensions "
+                         f"[{']['.join(shape)}], got shape {list(a.shape)}")
+    for letter, size in zip(shape, a.shape):
+        if dims.setdefault(letter, size) != size:
+            raise ValueError(f"write_trace: {key}: shape {list(a.shape)}, expected "
+                             f"[{']['.join(str(dims.get(c, c)) for c in shape)}]")
+    if not floats and a.size:  # integers kept exactly: no value wrapped into the type
+        lo, hi = np.iinfo(want).min, np.iinfo(want).max
+        if a.min() < lo or a.max() > hi:
+            bad = a.min() if a.min() < lo else a.max()
+            raise ValueError(f"write_trace: {key}: value {bad} outside {lo}..{hi} ({want})")
+    return np.ascontiguousarray(a, dtype=want)
+
+
 def write_trace(path, model_config, source, arrays, params=None):
     """Writes a trace from NumPy arrays (keys: request_id, position, phase, expert_ids,
     gate_weights, optional token_id, importance, lookahead_ids, lookahead_scores) and the model
-    config's INI text, with libmoesim's writer. Raises MoesimError with its one-line message."""
-    dtypes = {"request_id": np.uint32, "position": np.uint32, "phase": np.uint8,
-              "token_id": np.int32, "expert_ids": np.uint16, "gate_weights": np.float32,
-              "importance": np.float32, "lookahead_ids": np.uint16,
-              "lookahead_scores": np.float32}
-    held = {k: np.ascontiguousarray(v, dtype=dtypes[k]) for k, v in arrays.items()
-            if v is not None}
+    config's INI text, with libmoesim's writer. The arrays' shapes are checked against the
+    model (N tokens, its L MoE layers, top-k) and their values against their types (ValueError,
+    TypeError); the writer's checks raise MoesimError with its one-line message."""
+    unknown = sorted(set(arrays) - set(_ARRAYS))
+    if unknown:
+        raise ValueError(f"write_trace: unknown array '{unknown[0]}' (expected "
+                         f"{', '.join(_ARRAYS)})")
+    missing = [k for k in _REQUIRED if arrays.get(k) is None]
+    if missing:
+        raise ValueError(f"write_trace: {missing[0]} is required")
+    shape = json.loads(_call(lib().moesim_model_shape, model_config.encode()))
+    dims = {"L": shape["layers"], "k": shape["top_k"]}
+    held = {k: _array(k, v, dims) for k, v in arrays.items() if v is not None}
+    if ("lookahead_ids" in held) != ("lookahead_scores" in held):
+        raise ValueError("write_trace: lookahead_ids and lookahead_scores go together")
     d = _TraceData()
     d.model_config, d.source = model_config.encode(), source.encode()
     d.params_json = json.dumps(params).encode() if params is not None else None
-    d.n_tokens = len(held["request_id"])
+    d.n_tokens = dims["N"]
     for k, a in held.items():
         setattr(d, k, a.ctypes.data)
     if "lookahead_ids" in held:
-        d.lookahead_depth, d.lookahead_k = held["lookahead_ids"].shape[2:4]
+        d.lookahead_depth, d.lookahead_k = dims["D"], dims["K"]
     fn = lib().moesim_trace_write
     fn.argtypes = [ctypes.c_char_p, ctypes.POINTER(_TraceData), ctypes.POINTER(ctypes.c_void_p)]
     fn.restype = ctypes.c_int

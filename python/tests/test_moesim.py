@@ -128,3 +128,49 @@ def test_a_corrupt_trace_is_refused_with_the_cli_message(work):
     with pytest.raises(moesim.MoesimError) as e:
         moesim.Trace(bad)
     assert p.stderr.strip() == f"moesim: {e.value}"
+
+
+def test_arguments_c_cannot_take_are_refused_naming_them(trace, work):
+    with pytest.raises(moesim.MoesimError, match="trace, hw and policy are required"):
+        moesim.sim(trace, hw=HW)  # no policy and no plug-in: an error, not a crash
+    with pytest.raises(ValueError, match="trace: embedded null byte"):
+        moesim.sim(str(trace) + "\0x", hw=HW, policy="lru")
+    with pytest.raises(TypeError, match="trace: expected a str or a path, got int"):
+        moesim.sim(5, hw=HW, policy="lru")
+    with pytest.raises(TypeError, match="setting 'memory.budget_gb': .* got NoneType"):
+        moesim.sim(trace, hw=HW, policy="lru", memory__budget_gb=None)
+    with pytest.raises(ValueError, match="setting 'lru.scope': embedded null byte"):
+        moesim.sim(trace, hw=HW, policy="lru", lru__scope="global\0junk")
+    # NumPy values are their Python values
+    assert moesim.sim(trace, hw=HW, policy="lru", settings=SETS,
+                      sim__part_overlap=np.bool_(False)) \
+        == moesim.sim(trace, hw=HW, policy="lru", settings=SETS, sim__part_overlap=False)
+    for jobs in (0, -1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="sweep: jobs: expected an integer >= 1"):
+            moesim.sweep(work / "none.ini", jobs=jobs)
+    with pytest.raises(moesim.MoesimError, match="sweep: jobs: expected 0..1024"):
+        moesim.sweep(work / "none.ini", jobs=2000)
+
+
+def test_write_trace_checks_shapes_and_values_before_the_writer_reads_them(trace, work):
+    from moesim.record_hf import write_trace
+
+    t = moesim.Trace(trace)
+    model_ini = open(moesim.config_path("models", t.attrs["model"])).read()
+    good = dict(request_id=t.request_id, position=t.position, phase=t.phase,
+                expert_ids=t.expert_ids, gate_weights=t.gates)
+    out = work / "written.h5"
+    write_trace(out, model_ini, "test", good)
+    assert np.array_equal(moesim.Trace(out).expert_ids, t.expert_ids)
+    n = len(t.request_id)
+    bad = [({"expert_ids": t.expert_ids[:1]}, ValueError, r"expert_ids: shape \[1, "),
+           ({"request_id": np.zeros(n + 5, np.uint32)}, ValueError, r"position: shape"),
+           ({"expert_ids": t.expert_ids.astype(np.int64) + 65536}, ValueError,
+            "expert_ids: value .* outside 0..65535"),
+           ({"expert_ids": t.expert_ids + 0.5}, TypeError, "expert_ids: expected integers"),
+           ({"request_id": np.uint32(0)}, ValueError, r"request_id: expected 1 dimensions"),
+           ({"gates": t.gates}, ValueError, "unknown array 'gates'")]
+    for change, error, says in bad:
+        with pytest.raises(error, match=says):
+            write_trace(work / "bad.h5", model_ini, "test", {**good, **change})
+        assert not (work / "bad.h5").exists()
