@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "common/alloc.h"
+#include "common/atomic_file.h"
 #include "common/config.h"
 #include "common/hw.h"
 #include "common/model.h"
@@ -106,12 +107,19 @@ int cmd_calibrate(int argc, char **argv) {
     /* the profile's name is the file's stem: configs/hw/NAME.ini loads as --hw NAME */
     char name[64];
     const char *slash = strrchr(out_path, '/');
-    snprintf(name, sizeof name, "%s", slash ? slash + 1 : out_path);
+    if (snprintf(name, sizeof name, "%s", slash ? slash + 1 : out_path) >= (int)sizeof name)
+        return cli_usage_error("calibrate", "-o %s: expected a file name of at most %zu characters",
+                               out_path, sizeof name - 1);
     char *dot = strrchr(name, '.');
     if (!dot || strcmp(dot, ".ini") || dot == name)
         return cli_usage_error("calibrate", "-o %s: expected a file name ending in .ini", out_path);
     *dot = '\0';
     moesim_error err = {0};
+    /* both outputs writable, neither an input nor the other, before the measurements */
+    const char *outs[] = {out_path, table}, *ins[] = {base_name, model_name};
+    if (atomic_file_check_outputs(outs, 2, ins, 2, &err) ||
+        atomic_file_check_writable(out_path, &err) || atomic_file_check_writable(table, &err))
+        return cli_fail(&err);
     hw_profile base;
     model_geometry model;
     if (hw_load_by_name(base_name, &base, &err) || model_load_by_name(model_name, &model, &err))

@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,8 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/atomic_file.h"
+#include "common/check.h"
 #include "common/config.h"
 #include "common/progress.h"
 #include "engine/engine.h"
@@ -161,6 +164,12 @@ static int parse_args(int argc, char **argv, record_args *a) {
     if (optind < argc) return cli_usage_error("record", "unexpected argument '%s'", argv[optind]);
     if (!a->model_dir || !a->input || !a->output)
         return cli_usage_error("record", "--model, --input and -o are required");
+    char config_json[PATH_MAX];
+    snprintf(config_json, sizeof config_json, "%s/config.json", a->model_dir);
+    const char *outs[] = {a->output, a->model_ini}, *ins[] = {a->input, config_json};
+    moesim_error err = {0};
+    if (atomic_file_check_outputs(outs, MOESIM_ARRAY_LEN(outs), ins, MOESIM_ARRAY_LEN(ins), &err))
+        return cli_fail(&err);
     return -1;
 }
 

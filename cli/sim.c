@@ -10,7 +10,6 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/sim_options.h"
-#include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/config.h"
 #include "common/hw.h"
@@ -139,8 +138,6 @@ int cmd_sim(int argc, char **argv) {
     moesim_error err = {0};
     config *settings = config_create();
     moesim_status st = cli_sim_options_settings(&o, settings, &err);
-    if (!st && o.timeline_path)
-        st = atomic_file_check_not_input(o.timeline_path, o.trace_path, &err);
     trace_stream *ts = NULL;
     hw_profile hw;
     model_geometry model;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "common/atomic_file.h"
 #include "common/check.h"
 #include "policies/policy.h"
 
@@ -123,6 +124,13 @@ int cli_sim_options_check(const char *cmd, cli_sim_options *o, bool require_run)
     if (o->policy_name && !o->plugin && !policy_lookup(o->policy_name))
         return cli_usage_error(cmd, "unknown policy '%s' (known: %s)", o->policy_name,
                                policy_names());
+    if (o->timeline_path) { /* the run's input files, whose path the timeline must not take */
+        moesim_error err = {0};
+        const char *ins[] = {o->trace_path, o->hw_name, o->policy_lib};
+        if (atomic_file_check_outputs(&o->timeline_path, 1, ins, MOESIM_ARRAY_LEN(ins), &err) ||
+            atomic_file_check_outputs(&o->timeline_path, 1, o->files, o->n_files, &err))
+            return cli_fail(&err);
+    }
     if (o->timeline_window_text) {
         moesim_error err = {0};
         if (!o->timeline_path) return cli_usage_error(cmd, "--timeline-window needs --timeline");

@@ -110,6 +110,34 @@ static moesim_status write_outputs(const validate_meta *meta, const validate_row
     return st;
 }
 
+/* The report and the CSV: neither an input of the run nor the other, and both writable before
+ * any work (a report written beside a CSV that cannot be would be half the output). 0 or the
+ * exit status after one line. */
+static int check_outputs(const char *report, const char *csv, const cli_sim_options *o,
+                         const char *experiment, const char *winners, const char **merges,
+                         size_t n_merges) {
+    moesim_error err = {0};
+    const char *outs[] = {report, csv}, *ins[] = {o->trace_path, o->hw_name, experiment, winners};
+    if (atomic_file_check_outputs(outs, 2, ins, MOESIM_ARRAY_LEN(ins), &err) ||
+        atomic_file_check_outputs(outs, 2, merges, n_merges, &err) ||
+        atomic_file_check_outputs(outs, 2, o->files, o->n_files, &err) ||
+        (report && atomic_file_check_writable(report, &err)) ||
+        (csv && atomic_file_check_writable(csv, &err)))
+        return cli_fail(&err);
+    return 0;
+}
+
+/* --check TPOT,MARGIN: two finite numbers, TPOT > 0, MARGIN >= 0, and nothing else. */
+static bool parse_check(const char *text, double *tpot, double *margin) {
+    char buf[64];
+    if (snprintf(buf, sizeof buf, "%s", text) >= (int)sizeof buf) return false;
+    char *comma = strchr(buf, ',');
+    if (!comma) return false;
+    *comma = '\0';
+    return config_parse_f64(buf, tpot) && config_parse_f64(comma + 1, margin) && *tpot > 0 &&
+           *margin >= 0;
+}
+
 /* --merge: the rows of several `--json` outputs (e.g. one GPU call per budget) summarized as
  * one validation set. No GPU needed. */
 static int merge_reports(const char **files, size_t n_files, const char *report, const char *csv,
@@ -219,6 +247,12 @@ int cmd_validate(int argc, char **argv) {
         }
     }
     uint64_t top = 5, seed = 1, repeats = 1, calibrate_repeats = 5;
+    if (!rc) rc = check_outputs(report, csv, &o, experiment, winners, merges, n_merges);
+    if (rc) {
+        cli_sim_options_free(&o);
+        free(merges);
+        return rc;
+    }
     if (n_merges) {
         bool alone = optind == argc && !o.policy_name && !experiment && !winners;
         cli_sim_options_free(&o);
@@ -259,9 +293,7 @@ int cmd_validate(int argc, char **argv) {
     double check_tpot = 0, check_margin = 0;
     if (!rc && strcmp(backend, "cuda") && strcmp(backend, "cpu"))
         rc = cli_usage_error("validate", "--backend: expected cuda or cpu, got '%s'", backend);
-    else if (!rc && check &&
-             (sscanf(check, "%lf,%lf", &check_tpot, &check_margin) != 2 || check_tpot <= 0 ||
-              check_margin < 0))
+    else if (!rc && check && !parse_check(check, &check_tpot, &check_margin))
         rc = cli_usage_error("validate",
                              "--check: expected TPOT,MARGIN as two numbers (e.g. 0.25,0.3), got "
                              "'%s'",

@@ -80,6 +80,38 @@ moesim_status atomic_file_check_not_input(const char *out, const char *in, moesi
                        out, in);
 }
 
+moesim_status atomic_file_check_writable(const char *path, moesim_error *err) {
+    atomic_file af;
+    moesim_status st = atomic_file_begin_path(&af, path, err);
+    if (!st) atomic_file_abort(&af);
+    return st;
+}
+
+static bool same_output(const char *a, const char *b) {
+    struct stat x, y;
+    if (!strcmp(a, b)) return true;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+moesim_status atomic_file_check_outputs(const char *const *outs, size_t n_outs,
+                                        const char *const *ins, size_t n_ins, moesim_error *err) {
+    for (size_t i = 0; i < n_outs; i++) {
+        if (!outs[i]) continue;
+        for (size_t j = 0; j < n_ins; j++)
+            if (ins[j]) {
+                moesim_status st = atomic_file_check_not_input(outs[i], ins[j], err);
+                if (st) return st;
+            }
+        for (size_t j = 0; j < i; j++)
+            if (outs[j] && same_output(outs[i], outs[j]))
+                return moesim_fail(err, MOESIM_EINPUT,
+                                   "%s: named for two outputs: one would replace the other "
+                                   "(expected two paths)",
+                                   outs[i]);
+    }
+    return MOESIM_OK;
+}
+
 moesim_status atomic_file_open(atomic_file *af, const char *path, moesim_error *err) {
     int fd;
     moesim_status st = make_temp(af, path, err, &fd);

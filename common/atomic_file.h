@@ -19,6 +19,16 @@ typedef struct atomic_file {
  * its own input (checked before any work, by the commands that take both). */
 moesim_status atomic_file_check_not_input(const char *out, const char *in, moesim_error *err);
 
+/* atomic_file_check_not_input for every output against every input, and no two outputs one
+ * file (NULL entries: not given). */
+moesim_status atomic_file_check_outputs(const char *const *outs, size_t n_outs,
+                                        const char *const *ins, size_t n_ins, moesim_error *err);
+
+/* Whether `path` can be written (its temporary made and removed): a command with several
+ * outputs, or a long run before its output, checks each before any work so that a failure
+ * leaves nothing half-done. */
+moesim_status atomic_file_check_writable(const char *path, moesim_error *err);
+
 /* stdio users: opens a temporary file for writing. */
 moesim_status atomic_file_open(atomic_file *af, const char *path, moesim_error *err);
 /* libraries that open by name (HDF5): reserves tmp_path (an empty file) for them to create. */

@@ -165,8 +165,9 @@ Test(cli, a_failed_named_plot_leaves_no_image_and_no_folder_it_made) {
     cr_assert(test_file_exists(dir));
 }
 
-/* A command whose output path names its own input refuses before any work, the input intact;
- * output that standard output cannot take (a full device) fails the run. */
+/* A command whose output path names its own input, or two outputs on one path, refuses before
+ * any work, the input intact; output that standard output cannot take (a full device) fails the
+ * run. */
 Test(cli, an_output_that_is_the_input_is_refused_and_a_full_stdout_fails) {
     static char out[8192], err[8192];
     char trace[4096];
@@ -183,6 +184,12 @@ Test(cli, an_output_that_is_the_input_is_refused_and_a_full_stdout_fails) {
          "--gen-len", "2", "-o", trace},
         {"sim", "--trace", trace, "--policy", "lru", "--hw", "a6000", "--set",
          "memory.budget_gb=24", "-q", "--timeline", trace},
+        {"replay", "--trace", trace, "--policy", "lru", "--hw", "cpu-host", "--backend", "cpu",
+         "--synthetic-weights", "--timeline", trace},
+        {"validate", "--trace", trace, "--policy", "lru", "--hw", "a6000", "--backend", "cpu",
+         "--csv", trace},
+        {"record", "--model", "unused", "--input", trace, "-o", trace},
+        {"calibrate", "-o", "unused.ini", "--table", trace, "--base", "a6000", "--model", trace},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         const char *const *a = runs[i];
@@ -198,6 +205,21 @@ Test(cli, an_output_that_is_the_input_is_refused_and_a_full_stdout_fails) {
                       after.st_mtime == before.st_mtime,
                   "run %zu changed the input", i);
     }
+    /* two outputs on one path; a report whose CSV cannot be written is not written either */
+    char report[4200], csv[4200];
+    snprintf(report, sizeof report, "%s", test_tmp_path("cli-self.md"));
+    snprintf(csv, sizeof csv, "%s/no-such-folder/rows.csv", test_tmp_path(""));
+    rc = test_run_moesim(out, sizeof out, err, sizeof err, "validate", "--trace", trace, "--hw",
+                         "a6000", "--policy", "lru", "--backend", "cpu", "--report", report,
+                         "--csv", report, NULL);
+    cr_assert_eq(rc, 2, "%s", err);
+    cr_assert(strstr(err, "named for two outputs"), "%s", err);
+    rc = test_run_moesim(out, sizeof out, err, sizeof err, "validate", "--trace", trace, "--hw",
+                         "a6000", "--policy", "lru", "--backend", "cpu", "--report", report,
+                         "--csv", csv, NULL);
+    cr_assert_eq(rc, 2, "%s", err);
+    cr_assert(strstr(err, "rows.csv: cannot create output file"), "%s", err);
+    cr_assert_not(test_file_exists(report));
     char cmd[8400];
     snprintf(cmd, sizeof cmd, "\"$MOESIM_BIN\" trace info %s >/dev/full 2>/dev/null", trace);
     int status = system(cmd);
