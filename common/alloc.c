@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static _Noreturn void out_of_memory(size_t size) {
     fprintf(stderr, "moesim: out of memory allocating %zu bytes\n", size);
@@ -41,4 +42,9 @@ char *moesim_xstrdup(const char *s) {
     char *p = moesim_xmalloc(n);
     memcpy(p, s, n);
     return p;
+}
+
+double moesim_physical_memory_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
 }

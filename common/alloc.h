@@ -12,5 +12,8 @@ void *moesim_xrealloc(void *ptr, size_t size);
 char *moesim_xstrdup(const char *s);
 /* `size` bytes aligned to `align` (a power of two, a multiple of sizeof(void *)); free() it. */
 void *moesim_xaligned(size_t align, size_t size);
+/* The machine's physical memory in bytes (0 when unknown): a size an input asks for (a budget,
+ * a request count) is checked against it before it reaches the functions above. */
+double moesim_physical_memory_bytes(void);
 
 #endif

@@ -84,6 +84,16 @@ static moesim_status check_formats(const replay_exec *x, const cpu_store *s, moe
 static moesim_status cpu_setup(replay_exec *x, moesim_error *err) {
     cpu_backend *b = moesim_xcalloc(1, sizeof *b);
     x->be_state = b;
+    /* the "device" (the expert budget) is this machine's memory: checked before the store */
+    b->arena_bytes = block_pool_arena_bytes(x->bud.per_layer, x->bud.pool_cap_bytes, x->L,
+                                            x->bud.expert_budget_bytes);
+    double have = moesim_physical_memory_bytes();
+    if (have > 0 && (double)b->arena_bytes > have)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "memory.budget_gb: the CPU backend holds the expert budget (%.1f GiB) "
+                           "in this machine's memory, which has %.1f GiB (expected a lower "
+                           "memory.budget_gb)",
+                           (double)b->arena_bytes / (1u << 30), have / (1u << 30));
     moesim_status st;
     bool in_file[PREC_COUNT];
     for (int p = 0; p < PREC_COUNT; p++)
@@ -103,8 +113,6 @@ static moesim_status cpu_setup(replay_exec *x, moesim_error *err) {
     if ((st = check_formats(x, b->store, err))) return st;
 
     /* the "device": the expert budget, carved into 4 KiB-aligned blocks per precision */
-    b->arena_bytes = block_pool_arena_bytes(x->bud.per_layer, x->bud.pool_cap_bytes, x->L,
-                                            x->bud.expert_budget_bytes);
     b->arena = cpu_store_dma_alloc(b->arena_bytes);
     uint64_t held_bytes[PREC_COUNT][PART_COUNT] = {{0}}, block_bytes[PREC_COUNT];
     for (int p = 0; p < PREC_COUNT; p++)

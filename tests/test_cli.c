@@ -165,6 +165,36 @@ Test(cli, a_failed_named_plot_leaves_no_image_and_no_folder_it_made) {
     cr_assert(test_file_exists(dir));
 }
 
+/* The CPU replay holds the expert budget in this machine's memory: a budget beyond it (a
+ * profile of 4 TiB of HBM) is one line before any expert file is written, not an abort. */
+Test(cli, a_cpu_replay_budget_beyond_this_machine_is_one_line) {
+    char data[4096], hw_dir[4200], hw[4300], trace[4200], line[512];
+    snprintf(data, sizeof data, "%s", test_tmp_path("huge-hbm"));
+    snprintf(hw_dir, sizeof hw_dir, "%s/configs/hw", data);
+    snprintf(trace, sizeof trace, "%s/t.h5", data);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", hw_dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(hw, sizeof hw, "%s/huge.ini", hw_dir);
+    snprintf(line, sizeof line, "%s/configs/hw/h100-sxm.ini", MOESIM_SOURCE_DIR);
+    char *ini = test_read_file(line, NULL), *at = strstr(ini, "hbm_gib = 80");
+    cr_assert(at);
+    memcpy(at, "hbm_gib=4096", 12);
+    test_write_file(hw, ini);
+    free(ini);
+    static char out[8192], err[8192];
+    int rc = test_run_moesim(out, sizeof out, err, sizeof err, "trace", "synth", "--model",
+                             "olmoe-1b-7b", "--requests", "1", "--prompt-len", "2", "--gen-len",
+                             "2", "-q", "-o", trace, NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    rc = test_run_moesim(out, sizeof out, err, sizeof err, "--data-dir", data, "replay", "--trace",
+                         trace, "--hw", "huge", "--policy", "lru", "--backend", "cpu",
+                         "--synthetic-weights", "-q", "--ssd-dir", data, NULL);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, "memory.budget_gb: the CPU backend holds the expert budget"), "%s", err);
+    cr_assert_eq(strchr(err, '\n'), strrchr(err, '\n'), "not one line: %s", err);
+}
+
 /* A command whose output path names its own input, or two outputs on one path, refuses before
  * any work, the input intact; output that standard output cannot take (a full device) fails the
  * run. */

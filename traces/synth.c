@@ -793,7 +793,7 @@ static moesim_status check_working_memory(const synth_options *o, moesim_error *
     uint64_t longest = (uint64_t)o->prompt_len.max + o->gen_len.max;
     double need =
         (double)o->n_requests * sizeof(request_plan) + (double)longest * 3 * sizeof(double);
-    double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    double have = moesim_physical_memory_bytes();
     if (have > 0 && need > have)
         return moesim_fail(err, MOESIM_EINPUT,
                            "synth: %u requests of up to %llu tokens need %.1f GiB of working "
