@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -288,12 +289,11 @@ static moesim_status check_row(const sweep_experiment *e, const sweep_evaluator 
 
 static moesim_status load_done(const sweep_experiment *e, const sweep_evaluator *ev,
                                const char *path, bool reuse_stale, bool *done, sweep_results *res,
-                               bool *exists, size_t *foreign, size_t *stale, moesim_error *err) {
+                               size_t *foreign, size_t *stale, moesim_error *err) {
     *foreign = *stale = 0;
-    struct stat sb;
-    *exists = stat(path, &sb) == 0 && sb.st_size > 0;
     memset(res, 0, sizeof *res);
-    if (!*exists) return MOESIM_OK;
+    struct stat sb;
+    if (stat(path, &sb) != 0 || sb.st_size == 0) return MOESIM_OK; /* nothing done yet */
     char *header = sweep_header_line(e, ev);
     /* an evaluator without metric names (a dry run) checks the setting columns only */
     moesim_status st = sweep_results_read(path, header, ev->n_metrics == 0, res, err);
@@ -353,10 +353,8 @@ moesim_status sweep_plan(const sweep_experiment *e, const sweep_evaluator *ev,
     size_t n = sweep_experiment_count(e);
     bool *done = moesim_xcalloc(n + 1, sizeof *done);
     sweep_results res;
-    bool exists;
     size_t foreign, stale;
-    st = load_done(e, ev, opt->csv_path, opt->reuse_stale, done, &res, &exists, &foreign, &stale,
-                   err);
+    st = load_done(e, ev, opt->csv_path, opt->reuse_stale, done, &res, &foreign, &stale, err);
     sweep_results_free(&res);
     if (st) {
         free(done);
@@ -455,23 +453,36 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-/* Creates the results file holding only its header (atomically), or truncates a torn tail. */
-static moesim_status prepare_file(const char *path, const char *header, bool exists,
-                                  const sweep_results *res, bool *truncated, moesim_error *err) {
-    *truncated = false;
-    if (!exists) {
-        atomic_file af;
-        moesim_status st = atomic_file_open(&af, path, err);
-        if (st) return st;
-        fputs(header, af.fp);
-        return atomic_file_commit(&af, err);
+/* Opens the results file for appending, locked for the sweep (two sweeps appending to one file
+ * would repeat its rows), created holding only its header when missing or empty. */
+static moesim_status open_results(const char *path, const char *header, int *fd_out,
+                                  moesim_error *err) {
+    *fd_out = -1;
+    moesim_status st = atomic_file_check_writable(path, err); /* a folder or device refused */
+    if (st) return st;
+    int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return moesim_fail(err, MOESIM_EIO, "%s: cannot open for appending: %s", path,
+                           strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        return e == EWOULDBLOCK
+                   ? moesim_fail(err, MOESIM_EINPUT,
+                                 "%s: in use by another sweep (expected one sweep at a time per "
+                                 "results file; shards write their own files)",
+                                 path)
+                   : moesim_fail(err, MOESIM_EIO, "%s: cannot lock: %s", path, strerror(e));
     }
-    if (res->valid_len < res->len) {
-        if (truncate(path, (off_t)res->valid_len) != 0)
-            return moesim_fail(err, MOESIM_EIO, "%s: cannot remove the torn last row: %s", path,
-                               strerror(errno));
-        *truncated = true;
+    struct stat sb;
+    size_t len = strlen(header);
+    if (fstat(fd, &sb) != 0 ||
+        (sb.st_size == 0 && (write(fd, header, len) != (ssize_t)len || fsync(fd) != 0))) {
+        int e = errno;
+        close(fd);
+        return moesim_fail(err, MOESIM_EIO, "%s: cannot write its header: %s", path, strerror(e));
     }
+    *fd_out = fd;
     return MOESIM_OK;
 }
 
@@ -483,14 +494,21 @@ moesim_status sweep_run(const sweep_experiment *e, const sweep_evaluator *ev,
     if (st) return st;
     if (opt->jobs < 1) return moesim_fail(err, MOESIM_EINPUT, "-j %u: expected >= 1", opt->jobs);
     size_t n = sweep_experiment_count(e);
+    char *header = sweep_header_line(e, ev);
+    int fd;
+    st = open_results(opt->csv_path, header, &fd, err);
+    free(header);
+    if (st) return st;
     bool *done = moesim_xcalloc(n + 1, sizeof *done);
     sweep_results res;
-    bool exists;
-    st = load_done(e, ev, opt->csv_path, opt->reuse_stale, done, &res, &exists, &out->foreign,
-                   &out->stale, err);
-    char *header = sweep_header_line(e, ev);
-    if (!st) st = prepare_file(opt->csv_path, header, exists, &res, &out->truncated_tail, err);
-    free(header);
+    st = load_done(e, ev, opt->csv_path, opt->reuse_stale, done, &res, &out->foreign, &out->stale,
+                   err);
+    if (!st && res.valid_len < res.len) {
+        if (ftruncate(fd, (off_t)res.valid_len) != 0)
+            st = moesim_fail(err, MOESIM_EIO, "%s: cannot remove the torn last row: %s",
+                             opt->csv_path, strerror(errno));
+        out->truncated_tail = true;
+    }
     sweep_results_free(&res);
     if (!st) {
         char side[PATH_MAX];
@@ -498,6 +516,7 @@ moesim_status sweep_run(const sweep_experiment *e, const sweep_evaluator *ev,
         st = sweep_experiment_write_resolved(e, opt->source, side, err);
     }
     if (st) {
+        close(fd);
         free(done);
         return st;
     }
@@ -516,12 +535,7 @@ moesim_status sweep_run(const sweep_experiment *e, const sweep_evaluator *ev,
     run_shared sh = {.e = e, .ev = ev, .todo = todo, .n_todo = n_todo, .path = opt->csv_path};
     atomic_init(&sh.next, 0);
     atomic_init(&sh.stop, false);
-    sh.fd = open(opt->csv_path, O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (sh.fd < 0) {
-        free(todo);
-        return moesim_fail(err, MOESIM_EIO, "%s: cannot open for appending: %s", opt->csv_path,
-                           strerror(errno));
-    }
+    sh.fd = fd;
     pthread_mutex_init(&sh.lock, NULL);
     progress_begin(&sh.bar, "sweep", n_todo, opt->progress);
     unsigned jobs = opt->jobs;

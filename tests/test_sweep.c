@@ -4,12 +4,14 @@
  * an uninterrupted run; shards merged give the unsharded file; merge refuses duplicates and
  * reports gaps. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -757,6 +759,27 @@ Test(sweep, a_finished_sweep_reruns_nothing_and_keeps_its_bytes) {
     char side[4096];
     sweep_sidecar_path(out, side, sizeof side);
     cr_assert(test_file_exists(side));
+    free(before);
+    free(after);
+}
+
+/* A results file another sweep is appending to (here: locked by this process, as a running
+ * sweep holds it) is refused in one line and left as it is: two sweeps would repeat rows. */
+Test(sweep, a_results_file_another_sweep_holds_is_refused_untouched) {
+    cli_fixture f;
+    make_fixture(&f, "held");
+    const char *out = csv_path("held", "out");
+    cr_assert_eq(run_quiet("sweep", f.exp, "-o", out, "-j", "1", NULL), 0);
+    char *before = read_file(out);
+    int fd = open(out, O_RDONLY);
+    cr_assert(fd >= 0 && flock(fd, LOCK_EX) == 0);
+    static char so[1 << 12], se[1 << 12];
+    cr_assert_eq(test_run_moesim(so, sizeof so, se, sizeof se, "sweep", f.exp, "-o", out, NULL), 2,
+                 "%s", se);
+    cr_assert(strstr(se, "held-out.csv: in use by another sweep"), "%s", se);
+    close(fd);
+    char *after = read_file(out);
+    cr_assert_str_eq(after, before);
     free(before);
     free(after);
 }
