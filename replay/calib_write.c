@@ -136,6 +136,7 @@ moesim_status calib_write_table(const calib_results *c, const char *model_name, 
     fprintf(f, "# moesim cost table v1\n");
     fprintf(f, "# measured by moesim calibrate on %s for model %s (median of %u repetitions)\n",
             c->gpu, model_name, c->repeats);
+    fprintf(f, "# model %s\n", model_name); /* what the simulator checks its runs against */
     if (c->stall_overhead > 0)
         fprintf(f, "# times the stall overhead of the machine, %.4f (replay/calib_cpu.c)\n",
                 c->stall_overhead);

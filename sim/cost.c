@@ -210,27 +210,51 @@ static bool cost_op_from_name(const char *s, cost_op *out) {
     return false;
 }
 
+/* A "# model NAME" comment: the model the table was measured for, which must be the run's. */
+static moesim_status check_table_model(const cost_model *c, const char *line, const char *path,
+                                       unsigned lineno, moesim_error *err) {
+    char name[64];
+    if (strncmp(line, "# model ", 8) || sscanf(line + 8, "%63s", name) != 1 ||
+        !strcmp(name, c->model.name))
+        return MOESIM_OK;
+    return moesim_fail(err, MOESIM_EINPUT,
+                       "%s:%u: a table measured for model %s, this run's model is %s (expected "
+                       "a table of `moesim calibrate --model %s`)",
+                       path, lineno, name, c->model.name, c->model.name);
+}
+
 moesim_status cost_table_load(cost_model *c, const char *path, moesim_error *err) {
     FILE *f = fopen(path, "r");
     if (!f) return moesim_fail(err, MOESIM_EIO, "%s: cannot open cost table", path);
     memset(c->curve, 0, sizeof c->curve); /* a table replaces any earlier one */
     c->has_table = false;
-    char line[512];
-    unsigned lineno = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    unsigned lineno = 0, points = 0;
     bool header = false;
     moesim_status st = MOESIM_OK;
-    while (fgets(line, sizeof line, f)) {
+    while (!st && (len = getline(&line, &cap, f)) > 0) {
         lineno++;
-        char *hash = strchr(line, '#');
-        if (!header && lineno == 1) {
-            if (strncmp(line, "# moesim cost table v1", 22)) {
+        if (memchr(line, '\0', (size_t)len)) {
+            st = moesim_fail(err, MOESIM_EINPUT, "%s:%u: a NUL byte (expected text)", path, lineno);
+            break;
+        }
+        if (line[len - 1] != '\n') { /* every line the writer writes ends with one */
+            st = moesim_fail(err, MOESIM_EINPUT,
+                             "%s:%u: the last line has no end (a truncated file?)", path, lineno);
+            break;
+        }
+        if (lineno == 1) {
+            if (strcmp(line, "# moesim cost table v1\n") &&
+                strcmp(line, "# moesim cost table v1\r\n"))
                 st = moesim_fail(err, MOESIM_EINPUT,
                                  "%s:1: expected the header '# moesim cost table v1'", path);
-                break;
-            }
             header = true;
             continue;
         }
+        if ((st = check_table_model(c, line, path, lineno, err))) break;
+        char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
         char op_s[64], prec_s[32];
         double x, t_us;
@@ -279,10 +303,15 @@ moesim_status cost_table_load(cost_model *c, const char *path, moesim_error *err
         cv->x[cv->n] = x;
         cv->t_ns[cv->n] = t_us * 1e3;
         cv->n++;
+        points++;
     }
+    free(line);
     fclose(f);
     if (st) return st;
     if (!header) return moesim_fail(err, MOESIM_EINPUT, "%s: empty cost table", path);
+    if (!points)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: no measurement (expected lines 'op precision x time_us')", path);
     for (int op = 0; op < COST_OP_COUNT; op++)
         for (int p = 0; p < PREC_COUNT; p++) {
             cost_curve *cv = &c->curve[op][p];

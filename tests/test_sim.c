@@ -722,6 +722,33 @@ Test(sim, measured_cost_table_interpolates_inside_and_extrapolates_a_fitted_line
     cr_assert_eq(cost_expert_gate_up_ns(&c, PREC_BF16, 2), 1000000000000ull);
     cr_assert_eq(cost_expert_gate_up_ns(&c, PREC_BF16, UINT32_MAX), COST_NS_MAX);
     cr_assert_eq(cost_transfer_ns(UINT64_MAX, 1e-3), COST_NS_MAX);
+
+    /* damaged or foreign tables: each one line naming the file, never a roofline run */
+    static const struct {
+        const char *text;
+        size_t len; /* 0: strlen */
+        const char *says;
+    } bad[] = {
+        {"# moesim cost table v1\n# op precision x time_us\n", 0,
+         "cost-table-test.txt: no measurement"},
+        {"# moesim cost table v12\nrouter bf16 1 5\n", 0, ":1: expected the header"},
+        {"# moesim cost table v1\nrouter bf16 1 5\nrouter bf16 2 1057", 0,
+         ":3: the last line has no end (a truncated file?)"},
+        {"# moesim cost table v1\nrouter bf16 1 5\0garbage\n", 47, ":2: a NUL byte"},
+        {"# moesim cost table v1\n# model another-model\nrouter bf16 1 5\n", 0,
+         ":2: a table measured for model another-model, this run's model is"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = fopen(path, "wb");
+        fwrite(bad[i].text, 1, bad[i].len ? bad[i].len : strlen(bad[i].text), f);
+        fclose(f);
+        cr_assert_eq(cost_table_load(&c, path, &err), MOESIM_EINPUT, "case %zu", i);
+        cr_assert(strstr(err.msg, bad[i].says), "case %zu: %s", i, err.msg);
+    }
+    f = fopen(path, "w"); /* the run's own model named: accepted */
+    fprintf(f, "# moesim cost table v1\n# model %s\nrouter bf16 1 5\n", m.name);
+    fclose(f);
+    cr_assert_eq(cost_table_load(&c, path, &err), MOESIM_OK, "%s", err.msg);
     remove(path);
 }
 
