@@ -130,6 +130,11 @@ int cmd_eval(int argc, char **argv) {
     if (!st && !acc.n)
         st = moesim_fail(&err, MOESIM_EINPUT, "%s: no sequence has two or more tokens to score",
                          input);
+    if (!st && !(isfinite(acc.nll_ref) && isfinite(acc.nll) && isfinite(acc.kl_sum)))
+        st = moesim_fail(&err, MOESIM_EINPUT,
+                         "%s: the forward pass gave log-probabilities that are not finite (NaN or "
+                         "infinite values in the checkpoint's weights?)",
+                         model);
     int rc = 0;
     if (st) {
         rc = cli_fail(&err);

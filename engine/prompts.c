@@ -93,6 +93,10 @@ moesim_status engine_prompts_load(const char *path, uint32_t vocab, engine_promp
                              MAX_LINE_BYTES);
             break;
         }
+        if (memchr(line, '\0', (size_t)got)) { /* what follows it would be dropped unread */
+            st = moesim_fail(err, MOESIM_EINPUT, "%s:%u: a NUL byte (expected text)", path, lineno);
+            break;
+        }
         char *p = line;
         while (*p == ' ' || *p == '\t') p++;
         if (!*p || *p == '\n' || *p == '\r' || *p == '#') continue;

@@ -1,5 +1,6 @@
 /* `moesim eval` and `moesim record` end to end on the fixture checkpoints. */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,45 @@ Test(engine_cli, eval_rejects_bad_tokens_with_file_and_line) {
     cr_assert_eq(rc, 2);
     cr_assert(strstr(errbuf, "bad.txt:1: token id 300 outside the vocabulary [0, 256)"), "%s",
               errbuf);
+    test_write_bytes(toks, "1 2 3\0 9999\n", 12); /* what follows a NUL must not be dropped */
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "eval", "--model",
+                         fixture("olmoe"), "--input", toks, NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "bad.txt:1: a NUL byte (expected text)"), "%s", errbuf);
+}
+
+/* A checkpoint whose weights hold NaN (one expert's down projection, every value the bf16
+ * quiet NaN 0x7fc0) gives no perplexity: one line naming the checkpoint, exit 2. */
+Test(engine_cli, eval_of_a_checkpoint_with_nan_weights_fails_in_one_line) {
+    const char *dir = test_tmp_path("olmoe-nan"), *toks = test_tmp_path("nan-toks.txt");
+    char cmd[8192], st_path[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, fixture("olmoe"), dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+    size_t n;
+    unsigned char *bytes = (unsigned char *)test_read_file(st_path, &n);
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; i--) header_len = header_len << 8 | bytes[i];
+    json_error_t je;
+    json_t *h = json_loadb((const char *)bytes + 8, header_len, 0, &je);
+    cr_assert(h, "%s", je.text);
+    json_t *tensor = json_object_get(h, "model.layers.0.mlp.experts.0.down_proj.weight");
+    cr_assert(tensor && !strcmp(json_string_value(json_object_get(tensor, "dtype")), "BF16"));
+    json_t *offsets = json_object_get(tensor, "data_offsets");
+    size_t from = 8 + header_len + (size_t)json_integer_value(json_array_get(offsets, 0)),
+           to = 8 + header_len + (size_t)json_integer_value(json_array_get(offsets, 1));
+    for (size_t i = from; i + 1 < to; i += 2) bytes[i] = 0xc0, bytes[i + 1] = 0x7f;
+    test_write_bytes(st_path, bytes, n);
+    json_decref(h);
+    free(bytes);
+    test_write_file(toks, "1 17 42 99 3 250 7 64\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "eval", "--model", dir,
+                             "--input", toks, "--json", NULL);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, errbuf);
+    cr_assert(strstr(errbuf, "olmoe-nan: the forward pass gave log-probabilities that are not "
+                             "finite"),
+              "%s", errbuf);
+    cr_assert_eq(out[0], '\0', "no result printed: %s", out);
 }
 
 /* The trace `moesim record` writes holds exactly what the engine did: the same run through the
