@@ -347,8 +347,13 @@ int cmd_validate(int argc, char **argv) {
     validate_meta meta;
     if (!st) st = sweep_validate_run(&setup, &plan, rows, &meta, &err);
     validate_summary s;
+    if (!st) validate_summarize(rows, plan.n, &s);
+    if (!st && !s.n_rows) /* a report of nothing compared would read as a result */
+        st = moesim_fail(&err, MOESIM_EINPUT,
+                         "no configuration was compared: the simulator refused every one "
+                         "(the first: %s)",
+                         plan.n ? rows[0].note : "none planned");
     if (!st) {
-        validate_summarize(rows, plan.n, &s);
         json_t *inputs = json_object(); /* what the rows were made from */
         json_object_set_new(inputs, "trace", provenance_file_json(trace_path));
         json_object_set_new(inputs, "model", provenance_config_json("models", meta.model));

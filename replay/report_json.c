@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -111,6 +112,33 @@ json_t *validate_report_json(const validate_meta *meta, const validate_row *rows
     return j;
 }
 
+#define VALIDATE_MERGE_ERR_TOLERANCE 0.005
+
+static bool same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* A merged row's TPOTs are what a run measured (finite, > 0) and its error the one they give
+ * (to half a percentage point, the report's resolution: hand-written summaries round): an
+ * edited row would otherwise enter the summary as nan or as a stale error. */
+static moesim_status check_row_tpot(const validate_row *r, const char *file, size_t i,
+                                    moesim_error *err) {
+    if (!(isfinite(r->sim_tpot_ms) && r->sim_tpot_ms > 0 && isfinite(r->real_tpot_ms) &&
+          r->real_tpot_ms > 0))
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: rows[%zu]: expected sim_tpot_ms and real_tpot_ms > 0, got %g and "
+                           "%g",
+                           file, i, r->sim_tpot_ms, r->real_tpot_ms);
+    double want = validate_rel_err(r->sim_tpot_ms, r->real_tpot_ms);
+    if (!(fabs(r->tpot_err - want) <= VALIDATE_MERGE_ERR_TOLERANCE))
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: rows[%zu]: tpot_err %g, its TPOTs give %.4g (more than %g apart: "
+                           "edited?)",
+                           file, i, r->tpot_err, want, VALIDATE_MERGE_ERR_TOLERANCE);
+    return MOESIM_OK;
+}
+
 moesim_status validate_report_merge(const char *const *files, size_t n_files, validate_meta *meta,
                                     validate_row **rows_out, size_t *n_rows, moesim_error *err) {
     memset(meta, 0, sizeof *meta);
@@ -129,14 +157,28 @@ moesim_status validate_report_merge(const char *const *files, size_t n_files, va
             json_decref(j);
             break;
         }
+        for (size_t g = 0; g < f && !st; g++)
+            if (same_file(files[f], files[g]))
+                st = moesim_fail(err, MOESIM_EINPUT, "%s: given twice (also as %s)", files[f],
+                                 files[g]);
         const char *d = json_string_value(json_object_get(j, "device"));
-        if (f && d && strcmp(d, meta->device))
-            st = moesim_fail(err, MOESIM_EINPUT, "%s: device '%s', the first file's is '%s'",
-                             files[f], d, meta->device);
-        snprintf(meta->device, sizeof meta->device, "%s", d ? d : "?");
         const char *pr = json_string_value(json_object_get(j, "profile"));
         const char *tp = json_string_value(json_object_get(j, "trace"));
         const char *md = json_string_value(json_object_get(j, "model"));
+        const char *key[] = {"device", "profile", "trace", "model"}, *val[] = {d, pr, tp, md},
+                   *first[] = {meta->device, meta->profile, meta->trace, meta->model};
+        for (int k = 0; k < 4 && f && !st; k++) /* one validation set: one machine and trace */
+            if (strcmp(val[k] ? val[k] : "?", first[k]))
+                st = moesim_fail(err, MOESIM_EINPUT, "%s: %s '%s', the first file's is '%s'",
+                                 files[f], key[k], val[k] ? val[k] : "?", first[k]);
+        if (!st && !json_array_size(a))
+            st = moesim_fail(err, MOESIM_EINPUT, "%s: \"rows\" is empty (nothing to merge)",
+                             files[f]);
+        if (st) {
+            json_decref(j);
+            break;
+        }
+        snprintf(meta->device, sizeof meta->device, "%s", d ? d : "?");
         snprintf(meta->profile, sizeof meta->profile, "%s", pr ? pr : "?");
         snprintf(meta->trace, sizeof meta->trace, "%s", tp ? tp : "?");
         snprintf(meta->model, sizeof meta->model, "%s", md ? md : "?");
@@ -173,6 +215,7 @@ moesim_status validate_report_merge(const char *const *files, size_t n_files, va
                 }
             }
             r->tpot_err = GET(tpot_err);
+            if ((st = check_row_tpot(r, files[f], i, err))) break;
             r->sim_ttft_ms = GET(sim_ttft_ms);
             r->real_ttft_ms = GET(real_ttft_ms);
             r->ttft_err = GET(ttft_err);

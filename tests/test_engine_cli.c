@@ -222,6 +222,33 @@ Test(engine_cli, moesim_sim_runs_a_recorded_trace_with_its_model_file) {
     cr_assert(hit > 0 && hit < 1, "hit rate %g", hit);
 }
 
+/* A validation whose every configuration the simulator refuses compares nothing: one line
+ * saying so and why, exit 2, not a report of nan errors (a recorded trace: small experts). */
+Test(engine_cli, a_validation_that_compares_nothing_fails_saying_why) {
+    char toks[4096], out_h5[4096], dir[4096], ini[4200], cmd[4300];
+    snprintf(toks, sizeof toks, "%s", test_tmp_path("rec.txt"));
+    snprintf(out_h5, sizeof out_h5, "%s", test_tmp_path("rec.h5"));
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("validate-data"));
+    snprintf(ini, sizeof ini, "%s/configs/models/mixtral.ini", dir); /* the trace's model */
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/configs/models", dir);
+    cr_assert_eq(system(cmd), 0);
+    test_write_file(toks, "1 2 3 4 5 6\n");
+    int rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "record", "--model",
+                             fixture("mixtral"), "--input", toks, "--gen-len", "3", "-o", out_h5,
+                             "--model-ini", ini, NULL);
+    cr_assert_eq(rc, 0, "%s", errbuf);
+    rc =
+        test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "--data-dir", dir, "validate",
+                        "--trace", out_h5, "--hw", "cpu-host", "--backend", "cpu", "--ssd-dir", dir,
+                        "--policy", "lru", "--set", "cache.experts_per_layer=1000", "-q", NULL);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, errbuf);
+    cr_assert(strstr(errbuf, "no configuration was compared: the simulator refused every one "
+                             "(the first: ") &&
+                  strstr(errbuf, "cache.experts_per_layer = 1000"),
+              "%s", errbuf);
+    cr_assert_eq(strchr(errbuf, '\n'), strrchr(errbuf, '\n'), "not one line: %s", errbuf);
+}
+
 Test(engine_cli, record_refuses_bad_input_and_writes_nothing) {
     char toks[4096], out_h5[4096]; /* test_tmp_path's buffers are reused by test_run_moesim */
     snprintf(toks, sizeof toks, "%s", test_tmp_path("rec.txt"));

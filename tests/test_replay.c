@@ -831,6 +831,37 @@ Test(replay, merge_summarizes_several_json_outputs_without_a_gpu) {
     rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", c, NULL);
     cr_assert_eq(rc, 2);
     cr_assert_eq(lines(errbuf), 1, "%s", errbuf);
+    /* rows a run cannot have made, another trace, a file twice, no rows: refused, not nan */
+    static const struct {
+        const char *json, *says;
+    } bad[] = {
+        {"{\"device\": \"NVIDIA H100 80GB HBM3\", \"profile\": \"h100-measured\", \"trace\": "
+         "\"t.h5\", \"model\": \"qwen3-30b-a3b\", \"rows\": [{\"policy\": \"lru\", "
+         "\"sim_tpot_ms\": \"fast\", \"real_tpot_ms\": 8, \"tpot_err\": 0}]}",
+         "rows[0]: expected sim_tpot_ms and real_tpot_ms > 0"},
+        {"{\"device\": \"NVIDIA H100 80GB HBM3\", \"profile\": \"h100-measured\", \"trace\": "
+         "\"t.h5\", \"model\": \"qwen3-30b-a3b\", \"rows\": [{\"policy\": \"lru\", "
+         "\"sim_tpot_ms\": 10, \"real_tpot_ms\": 8, \"tpot_err\": -0.04}]}",
+         "rows[0]: tpot_err -0.04, its TPOTs give 0.25"},
+        {"{\"device\": \"NVIDIA H100 80GB HBM3\", \"profile\": \"h100-measured\", \"trace\": "
+         "\"other.h5\", \"model\": \"qwen3-30b-a3b\", \"rows\": [{\"policy\": \"lru\", "
+         "\"sim_tpot_ms\": 8, \"real_tpot_ms\": 8, \"tpot_err\": 0}]}",
+         "trace 'other.h5', the first file's is 't.h5'"},
+        {"{\"device\": \"NVIDIA H100 80GB HBM3\", \"profile\": \"h100-measured\", \"trace\": "
+         "\"t.h5\", \"model\": \"qwen3-30b-a3b\", \"rows\": []}",
+         "\"rows\" is empty"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        test_write_file(c, bad[i].json);
+        rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                             "--merge", c, NULL);
+        cr_assert_eq(rc, 2, "case %zu: %s", i, errbuf);
+        cr_assert(strstr(errbuf, bad[i].says) && lines(errbuf) == 1, "case %zu: %s", i, errbuf);
+    }
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "validate", "--merge", a,
+                         "--merge", a, NULL);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, "merge-a.json: given twice"), "%s", errbuf);
 }
 
 Test(replay, merge_keeps_the_rounds_and_ranks_only_what_they_order) {
