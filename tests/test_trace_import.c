@@ -1292,7 +1292,14 @@ typedef struct bad_npy {
 } bad_npy;
 
 static const bad_npy npy_corpus[] = {
-    {"fortran_order", NULL, "True", NULL, 0, -1, 0, -1, 0, "fortran_order is True"},
+    {"fortran_order", NULL, "True", NULL, 0, -1, 0, -1, 0, "fortran_order is not False"},
+    {"fortran_order_falsey", NULL, "Falsey", NULL, 0, -1, 0, -1, 0, "fortran_order is not False"},
+    {"extra_key", NULL, "False, 'extra_shape': (1,)", NULL, 0, -1, 0, -1, 0,
+     "header: a key other than 'descr', 'fortran_order' and 'shape'"},
+    {"repeated_key", NULL, "False, 'shape': (9, 32, 2)", NULL, 0, -1, 0, -1, 0,
+     "header: a key given twice"},
+    {"negative_shape", NULL, NULL, "(-1, 32, 2)", 0, -1, 0, -1, 0,
+     "'shape': expected at most 4 non-negative integers"},
     {"big_endian", ">i8", NULL, NULL, 0, -1, 0, -1, 0, "dtype '>i8'"},
     {"float_ids_with_weights", "<f8", NULL, NULL, 0, -1, 0, -1, 0,
      "floats: router logits [tokens][layers][experts], which give the gates; --weights does not "
@@ -1367,17 +1374,21 @@ Test(trace_import, damaged_npz_files_and_side_files_give_one_line_exit_2) {
     struct {
         const char *name;
         long at;
+        unsigned char x;
         const char *says;
     } cases[] = {
-        /* a byte of topk_ids' header padding: parses, but the member's CRC-32 fails at its end */
-        {"routes.npz", 150, "routes.npz: topk_ids.npy: CRC-32"},
+        /* a space of topk_ids' header padding made a newline: parses, but the member's CRC-32
+         * fails at its end */
+        {"routes.npz", 150, ' ' ^ '\n', "routes.npz: topk_ids.npy: CRC-32"},
+        /* the same byte made a letter: text after the header's dict, which np.load refuses */
+        {"routes.npz", 150, 0x41, "routes.npz: topk_ids.npy: header: text after the dict"},
         /* the end-of-central-directory signature */
-        {"routes.npz", -22, "routes.npz: not a zip file"},
+        {"routes.npz", -22, 0x41, "routes.npz: not a zip file"},
         /* deflated data of the first member */
-        {"routes_compressed.npz", 120, "routes_compressed.npz: routed_experts.npy: "},
+        {"routes_compressed.npz", 120, 0x41, "routes_compressed.npz: routed_experts.npy: "},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        snprintf(path, sizeof path, "%s", damaged_copy(cases[c].name, cases[c].at, 0x41));
+        snprintf(path, sizeof path, "%s", damaged_copy(cases[c].name, cases[c].at, cases[c].x));
         int rc = test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--format",
                                  "npz", "--model", "mixtral-8x7b", path, "-o", h5, NULL);
         cr_assert_eq(rc, 2, "case %zu: exit %d: %s", c, rc, errb);
@@ -1595,6 +1606,11 @@ Test(trace_import, npz_members_that_conflict_or_do_not_fit_give_one_line_exit_2)
         {"no_ids", {G}, 1, "topk_ids.npy: no such array"},
         {"no_weights", {I}, 1, "topk_weights.npy: no such array"},
         {"logits_and_ids", {Z, I, G}, 3, "router_logits.npy and topk_ids.npy: two sources"},
+        {"ids_under_both_names",
+         {I, G, {"routed_experts.npy", ids[0], ni}},
+         3,
+         "topk_ids.npy and routed_experts.npy: two sources of expert ids"},
+        {"a_member_twice", {I, G, I}, 3, "member topk_ids.npy appears twice"},
         {"request_id_and_seq_lens",
          {I, G, {"request_id.npy", col[3], n11}, {"seq_lens.npy", col[3], n11}},
          4,

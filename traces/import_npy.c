@@ -232,7 +232,13 @@ static moesim_status open_npz(importer *x, array_set *a) {
     const zip_member *zi = find_member(m, n, ids_names), *zg = find_member(m, n, gate_names),
                      *zl = find_member(m, n, logit_names), *zr = find_member(m, n, rid_names),
                      *zs = find_member(m, n, seq_names), *zp = find_member(m, n, prompt_names);
-    if (zl && (zi || zg))
+    static const char *const alt_ids_names[] = {"routed_experts", NULL};
+    if (zi && zi != find_member(m, n, alt_ids_names) && find_member(m, n, alt_ids_names))
+        st = moesim_fail(x->err, MOESIM_EINPUT,
+                         "%s: topk_ids.npy and routed_experts.npy: two sources of expert ids "
+                         "(give one)",
+                         x->path);
+    else if (zl && (zi || zg))
         st = moesim_fail(x->err, MOESIM_EINPUT,
                          "%s: router_logits.npy and %s.npy: two sources of routing (give one)",
                          x->path, zi ? "topk_ids" : "topk_weights");

@@ -15,16 +15,59 @@
 
 void npy_close(npy_array *a) { byte_stream_close(&a->s); }
 
-/* The value of 'key' in numpy's header dict text, [*v, end). */
-static const char *dict_value(const char *h, const char *key) {
-    const char *p = strstr(h, key);
-    if (!p) return NULL;
-    p += strlen(key);
-    while (*p == ' ') p++;
-    if (*p != ':') return NULL;
-    p++;
+/* numpy's header dict, as np.save writes it: "{'descr': '<f4', 'fortran_order': False,
+ * 'shape': (3, 4), }" then spaces and a newline. Each of the three keys once, no other key,
+ * nothing after the dict: what np.load would refuse or read otherwise is refused here. */
+typedef struct npy_dict {
+    const char *descr, *fortran_order, *shape; /* where each value starts */
+} npy_dict;
+
+static const char *skip_spaces(const char *p) {
     while (*p == ' ') p++;
     return p;
+}
+
+/* Past a value: a quoted string, a (tuple), or a bare word (True, False). NULL: malformed. */
+static const char *skip_value(const char *p) {
+    if (*p == '\'') {
+        const char *q = strchr(p + 1, '\'');
+        return q ? q + 1 : NULL;
+    }
+    if (*p == '(') {
+        const char *q = strchr(p, ')');
+        return q ? q + 1 : NULL;
+    }
+    while ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z')) p++;
+    return p;
+}
+
+static const char *dict_parse(const char *h, npy_dict *d) {
+    memset(d, 0, sizeof *d);
+    const char *p = skip_spaces(h);
+    if (*p++ != '{') return "not a dict";
+    for (;;) {
+        p = skip_spaces(p);
+        if (*p == '}') break;
+        const char **slot = !strncmp(p, "'descr'", 7)            ? &d->descr
+                            : !strncmp(p, "'fortran_order'", 15) ? &d->fortran_order
+                            : !strncmp(p, "'shape'", 7)          ? &d->shape
+                                                                 : NULL;
+        if (!slot) return "a key other than 'descr', 'fortran_order' and 'shape'";
+        if (*slot) return "a key given twice";
+        p = skip_spaces(strchr(p + 1, '\'') + 1);
+        if (*p++ != ':') return "a key without ':'";
+        *slot = p = skip_spaces(p);
+        if (!(p = skip_value(p))) return "an unterminated value";
+        p = skip_spaces(p);
+        if (*p == ',')
+            p++;
+        else if (*p != '}')
+            return "text after a value";
+    }
+    for (p++; *p == ' ' || *p == '\n'; p++) {
+    }
+    if (*p) return "text after the dict";
+    return NULL;
 }
 
 /* Reads and checks the header (magic, version, dict); the stream is left at the data. */
@@ -58,8 +101,13 @@ moesim_status npy_header_read(npy_array *a, moesim_error *err) {
         free(h);
         return byte_stream_fail(s, err, "header holds a NUL byte");
     }
-    const char *d = dict_value(h, "'descr'"), *fo = dict_value(h, "'fortran_order'"),
-               *sh = dict_value(h, "'shape'");
+    npy_dict dict;
+    const char *bad = dict_parse(h, &dict);
+    if (bad) {
+        free(h);
+        return byte_stream_fail(s, err, "header: %s (expected what np.save writes)", bad);
+    }
+    const char *d = dict.descr, *fo = dict.fortran_order, *sh = dict.shape;
     if (!d || !fo || !sh) {
         free(h);
         return byte_stream_fail(s, err, "header lacks %s",
@@ -85,11 +133,11 @@ moesim_status npy_header_read(npy_array *a, moesim_error *err) {
             "(f2, f4, f8)",
             shown);
     }
-    if (strncmp(fo, "False", 5)) {
+    if (strncmp(fo, "False", 5) || skip_value(fo) != fo + 5) {
         free(h);
         return byte_stream_fail(
             s, err,
-            "fortran_order is True: expected C order (np.ascontiguousarray before "
+            "fortran_order is not False: expected C order (np.ascontiguousarray before "
             "saving)");
     }
     a->kind = kind;
@@ -106,7 +154,7 @@ moesim_status npy_header_read(npy_array *a, moesim_error *err) {
         if (*p == ')') break;
         char *e;
         errno = 0;
-        unsigned long long v = strtoull(p, &e, 10);
+        unsigned long long v = *p >= '0' && *p <= '9' ? strtoull(p, &e, 10) : (e = (char *)p, 0);
         if (e == p || errno || a->ndim == NPY_MAX_DIMS) {
             free(h);
             return byte_stream_fail(s, err, "'shape': expected at most %d non-negative integers",

@@ -200,6 +200,11 @@ moesim_status zip_directory_read(const char *path, zip_member **members, uint32_
             x = de;
         }
         p += 46 + nlen + xlen + clen;
+        for (uint64_t j = 0; j < i; j++) /* np.load would take the last, a reader the first */
+            if (!strcmp(m[j].name, z->name)) {
+                st = moesim_fail(err, MOESIM_EINPUT, "%s: member %s appears twice", path, z->name);
+                goto out;
+            }
     }
     *n = (uint32_t)entries;
 out:
