@@ -346,6 +346,7 @@ int cmd_trace_import(int argc, char **argv) {
         return cli_fail(&err);
     if (o.requests_path && atomic_file_check_not_input(out, o.requests_path, &err))
         return cli_fail(&err);
+    if (atomic_file_check_writable(out, &err)) return cli_fail(&err); /* before a long read */
     model_geometry m;
     if (model_load_by_name(model_name, &m, &err)) return cli_fail(&err);
     trace *t = NULL;

@@ -17,6 +17,8 @@
  * (written through, the link kept). Anything else already there (a directory, a device, a FIFO,
  * a link to nothing) is refused before any work: the rename would replace the node itself. */
 static moesim_status destination(atomic_file *af, const char *path, moesim_error *err) {
+    if (!path[0])
+        return moesim_fail(err, MOESIM_EINPUT, "an empty output path (expected a file path)");
     struct stat link, target;
     bool is_link = lstat(path, &link) == 0 && S_ISLNK(link.st_mode);
     bool exists = stat(path, &target) == 0;

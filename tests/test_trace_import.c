@@ -1311,7 +1311,10 @@ static const bad_npy npy_corpus[] = {
     {"negative_id", NULL, NULL, NULL, 0, 5, -1, -1, 0, "[0][2][1]: expert id -1 is negative"},
     {"id_too_large", NULL, NULL, NULL, 0, 6, 8, -1, 0,
      "topk_ids[0][3][0]: expert id 8 >= 8 experts"},
-    {"gate_sum_off", NULL, NULL, NULL, 0, -1, 0, 9, 0.125f, "topk_weights[0][4]: gate weights sum"},
+    {"gate_sum_off", NULL, NULL, NULL, 0, -1, 0, 9, 0.125f,
+     "bad_weights.npy: topk_weights[0][4]: gate weights sum"},
+    {"nan_gate", NULL, NULL, NULL, 0, -1, 0, 9, NAN,
+     "bad_weights.npy: topk_weights[0][4][1]: gate weight is not finite"},
 };
 
 Test(trace_import, malformed_arrays_give_one_line_naming_file_and_index_exit_2) {

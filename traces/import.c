@@ -43,8 +43,10 @@ moesim_status import_fail(importer *x, const char *field, const char *fmt, ...) 
     /* arrays: "topk_ids[3][2]" (layer 3, slot 2) of token 7 reads "topk_ids[7][3][2]" */
     const char *bracket = strchr(field, '[');
     int base = bracket ? (int)(bracket - field) : (int)strlen(field);
-    return moesim_fail(x->err, MOESIM_EINPUT, "%s: %.*s[%" PRIu64 "]%s: %s", x->path, base, field,
-                       x->arr_token, field + base, msg);
+    bool of_gates = x->gates_path && x->f && !strncmp(field, x->f->gates, (size_t)base);
+    return moesim_fail(x->err, MOESIM_EINPUT, "%s: %.*s[%" PRIu64 "]%s: %s",
+                       of_gates ? x->gates_path : x->path, base, field, x->arr_token, field + base,
+                       msg);
 }
 
 void trace_import_options_default(trace_import_options *o) {

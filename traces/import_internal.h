@@ -68,6 +68,7 @@ typedef struct import_request {
 
 typedef struct importer {
     const char *path;         /* the file being read (for messages) */
+    const char *gates_path;   /* the file the gate weights come from when not `path` (--weights) */
     const char *const *paths; /* [n_paths] every input, in command-line order */
     uint32_t n_paths;
     const model_geometry *m;

@@ -325,6 +325,7 @@ static moesim_status open_npy(importer *x, array_set *a) {
                            x->path);
     if (!w) return MOESIM_OK;
     a->has_gates = true;
+    x->gates_path = w;
     st = byte_stream_open_file(&a->gates.s, w, x->err);
     if (!st) st = npy_header_read(&a->gates, x->err);
     return st;

@@ -1,8 +1,11 @@
 /* Scratch files and subprocess runs for tests; see test_support.h. */
+#define _XOPEN_SOURCE 700 /* nftw, beside the project's POSIX 2008 */
 #include "support/test_support.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +16,39 @@
 
 #include <criterion/criterion.h>
 
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb, (void)type, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Removes what an earlier process of the same pid left under `root` (the scratch folder lives
+ * across runs, and a reused pid would find another test's files where it expects none). */
+static void clear_stale(const char *root, pid_t pid) {
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "%d-", (int)pid);
+    DIR *d = opendir(root);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, (size_t)n)) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+    closedir(d);
+}
+
 const char *test_tmp_path(const char *name) {
     static char slots[8][4096];
     static int next;
+    static pid_t cleared; /* Criterion forks each test: once per process */
     const char *root = getenv("MOESIM_TEST_TMP");
     if (!root || !*root) root = "/tmp/moesim-test";
     mkdir(root, 0755);
+    if (cleared != getpid()) {
+        cleared = getpid();
+        clear_stale(root, cleared);
+    }
     char *buf = slots[next++ % 8];
     snprintf(buf, sizeof slots[0], "%s/%d-%s", root, (int)getpid(), name);
     return buf;
