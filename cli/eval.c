@@ -78,6 +78,7 @@ int cmd_eval(int argc, char **argv) {
         {"threads", required_argument, NULL, 't'}, {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     const char *model = NULL, *input = NULL, *prec_name = "int4", *map_path = NULL;
+    bool prec_given = false;
     bool json = false;
     long threads = 0;
     optind = 1;
@@ -87,7 +88,9 @@ int cmd_eval(int argc, char **argv) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'i': input = optarg; break;
-        case 'p': prec_name = optarg; break;
+        case 'p':
+            prec_name = optarg, prec_given = true;
+            break;
         case 'M': map_path = optarg; break;
         case 't': {
             char *end;
@@ -103,6 +106,9 @@ int cmd_eval(int argc, char **argv) {
     }
     if (optind < argc) return cli_usage_error("eval", "unexpected argument '%s'", argv[optind]);
     if (!model || !input) return cli_usage_error("eval", "--model and --input are required");
+    if (prec_given && map_path)
+        return cli_usage_error("eval", "--precision and --precision-map: give one (the map names "
+                                       "every expert's precision)");
     moesim_precision prec;
     if (!quant_precision_parse(prec_name, &prec))
         return cli_usage_error("eval", "--precision: expected bf16, int8, int4 or int2, got '%s'",

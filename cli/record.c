@@ -90,6 +90,7 @@ static int parse_args(int argc, char **argv, record_args *a) {
     *a = (record_args){.gen_len = 32, .batch = 1, .lookahead = 3, .precision = PREC_BF16};
     optind = 1;
     int c, rc = 0;
+    bool gpu_pool_given = false;
     opterr = 0; /* one line: ours, naming the option */
     while ((c = getopt_long(argc, argv, ":o:", opts, NULL)) != -1 && !rc) {
         switch (c) {
@@ -152,6 +153,7 @@ static int parse_args(int argc, char **argv, record_args *a) {
             break;
         case 'P':
             rc = parse_u32("--gpu-pool", optarg, 0, UINT32_MAX, &a->gpu_pool);
+            gpu_pool_given = true;
             break;
         case 'h':
             fputs(usage, stdout);
@@ -164,6 +166,8 @@ static int parse_args(int argc, char **argv, record_args *a) {
     if (optind < argc) return cli_usage_error("record", "unexpected argument '%s'", argv[optind]);
     if (!a->model_dir || !a->input || !a->output)
         return cli_usage_error("record", "--model, --input and -o are required");
+    if (gpu_pool_given && !(a->backend && !strcmp(a->backend, "cuda")))
+        return cli_usage_error("record", "--gpu-pool goes with --backend cuda");
     char config_json[PATH_MAX];
     snprintf(config_json, sizeof config_json, "%s/config.json", a->model_dir);
     const char *outs[] = {a->output, a->model_ini}, *ins[] = {a->input, config_json};

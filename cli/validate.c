@@ -186,6 +186,7 @@ int cmd_validate(int argc, char **argv) {
                *repeats_text = NULL, *calibrate_dir = NULL, *calibrate_repeats_text = NULL,
                *ssd_dir = NULL;
     const char **merges = NULL;
+    bool by_given = false;
     size_t n_merges = 0;
     int c, rc = 0;
     while ((c = cli_sim_options_next(&o, argc, argv, opts)) != -1) {
@@ -215,7 +216,7 @@ int cmd_validate(int argc, char **argv) {
             top_text = optarg;
             break;
         case 'b':
-            by = optarg;
+            by = optarg, by_given = true;
             break;
         case 'e':
             seed_text = optarg;
@@ -268,6 +269,9 @@ int cmd_validate(int argc, char **argv) {
                              "give exactly one of --policy, --experiment, --winners, --merge");
     else if (budgets && !experiment)
         rc = cli_usage_error("validate", "--budgets selects budgets of an --experiment file");
+    else if ((top_text || by_given) && !winners)
+        rc = cli_usage_error("validate", "%s ranks the rows of --winners",
+                             top_text ? "--top" : "--by");
     if (!rc) rc = cli_sim_options_check("validate", &o, false);
     if (!rc && top_text &&
         (!config_parse_u64(top_text, &top) || top < 1 || top > VALIDATE_MAX_RUNS))

@@ -90,6 +90,16 @@ static const struct {
      "--repeats: expected an integer in [1, 99], got '0'"},
     {{"validate", "--policy", "lru", "--repeats", "2x"},
      "--repeats: expected an integer in [1, 99], got '2x'"},
+    {{"validate", "--policy", "lru", "--check", "nan,0.3"},
+     "--check: expected TPOT,MARGIN as two numbers (e.g. 0.25,0.3), got 'nan,0.3'"},
+    {{"validate", "--policy", "lru", "--check", "0.25,0.3,1"},
+     "--check: expected TPOT,MARGIN as two numbers (e.g. 0.25,0.3), got '0.25,0.3,1'"},
+    /* an option that does not apply is refused, not ignored */
+    {{"validate", "--policy", "lru", "--top", "3"}, "--top ranks the rows of --winners"},
+    {{"eval", "--model", "m", "--input", "i", "--precision=int8", "--precision-map", "p"},
+     "--precision and --precision-map: give one"},
+    {{"record", "--model", "m", "--input", "i", "-o", "o.h5", "--gpu-pool=5"},
+     "--gpu-pool goes with --backend cuda"},
 };
 
 Test(cli, a_bad_number_is_one_line_naming_the_option_and_exits_2) {
