@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -26,7 +27,8 @@ static const cli_command commands[] = {
 
 /* Takes every `--data-dir DIR` (or `--data-dir=DIR`) out of argv, wherever it stands, and puts
  * them in front of $MOESIM_DATA_PATH (common/paths.h), so every command accepts it and the
- * commands a sweep starts inherit it. Returns the new argc, or -1 when the last has no value. */
+ * commands a sweep starts inherit it. Returns the new argc, or -1 after one line when the last
+ * has no value or one is not a folder (a typo would otherwise search nothing, unsaid). */
 static int take_data_dirs(int argc, char **argv) {
     char *path = NULL;
     size_t len = 0;
@@ -41,6 +43,8 @@ static int take_data_dirs(int argc, char **argv) {
             dir = argv[i] + 11;
         } else if (!strcmp(argv[i], "--data-dir")) {
             if (i + 1 >= argc) {
+                fprintf(stderr, "moesim: option '--data-dir' needs a value (a folder laid out "
+                                "like share/moesim: configs/, plots/, experiments/)\n");
                 free(path);
                 return -1;
             }
@@ -48,6 +52,15 @@ static int take_data_dirs(int argc, char **argv) {
         } else {
             argv[kept++] = argv[i];
             continue;
+        }
+        struct stat sb;
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            fprintf(stderr,
+                    "moesim: --data-dir '%s': not a folder (expected a folder laid out "
+                    "like share/moesim: configs/, plots/, experiments/)\n",
+                    dir);
+            free(path);
+            return -1;
         }
         path = moesim_xrealloc(path, len + strlen(dir) + 2);
         len += (size_t)sprintf(path + len, "%s%s", len ? ":" : "", dir);
@@ -67,11 +80,7 @@ static int take_data_dirs(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     argc = take_data_dirs(argc, argv);
-    if (argc < 0) {
-        fprintf(stderr, "moesim: option '--data-dir' needs a value (a folder laid out like "
-                        "share/moesim: configs/, plots/, experiments/)\n");
-        return MOESIM_EXIT_INPUT;
-    }
+    if (argc < 0) return MOESIM_EXIT_INPUT;
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
         printf("moesim %s (%s)\n", moesim_version_release(), moesim_version_describe());
         return 0;

@@ -205,6 +205,25 @@ Test(cli, a_cpu_replay_budget_beyond_this_machine_is_one_line) {
     cr_assert_eq(strchr(err, '\n'), strrchr(err, '\n'), "not one line: %s", err);
 }
 
+/* --data-dir names a folder: one missing (a typo) or a file is refused, not searched in vain;
+ * one without a value is named too. */
+Test(cli, a_data_dir_that_is_not_a_folder_is_one_line) {
+    static char out[8192], err[8192];
+    const char *runs[][3] = {{"--data-dir", "/nonexistent-moesim-data", "sim"},
+                             {"--data-dir=/dev/null", "sim", NULL},
+                             {"sim", "--data-dir", NULL}};
+    const char *says[] = {"--data-dir '/nonexistent-moesim-data': not a folder",
+                          "--data-dir '/dev/null': not a folder",
+                          "option '--data-dir' needs a value"};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        int rc = test_run_moesim(out, sizeof out, err, sizeof err, runs[i][0], runs[i][1],
+                                 runs[i][2], NULL);
+        cr_assert_eq(rc, 2, "run %zu: exit %d: %s", i, rc, err);
+        cr_assert(strstr(err, says[i]), "run %zu: %s", i, err);
+        cr_assert_eq(strchr(err, '\n'), strrchr(err, '\n'), "run %zu: not one line: %s", i, err);
+    }
+}
+
 /* A command whose output path names its own input, or two outputs on one path, refuses before
  * any work, the input intact; output that standard output cannot take (a full device) fails the
  * run. */
