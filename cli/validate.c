@@ -325,7 +325,7 @@ int cmd_validate(int argc, char **argv) {
     const char *hw_name = o.hw_name ? o.hw_name : plan.hw;
     if (!st && (!trace_path[0] || !hw_name[0]))
         st = moesim_fail(&err, MOESIM_EINPUT,
-                         "moesim validate: --trace and --hw are required (or trace and hw in the "
+                         "validate: --trace and --hw are required (or trace and hw in the "
                          "experiment file)");
     if (!repeats_text && plan.repeats) repeats = plan.repeats;
     if (!check && plan.check) {
