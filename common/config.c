@@ -102,14 +102,15 @@ typedef struct load_state {
 } load_state;
 
 /* Why inih would misread the line buf[0, len) without a word, or NULL: a NUL byte ends its text
- * early; text after a section header's ']' is dropped. */
+ * early; a section header without its ']' leaves the keys after it in no section; text after a
+ * section header's ']' is dropped. */
 static const char *misread_line(const char *buf, size_t len) {
     if (memchr(buf, '\0', len)) return "a NUL byte (expected text)";
     const char *p = buf;
     while (isspace((unsigned char)*p)) p++;
     if (*p != '[') return NULL;
     const char *close = strchr(p, ']');
-    if (!close) return NULL; /* inih reports the line */
+    if (!close) return "a section header without its ']'"; /* inih would go on past it */
     for (p = close + 1; isspace((unsigned char)*p); p++) {
     }
     return *p && *p != ';' ? "text after the section header (expected at most a ';' comment)"

@@ -152,6 +152,8 @@ Test(config, a_nul_byte_or_text_after_a_section_header_is_refused_naming_the_lin
     cr_assert_eq(load_text("[gpu] fast\nlayers = 32\nbandwidth = 1\n", &s, &err, NULL),
                  MOESIM_EINPUT);
     cr_assert(strstr(err.msg, "demo.ini:1: text after the section header"), "%s", err.msg);
+    cr_assert_eq(load_text("[gpu\nlayers = 32\nbandwidth = 1\n", &s, &err, NULL), MOESIM_EINPUT);
+    cr_assert(strstr(err.msg, "demo.ini:1: a section header without its ']'"), "%s", err.msg);
     cr_assert_eq(load_text("[gpu] ; the card\nlayers = 32\nbandwidth = 1\n", &s, &err, NULL),
                  MOESIM_OK, "%s", err.msg);
     cr_assert_eq(s.layers, 32);
