@@ -16,6 +16,7 @@
 
 #include "common/alloc.h"
 #include "common/check.h"
+#include "common/paths.h"
 
 typedef struct config_entry {
     char *section, *key, *value;
@@ -169,15 +170,9 @@ static int on_entry(void *user, const char *section, const char *name, const cha
 static moesim_status load_stream(config *c, const char *path, FILE *fp, moesim_error *err);
 
 moesim_status config_load_file(config *c, const char *path, moesim_error *err) {
-    FILE *fp = fopen(path, "r");
-    if (!fp)
-        return moesim_fail(err, MOESIM_EIO, "%s: cannot open config: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(fp), &sb) == 0 && S_ISDIR(sb.st_mode)) { /* fopen takes one; reads fail */
-        fclose(fp);
-        return moesim_fail(err, MOESIM_EINPUT, "%s: a directory (expected an INI file)", path);
-    }
-    return load_stream(c, path, fp, err);
+    FILE *fp;
+    moesim_status st = moesim_open_input(path, "r", "config", &fp, err);
+    return st ? st : load_stream(c, path, fp, err);
 }
 
 moesim_status config_load_text(config *c, const char *origin, const char *text, moesim_error *err) {

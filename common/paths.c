@@ -215,6 +215,20 @@ void moesim_path_join(const char *base, const char *rel, char *out, size_t out_l
         snprintf(out, out_len, "%s%s%s", base, base[strlen(base) - 1] == '/' ? "" : "/", rel);
 }
 
+moesim_status moesim_open_input(const char *path, const char *mode, const char *what, FILE **out,
+                                moesim_error *err) {
+    *out = fopen(path, mode);
+    if (!*out)
+        return moesim_fail(err, MOESIM_EIO, "%s: cannot open %s: %s", path, what, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(*out), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(*out);
+        *out = NULL;
+        return moesim_fail(err, MOESIM_EINPUT, "%s: a directory (expected a %s file)", path, what);
+    }
+    return MOESIM_OK;
+}
+
 static moesim_status make_folder(const char *dir, char *made, size_t made_len, moesim_error *err) {
     if (mkdir(dir, 0777) == 0) {
         if (made && !made[0]) snprintf(made, made_len, "%s", dir);

@@ -13,6 +13,7 @@
 #define MOESIM_COMMON_PATHS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "common/status.h"
 
@@ -51,6 +52,11 @@ void moesim_path_dirname(const char *path, char *out, size_t out_len);
 
 /* `rel` taken relative to folder `base` (rel itself when absolute), written into out. */
 void moesim_path_join(const char *base, const char *rel, char *out, size_t out_len);
+
+/* fopen(path, mode) of an input file of `what` ("cost table", "prompts"): a directory, which
+ * fopen takes and whose reads fail, is refused as one; MOESIM_EIO names the open's failure. */
+moesim_status moesim_open_input(const char *path, const char *mode, const char *what, FILE **out,
+                                moesim_error *err);
 
 /* mkdir -p of the folder holding `path` (nothing to do for a bare file name). */
 moesim_status moesim_path_make_parents(const char *path, moesim_error *err);

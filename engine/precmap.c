@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/paths.h"
 #include "engine/engine_internal.h"
 #include "kernels/quant.h"
 
@@ -22,8 +23,9 @@ void engine_precmap_free(engine_precmap *m) {
 
 moesim_status engine_precmap_load(engine_precmap *m, const engine *e, const char *path,
                                   moesim_error *err) {
-    FILE *fp = fopen(path, "r");
-    if (!fp) return moesim_fail(err, MOESIM_EIO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *fp;
+    moesim_status opened = moesim_open_input(path, "r", "precision map", &fp, err);
+    if (opened) return opened;
     engine_precmap_init(m, e, PREC_BF16);
     char line[1 << 16];
     uint32_t layer = 0, lineno = 0;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/paths.h"
 #include "engine/engine.h"
 
 #define MAX_LINE_BYTES (1u << 24)
@@ -77,8 +78,9 @@ static moesim_status parse_plain(char *text, uint32_t vocab, const char *path, u
 moesim_status engine_prompts_load(const char *path, uint32_t vocab, engine_prompts *out,
                                   moesim_error *err) {
     memset(out, 0, sizeof *out);
-    FILE *fp = fopen(path, "r");
-    if (!fp) return moesim_fail(err, MOESIM_EIO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *fp;
+    moesim_status opened = moesim_open_input(path, "r", "prompts", &fp, err);
+    if (opened) return opened;
     id_buf b = {0};
     size_t *starts = NULL, *lens = NULL, n = 0, cap = 0;
     char *line = NULL;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/check.h"
+#include "common/paths.h"
 
 #define BF16_BYTES_PER_PARAM 2u
 
@@ -224,8 +225,9 @@ static moesim_status check_table_model(const cost_model *c, const char *line, co
 }
 
 moesim_status cost_table_load(cost_model *c, const char *path, moesim_error *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return moesim_fail(err, MOESIM_EIO, "%s: cannot open cost table", path);
+    FILE *f;
+    moesim_status opened = moesim_open_input(path, "r", "cost table", &f, err);
+    if (opened) return opened;
     memset(c->curve, 0, sizeof c->curve); /* a table replaces any earlier one */
     c->has_table = false;
     char *line = NULL;

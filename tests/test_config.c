@@ -166,7 +166,7 @@ Test(config, a_directory_is_refused_not_read_as_an_empty_file) {
     snprintf(dir, sizeof dir, "%s", test_tmp_path("a-dir.ini"));
     mkdir(dir, 0777);
     cr_assert_eq(config_load_file(c, dir, &err), MOESIM_EINPUT);
-    cr_assert(strstr(err.msg, "a-dir.ini: a directory (expected an INI file)"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "a-dir.ini: a directory (expected a config file)"), "%s", err.msg);
     config_destroy(c);
 }
 

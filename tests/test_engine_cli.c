@@ -79,6 +79,13 @@ Test(engine_cli, eval_rejects_bad_tokens_with_file_and_line) {
                          fixture("olmoe"), "--input", toks, NULL);
     cr_assert_eq(rc, 2);
     cr_assert(strstr(errbuf, "bad.txt:1: a NUL byte (expected text)"), "%s", errbuf);
+    const char *folder = test_tmp_path("");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(folder, '/') - folder), folder);
+    rc = test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "eval", "--model",
+                         fixture("olmoe"), "--input", dir, NULL); /* not "no prompts" */
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(errbuf, ": a directory (expected a prompts file)"), "%s", errbuf);
 }
 
 /* A checkpoint whose weights hold NaN (one expert's down projection, every value the bf16

@@ -745,6 +745,8 @@ Test(sim, measured_cost_table_interpolates_inside_and_extrapolates_a_fitted_line
         cr_assert_eq(cost_table_load(&c, path, &err), MOESIM_EINPUT, "case %zu", i);
         cr_assert(strstr(err.msg, bad[i].says), "case %zu: %s", i, err.msg);
     }
+    cr_assert_eq(cost_table_load(&c, ".", &err), MOESIM_EINPUT); /* not read as an empty one */
+    cr_assert(strstr(err.msg, ".: a directory (expected a cost table file)"), "%s", err.msg);
     f = fopen(path, "w"); /* the run's own model named: accepted */
     fprintf(f, "# moesim cost table v1\n# model %s\nrouter bf16 1 5\n", m.name);
     fclose(f);
