@@ -911,6 +911,10 @@ Test(trace_import, empty_inputs_and_bad_command_lines_exit_2) {
                  2);
     cr_assert(strstr(errb, "--incomplete: expected keep or drop"), "%s", errb);
     cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--model",
+                                 "mixtral-8x7b", "--tokens-per-request", "4", in, "-o", h5, NULL),
+                 2);
+    cr_assert(strstr(errb, "--tokens-per-request applies to per-layer dense scores"), "%s", errb);
+    cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "import", "--model",
                                  "mixtral-8x7b", "--constant-run-min", "1", in, "-o", h5, NULL),
                  2);
     cr_assert_eq(test_run_moesim(out, sizeof out, errb, sizeof errb, "trace", "export", in, NULL),

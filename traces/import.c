@@ -298,6 +298,11 @@ moesim_status trace_import_files(const char *const *paths, uint32_t n_paths,
     /* per-layer dense scores: several files, a layer source, or a dense header / 2-D array */
     bool dense = (o->format == TRACE_TEXT_CSV && csv_file_is_dense(&x, paths[0])) ||
                  (o->format == TRACE_TEXT_NPY && npy_file_is_2d(paths[0]));
+    if (!dense && o->tokens_per_request)
+        return moesim_fail(err, MOESIM_EINPUT,
+                           "%s: --tokens-per-request applies to per-layer dense scores (records "
+                           "carry their requests; arrays take --requests)",
+                           paths[0]);
     if (!dense && (n_paths > 1 || o->layer_from != TRACE_LAYER_FROM_COLUMN))
         return moesim_fail(err, MOESIM_EINPUT,
                            "%s: %s: %s, expected per-layer dense scores (CSV columns expert_0 .. "
