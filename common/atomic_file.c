@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/paths.h"
+
 #define ATOMIC_FILE_TRIES 100 /* names tried before giving up (each taken one is EEXIST) */
 
 /* The file the rename is to replace: `path`, or the regular file a symbolic link at `path` names
@@ -73,9 +75,7 @@ static moesim_status make_temp(atomic_file *af, const char *path, moesim_error *
 }
 
 moesim_status atomic_file_check_not_input(const char *out, const char *in, moesim_error *err) {
-    struct stat o, i;
-    if (stat(out, &o) != 0 || stat(in, &i) != 0) return MOESIM_OK;
-    if (o.st_dev != i.st_dev || o.st_ino != i.st_ino) return MOESIM_OK;
+    if (!moesim_same_file(out, in)) return MOESIM_OK;
     return moesim_fail(err, MOESIM_EINPUT,
                        "%s: is the input %s: writing it would replace it "
                        "(expected another output path)",
@@ -89,12 +89,6 @@ moesim_status atomic_file_check_writable(const char *path, moesim_error *err) {
     return st;
 }
 
-static bool same_output(const char *a, const char *b) {
-    struct stat x, y;
-    if (!strcmp(a, b)) return true;
-    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
 moesim_status atomic_file_check_outputs(const char *const *outs, size_t n_outs,
                                         const char *const *ins, size_t n_ins, moesim_error *err) {
     for (size_t i = 0; i < n_outs; i++) {
@@ -105,7 +99,7 @@ moesim_status atomic_file_check_outputs(const char *const *outs, size_t n_outs,
                 if (st) return st;
             }
         for (size_t j = 0; j < i; j++)
-            if (outs[j] && same_output(outs[i], outs[j]))
+            if (outs[j] && (!strcmp(outs[i], outs[j]) || moesim_same_file(outs[i], outs[j])))
                 return moesim_fail(err, MOESIM_EINPUT,
                                    "%s: named for two outputs: one would replace the other "
                                    "(expected two paths)",

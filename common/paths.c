@@ -215,6 +215,11 @@ void moesim_path_join(const char *base, const char *rel, char *out, size_t out_l
         snprintf(out, out_len, "%s%s%s", base, base[strlen(base) - 1] == '/' ? "" : "/", rel);
 }
 
+bool moesim_same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 moesim_status moesim_open_input(const char *path, const char *mode, const char *what, FILE **out,
                                 moesim_error *err) {
     *out = fopen(path, mode);

@@ -12,6 +12,7 @@
 #ifndef MOESIM_COMMON_PATHS_H
 #define MOESIM_COMMON_PATHS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -52,6 +53,9 @@ void moesim_path_dirname(const char *path, char *out, size_t out_len);
 
 /* `rel` taken relative to folder `base` (rel itself when absolute), written into out. */
 void moesim_path_join(const char *base, const char *rel, char *out, size_t out_len);
+
+/* Whether paths a and b name one existing file (the same device and inode). */
+bool moesim_same_file(const char *a, const char *b);
 
 /* fopen(path, mode) of an input file of `what` ("cost table", "prompts"): a directory, which
  * fopen takes and whose reads fail, is refused as one; MOESIM_EIO names the open's failure. */

@@ -5,12 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <jansson.h>
 
 #include "common/alloc.h"
 #include "common/model.h"
+#include "common/paths.h"
 #include "replay/report_files.h"
 
 json_t *validate_report_json(const validate_meta *meta, const validate_row *rows, size_t n,
@@ -114,11 +114,6 @@ json_t *validate_report_json(const validate_meta *meta, const validate_row *rows
 
 #define VALIDATE_MERGE_ERR_TOLERANCE 0.005
 
-static bool same_file(const char *a, const char *b) {
-    struct stat x, y;
-    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
 /* A merged row's TPOTs are what a run measured (finite, > 0) and its error the one they give
  * (to half a percentage point, the report's resolution: hand-written summaries round): an
  * edited row would otherwise enter the summary as nan or as a stale error. */
@@ -158,7 +153,7 @@ moesim_status validate_report_merge(const char *const *files, size_t n_files, va
             break;
         }
         for (size_t g = 0; g < f && !st; g++)
-            if (same_file(files[f], files[g]))
+            if (moesim_same_file(files[f], files[g]))
                 st = moesim_fail(err, MOESIM_EINPUT, "%s: given twice (also as %s)", files[f],
                                  files[g]);
         const char *d = json_string_value(json_object_get(j, "device"));
