@@ -75,6 +75,13 @@ static void gather_route(run_loop *rl, uint32_t layer) {
         memcpy(rl->r_experts + (size_t)i * K, trace_experts(t, at, layer), K * sizeof(uint16_t));
         memcpy(rl->r_gates + (size_t)i * K, trace_gates(t, at, layer), K * sizeof(float));
         if (rl->r_importance) rl->r_importance[i] = t->importance[(size_t)at * L + layer];
+        /* the token's rows of the next layer, fetched now: the stream filled its block long
+         * before, and copies of rows not in cache were up to 8 % of a run (bench/README.md) */
+        if (layer + 1 < L) {
+            __builtin_prefetch(trace_experts(t, at, layer + 1));
+            __builtin_prefetch(trace_gates(t, at, layer + 1));
+            __builtin_prefetch(trace_gates(t, at, layer + 1) + K - 1);
+        }
         if (!DK) continue;
         if (c->la_emulated) {
             sim_lookahead_emulate_rows(trace_experts(t, at, 0), trace_gates(t, at, 0), L, rl->E, K,
@@ -86,6 +93,13 @@ static void gather_route(run_loop *rl, uint32_t layer) {
             if (rl->r_la_scores)
                 memcpy(rl->r_la_scores + i * DK, t->lookahead_scores + src, DK * sizeof(float));
             if (layer + 1 < L) {
+                const size_t next = trace_lookahead_index(t, at, layer + 1, 1); /* as above */
+                __builtin_prefetch(t->lookahead_ids + next);
+                __builtin_prefetch(t->lookahead_ids + next + DK - 1);
+                if (rl->r_la_scores) {
+                    __builtin_prefetch(t->lookahead_scores + next);
+                    __builtin_prefetch(t->lookahead_scores + next + DK - 1);
+                }
                 uint16_t want = trace_experts(t, at, layer + 1)[0];
                 if (want != TRACE_NO_EXPERT) {
                     rl->la_right += t->lookahead_ids[src] == want;
