@@ -41,6 +41,19 @@ typedef struct lru_list {
     uint32_t head, tail, n;
 } lru_list;
 
+typedef struct lru_link {
+    uint32_t prev, next;
+} lru_link;
+
+/* A node's state in one place: every access reads and relinks it, and in five arrays its
+ * fields were five cache lines (bench/README.md: 2-4 % of a run's CPU time). */
+typedef struct lru_node {
+    lru_link layer, global; /* on its layer's list; on the global list (scope global) */
+    uint32_t stamp;         /* latest route that needs the node */
+    uint32_t cached;
+    uint64_t touched; /* scope layer: tick of the node's last touch */
+} lru_node;
+
 struct policy {
     policy_mem_view mem;
     moesim_precision prec;
@@ -48,40 +61,46 @@ struct policy {
     int scope;
     bool pool_per_layer; /* the mechanism's pools are per layer (cache.experts_per_layer) */
     uint32_t layer_cap;  /* scope layer: experts per layer list */
-    uint32_t *lprev, *lnext, *gprev, *gnext; /* [L*E] */
-    uint8_t *cached;                         /* [L*E] */
-    uint32_t *stamp;                         /* [L*E] latest route that needs the node */
+    lru_node *node;      /* [L*E] */
     uint32_t gen;
     lru_list *layer; /* [L] */
     /* Scope global: every node by recency. Scope layer needs the global order only when a whole
      * layer is pinned (rare), so it keeps no list (two relinks per access) but each node's
      * last-touch tick: the globally least recent node is the least recent of the layers'. */
     lru_list global;
-    uint64_t *touched; /* [L*E] scope layer: tick of the node's last touch */
     uint64_t tick;
 };
 
+/* Node x's link on the global list or on its layer's (constant `global` where inlined). */
+static inline __attribute__((always_inline)) lru_link *link_of(lru_node *node, uint32_t x,
+                                                               bool global) {
+    return global ? &node[x].global : &node[x].layer;
+}
+
 /* Inline, as list_push_front: every access relinks its node. */
-static inline __attribute__((always_inline)) void list_unlink(lru_list *l, uint32_t *prev,
-                                                              uint32_t *next, uint32_t x) {
-    if (prev[x] != LRU_NIL)
-        next[prev[x]] = next[x];
+static inline __attribute__((always_inline)) void list_unlink(lru_list *l, lru_node *node,
+                                                              bool global, uint32_t x) {
+    lru_link *k = link_of(node, x, global);
+    const uint32_t prev = k->prev, next = k->next;
+    if (prev != LRU_NIL)
+        link_of(node, prev, global)->next = next;
     else
-        l->head = next[x];
-    if (next[x] != LRU_NIL)
-        prev[next[x]] = prev[x];
+        l->head = next;
+    if (next != LRU_NIL)
+        link_of(node, next, global)->prev = prev;
     else
-        l->tail = prev[x];
-    prev[x] = next[x] = LRU_NIL;
+        l->tail = prev;
+    k->prev = k->next = LRU_NIL;
     l->n--;
 }
 
-static inline __attribute__((always_inline)) void list_push_front(lru_list *l, uint32_t *prev,
-                                                                  uint32_t *next, uint32_t x) {
-    prev[x] = LRU_NIL;
-    next[x] = l->head;
+static inline __attribute__((always_inline)) void list_push_front(lru_list *l, lru_node *node,
+                                                                  bool global, uint32_t x) {
+    lru_link *k = link_of(node, x, global);
+    k->prev = LRU_NIL;
+    k->next = l->head;
     if (l->head != LRU_NIL)
-        prev[l->head] = x;
+        link_of(node, l->head, global)->prev = x;
     else
         l->tail = x;
     l->head = x;
@@ -119,14 +138,9 @@ static moesim_status lru_create(const policy_params *params, const void *knobs, 
                            cap, precision_name(params->precision), params->top_k);
     }
     size_t n = (size_t)p->L * p->E;
-    p->lprev = moesim_xmalloc(n * sizeof(uint32_t));
-    p->lnext = moesim_xmalloc(n * sizeof(uint32_t));
-    p->gprev = moesim_xmalloc(n * sizeof(uint32_t));
-    p->gnext = moesim_xmalloc(n * sizeof(uint32_t));
-    for (size_t i = 0; i < n; i++) p->lprev[i] = p->lnext[i] = p->gprev[i] = p->gnext[i] = LRU_NIL;
-    p->cached = moesim_xcalloc(n, 1);
-    p->touched = moesim_xcalloc(n, sizeof *p->touched);
-    p->stamp = moesim_xcalloc(n, sizeof(uint32_t));
+    p->node = moesim_xcalloc(n, sizeof *p->node);
+    for (size_t i = 0; i < n; i++)
+        p->node[i].layer = p->node[i].global = (lru_link){LRU_NIL, LRU_NIL};
     p->layer = moesim_xmalloc(p->L * sizeof *p->layer);
     for (uint32_t l = 0; l < p->L; l++) p->layer[l] = (lru_list){LRU_NIL, LRU_NIL, 0};
     p->global = (lru_list){LRU_NIL, LRU_NIL, 0};
@@ -134,20 +148,22 @@ static moesim_status lru_create(const policy_params *params, const void *knobs, 
     return MOESIM_OK;
 }
 
-/* The least recently used node of `list` not needed by the current route, or LRU_NIL. */
-static uint32_t victim_of(const policy *p, const lru_list *list, const uint32_t *prev) {
-    for (uint32_t x = list->tail; x != LRU_NIL; x = prev[x])
-        if (p->stamp[x] != p->gen) return x;
+/* The least recently used node of `list` (the global one or a layer's) not needed by the
+ * current route, or LRU_NIL. */
+static uint32_t victim_of(policy *p, const lru_list *list, bool global) {
+    for (uint32_t x = list->tail; x != LRU_NIL; x = link_of(p->node, x, global)->prev)
+        if (p->node[x].stamp != p->gen) return x;
     return LRU_NIL;
 }
 
 /* The least recently used node of all layers not needed by the current route, or LRU_NIL. */
-static uint32_t global_victim(const policy *p) {
-    if (p->scope == LRU_SCOPE_GLOBAL) return victim_of(p, &p->global, p->gprev);
+static uint32_t global_victim(policy *p) {
+    if (p->scope == LRU_SCOPE_GLOBAL) return victim_of(p, &p->global, true);
     uint32_t best = LRU_NIL;
     for (uint32_t l = 0; l < p->L; l++) {
-        uint32_t v = victim_of(p, &p->layer[l], p->lprev);
-        if (v != LRU_NIL && (best == LRU_NIL || p->touched[v] < p->touched[best])) best = v;
+        uint32_t v = victim_of(p, &p->layer[l], false);
+        if (v != LRU_NIL && (best == LRU_NIL || p->node[v].touched < p->node[best].touched))
+            best = v;
     }
     return best;
 }
@@ -157,21 +173,22 @@ static void drop(policy *p, uint32_t layer, uint32_t x) {
     policy_mem_result res =
         p->mem.ops->evict(p->mem.mem, layer, x - layer * p->E, p->prec, POLICY_PARTS_ALL);
     MOESIM_ASSERT(res != POLICY_REFUSED); /* not in use: the route's compute has not started */
-    list_unlink(&p->layer[layer], p->lprev, p->lnext, x);
-    if (p->scope == LRU_SCOPE_GLOBAL) list_unlink(&p->global, p->gprev, p->gnext, x);
-    p->cached[x] = 0;
+    list_unlink(&p->layer[layer], p->node, false, x);
+    if (p->scope == LRU_SCOPE_GLOBAL) list_unlink(&p->global, p->node, true, x);
+    p->node[x].cached = 0;
 }
 
 /* An access of expert e of `layer` (node x, on list ll), whose node the route stamped. */
 static void touch(policy *p, uint32_t layer, lru_list *ll, uint32_t x, uint16_t e) {
     bool global = p->scope == LRU_SCOPE_GLOBAL;
-    if (p->cached[x]) {
-        list_unlink(ll, p->lprev, p->lnext, x);
-        if (global) list_unlink(&p->global, p->gprev, p->gnext, x);
+    lru_node *nx = &p->node[x];
+    if (nx->cached) {
+        list_unlink(ll, p->node, false, x);
+        if (global) list_unlink(&p->global, p->node, true, x);
     } else {
         if (p->scope == LRU_SCOPE_LAYER)
             while (ll->n >= p->layer_cap) {
-                uint32_t v = victim_of(p, ll, p->lprev);
+                uint32_t v = victim_of(p, ll, false);
                 if (v == LRU_NIL) break; /* the route needs more than the share: overflow */
                 drop(p, layer, v);
             }
@@ -180,7 +197,7 @@ static void touch(policy *p, uint32_t layer, lru_list *ll, uint32_t x, uint16_t 
                 p->mem.ops->load(p->mem.mem, layer, e, p->prec, POLICY_PARTS_ALL, POLICY_DEMAND);
             if (res != POLICY_REFUSED) break;
             uint32_t v = LRU_NIL, v_layer = layer;
-            if (p->pool_per_layer || p->scope == LRU_SCOPE_LAYER) v = victim_of(p, ll, p->lprev);
+            if (p->pool_per_layer || p->scope == LRU_SCOPE_LAYER) v = victim_of(p, ll, false);
             if (v == LRU_NIL) {
                 v = global_victim(p);
                 MOESIM_ASSERT(v != LRU_NIL); /* the host splits routes so that they fit a pool */
@@ -188,18 +205,18 @@ static void touch(policy *p, uint32_t layer, lru_list *ll, uint32_t x, uint16_t 
             }
             drop(p, v_layer, v);
         }
-        p->cached[x] = 1;
+        nx->cached = 1;
     }
-    p->touched[x] = ++p->tick;
-    list_push_front(ll, p->lprev, p->lnext, x);
-    if (global) list_push_front(&p->global, p->gprev, p->gnext, x);
+    nx->touched = ++p->tick;
+    list_push_front(ll, p->node, false, x);
+    if (global) list_push_front(&p->global, p->node, true, x);
 }
 
 static void lru_on_route(policy *p, const policy_route *r, policy_plan *plan) {
     /* the route's experts run together: stamping them all first keeps every one of them out of
      * the victim search of the route's misses (the simulator's rule, policies/policy.h) */
     const uint32_t layer = r->layer, base = layer * p->E, n_active = r->n_active, gen = ++p->gen;
-    for (uint32_t a = 0; a < n_active; a++) p->stamp[base + r->active[a]] = gen;
+    for (uint32_t a = 0; a < n_active; a++) p->node[base + r->active[a]].stamp = gen;
     lru_list *ll = &p->layer[layer];
     size_t n = (size_t)r->n_tokens * r->top_k;
     for (size_t i = 0; i < n; i++) {
@@ -211,13 +228,7 @@ static void lru_on_route(policy *p, const policy_route *r, policy_plan *plan) {
 
 static void lru_destroy(policy *p) {
     if (!p) return;
-    free(p->lprev);
-    free(p->lnext);
-    free(p->gprev);
-    free(p->gnext);
-    free(p->cached);
-    free(p->touched);
-    free(p->stamp);
+    free(p->node);
     free(p->layer);
     free(p);
 }
