@@ -206,6 +206,24 @@ static void xfer_release(memsys *m, uint32_t i) {
     m->free_xf = i;
 }
 
+/* A new transfer, every field set one by one: as a compound literal GCC zeroed the struct with
+ * `rep stos`, whose start-up was a quarter of mem_load's time (bench/README.md). */
+static inline void xfer_start(memsys_xfer *x, uint32_t layer, uint32_t expert, uint32_t p,
+                              uint32_t parts, policy_class cls, bool via_ssd, uint64_t seq) {
+    _Static_assert(sizeof(memsys_xfer) == 96, "a field added to memsys_xfer is set here too");
+    x->layer = layer;
+    x->expert = expert;
+    x->prec = (uint8_t)p;
+    x->parts = (uint8_t)parts;
+    x->cls = x->issued_cls = (uint8_t)cls;
+    x->parts_done = x->queued = 0;
+    x->via_ssd = via_ssd;
+    x->from_policy = true;
+    x->bytes = 0; /* xfer_layout: bytes and part_end */
+    for (int e = 0; e < MEMSYS_ENGINES; e++) x->sent[e] = x->done[e] = 0, x->next[e] = 0;
+    x->seq = seq;
+}
+
 /* Byte layout of a transfer: its parts in gate, up, down order. */
 static void xfer_layout(memsys *m, memsys_xfer *x) {
     uint64_t off = 0;
@@ -694,15 +712,7 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
     }
     uint32_t i = xfer_alloc(m);
     memsys_xfer *x = &m->xf[i];
-    *x = (memsys_xfer){.layer = layer,
-                       .expert = expert,
-                       .prec = (uint8_t)p,
-                       .parts = (uint8_t)need,
-                       .cls = (uint8_t)cls,
-                       .issued_cls = (uint8_t)cls,
-                       .via_ssd = m->on_ssd[lep],
-                       .from_policy = true,
-                       .seq = m->xfer_seq++};
+    xfer_start(x, layer, expert, p, need, cls, m->on_ssd[lep], m->xfer_seq++);
     xfer_layout(m, x);
     uint32_t *loading_xfer = m->xfer_of + lep * PART_COUNT;
     if (need == POLICY_PARTS_ALL) { /* the common case, a whole expert: the loop below unrolled */
