@@ -125,6 +125,8 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
     c->pin_epoch = 1;
     c->key = key;
     c->key_ctx = key_ctx;
+    /* a count per access is a store to a line of its own: only for keys that read it */
+    c->counts_uses = key != expert_cache_key_lru && key != expert_cache_key_next_use;
     c->stored_key = moesim_xcalloc(n, sizeof *c->stored_key);
     c->active_slot = moesim_xcalloc(pp->n_experts, sizeof *c->active_slot);
     if (scope == EXPERT_CACHE_LAYER &&
@@ -701,7 +703,7 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
         if (plan->run[a] == POLICY_RUN_SKIP &&
             acquire(c, r->layer, e, POLICY_DEMAND) != POLICY_REFUSED)
             plan->run[a] = (uint8_t)c->precision;
-        c->uses[row + e]++;
+        if (c->counts_uses) c->uses[row + e]++;
         if (to_head) {
             if (c->held_pos[row + e] != NOT_HELD) move_to_head(c, row + e, r->layer);
         } else if (!c->keys_after_route) {

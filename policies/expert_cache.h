@@ -82,7 +82,9 @@ struct expert_cache {
     uint64_t total_held;
     uint64_t *last_use; /* [n_layers][n_experts] tick of the latest access, 0: never */
     uint64_t *uses;     /* [n_layers][n_experts] accesses so far (see expert_cache_halve), or
-                           since the expert's current copy was loaded (count_per_copy) */
+                           since the expert's current copy was loaded (count_per_copy); not
+                           counted under the LRU and next-use keys, which never read them */
+    bool counts_uses;
     bool count_per_copy; /* a load restarts the expert's use count (set after init) */
     /* the policy re-stores the keys of a route's experts once the route is over (set after
      * init; oracle: their next use moves on only then), so plan_route does not: they are pinned
