@@ -84,7 +84,7 @@ struct expert_cache {
     uint64_t *uses;     /* [n_layers][n_experts] accesses so far (see expert_cache_halve), or
                            since the expert's current copy was loaded (count_per_copy); not
                            counted under the LRU and next-use keys, which never read them */
-    bool counts_uses;
+    bool counts_uses;   /* uses is kept (every key but LRU and next use; set at init) */
     bool count_per_copy; /* a load restarts the expert's use count (set after init) */
     /* the policy re-stores the keys of a route's experts once the route is over (set after
      * init; oracle: their next use moves on only then), so plan_route does not: they are pinned

@@ -46,7 +46,7 @@ typedef struct lru_link {
 } lru_link;
 
 /* A node's state in one place: every access reads and relinks it, and in five arrays its
- * fields were five cache lines (bench/README.md: 2-4 % of a run's CPU time). */
+ * fields were five cache lines (bench/README.md: 1-4 % of a run's CPU time). */
 typedef struct lru_node {
     lru_link layer, global; /* on its layer's list; on the global list (scope global) */
     uint32_t stamp;         /* latest route that needs the node */
