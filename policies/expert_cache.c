@@ -4,11 +4,11 @@
  * Layout: per layer, a compact list of held expert ids (held_ids, with held_pos as its inverse)
  * so a layer-scope victim search scans only what is held (at most the pool), never all E. Every
  * held expert's key is stored (stored_key) when it is held and whenever it may change
- * (expert_cache_refresh_layer), so a search compares stored keys instead of calling the key function
- * per candidate. Global scope adds an indexed binary max-heap over every held expert (heap_le,
- * heap_pos as its inverse, heap_key the stored keys in heap order so a compare reads no slot)
- * whose root is the next victim; pinned roots are popped aside during a search and pushed back
- * with fresh keys. Recency ticks and use counts are per (layer, expert) and
+ * (expert_cache_refresh_layer), so a search compares stored keys instead of calling the key
+ * function per candidate. Global scope adds an indexed 4-ary max-heap over every held expert (heap,
+ * each entry a slot and its stored key so a compare reads no slot; heap_pos its inverse) whose root
+ * is the next victim; pinned roots are popped aside during a search and pushed back with fresh
+ * keys. Recency ticks and use counts are per (layer, expert) and
  * count (token, slot) accesses. Pins are epoch stamps: a new route bumps the epoch instead of
  * clearing. No allocation after init. */
 #include "policies/expert_cache.h"
@@ -139,8 +139,7 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
         for (uint32_t l = 0; l < pp->n_layers; l++) c->order_head[l] = c->order_tail[l] = NO_HEAP;
     }
     if (scope == EXPERT_CACHE_GLOBAL) {
-        c->heap_le = moesim_xcalloc(n, sizeof *c->heap_le);
-        c->heap_key = moesim_xcalloc(n, sizeof *c->heap_key);
+        c->heap = moesim_xcalloc(n, sizeof *c->heap);
         c->heap_pos = moesim_xmalloc(n * sizeof *c->heap_pos);
         for (size_t i = 0; i < n; i++) c->heap_pos[i] = NO_HEAP;
         c->scratch = moesim_xcalloc(n, sizeof *c->scratch);
@@ -162,8 +161,7 @@ void expert_cache_free(expert_cache *c) {
     free(c->order_linked);
     free(c->order_head);
     free(c->order_tail);
-    free(c->heap_le);
-    free(c->heap_key);
+    free(c->heap);
     free(c->heap_pos);
     free(c->scratch);
     memset(c, 0, sizeof *c);
@@ -314,7 +312,7 @@ void expert_cache_halve(expert_cache *c) {
     if (c->heap_pos) heap_rebuild(c);
 }
 
-/* ---- the global-scope heap: entry i's parent is (i - 1) / 2; the root is the victim ---- */
+/* ---- the global-scope heap, whose root is the victim ---- */
 
 /* True when slot a (= layer * E + expert) with key ka is evicted before slot b with key kb: by
  * key, then lower layer, then lower expert, which is slot order. Primaries mostly differ (a
@@ -326,58 +324,71 @@ static inline bool key_before(expert_cache_key ka, size_t a, expert_cache_key kb
     return (ka.secondary > kb.secondary) | ((ka.secondary == kb.secondary) & (a < b));
 }
 
-/* True when heap entry i is evicted before heap entry j. */
-static inline bool heap_before(const expert_cache *c, uint32_t i, uint32_t j) {
-    return key_before(c->heap_key[i], c->heap_le[i], c->heap_key[j], c->heap_le[j]);
+/* The heap is 4-ary: entry i's parent is (i - 1) / 4, its children 4i + 1 .. 4i + 4, side by
+ * side. An access moves its expert's key up the heap (a next use moves on) by half the levels of
+ * a binary heap, where the sift up after each access was an eighth of an `oracle` run. */
+#define HEAP_ARITY 4
+
+/* True when heap entry a is evicted before heap entry b. */
+static inline bool entry_before(const expert_cache_heap_entry *a,
+                                const expert_cache_heap_entry *b) {
+    return key_before(a->key, a->le, b->key, b->le);
 }
 
-static void heap_place(expert_cache *c, uint32_t i, uint32_t le, expert_cache_key k) {
-    c->heap_le[i] = le;
-    c->heap_key[i] = k;
-    c->heap_pos[le] = i;
+static inline void heap_place(expert_cache *c, uint32_t i, expert_cache_heap_entry e) {
+    c->heap[i] = e;
+    c->heap_pos[e.le] = i;
+}
+
+/* The child of i evicted first among those below `n` entries (i has at least one). */
+static inline uint32_t heap_first_child(const expert_cache *c, uint32_t i, uint32_t n) {
+    uint32_t first = HEAP_ARITY * i + 1, end = first + HEAP_ARITY < n ? first + HEAP_ARITY : n;
+    uint32_t best = first;
+    for (uint32_t k = first + 1; k < end; k++)
+        if (entry_before(&c->heap[k], &c->heap[best])) best = k;
+    return best;
 }
 
 /* The sifts carry the moving entry in a hole and place it once, where it stops. */
 static void heap_up(expert_cache *c, uint32_t i) {
-    uint32_t le = c->heap_le[i];
-    expert_cache_key k = c->heap_key[i];
+    expert_cache_heap_entry e = c->heap[i];
     for (uint32_t up; i > 0; i = up) {
-        up = (i - 1) / 2;
-        if (!key_before(k, le, c->heap_key[up], c->heap_le[up])) break;
-        heap_place(c, i, c->heap_le[up], c->heap_key[up]);
+        up = (i - 1) / HEAP_ARITY;
+        if (!entry_before(&e, &c->heap[up])) break;
+        heap_place(c, i, c->heap[up]);
     }
-    heap_place(c, i, le, k);
+    heap_place(c, i, e);
 }
 
 static void heap_down(expert_cache *c, uint32_t i) {
-    uint32_t le = c->heap_le[i];
-    expert_cache_key k = c->heap_key[i];
-    for (uint32_t child; (child = 2 * i + 1) < c->n_heap; i = child) {
-        if (child + 1 < c->n_heap && heap_before(c, child + 1, child)) child++;
-        if (!key_before(c->heap_key[child], c->heap_le[child], k, le)) break;
-        heap_place(c, i, c->heap_le[child], c->heap_key[child]);
+    expert_cache_heap_entry e = c->heap[i];
+    while (HEAP_ARITY * i + 1 < c->n_heap) {
+        uint32_t child = heap_first_child(c, i, c->n_heap);
+        if (!entry_before(&c->heap[child], &e)) break;
+        heap_place(c, i, c->heap[child]);
+        i = child;
     }
-    heap_place(c, i, le, k);
+    heap_place(c, i, e);
 }
 
 static void heap_push(expert_cache *c, uint32_t le) {
     uint32_t i = c->n_heap++;
-    heap_place(c, i, le, c->stored_key[le]);
+    heap_place(c, i, (expert_cache_heap_entry){c->stored_key[le], le});
     heap_up(c, i);
 }
 
-/* Removes entry i bottom-up: the hole left at i sinks to a leaf by the earlier child (one compare
- * a level, not two), then the last entry fills it and rises; it came from the bottom and seldom
- * rises far. */
+/* Removes entry i bottom-up: the hole left at i sinks to a leaf by the earliest child, then the
+ * last entry fills it and rises; it came from the bottom and seldom rises far. */
 static void heap_remove_at(expert_cache *c, uint32_t i) {
     uint32_t last = --c->n_heap;
-    c->heap_pos[c->heap_le[i]] = NO_HEAP;
+    c->heap_pos[c->heap[i].le] = NO_HEAP;
     if (i == last) return;
-    for (uint32_t child; (child = 2 * i + 1) < last; i = child) {
-        if (child + 1 < last && heap_before(c, child + 1, child)) child++;
-        heap_place(c, i, c->heap_le[child], c->heap_key[child]);
+    while (HEAP_ARITY * i + 1 < last) {
+        uint32_t child = heap_first_child(c, i, last);
+        heap_place(c, i, c->heap[child]);
+        i = child;
     }
-    heap_place(c, i, c->heap_le[last], c->heap_key[last]);
+    heap_place(c, i, c->heap[last]);
     heap_up(c, i);
 }
 
@@ -411,7 +422,7 @@ static void refresh(expert_cache *c, size_t le, uint32_t layer, uint32_t expert)
     expert_cache_key old = c->stored_key[le], k = key_of(c, le, layer, expert);
     c->stored_key[le] = k;
     uint32_t i = c->heap_pos[le];
-    c->heap_key[i] = k;
+    c->heap[i].key = k;
     /* the heap was in order with the old key: the new one moves the entry one way only */
     if (key_before(k, le, old, le))
         heap_up(c, i);
@@ -421,8 +432,8 @@ static void refresh(expert_cache *c, size_t le, uint32_t layer, uint32_t expert)
 
 /* Restores the heap order after every stored key changed. */
 static void heap_rebuild(expert_cache *c) {
-    for (uint32_t i = 0; i < c->n_heap; i++) c->heap_key[i] = c->stored_key[c->heap_le[i]];
-    for (uint32_t i = c->n_heap / 2; i-- > 0;) heap_down(c, i);
+    for (uint32_t i = 0; i < c->n_heap; i++) c->heap[i].key = c->stored_key[c->heap[i].le];
+    for (uint32_t i = c->n_heap / HEAP_ARITY + 1; i-- > 0;) heap_down(c, i);
 }
 
 static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
@@ -497,7 +508,7 @@ static bool heap_find_victim(expert_cache *c, uint32_t *victim_layer, uint32_t *
     uint32_t n_aside = 0;
     bool found = false;
     while (c->n_heap > 0) {
-        uint32_t le = c->heap_le[0];
+        uint32_t le = c->heap[0].le;
         if (c->pin[le] != c->pin_epoch) {
             *victim_layer = le / c->n_experts, *victim_expert = le % c->n_experts;
             found = true;

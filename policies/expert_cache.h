@@ -62,6 +62,13 @@ typedef struct expert_cache_key {
     uint64_t primary, secondary;
 } expert_cache_key;
 
+/* A global-scope heap entry: a held expert's slot (layer * E + expert) and its stored key, side
+ * by side, so that a compare on a sift reads one line. */
+typedef struct expert_cache_heap_entry {
+    expert_cache_key key;
+    uint32_t le;
+} expert_cache_heap_entry;
+
 typedef struct expert_cache expert_cache;
 typedef expert_cache_key (*expert_cache_key_fn)(const expert_cache *c, const void *ctx,
                                                 uint32_t layer, uint32_t expert);
@@ -110,10 +117,9 @@ struct expert_cache {
     uint32_t *order_head, *order_tail; /* [n_layers] */
     uint8_t *order_linked;             /* [n_layers * n_experts] */
 
-    /* global scope: max-heap (victim first) of held experts by stored key */
-    uint32_t *heap_le;          /* [n_layers * n_experts] layer * E + expert */
-    expert_cache_key *heap_key; /* [n_layers * n_experts] heap_le[i]'s stored key, beside it */
-    uint32_t *heap_pos;         /* [n_layers * n_experts] index in the heap, or UINT32_MAX */
+    /* global scope: 4-ary max-heap (victim first) of held experts by stored key */
+    expert_cache_heap_entry *heap; /* [n_layers * n_experts] */
+    uint32_t *heap_pos;            /* [n_layers * n_experts] index in the heap, or UINT32_MAX */
     uint32_t *scratch;          /* [n_layers * n_experts] pinned entries set aside in a search */
     uint32_t n_heap;
 
