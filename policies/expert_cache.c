@@ -632,6 +632,23 @@ static inline policy_mem_result acquire(expert_cache *c, uint32_t layer, uint32_
     return acquire_absent(c, layer, expert, cls);
 }
 
+/* Fetches the per-slot state that the accesses of experts[0..n) of the layer whose first slot is
+ * `row` read, all at once: each array holds a slot in a line of its own, and one access after
+ * the other missed on each of them in turn. */
+static void prefetch_slots(const expert_cache *c, size_t row, const uint16_t *experts, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        MOESIM_ASSERT(experts[i] < c->n_experts);
+        size_t s = row + experts[i];
+        __builtin_prefetch(&c->held_pos[s]);
+        __builtin_prefetch(&c->last_use[s]);
+        __builtin_prefetch(&c->stored_key[s]);
+        if (c->order_linked) {
+            __builtin_prefetch(&c->order_prev[s]);
+            __builtin_prefetch(&c->order_next[s]);
+        }
+    }
+}
+
 /* The library is built as position-independent code, where a call to an exported function is
  * never inlined (it may be interposed): the cache's own paths call the static functions above,
  * the policies these. */
@@ -697,6 +714,7 @@ uint32_t expert_cache_plan_route(expert_cache *c, const policy_route *r, policy_
     /* the route's experts run together: none is the victim of a load for the route */
     expert_cache_pin_active(c, r);
     size_t row = (size_t)r->layer * c->n_experts;
+    prefetch_slots(c, row, r->active, r->n_active);
     size_t n = (size_t)r->n_tokens * r->top_k;
     /* each access below is the newest: under recency order refresh's answer is known, and its
      * tests cost a tenth of a per-layer LRU's route */
