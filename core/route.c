@@ -27,14 +27,12 @@ uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *exp
         seen[e >> 6] |= 1ull << (e & 63);
         if ((uint32_t)(e >> 6) >= words) words = (uint32_t)(e >> 6) + 1;
     }
-    uint32_t gen = ++*rs->stamp_gen;
     uint32_t n_active = 0;
     for (uint32_t w = 0; w < words; w++) {
         uint64_t word = seen[w];
         seen[w] = 0;
         for (uint64_t bits = word; bits; bits &= bits - 1) {
             uint16_t e = (uint16_t)(w * 64 + (uint32_t)__builtin_ctzll(bits));
-            rs->stamp[e] = gen;
             rs->slot[e] = n_active;
             rs->active[n_active] = e;
             rs->active_tokens[n_active] = 0;
@@ -52,10 +50,10 @@ uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *exp
     return n_active;
 }
 
-void sim_route_prefetch_account(const sim_route_scratch *rs, uint32_t n_active,
-                                const uint16_t *step_experts, uint32_t n_step_slots, uint8_t *mark,
-                                uint32_t E, uint32_t *pf_count, uint64_t *pf_hit,
-                                uint64_t *pf_active, uint64_t *pf_issued_sets) {
+void sim_route_prefetch_account(const sim_route_scratch *rs, const uint16_t *step_experts,
+                                uint32_t n_step_slots, uint8_t *mark, uint32_t E,
+                                uint32_t *pf_count, uint64_t *pf_hit, uint64_t *pf_active,
+                                uint64_t *pf_issued_sets) {
     if (!*pf_count) return;
     /* the prefetched set S of this layer against the activated set A */
     uint32_t both = 0, n_layer_active = 0;
@@ -72,9 +70,6 @@ void sim_route_prefetch_account(const sim_route_scratch *rs, uint32_t n_active,
     *pf_issued_sets += *pf_count;
     memset(mark, 0, E);
     *pf_count = 0;
-    /* restore this route's slot stamps (the pass above reused the stamp array) */
-    uint32_t gen = ++*rs->stamp_gen;
-    for (uint32_t a = 0; a < n_active; a++) rs->stamp[rs->active[a]] = gen;
 }
 
 void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *experts,

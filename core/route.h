@@ -13,8 +13,7 @@
  *
  * Both work on route scratch arrays the host owns (sim_route_scratch borrows them). Units:
  * experts, tokens and slots are indices; gate mass is the sum of the routed gates. Invariants:
- * `active` is strictly ascending; `slot[active[a]] == a`; on return every expert of `active` (and
- * only those) carries the host's current stamp generation. */
+ * `active` is strictly ascending; `slot[active[a]] == a`. */
 #ifndef MOESIM_CORE_ROUTE_H
 #define MOESIM_CORE_ROUTE_H
 
@@ -28,8 +27,8 @@
 
 /* The host's route scratch, borrowed: every array is [E] (experts per layer). */
 typedef struct sim_route_scratch {
-    uint32_t *stamp;         /* [E] generation an expert was last seen in */
-    uint32_t *stamp_gen;     /* the host's current generation (bumped here) */
+    uint32_t *stamp;         /* [E] generation an expert was last seen in (a pass's own) */
+    uint32_t *stamp_gen;     /* the host's latest generation (bumped by a pass that stamps) */
     uint16_t *active;        /* [E] the route's distinct experts, ascending */
     uint32_t *slot;          /* [E] expert -> its index in active */
     uint32_t *active_tokens; /* [E] tokens routed to active[a] */
@@ -51,12 +50,11 @@ uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *exp
  * count prefetch hits the same way: when the layer has prefetched sets (*pf_count > 0), counts
  * the distinct experts of the whole step `step_experts` ([n_step_slots], borrowed) into
  * *pf_active, those also marked in `mark` ([E], the layer's prefetched set S) into *pf_hit, adds
- * *pf_count to *pf_issued_sets, then clears `mark` and *pf_count. Restores the stamps of the
- * route's `n_active` experts (rs->active) so the route's stamp invariant still holds. */
-void sim_route_prefetch_account(const sim_route_scratch *rs, uint32_t n_active,
-                                const uint16_t *step_experts, uint32_t n_step_slots, uint8_t *mark,
-                                uint32_t E, uint32_t *pf_count, uint64_t *pf_hit,
-                                uint64_t *pf_active, uint64_t *pf_issued_sets);
+ * *pf_count to *pf_issued_sets, then clears `mark` and *pf_count. Uses the scratch's stamps. */
+void sim_route_prefetch_account(const sim_route_scratch *rs, const uint16_t *step_experts,
+                                uint32_t n_step_slots, uint8_t *mark, uint32_t E,
+                                uint32_t *pf_count, uint64_t *pf_hit, uint64_t *pf_active,
+                                uint64_t *pf_issued_sets);
 
 /* What one route's accesses did, for the run's totals (hit rate and precision mix). */
 typedef struct sim_route_tally {

@@ -181,7 +181,7 @@ static void run_route(run_loop *rl, uint64_t step, uint32_t layer, uint32_t i0, 
     uint32_t n_active = sim_route_active_build(&rs, rl->r_experts + (size_t)i0 * K,
                                                rl->r_gates + (size_t)i0 * K, (i1 - i0) * K);
     if (first_of_layer)
-        sim_route_prefetch_account(&rs, n_active, rl->r_experts, rl->step_n * K,
+        sim_route_prefetch_account(&rs, rl->r_experts, rl->step_n * K,
                                    ms->pf_mark + (size_t)layer * rl->E, rl->E, &ms->pf_count[layer],
                                    &rl->pf_hit, &rl->pf_active, &rl->pf_issued_sets);
     catch_up(rl); /* the router's output is known: the host decides now */
