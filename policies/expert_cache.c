@@ -5,12 +5,12 @@
  * so a layer-scope victim search scans only what is held (at most the pool), never all E. Every
  * held expert's key is stored (stored_key) when it is held and whenever it may change
  * (expert_cache_refresh_layer), so a search compares stored keys instead of calling the key
- * function per candidate. Global scope adds an indexed 4-ary max-heap over every held expert (heap,
- * each entry a slot and its stored key so a compare reads no slot; heap_pos its inverse) whose root
- * is the next victim; pinned roots are popped aside during a search and pushed back with fresh
- * keys. Recency ticks and use counts are per (layer, expert) and
- * count (token, slot) accesses. Pins are epoch stamps: a new route bumps the epoch instead of
- * clearing. No allocation after init. */
+ * function per candidate. Global scope adds an indexed 4-ary max-heap over every held expert
+ * (heap, each entry a slot and its stored key so a compare reads no slot; heap_pos its inverse)
+ * whose root is the next victim; pinned roots are popped aside during a search and pushed back
+ * with fresh keys. Recency ticks and use counts are per (layer, expert) and count (token, slot)
+ * accesses. Pins are epoch stamps: a new route bumps the epoch instead of clearing. No
+ * allocation after init. */
 #include "policies/expert_cache.h"
 
 #include <stdio.h>
