@@ -93,6 +93,20 @@ static void print_text(const sim_result *r, const char *trace_path, const char *
         printf("%s: %g\n", r->policy_report_names[i], r->policy_report_values[i]);
 }
 
+/* The first option of a run given (a listing takes none of them), or NULL. */
+static const char *run_option_given(const cli_sim_options *o, const char *model_name) {
+    if (o->trace_path) return "--trace";
+    if (o->hw_name) return "--hw";
+    if (o->policy_name) return "--policy";
+    if (model_name) return "--model";
+    if (o->n_sets) return "--set";
+    if (o->n_files) return "--config";
+    if (o->json) return "--json";
+    if (o->timeline_path) return "--timeline";
+    if (o->timeline_window_text) return "--timeline-window";
+    return NULL;
+}
+
 int cmd_sim(int argc, char **argv) {
     static const struct option own[] = {{"model", required_argument, NULL, 'm'},
                                         {"list-policies", no_argument, NULL, 'L'},
@@ -121,8 +135,11 @@ int cmd_sim(int argc, char **argv) {
             return cli_getopt_error("sim", c, argc, argv, opts);
         }
     }
+    const char *unused = list ? run_option_given(&o, model_name) : NULL;
     if (optind < argc)
         rc = cli_usage_error("sim", "unexpected argument '%s'", argv[optind]);
+    else if (unused) /* a listing reads none: taking one in silence hides a typo'd command */
+        rc = cli_usage_error("sim", "--list-policies takes only --policy-lib, got %s", unused);
     else
         rc = cli_sim_options_check("sim", &o, !list);
     if (!rc && list) {

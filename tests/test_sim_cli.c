@@ -100,6 +100,12 @@ Test(sim_cli, config_file_sets_policy_knobs_and_listing_shows_policies) {
     cr_assert_eq(
         test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--list-policies", NULL), 0);
     cr_assert(strstr(out, "ondemand") && strstr(out, "lru.scope"), "%s", out);
+    /* a listing reads no run option: one given is refused, not ignored */
+    cr_assert_eq(test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--list-policies",
+                                 "--set", "bogus", NULL),
+                 2);
+    cr_assert(strstr(errbuf, "--list-policies takes only --policy-lib, got --set") != NULL, "%s",
+              errbuf);
     cr_assert_eq(test_run_moesim(out, sizeof out, errbuf, sizeof errbuf, "sim", "--help", NULL), 0);
     const char *knobs[] = {"memory.budget_gb", "cache.experts_per_layer", "expert.precision",
                            "batch.size", "predictor.accuracy"};
