@@ -9,8 +9,10 @@
  * MLA / linear-attention fields are nonzero only for their attention kind. */
 #include "common/model.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/atomic_file.h"
@@ -119,6 +121,18 @@ static moesim_status key_error(config *c, moesim_error *err, const char *section
     return moesim_fail(err, MOESIM_EINPUT, "%s: [%s] %s: %s", where, section, key, what);
 }
 
+/* A layer index at *p (digits alone: no sign, no space) into *v, *p moved past it; false when
+ * there is none. One past the largest layer count stands for a value too large to hold. */
+static bool parse_layer_index(const char **p, unsigned long *v) {
+    if (**p < '0' || **p > '9') return false;
+    char *end;
+    errno = 0;
+    *v = strtoul(*p, &end, 10);
+    if (errno == ERANGE || *v > MODEL_MAX_LAYERS) *v = MODEL_MAX_LAYERS + 1ul;
+    *p = end;
+    return true;
+}
+
 /* "all" or comma-separated "a" / "a-b" items, 0-based and inside [0, n_layers). */
 static moesim_status parse_moe_layers(config *c, const char *spec, uint32_t n_layers, bool *is_moe,
                                       moesim_error *err) {
@@ -130,28 +144,24 @@ static moesim_status parse_moe_layers(config *c, const char *spec, uint32_t n_la
     const char *p = spec;
     for (;;) {
         while (*p == ' ') p++;
-        unsigned long lo, hi;
-        int used = 0;
-        if (sscanf(p, "%lu-%lu%n", &lo, &hi, &used) == 2 && used > 0 && p[0] >= '0' &&
-            p[0] <= '9') {
-            /* a range */
-        } else if (sscanf(p, "%lu%n", &lo, &used) == 1 && used > 0 && p[0] >= '0' && p[0] <= '9') {
-            hi = lo;
-        } else {
+        const char *item = p;
+        unsigned long lo = 0, hi;
+        bool ok = parse_layer_index(&p, &lo);
+        hi = lo;
+        if (ok && *p == '-') p++, ok = parse_layer_index(&p, &hi);
+        if (!ok)
             return key_error(c, err, "layers", "moe_layers",
                              "expected 'all' or layer ranges like '1-26' or '0-3,8', got '%s'",
                              spec);
-        }
         if (lo > hi || hi >= n_layers)
             return key_error(c, err, "layers", "moe_layers",
-                             "range %lu-%lu is not inside layers 0-%u (n_layers = %u)", lo, hi,
-                             n_layers - 1, n_layers);
+                             "range %.*s is not inside layers 0-%u (n_layers = %u)",
+                             (int)(p - item), item, n_layers - 1, n_layers);
         for (unsigned long l = lo; l <= hi; l++) {
             if (is_moe[l])
                 return key_error(c, err, "layers", "moe_layers", "layer %lu listed twice", l);
             is_moe[l] = true;
         }
-        p += used;
         while (*p == ' ') p++;
         if (!*p) return MOESIM_OK;
         if (*p != ',')

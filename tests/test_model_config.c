@@ -462,6 +462,12 @@ static const bad_case bad_cases[] = {
      "[attention] kv_heads: expected a divisor of heads (32), got 6"},
     {"mixtral-8x7b", "moe_layers =", NULL, "moe_layers = 0-32", true,
      "[layers] moe_layers: range 0-32 is not inside layers 0-31 (n_layers = 32)"},
+    /* echoed as typed: a value too large for an integer is not shown wrapped or saturated */
+    {"mixtral-8x7b", "moe_layers =", NULL, "moe_layers = 0-99999999999999999999999", true,
+     "[layers] moe_layers: range 0-99999999999999999999999 is not inside layers 0-31 (n_layers = "
+     "32)"},
+    {"mixtral-8x7b", "moe_layers =", NULL, "moe_layers = 3--5", true,
+     "[layers] moe_layers: expected 'all' or layer ranges like '1-26' or '0-3,8', got '3--5'"},
     {"mixtral-8x7b", "moe_layers =", NULL, "moe_layers = 0-3,2", true,
      "[layers] moe_layers: layer 2 listed twice"},
     {"mixtral-8x7b", "moe_layers =", NULL, "moe_layers = most", true,
