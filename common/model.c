@@ -148,7 +148,10 @@ static moesim_status parse_moe_layers(config *c, const char *spec, uint32_t n_la
         unsigned long lo = 0, hi;
         bool ok = parse_layer_index(&p, &lo);
         hi = lo;
-        if (ok && *p == '-') p++, ok = parse_layer_index(&p, &hi);
+        if (ok && *p == '-') {
+            p++;
+            ok = parse_layer_index(&p, &hi);
+        }
         if (!ok)
             return key_error(c, err, "layers", "moe_layers",
                              "expected 'all' or layer ranges like '1-26' or '0-3,8', got '%s'",
