@@ -775,7 +775,8 @@ static policy_mem_result mem_evict(policy_mem *m, uint32_t layer, uint32_t exper
         /* byte by byte: part_drop just stored one of them, and a wider load of it would wait
          * for the store to retire (no store forwarding; 3 % of a `firm-moe` run) */
         const uint8_t *st = m->state + lep * PART_COUNT;
-        _Static_assert(POLICY_ABSENT == 0, "absent parts or to zero");
+        _Static_assert(POLICY_ABSENT == 0,
+                       "the three bytes OR to zero exactly when all are absent");
         if ((st[0] | st[1] | st[2]) == POLICY_ABSENT) m->pf_unused[lep] = 0;
         return POLICY_ISSUED;
     }
