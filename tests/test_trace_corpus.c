@@ -377,7 +377,7 @@ static void write_chunk0(const char *p, const char *name, uint32_t mask, const v
                          size_t len) {
     hid_t f = open_rw(p);
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
-    hsize_t offset[1] = {0};
+    hsize_t offset[4] = {0}; /* of any rank up to the look-ahead rows' */
     cr_assert_geq(H5Dwrite_chunk(d, H5P_DEFAULT, mask, offset, len, bytes), 0);
     H5Dclose(d);
     H5Fclose(f);
@@ -549,6 +549,48 @@ Test(trace_corpus, a_whole_chunk_stored_with_deflate_skipped_reads_back) {
     cr_assert_eq(trace_read(path, &t, &e), MOESIM_OK, "%s", e.msg);
     cr_assert_arr_eq(t->phase, base->phase, N);
     trace_destroy(t);
+    trace_destroy(base);
+}
+
+/* The streaming reader (the simulator's) reads the routing rows during the run, in chunks of
+ * its own and through HDF5 from the first chunk stored otherwise: a whole chunk stored with
+ * both filters skipped reads back there too, and a short one is refused as trace_read refuses
+ * it, when the run reaches the dataset (trace_stream_check_rest reports it). */
+static moesim_status stream_expert_ids(const char *path, uint16_t *ids, moesim_error *err) {
+    trace_stream *s = NULL;
+    trace_stream_options on_read = {.check_rows_on_read = true};
+    moesim_status st = trace_stream_open_with(path, &on_read, &s, err);
+    for (uint64_t i = 0; !st && i < N; i++) {
+        uint64_t local;
+        const trace *block = trace_stream_row(s, i, &local);
+        memcpy(ids + i * L * K, trace_experts(block, local, 0), sizeof *ids * L * K);
+    }
+    if (!st) st = trace_stream_check_rest(s, err);
+    trace_stream_close(s);
+    return st;
+}
+
+Test(trace_corpus, the_stream_reads_a_whole_unfiltered_chunk_and_refuses_a_short_one) {
+    quiet_hdf5();
+    const char *path = test_tmp_path("stream-unfiltered.h5");
+    write_base(path);
+    trace *base = make_base();
+    write_chunk0(path, "/routing/expert_ids", 3, base->expert_ids,
+                 sizeof *base->expert_ids * N * L * K);
+    uint16_t ids[N * L * K];
+    moesim_error err = {0};
+    cr_assert_eq(stream_expert_ids(path, ids, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_arr_eq(ids, base->expert_ids, sizeof ids);
+
+    uint8_t one = 0;
+    write_chunk0(path, "/routing/expert_ids", 3, &one, 1);
+    cr_assert_neq(stream_expert_ids(path, ids, &err), MOESIM_OK);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "%s: /routing/expert_ids: cannot read its data (truncated or corrupt: chunk at [0]: "
+             "stored unfiltered but shorter than a chunk)",
+             path);
+    cr_assert_str_eq(err.msg, want);
     trace_destroy(base);
 }
 

@@ -49,6 +49,7 @@
  * bench/README.md, "Chunks kept until their rows are taken"). */
 typedef struct stream_chunk {
     hsize_t rows; /* rows per chunk; 0: read through H5Dread */
+    bool filters_checked; /* trace_read_skipped_filters_check ran (before the first H5Dread) */
     size_t row_bytes;   /* of the file's rows */
     uint32_t distances; /* look-ahead rows chunked one distance each: D (chunk j * D + d of the
                            cache holds distance d of row chunk j); else 1 */
@@ -221,8 +222,13 @@ static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64
             }
         }
     }
-    if (!c->rows) return read_rows(&s->r, spec, s->o.ds[i], first, n, want, dst);
-    return MOESIM_OK;
+    if (c->rows) return MOESIM_OK;
+    if (!c->filters_checked) { /* as trace_read checks before HDF5 reads the dataset */
+        moesim_status st = trace_read_skipped_filters_check(&s->r, spec, s->o.ds[i]);
+        if (st) return st;
+        c->filters_checked = true;
+    }
+    return read_rows(&s->r, spec, s->o.ds[i], first, n, want, dst);
 }
 
 /* Reads tokens [first, first + n) of datasets [from, to) into `block` (sized for at least n):
@@ -483,9 +489,6 @@ static moesim_status stream_chunks_init(trace_stream *s) {
         const dataset_spec *spec = &s->o.specs[i];
         c->row_bytes = spec->size;
         for (int d = 1; d < spec->rank; d++) c->row_bytes *= spec->dims[d];
-        /* a dataset (or a chunk of it) HDF5 reads: checked as trace_read checks it */
-        moesim_status st = trace_read_skipped_filters_check(&s->r, spec, s->o.ds[i]);
-        if (st) return st;
         c->rows = trace_read_chunk_rows(spec, s->o.ds[i], &c->distances);
         c->run_bytes = spec->rank == 4 ? spec->size * spec->dims[3] : 0;
         size_t bytes = c->rows * c->row_bytes / c->distances;
