@@ -14,34 +14,42 @@
 #include "traces/trace.h"
 
 uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *experts,
-                                const float *gates, uint32_t n_slots) {
+                                const float *gates, uint32_t n_slots, bool one_token) {
     /* distinct active experts, ascending: a bitmap of expert ids read out word by word (sorting
      * the list instead mispredicted most of its comparisons), and cleared as it is read (a
-     * bitmap cleared whole per route cost a sixth of this function) */
+     * bitmap cleared whole per route cost a sixth of this function). One token's row names an
+     * expert once (the trace's checks): its slot, kept in the slot map until the readout, gives
+     * the expert's one gate, and no pass over the slots counts them. */
     uint64_t *seen = rs->seen;
     uint32_t words = 0;
+    uint64_t repeats = 0;
     for (uint32_t i = 0; i < n_slots; i++) {
         uint16_t e = experts[i];
         if (e == TRACE_NO_EXPERT) continue;
         MOESIM_ASSERT(e < MODEL_MAX_EXPERTS);
-        seen[e >> 6] |= 1ull << (e & 63);
+        uint64_t bit = 1ull << (e & 63);
+        repeats |= seen[e >> 6] & bit;
+        seen[e >> 6] |= bit;
+        if (one_token) rs->slot[e] = i;
         if ((uint32_t)(e >> 6) >= words) words = (uint32_t)(e >> 6) + 1;
     }
+    MOESIM_ASSERT(!one_token || !repeats);
     uint32_t n_active = 0;
     for (uint32_t w = 0; w < words; w++) {
         uint64_t word = seen[w];
         seen[w] = 0;
         for (uint64_t bits = word; bits; bits &= bits - 1) {
             uint16_t e = (uint16_t)(w * 64 + (uint32_t)__builtin_ctzll(bits));
+            rs->active_tokens[n_active] = one_token;
+            /* 0 + gate as the sum over slots gives it (a gate of -0 sums to +0) */
+            rs->active_gate[n_active] = one_token ? 0.0f + gates[rs->slot[e]] : 0;
             rs->slot[e] = n_active;
             rs->active[n_active] = e;
-            rs->active_tokens[n_active] = 0;
-            rs->active_gate[n_active] = 0;
             rs->plan[n_active] = POLICY_RUN_SKIP;
             n_active++;
         }
     }
-    for (uint32_t i = 0; i < n_slots; i++) {
+    for (uint32_t i = 0; i < n_slots && !one_token; i++) {
         if (experts[i] == TRACE_NO_EXPERT) continue;
         uint32_t a = rs->slot[experts[i]];
         rs->active_tokens[a]++;

@@ -41,10 +41,11 @@ typedef struct sim_route_scratch {
 /* Builds the active set of one route so sim and replay hand the policy the same one: the
  * distinct experts of `experts` (skipping TRACE_NO_EXPERT) ascending into rs->active, their slot
  * map, token counts and gate mass (from `gates`, same layout), and the plan reset to
- * POLICY_RUN_SKIP. `experts` and `gates` are [n_slots] (tokens * top-k), borrowed. Returns the
- * number of active experts. */
+ * POLICY_RUN_SKIP. `experts` and `gates` are [n_slots] (tokens * top-k), borrowed; one_token:
+ * they are one token's row, which names each expert at most once. Returns the number of active
+ * experts. */
 uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *experts,
-                                const float *gates, uint32_t n_slots);
+                                const float *gates, uint32_t n_slots, bool one_token);
 
 /* Prefetch accounting (FIRM-MoE Eq. 7-8) at the first sub-route of a layer, so sim and replay
  * count prefetch hits the same way: when the layer has prefetched sets (*pf_count > 0), counts

@@ -178,8 +178,9 @@ static void run_route(run_loop *rl, uint64_t step, uint32_t layer, uint32_t i0, 
     memsys *ms = c->ms;
     sim_route_scratch rs = route_scratch(rl);
     rl_lock(rl);
-    uint32_t n_active = sim_route_active_build(&rs, rl->r_experts + (size_t)i0 * K,
-                                               rl->r_gates + (size_t)i0 * K, (i1 - i0) * K);
+    uint32_t n_active =
+        sim_route_active_build(&rs, rl->r_experts + (size_t)i0 * K, rl->r_gates + (size_t)i0 * K,
+                               (i1 - i0) * K, i1 - i0 == 1);
     if (first_of_layer)
         sim_route_prefetch_account(&rs, rl->r_experts, rl->step_n * K,
                                    ms->pf_mark + (size_t)layer * rl->E, rl->E, &ms->pf_count[layer],
