@@ -639,13 +639,6 @@ void memsys_finish(memsys *m) {
     }
 }
 
-uint64_t memsys_memory_bytes(const memsys *m) {
-    size_t lep = (size_t)m->L * m->E * m->P;
-    return lep * PART_COUNT * (sizeof *m->state + sizeof *m->xfer_of) +
-           lep * (3 + sizeof *m->used_mark) + (size_t)m->L * m->E +
-           (uint64_t)m->cap_xf * sizeof *m->xf + (uint64_t)m->cap_warm * 5;
-}
-
 /* ---- policy_mem_ops ---- */
 
 static policy_residency mem_state(const policy_mem *m, uint32_t layer, uint32_t expert,

@@ -76,7 +76,6 @@ typedef struct sim_result {
     uint64_t placement_refusals;     /* loads the byte budget admitted but no free block of their
                                         precision could hold (the replay; sim.block_pools) */
     double h2d_busy_ms, ssd_busy_ms; /* copy engine busy time */
-    uint64_t sim_memory_bytes;  /* the simulator's own allocations for the run (not the trace) */
     uint32_t cost_extrapolated; /* (op, precision) curves of the measured cost table used outside
                                    their measured range (sim/COST.md) */
 } sim_result;

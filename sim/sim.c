@@ -352,8 +352,6 @@ static void fill_result(sim_state *s, sim_result *r, uint64_t makespan_ns) {
     r->d2h_bytes = 0;
     r->peak_hbm_bytes = s->peak_hbm;
     r->cost_extrapolated = s->cost_extrapolated;
-    r->sim_memory_bytes =
-        s->mem.used_bytes + memsys_memory_bytes(&s->ms) + s->q.cap * sizeof(sim_event);
 }
 
 /* ---- the run ---- */
