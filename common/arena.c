@@ -19,7 +19,6 @@ struct arena_block {
 void arena_init(arena *a, size_t block_bytes) {
     a->head = NULL;
     a->block_bytes = block_bytes ? block_bytes : (size_t)1 << 20;
-    a->used_bytes = 0;
 }
 
 void *arena_alloc(arena *a, size_t bytes) {
@@ -36,7 +35,6 @@ void *arena_alloc(arena *a, size_t bytes) {
     }
     void *p = a->head->data + a->head->used;
     a->head->used += need;
-    a->used_bytes += need;
     memset(p, 0, bytes);
     return p;
 }
@@ -54,5 +52,4 @@ void arena_free(arena *a) {
         b = next;
     }
     a->head = NULL;
-    a->used_bytes = 0;
 }

@@ -10,7 +10,6 @@ typedef struct arena_block arena_block;
 typedef struct arena {
     arena_block *head; /* newest block first */
     size_t block_bytes; /* default block size; larger requests get a block of their own */
-    size_t used_bytes;  /* sum of all allocations, for memory reports */
 } arena;
 
 void arena_init(arena *a, size_t block_bytes);
