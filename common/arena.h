@@ -8,7 +8,7 @@
 typedef struct arena_block arena_block;
 
 typedef struct arena {
-    arena_block *head; /* newest block first */
+    arena_block *head;  /* newest block first */
     size_t block_bytes; /* default block size; larger requests get a block of their own */
 } arena;
 

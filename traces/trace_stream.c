@@ -49,7 +49,6 @@
  * bench/README.md, "Chunks kept until their rows are taken"). */
 typedef struct stream_chunk {
     hsize_t rows; /* rows per chunk; 0: read through H5Dread */
-    bool filters_checked; /* trace_read_skipped_filters_check ran (before the first H5Dread) */
     size_t row_bytes;   /* of the file's rows */
     uint32_t distances; /* look-ahead rows chunked one distance each: D (chunk j * D + d of the
                            cache holds distance d of row chunk j); else 1 */
@@ -61,6 +60,7 @@ typedef struct stream_chunk {
     unsigned char **buf; /* [cap] [rows * row_bytes] each, allocated when first needed: the
                             chunk inflated but still shuffled; a read unshuffles the rows it
                             takes straight into the block (chunk_take_elems), one pass, no copy */
+    bool filters_checked; /* trace_read_skipped_filters_check ran (before HDF5 first read it) */
 } stream_chunk;
 
 struct trace_stream {
