@@ -268,7 +268,6 @@ static inline uint64_t memsys_loading_seq(const memsys *m, size_t pi) {
     return m->xf[m->xfer_of[pi]].seq;
 }
 
-
 /* End of run, after every copy has drained: prefetched experts never run count as wasted. */
 void memsys_finish(memsys *m);
 
