@@ -800,6 +800,12 @@ static uint32_t dymoe_load_precisions(const policy *p, moesim_precision order[PR
 }
 
 /* Only the look-ahead prefetcher (Sec. 4.4.1) reads the predictions. */
+/* dymoe_prefetch reads Eq. 6's TopK_k of each token's predictions: k = top_k in prefill, Eq. 8's
+ * t in decode (prefetch_t, else top_k). */
+static uint32_t dymoe_lookahead_candidates(const void *knobs) {
+    return ((const dymoe_knobs *)knobs)->prefetch_t;
+}
+
 static bool dymoe_ignores_lookahead_with(const void *knobs) {
     return !((const dymoe_knobs *)knobs)->prefetch;
 }
@@ -825,4 +831,5 @@ const policy_methods policy_dymoe = {
     .load_precisions = dymoe_load_precisions,
     .ignores_lookahead_with = dymoe_ignores_lookahead_with,
     .lookahead_distances = 1, /* Eq. 6-8: the next layer's predicted experts */
+    .lookahead_candidates_with = dymoe_lookahead_candidates,
 };

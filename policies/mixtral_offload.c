@@ -163,6 +163,11 @@ static void mixtral_offload_on_route(policy *p, const policy_route *route, polic
     prefetch_next_layer(p, route);
 }
 
+/* gather_candidates reads each token's first prefetch_experts guesses (0: top_k). */
+static uint32_t mixtral_offload_lookahead_candidates(const void *knobs) {
+    return ((const mixtral_offload_knobs *)knobs)->prefetch_experts;
+}
+
 static void mixtral_offload_on_cancelled(policy *p, uint32_t layer, uint32_t expert,
                                         moesim_precision prec, uint32_t parts_mask,
                                         policy_class cls, uint64_t now_ns) {
@@ -202,4 +207,5 @@ const policy_methods policy_mixtral_offload = {
     .report = mixtral_offload_report,
     .destroy = mixtral_offload_destroy,
     .lookahead_distances = 1, /* speculative loading guesses the next layer's experts (Sec. 3.2) */
+    .lookahead_candidates_with = mixtral_offload_lookahead_candidates,
 };

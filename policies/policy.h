@@ -62,7 +62,7 @@
 #include "common/precision.h"
 #include "common/status.h"
 
-#define POLICY_API_VERSION 5
+#define POLICY_API_VERSION 6
 #define POLICY_RUN_SKIP 0xffu /* plan entry: the expert is not run; its gate mass is dropped */
 #define POLICY_NO_EXPERT UINT16_MAX
 #define POLICY_PARTS_ALL ((1u << PART_COUNT) - 1u) /* gate | up | down */
@@ -252,6 +252,13 @@ typedef struct policy_methods {
      * trace whose look-ahead rows are chunked by distance inflates those distances alone.
      * 0 (the default): every distance the trace or the emulated predictor provides. */
     uint32_t lookahead_distances;
+    /* For a policy that reads only each row's first candidates (a prefetcher of as many experts
+     * as a token routes, or of a knob's count): with these knobs (as for ignores_lookahead_with),
+     * an n such that on_route reads no more than each row's first max(n, top_k) candidates (nor
+     * more than params.lookahead_k). A host may then hand it rows of fewer candidates
+     * (params.lookahead_k at least that many), and a simulator reading a trace whose rows'
+     * candidates are chunked apart inflates those chunks alone. NULL: every candidate. */
+    uint32_t (*lookahead_candidates_with)(const void *knobs);
     /* on_route reads route.lookahead_scores only to order each row's candidates, keeps the
      * recorded order of a row whose scores never increase (common/ranked.h) and takes NULL
      * scores for rows listed best first: a host may then hand it NULL for a trace whose rows

@@ -521,8 +521,10 @@ static moesim_status sim_setup(sim_state *s, const sim_inputs *in, const char *p
     if (la_depth && s->stream && !trace_stream_rows_meta(s->stream)->lookahead_depth) {
         MOESIM_ASSERT(ignores_la); /* sim_stream_options skips only then */
         la_skipped = true;
-    } else if (la_depth && s->stream) { /* the distances the policy reads (sim_stream_options) */
+    } else if (la_depth && s->stream) { /* the distances and candidates the policy reads
+                                           (sim_stream_options) */
         la_depth = trace_stream_rows_meta(s->stream)->lookahead_depth;
+        la_k = trace_stream_rows_meta(s->stream)->lookahead_k;
     }
     s->la_skipped = la_skipped;
     if (!la_depth) {
@@ -629,15 +631,22 @@ trace_stream_options sim_stream_options(const policy_methods *table, const char 
                                         config *settings) {
     const policy_methods *pm = table ? table : policy_lookup(policy_name);
     bool skip = false;
+    bool first_candidates = false;
+    uint32_t candidates = 0;
     void *knobs = NULL;
     moesim_error ignored; /* bad knobs: every row is read, and sim_run reports them */
-    if (pm && !policy_read_knobs(pm, settings, &knobs, &ignored))
+    if (pm && !policy_read_knobs(pm, settings, &knobs, &ignored)) {
         skip = policy_ignores_lookahead(pm, knobs);
+        first_candidates = pm->lookahead_candidates_with != NULL;
+        if (first_candidates) candidates = pm->lookahead_candidates_with(knobs);
+    }
     free(knobs);
     return (trace_stream_options){.skip_lookahead = skip,
                                   .check_rows_on_read = true,
                                   .blocks_by_request = true,
                                   .lookahead_distances = pm ? pm->lookahead_distances : 0,
+                                  .first_candidates_only = first_candidates,
+                                  .lookahead_candidates = candidates,
                                   .skip_ranked_scores = pm && pm->lookahead_scores_rank_only};
 }
 

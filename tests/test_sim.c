@@ -1371,14 +1371,14 @@ static void trace_copy_token(trace *dst, uint64_t to, const trace *src, uint64_t
 static trace *with_lookahead(const trace *src) {
     trace_meta meta = src->meta;
     meta.lookahead_depth = 3;
-    meta.lookahead_k = 3;
+    meta.lookahead_k = 4; /* twice top_k: the writer chunks each row's candidates in halves */
     trace *t = trace_create(&meta, src->n_tokens);
     const uint32_t L = meta.n_layers, E = meta.n_experts, K = meta.top_k;
     for (uint64_t i = 0; i < src->n_tokens; i++) {
         trace_copy_token(t, i, src, i);
         for (uint32_t l = 0; l < L; l++)
             for (uint32_t d = 1; d <= 3; d++)
-                for (uint32_t c = 0; c < 3; c++) {
+                for (uint32_t c = 0; c < 4; c++) {
                     size_t x = trace_lookahead_index(t, i, l, d) + c;
                     uint16_t e = l + d < L ? trace_experts(src, i, l + d)[c % K] : TRACE_NO_EXPERT;
                     if (e != TRACE_NO_EXPERT && c == 0 && (i + l) % 4 == 0)
@@ -1406,10 +1406,16 @@ static bool stream_skip_gives_every_figure(const trace *t, const char *path,
     trace_stream_options rows = sim_stream_options(NULL, name, c);
     trace_stream *ts = NULL;
     cr_assert_eq(trace_stream_open_with(path, &rows, &ts, &err), MOESIM_OK, "%s", err.msg);
-    /* the distances a policy declares it reads, alone; the run in memory is handed all 3 */
-    const uint32_t declared = policy_lookup(name)->lookahead_distances;
+    /* the distances a policy declares it reads, alone; the run in memory is handed all 3; and
+     * the candidates: the first top_k (2, a chunk's) for a reader of as many, all 4 else */
+    const policy_methods *pm = policy_lookup(name);
+    const uint32_t declared = pm->lookahead_distances;
     cr_assert_eq(trace_stream_rows_meta(ts)->lookahead_depth,
                  rows.skip_lookahead ? 0 : declared ? declared : 3, "%s", name);
+    const uint32_t first = rows.first_candidates_only && rows.lookahead_candidates <= 2 ? 2 : 4;
+    cr_assert_eq(trace_stream_rows_meta(ts)->lookahead_k, rows.skip_lookahead ? 0 : first, "%s %s",
+                 name, knob ? knob : "");
+    cr_assert_eq(rows.first_candidates_only, pm->lookahead_candidates_with != NULL, "%s", name);
     sim_result a, b;
     cr_assert_eq(run_sets(t, m, hw, name, NULL, sets, &a, &err), MOESIM_OK, "%s", err.msg);
     sim_inputs in = {.trace = trace_stream_tokens(ts), .stream = ts, .model = m, .hw = hw,
@@ -1432,7 +1438,8 @@ static bool stream_skip_gives_every_figure(const trace *t, const char *path,
 
 /* Only the runs that never read the look-ahead rows skip them: the policies that ignore them,
  * and a reader whose prefetch knob is off (dynaexq by default, dymoe with dymoe.prefetch=false);
- * a policy that reads distance 1 alone (mixtral-offload, dymoe, dynaexq) is handed that alone;
+ * a policy that reads distance 1 alone (mixtral-offload, dymoe, dynaexq) is handed that alone,
+ * and one that reads its first top_k candidates (mixtral-offload, dymoe) those alone;
  * either way every figure is the trace's. */
 Test(sim, a_stream_without_the_rows_a_policy_ignores_gives_every_figure_the_trace_gives) {
     model_geometry m = fixture_model(4, 16, 2);
@@ -1452,6 +1459,10 @@ Test(sim, a_stream_without_the_rows_a_policy_ignores_gives_every_figure_the_trac
                      pols[pi]->ignores_lookahead || knob_off, "%s", name);
     }
     cr_assert(stream_skip_gives_every_figure(t, path, &m, &hw, "dymoe", "dymoe.prefetch=false"));
+    /* a reader of more than top_k candidates is handed them */
+    cr_assert(!stream_skip_gives_every_figure(t, path, &m, &hw, "dymoe", "dymoe.prefetch_t=3"));
+    cr_assert(!stream_skip_gives_every_figure(t, path, &m, &hw, "mixtral-offload",
+                                              "mixtral-offload.prefetch_experts=4"));
     cr_assert(!stream_skip_gives_every_figure(t, path, &m, &hw, "dynaexq", "dynaexq.prefetch=true"));
     trace_destroy(t);
 }

@@ -610,7 +610,7 @@ static hsize_t chunk_rows_of(hid_t f, const char *name) {
     return dims[0];
 }
 
-Test(trace, one_value_per_token_is_chunked_by_64_kib_routing_by_1_mib_lookahead_by_distance) {
+Test(trace, one_value_per_token_is_chunked_by_64_kib_routing_by_1_mib_lookahead_by_part) {
     /* 40000 tokens of 2 layers x top-2: a routing row is 8 bytes, 1 MiB would be 131072 rows */
     trace *t = make_trace(2, 8, 2, 3, 4, 40000, true);
     const char *path = test_tmp_path("chunks.h5");
@@ -624,15 +624,17 @@ Test(trace, one_value_per_token_is_chunked_by_64_kib_routing_by_1_mib_lookahead_
     cr_expect_eq(chunk_rows_of(f, "/tokens/phase"), 40000); /* 65536 one-byte values, at most N */
     cr_expect_eq(chunk_rows_of(f, "/routing/expert_ids"), 40000);
     cr_expect_eq(chunk_rows_of(f, "/routing/gate_weights"), 40000); /* 65536 rows of 16 bytes */
-    /* a look-ahead row: 2 layers x D = 3 x K' = 4 scores, 96 bytes: 10922 rows, one distance */
+    /* a look-ahead row: 2 layers x D = 3 x K' = 4 scores, 96 bytes; a chunk holds one distance
+     * and top_k = 2 of the candidates of 21845 rows, the bytes of one distance of 10922 rows */
     hsize_t dims[4] = {0};
     chunk_dims_of(f, "/lookahead/scores", dims);
-    cr_expect(dims[0] == 10922 && dims[1] == 2 && dims[2] == 1 && dims[3] == 4,
+    cr_expect(dims[0] == 21845 && dims[1] == 2 && dims[2] == 1 && dims[3] == 2,
               "{%llu, %llu, %llu, %llu}", (unsigned long long)dims[0],
               (unsigned long long)dims[1], (unsigned long long)dims[2],
               (unsigned long long)dims[3]);
-    chunk_dims_of(f, "/lookahead/expert_ids", dims);
-    cr_expect(dims[0] == 21845 && dims[2] == 1, "%llu rows", (unsigned long long)dims[0]);
+    chunk_dims_of(f, "/lookahead/expert_ids", dims); /* 43690 rows, at most N */
+    cr_expect(dims[0] == 40000 && dims[2] == 1 && dims[3] == 2, "{%llu, ..., %llu}",
+              (unsigned long long)dims[0], (unsigned long long)dims[3]);
     H5Fclose(f);
     trace *back = NULL;
     cr_assert_eq(trace_read(path, &back, &err), MOESIM_OK, "%s", err.msg);
@@ -1219,9 +1221,11 @@ Test(trace, a_stream_by_request_inflates_each_chunk_once_for_a_batch_of_requests
 }
 
 /* Rewrites dataset `name` (a look-ahead one) of the file at `path` as earlier versions of the
- * writer laid it out: chunks of whole rows, all D distances ({rows, L, D, K'}), HDF5's own
- * shuffle and deflate; the first_hits attribute kept. */
-static void rechunk_whole_rows(const char *path, const char *name, hid_t mtype, const void *rows) {
+ * writer laid it out: chunks of all K' candidates of whole rows, all D distances
+ * ({rows, L, D, K'}) or one each ({rows, L, 1, K'}), HDF5's own shuffle and deflate; the
+ * first_hits attribute kept. */
+static void rechunk_lookahead(const char *path, const char *name, hid_t mtype, const void *rows,
+                              bool by_distance) {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
     cr_assert(f >= 0 && d >= 0);
@@ -1237,7 +1241,7 @@ static void rechunk_whole_rows(const char *path, const char *name, hid_t mtype, 
     }
     H5Dclose(d);
     cr_assert_geq(H5Ldelete(f, name, H5P_DEFAULT), 0);
-    hsize_t chunk[4] = {dims[0] < 100 ? dims[0] : 100, dims[1], dims[2], dims[3]};
+    hsize_t chunk[4] = {dims[0] < 100 ? dims[0] : 100, dims[1], by_distance ? 1 : dims[2], dims[3]};
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     cr_assert(H5Pset_chunk(dcpl, 4, chunk) >= 0 && H5Pset_shuffle(dcpl) >= 0 &&
               H5Pset_deflate(dcpl, 1) >= 0);
@@ -1298,8 +1302,8 @@ Test(trace, a_stream_of_the_first_distances_reads_them_from_either_layout_and_in
     moesim_error err = {0};
     cr_assert_eq(trace_write(t, by_distance, &err), MOESIM_OK, "%s", err.msg);
     cr_assert_eq(trace_write(t, whole, &err), MOESIM_OK, "%s", err.msg);
-    rechunk_whole_rows(whole, "/lookahead/expert_ids", H5T_NATIVE_UINT16, t->lookahead_ids);
-    rechunk_whole_rows(whole, "/lookahead/scores", H5T_NATIVE_FLOAT, t->lookahead_scores);
+    rechunk_lookahead(whole, "/lookahead/expert_ids", H5T_NATIVE_UINT16, t->lookahead_ids, false);
+    rechunk_lookahead(whole, "/lookahead/scores", H5T_NATIVE_FLOAT, t->lookahead_scores, false);
     uint64_t inflated[4];
     for (uint32_t want = 1; want <= 3; want++) {
         inflated[want] = stream_first_distances(by_distance, t, want);
@@ -1314,6 +1318,74 @@ Test(trace, a_stream_of_the_first_distances_reads_them_from_either_layout_and_in
     for (int i = 0; i < 2; i++) {
         trace *back = NULL;
         cr_assert_eq(trace_read(i ? whole : by_distance, &back, &err), MOESIM_OK, "%s", err.msg);
+        assert_same_trace(t, back);
+        trace_destroy(back);
+    }
+    trace_destroy(t);
+}
+
+/* Streams the trace at `path` with distance 1's first `wanted` candidates (and top_k's): the
+ * blocks carry `carried` of them, every one t's; returns the chunks the stream inflated. */
+static uint64_t stream_first_candidates(const char *path, const trace *t, uint32_t wanted,
+                                        uint32_t carried) {
+    trace_stream *s = NULL;
+    moesim_error err = {0};
+    const trace_stream_options opt = {.check_rows_on_read = true,
+                                      .lookahead_distances = 1,
+                                      .first_candidates_only = true,
+                                      .lookahead_candidates = wanted};
+    cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(trace_stream_rows_meta(s)->lookahead_k, carried, "%s", path);
+    const uint32_t L = t->meta.n_layers;
+    for (uint64_t i = 0; i < t->n_tokens; i++) {
+        uint64_t at;
+        const trace *b = trace_stream_row(s, i, &at);
+        cr_assert_eq(b->meta.lookahead_k, carried);
+        for (uint32_t l = 0; l < L; l++) {
+            size_t x = trace_lookahead_index(b, at, l, 1), y = trace_lookahead_index(t, i, l, 1);
+            cr_assert_eq(memcmp(b->lookahead_ids + x, t->lookahead_ids + y, carried * 2), 0,
+                         "token %llu layer %u", (unsigned long long)i, l);
+            cr_assert_eq(memcmp(b->lookahead_scores + x, t->lookahead_scores + y, carried * 4), 0,
+                         "token %llu layer %u", (unsigned long long)i, l);
+        }
+    }
+    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_OK, "%s", err.msg);
+    const uint64_t inflated = trace_stream_chunks_inflated(s);
+    trace_stream_close(s);
+    return inflated;
+}
+
+Test(trace, a_stream_of_the_first_candidates_inflates_their_chunks_alone_in_any_layout) {
+    /* top_k = 4 of K' = 8 candidates: the writer chunks each distance's rows in two halves */
+    trace *t = make_trace(8, 32, 4, 3, 8, 30000, true);
+    char halves[4096], by_distance[4096], whole[4096];
+    snprintf(halves, sizeof halves, "%s", test_tmp_path("candidates.h5"));
+    snprintf(by_distance, sizeof by_distance, "%s", test_tmp_path("candidates-by-distance.h5"));
+    snprintf(whole, sizeof whole, "%s", test_tmp_path("candidates-whole-rows.h5"));
+    moesim_error err = {0};
+    const char *paths[] = {halves, by_distance, whole};
+    for (int i = 0; i < 3; i++) cr_assert_eq(trace_write(t, paths[i], &err), MOESIM_OK, "%s", err.msg);
+    for (int i = 1; i < 3; i++) {
+        rechunk_lookahead(paths[i], "/lookahead/expert_ids", H5T_NATIVE_UINT16, t->lookahead_ids,
+                          i == 1);
+        rechunk_lookahead(paths[i], "/lookahead/scores", H5T_NATIVE_FLOAT, t->lookahead_scores,
+                          i == 1);
+    }
+    /* the first top_k (asked for fewer, or for them): one half of the rows' chunks */
+    const uint64_t half = stream_first_candidates(halves, t, 2, 4);
+    cr_assert_eq(stream_first_candidates(halves, t, 4, 4), half);
+    /* more than top_k: both halves; a half of distance 1 is 6 chunks of ids (5461 rows of 8
+     * layers x 4 ids each) and 11 of scores (2730 rows), each inflated once */
+    const uint64_t both = stream_first_candidates(halves, t, 5, 8);
+    cr_expect_eq(both, half + 17, "%llu, %llu", (unsigned long long)half,
+                 (unsigned long long)both);
+    /* files whose chunks hold all K' candidates: every one, as before */
+    stream_first_candidates(by_distance, t, 4, 8);
+    stream_first_candidates(whole, t, 4, 8);
+    /* the whole trace reads back from each layout */
+    for (int i = 0; i < 3; i++) {
+        trace *back = NULL;
+        cr_assert_eq(trace_read(paths[i], &back, &err), MOESIM_OK, "%s", err.msg);
         assert_same_trace(t, back);
         trace_destroy(back);
     }

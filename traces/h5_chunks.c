@@ -204,8 +204,9 @@ static void *chunk_worker_run(void *arg) {
                 h5_shuffle_bytes(tmp, src, n_elems, elem_size);
                 src = tmp;
             }
-            job->packed_bytes = libdeflate_zlib_compress(b->compressor[w->index], src, chunk_bytes,
-                                                         job->packed, b->packed_cap);
+            job->packed_bytes = libdeflate_zlib_compress(
+                b->compressor[w->index * CHUNK_LEVELS + job->level], src, chunk_bytes, job->packed,
+                b->packed_cap);
             job->ok = job->packed_bytes > 0; /* 0: did not fit (the bound makes it fit) */
         } else {
             bool shuffled = chunk_is_shuffled(chunk_bytes, elem_size) && !job->keep_shuffled;
@@ -272,21 +273,23 @@ bool chunk_batch_init(chunk_batch *b, size_t cap_bytes, bool pack) {
     b->pack = pack;
     b->jobs = calloc(b->n_jobs, sizeof *b->jobs);
     b->scratch = calloc(b->n_threads, sizeof *b->scratch);
-    b->compressor = calloc(b->n_threads, sizeof *b->compressor);
+    b->compressor = calloc((size_t)b->n_threads * CHUNK_LEVELS, sizeof *b->compressor);
     b->decompressor = calloc(b->n_threads, sizeof *b->decompressor);
     bool ok = b->jobs && b->scratch && b->compressor && b->decompressor;
+    static const int levels[CHUNK_LEVELS] = {DEFLATE_LEVEL, LOOKAHEAD_DEFLATE_LEVEL};
     for (unsigned i = 0; ok && i < b->n_threads; i++) {
-        if (pack)
-            ok = (b->compressor[i] = libdeflate_alloc_compressor(DEFLATE_LEVEL)) != NULL;
-        else
-            ok = (b->decompressor[i] = libdeflate_alloc_decompressor()) != NULL;
+        for (int l = 0; ok && pack && l < CHUNK_LEVELS; l++)
+            ok = (b->compressor[i * CHUNK_LEVELS + l] = libdeflate_alloc_compressor(levels[l]));
+        if (!pack) ok = (b->decompressor[i] = libdeflate_alloc_decompressor()) != NULL;
     }
     /* writing: libdeflate's bound for its own streams; reading: zlib's compressBound formula,
      * the largest stream zlib (HDF5's deflate filter, h5py) makes of cap_bytes */
-    if (ok)
-        b->packed_cap =
-            pack ? libdeflate_zlib_compress_bound(b->compressor[0], cap_bytes)
-                 : cap_bytes + (cap_bytes >> 12) + (cap_bytes >> 14) + (cap_bytes >> 25) + 13;
+    if (ok && !pack)
+        b->packed_cap = cap_bytes + (cap_bytes >> 12) + (cap_bytes >> 14) + (cap_bytes >> 25) + 13;
+    for (int l = 0; ok && pack && l < CHUNK_LEVELS; l++) {
+        size_t bound = libdeflate_zlib_compress_bound(b->compressor[l], cap_bytes);
+        if (bound > b->packed_cap) b->packed_cap = bound;
+    }
     for (size_t j = 0; ok && j < b->jobs_cap; j++) {
         b->jobs[j].raw = malloc(cap_bytes);
         b->jobs[j].packed = malloc(b->packed_cap);
@@ -303,7 +306,8 @@ void chunk_batch_free(chunk_batch *b) {
     }
     for (unsigned i = 0; i < b->n_threads; i++) {
         if (b->scratch) free(b->scratch[i]);
-        if (b->compressor) libdeflate_free_compressor(b->compressor[i]);
+        for (int l = 0; b->compressor && l < CHUNK_LEVELS; l++)
+            libdeflate_free_compressor(b->compressor[i * CHUNK_LEVELS + l]);
         if (b->decompressor) libdeflate_free_decompressor(b->decompressor[i]);
     }
     free(b->jobs);

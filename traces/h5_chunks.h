@@ -34,7 +34,14 @@
 /* deflate cannot expand data by more than this factor when decompressing (its best case is
  * 258 bytes from a 2-bit code, about 1032:1); a dataset claiming more is corrupt. */
 #define DEFLATE_MAX_RATIO 1100u
-#define DEFLATE_LEVEL     1
+/* The deflate level of a dataset: 1, but 2 for the look-ahead rows, whose chunks hold a part of
+ * each row's candidates (traces/FORMAT.md, "Storage"): libdeflate's level 1 finds few of the
+ * matches in such a part (on a synthesized Qwen3-30B-A3B trace its scores took 45 % more bytes
+ * than in whole-row chunks at level 1; at level 2, 2 % fewer: bench/README.md, "Look-ahead
+ * candidates chunked apart"). */
+typedef enum chunk_level { CHUNK_LEVEL_ROWS, CHUNK_LEVEL_LOOKAHEAD, CHUNK_LEVELS } chunk_level;
+#define DEFLATE_LEVEL           1
+#define LOOKAHEAD_DEFLATE_LEVEL 2
 /* Longest params_json attribute written and read (bytes, without the terminator). */
 #define TRACE_PARAMS_JSON_MAX (1u << 20)
 /* Threads that (de)compress chunks, and chunks each handles per batch. */
@@ -63,10 +70,12 @@ typedef struct chunk_job {
     unsigned char *dst;       /* unpack: where the chunk's rows go in the caller's array */
     bool keep_shuffled;       /* unpack: dst gets the chunk_bytes inflated, still shuffled (a
                                  cache the reader takes rows from with chunk_take_elems) */
-    /* A chunk of one distance of look-ahead rows ([rows][L][1][K'] of a [N][L][D][K'] dataset)
-     * is not a slice of the caller's array: its bytes are runs of run_bytes, one every
-     * run_stride bytes there (gathered from src, scattered to dst). 0: one contiguous slice. */
+    /* A chunk of a part of look-ahead rows ([rows][L][1][Kc] of a [N][L][D][K'] dataset: one
+     * distance, Kc of its candidates) is not a slice of the caller's array: its bytes are runs
+     * of run_bytes, one every run_stride bytes there (gathered from src, scattered to dst).
+     * 0: one contiguous slice. */
     size_t run_bytes, run_stride;
+    chunk_level level; /* pack: the dataset's deflate level */
     unsigned char *raw;       /* [cap_bytes] a short last chunk, zero-padded to full size */
     size_t raw_bytes;         /* whole elements of real data (the last chunk may be short) */
     unsigned char *packed;    /* [packed_cap] shuffled + deflated bytes */
@@ -83,7 +92,7 @@ typedef struct chunk_batch {
     unsigned char **scratch; /* [n_threads][cap_bytes] shuffle buffers */
     bool pack;               /* true: shuffle + deflate; false: inflate + unshuffle */
     unsigned n_threads;
-    struct libdeflate_compressor **compressor;     /* [n_threads] when pack */
+    struct libdeflate_compressor **compressor;     /* [n_threads][CHUNK_LEVELS] when pack */
     struct libdeflate_decompressor **decompressor; /* [n_threads] when !pack */
 } chunk_batch;
 

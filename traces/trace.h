@@ -226,6 +226,12 @@ typedef struct trace_stream_options {
      * meta says that depth (at most the file's). A file that stores each distance in chunks
      * apart (traces/FORMAT.md, "Storage") then inflates those distances' chunks alone. */
     uint32_t lookahead_distances;
+    /* With first_candidates_only, of each look-ahead row the first max(lookahead_candidates,
+     * top_k) candidates alone: the blocks' meta says how many they carry (lookahead_k), at least
+     * these and at most the file's. A file that stores a row's candidates in chunks apart
+     * (traces/FORMAT.md, "Storage") then inflates the chunks that hold these alone. */
+    bool first_candidates_only;
+    uint32_t lookahead_candidates;
     /* For a reader whose scores only rank each look-ahead row's candidates: a file whose
      * attribute TRACE_RANKED_ATTR says every row is ranked gives blocks whose scores are zeros
      * (trace_stream_scores_unread) and reads none; its claim is then trusted (`moesim trace

@@ -274,19 +274,25 @@ static moesim_status check_storage(reader *r, const dataset_spec *spec, hid_t d)
 }
 
 /* Rows per chunk when `d` is laid out as this writer lays datasets out (chunks of whole rows
- * along dimension 0, or of one distance of them for look-ahead rows; filters exactly shuffle
- * then deflate; file type = memory type), else 0. *distances: D when each chunk holds one
- * distance of [N][L][D][K'] rows, else 1. */
-hsize_t trace_read_chunk_rows(const dataset_spec *spec, hid_t d, uint32_t *distances) {
+ * along dimension 0, or for look-ahead rows of one distance and Kc of the K' candidates of them;
+ * filters exactly shuffle then deflate; file type = memory type), else 0. *distances: D when
+ * each chunk holds one distance of [N][L][D][K'] rows, else 1; *columns: K' / Kc, the chunks
+ * across a row's candidates (1 but where each holds one distance or D is 1). */
+hsize_t trace_read_chunk_rows(const dataset_spec *spec, hid_t d, uint32_t *distances,
+                              uint32_t *columns) {
     hsize_t rows = 0, chunk[H5S_MAX_RANK];
     hid_t dcpl = H5Dget_create_plist(d), type = H5Dget_type(d);
     bool ok = dcpl >= 0 && type >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
               H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk) == spec->rank && H5Pget_nfilters(dcpl) == 2 &&
               H5Tequal(type, spec->mtype) > 0;
-    const bool by_distance = ok && spec->rank == 4 && spec->dims[2] > 1 && chunk[2] == 1;
+    const bool look = ok && spec->rank == 4;
+    const bool by_distance = look && spec->dims[2] > 1 && chunk[2] == 1;
+    const bool by_column = look && (by_distance || spec->dims[2] == 1) && chunk[3] > 0 &&
+                           chunk[3] < spec->dims[3] && spec->dims[3] % chunk[3] == 0;
     *distances = by_distance ? (uint32_t)spec->dims[2] : 1;
+    *columns = by_column ? (uint32_t)(spec->dims[3] / chunk[3]) : 1;
     for (int i = 1; ok && i < spec->rank; i++)
-        ok = chunk[i] == spec->dims[i] || (i == 2 && by_distance);
+        ok = chunk[i] == spec->dims[i] || (i == 2 && by_distance) || (i == 3 && by_column);
     for (unsigned f = 0; ok && f < 2; f++) {
         unsigned flags, cd[8];
         size_t n_cd = 8;
@@ -309,15 +315,20 @@ moesim_status trace_read_chunk_fail(reader *r, const dataset_spec *spec, uint64_
 
 /* Reads a dataset laid out by our writer: raw chunks on this thread, inflate in parallel.
  * *fallback is set when a chunk was stored some other way (then nothing was read). With
- * `distances` > 1 each chunk holds one distance of its rows, scattered into place. */
+ * `distances` or `columns` > 1 each chunk holds a part of its rows (trace_read_chunk_rows),
+ * scattered into place. */
 static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, void *buf,
-                                 hsize_t chunk_rows, uint32_t distances, bool *fallback) {
+                                 hsize_t chunk_rows, uint32_t distances, uint32_t columns,
+                                 bool *fallback) {
     size_t row_bytes = spec->size;
     for (int i = 1; i < spec->rank; i++) row_bytes *= spec->dims[i];
+    const uint32_t parts = distances * columns; /* chunks per row chunk */
     const uint64_t n_rows = spec->dims[0], total = n_rows * row_bytes;
-    const uint64_t n_chunks = (n_rows + chunk_rows - 1) / chunk_rows * distances;
-    const size_t chunk_bytes = (size_t)chunk_rows * row_bytes / distances;
-    const size_t run_bytes = distances > 1 ? spec->size * spec->dims[3] : 0;
+    const uint64_t n_chunks = (n_rows + chunk_rows - 1) / chunk_rows * parts;
+    const size_t chunk_bytes = (size_t)chunk_rows * row_bytes / parts;
+    /* a part's runs: Kc candidates of one (layer, distance), one every D * K' of the rows */
+    const size_t row_run = spec->rank == 4 ? spec->size * spec->dims[3] : 0;
+    const size_t run_bytes = parts > 1 ? row_run / columns : 0;
     *fallback = false;
     /* our writer never makes chunks longer than N or much above TRACE_CHUNK_TARGET_BYTES */
     if ((chunk_rows > n_rows && n_rows > 0) || chunk_bytes > CHUNK_MAX_BYTES) {
@@ -335,9 +346,11 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
     for (uint64_t first = 0; first < n_chunks && !st && !*fallback; first += per_batch) {
         b.n_jobs = n_chunks - first < per_batch ? (size_t)(n_chunks - first) : per_batch;
         for (size_t j = 0; j < b.n_jobs && !st && !*fallback; j++) {
-            const uint64_t c = (first + j) / distances;
-            const uint32_t dist = (uint32_t)((first + j) % distances);
-            hsize_t offset[4] = {c * chunk_rows, 0, dist, 0}, stored = 0;
+            const uint64_t c = (first + j) / parts;
+            const uint32_t part = (uint32_t)((first + j) % parts);
+            const uint32_t dist = part / columns, col = part % columns;
+            hsize_t offset[4] = {c * chunk_rows, 0, dist, col * (run_bytes / spec->size)};
+            hsize_t stored = 0;
             uint32_t mask = 0;
             if (H5Dget_chunk_storage_size(d, offset, &stored) < 0 || stored == 0 ||
                 stored > b.packed_cap) {
@@ -351,21 +364,21 @@ static moesim_status read_chunks(reader *r, const dataset_spec *spec, hid_t d, v
                 break;
             }
             if (mask != 0) *fallback = true; /* a filter was skipped for this chunk */
-            uint64_t at = offset[0] * row_bytes, rows_bytes = chunk_bytes * distances;
+            uint64_t at = offset[0] * row_bytes, rows_bytes = chunk_bytes * parts;
             b.jobs[j].packed_bytes = stored;
-            b.jobs[j].dst = (unsigned char *)buf + at + dist * run_bytes;
+            b.jobs[j].dst = (unsigned char *)buf + at + dist * row_run + col * run_bytes;
             b.jobs[j].chunk_bytes = chunk_bytes;
             b.jobs[j].elem_size = spec->size;
             b.jobs[j].raw_bytes =
-                (total - at < rows_bytes ? (size_t)(total - at) : rows_bytes) / distances;
+                (total - at < rows_bytes ? (size_t)(total - at) : rows_bytes) / parts;
             b.jobs[j].run_bytes = run_bytes;
-            b.jobs[j].run_stride = run_bytes * distances;
+            b.jobs[j].run_stride = parts > 1 ? row_run * distances : 0;
         }
         if (st || *fallback) break;
         chunk_batch_run(&b);
         for (size_t j = 0; j < b.n_jobs && !st; j++)
             if (!b.jobs[j].ok)
-                st = trace_read_chunk_fail(r, spec, (first + j) / distances * chunk_rows,
+                st = trace_read_chunk_fail(r, spec, (first + j) / parts * chunk_rows,
                                            "deflate data do not inflate");
     }
     H5Eclear2(H5E_DEFAULT);
@@ -431,11 +444,11 @@ moesim_status trace_read_skipped_filters_check(reader *r, const dataset_spec *sp
 }
 
 moesim_status trace_read_dataset(reader *r, const dataset_spec *spec, hid_t d, void *buf) {
-    uint32_t distances;
-    hsize_t rows = trace_read_chunk_rows(spec, d, &distances);
+    uint32_t distances, columns;
+    hsize_t rows = trace_read_chunk_rows(spec, d, &distances, &columns);
     if (rows) {
         bool fallback;
-        moesim_status st = read_chunks(r, spec, d, buf, rows, distances, &fallback);
+        moesim_status st = read_chunks(r, spec, d, buf, rows, distances, columns, &fallback);
         if (st || !fallback) return st;
     }
     moesim_status st = trace_read_skipped_filters_check(r, spec, d);

@@ -72,8 +72,10 @@ moesim_status trace_read_fail(reader *r, const char *object, const char *fmt, ..
 moesim_status trace_read_chunk_fail(reader *r, const dataset_spec *spec, uint64_t row,
                                     const char *what);
 /* Rows per chunk when `d` is laid out as our writer lays datasets out, else 0; *distances: D
- * when each chunk holds one distance of look-ahead rows ([N][L][D][K']), else 1. */
-hsize_t trace_read_chunk_rows(const dataset_spec *spec, hid_t d, uint32_t *distances);
+ * when each chunk holds one distance of look-ahead rows ([N][L][D][K']), else 1; *columns:
+ * K' / Kc when each holds Kc of their candidates, else 1. */
+hsize_t trace_read_chunk_rows(const dataset_spec *spec, hid_t d, uint32_t *distances,
+                              uint32_t *columns);
 /* Before H5Dread of dataset `d`: fails for a chunk stored with a size-preserving filter skipped
  * but shorter than the chunk (HDF5 would read past it). */
 moesim_status trace_read_skipped_filters_check(reader *r, const dataset_spec *spec, hid_t d);

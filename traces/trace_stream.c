@@ -50,9 +50,11 @@
 typedef struct stream_chunk {
     hsize_t rows; /* rows per chunk; 0: read through H5Dread */
     size_t row_bytes;   /* of the file's rows */
-    uint32_t distances; /* look-ahead rows chunked one distance each: D (chunk j * D + d of the
-                           cache holds distance d of row chunk j); else 1 */
-    size_t run_bytes;   /* look-ahead rows: the K' values of one (layer, distance) */
+    uint32_t distances; /* look-ahead rows chunked one distance each: D; else 1 */
+    uint32_t columns;   /* look-ahead rows chunked Kc of their K' candidates each: K' / Kc; else
+                           1 (part d * columns + c of row chunk j is cached as chunk
+                           j * distances * columns + part) */
+    size_t run_bytes;   /* look-ahead rows: the Kc values of one (layer, distance) in a chunk */
     uint32_t n, cap;     /* entries allocated; most kept */
     uint64_t *held;      /* [cap] chunk index of each entry, or UINT64_MAX */
     uint64_t *used;      /* [cap] last use (the stream's clock) */
@@ -79,6 +81,8 @@ struct trace_stream {
     uint16_t *la_ids;      /* skipped look-ahead ids of a few tokens, to count those hits */
     uint32_t la_read;      /* distances 1..la_read of the look-ahead rows are read (the blocks'
                               depth; 1 for the skipped ids counted) */
+    uint32_t k_read;       /* and their first k_read candidates (the blocks' lookahead_k; all
+                              K' for the skipped ids) */
     unsigned char *la_scratch; /* [a chunk] rows taken before their distances are placed */
     bool check_on_read;    /* trace_stream_options.check_rows_on_read */
     bool by_request_asked; /* trace_stream_options.blocks_by_request, requests contiguous */
@@ -103,12 +107,13 @@ struct trace_stream {
     uint64_t chunks_inflated;
 };
 
-/* Rows [first, first + n) through H5Dread; of look-ahead rows, distances 1..`distances`. */
+/* Rows [first, first + n) through H5Dread; of look-ahead rows, distances 1..`distances` and
+ * their first `candidates`. */
 static moesim_status read_rows(reader *r, const dataset_spec *spec, hid_t d, uint64_t first,
-                               uint64_t n, uint32_t distances, void *buf) {
+                               uint64_t n, uint32_t distances, uint32_t candidates, void *buf) {
     hsize_t start[4] = {first, 0, 0, 0}, count[4] = {n, 0, 0, 0};
     for (int i = 1; i < spec->rank; i++) count[i] = spec->dims[i];
-    if (spec->rank == 4) count[2] = distances;
+    if (spec->rank == 4) count[2] = distances, count[3] = candidates;
     hid_t fs = H5Dget_space(d), ms = H5Screate_simple(spec->rank, count, NULL);
     bool ok = fs >= 0 && ms >= 0 &&
               H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
@@ -141,20 +146,24 @@ static unsigned char **chunk_entry_for(stream_chunk *c, uint32_t *at) {
     return &c->buf[c->n++];
 }
 
-/* *out: distance d of row chunk j of dataset i, inflated now unless held, whose caller takes
- * `taken` of its rows; NULL when the chunk is not stored as ours after all (c->rows is then 0:
- * HDF5 reads the dataset from now on). */
-static moesim_status chunk_held(trace_stream *s, int i, uint64_t j, uint32_t d, uint64_t taken,
+/* *out: part `part` (distance part / columns, candidates from (part % columns) * Kc) of row
+ * chunk j of dataset i, inflated now unless held, whose caller takes `taken` of its rows; NULL
+ * when the chunk is not stored as ours after all (c->rows is then 0: HDF5 reads the dataset from
+ * now on). */
+static moesim_status chunk_held(trace_stream *s, int i, uint64_t j, uint32_t part, uint64_t taken,
                                 const unsigned char **out) {
     *out = NULL;
     stream_chunk *c = &s->chunk[i];
     const dataset_spec *spec = &s->o.specs[i];
-    const uint64_t N = s->o.n_tokens, key = j * c->distances + d;
-    const size_t part_bytes = c->row_bytes / c->distances, chunk_bytes = c->rows * part_bytes;
+    const uint32_t parts = c->distances * c->columns;
+    const uint64_t N = s->o.n_tokens, key = j * parts + part;
+    const size_t part_bytes = c->row_bytes / parts, chunk_bytes = c->rows * part_bytes;
     uint32_t k = 0;
     while (k < c->n && c->held[k] != key) k++;
     if (k == c->n) {
-        hsize_t offset[4] = {j * c->rows, 0, d, 0}, stored = 0;
+        hsize_t offset[4] = {j * c->rows, 0, part / c->columns,
+                             part % c->columns * (c->run_bytes / spec->size)};
+        hsize_t stored = 0;
         uint32_t mask = 0;
         chunk_job *job = &s->batch.jobs[0];
         if (H5Dget_chunk_storage_size(s->o.ds[i], offset, &stored) < 0 || stored == 0 ||
@@ -190,37 +199,47 @@ static moesim_status chunk_held(trace_stream *s, int i, uint64_t j, uint32_t d, 
 }
 
 /* Rows [first, first + n) of dataset `i` into dst: from its chunks when they are ours (kept as
- * stream_chunk says), else through H5Dread. Of look-ahead rows, distances 1..la_read alone (dst
- * rows of [L][la_read][K']): from a file chunked by distance, those distances' chunks alone. */
+ * stream_chunk says), else through H5Dread. Of look-ahead rows, distances 1..la_read and the
+ * first k_read candidates alone (dst rows of [L][la_read][k_read]): from a file chunked by
+ * distance and candidates, those parts' chunks alone. */
 static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64_t n, void *dst) {
     stream_chunk *c = &s->chunk[i];
     const dataset_spec *spec = &s->o.specs[i];
     const bool look = spec->rank == 4;
     const uint32_t D = look ? (uint32_t)spec->dims[2] : 1, want = look ? s->la_read : 1;
-    const size_t size = spec->size, part_bytes = c->row_bytes / (c->distances ? c->distances : 1);
-    const size_t dst_row = c->row_bytes / D * want, run = c->run_bytes;
+    const uint32_t K = look ? (uint32_t)spec->dims[3] : 1, k_read = look ? s->k_read : 1;
+    const uint32_t parts = c->rows ? c->distances * c->columns : 1;
+    const size_t size = spec->size, part_bytes = c->row_bytes / parts;
+    const size_t dst_row = c->row_bytes / ((size_t)D * K) * want * k_read, run = c->run_bytes;
+    const size_t kc = run / size; /* candidates per chunk (a divisor of k_read: stream_chunks_init) */
+    /* the parts read of each row chunk: distances 0..d_parts, candidate columns 0..c_parts */
+    const uint32_t d_parts = c->distances > 1 ? want : 1, c_parts = look && kc ? k_read / kc : 1;
     for (uint64_t j = c->rows ? first / c->rows : 0; c->rows && j * c->rows < first + n; j++) {
         const uint64_t lo = j * c->rows > first ? j * c->rows : first;
         const uint64_t hi = (j + 1) * c->rows < first + n ? (j + 1) * c->rows : first + n;
         unsigned char *out = (unsigned char *)dst + (lo - first) * dst_row;
         const size_t per_row = part_bytes / size, from = (lo - j * c->rows) * per_row;
         const size_t count = (hi - lo) * per_row, chunk_bytes = c->rows * part_bytes;
-        for (uint32_t d = 0; d < (c->distances > 1 ? want : 1); d++) {
-            const unsigned char *buf;
-            moesim_status st = chunk_held(s, i, j, d, hi - lo, &buf);
-            if (st) return st;
-            if (!buf) break; /* c->rows is 0 now */
-            if ((c->distances == 1 && want == D) || (c->distances > 1 && want == 1)) {
-                /* whole rows, or one distance of a file chunked by distance: as dst holds them */
-                chunk_take_elems(out, buf, chunk_bytes, size, from, count);
-            } else if (c->distances > 1) { /* distance d of each (token, layer) into place */
-                chunk_take_elems(s->la_scratch, buf, chunk_bytes, size, from, count);
-                chunk_scatter_runs(out + d * run, s->la_scratch, count * size, run, want * run);
-            } else { /* whole rows of D distances: the first `want` of each (token, layer) */
-                chunk_take_elems(s->la_scratch, buf, chunk_bytes, size, from, count);
-                chunk_gather_runs(out, s->la_scratch, (hi - lo) * dst_row, want * run, D * run);
+        for (uint32_t d = 0; d < d_parts && c->rows; d++)
+            for (uint32_t col = 0; col < c_parts; col++) {
+                const unsigned char *buf;
+                moesim_status st = chunk_held(s, i, j, d * c->columns + col, hi - lo, &buf);
+                if (st) return st;
+                if (!buf) break; /* c->rows is 0 now */
+                if (c->distances == 1 && want < D) {
+                    /* whole rows of D distances: the first `want` of each (token, layer) */
+                    chunk_take_elems(s->la_scratch, buf, chunk_bytes, size, from, count);
+                    chunk_gather_runs(out, s->la_scratch, (hi - lo) * dst_row, want * run,
+                                      D * run);
+                } else if (d_parts * c_parts == 1) {
+                    /* whole rows, or the one part read of each: as dst holds them */
+                    chunk_take_elems(out, buf, chunk_bytes, size, from, count);
+                } else { /* a part of each (token, layer) into place */
+                    chunk_take_elems(s->la_scratch, buf, chunk_bytes, size, from, count);
+                    chunk_scatter_runs(out + (d * k_read + col * kc) * size, s->la_scratch,
+                                       count * size, run, (size_t)want * k_read * size);
+                }
             }
-        }
     }
     if (c->rows) return MOESIM_OK;
     if (!c->filters_checked) { /* as trace_read checks before HDF5 reads the dataset */
@@ -228,7 +247,7 @@ static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64
         if (st) return st;
         c->filters_checked = true;
     }
-    return read_rows(&s->r, spec, s->o.ds[i], first, n, want, dst);
+    return read_rows(&s->r, spec, s->o.ds[i], first, n, want, k_read, dst);
 }
 
 /* Reads tokens [first, first + n) of datasets [from, to) into `block` (sized for at least n):
@@ -455,10 +474,11 @@ static moesim_status stream_load(trace_stream *s) {
     return st;
 }
 
-/* Chunks a reader of whole rows of c takes from at once: the distances read, where the file
- * holds them in chunks apart. */
+/* Chunks a reader of whole rows of c takes from at once: the distances and candidate columns
+ * read, where the file holds them in chunks apart. */
 static uint32_t chunks_per_rows(const trace_stream *s, const stream_chunk *c) {
-    return c->distances > 1 ? s->la_read : 1;
+    const uint32_t columns_read = c->columns > 1 ? s->k_read * c->columns / s->o.meta.lookahead_k : 1;
+    return (c->distances > 1 ? s->la_read : 1) * columns_read;
 }
 
 /* Keeps at most `cap` (>= 1) of c's chunks: later entries are dropped. */
@@ -480,6 +500,18 @@ static void chunk_cache_free(stream_chunk *c) {
     free(c->buf);
 }
 
+/* The look-ahead candidates read of a reader of the first `wanted`: those of the chunks that
+ * hold them, where the file chunks its ids Kc candidates apart, else all K'. */
+static uint32_t candidates_read(const trace_stream *s, uint32_t wanted) {
+    const uint32_t K = s->o.meta.lookahead_k;
+    uint32_t distances, columns;
+    if (!trace_read_chunk_rows(&s->o.specs[DS_LOOK_IDS], s->o.ds[DS_LOOK_IDS], &distances,
+                               &columns))
+        return K;
+    const uint32_t kc = K / columns, read = (wanted + kc - 1) / kc * kc;
+    return read < K ? read : K;
+}
+
 /* Which datasets are laid out as ours (their chunks then inflate here), and their buffers. */
 static moesim_status stream_chunks_init(trace_stream *s) {
     size_t largest = 0, la_scratch = 0;
@@ -489,16 +521,20 @@ static moesim_status stream_chunks_init(trace_stream *s) {
         const dataset_spec *spec = &s->o.specs[i];
         c->row_bytes = spec->size;
         for (int d = 1; d < spec->rank; d++) c->row_bytes *= spec->dims[d];
-        c->rows = trace_read_chunk_rows(spec, s->o.ds[i], &c->distances);
-        c->run_bytes = spec->rank == 4 ? spec->size * spec->dims[3] : 0;
-        size_t bytes = c->rows * c->row_bytes / c->distances;
+        c->rows = trace_read_chunk_rows(spec, s->o.ds[i], &c->distances, &c->columns);
+        c->run_bytes = spec->rank == 4 ? spec->size * spec->dims[3] / c->columns : 0;
+        size_t bytes = c->rows * c->row_bytes / (c->distances * c->columns);
         if (c->rows > s->o.n_tokens || bytes > CHUNK_MAX_BYTES) c->rows = 0; /* as read_chunks */
+        /* candidates read in whole chunks alone (else HDF5 selects them) */
+        if (spec->rank == 4 && s->k_read % (c->run_bytes / spec->size)) c->rows = 0;
         if (!c->rows) continue;
         chunk_cache_resize(c, chunks_per_rows(s, c)); /* the pass at open reads in order */
         if (bytes > largest) largest = bytes;
-        /* distances placed apart from the chunk's order (read_ds_rows) go through a scratch */
+        /* rows placed apart from the chunk's order (read_ds_rows) go through a scratch: a part
+         * of several read, or the first distances of whole rows */
         const uint32_t D = spec->rank == 4 ? (uint32_t)spec->dims[2] : 1;
-        if (spec->rank == 4 && (c->distances > 1 ? s->la_read > 1 : s->la_read < D) &&
+        if (spec->rank == 4 &&
+            (chunks_per_rows(s, c) > 1 || (c->distances == 1 && s->la_read < D)) &&
             bytes > la_scratch)
             la_scratch = bytes;
     }
@@ -545,6 +581,11 @@ moesim_status trace_stream_open_with(const char *path, const trace_stream_option
         }
         if (opt && opt->skip_ranked_scores && s->o.scores_ranked)
             s->skip[DS_LOOK_SCORES] = true; /* the blocks' scores stay zeros */
+        s->k_read = s->o.meta.lookahead_k;
+        if (opt && opt->first_candidates_only && !s->skip[DS_LOOK_IDS]) {
+            const uint32_t top_k = s->o.meta.top_k, n = opt->lookahead_candidates;
+            s->rows_meta.lookahead_k = s->k_read = candidates_read(s, n > top_k ? n : top_k);
+        }
         s->check_on_read = opt && opt->check_rows_on_read;
         uint64_t per_token = trace_bytes_per_token(&s->rows_meta);
         s->block_tokens = STREAM_BLOCK_BYTES / per_token ? STREAM_BLOCK_BYTES / per_token : 1;

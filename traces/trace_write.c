@@ -61,7 +61,10 @@ typedef struct staged_dataset {
     size_t elem_size;     /* bytes per value (the shuffle's element) */
     uint64_t chunk_rows;  /* rows per chunk */
     uint32_t distances;   /* look-ahead rows: D, each distance chunked apart; else 1 */
-    size_t run_bytes;     /* with distances > 1: the K' values of one (layer, distance) */
+    uint32_t columns;     /* look-ahead rows: K' / Kc, each Kc candidates chunked apart; else 1 */
+    size_t run_bytes;     /* with parts: the Kc values of one (layer, distance) in a chunk */
+    size_t row_run_bytes; /* the K' values of one (layer, distance) in a row */
+    chunk_level level;
     unsigned char *stage; /* [stage_cap][row_bytes]: rows written .. written + staged - 1 */
     uint64_t stage_cap;
     uint64_t staged;  /* rows waiting in stage */
@@ -145,6 +148,13 @@ static uint64_t chunk_rows_for(uint64_t n_rows, size_t row_bytes, int rank) {
     return c < n_rows ? c : n_rows;
 }
 
+/* Candidates per chunk of look-ahead rows of K' candidates: top_k where K' is a multiple of it,
+ * so that a reader of the first top_k (a prefetcher of the routed experts' count) inflates their
+ * chunks alone; else all K'. */
+static hsize_t lookahead_chunk_k(uint32_t top_k, hsize_t k_pred) {
+    return top_k && k_pred > top_k && k_pred % top_k == 0 ? top_k : k_pred;
+}
+
 /* Creates dataset `which` of shape dims[0..rank), chunked along dims[0], shuffled and deflated,
  * and its stage. */
 static moesim_status create_dataset(trace_writer *w, int which, const char *name, hid_t ftype,
@@ -155,12 +165,16 @@ static moesim_status create_dataset(trace_writer *w, int which, const char *name
     s->elem_size = H5Tget_size(mtype);
     s->row_bytes = s->elem_size;
     for (int i = 1; i < rank; i++) s->row_bytes *= dims[i];
-    /* look-ahead rows ([N][L][D][K']): a chunk holds one distance of the rows a whole-row chunk
-     * would hold, so that a reader of distance 1 alone inflates a D-th of them, and a reader of
-     * every distance keeps as many rows inflated as before (FORMAT.md, "Storage") */
+    /* look-ahead rows ([N][L][D][K']): a chunk holds one distance and Kc candidates of each
+     * row (lookahead_chunk_k), as many bytes as one distance of the rows of a whole-row chunk,
+     * so that a reader of distance 1's first Kc candidates alone inflates that part alone, and
+     * a reader of everything keeps as many bytes inflated as before (FORMAT.md, "Storage") */
     s->distances = rank == 4 && dims[2] > 1 ? (uint32_t)dims[2] : 1;
-    s->run_bytes = rank == 4 ? s->elem_size * dims[3] : 0;
-    s->chunk_rows = chunk_rows_for(dims[0], s->row_bytes, rank);
+    s->columns = rank == 4 && dims[3] ? (uint32_t)(dims[3] / lookahead_chunk_k(w->meta.top_k, dims[3])) : 1;
+    s->row_run_bytes = rank == 4 ? s->elem_size * dims[3] : 0;
+    s->run_bytes = s->row_run_bytes / s->columns;
+    s->level = rank == 4 ? CHUNK_LEVEL_LOOKAHEAD : CHUNK_LEVEL_ROWS;
+    s->chunk_rows = chunk_rows_for(dims[0], s->row_bytes / s->columns, rank);
     s->raw = H5Tequal(ftype, mtype) > 0; /* else a host whose byte order differs from the file's */
     uint64_t cap = s->chunk_rows - 1 + w->stride_tokens;
     s->stage_cap = cap < dims[0] ? cap : dims[0];
@@ -171,12 +185,14 @@ static moesim_status create_dataset(trace_writer *w, int which, const char *name
     chunk[0] = s->chunk_rows;
     for (int i = 1; i < rank; i++) chunk[i] = dims[i];
     if (s->distances > 1) chunk[2] = 1;
+    if (rank == 4) chunk[3] = dims[3] / s->columns;
     hid_t space = H5I_INVALID_HID;
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     herr_t rc = dcpl < 0 ? -1 : H5Pset_obj_track_times(dcpl, 0);
     if (rc >= 0) rc = H5Pset_chunk(dcpl, rank, chunk);
     if (rc >= 0) rc = H5Pset_shuffle(dcpl);
-    if (rc >= 0) rc = H5Pset_deflate(dcpl, DEFLATE_LEVEL);
+    if (rc >= 0)
+        rc = H5Pset_deflate(dcpl, rank == 4 ? LOOKAHEAD_DEFLATE_LEVEL : DEFLATE_LEVEL);
     if (rc >= 0) rc = (space = H5Screate_simple(rank, dims, NULL)) < 0 ? -1 : 0;
     if (rc >= 0) s->d = H5Dcreate2(w->file, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     h5_close(&space, H5Sclose);
@@ -240,12 +256,14 @@ static moesim_status write_rows_converted(trace_writer *w, staged_dataset *s, ui
 }
 
 /* The chunks of one codec run: job j is chunk chunk_of[j] (counted from the dataset's first
- * unwritten row), distance distance_of[j] (look-ahead rows; else 0), of dataset ds_of[j]. */
+ * unwritten row), distance distance_of[j] and candidates from column_of[j] (look-ahead rows;
+ * else 0), of dataset ds_of[j]. */
 typedef struct pending_chunks {
     size_t n;
     int ds_of[CHUNK_MAX_THREADS * CHUNK_JOBS_PER_THREAD];
     uint64_t chunk_of[CHUNK_MAX_THREADS * CHUNK_JOBS_PER_THREAD];
     uint32_t distance_of[CHUNK_MAX_THREADS * CHUNK_JOBS_PER_THREAD];
+    hsize_t column_of[CHUNK_MAX_THREADS * CHUNK_JOBS_PER_THREAD];
 } pending_chunks;
 
 /* Compresses the pending chunks in one parallel run and stores them in their order. */
@@ -256,7 +274,7 @@ static moesim_status write_pending(trace_writer *w, pending_chunks *p, moesim_er
     for (size_t j = 0; j < p->n; j++) {
         const staged_dataset *s = &w->ds[p->ds_of[j]];
         hsize_t offset[4] = {s->written + p->chunk_of[j] * s->chunk_rows, 0,
-                             p->distance_of[j], 0};
+                             p->distance_of[j], p->column_of[j]};
         if (!b->jobs[j].ok)
             return moesim_fail(err, MOESIM_EIO, "%s: %s: deflate failed", w->path, s->name);
         if (H5Dwrite_chunk(s->d, H5P_DEFAULT, 0, offset, b->jobs[j].packed_bytes,
@@ -284,21 +302,25 @@ static moesim_status flush_all(trace_writer *w, bool final, moesim_error *err) {
             continue;
         }
         const size_t chunk_rows_bytes = (size_t)s->chunk_rows * s->row_bytes;
-        const size_t chunk_bytes = chunk_rows_bytes / s->distances;
+        const uint32_t parts = s->distances * s->columns; /* chunks per row chunk */
+        const size_t chunk_bytes = chunk_rows_bytes / parts;
         for (uint64_t c = 0, at = 0; at < bytes && !st; c++, at += chunk_rows_bytes)
-            for (uint32_t d = 0; d < s->distances && !st; d++) {
+            for (uint32_t part = 0; part < parts && !st; part++) {
+                const uint32_t d = part / s->columns, col = part % s->columns;
                 chunk_job *job = &w->batch.jobs[p.n];
                 job->chunk_bytes = chunk_bytes;
                 job->elem_size = s->elem_size;
-                job->src = s->stage + at + d * s->run_bytes;
+                job->level = s->level;
+                job->src = s->stage + at + d * s->row_run_bytes + col * s->run_bytes;
                 size_t left =
                     bytes - at < chunk_rows_bytes ? (size_t)(bytes - at) : chunk_rows_bytes;
-                job->raw_bytes = left / s->distances;
-                job->run_bytes = s->distances > 1 ? s->run_bytes : 0;
-                job->run_stride = s->distances > 1 ? s->run_bytes * s->distances : 0;
+                job->raw_bytes = left / parts;
+                job->run_bytes = parts > 1 ? s->run_bytes : 0;
+                job->run_stride = parts > 1 ? s->row_run_bytes * s->distances : 0;
                 p.ds_of[p.n] = i;
                 p.chunk_of[p.n] = c;
                 p.distance_of[p.n] = d;
+                p.column_of[p.n] = col * (s->run_bytes / s->elem_size);
                 if (++p.n == w->batch.jobs_cap) st = write_pending(w, &p, err);
             }
     }
@@ -448,7 +470,7 @@ moesim_status trace_writer_open(const trace_meta *meta, uint64_t n_tokens, uint3
     size_t cap_bytes = 0;
     for (int i = 0; i < WD_COUNT && !st; i++) {
         const staged_dataset *d = &w->ds[i];
-        size_t c = d->chunk_rows ? (size_t)d->chunk_rows * d->row_bytes / d->distances : 0;
+        size_t c = d->chunk_rows ? (size_t)d->chunk_rows * d->row_bytes / (d->distances * d->columns) : 0;
         cap_bytes = c > cap_bytes ? c : cap_bytes;
     }
     if (!st && !chunk_batch_init(&w->batch, cap_bytes, true))
