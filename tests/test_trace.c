@@ -629,9 +629,8 @@ Test(trace, one_value_per_token_is_chunked_by_64_kib_routing_by_1_mib_lookahead_
     hsize_t dims[4] = {0};
     chunk_dims_of(f, "/lookahead/scores", dims);
     cr_expect(dims[0] == 21845 && dims[1] == 2 && dims[2] == 1 && dims[3] == 2,
-              "{%llu, %llu, %llu, %llu}", (unsigned long long)dims[0],
-              (unsigned long long)dims[1], (unsigned long long)dims[2],
-              (unsigned long long)dims[3]);
+              "{%llu, %llu, %llu, %llu}", (unsigned long long)dims[0], (unsigned long long)dims[1],
+              (unsigned long long)dims[2], (unsigned long long)dims[3]);
     chunk_dims_of(f, "/lookahead/expert_ids", dims); /* 43690 rows, at most N */
     cr_expect(dims[0] == 40000 && dims[2] == 1 && dims[3] == 2, "{%llu, ..., %llu}",
               (unsigned long long)dims[0], (unsigned long long)dims[3]);
@@ -1364,7 +1363,8 @@ Test(trace, a_stream_of_the_first_candidates_inflates_their_chunks_alone_in_any_
     snprintf(whole, sizeof whole, "%s", test_tmp_path("candidates-whole-rows.h5"));
     moesim_error err = {0};
     const char *paths[] = {halves, by_distance, whole};
-    for (int i = 0; i < 3; i++) cr_assert_eq(trace_write(t, paths[i], &err), MOESIM_OK, "%s", err.msg);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(trace_write(t, paths[i], &err), MOESIM_OK, "%s", err.msg);
     for (int i = 1; i < 3; i++) {
         rechunk_lookahead(paths[i], "/lookahead/expert_ids", H5T_NATIVE_UINT16, t->lookahead_ids,
                           i == 1);
@@ -1377,8 +1377,7 @@ Test(trace, a_stream_of_the_first_candidates_inflates_their_chunks_alone_in_any_
     /* more than top_k: both halves; a half of distance 1 is 6 chunks of ids (5461 rows of 8
      * layers x 4 ids each) and 11 of scores (2730 rows), each inflated once */
     const uint64_t both = stream_first_candidates(halves, t, 5, 8);
-    cr_expect_eq(both, half + 17, "%llu, %llu", (unsigned long long)half,
-                 (unsigned long long)both);
+    cr_expect_eq(both, half + 17, "%llu, %llu", (unsigned long long)half, (unsigned long long)both);
     /* files whose chunks hold all K' candidates: every one, as before */
     stream_first_candidates(by_distance, t, 4, 8);
     stream_first_candidates(whole, t, 4, 8);

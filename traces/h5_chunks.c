@@ -204,9 +204,9 @@ static void *chunk_worker_run(void *arg) {
                 h5_shuffle_bytes(tmp, src, n_elems, elem_size);
                 src = tmp;
             }
-            job->packed_bytes = libdeflate_zlib_compress(
-                b->compressor[w->index * CHUNK_LEVELS + job->level], src, chunk_bytes, job->packed,
-                b->packed_cap);
+            job->packed_bytes =
+                libdeflate_zlib_compress(b->compressor[w->index * CHUNK_LEVELS + job->level], src,
+                                         chunk_bytes, job->packed, b->packed_cap);
             job->ok = job->packed_bytes > 0; /* 0: did not fit (the bound makes it fit) */
         } else {
             bool shuffled = chunk_is_shuffled(chunk_bytes, elem_size) && !job->keep_shuffled;

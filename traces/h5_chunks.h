@@ -75,7 +75,7 @@ typedef struct chunk_job {
      * of run_bytes, one every run_stride bytes there (gathered from src, scattered to dst).
      * 0: one contiguous slice. */
     size_t run_bytes, run_stride;
-    chunk_level level; /* pack: the dataset's deflate level */
+    chunk_level level;        /* pack: the dataset's deflate level */
     unsigned char *raw;       /* [cap_bytes] a short last chunk, zero-padded to full size */
     size_t raw_bytes;         /* whole elements of real data (the last chunk may be short) */
     unsigned char *packed;    /* [packed_cap] shuffled + deflated bytes */

@@ -211,7 +211,8 @@ static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64
     const uint32_t parts = c->rows ? c->distances * c->columns : 1;
     const size_t size = spec->size, part_bytes = c->row_bytes / parts;
     const size_t dst_row = c->row_bytes / ((size_t)D * K) * want * k_read, run = c->run_bytes;
-    const size_t kc = run / size; /* candidates per chunk (a divisor of k_read: stream_chunks_init) */
+    /* candidates per chunk: a divisor of k_read (stream_chunks_init) */
+    const size_t kc = run / size;
     /* the parts read of each row chunk: distances 0..d_parts, candidate columns 0..c_parts */
     const uint32_t d_parts = c->distances > 1 ? want : 1, c_parts = look && kc ? k_read / kc : 1;
     for (uint64_t j = c->rows ? first / c->rows : 0; c->rows && j * c->rows < first + n; j++) {
@@ -229,8 +230,7 @@ static moesim_status read_ds_rows(trace_stream *s, int i, uint64_t first, uint64
                 if (c->distances == 1 && want < D) {
                     /* whole rows of D distances: the first `want` of each (token, layer) */
                     chunk_take_elems(s->la_scratch, buf, chunk_bytes, size, from, count);
-                    chunk_gather_runs(out, s->la_scratch, (hi - lo) * dst_row, want * run,
-                                      D * run);
+                    chunk_gather_runs(out, s->la_scratch, (hi - lo) * dst_row, want * run, D * run);
                 } else if (d_parts * c_parts == 1) {
                     /* whole rows, or the one part read of each: as dst holds them */
                     chunk_take_elems(out, buf, chunk_bytes, size, from, count);
@@ -477,7 +477,8 @@ static moesim_status stream_load(trace_stream *s) {
 /* Chunks a reader of whole rows of c takes from at once: the distances and candidate columns
  * read, where the file holds them in chunks apart. */
 static uint32_t chunks_per_rows(const trace_stream *s, const stream_chunk *c) {
-    const uint32_t columns_read = c->columns > 1 ? s->k_read * c->columns / s->o.meta.lookahead_k : 1;
+    const uint32_t columns_read =
+        c->columns > 1 ? s->k_read * c->columns / s->o.meta.lookahead_k : 1;
     return (c->distances > 1 ? s->la_read : 1) * columns_read;
 }
 

@@ -170,7 +170,8 @@ static moesim_status create_dataset(trace_writer *w, int which, const char *name
      * so that a reader of distance 1's first Kc candidates alone inflates that part alone, and
      * a reader of everything keeps as many bytes inflated as before (FORMAT.md, "Storage") */
     s->distances = rank == 4 && dims[2] > 1 ? (uint32_t)dims[2] : 1;
-    s->columns = rank == 4 && dims[3] ? (uint32_t)(dims[3] / lookahead_chunk_k(w->meta.top_k, dims[3])) : 1;
+    s->columns =
+        rank == 4 && dims[3] ? (uint32_t)(dims[3] / lookahead_chunk_k(w->meta.top_k, dims[3])) : 1;
     s->row_run_bytes = rank == 4 ? s->elem_size * dims[3] : 0;
     s->run_bytes = s->row_run_bytes / s->columns;
     s->level = rank == 4 ? CHUNK_LEVEL_LOOKAHEAD : CHUNK_LEVEL_ROWS;
@@ -191,8 +192,7 @@ static moesim_status create_dataset(trace_writer *w, int which, const char *name
     herr_t rc = dcpl < 0 ? -1 : H5Pset_obj_track_times(dcpl, 0);
     if (rc >= 0) rc = H5Pset_chunk(dcpl, rank, chunk);
     if (rc >= 0) rc = H5Pset_shuffle(dcpl);
-    if (rc >= 0)
-        rc = H5Pset_deflate(dcpl, rank == 4 ? LOOKAHEAD_DEFLATE_LEVEL : DEFLATE_LEVEL);
+    if (rc >= 0) rc = H5Pset_deflate(dcpl, rank == 4 ? LOOKAHEAD_DEFLATE_LEVEL : DEFLATE_LEVEL);
     if (rc >= 0) rc = (space = H5Screate_simple(rank, dims, NULL)) < 0 ? -1 : 0;
     if (rc >= 0) s->d = H5Dcreate2(w->file, name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     h5_close(&space, H5Sclose);
@@ -273,8 +273,8 @@ static moesim_status write_pending(trace_writer *w, pending_chunks *p, moesim_er
     chunk_batch_run(b);
     for (size_t j = 0; j < p->n; j++) {
         const staged_dataset *s = &w->ds[p->ds_of[j]];
-        hsize_t offset[4] = {s->written + p->chunk_of[j] * s->chunk_rows, 0,
-                             p->distance_of[j], p->column_of[j]};
+        hsize_t offset[4] = {s->written + p->chunk_of[j] * s->chunk_rows, 0, p->distance_of[j],
+                             p->column_of[j]};
         if (!b->jobs[j].ok)
             return moesim_fail(err, MOESIM_EIO, "%s: %s: deflate failed", w->path, s->name);
         if (H5Dwrite_chunk(s->d, H5P_DEFAULT, 0, offset, b->jobs[j].packed_bytes,
@@ -470,7 +470,8 @@ moesim_status trace_writer_open(const trace_meta *meta, uint64_t n_tokens, uint3
     size_t cap_bytes = 0;
     for (int i = 0; i < WD_COUNT && !st; i++) {
         const staged_dataset *d = &w->ds[i];
-        size_t c = d->chunk_rows ? (size_t)d->chunk_rows * d->row_bytes / (d->distances * d->columns) : 0;
+        size_t c =
+            d->chunk_rows ? (size_t)d->chunk_rows * d->row_bytes / (d->distances * d->columns) : 0;
         cap_bytes = c > cap_bytes ? c : cap_bytes;
     }
     if (!st && !chunk_batch_init(&w->batch, cap_bytes, true))
