@@ -799,13 +799,13 @@ static uint32_t dymoe_load_precisions(const policy *p, moesim_precision order[PR
     return n;
 }
 
-/* Only the look-ahead prefetcher (Sec. 4.4.1) reads the predictions. */
 /* dymoe_prefetch reads Eq. 6's TopK_k of each token's predictions: k = top_k in prefill, Eq. 8's
  * t in decode (prefetch_t, else top_k). */
 static uint32_t dymoe_lookahead_candidates(const void *knobs) {
     return ((const dymoe_knobs *)knobs)->prefetch_t;
 }
 
+/* Only the look-ahead prefetcher (Sec. 4.4.1) reads the predictions. */
 static bool dymoe_ignores_lookahead_with(const void *knobs) {
     return !((const dymoe_knobs *)knobs)->prefetch;
 }

@@ -64,7 +64,7 @@ typedef struct staged_dataset {
     uint32_t columns;     /* look-ahead rows: K' / Kc, each Kc candidates chunked apart; else 1 */
     size_t run_bytes;     /* with parts: the Kc values of one (layer, distance) in a chunk */
     size_t row_run_bytes; /* the K' values of one (layer, distance) in a row */
-    chunk_level level;
+    chunk_level level;    /* its deflate level (h5_chunks.h) */
     unsigned char *stage; /* [stage_cap][row_bytes]: rows written .. written + staged - 1 */
     uint64_t stage_cap;
     uint64_t staged;  /* rows waiting in stage */
