@@ -134,6 +134,8 @@ struct policy {
     uint32_t *evict_q, n_evict;     /* entries whose eviction the mechanism refused */
     uint32_t *publish_q, n_publish; /* entries whose copy completed, awaiting the window */
     uint32_t *scratch;              /* [2 * max(n_experts, n_layers * n_experts)] */
+    uint32_t *order;                /* [n_layers * n_experts] each layer's experts by score at
+                                       the last schedule (dx_order_by_score) */
     double *sort_key;               /* [n_layers * n_experts] */
     uint8_t *deferred;              /* [n_layers * n_experts] refused admission since queued */
     uint8_t *blocked;               /* [n_scopes][2] a pump found no room for this version */
@@ -286,6 +288,8 @@ static moesim_status dx_create(const policy_params *pp, const void *knobs_v, pol
     p->evict_q = moesim_xcalloc(n, sizeof *p->evict_q);
     p->publish_q = moesim_xcalloc(n, sizeof *p->publish_q);
     p->scratch = moesim_xcalloc(2 * n, sizeof *p->scratch);
+    p->order = moesim_xmalloc(n * sizeof *p->order);
+    for (size_t i = 0; i < n; i++) p->order[i] = (uint32_t)(i % E); /* each layer: 0..E-1 */
     p->sort_key = moesim_xcalloc(n, sizeof *p->sort_key);
     p->deferred = moesim_xcalloc(n, sizeof *p->deferred);
     p->blocked = moesim_xcalloc((size_t)n_scopes * 2, sizeof *p->blocked);
@@ -309,6 +313,7 @@ static void dx_destroy(policy *p) {
     free(p->evict_q);
     free(p->publish_q);
     free(p->scratch);
+    free(p->order);
     free(p->sort_key);
     free(p->deferred);
     free(p->blocked);
@@ -463,6 +468,9 @@ static void publish_ready(policy *p) {
 
 /* ---- scheduling ([DynaExq-v1] Algorithm 1 PRECISIONSCHEDULE; [DynaExq-v2] §3.5) ---- */
 
+/* Layer l's experts by score at the last schedule. */
+static uint32_t *order_of(policy *p, uint32_t l) { return p->order + flat(p, l, 0); }
+
 static void sort_ids_by_key(policy *p, uint32_t *ids, uint32_t n, bool ascending) {
     /* keys are hotness scores; ascending order sorts the negated keys */
     for (uint32_t i = 0; i < n; i++) {
@@ -495,11 +503,12 @@ static void schedule(policy *p) {
             if (fix_tau)
                 p->tau[l] = dx_threshold_of(s, p->n_experts, p->cap[l], p->scratch) / tau_debias;
             double tau = p->tau_fixed || fix_tau ? p->tau[l] : -INFINITY;
-            p->set_changes += dx_select_threshold(s, p->n_experts, p->cap[l], tau, set, p->scratch);
+            p->set_changes +=
+                dx_select_threshold(s, p->n_experts, p->cap[l], tau, set, order_of(p, l));
         } else {
             p->set_changes += dx_select_layer(s, p->n_experts, p->cap[l],
                                               (dx_hysteresis_mode)p->knobs.hysteresis_mode, margin,
-                                              slack, set, p->scratch);
+                                              slack, set, order_of(p, l));
         }
         /* [DynaExq-v2] §3.5: promotion candidates H_target \ H_cur, demotion candidates H_cur
          * \ H_target; experts in a transition are left to finish and are reconsidered next

@@ -122,9 +122,10 @@ static inline double dx_hotness_score(const dx_hotness *h, uint32_t layer, uint3
  * `cap` experts: top-`cap` by score (only experts with a positive score are eligible), where a
  * challenger replaces a member only past the hysteresis (score mode: challenger's score >
  * member's + margin; rank mode: members stay while ranked < cap + rank_slack, challengers must
- * rank < cap). `scratch` holds 2*n entries. Returns how many memberships changed. */
+ * rank < cap). `order` ([n], dx_order_by_score) is re-sorted for these scores. Returns how
+ * many memberships changed. */
 uint32_t dx_select_layer(const double *score, uint32_t n, uint32_t cap, dx_hysteresis_mode mode,
-                         double margin, uint32_t rank_slack, bool *in_set, uint32_t *scratch);
+                         double margin, uint32_t rank_slack, bool *in_set, uint32_t *order);
 
 /* [DynaExq-v1] §3.5: "tau_h = top(n_hot, S_i)": the `cap`-th highest score of the layer ([n]
  * scores), +infinity when cap is 0. `scratch` holds 2*n entries. */
@@ -132,10 +133,15 @@ double dx_threshold_of(const double *score, uint32_t n, uint32_t cap, uint32_t *
 
 /* [DynaExq-v1] Algorithm 1 line 15: sets `in_set` ([n]) to the top-`cap` experts with score >=
  * tau (and a positive score: an expert never routed to is not promoted). No hysteresis: in
- * [DynaExq-v1] the fixed threshold and the EMA are what keep the set stable. `scratch` holds 2*n entries. Returns how
- * many memberships changed. */
+ * [DynaExq-v1] the fixed threshold and the EMA are what keep the set stable. `order` ([n],
+ * dx_order_by_score) is re-sorted for these scores. Returns how many memberships changed. */
 uint32_t dx_select_threshold(const double *score, uint32_t n, uint32_t cap, double tau,
-                             bool *in_set, uint32_t *scratch);
+                             bool *in_set, uint32_t *order);
+
+/* Re-sorts order[0, n), a permutation of 0..n-1 (the layer's experts; at first any, then the
+ * previous schedule's), by score descending, ties by ascending id: cheap when it is nearly
+ * sorted already. */
+void dx_order_by_score(const double *score, uint32_t n, uint32_t *order);
 
 /* Sorts ids [n] by score descending, ties by ascending id (deterministic). scratch: [n]. */
 void dx_sort_by_score(const double *score, uint32_t *ids, uint32_t n, uint32_t *scratch);

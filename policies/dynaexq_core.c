@@ -143,6 +143,18 @@ static uint32_t *order_by_score(const double *score, uint32_t n, uint32_t *scrat
     return scratch;
 }
 
+void dx_order_by_score(const double *score, uint32_t n, uint32_t *order) {
+    /* insertion from the previous order: between two schedules every expert no token routed to
+     * decays by the same factor, so few move, and a schedule costs about n compares where a sort
+     * from scratch cost n log n mispredicted ones (29 % of a `dynaexq` run at batch 1). The
+     * order is total (`before`): the result is the one sorted order whatever the start. */
+    for (uint32_t i = 1; i < n; i++) {
+        uint32_t e = order[i], j = i;
+        for (; j > 0 && before(score, e, order[j - 1]); j--) order[j] = order[j - 1];
+        order[j] = e;
+    }
+}
+
 double dx_threshold_of(const double *score, uint32_t n, uint32_t cap, uint32_t *scratch) {
     MOESIM_ASSERT(cap <= n);
     if (cap == 0) return INFINITY;
@@ -150,9 +162,9 @@ double dx_threshold_of(const double *score, uint32_t n, uint32_t cap, uint32_t *
 }
 
 uint32_t dx_select_threshold(const double *score, uint32_t n, uint32_t cap, double tau,
-                             bool *in_set, uint32_t *scratch) {
+                             bool *in_set, uint32_t *order) {
     MOESIM_ASSERT(cap <= n);
-    const uint32_t *order = order_by_score(score, n, scratch);
+    dx_order_by_score(score, n, order);
     uint32_t taken = 0, changed = 0;
     for (uint32_t r = 0; r < n; r++) {
         uint32_t e = order[r];
@@ -165,9 +177,9 @@ uint32_t dx_select_threshold(const double *score, uint32_t n, uint32_t cap, doub
 }
 
 uint32_t dx_select_layer(const double *score, uint32_t n, uint32_t cap, dx_hysteresis_mode mode,
-                         double margin, uint32_t rank_slack, bool *in_set, uint32_t *scratch) {
+                         double margin, uint32_t rank_slack, bool *in_set, uint32_t *order) {
     MOESIM_ASSERT(cap <= n);
-    const uint32_t *order = order_by_score(score, n, scratch);
+    dx_order_by_score(score, n, order);
 
     uint32_t members = 0, changed = 0;
     for (uint32_t i = 0; i < n; i++) members += in_set[i];

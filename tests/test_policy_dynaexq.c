@@ -122,17 +122,37 @@ Test(dynaexq_hotness, count_mode_folds_selection_shares_at_interval_end) {
 
 /* ---- selection ---- */
 
+/* order[0, n) = 0..n-1: a layer's experts before its first schedule. */
+static uint32_t *ids_in_order(uint32_t *order, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) order[i] = i;
+    return order;
+}
+
+Test(dynaexq_select, the_order_by_score_is_the_sorted_one_from_any_previous_order) {
+    double score[] = {0.1, 0.0, 0.5, 0.3, 0.3, 0.0};
+    const uint32_t want[] = {2, 3, 4, 0, 1, 5}; /* ties by id: 3 before 4, 1 before 5 */
+    const uint32_t starts[][6] = {{0, 1, 2, 3, 4, 5}, {5, 4, 3, 2, 1, 0}, {2, 3, 4, 0, 1, 5},
+                                  {4, 3, 5, 1, 0, 2}};
+    for (size_t s = 0; s < sizeof starts / sizeof *starts; s++) {
+        uint32_t order[6];
+        memcpy(order, starts[s], sizeof order);
+        dx_order_by_score(score, 6, order);
+        cr_assert_arr_eq(order, want, sizeof want, "start %zu", s);
+    }
+}
+
 Test(dynaexq_select, fills_free_slots_with_the_hottest_routed_experts) {
     double score[] = {0.1, 0.0, 0.5, 0.3, 0.3, 0.0};
     bool set[6] = {false};
-    uint32_t scratch[12];
-    uint32_t changed = dx_select_layer(score, 6, 3, DX_HYST_SCORE, 0.0, 0, set, scratch);
+    uint32_t order[6];
+    uint32_t changed =
+        dx_select_layer(score, 6, 3, DX_HYST_SCORE, 0.0, 0, set, ids_in_order(order, 6));
     cr_assert_eq(changed, 3);
     /* 0.5 (id 2), then the tie 0.3 broken by id: 3 before 4 */
     cr_assert(set[2] && set[3] && set[4] && !set[0] && !set[1] && !set[5]);
     /* experts never routed to are not eligible, even with free slots */
     bool set2[6] = {false};
-    dx_select_layer(score, 6, 6, DX_HYST_SCORE, 0.0, 0, set2, scratch);
+    dx_select_layer(score, 6, 6, DX_HYST_SCORE, 0.0, 0, set2, ids_in_order(order, 6));
     cr_assert(!set2[1] && !set2[5] && set2[0]);
 }
 
@@ -145,8 +165,9 @@ Test(dynaexq_select, score_margin_stops_a_swap_between_nearly_equal_experts) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         double score[] = {0.100, 0.101, 0.02};
         bool set[3] = {true, false, false};
-        uint32_t scratch[6];
-        dx_select_layer(score, 3, 1, DX_HYST_SCORE, cases[i].margin, 0, set, scratch);
+        uint32_t order[3];
+        dx_select_layer(score, 3, 1, DX_HYST_SCORE, cases[i].margin, 0, set,
+                        ids_in_order(order, 3));
         cr_assert_eq(set[1], cases[i].swaps, "margin %g", cases[i].margin);
         cr_assert_eq(set[0], !cases[i].swaps, "margin %g", cases[i].margin);
     }
@@ -161,8 +182,9 @@ Test(dynaexq_select, rank_slack_keeps_a_member_within_the_wider_set) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         double score[] = {0.7, 0.6, 0.8, 0.9};
         bool set[4] = {true, false, false, true};
-        uint32_t scratch[8];
-        dx_select_layer(score, 4, 2, DX_HYST_RANK, 0.0, cases[i].slack, set, scratch);
+        uint32_t order[4];
+        dx_select_layer(score, 4, 2, DX_HYST_RANK, 0.0, cases[i].slack, set,
+                        ids_in_order(order, 4));
         cr_assert_eq(set[0], cases[i].keeps, "slack %u", cases[i].slack);
         cr_assert_eq(set[2], !cases[i].keeps, "slack %u", cases[i].slack);
         cr_assert(set[3]);
@@ -176,7 +198,8 @@ static uint32_t flips_between_equal_experts(double hysteresis) {
     dx_hotness h;
     dx_hotness_init(&h, DX_HOTNESS_EMA, 0.5, 1, 4, 1);
     bool set[4] = {false};
-    uint32_t scratch[8], flips = 0;
+    uint32_t order[4], flips = 0; /* kept from one interval to the next, as the policy keeps it */
+    ids_in_order(order, 4);
     for (int interval = 0; interval < 40; interval++) {
         /* this interval's favourite gets 0.51 of the gate mass, the other 0.49 */
         uint16_t a[] = {0, 1};
@@ -187,7 +210,7 @@ static uint32_t flips_between_equal_experts(double hysteresis) {
             dx_hotness_end_step(&h);
         }
         double margin = hysteresis * dx_hotness_uniform_score(&h);
-        uint32_t changed = dx_select_layer(h.score, 4, 1, DX_HYST_SCORE, margin, 0, set, scratch);
+        uint32_t changed = dx_select_layer(h.score, 4, 1, DX_HYST_SCORE, margin, 0, set, order);
         if (interval > 0) flips += changed / 2;
     }
     dx_hotness_free(&h);
@@ -210,16 +233,17 @@ Test(dynaexq_select, threshold_is_the_cap_th_score_and_infinite_for_no_slot) {
 
 Test(dynaexq_select, threshold_selection_takes_the_top_cap_at_or_above_tau_and_may_shrink) {
     double score[] = {0.1, 0.0, 0.5, 0.3, 0.3, 0.0};
-    uint32_t scratch[12];
+    uint32_t order[6];
+    ids_in_order(order, 6);
     bool set[6] = {true, false, false, false, false, false};
-    cr_assert_eq(dx_select_threshold(score, 6, 3, 0.3, set, scratch), 4);
+    cr_assert_eq(dx_select_threshold(score, 6, 3, 0.3, set, order), 4);
     cr_assert(set[2] && set[3] && set[4] && !set[0] && !set[1] && !set[5]);
     /* [DynaExq-v1] keeps tau fixed: when the scores fall below it the set shrinks below its
      * capacity */
-    cr_assert_eq(dx_select_threshold(score, 6, 3, 0.4, set, scratch), 2);
+    cr_assert_eq(dx_select_threshold(score, 6, 3, 0.4, set, order), 2);
     cr_assert(set[2] && !set[3] && !set[4]);
     /* the capacity still caps it, and never-routed experts stay out at tau 0 */
-    cr_assert_eq(dx_select_threshold(score, 6, 6, 0.0, set, scratch), 3);
+    cr_assert_eq(dx_select_threshold(score, 6, 6, 0.0, set, order), 3);
     cr_assert(set[0] && set[2] && set[3] && set[4] && !set[1] && !set[5]);
 }
 
