@@ -1261,34 +1261,42 @@ static void rechunk_lookahead(const char *path, const char *name, hid_t mtype, c
     H5Fclose(f);
 }
 
-/* Streams the trace at `path` with its look-ahead rows of distances 1..want alone: every row
- * must be t's at those distances; returns the chunks the stream inflated. */
-static uint64_t stream_first_distances(const char *path, const trace *t, uint32_t want) {
+/* Streams the trace at `path` with `opt`: the blocks carry distances 1..depth and the first
+ * `carried` candidates of each row, every one t's; returns the chunks the stream inflated. */
+static uint64_t stream_first_rows(const char *path, const trace *t, const trace_stream_options *opt,
+                                  uint32_t depth, uint32_t carried) {
     trace_stream *s = NULL;
     moesim_error err = {0};
-    const trace_stream_options opt = {.check_rows_on_read = true, .lookahead_distances = want};
-    cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
-    cr_assert_eq(trace_stream_rows_meta(s)->lookahead_depth, want);
+    cr_assert_eq(trace_stream_open_with(path, opt, &s, &err), MOESIM_OK, "%s", err.msg);
+    cr_assert_eq(trace_stream_rows_meta(s)->lookahead_depth, depth, "%s", path);
+    cr_assert_eq(trace_stream_rows_meta(s)->lookahead_k, carried, "%s", path);
     cr_assert_lt(trace_stream_block_tokens(s), t->n_tokens / 3, "blocks: the test needs a few");
-    const uint32_t L = t->meta.n_layers, Kp = t->meta.lookahead_k;
+    const uint32_t L = t->meta.n_layers;
     for (uint64_t i = 0; i < t->n_tokens; i++) {
         uint64_t at;
         const trace *b = trace_stream_row(s, i, &at);
-        cr_assert_eq(b->meta.lookahead_depth, want);
+        cr_assert(b->meta.lookahead_depth == depth && b->meta.lookahead_k == carried);
         for (uint32_t l = 0; l < L; l++)
-            for (uint32_t d = 1; d <= want; d++) {
+            for (uint32_t d = 1; d <= depth; d++) {
                 size_t x = trace_lookahead_index(b, at, l, d),
                        y = trace_lookahead_index(t, i, l, d);
-                cr_assert_eq(memcmp(b->lookahead_ids + x, t->lookahead_ids + y, Kp * 2), 0,
+                cr_assert_eq(memcmp(b->lookahead_ids + x, t->lookahead_ids + y, carried * 2), 0,
                              "token %llu layer %u distance %u", (unsigned long long)i, l, d);
-                cr_assert_eq(memcmp(b->lookahead_scores + x, t->lookahead_scores + y, Kp * 4), 0,
-                             "token %llu layer %u distance %u", (unsigned long long)i, l, d);
+                cr_assert_eq(memcmp(b->lookahead_scores + x, t->lookahead_scores + y, carried * 4),
+                             0, "token %llu layer %u distance %u", (unsigned long long)i, l, d);
             }
     }
     cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_OK, "%s", err.msg);
     const uint64_t inflated = trace_stream_chunks_inflated(s);
     trace_stream_close(s);
     return inflated;
+}
+
+/* Streams the trace at `path` with its look-ahead rows of distances 1..want alone (all K'
+ * candidates); returns the chunks the stream inflated. */
+static uint64_t stream_first_distances(const char *path, const trace *t, uint32_t want) {
+    const trace_stream_options opt = {.check_rows_on_read = true, .lookahead_distances = want};
+    return stream_first_rows(path, t, &opt, want, t->meta.lookahead_k);
 }
 
 Test(trace, a_stream_of_the_first_distances_reads_them_from_either_layout_and_inflates_theirs) {
@@ -1324,34 +1332,14 @@ Test(trace, a_stream_of_the_first_distances_reads_them_from_either_layout_and_in
 }
 
 /* Streams the trace at `path` with distance 1's first `wanted` candidates (and top_k's): the
- * blocks carry `carried` of them, every one t's; returns the chunks the stream inflated. */
+ * blocks carry `carried` of them; returns the chunks the stream inflated. */
 static uint64_t stream_first_candidates(const char *path, const trace *t, uint32_t wanted,
                                         uint32_t carried) {
-    trace_stream *s = NULL;
-    moesim_error err = {0};
     const trace_stream_options opt = {.check_rows_on_read = true,
                                       .lookahead_distances = 1,
                                       .first_candidates_only = true,
                                       .lookahead_candidates = wanted};
-    cr_assert_eq(trace_stream_open_with(path, &opt, &s, &err), MOESIM_OK, "%s", err.msg);
-    cr_assert_eq(trace_stream_rows_meta(s)->lookahead_k, carried, "%s", path);
-    const uint32_t L = t->meta.n_layers;
-    for (uint64_t i = 0; i < t->n_tokens; i++) {
-        uint64_t at;
-        const trace *b = trace_stream_row(s, i, &at);
-        cr_assert_eq(b->meta.lookahead_k, carried);
-        for (uint32_t l = 0; l < L; l++) {
-            size_t x = trace_lookahead_index(b, at, l, 1), y = trace_lookahead_index(t, i, l, 1);
-            cr_assert_eq(memcmp(b->lookahead_ids + x, t->lookahead_ids + y, carried * 2), 0,
-                         "token %llu layer %u", (unsigned long long)i, l);
-            cr_assert_eq(memcmp(b->lookahead_scores + x, t->lookahead_scores + y, carried * 4), 0,
-                         "token %llu layer %u", (unsigned long long)i, l);
-        }
-    }
-    cr_assert_eq(trace_stream_check_rest(s, &err), MOESIM_OK, "%s", err.msg);
-    const uint64_t inflated = trace_stream_chunks_inflated(s);
-    trace_stream_close(s);
-    return inflated;
+    return stream_first_rows(path, t, &opt, 1, carried);
 }
 
 Test(trace, a_stream_of_the_first_candidates_inflates_their_chunks_alone_in_any_layout) {
