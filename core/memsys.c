@@ -210,7 +210,7 @@ static void xfer_release(memsys *m, uint32_t i) {
  * `rep stos`, whose start-up was a quarter of mem_load's time (bench/README.md). */
 static inline void xfer_start(memsys_xfer *x, uint32_t layer, uint32_t expert, uint32_t p,
                               uint32_t parts, policy_class cls, bool via_ssd, uint64_t seq) {
-    _Static_assert(sizeof(memsys_xfer) == 96, "a field added to memsys_xfer is set here too");
+    _Static_assert(sizeof(memsys_xfer) == 104, "a field added to memsys_xfer is set here too");
     x->layer = layer;
     x->expert = expert;
     x->prec = (uint8_t)p;
@@ -220,7 +220,8 @@ static inline void xfer_start(memsys_xfer *x, uint32_t layer, uint32_t expert, u
     x->via_ssd = via_ssd;
     x->from_policy = true;
     x->bytes = 0; /* xfer_layout: bytes and part_end */
-    for (int e = 0; e < MEMSYS_ENGINES; e++) x->sent[e] = x->done[e] = 0, x->next[e] = 0;
+    for (int e = 0; e < MEMSYS_ENGINES; e++)
+        x->sent[e] = x->done[e] = 0, x->next[e] = x->prev[e] = 0;
     x->seq = seq;
 }
 
@@ -244,6 +245,7 @@ static void queue_push(memsys *m, int e, uint32_t i) {
     memsys_xfer *x = &m->xf[i];
     uint8_t c = x->cls;
     x->next[e] = NONE;
+    x->prev[e] = m->tail[e][c];
     if (m->tail[e][c] == NONE)
         m->head[e][c] = i;
     else
@@ -260,35 +262,33 @@ static void queue_insert_by_seq(memsys *m, int e, uint32_t i) {
     uint32_t prev = NONE, k = m->head[e][c];
     while (k != NONE && m->xf[k].seq < x->seq) prev = k, k = m->xf[k].next[e];
     x->next[e] = k;
+    x->prev[e] = prev;
     if (prev == NONE)
         m->head[e][c] = i;
     else
         m->xf[prev].next[e] = i;
-    if (k == NONE) m->tail[e][c] = i;
+    if (k == NONE)
+        m->tail[e][c] = i;
+    else
+        m->xf[k].prev[e] = i;
     x->queued |= (uint8_t)(1u << e);
 }
 
-/* Takes transfer i, which follows `prev` (NONE: the head) in engine e's queue of its class, off
- * that queue. */
-static inline void queue_unlink(memsys *m, int e, uint32_t prev, uint32_t i) {
+/* Takes transfer i off engine e's queue of its class. */
+static inline void queue_remove(memsys *m, int e, uint32_t i) {
     memsys_xfer *x = &m->xf[i];
     uint8_t c = x->cls;
+    MOESIM_ASSERT(x->queued & (1u << e));
+    uint32_t prev = x->prev[e], next = x->next[e];
     if (prev == NONE)
-        m->head[e][c] = x->next[e];
+        m->head[e][c] = next;
     else
-        m->xf[prev].next[e] = x->next[e];
-    if (m->tail[e][c] == i) m->tail[e][c] = prev;
+        m->xf[prev].next[e] = next;
+    if (next == NONE)
+        m->tail[e][c] = prev;
+    else
+        m->xf[next].prev[e] = prev;
     x->queued &= (uint8_t)~(1u << e);
-}
-
-static void queue_remove(memsys *m, int e, uint32_t i) {
-    uint32_t prev = NONE;
-    for (uint32_t k = m->head[e][m->xf[i].cls]; k != NONE; prev = k, k = m->xf[k].next[e])
-        if (k == i) {
-            queue_unlink(m, e, prev, i);
-            return;
-        }
-    MOESIM_UNREACHABLE();
 }
 
 /* The engines a transfer's bytes pass through: the SSD (when placement left the expert there),
@@ -367,7 +367,7 @@ enum { CHUNK_ONE, CHUNK_SPAN, CHUNK_SPAN_PAST_LANDINGS };
 static bool next_chunk(memsys *m, int e, int span, memsys_chunk *out) {
     bool staged = e == MEMSYS_SSD && !m->cfg.gpu_direct_storage;
     for (int c = 0; c < MEMSYS_CLASSES; c++)
-        for (uint32_t i = m->head[e][c], prev = NONE; i != NONE; prev = i, i = m->xf[i].next[e]) {
+        for (uint32_t i = m->head[e][c]; i != NONE; i = m->xf[i].next[e]) {
             memsys_xfer *x = &m->xf[i];
             uint64_t n = servable(x, e);
             if (n == 0) continue;
@@ -385,7 +385,7 @@ static bool next_chunk(memsys *m, int e, int span, memsys_chunk *out) {
                                   .first = x->sent[e] == 0, .cls = x->cls};
             if (!xfer_started(x)) m->started_bytes += x->bytes;
             x->sent[e] += n;
-            if (x->sent[e] == x->bytes) queue_unlink(m, e, prev, i);
+            if (x->sent[e] == x->bytes) queue_remove(m, e, i);
             return true;
         }
     return false;

@@ -86,6 +86,7 @@ typedef struct memsys_xfer {
     uint64_t done[MEMSYS_ENGINES]; /* bytes each engine completed */
     uint64_t seq;                  /* issue order */
     uint32_t next[MEMSYS_ENGINES]; /* class queue links; next[0] links the free list */
+    uint32_t prev[MEMSYS_ENGINES]; /* the other way: a promotion or cancellation unlinks at once */
 } memsys_xfer;
 
 /* A chunk an engine is to copy: bytes [offset, offset + bytes) of transfer `xfer`'s stream on
