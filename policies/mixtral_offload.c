@@ -26,6 +26,7 @@
 #include "common/check.h"
 #include "policies/expert_cache.h"
 #include "policies/policy.h"
+#include "policies/score_order.h"
 
 typedef struct mixtral_offload_knobs {
     uint32_t experts_per_layer; /* k; 0: cache.experts_per_layer or the budget's share */
@@ -60,6 +61,8 @@ struct policy {
     uint32_t lookahead_depth, lookahead_k;
     double *score;        /* [n_experts] summed predicted score of each candidate */
     uint16_t *candidates; /* [n_experts] candidate expert ids, best first */
+    double *cand_score;   /* [n_experts] their summed scores, in the same order */
+    score_order order;    /* the candidates' ordering (higher summed score, then lower id) */
     uint64_t *cand_mark;  /* [n_experts] == cand_epoch: already a candidate */
     uint64_t cand_epoch;
     uint64_t prefetches, prefetch_skipped;
@@ -86,12 +89,15 @@ static moesim_status mixtral_offload_create(const policy_params *params, const v
     p->lookahead_k = params->lookahead_k;
     p->score = moesim_xcalloc(params->n_experts, sizeof *p->score);
     p->candidates = moesim_xcalloc(params->n_experts, sizeof *p->candidates);
+    p->cand_score = moesim_xcalloc(params->n_experts, sizeof *p->cand_score);
+    score_order_init(&p->order, params->n_experts);
     p->cand_mark = moesim_xcalloc(params->n_experts, sizeof *p->cand_mark);
     *out = p;
     return MOESIM_OK;
 }
 
-/* Gathers layer + 1's predicted experts of the route, best first; returns how many. */
+/* Gathers layer + 1's predicted experts of the route, best first (higher summed score, then
+ * lower id); returns how many. */
 static uint32_t gather_candidates(policy *p, const policy_route *r) {
     uint32_t per_token =
         p->prefetch_experts < p->lookahead_k ? p->prefetch_experts : p->lookahead_k;
@@ -114,19 +120,8 @@ static uint32_t gather_candidates(policy *p, const policy_route *r) {
             p->score[e] += s;
         }
     }
-    /* insertion sort: higher summed score first, then lower id (n <= E, usually top_k) */
-    for (uint32_t i = 1; i < n; i++) {
-        uint16_t e = p->candidates[i];
-        uint32_t j = i;
-        while (j > 0) {
-            uint16_t f = p->candidates[j - 1];
-            bool e_first = p->score[e] > p->score[f] || (p->score[e] == p->score[f] && e < f);
-            if (!e_first) break;
-            p->candidates[j] = f;
-            j--;
-        }
-        p->candidates[j] = e;
-    }
+    for (uint32_t i = 0; i < n; i++) p->cand_score[i] = p->score[p->candidates[i]];
+    score_order_sort(&p->order, p->candidates, p->cand_score, n);
     return n;
 }
 
@@ -189,6 +184,8 @@ static void mixtral_offload_destroy(policy *p) {
     expert_cache_free(&p->cache);
     free(p->score);
     free(p->candidates);
+    free(p->cand_score);
+    score_order_free(&p->order);
     free(p->cand_mark);
     free(p);
 }

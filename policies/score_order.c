@@ -66,13 +66,13 @@ __attribute__((target("avx2"))) static void rank_sort_avx2(score_order *o, uint1
         for (uint32_t j = 0; j < n4; j += 4) {
             __m256d sj = _mm256_loadu_pd(o->score + j), ij = _mm256_loadu_pd(o->id + j);
             __m256d higher = _mm256_cmp_pd(sj, si, _CMP_GT_OQ);
-            __m256d tie = _mm256_and_pd(_mm256_cmp_pd(sj, si, _CMP_EQ_OQ),
-                                        _mm256_cmp_pd(ij, ii, _CMP_LT_OQ));
+            __m256d tie =
+                _mm256_and_pd(_mm256_cmp_pd(sj, si, _CMP_EQ_OQ), _mm256_cmp_pd(ij, ii, _CMP_LT_OQ));
             /* a true lane is all ones: -1 as an integer */
             before = _mm256_sub_epi64(before, _mm256_castpd_si256(_mm256_or_pd(higher, tie)));
         }
-        __m128i two = _mm_add_epi64(_mm256_castsi256_si128(before),
-                                    _mm256_extracti128_si256(before, 1));
+        __m128i two =
+            _mm_add_epi64(_mm256_castsi256_si128(before), _mm256_extracti128_si256(before, 1));
         uint64_t rank = (uint64_t)_mm_cvtsi128_si64(two) + (uint64_t)_mm_extract_epi64(two, 1);
         o->ranked[rank] = ids[i];
         o->ranked_score[rank] = scores[i];

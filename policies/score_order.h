@@ -12,10 +12,10 @@
 /* Scratch of one ordering: ids and scores of up to `cap` candidates, room for the padding. */
 typedef struct score_order {
     uint32_t cap;
-    bool avx2;       /* rank by AVX2 (the CPU has it, unless turned off for a test) */
-    double *score;   /* [cap rounded up to 4] */
-    double *id;      /* [cap rounded up to 4] the ids as doubles, compared beside the scores */
-    uint16_t *ranked;      /* [cap] the ids by rank */
+    bool avx2;            /* rank by AVX2 (the CPU has it, unless turned off for a test) */
+    double *score;        /* [cap rounded up to 4] */
+    double *id;           /* [cap rounded up to 4] the ids as doubles, compared beside the scores */
+    uint16_t *ranked;     /* [cap] the ids by rank */
     double *ranked_score; /* [cap] their scores */
 } score_order;
 

@@ -51,8 +51,8 @@ static void check_both_ways(bool avx2) {
             draw(r, n, ties, ids, scores, ref);
             score_order_sort(&o, ids, scores, n);
             for (uint32_t i = 0; i < n; i++) {
-                cr_assert_eq(ids[i], ref[i].id, "n %u ties %d: rank %u holds id %u, expected %u",
-                             n, ties, i, ids[i], ref[i].id);
+                cr_assert_eq(ids[i], ref[i].id, "n %u ties %d: rank %u holds id %u, expected %u", n,
+                             ties, i, ids[i], ref[i].id);
                 cr_assert_eq(scores[i], ref[i].score, "n %u: the score moves with its id", n);
             }
         }
