@@ -1,8 +1,8 @@
 /* Candidates ordered by score: higher first, then lower id. A policy's few dozen candidates a
  * route (mixtral-offload's guesses united over a batch) are ordered by counting each one's rank
- * where AVX2 is: every comparison at once, four a vector, where an insertion sort's were
- * mispredicted as often as not (bench/README.md). Both ways give the one order: (score, id) is
- * a total order over distinct ids. */
+ * where AVX2 is: every comparison made, four a vector, none a branch, where an insertion sort's
+ * data-dependent compares were mispredicted (bench/README.md). Both ways give the one order:
+ * (score, id) is a total order over distinct ids. */
 #ifndef MOESIM_POLICIES_SCORE_ORDER_H
 #define MOESIM_POLICIES_SCORE_ORDER_H
 
