@@ -8,9 +8,12 @@
  * function per candidate. Global scope adds an indexed 4-ary max-heap over every held expert
  * (heap, each entry a slot and its stored key so a compare reads no slot; heap_pos its inverse)
  * whose root is the next victim; pinned roots are popped aside during a search and pushed back
- * with fresh keys. Recency ticks and use counts are per (layer, expert) and count (token, slot)
- * accesses. Pins are epoch stamps: a new route bumps the epoch instead of clearing. No
- * allocation after init. */
+ * with fresh keys. With the next-use key, buckets by next use take the heap's place (a search
+ * reads them from the furthest down and re-stores the keys of the pinned experts it passes, the
+ * roots the heap would have set aside). Recency ticks and use counts are per (layer, expert) and
+ * count (token, slot) accesses. Pins are epoch stamps: a new route bumps the epoch instead of
+ * clearing. No allocation after init but the buckets' table, which grows with the positions seen.
+ */
 #include "policies/expert_cache.h"
 
 #include <stdio.h>
@@ -139,10 +142,15 @@ moesim_status expert_cache_init(expert_cache *c, const char *policy_name, const 
         for (uint32_t l = 0; l < pp->n_layers; l++) c->order_head[l] = c->order_tail[l] = NO_HEAP;
     }
     if (scope == EXPERT_CACHE_GLOBAL) {
-        c->heap = moesim_xcalloc(n, sizeof *c->heap);
-        c->heap_pos = moesim_xmalloc(n * sizeof *c->heap_pos);
-        for (size_t i = 0; i < n; i++) c->heap_pos[i] = NO_HEAP;
         c->scratch = moesim_xcalloc(n, sizeof *c->scratch);
+        c->bucketed = key == expert_cache_key_next_use;
+        if (c->bucketed) {
+            key_buckets_init(&c->buckets, n);
+        } else {
+            c->heap = moesim_xcalloc(n, sizeof *c->heap);
+            c->heap_pos = moesim_xmalloc(n * sizeof *c->heap_pos);
+            for (size_t i = 0; i < n; i++) c->heap_pos[i] = NO_HEAP;
+        }
     }
     return MOESIM_OK;
 }
@@ -164,6 +172,7 @@ void expert_cache_free(expert_cache *c) {
     free(c->heap);
     free(c->heap_pos);
     free(c->scratch);
+    key_buckets_free(&c->buckets);
     memset(c, 0, sizeof *c);
 }
 
@@ -307,7 +316,11 @@ void expert_cache_halve(expert_cache *c) {
                 c->order_linked[row + c->held_ids[row + i]] = 0;
             c->order_head[l] = c->order_tail[l] = NO_HEAP;
         }
-        for (uint32_t i = 0; i < c->n_held[l]; i++) store_key(c, l, c->held_ids[row + i]);
+        for (uint32_t i = 0; i < c->n_held[l]; i++) {
+            size_t s = row + c->held_ids[row + i];
+            store_key(c, l, c->held_ids[row + i]);
+            if (c->bucketed) key_buckets_move(&c->buckets, (uint32_t)s, c->stored_key[s].primary);
+        }
     }
     if (c->heap_pos) heap_rebuild(c);
 }
@@ -410,6 +423,11 @@ static inline void move_to_head(expert_cache *c, size_t le, uint32_t layer) {
 /* Re-stores the key of (layer, expert), slot le, if held. */
 static void refresh(expert_cache *c, size_t le, uint32_t layer, uint32_t expert) {
     if (c->held_pos[le] == NOT_HELD) return;
+    if (c->bucketed) {
+        c->stored_key[le] = key_of(c, le, layer, expert);
+        key_buckets_move(&c->buckets, (uint32_t)le, c->stored_key[le].primary);
+        return;
+    }
     if (!c->heap_pos) {
         if (lru_ordered(c) && c->tick && c->last_use[le] == c->tick) { /* an access */
             move_to_head(c, le, layer);
@@ -446,6 +464,7 @@ static void hold(expert_cache *c, uint32_t layer, uint32_t expert) {
     if (c->count_per_copy) c->uses[s] = 0; /* a new copy: its count starts over */
     store_key(c, layer, expert);
     if (c->heap_pos) heap_push(c, (uint32_t)s);
+    if (c->bucketed) key_buckets_insert(&c->buckets, (uint32_t)s, c->stored_key[s].primary);
 }
 
 static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
@@ -460,6 +479,7 @@ static void release(expert_cache *c, uint32_t layer, uint32_t expert) {
     c->total_held--;
     if (c->order_linked) order_unlink(c, layer, s);
     if (c->heap_pos) heap_remove_at(c, c->heap_pos[s]);
+    if (c->bucketed) key_buckets_remove(&c->buckets, (uint32_t)s);
 }
 
 static bool order_find_victim(const expert_cache *c, uint32_t layer, uint32_t *victim_layer,
@@ -524,6 +544,34 @@ static bool heap_find_victim(expert_cache *c, uint32_t *victim_layer, uint32_t *
     return found;
 }
 
+/* heap_find_victim over the buckets: the best unpinned expert of the highest bucket that has
+ * one (a higher bucket's keys all come first). The pinned experts it passes, those whose keys
+ * come before the victim's, get fresh keys, as the heap's pinned roots do. */
+static bool bucket_find_victim(expert_cache *c, uint32_t *victim_layer, uint32_t *victim_expert) {
+    const key_buckets *kb = &c->buckets;
+    uint32_t n_aside = 0, best = NO_HEAP;
+    for (uint32_t b = key_buckets_below(kb, KEY_BUCKETS_NONE); b != KEY_BUCKETS_NONE;
+         b = key_buckets_below(kb, b)) {
+        for (uint32_t s = key_buckets_first(kb, b); s != KEY_BUCKETS_NONE; s = kb->next[s]) {
+            if (c->pin[s] == c->pin_epoch)
+                c->scratch[n_aside++] = s;
+            else if (best == NO_HEAP || key_before(c->stored_key[s], s, c->stored_key[best], best))
+                best = s;
+        }
+        if (best != NO_HEAP) break;
+    }
+    for (uint32_t i = 0; i < n_aside; i++) {
+        uint32_t s = c->scratch[i];
+        if (best != NO_HEAP && !key_before(c->stored_key[s], s, c->stored_key[best], best))
+            continue;
+        store_key(c, s / c->n_experts, s % c->n_experts);
+        key_buckets_move(&c->buckets, s, c->stored_key[s].primary);
+    }
+    if (best == NO_HEAP) return false;
+    *victim_layer = best / c->n_experts, *victim_expert = best % c->n_experts;
+    return true;
+}
+
 /* find_victim_in for one layer with its victim-order list: the first unpinned from the tail. */
 static bool order_find_victim(const expert_cache *c, uint32_t layer, uint32_t *victim_layer,
                               uint32_t *victim_expert) {
@@ -538,6 +586,7 @@ static bool order_find_victim(const expert_cache *c, uint32_t layer, uint32_t *v
 
 static bool find_victim(expert_cache *c, uint32_t layer, uint32_t *victim_layer,
                         uint32_t *victim_expert) {
+    if (c->bucketed) return bucket_find_victim(c, victim_layer, victim_expert);
     if (c->scope == EXPERT_CACHE_GLOBAL) return heap_find_victim(c, victim_layer, victim_expert);
     return find_victim_in(c, layer, layer + 1, victim_layer, victim_expert);
 }

@@ -29,9 +29,11 @@
  * expert_cache_halve re-stores every key). Layer scope walks its victim-order list with the LRU
  * and LFU keys and scans the layer's held list (at most its pool) with others; global scope
  * keeps every held expert in an indexed max-heap of stored keys, so a victim costs O(log n)
- * instead of a scan of thousands. Pinned experts (every expert the current route needs, the
- * candidates of a prefetch, and any expert whose eviction the memory system refused during this
- * route) are never chosen. Pins last until the next expert_cache_begin_route.
+ * instead of a scan of thousands, or with the next-use key in buckets by next use
+ * (policies/key_buckets.h), where a key's move after an access costs O(1). Pinned experts (every
+ * expert the current route needs, the candidates of a prefetch, and any expert whose eviction the
+ * memory system refused during this route) are never chosen. Pins last until the next
+ * expert_cache_begin_route.
  *
  * Accesses (expert_cache_plan_route): first the route's whole active set is pinned (the
  * simulator's rule, policies/policy.h: a (sub-)route's experts are resident together, so none of
@@ -50,6 +52,7 @@
 
 #include "common/check.h"
 #include "common/status.h"
+#include "policies/key_buckets.h"
 #include "policies/policy.h"
 
 typedef enum expert_cache_scope { EXPERT_CACHE_LAYER = 0, EXPERT_CACHE_GLOBAL } expert_cache_scope;
@@ -117,11 +120,14 @@ struct expert_cache {
     uint32_t *order_head, *order_tail; /* [n_layers] */
     uint8_t *order_linked;             /* [n_layers * n_experts] */
 
-    /* global scope: 4-ary max-heap (victim first) of held experts by stored key */
+    /* global scope: 4-ary max-heap (victim first) of held experts by stored key, or with the
+     * next-use key (its primary a position) the held experts bucketed by it (bucketed) */
     expert_cache_heap_entry *heap; /* [n_layers * n_experts] */
     uint32_t *heap_pos;            /* [n_layers * n_experts] index in the heap, or UINT32_MAX */
     uint32_t *scratch;          /* [n_layers * n_experts] pinned entries set aside in a search */
     uint32_t n_heap;
+    bool bucketed;
+    key_buckets buckets;
 
     /* figures for policy_report */
     uint64_t loads, evictions, refused;
