@@ -3,6 +3,10 @@
  * policy the same predictions. Units: bytes for KV; steps and tokens are indices. */
 #include "core/schedule.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,12 +164,73 @@ static uint64_t mix64(uint64_t a, uint64_t b) {
     return hash_splitmix64(a ^ hash_splitmix64(b + 0x9e3779b97f4a7c15ull));
 }
 
+/* A draw h keeps the true expert when u = (h >> 11) / 2^53 < accuracy: as integers, when
+ * h >> 11 < the returned bound (u and accuracy * 2^53 scale exactly; an accuracy above 1 keeps
+ * every one, a NaN too, as the compare of doubles would). */
+static uint64_t keep_bound(double accuracy) {
+    double a = accuracy * 0x1.0p53;
+    if (!(a > 0)) return a == a ? 0 : UINT64_MAX;
+    if (a > 0x1.0p53) return UINT64_MAX;
+    uint64_t t = (uint64_t)a;
+    return t + ((double)t < a); /* the least integer at or above a */
+}
+
+#if defined(__x86_64__)
+/* hash_splitmix64 of each lane (AVX512DQ: its 64-bit multiplies). */
+__attribute__((target("avx512f,avx512dq"))) static inline __m512i splitmix64_x8(__m512i x) {
+    x = _mm512_add_epi64(x, _mm512_set1_epi64((long long)0x9e3779b97f4a7c15ull));
+    x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 30)),
+                           _mm512_set1_epi64((long long)0xbf58476d1ce4e5b9ull));
+    x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)),
+                           _mm512_set1_epi64((long long)0x94d049bb133111ebull));
+    return _mm512_xor_si512(x, _mm512_srli_epi64(x, 31));
+}
+
+/* first_draws, eight lanes at once. */
+__attribute__((target("avx512f,avx512dq"))) static uint32_t
+first_draws_x8(uint64_t seed, uint64_t b, uint64_t keep, uint64_t out[8]) {
+    __m512i x = _mm512_add_epi64(_mm512_set1_epi64((long long)(b + 0x9e3779b97f4a7c15ull)),
+                                 _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
+    x = splitmix64_x8(_mm512_xor_si512(splitmix64_x8(x), _mm512_set1_epi64((long long)seed)));
+    _mm512_storeu_si512(out, x);
+    return _mm512_cmpge_epu64_mask(_mm512_srli_epi64(x, 11), _mm512_set1_epi64((long long)keep));
+}
+#endif
+
+/* The first draws mix64(seed, b + i) for i < n (n <= 8) of a row, and the mask of those that
+ * drop the true expert (h >> 11 at or above `keep`, keep_bound): eight at a time where AVX512DQ
+ * is (two hashes a draw were most of the emulated predictor's time). Lanes n.. may be set too. */
+static uint32_t first_draws(uint64_t seed, uint64_t b, uint32_t n, uint64_t keep, uint64_t out[8]) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512dq")) return first_draws_x8(seed, b, keep, out);
+#endif
+    uint32_t drop = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        out[i] = mix64(seed, b + i);
+        drop |= (uint32_t)(out[i] >> 11 >= keep) << i;
+    }
+    return drop;
+}
+
+/* A uniform expert of [0, E) for slot j of `row`, from the draw h: neither `want` nor one of
+ * row[0..j) (after 65 tries, the last one drawn). */
+static uint16_t draw_other(uint64_t h, const uint16_t *row, uint32_t j, uint16_t want, uint32_t E) {
+    /* h % E for a power-of-two E (most models) without a 64-bit division per draw */
+    const uint64_t e_mask = (E & (E - 1)) == 0 ? E - 1 : 0;
+    for (uint64_t tries = 0;; tries++) {
+        h = hash_splitmix64(h + tries);
+        uint16_t c = (uint16_t)(e_mask ? h & e_mask : h % E);
+        bool dup = c == want;
+        for (uint32_t k = 0; k < j && !dup; k++) dup = row[k] == c;
+        if (!dup || tries > 64) return c;
+    }
+}
+
 void sim_lookahead_emulate_rows(const uint16_t *experts, const float *gates, uint32_t L,
                                 uint32_t E, uint32_t K, uint32_t D, uint32_t kp, uint64_t seed,
                                 double accuracy, uint64_t token, uint32_t layer, uint16_t *ids,
                                 float *scores) {
-    /* h % E for a power-of-two E (most models) without a 64-bit division per draw */
-    const uint64_t e_mask = (E & (E - 1)) == 0 ? E - 1 : 0;
+    const uint64_t keep = keep_bound(accuracy);
     for (uint32_t d = 1; d <= D; d++) {
         uint16_t *row = ids + (size_t)(d - 1) * kp;  /* [kp] */
         float *srow = scores + (size_t)(d - 1) * kp; /* [kp] */
@@ -178,25 +243,23 @@ void sim_lookahead_emulate_rows(const uint16_t *experts, const float *gates, uin
         }
         const uint16_t *truth = experts + (size_t)(layer + d) * K;
         const float *g = gates + (size_t)(layer + d) * K;
-        for (uint32_t j = 0; j < kp; j++) {
-            uint64_t h = mix64(seed, ((token * L + layer) * 16 + d) * 256 + j);
-            double u = (double)(h >> 11) * 0x1.0p-53;
-            uint16_t want = j < K ? truth[j] : TRACE_NO_EXPERT;
-            uint16_t pick = want;
-            if (want == TRACE_NO_EXPERT || u >= accuracy) {
-                for (uint64_t tries = 0;; tries++) {
-                    h = hash_splitmix64(h + tries);
-                    uint16_t c = (uint16_t)(e_mask ? h & e_mask : h % E);
-                    bool dup = c == want;
-                    for (uint32_t k = 0; k < j && !dup; k++) dup = row[k] == c;
-                    if (!dup || tries > 64) {
-                        pick = c;
-                        break;
-                    }
-                }
+        const uint64_t base = ((token * L + layer) * 16 + d) * 256;
+        /* each slot the true expert, then the dropped ones redrawn in slot order: a redraw
+         * reads the slots before it, final by then */
+        for (uint32_t j0 = 0; j0 < kp; j0 += 8) {
+            uint32_t n = kp - j0 < 8 ? kp - j0 : 8;
+            uint64_t first[8];
+            uint32_t redraw = first_draws(seed, base + j0, n, keep, first) & ((1u << n) - 1);
+            for (uint32_t i = 0; i < n; i++) {
+                uint32_t j = j0 + i;
+                row[j] = j < K ? truth[j] : TRACE_NO_EXPERT;
+                srow[j] = j < K ? g[j] : 0;
+                redraw |= (uint32_t)(row[j] == TRACE_NO_EXPERT) << i;
             }
-            row[j] = pick;
-            srow[j] = j < K ? g[j] : 0;
+            for (; redraw; redraw &= redraw - 1) {
+                uint32_t i = (uint32_t)__builtin_ctz(redraw), j = j0 + i;
+                row[j] = draw_other(first[i], row, j, j < K ? truth[j] : TRACE_NO_EXPERT, E);
+            }
         }
     }
 }
