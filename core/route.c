@@ -18,22 +18,31 @@ uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *exp
     /* distinct active experts, ascending: a bitmap of expert ids read out word by word (sorting
      * the list instead mispredicted most of its comparisons), and cleared as it is read (a
      * bitmap cleared whole per route cost a sixth of this function). One token's row names an
-     * expert once (the trace's checks): its slot, kept in the slot map until the readout, gives
-     * the expert's one gate, and no pass over the slots counts them. */
+     * expert once (the trace's checks: as many active experts as named slots): its slot, kept in
+     * the slot map until the readout, gives the expert's one gate, and no pass over the slots
+     * counts them. */
+    _Static_assert(MODEL_MAX_EXPERTS >= 128, "seen holds the two words of experts 0..127");
     uint64_t *seen = rs->seen;
-    uint32_t words = 0;
-    uint64_t repeats = 0;
+    uint32_t words = 0, n_named = 0;
+    /* experts 0..127 (most models' all) in one 128-bit word held in registers, set by a shift
+     * without jumps: in memory, each slot's update waited for the store of the one before */
+    unsigned __int128 low = 0;
     for (uint32_t i = 0; i < n_slots; i++) {
         uint16_t e = experts[i];
         if (e == TRACE_NO_EXPERT) continue;
         MOESIM_ASSERT(e < MODEL_MAX_EXPERTS);
-        uint64_t bit = 1ull << (e & 63);
-        repeats |= seen[e >> 6] & bit;
-        seen[e >> 6] |= bit;
+        n_named++;
+        if (e < 128) {
+            low |= (unsigned __int128)1 << e;
+        } else {
+            seen[e >> 6] |= 1ull << (e & 63);
+            if ((uint32_t)(e >> 6) >= words) words = (uint32_t)(e >> 6) + 1;
+        }
         if (one_token) rs->slot[e] = i;
-        if ((uint32_t)(e >> 6) >= words) words = (uint32_t)(e >> 6) + 1;
     }
-    MOESIM_ASSERT(!one_token || !repeats);
+    seen[0] = (uint64_t)low;
+    seen[1] = (uint64_t)(low >> 64);
+    if (!words) words = seen[1] ? 2 : seen[0] ? 1 : 0;
     uint32_t n_active = 0;
     for (uint32_t w = 0; w < words; w++) {
         uint64_t word = seen[w];
@@ -49,6 +58,7 @@ uint32_t sim_route_active_build(const sim_route_scratch *rs, const uint16_t *exp
             n_active++;
         }
     }
+    MOESIM_ASSERT(!one_token || n_active == n_named);
     for (uint32_t i = 0; i < n_slots && !one_token; i++) {
         if (experts[i] == TRACE_NO_EXPERT) continue;
         uint32_t a = rs->slot[experts[i]];
