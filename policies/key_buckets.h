@@ -1,7 +1,7 @@
 /* Slots (layer * E + expert) bucketed by a position: the next use of a held expert in the
  * access stream, Belady's key, or never again. The victim is the held expert used furthest
  * ahead, and after every access the expert's next use moves on: in a heap that move was a sift
- * up over most of its levels, a fifth of an `oracle` run (bench/README.md); here it is an unlink
+ * up over most of its levels, 17 % of an `oracle` run (bench/README.md); here it is an unlink
  * and a link. A search reads the buckets from the highest (never again, then the furthest
  * positions) down, and compares exact keys only inside them. Bucket b holds the positions
  * [b << KEY_BUCKETS_SHIFT, (b + 1) << KEY_BUCKETS_SHIFT); the table grows with the positions
