@@ -5,7 +5,7 @@
  * and a link. A search reads the buckets from the highest (never again, then the furthest
  * positions) down, and compares exact keys only inside them. Bucket b holds the positions
  * [b << KEY_BUCKETS_SHIFT, (b + 1) << KEY_BUCKETS_SHIFT); the table grows with the positions
- * seen (a word per 2^KEY_BUCKETS_SHIFT positions of the stream). */
+ * seen (4 bytes per 2^KEY_BUCKETS_SHIFT positions of the stream). */
 #ifndef MOESIM_POLICIES_KEY_BUCKETS_H
 #define MOESIM_POLICIES_KEY_BUCKETS_H
 
