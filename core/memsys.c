@@ -568,16 +568,19 @@ void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) 
 }
 
 void memsys_run_plan(memsys *m, uint32_t layer, const uint16_t *active, const uint8_t *plan,
-                     uint32_t n) {
+                     uint32_t n, uint32_t *lep) {
+    const size_t le0 = (size_t)layer * m->E;
     for (uint32_t a = 0; a < n; a++) {
         uint8_t pr = plan[a];
         if (pr == POLICY_RUN_SKIP) continue;
         MOESIM_ASSERT(pr < PREC_COUNT && m->cfg.part_bytes[pr][0]);
-        size_t lep = memsys_lep(m, layer, active[a], pr);
-        const uint8_t *st = m->state + lep * PART_COUNT;
-        MOESIM_ASSERT((st[0] != POLICY_ABSENT) & (st[1] != POLICY_ABSENT) &
-                      (st[2] != POLICY_ABSENT));
-        run_lep(m, lep);
+        size_t l = memsys_lep_of(m->n_le, le0 + active[a], pr);
+        lep[a] = (uint32_t)l;
+        /* no part absent: a resident expert (most) needs no further look */
+        const uint8_t *st = m->state + l * PART_COUNT;
+        MOESIM_ASSERT(!memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT) ||
+                      memsys_parts_not_in(st, POLICY_ABSENT) == POLICY_PARTS_ALL);
+        run_lep(m, l);
     }
 }
 

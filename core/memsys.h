@@ -251,9 +251,11 @@ void memsys_begin_layer(memsys *m);
  * demand (the stream waits for it now, whether or not the policy asked for it again). */
 void memsys_run(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p);
 /* memsys_run for every expert a policy's plan runs (plan[a] for active[a], n of them),
- * asserting the plan's rules: a stored precision, every part resident or loading. */
+ * asserting the plan's rules: a stored precision, every part resident or loading. Writes the lep
+ * of each expert that runs to lep[a] (the host's later passes over the route read it rather than
+ * compute it again: a lep is two multiplies of fields behind a pointer). */
 void memsys_run_plan(memsys *m, uint32_t layer, const uint16_t *active, const uint8_t *plan,
-                     uint32_t n);
+                     uint32_t n, uint32_t *lep);
 /* The layer's last route has been planned: drops its stale prefetches (the rule above). */
 void memsys_end_layer(memsys *m, uint32_t layer, uint64_t now_ns);
 
@@ -333,8 +335,9 @@ static inline void memsys_part_land(memsys *m, uint32_t xfer, int part) {
 }
 
 /* Its compute finished: no longer pinned (inline: once per expert op). */
+static inline void memsys_unpin_lep(memsys *m, size_t lep) { m->pinned[lep] = 0; }
 static inline void memsys_unpin(memsys *m, uint32_t layer, uint32_t expert, moesim_precision p) {
-    m->pinned[memsys_lep(m, layer, expert, p)] = 0;
+    memsys_unpin_lep(m, memsys_lep(m, layer, expert, p));
 }
 
 /* Whether a part in `mask` of one lep's part states st[PART_COUNT] (memsys.state) is not in

@@ -124,8 +124,7 @@ void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]) {
 }
 
 uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active, const memsys *ms,
-                                   uint32_t layer, uint32_t *order, uint64_t *order_key,
-                                   uint64_t *hits) {
+                                   uint32_t *order, uint64_t *order_key, uint64_t *hits) {
     /* One pass puts the resident experts in order (active order) and lists the loading ones in
      * order_key, both by conditional counts rather than jumps: which experts are still loading
      * is data, and the jumps were mostly mispredicted. */
@@ -134,7 +133,7 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
     for (uint32_t a = 0; a < n_active; a++) {
         uint8_t pr = rs->plan[a];
         if (pr == POLICY_RUN_SKIP) continue;
-        const uint8_t *st = ms->state + memsys_lep(ms, layer, rs->active[a], pr) * PART_COUNT;
+        const uint8_t *st = ms->state + (size_t)rs->lep[a] * PART_COUNT;
         /* a planned expert's parts are resident or loading (memsys_run_plan asserts) */
         uint32_t loading = memsys_parts_differ(st, POLICY_PARTS_ALL, POLICY_RESIDENT);
         order[n_resident] = a;
@@ -150,7 +149,7 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
      * the sorted keys (order_key[0, k]) can reach that slot. */
     for (uint32_t k = 0; k < n_loading; k++) {
         uint32_t a = (uint32_t)order_key[k];
-        size_t base = memsys_lep(ms, layer, rs->active[a], rs->plan[a]) * PART_COUNT;
+        size_t base = (size_t)rs->lep[a] * PART_COUNT;
         uint64_t key = 0;
         for (int part = 0; part < PART_COUNT; part++)
             if (ms->state[base + part] == POLICY_LOADING) {
@@ -229,7 +228,7 @@ void sim_route_decide(const sim_route_host *h, const sim_route_scratch *rs, uint
     /* check the plan, pin what runs, count hits and gate mass */
     moesim_precision hi = h->pm->hi_precision ? h->pm->hi_precision(h->pol) : h->precision;
     uint8_t hi_bits = (uint8_t)h->quant->fmt[hi].weight_bits;
-    memsys_run_plan(ms, layer, rs->active, rs->plan, n_active);
+    memsys_run_plan(ms, layer, rs->active, rs->plan, n_active, rs->lep);
     sim_route_tally_accesses(rs, ex, gs, n * K, h->quant, h->bits_of, hi_bits, h->tally);
     if (last_of_layer) memsys_end_layer(ms, layer, h->now_ns(h->clock_ctx));
 }

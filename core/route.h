@@ -34,6 +34,7 @@ typedef struct sim_route_scratch {
     uint32_t *active_tokens; /* [E] tokens routed to active[a] */
     float *active_gate;      /* [E] gate mass routed to active[a] */
     uint8_t *plan;           /* [E] the policy's plan per active expert */
+    uint32_t *lep;           /* [E] active[a]'s lep at its planned precision, when it runs */
     uint64_t *seen;          /* [MODEL_MAX_EXPERTS / 64] a bitmap of expert ids, zero between
                                 routes (sim_route_active_build clears what it set) */
 } sim_route_scratch;
@@ -81,16 +82,16 @@ void sim_route_tally_accesses(const sim_route_scratch *rs, const uint16_t *exper
  * bits_of[PREC_COUNT], computed once per run. */
 void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]);
 
-/* The order the planned experts of `layer` run in, the same for both hosts: resident experts
- * first, then by the issue order of their latest-issued loading part (memsys_loading_seq). Writes
+/* The order the planned experts of the route run in (after sim_route_decide, whose plan check
+ * wrote rs->lep), the same for both hosts: resident experts first, then by the issue order of
+ * their latest-issued loading part (memsys_loading_seq). Writes
  * the indices into `active` of the experts that run to order ([n_active]), with order_key as
  * scratch ([n_active]); returns their count. Stable: ties keep ascending expert order. On the
  * same pass adds the route's hits to *hits (the tally's): an access is a hit when every part of
  * its expert at the planned precision is resident, or when an earlier access of the same route
  * already counted its fetch. */
 uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active, const memsys *ms,
-                                   uint32_t layer, uint32_t *order, uint64_t *order_key,
-                                   uint64_t *hits);
+                                   uint32_t *order, uint64_t *order_key, uint64_t *hits);
 
 /* The end of the next sub-route: tokens [i0, i1) of the step's `experts` ([n][K]) in order, as
  * many as keep the distinct experts within `capacity` (at least one token). Uses the scratch's

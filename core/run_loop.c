@@ -45,6 +45,7 @@ void run_loop_init(run_loop *rl, const run_loop_config *c) {
     rl->active_tokens = arena_calloc(a, E, sizeof(uint32_t));
     rl->active_gate = arena_calloc(a, E, sizeof(float));
     rl->plan = arena_calloc(a, E, 1);
+    rl->lep = arena_calloc(a, E, sizeof(uint32_t));
     rl->stamp = arena_calloc(a, E, sizeof(uint32_t));
     rl->seen = arena_calloc(a, MODEL_MAX_EXPERTS / 64, sizeof(uint64_t));
     rl->slot = arena_calloc(a, E, sizeof(uint32_t));
@@ -118,6 +119,7 @@ static sim_route_scratch route_scratch(run_loop *rl) {
                                .active_tokens = rl->active_tokens,
                                .active_gate = rl->active_gate,
                                .plan = rl->plan,
+                               .lep = rl->lep,
                                .seen = rl->seen};
 }
 
@@ -126,11 +128,7 @@ static sim_route_scratch route_scratch(run_loop *rl) {
 static void catch_up(run_loop *rl) {
     rl->c.ops->sync(rl->c.host);
     memsys *ms = rl->c.ms;
-    for (uint32_t i = 0; i < rl->n_pinned; i++) {
-        uint32_t lep = rl->pinned_lep[i], p = memsys_lep_precision(ms, lep),
-                 le = memsys_lep_le(ms, lep);
-        memsys_unpin(ms, le / rl->E, le % rl->E, (moesim_precision)p);
-    }
+    for (uint32_t i = 0; i < rl->n_pinned; i++) memsys_unpin_lep(ms, rl->pinned_lep[i]);
     rl->n_pinned = 0;
 }
 
@@ -155,17 +153,17 @@ static void wait_room(run_loop *rl, uint32_t layer, uint32_t n_active) {
     if (ops->stall_end) ops->stall_end(rl->c.host);
 }
 
-/* One expert's ops (run_loop_expert_masks), then its pin's release. */
+/* One expert's ops (run_loop_expert_masks), then its pin's release (`lep`: the expert at p). */
 static void run_expert(run_loop *rl, uint32_t layer, uint16_t e, moesim_precision p,
-                       uint32_t tokens) {
+                       uint32_t tokens, uint32_t lep) {
     const run_host_ops *ops = rl->c.ops;
     ops->expert(rl->c.host, layer, e, p, tokens, rl->c.part_overlap);
     rl->expert_ops++;
     rl_lock(rl);
     if (ops->queues_ops) /* pinned until the stream caught up (catch_up) */
-        rl->pinned_lep[rl->n_pinned++] = (uint32_t)memsys_lep(rl->c.ms, layer, e, p);
+        rl->pinned_lep[rl->n_pinned++] = lep;
     else
-        memsys_unpin(rl->c.ms, layer, e, p);
+        memsys_unpin_lep(rl->c.ms, lep);
     rl_unlock(rl);
 }
 
@@ -208,12 +206,13 @@ static void run_route(run_loop *rl, uint64_t step, uint32_t layer, uint32_t i0, 
         .sub_routes = &rl->sub_routes,
     };
     sim_route_decide(&h, &rs, step, layer, i0, i1, n_active, last_of_layer);
-    uint32_t n_run = sim_route_execution_order(&rs, n_active, ms, layer, rl->order, rl->order_key,
-                                               &rl->tally.hits);
+    uint32_t n_run =
+        sim_route_execution_order(&rs, n_active, ms, rl->order, rl->order_key, &rl->tally.hits);
     rl_unlock(rl);
     for (uint32_t r = 0; r < n_run; r++) {
         uint32_t a = rl->order[r];
-        run_expert(rl, layer, rl->active[a], (moesim_precision)rl->plan[a], rl->active_tokens[a]);
+        run_expert(rl, layer, rl->active[a], (moesim_precision)rl->plan[a], rl->active_tokens[a],
+                   rl->lep[a]);
     }
 }
 

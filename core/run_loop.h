@@ -179,6 +179,7 @@ typedef struct run_loop {
     uint32_t *active_tokens, *stamp, *slot, *order;
     float *active_gate;
     uint8_t *plan;
+    uint32_t *lep; /* active[a]'s lep at its planned precision (memsys_run_plan) */
     uint64_t *order_key;
     uint64_t *seen; /* [MODEL_MAX_EXPERTS / 64] */
     uint32_t stamp_gen;
