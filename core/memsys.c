@@ -209,10 +209,12 @@ static void xfer_release(memsys *m, uint32_t i) {
 /* A new transfer, every field set one by one: as a compound literal GCC zeroed the struct with
  * `rep stos`, whose start-up was a quarter of mem_load's time (bench/README.md). */
 static inline void xfer_start(memsys_xfer *x, uint32_t layer, uint32_t expert, uint32_t p,
-                              uint32_t parts, policy_class cls, bool via_ssd, uint64_t seq) {
-    _Static_assert(sizeof(memsys_xfer) == 104, "a field added to memsys_xfer is set here too");
+                              size_t lep, uint32_t parts, policy_class cls, bool via_ssd,
+                              uint64_t seq) {
+    _Static_assert(sizeof(memsys_xfer) == 112, "a field added to memsys_xfer is set here too");
     x->layer = layer;
     x->expert = expert;
+    x->lep = (uint32_t)lep;
     x->prec = (uint8_t)p;
     x->parts = (uint8_t)parts;
     x->cls = x->issued_cls = (uint8_t)cls;
@@ -589,7 +591,7 @@ static void cancel(memsys *m, uint32_t i, uint64_t now_ns) {
     memsys_xfer x = m->xf[i];
     for (int part = 0; part < PART_COUNT; part++)
         if (x.parts & (1u << part)) part_drop(m, x.layer, x.expert, x.prec, part);
-    m->pf_unused[memsys_lep(m, x.layer, x.expert, x.prec)] = 0;
+    m->pf_unused[x.lep] = 0;
     xfer_drop_parts(m, i, x.parts);
     m->n.cancelled++;
     MOESIM_ASSERT(m->pm && m->pm->on_transfer_cancelled); /* required of prefetching policies */
@@ -604,7 +606,7 @@ void memsys_end_layer(memsys *m, uint32_t layer, uint64_t now_ns) {
             uint32_t next = m->xf[i].next[e];
             const memsys_xfer *x = &m->xf[i];
             bool stale = x->layer == layer && x->seq < m->layer_seq && !xfer_started(x) &&
-                         m->used_mark[memsys_lep(m, x->layer, x->expert, x->prec)] != m->layer_mark;
+                         m->used_mark[x->lep] != m->layer_mark;
             if (stale) cancel(m, i, now_ns);
             i = next;
         }
@@ -619,7 +621,7 @@ uint64_t memsys_unevictable_bytes(const memsys *m, uint32_t layer) {
         if (m->cfg.per_layer && x->layer != layer) continue;
         /* the landed parts still held count too: evicting the expert is refused until the
          * rest lands (a policy may evict a landed part alone; then its room is free) */
-        size_t lep = memsys_lep(m, x->layer, x->expert, x->prec);
+        size_t lep = x->lep;
         for (int part = 0; part < PART_COUNT; part++) {
             uint32_t bit = 1u << part;
             bool landed = x->parts_done & bit;
@@ -708,7 +710,7 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
     }
     uint32_t i = xfer_alloc(m);
     memsys_xfer *x = &m->xf[i];
-    xfer_start(x, layer, expert, p, need, cls, m->on_ssd[lep], m->xfer_seq++);
+    xfer_start(x, layer, expert, p, lep, need, cls, m->on_ssd[lep], m->xfer_seq++);
     xfer_layout(m, x);
     uint32_t *loading_xfer = m->xfer_of + lep * PART_COUNT;
     if (need == POLICY_PARTS_ALL) { /* the common case, a whole expert: the loop below unrolled */

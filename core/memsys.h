@@ -74,6 +74,7 @@ typedef struct memsys_config {
 
 typedef struct memsys_xfer {
     uint32_t layer, expert;
+    uint32_t lep;             /* memsys_lep of (layer, expert, prec): every landing needs it */
     uint8_t prec, parts, cls; /* parts: mask carried; cls: current class (after promotions) */
     uint8_t issued_cls;       /* class it was issued in */
     uint8_t parts_done;       /* parts landed in HBM */
@@ -328,7 +329,7 @@ static inline int memsys_chunk_next_landing(const memsys *m, const memsys_chunk 
 static inline void memsys_part_land(memsys *m, uint32_t xfer, int part) {
     memsys_xfer *x = &m->xf[xfer];
     x->parts_done |= (uint8_t)(1u << part);
-    size_t pi = memsys_lep(m, x->layer, x->expert, x->prec) * PART_COUNT + (size_t)part;
+    size_t pi = (size_t)x->lep * PART_COUNT + (size_t)part;
     MOESIM_ASSERT(m->state[pi] == POLICY_LOADING && m->xfer_of[pi] == xfer);
     m->state[pi] = POLICY_RESIDENT;
     m->xfer_of[pi] = MEMSYS_NONE;
