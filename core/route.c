@@ -150,12 +150,17 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
     for (uint32_t k = 0; k < n_loading; k++) {
         uint32_t a = (uint32_t)order_key[k];
         size_t base = (size_t)rs->lep[a] * PART_COUNT;
+        const uint32_t *xfer = ms->xfer_of + base; /* a part's transfer while it is loading */
         uint64_t key = 0;
-        for (int part = 0; part < PART_COUNT; part++)
-            if (ms->state[base + part] == POLICY_LOADING) {
-                uint64_t seq = memsys_loading_seq(ms, base + (size_t)part) + 1;
-                if (seq > key) key = seq;
-            }
+        if (xfer[0] == xfer[1] && xfer[1] == xfer[2] && xfer[0] != MEMSYS_NONE) {
+            key = memsys_loading_seq(ms, base) + 1; /* one transfer carries the three (most) */
+        } else {
+            for (int part = 0; part < PART_COUNT; part++)
+                if (ms->state[base + part] == POLICY_LOADING) {
+                    uint64_t seq = memsys_loading_seq(ms, base + (size_t)part) + 1;
+                    if (seq > key) key = seq;
+                }
+        }
         uint32_t j = k;
         while (j > 0 && order_key[j - 1] > key) {
             order[n_resident + j] = order[n_resident + j - 1];
