@@ -229,11 +229,18 @@ static inline void xfer_start(memsys_xfer *x, uint32_t layer, uint32_t expert, u
 
 /* Byte layout of a transfer: its parts in gate, up, down order. */
 static void xfer_layout(memsys *m, memsys_xfer *x) {
+    const uint64_t *b = m->cfg.part_bytes[x->prec];
+    if (x->parts == POLICY_PARTS_ALL) { /* a whole expert (most loads): the loop below unrolled */
+        x->part_end[0] = b[0];
+        x->part_end[1] = b[0] + b[1];
+        x->bytes = x->part_end[2] = b[0] + b[1] + b[2];
+        return;
+    }
     uint64_t off = 0;
     for (int part = 0; part < PART_COUNT; part++) {
         x->part_end[part] = 0;
         if (!(x->parts & (1u << part))) continue;
-        off += m->cfg.part_bytes[x->prec][part];
+        off += b[part];
         x->part_end[part] = off;
     }
     x->bytes = off;
