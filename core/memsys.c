@@ -533,13 +533,6 @@ void memsys_begin_layer(memsys *m) {
     m->layer_seq = m->xfer_seq;
 }
 
-/* Whether one transfer carries the three parts of lep (so they are all loading). */
-static inline bool whole_in_one_transfer(const memsys *m, size_t lep) {
-    const uint32_t *loading_xfer = m->xfer_of + lep * PART_COUNT;
-    return loading_xfer[0] == loading_xfer[1] && loading_xfer[1] == loading_xfer[2] &&
-           loading_xfer[0] != NONE;
-}
-
 /* Transfer i carries a part about to run: the stream needs it now, so its remaining chunks go
  * ahead of every other class. */
 static inline void run_loading(memsys *m, uint32_t i) {
@@ -677,7 +670,7 @@ static policy_mem_result mem_load(policy_mem *m, uint32_t layer, uint32_t expert
         if (!part_bytes[0] || !part_bytes[1] || !part_bytes[2]) return POLICY_REFUSED;
         need = POLICY_PARTS_ALL;
         bytes = part_bytes[0] + part_bytes[1] + part_bytes[2];
-    } else if (whole && whole_in_one_transfer(m, lep)) {
+    } else if (whole && memsys_whole_in_one_transfer(m, lep)) {
         /* the third common case, a whole expert one transfer is loading (a late prefetch) */
         uint32_t i = m->xfer_of[lep * PART_COUNT];
         if (m->xf[i].cls <= cls) return POLICY_ALREADY;

@@ -272,6 +272,13 @@ static inline uint64_t memsys_loading_seq(const memsys *m, size_t pi) {
     return m->xf[m->xfer_of[pi]].seq;
 }
 
+/* Whether one transfer carries the three parts of lep (so they are all loading): most loads. */
+static inline bool memsys_whole_in_one_transfer(const memsys *m, size_t lep) {
+    const uint32_t *loading_xfer = m->xfer_of + lep * PART_COUNT;
+    return loading_xfer[0] == loading_xfer[1] && loading_xfer[1] == loading_xfer[2] &&
+           loading_xfer[0] != MEMSYS_NONE;
+}
+
 /* End of run, after every copy has drained: prefetched experts never run count as wasted. */
 void memsys_finish(memsys *m);
 

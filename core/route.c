@@ -150,10 +150,9 @@ uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_activ
     for (uint32_t k = 0; k < n_loading; k++) {
         uint32_t a = (uint32_t)order_key[k];
         size_t base = (size_t)rs->lep[a] * PART_COUNT;
-        const uint32_t *xfer = ms->xfer_of + base; /* a part's transfer while it is loading */
         uint64_t key = 0;
-        if (xfer[0] == xfer[1] && xfer[1] == xfer[2] && xfer[0] != MEMSYS_NONE) {
-            key = memsys_loading_seq(ms, base) + 1; /* one transfer carries the three (most) */
+        if (memsys_whole_in_one_transfer(ms, rs->lep[a])) {
+            key = memsys_loading_seq(ms, base) + 1;
         } else {
             for (int part = 0; part < PART_COUNT; part++)
                 if (ms->state[base + part] == POLICY_LOADING) {
