@@ -84,12 +84,11 @@ void sim_route_bits_of(const quant_table *q, double bits_of[PREC_COUNT]);
 
 /* The order the planned experts of the route run in (after sim_route_decide, whose plan check
  * wrote rs->lep), the same for both hosts: resident experts first, then by the issue order of
- * their latest-issued loading part (memsys_loading_seq). Writes
- * the indices into `active` of the experts that run to order ([n_active]), with order_key as
- * scratch ([n_active]); returns their count. Stable: ties keep ascending expert order. On the
- * same pass adds the route's hits to *hits (the tally's): an access is a hit when every part of
- * its expert at the planned precision is resident, or when an earlier access of the same route
- * already counted its fetch. */
+ * their latest-issued loading part (memsys_loading_seq). Writes the indices into `active` of the
+ * experts that run to order ([n_active]), with order_key as scratch ([n_active]); returns their
+ * count. Stable: ties keep ascending expert order. On the same pass adds the route's hits to
+ * *hits (the tally's): an access is a hit when every part of its expert at the planned precision
+ * is resident, or when an earlier access of the same route already counted its fetch. */
 uint32_t sim_route_execution_order(const sim_route_scratch *rs, uint32_t n_active, const memsys *ms,
                                    uint32_t *order, uint64_t *order_key, uint64_t *hits);
 
